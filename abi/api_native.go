@@ -1,0 +1,194 @@
+//go:build !wasip1
+
+package abi
+
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// This file is the native build: every call delegates to the SDK's proxywasm package, whose
+// host calls are answered by the SDK's proxytest emulator in `go test`. The signatures are the
+// same as in the wasip1 build, so filter code compiles unchanged in both.
+
+// SetVMContext registers the filter with the SDK (and so with proxytest).
+func SetVMContext(ctx types.VMContext) { proxywasm.SetVMContext(ctx) }
+
+// GetVMConfiguration returns the vm_config.configuration bytes. Valid only in OnVMStart.
+func GetVMConfiguration() ([]byte, error) { return proxywasm.GetVMConfiguration() }
+
+// GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
+func GetPluginConfiguration() ([]byte, error) { return proxywasm.GetPluginConfiguration() }
+
+// SetTickPeriodMilliSeconds asks the host to call OnTick every millis milliseconds.
+func SetTickPeriodMilliSeconds(millis uint32) error {
+	return proxywasm.SetTickPeriodMilliSeconds(millis)
+}
+
+// SetEffectiveContext makes later host calls act on the given context.
+func SetEffectiveContext(contextID uint32) error { return proxywasm.SetEffectiveContext(contextID) }
+
+// GetHttpRequestHeaders returns every request header, pseudo-headers included.
+func GetHttpRequestHeaders() ([][2]string, error) { return proxywasm.GetHttpRequestHeaders() }
+
+// GetHttpRequestHeader returns one request header value, or ErrNotFound.
+func GetHttpRequestHeader(key string) (string, error) { return proxywasm.GetHttpRequestHeader(key) }
+
+// AddHttpRequestHeader appends a request header value.
+func AddHttpRequestHeader(key, value string) error {
+	return proxywasm.AddHttpRequestHeader(key, value)
+}
+
+// ReplaceHttpRequestHeader sets a request header, replacing any previous values.
+func ReplaceHttpRequestHeader(key, value string) error {
+	return proxywasm.ReplaceHttpRequestHeader(key, value)
+}
+
+// RemoveHttpRequestHeader removes a request header.
+func RemoveHttpRequestHeader(key string) error { return proxywasm.RemoveHttpRequestHeader(key) }
+
+// GetHttpResponseHeaders returns every response header, pseudo-headers included.
+func GetHttpResponseHeaders() ([][2]string, error) { return proxywasm.GetHttpResponseHeaders() }
+
+// GetHttpResponseHeader returns one response header value, or ErrNotFound.
+func GetHttpResponseHeader(key string) (string, error) {
+	return proxywasm.GetHttpResponseHeader(key)
+}
+
+// AddHttpResponseHeader appends a response header value.
+func AddHttpResponseHeader(key, value string) error {
+	return proxywasm.AddHttpResponseHeader(key, value)
+}
+
+// ReplaceHttpResponseHeader sets a response header, replacing any previous values.
+func ReplaceHttpResponseHeader(key, value string) error {
+	return proxywasm.ReplaceHttpResponseHeader(key, value)
+}
+
+// RemoveHttpResponseHeader removes a response header.
+func RemoveHttpResponseHeader(key string) error { return proxywasm.RemoveHttpResponseHeader(key) }
+
+// ResumeHttpRequest resumes a paused request.
+func ResumeHttpRequest() error { return proxywasm.ResumeHttpRequest() }
+
+// ResumeHttpResponse resumes a paused response.
+func ResumeHttpResponse() error { return proxywasm.ResumeHttpResponse() }
+
+// SendHttpResponse sends a local response on the current stream.
+func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
+	if len(headers) == 0 {
+		// The emulator panics on an empty serialised header map, while a map with a zero count
+		// is fine; one harmless header sidesteps that quirk without changing Envoy behaviour.
+		headers = [][2]string{{"content-length", itoa(len(body))}}
+	}
+	return proxywasm.SendHttpResponse(statusCode, headers, body, grpcStatus)
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}
+
+// DispatchHttpCall sends an HTTP request to an Envoy cluster; see the wasip1 build.
+func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
+}
+
+// GetHttpCallResponseHeaders returns the headers of the callout response being delivered.
+func GetHttpCallResponseHeaders() ([][2]string, error) {
+	return proxywasm.GetHttpCallResponseHeaders()
+}
+
+// GetHttpCallResponseBody returns part of the callout response body being delivered.
+func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
+	return proxywasm.GetHttpCallResponseBody(start, maxSize)
+}
+
+// GetSharedData reads a key of the shared data with its CAS number.
+func GetSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
+
+// SetSharedData writes a key if its CAS number is still cas.
+func SetSharedData(key string, value []byte, cas uint32) error {
+	return proxywasm.SetSharedData(key, value, cas)
+}
+
+// GetProperty reads a host property.
+func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(path) }
+
+// MetricCounter is a host counter metric.
+type MetricCounter struct{ m proxywasm.MetricCounter }
+
+// MetricGauge is a host gauge metric.
+type MetricGauge struct{ m proxywasm.MetricGauge }
+
+// MetricHistogram is a host histogram metric.
+type MetricHistogram struct{ m proxywasm.MetricHistogram }
+
+// define converts the SDK's panic on a failed definition into an error, because this project
+// never uses panics as errors.
+func define[T any](f func() T) (m T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = ErrInternalFailure
+		}
+	}()
+	return f(), nil
+}
+
+// DefineCounterMetric defines (or finds) the counter called name.
+func DefineCounterMetric(name string) (MetricCounter, error) {
+	m, err := define(func() proxywasm.MetricCounter { return proxywasm.DefineCounterMetric(name) })
+	return MetricCounter{m}, err
+}
+
+// DefineGaugeMetric defines (or finds) the gauge called name.
+func DefineGaugeMetric(name string) (MetricGauge, error) {
+	m, err := define(func() proxywasm.MetricGauge { return proxywasm.DefineGaugeMetric(name) })
+	return MetricGauge{m}, err
+}
+
+// DefineHistogramMetric defines (or finds) the histogram called name.
+func DefineHistogramMetric(name string) (MetricHistogram, error) {
+	m, err := define(func() proxywasm.MetricHistogram { return proxywasm.DefineHistogramMetric(name) })
+	return MetricHistogram{m}, err
+}
+
+// Increment adds offset to the counter.
+func (c MetricCounter) Increment(offset uint64) { c.m.Increment(offset) }
+
+// Value returns the counter's current value.
+func (c MetricCounter) Value() uint64 { return c.m.Value() }
+
+// Record sets the gauge to value. The emulator only offers Add, so Record adds the difference.
+func (g MetricGauge) Record(value int64) { g.m.Add(value - g.m.Value()) }
+
+// Value returns the gauge's current value.
+func (g MetricGauge) Value() int64 { return g.m.Value() }
+
+// Record adds one observation to the histogram.
+func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }
+
+// LogDebugf logs at debug level.
+func LogDebugf(format string, args ...any) { proxywasm.LogDebugf(format, args...) }
+
+// LogInfof logs at info level.
+func LogInfof(format string, args ...any) { proxywasm.LogInfof(format, args...) }
+
+// LogWarnf logs at warn level.
+func LogWarnf(format string, args ...any) { proxywasm.LogWarnf(format, args...) }
+
+// LogErrorf logs at error level.
+func LogErrorf(format string, args ...any) { proxywasm.LogErrorf(format, args...) }
+
+// LogCriticalf logs at critical level.
+func LogCriticalf(format string, args ...any) { proxywasm.LogCriticalf(format, args...) }

@@ -1,0 +1,340 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// Host status codes of ABI 0.2.1.
+const (
+	statusOK               = 0
+	statusNotFound         = 1
+	statusBadArgument      = 2
+	statusEmpty            = 7
+	statusCasMismatch      = 8
+	statusInternalFailure  = 10
+	statusBrokenConnection = 11
+	statusUnimplemented    = 12
+)
+
+// Map and buffer types of ABI 0.2.1.
+const (
+	mapRequestHeaders      = 0
+	mapResponseHeaders     = 2
+	mapCalloutResponseHdrs = 6
+	bufferCalloutResponse  = 4
+	bufferVMConfiguration  = 6
+	bufferPluginConfig     = 7
+	streamRequest          = 0
+	streamResponse         = 1
+)
+
+// statusError maps a host status code to the SDK's error values, so that errors.Is works the
+// same in the wasip1 and the native build.
+func statusError(st uint32) error {
+	switch st {
+	case statusOK:
+		return nil
+	case statusNotFound:
+		return ErrNotFound
+	case statusBadArgument:
+		return ErrBadArgument
+	case statusEmpty:
+		return errEmpty
+	case statusCasMismatch:
+		return ErrCasMismatch
+	case statusInternalFailure:
+		return ErrInternalFailure
+	case statusUnimplemented:
+		return ErrUnimplemented
+	default:
+		return fmt.Errorf("host returned status %d", st)
+	}
+}
+
+var errEmpty = errors.New("error status returned by host: empty")
+
+func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
+	var addr, size uint32
+	st := hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &addr, &size)
+	if st != statusOK {
+		unpinAll()
+		return nil, statusError(st)
+	}
+	return take(addr, size), nil
+}
+
+// GetVMConfiguration returns the vm_config.configuration bytes. Valid only in OnVMStart.
+func GetVMConfiguration() ([]byte, error) {
+	return getBuffer(bufferVMConfiguration, 0, 1<<31-1)
+}
+
+// GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
+func GetPluginConfiguration() ([]byte, error) {
+	return getBuffer(bufferPluginConfig, 0, 1<<31-1)
+}
+
+// SetTickPeriodMilliSeconds asks the host to call OnTick of the current plugin context every
+// millis milliseconds; 0 stops the ticks.
+func SetTickPeriodMilliSeconds(millis uint32) error {
+	return statusError(hostSetTickPeriod(millis))
+}
+
+// SetEffectiveContext makes later host calls act on the given context, e.g. the paused stream
+// an HTTP callout was made for.
+func SetEffectiveContext(contextID uint32) error {
+	return statusError(hostSetEffectiveContext(contextID))
+}
+
+func getMap(mapType uint32) ([][2]string, error) {
+	var addr, size uint32
+	st := hostGetHeaderMapPairs(mapType, &addr, &size)
+	if st != statusOK {
+		unpinAll()
+		return nil, statusError(st)
+	}
+	return decodeHeaders(take(addr, size)), nil
+}
+
+func getMapValue(mapType uint32, key string) (string, error) {
+	var addr, size uint32
+	st := hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &addr, &size)
+	if st != statusOK {
+		unpinAll()
+		return "", statusError(st)
+	}
+	b := take(addr, size)
+	// The slice is owned by this call alone, so handing its bytes to a string without a copy
+	// is safe and saves an allocation on the hot path.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// GetHttpRequestHeaders returns every request header, pseudo-headers included.
+func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHeaders) }
+
+// GetHttpRequestHeader returns one request header value, or ErrNotFound.
+func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
+
+// AddHttpRequestHeader appends a request header value.
+func AddHttpRequestHeader(key, value string) error {
+	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+}
+
+// ReplaceHttpRequestHeader sets a request header, replacing any previous values.
+func ReplaceHttpRequestHeader(key, value string) error {
+	return statusError(hostReplaceHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+}
+
+// RemoveHttpRequestHeader removes a request header.
+func RemoveHttpRequestHeader(key string) error {
+	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key))))
+}
+
+// GetHttpResponseHeaders returns every response header, pseudo-headers included.
+func GetHttpResponseHeaders() ([][2]string, error) { return getMap(mapResponseHeaders) }
+
+// GetHttpResponseHeader returns one response header value, or ErrNotFound.
+func GetHttpResponseHeader(key string) (string, error) {
+	return getMapValue(mapResponseHeaders, key)
+}
+
+// AddHttpResponseHeader appends a response header value.
+func AddHttpResponseHeader(key, value string) error {
+	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+}
+
+// ReplaceHttpResponseHeader sets a response header, replacing any previous values.
+func ReplaceHttpResponseHeader(key, value string) error {
+	return statusError(hostReplaceHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+}
+
+// RemoveHttpResponseHeader removes a response header.
+func RemoveHttpResponseHeader(key string) error {
+	return statusError(hostRemoveHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key))))
+}
+
+// ResumeHttpRequest resumes a request paused by an ActionPause from OnHttpRequestHeaders.
+func ResumeHttpRequest() error { return statusError(hostContinueStream(streamRequest)) }
+
+// ResumeHttpResponse resumes a response paused by the filter.
+func ResumeHttpResponse() error { return statusError(hostContinueStream(streamResponse)) }
+
+// SendHttpResponse sends a local response on the current stream; the stream stops there.
+func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
+	hdr := encodeHeaders(headers)
+	const details = "rate_limited"
+	return statusError(hostSendLocalResponse(statusCode, stringPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(hdr), uint32(len(hdr)), grpcStatus))
+}
+
+// DispatchHttpCall sends an HTTP request to an Envoy cluster. The response is delivered to
+// callback, with the calling stream made the effective context again, when it arrives; if the
+// calling stream is gone by then the callback is not called. headers must include :method,
+// :path and :authority.
+func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	hdr := encodeHeaders(headers)
+	trl := encodeHeaders(trailers)
+	var token uint32
+	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &token)
+	if st != statusOK {
+		return 0, statusError(st)
+	}
+	registerCallout(token, callback)
+	return token, nil
+}
+
+// GetHttpCallResponseHeaders returns the headers of the callout response being delivered.
+func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(mapCalloutResponseHdrs) }
+
+// GetHttpCallResponseBody returns up to maxSize bytes from start of the callout response body.
+func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
+	return getBuffer(bufferCalloutResponse, start, maxSize)
+}
+
+// GetSharedData reads a key of the VM-id-wide shared data with its CAS number.
+func GetSharedData(key string) ([]byte, uint32, error) {
+	var addr, size, cas uint32
+	st := hostGetSharedData(stringPtr(key), uint32(len(key)), &addr, &size, &cas)
+	if st != statusOK {
+		unpinAll()
+		return nil, 0, statusError(st)
+	}
+	return take(addr, size), cas, nil
+}
+
+// SetSharedData writes a key if its CAS number is still cas (0: unconditionally); otherwise
+// it returns ErrCasMismatch.
+func SetSharedData(key string, value []byte, cas uint32) error {
+	return statusError(hostSetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
+}
+
+// GetProperty reads a host property such as {"xds", "route_name"}.
+func GetProperty(path []string) ([]byte, error) {
+	p := encodePath(path)
+	var addr, size uint32
+	st := hostGetProperty(bytesPtr(p), uint32(len(p)), &addr, &size)
+	if st != statusOK {
+		unpinAll()
+		return nil, statusError(st)
+	}
+	return take(addr, size), nil
+}
+
+// MetricCounter is a host counter metric.
+type MetricCounter uint32
+
+// MetricGauge is a host gauge metric.
+type MetricGauge uint32
+
+// MetricHistogram is a host histogram metric.
+type MetricHistogram uint32
+
+func defineMetric(metricType uint32, name string) (uint32, error) {
+	var id uint32
+	err := statusError(hostDefineMetric(metricType, stringPtr(name), uint32(len(name)), &id))
+	return id, err
+}
+
+// DefineCounterMetric defines (or finds) the counter called name.
+func DefineCounterMetric(name string) (MetricCounter, error) {
+	id, err := defineMetric(metricCounter, name)
+	return MetricCounter(id), err
+}
+
+// DefineGaugeMetric defines (or finds) the gauge called name.
+func DefineGaugeMetric(name string) (MetricGauge, error) {
+	id, err := defineMetric(metricGauge, name)
+	return MetricGauge(id), err
+}
+
+// DefineHistogramMetric defines (or finds) the histogram called name.
+func DefineHistogramMetric(name string) (MetricHistogram, error) {
+	id, err := defineMetric(metricHistogram, name)
+	return MetricHistogram(id), err
+}
+
+// Increment adds offset to the counter. Errors are dropped: a metric must never fail a request.
+func (m MetricCounter) Increment(offset uint64) { hostIncrementMetric(uint32(m), int64(offset)) }
+
+// Value returns the counter's current value.
+func (m MetricCounter) Value() uint64 {
+	var v uint64
+	hostGetMetric(uint32(m), &v)
+	return v
+}
+
+// Record sets the gauge to value.
+func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(value)) }
+
+// Value returns the gauge's current value.
+func (m MetricGauge) Value() int64 {
+	var v uint64
+	hostGetMetric(uint32(m), &v)
+	return int64(v)
+}
+
+// Record adds one observation to the histogram.
+func (m MetricHistogram) Record(value uint64) { hostRecordMetric(uint32(m), value) }
+
+// Log levels of proxy_log.
+const (
+	levelTrace    = 0
+	levelDebug    = 1
+	levelInfo     = 2
+	levelWarn     = 3
+	levelError    = 4
+	levelCritical = 5
+)
+
+// logLevel caches the host's log level so that disabled levels cost no formatting and no host
+// call. It is read once per VM on first use; Envoy changes it rarely and a stale value only
+// affects verbosity.
+var logLevel = -1
+
+func enabled(level uint32) bool {
+	if logLevel < 0 {
+		var l uint32
+		if hostGetLogLevel(&l) == statusOK {
+			logLevel = int(l)
+		} else {
+			logLevel = levelTrace
+		}
+	}
+	return int(level) >= logLevel
+}
+
+func logAt(level uint32, msg string) {
+	hostLog(level, stringPtr(msg), uint32(len(msg)))
+}
+
+// LogDebugf logs at debug level.
+func LogDebugf(format string, args ...any) {
+	if enabled(levelDebug) {
+		logAt(levelDebug, fmt.Sprintf(format, args...))
+	}
+}
+
+// LogInfof logs at info level.
+func LogInfof(format string, args ...any) {
+	if enabled(levelInfo) {
+		logAt(levelInfo, fmt.Sprintf(format, args...))
+	}
+}
+
+// LogWarnf logs at warn level.
+func LogWarnf(format string, args ...any) {
+	if enabled(levelWarn) {
+		logAt(levelWarn, fmt.Sprintf(format, args...))
+	}
+}
+
+// LogErrorf logs at error level.
+func LogErrorf(format string, args ...any) { logAt(levelError, fmt.Sprintf(format, args...)) }
+
+// LogCriticalf logs at critical level.
+func LogCriticalf(format string, args ...any) { logAt(levelCritical, fmt.Sprintf(format, args...)) }

@@ -1,0 +1,284 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"runtime/debug"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// The dispatcher: one VM context, its root (plugin) contexts and their HTTP stream contexts.
+// A Wasm VM is single-threaded (Envoy runs one VM per worker thread), so no locking is needed.
+var (
+	vmContext types.VMContext
+	roots     = map[uint32]*rootContext{}
+	streams   = map[uint32]*streamContext{}
+	// active is the context whose callback is running; callouts are registered against it so
+	// that the response can be routed back to the stream that asked.
+	active uint32
+)
+
+type rootContext struct {
+	plugin   types.PluginContext
+	callouts map[uint32]callout
+}
+
+type streamContext struct {
+	http types.HttpContext
+	root uint32
+}
+
+type callout struct {
+	callback func(numHeaders, bodySize, numTrailers int)
+	caller   uint32
+}
+
+// SetVMContext registers the filter. Call it from init(): a wasip1 reactor never runs main.
+func SetVMContext(ctx types.VMContext) { vmContext = ctx }
+
+func registerCallout(token uint32, cb func(int, int, int)) {
+	rootID := active
+	if s, ok := streams[active]; ok {
+		rootID = s.root
+	}
+	if r, ok := roots[rootID]; ok {
+		r.callouts[token] = callout{callback: cb, caller: active}
+	}
+}
+
+// recoverExport turns a panic that reached an export into an error log. A panic that escapes
+// a wasmexport traps with `unreachable`, and a trap in Envoy fails the stream (or the whole VM
+// with FAIL_RELOAD), so every export defers this.
+func recoverExport(name string, contextID uint32) {
+	if r := recover(); r != nil {
+		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(debug.Stack())
+		logAt(levelError, msg)
+		recovered++
+	}
+}
+
+// recovered counts recovered panics; tests read it through the log, it exists for debugging.
+var recovered uint64
+
+func utoa(v uint32) string {
+	var b [10]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+func anyString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case error:
+		return x.Error()
+	default:
+		return "non-error panic value"
+	}
+}
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion021() {}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(contextID, parentID uint32) {
+	defer recoverExport("proxy_on_context_create", contextID)
+	if parentID == 0 {
+		if vmContext == nil {
+			return
+		}
+		roots[contextID] = &rootContext{
+			plugin:   vmContext.NewPluginContext(contextID),
+			callouts: map[uint32]callout{},
+		}
+		return
+	}
+	r, ok := roots[parentID]
+	if !ok || r.plugin == nil {
+		return
+	}
+	active = contextID
+	if h := r.plugin.NewHttpContext(contextID); h != nil {
+		streams[contextID] = &streamContext{http: h, root: parentID}
+	}
+}
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootID, vmConfigSize uint32) (ok uint32) {
+	defer recoverExport("proxy_on_vm_start", rootID)
+	if vmContext == nil {
+		return 0
+	}
+	active = rootID
+	if vmContext.OnVMStart(int(vmConfigSize)) {
+		return 1
+	}
+	return 0
+}
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootID, pluginConfigSize uint32) (ok uint32) {
+	// A panic while configuring refuses the configuration (ok stays 0): nothing that failed
+	// half-way must serve traffic.
+	defer recoverExport("proxy_on_configure", rootID)
+	r, found := roots[rootID]
+	if !found || r.plugin == nil {
+		return 0
+	}
+	active = rootID
+	if r.plugin.OnPluginStart(int(pluginConfigSize)) {
+		return 1
+	}
+	return 0
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootID uint32) {
+	defer recoverExport("proxy_on_tick", rootID)
+	if r, ok := roots[rootID]; ok && r.plugin != nil {
+		active = rootID
+		r.plugin.OnTick()
+	}
+}
+
+//go:wasmexport proxy_on_queue_ready
+func proxyOnQueueReady(rootID, queueID uint32) {
+	defer recoverExport("proxy_on_queue_ready", rootID)
+	if r, ok := roots[rootID]; ok && r.plugin != nil {
+		active = rootID
+		r.plugin.OnQueueReady(queueID)
+	}
+}
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(contextID uint32) (done uint32) {
+	done = 1
+	defer recoverExport("proxy_on_done", contextID)
+	if r, ok := roots[contextID]; ok && r.plugin != nil {
+		active = contextID
+		if !r.plugin.OnPluginDone() {
+			return 0
+		}
+	}
+	return 1
+}
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(contextID uint32) {
+	defer recoverExport("proxy_on_log", contextID)
+	// Envoy calls proxy_on_log before proxy_on_done for streams, so this is the one place
+	// where a stream's final bookkeeping sees the complete request and response.
+	if s, ok := streams[contextID]; ok {
+		active = contextID
+		s.http.OnHttpStreamDone()
+	}
+}
+
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(contextID uint32) {
+	defer recoverExport("proxy_on_delete", contextID)
+	delete(streams, contextID)
+	delete(roots, contextID)
+}
+
+func stream(contextID uint32) types.HttpContext {
+	s, ok := streams[contextID]
+	if !ok {
+		return nil
+	}
+	active = contextID
+	return s.http
+}
+
+// Stream callbacks return Continue after a recovered panic: the filter applies its own failure
+// mode before a panic can get this far, so this is the last line of defence, and an error log
+// makes it visible.
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
+	defer recoverExport("proxy_on_request_headers", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) (action uint32) {
+	defer recoverExport("proxy_on_request_body", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpRequestBody(int(bodySize), endOfStream != 0))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_request_trailers
+func proxyOnRequestTrailers(contextID, numTrailers uint32) (action uint32) {
+	defer recoverExport("proxy_on_request_trailers", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpRequestTrailers(int(numTrailers)))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
+	defer recoverExport("proxy_on_response_headers", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpResponseHeaders(int(numHeaders), endOfStream != 0))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) (action uint32) {
+	defer recoverExport("proxy_on_response_body", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpResponseBody(int(bodySize), endOfStream != 0))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(contextID, numTrailers uint32) (action uint32) {
+	defer recoverExport("proxy_on_response_trailers", contextID)
+	if h := stream(contextID); h != nil {
+		return uint32(h.OnHttpResponseTrailers(int(numTrailers)))
+	}
+	return uint32(types.ActionContinue)
+}
+
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
+	defer recoverExport("proxy_on_http_call_response", rootID)
+	r, ok := roots[rootID]
+	if !ok {
+		return
+	}
+	c, ok := r.callouts[token]
+	if !ok {
+		return
+	}
+	delete(r.callouts, token)
+	if c.caller != rootID {
+		// The stream may have been torn down while its callout was in flight: Envoy does not
+		// cancel the callout, so the response can arrive for a dead stream. Acting on it would
+		// touch a context the host no longer knows.
+		if _, alive := streams[c.caller]; !alive {
+			return
+		}
+		if hostSetEffectiveContext(c.caller) != statusOK {
+			return
+		}
+	}
+	active = c.caller
+	c.callback(int(numHeaders), int(bodySize), int(numTrailers))
+}

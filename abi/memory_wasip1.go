@@ -1,0 +1,77 @@
+//go:build wasip1
+
+package abi
+
+import "unsafe"
+
+// pinned holds every buffer the host allocated through proxy_on_memory_allocate and the guest
+// has not yet taken. The host only learns a raw 32-bit address; that address does not keep the
+// Go object alive, so without this slice a garbage collection between the host's write and the
+// guest's read could hand the same memory to another object and corrupt the data (this was
+// measured, not guessed). The guest is single-threaded and the host allocates only while the
+// guest is inside a host call, so the slice is short: usually one entry.
+var pinned [][]byte
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) (addr uint32) {
+	defer func() {
+		// An allocation failure (the runtime is out of memory) cannot be reported to the host
+		// in any other way: returning 0 makes the host fail the call cleanly instead of
+		// trapping the whole VM.
+		if r := recover(); r != nil {
+			addr = 0
+		}
+	}()
+	n := size
+	if n == 0 {
+		// A zero-length slice has no stable address to hand out.
+		n = 1
+	}
+	b := make([]byte, n)
+	pinned = append(pinned, b)
+	return uint32(uintptr(unsafe.Pointer(&b[0])))
+}
+
+// take returns the host-written buffer at addr as a Go slice of length size and unpins every
+// buffer: once the caller holds the slice, its reference keeps the memory alive. A buffer the
+// allocator did not hand out (which a correct host never returns) is copied instead, so the
+// result never aliases memory the Go runtime does not own.
+func take(addr, size uint32) []byte {
+	defer unpinAll()
+	if size == 0 || addr == 0 {
+		return nil
+	}
+	for i := len(pinned) - 1; i >= 0; i-- {
+		b := pinned[i]
+		if uint32(uintptr(unsafe.Pointer(&b[0]))) == addr && uint32(len(b)) >= size {
+			return b[:size:size]
+		}
+	}
+	out := make([]byte, size)
+	copy(out, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr))), size))
+	return out
+}
+
+// unpinAll drops the references to every pinned buffer, also after a failed host call that may
+// have allocated before failing.
+func unpinAll() {
+	clear(pinned)
+	pinned = pinned[:0]
+}
+
+// stringPtr returns a pointer to the bytes of s for passing to the host, or nil when s is
+// empty (the host never reads through a pointer with a zero length).
+func stringPtr(s string) *byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.StringData(s)
+}
+
+// bytesPtr returns a pointer to the first byte of b, or nil when b is empty.
+func bytesPtr(b []byte) *byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return &b[0]
+}

@@ -1,0 +1,78 @@
+package abi
+
+import "encoding/binary"
+
+// encodeHeaders serialises header pairs in the proxy-wasm map encoding: a little-endian u32
+// count N, then N pairs of u32 key and value lengths, then each key and value followed by a NUL
+// byte. An empty map is still four bytes (a zero count), because hosts (and the SDK's
+// emulator) treat a zero-length map buffer differently from an empty map.
+func encodeHeaders(pairs [][2]string) []byte {
+	size := 4
+	for _, p := range pairs {
+		size += 8 + len(p[0]) + 1 + len(p[1]) + 1
+	}
+	buf := make([]byte, size)
+	binary.LittleEndian.PutUint32(buf, uint32(len(pairs)))
+	lens := buf[4:]
+	data := buf[4+8*len(pairs):]
+	for _, p := range pairs {
+		binary.LittleEndian.PutUint32(lens, uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(lens[4:], uint32(len(p[1])))
+		lens = lens[8:]
+		n := copy(data, p[0])
+		data[n] = 0
+		data = data[n+1:]
+		n = copy(data, p[1])
+		data[n] = 0
+		data = data[n+1:]
+	}
+	return buf
+}
+
+// decodeHeaders parses the proxy-wasm map encoding. It never trusts the lengths it reads: a
+// malformed buffer yields the pairs decoded so far rather than a panic, because the bytes come
+// from outside the guest.
+func decodeHeaders(buf []byte) [][2]string {
+	if len(buf) < 4 {
+		return nil
+	}
+	n := binary.LittleEndian.Uint32(buf)
+	if uint64(n)*8 > uint64(len(buf)-4) {
+		return nil
+	}
+	lens := buf[4 : 4+8*int(n)]
+	data := buf[4+8*int(n):]
+	pairs := make([][2]string, 0, n)
+	for i := 0; i < int(n); i++ {
+		kl := uint64(binary.LittleEndian.Uint32(lens[8*i:]))
+		vl := uint64(binary.LittleEndian.Uint32(lens[8*i+4:]))
+		if kl+1+vl+1 > uint64(len(data)) {
+			return pairs
+		}
+		k := string(data[:kl])
+		data = data[kl+1:]
+		v := string(data[:vl])
+		data = data[vl+1:]
+		pairs = append(pairs, [2]string{k, v})
+	}
+	return pairs
+}
+
+// encodePath joins property path segments with NUL bytes, as proxy_get_property expects.
+func encodePath(path []string) []byte {
+	size := 0
+	for i, s := range path {
+		if i > 0 {
+			size++
+		}
+		size += len(s)
+	}
+	buf := make([]byte, 0, size)
+	for i, s := range path {
+		if i > 0 {
+			buf = append(buf, 0)
+		}
+		buf = append(buf, s...)
+	}
+	return buf
+}

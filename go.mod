@@ -1,0 +1,7 @@
+module github.com/ratelimit-wasm/ratelimit
+
+go 1.26.0
+
+require github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0
+
+require github.com/stretchr/testify v1.12.1 // indirect

@@ -1,0 +1,181 @@
+// Package placeholder is a small filter that exercises every part of the ABI binding the real
+// rate limiter needs: headers, shared data with compare-and-swap, an HTTP callout that pauses
+// and resumes the request, a local response, metrics and ticks. It proves the binding and the
+// wazero host end to end until the rate-limit filter replaces it.
+package placeholder
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Shared-data keys the placeholder maintains.
+const (
+	RequestsKey = "placeholder.requests"
+	TicksKey    = "placeholder.ticks"
+)
+
+// casAttempts bounds the compare-and-swap loop: under contention from every worker VM a few
+// retries are normal, an unbounded loop is not.
+const casAttempts = 64
+
+// Config is the placeholder's plugin configuration.
+type Config struct {
+	Cluster   string `json:"cluster"`
+	Authority string `json:"authority"`
+}
+
+// NewVMContext returns the VM context to register with abi.SetVMContext.
+func NewVMContext() types.VMContext { return &vmContext{} }
+
+type vmContext struct{ types.DefaultVMContext }
+
+func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
+
+type pluginContext struct {
+	types.DefaultPluginContext
+	cfg      Config
+	requests abi.MetricCounter
+	ticks    abi.MetricCounter
+}
+
+func (p *pluginContext) OnPluginStart(size int) types.OnPluginStartStatus {
+	if size > 0 {
+		data, err := abi.GetPluginConfiguration()
+		if err != nil {
+			abi.LogErrorf("placeholder: reading configuration: %v", err)
+			return types.OnPluginStartStatusFailed
+		}
+		if err := json.Unmarshal(data, &p.cfg); err != nil {
+			abi.LogErrorf("placeholder: configuration: %v", err)
+			return types.OnPluginStartStatusFailed
+		}
+	}
+	var err1, err2 error
+	p.requests, err1 = abi.DefineCounterMetric("placeholder_requests_total")
+	p.ticks, err2 = abi.DefineCounterMetric("placeholder_ticks_total")
+	if err := errors.Join(err1, err2); err != nil {
+		abi.LogErrorf("placeholder: defining metrics: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	if err := abi.SetTickPeriodMilliSeconds(100); err != nil {
+		abi.LogErrorf("placeholder: tick period: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	return types.OnPluginStartStatusOK
+}
+
+func (p *pluginContext) OnTick() {
+	if _, err := Increment(TicksKey); err != nil {
+		abi.LogWarnf("placeholder: tick: %v", err)
+		return
+	}
+	p.ticks.Increment(1)
+}
+
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	return &httpContext{plugin: p, id: id}
+}
+
+// Increment adds one to the decimal counter stored at key with a bounded compare-and-swap loop
+// and returns the new value.
+func Increment(key string) (uint64, error) {
+	for range casAttempts {
+		val, cas, err := abi.GetSharedData(key)
+		if err != nil && !errors.Is(err, abi.ErrNotFound) {
+			return 0, err
+		}
+		n, _ := strconv.ParseUint(string(val), 10, 64)
+		n++
+		err = abi.SetSharedData(key, []byte(strconv.FormatUint(n, 10)), cas)
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, abi.ErrCasMismatch) {
+			return 0, err
+		}
+	}
+	return 0, errors.New("compare-and-swap attempts exhausted")
+}
+
+type httpContext struct {
+	types.DefaultHttpContext
+	plugin *pluginContext
+	id     uint32
+}
+
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	if _, err := abi.GetHttpRequestHeader("x-panic"); err == nil {
+		panic("placeholder: x-panic header asked for a panic")
+	}
+	path, _ := abi.GetHttpRequestHeader(":path")
+	switch path {
+	case "/deny":
+		if err := abi.SendHttpResponse(429, [][2]string{{"x-placeholder", "denied"}}, []byte("denied\n"), -1); err != nil {
+			abi.LogErrorf("placeholder: local response: %v", err)
+		}
+		return types.ActionPause
+	case "/callout":
+		return h.callout()
+	}
+	n, err := Increment(RequestsKey)
+	if err != nil {
+		abi.LogWarnf("placeholder: request counter: %v", err)
+		return types.ActionContinue
+	}
+	h.plugin.requests.Increment(1)
+	if err := abi.AddHttpRequestHeader("x-request-count", strconv.FormatUint(n, 10)); err != nil {
+		abi.LogWarnf("placeholder: adding header: %v", err)
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) callout() types.Action {
+	authority := h.plugin.cfg.Authority
+	if authority == "" {
+		authority = h.plugin.cfg.Cluster
+	}
+	headers := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", authority}}
+	_, err := abi.DispatchHttpCall(h.plugin.cfg.Cluster, headers, nil, nil, 1000, h.onCalloutResponse)
+	if err != nil {
+		abi.LogWarnf("placeholder: callout: %v", err)
+		if err := abi.SendHttpResponse(503, [][2]string{{"x-placeholder", "callout-failed"}}, []byte("callout failed\n"), -1); err != nil {
+			abi.LogErrorf("placeholder: local response: %v", err)
+		}
+	}
+	return types.ActionPause
+}
+
+func (h *httpContext) onCalloutResponse(numHeaders, bodySize, numTrailers int) {
+	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		if err := abi.SendHttpResponse(503, [][2]string{{"x-placeholder", "callout-reset"}}, []byte("callout reset\n"), -1); err != nil {
+			abi.LogErrorf("placeholder: local response: %v", err)
+		}
+		return
+	}
+	status := ""
+	if hdrs, err := abi.GetHttpCallResponseHeaders(); err == nil {
+		for _, kv := range hdrs {
+			if kv[0] == ":status" {
+				status = kv[1]
+			}
+		}
+	}
+	if err := abi.AddHttpRequestHeader("x-callout-status", status); err != nil {
+		abi.LogWarnf("placeholder: adding header: %v", err)
+	}
+	if err := abi.ResumeHttpRequest(); err != nil {
+		abi.LogWarnf("placeholder: resuming: %v", err)
+	}
+}
+
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if err := abi.AddHttpResponseHeader("x-placeholder", "ok"); err != nil {
+		abi.LogWarnf("placeholder: adding response header: %v", err)
+	}
+	return types.ActionContinue
+}
