@@ -4,4 +4,9 @@ go 1.26.0
 
 require github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require (
+	github.com/stretchr/testify v1.12.1 // indirect
+	github.com/tetratelabs/wazero v1.12.0 // indirect
+	golang.org/x/sys v0.44.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
