@@ -2,11 +2,14 @@ module github.com/ratelimit-wasm/ratelimit
 
 go 1.26.0
 
-require github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0
+require (
+	github.com/stretchr/testify v1.12.1
+	github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0
+)
 
 require (
-	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tetratelabs/wazero v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.44.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

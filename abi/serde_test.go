@@ -1,0 +1,55 @@
+package abi
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHeadersRoundTrip(t *testing.T) {
+	for _, pairs := range [][][2]string{
+		{},
+		{{":method", "GET"}},
+		{{":path", "/a?b=c"}, {"x-empty", ""}, {"", "v"}, {"k", "ü\x00\xff"}},
+	} {
+		got := decodeHeaders(encodeHeaders(pairs))
+		require.Equal(t, len(pairs), len(got))
+		for i := range pairs {
+			require.Equal(t, pairs[i], got[i])
+		}
+	}
+}
+
+func TestEmptyMapIsFourBytes(t *testing.T) {
+	// Hosts treat a zero-length map buffer differently from an empty map; see encodeHeaders.
+	require.Equal(t, []byte{0, 0, 0, 0}, encodeHeaders(nil))
+}
+
+func TestDecodeHeadersNeverTrustsLengths(t *testing.T) {
+	buf := make([]byte, 12)
+	binary.LittleEndian.PutUint32(buf, 1)
+	binary.LittleEndian.PutUint32(buf[4:], 1<<31)
+	require.Empty(t, decodeHeaders(buf))
+	binary.LittleEndian.PutUint32(buf, 1<<30)
+	require.Nil(t, decodeHeaders(buf))
+	require.Nil(t, decodeHeaders([]byte{1}))
+}
+
+func FuzzDecodeHeaders(f *testing.F) {
+	f.Add(encodeHeaders([][2]string{{"a", "b"}}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pairs := decodeHeaders(b)
+		if len(pairs) > 0 {
+			// Whatever decodes must encode back to a prefix-consistent buffer.
+			again := decodeHeaders(encodeHeaders(pairs))
+			require.Equal(t, pairs, again)
+		}
+	})
+}
+
+func TestEncodePath(t *testing.T) {
+	require.Equal(t, "xds\x00route_name", string(encodePath([]string{"xds", "route_name"})))
+	require.Empty(t, encodePath(nil))
+}
