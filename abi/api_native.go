@@ -114,8 +114,13 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)
 }
 
-// GetSharedData reads a key of the shared data with its CAS number.
-func GetSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
+// GetSharedData reads a key of the shared data with its CAS number. The emulator returns its
+// own stored slice; the copy gives callers what Envoy gives them, a buffer of their own, so
+// updating state in place cannot silently change the store.
+func GetSharedData(key string) ([]byte, uint32, error) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	return append([]byte(nil), v...), cas, err
+}
 
 // SetSharedData writes a key if its CAS number is still cas.
 func SetSharedData(key string, value []byte, cas uint32) error {

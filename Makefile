@@ -1,0 +1,36 @@
+# The filter is one .wasm file: build/ratelimit.wasm. `make test` is what CI runs; `make run`
+# serves traffic through the filter locally.
+GO      ?= go
+WASM    := build/ratelimit.wasm
+# Packages that are part of the filter and must also compile (and vet) for wasip1.
+WASM_PKGS := . ./abi/... ./algorithms/... ./filter/... ./sharedstate/...
+GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*') go.mod go.sum
+
+.PHONY: build test vet run bench clean
+
+build: $(WASM)
+
+$(WASM): $(GO_SRCS)
+	@mkdir -p build
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
+	@ls -l $@
+
+vet:
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
+
+# Tests build the .wasm themselves when it is missing or stale, so `go test ./...` alone works
+# too; building it here first just makes the failure clearer when the module does not compile.
+test: build vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Builds the filter and serves traffic through it: in Envoy via docker compose when a Docker
+# engine answers, otherwise in the project's own wazero host.
+run: build
+	@./scripts/run.sh
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+clean:
+	rm -rf build

@@ -1,0 +1,56 @@
+// Package filter is the rate-limiting HTTP filter: the proxy-wasm VM, plugin and HTTP
+// contexts that turn the configured rules into allow or deny decisions for each request.
+//
+// A request flows like this: the rules that apply are matched (filter/config), each builds its
+// key, each local rule decides against its slot in Envoy shared data (sharedstate, algorithms)
+// without writing anything, and only when no enforced rule denies are the new states written
+// with compare-and-swap. A denied request gets a local response (429 by default) with the
+// configured headers; an allowed one gets the rate-limit headers on its response.
+package filter
+
+import (
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Option changes how the filter runs; the product uses none, tests use them.
+type Option func(*options)
+
+type options struct {
+	now func() int64
+}
+
+// WithClock makes the filter read the time (Unix nanoseconds) from now instead of the system
+// clock, so tests can step time exactly.
+func WithClock(now func() int64) Option { return func(o *options) { o.now = now } }
+
+// NewVMContext returns the VM context to register with abi.SetVMContext.
+func NewVMContext(opts ...Option) types.VMContext {
+	o := options{now: func() int64 { return time.Now().UnixNano() }}
+	for _, f := range opts {
+		f(&o)
+	}
+	return &vmContext{opts: o}
+}
+
+type vmContext struct {
+	types.DefaultVMContext
+	opts options
+}
+
+func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
+	return &plugin{id: id, now: v.opts.now}
+}
+
+// recoverTo is deferred by every callback of the filter: a panic must never reach the ABI
+// layer unannounced, and the request it happened on follows the configured failure mode.
+func recoverTo(where string, onPanic func()) {
+	if r := recover(); r != nil {
+		abi.LogErrorf("ratelimit: recovered panic in %s: %v", where, r)
+		if onPanic != nil {
+			onPanic()
+		}
+	}
+}

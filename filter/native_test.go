@@ -1,0 +1,66 @@
+package filter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// nativeDriver runs the filter in-process under the SDK's proxytest emulator.
+type nativeDriver struct {
+	host proxytest.HostEmulator
+	now  *time.Time
+}
+
+// newNative starts the filter with config under the emulator. The emulator holds a global lock
+// while it exists, so native scenarios never run in parallel.
+func newNative(t *testing.T, config string) *nativeDriver {
+	t.Helper()
+	d := &nativeDriver{now: new(time.Time)}
+	*d.now = t0
+	opt := proxytest.NewEmulatorOption().
+		WithVMContext(NewVMContext(WithClock(func() int64 { return d.now.UnixNano() }))).
+		WithPluginConfiguration([]byte(config))
+	host, reset := proxytest.NewHostEmulator(opt)
+	t.Cleanup(reset)
+	require.Equal(t, types.OnPluginStartStatusOK, host.StartPlugin(), "configure: %v", host.GetCriticalLogs())
+	d.host = host
+	return d
+}
+
+func (d *nativeDriver) do(t *testing.T, at time.Time, s step) outcome {
+	t.Helper()
+	*d.now = at
+	// The emulator refuses empty property values and cannot unset one, so an absent route or
+	// virtual host is given a name no scenario matches.
+	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte(orNone(s.route))))
+	require.NoError(t, d.host.SetProperty([]string{"xds", "virtual_host_name"}, []byte(orNone(s.vhost))))
+	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte(s.sourceAddress())))
+	id := d.host.InitializeHttpContext()
+	action := d.host.CallOnRequestHeaders(id, s.requestHeaders(), true)
+	defer d.host.CompleteHttpContext(id)
+	if resp := d.host.GetSentLocalResponse(id); resp != nil {
+		return outcome{status: int(resp.StatusCode), headers: headerMap(resp.Headers), body: string(resp.Data)}
+	}
+	require.Equal(t, types.ActionContinue, action, "request paused without a local response")
+	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+	return outcome{headers: headerMap(d.host.GetCurrentResponseHeaders(id))}
+}
+
+func TestScenariosNative(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			runScenario(t, newNative(t, sc.config), sc)
+		})
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

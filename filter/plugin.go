@@ -1,0 +1,193 @@
+package filter
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// plugin is the root context: one per VM and plugin configuration. Everything per request
+// that can be prepared once lives here, including scratch buffers: a VM is single-threaded, so
+// one request at a time uses them.
+type plugin struct {
+	types.DefaultPluginContext
+	id  uint32
+	now func() int64
+
+	cfg   *config.Config
+	rules []*ruleState // indexed by config.Rule.Index
+
+	// Scratch space reused by every request on this VM.
+	matched  []*config.Rule
+	applied  []applied
+	pendings []sharedstate.Pending
+	key      []byte
+
+	failures uint64 // store failures seen, to log the first and then rarely
+}
+
+// ruleState is everything the filter keeps per configured rule.
+type ruleState struct {
+	rule    *config.Rule
+	limiter algorithms.Limiter
+	table   *sharedstate.Table
+	policy  string // the rule's RateLimit-Policy item, rendered once
+	m       ruleMetrics
+}
+
+// ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
+// the rule name's '.' and '-' turned into '_' so that Envoy's Prometheus output keeps them
+// apart as one metric family per event.
+type ruleMetrics struct {
+	allowed      abi.MetricCounter // requests the rule let through
+	denied       abi.MetricCounter // requests the rule rejected
+	shadowDenied abi.MetricCounter // requests a shadow rule would have rejected
+	skipped      abi.MetricCounter // requests the rule matched but could not key (missing part)
+	casRetries   abi.MetricCounter // compare-and-swap attempts lost to other workers
+	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
+	overflow     abi.MetricCounter // decisions counted in the rule's shared overflow slot
+}
+
+// OnPluginStart parses and validates the configuration and prepares every rule. Any problem
+// refuses the configuration: Envoy then keeps the previous one (or refuses to start), which is
+// far better than serving traffic with a limit silently missing.
+func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
+	defer recoverTo("OnPluginStart", func() { status = types.OnPluginStartStatusFailed })
+	data, err := abi.GetPluginConfiguration()
+	if err != nil && size > 0 {
+		abi.LogCriticalf("ratelimit: reading the plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	if err := p.configure(data); err != nil {
+		abi.LogCriticalf("ratelimit: invalid configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	abi.LogInfof("ratelimit: configured %d rules", len(p.rules))
+	return types.OnPluginStartStatusOK
+}
+
+func (p *plugin) configure(data []byte) error {
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return err
+	}
+	rules := make([]*ruleState, len(cfg.Rules))
+	names := map[string]string{}
+	for i, r := range cfg.Rules {
+		lim, err := algorithms.New(AlgorithmConfig(r))
+		if err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
+		}
+		slots := uint32(r.MaxKeys)
+		if len(r.Key) == 0 {
+			// A rule without a key has exactly one key; more slots would never be used.
+			slots = 1
+		}
+		table, err := sharedstate.NewTable(sharedstate.TableConfig{
+			Store:    sharedstate.Host{},
+			Prefix:   cfg.Domain + "|" + r.Name + "|",
+			Slots:    slots,
+			Attempts: cfg.CASAttempts,
+			Limiter:  lim,
+		})
+		if err != nil {
+			return fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		metric := metricName(r.Name)
+		if other, dup := names[metric]; dup {
+			return fmt.Errorf("rules[%d].name: %q and %q have the same metric name ratelimit_%s_*; rename one",
+				i, other, r.Name, metric)
+		}
+		names[metric] = r.Name
+		rs := &ruleState{rule: r, limiter: lim, table: table, policy: policyItem(r)}
+		if err := rs.defineMetrics(metric); err != nil {
+			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
+		}
+		rules[i] = rs
+	}
+	p.cfg, p.rules = cfg, rules
+	p.pendings = make([]sharedstate.Pending, len(rules))
+	return nil
+}
+
+// AlgorithmConfig maps a configured rule onto the algorithm's parameters.
+func AlgorithmConfig(r *config.Rule) algorithms.Config {
+	c := algorithms.Config{
+		Algorithm: string(r.Algorithm),
+		Limit:     r.Limit,
+		Window:    r.Window,
+		Burst:     r.Burst,
+		Variant:   r.Variant,
+	}
+	if r.Mode == config.ModeShape {
+		c.MaxDelay = r.MaxDelay
+	}
+	return c
+}
+
+func metricName(rule string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '.' || c == '-' {
+			return '_'
+		}
+		return c
+	}, rule)
+}
+
+func (rs *ruleState) defineMetrics(name string) error {
+	var errs []error
+	def := func(event string) abi.MetricCounter {
+		m, err := abi.DefineCounterMetric("ratelimit_" + name + "_" + event + "_total")
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return m
+	}
+	rs.m = ruleMetrics{
+		allowed:      def("allowed"),
+		denied:       def("denied"),
+		shadowDenied: def("shadow_denied"),
+		skipped:      def("skipped"),
+		casRetries:   def("cas_retries"),
+		storeErrors:  def("store_errors"),
+		overflow:     def("key_overflow"),
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// policyItem renders the rule's item of the IETF draft RateLimit-Policy field: the policy name
+// as a structured-field string, its quota q and window w in seconds.
+func policyItem(r *config.Rule) string {
+	w := int64(r.Window.Seconds())
+	if w < 1 {
+		w = 1
+	}
+	return `"` + r.Name + `";q=` + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
+}
+
+func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
+	if p.cfg == nil {
+		return nil
+	}
+	return &httpContext{plugin: p, id: id}
+}
+
+// storeFailure logs a failed state update: the first one, then every power of two, so a
+// broken store is visible in the logs without logging every request.
+func (p *plugin) storeFailure(rs *ruleState, err error) {
+	p.failures++
+	rs.m.storeErrors.Increment(1)
+	if p.failures&(p.failures-1) == 0 {
+		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
+			rs.rule.Name, p.failures, p.cfg.FailureMode, err)
+	}
+}

@@ -1,0 +1,143 @@
+package filter
+
+import (
+	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+)
+
+// request is the filter's view of the current request, implementing config.Request over
+// proxy-wasm host calls. Every attribute is fetched at most once and only when a rule asks
+// for it: each host call crosses the VM boundary, and most rules need two or three attributes.
+type request struct {
+	fetched uint8
+	method  string
+	path    string
+	route   string
+	vhost   string
+	source  string
+	// headers caches single-header lookups; a request touches few distinct headers, so a
+	// short slice beats a map.
+	headers []cachedHeader
+}
+
+type cachedHeader struct {
+	name, value string
+	ok          bool
+}
+
+const (
+	fetchedMethod = 1 << iota
+	fetchedPath
+	fetchedRoute
+	fetchedVHost
+	fetchedSource
+)
+
+func (r *request) reset() {
+	r.fetched = 0
+	r.method, r.path, r.route, r.vhost, r.source = "", "", "", "", ""
+	clear(r.headers)
+	r.headers = r.headers[:0]
+}
+
+// Header returns a request header. Envoy's single-value lookup returns only the first of
+// several header lines, so x-forwarded-for, where the right-most entries are the trusted
+// ones, is read from the full header map and its lines are joined.
+func (r *request) Header(name string) (string, bool) {
+	for i := range r.headers {
+		if r.headers[i].name == name {
+			return r.headers[i].value, r.headers[i].ok
+		}
+	}
+	var value string
+	var ok bool
+	if name == "x-forwarded-for" {
+		value, ok = joinedHeader(name)
+	} else {
+		v, err := abi.GetHttpRequestHeader(name)
+		value, ok = v, err == nil
+	}
+	r.headers = append(r.headers, cachedHeader{name: name, value: value, ok: ok})
+	return value, ok
+}
+
+func joinedHeader(name string) (string, bool) {
+	pairs, err := abi.GetHttpRequestHeaders()
+	if err != nil {
+		return "", false
+	}
+	var b strings.Builder
+	found := false
+	for _, kv := range pairs {
+		if kv[0] != name {
+			continue
+		}
+		if found {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[1])
+		found = true
+	}
+	return b.String(), found
+}
+
+// Method returns :method.
+func (r *request) Method() string {
+	if r.fetched&fetchedMethod == 0 {
+		r.fetched |= fetchedMethod
+		r.method, _ = r.Header(":method")
+	}
+	return r.method
+}
+
+// Path returns :path, query string included.
+func (r *request) Path() string {
+	if r.fetched&fetchedPath == 0 {
+		r.fetched |= fetchedPath
+		r.path, _ = r.Header(":path")
+	}
+	return r.path
+}
+
+// Route returns the xds.route_name property: the name of the Envoy route that matched.
+func (r *request) Route() string {
+	if r.fetched&fetchedRoute == 0 {
+		r.fetched |= fetchedRoute
+		r.route = property(routeNamePath)
+	}
+	return r.route
+}
+
+// VirtualHost returns the xds.virtual_host_name property.
+func (r *request) VirtualHost() string {
+	if r.fetched&fetchedVHost == 0 {
+		r.fetched |= fetchedVHost
+		r.vhost = property(virtualHostPath)
+	}
+	return r.vhost
+}
+
+// SourceAddress returns the source.address property ("ip:port") of the downstream connection.
+func (r *request) SourceAddress() string {
+	if r.fetched&fetchedSource == 0 {
+		r.fetched |= fetchedSource
+		r.source = property(sourceAddressPath)
+	}
+	return r.source
+}
+
+// Property paths, allocated once.
+var (
+	routeNamePath     = []string{"xds", "route_name"}
+	virtualHostPath   = []string{"xds", "virtual_host_name"}
+	sourceAddressPath = []string{"source", "address"}
+)
+
+func property(path []string) string {
+	b, err := abi.GetProperty(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

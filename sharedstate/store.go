@@ -1,0 +1,105 @@
+// Package sharedstate keeps rate-limit state where every worker of a proxy can see it: in
+// Envoy's shared data, a process-wide key-value store with compare-and-swap, and (in the
+// global scope) in Redis.
+//
+// Envoy's shared data never deletes a key and has no expiry, while the keys a rate limiter
+// needs are chosen by clients (one per IP, per API key, ...). Table therefore maps keys onto a
+// fixed number of slots per rule; see Table for how keys are placed, reclaimed and what
+// happens when the table is full.
+package sharedstate
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+)
+
+// Errors a Store returns. They are the ABI's values, so the host store needs no translation.
+var (
+	// ErrNotFound means the key has never been written.
+	ErrNotFound = abi.ErrNotFound
+	// ErrCasMismatch means the key was written by someone else since it was read.
+	ErrCasMismatch = abi.ErrCasMismatch
+)
+
+// Store is a key-value store with Envoy's shared-data semantics:
+//   - Get of a missing key returns ErrNotFound; otherwise the value and its CAS number.
+//   - Set with cas 0 writes unconditionally. Set of a key that does not exist succeeds whatever
+//     the cas. Otherwise a cas different from the stored one fails with ErrCasMismatch.
+//   - CAS numbers come from one counter shared by all keys and are never 0.
+//
+// The value Get returns belongs to the caller.
+type Store interface {
+	Get(key string) (value []byte, cas uint32, err error)
+	Set(key string, value []byte, cas uint32) error
+}
+
+// Host is the Store of the proxy-wasm host: Envoy's shared data for the VM id of this plugin.
+type Host struct{}
+
+// Get reads key from the host's shared data.
+func (Host) Get(key string) ([]byte, uint32, error) { return abi.GetSharedData(key) }
+
+// Set writes key to the host's shared data.
+func (Host) Set(key string, value []byte, cas uint32) error {
+	return abi.SetSharedData(key, value, cas)
+}
+
+// Memory is an in-process Store that follows Envoy's rules exactly, for tests and benchmarks
+// that run outside a proxy-wasm host. It is safe for concurrent use.
+type Memory struct {
+	mu      sync.Mutex
+	entries map[string]memoryEntry
+	nextCas uint32
+}
+
+type memoryEntry struct {
+	value []byte
+	cas   uint32
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory() *Memory { return &Memory{entries: map[string]memoryEntry{}, nextCas: 1} }
+
+// Get returns a copy of the value stored at key and its CAS number.
+func (m *Memory) Get(key string) ([]byte, uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	return append([]byte(nil), e.value...), e.cas, nil
+}
+
+// Set stores a copy of value at key under Envoy's CAS rules.
+func (m *Memory) Set(key string, value []byte, cas uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[key]; ok && cas != 0 && cas != e.cas {
+		return ErrCasMismatch
+	}
+	m.entries[key] = memoryEntry{value: append([]byte(nil), value...), cas: m.next()}
+	return nil
+}
+
+// Len returns the number of keys stored.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+// next returns the next CAS number, skipping 0 on wrap-around like Envoy does.
+func (m *Memory) next() uint32 {
+	c := m.nextCas
+	m.nextCas++
+	if m.nextCas == 0 {
+		m.nextCas = 1
+	}
+	return c
+}
+
+// isNotFound reports whether err is the store's "no such key".
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

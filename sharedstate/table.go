@@ -1,0 +1,219 @@
+package sharedstate
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strconv"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// Limiter is what a Table needs from an algorithm: a pure decision over encoded state, and a
+// way to tell that a state is back at its full allowance (so its slot may be given to another
+// key without granting anybody anything).
+type Limiter interface {
+	AllowN(state []byte, now, n int64) (algorithms.Decision, []byte)
+	Idle(state []byte, now int64) bool
+}
+
+// DigestSize is the length of the key digest stored in front of every slot's state. 128 bits of
+// SHA-256 make a collision between two client-chosen keys infeasible, which matters because a
+// collision would let one client spend another's allowance.
+const DigestSize = 16
+
+// Probes is how many consecutive slots a key may live in. A few probes let a table fill up
+// well before keys start to overflow, while an established key is still found with one read.
+const Probes = 4
+
+// createCAS is the CAS number used to create a slot that did not exist. Envoy lets a Set of a
+// missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite a slot
+// another worker created in the meantime. Any non-zero cas avoids that; the largest one is
+// chosen because the only way it can still match is that the slot's CAS number is exactly
+// 2^32-1 at that moment, which happens once per 4 billion writes in the whole process.
+const createCAS = math.MaxUint32
+
+// ErrAttemptsExhausted means every compare-and-swap attempt lost a race. The caller applies its
+// failure mode.
+var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
+
+// Table keeps the state of one rule's keys in a bounded number of shared-data slots.
+//
+// A key's digest picks a home slot; the key lives in the first of Probes consecutive slots that
+// either already holds its digest, was never written, or holds another key whose state is idle
+// (back at full allowance, so handing its slot over changes nobody's allowance). A key that
+// finds all of its slots held by active keys is counted in one overflow slot shared by every such
+// key: a flood of new keys (for example spoofed or rotating client addresses) is then limited as
+// one client, and can neither grow memory nor evict an active client and so reset its limit.
+//
+// Memory is bounded by Slots+1 keys of at most prefix+10+DigestSize+state bytes each.
+type Table struct {
+	store    Store
+	prefix   string
+	slots    uint32
+	attempts int
+	limiter  Limiter
+}
+
+// TableConfig configures a Table.
+type TableConfig struct {
+	// Store holds the slots, usually Host{}.
+	Store Store
+	// Prefix namespaces the slots, e.g. "rl|api|"; it must be unique per rule.
+	Prefix string
+	// Slots is the number of distinct keys tracked (at least 1).
+	Slots uint32
+	// Attempts bounds the compare-and-swap loop (at least 1).
+	Attempts int
+	// Limiter is the rule's algorithm.
+	Limiter Limiter
+}
+
+// NewTable returns a Table for c.
+func NewTable(c TableConfig) (*Table, error) {
+	switch {
+	case c.Store == nil:
+		return nil, errors.New("sharedstate: nil store")
+	case c.Limiter == nil:
+		return nil, errors.New("sharedstate: nil limiter")
+	case c.Slots == 0:
+		return nil, errors.New("sharedstate: slots must be at least 1")
+	case c.Attempts < 1:
+		return nil, errors.New("sharedstate: attempts must be at least 1")
+	}
+	return &Table{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter}, nil
+}
+
+// Digest returns the digest a key is stored under.
+func Digest(key []byte) [DigestSize]byte {
+	sum := sha256.Sum256(key)
+	var d [DigestSize]byte
+	copy(d[:], sum[:DigestSize])
+	return d
+}
+
+// Pending is a decision that has been made but not yet written. Deciding every rule of a request
+// before writing any of them means a request denied by a later rule consumes nothing of an
+// earlier one. A Pending is reused across requests to avoid allocations.
+type Pending struct {
+	// Decision is the outcome; it may change when Commit has to decide again after a race.
+	Decision algorithms.Decision
+	// Retries counts compare-and-swap attempts lost so far.
+	Retries int
+	// Overflow reports that the key found no slot of its own and is counted in the overflow slot.
+	Overflow bool
+
+	digest [DigestSize]byte
+	now, n int64
+	slot   string
+	cas    uint32
+	value  []byte
+}
+
+// Decide reads the key's state and decides whether n events may pass at now. Nothing is written.
+func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
+	p.digest = Digest(key)
+	p.now, p.n, p.Retries = now, n, 0
+	return t.decide(p)
+}
+
+// Commit writes an allowed decision with compare-and-swap. When another worker wrote the slot
+// since Decide read it, the decision is made again on the fresh state (it may now be a denial)
+// and written again, at most Attempts times in all. A denial is never written: a denied request
+// consumes nothing.
+func (t *Table) Commit(p *Pending) error {
+	for {
+		if !p.Decision.Allowed {
+			return nil
+		}
+		err := t.store.Set(p.slot, p.value, p.cas)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return err
+		}
+		p.Retries++
+		if p.Retries >= t.attempts {
+			return ErrAttemptsExhausted
+		}
+		if err := t.decide(p); err != nil {
+			return err
+		}
+	}
+}
+
+// AllowN decides and commits in one step, for a rule that is the only one on its request.
+func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
+	if err := t.Decide(key, now, n, p); err != nil {
+		return err
+	}
+	return t.Commit(p)
+}
+
+// decide finds the key's slot (see Table) and runs the limiter on its state.
+func (t *Table) decide(p *Pending) error {
+	p.Overflow = false
+	home := binary.LittleEndian.Uint64(p.digest[8:]) % uint64(t.slots)
+	free := -1
+	var freeCas uint32
+	probes := min(uint64(Probes), uint64(t.slots))
+	for i := uint64(0); i < probes; i++ {
+		slot := t.slotKey((home + i) % uint64(t.slots))
+		v, cas, err := t.store.Get(slot)
+		if isNotFound(err) {
+			// Slots are never deleted, so a slot that was never written ends the probe
+			// sequence: the key cannot live beyond it.
+			if free < 0 {
+				p.slot, p.cas = slot, createCAS
+				return t.run(p, nil)
+			}
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if len(v) >= DigestSize && [DigestSize]byte(v[:DigestSize]) == p.digest {
+			p.slot, p.cas = slot, cas
+			return t.run(p, v[DigestSize:])
+		}
+		if free < 0 && (len(v) < DigestSize || t.limiter.Idle(v[DigestSize:], p.now)) {
+			// A slot too short to hold a digest is corrupt; like an idle one it holds no
+			// allowance worth keeping.
+			free, freeCas = int(i), cas
+		}
+	}
+	if free >= 0 {
+		p.slot, p.cas = t.slotKey((home+uint64(free))%uint64(t.slots)), freeCas
+		return t.run(p, nil)
+	}
+	p.Overflow = true
+	p.slot = t.prefix + "overflow"
+	v, cas, err := t.store.Get(p.slot)
+	switch {
+	case isNotFound(err):
+		p.cas = createCAS
+		return t.run(p, nil)
+	case err != nil:
+		return err
+	}
+	p.cas = cas
+	if len(v) < DigestSize {
+		return t.run(p, nil)
+	}
+	return t.run(p, v[DigestSize:])
+}
+
+// run applies the limiter to state and prepares the value to write: digest then state.
+func (t *Table) run(p *Pending, state []byte) error {
+	d, next := t.limiter.AllowN(state, p.now, p.n)
+	p.Decision = d
+	p.value = append(p.value[:0], p.digest[:]...)
+	p.value = append(p.value, next...)
+	return nil
+}
+
+func (t *Table) slotKey(i uint64) string {
+	return t.prefix + strconv.FormatUint(i, 10)
+}
