@@ -1,0 +1,306 @@
+package algorithms
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Adaptive is adaptive: a limit that moves between MinLimit and MaxLimit with the health of
+// the upstream, and admission of requests under the limit in force. It has two parts, each
+// with its own state, because they change at very different rates.
+//
+// # Controller (one state per rule)
+//
+// Update folds the signals observed since the previous call (Signals: requests, errors,
+// latency sum) into the controller state, and at most once per AdjustInterval adjusts the
+// limit from the accumulated totals with AIMD (additive increase, multiplicative decrease):
+//
+//	unhealthy = requests >= MinSamples and
+//	            (errors/requests > ErrorThreshold      [if ErrorThreshold > 0]
+//	             or latencySum/requests > TargetLatency [if TargetLatency > 0])
+//	unhealthy: limit = max(MinLimit, floor(limit × DecreaseFactor))
+//	healthy:   limit = min(MaxLimit, limit + IncreaseStep)
+//
+// with the defaults DecreaseFactor = 0.9, IncreaseStep = max(1, MaxLimit/20) and MinSamples
+// = 10: a sick upstream loses 10% of its allowance per interval (half in about 7 intervals),
+// and a recovered one climbs back from the floor to the ceiling in about 20. An interval with
+// fewer than MinSamples requests has too little evidence to blame the upstream and counts as
+// healthy, so a rule whose traffic stopped recovers its full limit. AIMD was chosen over a
+// latency gradient because it needs no latency baseline, reacts to errors as well as to
+// latency, and its bounds are easy to reason about: the limit never leaves
+// [MinLimit, MaxLimit], and each step is bounded.
+//
+// Accumulating in the state makes the controller correct when every worker VM ticks on its
+// own: each worker adds its own interval's signals with one CAS on the rule's one key, and
+// only the first tick after AdjustInterval has elapsed adjusts the limit, from the sum of all
+// workers' signals. A fresh controller starts at Limit (which is MaxLimit unless MaxLimit is
+// set higher). The arithmetic is integer: ratios compare errors×10^6 with
+// ErrorThresholdPPM×requests in 128 bits, and DecreaseFactor is applied in parts per million.
+// The controller is local only (the seed: there is no distributed variant), so it has no Lua
+// port.
+//
+// Controller state layout (41 bytes): [0] 0x72, [1:9] limit, [9:17] last adjustment (Unix
+// ns), [17:25] requests, [25:33] errors, [33:41] latency sum (ns); all int64 LE.
+//
+// # Admission (one state per request key)
+//
+// AllowNLimit admits requests under a given limit with the sliding window counter (see
+// SlidingWindowCounter for the arithmetic, which is the same with L = limit), and records that
+// limit in the key's state. AllowN, the Limiter method, uses the limit recorded in the key's
+// state, or Limit for a fresh key; a filter should read the rule's current limit with
+// CurrentLimit and call AllowNLimit. Counts carry over when the limit changes, so a lowered
+// limit takes effect at once. A request with n above the limit in force is unsatisfiable
+// under that limit.
+//
+// Admission state layout (21 bytes): [0] 0x71, [1:5] limit uint32 LE, [5:13] ws int64 LE,
+// [13:17] prev uint32 LE, [17:21] cur uint32 LE.
+type Adaptive struct {
+	cc                  counterCore
+	initial, minL, maxL int64
+	targetLatency       int64
+	errorPPM            int64
+	interval            int64
+	minSamples          int64
+	step                int64
+	decreasePPM         int64
+}
+
+// Signals are the health observations of one interval, summed over the requests the rule
+// admitted whose responses completed in that interval. Negative fields count as 0.
+type Signals struct {
+	// Requests is the number of completed requests.
+	Requests int64
+	// Errors is how many of them failed (for example 5xx responses, resets, timeouts).
+	Errors int64
+	// LatencySum is the sum of their latencies.
+	LatencySum time.Duration
+}
+
+// Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
+// observations between ticks.
+func (s Signals) Add(o Signals) Signals {
+	return Signals{
+		Requests:   satAdd(s.Requests, o.Requests),
+		Errors:     satAdd(s.Errors, o.Errors),
+		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
+	}
+}
+
+// satAdd adds two values clamped to >= 0 and saturates at MaxInt64.
+func satAdd(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+const (
+	ctrlSize     = 41
+	adaptiveSize = 21
+	ppm          = 1_000_000
+)
+
+// NewAdaptive validates c (Algorithm must be "adaptive") and returns the limiter with its
+// controller methods. New(c) returns the same value as a Limiter.
+func NewAdaptive(c Config) (*Adaptive, error) {
+	if c.Algorithm != AlgAdaptive {
+		return nil, cfgErr("algorithm", "NewAdaptive needs %q, got %q", AlgAdaptive, c.Algorithm)
+	}
+	if err := validateCommon(c, LimitCeiling, fieldSet{adaptive: true}); err != nil {
+		return nil, err
+	}
+	a := &Adaptive{initial: c.Limit, minL: c.MinLimit, maxL: c.MaxLimit}
+	if a.maxL == 0 {
+		a.maxL = c.Limit
+	}
+	switch {
+	case c.MinLimit < 1:
+		return nil, cfgErr("min_limit", "must be >= 1, got %d", c.MinLimit)
+	case a.maxL > LimitCeiling:
+		return nil, cfgErr("max_limit", "must be <= %d, got %d", int64(LimitCeiling), a.maxL)
+	case c.MinLimit > c.Limit:
+		return nil, cfgErr("min_limit", "must be <= limit (%d), got %d", c.Limit, c.MinLimit)
+	case c.MaxLimit != 0 && c.MaxLimit < c.Limit:
+		return nil, cfgErr("max_limit", "must be >= limit (%d), got %d", c.Limit, c.MaxLimit)
+	case c.TargetLatency < 0:
+		return nil, cfgErr("target_latency", "must be >= 0 (0 turns the latency signal off), got %v", c.TargetLatency)
+	case math.IsNaN(c.ErrorThreshold) || c.ErrorThreshold < 0 || c.ErrorThreshold > 1:
+		return nil, cfgErr("error_threshold", "must be a fraction in [0, 1] (0 turns the error signal off), got %v", c.ErrorThreshold)
+	case c.TargetLatency == 0 && c.ErrorThreshold == 0:
+		return nil, cfgErr("target_latency", "adaptive needs a health signal: set target_latency, error_threshold or both")
+	case c.MinSamples < 0:
+		return nil, cfgErr("min_samples", "must be >= 0 (0 means %d), got %d", DefaultMinSamples, c.MinSamples)
+	case c.IncreaseStep < 0 || c.IncreaseStep > LimitCeiling:
+		return nil, cfgErr("increase_step", "must be in [0, %d] (0 means max_limit/20), got %d", int64(LimitCeiling), c.IncreaseStep)
+	case math.IsNaN(c.DecreaseFactor) || c.DecreaseFactor < 0 || c.DecreaseFactor >= 1:
+		return nil, cfgErr("decrease_factor", "must be in (0, 1) (0 means %v), got %v", DefaultDecreaseFactor, c.DecreaseFactor)
+	}
+	if c.AdjustInterval != 0 {
+		if err := validateWindow("adjust_interval", c.AdjustInterval); err != nil {
+			return nil, err
+		}
+	}
+	a.cc = newCounterCore(c)
+	a.cc.lim = a.maxL
+	a.targetLatency = int64(c.TargetLatency)
+	a.errorPPM = int64(math.Round(c.ErrorThreshold * ppm))
+	if c.ErrorThreshold > 0 && a.errorPPM == 0 {
+		a.errorPPM = 1 // a tiny positive threshold must not turn the signal off
+	}
+	a.interval = int64(c.AdjustInterval)
+	if a.interval == 0 {
+		a.interval = int64(c.Window)
+	}
+	a.minSamples = c.MinSamples
+	if a.minSamples == 0 {
+		a.minSamples = DefaultMinSamples
+	}
+	a.step = c.IncreaseStep
+	if a.step == 0 {
+		a.step = max(1, a.maxL/20)
+	}
+	f := c.DecreaseFactor
+	if f == 0 {
+		f = DefaultDecreaseFactor
+	}
+	a.decreasePPM = min(ppm-1, max(1, int64(math.Round(f*ppm))))
+	return a, nil
+}
+
+// Bounds returns MinLimit and MaxLimit.
+func (a *Adaptive) Bounds() (minLimit, maxLimit int64) { return a.minL, a.maxL }
+
+// ControllerStateSize is the size of the controller state (41 bytes).
+func (a *Adaptive) ControllerStateSize() int { return ctrlSize }
+
+type ctrlState struct {
+	limit, last, requests, errors, latency int64
+}
+
+func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
+	if len(state) != ctrlSize || state[0] != verAdaptiveCtrl {
+		return ctrlState{limit: a.initial, last: now}
+	}
+	c := ctrlState{
+		limit: get64(state[1:]), last: get64(state[9:]),
+		requests: get64(state[17:]), errors: get64(state[25:]), latency: get64(state[33:]),
+	}
+	if c.last < 0 || c.last > MaxTime {
+		return ctrlState{limit: a.initial, last: now}
+	}
+	c.limit = min(max(c.limit, a.minL), a.maxL)
+	c.requests, c.errors, c.latency = max(c.requests, 0), max(c.errors, 0), max(c.latency, 0)
+	return c
+}
+
+// CurrentLimit returns the limit recorded in a controller state (Limit for a fresh or
+// undecodable one), always within [MinLimit, MaxLimit].
+func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 {
+	return a.decodeCtrl(ctrlState, 0).limit
+}
+
+// Update adds the signals s observed since the caller's previous Update to the controller
+// state and, if at least AdjustInterval has passed since the last adjustment, adjusts the
+// limit from the accumulated signals and starts a new interval. It returns the limit in force
+// and the state to store, written into ctrlState[:0] when its capacity allows (as AllowN).
+// A stale now (before the last adjustment) only accumulates.
+func (a *Adaptive) Update(ctrlState []byte, s Signals, now int64) (limit int64, newState []byte) {
+	now = clampNow(now)
+	c := a.decodeCtrl(ctrlState, now)
+	c.requests = satAdd(c.requests, s.Requests)
+	c.errors = satAdd(c.errors, s.Errors)
+	c.latency = satAdd(c.latency, int64(s.LatencySum))
+	if now-c.last >= a.interval {
+		c.limit = a.adjust(c.limit, c.requests, c.errors, c.latency)
+		c.last, c.requests, c.errors, c.latency = now, 0, 0, 0
+	}
+	out := outBuf(ctrlState, ctrlSize, ctrlSize)
+	out[0] = verAdaptiveCtrl
+	put64(out[1:], c.limit)
+	put64(out[9:], c.last)
+	put64(out[17:], c.requests)
+	put64(out[25:], c.errors)
+	put64(out[33:], c.latency)
+	return c.limit, out
+}
+
+// Unhealthy reports whether accumulated signals make an interval unhealthy (see the type
+// documentation).
+func (a *Adaptive) Unhealthy(s Signals) bool {
+	return a.unhealthy(max(s.Requests, 0), max(s.Errors, 0), max(int64(s.LatencySum), 0))
+}
+
+func (a *Adaptive) unhealthy(requests, errors, latency int64) bool {
+	if requests < a.minSamples || requests == 0 {
+		return false
+	}
+	if a.errorPPM > 0 {
+		// errors/requests > errorPPM/10^6, compared exactly in 128 bits.
+		eh, el := bits.Mul64(uint64(errors), ppm)
+		rh, rl := bits.Mul64(uint64(requests), uint64(a.errorPPM))
+		if eh > rh || (eh == rh && el > rl) {
+			return true
+		}
+	}
+	return a.targetLatency > 0 && latency/requests > a.targetLatency
+}
+
+func (a *Adaptive) adjust(limit, requests, errors, latency int64) int64 {
+	if a.unhealthy(requests, errors, latency) {
+		return max(a.minL, limit*a.decreasePPM/ppm)
+	}
+	return min(a.maxL, limit+a.step)
+}
+
+func (a *Adaptive) decode(state []byte) (limit, ws, prev, cur int64, ok bool) {
+	if len(state) != adaptiveSize || state[0] != verAdaptiveAdmit {
+		return 0, 0, 0, 0, false
+	}
+	limit = min(max(get32(state[1:]), a.minL), a.maxL)
+	ws, prev, cur, ok = a.cc.decode(state[5:], a.maxL)
+	return limit, ws, prev, cur, ok
+}
+
+// AllowNLimit decides n events at now under limit (clamped to [MinLimit, MaxLimit]), counting
+// with the sliding window counter, and records limit in the returned state. Aliasing and
+// zero-allocation rules are those of AllowN.
+func (a *Adaptive) AllowNLimit(state []byte, now, n, limit int64) (Decision, []byte) {
+	now = clampNow(now)
+	limit = min(max(limit, a.minL), a.maxL)
+	_, ws, prev, cur, ok := a.decode(state)
+	w, eff, prev, cur := a.cc.roll(ws, prev, cur, ok, now)
+	d, cur, store := a.cc.decide(w, eff, prev, cur, now, n, limit)
+	if !store {
+		return d, state
+	}
+	out := outBuf(state, adaptiveSize, adaptiveSize)
+	out[0] = verAdaptiveAdmit
+	put32(out[1:], limit)
+	put64(out[5:], w)
+	put32(out[13:], prev)
+	put32(out[17:], cur)
+	return d, out
+}
+
+// AllowN implements Limiter: AllowNLimit under the limit recorded in state, or Limit for a
+// fresh key.
+func (a *Adaptive) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
+	limit, _, _, _, ok := a.decode(state)
+	if !ok {
+		limit = a.initial
+	}
+	return a.AllowNLimit(state, now, n, limit)
+}
+
+// StateSize implements Limiter: an admission state is always 21 bytes.
+func (a *Adaptive) StateSize() int { return adaptiveSize }
+
+// Idle implements Limiter: both admission counters are zero at now. The recorded limit is
+// then forgotten, which is harmless because callers pass the controller's limit to
+// AllowNLimit.
+func (a *Adaptive) Idle(state []byte, now int64) bool {
+	_, ws, prev, cur, ok := a.decode(state)
+	return a.cc.idle(ws, prev, cur, ok, clampNow(now))
+}

@@ -1,0 +1,323 @@
+package algorithms
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Algorithm names, as the JSON config spells them.
+const (
+	AlgTokenBucket   = "token_bucket"
+	AlgLeakyBucket   = "leaky_bucket"
+	AlgSlidingWindow = "sliding_window"
+	AlgFixedWindow   = "fixed_window"
+	AlgGCRA          = "gcra"
+	AlgAdaptive      = "adaptive"
+)
+
+// Sliding window variants.
+const (
+	VariantCounter = "counter"
+	VariantLog     = "log"
+)
+
+// Validation bounds. They exist so that no accepted configuration can overflow an int64 or,
+// more strictly, push an intermediate quantity past 2^53, the largest integer a Lua double
+// holds exactly.
+const (
+	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
+	// request rate limiting and would let very high rates overflow the scaled arithmetic.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest accepted window (31 days, so monthly quotas fit). Windows and
+	// delays stay below 2^52 ns, leaving room for sums of two of them below 2^53.
+	MaxWindow = 31 * 24 * time.Hour
+	// LimitCeiling bounds Limit, Burst, MinLimit and MaxLimit. Counts then fit in 32 bits and
+	// the sliding-window-counter products (3 * limit * 10^6) stay below 2^53.
+	LimitCeiling = 1_000_000_000
+	// LogLimitCeiling bounds Limit for the sliding window log, whose state holds one timestamp
+	// delta per admitted event in the window and is copied on every request: 1024 events is
+	// about 4 KiB of state with windows up to 4.29 s and 8 KiB above.
+	LogLimitCeiling = 1024
+	// MaxExact is 2^53: every quantity that is not an absolute timestamp stays at or below it,
+	// and every floor division a/b has a+b <= MaxExact.
+	MaxExact = 1 << 53
+	// MaxTime is the largest instant the limiters work with (2^62 ns after the Unix epoch,
+	// about the year 2116). now is clamped to [0, MaxTime].
+	MaxTime = 1 << 62
+	// maxStamp bounds the absolute timestamps a decoded state may hold: MaxTime plus the
+	// longest schedule a limiter keeps ahead of now (a GCRA TAT or a shaper release).
+	maxStamp = MaxTime + MaxExact
+)
+
+// Config names an algorithm and its parameters. Limit events per Window; Burst is the bucket
+// capacity / GCRA burst (0 means Limit). Fields that an algorithm does not use must be left
+// zero: New rejects them so that a misplaced setting is reported instead of silently ignored.
+type Config struct {
+	// Algorithm is one of token_bucket, leaky_bucket, sliding_window, fixed_window, gcra,
+	// adaptive.
+	Algorithm string
+	// Limit is the number of events allowed per Window. For adaptive it is the initial limit
+	// of a fresh controller.
+	Limit int64
+	// Window is the period Limit applies to: a whole number of milliseconds in
+	// [MinWindow, MaxWindow].
+	Window time.Duration
+	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
+	// Limit. Other algorithms reject it.
+	Burst int64
+	// Variant selects the sliding_window flavour: "counter" (the default) or "log".
+	Variant string
+	// MaxDelay (leaky_bucket only) turns on shaping when > 0: a request that finds the bucket
+	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
+	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
+	// full queue (Burst*Window/Limit) behave like that time.
+	MaxDelay time.Duration
+
+	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
+	MinLimit int64
+	// MaxLimit (adaptive) is the ceiling of the adaptive limit; 0 means Limit.
+	MaxLimit int64
+	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
+	// 0 turns the latency signal off.
+	TargetLatency time.Duration
+	// ErrorThreshold (adaptive): an interval whose error ratio (errors/requests) exceeds it is
+	// unhealthy; a fraction in [0, 1], 0 turns the error signal off. It is used with a
+	// resolution of one part per million.
+	ErrorThreshold float64
+	// AdjustInterval (adaptive) is the minimum time between two limit adjustments; signals
+	// reported in between are accumulated. 0 means Window.
+	AdjustInterval time.Duration
+	// MinSamples (adaptive) is the number of requests an interval needs before it can be judged
+	// unhealthy; quieter intervals count as healthy. 0 means DefaultMinSamples.
+	MinSamples int64
+	// IncreaseStep (adaptive) is the additive increase per healthy interval; 0 means
+	// max(1, MaxLimit/20), so the limit climbs from its floor to its ceiling in at most about
+	// 20 healthy intervals.
+	IncreaseStep int64
+	// DecreaseFactor (adaptive) is the multiplicative decrease per unhealthy interval, in
+	// (0, 1); 0 means DefaultDecreaseFactor. It is used with a resolution of one part per
+	// million.
+	DecreaseFactor float64
+}
+
+// Adaptive defaults.
+const (
+	// DefaultMinSamples is the MinSamples used when Config.MinSamples is 0.
+	DefaultMinSamples = 10
+	// DefaultDecreaseFactor is the DecreaseFactor used when Config.DecreaseFactor is 0.
+	DefaultDecreaseFactor = 0.9
+)
+
+// Decision is the outcome of one AllowN call.
+type Decision struct {
+	// Allowed reports whether the n events may pass.
+	Allowed bool
+	// Limit is the configured limit (events per window); for adaptive, the limit in force.
+	Limit int64
+	// Remaining is how many events may still pass at now (after this decision); never
+	// negative.
+	Remaining int64
+	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
+	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
+	// the request can never be allowed (see Unsatisfiable).
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is back to its full allowance.
+	ResetAfter time.Duration
+	// Delay is set by the leaky-bucket shaper only: the request is allowed, but must be
+	// released after Delay so that the released stream leaves at the leak rate.
+	Delay time.Duration
+}
+
+// Unsatisfiable reports whether the request was denied because it can never be allowed:
+// n <= 0, or n greater than the limiter's capacity. Such a denial carries RetryAfter == 0,
+// whereas every other denial has RetryAfter >= 1ns.
+func (d Decision) Unsatisfiable() bool { return !d.Allowed && d.RetryAfter == 0 }
+
+// Limiter is one configured rate-limiting algorithm. Implementations are immutable after New
+// and safe for concurrent use; the per-key state lives in the caller's byte slices.
+type Limiter interface {
+	// AllowN decides whether n events may pass at now (Unix nanoseconds), given the encoded
+	// state of the key (nil: a fresh key), and returns the state to store. The returned slice
+	// aliases state when cap(state) >= StateSize(); see the package documentation.
+	AllowN(state []byte, now int64, n int64) (Decision, []byte)
+	// StateSize is the largest encoded state this limiter produces, so callers can
+	// preallocate buffers and get zero allocations per call.
+	StateSize() int
+	// Idle reports whether state is equivalent to a fresh key at now (full allowance, and
+	// every later call behaves as for a fresh key), so its storage slot can be reclaimed.
+	// Undecodable state is idle.
+	Idle(state []byte, now int64) bool
+}
+
+// ConfigError is the error New returns. Field is the snake_case JSON name of the offending
+// field ("limit", "window", "burst", ...); Message says what is wrong. Error() renders
+// "field: message", ready to be prefixed with a JSON path such as "rules[2].".
+type ConfigError struct {
+	// Field is the snake_case JSON name of the offending field.
+	Field string
+	// Message says what is wrong with it, including the value that was given.
+	Message string
+}
+
+// Error renders "field: message".
+func (e *ConfigError) Error() string { return e.Field + ": " + e.Message }
+
+func cfgErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
+// naming it; the first problem found is reported.
+func New(c Config) (Limiter, error) {
+	switch c.Algorithm {
+	case AlgTokenBucket:
+		return newTokenBucket(c)
+	case AlgLeakyBucket:
+		return newLeakyBucket(c)
+	case AlgSlidingWindow:
+		switch c.Variant {
+		case "", VariantCounter:
+			return newSlidingWindowCounter(c)
+		case VariantLog:
+			return newSlidingWindowLog(c)
+		default:
+			return nil, cfgErr("variant", "unknown %q (want %q or %q)", c.Variant, VariantCounter, VariantLog)
+		}
+	case AlgFixedWindow:
+		return newFixedWindow(c)
+	case AlgGCRA:
+		return newGCRA(c)
+	case AlgAdaptive:
+		return NewAdaptive(c)
+	case "":
+		return nil, cfgErr("algorithm", "missing (want one of %s)", algorithmList)
+	default:
+		return nil, cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList)
+	}
+}
+
+const algorithmList = "token_bucket, leaky_bucket, sliding_window, fixed_window, gcra, adaptive"
+
+// validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
+// that the algorithm does not use. uses lists the optional fields the caller accepts.
+func validateCommon(c Config, maxLimit int64, uses fieldSet) error {
+	if c.Limit <= 0 {
+		return cfgErr("limit", "must be > 0, got %d", c.Limit)
+	}
+	if c.Limit > maxLimit {
+		if maxLimit == LogLimitCeiling {
+			return cfgErr("limit", "must be <= %d for the sliding window log (its state stores one timestamp per event), got %d; use the counter variant for larger limits", maxLimit, c.Limit)
+		}
+		return cfgErr("limit", "must be <= %d, got %d", maxLimit, c.Limit)
+	}
+	if err := validateWindow("window", c.Window); err != nil {
+		return err
+	}
+	if !uses.burst && c.Burst != 0 {
+		return cfgErr("burst", "not used by %s, must be 0 or absent, got %d", c.Algorithm, c.Burst)
+	}
+	if uses.burst && (c.Burst < 0 || c.Burst > LimitCeiling) {
+		return cfgErr("burst", "must be in [0, %d] (0 means limit), got %d", int64(LimitCeiling), c.Burst)
+	}
+	if c.Variant != "" && c.Algorithm != AlgSlidingWindow {
+		return cfgErr("variant", "only sliding_window has variants, got %q for %s", c.Variant, c.Algorithm)
+	}
+	if !uses.maxDelay && c.MaxDelay != 0 {
+		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for %s, got %v", c.Algorithm, c.MaxDelay)
+	}
+	if !uses.adaptive {
+		switch {
+		case c.MinLimit != 0:
+			return notAdaptive("min_limit", c)
+		case c.MaxLimit != 0:
+			return notAdaptive("max_limit", c)
+		case c.TargetLatency != 0:
+			return notAdaptive("target_latency", c)
+		case c.ErrorThreshold != 0:
+			return notAdaptive("error_threshold", c)
+		case c.AdjustInterval != 0:
+			return notAdaptive("adjust_interval", c)
+		case c.MinSamples != 0:
+			return notAdaptive("min_samples", c)
+		case c.IncreaseStep != 0:
+			return notAdaptive("increase_step", c)
+		case c.DecreaseFactor != 0:
+			return notAdaptive("decrease_factor", c)
+		}
+	}
+	return nil
+}
+
+type fieldSet struct{ burst, maxDelay, adaptive bool }
+
+func notAdaptive(field string, c Config) error {
+	return cfgErr(field, "only adaptive uses it, must be absent for %s", c.Algorithm)
+}
+
+func validateWindow(field string, w time.Duration) error {
+	switch {
+	case w < MinWindow:
+		return cfgErr(field, "must be >= %v, got %v", MinWindow, w)
+	case w > MaxWindow:
+		return cfgErr(field, "must be <= %v (31 days), got %v", MaxWindow, w)
+	case w%time.Millisecond != 0:
+		// Whole milliseconds keep window alignment exact in the Lua port (see the package
+		// documentation) and make Window/10^6 an integer for the sliding window counter.
+		return cfgErr(field, "must be a whole number of milliseconds, got %v", w)
+	}
+	return nil
+}
+
+// capacityOf returns Burst, or Limit when Burst is 0.
+func capacityOf(c Config) int64 {
+	if c.Burst == 0 {
+		return c.Limit
+	}
+	return c.Burst
+}
+
+// capacityField names the field that set the capacity, for error messages.
+func capacityField(c Config) string {
+	if c.Burst == 0 {
+		return "limit"
+	}
+	return "burst"
+}
+
+// rateScale splits the rate Limit/Window into the coprime pair (lg, wg) = (Limit/g, Window/g)
+// with g = gcd(Limit, Window in ns). Measuring an amount of events in units of 1/wg of an event
+// makes the refill exactly lg units per nanosecond, so buckets need no division on refill
+// and no rounding at all.
+func rateScale(limit int64, window time.Duration) (lg, wg int64) {
+	g := gcd(limit, int64(window))
+	return limit / g, int64(window) / g
+}
+
+// sumProducts returns sum(a[i]*b[i]) for non-negative terms, and false when the sum exceeds
+// MaxExact (computed without overflow, so huge configurations are reported, not wrapped).
+func sumProducts(terms ...[2]int64) (int64, bool) {
+	var sum uint64
+	for _, t := range terms {
+		hi, lo := bits.Mul64(uint64(t[0]), uint64(t[1]))
+		if hi != 0 || lo > MaxExact || sum+lo > MaxExact {
+			return 0, false
+		}
+		sum += lo
+	}
+	return int64(sum), true
+}
+
+// checkExact returns a *ConfigError for field when sum(a[i]*b[i]), an intermediate quantity
+// of the exact arithmetic described by what, can exceed MaxExact.
+func checkExact(field, what, hint string, terms ...[2]int64) error {
+	if _, ok := sumProducts(terms...); ok {
+		return nil
+	}
+	var est float64
+	for _, t := range terms {
+		est += float64(t[0]) * float64(t[1])
+	}
+	return cfgErr(field, "%s = %.4g exceeds 2^53 = %d, the largest integer the exact arithmetic (and its Lua port) can hold; %s",
+		what, est, int64(MaxExact), hint)
+}

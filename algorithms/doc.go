@@ -1,0 +1,87 @@
+// Package algorithms holds the seven rate limiters of the filter as exact, allocation-free,
+// pure state machines:
+//
+//	token_bucket                 TokenBucket
+//	leaky_bucket                 LeakyBucket (admission meter, or a shaper when MaxDelay > 0)
+//	sliding_window (counter)     SlidingWindowCounter
+//	sliding_window (log)         SlidingWindowLog
+//	fixed_window                 FixedWindow
+//	gcra                         GCRA
+//	adaptive                     Adaptive (a controller plus a sliding-window-counter admission)
+//
+// The package never reads a clock and never calls the host: time is an int64 of Unix
+// nanoseconds passed in by the caller, and the state of a key is a byte string that the caller
+// loads and stores (Envoy shared data with CAS, or Redis). This keeps the limiters
+// deterministic, testable over fixed instants, and portable to the Redis Lua scripts.
+//
+// # Decisions
+//
+// Limiter.AllowN(state, now, n) decides whether n events may pass at now and returns a
+// Decision and the state to store. AllowN is all-or-nothing: it never admits part of n.
+//
+//   - A denied decision never changes the state semantically: the returned state may be a
+//     normalised re-encoding of the input (or the input itself), and the caller may skip
+//     storing it.
+//   - A request that can never pass (n <= 0, or n greater than the capacity: Burst for the
+//     buckets and GCRA, Limit for the windows, the current limit for adaptive) is denied with
+//     RetryAfter == 0; Decision.Unsatisfiable reports it. Every other denial has
+//     RetryAfter >= 1ns. In that case the returned state is the input, unchanged.
+//   - RetryAfter is exact: calling again at now+RetryAfter with the same n is allowed if
+//     nothing else arrived in between, and calling at now+RetryAfter-1ns is not.
+//
+// # State buffers and aliasing
+//
+// AllowN writes the new state into state[:0] when cap(state) is at least the size it needs
+// (Limiter.StateSize is the largest size a limiter ever needs), and only allocates a new buffer
+// of StateSize bytes when the given one is too small. The returned slice therefore usually
+// aliases the input: callers must not keep using the input slice as "the old state" after the
+// call, and must not share one buffer between goroutines. A caller that preallocates
+// StateSize bytes and passes the returned slice back in gets zero allocations per call.
+//
+// Every encoding starts with a version byte that is distinct per algorithm and layout, so a
+// state written by one algorithm is never misread by another; fixed-width little-endian fields
+// follow. A nil, short, over-long or unknown-version state, or one whose timestamps fall
+// outside [0, MaxTime+2^53] (or, for the clock-aligned windows, are not aligned), is a fresh
+// key (full allowance); it never causes a panic.
+// Quantities that are out of range for the current configuration (for example a count above a
+// limit that was lowered) are clamped to the conservative end of their range. Limiter.Idle
+// tells whether a state is equivalent to a fresh key at a given instant, so the shared-data
+// layer can reclaim it.
+//
+// # Time
+//
+// now is clamped to [0, MaxTime] (MaxTime is 2^62 ns, about the year 2116); real clocks are
+// far inside that range, and the clamp makes every sum of a timestamp and a duration overflow
+// free. Time may go backwards when workers or proxies with slightly different clocks share one
+// state. Every limiter that keeps a "last seen" instant evaluates a stale call as if it arrived
+// at that instant (the running maximum), so the stored timeline stays monotone, the
+// algorithm's promise holds over it, and a stale call never gets more allowance than a call at
+// the latest seen instant would get; RetryAfter and ResetAfter are still relative to the
+// caller's now, so they include the skew. GCRA and the leaky-bucket shaper keep no "last seen"
+// instant: their formulas compare a future schedule with now directly, so an earlier now is
+// simply stricter.
+//
+// # Exact integer arithmetic and the Lua port
+//
+// All arithmetic is on int64 integers; there is no floating point. Each type's doc comment is
+// the specification that the Redis Lua scripts follow step by step. Lua 5.1 numbers are IEEE
+// doubles, exact for integers up to 2^53, so New rejects every configuration for which a
+// quantity other than an absolute Unix timestamp could exceed 2^53 (MaxExact). Every
+// division is a floor division a/b of a non-negative a by a positive b with a+b <= 2^53,
+// which Lua computes exactly as math.floor(a/b): the true quotient is at least 1/b below the
+// next integer, and with b*(q+1) <= a+b <= 2^53 that gap is larger than half an ulp. ceil(a/b)
+// is written floor((a+b-1)/b). Absolute timestamps (about 1.8e18 ns) do not fit a double
+// exactly; the Lua port carries them as (seconds, nanoseconds) pairs and only ever adds a
+// bounded duration to them, subtracts two of them, or compares them. Differences of two
+// absolute timestamps that might exceed 2^53 are only ever compared with a bound below 2^53,
+// which stays correct when the difference is rounded. Window alignment (now mod Window) is
+// exact in Lua because Window is a whole number of milliseconds: with now = s*1e9 + ns,
+// nowMs = s*1000 + floor(ns/1e6) is below 2^53, and
+// now mod Window = (nowMs mod WindowMs)*1e6 + (ns mod 1e6).
+//
+// # Errors
+//
+// New returns a *ConfigError whose message names the offending field as the JSON config spells
+// it, in snake_case ("limit: must be > 0, got -3"), so the config parser can prefix a JSON path
+// ("rules[2]." + err.Error()). Field and Message are also available separately.
+package algorithms

@@ -1,0 +1,165 @@
+package algorithms
+
+// TokenBucket is token_bucket: a bucket of capacity B = Burst (Limit when 0) that starts full
+// and refills continuously at Limit/Window tokens per second up to B; AllowN(n) takes n tokens
+// or none.
+//
+// It agrees decision for decision with golang.org/x/time/rate (rate.Limit(Limit /
+// Window.Seconds()), burst B, AllowN(time.Unix(0, now), n)) on non-decreasing times, except
+// at two boundaries where x/time/rate's float64 arithmetic is looser than this exact one:
+//
+//   - x/time/rate converts a token shortfall to a wait with truncation towards zero, so it
+//     admits a request whose tokens would be complete less than 1ns later (storing a negative
+//     balance); this type denies it with RetryAfter = 1ns. Example: 3 per second, burst 1,
+//     requests at 0 and at 333333333ns: the exact balance is 0.999999999 tokens.
+//   - float64 rounding of the balance can move a request across that 1ns boundary.
+//
+// With "nice" parameters, where Window/Limit is a whole number of microseconds and requests
+// arrive on whole microseconds, neither boundary can be reached and the decisions are
+// identical (a test checks this on random sequences). When time goes backwards x/time/rate
+// moves its clock back and later counts the same refill twice; this type does not (see the
+// package documentation).
+//
+// # Arithmetic (the spec for the Lua port)
+//
+// Let g = gcd(L, W) with W in ns, lg = L/g, wg = W/g. Amounts are in units of 1/wg token, so
+// one nanosecond refills exactly lg units: capU = B*wg, need = n*wg.
+//
+//	state: tokens (units, 0..capU), last (absolute ns)
+//	fresh: tokens = capU, last = now
+//	eff     = max(now, last)                 -- a stale call is evaluated at last
+//	elapsed = eff - last
+//	deficit = capU - tokens
+//	if deficit > 0:
+//	    fill = floor((deficit + lg - 1) / lg)     -- ns until full
+//	    tokens = capU if elapsed >= fill else tokens + elapsed*lg
+//	if n <= 0 or n > B: unsatisfiable (state unchanged)
+//	allowed = tokens >= need;  if allowed: tokens = tokens - need
+//	RetryAfter = (eff-now) + floor((need - tokens + lg - 1) / lg)     when denied
+//	Remaining  = floor(tokens / wg)
+//	ResetAfter = (eff-now) + floor((capU - tokens + lg - 1) / lg)
+//	store (tokens, eff)
+//
+// elapsed < fill keeps elapsed*lg below deficit, so the largest intermediate is
+// capU + wg + 2*lg, which New keeps <= 2^53. elapsed is a difference of absolute timestamps
+// that may be huge after a long idle period; it is only compared with fill.
+//
+// # State layout (17 bytes)
+//
+//	[0]    0x11 version
+//	[1:9]  tokens, int64 LE, units of 1/wg token
+//	[9:17] last,   int64 LE, Unix ns
+type TokenBucket struct {
+	b bucket
+}
+
+// tbSize is the encoded size of a TokenBucket or LeakyBucket meter state.
+const tbSize = 17
+
+// bucket is the exact continuous bucket shared by TokenBucket and the LeakyBucket meter. The
+// two are the same machine seen from opposite sides: tokens = capU - occupancy.
+type bucket struct {
+	limit, capacity int64
+	lg, wg, capU    int64
+}
+
+func newBucket(c Config) (bucket, error) {
+	capacity := capacityOf(c)
+	lg, wg := rateScale(c.Limit, c.Window)
+	if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
+		"lower the burst or the window, or pick a limit that shares more factors with the window in ns (for example 2500 instead of 2503 per hour)",
+		[2]int64{capacity, wg}, [2]int64{1, wg}, [2]int64{2, lg}); err != nil {
+		return bucket{}, err
+	}
+	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
+}
+
+func newTokenBucket(c Config) (*TokenBucket, error) {
+	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+		return nil, err
+	}
+	b, err := newBucket(c)
+	if err != nil {
+		return nil, err
+	}
+	return &TokenBucket{b: b}, nil
+}
+
+// refill decodes (tokens, last), already converted to tokens, and brings them to eff.
+func (b *bucket) refill(tokens, last int64, ok bool, now int64) (int64, int64) {
+	if !ok {
+		return b.capU, now
+	}
+	eff := max(now, last)
+	if deficit := b.capU - tokens; deficit > 0 {
+		if fill := ceilDiv(deficit, b.lg); eff-last >= fill {
+			tokens = b.capU
+		} else {
+			tokens += (eff - last) * b.lg
+		}
+	}
+	return tokens, eff
+}
+
+// decide applies n to tokens at eff and fills the decision; it reports whether the state must
+// be stored (false only for unsatisfiable requests).
+func (b *bucket) decide(tokens, eff, now, n int64) (Decision, int64, bool) {
+	skew := eff - now
+	d := Decision{Limit: b.limit}
+	store := true
+	if n <= 0 || n > b.capacity {
+		store = false
+	} else if need := n * b.wg; tokens >= need {
+		tokens -= need
+		d.Allowed = true
+	} else {
+		d.RetryAfter = dur(skew + ceilDiv(need-tokens, b.lg))
+	}
+	d.Remaining = tokens / b.wg
+	d.ResetAfter = dur(skew + ceilDiv(b.capU-tokens, b.lg))
+	return d, tokens, store
+}
+
+// decodeTB reads a 17-byte (value, last) state with the given version; value is clamped to
+// [0, capU].
+func (b *bucket) decode(state []byte, ver byte) (value, last int64, ok bool) {
+	if len(state) != tbSize || state[0] != ver {
+		return 0, 0, false
+	}
+	value, last = get64(state[1:]), get64(state[9:])
+	if last < 0 || last > MaxTime {
+		return 0, 0, false
+	}
+	return min(max(value, 0), b.capU), last, true
+}
+
+func encodeTB(state []byte, ver byte, value, last int64) []byte {
+	out := outBuf(state, tbSize, tbSize)
+	out[0] = ver
+	put64(out[1:], value)
+	put64(out[9:], last)
+	return out
+}
+
+// AllowN implements Limiter; see the type documentation for the arithmetic.
+func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
+	now = clampNow(now)
+	tokens, last, ok := t.b.decode(state, verTokenBucket)
+	tokens, eff := t.b.refill(tokens, last, ok, now)
+	d, tokens, store := t.b.decide(tokens, eff, now, n)
+	if !store {
+		return d, state
+	}
+	return d, encodeTB(state, verTokenBucket, tokens, eff)
+}
+
+// StateSize implements Limiter: a TokenBucket state is always 17 bytes.
+func (t *TokenBucket) StateSize() int { return tbSize }
+
+// Idle implements Limiter: the bucket is full at now.
+func (t *TokenBucket) Idle(state []byte, now int64) bool {
+	now = clampNow(now)
+	tokens, last, ok := t.b.decode(state, verTokenBucket)
+	tokens, _ = t.b.refill(tokens, last, ok, now)
+	return tokens == t.b.capU
+}
