@@ -8,8 +8,10 @@ require (
 )
 
 require (
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/tetratelabs/wazero v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.44.0 // indirect
+	golang.org/x/text v0.14.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

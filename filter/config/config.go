@@ -1,0 +1,285 @@
+// Package config parses, validates and compiles the filter's JSON configuration, and holds
+// the per-request logic that only depends on the config: which rules apply to a request,
+// the key each rule counts under, and what a request costs.
+//
+// The package makes no proxy-wasm calls. The filter reads request attributes through the
+// Request interface, so the same code runs in the wasm module, under the SDK's emulator and
+// in plain unit tests and fuzzers.
+//
+// Parse is called once per proxy_on_configure; it either returns a fully validated Config
+// or every problem it found, each with the JSON path of the bad value. Nothing that Parse
+// accepted can fail later on the request path: Match, AppendKey and Cost never return
+// errors and never panic.
+package config
+
+import (
+	"regexp"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// Bounds on the size of a configuration. They keep a mistaken or hostile config from
+// costing unbounded memory or time in every worker VM.
+const (
+	MaxConfigBytes  = 1 << 20 // the whole JSON document
+	MaxRules        = 256
+	MaxNameLen      = 64   // rule names and the domain: they appear in metric names and keys
+	MaxRegexLen     = 1024 // regex source, before compilation
+	MaxStringLen    = 1024 // other strings: route names, header values, defaults, constants
+	MaxListLen      = 256  // routes, virtual_hosts
+	MaxMethods      = 32
+	MaxHeaderConds  = 32 // match.headers
+	MaxKeyParts     = 16
+	MaxDenyHeaders  = 32
+	MaxBodyLen      = 8 << 10
+	MaxCost         = 1_000_000
+	MaxKeysPerRule  = 1_000_000
+	MaxShapingDelay = 60 * time.Second
+)
+
+// Defaults applied when a field is absent.
+const (
+	DefaultDomain           = "rl"
+	DefaultCASAttempts      = 8
+	DefaultMaxKeys          = 10000
+	DefaultDenyStatus       = 429
+	DefaultDenyBody         = `{"error":"rate_limited","rule":"%RULE%","retry_after":%RETRY_AFTER%}`
+	DefaultRedisTimeout     = 50 * time.Millisecond
+	DefaultKeyPrefix        = "rl"
+	DefaultBreakerFails     = 5
+	DefaultCooldown         = 5 * time.Second
+	DefaultAdaptiveInterval = time.Second
+	DefaultErrorThreshold   = 0.05
+)
+
+// FailureMode says what to do with a request when the limiter's state cannot be read or
+// written (CAS attempts exhausted, store error). Either way it is counted and logged.
+type FailureMode string
+
+// Failure modes.
+const (
+	FailAllow FailureMode = "allow" // let the request through
+	FailDeny  FailureMode = "deny"  // reject it as if the limit were exceeded
+)
+
+// RedisFailureMode says what a global rule does when Redis cannot answer (timeout, error
+// response, open circuit breaker).
+type RedisFailureMode string
+
+// Redis failure modes.
+const (
+	RedisFailAllow RedisFailureMode = "allow" // let the request through
+	RedisFailDeny  RedisFailureMode = "deny"  // reject it
+	RedisFailLocal RedisFailureMode = "local" // decide with the rule's limit on this proxy's local state
+)
+
+// HeadersMode selects which rate-limit response headers are sent.
+type HeadersMode string
+
+// Header modes.
+const (
+	HeadersDraft  HeadersMode = "draft"  // IETF draft RateLimit and RateLimit-Policy fields
+	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
+	HeadersBoth   HeadersMode = "both"   // both sets
+	HeadersNone   HeadersMode = "none"   // no rate-limit headers, and no Retry-After
+)
+
+// Scope says where a rule's state lives.
+type Scope string
+
+// Scopes.
+const (
+	ScopeLocal  Scope = "local"  // Envoy shared data: one count per proxy, shared by its workers
+	ScopeGlobal Scope = "global" // Redis: one count across every proxy
+)
+
+// Mode says whether a leaky bucket rejects excess requests or delays them.
+type Mode string
+
+// Modes.
+const (
+	ModeMeter Mode = "meter" // allow or deny at once
+	ModeShape Mode = "shape" // delay requests up to MaxDelay to smooth them to the leak rate
+)
+
+// Source names where a key part's value comes from.
+type Source string
+
+// Key part sources.
+const (
+	SourceClientIP Source = "client_ip" // the client IP (see ClientIP), optionally masked to a prefix
+	SourceHeader   Source = "header"    // a request header's value (multiple lines joined by ",")
+	SourceQuery    Source = "query"     // a query parameter's percent-decoded value (first occurrence)
+	SourcePath     Source = "path"      // :path without its query string
+	SourceMethod   Source = "method"    // :method
+	SourceRoute    Source = "route"     // xds.route_name
+	SourceConst    Source = "const"     // a constant from the config
+)
+
+// Config is a parsed, validated and compiled configuration. It is immutable after Parse
+// and safe to share.
+type Config struct {
+	// Domain namespaces every state key, so that two plugins sharing a vm_id (and so one
+	// shared-data store) or one Redis do not count into each other's keys.
+	Domain string
+	// FailureMode applies when local state cannot be read or written.
+	FailureMode FailureMode
+	// CASAttempts bounds the compare-and-swap retries on shared data.
+	CASAttempts int
+	// RateLimitHeaders is the default header mode; each Rule carries its effective mode.
+	RateLimitHeaders HeadersMode
+	// TrustedHops is how ClientIP reads X-Forwarded-For; see ClientIP.
+	TrustedHops int
+	// Deny is the default denial response; each Rule carries its effective one.
+	Deny *Deny
+	// MaxKeys is the default number of distinct keys per rule; each Rule carries its own.
+	MaxKeys int
+	// Redis configures global rules; nil when the config has no redis section.
+	Redis *Redis
+	// Rules in config order, which is evaluation order.
+	Rules []*Rule
+}
+
+// Redis configures the Redis (webdis over HTTP callouts) store used by global rules.
+type Redis struct {
+	Cluster     string        // Envoy cluster that reaches webdis
+	Authority   string        // :authority of the callout; defaults to Cluster
+	Timeout     time.Duration // per callout
+	KeyPrefix   string        // prepended to every Redis key
+	FailureMode RedisFailureMode
+	Breaker     Breaker
+}
+
+// Breaker is the circuit breaker in front of Redis: after Failures consecutive failures,
+// Redis is not called for Cooldown and the failure mode applies at once.
+type Breaker struct {
+	Failures int
+	Cooldown time.Duration
+}
+
+// Header is one response header name (lower-case) and value.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Deny is the local response sent when a request is rate limited.
+type Deny struct {
+	Status      int
+	Body        string // the template as configured; see AppendBody
+	ContentType string
+	Headers     []Header // sorted by name
+	body        []bodyPart
+}
+
+// Rule is one compiled rule.
+type Rule struct {
+	// Index is the rule's position in the config's rules list.
+	Index int
+	// Name is unique in the config and limited to [A-Za-z0-9_.-]{1,64}, so it can be used
+	// in metric names, state keys and deny bodies without escaping.
+	Name        string
+	Description string
+	// Match holds the request conditions; a zero Match matches every request.
+	Match Match
+	// Key is the ordered list of descriptor parts; empty means one key for the rule.
+	Key []KeyPart
+
+	// Algorithm is the limiter's configuration (algorithm name, limit, window, burst,
+	// variant, max delay, adaptive parameters), validated by algorithms.New. For adaptive
+	// rules Limit is the starting limit.
+	Algorithm algorithms.Config
+	// Limiter is the limiter built from Algorithm. Limiters are immutable and safe to share,
+	// so the filter can use this one for every request (type-assert *algorithms.Adaptive for
+	// the adaptive controller).
+	Limiter algorithms.Limiter
+	// Mode is ModeShape for a shaping leaky bucket (Algorithm.MaxDelay > 0), else ModeMeter.
+	Mode Mode
+
+	// CostSpec says what one request costs; see Cost.
+	CostSpec CostSpec
+	// Shadow rules decide and count but never deny.
+	Shadow bool
+	// Continue lets evaluation go on to later rules after this one applies.
+	Continue bool
+	Scope    Scope
+
+	// Effective values: the rule's override, or the top-level value.
+	MaxKeys          int
+	Deny             *Deny
+	RateLimitHeaders HeadersMode
+
+	// trustedHops is copied from the Config so AppendKey can find the client IP.
+	trustedHops int
+}
+
+// CostSpec says what a request costs. With Header empty every request costs Constant.
+// Otherwise the cost is read from the request header Header (see Rule.Cost).
+type CostSpec struct {
+	Constant int64
+	Header   string
+	Default  int64 // cost when the header is absent
+	Max      int64 // cost when the header is invalid or larger than Max
+}
+
+// KeyPart is one descriptor part of a rule's key.
+type KeyPart struct {
+	Source Source
+	// Name is the header name (lower-case) or the query parameter name.
+	Name string
+	// Value is the constant for SourceConst.
+	Value string
+	// Default replaces a missing value when HasDefault is set; without a default a missing
+	// part makes the rule skip the request.
+	Default    string
+	HasDefault bool
+	// IPv4Prefix and IPv6Prefix aggregate client addresses into networks (for example 24
+	// and 64), so that one client cannot escape its limit by rotating through addresses in
+	// its own allocation. 32 and 128 (the defaults) keep the full address.
+	IPv4Prefix int
+	IPv6Prefix int
+}
+
+// StringMatchKind says how a path or header condition compares.
+type StringMatchKind uint8
+
+// String match kinds.
+const (
+	MatchExact   StringMatchKind = iota + 1 // equal to Value
+	MatchPrefix                             // starts with Value
+	MatchRegex                              // Value (RE2) matches the whole string
+	MatchPresent                            // header present, any value
+	MatchAbsent                             // header absent
+)
+
+// Match holds a rule's request conditions. Every non-empty condition must hold; within a
+// list, any one entry is enough.
+type Match struct {
+	Routes       []string // exact xds.route_name values
+	VirtualHosts []string // exact xds.virtual_host_name values
+	Path         *PathMatch
+	Methods      []string
+	Headers      []HeaderMatch
+
+	routes  stringSet
+	vhosts  stringSet
+	methods stringSet
+}
+
+// PathMatch compares the request path without its query string.
+type PathMatch struct {
+	Kind  StringMatchKind // MatchExact, MatchPrefix or MatchRegex
+	Value string
+	re    *regexp.Regexp
+}
+
+// HeaderMatch is one header condition. Invert negates the result, so an exact match with
+// Invert holds when the header is absent or has a different value.
+type HeaderMatch struct {
+	Name   string // lower-case
+	Kind   StringMatchKind
+	Value  string // for MatchExact, MatchPrefix and MatchRegex
+	Invert bool
+	re     *regexp.Regexp
+}

@@ -1,0 +1,50 @@
+package config
+
+import "strings"
+
+// Cost returns what req costs under this rule.
+//
+// With a constant cost it is that constant. With a cost header it is the header's value
+// when that is a positive decimal integer no larger than Max, and Default when the header
+// is absent. Any other value (not a number, zero, negative, a fraction, several values,
+// or larger than Max) is charged Max: a client must never be able to lower its own cost
+// by sending garbage, and charging the maximum makes a broken or hostile header the most
+// expensive choice instead of the cheapest. The header should be set by a trusted
+// component (an authorizer, or a filter that knows the work a request does); a client
+// that can set it can only raise its cost, or omit it and pay Default.
+func (r *Rule) Cost(req Request) int64 {
+	cs := &r.CostSpec
+	if cs.Header == "" {
+		return cs.Constant
+	}
+	v, ok := req.Header(cs.Header)
+	if !ok {
+		return cs.Default
+	}
+	n, ok := parseCost(v, cs.Max)
+	if !ok {
+		return cs.Max
+	}
+	return n
+}
+
+// parseCost reads a positive decimal integer no larger than max, allowing surrounding
+// spaces and tabs.
+func parseCost(s string, max int64) (int64, bool) {
+	s = strings.Trim(s, " \t")
+	if s == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		if n > max {
+			return 0, false
+		}
+	}
+	return n, n > 0
+}

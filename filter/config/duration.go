@@ -1,0 +1,148 @@
+package config
+
+import (
+	"strconv"
+	"time"
+)
+
+// Durations use Go's time.ParseDuration syntax ("300ms", "1.5s", "1m30s", "24h") plus a
+// "d" unit for days of 24 hours, because day-long quotas are common and "24h" is easy to
+// mistype as "24". A bare number ("10") is rejected rather than guessed: seconds and
+// milliseconds are both plausible readings, and a wrong guess is a limit off by 1000x.
+// The parser is written out here, not delegated to time.ParseDuration, so that "d" can
+// appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
+
+var durationUnits = map[string]uint64{
+	"ns": uint64(time.Nanosecond),
+	"us": uint64(time.Microsecond),
+	"µs": uint64(time.Microsecond), // U+00B5 micro sign
+	"μs": uint64(time.Microsecond), // U+03BC Greek small letter mu
+	"ms": uint64(time.Millisecond),
+	"s":  uint64(time.Second),
+	"m":  uint64(time.Minute),
+	"h":  uint64(time.Hour),
+	"d":  uint64(24 * time.Hour),
+}
+
+// ParseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
+// is exported so that the filter and tools can read durations exactly as the config does.
+// The error message describes the problem without a JSON path; Parse adds the path.
+func ParseDuration(s string) (time.Duration, error) {
+	d, msg := parseDuration(s)
+	if msg != "" {
+		return 0, &Error{Msg: msg}
+	}
+	return d, nil
+}
+
+// parseDuration returns the duration, or a non-empty message describing the problem.
+func parseDuration(orig string) (time.Duration, string) {
+	invalid := quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
+	s := orig
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if s == "" {
+		return 0, invalid
+	}
+	if isNumberLike(s) {
+		return 0, quote(orig) + " has no unit"
+	}
+	const max = uint64(1<<63 - 1)
+	var total uint64
+	for s != "" {
+		if !(s[0] == '.' || isDigit(s[0])) {
+			return 0, invalid
+		}
+		// The integer part.
+		var v uint64
+		i := 0
+		for ; i < len(s) && isDigit(s[i]); i++ {
+			d := uint64(s[i] - '0')
+			if v > (max-d)/10 {
+				return 0, quote(orig) + " is too large"
+			}
+			v = v*10 + d
+		}
+		pre := i > 0
+		s = s[i:]
+		// The fractional part. Digits beyond what int64 nanoseconds can use are dropped,
+		// as time.ParseDuration does.
+		var f uint64
+		scale := 1.0
+		post := false
+		if s != "" && s[0] == '.' {
+			s = s[1:]
+			j := 0
+			overflow := false
+			for ; j < len(s) && isDigit(s[j]); j++ {
+				d := uint64(s[j] - '0')
+				if overflow || f > (max-d)/10 {
+					overflow = true
+					continue
+				}
+				f = f*10 + d
+				scale *= 10
+			}
+			post = j > 0
+			s = s[j:]
+		}
+		if !pre && !post {
+			return 0, invalid
+		}
+		// The unit: everything up to the next number.
+		j := 0
+		for ; j < len(s) && s[j] != '.' && !isDigit(s[j]); j++ {
+		}
+		if j == 0 {
+			return 0, quote(orig) + " ends in a number with no unit"
+		}
+		unit, ok := durationUnits[s[:j]]
+		if !ok {
+			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[:j]) + " (want ns, us, ms, s, m, h or d)"
+		}
+		s = s[j:]
+		if v > max/unit {
+			return 0, quote(orig) + " is too large"
+		}
+		v *= unit
+		if f > 0 {
+			v += uint64(float64(f) * (float64(unit) / scale))
+			if v > max {
+				return 0, quote(orig) + " is too large"
+			}
+		}
+		total += v
+		if total > max {
+			return 0, quote(orig) + " is too large"
+		}
+	}
+	if neg {
+		return -time.Duration(total), ""
+	}
+	return time.Duration(total), ""
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// isNumberLike reports whether s is made only of digits and dots, i.e. a number that lacks
+// its unit.
+func isNumberLike(s string) bool {
+	digits := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case isDigit(s[i]):
+			digits = true
+		case s[i] != '.':
+			return false
+		}
+	}
+	return digits
+}
+
+// formatDuration renders a duration so that parseDuration reads it back exactly.
+func formatDuration(d time.Duration) string {
+	return d.String()
+}

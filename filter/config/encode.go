@@ -1,0 +1,229 @@
+package config
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// The JSON written by MarshalJSON is the effective configuration: every default filled in
+// and every per-rule override resolved. The filter can log it at configure time so that an
+// operator sees what is enforced, not what was typed; and because Parse reads it back to
+// an identical Config, the fuzz test can check that whatever Parse accepts is stable.
+
+type jsonConfig struct {
+	Domain           string     `json:"domain"`
+	FailureMode      string     `json:"failure_mode"`
+	CASAttempts      int        `json:"cas_attempts"`
+	RateLimitHeaders string     `json:"rate_limit_headers"`
+	TrustedHops      int        `json:"trusted_hops"`
+	Deny             *jsonDeny  `json:"deny"`
+	MaxKeys          int        `json:"max_keys"`
+	Redis            *jsonRedis `json:"redis,omitempty"`
+	Rules            []jsonRule `json:"rules"`
+}
+
+type jsonDeny struct {
+	Status      int               `json:"status"`
+	Body        string            `json:"body"`
+	ContentType string            `json:"content_type"`
+	Headers     map[string]string `json:"headers"`
+}
+
+type jsonRedis struct {
+	Cluster     string `json:"cluster"`
+	Authority   string `json:"authority,omitempty"` // omitted when it is the cluster name
+	Timeout     string `json:"timeout"`
+	KeyPrefix   string `json:"key_prefix"`
+	FailureMode string `json:"failure_mode"`
+	Breaker     struct {
+		Failures int    `json:"failures"`
+		Cooldown string `json:"cooldown"`
+	} `json:"breaker"`
+}
+
+type jsonRule struct {
+	Name             string          `json:"name"`
+	Description      string          `json:"description,omitempty"`
+	Match            *jsonMatch      `json:"match,omitempty"`
+	Key              []jsonKeyPart   `json:"key"`
+	Algorithm        string          `json:"algorithm"`
+	Limit            int64           `json:"limit"`
+	Window           string          `json:"window"`
+	Burst            int64           `json:"burst,omitempty"`
+	Variant          string          `json:"variant,omitempty"`
+	Mode             string          `json:"mode"`
+	MaxDelay         string          `json:"max_delay,omitempty"`
+	Adaptive         *jsonAdaptive   `json:"adaptive,omitempty"`
+	Cost             json.RawMessage `json:"cost"`
+	Shadow           bool            `json:"shadow"`
+	Continue         bool            `json:"continue"`
+	Scope            string          `json:"scope"`
+	MaxKeys          int             `json:"max_keys"`
+	Deny             *jsonDeny       `json:"deny"`
+	RateLimitHeaders string          `json:"rate_limit_headers"`
+}
+
+type jsonMatch struct {
+	Routes       []string          `json:"routes,omitempty"`
+	VirtualHosts []string          `json:"virtual_hosts,omitempty"`
+	Path         map[string]string `json:"path,omitempty"`
+	Methods      []string          `json:"methods,omitempty"`
+	Headers      []map[string]any  `json:"headers,omitempty"`
+}
+
+type jsonKeyPart struct {
+	Source     string  `json:"source"`
+	Name       string  `json:"name,omitempty"`
+	Value      *string `json:"value,omitempty"`
+	Default    *string `json:"default,omitempty"`
+	IPv4Prefix int     `json:"ipv4_prefix,omitempty"`
+	IPv6Prefix int     `json:"ipv6_prefix,omitempty"`
+}
+
+type jsonAdaptive struct {
+	MinLimit       int64   `json:"min_limit"`
+	MaxLimit       int64   `json:"max_limit"`
+	TargetLatency  string  `json:"target_latency,omitempty"`
+	ErrorThreshold float64 `json:"error_threshold"`
+	Interval       string  `json:"interval"`
+}
+
+// MarshalJSON writes the effective configuration (defaults filled in, per-rule overrides
+// resolved) in the config's own schema. Parse reads it back to an equivalent Config.
+func (c *Config) MarshalJSON() ([]byte, error) {
+	jc := jsonConfig{
+		Domain:           c.Domain,
+		FailureMode:      string(c.FailureMode),
+		CASAttempts:      c.CASAttempts,
+		RateLimitHeaders: string(c.RateLimitHeaders),
+		TrustedHops:      c.TrustedHops,
+		Deny:             encodeDeny(c.Deny),
+		MaxKeys:          c.MaxKeys,
+		Rules:            make([]jsonRule, 0, len(c.Rules)),
+	}
+	if r := c.Redis; r != nil {
+		jr := &jsonRedis{
+			Cluster:     r.Cluster,
+			Timeout:     formatDuration(r.Timeout),
+			KeyPrefix:   r.KeyPrefix,
+			FailureMode: string(r.FailureMode),
+		}
+		if r.Authority != r.Cluster {
+			// Written only when it differs, because the default (the cluster name) is not
+			// held to the authority syntax: Envoy cluster names may contain "/".
+			jr.Authority = r.Authority
+		}
+		jr.Breaker.Failures = r.Breaker.Failures
+		jr.Breaker.Cooldown = formatDuration(r.Breaker.Cooldown)
+		jc.Redis = jr
+	}
+	for _, r := range c.Rules {
+		jc.Rules = append(jc.Rules, encodeRule(r))
+	}
+	return json.Marshal(jc)
+}
+
+func encodeDeny(d *Deny) *jsonDeny {
+	jd := &jsonDeny{Status: d.Status, Body: d.Body, ContentType: d.ContentType}
+	// An empty map, not an absent one, so that a rule whose override removed the
+	// top-level headers still removes them when read back.
+	jd.Headers = make(map[string]string, len(d.Headers))
+	for _, h := range d.Headers {
+		jd.Headers[h.Name] = h.Value
+	}
+	return jd
+}
+
+func encodeRule(r *Rule) jsonRule {
+	jr := jsonRule{
+		Name:             r.Name,
+		Description:      r.Description,
+		Key:              make([]jsonKeyPart, 0, len(r.Key)),
+		Algorithm:        r.Algorithm.Algorithm,
+		Limit:            r.Algorithm.Limit,
+		Window:           formatDuration(r.Algorithm.Window),
+		Burst:            r.Algorithm.Burst,
+		Variant:          r.Algorithm.Variant,
+		Mode:             string(r.Mode),
+		Shadow:           r.Shadow,
+		Continue:         r.Continue,
+		Scope:            string(r.Scope),
+		MaxKeys:          r.MaxKeys,
+		Deny:             encodeDeny(r.Deny),
+		RateLimitHeaders: string(r.RateLimitHeaders),
+	}
+	if a := r.Algorithm; a.MaxDelay > 0 {
+		jr.MaxDelay = formatDuration(a.MaxDelay)
+	}
+	if a := r.Algorithm; a.Algorithm == algorithms.AlgAdaptive {
+		jr.Adaptive = &jsonAdaptive{
+			MinLimit:       a.MinLimit,
+			MaxLimit:       a.MaxLimit,
+			TargetLatency:  formatDuration(a.TargetLatency),
+			ErrorThreshold: a.ErrorThreshold,
+			Interval:       formatDuration(a.AdjustInterval),
+		}
+		if a.TargetLatency == 0 {
+			jr.Adaptive.TargetLatency = "" // absent: the latency signal is off
+		}
+	}
+	if cs := r.CostSpec; cs.Header == "" {
+		jr.Cost = json.RawMessage(strconv.FormatInt(cs.Constant, 10))
+	} else {
+		b, _ := json.Marshal(map[string]any{"header": cs.Header, "default": cs.Default, "max": cs.Max})
+		jr.Cost = b
+	}
+	for _, kp := range r.Key {
+		jk := jsonKeyPart{Source: string(kp.Source), Name: kp.Name}
+		if kp.Source == SourceConst {
+			v := kp.Value
+			jk.Value = &v
+		}
+		if kp.HasDefault {
+			d := kp.Default
+			jk.Default = &d
+		}
+		if kp.Source == SourceClientIP {
+			jk.IPv4Prefix, jk.IPv6Prefix = kp.IPv4Prefix, kp.IPv6Prefix
+		}
+		jr.Key = append(jr.Key, jk)
+	}
+	m := &r.Match
+	if len(m.Routes)+len(m.VirtualHosts)+len(m.Methods)+len(m.Headers) > 0 || m.Path != nil {
+		jm := &jsonMatch{Routes: m.Routes, VirtualHosts: m.VirtualHosts, Methods: m.Methods}
+		if pm := m.Path; pm != nil {
+			jm.Path = map[string]string{matchKindName(pm.Kind): pm.Value}
+		}
+		for _, hm := range m.Headers {
+			h := map[string]any{"name": hm.Name}
+			switch hm.Kind {
+			case MatchPresent:
+				h["present"] = true
+			case MatchAbsent:
+				h["present"] = false
+			default:
+				h[matchKindName(hm.Kind)] = hm.Value
+			}
+			if hm.Invert {
+				h["invert"] = true
+			}
+			jm.Headers = append(jm.Headers, h)
+		}
+		jr.Match = jm
+	}
+	return jr
+}
+
+func matchKindName(k StringMatchKind) string {
+	switch k {
+	case MatchExact:
+		return "exact"
+	case MatchPrefix:
+		return "prefix"
+	case MatchRegex:
+		return "regex"
+	}
+	return ""
+}

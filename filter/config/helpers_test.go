@@ -1,0 +1,72 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// fakeRequest implements Request over plain fields. Header names are stored lower-case,
+// like Envoy's header map; repeated lines are joined by ",", as the filter does.
+type fakeRequest struct {
+	headers map[string]string
+	method  string
+	path    string
+	route   string
+	vhost   string
+	source  string
+}
+
+func (r *fakeRequest) Header(name string) (string, bool) {
+	v, ok := r.headers[name]
+	return v, ok
+}
+func (r *fakeRequest) Method() string        { return r.method }
+func (r *fakeRequest) Path() string          { return r.path }
+func (r *fakeRequest) Route() string         { return r.route }
+func (r *fakeRequest) VirtualHost() string   { return r.vhost }
+func (r *fakeRequest) SourceAddress() string { return r.source }
+
+// req builds a request: GET / from 192.0.2.1:1234 on route "api", plus headers given as
+// "name: value" strings (repeated names are joined with ",").
+func req(headers ...string) *fakeRequest {
+	r := &fakeRequest{
+		headers: map[string]string{},
+		method:  "GET",
+		path:    "/",
+		route:   "api",
+		vhost:   "example.com",
+		source:  "192.0.2.1:1234",
+	}
+	for _, h := range headers {
+		name, value, _ := strings.Cut(h, ":")
+		name = strings.ToLower(strings.TrimSpace(name))
+		value = strings.TrimSpace(value)
+		if prev, ok := r.headers[name]; ok {
+			value = prev + "," + value
+		}
+		r.headers[name] = value
+	}
+	return r
+}
+
+func (r *fakeRequest) with(f func(*fakeRequest)) *fakeRequest {
+	f(r)
+	return r
+}
+
+// mustParse parses a config that the test expects to be valid.
+func mustParse(t testing.TB, js string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(js))
+	if err != nil {
+		t.Fatalf("Parse: %v\nconfig: %s", err, js)
+	}
+	return c
+}
+
+// oneRule wraps rule fields in a config with a single rule named "r".
+func oneRule(fields string) string {
+	return `{"rules":[{"name":"r",` + fields + `}]}`
+}
+
+const tb = `"algorithm":"token_bucket","limit":10,"window":"1s"`

@@ -1,0 +1,305 @@
+package config
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// AppendKey appends the rule's key for req to dst and returns the extended slice.
+//
+// The key is the rule's descriptor parts in order, each written as its length in decimal,
+// a colon and its bytes ("3:abc"). The length prefix makes the encoding unambiguous:
+// parts "a,b" and "a","b" give "3:a,b" and "1:a1:b", and no header value, however long and
+// whatever bytes it holds, can imitate a part boundary. Values are never truncated (that
+// would merge distinct clients into one key); the shared-data layer hashes long keys. The
+// key does not include the domain or rule name: the state layer namespaces by those.
+//
+// A part that is missing from the request uses its Default; without a default, AppendKey
+// returns dst unchanged and ok=false, and the rule must not be applied to the request.
+// (Config.Match already skips such rules, so after Match this only fails if the request
+// changed in between.) A rule with no key parts has one key: the empty string.
+func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
+	start := len(dst)
+	for i := range r.Key {
+		kp := &r.Key[i]
+		var found bool
+		dst, found = kp.appendValue(dst, req, r.trustedHops)
+		if !found {
+			if !kp.HasDefault {
+				return dst[:start], false
+			}
+			dst = appendPart(dst, kp.Default)
+		}
+	}
+	return dst, true
+}
+
+// keyAvailable reports whether AppendKey would succeed, without building the key.
+func (r *Rule) keyAvailable(req Request) bool {
+	for i := range r.Key {
+		kp := &r.Key[i]
+		if kp.HasDefault {
+			continue
+		}
+		switch kp.Source {
+		case SourceClientIP:
+			if _, ok := ClientIP(req, r.trustedHops); !ok {
+				return false
+			}
+		case SourceHeader:
+			if _, ok := req.Header(kp.Name); !ok {
+				return false
+			}
+		case SourceQuery:
+			if _, ok := queryParam(req.Path(), kp.Name); !ok {
+				return false
+			}
+		case SourcePath:
+			if pathOnly(req.Path()) == "" {
+				return false
+			}
+		case SourceMethod:
+			if req.Method() == "" {
+				return false
+			}
+		case SourceRoute:
+			if req.Route() == "" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func appendPart(dst []byte, v string) []byte {
+	dst = strconv.AppendInt(dst, int64(len(v)), 10)
+	dst = append(dst, ':')
+	return append(dst, v...)
+}
+
+// appendValue appends the part's value for req, length-prefixed, or reports it missing.
+func (kp *KeyPart) appendValue(dst []byte, req Request, trustedHops int) ([]byte, bool) {
+	switch kp.Source {
+	case SourceConst:
+		return appendPart(dst, kp.Value), true
+	case SourceHeader:
+		v, ok := req.Header(kp.Name)
+		if !ok {
+			return dst, false
+		}
+		return appendPart(dst, v), true
+	case SourceMethod:
+		v := req.Method()
+		if v == "" {
+			return dst, false
+		}
+		return appendPart(dst, v), true
+	case SourceRoute:
+		v := req.Route()
+		if v == "" {
+			return dst, false
+		}
+		return appendPart(dst, v), true
+	case SourcePath:
+		// Without the query string: otherwise every "?cachebuster" would be a new key.
+		v := pathOnly(req.Path())
+		if v == "" {
+			return dst, false
+		}
+		return appendPart(dst, v), true
+	case SourceQuery:
+		raw, ok := queryParam(req.Path(), kp.Name)
+		if !ok {
+			return dst, false
+		}
+		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
+		// together.
+		dst = strconv.AppendInt(dst, int64(unescapedLen(raw)), 10)
+		dst = append(dst, ':')
+		return appendUnescaped(dst, raw), true
+	case SourceClientIP:
+		ip, ok := ClientIP(req, trustedHops)
+		if !ok {
+			return dst, false
+		}
+		var buf [64]byte
+		b := kp.appendIP(buf[:0], ip)
+		dst = strconv.AppendInt(dst, int64(len(b)), 10)
+		dst = append(dst, ':')
+		return append(dst, b...), true
+	}
+	return dst, false
+}
+
+// appendIP writes the address, masked to the configured prefix when one is set
+// ("203.0.113.0/24"), so that addresses in one network share a key.
+func (kp *KeyPart) appendIP(dst []byte, ip netip.Addr) []byte {
+	bits := kp.IPv6Prefix
+	if ip.Is4() {
+		bits = kp.IPv4Prefix
+	}
+	if bits >= ip.BitLen() {
+		return ip.AppendTo(dst)
+	}
+	pfx, err := ip.Prefix(bits)
+	if err != nil { // cannot happen for a valid address and a validated prefix
+		return ip.AppendTo(dst)
+	}
+	dst = pfx.Addr().AppendTo(dst)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, int64(bits), 10)
+}
+
+// ClientIP returns the client's IP address for req.
+//
+// With trustedHops 0 it is the IP of the source.address property, and X-Forwarded-For is
+// ignored. With trustedHops N > 0 it is the N-th entry from the right of X-Forwarded-For
+// (all header lines, joined by ","): the right-most N-1 entries were appended by proxies
+// we trust, and the N-th was appended by the first of them, about the peer it saw. Entries
+// further left are whatever the client sent and are never used. If X-Forwarded-For is
+// absent, has fewer than N entries, or its N-th entry is not an IP address, the source
+// address is used, as Envoy does for its own xff_num_trusted_hops.
+//
+// Counting is over the header as the filter sees it, after Envoy's connection manager ran.
+// With use_remote_address: true (and skip_xff_append unset) Envoy appends the address of
+// its own peer, so that entry counts as one of the N: N = trusted proxies in front of
+// Envoy + 1. With use_remote_address: false Envoy appends nothing: N = number of trusted
+// proxies. Simpler still is to configure Envoy's own xff_num_trusted_hops and leave
+// trusted_hops at 0: Envoy then reports the client it derived as source.address.
+//
+// Addresses may carry a port ("1.2.3.4:5", "[::1]:5"); the port, an IPv6 zone and the
+// IPv4-mapped IPv6 form are all dropped, so one client always yields one address.
+func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
+	if trustedHops > 0 {
+		if xff, ok := req.Header("x-forwarded-for"); ok {
+			if entry, ok := nthFromRight(xff, trustedHops); ok {
+				if ip, ok := parseIP(entry); ok {
+					return ip, true
+				}
+			}
+		}
+	}
+	return parseIP(req.SourceAddress())
+}
+
+// nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the
+// right, or false when s has fewer entries. Empty entries count, as in Envoy.
+func nthFromRight(s string, n int) (string, bool) {
+	for k := 1; ; k++ {
+		i := strings.LastIndexByte(s, ',')
+		if k == n {
+			return s[i+1:], true
+		}
+		if i < 0 {
+			return "", false
+		}
+		s = s[:i]
+	}
+}
+
+// parseIP reads an address with or without a port, normalised: no zone, IPv4-mapped IPv6
+// unmapped.
+func parseIP(s string) (netip.Addr, bool) {
+	s = strings.Trim(s, " \t")
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, err2 := netip.ParseAddrPort(s)
+		if err2 == nil {
+			ip = ap.Addr()
+		} else if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			if ip, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil {
+				return netip.Addr{}, false
+			}
+		} else {
+			return netip.Addr{}, false
+		}
+	}
+	return ip.Unmap().WithZone(""), true
+}
+
+// queryParam returns the raw (still percent-encoded) value of the first query parameter
+// whose decoded name is name. A parameter without "=" has the empty value.
+func queryParam(path, name string) (string, bool) {
+	i := strings.IndexByte(path, '?')
+	if i < 0 {
+		return "", false
+	}
+	q := path[i+1:]
+	if j := strings.IndexByte(q, '#'); j >= 0 {
+		q = q[:j]
+	}
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if unescapedEqual(k, name) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// unhex returns the value of a hex digit, or -1.
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// nextUnescaped decodes one byte of a query component at s[i]: "+" is a space and "%XX" a
+// byte; a "%" not followed by two hex digits is kept as it is (as browsers and most
+// servers do) rather than rejected. It returns the byte and the index after it.
+func nextUnescaped(s string, i int) (byte, int) {
+	switch c := s[i]; c {
+	case '+':
+		return ' ', i + 1
+	case '%':
+		if i+2 < len(s) {
+			if h, l := unhex(s[i+1]), unhex(s[i+2]); h >= 0 && l >= 0 {
+				return byte(h<<4 | l), i + 3
+			}
+		}
+		return c, i + 1
+	default:
+		return c, i + 1
+	}
+}
+
+func unescapedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); n++ {
+		_, i = nextUnescaped(s, i)
+	}
+	return n
+}
+
+func appendUnescaped(dst []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		var c byte
+		c, i = nextUnescaped(s, i)
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// unescapedEqual reports whether the query component enc decodes to want, without
+// allocating.
+func unescapedEqual(enc, want string) bool {
+	j := 0
+	for i := 0; i < len(enc); {
+		var c byte
+		c, i = nextUnescaped(enc, i)
+		if j >= len(want) || want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
+}

@@ -1,0 +1,238 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
+	t.Helper()
+	k, ok := c.Rules[0].AppendKey([]byte("prefix|"), r)
+	if !strings.HasPrefix(string(k), "prefix|") {
+		t.Fatalf("AppendKey clobbered dst: %q", k)
+	}
+	if ok != c.Rules[0].keyAvailable(r) {
+		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
+	}
+	if !ok && string(k) != "prefix|" {
+		t.Errorf("AppendKey failed but left %q", k)
+	}
+	return strings.TrimPrefix(string(k), "prefix|"), ok
+}
+
+func TestAppendKey(t *testing.T) {
+	cases := []struct {
+		name   string
+		key    string
+		req    *fakeRequest
+		want   string
+		wantOK bool
+	}{
+		{"no parts", `[]`, req(), "", true},
+		{"const", `[{"source":"const","value":"v1"}]`, req(), "2:v1", true},
+		{"const empty", `[{"source":"const","value":""}]`, req(), "0:", true},
+		{"client ip", `[{"source":"client_ip"}]`, req(), "9:192.0.2.1", true},
+		{"client ip v4 prefix", `[{"source":"client_ip","ipv4_prefix":24}]`, req(), "12:192.0.2.0/24", true},
+		{"client ip v6 prefix", `[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":64}]`,
+			req().with(func(r *fakeRequest) { r.source = "[2001:db8:1:2:3:4:5:6]:443" }), "17:2001:db8:1:2::/64", true},
+		{"client ip v6 full", `[{"source":"client_ip","ipv4_prefix":24}]`,
+			req().with(func(r *fakeRequest) { r.source = "[2001:db8::1]:443" }), "11:2001:db8::1", true},
+		{"client ip mapped v4 uses v4 prefix", `[{"source":"client_ip","ipv4_prefix":16}]`,
+			req().with(func(r *fakeRequest) { r.source = "[::ffff:198.51.100.7]:1" }), "13:198.51.0.0/16", true},
+		{"client ip missing", `[{"source":"client_ip"}]`, req().with(func(r *fakeRequest) { r.source = "" }), "", false},
+		{"client ip default", `[{"source":"client_ip","default":"none"}]`, req().with(func(r *fakeRequest) { r.source = "pipe" }), "4:none", true},
+		{"header", `[{"source":"header","name":"X-Api-Key"}]`, req("x-api-key: k1"), "2:k1", true},
+		{"header empty value is a value", `[{"source":"header","name":"x-api-key"}]`, req("x-api-key:"), "0:", true},
+		{"header missing", `[{"source":"header","name":"x-api-key"}]`, req(), "", false},
+		{"header default", `[{"source":"header","name":"x-api-key","default":"anon"}]`, req(), "4:anon", true},
+		{"header joined lines", `[{"source":"header","name":"x-a"}]`, req("x-a: 1", "x-a: 2"), "3:1,2", true},
+		{"query", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1&key=abc&key=def" }), "3:abc", true},
+		{"query decoded", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api%20key=%61b+c%2" }), "6:ab c%2", true},
+		{"query name decoded with +", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api+key=1" }), "1:1", true},
+		{"query without value", `[{"source":"query","name":"flag"}]`, req().with(func(r *fakeRequest) { r.path = "/x?flag&b=2" }), "0:", true},
+		{"query missing", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?keys=1&k=2" }), "", false},
+		{"query no query string", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x" }), "", false},
+		{"query not in fragment", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1#key=2" }), "", false},
+		{"query default", `[{"source":"query","name":"key","default":"-"}]`, req().with(func(r *fakeRequest) { r.path = "/x" }), "1:-", true},
+		{"path without query", `[{"source":"path"}]`, req().with(func(r *fakeRequest) { r.path = "/a/b?c=d" }), "4:/a/b", true},
+		{"path missing", `[{"source":"path"}]`, req().with(func(r *fakeRequest) { r.path = "" }), "", false},
+		{"method", `[{"source":"method"}]`, req(), "3:GET", true},
+		{"method missing", `[{"source":"method"}]`, req().with(func(r *fakeRequest) { r.method = "" }), "", false},
+		{"route", `[{"source":"route"}]`, req(), "3:api", true},
+		{"route missing with default", `[{"source":"route","default":"none"}]`, req().with(func(r *fakeRequest) { r.route = "" }), "4:none", true},
+		{"several parts", `[{"source":"const","value":"t"},{"source":"header","name":"x-tenant"},{"source":"method"}]`, req("x-tenant: acme"), "1:t4:acme3:GET", true},
+		{"second part missing skips", `[{"source":"method"},{"source":"header","name":"x-tenant"}]`, req(), "", false},
+		{"unicode and invalid UTF-8 kept as bytes", `[{"source":"header","name":"x-a"}]`, req("x-a: é\xff"), "3:é\xff", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, oneRule(tb+`,"key":`+tc.key))
+			got, ok := key(t, c, tc.req)
+			if ok != tc.wantOK || got != tc.want {
+				t.Errorf("AppendKey = %q, %v; want %q, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestAppendKeyUnambiguous(t *testing.T) {
+	two := mustParse(t, oneRule(tb+`,"key":[{"source":"header","name":"a"},{"source":"header","name":"b","default":""}]`))
+	pairs := [][2]*fakeRequest{
+		{req("a: a,b"), req("a: a", "b: b")},         // "a,b" + "" vs "a" + "b"
+		{req("a: 1:b"), req("a: 1", "b: b")},         // a value that looks like a length prefix
+		{req("a: x1:y"), req("a: x", "b: y")},        // another split
+		{req("a: "), req("a: 0:")},                   // empty against a fake encoding of empty
+		{req("a: ab", "b: c"), req("a: a", "b: bc")}, // plain concatenation would collide
+	}
+	for _, p := range pairs {
+		k1, ok1 := two.Rules[0].AppendKey(nil, p[0])
+		k2, ok2 := two.Rules[0].AppendKey(nil, p[1])
+		if !ok1 || !ok2 {
+			t.Fatalf("keys not built: %v %v", ok1, ok2)
+		}
+		if string(k1) == string(k2) {
+			t.Errorf("different parts gave the same key %q", k1)
+		}
+	}
+	// A long value is kept whole: truncating would merge clients that differ at the end.
+	long := strings.Repeat("x", 10000)
+	one := mustParse(t, oneRule(tb+`,"key":[{"source":"header","name":"a"}]`))
+	k1, _ := one.Rules[0].AppendKey(nil, req("a: "+long+"1"))
+	k2, _ := one.Rules[0].AppendKey(nil, req("a: "+long+"2"))
+	if string(k1) == string(k2) || len(k1) != len("10001:")+10001 {
+		t.Errorf("long values: len %d, equal %v", len(k1), string(k1) == string(k2))
+	}
+}
+
+// decodeKey splits an AppendKey encoding back into its parts, or fails. It is the proof of
+// unambiguity the fuzz test leans on: every key decodes to exactly the parts it came from.
+func decodeKey(k []byte) ([]string, bool) {
+	var parts []string
+	for len(k) > 0 {
+		i := 0
+		n := 0
+		for i < len(k) && k[i] >= '0' && k[i] <= '9' {
+			n = n*10 + int(k[i]-'0')
+			i++
+			if n > len(k) {
+				return nil, false
+			}
+		}
+		if i == 0 || i >= len(k) || k[i] != ':' || i+1+n > len(k) {
+			return nil, false
+		}
+		parts = append(parts, string(k[i+1:i+1+n]))
+		k = k[i+1+n:]
+	}
+	return parts, true
+}
+
+func TestClientIP(t *testing.T) {
+	const src = "192.0.2.1:1234"
+	cases := []struct {
+		name string
+		hops int
+		xff  []string // header lines; nil: no header
+		src  string
+		want string // "" = not found
+	}{
+		{"hops 0 uses source", 0, []string{"203.0.113.9"}, src, "192.0.2.1"},
+		{"hops 0 ignores xff", 0, []string{"203.0.113.9, 198.51.100.1"}, src, "192.0.2.1"},
+		{"hops 1 right-most", 1, []string{"203.0.113.9, 198.51.100.1"}, src, "198.51.100.1"},
+		{"hops 2", 2, []string{"203.0.113.9, 198.51.100.1"}, src, "203.0.113.9"},
+		{"hops 2 ignores spoofed left entries", 2, []string{"6.6.6.6, 7.7.7.7, 203.0.113.9, 198.51.100.1"}, src, "203.0.113.9"},
+		{"hops 2 over header lines", 2, []string{"6.6.6.6, 203.0.113.9", "198.51.100.1"}, src, "203.0.113.9"},
+		{"too few entries fall back", 3, []string{"203.0.113.9, 198.51.100.1"}, src, "192.0.2.1"},
+		{"no header falls back", 1, nil, src, "192.0.2.1"},
+		{"empty header falls back", 1, []string{""}, src, "192.0.2.1"},
+		{"garbage entry falls back", 1, []string{"1.2.3.4, not-an-ip"}, src, "192.0.2.1"},
+		{"empty entry falls back (it counts)", 2, []string{"1.2.3.4,,5.6.7.8"}, src, "192.0.2.1"},
+		{"garbage does not shift to the left", 2, []string{"1.2.3.4, garbage, 5.6.7.8"}, src, "192.0.2.1"},
+		{"whitespace trimmed", 1, []string{"1.2.3.4 ,\t 5.6.7.8 \t"}, src, "5.6.7.8"},
+		{"ipv6", 1, []string{"2001:db8::1"}, src, "2001:db8::1"},
+		{"ipv6 bracketed", 1, []string{"[2001:db8::1]"}, src, "2001:db8::1"},
+		{"ipv6 with port", 1, []string{"[2001:db8::1]:8080"}, src, "2001:db8::1"},
+		{"ipv4 with port", 1, []string{"1.2.3.4:8080"}, src, "1.2.3.4"},
+		{"ipv4-mapped", 1, []string{"::ffff:1.2.3.4"}, src, "1.2.3.4"},
+		{"zone dropped", 1, []string{"fe80::1%eth0"}, src, "fe80::1"},
+		{"upper-case ipv6 normalised", 1, []string{"2001:DB8:0:0::1"}, src, "2001:db8::1"},
+		{"source ipv6", 0, nil, "[2001:db8::2]:443", "2001:db8::2"},
+		{"source mapped", 0, nil, "[::ffff:192.0.2.7]:443", "192.0.2.7"},
+		{"source without port", 0, nil, "192.0.2.8", "192.0.2.8"},
+		{"source pipe", 0, nil, "/var/run/envoy.sock", ""},
+		{"source empty", 0, nil, "", ""},
+		{"source garbage with xff garbage", 1, []string{"x"}, "y", ""},
+		{"leading zeros rejected", 1, []string{"001.2.3.4"}, src, "192.0.2.1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := req().with(func(r *fakeRequest) { r.source = tc.src })
+			for _, line := range tc.xff {
+				if prev, ok := r.headers["x-forwarded-for"]; ok {
+					line = prev + "," + line
+				}
+				r.headers["x-forwarded-for"] = line
+			}
+			ip, ok := ClientIP(r, tc.hops)
+			if tc.want == "" {
+				if ok {
+					t.Errorf("ClientIP = %v, want none", ip)
+				}
+				return
+			}
+			if !ok || ip != netip.MustParseAddr(tc.want) {
+				t.Errorf("ClientIP = %v, %v; want %s", ip, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestCost(t *testing.T) {
+	c := mustParse(t, oneRule(tb+`,"cost":3`))
+	if got := c.Rules[0].Cost(req("x-cost: 1")); got != 3 {
+		t.Errorf("constant cost = %d", got)
+	}
+	c = mustParse(t, oneRule(tb+`,"cost":{"header":"X-Cost","default":2,"max":50}`))
+	r := c.Rules[0]
+	cases := []struct {
+		header string // "" = absent
+		want   int64
+	}{
+		{"", 2},
+		{"x-cost: 1", 1},
+		{"x-cost: 7", 7},
+		{"x-cost:  7\t", 7},
+		{"x-cost: 007", 7},
+		{"x-cost: 50", 50},
+		{"x-cost: 51", 50},
+		{"x-cost: 0", 50},
+		{"x-cost: -1", 50},
+		{"x-cost: +5", 50},
+		{"x-cost: 1.5", 50},
+		{"x-cost: 5e1", 50},
+		{"x-cost: abc", 50},
+		{"x-cost: 0x10", 50},
+		{"x-cost:", 50},
+		{"x-cost: 99999999999999999999999999", 50},
+		{"x-cost: 1 2", 50},
+		{"x-cost: ５", 50}, // a full-width digit is not a decimal digit
+	}
+	for _, tc := range cases {
+		rq := req()
+		if tc.header != "" {
+			rq = req(tc.header)
+		}
+		if got := r.Cost(rq); got != tc.want {
+			t.Errorf("Cost(%q) = %d, want %d", tc.header, got, tc.want)
+		}
+	}
+	// Two header lines are one joined value, which is not a number: charged max.
+	if got := r.Cost(req("x-cost: 1", "x-cost: 1")); got != 50 {
+		t.Errorf("Cost(two lines) = %d", got)
+	}
+	c = mustParse(t, oneRule(tb+`,"cost":{"header":"x-cost","max":5}`))
+	if got := c.Rules[0].Cost(req()); got != 1 {
+		t.Errorf("default default = %d", got)
+	}
+}

@@ -1,0 +1,149 @@
+package config
+
+import "strings"
+
+// Request is what rules look at. The filter implements it over proxy-wasm calls, lazily
+// and with caching, so a rule that never looks at a header never costs a host call.
+type Request interface {
+	// Header returns a request header's value; name is lower-case. Multiple header lines
+	// with the same name are joined by ",".
+	Header(name string) (string, bool)
+	// Method returns :method.
+	Method() string
+	// Path returns :path, including the query string.
+	Path() string
+	// Route returns the xds.route_name property ("" when no route matched).
+	Route() string
+	// VirtualHost returns the xds.virtual_host_name property.
+	VirtualHost() string
+	// SourceAddress returns the source.address property, "ip:port".
+	SourceAddress() string
+}
+
+// Match returns, in config order, the rules that apply to req, appended to dst.
+//
+// Rules are evaluated in order. The first rule that applies is returned and evaluation
+// stops there, unless that rule has Continue set, in which case later rules are evaluated
+// too (so a request can be counted per client IP and per tenant). A rule applies when all
+// its match conditions hold and every key part without a default is present in the
+// request (see Rule.Matches): a rule that cannot build its key for a request is skipped,
+// and evaluation goes on, which lets a "per-tenant" rule fall through to a "per-IP" rule
+// for requests without a tenant.
+//
+// Match does not allocate when dst has room and the rules use no regular expressions.
+func (c *Config) Match(req Request, dst []*Rule) []*Rule {
+	for _, r := range c.Rules {
+		if !r.Matches(req) {
+			continue
+		}
+		dst = append(dst, r)
+		if !r.Continue {
+			break
+		}
+	}
+	return dst
+}
+
+// Matches reports whether the rule applies to req: its conditions hold and its key can be
+// built (AppendKey would return ok).
+func (r *Rule) Matches(req Request) bool {
+	return r.Match.Matches(req) && r.keyAvailable(req)
+}
+
+// Matches reports whether every condition holds for req. Cheap conditions are checked
+// first so that most rules are rejected before any header is read.
+func (m *Match) Matches(req Request) bool {
+	if len(m.Routes) > 0 && !m.routes.has(req.Route()) {
+		return false
+	}
+	if len(m.Methods) > 0 && !m.methods.has(req.Method()) {
+		return false
+	}
+	if m.Path != nil && !m.Path.Matches(pathOnly(req.Path())) {
+		return false
+	}
+	if len(m.VirtualHosts) > 0 && !m.vhosts.has(req.VirtualHost()) {
+		return false
+	}
+	for i := range m.Headers {
+		if !m.Headers[i].Matches(req) {
+			return false
+		}
+	}
+	return true
+}
+
+// Matches compares a path that has no query string. Paths are compared as Envoy hands them
+// over: no decoding or normalisation is done here, so enable Envoy's normalize_path and
+// merge_slashes if clients might write /api//login or /api/%6Cogin.
+func (pm *PathMatch) Matches(path string) bool {
+	switch pm.Kind {
+	case MatchExact:
+		return path == pm.Value
+	case MatchPrefix:
+		return strings.HasPrefix(path, pm.Value)
+	case MatchRegex:
+		return pm.re.MatchString(path)
+	}
+	return false
+}
+
+// Matches evaluates the header condition against req, including Invert.
+func (hm *HeaderMatch) Matches(req Request) bool {
+	v, ok := req.Header(hm.Name)
+	var res bool
+	switch hm.Kind {
+	case MatchPresent:
+		res = ok
+	case MatchAbsent:
+		res = !ok
+	case MatchExact:
+		res = ok && v == hm.Value
+	case MatchPrefix:
+		res = ok && strings.HasPrefix(v, hm.Value)
+	case MatchRegex:
+		res = ok && hm.re.MatchString(v)
+	}
+	return res != hm.Invert
+}
+
+// pathOnly strips the query string (and a fragment, should one ever arrive), so that a
+// client cannot step around a path condition by appending "?x".
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// stringSet is an any-of set of exact strings. Short lists are scanned, which beats
+// hashing for the handful of routes a rule usually names; long lists use a map. Neither
+// allocates on lookup.
+type stringSet struct {
+	list []string
+	m    map[string]struct{}
+}
+
+func newStringSet(list []string) stringSet {
+	s := stringSet{list: list}
+	if len(list) > 8 {
+		s.m = make(map[string]struct{}, len(list))
+		for _, x := range list {
+			s.m[x] = struct{}{}
+		}
+	}
+	return s
+}
+
+func (s *stringSet) has(x string) bool {
+	if s.m != nil {
+		_, ok := s.m[x]
+		return ok
+	}
+	for _, y := range s.list {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,955 @@
+package config
+
+import (
+	"bytes"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// Parse parses, validates and compiles a plugin configuration.
+//
+// On failure the error is an Errors value listing every problem found (up to 100), in
+// document order, each as "path: message", for example
+//
+//	rules[2].window: "10" has no unit
+//	rules[0].limt: unknown field (did you mean "limit"?)
+//
+// Errors for a field are not reported again as consequences elsewhere when that can be
+// avoided, and no partially valid Config is ever returned.
+func Parse(data []byte) (*Config, error) {
+	var p parser
+	if len(data) > MaxConfigBytes {
+		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
+		return nil, p.result()
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		p.add("", "config is empty: at least one rule is required")
+		return nil, p.result()
+	}
+	root, err := decodeTree(data, func(path, key string) {
+		p.add(path, "duplicate key")
+	})
+	if err != nil {
+		p.add("", err.Error())
+		return nil, p.result()
+	}
+	cfg := p.config(root)
+	if err := p.result(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+var topLevelFields = []string{
+	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
+	"deny", "max_keys", "redis", "rules",
+}
+
+func (p *parser) config(root *node) *Config {
+	f, ok := p.object("", root, topLevelFields...)
+	if !ok {
+		return nil
+	}
+	c := &Config{
+		Domain:           DefaultDomain,
+		FailureMode:      FailAllow,
+		CASAttempts:      DefaultCASAttempts,
+		RateLimitHeaders: HeadersDraft,
+		MaxKeys:          DefaultMaxKeys,
+	}
+	if n, path := f.get("$schema"); n != nil {
+		// Editors use "$schema" to find schema.json; the filter only checks its type.
+		p.str(path, n, MaxStringLen)
+	}
+	if n, path := f.get("domain"); n != nil {
+		if s, ok := p.str(path, n, MaxStringLen); ok {
+			if isName(s) {
+				c.Domain = s
+			} else {
+				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+			}
+		}
+	}
+	if n, path := f.get("failure_mode"); n != nil {
+		if s, ok := p.enum(path, n, "allow", "deny"); ok {
+			c.FailureMode = FailureMode(s)
+		}
+	}
+	if n, path := f.get("cas_attempts"); n != nil {
+		if v, ok := p.intField(path, n, 1, 64); ok {
+			c.CASAttempts = v
+		}
+	}
+	if n, path := f.get("rate_limit_headers"); n != nil {
+		if s, ok := p.headersMode(path, n); ok {
+			c.RateLimitHeaders = s
+		}
+	}
+	if n, path := f.get("trusted_hops"); n != nil {
+		if v, ok := p.intField(path, n, 0, 16); ok {
+			c.TrustedHops = v
+		}
+	}
+	if n, path := f.get("max_keys"); n != nil {
+		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
+			c.MaxKeys = v
+		}
+	}
+	c.Deny = defaultDeny()
+	if n, path := f.get("deny"); n != nil {
+		if d := p.deny(path, n, c.Deny); d != nil {
+			c.Deny = d
+		}
+	}
+	redisNode, redisPath := f.get("redis")
+	if redisNode != nil {
+		c.Redis = p.redis(redisPath, redisNode)
+	}
+
+	n, path := f.get("rules")
+	if n == nil {
+		p.add("rules", "required: at least one rule")
+		return c
+	}
+	elems, ok := p.array(path, n, 1, MaxRules)
+	if !ok {
+		return c
+	}
+	names := make(map[string]int, len(elems))
+	firstGlobal := -1
+	for i, e := range elems {
+		rpath := joinIndex(path, i)
+		r := p.rule(rpath, e, c)
+		if r == nil {
+			continue
+		}
+		r.Index = i
+		if r.Name != "" {
+			if j, dup := names[r.Name]; dup {
+				p.addf(rpath+".name", "duplicate of rules[%d].name %s", j, strconv.Quote(r.Name))
+			} else {
+				names[r.Name] = i
+			}
+		}
+		if r.Scope == ScopeGlobal && firstGlobal < 0 {
+			firstGlobal = i
+		}
+		c.Rules = append(c.Rules, r)
+	}
+	if firstGlobal >= 0 && redisNode == nil {
+		p.addf("redis", `required because rules[%d] has scope "global"`, firstGlobal)
+	}
+	return c
+}
+
+func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
+	s, ok := p.enum(path, n, "draft", "legacy", "both", "none")
+	return HeadersMode(s), ok
+}
+
+var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "failure_mode", "breaker"}
+
+func (p *parser) redis(path string, n *node) *Redis {
+	f, ok := p.object(path, n, redisFields...)
+	if !ok {
+		return nil
+	}
+	r := &Redis{
+		Timeout:     DefaultRedisTimeout,
+		KeyPrefix:   DefaultKeyPrefix,
+		FailureMode: RedisFailLocal,
+		Breaker:     Breaker{Failures: DefaultBreakerFails, Cooldown: DefaultCooldown},
+	}
+	if cn, cpath := f.get("cluster"); cn == nil {
+		p.add(cpath, "required")
+	} else if s, ok := p.str(cpath, cn, 255); ok {
+		if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t") {
+			p.add(cpath, quote(s)+" is not a valid cluster name")
+		} else {
+			r.Cluster = s
+		}
+	}
+	r.Authority = r.Cluster
+	if an, apath := f.get("authority"); an != nil {
+		if s, ok := p.str(apath, an, 255); ok {
+			if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t/?#@") {
+				p.add(apath, quote(s)+" is not a valid authority (want host or host:port)")
+			} else {
+				r.Authority = s
+			}
+		}
+	}
+	if tn, tpath := f.get("timeout"); tn != nil {
+		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
+			r.Timeout = d
+		}
+	}
+	if kn, kpath := f.get("key_prefix"); kn != nil {
+		if s, ok := p.str(kpath, kn, MaxStringLen); ok {
+			if isKeyPrefix(s) {
+				r.KeyPrefix = s
+			} else {
+				p.add(kpath, quote(s)+" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
+			}
+		}
+	}
+	if fn, fpath := f.get("failure_mode"); fn != nil {
+		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
+			r.FailureMode = RedisFailureMode(s)
+		}
+	}
+	if bn, bpath := f.get("breaker"); bn != nil {
+		if bf, ok := p.object(bpath, bn, "failures", "cooldown"); ok {
+			if n, path := bf.get("failures"); n != nil {
+				if v, ok := p.intField(path, n, 1, 1000); ok {
+					r.Breaker.Failures = v
+				}
+			}
+			if n, path := bf.get("cooldown"); n != nil {
+				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
+					r.Breaker.Cooldown = d
+				}
+			}
+		}
+	}
+	return r
+}
+
+// isKeyPrefix allows braces so that a Redis Cluster hash tag ("{rl}") can pin every key to
+// one slot, which the multi-key scripts need.
+func isKeyPrefix(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:{}-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+var ruleFields = []string{
+	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
+	"cost", "shadow", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
+	"rate_limit_headers",
+}
+
+var algorithmNames = []string{
+	algorithms.AlgTokenBucket, algorithms.AlgLeakyBucket, algorithms.AlgSlidingWindow,
+	algorithms.AlgFixedWindow, algorithms.AlgGCRA, algorithms.AlgAdaptive,
+}
+
+// rule parses one rule. It returns nil only when the rule is not an object; otherwise it
+// returns the rule even with problems, so that later checks (duplicate names, redis) still
+// run on what could be read.
+func (p *parser) rule(path string, n *node, c *Config) *Rule {
+	f, ok := p.object(path, n, ruleFields...)
+	if !ok {
+		return nil
+	}
+	r := &Rule{
+		Scope:            ScopeLocal,
+		Mode:             ModeMeter,
+		CostSpec:         CostSpec{Constant: 1},
+		MaxKeys:          c.MaxKeys,
+		Deny:             c.Deny,
+		RateLimitHeaders: c.RateLimitHeaders,
+		trustedHops:      c.TrustedHops,
+	}
+	if nn, npath := f.get("name"); nn == nil {
+		p.add(npath, "required")
+	} else if s, ok := p.str(npath, nn, MaxStringLen); ok {
+		if isName(s) {
+			r.Name = s
+		} else {
+			p.add(npath, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+		}
+	}
+	if dn, dpath := f.get("description"); dn != nil {
+		if s, ok := p.str(dpath, dn, MaxStringLen); ok {
+			r.Description = s
+		}
+	}
+	if mn, mpath := f.get("match"); mn != nil {
+		p.match(mpath, mn, &r.Match)
+	}
+	if kn, kpath := f.get("key"); kn != nil {
+		r.Key = p.key(kpath, kn)
+	}
+	if cn, cpath := f.get("cost"); cn != nil {
+		if cs, ok := p.cost(cpath, cn); ok {
+			r.CostSpec = cs
+		}
+	}
+	if bn, bpath := f.get("shadow"); bn != nil {
+		r.Shadow, _ = p.boolean(bpath, bn)
+	}
+	if bn, bpath := f.get("continue"); bn != nil {
+		r.Continue, _ = p.boolean(bpath, bn)
+	}
+	if vn, vpath := f.get("max_keys"); vn != nil {
+		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
+			r.MaxKeys = v
+		}
+	}
+	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
+		if m, ok := p.headersMode(vpath, vn); ok {
+			r.RateLimitHeaders = m
+		}
+	}
+	if dn, dpath := f.get("deny"); dn != nil {
+		if d := p.deny(dpath, dn, c.Deny); d != nil {
+			r.Deny = d
+		}
+	}
+	p.algorithm(path, f, r)
+	return r
+}
+
+// algorithm reads the algorithm and its parameters into r.Algorithm, checks what the config
+// itself owns (types, units, which fields go with which algorithm and mode), and then lets
+// package algorithms validate the parameters and build the limiter (see checkAlgorithm).
+func (p *parser) algorithm(path string, f fields, r *Rule) {
+	an, apath := f.get("algorithm")
+	if an == nil {
+		p.add(apath, "required")
+		return
+	}
+	alg, ok := p.enum(apath, an, algorithmNames...)
+	if !ok {
+		return
+	}
+	ac := &r.Algorithm
+	ac.Algorithm = alg
+	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
+
+	// notFor reports a field that this algorithm (or mode) does not use. Accepting and
+	// ignoring it would let a config look like it says something it does not.
+	notFor := func(field, why string) {
+		if fn, fpath := f.get(field); fn != nil {
+			p.add(fpath, "not used by "+why)
+			valid = false
+		}
+	}
+
+	if wn, wpath := f.get("window"); wn == nil {
+		p.add(wpath, "required")
+		valid = false
+	} else if d, ok := p.duration(wpath, wn, algorithms.MinWindow, algorithms.MaxWindow); ok {
+		ac.Window = d
+	} else {
+		valid = false
+	}
+
+	switch alg {
+	case algorithms.AlgTokenBucket, algorithms.AlgGCRA, algorithms.AlgLeakyBucket:
+		if bn, bpath := f.get("burst"); bn != nil {
+			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
+				ac.Burst = v
+			} else {
+				valid = false
+			}
+		}
+	default:
+		notFor("burst", alg)
+	}
+
+	if alg == algorithms.AlgSlidingWindow {
+		ac.Variant = algorithms.VariantCounter
+		if vn, vpath := f.get("variant"); vn != nil {
+			if v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog); ok {
+				ac.Variant = v
+			} else {
+				valid = false
+			}
+		}
+	} else {
+		notFor("variant", alg)
+	}
+
+	if mn, mpath := f.get("mode"); mn != nil {
+		if m, ok := p.enum(mpath, mn, "meter", "shape"); ok {
+			r.Mode = Mode(m)
+			if r.Mode == ModeShape && alg != algorithms.AlgLeakyBucket {
+				p.add(mpath, `"shape" needs algorithm leaky_bucket`)
+				valid = false
+			}
+		} else {
+			valid = false
+		}
+	}
+	if r.Mode == ModeShape {
+		if dn, dpath := f.get("max_delay"); dn == nil {
+			p.add(dpath, `required when mode is "shape"`)
+			valid = false
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, MaxShapingDelay); ok {
+			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
+		} else {
+			valid = false
+		}
+	} else {
+		notFor("max_delay", `mode "meter" (max_delay needs mode "shape")`)
+	}
+
+	if sn, spath := f.get("scope"); sn != nil {
+		if s, ok := p.enum(spath, sn, "local", "global"); ok {
+			r.Scope = Scope(s)
+			switch {
+			case r.Scope == ScopeGlobal && alg == algorithms.AlgAdaptive:
+				p.add(spath, `"global" is not supported by adaptive: it tunes the limit from each proxy's own latency and errors`)
+			case r.Scope == ScopeGlobal && r.Mode == ModeShape:
+				p.add(spath, `"global" is not supported with mode "shape": a delay cannot be scheduled across proxies`)
+			}
+		}
+	}
+
+	// The limit is read before the adaptive section so that its type is checked even when
+	// the adaptive section is broken.
+	ln, lpath := f.get("limit")
+	var limit int64
+	if ln != nil {
+		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
+			limit = v
+		} else {
+			valid = false
+		}
+	}
+	if alg == algorithms.AlgAdaptive {
+		an, apath := f.get("adaptive")
+		if an == nil {
+			p.add(apath, "required for algorithm adaptive")
+			return
+		}
+		if !p.adaptive(apath, an, ac) {
+			return
+		}
+		ac.Limit = ac.MaxLimit // the default starting limit: no shedding until signals say so
+		if limit > 0 {
+			if limit < ac.MinLimit || limit > ac.MaxLimit {
+				p.addf(lpath, "must be between adaptive.min_limit (%d) and adaptive.max_limit (%d), got %d", ac.MinLimit, ac.MaxLimit, limit)
+				return
+			}
+			ac.Limit = limit
+		}
+	} else {
+		notFor("adaptive", alg)
+		if ln == nil {
+			p.add(lpath, "required")
+			valid = false
+		}
+		ac.Limit = limit
+	}
+
+	if valid {
+		if fpath, msg := checkAlgorithm(r); msg != "" {
+			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
+		}
+	}
+}
+
+// adaptive reads the adaptive section into ac.
+func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
+	f, ok := p.object(path, n, "min_limit", "max_limit", "target_latency", "error_threshold", "interval")
+	if !ok {
+		return false
+	}
+	ac.ErrorThreshold = DefaultErrorThreshold
+	ac.AdjustInterval = DefaultAdaptiveInterval
+	valid := true
+	for _, field := range []string{"min_limit", "max_limit"} {
+		n, fpath := f.get(field)
+		if n == nil {
+			p.add(fpath, "required")
+			valid = false
+			continue
+		}
+		v, ok := p.integer(fpath, n, 1, algorithms.LimitCeiling)
+		valid = valid && ok
+		if field == "min_limit" {
+			ac.MinLimit = v
+		} else {
+			ac.MaxLimit = v
+		}
+	}
+	if n, fpath := f.get("target_latency"); n != nil {
+		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
+		valid = valid && ok
+	}
+	if n, fpath := f.get("error_threshold"); n != nil {
+		ac.ErrorThreshold, ok = p.float(fpath, n, 0, 1)
+		valid = valid && ok
+	}
+	if n, fpath := f.get("interval"); n != nil {
+		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
+		valid = valid && ok
+	}
+	if valid && ac.MinLimit > ac.MaxLimit {
+		p.addf(joinKey(path, "min_limit"), "must be <= max_limit (%d), got %d", ac.MaxLimit, ac.MinLimit)
+		valid = false
+	}
+	if valid && ac.TargetLatency == 0 && ac.ErrorThreshold == 0 {
+		p.add(path, "needs target_latency or a non-zero error_threshold: with neither signal the limit never moves")
+		valid = false
+	}
+	return valid
+}
+
+// cost reads either an integer or {header, default, max}.
+func (p *parser) cost(path string, n *node) (CostSpec, bool) {
+	if n.kind == kindNumber {
+		v, ok := p.integer(path, n, 1, MaxCost)
+		return CostSpec{Constant: v}, ok
+	}
+	if n.kind != kindObject {
+		p.add(path, "want an integer or an object {header, default, max}, got "+n.describe())
+		return CostSpec{}, false
+	}
+	f, _ := p.object(path, n, "header", "default", "max")
+	cs := CostSpec{Constant: 1, Default: 1}
+	valid := true
+	if hn, hpath := f.get("header"); hn == nil {
+		p.add(hpath, "required")
+		valid = false
+	} else if h, ok := p.headerName(hpath, hn); ok {
+		cs.Header = h
+	} else {
+		valid = false
+	}
+	if mn, mpath := f.get("max"); mn == nil {
+		p.add(mpath, "required: it bounds what one request can cost and is charged for invalid values")
+		valid = false
+	} else if v, ok := p.integer(mpath, mn, 1, MaxCost); ok {
+		cs.Max = v
+	} else {
+		valid = false
+	}
+	if dn, dpath := f.get("default"); dn != nil {
+		if v, ok := p.integer(dpath, dn, 1, MaxCost); ok {
+			cs.Default = v
+			if cs.Max > 0 && v > cs.Max {
+				p.addf(dpath, "must be <= max (%d), got %d", cs.Max, v)
+				valid = false
+			}
+		} else {
+			valid = false
+		}
+	} else if cs.Max > 0 && cs.Default > cs.Max {
+		cs.Default = cs.Max
+	}
+	return cs, valid
+}
+
+var keySources = []string{
+	string(SourceClientIP), string(SourceHeader), string(SourceQuery), string(SourcePath),
+	string(SourceMethod), string(SourceRoute), string(SourceConst),
+}
+
+func (p *parser) key(path string, n *node) []KeyPart {
+	elems, ok := p.array(path, n, 0, MaxKeyParts)
+	if !ok {
+		return nil
+	}
+	parts := make([]KeyPart, 0, len(elems))
+	for i, e := range elems {
+		if kp, ok := p.keyPart(joinIndex(path, i), e); ok {
+			parts = append(parts, kp)
+		}
+	}
+	return parts
+}
+
+func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
+	f, ok := p.object(path, n, "source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix")
+	if !ok {
+		return KeyPart{}, false
+	}
+	kp := KeyPart{IPv4Prefix: 32, IPv6Prefix: 128}
+	sn, spath := f.get("source")
+	if sn == nil {
+		p.add(spath, "required")
+		return kp, false
+	}
+	s, ok := p.enum(spath, sn, keySources...)
+	if !ok {
+		return kp, false
+	}
+	kp.Source = Source(s)
+	valid := true
+	unused := func(field string) {
+		if fn, fpath := f.get(field); fn != nil {
+			p.add(fpath, "not used by source "+strconv.Quote(s))
+			valid = false
+		}
+	}
+
+	switch kp.Source {
+	case SourceHeader, SourceQuery:
+		nn, npath := f.get("name")
+		if nn == nil {
+			p.add(npath, "required for source "+strconv.Quote(s))
+			valid = false
+		} else if kp.Source == SourceHeader {
+			kp.Name, ok = p.headerName(npath, nn)
+			valid = valid && ok
+		} else if name, ok := p.str(npath, nn, 256); !ok {
+			valid = false
+		} else if name == "" {
+			p.add(npath, "must not be empty")
+			valid = false
+		} else {
+			kp.Name = name
+		}
+	default:
+		unused("name")
+	}
+
+	if kp.Source == SourceConst {
+		vn, vpath := f.get("value")
+		if vn == nil {
+			p.add(vpath, `required for source "const"`)
+			valid = false
+		} else {
+			kp.Value, ok = p.str(vpath, vn, MaxStringLen)
+			valid = valid && ok
+		}
+		if dn, dpath := f.get("default"); dn != nil {
+			p.add(dpath, `not used by source "const": a constant is never missing`)
+			valid = false
+		}
+	} else {
+		unused("value")
+		if dn, dpath := f.get("default"); dn != nil {
+			if d, ok := p.str(dpath, dn, MaxStringLen); ok {
+				kp.Default, kp.HasDefault = d, true
+			} else {
+				valid = false
+			}
+		}
+	}
+
+	if kp.Source == SourceClientIP {
+		if pn, ppath := f.get("ipv4_prefix"); pn != nil {
+			kp.IPv4Prefix, ok = p.intField(ppath, pn, 1, 32)
+			valid = valid && ok
+		}
+		if pn, ppath := f.get("ipv6_prefix"); pn != nil {
+			kp.IPv6Prefix, ok = p.intField(ppath, pn, 1, 128)
+			valid = valid && ok
+		}
+	} else {
+		unused("ipv4_prefix")
+		unused("ipv6_prefix")
+	}
+	return kp, valid
+}
+
+// match reads the rule's request conditions into m.
+func (p *parser) match(path string, n *node, m *Match) {
+	f, ok := p.object(path, n, "routes", "virtual_hosts", "path", "methods", "headers")
+	if !ok {
+		return
+	}
+	if ln, lpath := f.get("routes"); ln != nil {
+		m.Routes = p.stringList(lpath, ln, MaxListLen, "routes")
+		m.routes = newStringSet(m.Routes)
+	}
+	if ln, lpath := f.get("virtual_hosts"); ln != nil {
+		m.VirtualHosts = p.stringList(lpath, ln, MaxListLen, "virtual hosts")
+		m.vhosts = newStringSet(m.VirtualHosts)
+	}
+	if pn, ppath := f.get("path"); pn != nil {
+		m.Path = p.pathMatch(ppath, pn)
+	}
+	if ln, lpath := f.get("methods"); ln != nil {
+		methods := p.stringList(lpath, ln, MaxMethods, "methods")
+		for i, s := range methods {
+			if !isToken(s) || strings.ToUpper(s) != s {
+				p.add(joinIndex(lpath, i), quote(s)+" is not an upper-case method token (like GET)")
+			}
+		}
+		m.Methods = methods
+		m.methods = newStringSet(methods)
+	}
+	if hn, hpath := f.get("headers"); hn != nil {
+		elems, ok := p.array(hpath, hn, 1, MaxHeaderConds)
+		if ok {
+			for i, e := range elems {
+				if hm, ok := p.headerMatch(joinIndex(hpath, i), e); ok {
+					m.Headers = append(m.Headers, hm)
+				}
+			}
+		}
+	}
+}
+
+// stringList reads a non-empty list of strings. An empty list is an error rather than
+// "matches nothing" or "matches everything": either reading would surprise someone.
+func (p *parser) stringList(path string, n *node, max int, what string) []string {
+	elems, ok := p.array(path, n, 0, max)
+	if !ok {
+		return nil
+	}
+	if len(elems) == 0 {
+		p.add(path, "must not be empty (omit it to match all "+what+")")
+		return nil
+	}
+	out := make([]string, 0, len(elems))
+	for i, e := range elems {
+		if s, ok := p.str(joinIndex(path, i), e, MaxStringLen); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// compileRegex compiles an RE2 expression anchored at both ends, so that it must match the
+// whole value: an unanchored "/admin" would also match "/public/admin-docs".
+func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
+	if len(src) > MaxRegexLen {
+		p.addf(path, "is %d bytes long; the maximum is %d", len(src), MaxRegexLen)
+		return nil, false
+	}
+	// Compile the source alone first so that a syntax error quotes what the user wrote,
+	// not our anchoring wrapper.
+	if _, err := regexp.Compile(src); err != nil {
+		p.add(path, err.Error())
+		return nil, false
+	}
+	re, err := regexp.Compile(`^(?:` + src + `)$`)
+	if err != nil {
+		p.add(path, err.Error())
+		return nil, false
+	}
+	return re, true
+}
+
+// onlyOne finds which one of the given fields an object sets, reporting none or several.
+func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node, string, bool) {
+	var set []string
+	for _, name := range names {
+		if f.has(name) {
+			set = append(set, name)
+		}
+	}
+	if len(set) != 1 {
+		msg := "want exactly one of " + strings.Join(names, ", ")
+		if len(set) > 1 {
+			msg += ", got " + strings.Join(set, " and ")
+		}
+		p.add(path, msg)
+		return "", nil, "", false
+	}
+	n, npath := f.get(set[0])
+	return set[0], n, npath, true
+}
+
+func (p *parser) pathMatch(path string, n *node) *PathMatch {
+	f, ok := p.object(path, n, "exact", "prefix", "regex")
+	if !ok {
+		return nil
+	}
+	which, vn, vpath, ok := p.onlyOne(path, f, "exact", "prefix", "regex")
+	if !ok {
+		return nil
+	}
+	s, ok := p.str(vpath, vn, MaxStringLen)
+	if !ok {
+		return nil
+	}
+	pm := &PathMatch{Value: s}
+	switch which {
+	case "exact", "prefix":
+		if !strings.HasPrefix(s, "/") {
+			p.add(vpath, quote(s)+` must start with "/"`)
+			return nil
+		}
+		if strings.ContainsAny(s, "?#") {
+			p.add(vpath, quote(s)+" must not contain a query string: paths are matched without it")
+			return nil
+		}
+		pm.Kind = MatchExact
+		if which == "prefix" {
+			pm.Kind = MatchPrefix
+		}
+	case "regex":
+		pm.Kind = MatchRegex
+		if pm.re, ok = p.compileRegex(vpath, s); !ok {
+			return nil
+		}
+	}
+	return pm
+}
+
+func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
+	f, ok := p.object(path, n, "name", "present", "exact", "prefix", "regex", "invert")
+	if !ok {
+		return HeaderMatch{}, false
+	}
+	var hm HeaderMatch
+	valid := true
+	if nn, npath := f.get("name"); nn == nil {
+		p.add(npath, "required")
+		valid = false
+	} else if hm.Name, ok = p.headerName(npath, nn); !ok {
+		valid = false
+	}
+	if in, ipath := f.get("invert"); in != nil {
+		hm.Invert, ok = p.boolean(ipath, in)
+		valid = valid && ok
+	}
+	which, vn, vpath, ok := p.onlyOne(path, f, "present", "exact", "prefix", "regex")
+	if !ok {
+		return hm, false
+	}
+	if which == "present" {
+		b, ok := p.boolean(vpath, vn)
+		if !ok {
+			return hm, false
+		}
+		hm.Kind = MatchAbsent
+		if b {
+			hm.Kind = MatchPresent
+		}
+		return hm, valid
+	}
+	s, ok := p.str(vpath, vn, MaxStringLen)
+	if !ok {
+		return hm, false
+	}
+	hm.Value = s
+	switch which {
+	case "exact":
+		hm.Kind = MatchExact
+	case "prefix":
+		if s == "" {
+			p.add(vpath, `must not be empty (use "present": true)`)
+			return hm, false
+		}
+		hm.Kind = MatchPrefix
+	case "regex":
+		hm.Kind = MatchRegex
+		if hm.re, ok = p.compileRegex(vpath, s); !ok {
+			return hm, false
+		}
+	}
+	return hm, valid
+}
+
+// defaultDeny is the built-in denial response.
+func defaultDeny() *Deny {
+	d := &Deny{Status: DefaultDenyStatus, Body: DefaultDenyBody, ContentType: "application/json"}
+	d.body, _ = compileBody(d.Body)
+	return d
+}
+
+// reservedDenyHeaders are set by the filter itself; letting the config set them too would
+// send duplicates or contradict the computed values.
+var reservedDenyHeaders = map[string]string{
+	"content-type":          `use "content_type"`,
+	"content-length":        "computed from the body",
+	"retry-after":           "set by the filter",
+	"ratelimit":             "set by the filter",
+	"ratelimit-policy":      "set by the filter",
+	"x-ratelimit-limit":     "set by the filter",
+	"x-ratelimit-remaining": "set by the filter",
+	"x-ratelimit-reset":     "set by the filter",
+}
+
+// deny reads a denial response. Fields that are absent are inherited from parent (the
+// top-level response, or the built-in one), except that a body given without a
+// content_type gets "text/plain": the inherited content type described a different body.
+// A rule's headers, when given, replace the parent's headers entirely, so a rule can drop
+// them.
+func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
+	f, ok := p.object(path, n, "status", "body", "content_type", "headers")
+	if !ok {
+		return nil
+	}
+	d := *parent
+	valid := true
+	if sn, spath := f.get("status"); sn != nil {
+		d.Status, ok = p.intField(spath, sn, 400, 599)
+		valid = valid && ok
+	}
+	if bn, bpath := f.get("body"); bn != nil {
+		if s, ok := p.str(bpath, bn, MaxBodyLen); ok {
+			parts, msg := compileBody(s)
+			if msg != "" {
+				p.add(bpath, msg)
+				valid = false
+			} else {
+				d.Body, d.body = s, parts
+				d.ContentType = "text/plain"
+			}
+		} else {
+			valid = false
+		}
+	}
+	if cn, cpath := f.get("content_type"); cn != nil {
+		if s, ok := p.str(cpath, cn, 256); ok {
+			if s == "" || !isFieldValue(s) {
+				p.add(cpath, quote(s)+" is not a valid content type")
+				valid = false
+			} else {
+				d.ContentType = s
+			}
+		} else {
+			valid = false
+		}
+	}
+	if hn, hpath := f.get("headers"); hn != nil {
+		if hn.kind != kindObject {
+			p.add(hpath, "want an object of header names to values, got "+hn.describe())
+			valid = false
+		} else if len(hn.members) > MaxDenyHeaders {
+			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), MaxDenyHeaders)
+			valid = false
+		} else {
+			d.Headers = nil
+			seen := map[string]string{}
+			for _, m := range hn.members {
+				mpath := joinKey(hpath, m.key)
+				name := strings.ToLower(m.key)
+				if !isToken(name) {
+					p.add(mpath, quote(m.key)+" is not a valid header name")
+					valid = false
+					continue
+				}
+				if why, ok := reservedDenyHeaders[name]; ok {
+					p.add(mpath, "cannot be set here: "+why)
+					valid = false
+					continue
+				}
+				if prev, ok := seen[name]; ok {
+					p.add(mpath, "duplicate of header "+strconv.Quote(prev)+" (header names are case-insensitive)")
+					valid = false
+					continue
+				}
+				seen[name] = m.key
+				v, ok := p.str(mpath, m.val, MaxStringLen)
+				if !ok {
+					valid = false
+					continue
+				}
+				if !isFieldValue(v) {
+					p.add(mpath, quote(v)+" contains control characters")
+					valid = false
+					continue
+				}
+				d.Headers = append(d.Headers, Header{Name: name, Value: v})
+			}
+			sort.Slice(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
+		}
+	}
+	if !valid {
+		return nil
+	}
+	return &d
+}

@@ -1,0 +1,324 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// parser collects problems while walking the JSON tree. Every helper reports its own
+// problems and returns ok=false, so callers only decide what to do next.
+type parser struct {
+	errs    Errors
+	dropped int
+}
+
+func (p *parser) add(path, msg string) {
+	if len(p.errs) >= maxErrors {
+		p.dropped++
+		return
+	}
+	p.errs = append(p.errs, &Error{Path: path, Msg: msg})
+}
+
+func (p *parser) addf(path, format string, args ...any) {
+	p.add(path, fmt.Sprintf(format, args...))
+}
+
+// result returns the collected problems as an error, or nil.
+func (p *parser) result() error {
+	if len(p.errs) == 0 {
+		return nil
+	}
+	errs := p.errs
+	if p.dropped > 0 {
+		errs = append(errs[:len(errs):len(errs)], &Error{Msg: fmt.Sprintf("... and %d more problems", p.dropped)})
+	}
+	return errs
+}
+
+// fields gives access to an object's members after its unknown fields were reported.
+type fields struct {
+	n    *node
+	path string
+}
+
+// get returns the member named key (nil when absent) and its path.
+func (f fields) get(key string) (*node, string) {
+	return f.n.lookup(key), joinKey(f.path, key)
+}
+
+// has reports whether the member is present.
+func (f fields) has(key string) bool {
+	return f.n.lookup(key) != nil
+}
+
+// object checks that n is an object and reports every member that is not in known: an
+// unknown field is an error at every level, because a typo ("limt") must not silently
+// disable a limit.
+func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
+	if n.kind != kindObject {
+		p.add(path, "want an object, got "+n.describe())
+		return fields{}, false
+	}
+	for _, m := range n.members {
+		if !contains(known, m.key) {
+			msg := "unknown field"
+			if s := suggest(m.key, known); s != "" {
+				msg += " (did you mean " + strconv.Quote(s) + "?)"
+			}
+			p.add(joinKey(path, m.key), msg)
+		}
+	}
+	return fields{n: n, path: path}, true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest returns the known name closest to a misspelt one, if it is close enough to be
+// a likely typo.
+func suggest(s string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(s), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance, bounded to short inputs (field names).
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// str reads a string of at most maxLen bytes.
+func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
+	if n.kind != kindString {
+		p.add(path, "want a string, got "+n.describe())
+		return "", false
+	}
+	if len(n.s) > maxLen {
+		p.addf(path, "is %d bytes long; the maximum is %d", len(n.s), maxLen)
+		return "", false
+	}
+	return n.s, true
+}
+
+// boolean reads true or false.
+func (p *parser) boolean(path string, n *node) (bool, bool) {
+	if n.kind != kindBool {
+		p.add(path, "want true or false, got "+n.describe())
+		return false, false
+	}
+	return n.b, true
+}
+
+// integer reads an integer in [lo, hi]. JSON numbers with a fraction or exponent are
+// rejected rather than rounded: "1.5 requests" is a mistake worth hearing about.
+func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
+	if n.kind != kindNumber || strings.ContainsAny(n.s, ".eE") {
+		p.add(path, "want an integer, got "+n.describe())
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.s, 10, 64)
+	if err != nil || v < lo || v > hi {
+		p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), hi == math.MaxInt64, n.describe()))
+		return 0, false
+	}
+	return v, true
+}
+
+// intField reads an int-typed integer; the bounds always fit an int.
+func (p *parser) intField(path string, n *node, lo, hi int) (int, bool) {
+	v, ok := p.integer(path, n, int64(lo), int64(hi))
+	return int(v), ok
+}
+
+// float reads a number in [lo, hi].
+func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
+	if n.kind != kindNumber {
+		p.add(path, "want a number, got "+n.describe())
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(n.s, 64)
+	if err != nil || v < lo || v > hi {
+		p.add(path, rangeMsg(strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64), false, n.describe()))
+		return 0, false
+	}
+	return v, true
+}
+
+func rangeMsg(lo, hi string, open bool, got string) string {
+	if open {
+		return "must be >= " + lo + ", got " + got
+	}
+	return "must be between " + lo + " and " + hi + ", got " + got
+}
+
+// duration reads a duration string in [lo, hi].
+func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
+	if n.kind != kindString {
+		p.add(path, `want a duration string like "1s", got `+n.describe())
+		return 0, false
+	}
+	d, msg := parseDuration(n.s)
+	if msg != "" {
+		p.add(path, msg)
+		return 0, false
+	}
+	if d <= 0 {
+		p.add(path, "must be positive, got "+quote(n.s))
+		return 0, false
+	}
+	if d < lo || d > hi {
+		p.add(path, "must be between "+fmtBound(lo)+" and "+fmtBound(hi)+", got "+quote(n.s))
+		return 0, false
+	}
+	return d, true
+}
+
+// fmtBound writes a duration bound the way a person would type it.
+func fmtBound(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String()
+	// "1m0s" reads better as "1m", and "1h0m0s" as "1h".
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// enum reads a string that must be one of allowed.
+func (p *parser) enum(path string, n *node, allowed ...string) (string, bool) {
+	if n.kind != kindString {
+		p.add(path, "want a string, got "+n.describe())
+		return "", false
+	}
+	if contains(allowed, n.s) {
+		return n.s, true
+	}
+	msg := quote(n.s) + " is not one of " + strings.Join(allowed, ", ")
+	if s := suggest(strings.ReplaceAll(n.s, "-", "_"), allowed); s != "" {
+		msg += " (did you mean " + strconv.Quote(s) + "?)"
+	}
+	p.add(path, msg)
+	return "", false
+}
+
+// array reads an array with between lo and hi elements.
+func (p *parser) array(path string, n *node, lo, hi int) ([]*node, bool) {
+	if n.kind != kindArray {
+		p.add(path, "want an array, got "+n.describe())
+		return nil, false
+	}
+	if len(n.elems) < lo {
+		if lo == 1 {
+			p.add(path, "must not be empty")
+		} else {
+			p.addf(path, "has %d items; the minimum is %d", len(n.elems), lo)
+		}
+		return nil, false
+	}
+	if len(n.elems) > hi {
+		p.addf(path, "has %d items; the maximum is %d", len(n.elems), hi)
+		return nil, false
+	}
+	return n.elems, true
+}
+
+// isName reports whether s is a valid rule name or domain: [A-Za-z0-9_.-]{1,64}. The
+// charset keeps names safe in metric names, keys, logs and JSON bodies without escaping.
+func isName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isTokenChar reports whether c may appear in an HTTP token (RFC 9110 tchar).
+func isTokenChar(c byte) bool {
+	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenChar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// headerName validates and lower-cases a header name. Envoy lower-cases header names, so
+// a configured "X-Tenant" must be looked up as "x-tenant". Pseudo-headers such as
+// ":authority" are allowed because Envoy exposes them in the request header map.
+func (p *parser) headerName(path string, n *node) (string, bool) {
+	s, ok := p.str(path, n, 256)
+	if !ok {
+		return "", false
+	}
+	name := strings.ToLower(s)
+	if !isToken(strings.TrimPrefix(name, ":")) {
+		p.add(path, quote(s)+" is not a valid header name")
+		return "", false
+	}
+	return name, true
+}
+
+// isFieldValue reports whether s may be sent as an HTTP field value: no control
+// characters other than tab, so that a config cannot smuggle CR LF into a response.
+func isFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,266 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+func TestParseDefaults(t *testing.T) {
+	c := mustParse(t, `{"rules":[{"name":"r","algorithm":"sliding_window","limit":10,"window":"1s"}]}`)
+	if c.Domain != "rl" || c.FailureMode != FailAllow || c.CASAttempts != 8 ||
+		c.RateLimitHeaders != HeadersDraft || c.TrustedHops != 0 || c.MaxKeys != 10000 || c.Redis != nil {
+		t.Errorf("top-level defaults: %+v", c)
+	}
+	d := c.Deny
+	if d.Status != 429 || d.Body != DefaultDenyBody || d.ContentType != "application/json" || len(d.Headers) != 0 {
+		t.Errorf("deny defaults: %+v", d)
+	}
+	r := c.Rules[0]
+	wantAlg := algorithms.Config{Algorithm: "sliding_window", Limit: 10, Window: time.Second, Variant: "counter"}
+	if r.Algorithm != wantAlg {
+		t.Errorf("algorithm config: %+v", r.Algorithm)
+	}
+	if _, ok := r.Limiter.(*algorithms.SlidingWindowCounter); !ok {
+		t.Errorf("limiter is %T", r.Limiter)
+	}
+	if r.Index != 0 || r.Name != "r" || r.Mode != ModeMeter ||
+		r.CostSpec != (CostSpec{Constant: 1}) || r.Shadow || r.Continue || r.Scope != ScopeLocal ||
+		r.MaxKeys != 10000 || r.Deny != c.Deny || r.RateLimitHeaders != HeadersDraft || len(r.Key) != 0 {
+		t.Errorf("rule defaults: %+v", r)
+	}
+	if !r.Match.Matches(req()) {
+		t.Errorf("a rule without match must match every request")
+	}
+}
+
+func TestParseEverything(t *testing.T) {
+	data, err := os.ReadFile("testdata/examples/everything.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustParse(t, string(data))
+	if c.Domain != "full.example" || c.FailureMode != FailDeny || c.CASAttempts != 4 ||
+		c.RateLimitHeaders != HeadersLegacy || c.TrustedHops != 1 || c.MaxKeys != 20000 {
+		t.Errorf("top level: %+v", c)
+	}
+	if c.Deny.ContentType != "application/problem+json" || len(c.Deny.Headers) != 1 ||
+		c.Deny.Headers[0] != (Header{Name: "cache-control", Value: "no-store"}) {
+		t.Errorf("deny: %+v", c.Deny)
+	}
+	want := Redis{Cluster: "webdis", Authority: "webdis", Timeout: 50 * time.Millisecond, KeyPrefix: "rl",
+		FailureMode: RedisFailLocal, Breaker: Breaker{Failures: 5, Cooldown: 5 * time.Second}}
+	if *c.Redis != want {
+		t.Errorf("redis: %+v", *c.Redis)
+	}
+	up := c.Rules[0]
+	if up.CostSpec != (CostSpec{Constant: 1, Header: "x-upload-cost", Default: 10, Max: 100}) {
+		t.Errorf("cost: %+v", up.CostSpec)
+	}
+	if up.Scope != ScopeGlobal || up.MaxKeys != 5000 || up.RateLimitHeaders != HeadersDraft || !up.Continue || up.Algorithm.Burst != 200 {
+		t.Errorf("uploads: %+v", up)
+	}
+	if len(up.Match.Headers) != 3 || up.Match.Headers[1].Kind != MatchAbsent || !up.Match.Headers[2].Invert {
+		t.Errorf("headers: %+v", up.Match.Headers)
+	}
+	if up.Key[3] != (KeyPart{Source: SourceHeader, Name: "authorization", Default: "anonymous", HasDefault: true, IPv4Prefix: 32, IPv6Prefix: 128}) {
+		t.Errorf("key: %+v", up.Key[3])
+	}
+	rest := c.Rules[1]
+	if rest.Algorithm.Window != 90*time.Second || rest.CostSpec.Constant != 2 || rest.MaxKeys != 20000 || rest.RateLimitHeaders != HeadersLegacy {
+		t.Errorf("everything-else: %+v", rest)
+	}
+	// The rule's deny overrides only the headers (to none); the rest is inherited.
+	if rest.Deny.Status != 429 || rest.Deny.Body != c.Deny.Body || rest.Deny.ContentType != c.Deny.ContentType || len(rest.Deny.Headers) != 0 {
+		t.Errorf("rule deny: %+v", rest.Deny)
+	}
+}
+
+func TestRedisAuthorityDefault(t *testing.T) {
+	c := mustParse(t, `{"redis":{"cluster":"outbound|7379||webdis/x"},"rules":[{"name":"r",`+tb+`,"scope":"global"}]}`)
+	if c.Redis.Authority != c.Redis.Cluster {
+		t.Errorf("authority = %q", c.Redis.Authority)
+	}
+	out, _ := json.Marshal(c)
+	if _, err := Parse(out); err != nil {
+		t.Errorf("effective config rejected: %v", err)
+	}
+	c = mustParse(t, `{"redis":{"cluster":"webdis","authority":"webdis.local:7379"},"rules":[{"name":"r",`+tb+`}]}`)
+	if c.Redis.Authority != "webdis.local:7379" {
+		t.Errorf("authority = %q", c.Redis.Authority)
+	}
+}
+
+func TestParseAdaptiveAndShaping(t *testing.T) {
+	c := mustParse(t, oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":5,"max_limit":50,"target_latency":"100ms"}`))
+	want := algorithms.Config{Algorithm: "adaptive", Limit: 50, Window: time.Second, MinLimit: 5, MaxLimit: 50,
+		TargetLatency: 100 * time.Millisecond, ErrorThreshold: 0.05, AdjustInterval: time.Second}
+	if r := c.Rules[0]; r.Algorithm != want {
+		t.Errorf("adaptive: %+v", r.Algorithm)
+	}
+	if _, ok := c.Rules[0].Limiter.(*algorithms.Adaptive); !ok {
+		t.Errorf("limiter is %T", c.Rules[0].Limiter)
+	}
+	c = mustParse(t, oneRule(`"algorithm":"adaptive","window":"1s","limit":7,"adaptive":{"min_limit":5,"max_limit":50,"error_threshold":0.5,"interval":"2s"}`))
+	if a := c.Rules[0].Algorithm; a.Limit != 7 || a.TargetLatency != 0 || a.ErrorThreshold != 0.5 || a.AdjustInterval != 2*time.Second {
+		t.Errorf("adaptive with a start limit: %+v", a)
+	}
+	c = mustParse(t, oneRule(`"algorithm":"leaky_bucket","limit":5,"window":"1s","mode":"shape","max_delay":"1.5s"`))
+	if r := c.Rules[0]; r.Mode != ModeShape || r.Algorithm.MaxDelay != 1500*time.Millisecond {
+		t.Errorf("shaping: %+v", r)
+	}
+	c = mustParse(t, oneRule(`"algorithm":"leaky_bucket","limit":5,"window":"1s"`))
+	if r := c.Rules[0]; r.Mode != ModeMeter || r.Algorithm.MaxDelay != 0 {
+		t.Errorf("metering: %+v", r)
+	}
+}
+
+func TestDenyInheritance(t *testing.T) {
+	c := mustParse(t, `{
+		"deny": {"status": 503, "body": "slow down", "headers": {"X-A": "1"}},
+		"rules": [
+			{"name": "inherit", `+tb+`},
+			{"name": "body", `+tb+`, "deny": {"body": "{\"x\":1}", "content_type": "application/json"}},
+			{"name": "status", `+tb+`, "deny": {"status": 429}},
+			{"name": "plain", `+tb+`, "deny": {"body": "other"}}
+		]}`)
+	top := c.Deny
+	if top.Status != 503 || top.Body != "slow down" || top.ContentType != "text/plain" || top.Headers[0].Name != "x-a" {
+		t.Errorf("top: %+v", top)
+	}
+	if c.Rules[0].Deny != top {
+		t.Errorf("a rule without deny must share the top-level response")
+	}
+	if d := c.Rules[1].Deny; d.Status != 503 || d.ContentType != "application/json" || d.Body != `{"x":1}` || len(d.Headers) != 1 {
+		t.Errorf("body override: %+v", d)
+	}
+	if d := c.Rules[2].Deny; d.Status != 429 || d.Body != "slow down" || d.ContentType != "text/plain" {
+		t.Errorf("status override: %+v", d)
+	}
+	if d := c.Rules[3].Deny; d.ContentType != "text/plain" || d.Body != "other" {
+		t.Errorf("plain override: %+v", d)
+	}
+	if v, ok := top.HeaderValue("X-A"); !ok || v != "1" {
+		t.Errorf("HeaderValue = %q, %v", v, ok)
+	}
+	// The default content type follows the default body only.
+	c = mustParse(t, `{"deny":{"body":"{}"},"rules":[{"name":"r",`+tb+`}]}`)
+	if c.Deny.ContentType != "text/plain" {
+		t.Errorf("content type of a custom body = %q", c.Deny.ContentType)
+	}
+}
+
+func TestAppendBody(t *testing.T) {
+	d := defaultDeny()
+	got := string(d.AppendBody(nil, "api.v1", 17))
+	if got != `{"error":"rate_limited","rule":"api.v1","retry_after":17}` {
+		t.Errorf("default body = %s", got)
+	}
+	if !json.Valid([]byte(got)) {
+		t.Errorf("default body is not JSON")
+	}
+	c := mustParse(t, `{"deny":{"body":"100% sure: %RULE% %RULE% in %RETRY_AFTER%s %NOT-A-PLACEHOLDER% %"},"rules":[{"name":"r",`+tb+`}]}`)
+	if got := string(c.Deny.AppendBody([]byte("> "), "r", -5)); got != "> 100% sure: r r in 0s %NOT-A-PLACEHOLDER% %" {
+		t.Errorf("custom body = %q", got)
+	}
+	buf := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() { buf = d.AppendBody(buf[:0], "rule", 1234) }); n != 0 {
+		t.Errorf("AppendBody allocates %v times", n)
+	}
+}
+
+func TestDurations(t *testing.T) {
+	ok := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"1ns", 1},
+		{"1us", time.Microsecond},
+		{"1µs", time.Microsecond},
+		{"1μs", time.Microsecond},
+		{"250ms", 250 * time.Millisecond},
+		{"1s", time.Second},
+		{"1.5s", 1500 * time.Millisecond},
+		{".5s", 500 * time.Millisecond},
+		{"1m", time.Minute},
+		{"1m30s", 90 * time.Second},
+		{"1h", time.Hour},
+		{"24h", 24 * time.Hour},
+		{"1d", 24 * time.Hour},
+		{"1d12h", 36 * time.Hour},
+		{"1.5d", 36 * time.Hour},
+		{"7d", 7 * 24 * time.Hour},
+		{"+5s", 5 * time.Second},
+		{"-5s", -5 * time.Second},
+		{"0s", 0},
+		{"2562047h", 2562047 * time.Hour},
+		{"1.0000000000000000000001s", time.Second},
+	}
+	for _, tc := range ok {
+		got, err := ParseDuration(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+		// Where Go's parser knows the syntax, both must agree exactly.
+		if !strings.Contains(tc.in, "d") {
+			if g, err := time.ParseDuration(tc.in); err != nil || g != got {
+				t.Errorf("time.ParseDuration(%q) = %v, %v; ours %v", tc.in, g, err, got)
+			}
+		}
+	}
+	bad := []struct{ in, msg string }{
+		{"", `"" is not a duration (want e.g. "500ms", "1m30s", "1d")`},
+		{"10", `"10" has no unit`},
+		{"1.5", `"1.5" has no unit`},
+		{"-10", `"-10" has no unit`},
+		{".", `"." is not a duration (want e.g. "500ms", "1m30s", "1d")`},
+		{"s", `"s" is not a duration (want e.g. "500ms", "1m30s", "1d")`},
+		{"1x", `"1x" has unknown unit "x" (want ns, us, ms, s, m, h or d)`},
+		{"1 s", `"1 s" has unknown unit " s" (want ns, us, ms, s, m, h or d)`},
+		{"1S", `"1S" has unknown unit "S" (want ns, us, ms, s, m, h or d)`},
+		{"1h30", `"1h30" ends in a number with no unit`},
+		{"1..5s", `"1..5s" ends in a number with no unit`},
+		{"2562048h", `"2562048h" is too large`},
+		{"106752d", `"106752d" is too large`},
+		{"9223372036854775808ns", `"9223372036854775808ns" is too large`},
+		{"99999999999999999999s", `"99999999999999999999s" is too large`},
+		{"2562047h2562047h", `"2562047h2562047h" is too large`},
+	}
+	for _, tc := range bad {
+		_, err := ParseDuration(tc.in)
+		if err == nil || err.Error() != tc.msg {
+			t.Errorf("ParseDuration(%q) error = %v; want %s", tc.in, err, tc.msg)
+		}
+	}
+}
+
+// TestMarshalRoundTrip checks that the effective configuration Parse reads back is the
+// same configuration, for every example.
+func TestMarshalRoundTrip(t *testing.T) {
+	files, _ := filepath.Glob("testdata/examples/*.json")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mustParse(t, string(data))
+		out1, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := Parse(out1)
+		if err != nil {
+			t.Fatalf("%s: effective config does not parse: %v\n%s", f, err, out1)
+		}
+		out2, _ := json.Marshal(c2)
+		if !bytes.Equal(out1, out2) {
+			t.Errorf("%s: not a fixed point:\n%s\n%s", f, out1, out2)
+		}
+	}
+}
