@@ -7,13 +7,36 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// applied is one rule's outcome on the current request, kept for the response headers.
+// applied is one rule's part in the current request.
 type applied struct {
 	rs       *ruleState
 	decision algorithms.Decision
+	// decided is false while a global rule waits for Redis, and for a rule whose state could
+	// not be read under failure_mode "allow" (it then adds no headers).
+	decided bool
+	// local is set when the decision was made on this proxy's shared data and still has to
+	// be written (see Table.Commit).
+	local   bool
+	pending sharedstate.Pending
+	// key is the rule's descriptor, kept for a global rule until its callout is sent.
+	key []byte
+	// retried is set once a global rule has resent its callout with the script source after
+	// Redis answered NOSCRIPT.
+	retried bool
+	sentAt  int64
+	cost    int64
+}
+
+// decisions is the per-request working set. It is taken from the plugin's free list and given
+// back when the request is decided, so that a steady stream of requests allocates nothing for
+// it; a request paused on a Redis callout keeps its own set until the answer arrives.
+type decisions struct {
+	applied     []applied
+	outstanding int
 }
 
 type httpContext struct {
@@ -21,26 +44,30 @@ type httpContext struct {
 	plugin *plugin
 	id     uint32
 	req    request
+	d      *decisions
 
 	// headers are the rate-limit headers to add to the upstream's response.
 	headers [][2]string
+	// finished is set once the request has been let through or denied; done once the stream
+	// is gone. A late callout answer for either is ignored.
+	finished, done bool
 }
 
 // OnHttpRequestHeaders decides the request. Every rule is decided before any state is written
 // (see the package comment), so a request one rule denies costs the other rules nothing.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p := h.plugin
-	defer recoverTo("OnHttpRequestHeaders", func() { action = h.failOpenOrClosed(nil) })
+	defer recoverTo("OnHttpRequestHeaders", func() { action = h.failOpenOrClosed() })
 	h.req.reset()
 	p.matched = p.cfg.Match(&h.req, p.matched[:0])
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
 	now := p.now()
-	p.applied = p.applied[:0]
+	h.d = p.takeDecisions()
 
-	// Phase 1: decide every rule, writing nothing.
-	var denied *applied
+	// Phase 1: decide every local rule, writing nothing; collect the global ones.
+	globals := 0
 	for _, r := range p.matched {
 		rs := p.rules[r.Index]
 		key, ok := r.AppendKey(p.key[:0], &h.req)
@@ -49,47 +76,86 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			rs.m.skipped.Increment(1)
 			continue
 		}
-		pending := &p.pendings[r.Index]
-		if err := rs.table.Decide(key, now, r.Cost(&h.req), pending); err != nil {
-			p.storeFailure(rs, err)
-			if p.cfg.FailureMode == config.FailDeny {
-				return h.deny(rs, failureDecision(rs))
-			}
+		a := h.d.add(rs)
+		a.cost = r.Cost(&h.req)
+		if r.Scope == config.ScopeGlobal {
+			a.key = append(a.key[:0], key...)
+			globals++
 			continue
 		}
-		p.applied = append(p.applied, applied{rs: rs, decision: pending.Decision})
-		if !pending.Decision.Allowed && !r.Shadow {
-			denied = &p.applied[len(p.applied)-1]
-			break
+		if deny := h.decideLocal(a, key, now, a.cost); deny {
+			return h.deny(a.rs, a.decision)
 		}
 	}
-	if denied != nil {
-		return h.deny(denied.rs, denied.decision)
+	if globals == 0 {
+		return h.finish()
 	}
+	// Phase 1b: ask Redis for every global rule; the request waits for all answers.
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if a.rs.rule.Scope != config.ScopeGlobal {
+			continue
+		}
+		if deny := h.askRedis(a, now); deny {
+			return h.deny(a.rs, a.decision)
+		}
+	}
+	if h.d.outstanding > 0 {
+		return types.ActionPause
+	}
+	return h.finish()
+}
 
-	// Phase 2: write. A write that lost a race decides again on the fresh state; if that turns
-	// into a denial, the rules already written keep their charge. That can only happen when
-	// another worker took the last allowance between this request's read and its write, and it
-	// errs on the side of the limit: it can over-count by one request, never admit one too many.
-	for i := range p.applied {
-		a := &p.applied[i]
+// decideLocal decides a rule on this proxy's shared data. It reports whether the request must
+// be denied now (an enforced denial, or a store failure under failure_mode "deny").
+func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
+	p := h.plugin
+	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
+		p.storeFailure(a.rs, err)
+		if p.cfg.FailureMode == config.FailDeny {
+			a.decision = failureDecision(a.rs)
+			return true
+		}
+		return false
+	}
+	a.decision, a.decided, a.local = a.pending.Decision, true, true
+	return !a.decision.Allowed && !a.rs.rule.Shadow
+}
+
+// finish writes the local decisions (phase 2) and lets the request through, or denies it if a
+// write that lost a race turned into a denial. Global rules are all decided by now.
+//
+// A write that lost a race decides again on the fresh state; if that becomes a denial, the
+// rules already written keep their charge. That only happens when another worker took the last
+// allowance between this request's read and its write, and it errs on the side of the limit:
+// it can over-count one request, never admit one too many. The same holds for a global rule
+// that Redis already charged when a local rule turns out to deny.
+func (h *httpContext) finish() types.Action {
+	p := h.plugin
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
 		r := a.rs.rule
-		pending := &p.pendings[r.Index]
-		err := a.rs.table.Commit(pending)
-		if pending.Retries > 0 {
-			a.rs.m.casRetries.Increment(uint64(pending.Retries))
-		}
-		if pending.Overflow {
-			a.rs.m.overflow.Increment(1)
-		}
-		if err != nil {
-			p.storeFailure(a.rs, err)
-			if p.cfg.FailureMode == config.FailDeny {
-				return h.deny(a.rs, failureDecision(a.rs))
-			}
+		if !a.decided {
 			continue
 		}
-		a.decision = pending.Decision
+		if a.local {
+			err := a.rs.table.Commit(&a.pending)
+			if a.pending.Retries > 0 {
+				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
+			}
+			if a.pending.Overflow {
+				a.rs.m.overflow.Increment(1)
+			}
+			if err != nil {
+				p.storeFailure(a.rs, err)
+				a.decided = false
+				if p.cfg.FailureMode == config.FailDeny {
+					return h.deny(a.rs, failureDecision(a.rs))
+				}
+				continue
+			}
+			a.decision = a.pending.Decision
+		}
 		if !a.decision.Allowed {
 			if r.Shadow {
 				a.rs.m.shadowDenied.Increment(1)
@@ -99,22 +165,26 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 		a.rs.m.allowed.Increment(1)
 	}
-	h.headers = appendRateLimitHeaders(h.headers[:0], p.applied)
+	h.headers = appendRateLimitHeaders(h.headers[:0], h.d.applied)
+	h.finished = true
+	p.giveDecisions(h)
 	return types.ActionContinue
 }
 
 // failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
 // a second (the store may have recovered by then).
 func failureDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: rs.rule.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
+	return algorithms.Decision{Limit: rs.rule.Algorithm.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
 }
 
 // failOpenOrClosed applies failure_mode after a recovered panic.
-func (h *httpContext) failOpenOrClosed(rs *ruleState) types.Action {
+func (h *httpContext) failOpenOrClosed() types.Action {
 	p := h.plugin
+	h.finished = true
 	if p.cfg != nil && p.cfg.FailureMode == config.FailDeny && len(p.rules) > 0 {
-		if rs == nil {
-			rs = p.rules[0]
+		rs := p.rules[0]
+		if h.d != nil && len(h.d.applied) > 0 {
+			rs = h.d.applied[0].rs
 		}
 		return h.deny(rs, failureDecision(rs))
 	}
@@ -124,6 +194,8 @@ func (h *httpContext) failOpenOrClosed(rs *ruleState) types.Action {
 // deny sends the rule's local response. The rule's denied counter is incremented here and only
 // here, so every denial is counted exactly once.
 func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
+	h.finished = true
+	h.plugin.giveDecisions(h)
 	rs.m.denied.Increment(1)
 	r := rs.rule
 	retry := ceilSeconds(int64(d.RetryAfter))
@@ -156,6 +228,53 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
+// OnHttpStreamDone forgets the stream. A callout still in flight for it will be ignored when
+// its answer arrives.
+func (h *httpContext) OnHttpStreamDone() {
+	defer recoverTo("OnHttpStreamDone", nil)
+	h.done = true
+	if !h.finished && h.d != nil {
+		h.plugin.giveDecisions(h)
+	}
+}
+
+// takeDecisions returns an empty working set for one request.
+func (p *plugin) takeDecisions() *decisions {
+	if n := len(p.free); n > 0 {
+		d := p.free[n-1]
+		p.free = p.free[:n-1]
+		return d
+	}
+	return &decisions{}
+}
+
+// giveDecisions returns a request's working set once nothing refers to it any more: a set
+// with callouts still in flight is left to the garbage collector instead.
+func (p *plugin) giveDecisions(h *httpContext) {
+	d := h.d
+	if d == nil {
+		return
+	}
+	h.d = nil
+	if d.outstanding > 0 || len(p.free) >= 64 {
+		return
+	}
+	d.applied = d.applied[:0]
+	p.free = append(p.free, d)
+}
+
+// add appends a rule to the set, reusing the buffers of an earlier request.
+func (d *decisions) add(rs *ruleState) *applied {
+	if len(d.applied) < cap(d.applied) {
+		d.applied = d.applied[:len(d.applied)+1]
+	} else {
+		d.applied = append(d.applied, applied{})
+	}
+	a := &d.applied[len(d.applied)-1]
+	*a = applied{rs: rs, pending: a.pending, key: a.key[:0]}
+	return a
+}
+
 // appendRateLimitHeaders renders the response headers of an allowed request. The IETF draft
 // fields list every rule that applied, as the draft allows several policies; the legacy
 // X-RateLimit-* fields can hold one, so they describe the most restrictive rule (the one with
@@ -165,6 +284,9 @@ func appendRateLimitHeaders(dst [][2]string, rules []applied) [][2]string {
 	var tightest *applied
 	for i := range rules {
 		a := &rules[i]
+		if !a.decided {
+			continue
+		}
 		mode := a.rs.rule.RateLimitHeaders
 		if mode == config.HeadersDraft || mode == config.HeadersBoth {
 			policies = append(policies, a.rs.policy)

@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -23,11 +24,14 @@ type plugin struct {
 	cfg   *config.Config
 	rules []*ruleState // indexed by config.Rule.Index
 
+	// redis and globals serve rules with scope "global"; globals is indexed like rules.
+	redis   *redisClient
+	globals []*redis.Rule
+
 	// Scratch space reused by every request on this VM.
-	matched  []*config.Rule
-	applied  []applied
-	pendings []sharedstate.Pending
-	key      []byte
+	matched []*config.Rule
+	key     []byte
+	free    []*decisions
 
 	failures uint64 // store failures seen, to log the first and then rarely
 }
@@ -79,10 +83,19 @@ func (p *plugin) configure(data []byte) error {
 	}
 	rules := make([]*ruleState, len(cfg.Rules))
 	names := map[string]string{}
+	globals := make([]*redis.Rule, len(cfg.Rules))
+	var client *redisClient
+	if cfg.Redis != nil {
+		if client, err = newRedisClient(cfg.Redis); err != nil {
+			return fmt.Errorf("redis: defining metrics: %w", err)
+		}
+	}
 	for i, r := range cfg.Rules {
-		lim, err := algorithms.New(AlgorithmConfig(r))
-		if err != nil {
-			return fmt.Errorf("rules[%d].%w", i, err)
+		lim := r.Limiter
+		if r.Scope == config.ScopeGlobal {
+			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
+				return fmt.Errorf("rules[%d]: %w", i, err)
+			}
 		}
 		slots := uint32(r.MaxKeys)
 		if len(r.Key) == 0 {
@@ -111,24 +124,8 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rules[i] = rs
 	}
-	p.cfg, p.rules = cfg, rules
-	p.pendings = make([]sharedstate.Pending, len(rules))
+	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
 	return nil
-}
-
-// AlgorithmConfig maps a configured rule onto the algorithm's parameters.
-func AlgorithmConfig(r *config.Rule) algorithms.Config {
-	c := algorithms.Config{
-		Algorithm: string(r.Algorithm),
-		Limit:     r.Limit,
-		Window:    r.Window,
-		Burst:     r.Burst,
-		Variant:   r.Variant,
-	}
-	if r.Mode == config.ModeShape {
-		c.MaxDelay = r.MaxDelay
-	}
-	return c
 }
 
 func metricName(rule string) string {
@@ -167,11 +164,11 @@ func (rs *ruleState) defineMetrics(name string) error {
 // policyItem renders the rule's item of the IETF draft RateLimit-Policy field: the policy name
 // as a structured-field string, its quota q and window w in seconds.
 func policyItem(r *config.Rule) string {
-	w := int64(r.Window.Seconds())
+	w := int64(r.Algorithm.Window.Seconds())
 	if w < 1 {
 		w = 1
 	}
-	return `"` + r.Name + `";q=` + strconv.FormatInt(r.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
+	return `"` + r.Name + `";q=` + strconv.FormatInt(r.Algorithm.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
