@@ -51,6 +51,13 @@ type httpContext struct {
 	// finished is set once the request has been let through or denied; done once the stream
 	// is gone. A late callout answer for either is ignored.
 	finished, done bool
+	// queuedAt is non-zero while a shaping rule holds the request.
+	queuedAt int
+
+	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
+	observed               []*ruleState
+	startedAt, respondedAt int64
+	status                 int
 }
 
 // OnHttpRequestHeaders decides the request. Every rule is decided before any state is written
@@ -64,6 +71,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionContinue
 	}
 	now := p.now()
+	h.startedAt = now
 	h.d = p.takeDecisions()
 
 	// Phase 1: decide every local rule, writing nothing; collect the global ones.
@@ -167,7 +175,28 @@ func (h *httpContext) finish() types.Action {
 	}
 	h.headers = appendRateLimitHeaders(h.headers[:0], h.d.applied)
 	h.finished = true
+	// A shaping rule that admitted the request with a delay holds it until the latest release
+	// time among them; the tick resumes it.
+	var shaper *ruleState
+	var delay int64
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if !a.decided || !a.decision.Allowed {
+			continue
+		}
+		if a.rs.adaptive != nil {
+			h.observed = append(h.observed, a.rs)
+		}
+		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+			shaper, delay = a.rs, int64(a.decision.Delay)
+		}
+	}
 	p.giveDecisions(h)
+	if shaper != nil {
+		now := p.now()
+		p.enqueue(h, shaper, now, now+delay)
+		return types.ActionPause
+	}
 	return types.ActionContinue
 }
 
@@ -220,6 +249,12 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request.
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
+	if len(h.observed) > 0 {
+		h.respondedAt = h.plugin.now()
+		if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
+			h.status = atoi(s)
+		}
+	}
 	for _, kv := range h.headers {
 		if err := abi.AddHttpResponseHeader(kv[0], kv[1]); err != nil {
 			abi.LogDebugf("ratelimit: adding response header %s: %v", kv[0], err)
@@ -236,6 +271,21 @@ func (h *httpContext) OnHttpStreamDone() {
 	if !h.finished && h.d != nil {
 		h.plugin.giveDecisions(h)
 	}
+	if h.queuedAt > 0 {
+		h.plugin.dequeue(h.id)
+	}
+	if len(h.observed) > 0 {
+		h.observe(h.plugin.now())
+	}
+}
+
+// atoi parses a status code; anything else is 0.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // takeDecisions returns an empty working set for one request.

@@ -1,7 +1,9 @@
 package filter
 
 import (
+	"errors"
 	"fmt"
+	"time"
 	"strconv"
 	"strings"
 
@@ -28,6 +30,9 @@ type plugin struct {
 	redis   *redisClient
 	globals []*redis.Rule
 
+	// queue holds the requests paused by shaping rules on this VM.
+	queue []queued
+
 	// Scratch space reused by every request on this VM.
 	matched []*config.Rule
 	key     []byte
@@ -39,10 +44,12 @@ type plugin struct {
 // ruleState is everything the filter keeps per configured rule.
 type ruleState struct {
 	rule    *config.Rule
-	limiter algorithms.Limiter
 	table   *sharedstate.Table
 	policy  string // the rule's RateLimit-Policy item, rendered once
 	m       ruleMetrics
+
+	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
+	adaptive *adaptiveState // set for adaptive rules
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -91,7 +98,13 @@ func (p *plugin) configure(data []byte) error {
 		}
 	}
 	for i, r := range cfg.Rules {
-		lim := r.Limiter
+		var lim sharedstate.Limiter = r.Limiter
+		var ad *adaptiveState
+		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
+			al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
+			ad = &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}
+			lim = al
+		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
 				return fmt.Errorf("rules[%d]: %w", i, err)
@@ -118,13 +131,21 @@ func (p *plugin) configure(data []byte) error {
 				i, other, r.Name, metric)
 		}
 		names[metric] = r.Name
-		rs := &ruleState{rule: r, limiter: lim, table: table, policy: policyItem(r)}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), adaptive: ad}
+		if r.Mode == config.ModeShape {
+			rs.shape = &shapeMetrics{}
+		}
 		if err := rs.defineMetrics(metric); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	if period := tickPeriod(rules); period > 0 {
+		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
+			return fmt.Errorf("setting the tick period: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -141,9 +162,7 @@ func (rs *ruleState) defineMetrics(name string) error {
 	var errs []error
 	def := func(event string) abi.MetricCounter {
 		m, err := abi.DefineCounterMetric("ratelimit_" + name + "_" + event + "_total")
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err)
 		return m
 	}
 	rs.m = ruleMetrics{
@@ -155,10 +174,21 @@ func (rs *ruleState) defineMetrics(name string) error {
 		storeErrors:  def("store_errors"),
 		overflow:     def("key_overflow"),
 	}
-	if len(errs) > 0 {
-		return errs[0]
+	if rs.shape != nil {
+		rs.shape.queued = def("shape_queued")
+		rs.shape.released = def("shape_released")
+		rs.shape.dropped = def("shape_dropped")
+		h, err := abi.DefineHistogramMetric("ratelimit_" + name + "_shape_delay_ms")
+		errs = append(errs, err)
+		rs.shape.delay = h
 	}
-	return nil
+	if rs.adaptive != nil {
+		g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_adaptive_limit")
+		errs = append(errs, err)
+		rs.adaptive.gauge = g
+		g.Record(rs.adaptive.lim.limit)
+	}
+	return errors.Join(errs...)
 }
 
 // policyItem renders the rule's item of the IETF draft RateLimit-Policy field: the policy name

@@ -1,0 +1,189 @@
+package filter
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+)
+
+// Two behaviours run on the VM's timer (proxy_on_tick), which every worker VM has on its own:
+//
+//   - Shaping (leaky_bucket with mode "shape"): a request over the rate is not denied but
+//     paused until its release time on the rule's schedule, which lives in shared data so all
+//     workers share one schedule. The tick resumes the streams whose time has come.
+//   - Adaptive limits: each worker adds the health signals it observed to the rule's controller
+//     state in shared data; the controller adjusts the limit at most once per interval, from
+//     every worker's signals, and each worker reads the limit in force back.
+
+// queued is a request paused by a shaping rule until release (Unix ns).
+type queued struct {
+	id       uint32
+	release  int64
+	enqueued int64
+	rs       *ruleState
+}
+
+// shapeMetrics are a shaping rule's queue metrics.
+type shapeMetrics struct {
+	queued   abi.MetricCounter   // requests paused to be released later
+	released abi.MetricCounter   // paused requests resumed on schedule
+	dropped  abi.MetricCounter   // paused requests whose stream ended before their release
+	delay    abi.MetricHistogram // time spent queued, milliseconds
+}
+
+// adaptiveState is what the filter keeps per adaptive rule on this VM.
+type adaptiveState struct {
+	a       *algorithms.Adaptive
+	lim     *adaptiveLimiter
+	key     string             // the controller's shared-data key
+	signals algorithms.Signals // observed on this VM since the last flush
+	state   []byte             // scratch for the controller state
+	gauge   abi.MetricGauge    // the limit in force
+}
+
+// adaptiveLimiter admits under the rule's current limit: it is the Table's limiter for an
+// adaptive rule, and the tick updates limit.
+type adaptiveLimiter struct {
+	a     *algorithms.Adaptive
+	limit int64
+}
+
+// AllowN admits n events under the limit in force.
+func (l *adaptiveLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, []byte) {
+	return l.a.AllowNLimit(state, now, n, l.limit)
+}
+
+// Idle reports whether the admission state is back at full allowance.
+func (l *adaptiveLimiter) Idle(state []byte, now int64) bool { return l.a.Idle(state, now) }
+
+// tickPeriod picks the timer period: fine enough that a shaped request leaves within a
+// quarter of its emission interval of its release time, and that an adaptive rule's signals
+// reach the controller several times per interval; bounded to [1ms, 1s].
+func tickPeriod(rules []*ruleState) time.Duration {
+	period := time.Duration(0)
+	consider := func(d time.Duration) {
+		d = max(time.Millisecond, min(d, time.Second))
+		if period == 0 || d < period {
+			period = d
+		}
+	}
+	for _, rs := range rules {
+		if rs.shape != nil {
+			consider(rs.rule.Algorithm.Window / time.Duration(rs.rule.Algorithm.Limit) / 4)
+		}
+		if rs.adaptive != nil {
+			consider(rs.rule.Algorithm.AdjustInterval / 4)
+		}
+	}
+	return period
+}
+
+// OnTick releases due shaped requests and updates adaptive limits.
+func (p *plugin) OnTick() {
+	defer recoverTo("OnTick", nil)
+	now := p.now()
+	p.releaseDue(now)
+	for _, rs := range p.rules {
+		if rs.adaptive != nil {
+			p.updateAdaptive(rs, now)
+		}
+	}
+}
+
+// enqueue pauses the stream until release.
+func (p *plugin) enqueue(h *httpContext, rs *ruleState, now, release int64) {
+	p.queue = append(p.queue, queued{id: h.id, release: release, enqueued: now, rs: rs})
+	rs.shape.queued.Increment(1)
+	h.queuedAt = len(p.queue)
+}
+
+// releaseDue resumes every queued stream whose release time has come.
+func (p *plugin) releaseDue(now int64) {
+	kept := p.queue[:0]
+	for _, q := range p.queue {
+		if q.release > now {
+			kept = append(kept, q)
+			continue
+		}
+		q.rs.shape.delay.Record(uint64(max(0, now-q.enqueued) / 1e6))
+		if err := abi.SetEffectiveContext(q.id); err != nil {
+			// The stream is gone without its done callback having run (it cannot be resumed
+			// anyway); count it like a client that gave up.
+			q.rs.shape.dropped.Increment(1)
+			continue
+		}
+		if err := abi.ResumeHttpRequest(); err != nil {
+			q.rs.shape.dropped.Increment(1)
+			continue
+		}
+		q.rs.shape.released.Increment(1)
+	}
+	clear(p.queue[len(kept):])
+	p.queue = kept
+}
+
+// dequeue drops a stream that ended while queued, so it is neither resumed nor leaked.
+func (p *plugin) dequeue(id uint32) {
+	for i, q := range p.queue {
+		if q.id == id {
+			q.rs.shape.dropped.Increment(1)
+			p.queue = append(p.queue[:i], p.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// updateAdaptive adds this VM's signals to the rule's controller with a bounded CAS loop and
+// adopts the limit in force. When every attempt loses, the signals are kept for the next tick:
+// nothing observed is lost, it only arrives later.
+func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
+	ad := rs.adaptive
+	for range p.cfg.CASAttempts {
+		cur, cas, err := abi.GetSharedData(ad.key)
+		if errors.Is(err, sharedstate.ErrNotFound) {
+			cur, cas = nil, 1<<32-1
+		} else if err != nil {
+			p.storeFailure(rs, err)
+			return
+		}
+		ad.state = append(ad.state[:0], cur...)
+		limit, next := ad.a.Update(ad.state, ad.signals, now)
+		ad.state = next
+		err = abi.SetSharedData(ad.key, next, cas)
+		if err == nil {
+			ad.signals = algorithms.Signals{}
+			if limit != ad.lim.limit {
+				abi.LogInfof("ratelimit: rule %q: adaptive limit %d -> %d", rs.rule.Name, ad.lim.limit, limit)
+			}
+			ad.lim.limit = limit
+			ad.gauge.Record(limit)
+			return
+		}
+		if !errors.Is(err, sharedstate.ErrCasMismatch) {
+			p.storeFailure(rs, err)
+			return
+		}
+		rs.m.casRetries.Increment(1)
+	}
+}
+
+// observe records the outcome of a request an adaptive rule admitted: its latency from request
+// headers to response headers, and whether it failed (a 5xx, or no response at all).
+func (h *httpContext) observe(now int64) {
+	for _, rs := range h.observed {
+		s := &rs.adaptive.signals
+		s.Requests++
+		if h.status == 0 || h.status >= 500 {
+			s.Errors++
+		}
+		if h.respondedAt > 0 {
+			s.LatencySum += time.Duration(max(0, h.respondedAt-h.startedAt))
+		} else {
+			s.LatencySum += time.Duration(max(0, now-h.startedAt))
+		}
+	}
+	h.observed = h.observed[:0]
+}
