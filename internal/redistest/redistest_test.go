@@ -1,0 +1,98 @@
+package redistest_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+)
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/x-www-form-urlencoded", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestLifecycle checks that both servers answer, that webdis reaches this Redis (and no other),
+// and that stopping and restarting Redis turns webdis' answer to 503 and back.
+func TestLifecycle(t *testing.T) {
+	s := redistest.Start(t)
+	if got := s.MustDo("SET", "k", "v\x00\xff"); got != "OK" {
+		t.Fatalf("SET answered %v", got)
+	}
+	if status, body := post(t, s.WebdisURL(), "STRLEN/k"); status != 200 || body != `{"STRLEN":3}` {
+		t.Fatalf("webdis STRLEN: %d %s, want the key set over RESP", status, body)
+	}
+	if _, err := s.Do("NOSUCHCOMMAND"); err == nil {
+		t.Fatal("error reply not returned as error")
+	} else if _, ok := err.(redistest.Error); !ok {
+		t.Fatalf("error reply is %T, want redistest.Error", err)
+	}
+
+	s.StopRedis()
+	if status, _ := post(t, s.WebdisURL(), "PING"); status != 503 {
+		t.Fatalf("webdis with Redis stopped: %d, want 503", status)
+	}
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("Do succeeded with Redis stopped")
+	}
+	s.StartRedis()
+	// webdis reconnects lazily: the first request after a restart may still fail.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, _ := post(t, s.WebdisURL(), "PING")
+		if status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webdis did not reconnect: last status %d", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := s.Int("DBSIZE"); n != 0 {
+		t.Fatalf("DBSIZE after restart = %d, want 0 (no persistence)", n)
+	}
+
+	s.StopWebdis()
+	if _, err := http.Post(s.WebdisURL(), "text/plain", strings.NewReader("PING")); err == nil {
+		t.Fatal("webdis still answers after StopWebdis")
+	}
+	s.StartWebdis()
+	if status, _ := post(t, s.WebdisURL(), "PING"); status != 200 {
+		t.Fatalf("webdis after StartWebdis: %d", status)
+	}
+}
+
+func TestSlowProxy(t *testing.T) {
+	s := redistest.Start(t)
+	const delay = 100 * time.Millisecond
+	url := s.SlowProxy(delay)
+	start := time.Now()
+	status, body := post(t, url, "PING")
+	if status != 200 || body != `{"PING":[true,"PONG"]}` {
+		t.Fatalf("through proxy: %d %s", status, body)
+	}
+	if d := time.Since(start); d < delay {
+		t.Fatalf("answer after %v, want at least %v", d, delay)
+	}
+}
+
+func TestGarbageServer(t *testing.T) {
+	url := redistest.GarbageServer(t, 200, []byte("not json"))
+	for i := 0; i < 2; i++ { // twice: the server keeps the connection alive
+		if status, body := post(t, url, "EVALSHA/x/0"); status != 200 || body != "not json" {
+			t.Fatalf("garbage server: %d %q", status, body)
+		}
+	}
+}

@@ -1,0 +1,425 @@
+package redis_test
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
+)
+
+// webdisDecode is webdis 0.1.9's decode_uri for one argument (src/cmd.c): %XX with two hex
+// digits is decoded, '+' becomes a space, everything else is kept. The unit tests use it as the
+// reference for what Redis receives; the integration tests check the real thing.
+func webdisDecode(arg []byte) []byte {
+	out := make([]byte, 0, len(arg))
+	for i := 0; i < len(arg); i++ {
+		c := arg[i]
+		switch {
+		case c == '+':
+			c = ' '
+		case c == '%' && i+2 < len(arg) && isHex(arg[i+1]) && isHex(arg[i+2]):
+			b, _ := hex.DecodeString(string(arg[i+1 : i+3]))
+			c = b[0]
+			i += 2
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// hostile are header values a client controls, chosen for what webdis does with them.
+func hostile() [][]byte {
+	var big4k []byte
+	for i := 0; i < 4096; i++ {
+		big4k = append(big4k, byte(i*7+i>>8))
+	}
+	return [][]byte{
+		[]byte("/"), []byte("a/b"), []byte("%2F"), []byte("%2f"), []byte("%"), []byte("%%"),
+		[]byte("%zz"), []byte("%4"), []byte("+"), []byte("a+b"), []byte("?"), []byte("a?jsonp=x"),
+		[]byte(".json"), []byte("x.txt"), []byte("x.raw"), []byte("."), []byte(".."), []byte("\n"),
+		[]byte("a\r\nb"), []byte("\x00"), []byte("a\x00b"), []byte(" "), []byte("a b"), []byte("\t"),
+		[]byte("\xff\xfe"), []byte("\xc3\x28"), []byte("\xed\xa0\x80"), big4k,
+		bytes.Repeat([]byte("/"), 4096), bytes.Repeat([]byte("%2F"), 1400),
+		[]byte("EVALSHA/0000/1/x"), []byte("x/1/1000000/1000000/1/1"), []byte("x/0/0"),
+		[]byte("#"), []byte("#abc"), []byte("{"), []byte("}"), []byte("{rule}"), []byte("&"),
+		[]byte("="), []byte("\""), []byte("\\"), []byte("'"), []byte("]"), []byte(":"),
+		[]byte("ключ"), []byte("🚦"), []byte(""), []byte("0"), []byte("-1"),
+	}
+}
+
+func TestEscapeOnlySafeBytes(t *testing.T) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	out := redis.Escape(nil, all)
+	checkEscaped(t, all, out)
+	for _, h := range hostile() {
+		checkEscaped(t, h, redis.Escape(nil, h))
+	}
+	// Escape appends: what is already in dst is kept.
+	if got := string(redis.Escape([]byte("x/"), []byte("a/b"))); got != "x/a%2Fb" {
+		t.Fatalf("Escape appended %q", got)
+	}
+}
+
+// checkEscaped verifies that out is made of [A-Za-z0-9_-] and %XX only, and decodes (as
+// webdis decodes) to exactly in.
+func checkEscaped(t *testing.T, in, out []byte) {
+	t.Helper()
+	for i := 0; i < len(out); i++ {
+		c := out[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		case c == '%' && i+2 < len(out) && strings.IndexByte("0123456789ABCDEF", out[i+1]) >= 0 &&
+			strings.IndexByte("0123456789ABCDEF", out[i+2]) >= 0:
+			i += 2
+		default:
+			t.Fatalf("Escape(%q) = %q: unsafe byte %q at %d", trunc(in), trunc(out), c, i)
+		}
+	}
+	if got := webdisDecode(out); !bytes.Equal(got, in) {
+		t.Fatalf("Escape(%q) = %q decodes to %q", trunc(in), trunc(out), trunc(got))
+	}
+}
+
+func trunc(b []byte) []byte {
+	if len(b) > 40 {
+		return append(b[:40:40], "..."...)
+	}
+	return b
+}
+
+func TestEscapeRandomRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 0, 3*512)
+	for i := 0; i < 2000; i++ {
+		in := make([]byte, r.IntN(512))
+		for j := range in {
+			in[j] = byte(r.UintN(256))
+		}
+		buf = redis.Escape(buf[:0], in)
+		checkEscaped(t, in, buf)
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	for _, h := range hostile() {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		checkEscaped(t, in, redis.Escape(nil, in))
+	})
+}
+
+func TestAppendKey(t *testing.T) {
+	cases := []struct {
+		prefix, rule string
+		desc         []byte
+		want         string
+	}{
+		{"rl", "api", []byte("203.0.113.7"), "rl:{api}:203.0.113.7"},
+		{"rl", "api", []byte(""), "rl:{api}:"},
+		{"rl", "api", []byte("key/with?odd.chars+%"), "rl:{api}:key/with?odd.chars+%"},
+		{"rl", "per-tenant:v1", []byte("t1"), "rl:{per-tenant:v1}:t1"},
+		{"rl", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:x"},
+		{"r{l", "a b", []byte("x"), "r%7Bl:{a%20b}:x"},
+		{"rl", "api", []byte("100%"), "rl:{api}:100%"},
+	}
+	for _, c := range cases {
+		if got := string(redis.AppendKey(nil, c.prefix, c.rule, c.desc)); got != c.want {
+			t.Errorf("AppendKey(%q, %q, %q) = %q, want %q", c.prefix, c.rule, c.desc, got, c.want)
+		}
+	}
+	// Hashed: anything not printable ASCII, longer than MaxRawDescriptor, or starting with '#'.
+	for _, d := range [][]byte{
+		[]byte("a b"), []byte("\n"), []byte("\xff"), []byte("#x"), []byte("ключ"),
+		bytes.Repeat([]byte("a"), redis.MaxRawDescriptor+1), hostile()[27],
+	} {
+		key := redis.AppendKey(nil, "rl", "api", d)
+		rest, ok := bytes.CutPrefix(key, []byte("rl:{api}:#"))
+		if !ok || len(rest) != 32 || strings.Trim(string(rest), "0123456789abcdef") != "" {
+			t.Errorf("AppendKey(%q) = %q, want a hashed key", trunc(d), key)
+		}
+	}
+	// The longest verbatim descriptor stays verbatim; keys stay distinct and bounded.
+	max := bytes.Repeat([]byte("a"), redis.MaxRawDescriptor)
+	if got := redis.AppendKey(nil, "rl", "api", max); !bytes.HasSuffix(got, max) {
+		t.Errorf("a %d-byte descriptor was hashed", len(max))
+	}
+	seen := map[string][]byte{}
+	for _, d := range append(hostile(), []byte("a"), []byte("#a"), []byte("b")) {
+		key := string(redis.AppendKey(nil, "rl", "api", d))
+		if len(key) > len("rl:{api}:")+redis.MaxRawDescriptor {
+			t.Errorf("key for %q is %d bytes", trunc(d), len(key))
+		}
+		if prev, dup := seen[key]; dup && !bytes.Equal(prev, d) {
+			t.Errorf("descriptors %q and %q share the key %q", trunc(prev), trunc(d), key)
+		}
+		seen[key] = d
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		var buf [96]byte
+		redis.AppendKey(buf[:0], "rl", "api", []byte("a b c"))
+	}); n != 0 {
+		t.Errorf("AppendKey allocates %v times per call", n)
+	}
+}
+
+func TestScripts(t *testing.T) {
+	names := map[string]bool{}
+	for _, s := range redis.Scripts() {
+		sum := sha1.Sum([]byte(s.Source))
+		if s.SHA != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s: SHA %s is not the SHA1 of Source", s.Name, s.SHA)
+		}
+		if names[s.Name] {
+			t.Errorf("duplicate script %s", s.Name)
+		}
+		names[s.Name] = true
+		for _, line := range strings.Split(s.Source, "\n") {
+			if strings.HasPrefix(line, "--") || strings.HasPrefix(line, " ") {
+				t.Errorf("%s: comment or indentation left in Source: %q", s.Name, line)
+			}
+		}
+	}
+	if len(names) != 6 {
+		t.Errorf("%d scripts, want 6", len(names))
+	}
+}
+
+func mustRule(t testing.TB, c algorithms.Config) *redis.Rule {
+	t.Helper()
+	r, err := redis.NewRule(c)
+	if err != nil {
+		t.Fatalf("NewRule(%+v): %v", c, err)
+	}
+	return r
+}
+
+func TestNewRule(t *testing.T) {
+	for _, c := range []algorithms.Config{
+		{Algorithm: "adaptive", Limit: 10, Window: time.Second, MinLimit: 1},
+		{Algorithm: "leaky_bucket", Limit: 10, Window: time.Second, MaxDelay: time.Second},
+		{Algorithm: "token_bucket", Limit: 0, Window: time.Second},
+		{Algorithm: "nope", Limit: 1, Window: time.Second},
+	} {
+		if _, err := redis.NewRule(c); err == nil {
+			t.Errorf("NewRule(%+v) succeeded", c)
+		}
+	}
+	// The bodies, byte for byte, for one configuration of each argument layout.
+	key := []byte("rl:{api}:1.2.3.4")
+	ekey := "rl%3A%7Bapi%7D%3A1%2E2%2E3%2E4"
+	for _, c := range []struct {
+		cfg  algorithms.Config
+		name string
+		args string
+	}{
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "token_bucket", "/10/20/1/100000000"},
+		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "leaky_bucket", "/6/6/1/10000000000"},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "sliding_window_counter", "/5/1300"},
+		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "sliding_window_log", "/5/3600000"},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "fixed_window", "/100/60000"},
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "gcra", "/3/2/333333333"},
+	} {
+		r := mustRule(t, c.cfg)
+		if r.Script().Name != c.name || r.Limit() != c.cfg.Limit {
+			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
+		}
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3" + c.args
+		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
+			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
+		}
+		eval := string(r.AppendEval(nil, key, 3))
+		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3"+c.args {
+			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
+		}
+		checkEscaped(t, []byte(r.Script().Source), []byte(src))
+	}
+}
+
+// A valid reply body, and the Reply it decodes to.
+const okBody = `{"EVALSHA":[0,10,0,250000000,1000000000,1764480000,123456000]}`
+
+var okReply = redis.Reply{
+	Decision: algorithms.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 250 * time.Millisecond, ResetAfter: time.Second},
+	Now:      1764480000123456000,
+}
+
+func TestParseReply(t *testing.T) {
+	ok := []struct {
+		body string
+		want redis.Reply
+	}{
+		{okBody, okReply},
+		{" {\n\"EVAL\" : [ 0 ,10,0, 250000000,1000000000,1764480000,123456000 ] }\r\n", okReply},
+		{`{"EVALSHA":[1,5,4,0,200000000,0,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
+	}
+	for _, c := range ok {
+		got, err := redis.ParseReply(200, []byte(c.body))
+		if err != nil || got != c.want {
+			t.Errorf("ParseReply(%q) = %+v, %v; want %+v", c.body, got, err, c.want)
+		}
+	}
+
+	type check func(error) bool
+	is := func(target error) check { return func(err error) bool { return errors.Is(err, target) } }
+	redisMsg := func(msg string) check {
+		return func(err error) bool {
+			var e *redis.Error
+			return errors.As(err, &e) && e.Message == msg && errors.Is(err, redis.ErrRedis)
+		}
+	}
+	bad := []struct {
+		status int
+		body   string
+		want   check
+	}{
+		{200, `{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}`, is(redis.ErrNoScript)},
+		{200, `{"EVALSHA":[false,"ERR ratelimit: bad arguments (count)"]}`, redisMsg("ERR ratelimit: bad arguments (count)")},
+		{200, `{"EVALSHA":[false,"WRONGTYPE a \"b\" \\ \/ \u00e9 \ud83d\udea6 \n"]}`, redisMsg("WRONGTYPE a \"b\" \\ / é 🚦 \n")},
+		{200, `{"EVALSHA":[false]}`, redisMsg("")},
+		{200, `{"EVALSHA":[false,"NOSCRIPT"]}`, redisMsg("NOSCRIPT")},
+		{503, ``, is(redis.ErrUnavailable)},
+		{502, `upstream connect error`, is(redis.ErrUnavailable)},
+		{504, `upstream request timeout`, is(redis.ErrUnavailable)},
+		{403, ``, is(redis.ErrMalformed)},
+		{404, okBody, is(redis.ErrMalformed)},
+		{500, okBody, is(redis.ErrMalformed)},
+		{0, okBody, is(redis.ErrMalformed)},
+		{200, ``, is(redis.ErrMalformed)},
+		{200, `null`, is(redis.ErrMalformed)},
+		{200, `{}`, is(redis.ErrMalformed)},
+		{200, `[]`, is(redis.ErrMalformed)},
+		{200, `not json at all`, is(redis.ErrMalformed)},
+		{200, `<html>502 Bad Gateway</html>`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":null}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":1}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":"x"}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[true,"OK"]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,null,4]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0.5]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,0,2e8,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,0,"2",0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[01,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[2,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,0,4,0,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,-1,0,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,-7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,-2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,-1,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,0,1000000000]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,9223372036,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,99999999999999999999,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,0,0]}x`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,5,4,7,2,0,0],"GET":1}`, is(redis.ErrMalformed)},
+		{200, `{"GET":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVAL\u0053HA":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[false,"bad \x escape"]}`, is(redis.ErrMalformed)},
+		{200, "{\"EVALSHA\":[false,\"raw \x01 control\"]}", is(redis.ErrMalformed)},
+		{200, "{\"EVALSHA\":[false,\"bad utf8 \xff\"]}", is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[false,"x",1]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[false,"\u12"]}`, is(redis.ErrMalformed)},
+	}
+	for _, c := range bad {
+		got, err := redis.ParseReply(c.status, []byte(c.body))
+		if err == nil || !c.want(err) || got != (redis.Reply{}) {
+			t.Errorf("ParseReply(%d, %q) = %+v, %v", c.status, c.body, got, err)
+		}
+	}
+	// Every truncation of a valid reply is malformed (a cut callout body must never decode).
+	for _, body := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT No matching script."]}`} {
+		for i := 0; i < len(body); i++ {
+			if _, err := redis.ParseReply(200, []byte(body[:i])); !errors.Is(err, redis.ErrMalformed) {
+				t.Errorf("ParseReply(%q) = %v, want ErrMalformed", body[:i], err)
+			}
+		}
+	}
+}
+
+func FuzzParseReply(f *testing.F) {
+	for _, s := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT x"]}`, `{"EVALSHA":[false]}`,
+		`{"EVAL":[1,5,4,0,200000000,0,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
+		f.Add(200, []byte(s))
+	}
+	f.Add(503, []byte(nil))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		r, err := redis.ParseReply(status, body)
+		if err != nil {
+			if r != (redis.Reply{}) {
+				t.Fatalf("error %v with a non-zero reply", err)
+			}
+			if !errors.Is(err, redis.ErrMalformed) && !errors.Is(err, redis.ErrUnavailable) &&
+				!errors.Is(err, redis.ErrRedis) && !errors.Is(err, redis.ErrNoScript) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		d := r.Decision
+		if status != 200 || d.Limit < 1 || d.Remaining < 0 || d.RetryAfter < 0 || d.ResetAfter < 0 ||
+			(d.Allowed && d.RetryAfter != 0) || r.Now < 0 || d.Delay != 0 {
+			t.Fatalf("accepted an invalid reply %+v from %d %q", r, status, body)
+		}
+	})
+}
+
+func TestHotPathAllocs(t *testing.T) {
+	rule := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 100, Window: time.Second})
+	buf := make([]byte, 0, 512)
+	body := []byte(okBody)
+	desc := []byte("203.0.113.7")
+	if n := testing.AllocsPerRun(200, func() {
+		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		req := rule.AppendEvalSHA(key[len(key):], key, 1)
+		if _, err := redis.ParseReply(200, body); err != nil || len(req) == 0 {
+			t.Fatal(err)
+		}
+		if _, err := redis.ParseReply(503, nil); err == nil {
+			t.Fatal("503 accepted")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per decision, want 0", n)
+	}
+}
+
+func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
+	rule := mustRule(b, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Second, Burst: 50})
+	buf := make([]byte, 0, 512)
+	body := []byte(okBody)
+	desc := []byte("203.0.113.7")
+	b.ReportAllocs()
+	for b.Loop() {
+		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		req := rule.AppendEvalSHA(key[len(key):], key, 1)
+		r, err := redis.ParseReply(200, body)
+		if err != nil || len(req) == 0 || r.Decision.Limit != 10 {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppendKeyHashed(b *testing.B) {
+	buf := make([]byte, 0, 128)
+	desc := bytes.Repeat([]byte("x"), 300)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = redis.AppendKey(buf[:0], "rl", "api", desc)
+	}
+}

@@ -1,0 +1,129 @@
+package redis
+
+import (
+	"crypto/sha256"
+)
+
+// safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
+// Everything else is percent-encoded, which is stricter than webdis needs on purpose: webdis
+// gives a meaning to '/' (argument separator), '?' (start of a query string, which truncates
+// the command), '+' (decoded to a space), '%' (escape), '.' (a known extension such as .txt
+// or .raw on the last argument changes the reply format), and it passes raw control bytes,
+// NUL and non-UTF-8 bytes through as they are. A positive list needs no knowledge of any of
+// that to stay safe, also against webdis versions that add meanings.
+var safe = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	t['_'], t['-'] = true, true
+	return t
+}()
+
+const hexUpper = "0123456789ABCDEF"
+
+// Escape appends arg to dst as one webdis argument: bytes in [A-Za-z0-9_-] as they are, every
+// other byte as %XX (upper-case hex). webdis decodes %XX back to the byte before handing the
+// argument to Redis, so any byte string, including '/', '%', '?', '+', '.', NUL, newlines and
+// invalid UTF-8, reaches Redis as exactly one argument with exactly those bytes, and the output
+// can never contain a byte webdis interprets. It does not allocate when dst has room for
+// 3*len(arg) more bytes.
+func Escape(dst, arg []byte) []byte {
+	for _, c := range arg {
+		if safe[c] {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
+		}
+	}
+	return dst
+}
+
+// escapeString is Escape for a string argument.
+func escapeString(dst []byte, arg string) []byte {
+	for i := 0; i < len(arg); i++ {
+		c := arg[i]
+		if safe[c] {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
+		}
+	}
+	return dst
+}
+
+// MaxRawDescriptor is the longest descriptor AppendKey writes into a key verbatim; longer
+// ones are hashed.
+const MaxRawDescriptor = 128
+
+// AppendKey appends the Redis key of one rate-limit counter to dst:
+//
+//	<prefix>:{<rule>}:<descriptor>        descriptor verbatim, or
+//	<prefix>:{<rule>}:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
+//
+// The rule is the Redis Cluster hash tag, so all keys of a rule live in one slot (and one
+// rule's traffic cannot spread across shards, which keeps per-rule behaviour predictable).
+//
+// A descriptor is kept verbatim when it is at most MaxRawDescriptor bytes of printable ASCII
+// (0x21-0x7E) and does not start with '#'; anything else (long values, spaces, control bytes,
+// non-UTF-8, or a leading '#') is hashed. That bounds the key length at
+// len(prefix)+len(rule)+5+MaxRawDescriptor, keeps keys readable in redis-cli for the common
+// cases (addresses, API keys, tenant ids), and keeps the mapping injective: a verbatim key
+// never starts with '#', and a hashed one always does. 128 bits of SHA-256 make accidental
+// collisions impossible in practice; a client who wanted to collide with another client's
+// counter would have to find a second preimage.
+//
+// prefix and rule come from the configuration. So that the hash tag is always exactly the
+// rule, the bytes '{', '}' and '%' in them (and bytes outside 0x21-0x7E) are written as %XX;
+// well-formed names contain none of these and are written as they are.
+//
+// The key is raw bytes: pass it to Rule.AppendEvalSHA, which escapes it for webdis. AppendKey
+// does not allocate when dst has room.
+func AppendKey(dst []byte, prefix, rule string, descriptor []byte) []byte {
+	dst = appendName(dst, prefix)
+	dst = append(dst, ':', '{')
+	dst = appendName(dst, rule)
+	dst = append(dst, '}', ':')
+	if rawDescriptor(descriptor) {
+		return append(dst, descriptor...)
+	}
+	sum := sha256.Sum256(descriptor)
+	dst = append(dst, '#')
+	for _, c := range sum[:16] {
+		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])
+	}
+	return dst
+}
+
+const hexLower = "0123456789abcdef"
+
+func rawDescriptor(d []byte) bool {
+	if len(d) > MaxRawDescriptor || (len(d) > 0 && d[0] == '#') {
+		return false
+	}
+	for _, c := range d {
+		if c < 0x21 || c > 0x7E {
+			return false
+		}
+	}
+	return true
+}
+
+// appendName writes a configured prefix or rule name, percent-encoding the bytes that would
+// break the hash tag or the injectivity of the key layout.
+func appendName(dst []byte, name string) []byte {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c == '{' || c == '}' || c == '%' || c < 0x21 || c > 0x7E {
+			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,26 @@
+-- window.lua: clock alignment shared by fixed_window and the sliding window counter.
+
+-- window_start returns start(now) = now - (now mod W) as a pair, for a window of wms whole
+-- milliseconds. now mod W is computed exactly from the millisecond count, which is below 2^53:
+-- now mod W = ((s*1000 + floor(ns/1e6)) mod wms)*1e6 + ns mod 1e6.
+local function window_start(now_s, now_n, wms)
+  local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+  local r = (now_ms % wms) * 1000000 + now_n % 1000000
+  return tsadd(now_s, now_n, -r)
+end
+
+-- window_args parses ARGV = n, limit, window_ms [, now_s, now_ns].
+local function window_args()
+  if #ARGV ~= 3 and #ARGV ~= 5 then
+    return nil, 'count'
+  end
+  local n, limit, wms = int(ARGV[1]), int(ARGV[2]), int(ARGV[3])
+  if n == nil or limit == nil or wms == nil or limit < 1 or wms < 1 then
+    return nil, 'config'
+  end
+  local now_s, now_n = now_at(4)
+  if now_s == nil then
+    return nil, 'now'
+  end
+  return n, limit, wms, now_s, now_n
+end

@@ -1,0 +1,394 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
+// details.
+var (
+	// ErrNoScript means Redis does not have the script in its cache (it restarted, or the
+	// cache was flushed): send the AppendEval body instead.
+	ErrNoScript = errors.New("redis: script not in Redis' cache (NOSCRIPT)")
+	// ErrRedis means Redis answered an error (wrong key type, out of memory, busy, a script
+	// error...); the *Error carries its message.
+	ErrRedis = errors.New("redis: error reply")
+	// ErrUnavailable means the Redis path is down: webdis cannot reach Redis (503), or the
+	// proxy in front of webdis could not get an answer (502, 503, 504).
+	ErrUnavailable = errors.New("redis: unavailable")
+	// ErrMalformed means the answer is not a reply of the scripts: not JSON, the wrong shape,
+	// truncated, values out of range, or an HTTP status webdis does not use for a command
+	// that ran (such as 403 when a webdis ACL forbids EVALSHA).
+	ErrMalformed = errors.New("redis: malformed reply")
+)
+
+// Error is an error reply from Redis. errors.Is(err, ErrRedis) holds for it.
+type Error struct {
+	// Message is Redis' message, such as "WRONGTYPE Operation against a key holding the wrong
+	// kind of value". It is empty when webdis could not pass it on (webdis drops messages
+	// that are not valid UTF-8).
+	Message string
+}
+
+// Error renders "redis: <message>".
+func (e *Error) Error() string { return "redis: " + e.Message }
+
+// Is makes errors.Is(err, ErrRedis) true.
+func (e *Error) Is(target error) bool { return target == ErrRedis }
+
+// StatusError is an HTTP answer other than 200. errors.Is matches it with ErrUnavailable for
+// 502, 503 and 504 and with ErrMalformed for every other status.
+type StatusError struct {
+	Status int
+}
+
+// Error renders the status.
+func (e *StatusError) Error() string {
+	return "redis: webdis answered HTTP " + strconv.Itoa(e.Status)
+}
+
+// Is implements the mapping described on StatusError.
+func (e *StatusError) Is(target error) bool {
+	switch e.Status {
+	case 502, 503, 504:
+		return target == ErrUnavailable
+	}
+	return target == ErrMalformed
+}
+
+// Shared errors for the statuses an outage produces on every request, so an outage does not
+// allocate per request.
+var (
+	err502 = &StatusError{Status: 502}
+	err503 = &StatusError{Status: 503}
+	err504 = &StatusError{Status: 504}
+)
+
+// Reply is one decoded answer of a script.
+type Reply struct {
+	// Decision is the limiter's decision, field for field what the Go limiter of the same
+	// configuration decides at Now. Delay is always 0 (there is no global shaper).
+	Decision algorithms.Decision
+	// Now is the instant of the decision on Redis' clock, in Unix nanoseconds (microsecond
+	// resolution, from TIME).
+	Now int64
+}
+
+// replyLen is the length of the flat array every script returns:
+// {allowed, limit, remaining, retry_after_ns, reset_after_ns, now_s, now_ns}.
+const replyLen = 7
+
+// ParseReply decodes webdis' answer to an AppendEvalSHA or AppendEval body: status is the
+// HTTP status, body the response body. A success is exactly
+//
+//	{"EVALSHA":[allowed,limit,remaining,retry_after_ns,reset_after_ns,now_s,now_ns]}
+//
+// (or "EVAL"), with integers only; an error reply is {"EVALSHA":[false,"<message>"]}, which
+// webdis sends with status 200. The errors are ErrNoScript, *Error (ErrRedis), *StatusError
+// (ErrUnavailable or ErrMalformed) and ErrMalformed; see their documentation.
+//
+// ParseReply never panics, whatever the body, and does not allocate on success.
+func ParseReply(status int, body []byte) (Reply, error) {
+	switch status {
+	case 200:
+	case 502:
+		return Reply{}, err502
+	case 503:
+		return Reply{}, err503
+	case 504:
+		return Reply{}, err504
+	default:
+		return Reply{}, &StatusError{Status: status}
+	}
+	p := parser{b: body}
+	p.space()
+	if !p.byte('{') {
+		return Reply{}, p.malformed("want an object")
+	}
+	p.space()
+	key, ok := p.rawString()
+	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") {
+		return Reply{}, p.malformed("want the key EVALSHA or EVAL")
+	}
+	p.space()
+	if !p.byte(':') {
+		return Reply{}, p.malformed("want ':'")
+	}
+	p.space()
+	if !p.byte('[') {
+		return Reply{}, p.malformed("want an array")
+	}
+	p.space()
+
+	var (
+		vals [replyLen]int64
+		n    int
+		rerr error
+	)
+	if p.literal("false") {
+		// An error reply: [false,"message"], or [false] when webdis dropped a message that
+		// is not valid UTF-8.
+		p.space()
+		msg := ""
+		if p.byte(',') {
+			p.space()
+			msg, ok = p.string()
+			if !ok {
+				return Reply{}, p.malformed("bad error message")
+			}
+			p.space()
+		}
+		if len(msg) >= 9 && msg[:9] == "NOSCRIPT " {
+			rerr = ErrNoScript
+		} else {
+			rerr = &Error{Message: msg}
+		}
+		if !p.byte(']') {
+			return Reply{}, p.malformed("want ']' after the error")
+		}
+	} else {
+		for {
+			v, ok := p.integer()
+			if !ok {
+				return Reply{}, p.malformed("want an integer")
+			}
+			if n == replyLen {
+				return Reply{}, p.malformed("too many elements")
+			}
+			vals[n] = v
+			n++
+			p.space()
+			if p.byte(']') {
+				break
+			}
+			if !p.byte(',') {
+				return Reply{}, p.malformed("want ',' or ']'")
+			}
+			p.space()
+		}
+		if n != replyLen {
+			return Reply{}, p.malformed("too few elements")
+		}
+	}
+	p.space()
+	if !p.byte('}') {
+		return Reply{}, p.malformed("want '}'")
+	}
+	p.space()
+	if p.i != len(p.b) {
+		return Reply{}, p.malformed("trailing data")
+	}
+	if rerr != nil {
+		return Reply{}, rerr
+	}
+
+	allowed, limit, remaining, retry, reset, sec, nsec := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6]
+	switch {
+	case allowed != 0 && allowed != 1:
+		return Reply{}, malformed("allowed is not 0 or 1")
+	case limit < 1 || remaining < 0 || retry < 0 || reset < 0:
+		return Reply{}, malformed("negative or zero field")
+	case allowed == 1 && retry != 0:
+		return Reply{}, malformed("allowed with a retry-after")
+	case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
+		return Reply{}, malformed("time out of range")
+	}
+	return Reply{
+		Decision: algorithms.Decision{
+			Allowed:    allowed == 1,
+			Limit:      limit,
+			Remaining:  remaining,
+			RetryAfter: time.Duration(retry),
+			ResetAfter: time.Duration(reset),
+		},
+		Now: sec*1e9 + nsec,
+	}, nil
+}
+
+// maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
+const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000
+
+func malformed(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
+
+// parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
+// It rejects everything else instead of interpreting it.
+type parser struct {
+	b []byte
+	i int
+}
+
+func (p *parser) malformed(why string) error {
+	return fmt.Errorf("%w: %s at byte %d", ErrMalformed, why, p.i)
+}
+
+func (p *parser) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) byte(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *parser) literal(s string) bool {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// integer reads a JSON integer: optional '-', then 0 or digits without a leading zero,
+// fitting an int64. Fractions and exponents are rejected: webdis writes Redis integers as
+// plain digits.
+func (p *parser) integer() (int64, bool) {
+	start := p.i
+	neg := p.byte('-')
+	digits := p.i
+	var v uint64
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		d := uint64(p.b[p.i] - '0')
+		if v > (1<<63-d)/10 { // v*10+d would exceed 2^63
+			return 0, false
+		}
+		v = v*10 + d
+		p.i++
+	}
+	n := p.i - digits
+	if n == 0 || (n > 1 && p.b[digits] == '0') {
+		p.i = start
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true // v <= 2^63, so -v fits (and -2^63 wraps to itself)
+	}
+	if v > 1<<63-1 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// rawString reads a JSON string without escapes (the object key) and returns its bytes.
+func (p *parser) rawString() ([]byte, bool) {
+	if !p.byte('"') {
+		return nil, false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		p.i++
+	}
+	return nil, false
+}
+
+// string reads and decodes a JSON string (an error message). Invalid escapes, raw control
+// characters and invalid UTF-8 are rejected.
+func (p *parser) string() (string, bool) {
+	if !p.byte('"') {
+		return "", false
+	}
+	var out []byte
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return string(out), true
+		case c < 0x20:
+			return "", false
+		case c == '\\':
+			if p.i+1 >= len(p.b) {
+				return "", false
+			}
+			e := p.b[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := p.hex4()
+				if !ok {
+					return "", false
+				}
+				if utf16.IsSurrogate(r) {
+					// A surrogate pair is two escapes; a lone half decodes to U+FFFD.
+					r2 := utf8.RuneError
+					if p.literal(`\u`) {
+						if lo, ok := p.hex4(); ok {
+							r2 = lo
+						} else {
+							return "", false
+						}
+					}
+					r = utf16.DecodeRune(r, r2)
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return "", false
+			}
+		default:
+			r, size := utf8.DecodeRune(p.b[p.i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false
+			}
+			out = append(out, p.b[p.i:p.i+size]...)
+			p.i += size
+		}
+	}
+	return "", false
+}
+
+func (p *parser) hex4() (rune, bool) {
+	if len(p.b)-p.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.b[p.i : p.i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.i += 4
+	return r, true
+}
