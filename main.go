@@ -5,11 +5,11 @@ package main
 
 import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
-	"github.com/ratelimit-wasm/ratelimit/placeholder"
+	"github.com/ratelimit-wasm/ratelimit/filter"
 )
 
 func init() {
-	abi.SetVMContext(placeholder.NewVMContext())
+	abi.SetVMContext(filter.NewVMContext())
 }
 
 func main() {}

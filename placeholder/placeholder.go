@@ -86,7 +86,13 @@ func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
 func Increment(key string) (uint64, error) {
 	for range casAttempts {
 		val, cas, err := abi.GetSharedData(key)
-		if err != nil && !errors.Is(err, abi.ErrNotFound) {
+		switch {
+		case errors.Is(err, abi.ErrNotFound):
+			// Envoy writes a missing key whatever the cas, and any key unconditionally with
+			// cas 0; a non-zero cas makes a second creator fail with CasMismatch instead of
+			// overwriting the first one's value.
+			cas = 1<<32 - 1
+		case err != nil:
 			return 0, err
 		}
 		n, _ := strconv.ParseUint(string(val), 10, 64)

@@ -1,0 +1,172 @@
+package wasmhost
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxCalloutBody bounds a callout response body (Envoy's async client has a
+// buffer limit too; exceeding it is a failure, like a reset).
+const maxCalloutBody = 64 << 20
+
+// callout is one proxy_http_call in flight.
+type callout struct {
+	v        *vm
+	token    uint32
+	cluster  string
+	base     string
+	headers  *headerMap
+	body     []byte
+	trailers [][2]string
+	timeout  time.Duration
+}
+
+// calloutResponse is what proxy_on_http_call_response can read: headers
+// (map 6, with :status), body (buffer 4) and trailers (map 7, nil if none).
+// reset means Envoy's onFailure: nothing readable, get_status = 11.
+type calloutResponse struct {
+	headers  *headerMap
+	body     []byte
+	trailers *headerMap
+	reset    bool
+}
+
+// startCallout performs the request in a goroutine and delivers the
+// response on the VM's loop to the root context. The goroutine is bounded by
+// the callout timeout and by Close (the base context).
+func (h *Host) startCallout(c *callout) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		resp := h.performCallout(c)
+		if resp == nil {
+			return // the host is closing
+		}
+		c.v.post(h.baseCtx, func() { c.v.deliverCallout(c.token, resp) })
+	}()
+}
+
+func (h *Host) performCallout(c *callout) *calloutResponse {
+	if c.base == "reset:" {
+		return &calloutResponse{reset: true}
+	}
+	ctx := h.baseCtx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	method, _ := c.headers.get(":method")
+	path, _ := c.headers.get(":path")
+	authority, _ := c.headers.get(":authority")
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+path, bytes.NewReader(c.body))
+	if err != nil {
+		return envoyLocal(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+	}
+	req.Host = authority
+	for _, p := range c.headers.kv {
+		if strings.HasPrefix(p[0], ":") || p[0] == "host" || p[0] == "content-length" {
+			continue
+		}
+		req.Header.Add(p[0], p[1])
+	}
+	req.ContentLength = int64(len(c.body))
+	noDefaultUserAgent(req.Header)
+	start := time.Now()
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if h.baseCtx.Err() != nil {
+			return nil
+		}
+		return calloutError(ctx, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCalloutBody+1))
+	if err != nil || len(body) > maxCalloutBody {
+		if h.baseCtx.Err() != nil {
+			return nil
+		}
+		// The response had started: Envoy's async client reports a reset
+		// (onFailure), not a local reply.
+		return &calloutResponse{reset: true}
+	}
+	hm := newHeaderMap(nil)
+	hm.add(":status", strconv.Itoa(resp.StatusCode))
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			hm.add(k, v)
+		}
+	}
+	hm.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	cr := &calloutResponse{headers: hm, body: body}
+	if len(resp.Trailer) > 0 {
+		tm := newHeaderMap(nil)
+		for k, vs := range resp.Trailer {
+			for _, v := range vs {
+				tm.add(k, v)
+			}
+		}
+		cr.trailers = tm
+	}
+	return cr
+}
+
+// calloutError maps a failure before response headers to the response
+// Envoy's router would have produced: a timeout is 504 "upstream request
+// timeout", an unresolvable host is 503 "no healthy upstream", anything else
+// is 503 "upstream connect error ...".
+func calloutError(ctx context.Context, err error) *calloutResponse {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return envoyLocal(504, "upstream request timeout")
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return envoyLocal(503, "no healthy upstream")
+	}
+	reason := "connection failure"
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset") {
+		reason = "connection termination"
+	}
+	return envoyLocal(503, "upstream connect error or disconnect/reset before headers. reset reason: "+reason)
+}
+
+// envoyLocal builds a router local reply as the async client delivers it.
+func envoyLocal(status int, body string) *calloutResponse {
+	hm := newHeaderMap(nil)
+	hm.add(":status", strconv.Itoa(status))
+	hm.add("content-length", strconv.Itoa(len(body)))
+	hm.add("content-type", "text/plain")
+	return &calloutResponse{headers: hm, body: []byte(body)}
+}
+
+// deliverCallout calls proxy_on_http_call_response on the root context, even
+// when the stream that started the call is gone (Envoy does not cancel it).
+func (v *vm) deliverCallout(token uint32, cr *calloutResponse) {
+	if !v.rootAlive || v.failed.Load() {
+		return
+	}
+	var nh, nb, nt uint64
+	if cr.reset {
+		v.statusCode = uint32(StatusBrokenConnection)
+		v.statusMsg = "reset"
+	} else {
+		v.callout = cr
+		nh, nb = uint64(cr.headers.size()), uint64(len(cr.body))
+		if cr.trailers != nil {
+			nt = uint64(cr.trailers.size())
+		}
+	}
+	v.callback("proxy_on_http_call_response", v.fn.onHTTPCallResponse, v.rootID, uint64(v.rootID), uint64(token), nh, nb, nt)
+	// Envoy clears the response and the status message after the callback
+	// (the status code itself stays until the next failure).
+	v.callout = nil
+	v.statusMsg = ""
+	v.settle()
+}

@@ -1,0 +1,156 @@
+package wasmhost
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// hopByHop headers are connection-specific and never forwarded.
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "te": true,
+	"transfer-encoding": true, "upgrade": true, "content-length": true, "host": true,
+}
+
+// Handler returns a reverse proxy that behaves like an Envoy listener with
+// this filter: each request runs through the filter on a worker VM (round
+// robin); a local response is written as-is; otherwise the request, as the
+// filter left it, is forwarded to upstream and the upstream's response goes
+// through the response callbacks. A stream closed by the guest aborts the
+// connection. The route table in Options supplies the xds.* properties.
+func (h *Host) Handler(upstream *url.URL) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+		if err != nil {
+			http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		req := Request{
+			Worker:        -1,
+			Method:        r.Method,
+			Path:          r.URL.RequestURI(),
+			Authority:     r.Host,
+			Scheme:        "http",
+			Body:          body,
+			SourceAddress: r.RemoteAddr,
+		}
+		if r.TLS != nil {
+			req.Scheme = "https"
+		}
+		keys := make([]string, 0, len(r.Header))
+		for k := range r.Header {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			for _, v := range r.Header[k] {
+				req.Headers = append(req.Headers, [2]string{strings.ToLower(k), v})
+			}
+		}
+		if rt := h.matchRoute(r.URL.Path); rt != nil {
+			req.RouteName, req.VirtualHost, req.ClusterName, req.RouteMetadata = rt.Name, rt.VirtualHost, rt.Cluster, rt.RouteMetadata
+		}
+		res, err := h.run(r.Context(), &req, func(ctx context.Context, rq *Result) (*UpstreamResponse, error) {
+			return h.forward(ctx, upstream, rq), nil
+		})
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			http.Error(w, "wasmhost: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if res.Reset {
+			// Aborting the handler is net/http's way to reset the stream.
+			panic(http.ErrAbortHandler)
+		}
+		for _, p := range res.ResponseHeaders {
+			if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
+				continue
+			}
+			w.Header().Add(p[0], p[1])
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(res.ResponseBody)))
+		w.WriteHeader(res.Status)
+		_, _ = w.Write(res.ResponseBody)
+	})
+}
+
+func (h *Host) matchRoute(path string) *Route {
+	for i := range h.opts.Routes {
+		if strings.HasPrefix(path, h.opts.Routes[i].PathPrefix) {
+			return &h.opts.Routes[i]
+		}
+	}
+	return nil
+}
+
+// forward sends the filtered request upstream. Failures become the response
+// Envoy's router would send (503/504), which still passes through the
+// filter's response callbacks because the router comes after the filter.
+func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result) *UpstreamResponse {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.UpstreamTimeout)
+	defer cancel()
+	path := headerValue(rq.RequestHeaders, ":path")
+	method := headerValue(rq.RequestHeaders, ":method")
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(upstream.String(), "/")+path, bytes.NewReader(rq.RequestBody))
+	if err != nil {
+		return routerReply(503, fmt.Sprintf("upstream connect error or disconnect/reset before headers. reset reason: %v", err))
+	}
+	req.Host = headerValue(rq.RequestHeaders, ":authority")
+	for _, p := range rq.RequestHeaders {
+		if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
+			continue
+		}
+		req.Header.Add(p[0], p[1])
+	}
+	req.ContentLength = int64(len(rq.RequestBody))
+	noDefaultUserAgent(req.Header)
+	start := time.Now()
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return routerReply(504, "upstream request timeout")
+		}
+		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+	}
+	out := &UpstreamResponse{Status: resp.StatusCode, Body: body}
+	keys := make([]string, 0, len(resp.Header))
+	for k := range resp.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range resp.Header[k] {
+			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
+		}
+	}
+	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
+	for k, vs := range resp.Trailer {
+		for _, v := range vs {
+			out.Trailers = append(out.Trailers, [2]string{strings.ToLower(k), v})
+		}
+	}
+	return out
+}
+
+func routerReply(status int, body string) *UpstreamResponse {
+	return &UpstreamResponse{
+		Status:  status,
+		Headers: [][2]string{{"content-length", strconv.Itoa(len(body))}, {"content-type", "text/plain"}},
+		Body:    []byte(body),
+	}
+}

@@ -1,0 +1,102 @@
+package wasmhost
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// echoUpstream answers with the request it received, one "key: value" line
+// per header, and sets x-upstream: 1.
+func echoUpstream(t *testing.T) *url.URL {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("x-upstream", "1")
+		var b strings.Builder
+		b.WriteString(r.Method + " " + r.URL.RequestURI() + " host=" + r.Host + "\n")
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				b.WriteString(strings.ToLower(k) + ": " + v + "\n")
+			}
+		}
+		b.WriteString("body=" + string(body) + "\n")
+		_, _ = io.WriteString(w, b.String())
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u
+}
+
+func get(t *testing.T, client *http.Client, u string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", u, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestHandlerProxiesThroughPlaceholder(t *testing.T) {
+	h := newTestHost(t, wasmtest.BuildGuest(t, placeholderModule), Options{Workers: 2, VMID: "handler-test"})
+	proxy := httptest.NewServer(h.Handler(echoUpstream(t)))
+	defer proxy.Close()
+
+	resp, body := get(t, proxy.Client(), proxy.URL+"/hello?x=1")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "ok", resp.Header.Get("x-placeholder"))
+	assert.Equal(t, "1", resp.Header.Get("x-upstream"))
+	assert.Contains(t, body, "GET /hello?x=1 host="+strings.TrimPrefix(proxy.URL, "http://"))
+	assert.Contains(t, body, "x-request-count: 1", "the filter's request header reached the upstream")
+	assert.Contains(t, body, "x-request-id: ")
+
+	resp, body = get(t, proxy.Client(), proxy.URL+"/deny")
+	assert.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, "denied\n", body)
+	assert.Equal(t, []string{"denied", "ok"}, resp.Header.Values("x-placeholder"))
+	assert.Empty(t, resp.Header.Get("x-upstream"), "a local reply never reaches the upstream")
+}
+
+func TestHandlerRoutesAndReset(t *testing.T) {
+	h := newTestHost(t, abiGuest(t), Options{Routes: []Route{
+		{PathPrefix: "/api/", Name: "api", VirtualHost: "vh", Cluster: "backend"},
+		{PathPrefix: "/", Name: "default"},
+	}})
+	proxy := httptest.NewServer(h.Handler(echoUpstream(t)))
+	defer proxy.Close()
+	_, body := get(t, proxy.Client(), proxy.URL+"/api/x", "x-op", "props", "x-props", "xds.route_name,xds.virtual_host_name,xds.cluster_name,source.address")
+	assert.Contains(t, body, "x-prop-0: api\n")
+	assert.Contains(t, body, "x-prop-1: vh\n")
+	assert.Contains(t, body, "x-prop-2: backend\n")
+	assert.Contains(t, body, "x-prop-3: 127.0.0.1:")
+	_, body = get(t, proxy.Client(), proxy.URL+"/other", "x-op", "props", "x-props", "xds.route_name")
+	assert.Contains(t, body, "x-prop-0: default\n")
+
+	req, _ := http.NewRequest("GET", proxy.URL+"/", nil)
+	req.Header.Set("x-op", "close")
+	_, err := proxy.Client().Do(req)
+	assert.Error(t, err, "proxy_close_stream resets the downstream")
+}
+
+func TestHandlerUpstreamDown(t *testing.T) {
+	h := newTestHost(t, abiGuest(t), Options{})
+	dead, _ := url.Parse("http://127.0.0.1:1")
+	proxy := httptest.NewServer(h.Handler(dead))
+	defer proxy.Close()
+	resp, body := get(t, proxy.Client(), proxy.URL+"/")
+	assert.Equal(t, 503, resp.StatusCode)
+	assert.Contains(t, body, "upstream connect error")
+	assert.Equal(t, "ok", resp.Header.Get("x-guest-resp"), "the router's 503 passes through the filter")
+}

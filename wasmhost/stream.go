@@ -1,0 +1,587 @@
+package wasmhost
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Request is one HTTP request to run through the filter with Do.
+type Request struct {
+	// Worker selects the worker VM; -1 picks one round robin.
+	Worker int
+	// Method, Path and Authority become :method, :path and :authority
+	// (defaults GET, / and localhost). Scheme defaults to http.
+	Method, Path, Authority, Scheme string
+	// Headers are the other request headers (keys are lower-cased, as by
+	// Envoy's codec). x-request-id and x-forwarded-proto are added when
+	// missing, like Envoy's connection manager does.
+	Headers [][2]string
+	// Body and Trailers, when non-empty, produce proxy_on_request_body (one
+	// chunk) and proxy_on_request_trailers.
+	Body     []byte
+	Trailers [][2]string
+	// RouteName, VirtualHost, ClusterName and RouteMetadata are the xds.*
+	// properties of the matched route.
+	RouteName, VirtualHost, ClusterName string
+	RouteMetadata                       []byte
+	// SourceAddress is the downstream address "ip:port" (default
+	// 127.0.0.1:50000).
+	SourceAddress string
+	// Upstream is the response the upstream gives if the request continues
+	// (default 200 with no body). It goes through the response callbacks.
+	Upstream *UpstreamResponse
+}
+
+// UpstreamResponse is a response as it arrives from the upstream.
+type UpstreamResponse struct {
+	Status   int
+	Headers  [][2]string
+	Body     []byte
+	Trailers [][2]string
+}
+
+// LocalResponse is a response Envoy generated instead of the upstream's:
+// by proxy_send_local_response or by a VM failure (503 wasm_fail_stream).
+type LocalResponse struct {
+	Status     int
+	Headers    [][2]string // as the guest passed them (lower-cased)
+	Body       []byte
+	Details    string // response code details (whitespace replaced by '_')
+	GrpcStatus int32  // -1 when not set
+}
+
+// Result is what happened to a stream.
+type Result struct {
+	Worker   int
+	StreamID uint32
+	// Continued is true when the request reached the upstream.
+	Continued bool
+	// RequestHeaders and RequestBody are the request as the filter left it
+	// (what the upstream received when Continued).
+	RequestHeaders [][2]string
+	RequestBody    []byte
+	// Local is set when Envoy sent a local response instead of (or in place
+	// of) the upstream's.
+	Local *LocalResponse
+	// Status, ResponseHeaders and ResponseBody are the response sent
+	// downstream, after the filter's response-side changes.
+	Status          int
+	ResponseHeaders [][2]string
+	ResponseBody    []byte
+	// Reset is true when the guest closed the stream (proxy_close_stream):
+	// the downstream sees a reset, not a response.
+	Reset bool
+	// Failed is true when the VM failed during (or before) this stream.
+	Failed bool
+}
+
+// Header returns the first value of a response header.
+func (r *Result) Header(key string) string { return headerValue(r.ResponseHeaders, key) }
+
+// RequestHeader returns the first value of a request header as the filter
+// left it.
+func (r *Result) RequestHeader(key string) string { return headerValue(r.RequestHeaders, key) }
+
+func headerValue(h [][2]string, key string) string {
+	key = lowerASCII(key)
+	for _, p := range h {
+		if p[0] == key {
+			return p[1]
+		}
+	}
+	return ""
+}
+
+// phase is where a stream is in Envoy's filter chain.
+type phase int
+
+const (
+	phRequestHeaders phase = iota
+	phRequestBody
+	phRequestTrailers
+	phRequestDone
+	phWaitUpstream
+	phResponseHeaders
+	phResponseBody
+	phResponseTrailers
+	phComplete
+)
+
+type streamEvent struct {
+	needUpstream bool
+	request      *Result // snapshot when needUpstream
+	done         bool
+	result       *Result
+	err          error
+}
+
+// stream is one HTTP stream's state on its VM; only the VM's loop touches it.
+type stream struct {
+	v   *vm
+	id  uint32
+	req *Request
+
+	phase  phase
+	paused bool
+
+	maps      [4]*headerMap // request headers/trailers, response headers/trailers
+	avail     [4]bool       // whether the guest can reach each map now
+	body      [2][]byte     // request, response body
+	bodyAvail [2]bool
+	logPhase  bool // in proxy_on_log: Envoy exposes the maps read-only
+
+	continueReq [2]bool
+	closeReq    bool
+	local       *LocalResponse
+	localSent   bool
+	isDirty     bool
+	properties  map[string][]byte
+
+	events chan streamEvent
+	result Result
+	done   bool
+}
+
+func (s *stream) dir() int {
+	if s.phase <= phWaitUpstream {
+		return streamRequest
+	}
+	return streamResponse
+}
+
+// markDirty queues the stream for settle(): host calls record deferred
+// actions and the VM applies them after the callback returns, like Envoy's
+// addAfterVmCallAction.
+func (v *vm) markDirty(s *stream) {
+	if !s.isDirty {
+		s.isDirty = true
+		v.dirty = append(v.dirty, s)
+	}
+}
+
+// settle applies the deferred actions recorded during the last callback.
+// If the VM failed, streams waiting on it (paused for a callout, say) get
+// the FAIL_CLOSED reply now. Envoy would leave them paused until the stream
+// idle timeout; answering at once keeps tests bounded.
+func (v *vm) settle() {
+	if v.failed.Load() {
+		for _, s := range v.streams {
+			if !s.done && !s.isDirty {
+				v.markDirty(s)
+			}
+		}
+	}
+	for len(v.dirty) > 0 {
+		s := v.dirty[0]
+		v.dirty = v.dirty[1:]
+		s.isDirty = false
+		if !s.done {
+			v.advance(s)
+		}
+	}
+	v.dirty = v.dirty[:0]
+}
+
+// Do runs one request through the filter on a worker VM, the way Envoy's
+// filter chain would: context create, request headers (waiting while the
+// filter pauses, bounded by ctx), body, trailers, the upstream response
+// (Request.Upstream) through the response callbacks, then on_log, on_done
+// and on_delete. If ctx ends first the stream is torn down (as when the
+// downstream resets) and ctx's error is returned.
+func (h *Host) Do(ctx context.Context, r Request) (*Result, error) {
+	up := r.Upstream
+	if up == nil {
+		up = &UpstreamResponse{Status: 200}
+	}
+	return h.run(ctx, &r, func(context.Context, *Result) (*UpstreamResponse, error) { return up, nil })
+}
+
+// upstreamFunc produces the upstream response for a request that continued.
+type upstreamFunc func(ctx context.Context, req *Result) (*UpstreamResponse, error)
+
+func (h *Host) pick(worker int) (*vm, error) {
+	if worker < 0 {
+		return h.vms[int(h.rr.Add(1)-1)%len(h.vms)], nil
+	}
+	if worker >= len(h.vms) {
+		return nil, fmt.Errorf("wasmhost: worker %d out of range (%d workers)", worker, len(h.vms))
+	}
+	return h.vms[worker], nil
+}
+
+func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc) (*Result, error) {
+	select {
+	case <-h.closed:
+		return nil, ErrClosed
+	default:
+	}
+	v, err := h.pick(r.Worker)
+	if err != nil {
+		return nil, err
+	}
+	s := &stream{v: v, req: r, events: make(chan streamEvent, 2)}
+	if !v.post(ctx, func() { v.startStream(s) }) {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, ErrClosed
+	}
+	for {
+		select {
+		case ev := <-s.events:
+			if ev.done {
+				return ev.result, ev.err
+			}
+			resp, err := upstream(ctx, ev.request)
+			if err != nil {
+				v.postReliably(func() { v.abortStream(s, err) })
+				return nil, err
+			}
+			if !v.post(ctx, func() { v.respond(s, resp) }) {
+				v.postReliably(func() { v.abortStream(s, ctx.Err()) })
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, ErrClosed
+			}
+		case <-ctx.Done():
+			v.postReliably(func() { v.abortStream(s, ctx.Err()) })
+			return nil, ctx.Err()
+		case <-h.closed:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// startStream creates the stream context and runs the request side.
+func (v *vm) startStream(s *stream) {
+	select {
+	case <-v.h.closed:
+		// Close got here first: the root context is being torn down.
+		s.done = true
+		s.events <- streamEvent{done: true, err: ErrClosed}
+		return
+	default:
+	}
+	r := s.req
+	s.id = v.allocID()
+	s.result.Worker = v.idx
+	s.result.StreamID = s.id
+	v.streams[s.id] = s
+
+	scheme := r.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	hm := newHeaderMap(nil)
+	hm.add(":authority", orDefault(r.Authority, "localhost"))
+	hm.add(":path", orDefault(r.Path, "/"))
+	hm.add(":method", orDefault(r.Method, "GET"))
+	hm.add(":scheme", scheme)
+	for _, p := range r.Headers {
+		if k := lowerASCII(p[0]); k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
+			continue
+		}
+		hm.add(p[0], p[1])
+	}
+	if _, ok := hm.get("x-forwarded-proto"); !ok {
+		hm.add("x-forwarded-proto", scheme)
+	}
+	if _, ok := hm.get("x-request-id"); !ok {
+		hm.add("x-request-id", newRequestID())
+	}
+	s.maps[MapRequestHeaders] = hm
+	s.body[0] = r.Body
+	if len(r.Trailers) > 0 {
+		s.maps[MapRequestTrailers] = newHeaderMap(r.Trailers)
+	}
+	v.callback("proxy_on_context_create", v.fn.onContextCreate, s.id, uint64(s.id), uint64(v.rootID))
+	v.advance(s)
+	v.settle()
+}
+
+// advance runs the stream's state machine until it has to wait (paused by
+// the filter, or for the upstream) or it is finished.
+func (v *vm) advance(s *stream) {
+	for !s.done {
+		if v.failed.Load() {
+			v.failStream(s)
+			return
+		}
+		if s.closeReq {
+			s.result.Reset = true
+			v.finish(s)
+			return
+		}
+		if s.local != nil && !s.localSent {
+			v.startLocalReply(s)
+			continue
+		}
+		if s.paused {
+			d := s.dir()
+			if !s.continueReq[d] {
+				return
+			}
+			s.continueReq[d] = false
+			s.paused = false
+		}
+		switch s.phase {
+		case phRequestHeaders:
+			hm := s.maps[MapRequestHeaders]
+			eos := len(s.body[0]) == 0 && s.maps[MapRequestTrailers] == nil
+			s.avail[MapRequestHeaders] = true
+			r, ok := v.callback("proxy_on_request_headers", v.fn.onRequestHeaders, s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
+			s.phase = phRequestBody
+			v.afterFilterCall(s, ok, uint32(r), MapRequestHeaders, -1)
+		case phRequestBody:
+			s.phase = phRequestTrailers
+			if len(s.body[0]) == 0 {
+				continue
+			}
+			s.bodyAvail[0] = true
+			eos := s.maps[MapRequestTrailers] == nil
+			r, ok := v.callback("proxy_on_request_body", v.fn.onRequestBody, s.id, uint64(s.id), uint64(len(s.body[0])), boolArg(eos))
+			v.afterFilterCall(s, ok, uint32(r), -1, 0)
+		case phRequestTrailers:
+			s.phase = phRequestDone
+			if s.maps[MapRequestTrailers] == nil {
+				continue
+			}
+			s.avail[MapRequestTrailers] = true
+			r, ok := v.callback("proxy_on_request_trailers", v.fn.onRequestTrailers, s.id, uint64(s.id), uint64(s.maps[MapRequestTrailers].size()))
+			v.afterFilterCall(s, ok, uint32(r), MapRequestTrailers, -1)
+		case phRequestDone:
+			s.avail[MapRequestHeaders], s.avail[MapRequestTrailers], s.bodyAvail[0] = false, false, false
+			s.phase = phWaitUpstream
+			s.result.Continued = true
+			snap := s.snapshotRequest()
+			s.events <- streamEvent{needUpstream: true, request: snap}
+			return
+		case phWaitUpstream:
+			return
+		case phResponseHeaders:
+			hm := s.maps[MapResponseHeaders]
+			eos := len(s.body[1]) == 0 && s.maps[MapResponseTrailers] == nil
+			s.avail[MapResponseHeaders] = true
+			r, ok := v.callback("proxy_on_response_headers", v.fn.onResponseHeaders, s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
+			s.phase = phResponseBody
+			v.afterFilterCall(s, ok, uint32(r), MapResponseHeaders, -1)
+		case phResponseBody:
+			s.phase = phResponseTrailers
+			if len(s.body[1]) == 0 {
+				continue
+			}
+			s.bodyAvail[1] = true
+			eos := s.maps[MapResponseTrailers] == nil
+			r, ok := v.callback("proxy_on_response_body", v.fn.onResponseBody, s.id, uint64(s.id), uint64(len(s.body[1])), boolArg(eos))
+			v.afterFilterCall(s, ok, uint32(r), -1, 1)
+		case phResponseTrailers:
+			s.phase = phComplete
+			if s.maps[MapResponseTrailers] == nil {
+				continue
+			}
+			s.avail[MapResponseTrailers] = true
+			r, ok := v.callback("proxy_on_response_trailers", v.fn.onResponseTrailers, s.id, uint64(s.id), uint64(s.maps[MapResponseTrailers].size()))
+			v.afterFilterCall(s, ok, uint32(r), MapResponseTrailers, -1)
+		case phComplete:
+			v.finish(s)
+			return
+		}
+	}
+}
+
+// afterFilterCall interprets a filter callback's return value. Any non-zero
+// headers status stops iteration (Envoy turns StopIteration into
+// StopAllIteration); non-zero data statuses stop and buffer. On Continue the
+// map or buffer stops being reachable, as Envoy nulls its pointer.
+func (v *vm) afterFilterCall(s *stream, ok bool, r uint32, mapType int, bodyIdx int) {
+	if !ok || s.local != nil || s.closeReq {
+		return // failure, local reply and close are handled by advance
+	}
+	if r == 0 {
+		if mapType >= 0 {
+			s.avail[mapType] = false
+		}
+		if bodyIdx >= 0 {
+			s.bodyAvail[bodyIdx] = false
+		}
+		return
+	}
+	s.paused = true
+}
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	x := hex.EncodeToString(b[:])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:]
+}
+
+func (s *stream) snapshotRequest() *Result {
+	s.result.RequestHeaders = s.maps[MapRequestHeaders].pairs()
+	s.result.RequestBody = append([]byte(nil), s.body[0]...)
+	snap := s.result
+	return &snap
+}
+
+// respond feeds the upstream response to the response side.
+func (v *vm) respond(s *stream, resp *UpstreamResponse) {
+	if s.done || s.phase != phWaitUpstream {
+		return // a local reply already replaced the upstream response
+	}
+	hm := newHeaderMap(nil)
+	hm.add(":status", strconv.Itoa(resp.Status))
+	for _, p := range resp.Headers {
+		if !strings.HasPrefix(p[0], ":") {
+			hm.add(p[0], p[1])
+		}
+	}
+	s.maps[MapResponseHeaders] = hm
+	s.body[1] = resp.Body
+	if len(resp.Trailers) > 0 {
+		s.maps[MapResponseTrailers] = newHeaderMap(resp.Trailers)
+	}
+	s.phase = phResponseHeaders
+	v.advance(s)
+	v.settle()
+}
+
+// localReplyHeaders builds the headers of Envoy's local reply: :status, the
+// guest's additional headers, then content-length / content-type (text/plain
+// unless the guest set one) when there is a body.
+func localReplyHeaders(lr *LocalResponse) *headerMap {
+	hm := newHeaderMap(nil)
+	hm.add(":status", strconv.Itoa(lr.Status))
+	for _, p := range lr.Headers {
+		hm.add(p[0], p[1])
+	}
+	if len(lr.Body) > 0 {
+		hm.replace("content-length", strconv.Itoa(len(lr.Body)))
+		if _, ok := hm.get("content-type"); !ok {
+			hm.add("content-type", "text/plain")
+		}
+	}
+	return hm
+}
+
+// startLocalReply applies a proxy_send_local_response after the callback that
+// sent it returned. During the request side Envoy passes the reply through
+// the encoder filters, this filter included: the guest's response callbacks
+// run on it. Once the response side has started, Envoy sends it directly.
+func (v *vm) startLocalReply(s *stream) {
+	s.localSent = true
+	lr := s.local
+	s.result.Local = lr
+	s.paused = false
+	s.continueReq = [2]bool{}
+	s.avail = [4]bool{}
+	s.bodyAvail = [2]bool{}
+	s.maps[MapResponseHeaders] = localReplyHeaders(lr)
+	s.maps[MapResponseTrailers] = nil
+	s.body[1] = lr.Body
+	if s.phase <= phWaitUpstream {
+		if s.result.RequestHeaders == nil {
+			s.result.RequestHeaders = s.maps[MapRequestHeaders].pairs()
+			s.result.RequestBody = append([]byte(nil), s.body[0]...)
+		}
+		s.phase = phResponseHeaders
+		return
+	}
+	s.phase = phComplete
+}
+
+// failStream is FAIL_CLOSED: a 503 local reply with details wasm_fail_stream
+// that does not go through the (failed) VM.
+func (v *vm) failStream(s *stream) {
+	if s.done {
+		return
+	}
+	lr := &LocalResponse{Status: 503, Details: "wasm_fail_stream", GrpcStatus: 14}
+	s.local, s.localSent = lr, true
+	s.result.Local = lr
+	s.result.Failed = true
+	s.maps[MapResponseHeaders] = localReplyHeaders(lr)
+	s.body[1] = nil
+	if s.result.RequestHeaders == nil && s.maps[MapRequestHeaders] != nil {
+		s.result.RequestHeaders = s.maps[MapRequestHeaders].pairs()
+	}
+	v.finish(s)
+}
+
+// finish tears the stream down (proxy_on_log -> proxy_on_done ->
+// proxy_on_delete, Envoy's order) and reports the result.
+func (v *vm) finish(s *stream) {
+	v.teardown(s, nil)
+}
+
+func (v *vm) teardown(s *stream, err error) {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.paused = false
+	s.avail = [4]bool{}
+	s.bodyAvail = [2]bool{}
+	s.logPhase = true
+	id := uint64(s.id)
+	if _, ok := v.callback("proxy_on_log", v.fn.onLog, s.id, id); ok {
+		s.logPhase = false
+		if _, ok := v.callback("proxy_on_done", v.fn.onDone, s.id, id); ok {
+			v.callback("proxy_on_delete", v.fn.onDelete, s.id, id)
+		}
+	}
+	s.logPhase = false
+	delete(v.streams, s.id)
+	if v.failed.Load() && !s.localSent && err == nil && !s.result.Reset {
+		// The VM failed during teardown; the response itself was complete.
+		s.result.Failed = true
+	}
+	res := s.result
+	if hm := s.maps[MapResponseHeaders]; hm != nil && !res.Reset {
+		res.ResponseHeaders = hm.pairs()
+		res.Status, _ = strconv.Atoi(headerValue(res.ResponseHeaders, ":status"))
+		res.ResponseBody = append([]byte(nil), s.body[1]...)
+	}
+	if res.RequestHeaders == nil && s.maps[MapRequestHeaders] != nil {
+		res.RequestHeaders = s.maps[MapRequestHeaders].pairs()
+	}
+	select {
+	case s.events <- streamEvent{done: true, result: &res, err: err}:
+	default:
+	}
+}
+
+// abortStream tears down a stream whose downstream went away (ctx ended).
+// A callout it started is not cancelled: its response still reaches the
+// root context, as in Envoy.
+func (v *vm) abortStream(s *stream, err error) {
+	if s.done {
+		return
+	}
+	v.teardown(s, err)
+	v.settle()
+}
+
+// durationMs converts a guest millisecond count.
+func durationMs(ms uint32) time.Duration { return time.Duration(ms) * time.Millisecond }

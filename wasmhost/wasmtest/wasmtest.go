@@ -1,0 +1,184 @@
+// Package wasmtest builds the filter's .wasm module (and test guests) for
+// tests and benchmarks, once per source change.
+//
+// Modules are built with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
+//
+// into build/cache/ under the repository root, named by a hash of exactly the
+// files that go into the build (as listed by go list -deps), so a test run
+// rebuilds only when the guest's sources changed. A file lock keeps parallel
+// test binaries (go test ./... runs packages in parallel) from building the
+// same module twice.
+package wasmtest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ModuleRoot returns the repository root (the directory holding go.mod).
+func ModuleRoot() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "."
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// BuildModule returns the filter module built from the repository root
+// package, building it when missing or stale. It fails the test on error.
+func BuildModule(t testing.TB) []byte {
+	t.Helper()
+	return BuildGuest(t, ".")
+}
+
+// BuildGuest builds the package main in pkg (a path relative to the
+// repository root, e.g. "./wasmhost/testdata/abiguest") as a wasip1 reactor
+// and returns the module bytes. It fails the test on error.
+func BuildGuest(t testing.TB, pkg string) []byte {
+	t.Helper()
+	path, err := BuildFile(pkg)
+	if err != nil {
+		t.Fatalf("wasmtest: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("wasmtest: %v", err)
+	}
+	return b
+}
+
+var (
+	memoMu sync.Mutex
+	memo   = map[string]string{}
+)
+
+// BuildFile builds pkg (relative to the repository root) if needed and
+// returns the path of the cached .wasm file.
+func BuildFile(pkg string) (string, error) {
+	memoMu.Lock()
+	defer memoMu.Unlock()
+	if p, ok := memo[pkg]; ok {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	root := ModuleRoot()
+	sum, err := sourceHash(root, pkg)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "build", "cache")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	name := strings.Trim(strings.NewReplacer("/", "_", ".", "").Replace(pkg), "_")
+	if name == "" {
+		name = "ratelimit"
+	}
+	out := filepath.Join(dir, fmt.Sprintf("%s-%s.wasm", name, sum[:16]))
+	if _, err := os.Stat(out); err == nil {
+		memo[pkg] = out
+		return out, nil
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(out); err == nil { // another process built it meanwhile
+		memo[pkg] = out
+		return out, nil
+	}
+	tmp := out + ".tmp"
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", tmp, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared %s: %v\n%s", pkg, err, buf.String())
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return "", err
+	}
+	memo[pkg] = out
+	pruneStale(dir, name, out)
+	return out, nil
+}
+
+// pruneStale removes builds of the same package from older sources, so the
+// cache does not grow with every edit. Files younger than ten minutes stay:
+// another test binary may still be about to read them.
+func pruneStale(dir, name, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, name+"-*.wasm"))
+	for _, f := range old {
+		if f == keep {
+			continue
+		}
+		if st, err := os.Stat(f); err == nil && time.Since(st.ModTime()) > 10*time.Minute {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// sourceHash hashes the Go toolchain version and every non-standard file
+// the wasip1 build of pkg uses (Go files, embedded files, go.mod, go.sum).
+func sourceHash(root, pkg string) (string, error) {
+	cmd := exec.Command("go", "list", "-deps",
+		"-f", `{{if not .Standard}}{{.Dir}}{{range .GoFiles}}|{{.}}{{end}}{{range .CgoFiles}}|{{.}}{{end}}{{range .EmbedFiles}}|{{.}}{{end}}{{end}}`, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	listing, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	var files []string
+	for _, line := range strings.Split(string(listing), "\n") {
+		parts := strings.Split(strings.TrimSpace(line), "|")
+		if len(parts) < 2 {
+			continue
+		}
+		for _, f := range parts[1:] {
+			files = append(files, filepath.Join(parts[0], f))
+		}
+	}
+	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
+	sort.Strings(files)
+	h := sha256.New()
+	ver, _ := exec.Command("go", "env", "GOVERSION").Output()
+	fmt.Fprintf(h, "%s\x00%s\x00", bytes.TrimSpace(ver), pkg)
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			return "", err
+		}
+		rel, _ := filepath.Rel(root, f)
+		fmt.Fprintf(h, "%s\x00", rel)
+		_, err = io.Copy(h, fh)
+		fh.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
