@@ -1,0 +1,180 @@
+package filter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/require"
+)
+
+// Exactness under concurrency: 4 worker VMs take concurrent requests on one hot key of a token
+// bucket of N. Exactly N are admitted: none lost to a compare-and-swap race, none extra.
+func TestExactUnderConcurrencyWasm(t *testing.T) {
+	const n, requests = 100, 300
+	d := newWasm(t, fmt.Sprintf(`{"cas_attempts":64,"rules":[{"name":"hot","algorithm":"token_bucket","limit":%d,"window":"1h"}]}`, n),
+		wasmOptions{workers: 4})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	status := map[int]int{}
+	for range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := d.host.Do(ctx, d.request(step{}))
+			if !assertNoErr(t, err) {
+				return
+			}
+			o := outcomeOf(res)
+			mu.Lock()
+			status[o.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, map[int]int{0: n, 429: requests - n}, status)
+	allowed, _ := d.host.Metric("ratelimit_hot_allowed_total")
+	denied, _ := d.host.Metric("ratelimit_hot_denied_total")
+	storeErrors, _ := d.host.Metric("ratelimit_hot_store_errors_total")
+	retries, _ := d.host.Metric("ratelimit_hot_cas_retries_total")
+	require.EqualValues(t, n, allowed)
+	require.EqualValues(t, requests-n, denied)
+	require.Zero(t, storeErrors)
+	t.Logf("compare-and-swap retries across 4 workers: %d", retries)
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// Bad input never crashes the VM: every hostile request gets an ordinary decision.
+func TestBadInputWasm(t *testing.T) {
+	d := newWasm(t, `{"trusted_hops":2,"rules":[{"name":"keyed","key":[{"source":"client_ip"},
+		{"source":"header","name":"x-tenant","default":"none"},{"source":"query","name":"k","default":""}],
+		"algorithm":"sliding_window","variant":"log","limit":3,"window":"1m",
+		"cost":{"header":"x-cost","max":2}}]}`, wasmOptions{})
+	huge := strings.Repeat("A", 64<<10)
+	hostile := []step{
+		{headers: [][2]string{hdr("x-tenant", huge)}},
+		{headers: [][2]string{hdr("x-tenant", "ünïcödé ✓ \u202e")}},
+		{headers: [][2]string{hdr("x-tenant", "\xff\xfe\xfd invalid utf-8")}},
+		{headers: [][2]string{hdr("x-forwarded-for", "not-an-ip, ::::, 999.1.1.1")}},
+		{headers: [][2]string{hdr("x-forwarded-for", strings.Repeat("1.2.3.4,", 5000))}},
+		{headers: [][2]string{hdr("x-forwarded-for", "[::1]:80, 10.0.0.1:9")}},
+		{headers: [][2]string{hdr("x-cost", "99999999999999999999999")}},
+		{headers: [][2]string{hdr("x-cost", "-1"), hdr("x-cost", "1")}},
+		{path: "/?k=%zz&k=%00&k=" + huge[:4000]},
+		{path: "/" + huge},
+		{source: "garbage"},
+		{source: ""},
+		{method: strings.Repeat("X", 1000)},
+	}
+	for i, s := range hostile {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := d.host.Do(ctx, d.request(s))
+		cancel()
+		require.NoError(t, err, "request %d", i)
+		o := outcomeOf(res)
+		require.Contains(t, []int{0, 429}, o.status, "request %d: %+v", i, o)
+	}
+	require.Zero(t, d.host.Stats().Traps)
+	require.Empty(t, errorLogs(d.host))
+}
+
+// Corrupt bytes planted in every slot of a rule are read as fresh keys: no panic, no trap, and
+// the limit still holds from there on.
+func TestCorruptSharedDataWasm(t *testing.T) {
+	shared := wasmhost.NewSharedData()
+	d := newWasm(t, `{"rules":[{"name":"c","max_keys":4,"key":[{"source":"client_ip"}],
+		"algorithm":"gcra","limit":2,"window":"1m"}]}`, wasmOptions{shared: shared})
+	junk := [][]byte{nil, {0}, []byte("0123456789abcdef"), []byte("0123456789abcdef\x61\xff\xff\xff\xff\xff\xff\xff\x7f"),
+		[]byte(strings.Repeat("\xff", 4096))}
+	for i := range 4 {
+		require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData(fmt.Sprintf("rl|c|%d", i), junk[i%len(junk)], 0))
+	}
+	require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData("rl|c|overflow", junk[4], 0))
+	for i := range 3 {
+		o := d.do(t, t0, step{})
+		if i < 2 {
+			require.Zero(t, o.status, "request %d", i)
+		} else {
+			require.Equal(t, 429, o.status)
+		}
+	}
+	require.Zero(t, d.host.Stats().Traps)
+}
+
+// An invalid configuration is refused at configure time with the path of the bad field, and
+// the plugin does not start.
+func TestInvalidConfigRefusedWasm(t *testing.T) {
+	_, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
+		VMID:         "ratelimit",
+		PluginConfig: []byte(`{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"10"}]}`),
+		SharedData:   wasmhost.NewSharedData(),
+	})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `rules[0].window: "10" has no unit`)
+}
+
+func errorLogs(h *wasmhost.Host) []string {
+	var out []string
+	for _, e := range h.Logs() {
+		if e.Level >= wasmhost.LogError {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// The guest's cost per request, measured in the same run for a filter that does nothing, for
+// the rate limiter with one matching rule, and with five.
+func BenchmarkGuestPerRequest(b *testing.B) {
+	rule := func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i)
+	}
+	five := make([]string, 5)
+	for i := range five {
+		five[i] = rule(i)
+	}
+	cases := []struct {
+		name, module, config string
+	}{
+		{"passthrough", "./filter/testdata/passthrough", `{}`},
+		{"1rule", ".", `{"rules":[` + rule(0) + `]}`},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, c.module), wasmhost.Options{
+				Workers: 1, VMID: "bench", PluginConfig: []byte(c.config), SharedData: wasmhost.NewSharedData(),
+			})
+			require.NoError(b, err)
+			defer h.Close(context.Background())
+			req := wasmhost.Request{Method: "GET", Path: "/api", Authority: "example.test", SourceAddress: "192.0.2.1:5555",
+				Headers: [][2]string{{"x-tenant", "acme"}}, Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+			ctx := context.Background()
+			start := h.Stats().GuestTime
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := h.Do(ctx, req)
+				if err != nil || res.Local != nil {
+					b.Fatal(err, res.Local)
+				}
+			}
+			b.ReportMetric(float64(h.Stats().GuestTime-start)/float64(b.N), "guest-ns/op")
+		})
+	}
+}
