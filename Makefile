@@ -16,6 +16,8 @@ $(WASM): $(GO_SRCS)
 	@ls -l $@
 
 vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
 

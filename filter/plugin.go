@@ -3,9 +3,9 @@ package filter
 import (
 	"errors"
 	"fmt"
-	"time"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -43,10 +43,10 @@ type plugin struct {
 
 // ruleState is everything the filter keeps per configured rule.
 type ruleState struct {
-	rule    *config.Rule
-	table   *sharedstate.Table
-	policy  string // the rule's RateLimit-Policy item, rendered once
-	m       ruleMetrics
+	rule   *config.Rule
+	table  *sharedstate.Table
+	policy string // the rule's RateLimit-Policy item, rendered once
+	m      ruleMetrics
 
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules

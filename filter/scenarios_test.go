@@ -70,7 +70,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		name: "shadow rule decides and counts but never denies",
+		name:   "shadow rule decides and counts but never denies",
 		config: `{"rules":[{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
 		steps: []step{
 			{wantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
@@ -78,7 +78,7 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		name: "fixed window: the documented 2x burst at a boundary",
+		name:   "fixed window: the documented 2x burst at a boundary",
 		config: `{"rate_limit_headers":"none","rules":[{"name":"fw","algorithm":"fixed_window","limit":2,"window":"1s"}]}`,
 		steps: []step{
 			{at: 900 * ms}, {at: 900 * ms}, {at: 950 * ms, want: 429, wantHeaders: map[string]string{"retry-after": "-"}},
