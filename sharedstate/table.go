@@ -48,12 +48,19 @@ var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts ex
 // one client, and can neither grow memory nor evict an active client and so reset its limit.
 //
 // Memory is bounded by Slots+1 keys of at most prefix+10+DigestSize+state bytes each.
+//
+// A Table is not safe for concurrent use: each worker VM (single-threaded) has its own, and
+// they share the slots through the Store.
 type Table struct {
 	store    Store
 	prefix   string
 	slots    uint32
 	attempts int
 	limiter  Limiter
+	// names caches the slot key strings, built on first use: a request's slot is usually one
+	// it has used before, and building the string costs an allocation every time.
+	names    []string
+	overflow string
 }
 
 // TableConfig configures a Table.
@@ -82,7 +89,8 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
-	return &Table{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter}, nil
+	return &Table{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter,
+		overflow: c.Prefix + "overflow"}, nil
 }
 
 // Digest returns the digest a key is stored under.
@@ -189,7 +197,7 @@ func (t *Table) decide(p *Pending) error {
 		return t.run(p, nil)
 	}
 	p.Overflow = true
-	p.slot = t.prefix + "overflow"
+	p.slot = t.overflow
 	v, cas, err := t.store.Get(p.slot)
 	switch {
 	case isNotFound(err):
@@ -215,5 +223,11 @@ func (t *Table) run(p *Pending, state []byte) error {
 }
 
 func (t *Table) slotKey(i uint64) string {
-	return t.prefix + strconv.FormatUint(i, 10)
+	if t.names == nil {
+		t.names = make([]string, t.slots)
+	}
+	if t.names[i] == "" {
+		t.names[i] = t.prefix + strconv.FormatUint(i, 10)
+	}
+	return t.names[i]
 }

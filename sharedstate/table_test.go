@@ -59,10 +59,11 @@ func TestDecideWritesNothing(t *testing.T) {
 func TestTableExactUnderConcurrency(t *testing.T) {
 	store := sharedstate.NewMemory()
 	const n = 500
-	tab := newTable(t, store, 16, algorithms.Config{Algorithm: "token_bucket", Limit: n, Window: time.Hour})
 	var admitted, exhausted atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
+		// One Table per goroutine, as one per worker VM, all on one store.
+		tab := newTable(t, store, 16, algorithms.Config{Algorithm: "token_bucket", Limit: n, Window: time.Hour})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
