@@ -28,39 +28,117 @@ var hopByHop = map[string]bool{
 // connection. The route table in Options supplies the xds.* properties.
 func (h *Host) Handler(upstream *url.URL) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
-		if err != nil {
-			http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		req := Request{
-			Worker:        -1,
-			Method:        r.Method,
-			Path:          r.URL.RequestURI(),
-			Authority:     r.Host,
-			Scheme:        "http",
-			Body:          body,
-			SourceAddress: r.RemoteAddr,
-		}
-		if r.TLS != nil {
-			req.Scheme = "https"
-		}
-		keys := make([]string, 0, len(r.Header))
-		for k := range r.Header {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			for _, v := range r.Header[k] {
-				req.Headers = append(req.Headers, [2]string{strings.ToLower(k), v})
-			}
-		}
+		t := RouteTarget{Upstream: upstream}
 		if rt := h.matchRoute(r.URL.Path); rt != nil {
-			req.RouteName, req.VirtualHost, req.ClusterName, req.RouteMetadata = rt.Name, rt.VirtualHost, rt.Cluster, rt.RouteMetadata
+			t.Route = *rt
 		}
-		res, err := h.run(r.Context(), &req, func(ctx context.Context, rq *Result) (*UpstreamResponse, error) {
-			return h.forward(ctx, upstream, rq), nil
-		})
+		h.ServeRoute(w, r, t)
+	})
+}
+
+// RouteTarget is what Envoy's connection manager knows about a request once
+// its route is chosen: the route's xds.* properties, where the router sends
+// the request, and whether this filter runs on the route at all.
+type RouteTarget struct {
+	// Route supplies xds.route_name, xds.virtual_host_name, xds.cluster_name
+	// and xds.route_metadata (PathPrefix is not used). The zero value is "no
+	// route matched": the filter still runs, and the router answers Direct.
+	Route Route
+	// Path is the :path the filter and the upstream see (Envoy normalises it
+	// before routing); empty means the request target as received.
+	Path string
+	// Upstream is the cluster's base URL the router forwards to.
+	Upstream *url.URL
+	// Timeout is the route timeout; 0 uses Options.UpstreamTimeout.
+	Timeout time.Duration
+	// Direct, when set, is the router's own answer instead of forwarding
+	// (a direct_response route, or Envoy's 404 when no route matched). It
+	// still passes through the filter's response callbacks.
+	Direct *UpstreamResponse
+	// FilterDisabled skips the filter, as a per-route
+	// envoy.config.route.v3.FilterConfig{disabled: true} does: the request
+	// goes straight to the router.
+	FilterDisabled bool
+}
+
+// ServeRoute serves one downstream request the way Envoy does once the
+// route is chosen: the filter (unless disabled on the route), then the
+// router, which forwards to t.Upstream or answers t.Direct. The response,
+// after the filter's response callbacks, is written to w.
+func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	req := Request{
+		Worker:        -1,
+		Method:        r.Method,
+		Path:          t.Path,
+		Authority:     r.Host,
+		Scheme:        "http",
+		Body:          body,
+		SourceAddress: r.RemoteAddr,
+	}
+	if req.Path == "" {
+		req.Path = r.URL.RequestURI()
+	}
+	if r.TLS != nil {
+		req.Scheme = "https"
+	}
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range r.Header[k] {
+			req.Headers = append(req.Headers, [2]string{strings.ToLower(k), v})
+		}
+	}
+	rt := t.Route
+	req.RouteName, req.VirtualHost, req.ClusterName, req.RouteMetadata = rt.Name, rt.VirtualHost, rt.Cluster, rt.RouteMetadata
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = h.opts.UpstreamTimeout
+	}
+	router := func(ctx context.Context, rq *Result) (*UpstreamResponse, error) {
+		if t.Direct != nil {
+			d := *t.Direct
+			return &d, nil
+		}
+		if t.Upstream == nil {
+			return routerReply(503, "no healthy upstream"), nil
+		}
+		return h.forward(ctx, t.Upstream, rq, timeout), nil
+	}
+
+	var res *Result
+	if t.FilterDisabled {
+		// The connection manager still adds what it always adds; then the
+		// router runs at once.
+		hm := newHeaderMap(nil)
+		hm.add(":authority", orDefault(req.Authority, "localhost"))
+		hm.add(":path", orDefault(req.Path, "/"))
+		hm.add(":method", orDefault(req.Method, "GET"))
+		hm.add(":scheme", req.Scheme)
+		for _, p := range req.Headers {
+			if k := p[0]; k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
+				continue
+			}
+			hm.add(p[0], p[1])
+		}
+		if _, ok := hm.get("x-forwarded-proto"); !ok {
+			hm.add("x-forwarded-proto", req.Scheme)
+		}
+		if _, ok := hm.get("x-request-id"); !ok {
+			hm.add("x-request-id", newRequestID())
+		}
+		rq := &Result{Continued: true, RequestHeaders: hm.kv, RequestBody: body}
+		up, _ := router(r.Context(), rq)
+		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
+	} else {
+		res, err = h.run(r.Context(), &req, router)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client went away
@@ -68,20 +146,20 @@ func (h *Host) Handler(upstream *url.URL) http.Handler {
 			http.Error(w, "wasmhost: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if res.Reset {
-			// Aborting the handler is net/http's way to reset the stream.
-			panic(http.ErrAbortHandler)
+	}
+	if res.Reset {
+		// Aborting the handler is net/http's way to reset the stream.
+		panic(http.ErrAbortHandler)
+	}
+	for _, p := range res.ResponseHeaders {
+		if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
+			continue
 		}
-		for _, p := range res.ResponseHeaders {
-			if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
-				continue
-			}
-			w.Header().Add(p[0], p[1])
-		}
-		w.Header().Set("Content-Length", strconv.Itoa(len(res.ResponseBody)))
-		w.WriteHeader(res.Status)
-		_, _ = w.Write(res.ResponseBody)
-	})
+		w.Header().Add(p[0], p[1])
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(res.ResponseBody)))
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.ResponseBody)
 }
 
 func (h *Host) matchRoute(path string) *Route {
@@ -96,8 +174,8 @@ func (h *Host) matchRoute(path string) *Route {
 // forward sends the filtered request upstream. Failures become the response
 // Envoy's router would send (503/504), which still passes through the
 // filter's response callbacks because the router comes after the filter.
-func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result) *UpstreamResponse {
-	ctx, cancel := context.WithTimeout(ctx, h.opts.UpstreamTimeout)
+func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeout time.Duration) *UpstreamResponse {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	path := headerValue(rq.RequestHeaders, ":path")
 	method := headerValue(rq.RequestHeaders, ":method")

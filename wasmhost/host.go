@@ -71,6 +71,11 @@ type Options struct {
 	// process-wide store, as in one Envoy process; give two Hosts different
 	// stores to model two independent proxies.
 	SharedData *SharedData
+	// MetricStore is where the guest's metrics live. Nil gives the Host a
+	// store of its own; give the Hosts that model one Envoy process the same
+	// store, since Envoy's stats are process-wide (plugins defining the same
+	// name share one stat).
+	MetricStore *MetricStore
 	// CompilationCache overrides the compilation cache; nil uses
 	// SharedCompilationCache().
 	CompilationCache wazero.CompilationCache
@@ -206,7 +211,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		opts:    opts,
 		table:   buildHostTable(),
 		shared:  opts.SharedData,
-		metrics: newMetrics(),
+		metrics: metricsOf(opts.MetricStore),
 		logs:    &logSink{max: opts.MaxLogEntries, w: opts.LogWriter},
 		clock:   opts.Clock,
 		epoch:   time.Now(),
@@ -347,36 +352,20 @@ func (h *Host) SetSharedData(key string, value []byte, cas uint32) Status {
 // Metric returns the value of the counter or gauge the guest defined under
 // name (a histogram yields its sample count).
 func (h *Host) Metric(name string) (value int64, ok bool) {
-	mt := h.metrics.find(name, MetricCounter, MetricGauge, MetricHistogram)
-	if mt == nil {
-		return 0, false
-	}
-	if mt.typ == MetricHistogram {
-		mt.hmu.Lock()
-		defer mt.hmu.Unlock()
-		return int64(mt.hist.Count), true
-	}
-	return mt.value.Load(), true
+	return h.MetricStore().Metric(name)
 }
 
 // Histogram returns what the histogram metric name recorded.
 func (h *Host) Histogram(name string) (HistogramSnapshot, bool) {
-	mt := h.metrics.find(name, MetricHistogram)
-	if mt == nil {
-		return HistogramSnapshot{}, false
-	}
-	mt.hmu.Lock()
-	defer mt.hmu.Unlock()
-	s := mt.hist
-	s.Values = append([]uint64(nil), s.Values...)
-	if s.Count == 0 {
-		s.Min = 0
-	}
-	return s, true
+	return h.MetricStore().Histogram(name)
 }
 
 // Metrics lists every defined metric in definition order.
 func (h *Host) Metrics() []MetricInfo { return h.metrics.list() }
+
+// MetricStore returns the store the Host's metrics live in (Options.MetricStore, or the
+// Host's own).
+func (h *Host) MetricStore() *MetricStore { return &MetricStore{m: h.metrics} }
 
 // Stats reports the health of the VMs.
 type Stats struct {

@@ -1,7 +1,12 @@
 package wasmhost
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"math"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -22,18 +27,28 @@ type metric struct {
 	name  string
 	value atomic.Int64
 
-	hmu  sync.Mutex
-	hist HistogramSnapshot
+	hmu     sync.Mutex
+	hist    HistogramSnapshot
+	buckets [len(HistogramBuckets)]uint64 // samples <= each bound (not cumulative)
 }
 
-// HistogramSnapshot is what a histogram metric recorded: count, sum, min, max
-// and the first 65536 samples in recording order.
+// HistogramBuckets are the upper bounds of the buckets a histogram is exported with: Envoy's
+// default histogram buckets, which its Prometheus output uses unless the bootstrap's
+// stats_config says otherwise.
+var HistogramBuckets = [...]float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+	10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
+
+// HistogramSnapshot is what a histogram metric recorded: count, sum, min, max,
+// the first 65536 samples in recording order, and the cumulative bucket counts.
 type HistogramSnapshot struct {
 	Count  uint64
 	Sum    uint64
 	Min    uint64
 	Max    uint64
 	Values []uint64
+	// Buckets[i] counts the samples <= HistogramBuckets[i] (cumulative, as in Prometheus);
+	// Count is the +Inf bucket.
+	Buckets []uint64
 }
 
 // metrics is the registry of one Host. Stats are process-wide in Envoy (every
@@ -123,6 +138,9 @@ func (m *metrics) record(id uint32, value uint64) Status {
 		if len(h.Values) < maxHistogramSamples {
 			h.Values = append(h.Values, value)
 		}
+		if i := sort.SearchFloat64s(HistogramBuckets[:], float64(value)); i < len(mt.buckets) {
+			mt.buckets[i]++
+		}
 		mt.hmu.Unlock()
 	}
 	return StatusOK
@@ -166,4 +184,99 @@ func (m *metrics) list() []MetricInfo {
 		out = append(out, MetricInfo{Name: mt.name, Type: int(mt.typ), Value: mt.value.Load()})
 	}
 	return out
+}
+
+// snapshot copies a histogram's state.
+func (mt *metric) snapshot() HistogramSnapshot {
+	mt.hmu.Lock()
+	defer mt.hmu.Unlock()
+	s := mt.hist
+	s.Values = append([]uint64(nil), s.Values...)
+	if s.Count == 0 {
+		s.Min = 0
+	}
+	s.Buckets = make([]uint64, len(mt.buckets))
+	var cum uint64
+	for i, n := range mt.buckets {
+		cum += n
+		s.Buckets[i] = cum
+	}
+	return s
+}
+
+// metricsOf returns the registry of a store, or a new one for nil.
+func metricsOf(s *MetricStore) *metrics {
+	if s == nil {
+		return newMetrics()
+	}
+	return s.m
+}
+
+// MetricStore is a registry of metrics: Envoy's stats store. In Envoy it is process-wide, so
+// every plugin (and every worker VM) that defines the same name and type updates the same stat.
+// A Host has a store of its own unless Options.MetricStore gives it one; give the Hosts that
+// model one Envoy process (several listeners, each with its filter) the same store.
+type MetricStore struct{ m *metrics }
+
+// NewMetricStore returns an empty store.
+func NewMetricStore() *MetricStore { return &MetricStore{m: newMetrics()} }
+
+// Metrics lists every defined metric in definition order.
+func (s *MetricStore) Metrics() []MetricInfo { return s.m.list() }
+
+// Metric returns the value of the counter or gauge defined under name (a histogram yields
+// its sample count).
+func (s *MetricStore) Metric(name string) (value int64, ok bool) {
+	mt := s.m.find(name, MetricCounter, MetricGauge, MetricHistogram)
+	if mt == nil {
+		return 0, false
+	}
+	if mt.typ == MetricHistogram {
+		mt.hmu.Lock()
+		defer mt.hmu.Unlock()
+		return int64(mt.hist.Count), true
+	}
+	return mt.value.Load(), true
+}
+
+// Histogram returns what the histogram metric name recorded.
+func (s *MetricStore) Histogram(name string) (HistogramSnapshot, bool) {
+	mt := s.m.find(name, MetricHistogram)
+	if mt == nil {
+		return HistogramSnapshot{}, false
+	}
+	return mt.snapshot(), true
+}
+
+// WritePrometheus writes every metric in the Prometheus text format the way Envoy's admin
+// /stats/prometheus does for the stats a Wasm plugin defines: one family per name, sorted by
+// name, with a # TYPE line; samples carry an empty label set ("name{} 5"), as Envoy prints
+// stats without tags; histograms get cumulative buckets on Envoy's default bounds, then
+// _sum and _count. Two deviations: Envoy refreshes histograms at each stats flush (every 5 s
+// by default) while these are current, and a name defined with two types (which Envoy keeps
+// apart internally) is written once per type.
+func (s *MetricStore) WritePrometheus(w io.Writer) error {
+	all := *s.m.byID.Load()
+	sorted := append([]*metric(nil), all...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	bw := bufio.NewWriter(w)
+	for _, mt := range sorted {
+		switch mt.typ {
+		case MetricCounter, MetricGauge:
+			typ := "counter"
+			if mt.typ == MetricGauge {
+				typ = "gauge"
+			}
+			fmt.Fprintf(bw, "# TYPE %s %s\n%s{} %d\n", mt.name, typ, mt.name, mt.value.Load())
+		case MetricHistogram:
+			h := mt.snapshot()
+			fmt.Fprintf(bw, "# TYPE %s histogram\n", mt.name)
+			for i, b := range HistogramBuckets {
+				fmt.Fprintf(bw, "%s_bucket{le=\"%s\"} %d\n", mt.name, strconv.FormatFloat(b, 'f', -1, 64), h.Buckets[i])
+			}
+			fmt.Fprintf(bw, "%s_bucket{le=\"+Inf\"} %d\n%s_sum{} %d\n%s_count{} %d\n",
+				mt.name, h.Count, mt.name, h.Sum, mt.name, h.Count)
+		}
+	}
+	return bw.Flush()
 }

@@ -1,6 +1,17 @@
 // Command ratelimit-host runs the filter's .wasm module in the project's
-// Envoy-like wazero host (package wasmhost) behind a local HTTP listener, so
-// the filter can be tried with curl without Envoy:
+// Envoy-like wazero host (package wasmhost), so the filter can be tried with
+// curl without Envoy. It has two modes.
+//
+// With -envoy it serves an Envoy bootstrap the way Envoy would (package
+// envoyhost): every listener on its address with its routes, the Wasm
+// filter's plugin configuration, vm_id and root_id from the file, each route
+// forwarded to its cluster, and the admin interface with /stats/prometheus
+// and /ready. Cluster addresses can be overridden, since the file names
+// docker compose services:
+//
+//	go run ./cmd/ratelimit-host -envoy envoy.yaml -echo -cluster webdis=127.0.0.1:7379
+//
+// Without -envoy it serves one listener with a plugin configuration file:
 //
 //	go run ./cmd/ratelimit-host -wasm build/ratelimit.wasm -config plugin.json -echo
 //
@@ -12,12 +23,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,7 +36,10 @@ import (
 	"syscall"
 	"time"
 
+	echoserver "github.com/ratelimit-wasm/ratelimit/e2e/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyhost"
 )
 
 // multiFlag collects a repeated flag.
@@ -56,13 +67,33 @@ func run() error {
 		workers    = flag.Int("workers", 2, "number of worker VMs (Envoy's --concurrency)")
 		logLevel   = flag.String("log-level", "info", "Envoy log level: trace, debug, info, warn, error, critical")
 		pollMode   = flag.String("poll-oneoff", "1.39", "Envoy poll_oneoff behaviour: 1.39 (0 events) or 1.38 (ENOSYS)")
+		envoyPath  = flag.String("envoy", "", "serve this Envoy bootstrap (e.g. envoy.yaml): its listeners, routes, clusters, filter configuration and admin interface")
+		bind       = flag.String("bind", "", "with -envoy: listen on this host instead of each listener's and the admin's configured host (e.g. 127.0.0.1), keeping the ports")
+		upCluster  = flag.String("upstream-cluster", "upstream", "with -envoy: the cluster that -upstream or -echo replaces")
 		clusters   multiFlag
 		routes     multiFlag
 	)
-	flag.Var(&clusters, "cluster", "callout cluster as name=url (repeatable), e.g. -cluster redis=http://127.0.0.1:7379")
+	flag.Var(&clusters, "cluster", "callout cluster as name=url (repeatable), e.g. -cluster redis=http://127.0.0.1:7379; with -envoy it overrides the cluster's address (name=host:port or name=url)")
 	flag.Var(&routes, "route", "route as /prefix=route_name (repeatable); the first matching prefix sets xds.route_name")
 	flag.Parse()
 
+	if *envoyPath != "" {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"config", "vm-config", "vm-id", "listen", "route"} {
+			if set[name] {
+				return fmt.Errorf("-%s cannot be combined with -envoy: the Envoy configuration says it", name)
+			}
+		}
+		if *upstream != "" && *echo {
+			return errors.New("give at most one of -upstream URL or -echo")
+		}
+		return runEnvoy(envoyOptions{
+			path: *envoyPath, wasmPath: *wasmPath, wasmSet: set["wasm"], bind: *bind,
+			upstream: *upstream, echo: *echo, upstreamCluster: *upCluster,
+			clusters: clusters, workers: *workers, logLevel: *logLevel, pollMode: *pollMode,
+		})
+	}
 	if (*upstream == "") == !*echo {
 		return errors.New("give exactly one of -upstream URL or -echo")
 	}
@@ -70,14 +101,9 @@ func run() error {
 	if !ok {
 		return fmt.Errorf("unknown -log-level %q", *logLevel)
 	}
-	var poll wasmhost.PollOneoffMode
-	switch *pollMode {
-	case "1.39":
-		poll = wasmhost.PollOneoffEnvoy139
-	case "1.38":
-		poll = wasmhost.PollOneoffEnvoy138
-	default:
-		return fmt.Errorf("unknown -poll-oneoff %q (1.39 or 1.38)", *pollMode)
+	poll, err := parsePollMode(*pollMode)
+	if err != nil {
+		return err
 	}
 	wasm, err := os.ReadFile(*wasmPath)
 	if err != nil {
@@ -116,7 +142,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: http.HandlerFunc(echoHandler), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: echoserver.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(l) }()
 		upstreamURL = "http://" + l.Addr().String()
@@ -185,24 +211,133 @@ func printMetrics(h *wasmhost.Host) {
 	fmt.Printf("traps: %d, failed VMs: %v\n", st.Traps, st.FailedVMs)
 }
 
-// echoHandler answers with the request it received as JSON, so the headers
-// the filter added are visible.
-func echoHandler(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	headers := map[string][]string{}
-	for k, v := range r.Header {
-		headers[strings.ToLower(k)] = v
+// envoyOptions are the flags of the -envoy mode.
+type envoyOptions struct {
+	path, wasmPath     string
+	wasmSet            bool
+	bind               string
+	upstream           string
+	echo               bool
+	upstreamCluster    string
+	clusters           []string
+	workers            int
+	logLevel, pollMode string
+}
+
+// runEnvoy serves an Envoy bootstrap until SIGINT or SIGTERM.
+func runEnvoy(o envoyOptions) error {
+	level, ok := wasmhost.ParseLogLevel(o.logLevel)
+	if !ok {
+		return fmt.Errorf("unknown -log-level %q", o.logLevel)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(map[string]any{
-		"method":  r.Method,
-		"path":    r.URL.RequestURI(),
-		"host":    r.Host,
-		"headers": headers,
-		"body":    string(body),
-	}); err != nil {
-		log.Printf("echo: %v", err)
+	poll, err := parsePollMode(o.pollMode)
+	if err != nil {
+		return err
 	}
+	cfg, err := envoyconf.Load(o.path)
+	if err != nil {
+		return err
+	}
+	// The module: -wasm when given, else the file the configuration names (in Envoy's
+	// container layout that path, /etc/envoy/ratelimit.wasm, rarely exists locally, so the
+	// default -wasm build/ratelimit.wasm is used when it does not).
+	var wasm []byte
+	if o.wasmSet || !codeFilesExist(cfg) {
+		if wasm, err = os.ReadFile(o.wasmPath); err != nil {
+			return fmt.Errorf("%w (build it with: make build)", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var echoSrv *http.Server
+	switch {
+	case o.echo:
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		echoSrv = &http.Server{Handler: echoserver.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = echoSrv.Serve(l) }()
+		defer echoSrv.Close()
+		if err := cfg.Override(o.upstreamCluster, l.Addr().String()); err != nil {
+			return err
+		}
+	case o.upstream != "":
+		if err := cfg.Override(o.upstreamCluster, o.upstream); err != nil {
+			return err
+		}
+	}
+	for _, c := range o.clusters {
+		name, addr, ok := strings.Cut(c, "=")
+		if !ok || name == "" || addr == "" {
+			return fmt.Errorf("-cluster %q: want name=host:port or name=url", c)
+		}
+		if err := cfg.Override(name, addr); err != nil {
+			return err
+		}
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	srv, err := envoyhost.Start(startCtx, cfg, envoyhost.Options{
+		Wasm:       wasm,
+		Workers:    o.workers,
+		Bind:       o.bind,
+		LogLevel:   level,
+		LogWriter:  os.Stderr,
+		PollOneoff: poll,
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("ratelimit-host: serving %s with %d worker VM(s) per filter\n", o.path, o.workers)
+	for _, l := range cfg.Listeners {
+		fmt.Printf("  listener %-18s %s  (vm_id %s, root_id %s)\n", l.Name, srv.URL(l.Name), l.Filter.VMID, l.Filter.RootID)
+	}
+	if a := srv.AdminURL(); a != "" {
+		fmt.Printf("  admin    %-18s %s/stats/prometheus  %s/ready\n", "", a, a)
+	}
+	names := make([]string, 0, len(cfg.Clusters))
+	for name := range cfg.Clusters {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Printf("  cluster  %-18s %s\n", name, cfg.Clusters[name].Address)
+	}
+	for _, n := range srv.Notes() {
+		fmt.Printf("  note: %s\n", n)
+	}
+
+	<-ctx.Done()
+	fmt.Println("\nratelimit-host: shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Close(shutCtx)
+}
+
+// codeFilesExist reports whether every filter's module file exists on this machine.
+func codeFilesExist(cfg *envoyconf.Config) bool {
+	for _, l := range cfg.Listeners {
+		if l.Filter == nil || l.Filter.Code != nil {
+			continue
+		}
+		if _, err := os.Stat(l.Filter.CodeFile); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func parsePollMode(s string) (wasmhost.PollOneoffMode, error) {
+	switch s {
+	case "1.39":
+		return wasmhost.PollOneoffEnvoy139, nil
+	case "1.38":
+		return wasmhost.PollOneoffEnvoy138, nil
+	}
+	return 0, fmt.Errorf("unknown -poll-oneoff %q (1.39 or 1.38)", s)
 }

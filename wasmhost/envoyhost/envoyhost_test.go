@@ -1,0 +1,161 @@
+package envoyhost
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/e2e/echo"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// bootstrap exercises what the Server adds on top of envoyconf and wasmhost: routing to
+// several clusters, a route without the filter, a direct response, Envoy's 404 for no route
+// (with the filter still running), and the admin interface.
+const bootstrap = `
+admin:
+  address: { socket_address: { address: 0.0.0.0, port_value: 9901 } }
+static_resources:
+  listeners:
+  - name: main
+    address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: main
+          normalize_path: true
+          route_config:
+            virtual_hosts:
+            - name: vh
+              domains: ["*"]
+              routes:
+              - name: a
+                match: { prefix: /a/ }
+                route: { cluster: a }
+              - name: b
+                match: { prefix: /b/ }
+                route: { cluster: b }
+                typed_per_filter_config:
+                  rl:
+                    "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                    disabled: true
+              - name: teapot
+                match: { path: /teapot }
+                direct_response: { status: 418, body: { inline_string: "short and stout" } }
+          http_filters:
+          - name: rl
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: rl
+                root_id: rl
+                vm_config:
+                  vm_id: envoyhost-test
+                  runtime: envoy.wasm.runtime.v8
+                  code: { local: { filename: /nonexistent/ratelimit.wasm } }
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: |
+                    {"rules": [
+                      {"name": "a-limit", "match": {"routes": ["a"]}, "algorithm": "fixed_window", "limit": 2, "window": "1h"},
+                      {"name": "b-limit", "match": {"routes": ["b"]}, "algorithm": "fixed_window", "limit": 1, "window": "1h"},
+                      {"name": "no-route", "match": {"path": {"prefix": "/nowhere"}}, "algorithm": "fixed_window", "limit": 1, "window": "1h"}
+                    ]}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: a
+    load_assignment:
+      cluster_name: a
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: a.invalid, port_value: 80 } } } }] }]
+  - name: b
+    load_assignment:
+      cluster_name: b
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: b.invalid, port_value: 80 } } } }] }]
+`
+
+func get(t *testing.T, url string) (int, http.Header, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, res.Header, string(b)
+}
+
+func TestServer(t *testing.T) {
+	cfg, err := envoyconf.Parse([]byte(bootstrap))
+	require.NoError(t, err)
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "A "+r.URL.Path) }))
+	defer a.Close()
+	b := httptest.NewServer(echo.Handler())
+	defer b.Close()
+	require.NoError(t, cfg.Override("a", a.URL))
+	require.NoError(t, cfg.Override("b", b.URL))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = Start(ctx, cfg, Options{Bind: "127.0.0.1", EphemeralPorts: true})
+	require.ErrorContains(t, err, "/nonexistent/ratelimit.wasm", "without Options.Wasm the configured file is read")
+
+	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close(context.Background())) }()
+	base, admin := s.URL("main"), s.AdminURL()
+	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), base)
+	require.NotEqual(t, "http://127.0.0.1:10000", base, "EphemeralPorts")
+	require.NotNil(t, s.Host("main"))
+	require.Empty(t, s.Notes(), "FAIL_CLOSED (the default) is what the wazero host models")
+
+	// Route a: the filter runs (limit 2), normalisation happens first, cluster a answers.
+	for i := 0; i < 2; i++ {
+		code, _, body := get(t, base+"/b/../a/x")
+		require.Equal(t, 200, code)
+		require.Equal(t, "A /a/x", body)
+	}
+	code, _, _ := get(t, base+"/a/x")
+	require.Equal(t, 429, code)
+
+	// Route b: the filter is disabled, so its limit of 1 never applies.
+	for i := 0; i < 3; i++ {
+		code, hdr, body := get(t, base+"/b/y")
+		require.Equal(t, 200, code)
+		require.Contains(t, body, `"upstream": "echo"`)
+		require.Empty(t, hdr.Get("ratelimit"))
+	}
+
+	// A direct response, and Envoy's 404 for no route, with the filter still deciding.
+	code, hdr, body := get(t, base+"/teapot")
+	require.Equal(t, 418, code)
+	require.Equal(t, "short and stout", body)
+	require.Equal(t, "text/plain", hdr.Get("content-type"))
+	code, _, _ = get(t, base+"/nowhere")
+	require.Equal(t, 404, code)
+	code, _, _ = get(t, base+"/nowhere")
+	require.Equal(t, 429, code, "the filter runs when no route matched")
+
+	// Admin.
+	code, _, body = get(t, admin+"/ready")
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "LIVE\n", body)
+	_, hdr, body = get(t, admin+"/stats/prometheus")
+	assert.Contains(t, hdr.Get("content-type"), "text/plain")
+	assert.Contains(t, body, "# TYPE ratelimit_a_limit_allowed_total counter\nratelimit_a_limit_allowed_total{} 2\n")
+	assert.Contains(t, body, "ratelimit_a_limit_denied_total{} 1\n")
+	assert.Contains(t, body, "ratelimit_b_limit_allowed_total{} 0\n")
+	_, _, body = get(t, admin+"/stats")
+	assert.Contains(t, body, "ratelimit_a_limit_allowed_total: 2\n")
+	code, _, _ = get(t, admin+"/nope")
+	assert.Equal(t, 404, code)
+}
