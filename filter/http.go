@@ -197,6 +197,11 @@ func (h *httpContext) finish() types.Action {
 		p.enqueue(h, shaper, now, now+delay)
 		return types.ActionPause
 	}
+	if len(h.observed) > 0 {
+		// The request goes upstream now: the latency adaptive rules judge starts here, not at
+		// its arrival, so that time spent waiting for Redis is not taken for a slow upstream.
+		h.startedAt = p.now()
+	}
 	return types.ActionContinue
 }
 
@@ -271,8 +276,10 @@ func (h *httpContext) OnHttpStreamDone() {
 	if !h.finished && h.d != nil {
 		h.plugin.giveDecisions(h)
 	}
-	if h.queuedAt > 0 {
-		h.plugin.dequeue(h.id)
+	if h.queuedAt > 0 && h.plugin.dequeue(h.id) {
+		// The client gave up while the request waited in a shaping queue: it never reached
+		// the upstream, so it says nothing about the upstream's health.
+		h.observed = h.observed[:0]
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())

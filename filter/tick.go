@@ -20,7 +20,7 @@ import (
 
 // queued is a request paused by a shaping rule until release (Unix ns).
 type queued struct {
-	id       uint32
+	h        *httpContext
 	release  int64
 	enqueued int64
 	rs       *ruleState
@@ -95,7 +95,7 @@ func (p *plugin) OnTick() {
 
 // enqueue pauses the stream until release.
 func (p *plugin) enqueue(h *httpContext, rs *ruleState, now, release int64) {
-	p.queue = append(p.queue, queued{id: h.id, release: release, enqueued: now, rs: rs})
+	p.queue = append(p.queue, queued{h: h, release: release, enqueued: now, rs: rs})
 	rs.shape.queued.Increment(1)
 	h.queuedAt = len(p.queue)
 }
@@ -109,7 +109,7 @@ func (p *plugin) releaseDue(now int64) {
 			continue
 		}
 		q.rs.shape.delay.Record(uint64(max(0, now-q.enqueued) / 1e6))
-		if err := abi.SetEffectiveContext(q.id); err != nil {
+		if err := abi.SetEffectiveContext(q.h.id); err != nil {
 			// The stream is gone without its done callback having run (it cannot be resumed
 			// anyway); count it like a client that gave up.
 			q.rs.shape.dropped.Increment(1)
@@ -120,20 +120,25 @@ func (p *plugin) releaseDue(now int64) {
 			continue
 		}
 		q.rs.shape.released.Increment(1)
+		// The request goes upstream now: its latency, which adaptive rules judge, starts
+		// here. Time spent in this queue is the filter's, not the upstream's.
+		q.h.startedAt = now
 	}
 	clear(p.queue[len(kept):])
 	p.queue = kept
 }
 
-// dequeue drops a stream that ended while queued, so it is neither resumed nor leaked.
-func (p *plugin) dequeue(id uint32) {
+// dequeue drops a stream that ended while queued, so it is neither resumed nor leaked. It
+// reports whether the stream was still queued (false once it has been released).
+func (p *plugin) dequeue(id uint32) bool {
 	for i, q := range p.queue {
-		if q.id == id {
+		if q.h.id == id {
 			q.rs.shape.dropped.Increment(1)
 			p.queue = append(p.queue[:i], p.queue[i+1:]...)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // updateAdaptive adds this VM's signals to the rule's controller with a bounded CAS loop and
@@ -170,8 +175,9 @@ func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	}
 }
 
-// observe records the outcome of a request an adaptive rule admitted: its latency from request
-// headers to response headers, and whether it failed (a 5xx, or no response at all).
+// observe records the outcome of a request an adaptive rule admitted: its latency from the
+// moment it went upstream (after any wait for Redis or in a shaping queue) to response
+// headers, and whether it failed (a 5xx, or no response at all).
 func (h *httpContext) observe(now int64) {
 	for _, rs := range h.observed {
 		s := &rs.adaptive.signals
