@@ -6,7 +6,7 @@ WASM    := build/ratelimit.wasm
 WASM_PKGS := . ./abi/... ./algorithms/... ./filter/... ./sharedstate/...
 GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*') go.mod go.sum
 
-.PHONY: build test vet run bench clean
+.PHONY: build test vet run bench clean e2e-envoy
 
 build: $(WASM)
 
@@ -23,13 +23,21 @@ vet:
 
 # Tests build the .wasm themselves when it is missing or stale, so `go test ./...` alone works
 # too; building it here first just makes the failure clearer when the module does not compile.
+# Packages run one at a time (-p 1): the shaping and adaptive tests measure real release times
+# and latencies, and on a 2-core machine another package's test binary would starve their
+# timers. Within a package the CPU-heavy tests are already sequential.
 test: build vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # Builds the filter and serves traffic through it: in Envoy via docker compose when a Docker
 # engine answers, otherwise in the project's own wazero host.
 run: build
 	@./scripts/run.sh
+
+# The e2e scenarios against real Envoy in docker compose (needs a Docker engine); `make test`
+# runs the same scenarios against the wazero host.
+e2e-envoy: build
+	E2E_ENVOY=1 $(GO) test -count=1 -run TestEnvoy -v ./e2e/
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
