@@ -3,6 +3,8 @@
 package abi
 
 import (
+	"strconv"
+
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -79,23 +81,9 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 	if len(headers) == 0 {
 		// The emulator panics on an empty serialised header map, while a map with a zero count
 		// is fine; one harmless header sidesteps that quirk without changing Envoy behaviour.
-		headers = [][2]string{{"content-length", itoa(len(body))}}
+		headers = [][2]string{{"content-length", strconv.Itoa(len(body))}}
 	}
 	return proxywasm.SendHttpResponse(statusCode, headers, body, grpcStatus)
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
 }
 
 // DispatchHttpCall sends an HTTP request to an Envoy cluster; see the wasip1 build.

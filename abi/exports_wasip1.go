@@ -54,12 +54,8 @@ func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
 		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(debug.Stack())
 		logAt(levelError, msg)
-		recovered++
 	}
 }
-
-// recovered counts recovered panics; tests read it through the log, it exists for debugging.
-var recovered uint64
 
 func utoa(v uint32) string {
 	var b [10]byte

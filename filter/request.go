@@ -101,30 +101,25 @@ func (r *request) Path() string {
 }
 
 // Route returns the xds.route_name property: the name of the Envoy route that matched.
-func (r *request) Route() string {
-	if r.fetched&fetchedRoute == 0 {
-		r.fetched |= fetchedRoute
-		r.route = property(routeNamePath)
-	}
-	return r.route
-}
+func (r *request) Route() string { return r.property(fetchedRoute, &r.route, routeNamePath) }
 
 // VirtualHost returns the xds.virtual_host_name property.
 func (r *request) VirtualHost() string {
-	if r.fetched&fetchedVHost == 0 {
-		r.fetched |= fetchedVHost
-		r.vhost = property(virtualHostPath)
-	}
-	return r.vhost
+	return r.property(fetchedVHost, &r.vhost, virtualHostPath)
 }
 
 // SourceAddress returns the source.address property ("ip:port") of the downstream connection.
 func (r *request) SourceAddress() string {
-	if r.fetched&fetchedSource == 0 {
-		r.fetched |= fetchedSource
-		r.source = property(sourceAddressPath)
+	return r.property(fetchedSource, &r.source, sourceAddressPath)
+}
+
+// property reads a host property into *dst the first time bit is asked for.
+func (r *request) property(bit uint8, dst *string, path []string) string {
+	if r.fetched&bit == 0 {
+		r.fetched |= bit
+		*dst = property(path)
 	}
-	return r.source
+	return *dst
 }
 
 // Property paths, allocated once.
