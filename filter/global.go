@@ -45,7 +45,8 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
 			{"content-type", "application/x-www-form-urlencoded"},
 		},
-		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown)},
+		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
+			probeWait: int64(cfg.Timeout)},
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
@@ -70,11 +71,18 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 // failures it opens for cooldown: global rules go straight to their failure mode. Then one
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
 // VM has its own breaker and learns about an outage from its own callouts.
+//
+// A probe's answer can be lost: when the probing request's stream is torn down first (the
+// client went away), the ABI layer drops the answer, as the stream is gone. A probe unanswered
+// for longer than the callout timeout, which the host enforces on every callout, was therefore
+// lost, and the next request sends another one; without that, the worker would skip Redis for
+// good.
 type breaker struct {
 	threshold int
 	cooldown  int64
+	probeWait int64 // the callout timeout
 	failures  int
-	openUntil int64 // 0: closed
+	openUntil int64 // 0: closed; while probing, when the probe counts as lost
 	probing   bool
 }
 
@@ -83,10 +91,11 @@ func (b *breaker) allow(now int64) bool {
 	switch {
 	case b.openUntil == 0:
 		return true
-	case now < b.openUntil || b.probing:
+	case now < b.openUntil:
 		return false
 	default:
 		b.probing = true
+		b.openUntil = now + max(b.cooldown, b.probeWait)
 		return true
 	}
 }
@@ -117,7 +126,7 @@ func (h *httpContext) askRedis(a *applied, now int64) (deny bool) {
 		return h.redisFailed(a, now)
 	}
 	if err := h.sendCallout(a, now, false); err != nil {
-		c.m.resets.Increment(1)
+		// noteFailure counts it (as a reset: the callout could not be sent).
 		h.noteFailure(now, err)
 		return h.redisFailed(a, now)
 	}

@@ -2,7 +2,6 @@ package filter
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -173,7 +172,7 @@ func (h *httpContext) finish() types.Action {
 		}
 		a.rs.m.allowed.Increment(1)
 	}
-	h.headers = appendRateLimitHeaders(h.headers[:0], h.d.applied)
+	h.headers = appendRateLimitHeaders(h.headers[:0], h.d.applied, &p.scratch)
 	h.finished = true
 	// A shaping rule that admitted the request with a delay holds it until the latest release
 	// time among them; the tick resumes it.
@@ -335,10 +334,12 @@ func (d *decisions) add(rs *ruleState) *applied {
 // appendRateLimitHeaders renders the response headers of an allowed request. The IETF draft
 // fields list every rule that applied, as the draft allows several policies; the legacy
 // X-RateLimit-* fields can hold one, so they describe the most restrictive rule (the one with
-// the least remaining).
-func appendRateLimitHeaders(dst [][2]string, rules []applied) [][2]string {
-	var policies, limits []string
+// the least remaining). The values are built in one scratch buffer, so each header costs one
+// string allocation whatever the number of rules.
+func appendRateLimitHeaders(dst [][2]string, rules []applied, scratch *[]byte) [][2]string {
+	policies, limits := (*scratch)[:0], []byte(nil)
 	var tightest *applied
+	drafts := 0
 	for i := range rules {
 		a := &rules[i]
 		if !a.decided {
@@ -346,18 +347,38 @@ func appendRateLimitHeaders(dst [][2]string, rules []applied) [][2]string {
 		}
 		mode := a.rs.rule.RateLimitHeaders
 		if mode == config.HeadersDraft || mode == config.HeadersBoth {
-			policies = append(policies, a.rs.policy)
-			limits = append(limits, rateLimitItem(a.rs.rule.Name, a.decision))
+			if drafts > 0 {
+				policies = append(policies, ", "...)
+			}
+			policies = append(policies, a.rs.policy...)
+			drafts++
 		}
 		if (mode == config.HeadersLegacy || mode == config.HeadersBoth) &&
 			(tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
 			tightest = a
 		}
 	}
-	if len(policies) > 0 {
+	if drafts > 0 {
+		// The RateLimit items follow the policies in the same buffer.
+		split := len(policies)
+		limits = policies
+		n := 0
+		for i := range rules {
+			a := &rules[i]
+			mode := a.rs.rule.RateLimitHeaders
+			if !a.decided || (mode != config.HeadersDraft && mode != config.HeadersBoth) {
+				continue
+			}
+			if n > 0 {
+				limits = append(limits, ", "...)
+			}
+			limits = appendRateLimitItem(limits, a.rs.rule.Name, a.decision)
+			n++
+		}
 		dst = append(dst,
-			[2]string{"ratelimit-policy", strings.Join(policies, ", ")},
-			[2]string{"ratelimit", strings.Join(limits, ", ")})
+			[2]string{"ratelimit-policy", string(limits[:split])},
+			[2]string{"ratelimit", string(limits[split:])})
+		*scratch = limits[:0]
 	}
 	if tightest != nil {
 		dst = appendLegacy(dst, tightest.decision)
@@ -370,7 +391,7 @@ func appendRuleHeaders(dst [][2]string, mode config.HeadersMode, rs *ruleState, 
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
 		dst = append(dst,
 			[2]string{"ratelimit-policy", rs.policy},
-			[2]string{"ratelimit", rateLimitItem(rs.rule.Name, d)})
+			[2]string{"ratelimit", string(appendRateLimitItem(nil, rs.rule.Name, d))})
 	}
 	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
 		dst = appendLegacy(dst, d)
@@ -385,11 +406,15 @@ func appendLegacy(dst [][2]string, d algorithms.Decision) [][2]string {
 		[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
 }
 
-// rateLimitItem renders one item of the IETF draft RateLimit field: remaining quota r and
-// seconds t until the quota is fully available again.
-func rateLimitItem(name string, d algorithms.Decision) string {
-	return `"` + name + `";r=` + strconv.FormatInt(d.Remaining, 10) + ";t=" +
-		strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)
+// appendRateLimitItem renders one item of the IETF draft RateLimit field: remaining quota r
+// and seconds t until the quota is fully available again.
+func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	dst = append(dst, `";r=`...)
+	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, ceilSeconds(int64(d.ResetAfter)), 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while

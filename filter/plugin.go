@@ -36,6 +36,7 @@ type plugin struct {
 	// Scratch space reused by every request on this VM.
 	matched []*config.Rule
 	key     []byte
+	scratch []byte
 	free    []*decisions
 
 	failures uint64 // store failures seen, to log the first and then rarely

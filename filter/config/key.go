@@ -202,17 +202,30 @@ func nthFromRight(s string, n int) (string, bool) {
 // unmapped.
 func parseIP(s string) (netip.Addr, bool) {
 	s = strings.Trim(s, " \t")
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		ap, err2 := netip.ParseAddrPort(s)
-		if err2 == nil {
+	// The common shapes are tried first by their look, because a failed netip parse
+	// allocates its error: "ip:port" (source.address, one colon) and a bare address.
+	var ip netip.Addr
+	var err error
+	if strings.Count(s, ":") == 1 || (len(s) > 0 && s[0] == '[') {
+		var ap netip.AddrPort
+		if ap, err = netip.ParseAddrPort(s); err == nil {
 			ip = ap.Addr()
-		} else if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		}
+	} else {
+		ip, err = netip.ParseAddr(s)
+	}
+	if err != nil {
+		switch {
+		case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
 			if ip, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil {
 				return netip.Addr{}, false
 			}
-		} else {
-			return netip.Addr{}, false
+		default:
+			// Only garbage gets here; it is given the other parse too, so that the
+			// result never depends on which shape was guessed first.
+			if ip, err = netip.ParseAddr(s); err != nil {
+				return netip.Addr{}, false
+			}
 		}
 	}
 	return ip.Unmap().WithZone(""), true

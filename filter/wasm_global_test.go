@@ -1,0 +1,891 @@
+package filter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests in this file run global rules end to end: the compiled module in the wazero host,
+// its callouts going over real HTTP to a real webdis in front of a real redis-server (started
+// by internal/redistest on free loopback ports; with CI=true a missing binary fails the test
+// instead of skipping it). Redis decides with its own clock (TIME), so these tests use real
+// time throughout and choose windows long enough that nothing refills while they run.
+
+// callDeadline bounds every request of these tests. No request may hang: a request that
+// exceeds it fails the test instead of stalling the run.
+const callDeadline = 5 * time.Second
+
+// redisOpts is the "redis" block of a test configuration.
+type redisOpts struct {
+	timeout     string // callout timeout
+	failureMode string // allow, deny or local
+	failures    int    // breaker threshold
+	cooldown    string
+}
+
+// globalConfig renders a configuration with one redis block (cluster "webdis", key prefix
+// "rl") and the given rules (a JSON array). The breaker defaults to its maximum threshold so
+// that tests that are not about the breaker never trip it.
+func globalConfig(o redisOpts, rules string) string {
+	if o.timeout == "" {
+		o.timeout = "2s"
+	}
+	if o.failureMode == "" {
+		o.failureMode = "deny"
+	}
+	if o.failures == 0 {
+		o.failures = 1000
+	}
+	if o.cooldown == "" {
+		o.cooldown = "10s"
+	}
+	return fmt.Sprintf(`{"rate_limit_headers":"both","redis":{"cluster":"webdis","authority":"webdis.test",
+		"timeout":%q,"key_prefix":"rl","failure_mode":%q,"breaker":{"failures":%d,"cooldown":%q}},
+		"rules":%s}`, o.timeout, o.failureMode, o.failures, o.cooldown, rules)
+}
+
+// globalRule renders one rule with the given algorithm fields, keyed by the x-user header
+// when keyed is set.
+func globalRule(name, algo string, keyed bool) string {
+	key := ""
+	if keyed {
+		key = `"key":[{"source":"header","name":"x-user"}],`
+	}
+	return fmt.Sprintf(`{"name":%q,%s%s,"scope":"global"}`, name, key, algo)
+}
+
+// newGlobalHost starts the module as one proxy whose "webdis" cluster points at url, with its
+// own shared-data store and real time.
+func newGlobalHost(t testing.TB, config, url string, workers int) *wasmhost.Host {
+	t.Helper()
+	return newWasm(t, config, wasmOptions{
+		workers:  workers,
+		clusters: map[string]string{"webdis": url},
+		shared:   wasmhost.NewSharedData(),
+		realTime: true,
+	}).host
+}
+
+func globalRequest(headers ...[2]string) wasmhost.Request {
+	return wasmhost.Request{
+		Worker: -1, Path: "/", Authority: "example.test", Headers: headers,
+		SourceAddress: "192.0.2.1:5555", Upstream: &wasmhost.UpstreamResponse{Status: 200},
+	}
+}
+
+// call runs one request under callDeadline and returns its outcome and how long it took. It
+// must be called from the test goroutine.
+func call(t testing.TB, h *wasmhost.Host, headers ...[2]string) (outcome, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	start := time.Now()
+	res, err := h.Do(ctx, globalRequest(headers...))
+	elapsed := time.Since(start)
+	require.NoError(t, err, "the request must complete within %v", callDeadline)
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	return outcomeOf(res), elapsed
+}
+
+// metric reads a counter or gauge; a metric never touched reads 0.
+func metric(h *wasmhost.Host, name string) int64 {
+	v, _ := h.Metric(name)
+	return v
+}
+
+// redisErrorMetrics are the failure counters, by kind.
+var redisErrorMetrics = []string{
+	"ratelimit_redis_unavailable_total", "ratelimit_redis_timeouts_total", "ratelimit_redis_errors_total",
+	"ratelimit_redis_malformed_total", "ratelimit_redis_resets_total",
+}
+
+// requireNoRedisFailures checks that no callout failed and the VMs never trapped, so a test's
+// exact counts cannot have been produced by a failure mode.
+func requireNoRedisFailures(t testing.TB, h *wasmhost.Host) {
+	t.Helper()
+	for _, m := range redisErrorMetrics {
+		require.Zerof(t, metric(h, m), "%s", m)
+	}
+	require.Zero(t, metric(h, "ratelimit_redis_skipped_total"))
+	require.Zero(t, h.Stats().Traps, "the VM must never trap")
+}
+
+// requireCleanLogs fails on a recovered panic: the filter must handle every answer without
+// one, even when it hides it from the host.
+func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
+	t.Helper()
+	for _, e := range h.Logs() {
+		require.NotContains(t, e.Message, "panic", "log: %+v", e)
+	}
+}
+
+// redisTime reads Redis' clock, the one the scripts decide with.
+func redisTime(t testing.TB, srv *redistest.Server) time.Time {
+	t.Helper()
+	v, ok := srv.MustDo("TIME").([]any)
+	require.True(t, ok && len(v) == 2, "TIME answered %v", v)
+	sec, err1 := strconv.ParseInt(v[0].(string), 10, 64)
+	usec, err2 := strconv.ParseInt(v[1].(string), 10, 64)
+	require.NoError(t, errors.Join(err1, err2))
+	return time.Unix(sec, usec*1000)
+}
+
+// waitWebdis waits until webdis answers a PING with Redis' PONG, e.g. after StartRedis (webdis
+// reconnects on its next request, and answers 503 until it has).
+func waitWebdis(t testing.TB, srv *redistest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(callDeadline)
+	for {
+		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.Contains(string(body), "PONG") {
+				return
+			}
+		}
+		require.False(t, time.Now().After(deadline), "webdis does not reach Redis: %v", err)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// loadScripts loads every script ahead of time (SCRIPT LOAD), for tests whose counts must not
+// include the NOSCRIPT fallback of the first decision.
+func loadScripts(t testing.TB, srv *redistest.Server) {
+	t.Helper()
+	for _, s := range redis.Scripts() {
+		require.Equal(t, s.SHA, srv.MustDo("SCRIPT", "LOAD", s.Source), s.Name)
+	}
+}
+
+// expectedKey is the Redis key a request with x-user: value makes for the rule: the filter's
+// descriptor ("<len>:<value>") under the rule's hash tag, built by the package the filter uses.
+func expectedKey(rule, value string) string {
+	return string(redis.AppendKey(nil, "rl", rule, []byte(strconv.Itoa(len(value))+":"+value)))
+}
+
+// TestGlobalWasmTwoProxiesShareOneLimit is the point of global rules: two independent proxies
+// (two Hosts, each with its own shared data, three worker VMs each) admit exactly the limit
+// between them, however the requests interleave, because every decision is one atomic script
+// in the one Redis.
+func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	// With the scripts loaded, every decision is exactly one callout.
+	loadScripts(t, srv)
+	for _, tc := range []struct{ name, algo string }{
+		// A token bucket refills one token per 72 s here, and a sliding log frees nothing for an
+		// hour: neither can admit a 51st request while the test runs.
+		{"token_bucket", `"algorithm":"token_bucket","limit":50,"window":"1h"`},
+		{"sliding_window_log", `"algorithm":"sliding_window","variant":"log","limit":50,"window":"1h"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "shared-" + strings.ReplaceAll(tc.name, "_", "-")
+			cfg := globalConfig(redisOpts{timeout: "5s", failureMode: "deny"}, "["+globalRule(name, tc.algo, false)+"]")
+			proxies := []*wasmhost.Host{
+				newGlobalHost(t, cfg, srv.WebdisURL(), 3),
+				newGlobalHost(t, cfg, srv.WebdisURL(), 3),
+			}
+			const total = 150
+			var (
+				wg                       sync.WaitGroup
+				mu                       sync.Mutex
+				admitted, denied, others int
+				problems                 []string
+			)
+			start := make(chan struct{})
+			for i := range total {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+					defer cancel()
+					res, err := proxies[i%2].Do(ctx, globalRequest())
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil:
+						problems = append(problems, err.Error())
+					case res.Local == nil:
+						admitted++
+					case res.Local.Status == 429:
+						denied++
+						if got := headerValue(res.Local.Headers, "x-ratelimit-limit"); got != "50" {
+							problems = append(problems, "denial with x-ratelimit-limit "+got)
+						}
+					default:
+						others++
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			require.Empty(t, problems)
+			require.Zero(t, others, "no request may get anything but 200 or 429")
+			require.Equal(t, 50, admitted, "the two proxies together admit exactly the limit")
+			require.Equal(t, total-50, denied)
+
+			var calls int64
+			for _, p := range proxies {
+				requireNoRedisFailures(t, p)
+				calls += metric(p, "ratelimit_redis_calls_total")
+				require.Positive(t, metric(p, "ratelimit_redis_calls_total"), "both proxies asked Redis")
+			}
+			require.EqualValues(t, total, calls, "one callout per request")
+			require.EqualValues(t, 1, srv.Int("EXISTS", "rl:{"+name+"}:"), "the rule's one key")
+		})
+	}
+}
+
+// headerValue returns the first value of a header in a local response's header list.
+func headerValue(headers [][2]string, name string) string {
+	for _, kv := range headers {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// TestGlobalWasmAlgorithms runs every algorithm that has a global mode through the filter: three
+// requests are admitted, the fourth is denied, and every header is the one Redis' decision
+// implies. Windows are an hour long, so the expected values are exact: bucket algorithms
+// refill a few microseconds' worth while the test runs, which whole-second headers round away,
+// and clock-aligned windows are computed from Redis' own TIME read around each request.
+func TestGlobalWasmAlgorithms(t *testing.T) {
+	srv := redistest.Start(t)
+	const W = time.Hour
+	// untilWindowEnd is the time from now to the end of the clock-aligned window now is in.
+	untilWindowEnd := func(now time.Time) time.Duration {
+		ns := now.UnixNano()
+		return time.Duration(int64(W) - ns%int64(W))
+	}
+	// A clock-aligned window must not end in the middle of a sequence: if the boundary is
+	// close, wait until it has passed.
+	if left := untilWindowEnd(redisTime(t, srv)); left < 10*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	secs := func(d time.Duration) string { return strconv.FormatInt(ceilSeconds(int64(d)), 10) }
+	fixed := func(d time.Duration) func(time.Time) string {
+		return func(time.Time) string { return secs(d) }
+	}
+
+	type want struct {
+		remaining string
+		// reset and retry give the header values (whole seconds) for a decision Redis made at
+		// the given instant of its clock.
+		reset func(now time.Time) string
+		retry func(now time.Time) string // for the denial
+	}
+	// slice is the sliding-window counter's weight resolution: W / 10^6.
+	slice := W / 1_000_000
+	for _, tc := range []struct {
+		name  string
+		algo  string
+		steps []want
+	}{
+		{
+			name: "token_bucket", algo: `"algorithm":"token_bucket","limit":3,"window":"1h"`,
+			// One token comes back every 20 minutes; the reset is the time until all are back.
+			steps: []want{
+				{"2", fixed(20 * time.Minute), nil}, {"1", fixed(40 * time.Minute), nil},
+				{"0", fixed(time.Hour), nil}, {"0", fixed(time.Hour), fixed(20 * time.Minute)},
+			},
+		},
+		{
+			name: "leaky_bucket", algo: `"algorithm":"leaky_bucket","limit":3,"window":"1h"`,
+			steps: []want{
+				{"2", fixed(20 * time.Minute), nil}, {"1", fixed(40 * time.Minute), nil},
+				{"0", fixed(time.Hour), nil}, {"0", fixed(time.Hour), fixed(20 * time.Minute)},
+			},
+		},
+		{
+			name: "gcra", algo: `"algorithm":"gcra","limit":3,"window":"1h","burst":3`,
+			steps: []want{
+				{"2", fixed(20 * time.Minute), nil}, {"1", fixed(40 * time.Minute), nil},
+				{"0", fixed(time.Hour), nil}, {"0", fixed(time.Hour), fixed(20 * time.Minute)},
+			},
+		},
+		{
+			name: "sliding_window_log", algo: `"algorithm":"sliding_window","variant":"log","limit":3,"window":"1h"`,
+			// Every admitted request stays in the log for the whole window.
+			steps: []want{
+				{"2", fixed(time.Hour), nil}, {"1", fixed(time.Hour), nil},
+				{"0", fixed(time.Hour), nil}, {"0", fixed(time.Hour), fixed(time.Hour)},
+			},
+		},
+		{
+			name: "fixed_window", algo: `"algorithm":"fixed_window","limit":3,"window":"1h"`,
+			steps: func() []want {
+				end := func(now time.Time) string { return secs(untilWindowEnd(now)) }
+				return []want{{"2", end, nil}, {"1", end, nil}, {"0", end, nil}, {"0", end, end}}
+			}(),
+		},
+		{
+			name: "sliding_window_counter", algo: `"algorithm":"sliding_window","limit":3,"window":"1h"`,
+			// The key is fresh, so the previous window is empty: the count is reset one window
+			// after the current one ends, and the request can pass again once the current
+			// window's 3 events weigh at most 2 in the next one, i.e. a third of the way into
+			// it, rounded up to a whole slice (S - floor(2S/3) = 333334 slices).
+			steps: func() []want {
+				reset := func(now time.Time) string { return secs(untilWindowEnd(now) + W) }
+				retry := func(now time.Time) string { return secs(untilWindowEnd(now) + 333334*slice) }
+				return []want{{"2", reset, nil}, {"1", reset, nil}, {"0", reset, nil}, {"0", reset, retry}}
+			}(),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "g-" + strings.ReplaceAll(tc.name, "_", "-")
+			h := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.algo, true)+"]"), srv.WebdisURL(), 2)
+			user := hdr("x-user", "alice")
+			for i, w := range tc.steps {
+				before := redisTime(t, srv)
+				got, _ := call(t, h, user)
+				after := redisTime(t, srv)
+				denied := w.retry != nil
+				if denied {
+					require.Equalf(t, 429, got.status, "step %d: %v", i, got)
+				} else {
+					require.Zerof(t, got.status, "step %d must be admitted: %v", i, got)
+				}
+				require.Equalf(t, "3", got.headers["x-ratelimit-limit"], "step %d", i)
+				require.Equalf(t, w.remaining, got.headers["x-ratelimit-remaining"], "step %d", i)
+				// Redis decided at some instant between the two TIME reads; a window-aligned
+				// value is exact unless a second boundary fell in between, when either side's
+				// value is right.
+				check := func(header string, f func(time.Time) string, format func(string) string) {
+					t.Helper()
+					lo, hi := format(f(after)), format(f(before))
+					if v := got.headers[header]; v != lo && v != hi {
+						require.Failf(t, "wrong header", "step %d: %s = %q, want %q (or %q)", i, header, v, hi, lo)
+					}
+				}
+				check("x-ratelimit-reset", w.reset, func(s string) string { return s })
+				check("ratelimit", w.reset, func(s string) string { return `"` + name + `";r=` + w.remaining + ";t=" + s })
+				require.Equalf(t, `"`+name+`";q=3;w=3600`, got.headers["ratelimit-policy"], "step %d", i)
+				if denied {
+					check("retry-after", w.retry, func(s string) string { return s })
+					require.Containsf(t, got.body, `"rule":"`+name+`"`, "step %d", i)
+				}
+			}
+			require.EqualValues(t, 1, srv.Int("EXISTS", expectedKey(name, "alice")), "the decision lives in Redis")
+			// Each algorithm has its own script, so its first decision found it missing and
+			// was resent as EVAL: one callout more than requests.
+			require.EqualValues(t, len(tc.steps)+1, metric(h, "ratelimit_redis_calls_total"))
+			require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
+			requireNoRedisFailures(t, h)
+			// The allowed counter counts admissions on both workers; the denial is counted once.
+			require.EqualValues(t, 3, metric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_allowed_total"))
+			require.EqualValues(t, 1, metric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_denied_total"))
+		})
+	}
+}
+
+// fault is one way the Redis path fails, and what the filter must make of it.
+type fault struct {
+	name string
+	// url is the webdis cluster's address while the fault is active.
+	url string
+	// inject and repair start and end the fault, when it is not in the URL.
+	inject, repair func()
+	// metric is the failure counter each failed decision increments.
+	metric string
+	// slow is set when every failure costs the callout timeout.
+	slow bool
+}
+
+// TestGlobalWasmFailureModes injects each fault and checks every failure mode: "allow" lets the
+// requests through without rate-limit headers, "deny" rejects them with the rule's denial,
+// "local" applies the rule's own limit on the proxy's shared data (so each proxy admits one
+// limit). Every request returns within the timeout (plus scheduling slack), none hangs, and
+// each failure is counted under its kind.
+func TestGlobalWasmFailureModes(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	faults := []fault{
+		{name: "redis stopped (webdis answers 503)", url: srv.WebdisURL(),
+			inject: srv.StopRedis, repair: func() { srv.StartRedis(); waitWebdis(t, srv) },
+			metric: "ratelimit_redis_unavailable_total"},
+		{name: "webdis stopped (connection refused, Envoy answers 503)", url: srv.WebdisURL(),
+			inject: srv.StopWebdis, repair: srv.StartWebdis, metric: "ratelimit_redis_unavailable_total"},
+		{name: "webdis slower than the timeout (Envoy answers 504)", url: srv.SlowProxy(timeout + time.Second),
+			metric: "ratelimit_redis_timeouts_total", slow: true},
+		{name: "garbage answer", url: redistest.GarbageServer(t, 200, []byte("<html>oops</html>")),
+			metric: "ratelimit_redis_malformed_total"},
+		{name: "truncated answer", url: redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,3,2,0,`)),
+			metric: "ratelimit_redis_malformed_total"},
+		{name: "webdis ACL refuses (403)", url: redistest.GarbageServer(t, 403, []byte(`{"EVALSHA":[false,"forbidden"]}`)),
+			metric: "ratelimit_redis_malformed_total"},
+		{name: "error reply", url: redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[false,"ERR something broke"]}`)),
+			metric: "ratelimit_redis_errors_total"},
+		{name: "redis out of memory (real error reply)", url: srv.WebdisURL(),
+			inject: func() {
+				// Loaded scripts make EVALSHA itself fail, rather than NOSCRIPT and an EVAL.
+				loadScripts(t, srv)
+				srv.MustDo("CONFIG", "SET", "maxmemory", "1")
+			},
+			repair: func() { srv.MustDo("CONFIG", "SET", "maxmemory", "0") },
+			metric: "ratelimit_redis_errors_total"},
+		{name: "callout reset", url: "reset:", metric: "ratelimit_redis_resets_total"},
+	}
+	rules := "[" + globalRule("fm", `"algorithm":"token_bucket","limit":2,"window":"1h"`, false) + "]"
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			if f.inject != nil {
+				f.inject()
+				t.Cleanup(f.repair)
+			}
+			for _, mode := range []string{"allow", "deny", "local"} {
+				t.Run(mode, func(t *testing.T) {
+					cfg := globalConfig(redisOpts{timeout: timeout.String(), failureMode: mode}, rules)
+					proxies := 1
+					if mode == "local" {
+						proxies = 2
+					}
+					for p := range proxies {
+						// Two workers: the local fallback counts on the proxy's shared data,
+						// across its workers.
+						h := newGlobalHost(t, cfg, f.url, 2)
+						for i := range 3 {
+							got, elapsed := call(t, h)
+							if f.slow {
+								require.GreaterOrEqualf(t, elapsed, timeout, "request %d waited for the timeout", i)
+							}
+							require.Lessf(t, elapsed, timeout+time.Second, "request %d took %v", i, elapsed)
+							switch {
+							case mode == "allow":
+								require.Zerof(t, got.status, "request %d: %v", i, got)
+								require.NotContains(t, got.headers, "ratelimit", "no decision, no headers")
+							case mode == "deny":
+								require.Equalf(t, 429, got.status, "request %d: %v", i, got)
+								require.Equal(t, "1", got.headers["retry-after"])
+								require.Equal(t, `"fm";r=0;t=1`, got.headers["ratelimit"])
+							case i < 2:
+								require.Zerof(t, got.status, "proxy %d request %d: %v", p, i, got)
+								require.Equal(t, `"fm";r=`+strconv.Itoa(1-i)+";t="+strconv.Itoa((i+1)*1800),
+									got.headers["ratelimit"], "the local decision's headers")
+							default:
+								require.Equalf(t, 429, got.status, "proxy %d: the rule's limit applies locally: %v", p, got)
+								require.Equal(t, "1800", got.headers["retry-after"])
+							}
+						}
+						require.EqualValues(t, 3, metric(h, f.metric), "every failure counted as %s", f.metric)
+						for _, m := range redisErrorMetrics {
+							if m != f.metric {
+								require.Zerof(t, metric(h, m), "%s", m)
+							}
+						}
+						require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
+						require.Zero(t, metric(h, "ratelimit_redis_breaker_open"))
+						require.Zero(t, h.Stats().Traps)
+						requireCleanLogs(t, h)
+					}
+				})
+			}
+		})
+	}
+	// After every fault is repaired, the same path works again.
+	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 1)
+	got, _ := call(t, h)
+	require.Zero(t, got.status)
+	require.Equal(t, `"fm";r=1;t=1800`, got.headers["ratelimit"])
+	requireNoRedisFailures(t, h)
+}
+
+// TestGlobalWasmNoScript flushes Redis' script cache under a running proxy: the next decision's
+// EVALSHA is answered NOSCRIPT, the filter resends it once as EVAL (which loads the script
+// again), and the request is decided by Redis as if nothing happened.
+func TestGlobalWasmNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := "[" + globalRule("ns", `"algorithm":"fixed_window","limit":10,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
+
+	// The very first decision already finds an empty script cache: nothing loads the scripts
+	// ahead of time.
+	got, _ := call(t, h)
+	require.Zero(t, got.status)
+	require.Equal(t, "9", got.headers["x-ratelimit-remaining"])
+	require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 2, metric(h, "ratelimit_redis_calls_total"), "EVALSHA, then EVAL")
+
+	got, _ = call(t, h)
+	require.Equal(t, "8", got.headers["x-ratelimit-remaining"])
+	require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"), "EVAL loaded the script")
+	require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
+
+	require.Equal(t, "OK", srv.MustDo("SCRIPT", "FLUSH"))
+	got, _ = call(t, h)
+	require.Zero(t, got.status)
+	require.Equal(t, "7", got.headers["x-ratelimit-remaining"], "the resent EVAL decided, once")
+	require.EqualValues(t, 2, metric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 5, metric(h, "ratelimit_redis_calls_total"))
+
+	got, _ = call(t, h)
+	require.Equal(t, "6", got.headers["x-ratelimit-remaining"])
+	require.EqualValues(t, 2, metric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 6, metric(h, "ratelimit_redis_calls_total"))
+	// NOSCRIPT is recovered from, not a failure.
+	requireNoRedisFailures(t, h)
+}
+
+// TestGlobalWasmBreaker trips the breaker with slow failures (Redis paused: every callout costs
+// the timeout), then checks that an open breaker answers at once, that after the cooldown one
+// probe (and only one) goes to Redis, that a failed probe opens it again, and that a probe
+// that succeeds closes it. One worker: the breaker is per worker VM.
+func TestGlobalWasmBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		timeout  = 400 * time.Millisecond
+		cooldown = 200 * time.Millisecond
+		pause    = 3 * time.Second
+	)
+	rules := "[" + globalRule("br", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{timeout: timeout.String(), failureMode: "allow",
+		failures: 3, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	gauge := func() int64 { return metric(h, "ratelimit_redis_breaker_open") }
+	calls := func() int64 { return metric(h, "ratelimit_redis_calls_total") }
+	skipped := func() int64 { return metric(h, "ratelimit_redis_skipped_total") }
+
+	got, _ := call(t, h)
+	require.Contains(t, got.headers, "ratelimit", "decided by Redis")
+
+	// CLIENT PAUSE stalls every Redis client, webdis included, until it expires by itself:
+	// a Redis that accepts connections and never answers.
+	pausedAt := time.Now()
+	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
+	for i := range 3 {
+		require.Zero(t, gauge(), "closed before failure %d", i+1)
+		got, elapsed := call(t, h)
+		require.Zero(t, got.status, "failure_mode allow")
+		require.NotContains(t, got.headers, "ratelimit")
+		require.GreaterOrEqual(t, elapsed, timeout, "a closed breaker waits for Redis")
+	}
+	require.EqualValues(t, 3, metric(h, "ratelimit_redis_timeouts_total"))
+	require.EqualValues(t, 1, gauge(), "open after 3 consecutive failures")
+	openedAt := time.Now()
+
+	// Open: no callout, no waiting.
+	sent := calls()
+	for range 3 {
+		got, elapsed := call(t, h)
+		require.Zero(t, got.status)
+		require.Less(t, elapsed, timeout/2, "an open breaker must not wait for the timeout")
+	}
+	require.Equal(t, sent, calls(), "no callout while open")
+	require.EqualValues(t, 3, skipped())
+
+	// After the cooldown one probe goes out; while it is in flight, other requests are still
+	// skipped. Redis is still paused, so the probe fails and the breaker opens again.
+	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
+	probe := make(chan time.Duration, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		start := time.Now()
+		_, err := h.Do(ctx, globalRequest())
+		if err != nil {
+			probe <- -1
+			return
+		}
+		probe <- time.Since(start)
+	}()
+	require.Eventually(t, func() bool { return calls() == sent+1 }, time.Second, time.Millisecond, "the probe is sent")
+	_, elapsed := call(t, h)
+	require.Less(t, elapsed, timeout/2, "a request during the probe is not held")
+	require.EqualValues(t, 4, skipped())
+	require.GreaterOrEqual(t, <-probe, timeout, "the probe waited for Redis")
+	require.EqualValues(t, 4, metric(h, "ratelimit_redis_timeouts_total"))
+	require.EqualValues(t, 1, gauge(), "a failed probe opens the breaker again")
+	require.Equal(t, sent+1, calls(), "exactly one probe")
+	_, elapsed = call(t, h)
+	require.Less(t, elapsed, timeout/2)
+	require.EqualValues(t, 5, skipped())
+
+	// Redis comes back (the pause expires); after the cooldown the next request probes, succeeds
+	// and closes the breaker, and the request is decided by Redis.
+	time.Sleep(time.Until(pausedAt.Add(pause + 100*time.Millisecond)))
+	got, _ = call(t, h)
+	require.Contains(t, got.headers, "ratelimit", "the probe was decided by Redis")
+	require.Zero(t, gauge(), "a successful probe closes the breaker")
+	for range 3 {
+		before := calls()
+		got, _ := call(t, h)
+		require.Contains(t, got.headers, "ratelimit")
+		require.Equal(t, before+1, calls(), "closed: every request asks Redis")
+	}
+	require.EqualValues(t, 5, skipped())
+	require.Zero(t, h.Stats().Traps)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmBreakerProbeOfDeadStream lets the breaker's probe belong to a request whose
+// downstream goes away before Redis answers. Envoy does not cancel the callout, and the answer
+// for a dead stream is dropped; the breaker must not wait for it forever, or the worker would
+// never use Redis again.
+func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
+	srv := redistest.Start(t)
+	const cooldown = 200 * time.Millisecond
+	rules := "[" + globalRule("probe", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "1s", failureMode: "allow",
+		failures: 1, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	gauge := func() int64 { return metric(h, "ratelimit_redis_breaker_open") }
+
+	got, _ := call(t, h)
+	require.Contains(t, got.headers, "ratelimit")
+	srv.StopRedis()
+	call(t, h)
+	require.EqualValues(t, 1, gauge(), "one failure opens this breaker")
+	openedAt := time.Now()
+	srv.StartRedis()
+	waitWebdis(t, srv)
+
+	// Redis stalls for a while, so the probe's answer comes late; its downstream gives up
+	// first.
+	const pause = 600 * time.Millisecond
+	pausedAt := time.Now()
+	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
+	time.Sleep(time.Until(openedAt.Add(cooldown + 20*time.Millisecond)))
+	sent := metric(h, "ratelimit_redis_calls_total")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := h.Do(ctx, globalRequest())
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, sent+1, metric(h, "ratelimit_redis_calls_total"), "the dead request was the probe")
+
+	// The late answer arrives and is dropped with its stream. Within a few cooldowns the
+	// breaker must probe again and close.
+	time.Sleep(time.Until(pausedAt.Add(pause + 50*time.Millisecond)))
+	deadline := time.Now().Add(callDeadline)
+	for gauge() != 0 && time.Now().Before(deadline) {
+		call(t, h)
+		time.Sleep(cooldown / 4)
+	}
+	require.Zero(t, gauge(), "the breaker stayed open: the lost probe was never replaced (skipped %d)",
+		metric(h, "ratelimit_redis_skipped_total"))
+	got, _ = call(t, h)
+	require.Contains(t, got.headers, "ratelimit", "decided by Redis again")
+	require.Zero(t, h.Stats().Traps)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmInjection sends keys made of header values that mean something to webdis or
+// Redis. Each must reach Redis as exactly one argument: one key per distinct value, under the
+// rule's hash tag, holding exactly the value (the key is computed independently here), and a
+// decision carrying the rule's real limit, which a shifted argument would replace.
+func TestGlobalWasmInjection(t *testing.T) {
+	srv := redistest.Start(t)
+	const rule = "inj"
+	rules := "[" + globalRule(rule, `"algorithm":"token_bucket","limit":7,"window":"1h"`, true) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 2)
+	values := []string{
+		"plain",
+		"a/b",
+		"a%2Fb", // must not be decoded into "a/b"
+		"a%2fb",
+		"%",
+		"%zz",
+		"a+b", // must not become "a b"
+		"a b",
+		"a?b=c", // webdis cuts the body at a raw '?'
+		"?",
+		"report.json", // webdis strips a known extension and changes the reply format
+		"x.txt",
+		"x.raw",
+		"k/1/1000000/3600000", // an attempt to supply n, limit and window itself
+		"k/1/1000000/3600000/0/0",
+		"1/SET/x/y", // a leading number selects a database in webdis
+		"line1\nline2",
+		"crlf\r\nEVAL/return 1/0",
+		"#deadbeef", // a verbatim key never starts with '#', hashed ones do
+		strings.Repeat("A", 4096),
+		strings.Repeat("/", 4096),
+		"\xff\xfe\x80 invalid UTF-8",
+		"\xc3\x28",
+		"",
+	}
+	prefix := "rl:{" + rule + "}:"
+	seen := map[string]bool{}
+	for i, v := range values {
+		key := expectedKey(rule, v)
+		require.Falsef(t, seen[key], "values %d: two values, one key", i)
+		seen[key] = true
+		for n := range 2 {
+			before := srv.Int("DBSIZE")
+			got, _ := call(t, h, hdr("x-user", v))
+			require.Zerof(t, got.status, "value %q request %d: %v", v, n, got)
+			require.Equalf(t, "7", got.headers["x-ratelimit-limit"], "value %q: the rule's own limit", v)
+			require.Equalf(t, strconv.Itoa(6-n), got.headers["x-ratelimit-remaining"], "value %q: n = 1", v)
+			wantGrowth := int64(1)
+			if n > 0 {
+				wantGrowth = 0
+			}
+			require.Equalf(t, before+wantGrowth, srv.Int("DBSIZE"), "value %q request %d", v, n)
+			require.EqualValuesf(t, 1, srv.Int("EXISTS", key), "value %q: key %q", v, key)
+		}
+		// The key holds the rule's token-bucket state: the script, not a command smuggled in
+		// through the value, wrote it.
+		require.Equalf(t, "17", srv.MustDo("HGET", key, "v"), "value %q", v)
+	}
+	keys := srv.Keys()
+	require.Len(t, keys, len(values), "one key per distinct value, nothing else")
+	for _, k := range keys {
+		require.Truef(t, strings.HasPrefix(k, prefix), "key %q outside the rule's hash tag", k)
+		require.LessOrEqual(t, len(k), len(prefix)+redis.MaxRawDescriptor, "keys are length-bounded")
+	}
+	requireNoRedisFailures(t, h)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmDeadStream tears a request down while its callout is in flight (the downstream
+// gave up before a slow webdis answered). The answer still arrives at the root context, for a
+// stream that no longer exists: it must be dropped without a trap, and the worker must go on
+// serving requests, including while the late answer is pending.
+func TestGlobalWasmDeadStream(t *testing.T) {
+	srv := redistest.Start(t)
+	const delay = 400 * time.Millisecond
+	rules := "[" + globalRule("ds", `"algorithm":"token_bucket","limit":5,"window":"1h"`, false) + "]"
+	// With the script loaded, the dead request's single EVALSHA decides (and charges).
+	loadScripts(t, srv)
+	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "3s", failureMode: "deny"}, rules),
+		srv.SlowProxy(delay), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	start := time.Now()
+	_, err := h.Do(ctx, globalRequest())
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), delay, "the downstream left before the answer")
+
+	// A request started while the dead stream's answer is still on its way.
+	got, elapsed := call(t, h)
+	require.Zero(t, got.status, "%v", got)
+	require.GreaterOrEqual(t, elapsed, delay)
+	// Redis ran the dead request's script (Envoy does not cancel callouts), so it was charged.
+	require.Equal(t, "3", got.headers["x-ratelimit-remaining"])
+	got, _ = call(t, h)
+	require.Equal(t, "2", got.headers["x-ratelimit-remaining"])
+
+	require.Zero(t, h.Stats().Traps, "the late answer must not trap")
+	require.Empty(t, h.Stats().FailedVMs)
+	require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
+	requireNoRedisFailures(t, h)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmMetrics checks the Redis metrics a dashboard needs: callouts, failures by kind,
+// and the latency histogram. A callout that cannot even be sent (the cluster is unknown to
+// the host) is one failure, counted once.
+func TestGlobalWasmMetrics(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := "[" + globalRule("m", `"algorithm":"gcra","limit":100,"window":"1h"`, false) + "]"
+	cfg := globalConfig(redisOpts{failureMode: "allow"}, rules)
+
+	t.Run("successful callouts", func(t *testing.T) {
+		h := newGlobalHost(t, cfg, srv.WebdisURL(), 2)
+		const n = 10
+		var slowest time.Duration
+		for range n {
+			_, elapsed := call(t, h)
+			slowest = max(slowest, elapsed)
+		}
+		// The first decision also loads the script (NOSCRIPT, then EVAL).
+		require.EqualValues(t, n+1, metric(h, "ratelimit_redis_calls_total"))
+		require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
+		requireNoRedisFailures(t, h)
+		lat, ok := h.Histogram("ratelimit_redis_latency_us")
+		require.True(t, ok, "the latency histogram is defined")
+		require.EqualValues(t, n+1, lat.Count, "one sample per answer")
+		require.LessOrEqual(t, lat.Max, uint64(slowest.Microseconds()), "a callout is part of its request")
+	})
+
+	t.Run("failures by kind", func(t *testing.T) {
+		for _, tc := range []struct{ url, metric string }{
+			{redistest.GarbageServer(t, 503, nil), "ratelimit_redis_unavailable_total"},
+			{redistest.GarbageServer(t, 502, nil), "ratelimit_redis_unavailable_total"},
+			{srv.SlowProxy(time.Second), "ratelimit_redis_timeouts_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[false,"WRONGTYPE x"]}`)), "ratelimit_redis_errors_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[2,1,0,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
+			{redistest.GarbageServer(t, 200, []byte(strings.Repeat(" ", 8192))), "ratelimit_redis_malformed_total"},
+			{"reset:", "ratelimit_redis_resets_total"},
+		} {
+			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)
+			call(t, h)
+			require.EqualValuesf(t, 1, metric(h, tc.metric), "%s for %s", tc.metric, tc.url)
+			for _, m := range redisErrorMetrics {
+				if m != tc.metric {
+					require.Zerof(t, metric(h, m), "%s for %s", m, tc.url)
+				}
+			}
+			lat, _ := h.Histogram("ratelimit_redis_latency_us")
+			require.EqualValuesf(t, 1, lat.Count, "a failed answer is timed too (%s)", tc.url)
+		}
+	})
+
+	t.Run("callout cannot be dispatched", func(t *testing.T) {
+		h := newWasm(t, cfg, wasmOptions{workers: 1, clusters: map[string]string{"other": srv.WebdisURL()},
+			realTime: true}).host
+		for i := range 3 {
+			got, _ := call(t, h)
+			require.Zerof(t, got.status, "request %d: failure_mode allow", i)
+		}
+		require.Zero(t, metric(h, "ratelimit_redis_calls_total"), "nothing was sent")
+		require.EqualValues(t, 3, metric(h, "ratelimit_redis_resets_total"), "each failure counted once")
+		require.Zero(t, h.Stats().Traps)
+	})
+}
+
+// BenchmarkGlobalWasm measures what a global rule adds to a request over the same rule kept
+// local: one HTTP callout to webdis and one script in Redis, through the wazero host. Besides
+// ns/op (wall time per request, the round trip included) it reports guest-ns/op (time spent in
+// the VM, i.e. the filter's own CPU cost) and callouts/op.
+//
+//	go test ./filter/ -run '^$' -bench GlobalWasm -benchtime 2000x
+func BenchmarkGlobalWasm(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, scope := range []string{"local", "global"} {
+		b.Run(scope, func(b *testing.B) {
+			rules := fmt.Sprintf(`[{"name":"bench","key":[{"source":"header","name":"x-user"}],
+				"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q}]`, scope)
+			h := newGlobalHost(b, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
+			req := globalRequest(hdr("x-user", "bench"))
+			ctx := context.Background()
+			// Warm up: load the script into Redis and the connection pool.
+			for range 10 {
+				if _, err := h.Do(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			calls0 := metric(h, "ratelimit_redis_calls_total")
+			guest0 := h.Stats().GuestTime
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				res, err := h.Do(ctx, req)
+				if err != nil || res.Local != nil {
+					b.Fatalf("request failed: %v %+v", err, res.Local)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(h.Stats().GuestTime-guest0)/float64(b.N), "guest-ns/op")
+			b.ReportMetric(float64(metric(h, "ratelimit_redis_calls_total")-calls0)/float64(b.N), "callouts/op")
+			for _, m := range redisErrorMetrics {
+				if v := metric(h, m); v != 0 {
+					b.Fatalf("%s = %d", m, v)
+				}
+			}
+		})
+	}
+}
