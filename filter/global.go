@@ -77,6 +77,10 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 // for longer than the callout timeout, which the host enforces on every callout, was therefore
 // lost, and the next request sends another one; without that, the worker would skip Redis for
 // good.
+//
+// The probe is a request, not a callout: every global rule of the probing request is sent.
+// Were its other rules skipped, a failure mode that denies would end the request at once, and
+// the probe's answer would be dropped with it, on every probe.
 type breaker struct {
 	threshold int
 	cooldown  int64
@@ -84,17 +88,20 @@ type breaker struct {
 	failures  int
 	openUntil int64 // 0: closed; while probing, when the probe counts as lost
 	probing   bool
+	prober    uint32 // the stream that probes (context ids are never reused)
 }
 
-// allow reports whether a callout may be sent at now.
-func (b *breaker) allow(now int64) bool {
+// allow reports whether stream may send a callout at now.
+func (b *breaker) allow(now int64, stream uint32) bool {
 	switch {
 	case b.openUntil == 0:
+		return true
+	case b.probing && b.prober == stream:
 		return true
 	case now < b.openUntil:
 		return false
 	default:
-		b.probing = true
+		b.probing, b.prober = true, stream
 		b.openUntil = now + max(b.cooldown, b.probeWait)
 		return true
 	}
@@ -121,7 +128,7 @@ func (b *breaker) failure(now int64) (opened bool) {
 // sent. It reports whether the request must be denied now.
 func (h *httpContext) askRedis(a *applied, now int64) (deny bool) {
 	c := h.plugin.redis
-	if !c.breaker.allow(now) {
+	if !c.breaker.allow(now, h.id) {
 		c.m.skipped.Increment(1)
 		return h.redisFailed(a, now)
 	}

@@ -86,9 +86,9 @@ func globalRequest(headers ...[2]string) wasmhost.Request {
 	}
 }
 
-// call runs one request under callDeadline and returns its outcome and how long it took. It
+// doTimed runs one request under callDeadline and returns its outcome and how long it took. It
 // must be called from the test goroutine.
-func call(t testing.TB, h *wasmhost.Host, headers ...[2]string) (outcome, time.Duration) {
+func doTimed(t testing.TB, h *wasmhost.Host, headers ...[2]string) (outcome, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
 	defer cancel()
@@ -100,8 +100,8 @@ func call(t testing.TB, h *wasmhost.Host, headers ...[2]string) (outcome, time.D
 	return outcomeOf(res), elapsed
 }
 
-// metric reads a counter or gauge; a metric never touched reads 0.
-func metric(h *wasmhost.Host, name string) int64 {
+// redisMetric reads a counter or gauge; a metric never touched reads 0.
+func redisMetric(h *wasmhost.Host, name string) int64 {
 	v, _ := h.Metric(name)
 	return v
 }
@@ -117,9 +117,9 @@ var redisErrorMetrics = []string{
 func requireNoRedisFailures(t testing.TB, h *wasmhost.Host) {
 	t.Helper()
 	for _, m := range redisErrorMetrics {
-		require.Zerof(t, metric(h, m), "%s", m)
+		require.Zerof(t, redisMetric(h, m), "%s", m)
 	}
-	require.Zero(t, metric(h, "ratelimit_redis_skipped_total"))
+	require.Zero(t, redisMetric(h, "ratelimit_redis_skipped_total"))
 	require.Zero(t, h.Stats().Traps, "the VM must never trap")
 }
 
@@ -223,7 +223,7 @@ func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
 						admitted++
 					case res.Local.Status == 429:
 						denied++
-						if got := headerValue(res.Local.Headers, "x-ratelimit-limit"); got != "50" {
+						if got := firstHeader(res.Local.Headers, "x-ratelimit-limit"); got != "50" {
 							problems = append(problems, "denial with x-ratelimit-limit "+got)
 						}
 					default:
@@ -241,8 +241,8 @@ func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
 			var calls int64
 			for _, p := range proxies {
 				requireNoRedisFailures(t, p)
-				calls += metric(p, "ratelimit_redis_calls_total")
-				require.Positive(t, metric(p, "ratelimit_redis_calls_total"), "both proxies asked Redis")
+				calls += redisMetric(p, "ratelimit_redis_calls_total")
+				require.Positive(t, redisMetric(p, "ratelimit_redis_calls_total"), "both proxies asked Redis")
 			}
 			require.EqualValues(t, total, calls, "one callout per request")
 			require.EqualValues(t, 1, srv.Int("EXISTS", "rl:{"+name+"}:"), "the rule's one key")
@@ -250,8 +250,8 @@ func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
 	}
 }
 
-// headerValue returns the first value of a header in a local response's header list.
-func headerValue(headers [][2]string, name string) string {
+// firstHeader returns the first value of a header in a local response's header list.
+func firstHeader(headers [][2]string, name string) string {
 	for _, kv := range headers {
 		if strings.EqualFold(kv[0], name) {
 			return kv[1]
@@ -353,7 +353,7 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 			user := hdr("x-user", "alice")
 			for i, w := range tc.steps {
 				before := redisTime(t, srv)
-				got, _ := call(t, h, user)
+				got, _ := doTimed(t, h, user)
 				after := redisTime(t, srv)
 				denied := w.retry != nil
 				if denied {
@@ -384,12 +384,12 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 			require.EqualValues(t, 1, srv.Int("EXISTS", expectedKey(name, "alice")), "the decision lives in Redis")
 			// Each algorithm has its own script, so its first decision found it missing and
 			// was resent as EVAL: one callout more than requests.
-			require.EqualValues(t, len(tc.steps)+1, metric(h, "ratelimit_redis_calls_total"))
-			require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
+			require.EqualValues(t, len(tc.steps)+1, redisMetric(h, "ratelimit_redis_calls_total"))
+			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
 			requireNoRedisFailures(t, h)
 			// The allowed counter counts admissions on both workers; the denial is counted once.
-			require.EqualValues(t, 3, metric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_allowed_total"))
-			require.EqualValues(t, 1, metric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_denied_total"))
+			require.EqualValues(t, 3, redisMetric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_allowed_total"))
+			require.EqualValues(t, 1, redisMetric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_denied_total"))
 		})
 	}
 }
@@ -460,7 +460,7 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 						// across its workers.
 						h := newGlobalHost(t, cfg, f.url, 2)
 						for i := range 3 {
-							got, elapsed := call(t, h)
+							got, elapsed := doTimed(t, h)
 							if f.slow {
 								require.GreaterOrEqualf(t, elapsed, timeout, "request %d waited for the timeout", i)
 							}
@@ -482,14 +482,14 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 								require.Equal(t, "1800", got.headers["retry-after"])
 							}
 						}
-						require.EqualValues(t, 3, metric(h, f.metric), "every failure counted as %s", f.metric)
+						require.EqualValues(t, 3, redisMetric(h, f.metric), "every failure counted as %s", f.metric)
 						for _, m := range redisErrorMetrics {
 							if m != f.metric {
-								require.Zerof(t, metric(h, m), "%s", m)
+								require.Zerof(t, redisMetric(h, m), "%s", m)
 							}
 						}
-						require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
-						require.Zero(t, metric(h, "ratelimit_redis_breaker_open"))
+						require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_calls_total"))
+						require.Zero(t, redisMetric(h, "ratelimit_redis_breaker_open"))
 						require.Zero(t, h.Stats().Traps)
 						requireCleanLogs(t, h)
 					}
@@ -499,7 +499,7 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 	}
 	// After every fault is repaired, the same path works again.
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 1)
-	got, _ := call(t, h)
+	got, _ := doTimed(t, h)
 	require.Zero(t, got.status)
 	require.Equal(t, `"fm";r=1;t=1800`, got.headers["ratelimit"])
 	requireNoRedisFailures(t, h)
@@ -515,28 +515,28 @@ func TestGlobalWasmNoScript(t *testing.T) {
 
 	// The very first decision already finds an empty script cache: nothing loads the scripts
 	// ahead of time.
-	got, _ := call(t, h)
+	got, _ := doTimed(t, h)
 	require.Zero(t, got.status)
 	require.Equal(t, "9", got.headers["x-ratelimit-remaining"])
-	require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
-	require.EqualValues(t, 2, metric(h, "ratelimit_redis_calls_total"), "EVALSHA, then EVAL")
+	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_calls_total"), "EVALSHA, then EVAL")
 
-	got, _ = call(t, h)
+	got, _ = doTimed(t, h)
 	require.Equal(t, "8", got.headers["x-ratelimit-remaining"])
-	require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"), "EVAL loaded the script")
-	require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
+	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"), "EVAL loaded the script")
+	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_calls_total"))
 
 	require.Equal(t, "OK", srv.MustDo("SCRIPT", "FLUSH"))
-	got, _ = call(t, h)
+	got, _ = doTimed(t, h)
 	require.Zero(t, got.status)
 	require.Equal(t, "7", got.headers["x-ratelimit-remaining"], "the resent EVAL decided, once")
-	require.EqualValues(t, 2, metric(h, "ratelimit_redis_noscript_total"))
-	require.EqualValues(t, 5, metric(h, "ratelimit_redis_calls_total"))
+	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 5, redisMetric(h, "ratelimit_redis_calls_total"))
 
-	got, _ = call(t, h)
+	got, _ = doTimed(t, h)
 	require.Equal(t, "6", got.headers["x-ratelimit-remaining"])
-	require.EqualValues(t, 2, metric(h, "ratelimit_redis_noscript_total"))
-	require.EqualValues(t, 6, metric(h, "ratelimit_redis_calls_total"))
+	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_noscript_total"))
+	require.EqualValues(t, 6, redisMetric(h, "ratelimit_redis_calls_total"))
 	// NOSCRIPT is recovered from, not a failure.
 	requireNoRedisFailures(t, h)
 }
@@ -555,11 +555,11 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	rules := "[" + globalRule("br", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{timeout: timeout.String(), failureMode: "allow",
 		failures: 3, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
-	gauge := func() int64 { return metric(h, "ratelimit_redis_breaker_open") }
-	calls := func() int64 { return metric(h, "ratelimit_redis_calls_total") }
-	skipped := func() int64 { return metric(h, "ratelimit_redis_skipped_total") }
+	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
+	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
 
-	got, _ := call(t, h)
+	got, _ := doTimed(t, h)
 	require.Contains(t, got.headers, "ratelimit", "decided by Redis")
 
 	// CLIENT PAUSE stalls every Redis client, webdis included, until it expires by itself:
@@ -568,19 +568,19 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
 	for i := range 3 {
 		require.Zero(t, gauge(), "closed before failure %d", i+1)
-		got, elapsed := call(t, h)
+		got, elapsed := doTimed(t, h)
 		require.Zero(t, got.status, "failure_mode allow")
 		require.NotContains(t, got.headers, "ratelimit")
 		require.GreaterOrEqual(t, elapsed, timeout, "a closed breaker waits for Redis")
 	}
-	require.EqualValues(t, 3, metric(h, "ratelimit_redis_timeouts_total"))
+	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "open after 3 consecutive failures")
 	openedAt := time.Now()
 
 	// Open: no callout, no waiting.
 	sent := calls()
 	for range 3 {
-		got, elapsed := call(t, h)
+		got, elapsed := doTimed(t, h)
 		require.Zero(t, got.status)
 		require.Less(t, elapsed, timeout/2, "an open breaker must not wait for the timeout")
 	}
@@ -603,26 +603,26 @@ func TestGlobalWasmBreaker(t *testing.T) {
 		probe <- time.Since(start)
 	}()
 	require.Eventually(t, func() bool { return calls() == sent+1 }, time.Second, time.Millisecond, "the probe is sent")
-	_, elapsed := call(t, h)
+	_, elapsed := doTimed(t, h)
 	require.Less(t, elapsed, timeout/2, "a request during the probe is not held")
 	require.EqualValues(t, 4, skipped())
 	require.GreaterOrEqual(t, <-probe, timeout, "the probe waited for Redis")
-	require.EqualValues(t, 4, metric(h, "ratelimit_redis_timeouts_total"))
+	require.EqualValues(t, 4, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "a failed probe opens the breaker again")
 	require.Equal(t, sent+1, calls(), "exactly one probe")
-	_, elapsed = call(t, h)
+	_, elapsed = doTimed(t, h)
 	require.Less(t, elapsed, timeout/2)
 	require.EqualValues(t, 5, skipped())
 
 	// Redis comes back (the pause expires); after the cooldown the next request probes, succeeds
 	// and closes the breaker, and the request is decided by Redis.
 	time.Sleep(time.Until(pausedAt.Add(pause + 100*time.Millisecond)))
-	got, _ = call(t, h)
+	got, _ = doTimed(t, h)
 	require.Contains(t, got.headers, "ratelimit", "the probe was decided by Redis")
 	require.Zero(t, gauge(), "a successful probe closes the breaker")
 	for range 3 {
 		before := calls()
-		got, _ := call(t, h)
+		got, _ := doTimed(t, h)
 		require.Contains(t, got.headers, "ratelimit")
 		require.Equal(t, before+1, calls(), "closed: every request asks Redis")
 	}
@@ -641,12 +641,12 @@ func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	rules := "[" + globalRule("probe", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "1s", failureMode: "allow",
 		failures: 1, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
-	gauge := func() int64 { return metric(h, "ratelimit_redis_breaker_open") }
+	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 
-	got, _ := call(t, h)
+	got, _ := doTimed(t, h)
 	require.Contains(t, got.headers, "ratelimit")
 	srv.StopRedis()
-	call(t, h)
+	doTimed(t, h)
 	require.EqualValues(t, 1, gauge(), "one failure opens this breaker")
 	openedAt := time.Now()
 	srv.StartRedis()
@@ -658,25 +658,68 @@ func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	pausedAt := time.Now()
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
 	time.Sleep(time.Until(openedAt.Add(cooldown + 20*time.Millisecond)))
-	sent := metric(h, "ratelimit_redis_calls_total")
+	sent := redisMetric(h, "ratelimit_redis_calls_total")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_, err := h.Do(ctx, globalRequest())
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, sent+1, metric(h, "ratelimit_redis_calls_total"), "the dead request was the probe")
+	require.Equal(t, sent+1, redisMetric(h, "ratelimit_redis_calls_total"), "the dead request was the probe")
 
-	// The late answer arrives and is dropped with its stream. Within a few cooldowns the
-	// breaker must probe again and close.
+	// The late answer arrives and is dropped with its stream. Once the probe has been
+	// unanswered for longer than the callout timeout, the breaker must probe again and close.
 	time.Sleep(time.Until(pausedAt.Add(pause + 50*time.Millisecond)))
 	deadline := time.Now().Add(callDeadline)
 	for gauge() != 0 && time.Now().Before(deadline) {
-		call(t, h)
+		doTimed(t, h)
 		time.Sleep(cooldown / 4)
 	}
 	require.Zero(t, gauge(), "the breaker stayed open: the lost probe was never replaced (skipped %d)",
-		metric(h, "ratelimit_redis_skipped_total"))
-	got, _ = call(t, h)
+		redisMetric(h, "ratelimit_redis_skipped_total"))
+	got, _ = doTimed(t, h)
 	require.Contains(t, got.headers, "ratelimit", "decided by Redis again")
+	require.Zero(t, h.Stats().Traps)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmBreakerProbeWithTwoRules lets the probe belong to a request that two global
+// rules apply to, under failure_mode "deny". The probe must cover the whole request: if the
+// second rule were skipped because the breaker is open, its failure mode would deny the request
+// at once, the stream would end, the probe's answer would be dropped with it, and the breaker
+// would never close while every request matches both rules.
+func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	const cooldown = 200 * time.Millisecond
+	rules := "[" + strings.Replace(globalRule("two-a", `"algorithm":"fixed_window","limit":1000,"window":"1h"`, false),
+		`"scope"`, `"continue":true,"scope"`, 1) + "," +
+		globalRule("two-b", `"algorithm":"gcra","limit":1000,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "500ms", failureMode: "deny",
+		failures: 1, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+
+	got, _ := doTimed(t, h)
+	require.Zero(t, got.status, "%v", got)
+	require.Contains(t, got.headers["ratelimit"], `"two-a"`)
+	require.Contains(t, got.headers["ratelimit"], `"two-b"`)
+
+	srv.StopRedis()
+	got, _ = doTimed(t, h)
+	require.Equal(t, 429, got.status, "failure_mode deny")
+	require.EqualValues(t, 1, gauge())
+	srv.StartRedis()
+	waitWebdis(t, srv)
+	loadScripts(t, srv)
+
+	deadline := time.Now().Add(callDeadline)
+	for gauge() != 0 && time.Now().Before(deadline) {
+		doTimed(t, h)
+		time.Sleep(cooldown / 4)
+	}
+	require.Zero(t, gauge(), "the breaker never closed (skipped %d, calls %d)",
+		redisMetric(h, "ratelimit_redis_skipped_total"), redisMetric(h, "ratelimit_redis_calls_total"))
+	got, _ = doTimed(t, h)
+	require.Zero(t, got.status, "%v", got)
+	require.Contains(t, got.headers["ratelimit"], `"two-b"`)
 	require.Zero(t, h.Stats().Traps)
 	requireCleanLogs(t, h)
 }
@@ -724,7 +767,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 		seen[key] = true
 		for n := range 2 {
 			before := srv.Int("DBSIZE")
-			got, _ := call(t, h, hdr("x-user", v))
+			got, _ := doTimed(t, h, hdr("x-user", v))
 			require.Zerof(t, got.status, "value %q request %d: %v", v, n, got)
 			require.Equalf(t, "7", got.headers["x-ratelimit-limit"], "value %q: the rule's own limit", v)
 			require.Equalf(t, strconv.Itoa(6-n), got.headers["x-ratelimit-remaining"], "value %q: n = 1", v)
@@ -770,17 +813,17 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 	require.Less(t, time.Since(start), delay, "the downstream left before the answer")
 
 	// A request started while the dead stream's answer is still on its way.
-	got, elapsed := call(t, h)
+	got, elapsed := doTimed(t, h)
 	require.Zero(t, got.status, "%v", got)
 	require.GreaterOrEqual(t, elapsed, delay)
 	// Redis ran the dead request's script (Envoy does not cancel callouts), so it was charged.
 	require.Equal(t, "3", got.headers["x-ratelimit-remaining"])
-	got, _ = call(t, h)
+	got, _ = doTimed(t, h)
 	require.Equal(t, "2", got.headers["x-ratelimit-remaining"])
 
 	require.Zero(t, h.Stats().Traps, "the late answer must not trap")
 	require.Empty(t, h.Stats().FailedVMs)
-	require.EqualValues(t, 3, metric(h, "ratelimit_redis_calls_total"))
+	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_calls_total"))
 	requireNoRedisFailures(t, h)
 	requireCleanLogs(t, h)
 }
@@ -798,12 +841,12 @@ func TestGlobalWasmMetrics(t *testing.T) {
 		const n = 10
 		var slowest time.Duration
 		for range n {
-			_, elapsed := call(t, h)
+			_, elapsed := doTimed(t, h)
 			slowest = max(slowest, elapsed)
 		}
 		// The first decision also loads the script (NOSCRIPT, then EVAL).
-		require.EqualValues(t, n+1, metric(h, "ratelimit_redis_calls_total"))
-		require.EqualValues(t, 1, metric(h, "ratelimit_redis_noscript_total"))
+		require.EqualValues(t, n+1, redisMetric(h, "ratelimit_redis_calls_total"))
+		require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
 		requireNoRedisFailures(t, h)
 		lat, ok := h.Histogram("ratelimit_redis_latency_us")
 		require.True(t, ok, "the latency histogram is defined")
@@ -822,11 +865,11 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
 			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)
-			call(t, h)
-			require.EqualValuesf(t, 1, metric(h, tc.metric), "%s for %s", tc.metric, tc.url)
+			doTimed(t, h)
+			require.EqualValuesf(t, 1, redisMetric(h, tc.metric), "%s for %s", tc.metric, tc.url)
 			for _, m := range redisErrorMetrics {
 				if m != tc.metric {
-					require.Zerof(t, metric(h, m), "%s for %s", m, tc.url)
+					require.Zerof(t, redisMetric(h, m), "%s for %s", m, tc.url)
 				}
 			}
 			lat, _ := h.Histogram("ratelimit_redis_latency_us")
@@ -838,11 +881,11 @@ func TestGlobalWasmMetrics(t *testing.T) {
 		h := newWasm(t, cfg, wasmOptions{workers: 1, clusters: map[string]string{"other": srv.WebdisURL()},
 			realTime: true}).host
 		for i := range 3 {
-			got, _ := call(t, h)
+			got, _ := doTimed(t, h)
 			require.Zerof(t, got.status, "request %d: failure_mode allow", i)
 		}
-		require.Zero(t, metric(h, "ratelimit_redis_calls_total"), "nothing was sent")
-		require.EqualValues(t, 3, metric(h, "ratelimit_redis_resets_total"), "each failure counted once")
+		require.Zero(t, redisMetric(h, "ratelimit_redis_calls_total"), "nothing was sent")
+		require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_resets_total"), "each failure counted once")
 		require.Zero(t, h.Stats().Traps)
 	})
 }
@@ -868,7 +911,7 @@ func BenchmarkGlobalWasm(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			calls0 := metric(h, "ratelimit_redis_calls_total")
+			calls0 := redisMetric(h, "ratelimit_redis_calls_total")
 			guest0 := h.Stats().GuestTime
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -880,9 +923,9 @@ func BenchmarkGlobalWasm(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(h.Stats().GuestTime-guest0)/float64(b.N), "guest-ns/op")
-			b.ReportMetric(float64(metric(h, "ratelimit_redis_calls_total")-calls0)/float64(b.N), "callouts/op")
+			b.ReportMetric(float64(redisMetric(h, "ratelimit_redis_calls_total")-calls0)/float64(b.N), "callouts/op")
 			for _, m := range redisErrorMetrics {
-				if v := metric(h, m); v != 0 {
+				if v := redisMetric(h, m); v != 0 {
 					b.Fatalf("%s = %d", m, v)
 				}
 			}
