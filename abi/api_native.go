@@ -97,6 +97,21 @@ func GetHttpCallResponseHeaders() ([][2]string, error) {
 	return proxywasm.GetHttpCallResponseHeaders()
 }
 
+// GetHttpCallResponseHeader returns one header of the callout response being delivered, or
+// ErrNotFound. The SDK has no single-value getter for callout headers, so the map is scanned.
+func GetHttpCallResponseHeader(key string) (string, error) {
+	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return "", err
+	}
+	for _, kv := range hdrs {
+		if kv[0] == key {
+			return kv[1], nil
+		}
+	}
+	return "", ErrNotFound
+}
+
 // GetHttpCallResponseBody returns part of the callout response body being delivered.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)

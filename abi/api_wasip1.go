@@ -191,6 +191,12 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 // GetHttpCallResponseHeaders returns the headers of the callout response being delivered.
 func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(mapCalloutResponseHdrs) }
 
+// GetHttpCallResponseHeader returns one header of the callout response being delivered, or
+// ErrNotFound. Reading one value is much cheaper than decoding the whole map.
+func GetHttpCallResponseHeader(key string) (string, error) {
+	return getMapValue(mapCalloutResponseHdrs, key)
+}
+
 // GetHttpCallResponseBody returns up to maxSize bytes from start of the callout response body.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(bufferCalloutResponse, start, maxSize)

@@ -2,7 +2,6 @@ package filter
 
 import (
 	"errors"
-	"strconv"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
@@ -273,17 +272,11 @@ func (h *httpContext) redisFailed(a *applied, now int64) (deny bool) {
 }
 
 func calloutStatus() int {
-	hdrs, err := abi.GetHttpCallResponseHeaders()
+	s, err := abi.GetHttpCallResponseHeader(":status")
 	if err != nil {
 		return 0
 	}
-	for _, kv := range hdrs {
-		if kv[0] == ":status" {
-			s, _ := strconv.Atoi(kv[1])
-			return s
-		}
-	}
-	return 0
+	return atoi(s)
 }
 
 // maxReplyBytes bounds what is read of a webdis answer: a script result is well under a
