@@ -149,8 +149,9 @@ func metrics(t *testing.T, admin string) (samples map[string]float64, types map[
 		if err != nil {
 			t.Fatalf("malformed Prometheus value in %q", line)
 		}
-		// Envoy prints an empty label set ("name{} 1") for custom stats; the wazero host
-		// prints "name 1". Both mean the same sample.
+		// Envoy (and the wazero host after it) prints an empty label set for custom stats
+		// ("name{} 1"); the key drops it, so that scenarios name a sample as "name" and a
+		// sample with labels as it is printed.
 		samples[strings.TrimSuffix(line[:i], "{}")] = v
 	}
 	return samples, types

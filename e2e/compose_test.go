@@ -50,6 +50,9 @@ func TestComposeMatchesConfigs(t *testing.T) {
 		if !ok {
 			t.Fatalf("docker-compose.yml has no service %q", svc)
 		}
+		if s.Image != envoyImage {
+			t.Errorf("%s: image %q, but TestEnvoy pulls %q", svc, s.Image, envoyImage)
+		}
 		m := imageTag.FindStringSubmatch(s.Image)
 		if m == nil {
 			t.Fatalf("%s: image %q is not a pinned envoyproxy/envoy:v1.N.P", svc, s.Image)
@@ -121,6 +124,9 @@ func TestComposeMatchesConfigs(t *testing.T) {
 		if _, ok := cf.Services[svc]; !ok {
 			t.Errorf("docker-compose.yml has no service %q", svc)
 		}
+	}
+	if got := cf.Services["redis"].Image; got != redisImage {
+		t.Errorf("redis: image %q, but TestEnvoy pulls %q", got, redisImage)
 	}
 	dockerfile, err := os.ReadFile(filepath.Join("echo", "Dockerfile"))
 	if err != nil {

@@ -14,9 +14,13 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
-// envoyImage is the image docker-compose.yml pins; TestComposeMatchesConfigs keeps the two
-// in step.
-const envoyImage = "envoyproxy/envoy:v1.39.0"
+// envoyImage and redisImage are the images docker-compose.yml pins, which TestEnvoy pulls
+// ahead of compose up so that a missing image is a skip, not a failure;
+// TestComposeMatchesConfigs keeps them in step with the file.
+const (
+	envoyImage = "envoyproxy/envoy:v1.39.0"
+	redisImage = "redis:7.4-alpine"
+)
 
 // composeProject keeps the suite's containers apart from a `make run` (project
 // ratelimit-wasm); the published ports are the same, so the two cannot run at once.
@@ -53,7 +57,7 @@ func TestEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.env = append(os.Environ(), "RATELIMIT_WASM="+wasm)
-	for _, img := range []string{envoyImage, "redis:7.4-alpine"} {
+	for _, img := range []string{envoyImage, redisImage} {
 		if _, err := run(30*time.Second, "docker", "image", "inspect", img); err == nil {
 			continue
 		}
@@ -112,9 +116,10 @@ func (e *envoyTarget) waitReady(t *testing.T) {
 				if res.StatusCode == http.StatusOK {
 					break
 				}
+				err = fmt.Errorf("status %d", res.StatusCode)
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s/ready did not answer 200 within 90 s (last error: %v)", admin, err)
+				t.Fatalf("%s/ready did not answer 200 within 90 s (last answer: %v)", admin, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

@@ -1,12 +1,10 @@
 package wasmhost
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +13,10 @@ import (
 // maxCalloutBody bounds a callout response body (Envoy's async client has a
 // buffer limit too; exceeding it is a failure, like a reset).
 const maxCalloutBody = 64 << 20
+
+// calloutDropped are the guest's callout headers that do not go out as headers: the
+// authority is the Host, and the length is the body's own.
+var calloutDropped = map[string]bool{"host": true, "content-length": true}
 
 // callout is one proxy_http_call in flight.
 type callout struct {
@@ -63,22 +65,10 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	method, _ := c.headers.get(":method")
-	path, _ := c.headers.get(":path")
-	authority, _ := c.headers.get(":authority")
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+path, bytes.NewReader(c.body))
+	req, err := outgoingRequest(ctx, c.base, c.headers.kv, c.body, calloutDropped)
 	if err != nil {
 		return envoyLocal(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
 	}
-	req.Host = authority
-	for _, p := range c.headers.kv {
-		if strings.HasPrefix(p[0], ":") || p[0] == "host" || p[0] == "content-length" {
-			continue
-		}
-		req.Header.Add(p[0], p[1])
-	}
-	req.ContentLength = int64(len(c.body))
-	noDefaultUserAgent(req.Header)
 	start := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -97,23 +87,12 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 		// (onFailure), not a local reply.
 		return &calloutResponse{reset: true}
 	}
-	hm := newHeaderMap(nil)
+	hm := newHeaderMap(headerPairs(resp.Header))
 	hm.add(":status", strconv.Itoa(resp.StatusCode))
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			hm.add(k, v)
-		}
-	}
 	hm.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	cr := &calloutResponse{headers: hm, body: body}
 	if len(resp.Trailer) > 0 {
-		tm := newHeaderMap(nil)
-		for k, vs := range resp.Trailer {
-			for _, v := range vs {
-				tm.add(k, v)
-			}
-		}
-		cr.trailers = tm
+		cr.trailers = newHeaderMap(headerPairs(resp.Trailer))
 	}
 	return cr
 }

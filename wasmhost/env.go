@@ -17,6 +17,15 @@ func ret(stack []uint64, st Status) { stack[0] = uint64(st) }
 
 func u32(stack []uint64, i int) uint32 { return api.DecodeU32(stack[i]) }
 
+// memStatus is the status of a host call whose last step writes a result through a guest
+// pointer: OK, or InvalidMemoryAccess when the pointer is out of bounds, as in cpp-host.
+func memStatus(ok bool) Status {
+	if ok {
+		return StatusOK
+	}
+	return StatusInvalidMemoryAccess
+}
+
 func hProxyLog(v *vm, stack []uint64) {
 	level, ptr, size := u32(stack, 0), u32(stack, 1), u32(stack, 2)
 	if level > LogCritical.abi() {
@@ -33,11 +42,7 @@ func hProxyLog(v *vm, stack []uint64) {
 }
 
 func hGetLogLevel(v *vm, stack []uint64) {
-	if !v.mem.WriteUint32Le(u32(stack, 0), v.h.opts.LogLevel.abi()) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 0), v.h.opts.LogLevel.abi())))
 }
 
 func hGetStatus(v *vm, stack []uint64) {
@@ -46,7 +51,7 @@ func hGetStatus(v *vm, stack []uint64) {
 		ret(stack, StatusInvalidMemoryAccess)
 		return
 	}
-	ret(stack, v.copyOutString(v.statusMsg, ptrPtr, sizePtr))
+	ret(stack, copyOut(v, v.statusMsg, ptrPtr, sizePtr))
 }
 
 func hSetProperty(v *vm, stack []uint64) {
@@ -81,7 +86,7 @@ func hGetProperty(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	ret(stack, v.copyOut(value, u32(stack, 2), u32(stack, 3)))
+	ret(stack, copyOut(v, value, u32(stack, 2), u32(stack, 3)))
 }
 
 func hSendLocalResponse(v *vm, stack []uint64) {
@@ -142,15 +147,11 @@ func hGetSharedData(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	if st := v.copyOut(value, u32(stack, 2), u32(stack, 3)); st != StatusOK {
+	if st := copyOut(v, value, u32(stack, 2), u32(stack, 3)); st != StatusOK {
 		ret(stack, st)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 4), cas) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 4), cas)))
 }
 
 func hSetSharedData(v *vm, stack []uint64) {
@@ -172,11 +173,7 @@ func hRegisterSharedQueue(v *vm, stack []uint64) {
 	token := v.h.shared.registerQueue(v.h.opts.VMID, name, func(token uint32) {
 		v.postReliably(func() { v.queueReady(token) })
 	})
-	if !v.mem.WriteUint32Le(u32(stack, 2), token) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 2), token)))
 }
 
 func hResolveSharedQueue(v *vm, stack []uint64) {
@@ -191,11 +188,7 @@ func hResolveSharedQueue(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 4), token) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 4), token)))
 }
 
 func hDequeueSharedQueue(v *vm, stack []uint64) {
@@ -204,7 +197,7 @@ func hDequeueSharedQueue(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	ret(stack, v.copyOut(data, u32(stack, 1), u32(stack, 2)))
+	ret(stack, copyOut(v, data, u32(stack, 1), u32(stack, 2)))
 }
 
 func hEnqueueSharedQueue(v *vm, stack []uint64) {
@@ -262,15 +255,28 @@ func (v *vm) mutableMap(t uint32) *headerMap {
 	return s.maps[t]
 }
 
-func hGetHeaderMapValue(v *vm, stack []uint64) {
-	t := u32(stack, 0)
+// headerArgs reads what the header-map calls that name a key take: the map type, the key
+// and, withValue, the value. A map type out of range is BadArgument before any guest memory
+// is read, as in cpp-host.
+func headerArgs(v *vm, stack []uint64, withValue bool) (t uint32, key, value string, st Status) {
+	t = u32(stack, 0)
 	if t > mapTypeMax {
-		ret(stack, StatusBadArgument)
-		return
+		return t, "", "", StatusBadArgument
 	}
 	key, ok := v.str(u32(stack, 1), u32(stack, 2))
+	if ok && withValue {
+		value, ok = v.str(u32(stack, 3), u32(stack, 4))
+	}
 	if !ok {
-		ret(stack, StatusInvalidMemoryAccess)
+		return t, "", "", StatusInvalidMemoryAccess
+	}
+	return t, key, value, StatusOK
+}
+
+func hGetHeaderMapValue(v *vm, stack []uint64) {
+	t, key, _, st := headerArgs(v, stack, false)
+	if st != StatusOK {
+		ret(stack, st)
 		return
 	}
 	m := v.constMap(t)
@@ -283,24 +289,15 @@ func hGetHeaderMapValue(v *vm, stack []uint64) {
 		ret(stack, StatusNotFound)
 		return
 	}
-	ret(stack, v.copyOutString(val, u32(stack, 3), u32(stack, 4)))
+	ret(stack, copyOut(v, val, u32(stack, 3), u32(stack, 4)))
 }
 
+// headerMutation is the common body of the add, replace and remove calls, which differ only
+// in whether they take a value and in what they do to the map.
 func headerMutation(v *vm, stack []uint64, withValue bool, op func(m *headerMap, key, value string)) {
-	t := u32(stack, 0)
-	if t > mapTypeMax {
-		ret(stack, StatusBadArgument)
-		return
-	}
-	key, ok := v.str(u32(stack, 1), u32(stack, 2))
-	value := ""
-	if withValue {
-		var ok2 bool
-		value, ok2 = v.str(u32(stack, 3), u32(stack, 4))
-		ok = ok && ok2
-	}
-	if !ok {
-		ret(stack, StatusInvalidMemoryAccess)
+	t, key, value, st := headerArgs(v, stack, withValue)
+	if st != StatusOK {
+		ret(stack, st)
 		return
 	}
 	m := v.mutableMap(t)
@@ -369,11 +366,7 @@ func hGetHeaderMapSize(v *vm, stack []uint64) {
 		ret(stack, StatusBadArgument)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 1), m.byteSize()) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 1), m.byteSize())))
 }
 
 // buffer is Envoy's Context::getBuffer. exists=false is NotFound. body is
@@ -430,7 +423,7 @@ func hGetBufferBytes(v *vm, stack []uint64) {
 		ret(stack, StatusOK)
 		return
 	}
-	ret(stack, v.copyOut(data[start:start+length], u32(stack, 3), u32(stack, 4)))
+	ret(stack, copyOut(v, data[start:start+length], u32(stack, 3), u32(stack, 4)))
 }
 
 func hGetBufferStatus(v *vm, stack []uint64) {
@@ -444,11 +437,7 @@ func hGetBufferStatus(v *vm, stack []uint64) {
 		ret(stack, StatusNotFound)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 1), uint32(len(data))) || !v.mem.WriteUint32Le(u32(stack, 2), 0) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 1), uint32(len(data))) && v.mem.WriteUint32Le(u32(stack, 2), 0)))
 }
 
 func hSetBufferBytes(v *vm, stack []uint64) {
@@ -538,11 +527,7 @@ func hSetTickPeriod(v *vm, stack []uint64) {
 }
 
 func hGetCurrentTime(v *vm, stack []uint64) {
-	if !v.mem.WriteUint64Le(u32(stack, 0), uint64(v.h.clock().UnixNano())) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint64Le(u32(stack, 0), uint64(v.h.clock().UnixNano()))))
 }
 
 func hDefineMetric(v *vm, stack []uint64) {
@@ -556,11 +541,7 @@ func hDefineMetric(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 3), id) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint32Le(u32(stack, 3), id)))
 }
 
 func hIncrementMetric(v *vm, stack []uint64) {
@@ -577,11 +558,7 @@ func hGetMetric(v *vm, stack []uint64) {
 		ret(stack, st)
 		return
 	}
-	if !v.mem.WriteUint64Le(u32(stack, 1), val) {
-		ret(stack, StatusInvalidMemoryAccess)
-		return
-	}
-	ret(stack, StatusOK)
+	ret(stack, memStatus(v.mem.WriteUint64Le(u32(stack, 1), val)))
 }
 
 func hSetEffectiveContext(v *vm, stack []uint64) {

@@ -16,16 +16,22 @@ func abiGuest(t testing.TB) []byte {
 	return wasmtest.BuildGuest(t, "./wasmhost/testdata/abiguest")
 }
 
-// newTestHost starts a Host with a private shared-data store and closes it
-// when the test ends.
-func newTestHost(t testing.TB, wasm []byte, opts Options) *Host {
-	t.Helper()
+// startHost is New with a private shared-data store (unless opts names one), so that tests
+// never see each other's keys, bounded by the time a slow machine needs to compile.
+func startHost(wasm []byte, opts Options) (*Host, error) {
 	if opts.SharedData == nil {
 		opts.SharedData = NewSharedData()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := New(ctx, wasm, opts)
+	return New(ctx, wasm, opts)
+}
+
+// newTestHost starts a Host with a private shared-data store and closes it
+// when the test ends.
+func newTestHost(t testing.TB, wasm []byte, opts Options) *Host {
+	t.Helper()
+	h, err := startHost(wasm, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -86,16 +86,7 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 	if r.TLS != nil {
 		req.Scheme = "https"
 	}
-	keys := make([]string, 0, len(r.Header))
-	for k := range r.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range r.Header[k] {
-			req.Headers = append(req.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
+	req.Headers = headerPairs(r.Header)
 	rt := t.Route
 	req.RouteName, req.VirtualHost, req.ClusterName, req.RouteMetadata = rt.Name, rt.VirtualHost, rt.Cluster, rt.RouteMetadata
 	timeout := t.Timeout
@@ -117,24 +108,7 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 	if t.FilterDisabled {
 		// The connection manager still adds what it always adds; then the
 		// router runs at once.
-		hm := newHeaderMap(nil)
-		hm.add(":authority", orDefault(req.Authority, "localhost"))
-		hm.add(":path", orDefault(req.Path, "/"))
-		hm.add(":method", orDefault(req.Method, "GET"))
-		hm.add(":scheme", req.Scheme)
-		for _, p := range req.Headers {
-			if k := p[0]; k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
-				continue
-			}
-			hm.add(p[0], p[1])
-		}
-		if _, ok := hm.get("x-forwarded-proto"); !ok {
-			hm.add("x-forwarded-proto", req.Scheme)
-		}
-		if _, ok := hm.get("x-request-id"); !ok {
-			hm.add("x-request-id", newRequestID())
-		}
-		rq := &Result{Continued: true, RequestHeaders: hm.kv, RequestBody: body}
+		rq := &Result{Continued: true, RequestHeaders: requestHeaders(&req).kv, RequestBody: body}
 		up, _ := router(r.Context(), rq)
 		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
 	} else {
@@ -177,21 +151,10 @@ func (h *Host) matchRoute(path string) *Route {
 func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeout time.Duration) *UpstreamResponse {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	path := headerValue(rq.RequestHeaders, ":path")
-	method := headerValue(rq.RequestHeaders, ":method")
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(upstream.String(), "/")+path, bytes.NewReader(rq.RequestBody))
+	req, err := outgoingRequest(ctx, upstream.String(), rq.RequestHeaders, rq.RequestBody, hopByHop)
 	if err != nil {
 		return routerReply(503, fmt.Sprintf("upstream connect error or disconnect/reset before headers. reset reason: %v", err))
 	}
-	req.Host = headerValue(rq.RequestHeaders, ":authority")
-	for _, p := range rq.RequestHeaders {
-		if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
-			continue
-		}
-		req.Header.Add(p[0], p[1])
-	}
-	req.ContentLength = int64(len(rq.RequestBody))
-	noDefaultUserAgent(req.Header)
 	start := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -201,30 +164,67 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, h.opts.MaxBodyBytes))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, h.opts.MaxBodyBytes+1))
 	if err != nil {
 		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
 	}
-	out := &UpstreamResponse{Status: resp.StatusCode, Body: body}
-	keys := make([]string, 0, len(resp.Header))
-	for k := range resp.Header {
+	if int64(len(body)) > h.opts.MaxBodyBytes {
+		// This host buffers every response. Envoy, when a response it must buffer exceeds its
+		// limit before the headers went out, answers 500 (response_payload_too_large); a
+		// silently truncated body would be worse than either.
+		return routerReply(500, "Internal Server Error")
+	}
+	out := &UpstreamResponse{Status: resp.StatusCode, Body: body, Headers: headerPairs(resp.Header)}
+	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
+	out.Trailers = headerPairs(resp.Trailer)
+	return out
+}
+
+// headerPairs flattens an http.Header into pairs with lower-cased names (as Envoy's codecs
+// deliver them), sorted by name: net/http keeps no wire order to reproduce, and a stable order
+// keeps results comparable from run to run.
+func headerPairs(h http.Header) [][2]string {
+	if len(h) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var out [][2]string
 	for _, k := range keys {
-		for _, v := range resp.Header[k] {
-			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
-	for k, vs := range resp.Trailer {
-		for _, v := range vs {
-			out.Trailers = append(out.Trailers, [2]string{strings.ToLower(k), v})
+		lk := strings.ToLower(k)
+		for _, v := range h[k] {
+			out = append(out, [2]string{lk, v})
 		}
 	}
 	return out
 }
 
+// outgoingRequest builds the request Envoy sends for a header map, a callout's or a forwarded
+// request's: :method, :path and :authority make the request line and Host, the other
+// pseudo-headers and the dropped ones do not go out, and the length is the body's.
+func outgoingRequest(ctx context.Context, base string, headers [][2]string, body []byte, dropped map[string]bool) (*http.Request, error) {
+	path := headerValue(headers, ":path")
+	req, err := http.NewRequestWithContext(ctx, headerValue(headers, ":method"), strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Host = headerValue(headers, ":authority")
+	for _, p := range headers {
+		if strings.HasPrefix(p[0], ":") || dropped[p[0]] {
+			continue
+		}
+		req.Header.Add(p[0], p[1])
+	}
+	req.ContentLength = int64(len(body))
+	noDefaultUserAgent(req.Header)
+	return req, nil
+}
+
+// routerReply is an answer of Envoy's router itself (no healthy upstream, timeout...), with
+// the headers Envoy gives a local reply.
 func routerReply(status int, body string) *UpstreamResponse {
 	return &UpstreamResponse{
 		Status:  status,

@@ -100,3 +100,29 @@ func TestHandlerUpstreamDown(t *testing.T) {
 	assert.Contains(t, body, "upstream connect error")
 	assert.Equal(t, "ok", resp.Header.Get("x-guest-resp"), "the router's 503 passes through the filter")
 }
+
+// The Handler buffers whole bodies. A response larger than MaxBodyBytes must not reach the
+// client cut short with a Content-Length that hides the cut: it is a 500, as Envoy answers a
+// response too large to buffer, and it still passes through the filter's response side.
+func TestHandlerResponseOverBodyLimit(t *testing.T) {
+	h := newTestHost(t, abiGuest(t), Options{MaxBodyBytes: 16})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("x", 17))
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	proxy := httptest.NewServer(h.Handler(u))
+	defer proxy.Close()
+	resp, body := get(t, proxy.Client(), proxy.URL+"/")
+	assert.Equal(t, 500, resp.StatusCode)
+	assert.Equal(t, "Internal Server Error", body)
+	assert.Equal(t, "ok", resp.Header.Get("x-guest-resp"))
+
+	// At the limit the body passes whole.
+	h2 := newTestHost(t, abiGuest(t), Options{MaxBodyBytes: 17})
+	proxy2 := httptest.NewServer(h2.Handler(u))
+	defer proxy2.Close()
+	resp, body = get(t, proxy2.Client(), proxy2.URL+"/")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, strings.Repeat("x", 17), body)
+}

@@ -88,13 +88,16 @@ type Options struct {
 	// timeout, default 15s) and produces a 504 when exceeded.
 	UpstreamTimeout time.Duration
 	// MaxBodyBytes bounds request and response bodies the Handler buffers
-	// (default 16 MiB).
+	// (default 16 MiB). Unlike Envoy, which streams bodies no filter buffers,
+	// the Handler buffers every body: a larger request is answered 413, a
+	// larger upstream response 500, as Envoy answers a response too large to
+	// buffer.
 	MaxBodyBytes int64
 }
 
 // Route is one entry of the Handler's route table.
 type Route struct {
-	PathPrefix    string
+	PathPrefix    string // matched against the request path, in table order
 	Name          string // xds.route_name
 	VirtualHost   string // xds.virtual_host_name
 	Cluster       string // xds.cluster_name
@@ -114,7 +117,6 @@ type Host struct {
 	metrics *metrics
 	logs    *logSink
 	clock   func() time.Time
-	epoch   time.Time // base of the WASI monotonic clock
 	client  *http.Client
 	envList []string // "k=v", sorted
 
@@ -214,7 +216,6 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		metrics: metricsOf(opts.MetricStore),
 		logs:    &logSink{max: opts.MaxLogEntries, w: opts.LogWriter},
 		clock:   opts.Clock,
-		epoch:   time.Now(),
 		closed:  make(chan struct{}),
 		client:  newHTTPClient(),
 	}

@@ -183,7 +183,6 @@ func instantiateHostModules(ctx context.Context, rt wazero.Runtime, table hostTa
 	for _, m := range mods {
 		b := rt.NewHostModuleBuilder(m)
 		for _, f := range byModule[m] {
-			f := f
 			b.NewFunctionBuilder().
 				WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 					v := vmFromContext(ctx)

@@ -10,15 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newErr starts a Host only to see whether New accepts the module and configuration, and
+// closes it again when it does.
 func newErr(t *testing.T, wasm []byte, opts Options) error {
 	t.Helper()
-	if opts.SharedData == nil {
-		opts.SharedData = NewSharedData()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := New(ctx, wasm, opts)
+	h, err := startHost(wasm, opts)
 	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		require.NoError(t, h.Close(ctx))
 	}
 	return err

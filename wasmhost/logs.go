@@ -18,12 +18,12 @@ const (
 
 // LogEntry is one log line produced by or about a VM.
 type LogEntry struct {
-	Time      time.Time
-	Level     LogLevel
-	VM        int    // worker index; -1 is the canary VM
-	ContextID uint32 // context the guest was running in (0: none / VM context)
-	Source    string
-	Message   string
+	Time      time.Time // when the host recorded the entry
+	Level     LogLevel  // the guest's level for proxy_log; info or error for stdout and stderr
+	VM        int       // worker index; -1 is the canary VM
+	ContextID uint32    // context the guest was running in (0: none / VM context)
+	Source    string    // one of the Source* constants
+	Message   string    // one line for stdout and stderr; as the guest passed it for proxy_log
 }
 
 // String formats the entry like a compact Envoy log line.
@@ -40,7 +40,6 @@ type logSink struct {
 	mu      sync.Mutex
 	entries []LogEntry
 	max     int
-	dropped int
 	w       io.Writer
 }
 
@@ -50,7 +49,6 @@ func (l *logSink) add(e LogEntry) {
 	if len(l.entries) >= l.max {
 		// Drop the oldest half at once so that appends stay amortised O(1).
 		n := copy(l.entries, l.entries[len(l.entries)/2:])
-		l.dropped += len(l.entries) - n
 		l.entries = l.entries[:n]
 	}
 	l.entries = append(l.entries, e)

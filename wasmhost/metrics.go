@@ -41,11 +41,11 @@ var HistogramBuckets = [...]float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 
 // HistogramSnapshot is what a histogram metric recorded: count, sum, min, max,
 // the first 65536 samples in recording order, and the cumulative bucket counts.
 type HistogramSnapshot struct {
-	Count  uint64
-	Sum    uint64
-	Min    uint64
-	Max    uint64
-	Values []uint64
+	Count  uint64   // samples recorded
+	Sum    uint64   // their sum
+	Min    uint64   // the smallest sample (0 when there is none)
+	Max    uint64   // the largest sample
+	Values []uint64 // the first 65536 samples, in recording order
 	// Buckets[i] counts the samples <= HistogramBuckets[i] (cumulative, as in Prometheus);
 	// Count is the +Inf bucket.
 	Buckets []uint64
@@ -56,7 +56,7 @@ type HistogramSnapshot struct {
 // defining the same name and type again yields the same id.
 type metrics struct {
 	mu     sync.Mutex
-	byName map[string]*metric // key: type + "\x00" + name
+	byName map[string]*metric // by metricKey
 	byID   atomic.Pointer[[]*metric]
 }
 
@@ -67,11 +67,15 @@ func newMetrics() *metrics {
 	return m
 }
 
+// metricKey names a metric in byName: Envoy keeps a name defined with two types as two
+// stats, so the type is part of the key.
+func metricKey(typ uint32, name string) string { return string(rune('0'+typ)) + "\x00" + name }
+
 func (m *metrics) define(typ uint32, name string) (uint32, Status) {
 	if typ > MetricHistogram {
 		return 0, StatusBadArgument
 	}
-	key := string(rune('0'+typ)) + "\x00" + name
+	key := metricKey(typ, name)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mt, ok := m.byName[key]; ok {
@@ -163,7 +167,7 @@ func (m *metrics) find(name string, types ...uint32) *metric {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, t := range types {
-		if mt, ok := m.byName[string(rune('0'+t))+"\x00"+name]; ok {
+		if mt, ok := m.byName[metricKey(t, name)]; ok {
 			return mt
 		}
 	}
@@ -172,9 +176,9 @@ func (m *metrics) find(name string, types ...uint32) *metric {
 
 // MetricInfo describes one defined metric.
 type MetricInfo struct {
-	Name  string
-	Type  int // MetricCounter, MetricGauge or MetricHistogram
-	Value int64
+	Name  string // as the guest defined it
+	Type  int    // MetricCounter, MetricGauge or MetricHistogram
+	Value int64  // a counter's or gauge's value; 0 for a histogram (see Histogram)
 }
 
 func (m *metrics) list() []MetricInfo {

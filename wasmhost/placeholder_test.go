@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// These tests run the lead's placeholder filter, compiled from the
-// repository root, through the host.
+// These tests run the placeholder filter, compiled from placeholderModule, through the host:
+// its behaviour is simple enough that every result can be predicted exactly.
 
 func placeholderHost(t *testing.T, workers int, clusters map[string]string, cfg string) *Host {
 	t.Helper()

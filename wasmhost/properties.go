@@ -64,10 +64,7 @@ func (v *vm) property(path string) ([]byte, Status) {
 				return nil, StatusNotFound
 			}
 			hm := s.maps[MapRequestHeaders]
-			header := map[string]string{
-				"path": ":path", "host": ":authority", "scheme": ":scheme", "method": ":method",
-				"id": "x-request-id", "useragent": "user-agent", "referer": "referer",
-			}[parts[1]]
+			header := requestAttributeHeaders[parts[1]]
 			if parts[1] == "url_path" {
 				p, _ := hm.get(":path")
 				if i := strings.IndexByte(p, '?'); i >= 0 {
@@ -94,6 +91,13 @@ func (v *vm) property(path string) ([]byte, Status) {
 		return val, StatusOK
 	}
 	return nil, StatusNotFound
+}
+
+// requestAttributeHeaders maps the request.* attributes that are a request header to that
+// header.
+var requestAttributeHeaders = map[string]string{
+	"path": ":path", "host": ":authority", "scheme": ":scheme", "method": ":method",
+	"id": "x-request-id", "useragent": "user-agent", "referer": "referer",
 }
 
 func int64Bytes(n int64) []byte {

@@ -39,26 +39,26 @@ type Request struct {
 
 // UpstreamResponse is a response as it arrives from the upstream.
 type UpstreamResponse struct {
-	Status   int
-	Headers  [][2]string
-	Body     []byte
-	Trailers [][2]string
+	Status   int         // becomes :status
+	Headers  [][2]string // the other headers; pseudo-headers here are ignored
+	Body     []byte      // delivered in one proxy_on_response_body chunk when non-empty
+	Trailers [][2]string // delivered by proxy_on_response_trailers when non-empty
 }
 
 // LocalResponse is a response Envoy generated instead of the upstream's:
 // by proxy_send_local_response or by a VM failure (503 wasm_fail_stream).
 type LocalResponse struct {
-	Status     int
+	Status     int         // the HTTP status
 	Headers    [][2]string // as the guest passed them (lower-cased)
-	Body       []byte
-	Details    string // response code details (whitespace replaced by '_')
-	GrpcStatus int32  // -1 when not set
+	Body       []byte      // the body as the guest passed it
+	Details    string      // response code details (whitespace replaced by '_')
+	GrpcStatus int32       // -1 when not set
 }
 
 // Result is what happened to a stream.
 type Result struct {
-	Worker   int
-	StreamID uint32
+	Worker   int    // the worker VM that ran the stream
+	StreamID uint32 // the stream's context id on that VM
 	// Continued is true when the request reached the upstream.
 	Continued bool
 	// RequestHeaders and RequestBody are the request as the filter left it
@@ -147,6 +147,8 @@ type stream struct {
 	done   bool
 }
 
+// dir is the direction the stream is in: streamRequest until the upstream answers, then
+// streamResponse. It also indexes body, bodyAvail and filterCallbacks.
 func (s *stream) dir() int {
 	if s.phase <= phWaitUpstream {
 		return streamRequest
@@ -204,9 +206,12 @@ func (h *Host) Do(ctx context.Context, r Request) (*Result, error) {
 // upstreamFunc produces the upstream response for a request that continued.
 type upstreamFunc func(ctx context.Context, req *Result) (*UpstreamResponse, error)
 
+// pick returns the worker VM a request names, or the next one round robin for a negative
+// index. The modulo is taken on the unsigned counter, so that its wrap-around cannot make a
+// negative index.
 func (h *Host) pick(worker int) (*vm, error) {
 	if worker < 0 {
-		return h.vms[int(h.rr.Add(1)-1)%len(h.vms)], nil
+		return h.vms[(h.rr.Add(1)-1)%uint64(len(h.vms))], nil
 	}
 	if worker >= len(h.vms) {
 		return nil, fmt.Errorf("wasmhost: worker %d out of range (%d workers)", worker, len(h.vms))
@@ -274,10 +279,22 @@ func (v *vm) startStream(s *stream) {
 	s.result.StreamID = s.id
 	v.streams[s.id] = s
 
-	scheme := r.Scheme
-	if scheme == "" {
-		scheme = "http"
+	s.maps[MapRequestHeaders] = requestHeaders(r)
+	s.body[0] = r.Body
+	if len(r.Trailers) > 0 {
+		s.maps[MapRequestTrailers] = newHeaderMap(r.Trailers)
 	}
+	v.callback("proxy_on_context_create", v.fn.onContextCreate, s.id, uint64(s.id), uint64(v.rootID))
+	v.advance(s)
+	v.settle()
+}
+
+// requestHeaders builds the request headers Envoy's connection manager hands to the filter
+// chain (and, with the filter disabled on the route, to the router): the pseudo-headers from
+// r with their defaults, r's other headers (a Host header is :authority already), then
+// x-forwarded-proto and x-request-id when the client sent none.
+func requestHeaders(r *Request) *headerMap {
+	scheme := orDefault(r.Scheme, "http")
 	hm := newHeaderMap(nil)
 	hm.add(":authority", orDefault(r.Authority, "localhost"))
 	hm.add(":path", orDefault(r.Path, "/"))
@@ -295,14 +312,7 @@ func (v *vm) startStream(s *stream) {
 	if _, ok := hm.get("x-request-id"); !ok {
 		hm.add("x-request-id", newRequestID())
 	}
-	s.maps[MapRequestHeaders] = hm
-	s.body[0] = r.Body
-	if len(r.Trailers) > 0 {
-		s.maps[MapRequestTrailers] = newHeaderMap(r.Trailers)
-	}
-	v.callback("proxy_on_context_create", v.fn.onContextCreate, s.id, uint64(s.id), uint64(v.rootID))
-	v.advance(s)
-	v.settle()
+	return hm
 }
 
 // advance runs the stream's state machine until it has to wait (paused by
@@ -331,30 +341,34 @@ func (v *vm) advance(s *stream) {
 			s.paused = false
 		}
 		switch s.phase {
-		case phRequestHeaders:
-			hm := s.maps[MapRequestHeaders]
-			eos := len(s.body[0]) == 0 && s.maps[MapRequestTrailers] == nil
-			s.avail[MapRequestHeaders] = true
-			r, ok := v.callback("proxy_on_request_headers", v.fn.onRequestHeaders, s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
-			s.phase = phRequestBody
-			v.afterFilterCall(s, ok, uint32(r), MapRequestHeaders, -1)
-		case phRequestBody:
-			s.phase = phRequestTrailers
-			if len(s.body[0]) == 0 {
+		case phRequestHeaders, phResponseHeaders:
+			d := s.dir()
+			hm := s.maps[headersMap(d)]
+			eos := len(s.body[d]) == 0 && s.maps[trailersMap(d)] == nil
+			s.avail[headersMap(d)] = true
+			r, ok := v.callback(filterCallbacks[d][cbHeaders], v.fn.filter[d][cbHeaders], s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
+			s.phase++ // to the body
+			v.afterFilterCall(s, ok, uint32(r), headersMap(d), -1)
+		case phRequestBody, phResponseBody:
+			d := s.dir()
+			s.phase++ // to the trailers
+			if len(s.body[d]) == 0 {
 				continue
 			}
-			s.bodyAvail[0] = true
-			eos := s.maps[MapRequestTrailers] == nil
-			r, ok := v.callback("proxy_on_request_body", v.fn.onRequestBody, s.id, uint64(s.id), uint64(len(s.body[0])), boolArg(eos))
-			v.afterFilterCall(s, ok, uint32(r), -1, 0)
-		case phRequestTrailers:
-			s.phase = phRequestDone
-			if s.maps[MapRequestTrailers] == nil {
+			s.bodyAvail[d] = true
+			eos := s.maps[trailersMap(d)] == nil
+			r, ok := v.callback(filterCallbacks[d][cbBody], v.fn.filter[d][cbBody], s.id, uint64(s.id), uint64(len(s.body[d])), boolArg(eos))
+			v.afterFilterCall(s, ok, uint32(r), -1, d)
+		case phRequestTrailers, phResponseTrailers:
+			d := s.dir()
+			s.phase++ // to phRequestDone or phComplete
+			tm := s.maps[trailersMap(d)]
+			if tm == nil {
 				continue
 			}
-			s.avail[MapRequestTrailers] = true
-			r, ok := v.callback("proxy_on_request_trailers", v.fn.onRequestTrailers, s.id, uint64(s.id), uint64(s.maps[MapRequestTrailers].size()))
-			v.afterFilterCall(s, ok, uint32(r), MapRequestTrailers, -1)
+			s.avail[trailersMap(d)] = true
+			r, ok := v.callback(filterCallbacks[d][cbTrailers], v.fn.filter[d][cbTrailers], s.id, uint64(s.id), uint64(tm.size()))
+			v.afterFilterCall(s, ok, uint32(r), trailersMap(d), -1)
 		case phRequestDone:
 			s.avail[MapRequestHeaders], s.avail[MapRequestTrailers], s.bodyAvail[0] = false, false, false
 			s.phase = phWaitUpstream
@@ -364,36 +378,16 @@ func (v *vm) advance(s *stream) {
 			return
 		case phWaitUpstream:
 			return
-		case phResponseHeaders:
-			hm := s.maps[MapResponseHeaders]
-			eos := len(s.body[1]) == 0 && s.maps[MapResponseTrailers] == nil
-			s.avail[MapResponseHeaders] = true
-			r, ok := v.callback("proxy_on_response_headers", v.fn.onResponseHeaders, s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
-			s.phase = phResponseBody
-			v.afterFilterCall(s, ok, uint32(r), MapResponseHeaders, -1)
-		case phResponseBody:
-			s.phase = phResponseTrailers
-			if len(s.body[1]) == 0 {
-				continue
-			}
-			s.bodyAvail[1] = true
-			eos := s.maps[MapResponseTrailers] == nil
-			r, ok := v.callback("proxy_on_response_body", v.fn.onResponseBody, s.id, uint64(s.id), uint64(len(s.body[1])), boolArg(eos))
-			v.afterFilterCall(s, ok, uint32(r), -1, 1)
-		case phResponseTrailers:
-			s.phase = phComplete
-			if s.maps[MapResponseTrailers] == nil {
-				continue
-			}
-			s.avail[MapResponseTrailers] = true
-			r, ok := v.callback("proxy_on_response_trailers", v.fn.onResponseTrailers, s.id, uint64(s.id), uint64(s.maps[MapResponseTrailers].size()))
-			v.afterFilterCall(s, ok, uint32(r), MapResponseTrailers, -1)
 		case phComplete:
 			v.finish(s)
 			return
 		}
 	}
 }
+
+// headersMap and trailersMap are the map types of direction d's headers and trailers.
+func headersMap(d int) int  { return MapRequestHeaders + 2*d }
+func trailersMap(d int) int { return MapRequestTrailers + 2*d }
 
 // afterFilterCall interprets a filter callback's return value. Any non-zero
 // headers status stops iteration (Envoy turns StopIteration into

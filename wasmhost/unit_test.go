@@ -1,6 +1,7 @@
 package wasmhost
 
 import (
+	"context"
 	"encoding/binary"
 	"strings"
 	"sync"
@@ -74,8 +75,24 @@ func TestSharedDataConcurrentCAS(t *testing.T) {
 	assert.EqualValues(t, 4000, binary.LittleEndian.Uint32(v))
 }
 
+// A Host without Options.SharedData writes to the process-wide store, as every plugin of one
+// Envoy process shares one store; one with a store of its own does not.
 func TestProcessSharedDataIsDefault(t *testing.T) {
-	assert.Same(t, processSharedData, ProcessSharedData())
+	const vmID = "process-shared-data-test"
+	t.Cleanup(func() { ProcessSharedData().Reset(vmID) })
+	ctx := context.Background()
+	h, err := New(ctx, buildWasm(nil, minimalFuncs()), Options{VMID: vmID})
+	require.NoError(t, err)
+	defer h.Close(ctx)
+	require.Same(t, ProcessSharedData(), h.SharedData())
+	require.Equal(t, StatusOK, h.SetSharedData("k", []byte("v"), 0))
+	v, _, st := ProcessSharedData().Get(vmID, "k")
+	require.Equal(t, StatusOK, st)
+	assert.Equal(t, "v", string(v))
+
+	own := newTestHost(t, buildWasm(nil, minimalFuncs()), Options{VMID: vmID})
+	_, _, st = own.GetSharedData("k")
+	assert.Equal(t, StatusNotFound, st, "a Host with its own store does not see the process-wide one")
 }
 
 func TestPairsRoundTrip(t *testing.T) {

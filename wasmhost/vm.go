@@ -32,9 +32,24 @@ func vmFromContext(ctx context.Context) *vm {
 type guestExports struct {
 	initialize, main, start, malloc                                api.Function
 	onContextCreate, onVMStart, onConfigure, onTick, onDone, onLog api.Function
-	onDelete, onRequestHeaders, onRequestBody, onRequestTrailers   api.Function
-	onResponseHeaders, onResponseBody, onResponseTrailers          api.Function
-	onHTTPCallResponse, onQueueReady                               api.Function
+	onDelete, onHTTPCallResponse, onQueueReady                     api.Function
+	// filter holds the filter-chain callbacks per direction (streamRequest,
+	// streamResponse), indexed like filterCallbacks.
+	filter [2][3]api.Function
+}
+
+// Indexes of a direction's filter-chain callbacks, in the order Envoy calls them.
+const (
+	cbHeaders = iota
+	cbBody
+	cbTrailers
+)
+
+// filterCallbacks names the filter-chain callbacks of each direction. Both directions run
+// the same state machine (see advance), so one table serves both.
+var filterCallbacks = [2][3]string{
+	{"proxy_on_request_headers", "proxy_on_request_body", "proxy_on_request_trailers"},
+	{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers"},
 }
 
 // vm is one instance of the module: a worker VM (idx >= 0) or the canary
@@ -123,10 +138,12 @@ func (h *Host) newVM(ctx context.Context, idx int) (*vm, error) {
 		onContextCreate: e("proxy_on_context_create"), onVMStart: e("proxy_on_vm_start"),
 		onConfigure: e("proxy_on_configure"), onTick: e("proxy_on_tick"), onDone: e("proxy_on_done"),
 		onLog: e("proxy_on_log"), onDelete: e("proxy_on_delete"),
-		onRequestHeaders: e("proxy_on_request_headers"), onRequestBody: e("proxy_on_request_body"),
-		onRequestTrailers: e("proxy_on_request_trailers"), onResponseHeaders: e("proxy_on_response_headers"),
-		onResponseBody: e("proxy_on_response_body"), onResponseTrailers: e("proxy_on_response_trailers"),
 		onHTTPCallResponse: e("proxy_on_http_call_response"), onQueueReady: e("proxy_on_queue_ready"),
+	}
+	for d, names := range filterCallbacks {
+		for i, n := range names {
+			v.fn.filter[d][i] = e(n)
+		}
 	}
 	if v.fn.malloc == nil {
 		v.fn.malloc = e("proxy_on_memory_allocate")
@@ -366,62 +383,49 @@ func (v *vm) alloc(size uint32) (uint32, Status) {
 	return p, StatusOK
 }
 
-// copyOut is cpp-host's copyToPointerSize: allocate in the guest, copy data,
+// reserveOut is the guest side of cpp-host's copyToPointerSize: it allocates n bytes in the
+// guest, writes their pointer and size to ptrPtr and sizePtr, and returns the buffer for the
+// caller to fill (a view valid until the next allocation). n == 0 writes (0, 0) without
+// allocating.
+func (v *vm) reserveOut(n int, ptrPtr, sizePtr uint32) ([]byte, Status) {
+	var p uint32
+	var buf []byte
+	if n > 0 {
+		var st Status
+		if p, st = v.alloc(uint32(n)); st != StatusOK {
+			return nil, st
+		}
+		var ok bool
+		if buf, ok = v.mem.Read(p, uint32(n)); !ok {
+			return nil, StatusInvalidMemoryAccess
+		}
+	}
+	if !v.mem.WriteUint32Le(ptrPtr, p) || !v.mem.WriteUint32Le(sizePtr, uint32(n)) {
+		return nil, StatusInvalidMemoryAccess
+	}
+	return buf, StatusOK
+}
+
+// copyOut is cpp-host's copyToPointerSize for a value: allocate in the guest, copy data,
 // write the pointer and size. Empty data writes (0, 0) without allocating.
-func (v *vm) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
-	var p uint32
-	if len(data) > 0 {
-		var st Status
-		if p, st = v.alloc(uint32(len(data))); st != StatusOK {
-			return st
-		}
-		if !v.mem.Write(p, data) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !v.mem.WriteUint32Le(ptrPtr, p) || !v.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
+func copyOut[T string | []byte](v *vm, data T, ptrPtr, sizePtr uint32) Status {
+	buf, st := v.reserveOut(len(data), ptrPtr, sizePtr)
+	copy(buf, data)
+	return st
 }
 
-func (v *vm) copyOutString(s string, ptrPtr, sizePtr uint32) Status {
-	var p uint32
-	if len(s) > 0 {
-		var st Status
-		if p, st = v.alloc(uint32(len(s))); st != StatusOK {
-			return st
-		}
-		if !v.mem.WriteString(p, s) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !v.mem.WriteUint32Le(ptrPtr, p) || !v.mem.WriteUint32Le(sizePtr, uint32(len(s))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
-}
-
-// copyOutPairs serializes pairs straight into guest memory.
+// copyOutPairs serializes pairs straight into guest memory. An empty map is copied as ""
+// (pointer 0, size 0), as cpp-host's getPairs does, not as a zero count.
 func (v *vm) copyOutPairs(pairs [][2]string, ptrPtr, sizePtr uint32) Status {
-	if len(pairs) == 0 {
-		// cpp-host's getPairs copies "" for an empty map: pointer 0, size 0.
-		return v.copyOut(nil, ptrPtr, sizePtr)
+	n := 0
+	if len(pairs) > 0 {
+		n = pairsSize(pairs)
 	}
-	n := uint32(pairsSize(pairs))
-	p, st := v.alloc(n)
-	if st != StatusOK {
-		return st
+	buf, st := v.reserveOut(n, ptrPtr, sizePtr)
+	if st == StatusOK && n > 0 {
+		marshalPairs(buf, pairs)
 	}
-	buf, ok := v.mem.Read(p, n)
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	marshalPairs(buf, pairs)
-	if !v.mem.WriteUint32Le(ptrPtr, p) || !v.mem.WriteUint32Le(sizePtr, n) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
+	return st
 }
 
 // bytes returns a view of guest memory, valid until the next allocation.

@@ -17,6 +17,15 @@ import (
 
 func wret(stack []uint64, errno uint32) { stack[0] = uint64(errno) }
 
+// memErrno is the errno of a WASI call whose last step writes its result through a guest
+// pointer: success, or EFAULT when the pointer is out of bounds.
+func memErrno(ok bool) uint32 {
+	if ok {
+		return errnoSuccess
+	}
+	return errnoFault
+}
+
 // monoBase anchors the WASI monotonic clock; the offset keeps it far from 0
 // like a real steady clock.
 var monoBase = time.Now()
@@ -48,11 +57,7 @@ func wFdWrite(v *vm, stack []uint64) {
 		written += len(b)
 	}
 	v.emitStdio(fd, false)
-	if !v.mem.WriteUint32Le(nwrittenPtr, uint32(written)) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint32Le(nwrittenPtr, uint32(written))))
 }
 
 // emitStdio logs the complete lines written to stdout (info) or stderr
@@ -101,11 +106,7 @@ func wFdFdstatGet(v *vm, stack []uint64) {
 	}
 	var st [24]byte
 	binary.LittleEndian.PutUint64(st[8:], 64) // fs_rights_base = FD_WRITE
-	if !v.mem.Write(ptr, st[:]) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.Write(ptr, st[:])))
 }
 
 func wFdFdstatSetFlags(_ *vm, stack []uint64) { wret(stack, errnoNosys) }
@@ -131,21 +132,13 @@ func wEnvironSizesGet(v *vm, stack []uint64) {
 	for _, e := range v.h.envList {
 		size += len(e) + 1
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 0), uint32(len(v.h.envList))) || !v.mem.WriteUint32Le(u32(stack, 1), uint32(size)) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint32Le(u32(stack, 0), uint32(len(v.h.envList))) && v.mem.WriteUint32Le(u32(stack, 1), uint32(size))))
 }
 
 func wArgsGet(_ *vm, stack []uint64) { wret(stack, errnoSuccess) }
 
 func wArgsSizesGet(v *vm, stack []uint64) {
-	if !v.mem.WriteUint32Le(u32(stack, 0), 0) || !v.mem.WriteUint32Le(u32(stack, 1), 0) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint32Le(u32(stack, 0), 0) && v.mem.WriteUint32Le(u32(stack, 1), 0)))
 }
 
 func wClockTimeGet(v *vm, stack []uint64) {
@@ -160,11 +153,7 @@ func wClockTimeGet(v *vm, stack []uint64) {
 		wret(stack, errnoNotsup)
 		return
 	}
-	if !v.mem.WriteUint64Le(ptr, t) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint64Le(ptr, t)))
 }
 
 // clock_res_get is one of the stubs Envoy 1.39 added.
@@ -173,11 +162,7 @@ func wClockResGet(v *vm, stack []uint64) {
 		wret(stack, errnoNotsup)
 		return
 	}
-	if !v.mem.WriteUint64Le(u32(stack, 1), 1) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint64Le(u32(stack, 1), 1)))
 }
 
 func wRandomGet(v *vm, stack []uint64) {
@@ -205,11 +190,7 @@ func wPollOneoff(v *vm, stack []uint64) {
 		wret(stack, errnoNosys)
 		return
 	}
-	if !v.mem.WriteUint32Le(u32(stack, 3), 0) {
-		wret(stack, errnoFault)
-		return
-	}
-	wret(stack, errnoSuccess)
+	wret(stack, memErrno(v.mem.WriteUint32Le(u32(stack, 3), 0)))
 }
 
 // proc_exit only logs in Envoy and returns to the guest.

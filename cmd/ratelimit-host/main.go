@@ -77,9 +77,9 @@ func run() error {
 	flag.Var(&routes, "route", "route as /prefix=route_name (repeatable); the first matching prefix sets xds.route_name")
 	flag.Parse()
 
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *envoyPath != "" {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for _, name := range []string{"config", "vm-config", "vm-id", "listen", "route"} {
 			if set[name] {
 				return fmt.Errorf("-%s cannot be combined with -envoy: the Envoy configuration says it", name)
@@ -93,6 +93,12 @@ func run() error {
 			upstream: *upstream, echo: *echo, upstreamCluster: *upCluster,
 			clusters: clusters, workers: *workers, logLevel: *logLevel, pollMode: *pollMode,
 		})
+	}
+	// A flag that only the -envoy mode reads would otherwise be ignored without a word.
+	for _, name := range []string{"bind", "upstream-cluster"} {
+		if set[name] {
+			return fmt.Errorf("-%s works only with -envoy", name)
+		}
 	}
 	if (*upstream == "") == !*echo {
 		return errors.New("give exactly one of -upstream URL or -echo")
@@ -182,7 +188,10 @@ func run() error {
 
 	base := "http://" + l.Addr().String()
 	fmt.Printf("ratelimit-host: %d worker VM(s) running %s (ABI %s), upstream %s\n", h.Workers(), *wasmPath, h.ABIVersion(), upstreamURL)
-	fmt.Printf("try:\n  curl -i %s/\n  curl -i %s/deny\n  curl -i %s/callout\n", base, base, base)
+	fmt.Printf("try:\n  curl -i %s/\n", base)
+	for _, r := range routeTable {
+		fmt.Printf("route %s* -> %s\n", r.PathPrefix, r.Name)
+	}
 	for name, u := range clusterMap {
 		fmt.Printf("cluster %s -> %s\n", name, u)
 	}

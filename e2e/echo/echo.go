@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -44,13 +43,10 @@ func Handler() http.Handler {
 			Headers:   map[string]string{},
 			BodyBytes: int(n),
 		}
-		keys := make([]string, 0, len(r.Header))
-		for k := range r.Header {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			rep.Headers[strings.ToLower(k)] = strings.Join(r.Header[k], ",")
+		// net/http canonicalises header names, so lower-casing them cannot merge two; the
+		// JSON encoder sorts the map's keys.
+		for k, vs := range r.Header {
+			rep.Headers[strings.ToLower(k)] = strings.Join(vs, ",")
 		}
 		status := http.StatusOK
 		if s, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil && s >= 200 && s <= 599 {

@@ -24,8 +24,16 @@ func (s *Server) SlowProxy(delay time.Duration) string {
 		if err != nil {
 			return
 		}
-		defer upstream.Close()
+		requestDone := make(chan struct{})
+		// Closing both ends ends the request copy too, so serve's cleanup, which waits for
+		// this handler, also waits for that goroutine.
+		defer func() {
+			upstream.Close()
+			client.Close()
+			<-requestDone
+		}()
 		go func() {
+			defer close(requestDone)
 			_, _ = io.Copy(upstream, client)
 			// Half-close so webdis sees the end of the request stream, as a real client would.
 			if tc, ok := upstream.(*net.TCPConn); ok {

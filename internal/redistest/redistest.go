@@ -105,28 +105,24 @@ func StartWith(t testing.TB, opts Options) *Server {
 	}
 	t.Cleanup(s.stopAll)
 
-	// A free port found by binding :0 can be taken by someone else before the server binds
-	// it; retrying with a new port makes that race harmless.
+	startOnFreePort(t, &s.redisPort, s.startRedis)
+	startOnFreePort(t, &s.webdisPort, s.startWebdis)
+	return s
+}
+
+// startOnFreePort picks a free port into *port and runs start, up to three times: a port found
+// free by binding :0 can be taken by someone else before the server binds it, and a new port
+// makes that race harmless.
+func startOnFreePort(t testing.TB, port *int, start func() error) {
+	t.Helper()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		s.redisPort = freePort(t)
-		if err = s.startRedis(); err == nil {
-			break
+		*port = freePort(t)
+		if err = start(); err == nil {
+			return
 		}
 	}
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	for attempt := 0; attempt < 3; attempt++ {
-		s.webdisPort = freePort(t)
-		if err = s.startWebdis(); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	return s
+	t.Fatalf("redistest: %v", err)
 }
 
 // RedisAddr is the host:port of the redis-server.
@@ -153,15 +149,7 @@ func (s *Server) StopRedis() {
 // by itself on its next request.
 func (s *Server) StartRedis() {
 	s.t.Helper()
-	if s.redis != nil && !s.redis.exited() {
-		s.t.Fatal("redistest: StartRedis while redis-server is running")
-	}
-	// The port was just released by our own process; another process grabbing it in between
-	// is unlikely enough on loopback that a clear failure is better than moving the port,
-	// which webdis would not follow.
-	if err := s.startRedis(); err != nil {
-		s.t.Fatalf("redistest: restart: %v", err)
-	}
+	s.restart(s.redis, s.startRedis)
 }
 
 // StopWebdis kills webdis and waits for it to exit; its port then refuses connections.
@@ -173,11 +161,20 @@ func (s *Server) StopWebdis() {
 // StartWebdis starts webdis again on the same port after StopWebdis.
 func (s *Server) StartWebdis() {
 	s.t.Helper()
-	if s.webdis != nil && !s.webdis.exited() {
-		s.t.Fatal("redistest: StartWebdis while webdis is running")
+	s.restart(s.webdis, s.startWebdis)
+}
+
+// restart runs start for a process that was stopped, on the port it had. The port was just
+// released by this process; another process grabbing it in between is unlikely enough on
+// loopback that a clear failure is better than moving the port, which the other server of the
+// pair would not follow.
+func (s *Server) restart(p *proc, start func() error) {
+	s.t.Helper()
+	if p != nil && !p.exited() {
+		s.t.Fatalf("redistest: restarting %s while it is running", p.name)
 	}
-	if err := s.startWebdis(); err != nil {
-		s.t.Fatalf("redistest: restart webdis: %v", err)
+	if err := start(); err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
 	}
 }
 

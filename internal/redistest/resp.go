@@ -13,6 +13,7 @@ import (
 // element of array replies.
 type Error string
 
+// Error returns Redis' message as it is, without the leading '-'.
 func (e Error) Error() string { return string(e) }
 
 // Do sends one command straight to Redis over RESP, bypassing webdis, and returns the reply:

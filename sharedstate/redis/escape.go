@@ -33,19 +33,11 @@ const hexUpper = "0123456789ABCDEF"
 // invalid UTF-8, reaches Redis as exactly one argument with exactly those bytes, and the output
 // can never contain a byte webdis interprets. It does not allocate when dst has room for
 // 3*len(arg) more bytes.
-func Escape(dst, arg []byte) []byte {
-	for _, c := range arg {
-		if safe[c] {
-			dst = append(dst, c)
-		} else {
-			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
-		}
-	}
-	return dst
-}
+func Escape(dst, arg []byte) []byte { return escape(dst, arg) }
 
-// escapeString is Escape for a string argument.
-func escapeString(dst []byte, arg string) []byte {
+// escape is Escape for either form of argument: request-derived keys arrive as bytes, the
+// scripts' sources are strings.
+func escape[T string | []byte](dst []byte, arg T) []byte {
 	for i := 0; i < len(arg); i++ {
 		c := arg[i]
 		if safe[c] {

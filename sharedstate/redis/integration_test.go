@@ -524,17 +524,30 @@ func TestForeignState(t *testing.T) {
 }
 
 // TestBadArguments checks that the scripts refuse argument lists the encoder never produces,
-// instead of deciding on them.
+// instead of deciding on them: one script of each argument layout (n and 3, 4 or 2
+// configuration values, then the optional clock).
 func TestBadArguments(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
-	sha := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour}).Script().SHA
-	for _, args := range []string{"", "/1", "/1/3/3", "/1/3/3/x", "/1/3/3/1e3", "/1/3/0/5", "/1/3/3/5/1", "/1/3/3/5/1/1000000000", "/1/3/3/5/1/1/1"} {
-		_, err := c.call([]byte("EVALSHA/" + sha + "/1/k" + args))
-		var e *redis.Error
-		if !errors.As(err, &e) || !strings.Contains(e.Message, "ratelimit: bad arguments") {
-			t.Errorf("arguments %q: %v, want the script's bad-arguments error", args, err)
+	for _, tc := range []struct {
+		cfg algorithms.Config
+		bad []string
+	}{
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour},
+			[]string{"", "/1", "/1/3/3", "/1/3/3/x", "/1/3/3/1e3", "/1/3/0/5", "/x/3/3/5", "/1/3/3/5/1", "/1/3/3/5/1/1000000000", "/1/3/3/5/1/1/1"}},
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 3, Window: time.Hour},
+			[]string{"/1/3/3/1", "/1/3/3/1/0", "/1/3/-3/1/1", "/1/3/3/1/1/x/0", "/1/3/3/1/1/1/-1"}},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour},
+			[]string{"/1/3", "/1/0/1000", "/1/3/1000/1", "/1/3/1000/1/1/1", "/1/3/ 1000"}},
+	} {
+		sha := mustRule(t, tc.cfg).Script().SHA
+		for _, args := range tc.bad {
+			_, err := c.call([]byte("EVALSHA/" + sha + "/1/k" + args))
+			var e *redis.Error
+			if !errors.As(err, &e) || !strings.Contains(e.Message, "ratelimit: bad arguments") {
+				t.Errorf("%s, arguments %q: %v, want the script's bad-arguments error", tc.cfg.Algorithm, args, err)
+			}
 		}
 	}
 	if n := srv.Int("DBSIZE"); n != 0 {

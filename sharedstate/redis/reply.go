@@ -46,7 +46,7 @@ func (e *Error) Is(target error) bool { return target == ErrRedis }
 // StatusError is an HTTP answer other than 200. errors.Is matches it with ErrUnavailable for
 // 502, 503 and 504 and with ErrMalformed for every other status.
 type StatusError struct {
-	Status int
+	Status int // the HTTP status webdis (or a proxy in front of it) answered
 }
 
 // Error renders the status.

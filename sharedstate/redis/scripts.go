@@ -41,7 +41,7 @@ var (
 	scriptTokenBucket   = mustScript("token_bucket", "lib.lua", "bucket.lua", "token_bucket.lua")
 	scriptLeakyBucket   = mustScript("leaky_bucket", "lib.lua", "bucket.lua", "leaky_bucket.lua")
 	scriptSlidingCount  = mustScript("sliding_window_counter", "lib.lua", "window.lua", "sliding_window_counter.lua")
-	scriptSlidingLog    = mustScript("sliding_window_log", "lib.lua", "window.lua", "sliding_window_log.lua")
+	scriptSlidingLog    = mustScript("sliding_window_log", "lib.lua", "sliding_window_log.lua")
 	scriptFixedWindow   = mustScript("fixed_window", "lib.lua", "window.lua", "fixed_window.lua")
 	scriptGCRA          = mustScript("gcra", "lib.lua", "gcra.lua")
 	allScripts          = []*Script{scriptTokenBucket, scriptLeakyBucket, scriptSlidingCount, scriptSlidingLog, scriptFixedWindow, scriptGCRA}
@@ -79,7 +79,7 @@ func mustScript(name string, files ...string) *Script {
 }
 
 func (s *Script) escapedSource() []byte {
-	s.escapeOnce.Do(func() { s.escaped = escapeString(nil, s.Source) })
+	s.escapeOnce.Do(func() { s.escaped = escape(nil, s.Source) })
 	return s.escaped
 }
 
@@ -140,13 +140,13 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	switch l := lim.(type) {
 	case *algorithms.TokenBucket:
 		r.script = scriptTokenBucket
-		r.args = renderArgs(c.Limit, capacity, c.Limit/gcd(c.Limit, int64(c.Window)), int64(c.Window)/gcd(c.Limit, int64(c.Window)))
+		r.args = bucketArgs(c.Limit, capacity, c.Window)
 	case *algorithms.LeakyBucket:
 		if l.Shaping() {
 			return nil, errNoGlobalShaper
 		}
 		r.script = scriptLeakyBucket
-		r.args = renderArgs(c.Limit, capacity, c.Limit/gcd(c.Limit, int64(c.Window)), int64(c.Window)/gcd(c.Limit, int64(c.Window)))
+		r.args = bucketArgs(c.Limit, capacity, c.Window)
 	case *algorithms.SlidingWindowCounter:
 		r.script = scriptSlidingCount
 		r.args = renderArgs(c.Limit, windowMs)
@@ -213,6 +213,14 @@ func appendNow(dst []byte, now int64) []byte {
 	dst = strconv.AppendInt(dst, now/1e9, 10)
 	dst = append(dst, '/')
 	return strconv.AppendInt(dst, now%1e9, 10)
+}
+
+// bucketArgs renders the arguments of bucket.lua: limit, capacity, lg and wg, where
+// g = gcd(limit, window in ns), lg = limit/g and wg = window/g, so that the script counts in
+// units of 1/wg token and one nanosecond refills exactly lg units, as the Go bucket does.
+func bucketArgs(limit, capacity int64, window time.Duration) string {
+	g := gcd(limit, int64(window))
+	return renderArgs(limit, capacity, limit/g, int64(window)/g)
 }
 
 func renderArgs(vals ...int64) string {

@@ -82,6 +82,7 @@ type Config struct {
 
 // Cluster is a static cluster reduced to one address.
 type Cluster struct {
+	// Name is the cluster's name, as routes and callouts refer to it.
 	Name string
 	// Address is the first endpoint's "host:port" (host may be a DNS name, as with
 	// STRICT_DNS clusters), or what Override set.
@@ -92,6 +93,7 @@ type Cluster struct {
 
 // Listener is one static listener running the HTTP connection manager.
 type Listener struct {
+	// Name is the listener's name (Server.URL and Server.Host look listeners up by it).
 	Name string
 	// Address is the listener's "host:port".
 	Address string
@@ -137,9 +139,9 @@ type WasmFilter struct {
 
 // VirtualHost is one virtual host of a route table.
 type VirtualHost struct {
-	Name    string
-	Domains []string
-	Routes  []*Route
+	Name    string   // the xds.virtual_host_name property
+	Domains []string // lower-cased, with Envoy's wildcards ("*", "*suffix", "prefix*")
+	Routes  []*Route // in file order: the first match wins
 }
 
 // Route is one route with what the host needs to serve it.
@@ -166,18 +168,21 @@ type Route struct {
 
 // DirectResponse is a route's direct_response.
 type DirectResponse struct {
-	Status int
-	Body   []byte
+	Status int    // the HTTP status
+	Body   []byte // inline_string or inline_bytes; nil without a body
 }
 
 // RouteMatch is a route's match condition.
 type RouteMatch struct {
-	// Exactly one of Prefix, Path, PathSeparatedPrefix and Regex is used (Kind says which).
-	Kind          PathMatchKind
-	Value         string
-	regex         *regexp.Regexp
+	// Kind says which path specifier the route has, and Value is its argument: the prefix,
+	// the path or the regular expression (lower-cased unless CaseSensitive or a regex).
+	Kind  PathMatchKind
+	Value string
+	regex *regexp.Regexp
+	// CaseSensitive is the match's case_sensitive (true when unset, as in Envoy).
 	CaseSensitive bool
-	Headers       []HeaderMatcher
+	// Headers must all hold as well.
+	Headers []HeaderMatcher
 }
 
 // PathMatchKind is how a route matches the path.
@@ -208,15 +213,20 @@ func (k PathMatchKind) String() string {
 
 // HeaderMatcher is one header condition of a route match.
 type HeaderMatcher struct {
+	// Name is the header's name, lower-cased; pseudo-headers such as :method are allowed.
 	Name string
 	// Kind is "exact", "prefix", "suffix", "contains", "regex" or "present".
-	Kind       string
-	Value      string
-	regex      *regexp.Regexp
+	Kind string
+	// Value is what Kind compares with (lower-cased when IgnoreCase); unused for "present".
+	Value string
+	regex *regexp.Regexp
+	// IgnoreCase is the string matcher's ignore_case (never set for "regex", on which Envoy
+	// ignores it).
 	IgnoreCase bool
 	// Present is the present_match value (Kind "present").
 	Present bool
-	Invert  bool
+	// Invert is invert_match.
+	Invert bool
 	// MissingAsEmpty is treat_missing_header_as_empty.
 	MissingAsEmpty bool
 }

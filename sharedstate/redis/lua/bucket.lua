@@ -10,17 +10,9 @@
 -- state    hash {v = version, <field> = tokens or level (units), l = last (Unix ns)}
 local function bucket(ver, field, as_level)
   local key = KEYS[1]
-  if #ARGV ~= 5 and #ARGV ~= 7 then
-    return bad_args('count')
-  end
-  local n, limit, cap, lg, wg = int(ARGV[1]), int(ARGV[2]), int(ARGV[3]), int(ARGV[4]), int(ARGV[5])
-  if n == nil or limit == nil or cap == nil or lg == nil or wg == nil
-      or limit < 1 or cap < 1 or lg < 1 or wg < 1 then
-    return bad_args('config')
-  end
-  local now_s, now_n = now_at(6)
-  if now_s == nil then
-    return bad_args('now')
+  local err, n, now_s, now_n, limit, cap, lg, wg = script_args(4)
+  if err then
+    return bad_args(err)
   end
   local capU = cap * wg
 

@@ -4,9 +4,9 @@
 -- ARGV     n, limit, window_ms [, now_s, now_ns]
 -- state    hash {v = "81", ws = window start (Unix ns, a multiple of W), c = count}
 local key = KEYS[1]
-local n, limit, wms, now_s, now_n = window_args()
-if n == nil then
-  return bad_args(limit)
+local err, n, now_s, now_n, limit, wms = script_args(2)
+if err then
+  return bad_args(err)
 end
 local W = wms * 1000000
 

@@ -4,16 +4,9 @@
 -- ARGV     n, limit, burst (Burst, or Limit when 0), T (emission interval, ns) [, now_s, now_ns]
 -- state    hash {v = "97", tat = theoretical arrival time (Unix ns)}
 local key = KEYS[1]
-if #ARGV ~= 4 and #ARGV ~= 6 then
-  return bad_args('count')
-end
-local n, limit, B, T = int(ARGV[1]), int(ARGV[2]), int(ARGV[3]), int(ARGV[4])
-if n == nil or limit == nil or B == nil or T == nil or limit < 1 or B < 1 or T < 1 then
-  return bad_args('config')
-end
-local now_s, now_n = now_at(5)
-if now_s == nil then
-  return bad_args('now')
+local err, n, now_s, now_n, limit, B, T = script_args(3)
+if err then
+  return bad_args(err)
 end
 local tau = T * B
 -- The largest TAT a state may hold: MaxTime + 2^53 ns.

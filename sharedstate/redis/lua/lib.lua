@@ -112,6 +112,33 @@ local function now_at(i)
   return s, n
 end
 
+-- script_args parses the arguments every script takes: ARGV = n, then k configuration
+-- integers, each at least 1, then the optional test clock (now_s, now_ns; see now_at). It
+-- returns nil, n, now_s, now_n and the k values; or what is wrong ('count', 'config' or 'now')
+-- for bad_args. One parser for every script keeps them refusing the same malformed lists.
+local function script_args(k)
+  if #ARGV ~= k + 1 and #ARGV ~= k + 3 then
+    return 'count'
+  end
+  local n = int(ARGV[1])
+  if n == nil then
+    return 'config'
+  end
+  local cfg = {}
+  for i = 1, k do
+    local v = int(ARGV[i + 1])
+    if v == nil or v < 1 then
+      return 'config'
+    end
+    cfg[i] = v
+  end
+  local now_s, now_n = now_at(k + 2)
+  if now_s == nil then
+    return 'now'
+  end
+  return nil, n, now_s, now_n, unpack(cfg)
+end
+
 -- load_hash reads the hash fields of a key written with version ver. It returns nil for a
 -- fresh key: missing, written by another algorithm (another version, or another Redis type),
 -- in which case the stale key is deleted so its leftover fields cannot linger. This mirrors

@@ -6,9 +6,9 @@
 -- ARGV     n, limit, window_ms [, now_s, now_ns]
 -- state    hash {v = "49", ws = start of the window cur counts (Unix ns), p = prev, c = cur}
 local key = KEYS[1]
-local n, L, wms, now_s, now_n = window_args()
-if n == nil then
-  return bad_args(L)
+local err, n, now_s, now_n, L, wms = script_args(2)
+if err then
+  return bad_args(err)
 end
 local S = 1000000
 local W = wms * 1000000

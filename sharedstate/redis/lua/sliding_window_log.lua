@@ -8,9 +8,9 @@
 --          expired events (LTRIM) and admitting (RPUSH) touch only the ends, and a denial reads
 --          only the entries it needs. Limit is at most 1024 (algorithms.LogLimitCeiling).
 local key = KEYS[1]
-local n, L, wms, now_s, now_n = window_args()
-if n == nil then
-  return bad_args(L)
+local err, n, now_s, now_n, L, wms = script_args(2)
+if err then
+  return bad_args(err)
 end
 local W = wms * 1000000
 

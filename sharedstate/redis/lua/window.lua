@@ -8,19 +8,3 @@ local function window_start(now_s, now_n, wms)
   local r = (now_ms % wms) * 1000000 + now_n % 1000000
   return tsadd(now_s, now_n, -r)
 end
-
--- window_args parses ARGV = n, limit, window_ms [, now_s, now_ns].
-local function window_args()
-  if #ARGV ~= 3 and #ARGV ~= 5 then
-    return nil, 'count'
-  end
-  local n, limit, wms = int(ARGV[1]), int(ARGV[2]), int(ARGV[3])
-  if n == nil or limit == nil or wms == nil or limit < 1 or wms < 1 then
-    return nil, 'config'
-  end
-  local now_s, now_n = now_at(4)
-  if now_s == nil then
-    return nil, 'now'
-  end
-  return n, limit, wms, now_s, now_n
-end
