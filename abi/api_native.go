@@ -4,6 +4,7 @@ package abi
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -132,6 +133,15 @@ func SetSharedData(key string, value []byte, cas uint32) error {
 
 // GetProperty reads a host property.
 func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(path) }
+
+// WallClockNanos returns the wall clock in Unix nanoseconds.
+func WallClockNanos() int64 { return time.Now().UnixNano() }
+
+// GetPropertyString reads a host property as a string.
+func GetPropertyString(path []string) (string, error) {
+	b, err := proxywasm.GetProperty(path)
+	return string(b), err
+}
 
 // MetricCounter is a host counter metric.
 type MetricCounter struct{ m proxywasm.MetricCounter }

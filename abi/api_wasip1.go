@@ -5,6 +5,7 @@ package abi
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 )
 
@@ -57,14 +58,22 @@ func statusError(st uint32) error {
 
 var errEmpty = errors.New("error status returned by host: empty")
 
+// The host writes the address, size and CAS number of the data it returns into these. The
+// compiler cannot see that an imported function keeps no pointer, so a local variable whose
+// address is passed to the host is moved to the heap: one allocation per host call, on every
+// header, property and shared-data read of a request. Package variables cost nothing and, unlike
+// a goroutine's stack, never move while the host holds their address (the host calls back into
+// the allocator before it writes them, and that call may grow the stack). A VM is
+// single-threaded and the allocator makes no host call that returns data, so one set is enough.
+var retAddr, retSize, retCas uint32
+
 func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
-	var addr, size uint32
-	st := hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &addr, &size)
+	st := hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &retAddr, &retSize)
 	if st != statusOK {
 		unpinAll()
 		return nil, statusError(st)
 	}
-	return take(addr, size), nil
+	return take(retAddr, retSize), nil
 }
 
 // GetVMConfiguration returns the vm_config.configuration bytes. Valid only in OnVMStart.
@@ -90,23 +99,21 @@ func SetEffectiveContext(contextID uint32) error {
 }
 
 func getMap(mapType uint32) ([][2]string, error) {
-	var addr, size uint32
-	st := hostGetHeaderMapPairs(mapType, &addr, &size)
+	st := hostGetHeaderMapPairs(mapType, &retAddr, &retSize)
 	if st != statusOK {
 		unpinAll()
 		return nil, statusError(st)
 	}
-	return decodeHeaders(take(addr, size)), nil
+	return decodeHeaders(take(retAddr, retSize)), nil
 }
 
 func getMapValue(mapType uint32, key string) (string, error) {
-	var addr, size uint32
-	st := hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &addr, &size)
+	st := hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize)
 	if st != statusOK {
 		unpinAll()
 		return "", statusError(st)
 	}
-	b := take(addr, size)
+	b := take(retAddr, retSize)
 	// The slice is owned by this call alone, so handing its bytes to a string without a copy
 	// is safe and saves an allocation on the hot path.
 	return unsafe.String(unsafe.SliceData(b), len(b)), nil
@@ -204,13 +211,12 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 
 // GetSharedData reads a key of the VM-id-wide shared data with its CAS number.
 func GetSharedData(key string) ([]byte, uint32, error) {
-	var addr, size, cas uint32
-	st := hostGetSharedData(stringPtr(key), uint32(len(key)), &addr, &size, &cas)
+	st := hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas)
 	if st != statusOK {
 		unpinAll()
 		return nil, 0, statusError(st)
 	}
-	return take(addr, size), cas, nil
+	return take(retAddr, retSize), retCas, nil
 }
 
 // SetSharedData writes a key if its CAS number is still cas (0: unconditionally); otherwise
@@ -219,17 +225,39 @@ func SetSharedData(key string, value []byte, cas uint32) error {
 	return statusError(hostSetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
 }
 
+// pathBuf holds the encoded path of the property being read; reusing it saves an allocation
+// per read.
+var pathBuf []byte
+
 // GetProperty reads a host property such as {"xds", "route_name"}.
 func GetProperty(path []string) ([]byte, error) {
-	p := encodePath(path)
-	var addr, size uint32
-	st := hostGetProperty(bytesPtr(p), uint32(len(p)), &addr, &size)
+	pathBuf = appendPath(pathBuf[:0], path)
+	st := hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize)
 	if st != statusOK {
 		unpinAll()
 		return nil, statusError(st)
 	}
-	return take(addr, size), nil
+	return take(retAddr, retSize), nil
 }
+
+// GetPropertyString reads a host property as a string. The bytes belong to this call alone,
+// so the string shares them instead of copying.
+func GetPropertyString(path []string) (string, error) {
+	b, err := GetProperty(path)
+	return unsafe.String(unsafe.SliceData(b), len(b)), err
+}
+
+// WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
+// two, as it also reads the monotonic clock.
+func WallClockNanos() int64 {
+	var t uint64
+	if wasiClockTimeGet(clockRealtime, 0, &t) != 0 {
+		return time.Now().UnixNano()
+	}
+	return int64(t)
+}
+
+const clockRealtime = 0
 
 // MetricCounter is a host counter metric.
 type MetricCounter uint32

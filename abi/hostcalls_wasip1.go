@@ -71,3 +71,11 @@ func hostRecordMetric(id uint32, value uint64) uint32
 
 //go:wasmimport env proxy_get_metric
 func hostGetMetric(id uint32, value *uint64) uint32
+
+// The WASI clock, which the Go runtime imports as well. time.Now asks it twice (the wall
+// clock and the monotonic clock); WallClockNanos asks once. The host writes the time and never
+// calls back into the guest meanwhile, so the result may live on the stack (noescape).
+//
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+//go:noescape
+func wasiClockTimeGet(clockID uint32, precision uint64, time *uint64) uint32

@@ -12,21 +12,57 @@ import "unsafe"
 // guest is inside a host call, so the slice is short: usually one entry.
 var pinned [][]byte
 
+// chunk is a block that small host buffers are carved from, chunk[:used] being handed out
+// already. A request reads a few short values (a property, a header or two, a shared-data slot
+// per rule), and allocating each on its own costs a trip through the Go allocator, which is
+// slow in a Wasm VM. Carving them from one block costs a slice operation. Every buffer is a
+// distinct region of the block, never handed out twice, and capped so that an append cannot
+// spill into its neighbour, so callers own what they get exactly as with make. A block lives
+// while any of its buffers does; buffers are short-lived (decoded, parsed or used for one
+// request), and larger ones get their own allocation, so little memory is held for long.
+var (
+	chunk []byte
+	used  int
+)
+
+const (
+	chunkSize  = 4096
+	maxChunked = 256 // larger buffers are allocated on their own
+)
+
+// proxyOnMemoryAllocate is the allocator the host calls to return data. It runs on every
+// header, property and shared-data read, so its common path is kept to a few operations: no
+// defer (carving from a block cannot panic) and no pointer written but the pin.
+//
 //go:wasmexport proxy_on_memory_allocate
 func proxyOnMemoryAllocate(size uint32) (addr uint32) {
+	n := int(size)
+	if n == 0 {
+		// A zero-length slice has no stable address to hand out.
+		n = 1
+	}
+	if n > maxChunked {
+		return allocateLarge(n)
+	}
+	if used+n > len(chunk) {
+		chunk, used = make([]byte, chunkSize), 0
+	}
+	b := chunk[used : used+n : used+n]
+	used += n
+	pinned = append(pinned, b)
+	return uint32(uintptr(unsafe.Pointer(&b[0])))
+}
+
+// allocateLarge gives a buffer of its own to an allocation too large to carve from a block.
+func allocateLarge(n int) (addr uint32) {
 	defer func() {
-		// An allocation failure (the runtime is out of memory) cannot be reported to the host
+		// An allocation failure (a size the runtime refuses) cannot be reported to the host
 		// in any other way: returning 0 makes the host fail the call cleanly instead of
 		// trapping the whole VM.
 		if r := recover(); r != nil {
 			addr = 0
 		}
 	}()
-	n := size
-	if n == 0 {
-		// A zero-length slice has no stable address to hand out.
-		n = 1
-	}
 	b := make([]byte, n)
 	pinned = append(pinned, b)
 	return uint32(uintptr(unsafe.Pointer(&b[0])))
@@ -37,25 +73,30 @@ func proxyOnMemoryAllocate(size uint32) (addr uint32) {
 // allocator did not hand out (which a correct host never returns) is copied instead, so the
 // result never aliases memory the Go runtime does not own.
 func take(addr, size uint32) []byte {
-	defer unpinAll()
 	if size == 0 || addr == 0 {
+		unpinAll()
 		return nil
 	}
 	for i := len(pinned) - 1; i >= 0; i-- {
 		b := pinned[i]
 		if uint32(uintptr(unsafe.Pointer(&b[0]))) == addr && uint32(len(b)) >= size {
+			unpinAll()
 			return b[:size:size]
 		}
 	}
+	unpinAll()
 	out := make([]byte, size)
 	copy(out, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr))), size))
 	return out
 }
 
 // unpinAll drops the references to every pinned buffer, also after a failed host call that may
-// have allocated before failing.
+// have allocated before failing. The entries are cleared one by one: there is usually one,
+// and clear would run the collector's bulk write barrier over the whole slice.
 func unpinAll() {
-	clear(pinned)
+	for i := range pinned {
+		pinned[i] = nil
+	}
 	pinned = pinned[:0]
 }
 

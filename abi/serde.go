@@ -58,16 +58,9 @@ func decodeHeaders(buf []byte) [][2]string {
 	return pairs
 }
 
-// encodePath joins property path segments with NUL bytes, as proxy_get_property expects.
-func encodePath(path []string) []byte {
-	size := 0
-	for i, s := range path {
-		if i > 0 {
-			size++
-		}
-		size += len(s)
-	}
-	buf := make([]byte, 0, size)
+// appendPath appends the path segments to buf, joined with NUL bytes as proxy_get_property
+// expects.
+func appendPath(buf []byte, path []string) []byte {
 	for i, s := range path {
 		if i > 0 {
 			buf = append(buf, 0)

@@ -50,6 +50,6 @@ func FuzzDecodeHeaders(f *testing.F) {
 }
 
 func TestEncodePath(t *testing.T) {
-	require.Equal(t, "xds\x00route_name", string(encodePath([]string{"xds", "route_name"})))
-	require.Empty(t, encodePath(nil))
+	require.Equal(t, "xds\x00route_name", string(appendPath(nil, []string{"xds", "route_name"})))
+	require.Empty(t, appendPath(nil, nil))
 }

@@ -9,8 +9,6 @@
 package filter
 
 import (
-	"time"
-
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -28,7 +26,7 @@ func WithClock(now func() int64) Option { return func(o *options) { o.now = now 
 
 // NewVMContext returns the VM context to register with abi.SetVMContext.
 func NewVMContext(opts ...Option) types.VMContext {
-	o := options{now: func() int64 { return time.Now().UnixNano() }}
+	o := options{now: abi.WallClockNanos}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -33,7 +33,10 @@ type plugin struct {
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
 
-	// Scratch space reused by every request on this VM.
+	// Scratch space reused by every request on this VM. The request view is only read while
+	// OnHttpRequestHeaders runs, so it lives here rather than in each stream's context: the
+	// context allocated per request is smaller, and the header cache's slice is reused.
+	req     request
 	matched []*config.Rule
 	key     []byte
 	scratch []byte
@@ -98,6 +101,8 @@ func (p *plugin) configure(data []byte) error {
 			return fmt.Errorf("redis: defining metrics: %w", err)
 		}
 	}
+	// One digest cache for every rule of this VM: rules often count the same descriptor.
+	digests := sharedstate.NewDigestCache(digestCacheSize)
 	for i, r := range cfg.Rules {
 		var lim sharedstate.Limiter = r.Limiter
 		var ad *adaptiveState
@@ -122,6 +127,7 @@ func (p *plugin) configure(data []byte) error {
 			Slots:    slots,
 			Attempts: cfg.CASAttempts,
 			Limiter:  lim,
+			Digests:  digests,
 		})
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
@@ -149,6 +155,10 @@ func (p *plugin) configure(data []byte) error {
 	}
 	return nil
 }
+
+// digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
+// at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
+const digestCacheSize = 1024
 
 func metricName(rule string) string {
 	return strings.Map(func(c rune) rune {

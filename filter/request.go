@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
 // request is the filter's view of the current request, implementing config.Request over
@@ -19,6 +20,8 @@ type request struct {
 	// headers caches single-header lookups; a request touches few distinct headers, so a
 	// short slice beats a map.
 	headers []cachedHeader
+	// clientIP keeps the client IP once a rule has parsed it (see config.ClientIP).
+	clientIP config.ClientIPCache
 }
 
 type cachedHeader struct {
@@ -37,6 +40,7 @@ const (
 func (r *request) reset() {
 	r.fetched = 0
 	r.method, r.path, r.route, r.vhost, r.source = "", "", "", "", ""
+	r.clientIP = config.ClientIPCache{}
 	clear(r.headers)
 	r.headers = r.headers[:0]
 }
@@ -81,6 +85,10 @@ func joinedHeader(name string) (string, bool) {
 	}
 	return b.String(), found
 }
+
+// ClientIPCache returns the request's client IP cache: the filter parses the client IP once
+// per request, however many rules use it.
+func (r *request) ClientIPCache() *config.ClientIPCache { return &r.clientIP }
 
 // Method returns :method.
 func (r *request) Method() string {
@@ -130,9 +138,9 @@ var (
 )
 
 func property(path []string) string {
-	b, err := abi.GetProperty(path)
+	v, err := abi.GetPropertyString(path)
 	if err != nil {
 		return ""
 	}
-	return string(b)
+	return v
 }

@@ -139,22 +139,35 @@ func errorLogs(h *wasmhost.Host) []string {
 }
 
 // The guest's cost per request, measured in the same run for a filter that does nothing, for
-// the rate limiter with one matching rule, and with five.
+// the rate limiter with one matching rule, and with five. The five rules share one key, as
+// rules counting one client over several windows do; "5rules-distinct" gives each its own.
+// "1rule-new-client" sends every request from another address, so that no key is seen twice
+// (every key digest is computed, every slot is new).
+//
+//	go test ./filter/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
-	rule := func(i int) string {
-		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
-			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i)
+	rule := func(i int, key string) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[%s{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, key)
 	}
-	five := make([]string, 5)
+	five, distinct := make([]string, 5), make([]string, 5)
 	for i := range five {
-		five[i] = rule(i)
+		five[i] = rule(i, "")
+		distinct[i] = rule(i, fmt.Sprintf(`{"source":"const","value":"%d"},`, i))
+	}
+	sources := make([]string, 1<<16)
+	for i := range sources {
+		sources[i] = fmt.Sprintf("10.1.%d.%d:5555", i>>8, i&255)
 	}
 	cases := []struct {
 		name, module, config string
+		newClients           bool
 	}{
-		{"passthrough", "./filter/testdata/passthrough", `{}`},
-		{"1rule", ".", `{"rules":[` + rule(0) + `]}`},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`},
+		{"passthrough", "./filter/testdata/passthrough", `{}`, false},
+		{"1rule", ".", `{"rules":[` + rule(0, "") + `]}`, false},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
+		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},
+		{"1rule-new-client", ".", `{"rules":[` + rule(0, "") + `]}`, true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -168,7 +181,10 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 			ctx := context.Background()
 			start := h.Stats().GuestTime
 			b.ReportAllocs()
-			for b.Loop() {
+			for i := 0; b.Loop(); i++ {
+				if c.newClients {
+					req.SourceAddress = sources[i%len(sources)]
+				}
 				res, err := h.Do(ctx, req)
 				if err != nil || res.Local != nil {
 					b.Fatal(err, res.Local)

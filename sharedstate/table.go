@@ -1,11 +1,11 @@
 package sharedstate
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
@@ -57,10 +57,17 @@ type Table struct {
 	slots    uint32
 	attempts int
 	limiter  Limiter
+	digests  *DigestCache
 	// names caches the slot key strings, built on first use: a request's slot is usually one
-	// it has used before, and building the string costs an allocation every time.
-	names    []string
-	overflow string
+	// it has used before, and building the string costs an allocation every time. The bytes
+	// of every name built so far are in nameBytes, and names[i] is 1 + where slot i's name
+	// starts there (0: not built yet). Neither holds a pointer, so the garbage collector
+	// does not scan them: a []string with one entry per slot (10,000 by default) was a
+	// large share of the collector's marking work on every cycle, which in a Wasm VM the
+	// requests pay for.
+	names     []uint32
+	nameBytes []byte
+	overflow  string
 }
 
 // TableConfig configures a Table.
@@ -75,6 +82,8 @@ type TableConfig struct {
 	Attempts int
 	// Limiter is the rule's algorithm.
 	Limiter Limiter
+	// Digests, when set, caches key digests; the Tables of one VM can share one.
+	Digests *DigestCache
 }
 
 // NewTable returns a Table for c.
@@ -90,15 +99,7 @@ func NewTable(c TableConfig) (*Table, error) {
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
 	return &Table{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter,
-		overflow: c.Prefix + "overflow"}, nil
-}
-
-// Digest returns the digest a key is stored under.
-func Digest(key []byte) [DigestSize]byte {
-	sum := sha256.Sum256(key)
-	var d [DigestSize]byte
-	copy(d[:], sum[:DigestSize])
-	return d
+		digests: c.Digests, overflow: c.Prefix + "overflow"}, nil
 }
 
 // Pending is a decision that has been made but not yet written. Deciding every rule of a request
@@ -121,7 +122,7 @@ type Pending struct {
 
 // Decide reads the key's state and decides whether n events may pass at now. Nothing is written.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
-	p.digest = Digest(key)
+	p.digest = t.digests.Digest(key)
 	p.now, p.n, p.Retries = now, n, 0
 	return t.decide(p)
 }
@@ -224,10 +225,26 @@ func (t *Table) run(p *Pending, state []byte) error {
 
 func (t *Table) slotKey(i uint64) string {
 	if t.names == nil {
-		t.names = make([]string, t.slots)
+		t.names = make([]uint32, t.slots)
 	}
-	if t.names[i] == "" {
-		t.names[i] = t.prefix + strconv.FormatUint(i, 10)
+	start := int(t.names[i]) - 1
+	if start < 0 {
+		start = len(t.nameBytes)
+		t.nameBytes = append(t.nameBytes, t.prefix...)
+		t.nameBytes = strconv.AppendUint(t.nameBytes, i, 10)
+		t.names[i] = uint32(start + 1)
 	}
-	return t.names[i]
+	// The name's bytes are never written again (nameBytes only grows, and a reallocation
+	// leaves the old array to the strings that point into it), so the string can share them.
+	name := t.nameBytes[start : start+len(t.prefix)+decimalLen(i)]
+	return unsafe.String(&name[0], len(name))
+}
+
+// decimalLen returns the number of decimal digits of i.
+func decimalLen(i uint64) int {
+	n := 1
+	for ; i >= 10; i /= 10 {
+		n++
+	}
+	return n
 }

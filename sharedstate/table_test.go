@@ -175,3 +175,28 @@ func BenchmarkTableAllowN(b *testing.B) {
 		}
 	}
 }
+
+// Slot keys are the prefix and the slot number in decimal, whatever the number's length.
+func TestSlotKeys(t *testing.T) {
+	store := sharedstate.NewMemory()
+	tab := newTable(t, store, 5000, algorithms.Config{Algorithm: "fixed_window", Limit: 5, Window: time.Minute})
+	var p sharedstate.Pending
+	for i := range 2000 {
+		require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", i), 0, 1, &p))
+		require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", i), 0, 1, &p)) // found again
+		if !p.Overflow {
+			require.EqualValues(t, 3, p.Decision.Remaining, "key k%d", i)
+		}
+	}
+	found := 0
+	for i := range 5000 {
+		if _, _, err := store.Get(fmt.Sprintf("rl|test|%d", i)); err == nil {
+			found++
+		}
+	}
+	if _, _, err := store.Get("rl|test|overflow"); err == nil {
+		found++
+	}
+	require.Equal(t, store.Len(), found, "every key the table wrote is a slot key")
+	require.GreaterOrEqual(t, found, 1900)
+}

@@ -212,7 +212,15 @@ type Rule struct {
 
 	// trustedHops is copied from the Config so AppendKey can find the client IP.
 	trustedHops int
+	// keyGroup is 1 + the Index of the first rule with the same key parts (see SameKey); 0
+	// in a rule that Parse did not build.
+	keyGroup int
 }
+
+// SameKey reports whether r and other build the same key for every request: their key parts
+// are identical (rules counting one client over several windows, say). A request's key can
+// then be built once for both. Only rules of one Parse compare equal.
+func (r *Rule) SameKey(other *Rule) bool { return r.keyGroup != 0 && r.keyGroup == other.keyGroup }
 
 // CostSpec says what a request costs. With Header empty every request costs Constant.
 // Otherwise the cost is read from the request header Header (see Rule.Cost).

@@ -12,12 +12,13 @@ type request struct {
 	path    string
 }
 
-func (r request) Header(name string) (string, bool) { v, ok := r.headers[name]; return v, ok }
-func (r request) Method() string                    { return "GET" }
-func (r request) Path() string                      { return r.path }
-func (r request) Route() string                     { return "api" }
-func (r request) VirtualHost() string               { return "example.com" }
-func (r request) SourceAddress() string             { return "203.0.113.7:50000" }
+func (r request) Header(name string) (string, bool)    { v, ok := r.headers[name]; return v, ok }
+func (r request) Method() string                       { return "GET" }
+func (r request) Path() string                         { return r.path }
+func (r request) Route() string                        { return "api" }
+func (r request) VirtualHost() string                  { return "example.com" }
+func (r request) SourceAddress() string                { return "203.0.113.7:50000" }
+func (r request) ClientIPCache() *config.ClientIPCache { return nil }
 
 func ExampleParse() {
 	_, err := config.Parse([]byte(`{

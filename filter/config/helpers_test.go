@@ -26,6 +26,9 @@ func (r *fakeRequest) Route() string         { return r.route }
 func (r *fakeRequest) VirtualHost() string   { return r.vhost }
 func (r *fakeRequest) SourceAddress() string { return r.source }
 
+// ClientIPCache returns nil: tests change a request's fields between calls.
+func (r *fakeRequest) ClientIPCache() *ClientIPCache { return nil }
+
 // req builds a request: GET / from 192.0.2.1:1234 on route "api", plus headers given as
 // "name: value" strings (repeated names are joined with ",").
 func req(headers ...string) *fakeRequest {

@@ -236,3 +236,136 @@ func TestCost(t *testing.T) {
 		t.Errorf("default default = %d", got)
 	}
 }
+
+// parseIPv4 is a fast path: whatever it accepts, the general path accepts with the same
+// address.
+func checkParseIPv4(t *testing.T, s string) {
+	t.Helper()
+	ip, ok := parseIPv4(s)
+	if !ok {
+		return // the general path decides
+	}
+	if want, wantOK := parseAddr(s); !wantOK || ip != want {
+		t.Fatalf("parseIPv4(%q) = %v; the general path gives %v, %v", s, ip, want, wantOK)
+	}
+}
+
+var ipv4Shapes = []string{
+	"192.0.2.1", "192.0.2.1:5555", "0.0.0.0", "255.255.255.255:65535", "1.2.3.4:0", "1.2.3.4:0080",
+	"1.2.3.4:65536", "1.2.3.4:", "1.2.3.4:+1", "1.2.3.4:-1", "256.1.1.1", "01.2.3.4", "1.2.3.04",
+	"1.2.3", "1.2.3.4.5", "1..2.3", "1.2.3.1234", ".1.2.3", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4::80",
+	"1.2.3.4:8a", "::ffff:1.2.3.4", "[1.2.3.4]:80", "", ":", "1.2.3.4:99999999999999999999",
+}
+
+func TestParseIPv4AgreesWithGeneralPath(t *testing.T) {
+	accepted := 0
+	for _, s := range ipv4Shapes {
+		checkParseIPv4(t, s)
+		if _, ok := parseIPv4(s); ok {
+			accepted++
+		}
+	}
+	if accepted != 6 {
+		t.Errorf("the fast path took %d of the well-formed shapes, want 6", accepted)
+	}
+}
+
+func FuzzParseIPv4(f *testing.F) {
+	for _, s := range ipv4Shapes {
+		f.Add(s)
+	}
+	f.Fuzz(checkParseIPv4)
+}
+
+// cachingRequest is a fakeRequest that keeps the client IP, as the filter's request does, and
+// counts how often the source address is read.
+type cachingRequest struct {
+	*fakeRequest
+	cache ClientIPCache
+	reads int
+}
+
+func (r *cachingRequest) ClientIPCache() *ClientIPCache { return &r.cache }
+func (r *cachingRequest) SourceAddress() string {
+	r.reads++
+	return r.fakeRequest.SourceAddress()
+}
+
+// A request with a cache gives the same keys as one without, and reads the address once.
+func TestClientIPCache(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"a","continue":true,"key":[{"source":"client_ip"}],`+tb+`},
+		{"name":"b","continue":true,"key":[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48}],`+tb+`},
+		{"name":"c","key":[{"source":"header","name":"x-t"},{"source":"client_ip"}],`+tb+`}]}`)
+	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "garbage", "::ffff:10.1.2.3"} {
+		plain := req("x-t: acme").with(func(r *fakeRequest) { r.source = src })
+		cached := &cachingRequest{fakeRequest: req("x-t: acme").with(func(r *fakeRequest) { r.source = src })}
+		want := c.Match(plain, nil)
+		got := c.Match(cached, nil)
+		if len(got) != len(want) {
+			t.Fatalf("%s: matched %d rules, want %d", src, len(got), len(want))
+		}
+		for _, r := range want {
+			k1, ok1 := r.AppendKey(nil, plain)
+			k2, ok2 := r.AppendKey(nil, cached)
+			if string(k1) != string(k2) || ok1 != ok2 {
+				t.Errorf("%s: rule %s: key %q, %v with the cache; %q, %v without", src, r.Name, k2, ok2, k1, ok1)
+			}
+		}
+		if cached.reads != 1 {
+			t.Errorf("%s: source address read %d times, want 1", src, cached.reads)
+		}
+	}
+}
+
+// Rules with identical key parts share a key group; any difference in a part separates them.
+func TestSameKey(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"a","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-t","default":"-"}],`+tb+`},
+		{"name":"b","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-t","default":"-"}],`+tb+`},
+		{"name":"c","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-t","default":"+"}],`+tb+`},
+		{"name":"d","continue":true,"key":[{"source":"client_ip","ipv4_prefix":24},{"source":"header","name":"x-t","default":"-"}],`+tb+`},
+		{"name":"e","continue":true,`+tb+`},
+		{"name":"f","key":[],`+tb+`}]}`)
+	r := c.Rules
+	same := [][2]int{{0, 1}, {4, 5}}
+	for i := range r {
+		for j := range r {
+			want := i == j
+			for _, p := range same {
+				want = want || (p[0] == i && p[1] == j) || (p[0] == j && p[1] == i)
+			}
+			if got := r[i].SameKey(r[j]); got != want {
+				t.Errorf("rules %s and %s: SameKey = %v, want %v", r[i].Name, r[j].Name, got, want)
+			}
+		}
+	}
+	if (&Rule{}).SameKey(&Rule{}) {
+		t.Error("rules not built by Parse must never share a key")
+	}
+}
+
+func BenchmarkClientIP(b *testing.B) {
+	for _, src := range []string{"192.0.2.1:5555", "[2001:db8::7]:443"} {
+		r := req().with(func(r *fakeRequest) { r.source = src })
+		b.Run("parse/"+src, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := ClientIP(r, 0); !ok {
+					b.Fatal("no address")
+				}
+			}
+		})
+		// The filter's request keeps the address: later rules of the request get it for a
+		// pointer check.
+		cached := &cachingRequest{fakeRequest: r}
+		b.Run("cached/"+src, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := ClientIP(cached, 0); !ok {
+					b.Fatal("no address")
+				}
+			}
+		})
+	}
+}

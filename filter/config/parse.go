@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,6 +139,13 @@ func (p *parser) config(root *node) *Config {
 		}
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
 			firstGlobal = i
+		}
+		r.keyGroup = i + 1
+		for _, prev := range c.Rules {
+			if slices.Equal(prev.Key, r.Key) {
+				r.keyGroup = prev.keyGroup
+				break
+			}
 		}
 		c.Rules = append(c.Rules, r)
 	}

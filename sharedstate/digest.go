@@ -1,0 +1,78 @@
+package sharedstate
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"hash/maphash"
+)
+
+// Digest returns the digest a key is stored under.
+func Digest(key []byte) [DigestSize]byte {
+	sum := sha256.Sum256(key)
+	var d [DigestSize]byte
+	copy(d[:], sum[:DigestSize])
+	return d
+}
+
+// DigestCache remembers the digests of recently seen keys.
+//
+// SHA-256 of a short key costs about 2 us in a Wasm VM (its 64 rounds are plain 32-bit
+// arithmetic that no runtime speeds up), which is the largest single cost of deciding a rule.
+// Keys repeat: a client sends many requests, and rules that count the same descriptor (say one
+// limit per second and one per hour for each client) share it. The cache keeps the digest, so
+// it stays exactly the SHA-256 prefix that every worker VM and every older version of the
+// filter computes for the same key: slots written before remain found, and nothing about
+// collision resistance changes. A cheaper keyed hash was weighed against this: it would need a
+// secret shared by every VM of the process (stored in shared data) and would move every key to
+// another slot on upgrade, while old and new VMs drain side by side on the same slots.
+//
+// The cache is direct-mapped: an entry is chosen by a seeded maphash of the key (about 0.1 us)
+// and holds one key with its digest; a different key mapping to the same entry replaces it.
+// Lookups compare the whole key, so a hit always returns the key's own digest; an attacker who
+// floods distinct keys only turns hits into misses, which cost what every lookup cost before
+// plus a copy of the key. Keys longer than maxCachedKey are not cached, which bounds memory at
+// about entries * (maxCachedKey + 48) bytes; entries reuse their key buffers, so the cache
+// stops allocating once warm.
+//
+// A DigestCache is not safe for concurrent use: share it only among the Tables of one VM (a
+// VM is single-threaded).
+type DigestCache struct {
+	seed    maphash.Seed
+	entries []digestEntry
+	// last is the entry found or filled last. Rules that share a key look it up one after
+	// another, and comparing with it first saves hashing the key again.
+	last *digestEntry
+}
+
+type digestEntry struct {
+	used   bool
+	digest [DigestSize]byte
+	key    []byte
+}
+
+// maxCachedKey is the longest key a DigestCache keeps. Descriptors built from an address and a
+// header or two are far shorter; a longer key is only hashed.
+const maxCachedKey = 128
+
+// NewDigestCache returns a cache of size entries (at least 1).
+func NewDigestCache(size int) *DigestCache {
+	return &DigestCache{seed: maphash.MakeSeed(), entries: make([]digestEntry, max(size, 1))}
+}
+
+// Digest returns Digest(key), from the cache when key was seen recently. A nil cache computes
+// every digest.
+func (c *DigestCache) Digest(key []byte) [DigestSize]byte {
+	if c == nil || len(key) > maxCachedKey {
+		return Digest(key)
+	}
+	if e := c.last; e != nil && bytes.Equal(e.key, key) {
+		return e.digest
+	}
+	e := &c.entries[maphash.Bytes(c.seed, key)%uint64(len(c.entries))]
+	c.last = e
+	if e.used && bytes.Equal(e.key, key) {
+		return e.digest
+	}
+	e.used, e.digest, e.key = true, Digest(key), append(e.key[:0], key...)
+	return e.digest
+}
