@@ -143,12 +143,12 @@ type Config struct {
 
 // Redis configures the Redis (webdis over HTTP callouts) store used by global rules.
 type Redis struct {
-	Cluster     string        // Envoy cluster that reaches webdis
-	Authority   string        // :authority of the callout; defaults to Cluster
-	Timeout     time.Duration // per callout
-	KeyPrefix   string        // prepended to every Redis key
-	FailureMode RedisFailureMode
-	Breaker     Breaker
+	Cluster     string           // Envoy cluster that reaches webdis
+	Authority   string           // :authority of the callout; defaults to Cluster
+	Timeout     time.Duration    // per callout
+	KeyPrefix   string           // prepended to every Redis key
+	FailureMode RedisFailureMode // what a global rule does when Redis cannot answer
+	Breaker     Breaker          // when to stop asking a failing Redis, and for how long
 }
 
 // Breaker is the circuit breaker in front of Redis: after Failures consecutive failures,
@@ -166,9 +166,9 @@ type Header struct {
 
 // Deny is the local response sent when a request is rate limited.
 type Deny struct {
-	Status      int
-	Body        string // the template as configured; see AppendBody
-	ContentType string
+	Status      int      // HTTP status of the local response
+	Body        string   // the template as configured; see AppendBody
+	ContentType string   // content-type of the local response
 	Headers     []Header // sorted by name
 	body        []bodyPart
 }
@@ -180,7 +180,7 @@ type Rule struct {
 	// Name is unique in the config and limited to [A-Za-z0-9_.-]{1,64}, so it can be used
 	// in metric names, state keys and deny bodies without escaping.
 	Name        string
-	Description string
+	Description string // free text for people; the filter ignores it
 	// Match holds the request conditions; a zero Match matches every request.
 	Match Match
 	// Key is the ordered list of descriptor parts; empty means one key for the rule.
@@ -203,7 +203,7 @@ type Rule struct {
 	Shadow bool
 	// Continue lets evaluation go on to later rules after this one applies.
 	Continue bool
-	Scope    Scope
+	Scope    Scope // where the rule's state lives: this proxy, or Redis
 
 	// Effective values: the rule's override, or the top-level value.
 	MaxKeys          int
@@ -233,7 +233,7 @@ type CostSpec struct {
 
 // KeyPart is one descriptor part of a rule's key.
 type KeyPart struct {
-	Source Source
+	Source Source // where the part's value comes from
 	// Name is the header name (lower-case) or the query parameter name.
 	Name string
 	// Value is the constant for SourceConst.
@@ -264,11 +264,11 @@ const (
 // Match holds a rule's request conditions. Every non-empty condition must hold; within a
 // list, any one entry is enough.
 type Match struct {
-	Routes       []string // exact xds.route_name values
-	VirtualHosts []string // exact xds.virtual_host_name values
-	Path         *PathMatch
-	Methods      []string
-	Headers      []HeaderMatch
+	Routes       []string      // exact xds.route_name values
+	VirtualHosts []string      // exact xds.virtual_host_name values
+	Path         *PathMatch    // nil: any path
+	Methods      []string      // any of these methods
+	Headers      []HeaderMatch // every one of these header conditions
 
 	routes  stringSet
 	vhosts  stringSet
@@ -278,16 +278,16 @@ type Match struct {
 // PathMatch compares the request path without its query string.
 type PathMatch struct {
 	Kind  StringMatchKind // MatchExact, MatchPrefix or MatchRegex
-	Value string
+	Value string          // the exact path, the prefix, or the regular expression
 	re    *regexp.Regexp
 }
 
 // HeaderMatch is one header condition. Invert negates the result, so an exact match with
 // Invert holds when the header is absent or has a different value.
 type HeaderMatch struct {
-	Name   string // lower-case
-	Kind   StringMatchKind
-	Value  string // for MatchExact, MatchPrefix and MatchRegex
-	Invert bool
+	Name   string          // lower-case
+	Kind   StringMatchKind // how the header value is compared
+	Value  string          // for MatchExact, MatchPrefix and MatchRegex
+	Invert bool            // negate the result
 	re     *regexp.Regexp
 }
