@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
@@ -187,6 +188,12 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 	var reply redis.Reply
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		reply, err = redis.ParseReply(calloutStatus(), calloutBody(bodySize))
+		if err == nil && reply.Decision.Limit != p.globals[a.rs.rule.Index].Limit() {
+			// Every script answers with the limit it was given, so another limit means the
+			// answer is not for this request (a misrouted cluster, a proxy in between): it is
+			// treated like any other malformed answer rather than trusted.
+			err = errForeignReply
+		}
 	}
 	switch {
 	case err == nil:
@@ -229,7 +236,10 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 	}
 }
 
-var errCalloutReset = errors.New("callout reset")
+var (
+	errCalloutReset = errors.New("callout reset")
+	errForeignReply = fmt.Errorf("%w: the answer carries another rule's limit", redis.ErrMalformed)
+)
 
 // noteFailure counts a failed Redis decision by kind and feeds the breaker.
 func (h *httpContext) noteFailure(now int64, err error) {

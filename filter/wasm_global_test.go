@@ -862,6 +862,8 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[false,"WRONGTYPE x"]}`)), "ratelimit_redis_errors_total"},
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[2,1,0,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{redistest.GarbageServer(t, 200, []byte(strings.Repeat(" ", 8192))), "ratelimit_redis_malformed_total"},
+			// A well-formed answer that carries another limit is not this request's answer.
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,999999,5,0,0,1,0]}`)), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
 			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)
