@@ -1,0 +1,122 @@
+package filter
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// The global path natively, under the SDK's emulator: the callout the filter sends, and what it
+// does with each kind of answer. The same behaviours run against real webdis and Redis in
+// wasm_global_test.go.
+
+const nativeGlobalConfig = `{"redis":{"cluster":"webdis","authority":"webdis.local","timeout":"40ms","failure_mode":"%s"},
+	"rules":[{"name":"g","scope":"global","key":[{"source":"header","name":"x-api-key"}],
+	"algorithm":"gcra","limit":5,"window":"1m"}]}`
+
+func newNativeGlobal(t *testing.T, failureMode string) *nativeDriver {
+	return newNative(t, strings.Replace(nativeGlobalConfig, "%s", failureMode, 1))
+}
+
+// start sends a request with an API key and returns its context id; it must be paused on one
+// callout.
+func (d *nativeDriver) startGlobal(t *testing.T, key string) (uint32, uint32) {
+	t.Helper()
+	id := d.host.InitializeHttpContext()
+	action := d.host.CallOnRequestHeaders(id, step{headers: [][2]string{hdr("x-api-key", key)}}.requestHeaders(), true)
+	require.Equal(t, types.ActionPause, action)
+	callouts := d.host.GetCalloutAttributesFromContext(id)
+	require.NotEmpty(t, callouts)
+	return id, callouts[len(callouts)-1].CalloutID
+}
+
+func TestGlobalNativeCallout(t *testing.T) {
+	d := newNativeGlobal(t, "deny")
+	id, _ := d.startGlobal(t, "k/1?x.json")
+	c := d.host.GetCalloutAttributesFromContext(id)[0]
+	require.Equal(t, "webdis", c.Upstream)
+	h := headerMap(c.Headers)
+	require.Equal(t, "POST", h[":method"])
+	require.Equal(t, "/", h[":path"])
+	require.Equal(t, "webdis.local", h[":authority"])
+	body := string(c.Body)
+	require.True(t, strings.HasPrefix(body, "EVALSHA/"), body)
+	// The hostile key travels as one escaped argument: no raw '/', '?' or '.' from it.
+	require.Contains(t, body, "/1/rl%3A%7Bg%7D%3A")
+	require.NotContains(t, body, "?")
+}
+
+func TestGlobalNativeAnswers(t *testing.T) {
+	d := newNativeGlobal(t, "deny")
+
+	id, callout := d.startGlobal(t, "a")
+	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
+		nil, []byte(`{"EVALSHA":[1,5,4,0,12000000000,1764504000,0]}`))
+	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
+	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+	require.Equal(t, `"g";r=4;t=12`, headerMap(d.host.GetCurrentResponseHeaders(id))["ratelimit"])
+
+	id, callout = d.startGlobal(t, "a")
+	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
+		nil, []byte(`{"EVALSHA":[0,5,0,2500000000,60000000000,1764504000,0]}`))
+	resp := d.host.GetSentLocalResponse(id)
+	require.NotNil(t, resp)
+	require.EqualValues(t, 429, resp.StatusCode)
+	require.Equal(t, "3", headerMap(resp.Headers)["retry-after"])
+}
+
+// NOSCRIPT: Redis lost the script, and the filter sends it in full once.
+func TestGlobalNativeNoScript(t *testing.T) {
+	d := newNativeGlobal(t, "deny")
+	id, callout := d.startGlobal(t, "a")
+	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
+		nil, []byte(`{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}`))
+	callouts := d.host.GetCalloutAttributesFromContext(id)
+	require.Len(t, callouts, 2)
+	require.True(t, strings.HasPrefix(string(callouts[1].Body), "EVAL/"))
+	d.host.CallOnHttpCallResponse(callouts[1].CalloutID, [][2]string{{":status", "200"}},
+		nil, []byte(`{"EVAL":[1,5,4,0,12000000000,1764504000,0]}`))
+	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
+	n, err := d.host.GetCounterMetric("ratelimit_redis_noscript_total")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// Each failure mode on a reset callout, and on an answer that is not a script result.
+func TestGlobalNativeFailureModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want int // 0: continued
+	}{{"allow", 0}, {"deny", 429}, {"local", 0}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			d := newNativeGlobal(t, tc.mode)
+			for _, answer := range [][]byte{nil, []byte("<html>")} {
+				id, callout := d.startGlobal(t, "a")
+				var hdrs [][2]string
+				if answer != nil {
+					hdrs = [][2]string{{":status", "200"}}
+				}
+				d.host.CallOnHttpCallResponse(callout, hdrs, nil, answer)
+				if tc.want == 0 {
+					require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
+					require.Nil(t, d.host.GetSentLocalResponse(id))
+				} else {
+					resp := d.host.GetSentLocalResponse(id)
+					require.NotNil(t, resp)
+					require.EqualValues(t, tc.want, resp.StatusCode)
+				}
+			}
+			resets, _ := d.host.GetCounterMetric("ratelimit_redis_resets_total")
+			malformed, _ := d.host.GetCounterMetric("ratelimit_redis_malformed_total")
+			require.EqualValues(t, 1, resets)
+			require.EqualValues(t, 1, malformed)
+			if tc.mode == "local" {
+				// The rule's own limit, on this proxy's shared data, counted both requests.
+				allowed, _ := d.host.GetCounterMetric("ratelimit_g_allowed_total")
+				require.EqualValues(t, 2, allowed)
+			}
+		})
+	}
+}
