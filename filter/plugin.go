@@ -110,6 +110,7 @@ func (p *plugin) configure(data []byte) error {
 			al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 			ad = &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}
 			lim = al
+			warnAdaptiveFloor(r)
 		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
@@ -227,5 +228,27 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 	if p.failures&(p.failures-1) == 0 {
 		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
 			rs.rule.Name, p.failures, p.cfg.FailureMode, err)
+	}
+}
+
+// warnAdaptiveFloor logs when an adaptive rule's min_limit is below what its controller can
+// reach: an interval with fewer than MinSamples completed requests counts as healthy, so a
+// limit that admits fewer than that per interval climbs back up by itself. The configuration
+// is still valid (the limit stays within its bounds), so this is a warning, not an error.
+func warnAdaptiveFloor(r *config.Rule) {
+	c := r.Algorithm
+	if c.AdjustInterval <= 0 || c.Window <= 0 {
+		return
+	}
+	samples := c.MinSamples
+	if samples == 0 {
+		samples = algorithms.DefaultMinSamples
+	}
+	// Admitted per interval = limit x interval / window; the floor solves that for samples.
+	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
+	if c.MinLimit < floor {
+		abi.LogWarnf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
+			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
+			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples)
 	}
 }

@@ -91,3 +91,20 @@ func TestAdaptiveLimitFallsAndRecovers(t *testing.T) {
 	}
 	require.EqualValues(t, 100, limit(), "a healthy upstream gets its full limit back")
 }
+
+// A min_limit below what the controller can hold is accepted but named in a warning.
+func TestAdaptiveFloorWarning(t *testing.T) {
+	// Each emulator holds the SDK's global lock until its cleanup, hence one per subtest.
+	t.Run("below the floor", func(t *testing.T) {
+		d := newNative(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
+			"adaptive":{"min_limit":5,"max_limit":100,"target_latency":"100ms","interval":"200ms"}}]}`)
+		warnings := d.host.GetWarnLogs()
+		require.Len(t, warnings, 1)
+		require.Contains(t, warnings[0], `rule "ad": adaptive min_limit 5 is below 50`)
+	})
+	t.Run("above the floor", func(t *testing.T) {
+		d := newNative(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
+			"adaptive":{"min_limit":10,"max_limit":100,"target_latency":"100ms","interval":"1s"}}]}`)
+		require.Empty(t, d.host.GetWarnLogs())
+	})
+}
