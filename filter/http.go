@@ -49,8 +49,8 @@ type httpContext struct {
 	// finished is set once the request has been let through or denied; done once the stream
 	// is gone. A late callout answer for either is ignored.
 	finished, done bool
-	// queuedAt is non-zero while a shaping rule holds the request.
-	queuedAt int
+	// queued is set while a shaping rule holds the request in the plugin's queue.
+	queued bool
 
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState
@@ -279,7 +279,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if !h.finished && h.d != nil {
 		h.plugin.giveDecisions(h)
 	}
-	if h.queuedAt > 0 && h.plugin.dequeue(h.id) {
+	if h.queued && h.plugin.dequeue(h.id) {
 		// The client gave up while the request waited in a shaping queue: it never reached
 		// the upstream, so it says nothing about the upstream's health.
 		h.observed = h.observed[:0]

@@ -97,7 +97,7 @@ func (p *plugin) OnTick() {
 func (p *plugin) enqueue(h *httpContext, rs *ruleState, now, release int64) {
 	p.queue = append(p.queue, queued{h: h, release: release, enqueued: now, rs: rs})
 	rs.shape.queued.Increment(1)
-	h.queuedAt = len(p.queue)
+	h.queued = true
 }
 
 // releaseDue resumes every queued stream whose release time has come.
@@ -108,6 +108,7 @@ func (p *plugin) releaseDue(now int64) {
 			kept = append(kept, q)
 			continue
 		}
+		q.h.queued = false
 		q.rs.shape.delay.Record(uint64(max(0, now-q.enqueued) / 1e6))
 		if err := abi.SetEffectiveContext(q.h.id); err != nil {
 			// The stream is gone without its done callback having run (it cannot be resumed
@@ -133,6 +134,7 @@ func (p *plugin) releaseDue(now int64) {
 func (p *plugin) dequeue(id uint32) bool {
 	for i, q := range p.queue {
 		if q.h.id == id {
+			q.h.queued = false
 			q.rs.shape.dropped.Increment(1)
 			p.queue = append(p.queue[:i], p.queue[i+1:]...)
 			return true
