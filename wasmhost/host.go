@@ -3,7 +3,7 @@
 // Envoy cannot run on the development machines; tests, benchmarks and the
 // local runner (cmd/ratelimit-host) load the compiled filter here instead.
 //
-// The facts it reproduces are listed in /work/shared/ENVOY-HOST.md and were
+// The facts it reproduces are listed in ENVOY-HOST.md next to this file and were
 // checked against proxy-wasm-cpp-host and Envoy's source: load-time checks,
 // one VM per worker plus a canary, the restricted start and allocator calls,
 // Envoy's WASI subset, the shared-data CAS rules, callout response shapes,
