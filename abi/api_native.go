@@ -190,6 +190,9 @@ func (c MetricCounter) Value() uint64 { return c.m.Value() }
 // Record sets the gauge to value. The emulator only offers Add, so Record adds the difference.
 func (g MetricGauge) Record(value int64) { g.m.Add(value - g.m.Value()) }
 
+// Add adds delta (which may be negative) to the gauge.
+func (g MetricGauge) Add(delta int64) { g.m.Add(delta) }
+
 // Value returns the gauge's current value.
 func (g MetricGauge) Value() int64 { return g.m.Value() }
 

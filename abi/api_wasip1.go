@@ -305,6 +305,11 @@ func (m MetricCounter) Value() uint64 {
 // Record sets the gauge to value.
 func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(value)) }
 
+// Add adds delta to the gauge. Envoy's proxy_increment_metric adds a positive offset to a
+// gauge and subtracts a negative one, and stats are process-wide, so every worker VM's deltas
+// sum into one value, where Record would let the last writer win.
+func (m MetricGauge) Add(delta int64) { hostIncrementMetric(uint32(m), delta) }
+
 // Value returns the gauge's current value.
 func (m MetricGauge) Value() int64 {
 	var v uint64

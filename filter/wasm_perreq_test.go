@@ -1,0 +1,109 @@
+package filter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/require"
+)
+
+// doOn runs one global request on the given worker VM.
+func doOn(t testing.TB, h *wasmhost.Host, worker int) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	req := globalRequest()
+	req.Worker = worker
+	res, err := h.Do(ctx, req)
+	require.NoError(t, err, "the request must complete within %v", callDeadline)
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	return outcomeOf(res)
+}
+
+// Issue 11 item 7, against the compiled module: with two worker VMs, each with its own breaker,
+// ratelimit_redis_breaker_open counts the workers that are open. When one of two open workers
+// closes, the gauge must still say one is open (the per-worker 1/0 it replaced read 0), and a
+// VM retired with its breaker open takes its share with it.
+func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
+	srv := redistest.Start(t)
+	const cooldown = 200 * time.Millisecond
+	rules := "[" + globalRule("gauge", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
+	metrics := wasmhost.NewMetricStore()
+	start := func() *wasmhost.Host {
+		h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
+			Workers: 2, VMID: "ratelimit", PluginName: "ratelimit",
+			PluginConfig: []byte(globalConfig(redisOpts{timeout: "1s", failureMode: "allow",
+				failures: 1, cooldown: cooldown.String()}, rules)),
+			Clusters:    map[string]string{"webdis": srv.WebdisURL()},
+			MetricStore: metrics,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close(context.Background()) })
+		return h
+	}
+	h := start()
+	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+
+	require.Contains(t, doOn(t, h, 0).headers, "ratelimit")
+	require.Contains(t, doOn(t, h, 1).headers, "ratelimit")
+	srv.StopRedis()
+	doOn(t, h, 0)
+	require.EqualValues(t, 1, gauge(), "worker 0 is open")
+	openedAt := time.Now()
+	doOn(t, h, 1)
+	require.EqualValues(t, 2, gauge(), "both workers are open")
+	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_breaker_opened_total"))
+
+	srv.StartRedis()
+	waitWebdis(t, srv)
+	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
+	require.Contains(t, doOn(t, h, 0).headers, "ratelimit", "worker 0's probe is decided by Redis")
+	require.EqualValues(t, 1, gauge(), "worker 1 is still open")
+	require.Contains(t, doOn(t, h, 1).headers, "ratelimit")
+	require.Zero(t, gauge(), "every worker is closed")
+
+	// A configuration update replaces the VMs; the stats stay. A VM that goes away with its
+	// breaker open must not leave the gauge saying so for good.
+	srv.StopRedis()
+	doOn(t, h, 1)
+	require.EqualValues(t, 1, gauge())
+	require.NoError(t, h.Close(context.Background()))
+	require.Zero(t, redisMetric(h, "ratelimit_redis_breaker_open"), "the retired VM took its share")
+	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_breaker_opened_total"))
+	require.Zero(t, h.Stats().Traps)
+}
+
+// Issue 11 item 8, against the compiled module: a webdis cluster without hosts makes Envoy fail
+// proxy_http_call at once with InternalFailure, and no answer ever comes. Each failure mode
+// applies at once, the failure is counted as unavailable (not as a reset), and it feeds the
+// breaker, which then stops trying.
+func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want int // 0: continued
+	}{{"allow", 0}, {"deny", 429}, {"local", 0}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			rules := "[" + globalRule("nohosts", `"algorithm":"fixed_window","limit":100,"window":"1h"`, false) + "]"
+			h := newWasm(t, globalConfig(redisOpts{failureMode: tc.mode, failures: 3, cooldown: "10m"}, rules),
+				wasmOptions{workers: 1, clusters: map[string]string{"webdis": wasmhost.ClusterNoHosts}, realTime: true}).host
+			for i := range 5 {
+				got, elapsed := doTimed(t, h)
+				require.Equalf(t, tc.want, got.status, "request %d", i)
+				require.Less(t, elapsed, time.Second, "nothing waits for an answer that never comes")
+			}
+			require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_unavailable_total"))
+			require.Zero(t, redisMetric(h, "ratelimit_redis_resets_total"))
+			require.Zero(t, redisMetric(h, "ratelimit_redis_calls_total"), "nothing was sent")
+			require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_skipped_total"), "the breaker opened after 3")
+			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_breaker_open"))
+			if tc.mode == "local" {
+				require.EqualValues(t, 5, redisMetric(h, "ratelimit_nohosts_allowed_total"))
+			}
+			require.Zero(t, h.Stats().Traps)
+		})
+	}
+}
