@@ -1,8 +1,10 @@
 package filter
 
 import (
+	"math/big"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
@@ -72,4 +74,91 @@ func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
 	// Any other refusal (a cluster Envoy does not know) stays a reset.
 	w.noteFailure(t0.UnixNano(), sendError(abi.ErrBadArgument))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_redis_resets_total"))
+}
+
+// Issue 11 item 3: an adaptive rule advertises the limit in force, not its configured
+// maximum. The limit falls under upstream errors; every response's RateLimit-Policy must say
+// what the gauge says.
+func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
+		"adaptive":{"min_limit":10,"max_limit":200,"target_latency":"100ms","interval":"1s"}}]}`)
+	at := time.Duration(0)
+	serve := func(status string) string {
+		*d.now = t0.Add(at)
+		id := d.host.InitializeHttpContext()
+		d.host.CallOnRequestHeaders(id, step{}.requestHeaders(), true)
+		d.host.CallOnResponseHeaders(id, [][2]string{{":status", status}}, true)
+		policy := headerMap(d.host.GetCurrentResponseHeaders(id))["ratelimit-policy"]
+		d.host.CompleteHttpContext(id)
+		return policy
+	}
+	require.Equal(t, `"ad";q=200;w=1`, serve("200"))
+	for range 6 {
+		for range 20 {
+			serve("503")
+		}
+		at += time.Second
+		*d.now = t0.Add(at)
+		d.host.Tick()
+	}
+	limit := gaugeNative(t, d, "ratelimit_ad_adaptive_limit")
+	require.Less(t, limit, int64(200), "errors must have lowered the limit")
+	require.Equal(t, `"ad";q=`+strconv.FormatInt(limit, 10)+`;w=1`, serve("200"))
+}
+
+// Issue 11 item 3: a Redis answer with an absurd retry-after (2^63-1 ns) is clamped to the
+// rule's longest wait (gcra 5 per minute: two minutes) instead of overflowing into
+// "Retry-After: -9223372035".
+func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
+	d := newNativeGlobal(t, "deny")
+	id, callout := d.startGlobal(t, "a")
+	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
+		nil, []byte(`{"EVALSHA":[0,5,0,9223372036854775807,9223372036854775807,1764504000,0]}`))
+	resp := d.host.GetSentLocalResponse(id)
+	require.NotNil(t, resp)
+	require.EqualValues(t, 429, resp.StatusCode)
+	h := headerMap(resp.Headers)
+	require.Equal(t, "120", h["retry-after"])
+	require.Equal(t, `"g";r=0;t=120`, h["ratelimit"])
+	require.Contains(t, string(resp.Data), `"retry_after":120`)
+}
+
+// policyRate's contract on the issue's examples and on windows of whole seconds.
+func TestPolicyRate(t *testing.T) {
+	for _, tc := range []struct {
+		limit  int64
+		window time.Duration
+		q, w   int64
+	}{
+		{5, 500 * time.Millisecond, 10, 1},
+		{3, 1500 * time.Millisecond, 2, 1},
+		{7, 1300 * time.Millisecond, 70, 13},
+		{100, time.Minute, 100, 60},
+		{5, 10 * time.Second, 5, 10},
+		{1, time.Millisecond, 1000, 1},
+		{1_000_000_000, 1001 * time.Millisecond, 1_000_000_000_000, 1001},
+		{1, 31*24*time.Hour + time.Millisecond, 1000, 2678400001},
+	} {
+		q, w := policyRate(tc.limit, tc.window)
+		require.Equalf(t, [2]int64{tc.q, tc.w}, [2]int64{q, w}, "%d per %v", tc.limit, tc.window)
+		// q/w == limit/window exactly: q * window == limit * w seconds (in big integers,
+		// as the products overflow an int64).
+		lhs := new(big.Int).Mul(big.NewInt(q), big.NewInt(int64(tc.window)))
+		rhs := new(big.Int).Mul(big.NewInt(tc.limit*w), big.NewInt(int64(time.Second)))
+		require.Zero(t, lhs.Cmp(rhs), "%d per %v", tc.limit, tc.window)
+	}
+}
+
+// The adaptive policy is rendered per request into a reused buffer: no allocation.
+func BenchmarkAppendPolicyAdaptive(b *testing.B) {
+	rs := &ruleState{rule: &config.Rule{Name: "ad"}, adaptive: &adaptiveState{lim: &adaptiveLimiter{limit: 117}}}
+	rs.rule.Algorithm.Window = 1300 * time.Millisecond
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = rs.appendPolicy(buf[:0])
+	}
+	if allocs := testing.AllocsPerRun(100, func() { buf = rs.appendPolicy(buf[:0]) }); allocs != 0 {
+		b.Fatalf("%v allocations per policy", allocs)
+	}
 }

@@ -3,7 +3,6 @@ package filter
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -49,11 +48,12 @@ type plugin struct {
 type ruleState struct {
 	rule   *config.Rule
 	table  *sharedstate.Table
-	policy string // the rule's RateLimit-Policy item, rendered once
+	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	m      ruleMetrics
 
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
+	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -139,7 +139,7 @@ func (p *plugin) configure(data []byte) error {
 				i, other, r.Name, metric)
 		}
 		names[metric] = r.Name
-		rs := &ruleState{rule: r, table: table, policy: policyItem(r), adaptive: ad}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
@@ -201,16 +201,6 @@ func (rs *ruleState) defineMetrics(name string) error {
 		g.Record(rs.adaptive.lim.limit)
 	}
 	return errors.Join(errs...)
-}
-
-// policyItem renders the rule's item of the IETF draft RateLimit-Policy field: the policy name
-// as a structured-field string, its quota q and window w in seconds.
-func policyItem(r *config.Rule) string {
-	w := int64(r.Algorithm.Window.Seconds())
-	if w < 1 {
-		w = 1
-	}
-	return `"` + r.Name + `";q=` + strconv.FormatInt(r.Algorithm.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {

@@ -113,6 +113,23 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// Issue 11: the policy used to round the window to whole seconds (5 per 500ms was
+		// q=5;w=1, 3 per 1.5s was q=3;w=1). q/w must be the rule's rate exactly.
+		name: "RateLimit-Policy states each rule's rate exactly",
+		config: `{"rules":[
+			{"name":"half","continue":true,"algorithm":"fixed_window","limit":5,"window":"500ms"},
+			{"name":"third","continue":true,"algorithm":"token_bucket","limit":3,"window":"1500ms"},
+			{"name":"odd","continue":true,"algorithm":"gcra","limit":7,"window":"1300ms"},
+			{"name":"minute","algorithm":"sliding_window","limit":100,"window":"1m"}]}`,
+		steps: []step{
+			{wantHeaders: map[string]string{"ratelimit-policy": `"half";q=10;w=1, "third";q=2;w=1, "odd";q=70;w=13, "minute";q=100;w=60`}},
+			{}, {},
+			// "third" (3 per 1.5s) denies the fourth request, and its policy says 2 per second.
+			{want: 429, wantBody: `"rule":"third"`, wantHeaders: map[string]string{
+				"ratelimit-policy": `"third";q=2;w=1`, "retry-after": "1"}},
+		},
+	},
+	{
 		name: "X-Forwarded-For is trusted only as far as configured",
 		config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
 			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,

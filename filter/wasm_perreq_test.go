@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
@@ -106,4 +107,52 @@ func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
 			require.Zero(t, h.Stats().Traps)
 		})
 	}
+}
+
+// Issue 11 item 3, against the compiled module: an adaptive rule whose limit fell to 117
+// advertises q=117, not its configured 200. The controller in shared data is set to 117 (as
+// by the controller's own update, at the scenarios' fixed instant, so no interval elapses and
+// the limit stays); every worker VM adopts it on its next tick.
+func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
+	const rule = `{"name":"ad","algorithm":"adaptive","window":"1s",
+		"adaptive":{"min_limit":10,"max_limit":200,"target_latency":"100ms","interval":"1s"}}`
+	shared := wasmhost.NewSharedData()
+	d := newWasm(t, `{"rules":[`+rule+`]}`, wasmOptions{workers: 2, shared: shared})
+	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgAdaptive, Limit: 117, Window: time.Second,
+		MinLimit: 10, MaxLimit: 200, TargetLatency: 100 * time.Millisecond, AdjustInterval: time.Second})
+	require.NoError(t, err)
+	_, state := lim.(*algorithms.Adaptive).Update(nil, algorithms.Signals{}, t0.UnixNano())
+	require.Equal(t, wasmhost.StatusOK, shared.Set("ratelimit", "rl|ad|ctrl", state, 0))
+
+	require.Eventually(t, func() bool {
+		return hostMetric(t, d.host, "ratelimit_ad_adaptive_limit") == 117
+	}, 5*time.Second, 10*time.Millisecond, "the workers adopt the controller's limit")
+	for worker := range 2 {
+		require.Eventuallyf(t, func() bool {
+			req := d.request(step{})
+			req.Worker = worker
+			res, err := d.host.Do(context.Background(), req)
+			require.NoError(t, err)
+			return outcomeOf(res).headers["ratelimit-policy"] == `"ad";q=117;w=1`
+		}, 5*time.Second, 20*time.Millisecond, "worker %d advertises the limit in force", worker)
+	}
+	require.Zero(t, d.host.Stats().Traps)
+}
+
+// Issue 11 item 3, against the compiled module: a webdis answer with a retry-after of 2^63-1
+// ns (well-formed, absurd) is clamped to the rule's longest wait, two minutes for gcra 5 per
+// minute, in Retry-After, RateLimit and the deny body.
+func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
+	url := redistest.GarbageServer(t, 200,
+		[]byte(`{"EVALSHA":[0,5,0,9223372036854775807,9223372036854775807,1764504000,0]}`))
+	rules := "[" + globalRule("g", `"algorithm":"gcra","limit":5,"window":"1m"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), url, 1)
+	got, _ := doTimed(t, h)
+	require.Equal(t, 429, got.status)
+	require.Equal(t, "120", got.headers["retry-after"])
+	require.Equal(t, `"g";r=0;t=120`, got.headers["ratelimit"])
+	require.Equal(t, "5", got.headers["x-ratelimit-limit"])
+	require.Equal(t, "120", got.headers["x-ratelimit-reset"])
+	require.Contains(t, got.body, `"retry_after":120`)
+	require.Zero(t, h.Stats().Traps)
 }
