@@ -69,6 +69,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
+	if action, refused := h.refuseDuplicateKeyHeader(); refused {
+		return action
+	}
 	now := p.now()
 	h.startedAt = now
 	h.d = p.takeDecisions()

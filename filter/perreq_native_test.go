@@ -162,3 +162,18 @@ func BenchmarkAppendPolicyAdaptive(b *testing.B) {
 		b.Fatalf("%v allocations per policy", allocs)
 	}
 }
+
+// Issue 11 item 5: each refusal of a repeated key header is counted on the rule; a shadow
+// rule counts it and skips the request instead of refusing it.
+func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
+	d := newNative(t, `{"rules":[
+		{"name":"dry","shadow":true,"continue":true,"key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":5,"window":"1m"},
+		{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`)
+	dup := step{headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b"), hdr("x-user", "u")}, want: 400}
+	shadowDup := step{headers: [][2]string{hdr("x-api-key", "a"), hdr("x-user", "u1"), hdr("x-user", "u2")}}
+	runScenario(t, d, scenario{steps: []step{dup, dup, shadowDup}})
+	require.EqualValues(t, 2, counterNative(d, "ratelimit_per_key_duplicate_header_total"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_dry_duplicate_header_total"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_per_key_allowed_total"), "the shadow rule's repetition let the request through")
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_dry_skipped_total"))
+}

@@ -67,6 +67,9 @@ type ruleMetrics struct {
 	casRetries   abi.MetricCounter // compare-and-swap attempts lost to other workers
 	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
 	overflow     abi.MetricCounter // decisions counted in the rule's shared overflow slot
+	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
+	// carried the rule's key header more than once.
+	duplicateHeader abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -186,6 +189,7 @@ func (rs *ruleState) defineMetrics(name string) error {
 		storeErrors:  def("store_errors"),
 		overflow:     def("key_overflow"),
 	}
+	rs.m.duplicateHeader = def("duplicate_header")
 	if rs.shape != nil {
 		rs.shape.queued = def("shape_queued")
 		rs.shape.released = def("shape_released")

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -155,4 +156,31 @@ func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
 	require.Equal(t, "120", got.headers["x-ratelimit-reset"])
 	require.Contains(t, got.body, `"retry_after":120`)
 	require.Zero(t, h.Stats().Traps)
+}
+
+// Issue 11 item 5, against the compiled module with the host's header map: a repeated
+// x-api-key (one entry per line, as Envoy keeps it) is refused and counted; a repeated
+// user-agent, which Envoy folds into one "a,b" value before the filter sees it (and sends
+// upstream as that one value), is keyed on that value and not refused.
+func TestDuplicateKeyHeaderWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[
+		{"name":"ua","continue":true,"key":[{"source":"header","name":"user-agent"}],"algorithm":"fixed_window","limit":1,"window":"1m"},
+		{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":3,"window":"1m"}]}`,
+		wasmOptions{})
+	for i := range 10 {
+		got := d.do(t, t0, step{headers: [][2]string{hdr("x-api-key", "rnd"+strconv.Itoa(i)), hdr("x-api-key", "real")}})
+		require.Equal(t, 400, got.status, "request %d", i)
+		require.Contains(t, got.body, `"header":"x-api-key"`)
+	}
+	require.EqualValues(t, 10, hostMetric(t, d.host, "ratelimit_per_key_duplicate_header_total"))
+	require.Zero(t, hostMetric(t, d.host, "ratelimit_per_key_allowed_total"), "10 of 10 refused, none counted")
+
+	folded := step{headers: [][2]string{hdr("user-agent", "a"), hdr("x-api-key", "k"), hdr("user-agent", "b")}}
+	got := d.do(t, t0, folded)
+	require.Zero(t, got.status, "%v", got)
+	require.Equal(t, `"ua";r=0;t=60, "per-key";r=2;t=60`, got.headers["ratelimit"])
+	got = d.do(t, t0, step{headers: [][2]string{hdr("user-agent", "a,b"), hdr("x-api-key", "k")}})
+	require.Equal(t, 429, got.status, "two user-agent lines and one line a,b are the same key")
+	require.Zero(t, hostMetric(t, d.host, "ratelimit_ua_duplicate_header_total"))
+	require.Zero(t, d.host.Stats().Traps)
 }
