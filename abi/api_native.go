@@ -37,6 +37,26 @@ func GetHttpRequestHeaders() ([][2]string, error) { return proxywasm.GetHttpRequ
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return proxywasm.GetHttpRequestHeader(key) }
 
+// GetHttpRequestHeaderLines returns the first and last line of a request header and how many
+// lines the request carries (see the wasip1 version).
+func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error) {
+	pairs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return "", "", 0, err
+	}
+	for _, kv := range pairs {
+		if kv[0] != key {
+			continue
+		}
+		if n == 0 {
+			first = kv[1]
+		}
+		last = kv[1]
+		n++
+	}
+	return first, last, n, nil
+}
+
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
 	return proxywasm.AddHttpRequestHeader(key, value)
@@ -189,6 +209,9 @@ func (c MetricCounter) Value() uint64 { return c.m.Value() }
 
 // Record sets the gauge to value. The emulator only offers Add, so Record adds the difference.
 func (g MetricGauge) Record(value int64) { g.m.Add(value - g.m.Value()) }
+
+// Add adds delta (which may be negative) to the gauge.
+func (g MetricGauge) Add(delta int64) { g.m.Add(delta) }
 
 // Value returns the gauge's current value.
 func (g MetricGauge) Value() int64 { return g.m.Value() }

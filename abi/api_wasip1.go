@@ -125,6 +125,23 @@ func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHead
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
 
+// GetHttpRequestHeaderLines returns the first and last line of a request header and how many
+// lines the request carries; key is lower-case. proxy_get_header_map_value returns only the
+// first line of a repeated header (Envoy's getHeaderMapValue takes entry[0]), so the lines are
+// counted in the full map. The map is scanned where the host wrote it, and the returned
+// strings share its bytes (the buffer belongs to this call alone): one host call and no
+// decoding of the other headers.
+func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error) {
+	st := hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize)
+	if st != statusOK {
+		unpinAll()
+		return "", "", 0, statusError(st)
+	}
+	buf := take(retAddr, retSize)
+	first, last, n = scanHeaderLines(buf, key)
+	return first, last, n, nil
+}
+
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
@@ -304,6 +321,11 @@ func (m MetricCounter) Value() uint64 {
 
 // Record sets the gauge to value.
 func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(value)) }
+
+// Add adds delta to the gauge. Envoy's proxy_increment_metric adds a positive offset to a
+// gauge and subtracts a negative one, and stats are process-wide, so every worker VM's deltas
+// sum into one value, where Record would let the last writer win.
+func (m MetricGauge) Add(delta int64) { hostIncrementMetric(uint32(m), delta) }
 
 // Value returns the gauge's current value.
 func (m MetricGauge) Value() int64 {

@@ -1,6 +1,9 @@
 package abi
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unsafe"
+)
 
 // encodeHeaders serialises header pairs in the proxy-wasm map encoding: a little-endian u32
 // count N, then N pairs of u32 key and value lengths, then each key and value followed by a NUL
@@ -56,6 +59,39 @@ func decodeHeaders(buf []byte) [][2]string {
 		pairs = append(pairs, [2]string{k, v})
 	}
 	return pairs
+}
+
+// scanHeaderLines finds the lines of header key in an encoded header map (the layout
+// decodeHeaders reads) and returns the first and last value, sharing buf's bytes, and their
+// count. A malformed map yields what was found before the malformation.
+func scanHeaderLines(buf []byte, key string) (first, last string, n int) {
+	if len(buf) < 4 {
+		return "", "", 0
+	}
+	count := binary.LittleEndian.Uint32(buf)
+	if uint64(count)*8 > uint64(len(buf)-4) {
+		return "", "", 0
+	}
+	lens := buf[4 : 4+8*int(count)]
+	data := buf[4+8*int(count):]
+	for i := 0; i < int(count); i++ {
+		kl := uint64(binary.LittleEndian.Uint32(lens[8*i:]))
+		vl := uint64(binary.LittleEndian.Uint32(lens[8*i+4:]))
+		if kl+1+vl+1 > uint64(len(data)) {
+			return first, last, n
+		}
+		if string(data[:kl]) == key {
+			v := data[kl+1 : kl+1+vl]
+			s := unsafe.String(unsafe.SliceData(v), len(v))
+			if n == 0 {
+				first = s
+			}
+			last = s
+			n++
+		}
+		data = data[kl+1+vl+1:]
+	}
+	return first, last, n
 }
 
 // appendPath appends the path segments to buf, joined with NUL bytes as proxy_get_property

@@ -20,6 +20,7 @@ type redisClient struct {
 	cfg     *config.Redis
 	headers [][2]string
 	breaker breaker
+	gauge   breakerGauge // publishes the breaker's state process-wide
 	m       redisMetrics
 	body    []byte // scratch for request bodies; a callout copies it
 	key     []byte
@@ -34,7 +35,6 @@ type redisMetrics struct {
 	malformed   abi.MetricCounter   // the answer was not a script result
 	resets      abi.MetricCounter   // the callout was reset or could not be sent
 	noscript    abi.MetricCounter   // Redis had lost the script; it was sent again in full
-	breakerOpen abi.MetricGauge     // 1 while the breaker is open
 	latency     abi.MetricHistogram // callout round trip, microseconds
 }
 
@@ -60,7 +60,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 		resets: counter("resets"), noscript: counter("noscript"),
 	}
 	var err error
-	c.m.breakerOpen, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open")
+	c.gauge, err = defineBreakerGauge()
 	errs = append(errs, err)
 	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
 	errs = append(errs, err)
@@ -133,8 +133,8 @@ func (h *httpContext) askRedis(a *applied, now int64) (deny bool) {
 		return h.redisFailed(a, now)
 	}
 	if err := h.sendCallout(a, now, false); err != nil {
-		// noteFailure counts it (as a reset: the callout could not be sent).
-		h.noteFailure(now, err)
+		// noteFailure counts it by kind and feeds the breaker.
+		h.noteFailure(now, sendError(err))
 		return h.redisFailed(a, now)
 	}
 	return false
@@ -198,7 +198,7 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 	switch {
 	case err == nil:
 		if c.breaker.success() {
-			c.m.breakerOpen.Record(0)
+			c.gauge.set(false)
 			abi.LogInfof("ratelimit: redis answers again; global rules use it")
 		}
 		a.decision, a.decided = reply.Decision, true
@@ -239,7 +239,20 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 var (
 	errCalloutReset = errors.New("callout reset")
 	errForeignReply = fmt.Errorf("%w: the answer carries another rule's limit", redis.ErrMalformed)
+	errNoHosts      = fmt.Errorf("%w: the cluster has no host (proxy_http_call failed with InternalFailure)",
+		redis.ErrUnavailable)
 )
+
+// sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once
+// with InternalFailure when the cluster has no host to send to, and then never calls back:
+// Redis is then unavailable, as surely as when webdis answers 503. Anything else (a cluster
+// Envoy does not know, a bad argument) stays unclassified and is counted as a reset.
+func sendError(err error) error {
+	if errors.Is(err, abi.ErrInternalFailure) {
+		return errNoHosts
+	}
+	return err
+}
 
 // noteFailure counts a failed Redis decision by kind and feeds the breaker.
 func (h *httpContext) noteFailure(now int64, err error) {
@@ -258,7 +271,7 @@ func (h *httpContext) noteFailure(now int64, err error) {
 		c.m.resets.Increment(1)
 	}
 	if c.breaker.failure(now) {
-		c.m.breakerOpen.Record(1)
+		c.gauge.set(true)
 		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v); global rules apply failure_mode %q for %v",
 			c.breaker.failures, err, c.cfg.FailureMode, c.cfg.Breaker.Cooldown)
 	}

@@ -69,6 +69,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
+	if action, refused := h.refuseDuplicateKeyHeader(); refused {
+		return action
+	}
 	now := p.now()
 	h.startedAt = now
 	h.d = p.takeDecisions()
@@ -236,6 +239,7 @@ func (h *httpContext) failOpenOrClosed() types.Action {
 // here, so every denial is counted exactly once.
 func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	h.finished = true
+	d = clampWaits(d, rs.maxWait)
 	h.plugin.giveDecisions(h)
 	rs.m.denied.Increment(1)
 	r := rs.rule
@@ -370,12 +374,13 @@ func renderRateLimitHeaders(rules []applied, scratch *[]byte) rateLimitHeaders {
 		if !a.decided {
 			continue
 		}
+		a.decision = clampWaits(a.decision, a.rs.maxWait)
 		mode := a.rs.rule.RateLimitHeaders
 		if mode == config.HeadersDraft || mode == config.HeadersBoth {
 			if drafts > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = append(buf, a.rs.policy...)
+			buf = a.rs.appendPolicy(buf)
 			drafts++
 		}
 		if (mode == config.HeadersLegacy || mode == config.HeadersBoth) &&
@@ -436,7 +441,7 @@ func (rh *rateLimitHeaders) add() {
 func appendRuleHeaders(dst [][2]string, mode config.HeadersMode, rs *ruleState, d algorithms.Decision) [][2]string {
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
 		dst = append(dst,
-			[2]string{"ratelimit-policy", rs.policy},
+			[2]string{"ratelimit-policy", rs.policyString()},
 			[2]string{"ratelimit", string(appendRateLimitItem(nil, rs.rule.Name, d))})
 	}
 	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
@@ -464,10 +469,12 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while
-// 300 ms remain would retry too early and be denied again.
+// 300 ms remain would retry too early and be denied again. The callers clamp to the rule's
+// longest wait first (see maxWait); the bound here only keeps the rounding from overflowing
+// whatever it is given.
 func ceilSeconds(ns int64) int64 {
 	if ns <= 0 {
 		return 0
 	}
-	return (ns + 1e9 - 1) / 1e9
+	return (min(ns, algorithms.MaxExact) + 1e9 - 1) / 1e9
 }

@@ -3,7 +3,6 @@ package filter
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -49,11 +48,12 @@ type plugin struct {
 type ruleState struct {
 	rule   *config.Rule
 	table  *sharedstate.Table
-	policy string // the rule's RateLimit-Policy item, rendered once
+	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	m      ruleMetrics
 
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
+	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -67,6 +67,9 @@ type ruleMetrics struct {
 	casRetries   abi.MetricCounter // compare-and-swap attempts lost to other workers
 	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
 	overflow     abi.MetricCounter // decisions counted in the rule's shared overflow slot
+	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
+	// carried the rule's key header more than once.
+	duplicateHeader abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -139,7 +142,7 @@ func (p *plugin) configure(data []byte) error {
 				i, other, r.Name, metric)
 		}
 		names[metric] = r.Name
-		rs := &ruleState{rule: r, table: table, policy: policyItem(r), adaptive: ad}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
@@ -186,6 +189,7 @@ func (rs *ruleState) defineMetrics(name string) error {
 		storeErrors:  def("store_errors"),
 		overflow:     def("key_overflow"),
 	}
+	rs.m.duplicateHeader = def("duplicate_header")
 	if rs.shape != nil {
 		rs.shape.queued = def("shape_queued")
 		rs.shape.released = def("shape_released")
@@ -201,16 +205,6 @@ func (rs *ruleState) defineMetrics(name string) error {
 		g.Record(rs.adaptive.lim.limit)
 	}
 	return errors.Join(errs...)
-}
-
-// policyItem renders the rule's item of the IETF draft RateLimit-Policy field: the policy name
-// as a structured-field string, its quota q and window w in seconds.
-func policyItem(r *config.Rule) string {
-	w := int64(r.Algorithm.Window.Seconds())
-	if w < 1 {
-		w = 1
-	}
-	return `"` + r.Name + `";q=` + strconv.FormatInt(r.Algorithm.Limit, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {

@@ -27,6 +27,11 @@ type request struct {
 type cachedHeader struct {
 	name, value string
 	ok          bool
+	valueRead   bool // value and ok hold Header's answer
+	// first, last and lines are HeaderLines' answer, once linesRead is set.
+	first, last string
+	lines       int
+	linesRead   bool
 }
 
 const (
@@ -49,21 +54,43 @@ func (r *request) reset() {
 // several header lines, so x-forwarded-for, where the right-most entries are the trusted
 // ones, is read from the full header map and its lines are joined.
 func (r *request) Header(name string) (string, bool) {
-	for i := range r.headers {
-		if r.headers[i].name == name {
-			return r.headers[i].value, r.headers[i].ok
-		}
+	c := r.cached(name)
+	if c.valueRead {
+		return c.value, c.ok
 	}
-	var value string
-	var ok bool
 	if name == "x-forwarded-for" {
-		value, ok = joinedHeader(name)
+		c.value, c.ok = joinedHeader(name)
 	} else {
 		v, err := abi.GetHttpRequestHeader(name)
-		value, ok = v, err == nil
+		c.value, c.ok = v, err == nil
 	}
-	r.headers = append(r.headers, cachedHeader{name: name, value: value, ok: ok})
-	return value, ok
+	c.valueRead = true
+	return c.value, c.ok
+}
+
+// cached returns the cache entry for a header, adding an empty one the first time.
+func (r *request) cached(name string) *cachedHeader {
+	for i := range r.headers {
+		if r.headers[i].name == name {
+			return &r.headers[i]
+		}
+	}
+	r.headers = append(r.headers, cachedHeader{name: name})
+	return &r.headers[len(r.headers)-1]
+}
+
+// HeaderLines returns the first and last line of a request header and how many lines the
+// request carries. Envoy's single-value lookup (Header) sees only the first line, so the lines
+// are counted in the full header map, once per request and header; key parts use it to refuse
+// or resolve a repeated key header (see config.Rule.DuplicateHeader). Headers that Envoy
+// indexes inline arrive already folded into one line joined by ",", and count as one.
+func (r *request) HeaderLines(name string) (first, last string, n int) {
+	c := r.cached(name)
+	if !c.linesRead {
+		c.first, c.last, c.lines, _ = abi.GetHttpRequestHeaderLines(name)
+		c.linesRead = true
+	}
+	return c.first, c.last, c.lines
 }
 
 func joinedHeader(name string) (string, bool) {

@@ -113,6 +113,60 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// Issue 11: the policy used to round the window to whole seconds (5 per 500ms was
+		// q=5;w=1, 3 per 1.5s was q=3;w=1). q/w must be the rule's rate exactly.
+		name: "RateLimit-Policy states each rule's rate exactly",
+		config: `{"rules":[
+			{"name":"half","continue":true,"algorithm":"fixed_window","limit":5,"window":"500ms"},
+			{"name":"third","continue":true,"algorithm":"token_bucket","limit":3,"window":"1500ms"},
+			{"name":"odd","continue":true,"algorithm":"gcra","limit":7,"window":"1300ms"},
+			{"name":"minute","algorithm":"sliding_window","limit":100,"window":"1m"}]}`,
+		steps: []step{
+			{wantHeaders: map[string]string{"ratelimit-policy": `"half";q=10;w=1, "third";q=2;w=1, "odd";q=70;w=13, "minute";q=100;w=60`}},
+			{}, {},
+			// "third" (3 per 1.5s) denies the fourth request, and its policy says 2 per second.
+			{want: 429, wantBody: `"rule":"third"`, wantHeaders: map[string]string{
+				"ratelimit-policy": `"third";q=2;w=1`, "retry-after": "1"}},
+		},
+	},
+	{
+		// Issue 11: keyed on x-api-key, a request with two x-api-key headers was keyed on the
+		// first while the upstream could read the other; rotating the first got 10 of 10
+		// through a limit of 3. A repeated key header is now refused with 400.
+		name: "a repeated key header is refused, not keyed on one of its values",
+		config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
+			"algorithm":"fixed_window","limit":3,"window":"1h"}]}`,
+		steps: []step{
+			{headers: [][2]string{hdr("x-api-key", "rnd1"), hdr("x-api-key", "real")}, want: 400,
+				wantBody: `"header":"x-api-key"`, wantHeaders: map[string]string{"content-type": "application/json"}},
+			{headers: [][2]string{hdr("x-api-key", "rnd2"), hdr("x-api-key", "real")}, want: 400},
+			{headers: [][2]string{hdr("x-api-key", "real")}},
+			{headers: [][2]string{hdr("x-api-key", "real")}},
+			{headers: [][2]string{hdr("x-api-key", "real")}},
+			{headers: [][2]string{hdr("x-api-key", "rnd3"), hdr("x-api-key", "real")}, want: 400},
+			{headers: [][2]string{hdr("x-api-key", "real")}, want: 429},
+		},
+	},
+	{
+		name: "on_duplicate last keys on the line the upstream reads; first on the other",
+		config: `{"rules":[
+			{"name":"last","continue":true,"key":[{"source":"header","name":"x-api-key","on_duplicate":"last"}],
+			 "algorithm":"fixed_window","limit":2,"window":"1h"},
+			{"name":"first","key":[{"source":"header","name":"x-tenant","on_duplicate":"first"}],
+			 "algorithm":"fixed_window","limit":3,"window":"1h"}]}`,
+		steps: []step{
+			{headers: [][2]string{hdr("x-api-key", "rnd1"), hdr("x-api-key", "real"), hdr("x-tenant", "t"), hdr("x-tenant", "x1")},
+				wantHeaders: map[string]string{"ratelimit": `"last";r=1;t=3600, "first";r=2;t=3600`}},
+			{headers: [][2]string{hdr("x-api-key", "rnd2"), hdr("x-api-key", "real"), hdr("x-tenant", "t"), hdr("x-tenant", "x2")},
+				wantHeaders: map[string]string{"ratelimit": `"last";r=0;t=3600, "first";r=1;t=3600`}},
+			// Rotating the first x-api-key line does not escape: the key is the last one.
+			{headers: [][2]string{hdr("x-api-key", "rnd3"), hdr("x-api-key", "real"), hdr("x-tenant", "u")},
+				want: 429, wantBody: `"rule":"last"`},
+			{headers: [][2]string{hdr("x-api-key", "other"), hdr("x-tenant", "t"), hdr("x-tenant", "x3")},
+				wantHeaders: map[string]string{"ratelimit": `"last";r=1;t=3600, "first";r=0;t=3600`}},
+		},
+	},
+	{
 		name: "X-Forwarded-For is trusted only as far as configured",
 		config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
 			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,

@@ -192,6 +192,18 @@ func TestCalloutShapes(t *testing.T) {
 	assert.Empty(t, res.RequestHeader("x-callout-status"), "no callout headers on a reset")
 }
 
+// TestCalloutToClusterWithoutHosts: a cluster with no host fails proxy_http_call at once with
+// InternalFailure (10), as Envoy's async client does, and no callback follows.
+func TestCalloutToClusterWithoutHosts(t *testing.T) {
+	h := newTestHost(t, abiGuest(t), Options{LogLevel: LogDebug, Clusters: map[string]string{"empty": ClusterNoHosts}})
+	res := do(t, h, Request{Headers: [][2]string{{"x-op", "callout"}, {"x-cluster", "empty"}}})
+	require.True(t, res.Continued)
+	assert.Equal(t, "10", res.RequestHeader("x-callout-error"), "InternalFailure, synchronously")
+	assert.Empty(t, res.RequestHeader("x-callout-token"))
+	time.Sleep(50 * time.Millisecond)
+	assert.Empty(t, logsContaining(h, "callout response for unknown token"), "no callback ever comes")
+}
+
 func TestCalloutOutlivesTornDownStream(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

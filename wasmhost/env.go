@@ -508,6 +508,13 @@ func hHTTPCall(v *vm, stack []uint64) {
 			return
 		}
 	}
+	if base == ClusterNoHosts {
+		// Envoy's async client fails a request to a cluster without a host before it
+		// returns the request (async_client_impl.cc), and Context::httpCall then returns
+		// InternalFailure at once; no token is issued and no callback ever comes.
+		ret(stack, StatusInternalFailure)
+		return
+	}
 	tp, _ := DecodePairs(trlBuf)
 	v.nextToken += 4 // Envoy: kCalloutIncrement, the low bits encode the callout type
 	token := v.nextToken

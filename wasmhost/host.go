@@ -27,6 +27,11 @@ import (
 	"github.com/tetratelabs/wazero"
 )
 
+// ClusterNoHosts, as a cluster's URL in Options.Clusters, models a cluster with no host to
+// send to (no endpoints, or none healthy in a way that fails the stream at once): Envoy then
+// fails proxy_http_call synchronously with InternalFailure and never calls back.
+const ClusterNoHosts = "nohosts:"
+
 // Options configures a Host. The zero value is usable: one worker, no
 // configuration, Envoy >= 1.39 poll_oneoff, log level info, real time.
 type Options struct {
@@ -48,7 +53,10 @@ type Options struct {
 	// reaches, e.g. "redis" -> "http://127.0.0.1:7379". The special URL
 	// "reset:" makes every callout to that cluster fail like an Envoy stream
 	// reset: proxy_on_http_call_response(root, token, 0, 0, 0) and
-	// proxy_get_status returning BrokenConnection (11).
+	// proxy_get_status returning BrokenConnection (11). The special URL
+	// ClusterNoHosts ("nohosts:") is a cluster that exists but has no host at
+	// send time: proxy_http_call itself returns InternalFailure (10) and no
+	// callback ever comes, as in Envoy.
 	Clusters map[string]string
 	// Routes is a minimal route table used by Handler: the first route whose
 	// PathPrefix matches supplies the xds.* properties. Do uses the values of

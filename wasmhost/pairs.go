@@ -55,6 +55,20 @@ func (m *headerMap) get(key string) (string, bool) {
 	return "", false
 }
 
+// fold appends value to the existing entry for key with a "," in between, in place, as
+// Envoy's header map does for the headers it indexes inline. It reports false, changing
+// nothing, when there is no such entry.
+func (m *headerMap) fold(key, value string) bool {
+	key = lowerASCII(key)
+	for i := range m.kv {
+		if m.kv[i][0] == key {
+			m.kv[i][1] += "," + value
+			return true
+		}
+	}
+	return false
+}
+
 // add appends an entry; a pseudo-header is inserted after the last existing
 // pseudo-header, as Envoy's HeaderMapImpl keeps them first.
 func (m *headerMap) add(key, value string) {

@@ -289,6 +289,28 @@ func (v *vm) startStream(s *stream) {
 	v.settle()
 }
 
+// inlineRequestHeaders are the request headers Envoy's header map indexes inline
+// (INLINE_REQ_HEADERS and INLINE_REQ_RESP_HEADERS in envoy/http/header_map.h), apart from the
+// pseudo-headers, which a Request sets through its own fields. Repeated lines of these reach
+// the filter folded into one value. Extensions and the bootstrap's inline_headers can
+// register more; the host models the built-in list.
+var inlineRequestHeaders = map[string]bool{
+	"connection": true, "content-type": true, "x-envoy-decorator-operation": true, "keep-alive": true,
+	"proxy-connection": true, "proxy-status": true, "x-request-id": true, "transfer-encoding": true,
+	"upgrade": true, "via": true, "content-length": true, "x-envoy-attempt-count": true,
+	"x-client-trace-id": true, "x-envoy-downstream-service-cluster": true,
+	"x-envoy-downstream-service-node": true, "x-envoy-external-address": true, "x-envoy-force-trace": true,
+	"x-envoy-hedge-on-per-try-timeout": true, "x-envoy-internal": true, "x-envoy-ip-tags": true,
+	"x-envoy-retry-on": true, "x-envoy-retry-grpc-on": true, "x-envoy-retriable-status-codes": true,
+	"x-envoy-retriable-header-names": true, "x-envoy-original-path": true, "x-envoy-original-url": true,
+	"x-envoy-upstream-alt-stat-name": true, "x-envoy-upstream-rq-timeout-alt-response": true,
+	"expect": true, "x-forwarded-client-cert": true, "x-forwarded-for": true, "x-forwarded-host": true,
+	"x-forwarded-proto": true, "grpc-timeout": true, "te": true, "user-agent": true,
+	"x-envoy-expected-rq-timeout-ms": true, "x-envoy-max-retries": true,
+	"x-envoy-upstream-rq-timeout-ms": true, "x-envoy-upstream-rq-per-try-timeout-ms": true,
+	"x-envoy-upstream-stream-duration-ms": true,
+}
+
 // requestHeaders builds the request headers Envoy's connection manager hands to the filter
 // chain (and, with the filter disabled on the route, to the router): the pseudo-headers from
 // r with their defaults, r's other headers (a Host header is :authority already), then
@@ -301,10 +323,17 @@ func requestHeaders(r *Request) *headerMap {
 	hm.add(":method", orDefault(r.Method, "GET"))
 	hm.add(":scheme", scheme)
 	for _, p := range r.Headers {
-		if k := lowerASCII(p[0]); k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
+		k := lowerASCII(p[0])
+		if k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
 			continue
 		}
-		hm.add(p[0], p[1])
+		// Envoy's header map keeps each header it indexes inline in one entry and appends a
+		// repeated line to it with "," (HeaderMapImpl::insertByKey), so the filter chain sees
+		// one value; every other header keeps one entry per line.
+		if inlineRequestHeaders[k] && hm.fold(k, p[1]) {
+			continue
+		}
+		hm.add(k, p[1])
 	}
 	if _, ok := hm.get("x-forwarded-proto"); !ok {
 		hm.add("x-forwarded-proto", scheme)

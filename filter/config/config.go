@@ -247,6 +247,9 @@ type KeyPart struct {
 	// its own allocation. 32 and 128 (the defaults) keep the full address.
 	IPv4Prefix int
 	IPv6Prefix int
+	// OnDuplicate says what a header part does when the request carries its header more than
+	// once (see Rule.DuplicateHeader).
+	OnDuplicate Duplicate
 }
 
 // StringMatchKind says how a path or header condition compares.

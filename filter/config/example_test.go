@@ -12,7 +12,13 @@ type request struct {
 	path    string
 }
 
-func (r request) Header(name string) (string, bool)    { v, ok := r.headers[name]; return v, ok }
+func (r request) Header(name string) (string, bool) { v, ok := r.headers[name]; return v, ok }
+func (r request) HeaderLines(name string) (first, last string, n int) {
+	if v, ok := r.headers[name]; ok {
+		return v, v, 1
+	}
+	return "", "", 0
+}
 func (r request) Method() string                       { return "GET" }
 func (r request) Path() string                         { return r.path }
 func (r request) Route() string                        { return "api" }

@@ -6,9 +6,11 @@ import (
 )
 
 // fakeRequest implements Request over plain fields. Header names are stored lower-case,
-// like Envoy's header map; repeated lines are joined by ",", as the filter does.
+// like Envoy's header map; repeated lines are joined by "," for Header, as the filter does,
+// and kept apart in lines for HeaderLines.
 type fakeRequest struct {
 	headers map[string]string
+	lines   map[string][]string
 	method  string
 	path    string
 	route   string
@@ -19,6 +21,17 @@ type fakeRequest struct {
 func (r *fakeRequest) Header(name string) (string, bool) {
 	v, ok := r.headers[name]
 	return v, ok
+}
+
+// HeaderLines returns the lines req recorded; a header set directly in headers is one line.
+func (r *fakeRequest) HeaderLines(name string) (first, last string, n int) {
+	if l := r.lines[name]; len(l) > 0 {
+		return l[0], l[len(l)-1], len(l)
+	}
+	if v, ok := r.headers[name]; ok {
+		return v, v, 1
+	}
+	return "", "", 0
 }
 func (r *fakeRequest) Method() string        { return r.method }
 func (r *fakeRequest) Path() string          { return r.path }
@@ -34,6 +47,7 @@ func (r *fakeRequest) ClientIPCache() *ClientIPCache { return nil }
 func req(headers ...string) *fakeRequest {
 	r := &fakeRequest{
 		headers: map[string]string{},
+		lines:   map[string][]string{},
 		method:  "GET",
 		path:    "/",
 		route:   "api",
@@ -44,6 +58,7 @@ func req(headers ...string) *fakeRequest {
 		name, value, _ := strings.Cut(h, ":")
 		name = strings.ToLower(strings.TrimSpace(name))
 		value = strings.TrimSpace(value)
+		r.lines[name] = append(r.lines[name], value)
 		if prev, ok := r.headers[name]; ok {
 			value = prev + "," + value
 		}

@@ -153,6 +153,8 @@ var invalidCases = []invalidCase{
 	{"key const default", oneRule(tb + `,"key":[{"source":"const","value":"v","default":"d"}]`), []string{`rules[0].key[0].default: not used by source "const": a constant is never missing`}, schemaRejects},
 	{"key prefix on header", oneRule(tb + `,"key":[{"source":"header","name":"x","ipv4_prefix":24}]`), []string{`rules[0].key[0].ipv4_prefix: not used by source "header"`}, schemaRejects},
 	{"key prefix range", oneRule(tb + `,"key":[{"source":"client_ip","ipv4_prefix":33,"ipv6_prefix":0}]`), []string{"rules[0].key[0].ipv4_prefix: must be between 1 and 32, got 33", "rules[0].key[0].ipv6_prefix: must be between 1 and 128, got 0"}, schemaRejects},
+	{"key on_duplicate unknown", oneRule(tb + `,"key":[{"source":"header","name":"x","on_duplicate":"join"}]`), []string{`rules[0].key[0].on_duplicate: "join" is not one of reject, first, last`}, schemaRejects},
+	{"key on_duplicate on query", oneRule(tb + `,"key":[{"source":"query","name":"x","on_duplicate":"first"}]`), []string{`rules[0].key[0].on_duplicate: not used by source "query"`}, schemaRejects},
 	{"key query name empty", oneRule(tb + `,"key":[{"source":"query","name":""}]`), []string{"rules[0].key[0].name: must not be empty"}, schemaRejects},
 	{"key header name", oneRule(tb + `,"key":[{"source":"header","name":"x:y"}]`), []string{`rules[0].key[0].name: "x:y" is not a valid header name`}, schemaRejects},
 	{"key too long", oneRule(tb + `,"key":[` + strings.Repeat(`{"source":"path"},`, 16) + `{"source":"path"}]`), []string{"rules[0].key: has 17 items; the maximum is 16"}, schemaRejects},

@@ -6,6 +6,66 @@ import (
 	"strings"
 )
 
+// Duplicate says what a header key part does with a header the request carries more than
+// once. A key must be unambiguous: keying on one of the values while the upstream reads
+// another lets a client rotate the value the limiter sees and keep the one the upstream
+// honours, and keying on every value joined lets it rotate one of them just the same.
+type Duplicate string
+
+// The choices for a repeated key header.
+const (
+	// DuplicateReject, the default, refuses the request with 400 (see Rule.DuplicateHeader).
+	DuplicateReject Duplicate = "reject"
+	// DuplicateFirst keys on the first of the header's lines, for an upstream that reads
+	// the first.
+	DuplicateFirst Duplicate = "first"
+	// DuplicateLast keys on the last of the header's lines, for an upstream that reads the
+	// last.
+	DuplicateLast Duplicate = "last"
+)
+
+// duplicates lists the accepted values of "on_duplicate", in the order the errors name them.
+var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), string(DuplicateLast)}
+
+// DuplicateHeader reports the first of the rule's header key parts whose header req carries
+// more than once while the part's OnDuplicate is DuplicateReject (the default): such a
+// request has no unambiguous key for the rule and must be refused (the filter answers 400)
+// before AppendKey is asked for its key, which it would not build.
+//
+// The count is of the header's lines as the filter sees them (Request.HeaderLines). Envoy
+// keeps each line of most headers as its own entry, so those are counted exactly; the
+// headers its header map indexes inline (x-forwarded-for, user-agent, :authority and the
+// others of Envoy's inline list) it folds into one value joined by "," as they arrive, and
+// that one value is what both the filter and the upstream then see.
+func (r *Rule) DuplicateHeader(req Request) (name string, dup bool) {
+	for i := range r.Key {
+		kp := &r.Key[i]
+		if kp.Source != SourceHeader || (kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "") {
+			continue
+		}
+		if _, _, n := req.HeaderLines(kp.Name); n > 1 {
+			return kp.Name, true
+		}
+	}
+	return "", false
+}
+
+// headerValue returns the value a header key part keys on: the only line, or the first or
+// last of several as the part says; ok is false when the header is absent or, under
+// DuplicateReject, repeated.
+func (kp *KeyPart) headerValue(req Request) (string, bool) {
+	first, last, n := req.HeaderLines(kp.Name)
+	switch {
+	case n == 0:
+		return "", false
+	case n == 1 || kp.OnDuplicate == DuplicateFirst:
+		return first, true
+	case kp.OnDuplicate == DuplicateLast:
+		return last, true
+	}
+	return "", false
+}
+
 // AppendKey appends the rule's key for req to dst and returns the extended slice.
 //
 // The key is the rule's descriptor parts in order, each written as its length in decimal,
@@ -16,7 +76,10 @@ import (
 // key does not include the domain or rule name: the state layer namespaces by those.
 //
 // A part that is missing from the request uses its Default; without a default, AppendKey
-// returns dst unchanged and ok=false, and the rule must not be applied to the request.
+// returns dst unchanged and ok=false, and the rule must not be applied to the request. A
+// header part whose header is repeated under DuplicateReject has no key either: AppendKey
+// returns ok=false, even with a default (the header is there, just ambiguous), and callers
+// check Rule.DuplicateHeader first to refuse such a request.
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
@@ -26,7 +89,7 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 		var found bool
 		dst, found = kp.appendValue(dst, req, r.trustedHops)
 		if !found {
-			if !kp.HasDefault {
+			if !kp.HasDefault || kp.ambiguous(req) {
 				return dst[:start], false
 			}
 			dst = appendPart(dst, kp.Default)
@@ -35,7 +98,8 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	return dst, true
 }
 
-// keyAvailable reports whether AppendKey would succeed, without building the key.
+// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
+// that DuplicateHeader does not refuse.
 func (r *Rule) keyAvailable(req Request) bool {
 	for i := range r.Key {
 		kp := &r.Key[i]
@@ -48,7 +112,9 @@ func (r *Rule) keyAvailable(req Request) bool {
 				return false
 			}
 		case SourceHeader:
-			if _, ok := req.Header(kp.Name); !ok {
+			// A repeated header counts as present: the rule applies, and the request is
+			// refused by DuplicateHeader rather than let through to later rules.
+			if _, _, n := req.HeaderLines(kp.Name); n == 0 {
 				return false
 			}
 		case SourceQuery:
@@ -72,6 +138,15 @@ func (r *Rule) keyAvailable(req Request) bool {
 	return true
 }
 
+// ambiguous reports whether the part is a header repeated in req under DuplicateReject.
+func (kp *KeyPart) ambiguous(req Request) bool {
+	if kp.Source != SourceHeader || (kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "") {
+		return false
+	}
+	_, _, n := req.HeaderLines(kp.Name)
+	return n > 1
+}
+
 func appendPart(dst []byte, v string) []byte {
 	dst = strconv.AppendInt(dst, int64(len(v)), 10)
 	dst = append(dst, ':')
@@ -84,7 +159,7 @@ func (kp *KeyPart) appendValue(dst []byte, req Request, trustedHops int) ([]byte
 	case SourceConst:
 		return appendPart(dst, kp.Value), true
 	case SourceHeader:
-		v, ok := req.Header(kp.Name)
+		v, ok := kp.headerValue(req)
 		if !ok {
 			return dst, false
 		}

@@ -12,7 +12,7 @@ func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
 	if !strings.HasPrefix(string(k), "prefix|") {
 		t.Fatalf("AppendKey clobbered dst: %q", k)
 	}
-	if ok != c.Rules[0].keyAvailable(r) {
+	if _, dup := c.Rules[0].DuplicateHeader(r); !dup && ok != c.Rules[0].keyAvailable(r) {
 		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
 	}
 	if !ok && string(k) != "prefix|" {
@@ -46,7 +46,13 @@ func TestAppendKey(t *testing.T) {
 		{"header empty value is a value", `[{"source":"header","name":"x-api-key"}]`, req("x-api-key:"), "0:", true},
 		{"header missing", `[{"source":"header","name":"x-api-key"}]`, req(), "", false},
 		{"header default", `[{"source":"header","name":"x-api-key","default":"anon"}]`, req(), "4:anon", true},
-		{"header joined lines", `[{"source":"header","name":"x-a"}]`, req("x-a: 1", "x-a: 2"), "3:1,2", true},
+		// A repeated key header is ambiguous: no key under the default (the filter refuses the
+		// request with 400 first), even with a default; first or last when the part says so.
+		{"header repeated", `[{"source":"header","name":"x-a"}]`, req("x-a: 1", "x-a: 2"), "", false},
+		{"header repeated with default", `[{"source":"header","name":"x-a","default":"d"}]`, req("x-a: 1", "x-a: 2"), "", false},
+		{"header repeated first", `[{"source":"header","name":"x-a","on_duplicate":"first"}]`, req("x-a: 1", "x-a: 2", "x-a: 3"), "1:1", true},
+		{"header repeated last", `[{"source":"header","name":"x-a","on_duplicate":"last"}]`, req("x-a: 1", "x-a: 2", "x-a: 3"), "1:3", true},
+		{"header once, first", `[{"source":"header","name":"x-a","on_duplicate":"first"}]`, req("x-a: 1,2"), "3:1,2", true},
 		{"query", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1&key=abc&key=def" }), "3:abc", true},
 		{"query decoded", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api%20key=%61b+c%2" }), "6:ab c%2", true},
 		{"query name decoded with +", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api+key=1" }), "1:1", true},
@@ -367,5 +373,35 @@ func BenchmarkClientIP(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// DuplicateHeader names the first header part whose header is repeated under "reject" (the
+// default), and nothing for parts that chose first or last, for other sources, or for a header
+// sent once. A rule whose key header is repeated still matches: it must not be skipped in
+// favour of later rules, or the repetition would escape the limit instead of being refused.
+func TestDuplicateHeader(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"a","key":[{"source":"header","name":"x-first","on_duplicate":"first","default":"-"},
+			{"source":"client_ip"},{"source":"header","name":"x-api-key"},{"source":"header","name":"x-t"}],`+tb+`},
+		{"name":"b",`+tb+`}]}`)
+	r := c.Rules[0]
+	for _, tc := range []struct {
+		req  *fakeRequest
+		want string
+	}{
+		{req("x-api-key: k", "x-t: t"), ""},
+		{req("x-api-key: rnd", "x-api-key: real", "x-t: t"), "x-api-key"},
+		{req("x-api-key: k", "x-t: 1", "x-t: 2", "x-first: a", "x-first: b"), "x-t"},
+		{req("x-api-key: k", "x-t: t", "x-first: a", "x-first: b"), ""},
+		{req("x-api-key: a,b", "x-t: t"), ""},
+	} {
+		name, dup := r.DuplicateHeader(tc.req)
+		if name != tc.want || dup != (tc.want != "") {
+			t.Errorf("%v: DuplicateHeader = %q, %v; want %q", tc.req.lines, name, dup, tc.want)
+		}
+		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
+			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))
+		}
 	}
 }

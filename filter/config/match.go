@@ -6,8 +6,14 @@ import "strings"
 // and with caching, so a rule that never looks at a header never costs a host call.
 type Request interface {
 	// Header returns a request header's value; name is lower-case. Multiple header lines
-	// with the same name are joined by ",".
+	// with the same name are joined by "," (the filter does so for x-forwarded-for, and
+	// otherwise returns the first line, as Envoy's single-value lookup does; key parts read
+	// HeaderLines instead).
 	Header(name string) (string, bool)
+	// HeaderLines returns the first and the last line of a request header and how many
+	// lines the request carries (0: absent, and first and last are empty); name is
+	// lower-case. Key parts use it to see a repeated header (see Rule.DuplicateHeader).
+	HeaderLines(name string) (first, last string, n int)
 	// Method returns :method.
 	Method() string
 	// Path returns :path, including the query string.

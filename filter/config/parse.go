@@ -574,7 +574,7 @@ func (p *parser) key(path string, n *node) []KeyPart {
 }
 
 func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
-	f, ok := p.object(path, n, "source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix")
+	f, ok := p.object(path, n, "source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate")
 	if !ok {
 		return KeyPart{}, false
 	}
@@ -640,6 +640,16 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 				valid = false
 			}
 		}
+	}
+
+	if kp.Source == SourceHeader {
+		kp.OnDuplicate = DuplicateReject
+		if dn, dpath := f.get("on_duplicate"); dn != nil {
+			d, ok := p.enum(dpath, dn, duplicates...)
+			kp.OnDuplicate, valid = Duplicate(d), valid && ok
+		}
+	} else {
+		unused("on_duplicate")
 	}
 
 	if kp.Source == SourceClientIP {

@@ -69,7 +69,7 @@ func TestParseEverything(t *testing.T) {
 	if len(up.Match.Headers) != 3 || up.Match.Headers[1].Kind != MatchAbsent || !up.Match.Headers[2].Invert {
 		t.Errorf("headers: %+v", up.Match.Headers)
 	}
-	if up.Key[3] != (KeyPart{Source: SourceHeader, Name: "authorization", Default: "anonymous", HasDefault: true, IPv4Prefix: 32, IPv6Prefix: 128}) {
+	if up.Key[3] != (KeyPart{Source: SourceHeader, Name: "authorization", Default: "anonymous", HasDefault: true, IPv4Prefix: 32, IPv6Prefix: 128, OnDuplicate: DuplicateReject}) {
 		t.Errorf("key: %+v", up.Key[3])
 	}
 	rest := c.Rules[1]

@@ -108,7 +108,7 @@ func TestSchemaCoversParser(t *testing.T) {
 	var lists = [][]string{topLevelFields, ruleFields, redisFields, keySources, algorithmNames,
 		{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"},
 		{"routes", "virtual_hosts", "path", "methods", "headers", "exact", "prefix", "regex", "present", "invert"},
-		{"source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix"},
+		{"source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate"},
 		{"status", "body", "content_type", "failures", "cooldown", "header", "max"}}
 	for _, list := range lists {
 		for _, name := range list {

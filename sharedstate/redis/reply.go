@@ -200,13 +200,16 @@ func ParseReply(status int, body []byte) (Reply, error) {
 	case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
 		return Reply{}, malformed("time out of range")
 	}
+	// The scripts keep every duration at or below 2^53 ns, as the Go limiters do; a longer
+	// one is clamped there, so that no caller meets a wait it could overflow (2^63-1 ns
+	// rounded up to seconds once rendered as a negative Retry-After).
 	return Reply{
 		Decision: algorithms.Decision{
 			Allowed:    allowed == 1,
 			Limit:      limit,
 			Remaining:  remaining,
-			RetryAfter: time.Duration(retry),
-			ResetAfter: time.Duration(reset),
+			RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
+			ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
 		},
 		Now: sec*1e9 + nsec,
 	}, nil
