@@ -52,7 +52,8 @@ var errTooDeep = errors.New("nesting is deeper than 32 levels")
 func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := decodeValue(dec, 0, "", dup)
+	d := decoder{dec: dec, dup: dup}
+	n, err := d.value(0)
 	if err != nil {
 		return nil, jsonError(err)
 	}
@@ -62,6 +63,42 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
 	}
 	return n, nil
 }
+
+// decoder walks the token stream. It keeps the path to the current value as a stack of
+// segments and renders it only when a duplicate key is reported: building every value's
+// path string up front would cost, for a value under a long key, the length of that key
+// again for every element below it, which a 1 MiB document can turn into gigabytes.
+type decoder struct {
+	dec  *json.Decoder
+	dup  func(path, key string)
+	segs []segment
+}
+
+// segment is one step of a path: an object key, or an array index when isIndex is set.
+type segment struct {
+	key     string
+	index   int
+	isIndex bool
+}
+
+// path renders the current path the way joinKey and joinIndex would have built it.
+func (d *decoder) path() string {
+	path := ""
+	for _, s := range d.segs {
+		if s.isIndex {
+			path = joinIndex(path, s.index)
+		} else {
+			path = joinKey(path, s.key)
+		}
+	}
+	return path
+}
+
+// indexAfter is the member count from which an object indexes its keys in a map. Below it
+// a linear scan is cheaper than hashing, and every object of a valid config is that small;
+// above it the map keeps duplicate detection linear in the document (a scan per key made
+// an object of 80,000 keys take seconds).
+const indexAfter = 16
 
 // jsonError makes encoding/json's errors say where the problem is.
 func jsonError(err error) error {
@@ -78,11 +115,11 @@ func jsonError(err error) error {
 	}
 }
 
-func decodeValue(dec *json.Decoder, depth int, path string, dup func(path, key string)) (*node, error) {
+func (d *decoder) value(depth int) (*node, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
-	tok, err := dec.Token()
+	tok, err := d.dec.Token()
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +136,9 @@ func decodeValue(dec *json.Decoder, depth int, path string, dup func(path, key s
 		switch t {
 		case '{':
 			n := &node{kind: kindObject}
-			for dec.More() {
-				kt, err := dec.Token()
+			var index map[string]struct{}
+			for d.dec.More() {
+				kt, err := d.dec.Token()
 				if err != nil {
 					return nil, err
 				}
@@ -108,31 +146,48 @@ func decodeValue(dec *json.Decoder, depth int, path string, dup func(path, key s
 				if !ok {
 					return nil, fmt.Errorf("object key is not a string")
 				}
-				childPath := joinKey(path, key)
-				val, err := decodeValue(dec, depth+1, childPath, dup)
+				d.segs = append(d.segs, segment{key: key})
+				val, err := d.value(depth + 1)
 				if err != nil {
 					return nil, err
 				}
-				if n.lookup(key) != nil {
-					dup(childPath, key)
-					continue
+				var seen bool
+				if index != nil {
+					_, seen = index[key]
+				} else {
+					seen = n.lookup(key) != nil
 				}
-				n.members = append(n.members, member{key: key, val: val})
+				if seen {
+					d.dup(d.path(), key)
+				} else {
+					n.members = append(n.members, member{key: key, val: val})
+					if index != nil {
+						index[key] = struct{}{}
+					} else if len(n.members) == indexAfter {
+						index = make(map[string]struct{}, 2*indexAfter)
+						for _, m := range n.members {
+							index[m.key] = struct{}{}
+						}
+					}
+				}
+				d.segs = d.segs[:len(d.segs)-1]
 			}
-			if _, err := dec.Token(); err != nil { // the closing '}'
+			if _, err := d.dec.Token(); err != nil { // the closing '}'
 				return nil, err
 			}
 			return n, nil
 		case '[':
 			n := &node{kind: kindArray}
-			for dec.More() {
-				val, err := decodeValue(dec, depth+1, joinIndex(path, len(n.elems)), dup)
+			for d.dec.More() {
+				d.segs = append(d.segs, segment{index: len(n.elems), isIndex: true})
+				val, err := d.value(depth + 1)
 				if err != nil {
 					return nil, err
 				}
+				d.segs = d.segs[:len(d.segs)-1]
 				n.elems = append(n.elems, val)
 			}
-			if _, err := dec.Token(); err != nil { // the closing ']'
+			if _, err := d.dec.Token(); err != nil { // the closing ']'
 				return nil, err
 			}
 			return n, nil
@@ -196,8 +251,11 @@ func shorten(s string) string {
 // joinKey appends an object key to a path. Keys that are not plain identifiers are written
 // in brackets and quoted, so that a path is never ambiguous.
 func joinKey(path, key string) string {
-	if !isPlainKey(key) {
-		return path + "[" + strconv.Quote(key) + "]"
+	if len(key) > 64 || !isPlainKey(key) {
+		// quote shortens a key longer than 64 bytes, so that a path (and the error message
+		// it is part of) stays short whatever key a document holds. No field name is that
+		// long, so the shortened form only ever names a key that is reported as unknown.
+		return path + "[" + quote(key) + "]"
 	}
 	if path == "" {
 		return key
