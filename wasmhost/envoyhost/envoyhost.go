@@ -191,6 +191,9 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		raw = r.URL.RequestURI()
 	}
 	path, verdict := l.conf.NormalizeRequest(raw)
+	if verdict == envoyconf.PathRedirect && strings.HasPrefix(r.Header.Get("content-type"), "application/grpc") {
+		verdict = envoyconf.PathReject // gRPC clients do not follow redirects; Envoy refuses them
+	}
 	switch verdict {
 	case envoyconf.PathReject:
 		// Envoy answers before any filter runs (downstream_rq_failed_path_normalization).
