@@ -32,6 +32,7 @@ func atBudget(t testing.TB, gen func(maxKeys int) string) string {
 	data := gen(lo)
 	_, err := config.Parse([]byte(data))
 	require.NoError(t, err)
+	t.Logf("max_keys at the budget: %d", lo)
 	return data
 }
 
@@ -45,16 +46,17 @@ func costRules(n int, rule func(i int) string) string {
 }
 
 // largestAdmittedConfig is built to cost the most configure time the caps admit: 256 rules,
-// each with a description, 32 header conditions, routes and methods, keyed, with max_keys at
-// the memory budget; regular expressions up to the config's program total (a few long ones and
-// many short ones); filled with route names up to just under the 1 MiB size cap.
+// each with 32 header conditions, 16 key parts and 32 methods, regular expressions up to the
+// config's program total (a few long ones, many short ones), max_keys at the memory budget,
+// and as many of the smallest values (one-letter route and virtual host names: the most
+// values per byte) as fit under the 1 MiB size cap.
 func largestAdmittedConfig(t testing.TB) string {
 	const rules = config.MaxRules
 	regexBudget := config.MaxRegexProgramTotal
 	// 16 expressions of 996 instructions (`[a-z]{990}` anchored), then short ones.
 	long := fmt.Sprintf("[a-z]{%d}", 990)
 	longInsts, short, shortInsts := 996, "x-[0-9]+", 10
-	routeFill := 0
+	fill := 0
 	build := func(maxKeys int) string {
 		left := regexBudget
 		return costRules(rules, func(i int) string {
@@ -71,23 +73,22 @@ func largestAdmittedConfig(t testing.TB) string {
 					h = append(h, fmt.Sprintf(`{"name":"x-p%d","prefix":"v%d"}`, j, j))
 				}
 			}
-			routes := make([]string, 0, config.MaxListLen)
-			for k := 0; k < min(routeFill, config.MaxListLen); k++ {
-				routes = append(routes, fmt.Sprintf(`"route-%d-%d"`, i, k))
+			key := make([]string, config.MaxKeyParts)
+			for k := range key {
+				key[k] = fmt.Sprintf(`{"source":"header","name":"x-k%d","default":"-"}`, k)
 			}
-			if len(routes) == 0 {
-				routes = append(routes, `"r"`)
-			}
-			return fmt.Sprintf(`{"name":"r%d","description":%q,"continue":true,"max_keys":%d,`+
-				`"match":{"routes":[%s],"methods":["GET","POST","PUT","DELETE"],"headers":[%s]},`+
-				`"key":[{"source":"client_ip","ipv6_prefix":64},{"source":"header","name":"x-tenant","default":"-"}],`+
-				`"algorithm":"token_bucket","limit":100,"window":"1m","burst":20}`,
-				i, strings.Repeat("d", 1000), maxKeys, strings.Join(routes, ","), strings.Join(h, ","))
+			key[0] = `{"source":"client_ip","ipv6_prefix":64}`
+			n := max(1, min(fill, config.MaxListLen))
+			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,`+
+				`"match":{"routes":[%s],"virtual_hosts":[%s],"methods":[%s],"headers":[%s]},`+
+				`"key":[%s],"algorithm":"token_bucket","limit":100,"window":"1m","burst":20}`,
+				i, maxKeys, strings.Repeat(`"r",`, n-1)+`"r"`, strings.Repeat(`"v",`, n-1)+`"v"`,
+				strings.Repeat(`"GET",`, config.MaxMethods-1)+`"GET"`, strings.Join(h, ","), strings.Join(key, ","))
 		})
 	}
-	for routeFill = 1; routeFill < config.MaxListLen; routeFill++ {
+	for fill = 1; fill < config.MaxListLen; fill++ {
 		if len(build(config.MaxKeysPerRule)) > config.MaxConfigBytes-1000 {
-			routeFill--
+			fill--
 			break
 		}
 	}
@@ -159,6 +160,8 @@ func TestCostlyConfigsRefusedWasm(t *testing.T) {
 			}
 			return b.String() + "}"
 		}(), "domain: duplicate key"},
+		{"1 MiB of the smallest tokens", `{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}],"x":[` +
+			strings.Repeat("0,", config.MaxConfigBytes/2-100) + `0]}`, "x: unknown field"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
