@@ -16,7 +16,9 @@ import (
 //
 //	route       limit (envoy.yaml)
 //	public-api  5 per client IP, one more every 2 s (token_bucket), rule public-api-per-ip
-//	login       POST only; per IP (gcra, burst 5) and 3 a minute per x-login-user (sliding log)
+//	login       POST only, to /login in any spelling an upstream may serve as /login (case,
+//	            trailing slash, ;params); per IP (gcra, burst 5, IPv6 per /64) and 3 a minute
+//	            per x-login-user (sliding log)
 //	internal    filter disabled on the route
 //	global      5 a minute per x-api-key in Redis (token_bucket), rule global-per-key
 //	default     5 per 10 s per IP, shadow (never enforced), rule default-shadow
@@ -32,6 +34,7 @@ var scenarios = []struct {
 	{"a global limit holds across two proxies", globalAcrossProxies},
 	{"Redis down: each failure mode", redisDown},
 	{"metrics in /stats/prometheus", prometheusMetrics},
+	{"the log-in limits cannot be escaped by spelling the path differently", loginSpellings},
 }
 
 // runScenarios runs the list against one target.
@@ -300,5 +303,61 @@ func prometheusMetrics(t *testing.T, e target) {
 	}
 	if types["ratelimit_redis_breaker_open"] != "gauge" || s["ratelimit_redis_breaker_open"] != 0 {
 		t.Fatalf("ratelimit_redis_breaker_open: type %q value %v", types["ratelimit_redis_breaker_open"], s["ratelimit_redis_breaker_open"])
+	}
+}
+
+// loginSpellings sends log-in attempts under the spellings of /login that an upstream may
+// serve as its log-in handler (case, trailing slash, path parameters, percent-encoding,
+// doubled slashes, dot segments, encoded slashes). Each must meet the log-in limits: one user
+// spends the 3 attempts login-per-user allows, and every further attempt by that user, however
+// the path is spelt, is a 429 from a log-in rule (login-per-ip may deny first: the client's
+// burst is 5). A spelling that escaped to the catch-all route would get a 200 (its rule is
+// shadow-only).
+func loginSpellings(t *testing.T, e target) {
+	p := e.proxy(0)
+	user := uniqueKey("mallory")
+	for i := 0; i < 3; i++ {
+		if r := do(t, "POST", p+"/login", "x-login-user", user); r.status != http.StatusOK {
+			t.Fatalf("attempt %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	denied := func(what string, r response) {
+		t.Helper()
+		if r.status != http.StatusTooManyRequests || r.fromUpstream() {
+			t.Fatalf("POST %s: %d %s; want a 429 from a log-in rule", what, r.status, r.body)
+		}
+		if d := r.denial(t); d.Rule != "login-per-user" && d.Rule != "login-per-ip" {
+			t.Fatalf("POST %s: denied by %q, want a log-in rule", what, d.Rule)
+		}
+	}
+	for _, path := range []string{
+		"/login", "/login/", "/LOGIN", "/Login/", "/login;x=1", "/login;jsessionid=0?next=/",
+		"/%6Cogin", "/%6c%6F%67%69%6E", "//login", "/api/../login", "/internal/../login",
+		"/internal/%2e%2e/login",
+	} {
+		denied(path, do(t, "POST", p+path, "x-login-user", user))
+	}
+	// An encoded slash is answered by the proxy itself with a redirect to the path every
+	// party reads alike; following it meets the log-in limits too.
+	noFollow := &http.Client{
+		Timeout:       client.Timeout,
+		Transport:     client.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	for _, path := range []string{"/internal/..%2Flogin", "/api%2F..%2flogin"} {
+		req, err := http.NewRequest("POST", p+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("x-login-user", user)
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("location") != "/login" {
+			t.Fatalf("POST %s: %d location %q; want 307 to /login", path, res.StatusCode, res.Header.Get("location"))
+		}
+		denied(path+" (redirected)", do(t, "POST", p+"/login", "x-login-user", user))
 	}
 }

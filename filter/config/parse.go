@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"sort"
 	"strconv"
@@ -152,6 +153,7 @@ func (p *parser) config(root *node) *Config {
 	if firstGlobal >= 0 && redisNode == nil {
 		p.addf("redis", `required because rules[%d] has scope "global"`, firstGlobal)
 	}
+	p.budget(path, c)
 	return c
 }
 
@@ -734,13 +736,18 @@ func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 		p.addf(path, "is %d bytes long; the maximum is %d", len(src), MaxRegexLen)
 		return nil, false
 	}
-	// Compile the source alone first so that a syntax error quotes what the user wrote,
-	// not our anchoring wrapper.
-	if _, err := regexp.Compile(src); err != nil {
+	// Parse the source alone first so that a syntax error quotes what the user wrote,
+	// not our anchoring wrapper. Parsing does not compile, so it is cheap whatever the
+	// program size; the size is checked before anything is compiled.
+	if _, err := syntax.Parse(src, syntax.Perl); err != nil {
 		p.add(path, err.Error())
 		return nil, false
 	}
-	re, err := regexp.Compile(`^(?:` + src + `)$`)
+	anchored := `^(?:` + src + `)$`
+	if !p.checkRegexProgram(path, anchored) {
+		return nil, false
+	}
+	re, err := regexp.Compile(anchored)
 	if err != nil {
 		p.add(path, err.Error())
 		return nil, false

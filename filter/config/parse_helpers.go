@@ -13,6 +13,9 @@ import (
 type parser struct {
 	errs    Errors
 	dropped int
+	// regexInsts is the program size of the regular expressions compiled so far (see
+	// checkRegexProgram).
+	regexInsts int
 }
 
 func (p *parser) add(path, msg string) {
@@ -22,6 +25,10 @@ func (p *parser) add(path, msg string) {
 	}
 	p.errs = append(p.errs, &Error{Path: path, Msg: msg})
 }
+
+// full reports whether the error list is at its cap, so that further problems are only
+// counted.
+func (p *parser) full() bool { return len(p.errs) >= maxErrors }
 
 func (p *parser) addf(path, format string, args ...any) {
 	p.add(path, fmt.Sprintf(format, args...))
@@ -65,6 +72,12 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 	}
 	for _, m := range n.members {
 		if !contains(known, m.key) {
+			if p.full() {
+				// The problem would not be reported; skip the edit distances, which for
+				// an object of 80,000 unknown keys would cost seconds.
+				p.dropped++
+				continue
+			}
 			msg := "unknown field"
 			if s := suggest(m.key, known); s != "" {
 				msg += " (did you mean " + strconv.Quote(s) + "?)"

@@ -9,7 +9,8 @@
 //
 //   - static listeners with a socket address and one filter chain whose only network filter
 //     is the HTTP connection manager with an inline route_config (no RDS, no SNI matching);
-//   - in the connection manager: normalize_path, merge_slashes, strip_any_host_port /
+//   - in the connection manager: normalize_path, merge_slashes,
+//     path_with_escaped_slashes_action, strip_any_host_port /
 //     strip_matching_host_port, and the HTTP filters: at most one Wasm filter (the rate
 //     limiter) and the router; other HTTP filters are listed in Config.Warnings, since the
 //     wazero host does not run them;
@@ -108,6 +109,9 @@ type Listener struct {
 	// NormalizePath and MergeSlashes are the connection manager's path normalisation
 	// switches; StripPort is set by strip_any_host_port or strip_matching_host_port.
 	NormalizePath, MergeSlashes, StripPort bool
+	// EscapedSlashes is path_with_escaped_slashes_action by its enum name (EscapedSlashes*
+	// constants); unset is Envoy's default, KEEP_UNCHANGED.
+	EscapedSlashes string
 }
 
 // WasmFilter is the Wasm HTTP filter of a listener, with what the host needs to load the
@@ -353,6 +357,10 @@ func (c *Config) listener(l *listenerv3.Listener) (*Listener, error) {
 	ln.StatPrefix = hcm.GetStatPrefix()
 	ln.NormalizePath = hcm.GetNormalizePath().GetValue()
 	ln.MergeSlashes = hcm.GetMergeSlashes()
+	ln.EscapedSlashes = EscapedSlashesKeep
+	if a := hcm.GetPathWithEscapedSlashesAction(); a != hcmv3.HttpConnectionManager_IMPLEMENTATION_SPECIFIC_DEFAULT {
+		ln.EscapedSlashes = a.String()
+	}
 	ln.StripPort = hcm.GetStripAnyHostPort() || hcm.GetStripMatchingHostPort()
 	rc := hcm.GetRouteConfig()
 	if rc == nil {

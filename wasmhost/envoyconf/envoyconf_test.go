@@ -83,6 +83,7 @@ func TestEnvoyYAML(t *testing.T) {
 	require.Equal(t, "0.0.0.0:10000", l.Address)
 	require.True(t, l.NormalizePath)
 	require.True(t, l.MergeSlashes)
+	require.Equal(t, EscapedSlashesUnescapeRedirect, l.EscapedSlashes)
 
 	f := l.Filter
 	require.Equal(t, "envoy.filters.http.wasm", f.FilterName)
@@ -119,7 +120,21 @@ func TestRoutingEnvoyYAML(t *testing.T) {
 		{"POST", "/login", "login"},
 		{"POST", "/login?next=/home", "login"},
 		{"GET", "/login", "default"}, // the route requires POST
-		{"POST", "/login/", "default"},
+		// Spellings of the log-in path that upstreams commonly serve as /login land on the
+		// log-in route, not on a weaker one.
+		{"POST", "/login/", "login"},
+		{"POST", "/LOGIN", "login"},
+		{"POST", "/Login/", "login"},
+		{"POST", "/login;x=1", "login"},
+		{"POST", "/login;jsessionid=1?next=/", "login"},
+		{"POST", "/%6Cogin", "login"},
+		{"POST", "/%6c%6f%67%69%6e/", "login"},
+		{"POST", "/internal/../login", "login"},
+		{"POST", "/internal/%2e%2e/login", "login"},
+		// Other paths that merely start like it do not.
+		{"POST", "/loginx", "default"},
+		{"POST", "/login-help", "default"},
+		{"GET", "/LOGIN", "default"},
 		{"GET", "/api/v1/items", "public-api"},
 		{"GET", "/api", "default"}, // the prefix is "/api/"
 		{"GET", "/API/x", "default"},
@@ -133,9 +148,19 @@ func TestRoutingEnvoyYAML(t *testing.T) {
 		{"POST", "/./login", "login"},
 	} {
 		r := httptest.NewRequest(tc.method, "http://example.com"+tc.target, nil)
-		rt := l.Match(r, l.Normalize(tc.target))
+		path, verdict := l.NormalizeRequest(tc.target)
+		require.Equal(t, PathContinue, verdict, tc.target)
+		rt := l.Match(r, path)
 		require.NotNil(t, rt, "%s %s", tc.method, tc.target)
 		require.Equal(t, tc.route, rt.Name, "%s %s", tc.method, tc.target)
+	}
+	// An encoded slash is redirected to the path every party reads alike, which lands on
+	// the log-in route; it never reaches the internal route unlimited.
+	require.Equal(t, EscapedSlashesUnescapeRedirect, l.EscapedSlashes)
+	for _, target := range []string{"/internal/..%2Flogin", "/internal%2F..%2flogin", "/api%2F..%5Clogin"} {
+		path, verdict := l.NormalizeRequest(target)
+		require.Equal(t, PathRedirect, verdict, target)
+		require.Equal(t, "/login", path, target)
 	}
 }
 
@@ -252,6 +277,7 @@ func TestSubset(t *testing.T) {
 	l := c.Listener("l")
 	require.NotNil(t, l)
 	require.True(t, l.StripPort)
+	require.Equal(t, EscapedSlashesKeep, l.EscapedSlashes, "Envoy's default when the field is unset")
 	f := l.Filter
 	require.Equal(t, "rl", f.FilterName)
 	require.Equal(t, "FAIL_CLOSED", f.FailurePolicy, "UNSPECIFIED means FAIL_CLOSED")
@@ -335,10 +361,49 @@ func TestNormalize(t *testing.T) {
 		"//a///b":           "/a/b",
 		`/a\..\b`:           "/b",
 		"/a/../b?x=/../y//": "/b?x=/../y//",
+		// Percent-encoded unreserved characters are decoded (RFC 3986 section 6.2.2.2),
+		// others are kept as written, and case is not changed.
+		"/%6Cogin":            "/login",
+		"/%6c%6F%67%69%6e":    "/login",
+		"/%7E%2D%2e%5F%41%39": "/~-._A9",
+		"/a%20b/%3B/%2F/%zz":  "/a%20b/%3B/%2F/%zz",
+		"/LOGIN":              "/LOGIN",
+		"/x/%2E%2e/login":     "/login",
+		"/x/.%2e/login":       "/login",
+		"/login?a=%6C":        "/login?a=%6C",
 	} {
 		require.Equal(t, want, l.Normalize(in), in)
 	}
 	require.Equal(t, "//a/../b", (&Listener{}).Normalize("//a/../b"), "both switches off")
+	require.Equal(t, "/%6Cogin", (&Listener{MergeSlashes: true}).Normalize("/%6Cogin"), "decoding is part of normalize_path")
+}
+
+// path_with_escaped_slashes_action acts before normalisation, on the path only.
+func TestEscapedSlashes(t *testing.T) {
+	type result struct {
+		path    string
+		verdict PathVerdict
+	}
+	for _, tc := range []struct {
+		action string
+		in     string
+		want   result
+	}{
+		{EscapedSlashesKeep, "/internal/..%2Flogin", result{"/internal/..%2Flogin", PathContinue}},
+		{EscapedSlashesReject, "/internal/..%2flogin", result{"/internal/..%2flogin", PathReject}},
+		{EscapedSlashesReject, "/a%5Cb", result{"/a%5Cb", PathReject}},
+		{EscapedSlashesReject, "/login?next=%2F", result{"/login?next=%2F", PathContinue}},
+		{EscapedSlashesUnescapeForward, "/internal/..%2Flogin", result{"/login", PathContinue}},
+		{EscapedSlashesUnescapeForward, "/internal%5c..%5clogin", result{"/login", PathContinue}},
+		{EscapedSlashesUnescapeRedirect, "/internal/..%2Flogin?x=%2F", result{"/login?x=%2F", PathRedirect}},
+		{EscapedSlashesUnescapeRedirect, "/a%2f%2Fb", result{"/a/b", PathRedirect}},
+		{EscapedSlashesUnescapeRedirect, "/login", result{"/login", PathContinue}},
+		{EscapedSlashesUnescapeRedirect, "/%6Cogin", result{"/login", PathContinue}},
+	} {
+		l := &Listener{NormalizePath: true, MergeSlashes: true, EscapedSlashes: tc.action}
+		p, v := l.NormalizeRequest(tc.in)
+		require.Equal(t, tc.want, result{p, v}, "%s %s", tc.action, tc.in)
+	}
 }
 
 // TestBrokenConfigs is the negative side of TestShippedConfigs: each mutation of envoy.yaml

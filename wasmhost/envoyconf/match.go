@@ -169,30 +169,157 @@ func headerValue(r *http.Request, name, path string) (string, bool) {
 	return strings.Join(vs, ","), true
 }
 
-// Normalize applies the connection manager's normalize_path and merge_slashes to a
-// :path (query string kept as it is), as Envoy does before routing and before any HTTP filter
-// sees the request: dot segments are removed (RFC 3986 section 5.2.4, with "%2e" counted as
-// a dot), backslashes become slashes, and with merge_slashes runs of slashes become one.
-// Envoy's normaliser also canonicalises percent-encoding; that part is not reproduced.
+// PathVerdict is what the connection manager does with a request once it has looked at the
+// path, before any HTTP filter or the router sees the request.
+type PathVerdict int
+
+// Path verdicts.
+const (
+	// PathContinue: the request goes on with the (normalised) path.
+	PathContinue PathVerdict = iota
+	// PathReject: Envoy answers 400 itself (path_with_escaped_slashes_action REJECT_REQUEST
+	// and an escaped slash in the path).
+	PathReject
+	// PathRedirect: Envoy answers 307 with the normalised path as Location
+	// (UNESCAPE_AND_REDIRECT and an escaped slash in the path), so that the client sends
+	// again what every party will read the same way.
+	PathRedirect
+)
+
+// Escaped-slash actions (path_with_escaped_slashes_action), by their enum names.
+const (
+	EscapedSlashesKeep             = "KEEP_UNCHANGED"
+	EscapedSlashesReject           = "REJECT_REQUEST"
+	EscapedSlashesUnescapeRedirect = "UNESCAPE_AND_REDIRECT"
+	EscapedSlashesUnescapeForward  = "UNESCAPE_AND_FORWARD"
+)
+
+// Normalize returns the :path as Envoy routes and forwards it; see NormalizeRequest, whose
+// verdict it drops.
 func (l *Listener) Normalize(path string) string {
-	if !l.NormalizePath && !l.MergeSlashes {
-		return path
-	}
+	p, _ := l.NormalizeRequest(path)
+	return p
+}
+
+// NormalizeRequest applies the connection manager's path handling to a :path, in Envoy's
+// order (ConnectionManagerUtility::maybeNormalizePath), to the path only (the query string
+// is kept as it is):
+//
+//  1. path_with_escaped_slashes_action: REJECT_REQUEST answers 400 when the path holds
+//     %2F or %5C (either case); the UNESCAPE actions turn them into "/" and "\", and
+//     UNESCAPE_AND_REDIRECT then redirects to the result of the steps below.
+//  2. normalize_path: RFC 3986 normalisation as Envoy's canonicaliser (Chromium's URL
+//     library) does it: percent-encoded unreserved characters (ALPHA, DIGIT, "-", ".", "_",
+//     "~") are decoded, so "/%6Cogin" is "/login"; backslashes become slashes; dot segments
+//     are removed (RFC 3986 section 5.2.4), ".." never climbing above the root. Other
+//     percent-encodings are kept as written, and letter case is not changed (Envoy does not
+//     case-normalise paths).
+//  3. merge_slashes: runs of slashes become one.
+//
+// The canonicaliser also percent-encodes bytes a path may not hold (controls, spaces,
+// non-ASCII); HTTP/1 request lines that carry them are refused before this point by the
+// wazero host's HTTP server, so that part is not reproduced.
+func (l *Listener) NormalizeRequest(path string) (string, PathVerdict) {
 	p, query := path, ""
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		p, query = path[:i], path[i:]
 	}
+	verdict := PathContinue
+	switch l.EscapedSlashes {
+	case EscapedSlashesReject:
+		if hasEscapedSlash(p) {
+			return path, PathReject
+		}
+	case EscapedSlashesUnescapeRedirect, EscapedSlashesUnescapeForward:
+		if hasEscapedSlash(p) {
+			p = unescapeSlashes(p)
+			if l.EscapedSlashes == EscapedSlashesUnescapeRedirect {
+				verdict = PathRedirect
+			}
+		}
+	}
 	if l.NormalizePath {
-		p = removeDotSegments(strings.ReplaceAll(p, `\`, "/"))
+		p = removeDotSegments(strings.ReplaceAll(decodeUnreserved(p), `\`, "/"))
 	}
 	if l.MergeSlashes {
 		for strings.Contains(p, "//") {
 			p = strings.ReplaceAll(p, "//", "/")
 		}
 	}
-	return p + query
+	return p + query, verdict
 }
 
+// hasEscapedSlash reports whether p holds %2F or %5C, in either case.
+func hasEscapedSlash(p string) bool {
+	for i := 0; i+2 < len(p); i++ {
+		if p[i] == '%' && (p[i+1] == '2' && (p[i+2] == 'f' || p[i+2] == 'F') || p[i+1] == '5' && (p[i+2] == 'c' || p[i+2] == 'C')) {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeSlashes decodes %2F to "/" and %5C to "\\", in either case.
+func unescapeSlashes(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) {
+			switch {
+			case p[i+1] == '2' && (p[i+2] == 'f' || p[i+2] == 'F'):
+				b.WriteByte('/')
+				i += 2
+				continue
+			case p[i+1] == '5' && (p[i+2] == 'c' || p[i+2] == 'C'):
+				b.WriteByte('\\')
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+// decodeUnreserved decodes percent-encoded unreserved characters (RFC 3986 section 2.3),
+// which mean the same encoded or not (section 6.2.2.2).
+func decodeUnreserved(p string) string {
+	if strings.IndexByte(p, '%') < 0 {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) {
+			hi, ok1 := unhex(p[i+1])
+			lo, ok2 := unhex(p[i+2])
+			if c := hi<<4 | lo; ok1 && ok2 && isUnreserved(c) {
+				b.WriteByte(c)
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func isUnreserved(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// removeDotSegments implements RFC 3986 section 5.2.4 on an absolute path whose unreserved
+// characters are already decoded (so "%2e" has become ".").
 func removeDotSegments(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p
@@ -201,7 +328,7 @@ func removeDotSegments(p string) string {
 	out := make([]string, 0, len(segs))
 	for i, s := range segs {
 		last := i == len(segs)-1
-		switch strings.ToLower(strings.ReplaceAll(strings.ReplaceAll(s, "%2e", "."), "%2E", ".")) {
+		switch s {
 		case ".":
 			if last {
 				out = append(out, "")

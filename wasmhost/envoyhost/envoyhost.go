@@ -183,14 +183,29 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 }
 
 // ServeHTTP routes one request like Envoy's connection manager and router: normalise the
-// path, pick the route (no route: the filter still runs and the router answers 404), then
+// path (or answer 400 or 307 as path_with_escaped_slashes_action says), pick the route (no route: the filter still runs and the router answers 404), then
 // the filter unless the route disables it, then the route's cluster or direct response.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw := r.RequestURI
 	if raw == "" || !strings.HasPrefix(raw, "/") {
 		raw = r.URL.RequestURI()
 	}
-	path := l.conf.Normalize(raw)
+	path, verdict := l.conf.NormalizeRequest(raw)
+	if verdict == envoyconf.PathRedirect && strings.HasPrefix(r.Header.Get("content-type"), "application/grpc") {
+		verdict = envoyconf.PathReject // gRPC clients do not follow redirects; Envoy refuses them
+	}
+	switch verdict {
+	case envoyconf.PathReject:
+		// Envoy answers before any filter runs (downstream_rq_failed_path_normalization).
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	case envoyconf.PathRedirect:
+		// Envoy answers 307 with the unescaped, normalised path, before any filter runs
+		// (downstream_rq_redirected_with_normalized_path).
+		w.Header().Set("Location", path)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+		return
+	}
 	t := wasmhost.RouteTarget{Path: path}
 	rt := l.conf.Match(r, path)
 	switch {

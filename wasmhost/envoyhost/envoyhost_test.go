@@ -159,3 +159,79 @@ func TestServer(t *testing.T) {
 	code, _, _ = get(t, admin+"/nope")
 	assert.Equal(t, 404, code)
 }
+
+// The connection manager's path handling happens before routing and before the filter: the
+// upstream receives the normalised path, an encoded slash is refused, redirected or unescaped
+// as path_with_escaped_slashes_action says, and the filter never sees a refused or redirected
+// request.
+func TestServerPathHandling(t *testing.T) {
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "A "+r.URL.Path) }))
+	defer a.Close()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(t *testing.T, url, contentType string) (int, http.Header, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", url, nil)
+		require.NoError(t, err)
+		if contentType != "" {
+			req.Header.Set("content-type", contentType)
+		}
+		res, err := noFollow.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, res.Header, string(b)
+	}
+	for _, action := range []string{"", "REJECT_REQUEST", "UNESCAPE_AND_REDIRECT", "UNESCAPE_AND_FORWARD"} {
+		name := action
+		if name == "" {
+			name = "unset (KEEP_UNCHANGED)"
+		}
+		t.Run(name, func(t *testing.T) {
+			yaml := bootstrap
+			if action != "" {
+				yaml = strings.Replace(yaml, "normalize_path: true", "normalize_path: true\n          path_with_escaped_slashes_action: "+action, 1)
+			}
+			cfg, err := envoyconf.Parse([]byte(yaml))
+			require.NoError(t, err)
+			require.NoError(t, cfg.Override("a", a.URL))
+			require.NoError(t, cfg.Override("b", a.URL))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, s.Close(context.Background())) }()
+			base := s.URL("main")
+
+			// Percent-encoded unreserved characters are decoded before routing, and the
+			// upstream receives the normalised path.
+			code, _, body := send(t, base+"/%61/%78", "")
+			require.Equal(t, 200, code)
+			require.Equal(t, "A /a/x", body)
+
+			code, hdr, body := send(t, base+"/b/..%2Fa/x", "")
+			switch action {
+			case "":
+				require.Equal(t, 200, code) // routed as /b/..%2Fa/x: route b
+			case "REJECT_REQUEST":
+				require.Equal(t, 400, code)
+			case "UNESCAPE_AND_REDIRECT":
+				require.Equal(t, 307, code)
+				require.Equal(t, "/a/x", hdr.Get("location"))
+				code, _, _ = send(t, base+"/b/..%2Fa/x", "application/grpc")
+				require.Equal(t, 400, code, "gRPC clients do not follow redirects")
+			case "UNESCAPE_AND_FORWARD":
+				require.Equal(t, 200, code)
+				require.Equal(t, "A /a/x", body)
+			}
+			// The second request to route a is still allowed (limit 2): neither a refused
+			// nor a redirected request reached the filter.
+			code, _, _ = send(t, base+"/a/y", "")
+			if action == "UNESCAPE_AND_FORWARD" {
+				require.Equal(t, 429, code)
+			} else {
+				require.Equal(t, 200, code)
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"regexp/syntax"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// A configuration that passes every per-field check can still be too expensive as a whole:
+// 256 rules with a million keys each, or thousands of long regular expressions. Envoy runs
+// one Wasm VM per worker thread, V8 caps each at 1 GiB of linear memory and traps beyond it,
+// and every VM parses and compiles the configuration itself. The bounds below keep what any
+// accepted configuration can cost, in memory and in configure time, well inside that.
+const (
+	// MaxRegexProgram bounds one regular expression's compiled program, in RE2 instructions
+	// (regexp/syntax.Prog), counted on the anchored form the filter runs. Compile time and
+	// memory grow with the program, and a short source can make a long one: a counted
+	// repetition copies its operand, so `[a-z]{1000}` is 1,004 instructions from 11 bytes.
+	// Useful header and path expressions are tens of instructions.
+	MaxRegexProgram = 1000
+	// MaxRegexProgramTotal bounds the instructions of all of a configuration's regular
+	// expressions together, so that the number of expressions (up to 256 rules x 33) cannot
+	// multiply MaxRegexProgram into seconds of configure time in every VM.
+	MaxRegexProgramTotal = 20_000
+
+	// MaxVMTableBytes bounds the worst-case memory the rules' key tables can hold in each
+	// worker VM (see TableCost). With Go's garbage collector targeting twice the live heap,
+	// 128 MiB of tables keeps a VM far below V8's 1 GiB cap, next to the module's own few MiB.
+	MaxVMTableBytes = 128 << 20
+	// MaxSharedDataBytes bounds the worst-case size of the rules' slots in Envoy's shared
+	// data (see TableCost). Shared data is process memory outside the VMs, never expires and
+	// cannot be deleted by the filter, so every slot a config allows may stay forever.
+	MaxSharedDataBytes = 512 << 20
+)
+
+// The cost of one key of a local table, as sharedstate.Table stores it. They are defined here
+// rather than imported because the table's layout is sharedstate's business and may change;
+// whoever changes it must update these figures (TestTableCostCoversTable checks them against
+// the package's exported DigestSize).
+const (
+	// vmBytesPerSlot is what a Table keeps per slot in the VM whatever the slot holds: the
+	// uint32 offset of the slot's cached name. The name's bytes (the rule's prefix and the
+	// slot number in decimal) are added per slot on top, once the slot has been used.
+	vmBytesPerSlot = 4
+	// slotDigestBytes is the key digest stored in front of each slot's state
+	// (sharedstate.DigestSize).
+	slotDigestBytes = 16
+	// sharedDataEntryBytes is an estimate of what Envoy's shared-data map spends per entry
+	// beyond the key and value bytes: a hash node, two std::string headers, the CAS number
+	// and the bucket pointer. It is an upper estimate; the budget need not be exact, only
+	// proportionate.
+	sharedDataEntryBytes = 96
+)
+
+// TableCost is the worst case of what one rule's local key table can hold: Slots keys (one
+// for a rule without key parts, max_keys otherwise, plus the shared overflow slot), VMBytes
+// in every worker VM and SharedBytes in Envoy's shared data. Every rule has a table, global
+// rules too (redis.failure_mode "local" decides on it).
+type TableCost struct {
+	Slots       int64
+	VMBytes     int64
+	SharedBytes int64
+}
+
+// TableCost returns the worst-case cost of r's table under c's domain.
+func (c *Config) TableCost(r *Rule) TableCost {
+	return tableCost(c.Domain, r)
+}
+
+func tableCost(domain string, r *Rule) TableCost {
+	slots := int64(r.MaxKeys)
+	if len(r.Key) == 0 {
+		slots = 1 // the filter gives a rule without key parts a single slot
+	}
+	// Slot names are "<domain>|<rule>|<slot number>" (the filter's table prefix).
+	nameLen := int64(len(domain)+len(r.Name)+2) + int64(len(strconv.FormatInt(max(slots-1, 0), 10)))
+	state := int64(0)
+	if r.Limiter != nil {
+		state = int64(r.Limiter.StateSize())
+	}
+	entries := slots + 1 // the overflow slot
+	return TableCost{
+		Slots:       entries,
+		VMBytes:     entries * (vmBytesPerSlot + nameLen),
+		SharedBytes: entries * (nameLen + slotDigestBytes + state + sharedDataEntryBytes),
+	}
+}
+
+// budget checks the rules' tables against MaxVMTableBytes and MaxSharedDataBytes together:
+// each rule may be reasonable alone while their sum is not.
+func (p *parser) budget(path string, c *Config) {
+	type cost struct {
+		index int
+		TableCost
+	}
+	costs := make([]cost, 0, len(c.Rules))
+	var vm, shared int64
+	for _, r := range c.Rules {
+		tc := tableCost(c.Domain, r)
+		costs = append(costs, cost{r.Index, tc})
+		vm += tc.VMBytes
+		shared += tc.SharedBytes
+	}
+	report := func(total, budget int64, where string, of func(cost) int64) {
+		sorted := append([]cost(nil), costs...)
+		sort.SliceStable(sorted, func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) })
+		var top []string
+		for _, rc := range sorted[:min(3, len(sorted))] {
+			top = append(top, fmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
+				rc.Slots, of(rc)/rc.Slots, formatBytes(of(rc))))
+		}
+		p.addf(path, "the rules' key tables could hold %s %s, above the budget of %s; largest: %s (lower max_keys, or use fewer keyed rules)",
+			formatBytes(total), where, formatBytes(budget), strings.Join(top, ", "))
+	}
+	if vm > MaxVMTableBytes {
+		report(vm, MaxVMTableBytes, "in every worker VM", func(c cost) int64 { return c.VMBytes })
+	}
+	if shared > MaxSharedDataBytes {
+		report(shared, MaxSharedDataBytes, "in Envoy's shared data", func(c cost) int64 { return c.SharedBytes })
+	}
+}
+
+// formatBytes renders a size in binary units with one decimal.
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// regexProgram returns the number of instructions of src's compiled RE2 program, or an
+// error when src does not parse.
+func regexProgram(src string) (int, error) {
+	re, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return 0, err
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0, err
+	}
+	return len(prog.Inst), nil
+}
+
+// checkRegexProgram enforces MaxRegexProgram on one anchored expression and
+// MaxRegexProgramTotal on the configuration so far, before the expression is compiled for
+// matching (which costs time and memory in proportion to the program).
+func (p *parser) checkRegexProgram(path, anchored string) bool {
+	if p.regexInsts > MaxRegexProgramTotal {
+		// The config is refused already; later expressions are neither counted nor
+		// compiled, so their number costs no time.
+		return false
+	}
+	n, err := regexProgram(anchored)
+	if err != nil {
+		p.add(path, err.Error())
+		return false
+	}
+	// A refused expression counts towards the total too: counting its program cost as
+	// much as compiling it, and thousands of them must not add up to seconds.
+	over := p.regexInsts > MaxRegexProgramTotal
+	p.regexInsts += n
+	if n > MaxRegexProgram {
+		p.addf(path, "compiles to %d RE2 instructions; the maximum is %d (a counted repetition such as {100} repeats its operand's program that many times)", n, MaxRegexProgram)
+		return false
+	}
+	if over {
+		// Reported once, where the total was crossed.
+		return false
+	}
+	if p.regexInsts > MaxRegexProgramTotal {
+		p.addf(path, "the config's regular expressions compile to %d RE2 instructions so far; the maximum for all of them together is %d", p.regexInsts, MaxRegexProgramTotal)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,212 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/stretchr/testify/require"
+)
+
+// quickly is the bound on how long Parse may take on a config built to be expensive. The
+// numbers measured are far lower (see the test logs); the bound is generous so that a slow,
+// shared machine does not fail the tests, while the quadratic and unbounded costs these tests
+// guard against took seconds to minutes.
+const quickly = time.Second
+
+// parseTimed parses data and returns the error and how long Parse took.
+func parseTimed(t *testing.T, data string) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	_, err := Parse([]byte(data))
+	return err, time.Since(start)
+}
+
+// manyRules builds a config of n rules, each written by rule(i).
+func manyRules(n int, rule func(i int) string) string {
+	var b strings.Builder
+	b.WriteString(`{"rules":[`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(rule(i))
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// bigKeysConfig is the first reproduction of issue 11 item 6: 256 rules of a million keys
+// each, all applying to every request.
+func bigKeysConfig() string {
+	return manyRules(MaxRules, func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,"key":[{"source":"header","name":"x-k"}],%s}`, i, tb)
+	})
+}
+
+// bigRegexConfig is the second: 256 rules of 32 header regexes `[a-z]{1000}` each.
+func bigRegexConfig(expr string) string {
+	return manyRules(MaxRules, func(i int) string {
+		var h []string
+		for j := 0; j < MaxHeaderConds; j++ {
+			h = append(h, fmt.Sprintf(`{"name":"x-h%d","regex":%q}`, j, expr))
+		}
+		return fmt.Sprintf(`{"name":"r%d","match":{"headers":[%s]},%s}`, i, strings.Join(h, ","), tb)
+	})
+}
+
+// manyKeysObject is the third: one object with n members, distinct or all the same key.
+func manyKeysObject(n int, same bool) string {
+	var b strings.Builder
+	b.WriteString(`{"rules":[{"name":"r",` + tb + `}]`)
+	for i := 0; i < n; i++ {
+		if same {
+			b.WriteString(`,"domain":"d"`)
+		} else {
+			fmt.Fprintf(&b, `,"k%d":1`, i)
+		}
+	}
+	b.WriteString(`}`)
+	return b.String()
+}
+
+// The key tables of 256 rules of a million keys could hold gigabytes in every worker VM (the
+// first request of such a config took 10.9 s and grew a VM to 4.5 GB): refused at once, with
+// the total, the budget and the largest rules.
+func TestBudgetRefusesHugeKeyTables(t *testing.T) {
+	err, took := parseTimed(t, bigKeysConfig())
+	t.Logf("256 rules x max_keys 1e6: refused in %v", took)
+	require.Less(t, took, quickly)
+	require.Error(t, err)
+	msg := err.Error()
+	// Slot names "rl|r100|999999" are the longest, so rules[100..] cost most.
+	require.Contains(t, msg, "rules: the rules' key tables could hold 4.2 GiB in every worker VM, above the budget of 128.0 MiB; largest: rules[100] 1000001 keys x 18 B = 17.2 MiB, rules[101]")
+	require.Contains(t, msg, "rules: the rules' key tables could hold 34.0 GiB in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[100] 1000001 keys x 143 B = 136.4 MiB")
+	require.Contains(t, msg, "lower max_keys")
+
+	// Each rule alone is fine: the budget is about the sum.
+	one := manyRules(1, func(i int) string {
+		return `{"name":"r0","max_keys":1000000,"key":[{"source":"header","name":"x-k"}],` + tb + `}`
+	})
+	mustParse(t, one)
+}
+
+// The budget follows the state size: a sliding log keeps a timestamp per admitted request, so
+// far fewer of its keys fit in shared data than of a token bucket's.
+func TestBudgetCountsStateSize(t *testing.T) {
+	log := func(n, keys int) string {
+		return manyRules(n, func(i int) string {
+			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,"key":[{"source":"client_ip"}],"algorithm":"sliding_window","variant":"log","limit":1024,"window":"1m"}`, i, keys)
+		})
+	}
+	c := mustParse(t, log(1, 50000))
+	tc := c.TableCost(c.Rules[0])
+	require.Equal(t, int64(50001), tc.Slots)
+	// "rl|r0|" + 5 digits, the digest, a log of 1024 events, the map entry.
+	state := int64(c.Rules[0].Limiter.StateSize())
+	require.Equal(t, 50001*(11+16+state+96), tc.SharedBytes)
+	require.Equal(t, int64(50001*(4+11)), tc.VMBytes)
+	_, err := Parse([]byte(log(2, 50000)))
+	require.ErrorContains(t, err, fmt.Sprintf("rules: the rules' key tables could hold 794.0 MiB in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[0] 50001 keys x %d B = 397.0 MiB, rules[1] 50001 keys x %[1]d B = 397.0 MiB", 11+16+state+96))
+
+	// A rule without key parts has one key whatever max_keys says.
+	c = mustParse(t, manyRules(MaxRules, func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,%s}`, i, tb)
+	}))
+	require.Equal(t, int64(2), c.TableCost(c.Rules[0]).Slots)
+}
+
+// The figures the budget uses for a table are sharedstate's: if the table's digest grows, the
+// budget must be revisited.
+func TestTableCostCoversTable(t *testing.T) {
+	require.Equal(t, sharedstate.DigestSize, slotDigestBytes)
+	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgTokenBucket, Limit: 1, Window: time.Second})
+	require.NoError(t, err)
+	// The slot names a table builds for the filter's prefix are the lengths counted here.
+	r := &Rule{Name: "api", MaxKeys: 1000, Key: []KeyPart{{Source: SourceClientIP}}, Limiter: lim}
+	tc := tableCost("demo", r)
+	require.Equal(t, int64(1001*(4+len("demo|api|999"))), tc.VMBytes)
+	require.Equal(t, int64(1001*(len("demo|api|999")+16+lim.StateSize()+96)), tc.SharedBytes)
+}
+
+// One expression `[a-z]{1000}` compiles to 1,004 instructions; 8,192 of them took 29.5 s and
+// 3 GB to configure in a VM. The first is refused before anything is compiled.
+func TestRegexProgramCap(t *testing.T) {
+	err, took := parseTimed(t, bigRegexConfig(`[a-z]{1000}`))
+	t.Logf("256 rules x 32 regexes [a-z]{1000}: refused in %v", took)
+	require.Less(t, took, quickly)
+	var es Errors
+	require.True(t, errors.As(err, &es))
+	require.Equal(t, "rules[0].match.headers[0].regex: compiles to 1004 RE2 instructions; the maximum is 1000 (a counted repetition such as {100} repeats its operand's program that many times)", es[0].Error())
+
+	// Below the cap one expression is accepted, and the same for a path regex.
+	mustParse(t, `{"rules":[{"name":"r","match":{"path":{"regex":"/[a-z]{995}"}},`+tb+`}]}`)
+	_, err = Parse([]byte(`{"rules":[{"name":"r","match":{"path":{"regex":"/[a-z]{996}"}},` + tb + `}]}`))
+	require.EqualError(t, err, "rules[0].match.path.regex: compiles to 1001 RE2 instructions; the maximum is 1000 (a counted repetition such as {100} repeats its operand's program that many times)")
+
+	// Many expressions each under the cap meet the total, reported once where it is crossed.
+	err, took = parseTimed(t, bigRegexConfig(`[a-z]{500}`))
+	t.Logf("256 rules x 32 regexes [a-z]{500}: refused in %v", took)
+	require.Less(t, took, quickly)
+	require.True(t, errors.As(err, &es))
+	require.Len(t, es, 1)
+	require.Equal(t, "rules[1].match.headers[7].regex: the config's regular expressions compile to 20160 RE2 instructions so far; the maximum for all of them together is 20000", es[0].Error())
+
+	// A syntax error still quotes the source as written.
+	_, err = Parse([]byte(`{"rules":[{"name":"r","match":{"path":{"regex":"[a-"}},` + tb + `}]}`))
+	require.EqualError(t, err, "rules[0].match.path.regex: error parsing regexp: missing closing ]: `[a-`")
+}
+
+// Duplicate keys are found in linear time: 80,000 keys in one object took 8.3 s before. Only
+// the first 100 problems are reported, so the rest cost no edit distances either.
+func TestManyKeysLinear(t *testing.T) {
+	for _, same := range []bool{false, true} {
+		data := manyKeysObject(80000, same)
+		require.Less(t, len(data), MaxConfigBytes)
+		err, took := parseTimed(t, data)
+		t.Logf("80,000 keys (all the same: %v): refused in %v", same, took)
+		require.Less(t, took, quickly)
+		var es Errors
+		require.True(t, errors.As(err, &es))
+		require.Len(t, es, maxErrors+1)
+		if same {
+			require.Equal(t, "domain: duplicate key", es[0].Error())
+		} else {
+			require.Equal(t, "k0: unknown field", es[0].Error())
+		}
+		require.Equal(t, fmt.Sprintf("... and %d more problems", 80000-maxErrors-boolInt(same)), es[maxErrors].Error())
+	}
+	// Past the point where an object indexes its keys, the first occurrence still wins and
+	// the duplicate's path is reported.
+	var b strings.Builder
+	b.WriteString(`{"rules":[{"name":"r",` + tb + `,"deny":{"headers":{`)
+	for i := 0; i < 2*indexAfter; i++ {
+		fmt.Fprintf(&b, `"x-h%d":"v",`, i)
+	}
+	b.WriteString(`"x-h3":"again","x-h30":"again"}}}]}`)
+	_, err := Parse([]byte(b.String()))
+	require.EqualError(t, err, "rules[0].deny.headers.x-h3: duplicate key\nrules[0].deny.headers.x-h30: duplicate key")
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A value under a very long key used to carry that key into the path of every element below
+// it; paths are now built only for problems, and long keys are shortened in them.
+func TestLongKeyPaths(t *testing.T) {
+	long := strings.Repeat("k", 500_000)
+	data := `{"` + long + `":[` + strings.Repeat("0,", 200_000) + `0],"rules":[{"name":"r",` + tb + `}]}`
+	require.Less(t, len(data), MaxConfigBytes)
+	err, took := parseTimed(t, data)
+	t.Logf("200,000 elements under a 500 kB key: refused in %v", took)
+	require.Less(t, took, quickly)
+	require.EqualError(t, err, `["`+strings.Repeat("k", 64)+`"...]: unknown field`)
+}

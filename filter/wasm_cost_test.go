@@ -1,0 +1,199 @@
+package filter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/require"
+)
+
+// What a configuration can cost is bounded at configure time (filter/config's budget): these
+// tests run the bounds in the compiled module, where they matter (one VM per worker, each
+// parsing the configuration itself, V8 capping each at 1 GiB).
+
+// atBudget returns gen(k) for the largest k that config.Parse accepts (k in 1..1e6): the
+// config whose key tables come closest to the memory budget.
+func atBudget(t testing.TB, gen func(maxKeys int) string) string {
+	lo, hi := 1, config.MaxKeysPerRule+1 // gen(lo) is accepted, gen(hi) is not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if _, err := config.Parse([]byte(gen(mid))); err == nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	data := gen(lo)
+	_, err := config.Parse([]byte(data))
+	require.NoError(t, err)
+	t.Logf("max_keys at the budget: %d", lo)
+	return data
+}
+
+// costRules builds a config of n rules written by rule(i).
+func costRules(n int, rule func(i int) string) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = rule(i)
+	}
+	return `{"rules":[` + strings.Join(parts, ",") + `]}`
+}
+
+// largestAdmittedConfig is built to cost the most configure time the caps admit: 256 rules,
+// each with 32 header conditions, 16 key parts and 32 methods, regular expressions up to the
+// config's program total (a few long ones, many short ones), max_keys at the memory budget,
+// and as many of the smallest values (one-letter route and virtual host names: the most
+// values per byte) as fit under the 1 MiB size cap.
+func largestAdmittedConfig(t testing.TB) string {
+	const rules = config.MaxRules
+	regexBudget := config.MaxRegexProgramTotal
+	// 16 expressions of 996 instructions (`[a-z]{990}` anchored), then short ones.
+	long := fmt.Sprintf("[a-z]{%d}", 990)
+	longInsts, short, shortInsts := 996, "x-[0-9]+", 10
+	fill := 0
+	build := func(maxKeys int) string {
+		left := regexBudget
+		return costRules(rules, func(i int) string {
+			var h []string
+			for j := 0; j < config.MaxHeaderConds; j++ {
+				switch {
+				case left >= longInsts && i < 16 && j == 0:
+					h = append(h, fmt.Sprintf(`{"name":"x-l%d","regex":%q}`, j, long))
+					left -= longInsts
+				case left >= shortInsts:
+					h = append(h, fmt.Sprintf(`{"name":"x-s%d","regex":%q,"invert":true}`, j, short))
+					left -= shortInsts
+				default:
+					h = append(h, fmt.Sprintf(`{"name":"x-p%d","prefix":"v%d"}`, j, j))
+				}
+			}
+			key := make([]string, config.MaxKeyParts)
+			for k := range key {
+				key[k] = fmt.Sprintf(`{"source":"header","name":"x-k%d","default":"-"}`, k)
+			}
+			key[0] = `{"source":"client_ip","ipv6_prefix":64}`
+			n := max(1, min(fill, config.MaxListLen))
+			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,`+
+				`"match":{"routes":[%s],"virtual_hosts":[%s],"methods":[%s],"headers":[%s]},`+
+				`"key":[%s],"algorithm":"token_bucket","limit":100,"window":"1m","burst":20}`,
+				i, maxKeys, strings.Repeat(`"r",`, n-1)+`"r"`, strings.Repeat(`"v",`, n-1)+`"v"`,
+				strings.Repeat(`"GET",`, config.MaxMethods-1)+`"GET"`, strings.Join(h, ","), strings.Join(key, ","))
+		})
+	}
+	for fill = 1; fill < config.MaxListLen; fill++ {
+		if len(build(config.MaxKeysPerRule)) > config.MaxConfigBytes-1000 {
+			fill--
+			break
+		}
+	}
+	return atBudget(t, build)
+}
+
+// The largest config the caps admit configures quickly, natively and in every VM of the
+// compiled module. The bound asserted is generous (a slow shared machine must not fail the
+// test); the measured figures are logged and quoted in the README.
+func TestLargestAdmittedConfigConfiguresQuickly(t *testing.T) {
+	data := largestAdmittedConfig(t)
+	t.Logf("config: %d bytes", len(data))
+
+	start := time.Now()
+	_, err := config.Parse([]byte(data))
+	require.NoError(t, err)
+	native := time.Since(start)
+	t.Logf("native Parse: %v", native)
+	require.Less(t, native, time.Second)
+
+	mod := wasmtest.BuildModule(t)
+	boot := func(cfg string) time.Duration {
+		start := time.Now()
+		h, err := wasmhost.New(context.Background(), mod, wasmhost.Options{
+			Workers: 1, VMID: "ratelimit", PluginConfig: []byte(cfg), SharedData: wasmhost.NewSharedData(),
+		})
+		took := time.Since(start)
+		require.NoError(t, err)
+		require.NoError(t, h.Close(context.Background()))
+		return took
+	}
+	small := `{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"1s"}]}`
+	boot(small) // warms the compilation cache
+	base := boot(small)
+	full := boot(data)
+	// wasmhost.New starts the canary VM and one worker, and both run the configuration.
+	perVM := (full - base) / 2
+	t.Logf("wazero: host with a one-rule config %v, with the largest config %v: about %v of configure per VM", base, full, perVM)
+	require.Less(t, perVM, 5*time.Second)
+}
+
+// The three expensive configurations of issue 11 are refused by the compiled module at
+// configure time, quickly, with the JSON path and the numbers in Envoy's log.
+func TestCostlyConfigsRefusedWasm(t *testing.T) {
+	mod := wasmtest.BuildModule(t)
+	warm, err := wasmhost.New(context.Background(), mod, wasmhost.Options{VMID: "ratelimit",
+		PluginConfig: []byte(`{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"1s"}]}`)})
+	require.NoError(t, err) // compiles the module once, so the times below are configure times
+	require.NoError(t, warm.Close(context.Background()))
+	header := `{"source":"header","name":"x-k"}`
+	cases := []struct {
+		name, config, want string
+	}{
+		{"256 rules x max_keys 1e6", costRules(config.MaxRules, func(i int) string {
+			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,"key":[%s],"algorithm":"token_bucket","limit":10,"window":"1s"}`, i, header)
+		}), "rules: the rules' key tables could hold 4.2 GiB in every worker VM, above the budget of 128.0 MiB"},
+		{"256 rules x 32 regexes [a-z]{1000}", costRules(config.MaxRules, func(i int) string {
+			h := make([]string, config.MaxHeaderConds)
+			for j := range h {
+				h[j] = fmt.Sprintf(`{"name":"x-h%d","regex":"[a-z]{1000}"}`, j)
+			}
+			return fmt.Sprintf(`{"name":"r%d","match":{"headers":[%s]},"algorithm":"token_bucket","limit":10,"window":"1s"}`, i, strings.Join(h, ","))
+		}), "rules[0].match.headers[0].regex: compiles to 1004 RE2 instructions; the maximum is 1000"},
+		{"80,000 keys in one object", func() string {
+			var b strings.Builder
+			b.WriteString(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]`)
+			for i := 0; i < 80000; i++ {
+				b.WriteString(`,"domain":"d"`)
+			}
+			return b.String() + "}"
+		}(), "domain: duplicate key"},
+		{"1 MiB of the smallest tokens", `{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}],"x":[` +
+			strings.Repeat("0,", config.MaxConfigBytes/2-100) + `0]}`, "x: unknown field"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := wasmhost.New(context.Background(), mod, wasmhost.Options{
+				VMID: "ratelimit", PluginConfig: []byte(tc.config), SharedData: wasmhost.NewSharedData(),
+			})
+			took := time.Since(start)
+			t.Logf("refused in %v", took)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			require.Less(t, took, 5*time.Second)
+		})
+	}
+}
+
+// A config at the memory budget serves its first request, which touches every rule's table,
+// without a trap (the host caps a VM's memory at 1 GiB, as V8 does).
+func TestBudgetConfigFirstRequestWasm(t *testing.T) {
+	data := atBudget(t, func(maxKeys int) string {
+		return costRules(config.MaxRules, func(i int) string {
+			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,"key":[{"source":"client_ip"}],"algorithm":"token_bucket","limit":10,"window":"1s"}`,
+				i, maxKeys)
+		})
+	})
+	d := newWasm(t, data, wasmOptions{workers: 1})
+	start := time.Now()
+	res, err := d.host.Do(context.Background(), wasmhost.Request{Worker: -1, Method: "GET", Path: "/", SourceAddress: "192.0.2.1:5000"})
+	took := time.Since(start)
+	t.Logf("first request through 256 rules at the budget: %v", took)
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Status)
+	require.Zero(t, d.host.Stats().Traps)
+	require.Less(t, took, 5*time.Second)
+}
