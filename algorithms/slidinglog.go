@@ -18,8 +18,8 @@ import "math"
 // so it fits in 4 bytes when Window < 2^32 ns (about 4.29s) and takes 8 bytes otherwise (the
 // version byte tells which). n events admitted together are n equal timestamps (n−1 zero
 // deltas). The state grows and shrinks with the number of live events, so a quiet key costs
-// 19 bytes; the largest state, Limit live events, is 19 + (Limit−1)×width bytes, which is why
-// Limit is bounded by LogLimitCeiling (1024). Dropping expired events is a prefix cut (one
+// 43 bytes (with the parameter block); the largest state, Limit live events, is
+// 43 + (Limit−1)×width bytes, which is why Limit is bounded by LogLimitCeiling (1024). Dropping expired events is a prefix cut (one
 // memmove) and admitting appends at the end, in place in the caller's buffer.
 //
 //	[0]     0x43 (4-byte deltas) or 0x44 (8-byte deltas) version
