@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"time"
@@ -53,9 +54,22 @@ import (
 // limit takes effect at once. A request with n above the limit in force is unsatisfiable
 // under that limit.
 //
-// Admission state layout (21 bytes): [0] 0x71, [1:5] limit uint32 LE, [5:13] ws int64 LE,
-// [13:17] prev uint32 LE, [17:21] cur uint32 LE.
+// Admission state layout (41 bytes): [0] 0x73, [1:25] parameter block (limit and capacity
+// both the limit in force when written, window, max_delay 0; see RecordedConfig), [25:33] ws
+// int64 LE, [33:37] prev uint32 LE, [37:41] cur uint32 LE. The v1 layout (21 bytes: 0x71,
+// limit uint32, ws, prev, cur) is still read.
+//
+// # Configuration changes
+//
+// The limit in force changes with the controller, and counts carry over as described above,
+// so only the window (and the algorithm) is compared with the recorded parameters. A state
+// recorded with another window, or by another algorithm, is converted first (see the package
+// documentation) with the limit in force as the capacity: with R = min(R_old, limit), the key
+// has counted C = limit - R in the window that contains tc (ws = tc - (tc mod W), prev = 0,
+// cur = C). Read as the old configuration, an adaptive state reports the Remaining of the
+// sliding window counter under its recorded limit and window.
 type Adaptive struct {
+	win                 uint64 // Window, as the parameter block records it
 	cc                  counterCore
 	initial, minL, maxL int64
 	targetLatency       int64
@@ -97,9 +111,10 @@ func satAdd(a, b int64) int64 {
 }
 
 const (
-	ctrlSize     = 41
-	adaptiveSize = 21
-	ppm          = 1_000_000
+	ctrlSize       = 41
+	adaptiveSize   = hdrSize + 16
+	adaptiveSizeV1 = 21
+	ppm            = 1_000_000
 )
 
 // NewAdaptive validates c (Algorithm must be "adaptive") and returns the limiter with its
@@ -144,6 +159,7 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	}
 	a.cc = newCounterCore(c)
 	a.cc.lim = a.maxL
+	a.win = uint64(c.Window)
 	a.targetLatency = int64(c.TargetLatency)
 	a.errorPPM = int64(math.Round(c.ErrorThreshold * ppm))
 	if c.ErrorThreshold > 0 && a.errorPPM == 0 {
@@ -254,12 +270,31 @@ func (a *Adaptive) adjust(limit, requests, errors, latency int64) int64 {
 	return min(a.maxL, limit+a.step)
 }
 
+// locate classifies an admission state: off is where its fields (ws, prev, cur) start
+// (hdrSize for the current encoding with a's window, adaptiveSizeV1-16 for the v1 one, 0 for a
+// fresh key), and convert is true for a current encoding to convert.
+func (a *Adaptive) locate(state []byte) (off int, convert bool) {
+	switch {
+	case len(state) == adaptiveSize && state[0] == verAdaptiveAdmit2 &&
+		binary.LittleEndian.Uint64(state[9:]) == a.win && binary.LittleEndian.Uint64(state[17:]) == 0:
+		return hdrSize, false
+	case len(state) == adaptiveSizeV1 && state[0] == verAdaptiveAdmit:
+		return adaptiveSizeV1 - 16, false
+	default:
+		return 0, isCurrent(state)
+	}
+}
+
+// decode reads the recorded limit (clamped to [MinLimit, MaxLimit]) and the counters of a
+// state in the current encoding with a's window or in the v1 encoding; anything else
+// (including a state to convert) is not ok.
 func (a *Adaptive) decode(state []byte) (limit, ws, prev, cur int64, ok bool) {
-	if len(state) != adaptiveSize || state[0] != verAdaptiveAdmit {
+	off, _ := a.locate(state)
+	if off == 0 {
 		return 0, 0, 0, 0, false
 	}
-	limit = min(max(get32(state[1:]), a.minL), a.maxL)
-	ws, prev, cur, ok = a.cc.decode(state[5:], a.maxL)
+	limit = min(max(get32(state[1:]), a.minL), a.maxL) // both layouts keep it at [1:5]
+	ws, prev, cur, ok = a.cc.decode(state[off:], a.maxL)
 	return limit, ws, prev, cur, ok
 }
 
@@ -269,23 +304,58 @@ func (a *Adaptive) decode(state []byte) (limit, ws, prev, cur int64, ok bool) {
 func (a *Adaptive) AllowNLimit(state []byte, now, n, limit int64) (Decision, []byte) {
 	now = clampNow(now)
 	limit = min(max(limit, a.minL), a.maxL)
+	if _, conv := a.locate(state); conv {
+		return a.convert(state, now, n, limit)
+	}
 	_, ws, prev, cur, ok := a.decode(state)
 	w, eff, prev, cur := a.cc.roll(ws, prev, cur, ok, now)
 	d, cur, store := a.cc.decide(w, eff, prev, cur, now, n, limit)
 	if !store {
 		return d, state
 	}
+	return d, a.encode(state, limit, w, prev, cur)
+}
+
+func (a *Adaptive) encode(state []byte, limit, w, prev, cur int64) []byte {
 	out := outBuf(state, adaptiveSize, adaptiveSize)
-	out[0] = verAdaptiveAdmit
-	put32(out[1:], limit)
-	put64(out[5:], w)
-	put32(out[13:], prev)
-	put32(out[17:], cur)
-	return d, out
+	p := makeParams(limit, limit, dur(int64(a.win)), 0)
+	p.put(out, verAdaptiveAdmit2)
+	put64(out[hdrSize:], w)
+	put32(out[hdrSize+8:], prev)
+	put32(out[hdrSize+12:], cur)
+	return out
+}
+
+// convert decides n under limit on a state recorded with another window or by another
+// algorithm; see the type documentation.
+func (a *Adaptive) convert(state []byte, now, n, limit int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, limit); ok {
+		conv = a.encode(nil, limit, tc-tc%a.cc.w, 0, c)
+	}
+	d, out := a.AllowNLimit(conv, now, n, limit)
+	return finishConverted(state, d, out, adaptiveSize)
+}
+
+// peekAdaptive reports the Remaining of an adaptive admission state at now under the limit and
+// window recorded in it (c), and the instant the estimate was taken at. Counts are not
+// clamped to a MaxLimit, which is not recorded: a count above the recorded limit (a limit
+// lowered by the controller) then weighs in full, which only makes R_old smaller.
+func peekAdaptive(state []byte, now int64, c Config) (r, at int64, idle, ok bool) {
+	if len(state) != adaptiveSize {
+		return 0, 0, false, false
+	}
+	cc := newCounterCore(c)
+	ws, prev, cur, ok := cc.decode(state[hdrSize:], LimitCeiling)
+	if !ok {
+		return 0, 0, false, false
+	}
+	r, at = cc.remaining(ws, prev, cur, now, c.Limit)
+	return r, at, cc.idle(ws, prev, cur, true, now), true
 }
 
 // AllowN implements Limiter: AllowNLimit under the limit recorded in state, or Limit for a
-// fresh key.
+// fresh key (or one recorded with another window or by another algorithm).
 func (a *Adaptive) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	limit, _, _, _, ok := a.decode(state)
 	if !ok {
@@ -294,13 +364,21 @@ func (a *Adaptive) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	return a.AllowNLimit(state, now, n, limit)
 }
 
-// StateSize implements Limiter: an admission state is always 21 bytes.
+// StateSize implements Limiter: an admission state is always 41 bytes.
 func (a *Adaptive) StateSize() int { return adaptiveSize }
 
 // Idle implements Limiter: both admission counters are zero at now. The recorded limit is
 // then forgotten, which is harmless because callers pass the controller's limit to
 // AllowNLimit.
+//
+// A state recorded with another window or by another algorithm is idle when the old
+// configuration reports at least MaxLimit remaining, so that the converted state is at full
+// allowance under any limit the controller can set.
 func (a *Adaptive) Idle(state []byte, now int64) bool {
+	now = clampNow(now)
+	if _, conv := a.locate(state); conv {
+		return idleConverted(state, now, a.maxL)
+	}
 	_, ws, prev, cur, ok := a.decode(state)
-	return a.cc.idle(ws, prev, cur, ok, clampNow(now))
+	return a.cc.idle(ws, prev, cur, ok, now)
 }

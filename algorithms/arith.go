@@ -6,19 +6,35 @@ import (
 )
 
 // Version bytes. Each algorithm and layout has its own so that a state written by one is never
-// decoded by another (a rule whose algorithm changed starts its keys fresh). 0x00 and 0xFF are
-// avoided because zero-filled or erased buffers commonly start with them.
+// decoded as another's. 0x00 and 0xFF are avoided because zero-filled or erased buffers commonly
+// start with them.
+//
+// The current encodings (low nibble 3 or 4) record the parameters they were written under in a
+// parameter block after the version byte (see params), so a state read under other parameters
+// is converted (see convert.go) instead of being misread. The encodings of the first layout
+// (low nibble 1 or 2, "v1") recorded no parameters; they are still read, as that code read
+// them, by the limiter of the same layout (the upgrade path), and as a fresh key by any other.
 const (
-	verTokenBucket   = 0x11
-	verLeakyMeter    = 0x21
-	verLeakyShaper   = 0x22
-	verSlidingCount  = 0x31
-	verSlidingLog32  = 0x41 // 4-byte deltas (Window < 2^32 ns)
-	verSlidingLog64  = 0x42 // 8-byte deltas
-	verFixedWindow   = 0x51
-	verGCRA          = 0x61
-	verAdaptiveAdmit = 0x71
-	verAdaptiveCtrl  = 0x72
+	verTokenBucket   = 0x11 // v1
+	verLeakyMeter    = 0x21 // v1
+	verLeakyShaper   = 0x22 // v1
+	verSlidingCount  = 0x31 // v1
+	verSlidingLog32  = 0x41 // v1, 4-byte deltas (Window < 2^32 ns)
+	verSlidingLog64  = 0x42 // v1, 8-byte deltas
+	verFixedWindow   = 0x51 // v1
+	verGCRA          = 0x61 // v1
+	verAdaptiveAdmit = 0x71 // v1
+	verAdaptiveCtrl  = 0x72 // the controller state; it is per rule and records no parameters
+
+	verTokenBucket2   = 0x13
+	verLeakyMeter2    = 0x23
+	verLeakyShaper2   = 0x24
+	verSlidingCount2  = 0x33
+	verSlidingLog32v2 = 0x43
+	verSlidingLog64v2 = 0x44
+	verFixedWindow2   = 0x53
+	verGCRA2          = 0x63
+	verAdaptiveAdmit2 = 0x73
 )
 
 func gcd(a, b int64) int64 {

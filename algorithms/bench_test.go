@@ -140,3 +140,37 @@ func TestAliasing(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConvert measures the slow path of a configuration change: a state written by the
+// token bucket of benchConfigs read by each limiter of benchConfigs with other parameters
+// (limit 50 instead of 100, or another algorithm), deciding a request that is denied (so
+// the state stays in the old encoding and every iteration converts again), and Idle on it.
+func BenchmarkConvert(b *testing.B) {
+	old := mustNew(b, Config{Algorithm: AlgTokenBucket, Limit: 100, Window: time.Second, Burst: 20})
+	var s []byte
+	for i := 0; i < 20; i++ {
+		_, s = old.AllowN(s, t0, 1)
+	}
+	for _, bc := range benchConfigs {
+		c := bc.c
+		c.Limit /= 2
+		if c.Algorithm == AlgAdaptive {
+			c.MinLimit = 5
+		}
+		l := mustNew(b, c)
+		b.Run(bc.name+"/AllowN", func(b *testing.B) {
+			buf := make([]byte, len(s), max(len(s), l.StateSize()))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				copy(buf, s)
+				l.AllowN(buf[:len(s)], t0, 1)
+			}
+		})
+		b.Run(bc.name+"/Idle", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				l.Idle(s, t0)
+			}
+		})
+	}
+}

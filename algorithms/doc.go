@@ -27,7 +27,10 @@
 //     RetryAfter == 0; Decision.Unsatisfiable reports it. Every other denial has
 //     RetryAfter >= 1ns. In that case the returned state is the input, unchanged.
 //   - RetryAfter is exact: calling again at now+RetryAfter with the same n is allowed if
-//     nothing else arrived in between, and calling at now+RetryAfter-1ns is not.
+//     nothing else arrived in between, and calling at now+RetryAfter-1ns is not. The one
+//     exception is a denial on a state recorded under other parameters (see "Configuration
+//     changes"): RetryAfter is then the new configuration's on the converted state, but a
+//     denial stores nothing, so the retry converts the old state again.
 //
 // # State buffers and aliasing
 //
@@ -39,14 +42,57 @@
 // StateSize bytes and passes the returned slice back in gets zero allocations per call.
 //
 // Every encoding starts with a version byte that is distinct per algorithm and layout, so a
-// state written by one algorithm is never misread by another; fixed-width little-endian fields
-// follow. A nil, short, over-long or unknown-version state, or one whose timestamps fall
-// outside [0, MaxTime+2^53] (or, for the clock-aligned windows, are not aligned), is a fresh
-// key (full allowance); it never causes a panic.
-// Quantities that are out of range for the current configuration (for example a count above a
-// limit that was lowered) are clamped to the conservative end of their range. Limiter.Idle
-// tells whether a state is equivalent to a fresh key at a given instant, so the shared-data
-// layer can reclaim it.
+// state written by one algorithm is never misread by another; a 24-byte parameter block
+// recording the configuration the state was written under follows (see RecordedConfig), then
+// the algorithm's fixed-width little-endian fields. A nil, short, over-long or
+// unknown-version state, one whose recorded configuration is invalid, or one whose
+// timestamps fall outside [0, MaxTime+2^53] (or, for the clock-aligned windows, are not
+// aligned), is a fresh key (full allowance); it never causes a panic. Limiter.Idle tells
+// whether a state is equivalent to a fresh key at a given instant, so the shared-data layer
+// can reclaim it.
+//
+// # Configuration changes
+//
+// A configuration change never grants allowance: a key keeps what it consumed, across a change
+// of limit, window, burst, variant, max_delay, shaping or algorithm (the cost of a request is
+// its n and needs nothing). Reading a state whose recorded parameters equal the limiter's
+// takes the hot path, with the decisions of a limiter that never changed; comparing the
+// parameter block is three 64-bit comparisons. Reading a state recorded under any other
+// parameters, or by another algorithm, first converts it, at the decision instant now:
+//
+//  1. R_old is the Remaining that the old configuration's limiter, rebuilt from the recorded
+//     block, reports for the state at now (the whole events it would still admit, a floor;
+//     what RateLimit-Remaining showed), and tc is the instant it evaluated the state at: now,
+//     or, when now is stale (time went backwards), the later instant the old state last saw
+//     (max(now, last) for the buckets, max(now, newest) for the log, the newer of now and the
+//     stored window for the windows; GCRA and the shaper compare with now itself, so tc = now).
+//  2. R = min(R_old, Capacity), Capacity being the new Burst (Limit when 0) for the buckets
+//     and GCRA, the new Limit for the windows, and the limit in force for adaptive.
+//  3. The state becomes the new algorithm's state of a key that has exactly R left and whose
+//     consumption C = Capacity - R happened at tc; each type's documentation gives it.
+//  4. The request is decided on that state as usual. When it is admitted, the converted state
+//     with the request applied, recording the new parameters, is returned; when it is denied
+//     (or unsatisfiable) the input is returned unchanged, so nothing is written and the next
+//     request converts again from the old parameters.
+//
+// So right after a change a key is admitted at most R_old events, and exactly min(R_old,
+// Capacity) in whole requests (except by a shaper whose MaxDelay is shorter than its queue,
+// which admits fewer). A key at full allowance under a smaller old capacity keeps that smaller
+// allowance until its first admitted request under the new configuration, from which on the
+// new configuration refills it. The adaptive admission state compares only its window: the
+// limit in force belongs to the controller, and counts carry over when it changes.
+//
+// Limiter.Idle on such a state reports idle when the converted state is at full allowance
+// (R_old >= Capacity), and also when the old configuration finds the state idle (it counts
+// nothing), both evaluated no later than now: otherwise, after a raised capacity, the slot of
+// every key that never returns would stay taken for good. Idle allocates nothing (the old
+// limiter is rebuilt by value); the conversion in AllowN allocates one buffer.
+//
+// States in the first encodings, which recorded no parameters (v1, the version bytes 0x11,
+// 0x21, 0x22, 0x31, 0x41, 0x42, 0x51, 0x61, 0x71), are read as that code read them: by the
+// limiter of the same layout with its current parameters, counts above a lowered limit
+// clamped, and as a fresh key by any other; an admitted request rewrites them in the current
+// encoding.
 //
 // # Time
 //

@@ -22,47 +22,84 @@ package algorithms
 //	ResetAfter = w + W - now if count > 0, else 0
 //	store (w, count)
 //
-// # State layout (13 bytes)
+// # State layout (37 bytes)
 //
-//	[0]    0x51 version
-//	[1:9]  ws,    int64 LE, Unix ns (a multiple of W)
-//	[9:13] count, uint32 LE
+//	[0]     0x53 version
+//	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
+//	[25:33] ws,    int64 LE, Unix ns (a multiple of W)
+//	[33:37] count, uint32 LE
+//
+// The v1 layout (13 bytes: 0x51, ws, count; no parameters) is still read, with the current
+// parameters, and rewritten in this layout by the next admitted request.
+//
+// # Configuration changes
+//
+// A state recorded under other parameters, or by another algorithm, is converted first (see
+// the package documentation): with R = min(R_old, L), the key has counted C = L - R in the
+// window that contains tc:
+//
+//	ws = tc - (tc mod W), count = C
 type FixedWindow struct {
 	limit, w int64
+	p        params
 }
 
-const fixedSize = 13
+const (
+	fixedSize   = hdrSize + 12
+	fixedSizeV1 = 13
+)
 
 func newFixedWindow(c Config) (*FixedWindow, error) {
-	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+	f := new(FixedWindow)
+	if err := f.init(c); err != nil {
 		return nil, err
 	}
-	return &FixedWindow{limit: c.Limit, w: int64(c.Window)}, nil
+	return f, nil
 }
 
-func (f *FixedWindow) load(state []byte, now int64) (w, count int64) {
+// init validates c and sets f up; it is also how peekOld rebuilds an old configuration by
+// value.
+func (f *FixedWindow) init(c Config) error {
+	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+		return err
+	}
+	*f = FixedWindow{limit: c.Limit, w: int64(c.Window), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	return nil
+}
+
+// load returns the window of now and its count, from the fields at state[off:] (off == 0: a
+// fresh key).
+func (f *FixedWindow) load(state []byte, off int, now int64) (w, count int64) {
 	w = now - now%f.w
-	if len(state) != fixedSize || state[0] != verFixedWindow {
+	if off == 0 {
 		return w, 0
 	}
-	ws := get64(state[1:])
+	ws := get64(state[off:])
 	if ws < 0 || ws > MaxTime || ws%f.w != 0 {
 		return w, 0 // every start the limiter writes is aligned
 	}
 	switch {
 	case w < ws:
-		return ws, min(get32(state[9:]), f.limit)
+		return ws, min(get32(state[off+8:]), f.limit)
 	case w == ws:
-		return w, min(get32(state[9:]), f.limit)
+		return w, min(get32(state[off+8:]), f.limit)
 	default:
 		return w, 0
 	}
 }
 
+func (f *FixedWindow) locate(state []byte) (off int, convert bool) {
+	return f.p.locate(state, verFixedWindow2, fixedSize, verFixedWindow, fixedSizeV1)
+}
+
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	w, count := f.load(state, now)
+	off, conv := f.locate(state)
+	if conv {
+		return f.convert(state, now, n)
+	}
+	w, count := f.load(state, off, now)
 	d := Decision{Limit: f.limit}
 	store := true
 	switch {
@@ -81,18 +118,48 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	if !store {
 		return d, state
 	}
-	out := outBuf(state, fixedSize, fixedSize)
-	out[0] = verFixedWindow
-	put64(out[1:], w)
-	put32(out[9:], count)
-	return d, out
+	return d, f.encode(state, w, count)
 }
 
-// StateSize implements Limiter: a FixedWindow state is always 13 bytes.
+func (f *FixedWindow) encode(state []byte, w, count int64) []byte {
+	out := outBuf(state, fixedSize, fixedSize)
+	f.p.put(out, verFixedWindow2)
+	put64(out[hdrSize:], w)
+	put32(out[hdrSize+8:], count)
+	return out
+}
+
+// convert decides n on a state recorded under other parameters; see the type documentation.
+func (f *FixedWindow) convert(state []byte, now, n int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, f.limit); ok {
+		conv = f.encode(nil, tc-tc%f.w, c)
+	}
+	d, out := f.AllowN(conv, now, n)
+	return finishConverted(state, d, out, fixedSize)
+}
+
+// peek reports the events left in now's window, for a state in f's current encoding with f's
+// parameters, and the instant it counted for: now, or the start of the stored window when
+// that is later.
+func (f *FixedWindow) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if len(state) != fixedSize || !f.p.matches(state, verFixedWindow2) {
+		return 0, 0, false
+	}
+	w, count := f.load(state, hdrSize, now)
+	return f.limit - count, max(now, w), true
+}
+
+// StateSize implements Limiter: a FixedWindow state is always 37 bytes.
 func (f *FixedWindow) StateSize() int { return fixedSize }
 
 // Idle implements Limiter: nothing was counted in now's window.
 func (f *FixedWindow) Idle(state []byte, now int64) bool {
-	_, count := f.load(state, clampNow(now))
+	now = clampNow(now)
+	off, conv := f.locate(state)
+	if conv {
+		return idleConverted(state, now, f.limit)
+	}
+	_, count := f.load(state, off, now)
 	return count == 0
 }

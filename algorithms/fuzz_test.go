@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -61,11 +62,13 @@ func FuzzAllowN(f *testing.F) {
 		checkFuzzDecision(t, l, d, out, n)
 		if _, adaptive := l.(*Adaptive); !adaptive && n >= 1 && n <= capacityOfLimiter(l) && !d.Allowed {
 			// Even from a hostile state, a satisfiable denial has a RetryAfter that works
-			// (when the retry instant is within the clamped time range).
+			// (when the retry instant is within the clamped time range). A state recorded
+			// under other parameters is the documented exception: a denial does not store
+			// its conversion, so the retry converts again, from the old configuration.
 			if d.RetryAfter < 1 {
 				t.Fatalf("satisfiable denial without RetryAfter: %+v", d)
 			}
-			if retry := now + int64(d.RetryAfter); now >= 0 && now <= MaxTime/2 && retry <= MaxTime {
+			if retry := now + int64(d.RetryAfter); !converts(l, state) && now >= 0 && now <= MaxTime/2 && retry <= MaxTime {
 				if d2, _ := l.AllowN(append([]byte(nil), state...), retry, n); !d2.Allowed {
 					t.Fatalf("denied again after RetryAfter: %+v then %+v", d, d2)
 				}
@@ -94,6 +97,52 @@ func checkFuzzDecision(t *testing.T, l Limiter, d Decision, out []byte, n int64)
 	if d.Allowed && len(out) > l.StateSize() {
 		t.Fatalf("state of %d bytes > StateSize %d", len(out), l.StateSize())
 	}
+}
+
+// converts reports whether l converts state (a current encoding recorded under other
+// parameters or by another algorithm) before deciding.
+func converts(l Limiter, state []byte) bool {
+	var c bool
+	switch v := l.(type) {
+	case *TokenBucket:
+		_, c = v.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+	case *LeakyBucket:
+		_, c = v.locate(state)
+	case *GCRA:
+		_, c = v.locate(state)
+	case *FixedWindow:
+		_, c = v.locate(state)
+	case *SlidingWindowCounter:
+		_, c = v.locate(state)
+	case *SlidingWindowLog:
+		_, _, _, _, _, c = v.header(state)
+	case *Adaptive:
+		_, c = v.locate(state)
+	default:
+		panic(fmt.Sprintf("unknown limiter %T", l))
+	}
+	return c
+}
+
+// FuzzRecordedConfig checks that any bytes either yield no configuration or one that the
+// parameter block can hold, without panicking, and that peekOld stays within its range.
+func FuzzRecordedConfig(f *testing.F) {
+	for _, s := range fuzzSeeds(f, fuzzLimiters(f)) {
+		f.Add(s, t0)
+	}
+	f.Fuzz(func(t *testing.T, state []byte, now int64) {
+		c, ok := RecordedConfig(state)
+		if !ok {
+			return
+		}
+		if c.Limit < 1 || c.Limit > 1<<32-1 || c.Burst < 0 || c.MaxDelay < 0 {
+			t.Fatalf("recorded config out of range: %+v", c)
+		}
+		r, _, _, ok := peekOld(state, clampNow(now))
+		if ok && (r < 0 || r > max(c.Limit, c.Burst)) {
+			t.Fatalf("R_old %d out of range for %+v", r, c)
+		}
+	})
 }
 
 // FuzzAdaptiveUpdate feeds arbitrary controller states and signals to Update.

@@ -39,47 +39,85 @@ package algorithms
 // keeps <= 2^53. A stale now (time going backwards) needs no special case: TAT is compared
 // with now itself, so an earlier now is only stricter.
 //
-// # State layout (9 bytes)
+// # State layout (33 bytes)
 //
-//	[0]   0x61 version
-//	[1:9] TAT, int64 LE, Unix ns
+//	[0]     0x63 version
+//	[1:25]  parameter block (limit, burst B, window, max_delay 0; see RecordedConfig)
+//	[25:33] TAT, int64 LE, Unix ns
+//
+// The v1 layout (9 bytes: 0x61, TAT; no parameters) is still read, with the current
+// parameters, and rewritten in this layout by the next admitted request.
+//
+// # Configuration changes
+//
+// A state recorded under other parameters, or by another algorithm, is converted first (see
+// the package documentation): with R = min(R_old, B) and C = B - R, the key has consumed C
+// cells at tc:
+//
+//	TAT = tc + C*T
+//
+// so exactly R cells pass at tc, and the schedule then advances at the new emission interval.
 type GCRA struct {
 	limit, burst, t, tau int64
+	p                    params
 }
 
-const gcraSize = 9
+const (
+	gcraSize   = hdrSize + 8
+	gcraSizeV1 = 9
+)
 
 func newGCRA(c Config) (*GCRA, error) {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	g := new(GCRA)
+	if err := g.init(c); err != nil {
 		return nil, err
+	}
+	return g, nil
+}
+
+// init validates c and sets g up; it is also how peekOld rebuilds an old configuration by
+// value.
+func (g *GCRA) init(c Config) error {
+	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+		return err
 	}
 	t := int64(c.Window) / c.Limit
 	if t < 1 {
-		return nil, cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
+		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
 	}
 	b := capacityOf(c)
 	if err := checkExact(capacityField(c), "emission interval * (burst + 1)",
 		"lower the burst or the window", [2]int64{t, b + 1}); err != nil {
-		return nil, err
+		return err
 	}
-	return &GCRA{limit: c.Limit, burst: b, t: t, tau: t * b}, nil
+	*g = GCRA{limit: c.Limit, burst: b, t: t, tau: t * b, p: makeParams(c.Limit, b, c.Window, 0)}
+	return nil
 }
 
 // EmissionInterval returns T = Window/Limit in nanoseconds, the spacing of a sustained stream.
 func (g *GCRA) EmissionInterval() int64 { return g.t }
 
-func (g *GCRA) decode(state []byte) (tat int64, ok bool) {
-	if len(state) != gcraSize || state[0] != verGCRA {
+// decode reads the TAT at state[off:] (off == 0: a fresh key).
+func (g *GCRA) decode(state []byte, off int) (tat int64, ok bool) {
+	if off == 0 {
 		return 0, false
 	}
-	tat = get64(state[1:])
+	tat = get64(state[off:])
 	return tat, validStamp(tat)
+}
+
+func (g *GCRA) locate(state []byte) (off int, convert bool) {
+	return g.p.locate(state, verGCRA2, gcraSize, verGCRA, gcraSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (g *GCRA) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	tat, ok := g.decode(state)
+	off, conv := g.locate(state)
+	if conv {
+		return g.convert(state, now, n)
+	}
+	tat, ok := g.decode(state, off)
 	base := now
 	if ok && tat > now {
 		base = tat
@@ -102,17 +140,49 @@ func (g *GCRA) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 		d.Remaining = (now - allowAt) / g.t
 		d.ResetAfter = dur(newTAT - now)
 	}
-	out := outBuf(state, gcraSize, gcraSize)
-	out[0] = verGCRA
-	put64(out[1:], newTAT)
-	return d, out
+	return d, g.encode(state, newTAT)
 }
 
-// StateSize implements Limiter: a GCRA state is always 9 bytes.
+func (g *GCRA) encode(state []byte, tat int64) []byte {
+	out := outBuf(state, gcraSize, gcraSize)
+	g.p.put(out, verGCRA2)
+	put64(out[hdrSize:], tat)
+	return out
+}
+
+// convert decides n on a state recorded under other parameters; see the type documentation.
+func (g *GCRA) convert(state []byte, now, n int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, g.burst); ok {
+		conv = g.encode(nil, tc+c*g.t)
+	}
+	d, out := g.AllowN(conv, now, n)
+	return finishConverted(state, d, out, gcraSize)
+}
+
+// peek reports the cells that pass at now, for a state in g's current encoding with g's
+// parameters. GCRA compares its schedule with now itself, so it evaluates at now.
+func (g *GCRA) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if len(state) != gcraSize || !g.p.matches(state, verGCRA2) {
+		return 0, 0, false
+	}
+	tat, ok := g.decode(state, hdrSize)
+	if !ok {
+		return 0, 0, false
+	}
+	return max(0, now+g.tau-max(tat, now)) / g.t, now, true
+}
+
+// StateSize implements Limiter: a GCRA state is always 33 bytes.
 func (g *GCRA) StateSize() int { return gcraSize }
 
 // Idle implements Limiter: TAT <= now.
 func (g *GCRA) Idle(state []byte, now int64) bool {
-	tat, ok := g.decode(state)
-	return !ok || tat <= clampNow(now)
+	now = clampNow(now)
+	off, conv := g.locate(state)
+	if conv {
+		return idleConverted(state, now, g.burst)
+	}
+	tat, ok := g.decode(state, off)
+	return !ok || tat <= now
 }

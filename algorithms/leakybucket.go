@@ -27,8 +27,10 @@ import "time"
 //	ResetAfter = (eff-now) + floor((level + lg - 1) / lg)
 //	store (level, eff)
 //
-// Meter state layout (17 bytes): [0] 0x21, [1:9] level int64 LE (units of 1/wg event),
-// [9:17] last int64 LE (Unix ns).
+// Meter state layout (41 bytes): [0] 0x23, [1:25] parameter block (limit, capacity C, window,
+// max_delay 0; see RecordedConfig), [25:33] level int64 LE (units of 1/wg event), [33:41] last
+// int64 LE (Unix ns). The v1 layout (17 bytes: 0x21, level, last) is still read, with the
+// current parameters.
 //
 // # Shaper (MaxDelay > 0)
 //
@@ -67,40 +69,66 @@ import "time"
 //
 // The largest intermediate is C*wg + 3*lg, which New keeps <= 2^53.
 //
-// Shaper state layout (13 bytes): [0] 0x22, [1:9] pns int64 LE (Unix ns), [9:13] pfrac uint32
-// LE (units of 1/lg ns; lg <= LimitCeiling < 2^32).
+// Shaper state layout (37 bytes): [0] 0x24, [1:25] parameter block (limit, capacity C,
+// window, max_delay), [25:33] pns int64 LE (Unix ns), [33:37] pfrac uint32 LE (units of 1/lg
+// ns; lg <= LimitCeiling < 2^32). The v1 layout (13 bytes: 0x22, pns, pfrac) is still read,
+// with the current parameters.
 //
-// The meter and the shaper use different version bytes, so switching MaxDelay on or off
-// starts the keys fresh rather than misreading them.
+// # Configuration changes
+//
+// The meter and the shaper use different version bytes, and a state recorded under other
+// parameters, by the other mode or by another algorithm, is converted first (see the package
+// documentation). With R = min(R_old, C), the key has consumed C' = C - R at tc:
+//
+//	meter:  level = C'*wg, last = tc
+//	shaper: P = tc + C'*Window/Limit, that is pns = tc + floor(C'*wg/lg), pfrac = C'*wg mod lg
+//
+// The shaper's P is the release of the last queued request: C' events are queued at tc, so
+// its Remaining is exactly R when MaxDelay does not bind (less when it does). Unlike a fresh
+// key, whose first request leaves at once, every request after a conversion is spaced from P.
 type LeakyBucket struct {
 	b      bucket
 	shaper bool
+	p      params
 	// shaper constants
 	qD, rD, e, capNs int64
 }
 
-const shaperSize = 13
+const (
+	shaperSize   = hdrSize + 12
+	shaperSizeV1 = 13
+)
 
 func newLeakyBucket(c Config) (*LeakyBucket, error) {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true, maxDelay: true}); err != nil {
+	l := new(LeakyBucket)
+	if err := l.init(c); err != nil {
 		return nil, err
 	}
+	return l, nil
+}
+
+// init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
+// value.
+func (l *LeakyBucket) init(c Config) error {
+	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true, maxDelay: true}); err != nil {
+		return err
+	}
 	if c.MaxDelay < 0 {
-		return nil, cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got %v", c.MaxDelay)
+		return cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got %v", c.MaxDelay)
 	}
 	if c.MaxDelay > MaxWindow {
-		return nil, cfgErr("max_delay", "must be <= %v (31 days), got %v", MaxWindow, c.MaxDelay)
+		return cfgErr("max_delay", "must be <= %v (31 days), got %v", MaxWindow, c.MaxDelay)
 	}
 	b, err := newBucket(c)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	l := &LeakyBucket{b: b, shaper: c.MaxDelay > 0}
+	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0, p: makeParams(c.Limit, b.capacity, c.Window, c.MaxDelay)}
 	if l.shaper {
 		if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
 			"lower the burst or the window, or pick a limit that shares more factors with the window in ns",
 			[2]int64{b.capacity, b.wg}, [2]int64{3, b.lg}); err != nil {
-			return nil, err
+			return err
 		}
 		l.capNs = ceilDiv(b.capU, b.lg)
 		du := b.capU
@@ -109,7 +137,7 @@ func newLeakyBucket(c Config) (*LeakyBucket, error) {
 		}
 		l.qD, l.rD, l.e = du/b.lg, du%b.lg, b.capU-du
 	}
-	return l, nil
+	return nil
 }
 
 // Shaping reports whether the limiter delays requests (MaxDelay > 0) rather than only admitting
@@ -122,29 +150,92 @@ func (l *LeakyBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	if l.shaper {
 		return l.shape(state, now, n)
 	}
-	level, last, ok := l.b.decode(state, verLeakyMeter)
+	off, conv := l.locate(state)
+	if conv {
+		return l.convert(state, now, n)
+	}
+	level, last, ok := l.b.decode(state, off)
 	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
 	d, tokens, store := l.b.decide(tokens, eff, now, n)
 	if !store {
 		return d, state
 	}
-	return d, encodeTB(state, verLeakyMeter, l.b.capU-tokens, eff)
+	return d, encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-tokens, eff)
 }
 
-func (l *LeakyBucket) decodeShaper(state []byte) (pns, pfrac int64, ok bool) {
-	if len(state) != shaperSize || state[0] != verLeakyShaper {
+// locate classifies state for the meter or the shaper; see params.locate.
+func (l *LeakyBucket) locate(state []byte) (off int, convert bool) {
+	if l.shaper {
+		return l.p.locate(state, verLeakyShaper2, shaperSize, verLeakyShaper, shaperSizeV1)
+	}
+	return l.p.locate(state, verLeakyMeter2, tbSize, verLeakyMeter, tbSizeV1)
+}
+
+// convert decides n on a state recorded under other parameters; see the type documentation.
+func (l *LeakyBucket) convert(state []byte, now, n int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, l.b.capacity); ok {
+		if u := c * l.b.wg; l.shaper {
+			conv = l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
+		} else {
+			conv = encodeTB(nil, &l.p, verLeakyMeter2, u, tc)
+		}
+	}
+	d, out := l.AllowN(conv, now, n)
+	return finishConverted(state, d, out, l.StateSize())
+}
+
+// peek reports Remaining at now and the instant it was evaluated at, for a state in l's
+// current encoding with l's parameters: the meter's free room at max(now, last), the
+// shaper's Remaining at now (it keeps no "last seen" instant).
+func (l *LeakyBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if off, _ := l.locate(state); off != hdrSize {
 		return 0, 0, false
 	}
-	pns, pfrac = get64(state[1:]), get32(state[9:])
+	if l.shaper {
+		pns, pfrac, ok := l.decodeShaper(state, hdrSize)
+		if !ok {
+			return 0, 0, false
+		}
+		var d Decision
+		l.shaperTail(&d, pns, pfrac, true, now)
+		return d.Remaining, now, true
+	}
+	level, last, ok := l.b.decode(state, hdrSize)
+	if !ok {
+		return 0, 0, false
+	}
+	tokens, eff := l.b.refill(l.b.capU-level, last, true, now)
+	return tokens / l.b.wg, eff, true
+}
+
+// decodeShaper reads (pns, pfrac) at state[off:] (off == 0: a fresh key).
+func (l *LeakyBucket) decodeShaper(state []byte, off int) (pns, pfrac int64, ok bool) {
+	if off == 0 {
+		return 0, 0, false
+	}
+	pns, pfrac = get64(state[off:]), get32(state[off+8:])
 	if !validStamp(pns) || pfrac >= l.b.lg {
 		return 0, 0, false
 	}
 	return pns, pfrac, true
 }
 
+func (l *LeakyBucket) encodeShaper(state []byte, pns, pfrac int64) []byte {
+	out := outBuf(state, shaperSize, shaperSize)
+	l.p.put(out, verLeakyShaper2)
+	put64(out[hdrSize:], pns)
+	put32(out[hdrSize+8:], pfrac)
+	return out
+}
+
 func (l *LeakyBucket) shape(state []byte, now, n int64) (Decision, []byte) {
 	b := &l.b
-	pns, pfrac, ok := l.decodeShaper(state)
+	off, conv := l.locate(state)
+	if conv {
+		return l.convert(state, now, n)
+	}
+	pns, pfrac, ok := l.decodeShaper(state, off)
 	d := Decision{Limit: b.limit}
 	if n <= 0 || n > b.capacity {
 		l.shaperTail(&d, pns, pfrac, ok, now)
@@ -175,11 +266,7 @@ func (l *LeakyBucket) shape(state []byte, now, n int64) (Decision, []byte) {
 	}
 	d.Allowed = true
 	l.shaperTail(&d, relNs, relFrac, true, now)
-	out := outBuf(state, shaperSize, shaperSize)
-	out[0] = verLeakyShaper
-	put64(out[1:], relNs)
-	put32(out[9:], relFrac)
-	return d, out
+	return d, l.encodeShaper(state, relNs, relFrac)
 }
 
 // shaperTail fills Remaining and ResetAfter from the release P = pns + pfrac/lg that is stored
@@ -206,7 +293,7 @@ func (l *LeakyBucket) shaperTail(d *Decision, pns, pfrac int64, ok bool, now int
 	d.ResetAfter = dur(max(0, reset-now))
 }
 
-// StateSize implements Limiter: 17 bytes for the meter, 13 for the shaper.
+// StateSize implements Limiter: 41 bytes for the meter, 37 for the shaper.
 func (l *LeakyBucket) StateSize() int {
 	if l.shaper {
 		return shaperSize
@@ -217,10 +304,20 @@ func (l *LeakyBucket) StateSize() int {
 // Idle implements Limiter. The meter is idle when the bucket is empty; the shaper when every
 // request of up to C events would be released at once and leave the same state as on a fresh
 // key, that is when P + C*Window/Limit <= now.
+//
+// A state recorded under other parameters is idle, for both modes, when the old configuration
+// reports the whole capacity C remaining: the converted state is then at full allowance. For
+// the shaper that converted state (P = tc) and a fresh key differ by one request, the
+// fresh key's first request that leaves at once; reclaiming the slot is still right, since
+// otherwise the slot of a key that never returns would stay taken for good.
 func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
+	off, conv := l.locate(state)
+	if conv {
+		return idleConverted(state, now, l.b.capacity)
+	}
 	if l.shaper {
-		pns, pfrac, ok := l.decodeShaper(state)
+		pns, pfrac, ok := l.decodeShaper(state, off)
 		if !ok {
 			return true
 		}
@@ -231,7 +328,7 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 		}
 		return ins <= now
 	}
-	level, last, ok := l.b.decode(state, verLeakyMeter)
+	level, last, ok := l.b.decode(state, off)
 	tokens, _ := l.b.refill(l.b.capU-level, last, ok, now)
 	return tokens == l.b.capU
 }

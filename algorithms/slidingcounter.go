@@ -57,20 +57,36 @@ package algorithms
 //
 // The largest intermediate is 3*L*S <= 3*10^15 < 2^53.
 //
-// # State layout (17 bytes)
+// # State layout (41 bytes)
 //
-//	[0]     0x31 version
-//	[1:9]   ws,   int64 LE, Unix ns (a multiple of W)
-//	[9:13]  prev, uint32 LE
-//	[13:17] cur,  uint32 LE
+//	[0]     0x33 version
+//	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
+//	[25:33] ws,   int64 LE, Unix ns (a multiple of W)
+//	[33:37] prev, uint32 LE
+//	[37:41] cur,  uint32 LE
+//
+// The v1 layout (17 bytes: 0x31, ws, prev, cur; no parameters) is still read, with the
+// current parameters, and rewritten in this layout by the next admitted request.
+//
+// # Configuration changes
+//
+// A state recorded under other parameters, or by another algorithm, is converted first (see
+// the package documentation): with R = min(R_old, L), the key has counted C = L - R in the
+// window that contains tc, and nothing before it:
+//
+//	ws = tc - (tc mod W), prev = 0, cur = C
 type SlidingWindowCounter struct {
 	cc counterCore
+	p  params
 }
 
 // counterSlices is S, the resolution of the previous window's weight.
 const counterSlices = 1_000_000
 
-const counterSize = 17
+const (
+	counterSize   = hdrSize + 16
+	counterSizeV1 = 17
+)
 
 type counterCore struct {
 	w, slice int64
@@ -80,10 +96,21 @@ type counterCore struct {
 func (cc *counterCore) limit() int64 { return cc.lim }
 
 func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
-	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+	s := new(SlidingWindowCounter)
+	if err := s.init(c); err != nil {
 		return nil, err
 	}
-	return &SlidingWindowCounter{cc: newCounterCore(c)}, nil
+	return s, nil
+}
+
+// init validates c and sets s up; it is also how peekOld rebuilds an old configuration by
+// value.
+func (s *SlidingWindowCounter) init(c Config) error {
+	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+		return err
+	}
+	*s = SlidingWindowCounter{cc: newCounterCore(c), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	return nil
 }
 
 func newCounterCore(c Config) counterCore {
@@ -174,37 +201,91 @@ func (cc *counterCore) decode(b []byte, limit int64) (ws, prev, cur int64, ok bo
 	return ws, min(get32(b[8:]), limit), min(get32(b[12:]), limit), true
 }
 
+// decode reads a state that is either in the current encoding with s's parameters or in the
+// v1 encoding; anything else (including a state to convert) is reported as not ok.
 func (s *SlidingWindowCounter) decode(state []byte, limit int64) (ws, prev, cur int64, ok bool) {
-	if len(state) != counterSize || state[0] != verSlidingCount {
+	off, _ := s.locate(state)
+	if off == 0 {
 		return 0, 0, 0, false
 	}
-	return s.cc.decode(state[1:], limit)
+	return s.cc.decode(state[off:], limit)
+}
+
+func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
+	return s.p.locate(state, verSlidingCount2, counterSize, verSlidingCount, counterSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
 	limit := s.cc.limit()
-	ws, prev, cur, ok := s.decode(state, limit)
+	off, conv := s.locate(state)
+	if conv {
+		return s.convert(state, now, n)
+	}
+	var ws, prev, cur int64
+	ok := off != 0
+	if ok {
+		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
+	}
 	w, eff, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
 	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, limit)
 	if !store {
 		return d, state
 	}
-	out := outBuf(state, counterSize, counterSize)
-	out[0] = verSlidingCount
-	put64(out[1:], w)
-	put32(out[9:], prev)
-	put32(out[13:], cur)
-	return d, out
+	return d, s.encode(state, w, prev, cur)
 }
 
-// StateSize implements Limiter: a SlidingWindowCounter state is always 17 bytes.
+func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur int64) []byte {
+	out := outBuf(state, counterSize, counterSize)
+	s.p.put(out, verSlidingCount2)
+	put64(out[hdrSize:], w)
+	put32(out[hdrSize+8:], prev)
+	put32(out[hdrSize+12:], cur)
+	return out
+}
+
+// convert decides n on a state recorded under other parameters; see the type documentation.
+func (s *SlidingWindowCounter) convert(state []byte, now, n int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, s.cc.lim); ok {
+		conv = s.encode(nil, tc-tc%s.cc.w, 0, c)
+	}
+	d, out := s.AllowN(conv, now, n)
+	return finishConverted(state, d, out, counterSize)
+}
+
+// peek reports Remaining at now and the instant the estimate was taken at, for a state in s's
+// current encoding with s's parameters.
+func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if len(state) != counterSize || !s.p.matches(state, verSlidingCount2) {
+		return 0, 0, false
+	}
+	ws, prev, cur, ok := s.cc.decode(state[hdrSize:], s.cc.lim)
+	if !ok {
+		return 0, 0, false
+	}
+	r, at = s.cc.remaining(ws, prev, cur, now, s.cc.lim)
+	return r, at, true
+}
+
+// remaining is the Remaining a decision under limit reports for (ws, prev, cur) at now, before
+// any request, and the instant the estimate is taken at.
+func (cc *counterCore) remaining(ws, prev, cur, now, limit int64) (r, at int64) {
+	w, eff, prev, cur := cc.roll(ws, prev, cur, true, now)
+	d, _, _ := cc.decide(w, eff, prev, cur, now, 0, limit)
+	return d.Remaining, eff
+}
+
+// StateSize implements Limiter: a SlidingWindowCounter state is always 41 bytes.
 func (s *SlidingWindowCounter) StateSize() int { return counterSize }
 
 // Idle implements Limiter: both counters are zero once rolled to now's window.
 func (s *SlidingWindowCounter) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
+	if _, conv := s.locate(state); conv {
+		return idleConverted(state, now, s.cc.lim)
+	}
 	ws, prev, cur, ok := s.decode(state, s.cc.limit())
 	return s.cc.idle(ws, prev, cur, ok, now)
 }

@@ -44,17 +44,34 @@ package algorithms
 // capU + wg + 2*lg, which New keeps <= 2^53. elapsed is a difference of absolute timestamps
 // that may be huge after a long idle period; it is only compared with fill.
 //
-// # State layout (17 bytes)
+// # State layout (41 bytes)
 //
-//	[0]    0x11 version
-//	[1:9]  tokens, int64 LE, units of 1/wg token
-//	[9:17] last,   int64 LE, Unix ns
+//	[0]     0x13 version
+//	[1:25]  parameter block (limit, capacity B, window, max_delay 0; see RecordedConfig)
+//	[25:33] tokens, int64 LE, units of 1/wg token
+//	[33:41] last,   int64 LE, Unix ns
+//
+// The v1 layout (17 bytes: 0x11, tokens, last; no parameters) is still read, with the current
+// parameters, and rewritten in this layout by the next admitted request.
+//
+// # Configuration changes
+//
+// A state recorded under other parameters, or by another algorithm, is converted first (see
+// the package documentation): with R = min(R_old, B) the whole tokens the old configuration
+// reports remaining, the key holds exactly R tokens at tc:
+//
+//	tokens = R*wg, last = tc
 type TokenBucket struct {
 	b bucket
+	p params
 }
 
-// tbSize is the encoded size of a TokenBucket or LeakyBucket meter state.
-const tbSize = 17
+// tbSize is the encoded size of a TokenBucket or LeakyBucket meter state; tbSizeV1 that of the
+// v1 layout.
+const (
+	tbSize   = hdrSize + 16
+	tbSizeV1 = 17
+)
 
 // bucket is the exact continuous bucket shared by TokenBucket and the LeakyBucket meter. The
 // two are the same machine seen from opposite sides: tokens = capU - occupancy.
@@ -75,14 +92,25 @@ func newBucket(c Config) (bucket, error) {
 }
 
 func newTokenBucket(c Config) (*TokenBucket, error) {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	t := new(TokenBucket)
+	if err := t.init(c); err != nil {
 		return nil, err
+	}
+	return t, nil
+}
+
+// init validates c and sets t up; it is also how peekOld rebuilds an old configuration by
+// value.
+func (t *TokenBucket) init(c Config) error {
+	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+		return err
 	}
 	b, err := newBucket(c)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &TokenBucket{b: b}, nil
+	t.b, t.p = b, makeParams(c.Limit, b.capacity, c.Window, 0)
+	return nil
 }
 
 // refill decodes (tokens, last), already converted to tokens, and brings them to eff.
@@ -120,46 +148,78 @@ func (b *bucket) decide(tokens, eff, now, n int64) (Decision, int64, bool) {
 	return d, tokens, store
 }
 
-// decodeTB reads a 17-byte (value, last) state with the given version; value is clamped to
-// [0, capU].
-func (b *bucket) decode(state []byte, ver byte) (value, last int64, ok bool) {
-	if len(state) != tbSize || state[0] != ver {
+// decode reads the (value, last) fields at state[off:] (off == 0: a fresh key); value is
+// clamped to [0, capU].
+func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
+	if off == 0 {
 		return 0, 0, false
 	}
-	value, last = get64(state[1:]), get64(state[9:])
+	value, last = get64(state[off:]), get64(state[off+8:])
 	if last < 0 || last > MaxTime {
 		return 0, 0, false
 	}
 	return min(max(value, 0), b.capU), last, true
 }
 
-func encodeTB(state []byte, ver byte, value, last int64) []byte {
+func encodeTB(state []byte, p *params, ver byte, value, last int64) []byte {
 	out := outBuf(state, tbSize, tbSize)
-	out[0] = ver
-	put64(out[1:], value)
-	put64(out[9:], last)
+	p.put(out, ver)
+	put64(out[hdrSize:], value)
+	put64(out[hdrSize+8:], last)
 	return out
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	tokens, last, ok := t.b.decode(state, verTokenBucket)
+	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+	if conv {
+		return t.convert(state, now, n)
+	}
+	tokens, last, ok := t.b.decode(state, off)
 	tokens, eff := t.b.refill(tokens, last, ok, now)
 	d, tokens, store := t.b.decide(tokens, eff, now, n)
 	if !store {
 		return d, state
 	}
-	return d, encodeTB(state, verTokenBucket, tokens, eff)
+	return d, encodeTB(state, &t.p, verTokenBucket2, tokens, eff)
 }
 
-// StateSize implements Limiter: a TokenBucket state is always 17 bytes.
+// convert decides n on a state recorded under other parameters; see the type documentation.
+func (t *TokenBucket) convert(state []byte, now, n int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, t.b.capacity); ok {
+		conv = encodeTB(nil, &t.p, verTokenBucket2, (t.b.capacity-c)*t.b.wg, tc)
+	}
+	d, out := t.AllowN(conv, now, n)
+	return finishConverted(state, d, out, tbSize)
+}
+
+// peek reports the whole tokens left at now and the instant the bucket was evaluated at, for
+// a state in t's current encoding with t's parameters (now already clamped).
+func (t *TokenBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if len(state) != tbSize || !t.p.matches(state, verTokenBucket2) {
+		return 0, 0, false
+	}
+	tokens, last, ok := t.b.decode(state, hdrSize)
+	if !ok {
+		return 0, 0, false
+	}
+	tokens, eff := t.b.refill(tokens, last, true, now)
+	return tokens / t.b.wg, eff, true
+}
+
+// StateSize implements Limiter: a TokenBucket state is always 41 bytes.
 func (t *TokenBucket) StateSize() int { return tbSize }
 
 // Idle implements Limiter: the bucket is full at now.
 func (t *TokenBucket) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
-	tokens, last, ok := t.b.decode(state, verTokenBucket)
+	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+	if conv {
+		return idleConverted(state, now, t.b.capacity)
+	}
+	tokens, last, ok := t.b.decode(state, off)
 	tokens, _ = t.b.refill(tokens, last, ok, now)
 	return tokens == t.b.capU
 }
