@@ -210,10 +210,19 @@ func peekOld(state []byte, now int64) (r, at int64, idle, ok bool) {
 // capNew: R = min(R_old, capNew) allowance is left, so the new state is that of a key that
 // consumed c = capNew - R at tc = max(now, the instant the old limiter evaluated the state
 // at). ok is false when the state does not decode: the caller treats it as a fresh key.
+//
+// A state the old configuration finds idle consumed nothing that is still counted, so it
+// converts to a key with nothing consumed (R = capNew), not to R_old: otherwise, after a raised
+// capacity, a request costing more than the old capacity would be denied for as long as every
+// request of that key does, because a denial writes nothing and R_old never grows past the old
+// capacity. The Lua scripts follow the same rule.
 func consumption(state []byte, now, capNew int64) (c, tc int64, ok bool) {
-	r, at, _, ok := peekOld(state, now)
+	r, at, idle, ok := peekOld(state, now)
 	if !ok {
 		return 0, 0, false
+	}
+	if idle {
+		r = capNew
 	}
 	return capNew - min(max(r, 0), capNew), max(now, at), true
 }

@@ -164,6 +164,11 @@ func checkChange(t *testing.T, old, nw Limiter, oldCfg, newCfg Config, state []b
 	}
 	rOld := remainingAt(old, state, now)
 	capNew := capacityOfLimiter(nw)
+	if old.Idle(state, now) {
+		// A key the old configuration finds idle consumed nothing: it converts to a key with
+		// the whole new capacity (see consumption).
+		rOld = max(rOld, capNew)
+	}
 	got, out := allowedNext(nw, state, now, n, capNew)
 	if got > rOld {
 		t.Fatalf("admitted %d events, more than R_old = %d", got, rOld)
@@ -201,7 +206,7 @@ func checkChange(t *testing.T, old, nw Limiter, oldCfg, newCfg Config, state []b
 			t.Fatalf("a denial returned another state or was allowed: %+v", d)
 		}
 	}
-	if nw.Idle(state, now) && rOld < capNew && !old.Idle(state, now) {
+	if nw.Idle(state, now) && rOld < capNew {
 		t.Fatalf("idle with R_old %d below the capacity %d", rOld, capNew)
 	}
 	if !nw.Idle(state, now) && (rOld >= capNew || old.Idle(state, now)) && !stale {
@@ -425,3 +430,39 @@ func TestRecordedConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigChangeIdleIsFresh: a key that the old configuration finds idle consumed nothing, so
+// after a raised capacity it has the new capacity, and a request costing more than the old
+// capacity is admitted. Converting it to R_old instead would deny such a request for as long as
+// every request of that key costs as much, because a denial writes nothing.
+func TestConfigChangeIdleIsFresh(t *testing.T) {
+	for _, base := range changeBases() {
+		if base.Algorithm == AlgAdaptive || base.MaxDelay > 0 {
+			continue
+		}
+		raised := base
+		raised.Limit *= 3
+		if raised.Burst != 0 {
+			raised.Burst *= 3
+		}
+		t.Run(name(base)+"->"+name(raised), func(t *testing.T) {
+			old, nw := mustNew(t, base), mustNew(t, raised)
+			// One admitted request writes a state recorded under base; a week later it is idle.
+			_, s := old.AllowN(nil, t0, 1)
+			at := t0 + int64(7*24*time.Hour)
+			if !old.Idle(s, at) {
+				t.Fatalf("the old configuration does not find its state idle a week later")
+			}
+			cost := capacityOf(base) + 1
+			if d, _ := nw.AllowN(s, at, cost); !d.Allowed {
+				t.Fatalf("a request of cost %d above the old capacity was denied on an idle key: %+v", cost, d)
+			}
+			// A key the old configuration still counts keeps what it consumed.
+			_, busy := old.AllowN(nil, at, 1)
+			if d, _ := nw.AllowN(busy, at, capacityOf(base)); d.Allowed {
+				t.Fatalf("a key with one unit consumed was granted the old capacity %d again", capacityOf(base))
+			}
+		})
+	}
+}
+
