@@ -465,4 +465,3 @@ func TestConfigChangeIdleIsFresh(t *testing.T) {
 		})
 	}
 }
-
