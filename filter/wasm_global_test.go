@@ -900,10 +900,20 @@ func TestGlobalWasmMetrics(t *testing.T) {
 //	go test ./filter/ -run '^$' -bench GlobalWasm -benchtime 2000x
 func BenchmarkGlobalWasm(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, scope := range []string{"local", "global"} {
-		b.Run(scope, func(b *testing.B) {
-			rules := fmt.Sprintf(`[{"name":"bench","key":[{"source":"header","name":"x-user"}],
-				"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q}]`, scope)
+	for _, bc := range []struct {
+		name  string
+		scope string
+		rules int
+	}{{"local", "local", 1}, {"global", "global", 1}, {"global-3-rules", "global", 3}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var rs []string
+			for i := range bc.rules {
+				// continue: true on all but the last, so every rule applies to the request.
+				rs = append(rs, fmt.Sprintf(`{"name":"bench%d","key":[{"source":"header","name":"x-user"}],
+					"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q,"continue":%v}`,
+					i, bc.scope, i < bc.rules-1))
+			}
+			rules := "[" + strings.Join(rs, ",") + "]"
 			h := newGlobalHost(b, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
 			req := globalRequest(hdr("x-user", "bench"))
 			ctx := context.Background()
