@@ -194,8 +194,9 @@ func TestScripts(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 6 {
-		t.Errorf("%d scripts, want 6", len(names))
+	// One script for every algorithm, so that one call can decide several rules together.
+	if len(names) != 1 {
+		t.Errorf("%d scripts, want 1", len(names))
 	}
 }
 
@@ -227,24 +228,25 @@ func TestNewRule(t *testing.T) {
 		name string
 		args string
 	}{
-		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "token_bucket", "/10/20/1/100000000"},
-		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "leaky_bucket", "/6/6/1/10000000000"},
-		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "sliding_window_counter", "/5/1300"},
-		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "sliding_window_log", "/5/3600000"},
-		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "fixed_window", "/100/60000"},
-		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "gcra", "/3/2/333333333"},
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "ratelimit", "/1/10/1000000000/20"},
+		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "ratelimit", "/2/6/60000000000/6"},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "ratelimit", "/3/5/1300000000/5"},
+		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "ratelimit", "/4/5/3600000000000/5"},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "ratelimit", "/5/100/60000000000/100"},
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "ratelimit", "/6/3/1000000000/2"},
 	} {
 		r := mustRule(t, c.cfg)
 		if r.Script().Name != c.name || r.Limit() != c.cfg.Limit {
 			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
 		}
-		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3" + c.args
+		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters.
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args
 		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
 			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
 		}
 		eval := string(r.AppendEval(nil, key, 3))
 		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
-		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3"+c.args {
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args {
 			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
 		}
 		checkEscaped(t, []byte(r.Script().Source), []byte(src))
@@ -252,7 +254,7 @@ func TestNewRule(t *testing.T) {
 }
 
 // A valid reply body, and the Reply it decodes to.
-const okBody = `{"EVALSHA":[0,10,0,250000000,1000000000,1764480000,123456000]}`
+const okBody = `{"EVALSHA":[1764480000,123456000,0,0,10,0,250000000,1000000000]}`
 
 var okReply = redis.Reply{
 	Decision: algorithms.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 250 * time.Millisecond, ResetAfter: time.Second},
@@ -265,8 +267,8 @@ func TestParseReply(t *testing.T) {
 		want redis.Reply
 	}{
 		{okBody, okReply},
-		{" {\n\"EVAL\" : [ 0 ,10,0, 250000000,1000000000,1764480000,123456000 ] }\r\n", okReply},
-		{`{"EVALSHA":[1,5,4,0,200000000,0,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
+		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 0 ,10,0, 250000000,1000000000] }\r\n", okReply},
+		{`{"EVALSHA":[0,0,1,1,5,4,0,200000000]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
 	}
 	for _, c := range ok {
 		got, err := redis.ParseReply(200, []byte(c.body))
@@ -312,26 +314,29 @@ func TestParseReply(t *testing.T) {
 		{200, `{"EVALSHA":[]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[true,"OK"]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,null,4]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0.5]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,2e8,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,1,5,4,0,200000000]}`, is(redis.ErrMalformed)}, // allowed, not committed
+		{200, `{"EVALSHA":[0,0,1,0,5,4,7,200000000]}`, is(redis.ErrMalformed)}, // denied, committed
+		{200, `{"EVALSHA":[0,0,2,1,5,4,0,200000000]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0.5,1,1,5,4,0,200000000]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2e8]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,5,4,0,"2",0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[01,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[2,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,0,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,-1,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,-7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,-2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,-1,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,1000000000]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,9223372036,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,99999999999999999999,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,0]}x`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,0],"GET":1}`, is(redis.ErrMalformed)},
-		{200, `{"GET":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVAL\u0053HA":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,01,01,5,4,0,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,2,2,5,4,0,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,0,4,0,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,-1,0,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,-7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,-2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[-1,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2]}x`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2],"GET":1}`, is(redis.ErrMalformed)},
+		{200, `{"GET":[0,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVAL\u0053HA":[0,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"bad \x escape"]}`, is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"raw \x01 control\"]}", is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"bad utf8 \xff\"]}", is(redis.ErrMalformed)},
@@ -354,9 +359,45 @@ func TestParseReply(t *testing.T) {
 	}
 }
 
+// TestParseReplies decodes the answer of a call with several rules, and refuses answers that do
+// not fit the call: another number of rules, another rule's limit, a commit flag that
+// contradicts the decisions.
+func TestParseReplies(t *testing.T) {
+	a := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
+	b := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 20, Window: time.Hour})
+	items := []redis.Item{{Rule: a, Key: []byte("a")}, {Rule: b, Key: []byte("b"), Shadow: true}}
+	out := make([]algorithms.Decision, 2)
+
+	// The shadow rule denies, the enforced one admits: committed.
+	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10]}`), items, out)
+	if err != nil || now != 7_000_000_008 || !committed ||
+		out[0] != (algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}) ||
+		out[1] != (algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}) {
+		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
+	}
+	// The enforced rule denies: not committed.
+	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,0,2,0,3,5,1,20,19,0,10]}`), items, out); err != nil || committed {
+		t.Errorf("enforced denial: %v %v", committed, err)
+	}
+	for _, body := range []string{
+		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,20,0,9,10]}`,  // nothing denied, yet not committed
+		`{"EVALSHA":[7,8,1,0,2,0,3,5,1,20,19,0,10]}`, // enforced denial, yet committed
+		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,20,0,9,10]}`,  // the first rule's limit is not 2
+		`{"EVALSHA":[7,8,1,1,2,1,0,5]}`,              // one rule's answer for two
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10,1,2,1,0,5]}`,
+	} {
+		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", body, err)
+		}
+	}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+		t.Errorf("short out: %v", err)
+	}
+}
+
 func FuzzParseReply(f *testing.F) {
 	for _, s := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT x"]}`, `{"EVALSHA":[false]}`,
-		`{"EVAL":[1,5,4,0,200000000,0,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
+		`{"EVAL":[0,0,1,1,5,4,0,200000000]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
 		f.Add(200, []byte(s))
 	}
 	f.Add(503, []byte(nil))

@@ -90,13 +90,13 @@
 // # Recommended webdis and Redis setup
 //
 // The filter sends only EVALSHA and EVAL, and the scripts call only TIME, HMGET, HSET, PEXPIRE,
-// DEL, LLEN, LINDEX, LRANGE, LTRIM and RPUSH on the rate-limit keys. EVAL runs any Lua, so a
+// DEL, LLEN, LINDEX, LRANGE, LTRIM, LPUSH and RPUSH on the rate-limit keys. EVAL runs any Lua, so a
 // webdis ACL alone does not contain whoever can reach the webdis cluster: restrict the Redis
 // user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
 // caller's ACL). This setup is tested (TestLeastPrivilege), with ~rl:* matching the key prefix:
 //
 //	redis.conf   user default on >SECRET resetkeys ~rl:* resetchannels -@all +evalsha +eval
-//	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +rpush
+//	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush
 //	             (one line)
 //	webdis.json  "redis_auth": "SECRET",
 //	             "acl": [{"disabled": ["*"]}, {"enabled": ["EVALSHA", "EVAL"]}]
