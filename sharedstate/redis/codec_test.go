@@ -125,43 +125,48 @@ func FuzzEscape(f *testing.F) {
 
 func TestAppendKey(t *testing.T) {
 	cases := []struct {
-		prefix, rule string
-		desc         []byte
-		want         string
+		prefix, domain, rule string
+		desc                 []byte
+		want                 string
 	}{
-		{"rl", "api", []byte("203.0.113.7"), "rl:{api}:203.0.113.7"},
-		{"rl", "api", []byte(""), "rl:{api}:"},
-		{"rl", "api", []byte("key/with?odd.chars+%"), "rl:{api}:key/with?odd.chars+%"},
-		{"rl", "per-tenant:v1", []byte("t1"), "rl:{per-tenant:v1}:t1"},
-		{"rl", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:x"},
-		{"r{l", "a b", []byte("x"), "r%7Bl:{a%20b}:x"},
-		{"rl", "api", []byte("100%"), "rl:{api}:100%"},
+		{"rl", "rl", "api", []byte("203.0.113.7"), "rl:{rl}:api:203.0.113.7"},
+		{"rl", "prod", "api", []byte(""), "rl:{prod}:api:"},
+		{"rl", "rl", "api", []byte("key/with?odd.chars+%"), "rl:{rl}:api:key/with?odd.chars+%"},
+		{"rl", "rl", "per-tenant:v1", []byte("t1"), "rl:{rl}:per-tenant%3Av1:t1"},
+		{"rl", "d:x", "r", []byte("t1"), "rl:{d%3Ax}:r:t1"},
+		{"rl", "a{b}c", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:a%7Bb%7Dc:x"},
+		{"r{l", "d", "a b", []byte("x"), "r%7Bl:{d}:a%20b:x"},
+		{"app:rl", "d", "api", []byte("100%"), "app:rl:{d}:api:100%"},
 	}
 	for _, c := range cases {
-		if got := string(redis.AppendKey(nil, c.prefix, c.rule, c.desc)); got != c.want {
-			t.Errorf("AppendKey(%q, %q, %q) = %q, want %q", c.prefix, c.rule, c.desc, got, c.want)
+		if got := string(redis.AppendKey(nil, c.prefix, c.domain, c.rule, c.desc)); got != c.want {
+			t.Errorf("AppendKey(%q, %q, %q, %q) = %q, want %q", c.prefix, c.domain, c.rule, c.desc, got, c.want)
 		}
+	}
+	// The domain is part of the key: two deployments with the same rule never share a counter.
+	if a, b := redis.AppendKey(nil, "rl", "team-a", "api", []byte("k")), redis.AppendKey(nil, "rl", "team-b", "api", []byte("k")); bytes.Equal(a, b) {
+		t.Errorf("domains team-a and team-b share the key %q", a)
 	}
 	// Hashed: anything not printable ASCII, longer than MaxRawDescriptor, or starting with '#'.
 	for _, d := range [][]byte{
 		[]byte("a b"), []byte("\n"), []byte("\xff"), []byte("#x"), []byte("ключ"),
 		bytes.Repeat([]byte("a"), redis.MaxRawDescriptor+1), hostile()[27],
 	} {
-		key := redis.AppendKey(nil, "rl", "api", d)
-		rest, ok := bytes.CutPrefix(key, []byte("rl:{api}:#"))
+		key := redis.AppendKey(nil, "rl", "rl", "api", d)
+		rest, ok := bytes.CutPrefix(key, []byte("rl:{rl}:api:#"))
 		if !ok || len(rest) != 32 || strings.Trim(string(rest), "0123456789abcdef") != "" {
 			t.Errorf("AppendKey(%q) = %q, want a hashed key", trunc(d), key)
 		}
 	}
 	// The longest verbatim descriptor stays verbatim; keys stay distinct and bounded.
 	max := bytes.Repeat([]byte("a"), redis.MaxRawDescriptor)
-	if got := redis.AppendKey(nil, "rl", "api", max); !bytes.HasSuffix(got, max) {
+	if got := redis.AppendKey(nil, "rl", "rl", "api", max); !bytes.HasSuffix(got, max) {
 		t.Errorf("a %d-byte descriptor was hashed", len(max))
 	}
 	seen := map[string][]byte{}
 	for _, d := range append(hostile(), []byte("a"), []byte("#a"), []byte("b")) {
-		key := string(redis.AppendKey(nil, "rl", "api", d))
-		if len(key) > len("rl:{api}:")+redis.MaxRawDescriptor {
+		key := string(redis.AppendKey(nil, "rl", "rl", "api", d))
+		if len(key) > len("rl:{rl}:api:")+redis.MaxRawDescriptor {
 			t.Errorf("key for %q is %d bytes", trunc(d), len(key))
 		}
 		if prev, dup := seen[key]; dup && !bytes.Equal(prev, d) {
@@ -171,7 +176,7 @@ func TestAppendKey(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() {
 		var buf [96]byte
-		redis.AppendKey(buf[:0], "rl", "api", []byte("a b c"))
+		redis.AppendKey(buf[:0], "rl", "rl", "api", []byte("a b c"))
 	}); n != 0 {
 		t.Errorf("AppendKey allocates %v times per call", n)
 	}
@@ -427,7 +432,7 @@ func TestHotPathAllocs(t *testing.T) {
 	body := []byte(okBody)
 	desc := []byte("203.0.113.7")
 	if n := testing.AllocsPerRun(200, func() {
-		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		key := redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 		req := rule.AppendEvalSHA(key[len(key):], key, 1)
 		if _, err := redis.ParseReply(200, body); err != nil || len(req) == 0 {
 			t.Fatal(err)
@@ -447,7 +452,7 @@ func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 	desc := []byte("203.0.113.7")
 	b.ReportAllocs()
 	for b.Loop() {
-		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		key := redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 		req := rule.AppendEvalSHA(key[len(key):], key, 1)
 		r, err := redis.ParseReply(200, body)
 		if err != nil || len(req) == 0 || r.Decision.Limit != 10 {
@@ -461,6 +466,6 @@ func BenchmarkAppendKeyHashed(b *testing.B) {
 	desc := bytes.Repeat([]byte("x"), 300)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = redis.AppendKey(buf[:0], "rl", "api", desc)
+		buf = redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 	}
 }

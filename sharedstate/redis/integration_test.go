@@ -407,7 +407,7 @@ func TestInjection(t *testing.T) {
 		// Raw keys exercise Escape with every hostile byte; AppendKey keys are what the filter
 		// sends (hashed when the value is not plain printable ASCII).
 		check(append([]byte("inj:{raw}:"), h...))
-		key := redis.AppendKey(nil, "inj", "built", h)
+		key := redis.AppendKey(nil, "inj", "rl", "built", h)
 		if !want[string(key)] {
 			check(key)
 		}
@@ -672,7 +672,7 @@ func TestLeastPrivilege(t *testing.T) {
 	now := int64(1_764_480_000_000_000_000)
 	for _, cfg := range diffConfigs {
 		rule := mustRule(t, cfg)
-		key := redis.AppendKey(nil, "rl", cfgName(cfg), []byte("client"))
+		key := redis.AppendKey(nil, "rl", "rl", cfgName(cfg), []byte("client"))
 		// EVAL first (the script cache is empty), then EVALSHA; both admit and deny.
 		c.mustCall(rule.AppendEvalAt(nil, key, 1, now))
 		for j := 0; j < int(cfg.Limit)+2 && j < 60; j++ {
@@ -694,7 +694,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newClient(b, srv.WebdisURL())
 	rule := mustRule(b, algorithms.Config{Algorithm: "gcra", Limit: 1_000_000, Window: time.Second, Burst: 1000})
-	key := redis.AppendKey(nil, "rl", "bench", []byte("203.0.113.7"))
+	key := redis.AppendKey(nil, "rl", "rl", "bench", []byte("203.0.113.7"))
 	body := make([]byte, 0, 512)
 	c.mustCall(rule.AppendEval(nil, key, 1)) // load the script
 	lat := make([]time.Duration, 0, 4096)
