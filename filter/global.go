@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
-	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -28,7 +27,7 @@ type redisClient struct {
 	body    []byte // scratch for request bodies; a callout copies it
 	keys    []byte // the Redis keys of one call, back to back
 	items   []redis.Item
-	answers []algorithms.Decision
+	answers []redis.Answer
 }
 
 type redisMetrics struct {
@@ -220,7 +219,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		items := h.globalItems()
 		if cap(c.answers) < len(items) {
-			c.answers = make([]algorithms.Decision, len(items))
+			c.answers = make([]redis.Answer, len(items))
 		}
 		c.answers = c.answers[:len(items)]
 		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
@@ -239,7 +238,12 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if a.rs.rule.Scope != config.ScopeGlobal {
 				continue
 			}
-			a.decision, a.decided = c.answers[j], true
+			a.decision, a.decided = c.answers[j].Decision, true
+			if c.answers[j].Overflow {
+				// The rule had reached its key bound in Redis and this new key was decided
+				// on the rule's overflow key.
+				a.rs.m.overflow.Increment(1)
+			}
 			j++
 			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
 				denied = a

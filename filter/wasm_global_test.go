@@ -778,6 +778,8 @@ func TestGlobalWasmInjection(t *testing.T) {
 			wantGrowth := int64(1)
 			if n > 0 {
 				wantGrowth = 0
+			} else if i == 0 {
+				wantGrowth = 2 // the rule's key set too (max_keys)
 			}
 			require.Equalf(t, before+wantGrowth, srv.Int("DBSIZE"), "value %q request %d", v, n)
 			require.EqualValuesf(t, 1, srv.Int("EXISTS", key), "value %q: key %q", v, key)
@@ -787,7 +789,8 @@ func TestGlobalWasmInjection(t *testing.T) {
 		require.Equalf(t, "18", srv.MustDo("HGET", key, "v"), "value %q", v)
 	}
 	keys := srv.Keys()
-	require.Len(t, keys, len(values), "one key per distinct value, nothing else")
+	require.Len(t, keys, len(values)+1, "one key per distinct value and the rule's key set, nothing else")
+	require.EqualValues(t, len(values), srv.Int("ZCARD", prefix+"#keys"), "the key set holds every key")
 	for _, k := range keys {
 		require.Truef(t, strings.HasPrefix(k, prefix), "key %q outside the rule's keys", k)
 		require.LessOrEqual(t, len(k), len(prefix)+redis.MaxRawDescriptor, "keys are length-bounded")
@@ -864,10 +867,10 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 502, nil), "ratelimit_redis_unavailable_total"},
 			{srv.SlowProxy(time.Second), "ratelimit_redis_timeouts_total"},
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[false,"WRONGTYPE x"]}`)), "ratelimit_redis_errors_total"},
-			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[0,0,1,2,1,0,0,0]}`)), "ratelimit_redis_malformed_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[0,0,1,2,1,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{redistest.GarbageServer(t, 200, []byte(strings.Repeat(" ", 8192))), "ratelimit_redis_malformed_total"},
 			// A well-formed answer that carries another limit is not this request's answer.
-			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0]}`)), "ratelimit_redis_malformed_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
 			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)

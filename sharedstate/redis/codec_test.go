@@ -233,12 +233,12 @@ func TestNewRule(t *testing.T) {
 		name string
 		args string
 	}{
-		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "ratelimit", "/1/10/1000000000/20"},
-		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "ratelimit", "/2/6/60000000000/6"},
-		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "ratelimit", "/3/5/1300000000/5"},
-		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "ratelimit", "/4/5/3600000000000/5"},
-		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "ratelimit", "/5/100/60000000000/100"},
-		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "ratelimit", "/6/3/1000000000/2"},
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "ratelimit", "/1/10/1000000000/20/0"},
+		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "ratelimit", "/2/6/60000000000/6/0"},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "ratelimit", "/3/5/1300000000/5/0"},
+		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "ratelimit", "/4/5/3600000000000/5/0"},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "ratelimit", "/5/100/60000000000/100/0"},
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "ratelimit", "/6/3/1000000000/2/0"},
 	} {
 		r := mustRule(t, c.cfg)
 		if r.Script().Name != c.name || r.Limit() != c.cfg.Limit {
@@ -259,7 +259,7 @@ func TestNewRule(t *testing.T) {
 }
 
 // A valid reply body, and the Reply it decodes to.
-const okBody = `{"EVALSHA":[1764480000,123456000,0,0,10,0,250000000,1000000000]}`
+const okBody = `{"EVALSHA":[1764480000,123456000,0,0,10,0,250000000,1000000000,0]}`
 
 var okReply = redis.Reply{
 	Decision: algorithms.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 250 * time.Millisecond, ResetAfter: time.Second},
@@ -272,8 +272,8 @@ func TestParseReply(t *testing.T) {
 		want redis.Reply
 	}{
 		{okBody, okReply},
-		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 0 ,10,0, 250000000,1000000000] }\r\n", okReply},
-		{`{"EVALSHA":[0,0,1,1,5,4,0,200000000]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
+		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 0 ,10,0, 250000000,1000000000,0] }\r\n", okReply},
+		{`{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
 	}
 	for _, c := range ok {
 		got, err := redis.ParseReply(200, []byte(c.body))
@@ -320,28 +320,29 @@ func TestParseReply(t *testing.T) {
 		{200, `{"EVALSHA":[true,"OK"]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,null,4]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[0,0,1,1,5,4,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,1,5,4,0,200000000]}`, is(redis.ErrMalformed)}, // allowed, not committed
-		{200, `{"EVALSHA":[0,0,1,0,5,4,7,200000000]}`, is(redis.ErrMalformed)}, // denied, committed
-		{200, `{"EVALSHA":[0,0,2,1,5,4,0,200000000]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0.5,1,1,5,4,0,200000000]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2e8]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)}, // allowed, not committed
+		{200, `{"EVALSHA":[0,0,1,0,5,4,7,200000000,0]}`, is(redis.ErrMalformed)}, // denied, committed
+		{200, `{"EVALSHA":[0,0,2,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0.5,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2e8,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,5,4,0,"2",0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,01,01,5,4,0,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,2,2,5,4,0,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,0,4,0,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,-1,0,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,-7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,-2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[-1,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2]}x`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2],"GET":1}`, is(redis.ErrMalformed)},
-		{200, `{"GET":[0,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVAL\u0053HA":[0,0,0,0,5,4,7,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,01,01,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,2,2,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,0,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,-1,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,-7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,-2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[-1,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0]}x`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0],"GET":1}`, is(redis.ErrMalformed)},
+		{200, `{"GET":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVAL\u0053HA":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"bad \x escape"]}`, is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"raw \x01 control\"]}", is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"bad utf8 \xff\"]}", is(redis.ErrMalformed)},
@@ -371,38 +372,39 @@ func TestParseReplies(t *testing.T) {
 	a := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
 	b := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 20, Window: time.Hour})
 	items := []redis.Item{{Rule: a, Key: []byte("a")}, {Rule: b, Key: []byte("b"), Shadow: true}}
-	out := make([]algorithms.Decision, 2)
+	out := make([]redis.Answer, 2)
 
 	// The shadow rule denies, the enforced one admits: committed.
-	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10]}`), items, out)
+	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`), items, out)
 	if err != nil || now != 7_000_000_008 || !committed ||
-		out[0] != (algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}) ||
-		out[1] != (algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}) {
+		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}}) ||
+		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true}) {
 		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
 	}
 	// The enforced rule denies: not committed.
-	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,0,2,0,3,5,1,20,19,0,10]}`), items, out); err != nil || committed {
+	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,0,2,0,3,5,0,1,20,19,0,10,0]}`), items, out); err != nil || committed {
 		t.Errorf("enforced denial: %v %v", committed, err)
 	}
 	for _, body := range []string{
-		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,20,0,9,10]}`,  // nothing denied, yet not committed
-		`{"EVALSHA":[7,8,1,0,2,0,3,5,1,20,19,0,10]}`, // enforced denial, yet committed
-		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,20,0,9,10]}`,  // the first rule's limit is not 2
-		`{"EVALSHA":[7,8,1,1,2,1,0,5]}`,              // one rule's answer for two
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10,1,2,1,0,5]}`,
+		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,0,20,0,9,10,0]}`,  // nothing denied, yet not committed
+		`{"EVALSHA":[7,8,1,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
+		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // overflow is not 0 or 1
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0]}`,                // one rule's answer for two
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0,1,2,1,0,5,0]}`,
 	} {
 		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", body, err)
 		}
 	}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,20,0,9,10]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
 		t.Errorf("short out: %v", err)
 	}
 }
 
 func FuzzParseReply(f *testing.F) {
 	for _, s := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT x"]}`, `{"EVALSHA":[false]}`,
-		`{"EVAL":[0,0,1,1,5,4,0,200000000]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
+		`{"EVAL":[0,0,1,1,5,4,0,200000000,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
 		f.Add(200, []byte(s))
 	}
 	f.Add(503, []byte(nil))

@@ -127,14 +127,14 @@
 // # Recommended webdis and Redis setup
 //
 // The filter sends only EVALSHA and EVAL, and the script calls only TIME, HMGET, HSET,
-// PEXPIRE, DEL, LLEN, LINDEX, LRANGE, LTRIM, LPUSH and RPUSH on the rate-limit keys. EVAL runs
-// any Lua, so a webdis ACL alone does not contain whoever can reach the webdis cluster: restrict the Redis
-// user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
+// PEXPIRE, DEL, EXISTS, LLEN, LINDEX, LRANGE, LTRIM, LPUSH, RPUSH, ZCOUNT, ZADD and
+// ZREMRANGEBYSCORE on the rate-limit keys. EVAL runs any Lua, so a webdis ACL alone does not
+// contain whoever can reach the webdis cluster: restrict the Redis user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
 // caller's ACL). This setup is tested (TestLeastPrivilege), with ~rl:* matching the key prefix:
 //
 //	redis.conf   user default on >SECRET resetkeys ~rl:* resetchannels -@all +evalsha +eval
 //	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush
-//	             (one line)
+//	             +exists +zcount +zadd +zremrangebyscore   (one line)
 //	webdis.json  "redis_auth": "SECRET",
 //	             "acl": [{"disabled": ["*"]}, {"enabled": ["EVALSHA", "EVAL"]}]
 //

@@ -101,6 +101,19 @@ func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byt
 	return dst
 }
 
+// appendRuleKey appends one of a rule's own keys, <prefix>:{<domain>}:<rule>:<suffix>, for a
+// suffix that starts with '#' and is not 32 hex digits, so that no descriptor's key (verbatim:
+// never a leading '#'; hashed: '#' and 32 hex digits) can be the same.
+func appendRuleKey(dst []byte, prefix, domain, rule, suffix string) []byte {
+	dst = appendName(dst, prefix, false)
+	dst = append(dst, ':', '{')
+	dst = appendName(dst, domain, true)
+	dst = append(dst, '}', ':')
+	dst = appendName(dst, rule, true)
+	dst = append(dst, ':')
+	return append(dst, suffix...)
+}
+
 const hexLower = "0123456789abcdef"
 
 func rawDescriptor(d []byte) bool {

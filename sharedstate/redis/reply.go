@@ -81,24 +81,35 @@ type Reply struct {
 	Now int64
 }
 
+// Answer is one rule's part of the answer to a call.
+type Answer struct {
+	// Decision is the limiter's decision, field for field what the Go limiter of the same
+	// configuration decides at the call's instant. Delay is always 0 (there is no global
+	// shaper).
+	Decision algorithms.Decision
+	// Overflow is set when the rule had reached its key bound and the request, whose key was
+	// new, was decided on the rule's overflow key (see Rule.Bounded).
+	Overflow bool
+}
+
 // Lengths of the flat array the script returns:
 // {now_s, now_ns, committed, then per rule: allowed, limit, remaining, retry_after_ns,
-// reset_after_ns}.
+// reset_after_ns, overflow}.
 const (
 	replyHead    = 3
-	replyPerRule = 5
+	replyPerRule = 6
 )
 
 // ParseReply decodes the answer to a call with one rule (Rule.AppendEvalSHA or
 // Rule.AppendEval), which has to be an enforced rule; see ParseReplies.
 func ParseReply(status int, body []byte) (Reply, error) {
-	var d [1]algorithms.Decision
+	var a [1]Answer
 	items := [1]Item{{Rule: anyRule}}
-	now, _, err := ParseReplies(status, body, items[:], d[:])
+	now, _, err := ParseReplies(status, body, items[:], a[:])
 	if err != nil {
 		return Reply{}, err
 	}
-	return Reply{Decision: d[0], Now: now}, nil
+	return Reply{Decision: a[0].Decision, Now: now}, nil
 }
 
 // anyRule stands for the rule of a ParseReply call: its limit of 0 matches any reply's.
@@ -106,11 +117,11 @@ var anyRule = &Rule{}
 
 // ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from items:
 // status is the HTTP status, body the response body, and out (len(items) long) receives each
-// item's decision. A success is exactly
+// item's answer. A success is exactly
 //
-//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,...]}
+//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,overflow,...]}
 //
-// (or "EVAL"), integers only, with one group of five per item; an error reply is
+// (or "EVAL"), integers only, with one group of six per item; an error reply is
 // {"EVALSHA":[false,"<message>"]}, which webdis sends with status 200. now is the instant of
 // the decision on Redis' clock (Unix ns, microsecond resolution); committed reports whether the
 // script wrote the admitting items' states, which it does exactly when no non-shadow item was
@@ -123,7 +134,7 @@ var anyRule = &Rule{}
 // (ErrUnavailable or ErrMalformed) and ErrMalformed; see their documentation.
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
-func ParseReplies(status int, body []byte, items []Item, out []algorithms.Decision) (now int64, committed bool, err error) {
+func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
 	switch status {
 	case 200:
 	case 502:
@@ -202,12 +213,12 @@ func ParseReplies(status int, body []byte, items []Item, out []algorithms.Decisi
 				i, j := (n-replyHead)/replyPerRule, (n-replyHead)%replyPerRule
 				rule[j] = v
 				if j == replyPerRule-1 {
-					d, err := decision(rule, items[i].Rule.limit)
+					a, err := answer(rule, items[i].Rule.limit)
 					if err != nil {
 						return 0, false, err
 					}
-					out[i] = d
-					denied = denied || (!d.Allowed && !items[i].Shadow)
+					out[i] = a
+					denied = denied || (!a.Decision.Allowed && !items[i].Shadow)
 				}
 			}
 			n++
@@ -248,26 +259,28 @@ func ParseReplies(status int, body []byte, items []Item, out []algorithms.Decisi
 	return now, committed, nil
 }
 
-// decision checks and converts one rule's five reply values. limit 0 accepts any limit.
-func decision(v [replyPerRule]int64, limit int64) (algorithms.Decision, error) {
-	allowed, lim, remaining, retry, reset := v[0], v[1], v[2], v[3], v[4]
+// answer checks and converts one rule's six reply values. limit 0 accepts any limit.
+func answer(v [replyPerRule]int64, limit int64) (Answer, error) {
+	allowed, lim, remaining, retry, reset, overflow := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return algorithms.Decision{}, malformed("allowed is not 0 or 1")
+		return Answer{}, malformed("allowed is not 0 or 1")
+	case overflow != 0 && overflow != 1:
+		return Answer{}, malformed("overflow is not 0 or 1")
 	case lim < 1 || remaining < 0 || retry < 0 || reset < 0:
-		return algorithms.Decision{}, malformed("negative or zero field")
+		return Answer{}, malformed("negative or zero field")
 	case allowed == 1 && retry != 0:
-		return algorithms.Decision{}, malformed("allowed with a retry-after")
+		return Answer{}, malformed("allowed with a retry-after")
 	case limit != 0 && lim != limit:
-		return algorithms.Decision{}, errForeignReply
+		return Answer{}, errForeignReply
 	}
-	return algorithms.Decision{
+	return Answer{Decision: algorithms.Decision{
 		Allowed:    allowed == 1,
 		Limit:      lim,
 		Remaining:  remaining,
 		RetryAfter: time.Duration(retry),
 		ResetAfter: time.Duration(reset),
-	}, nil
+	}, Overflow: overflow == 1}, nil
 }
 
 // errForeignReply is the malformed answer that carries another limit than the rule's.

@@ -108,8 +108,13 @@ const (
 // once as script arguments. Make it when the configuration is loaded; it is immutable and safe
 // for concurrent use.
 type Rule struct {
-	args  string // "/<code>/<limit>/<window ns>/<capacity>"; digits only
+	args  string // "/<code>/<limit>/<window ns>/<capacity>/<max keys>"; digits only
 	limit int64
+	// bound is the rule's max_keys (0: unbounded), and boundKeys its key set and overflow
+	// key, escaped, each preceded by '/' (see Bounded).
+	bound     int64
+	boundKeys string
+	base      string // args without the bound
 }
 
 // NewRule validates c with algorithms.New (so the Lua arithmetic stays exact, as the Go one
@@ -146,8 +151,33 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	default:
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
-	return &Rule{limit: c.Limit, args: renderArgs(code, c.Limit, int64(c.Window), capacity)}, nil
+	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
+	return &Rule{limit: c.Limit, base: base, args: base + "/0"}, nil
 }
+
+// Bounded returns the rule with a key bound: at most maxKeys live keys in Redis (keys that
+// have not expired), tracked in the rule's key set <prefix>:{<domain>}:<name>:#keys. A request
+// whose key does not exist while the rule has maxKeys live keys is decided on the rule's
+// overflow key <prefix>:{<domain>}:<name>:#overflow instead, so a flood of new keys is limited
+// together as one client and memory stays bounded, while no active client's key is evicted
+// (and so reset). prefix, domain and name must be those the rule's keys are built with (see
+// AppendKey). maxKeys <= 0 returns r unchanged.
+func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
+	if maxKeys <= 0 {
+		return r
+	}
+	b := *r
+	b.bound = maxKeys
+	b.args = b.base + renderArgs(maxKeys)
+	keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, "#keys"))...)
+	keys = append(keys, '/')
+	keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, "#overflow"))
+	b.boundKeys = string(keys)
+	return &b
+}
+
+// MaxKeys returns the rule's key bound (0: unbounded).
+func (r *Rule) MaxKeys() int64 { return r.bound }
 
 // Script returns the script every rule runs.
 func (r *Rule) Script() *Script { return script }
@@ -168,8 +198,10 @@ type Item struct {
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
 //
-//	EVALSHA/<sha>/<k>/<key 1>/.../<key k>/<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/...
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/...
 //
+// where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
+// by the rule's key set and overflow key.
 // The script decides every item on the state as read and writes (commits) only if no
 // non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
@@ -189,11 +221,19 @@ func AppendEval(dst []byte, items []Item) []byte {
 }
 
 func appendTail(dst []byte, items []Item) []byte {
+	nkeys := 0
+	for i := range items {
+		nkeys++
+		if items[i].Rule.bound > 0 {
+			nkeys += 2
+		}
+	}
 	dst = append(dst, '/')
-	dst = strconv.AppendInt(dst, int64(len(items)), 10)
+	dst = strconv.AppendInt(dst, int64(nkeys), 10)
 	for i := range items {
 		dst = append(dst, '/')
 		dst = Escape(dst, items[i].Key)
+		dst = append(dst, items[i].Rule.boundKeys...)
 	}
 	for i := range items {
 		it := &items[i]

@@ -90,9 +90,12 @@ end
 -- expire keeps a written key alive until it is back to its full allowance (reset_ns from now),
 -- rounded up to whole milliseconds, plus TTL_MARGIN_MS. An expired key reads as fresh, which
 -- is exactly the state it had reached by then, so expiry only frees memory.
+-- It returns the TTL in milliseconds.
 local TTL_MARGIN_MS = 1000
 local function expire(key, reset_ns)
-  redis.call('PEXPIRE', key, string.format('%d', ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS))
+  local ttl = ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+  return ttl
 end
 
 -- gcd of two positive integers below 2^52. Lua 5.1 computes a % b as a - floor(a/b)*b; the

@@ -1,13 +1,15 @@
 -- main.lua: one call decides every global rule of one request and commits only if none of the
 -- enforced ones denies, so a request denied by one rule is charged nothing on the others.
 --
--- KEYS     one key per rule (distinct)
--- ARGV     per rule, in the order of KEYS, six integers:
---            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity
+-- KEYS     per rule: its key; for a rule with a key bound (max_keys > 0) then also the rule's
+--          key set and its overflow key (all keys distinct)
+-- ARGV     per rule, in the order of KEYS, seven integers:
+--            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity,
+--            max_keys (0: unbounded)
 --          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
 --          filter never sends it; Redis' TIME is used instead).
 -- reply    {now_s, now_ns, committed (0|1), then per rule:
---            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns}
+--            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, overflow (0|1)}
 --          flat, because webdis turns a nested table into null.
 --
 -- Every rule is decided on the state as read, nothing written; then, if no enforced rule
@@ -20,6 +22,12 @@
 -- Remaining the old parameters' algorithm reports at now (a decision for 0 events), and the key
 -- becomes the new algorithm's state of a key with R = min(R_old, capacity) left and the
 -- consumption C = capacity - R made at now (see each algorithm's from function).
+--
+-- Key bound: a rule with max_keys > 0 keeps at most max_keys live keys. Its key set (a sorted
+-- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
+-- can be dropped and the live ones counted. A key that does not exist yet, while the rule has
+-- max_keys live keys, is decided on the rule's overflow key instead: a flood of new keys is
+-- limited together as one client, and no key of an active client is ever evicted.
 
 local ALG = {
   [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, from = bucket_from, write = bucket_write},
@@ -48,7 +56,7 @@ local function load(key, P)
       return nil, nil, true
     end
     local st, Q = swl_load(key, P, count)
-    return st, Q, P.code ~= SW_LOG
+    return st, Q, st == nil or P.code ~= SW_LOG
   end
   if f[1] == false then
     return nil, nil, false
@@ -97,35 +105,68 @@ local function now_at(i)
   return s, n
 end
 
-local nk = #KEYS
-if nk < 1 or (#ARGV ~= 6 * nk and #ARGV ~= 6 * nk + 2) then
-  return bad_args('count')
-end
+-- Parse the rules: seven arguments each, and one key or three.
 local rules, seen = {}, {}
-for i = 1, nk do
-  local b = 6 * (i - 1)
-  local n, shadow = int(ARGV[b + 1]), int(ARGV[b + 2])
-  local P = params(int(ARGV[b + 3]), int(ARGV[b + 4]), int(ARGV[b + 5]), int(ARGV[b + 6]))
-  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) then
+local k, i = 1, 0
+while k <= #KEYS do
+  if i + 7 > #ARGV then
+    return bad_args('count')
+  end
+  local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+  local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
+  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
     return bad_args('config')
   end
-  if seen[KEYS[i]] then
-    return bad_args('duplicate key')
+  local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+  k = k + 1
+  if bound > 0 then
+    r.set, r.over = KEYS[k], KEYS[k + 1]
+    k = k + 2
+    if r.over == nil then
+      return bad_args('count')
+    end
   end
-  seen[KEYS[i]] = true
-  rules[i] = {P = P, n = n, shadow = shadow == 1}
+  for _, key in ipairs({r.key, r.set, r.over}) do
+    if seen[key] then
+      return bad_args('duplicate key')
+    end
+    seen[key] = true
+  end
+  rules[#rules + 1] = r
+  i = i + 7
 end
-local now_s, now_n = now_at(6 * nk + 1)
+if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
+  return bad_args('count')
+end
+local now_s, now_n = now_at(i + 1)
 if now_s == nil then
   return bad_args('now')
 end
+local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
 
 -- Decide every rule; nothing is written yet.
 local out = {now_s, now_n, 0}
 local commit = true
-for i = 1, nk do
-  local r, key = rules[i], KEYS[i]
-  local P = r.P
+for _, r in ipairs(rules) do
+  local P, key = r.P, r.key
+  if r.bound > 0 then
+    if redis.call('EXISTS', key) == 0 then
+      -- A new key: admitted to the key set only while the rule has fewer than max_keys live
+      -- keys (members whose expiry is after now). A key set of another type is not ours; it
+      -- is replaced when the call commits. Nothing is written here: see the commit below.
+      local live = redis.pcall('ZCOUNT', r.set, '(' .. string.format('%d', now_ms), '+inf')
+      if type(live) ~= 'number' then
+        live, r.badset = 0, true
+      end
+      if live >= r.bound then
+        key, r.overflow = r.over, true
+      else
+        r.created = true
+      end
+    end
+    r.track = not r.overflow
+  end
+  r.used = key
   local st, Q, stale = load(key, P)
   if st ~= nil and Q.str ~= P.str then
     local _, R = ALG[Q.code].decide(st, Q, 0, now_s, now_n, key)
@@ -137,16 +178,36 @@ for i = 1, nk do
     commit = false
   end
   local o = #out
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed and 1 or 0, P.limit, remaining, retry, reset
+  out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
+  out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
 end
 
--- Commit: every rule that admitted writes its state and TTL.
+-- lifetime_ms bounds the TTL of a key of P: a reset is at most twice the window (the sliding
+-- counter) or the time a bucket takes to fill (capacity * window / limit, at most 2^53 for the
+-- parameters params accepts), plus the margin.
+local function lifetime_ms(P)
+  return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
+end
+
+-- Commit: every rule that admitted writes its state and TTL, and a bounded rule records the
+-- key's expiry in its key set, which outlives every member; a new key also drops the expired
+-- members. Redis checks maxmemory at a script's first command that can grow memory, and lets
+-- every later write through, so the decisions above write nothing and the first write here is
+-- an algorithm's HSET or RPUSH (only replacing a key of another layout deletes it first).
 if commit then
-  for i = 1, nk do
-    local r = rules[i]
+  for _, r in ipairs(rules) do
     if r.allowed then
-      ALG[r.P.code].write(KEYS[i], r.P, r.new, r.stale)
-      expire(KEYS[i], r.reset)
+      ALG[r.P.code].write(r.used, r.P, r.new, r.stale)
+      local ttl = expire(r.used, r.reset)
+      if r.track then
+        if r.badset then
+          redis.call('DEL', r.set)
+        elseif r.created then
+          redis.call('ZREMRANGEBYSCORE', r.set, '-inf', string.format('%d', now_ms))
+        end
+        redis.call('ZADD', r.set, string.format('%d', now_ms + ttl), r.key)
+        redis.call('PEXPIRE', r.set, string.format('%d', ttl + 2 * lifetime_ms(r.P)))
+      end
     end
   end
   out[3] = 1

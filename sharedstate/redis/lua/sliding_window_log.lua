@@ -83,7 +83,7 @@ local function swl_decide(st, P, n, now_s, now_n, key)
   end
   local live = count - dropped
   local new = {eff_s = eff_s, eff_n = eff_n, off = off, dropped = dropped, live = live, n = n,
-    rewrite = mem or live == 0 or not valid}
+    rewrite = mem or live == 0 or not valid, had = st ~= nil}
 
   if n <= 0 or n > L then
     -- unsatisfiable: RetryAfter 0, nothing stored
@@ -120,22 +120,27 @@ end
 
 -- swl_write stores an admission: the expired prefix goes, n copies of eff are appended, and
 -- the header records the parameters. A converted, empty or unreadable log is rewritten whole.
-local function swl_write(key, P, st)
+local function swl_write(key, P, st, stale)
   local stamp = tsfmt(st.eff_s, st.eff_n)
   local add = {}
   if st.rewrite then
-    redis.call('DEL', key)
+    if st.had or stale then
+      redis.call('DEL', key)
+    end
     add[1] = 'p' .. P.str
     -- A converted key's C entries are stamped now, which is eff.
     for j = 1, st.live + st.n do
       add[j + 1] = stamp
     end
+    redis.call('RPUSH', key, unpack(add))
   else
-    redis.call('LTRIM', key, st.off + st.dropped, -1)
-    redis.call('LPUSH', key, 'p' .. P.str)
+    -- RPUSH first: the expired prefix and the header are at the front, so the indexes LTRIM
+    -- uses do not move, and the first write is one that Redis checks against maxmemory.
     for j = 1, st.n do
       add[j] = stamp
     end
+    redis.call('RPUSH', key, unpack(add))
+    redis.call('LTRIM', key, st.off + st.dropped, -1)
+    redis.call('LPUSH', key, 'p' .. P.str)
   end
-  redis.call('RPUSH', key, unpack(add))
 end
