@@ -190,3 +190,29 @@ func TestGlobalWasmDomainNamespacesKeys(t *testing.T) {
 	require.ElementsMatch(t, []string{"rl:{team-a}:shared:5:alice", "rl:{team-b}:shared:5:alice",
 		"rl:{team-a}:shared:#keys", "rl:{team-b}:shared:#keys"}, srv.Keys())
 }
+
+// TestGlobalWasmKeyBound: max_keys bounds a global rule's keys in Redis. New clients beyond it
+// share the rule's overflow key (and are counted in key_overflow), while the clients that
+// already have a key keep it.
+func TestGlobalWasmKeyBound(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := `[{"name":"bounded","max_keys":2,"key":[{"source":"header","name":"x-user"}],
+		"algorithm":"gcra","limit":3,"window":"1h","scope":"global"}]`
+	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 2)
+	for _, u := range []string{"a", "b", "c", "d", "e"} {
+		o, _ := doTimed(t, h, hdr("x-user", u))
+		require.Equalf(t, 0, o.status, "user %s", u)
+	}
+	// c, d and e have used the overflow key's 3; f, a new client, is denied there, while a and
+	// b, who have their own keys, are not affected.
+	o, _ := doTimed(t, h, hdr("x-user", "f"))
+	require.Equal(t, 429, o.status, "a new client while the overflow key is used up")
+	for _, u := range []string{"a", "b"} {
+		o, _ := doTimed(t, h, hdr("x-user", u))
+		require.Equalf(t, 0, o.status, "user %s keeps their own key", u)
+	}
+	require.EqualValues(t, 4, redisMetric(h, "ratelimit_bounded_key_overflow_total"), "c, d, e and f")
+	require.ElementsMatch(t, []string{"rl:{rl}:bounded:1:a", "rl:{rl}:bounded:1:b",
+		"rl:{rl}:bounded:#keys", "rl:{rl}:bounded:#overflow"}, srv.Keys())
+	requireNoRedisFailures(t, h)
+}
