@@ -447,6 +447,34 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
+// TestHotPathAllocsThreeRules: a call for three rules, one of them bounded, is built and its
+// answer parsed without allocating once the buffers exist.
+func TestHotPathAllocsThreeRules(t *testing.T) {
+	a := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 100, Window: time.Second})
+	b := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Minute}).Bounded(100, "rl", "rl", "b")
+	cr := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour})
+	keys := make([]byte, 0, 256)
+	body := make([]byte, 0, 1024)
+	items := make([]redis.Item, 3)
+	out := make([]redis.Answer, 3)
+	answer := []byte(`{"EVALSHA":[1764480000,0,1,1,100,99,0,10000000,0,1,10,9,0,6000000000,1,1,1000,999,0,3600000000000,0]}`)
+	desc := []byte("203.0.113.7")
+	if n := testing.AllocsPerRun(200, func() {
+		keys = keys[:0]
+		for i, r := range []*redis.Rule{a, b, cr} {
+			start := len(keys)
+			keys = redis.AppendKey(keys, "rl", "rl", "x", desc)
+			items[i] = redis.Item{Rule: r, Key: keys[start:len(keys):len(keys)], N: 1}
+		}
+		body = redis.AppendEvalSHA(body[:0], items)
+		if _, committed, err := redis.ParseReplies(200, answer, items, out); err != nil || !committed || !out[1].Overflow {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per call of three rules, want 0", n)
+	}
+}
+
 func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 	rule := mustRule(b, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Second, Burst: 50})
 	buf := make([]byte, 0, 512)
