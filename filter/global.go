@@ -345,9 +345,9 @@ func calloutStatus() int {
 }
 
 // maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per
-// number (20 digits and a comma) for the three of the head and the five of each rule, and
+// number (20 digits and a comma) for the three of the head and the six of each rule, and
 // room for the JSON around them. Anything larger is not a script result.
-func maxReplyBytes(rules int) int { return 64 + 21*(3+5*rules) }
+func maxReplyBytes(rules int) int { return 64 + 21*(3+6*rules) }
 
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
