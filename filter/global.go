@@ -148,8 +148,8 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 
 // globalItems lists the request's global rules as the items of one script call, in rule order.
 // The keys are built back to back in one buffer first, and sliced only once it has stopped
-// growing.
-func (h *httpContext) globalItems() []redis.Item {
+// growing; withKeys false leaves them out (parsing an answer needs only the rules).
+func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 	p := h.plugin
 	c := p.redis
 	c.keys, c.items = c.keys[:0], c.items[:0]
@@ -159,7 +159,9 @@ func (h *httpContext) globalItems() []redis.Item {
 			continue
 		}
 		start := len(c.keys)
-		c.keys = redis.AppendKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, a.key)
+		if withKeys {
+			c.keys = redis.AppendKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, a.key)
+		}
 		c.items = append(c.items, redis.Item{Rule: p.globals[a.rs.rule.Index], N: a.cost,
 			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)]})
 	}
@@ -174,7 +176,7 @@ func (h *httpContext) globalItems() []redis.Item {
 
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	c := h.plugin.redis
-	items := h.globalItems()
+	items := h.globalItems(true)
 	if full {
 		c.body = redis.AppendEval(c.body[:0], items)
 	} else {
@@ -217,7 +219,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	}
 	err := errCalloutReset
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		items := h.globalItems()
+		items := h.globalItems(false)
 		if cap(c.answers) < len(items) {
 			c.answers = make([]redis.Answer, len(items))
 		}
