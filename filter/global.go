@@ -10,10 +10,14 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// Global rules keep their state in Redis, reached through webdis with one HTTP callout per rule
-// and request. The request waits (StopIteration) until every callout has answered; the answers
-// arrive at the root context and the ABI layer makes the stream the effective context again
-// before the callback below runs.
+// Global rules keep their state in Redis, reached through webdis with one HTTP callout per
+// request: one script call decides every global rule of the request together and writes only
+// if none of the enforced ones denies (see package redis), so a request denied by one global
+// rule is charged nothing on the others. Local rules are decided before the callout, writing
+// nothing, and a request a local rule denies sends no callout; the local states are written
+// (finish) only after Redis has answered. The request waits (StopIteration) for the answer,
+// which arrives at the root context; the ABI layer makes the stream the effective context
+// again before the callback below runs.
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -23,7 +27,9 @@ type redisClient struct {
 	gauge   breakerGauge // publishes the breaker's state process-wide
 	m       redisMetrics
 	body    []byte // scratch for request bodies; a callout copies it
-	key     []byte
+	keys    []byte // the Redis keys of one call, back to back
+	items   []redis.Item
+	answers []redis.Answer
 }
 
 type redisMetrics struct {
@@ -124,55 +130,83 @@ func (b *breaker) failure(now int64) (opened bool) {
 	return false
 }
 
-// askRedis sends a global rule's callout, or applies the Redis failure mode when it cannot be
-// sent. It reports whether the request must be denied now.
-func (h *httpContext) askRedis(a *applied, now int64) (deny bool) {
+// askRedis sends the request's one callout for all of its global rules, or applies the Redis
+// failure mode to each of them when it cannot be sent. It reports whether the request must be
+// denied now, and by which rule.
+func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.breaker.allow(now, h.id) {
 		c.m.skipped.Increment(1)
-		return h.redisFailed(a, now)
+		return h.redisFailed(now)
 	}
-	if err := h.sendCallout(a, now, false); err != nil {
+	if err := h.sendCallout(now, false); err != nil {
 		// noteFailure counts it by kind and feeds the breaker.
 		h.noteFailure(now, sendError(err))
-		return h.redisFailed(a, now)
+		return h.redisFailed(now)
 	}
-	return false
+	return false, nil
 }
 
-func (h *httpContext) sendCallout(a *applied, now int64, full bool) error {
+// globalItems lists the request's global rules as the items of one script call, in rule order.
+// The keys are built back to back in one buffer first, and sliced only once it has stopped
+// growing; withKeys false leaves them out (parsing an answer needs only the rules).
+func (h *httpContext) globalItems(withKeys bool) []redis.Item {
+	p := h.plugin
+	c := p.redis
+	c.keys, c.items = c.keys[:0], c.items[:0]
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if a.rs.rule.Scope != config.ScopeGlobal {
+			continue
+		}
+		start := len(c.keys)
+		if withKeys {
+			c.keys = redis.AppendKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, a.key)
+		}
+		c.items = append(c.items, redis.Item{Rule: p.globals[a.rs.rule.Index], N: a.cost,
+			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)]})
+	}
+	end := 0
+	for i := range c.items {
+		n := len(c.items[i].Key)
+		c.items[i].Key = c.keys[end : end+n]
+		end += n
+	}
+	return c.items
+}
+
+func (h *httpContext) sendCallout(now int64, full bool) error {
 	c := h.plugin.redis
-	rr := h.plugin.globals[a.rs.rule.Index]
-	c.key = redis.AppendKey(c.key[:0], c.cfg.KeyPrefix, a.rs.rule.Name, a.key)
+	items := h.globalItems(true)
 	if full {
-		c.body = rr.AppendEval(c.body[:0], c.key, a.cost)
+		c.body = redis.AppendEval(c.body[:0], items)
 	} else {
-		c.body = rr.AppendEvalSHA(c.body[:0], c.key, a.cost)
+		c.body = redis.AppendEvalSHA(c.body[:0], items)
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	// The callback holds the request's working set itself: the stream may be decided (and
-	// its set detached) by another answer before this one arrives.
+	// The callback holds the request's working set itself: the stream may be gone (and its
+	// set detached) before the answer arrives.
 	d := h.d
 	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
-			h.onRedisAnswer(a, numHeaders, bodySize, numTrailers)
+			h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 		})
 	if err != nil {
 		return err
 	}
 	c.m.calls.Increment(1)
-	a.sentAt = now
-	h.d.outstanding++
+	d.sentAt = now
+	d.outstanding++
 	return nil
 }
 
-// onRedisAnswer handles one callout answer. It runs from the root context with the stream made
-// effective again.
-func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailers int) {
+// onRedisAnswer handles the answer to the request's callout. It runs from the root context with
+// the stream made effective again.
+func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
-	if h.done || h.finished {
+	if h.done || h.finished || h.d != d {
 		return
 	}
 	defer recoverTo("onRedisAnswer", func() {
@@ -181,19 +215,17 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 		}
 	})
 	now := p.now()
-	if us := (now - a.sentAt) / 1000; us >= 0 {
+	if us := (now - d.sentAt) / 1000; us >= 0 {
 		c.m.latency.Record(uint64(us))
 	}
 	err := errCalloutReset
-	var reply redis.Reply
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		reply, err = redis.ParseReply(calloutStatus(), calloutBody(bodySize))
-		if err == nil && reply.Decision.Limit != p.globals[a.rs.rule.Index].Limit() {
-			// Every script answers with the limit it was given, so another limit means the
-			// answer is not for this request (a misrouted cluster, a proxy in between): it is
-			// treated like any other malformed answer rather than trusted.
-			err = errForeignReply
+		items := h.globalItems(false)
+		if cap(c.answers) < len(items) {
+			c.answers = make([]redis.Answer, len(items))
 		}
+		c.answers = c.answers[:len(items)]
+		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	}
 	switch {
 	case err == nil:
@@ -201,32 +233,50 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 			c.gauge.set(false)
 			abi.LogInfof("ratelimit: redis answers again; global rules use it")
 		}
-		a.decision, a.decided = reply.Decision, true
-	case errors.Is(err, redis.ErrNoScript) && !a.retried:
+		// The answers come in rule order; the first enforced denial is the request's.
+		var denied *applied
+		j := 0
+		for i := range d.applied {
+			a := &d.applied[i]
+			if a.rs.rule.Scope != config.ScopeGlobal {
+				continue
+			}
+			a.decision, a.decided = c.answers[j].Decision, true
+			if c.answers[j].Overflow {
+				// The rule had reached its key bound in Redis and this new key was decided
+				// on the rule's overflow key.
+				a.rs.m.overflow.Increment(1)
+			}
+			j++
+			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
+				denied = a
+			}
+		}
+		if denied != nil {
+			h.deny(denied.rs, denied.decision)
+			return
+		}
+	case errors.Is(err, redis.ErrNoScript) && !d.retried:
 		// Redis restarted or its script cache was flushed: send the script itself once,
 		// which also loads it for every later EVALSHA.
 		c.m.noscript.Increment(1)
-		a.retried = true
-		if h.sendCallout(a, now, true) == nil {
+		d.retried = true
+		if h.sendCallout(now, true) == nil {
 			return
 		}
 		h.noteFailure(now, err)
-		if h.redisFailed(a, now) {
+		if deny, a := h.redisFailed(now); deny {
 			h.deny(a.rs, a.decision)
 			return
 		}
 	default:
 		h.noteFailure(now, err)
-		if h.redisFailed(a, now) {
+		if deny, a := h.redisFailed(now); deny {
 			h.deny(a.rs, a.decision)
 			return
 		}
 	}
-	if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
-		h.deny(a.rs, a.decision)
-		return
-	}
-	if h.d.outstanding > 0 {
+	if d.outstanding > 0 {
 		return
 	}
 	if h.finish() == types.ActionContinue {
@@ -238,7 +288,6 @@ func (h *httpContext) onRedisAnswer(a *applied, numHeaders, bodySize, numTrailer
 
 var (
 	errCalloutReset = errors.New("callout reset")
-	errForeignReply = fmt.Errorf("%w: the answer carries another rule's limit", redis.ErrMalformed)
 	errNoHosts      = fmt.Errorf("%w: the cluster has no host (proxy_http_call failed with InternalFailure)",
 		redis.ErrUnavailable)
 )
@@ -277,21 +326,32 @@ func (h *httpContext) noteFailure(now int64, err error) {
 	}
 }
 
-// redisFailed applies the Redis failure mode to a global rule whose decision Redis could not
-// make. It reports whether the request must be denied now.
-func (h *httpContext) redisFailed(a *applied, now int64) (deny bool) {
-	switch h.plugin.redis.cfg.FailureMode {
-	case config.RedisFailDeny:
-		a.decision = failureDecision(a.rs)
-		return true
-	case config.RedisFailLocal:
-		// The rule's own limit, counted on this proxy only: the fleet as a whole may then admit
-		// up to one limit per proxy, which is the best a partitioned proxy can promise.
-		return h.decideLocal(a, a.key, now, a.cost)
-	default:
-		a.decided = false
-		return false
+// redisFailed applies the Redis failure mode to every global rule of the request, whose
+// decisions Redis could not make. It reports whether the request must be denied now, and by
+// which rule.
+func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
+	mode := h.plugin.redis.cfg.FailureMode
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if a.rs.rule.Scope != config.ScopeGlobal {
+			continue
+		}
+		switch mode {
+		case config.RedisFailDeny:
+			a.decision = failureDecision(a.rs)
+			return true, a
+		case config.RedisFailLocal:
+			// The rule's own limit, counted on this proxy only: the fleet as a whole may then
+			// admit up to one limit per proxy, which is the best a partitioned proxy can
+			// promise. Like every local rule it is decided now and written in finish.
+			if h.decideLocal(a, a.key, now, a.cost) {
+				return true, a
+			}
+		default:
+			a.decided = false
+		}
 	}
+	return false, nil
 }
 
 func calloutStatus() int {
@@ -302,15 +362,16 @@ func calloutStatus() int {
 	return atoi(s)
 }
 
-// maxReplyBytes bounds what is read of a webdis answer: a script result is well under a
-// hundred bytes, and anything much larger is not one.
-const maxReplyBytes = 4096
+// maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per
+// number (20 digits and a comma) for the three of the head and the six of each rule, and
+// room for the JSON around them. Anything larger is not a script result.
+func maxReplyBytes(rules int) int { return 64 + 21*(3+6*rules) }
 
-func calloutBody(size int) []byte {
+func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, maxReplyBytes))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, maxReplyBytes(rules)))
 	if err != nil {
 		return nil
 	}

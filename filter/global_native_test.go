@@ -44,7 +44,9 @@ func TestGlobalNativeCallout(t *testing.T) {
 	body := string(c.Body)
 	require.True(t, strings.HasPrefix(body, "EVALSHA/"), body)
 	// The hostile key travels as one escaped argument: no raw '/', '?' or '.' from it.
-	require.Contains(t, body, "/1/rl%3A%7Bg%7D%3A")
+	// Three keys: the request's, then the rule's key set and overflow key (max_keys).
+	require.Contains(t, body, "/3/rl%3A%7Brl%7D%3Ag%3A")
+	require.Contains(t, body, "/rl%3A%7Brl%7D%3Ag%3A%23keys/rl%3A%7Brl%7D%3Ag%3A%23overflow/")
 	require.NotContains(t, body, "?")
 }
 
@@ -53,14 +55,14 @@ func TestGlobalNativeAnswers(t *testing.T) {
 
 	id, callout := d.startGlobal(t, "a")
 	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVALSHA":[1,5,4,0,12000000000,1764504000,0]}`))
+		nil, []byte(`{"EVALSHA":[1764504000,0,1,1,5,4,0,12000000000,0]}`))
 	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
 	require.Equal(t, `"g";r=4;t=12`, headerMap(d.host.GetCurrentResponseHeaders(id))["ratelimit"])
 
 	id, callout = d.startGlobal(t, "a")
 	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVALSHA":[0,5,0,2500000000,60000000000,1764504000,0]}`))
+		nil, []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,2500000000,60000000000,0]}`))
 	resp := d.host.GetSentLocalResponse(id)
 	require.NotNil(t, resp)
 	require.EqualValues(t, 429, resp.StatusCode)
@@ -77,7 +79,7 @@ func TestGlobalNativeNoScript(t *testing.T) {
 	require.Len(t, callouts, 2)
 	require.True(t, strings.HasPrefix(string(callouts[1].Body), "EVAL/"))
 	d.host.CallOnHttpCallResponse(callouts[1].CalloutID, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVAL":[1,5,4,0,12000000000,1764504000,0]}`))
+		nil, []byte(`{"EVAL":[1764504000,0,1,1,5,4,0,12000000000,0]}`))
 	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
 	n, err := d.host.GetCounterMetric("ratelimit_redis_noscript_total")
 	require.NoError(t, err)

@@ -21,13 +21,9 @@ type applied struct {
 	// be written (see Table.Commit).
 	local   bool
 	pending sharedstate.Pending
-	// key is the rule's descriptor, kept for a global rule until its callout is sent.
-	key []byte
-	// retried is set once a global rule has resent its callout with the script source after
-	// Redis answered NOSCRIPT.
-	retried bool
-	sentAt  int64
-	cost    int64
+	// key is the rule's descriptor, kept for a global rule until Redis has answered.
+	key  []byte
+	cost int64
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -36,6 +32,10 @@ type applied struct {
 type decisions struct {
 	applied     []applied
 	outstanding int
+	// sentAt is when the request's Redis callout was sent; retried is set once it has been
+	// resent with the script source after Redis answered NOSCRIPT.
+	sentAt  int64
+	retried bool
 }
 
 type httpContext struct {
@@ -108,15 +108,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if globals == 0 {
 		return h.finish()
 	}
-	// Phase 1b: ask Redis for every global rule; the request waits for all answers.
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if a.rs.rule.Scope != config.ScopeGlobal {
-			continue
-		}
-		if deny := h.askRedis(a, now); deny {
-			return h.deny(a.rs, a.decision)
-		}
+	// Phase 1b: one callout decides every global rule, and Redis writes them only if none of
+	// the enforced ones denies; the request waits for the answer.
+	if deny, a := h.askRedis(now); deny {
+		return h.deny(a.rs, a.decision)
 	}
 	if h.d.outstanding > 0 {
 		return types.ActionPause
@@ -146,8 +141,10 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 // A write that lost a race decides again on the fresh state; if that becomes a denial, the
 // rules already written keep their charge. That only happens when another worker took the last
 // allowance between this request's read and its write, and it errs on the side of the limit:
-// it can over-count one request, never admit one too many. The same holds for a global rule
-// that Redis already charged when a local rule turns out to deny.
+// it can over-count one request, never admit one too many. The same holds for global rules:
+// local rules are decided before the callout (a local denial sends none), but Redis commits
+// its rules before the local writes, so a local write that loses its race and turns into a
+// denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
 	p := h.plugin
 	for i := range h.d.applied {
@@ -324,6 +321,7 @@ func (p *plugin) giveDecisions(h *httpContext) {
 		return
 	}
 	d.applied = d.applied[:0]
+	d.sentAt, d.retried = 0, false
 	p.free = append(p.free, d)
 }
 

@@ -172,9 +172,10 @@ func loadScripts(t testing.TB, srv *redistest.Server) {
 }
 
 // expectedKey is the Redis key a request with x-user: value makes for the rule: the filter's
-// descriptor ("<len>:<value>") under the rule's hash tag, built by the package the filter uses.
+// descriptor ("<len>:<value>") under the default domain's hash tag, built by the package the
+// filter uses.
 func expectedKey(rule, value string) string {
-	return string(redis.AppendKey(nil, "rl", rule, []byte(strconv.Itoa(len(value))+":"+value)))
+	return string(redis.AppendKey(nil, "rl", "rl", rule, []byte(strconv.Itoa(len(value))+":"+value)))
 }
 
 // TestGlobalWasmTwoProxiesShareOneLimit is the point of global rules: two independent proxies
@@ -245,7 +246,7 @@ func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
 				require.Positive(t, redisMetric(p, "ratelimit_redis_calls_total"), "both proxies asked Redis")
 			}
 			require.EqualValues(t, total, calls, "one callout per request")
-			require.EqualValues(t, 1, srv.Int("EXISTS", "rl:{"+name+"}:"), "the rule's one key")
+			require.EqualValues(t, 1, srv.Int("EXISTS", "rl:{rl}:"+name+":"), "the rule's one key")
 		})
 	}
 }
@@ -349,6 +350,9 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "g-" + strings.ReplaceAll(tc.name, "_", "-")
+			// Every algorithm runs in the one script; flushing it makes each case start from a
+			// Redis that has lost it.
+			srv.MustDo("SCRIPT", "FLUSH")
 			h := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.algo, true)+"]"), srv.WebdisURL(), 2)
 			user := hdr("x-user", "alice")
 			for i, w := range tc.steps {
@@ -382,8 +386,8 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 				}
 			}
 			require.EqualValues(t, 1, srv.Int("EXISTS", expectedKey(name, "alice")), "the decision lives in Redis")
-			// Each algorithm has its own script, so its first decision found it missing and
-			// was resent as EVAL: one callout more than requests.
+			// The script was flushed, so the first decision found it missing and was resent as
+			// EVAL: one callout more than requests.
 			require.EqualValues(t, len(tc.steps)+1, redisMetric(h, "ratelimit_redis_calls_total"))
 			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
 			requireNoRedisFailures(t, h)
@@ -759,7 +763,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 		"\xc3\x28",
 		"",
 	}
-	prefix := "rl:{" + rule + "}:"
+	prefix := "rl:{rl}:" + rule + ":"
 	seen := map[string]bool{}
 	for i, v := range values {
 		key := expectedKey(rule, v)
@@ -774,18 +778,21 @@ func TestGlobalWasmInjection(t *testing.T) {
 			wantGrowth := int64(1)
 			if n > 0 {
 				wantGrowth = 0
+			} else if i == 0 {
+				wantGrowth = 2 // the rule's key set too (max_keys)
 			}
 			require.Equalf(t, before+wantGrowth, srv.Int("DBSIZE"), "value %q request %d", v, n)
 			require.EqualValuesf(t, 1, srv.Int("EXISTS", key), "value %q: key %q", v, key)
 		}
 		// The key holds the rule's token-bucket state: the script, not a command smuggled in
 		// through the value, wrote it.
-		require.Equalf(t, "17", srv.MustDo("HGET", key, "v"), "value %q", v)
+		require.Equalf(t, "18", srv.MustDo("HGET", key, "v"), "value %q", v)
 	}
 	keys := srv.Keys()
-	require.Len(t, keys, len(values), "one key per distinct value, nothing else")
+	require.Len(t, keys, len(values)+1, "one key per distinct value and the rule's key set, nothing else")
+	require.EqualValues(t, len(values), srv.Int("ZCARD", prefix+"#keys"), "the key set holds every key")
 	for _, k := range keys {
-		require.Truef(t, strings.HasPrefix(k, prefix), "key %q outside the rule's hash tag", k)
+		require.Truef(t, strings.HasPrefix(k, prefix), "key %q outside the rule's keys", k)
 		require.LessOrEqual(t, len(k), len(prefix)+redis.MaxRawDescriptor, "keys are length-bounded")
 	}
 	requireNoRedisFailures(t, h)
@@ -860,10 +867,10 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 502, nil), "ratelimit_redis_unavailable_total"},
 			{srv.SlowProxy(time.Second), "ratelimit_redis_timeouts_total"},
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[false,"WRONGTYPE x"]}`)), "ratelimit_redis_errors_total"},
-			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[2,1,0,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[0,0,1,2,1,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{redistest.GarbageServer(t, 200, []byte(strings.Repeat(" ", 8192))), "ratelimit_redis_malformed_total"},
 			// A well-formed answer that carries another limit is not this request's answer.
-			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,999999,5,0,0,1,0]}`)), "ratelimit_redis_malformed_total"},
+			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
 			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)
@@ -900,10 +907,20 @@ func TestGlobalWasmMetrics(t *testing.T) {
 //	go test ./filter/ -run '^$' -bench GlobalWasm -benchtime 2000x
 func BenchmarkGlobalWasm(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, scope := range []string{"local", "global"} {
-		b.Run(scope, func(b *testing.B) {
-			rules := fmt.Sprintf(`[{"name":"bench","key":[{"source":"header","name":"x-user"}],
-				"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q}]`, scope)
+	for _, bc := range []struct {
+		name  string
+		scope string
+		rules int
+	}{{"local", "local", 1}, {"global", "global", 1}, {"global-3-rules", "global", 3}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var rs []string
+			for i := range bc.rules {
+				// continue: true on all but the last, so every rule applies to the request.
+				rs = append(rs, fmt.Sprintf(`{"name":"bench%d","key":[{"source":"header","name":"x-user"}],
+					"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q,"continue":%v}`,
+					i, bc.scope, i < bc.rules-1))
+			}
+			rules := "[" + strings.Join(rs, ",") + "]"
 			h := newGlobalHost(b, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
 			req := globalRequest(hdr("x-user", "bench"))
 			ctx := context.Background()

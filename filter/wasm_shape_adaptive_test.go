@@ -791,8 +791,9 @@ func (f *fakeWebdis) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls.Add(1)
 	time.Sleep(f.delay)
 	now := time.Now()
-	// {allowed, limit, remaining, retry_after_ns, reset_after_ns, now_s, now_ns}
-	fmt.Fprintf(w, `{"EVALSHA":[1,1000,999,0,0,%d,%d]}`, now.Unix(), now.Nanosecond())
+	// {now_s, now_ns, committed, then for the one rule: allowed, limit, remaining,
+	// retry_after_ns, reset_after_ns, overflow}
+	fmt.Fprintf(w, `{"EVALSHA":[%d,%d,1,1,1000,999,0,0,0]}`, now.Unix(), now.Nanosecond())
 }
 
 // TestAdaptiveWasmJudgesOnlyTheUpstream puts an adaptive rule behind another rule that holds

@@ -125,43 +125,48 @@ func FuzzEscape(f *testing.F) {
 
 func TestAppendKey(t *testing.T) {
 	cases := []struct {
-		prefix, rule string
-		desc         []byte
-		want         string
+		prefix, domain, rule string
+		desc                 []byte
+		want                 string
 	}{
-		{"rl", "api", []byte("203.0.113.7"), "rl:{api}:203.0.113.7"},
-		{"rl", "api", []byte(""), "rl:{api}:"},
-		{"rl", "api", []byte("key/with?odd.chars+%"), "rl:{api}:key/with?odd.chars+%"},
-		{"rl", "per-tenant:v1", []byte("t1"), "rl:{per-tenant:v1}:t1"},
-		{"rl", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:x"},
-		{"r{l", "a b", []byte("x"), "r%7Bl:{a%20b}:x"},
-		{"rl", "api", []byte("100%"), "rl:{api}:100%"},
+		{"rl", "rl", "api", []byte("203.0.113.7"), "rl:{rl}:api:203.0.113.7"},
+		{"rl", "prod", "api", []byte(""), "rl:{prod}:api:"},
+		{"rl", "rl", "api", []byte("key/with?odd.chars+%"), "rl:{rl}:api:key/with?odd.chars+%"},
+		{"rl", "rl", "per-tenant:v1", []byte("t1"), "rl:{rl}:per-tenant%3Av1:t1"},
+		{"rl", "d:x", "r", []byte("t1"), "rl:{d%3Ax}:r:t1"},
+		{"rl", "a{b}c", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:a%7Bb%7Dc:x"},
+		{"r{l", "d", "a b", []byte("x"), "r%7Bl:{d}:a%20b:x"},
+		{"app:rl", "d", "api", []byte("100%"), "app:rl:{d}:api:100%"},
 	}
 	for _, c := range cases {
-		if got := string(redis.AppendKey(nil, c.prefix, c.rule, c.desc)); got != c.want {
-			t.Errorf("AppendKey(%q, %q, %q) = %q, want %q", c.prefix, c.rule, c.desc, got, c.want)
+		if got := string(redis.AppendKey(nil, c.prefix, c.domain, c.rule, c.desc)); got != c.want {
+			t.Errorf("AppendKey(%q, %q, %q, %q) = %q, want %q", c.prefix, c.domain, c.rule, c.desc, got, c.want)
 		}
+	}
+	// The domain is part of the key: two deployments with the same rule never share a counter.
+	if a, b := redis.AppendKey(nil, "rl", "team-a", "api", []byte("k")), redis.AppendKey(nil, "rl", "team-b", "api", []byte("k")); bytes.Equal(a, b) {
+		t.Errorf("domains team-a and team-b share the key %q", a)
 	}
 	// Hashed: anything not printable ASCII, longer than MaxRawDescriptor, or starting with '#'.
 	for _, d := range [][]byte{
 		[]byte("a b"), []byte("\n"), []byte("\xff"), []byte("#x"), []byte("ключ"),
 		bytes.Repeat([]byte("a"), redis.MaxRawDescriptor+1), hostile()[27],
 	} {
-		key := redis.AppendKey(nil, "rl", "api", d)
-		rest, ok := bytes.CutPrefix(key, []byte("rl:{api}:#"))
+		key := redis.AppendKey(nil, "rl", "rl", "api", d)
+		rest, ok := bytes.CutPrefix(key, []byte("rl:{rl}:api:#"))
 		if !ok || len(rest) != 32 || strings.Trim(string(rest), "0123456789abcdef") != "" {
 			t.Errorf("AppendKey(%q) = %q, want a hashed key", trunc(d), key)
 		}
 	}
 	// The longest verbatim descriptor stays verbatim; keys stay distinct and bounded.
 	max := bytes.Repeat([]byte("a"), redis.MaxRawDescriptor)
-	if got := redis.AppendKey(nil, "rl", "api", max); !bytes.HasSuffix(got, max) {
+	if got := redis.AppendKey(nil, "rl", "rl", "api", max); !bytes.HasSuffix(got, max) {
 		t.Errorf("a %d-byte descriptor was hashed", len(max))
 	}
 	seen := map[string][]byte{}
 	for _, d := range append(hostile(), []byte("a"), []byte("#a"), []byte("b")) {
-		key := string(redis.AppendKey(nil, "rl", "api", d))
-		if len(key) > len("rl:{api}:")+redis.MaxRawDescriptor {
+		key := string(redis.AppendKey(nil, "rl", "rl", "api", d))
+		if len(key) > len("rl:{rl}:api:")+redis.MaxRawDescriptor {
 			t.Errorf("key for %q is %d bytes", trunc(d), len(key))
 		}
 		if prev, dup := seen[key]; dup && !bytes.Equal(prev, d) {
@@ -171,7 +176,7 @@ func TestAppendKey(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() {
 		var buf [96]byte
-		redis.AppendKey(buf[:0], "rl", "api", []byte("a b c"))
+		redis.AppendKey(buf[:0], "rl", "rl", "api", []byte("a b c"))
 	}); n != 0 {
 		t.Errorf("AppendKey allocates %v times per call", n)
 	}
@@ -194,8 +199,9 @@ func TestScripts(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 6 {
-		t.Errorf("%d scripts, want 6", len(names))
+	// One script for every algorithm, so that one call can decide several rules together.
+	if len(names) != 1 {
+		t.Errorf("%d scripts, want 1", len(names))
 	}
 }
 
@@ -227,24 +233,25 @@ func TestNewRule(t *testing.T) {
 		name string
 		args string
 	}{
-		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "token_bucket", "/10/20/1/100000000"},
-		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "leaky_bucket", "/6/6/1/10000000000"},
-		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "sliding_window_counter", "/5/1300"},
-		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "sliding_window_log", "/5/3600000"},
-		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "fixed_window", "/100/60000"},
-		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "gcra", "/3/2/333333333"},
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Second, Burst: 20}, "ratelimit", "/1/10/1000000000/20/0"},
+		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 6, Window: time.Minute}, "ratelimit", "/2/6/60000000000/6/0"},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 5, Window: 1300 * time.Millisecond}, "ratelimit", "/3/5/1300000000/5/0"},
+		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour}, "ratelimit", "/4/5/3600000000000/5/0"},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 100, Window: time.Minute}, "ratelimit", "/5/100/60000000000/100/0"},
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Second, Burst: 2}, "ratelimit", "/6/3/1000000000/2/0"},
 	} {
 		r := mustRule(t, c.cfg)
 		if r.Script().Name != c.name || r.Limit() != c.cfg.Limit {
 			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
 		}
-		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3" + c.args
+		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters.
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args
 		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
 			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
 		}
 		eval := string(r.AppendEval(nil, key, 3))
 		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
-		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3"+c.args {
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args {
 			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
 		}
 		checkEscaped(t, []byte(r.Script().Source), []byte(src))
@@ -252,7 +259,7 @@ func TestNewRule(t *testing.T) {
 }
 
 // A valid reply body, and the Reply it decodes to.
-const okBody = `{"EVALSHA":[0,10,0,250000000,1000000000,1764480000,123456000]}`
+const okBody = `{"EVALSHA":[1764480000,123456000,0,0,10,0,250000000,1000000000,0]}`
 
 var okReply = redis.Reply{
 	Decision: algorithms.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 250 * time.Millisecond, ResetAfter: time.Second},
@@ -265,8 +272,8 @@ func TestParseReply(t *testing.T) {
 		want redis.Reply
 	}{
 		{okBody, okReply},
-		{" {\n\"EVAL\" : [ 0 ,10,0, 250000000,1000000000,1764480000,123456000 ] }\r\n", okReply},
-		{`{"EVALSHA":[1,5,4,0,200000000,0,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
+		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 0 ,10,0, 250000000,1000000000,0] }\r\n", okReply},
+		{`{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
 	}
 	for _, c := range ok {
 		got, err := redis.ParseReply(200, []byte(c.body))
@@ -312,26 +319,30 @@ func TestParseReply(t *testing.T) {
 		{200, `{"EVALSHA":[]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[true,"OK"]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,null,4]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,200000000,0,0.5]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,2e8,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)}, // allowed, not committed
+		{200, `{"EVALSHA":[0,0,1,0,5,4,7,200000000,0]}`, is(redis.ErrMalformed)}, // denied, committed
+		{200, `{"EVALSHA":[0,0,2,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0.5,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2e8,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,5,4,0,"2",0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[01,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[2,5,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,0,4,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,-1,0,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,-7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,-2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,-1,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,1000000000]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,9223372036,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,99999999999999999999,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,0]}x`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,5,4,7,2,0,0],"GET":1}`, is(redis.ErrMalformed)},
-		{200, `{"GET":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVAL\u0053HA":[0,5,4,7,2,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,01,01,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,2,2,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,0,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,-1,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,-7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,-2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[-1,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0]}x`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0],"GET":1}`, is(redis.ErrMalformed)},
+		{200, `{"GET":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVAL\u0053HA":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"bad \x escape"]}`, is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"raw \x01 control\"]}", is(redis.ErrMalformed)},
 		{200, "{\"EVALSHA\":[false,\"bad utf8 \xff\"]}", is(redis.ErrMalformed)},
@@ -354,9 +365,46 @@ func TestParseReply(t *testing.T) {
 	}
 }
 
+// TestParseReplies decodes the answer of a call with several rules, and refuses answers that do
+// not fit the call: another number of rules, another rule's limit, a commit flag that
+// contradicts the decisions.
+func TestParseReplies(t *testing.T) {
+	a := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
+	b := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 20, Window: time.Hour})
+	items := []redis.Item{{Rule: a, Key: []byte("a")}, {Rule: b, Key: []byte("b"), Shadow: true}}
+	out := make([]redis.Answer, 2)
+
+	// The shadow rule denies, the enforced one admits: committed.
+	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`), items, out)
+	if err != nil || now != 7_000_000_008 || !committed ||
+		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}}) ||
+		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true}) {
+		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
+	}
+	// The enforced rule denies: not committed.
+	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,0,2,0,3,5,0,1,20,19,0,10,0]}`), items, out); err != nil || committed {
+		t.Errorf("enforced denial: %v %v", committed, err)
+	}
+	for _, body := range []string{
+		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,0,20,0,9,10,0]}`,  // nothing denied, yet not committed
+		`{"EVALSHA":[7,8,1,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
+		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // overflow is not 0 or 1
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0]}`,                // one rule's answer for two
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0,1,2,1,0,5,0]}`,
+	} {
+		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", body, err)
+		}
+	}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+		t.Errorf("short out: %v", err)
+	}
+}
+
 func FuzzParseReply(f *testing.F) {
 	for _, s := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT x"]}`, `{"EVALSHA":[false]}`,
-		`{"EVAL":[1,5,4,0,200000000,0,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
+		`{"EVAL":[0,0,1,1,5,4,0,200000000,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
 		f.Add(200, []byte(s))
 	}
 	f.Add(503, []byte(nil))
@@ -386,7 +434,7 @@ func TestHotPathAllocs(t *testing.T) {
 	body := []byte(okBody)
 	desc := []byte("203.0.113.7")
 	if n := testing.AllocsPerRun(200, func() {
-		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		key := redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 		req := rule.AppendEvalSHA(key[len(key):], key, 1)
 		if _, err := redis.ParseReply(200, body); err != nil || len(req) == 0 {
 			t.Fatal(err)
@@ -399,6 +447,34 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
+// TestHotPathAllocsThreeRules: a call for three rules, one of them bounded, is built and its
+// answer parsed without allocating once the buffers exist.
+func TestHotPathAllocsThreeRules(t *testing.T) {
+	a := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 100, Window: time.Second})
+	b := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Minute}).Bounded(100, "rl", "rl", "b")
+	cr := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour})
+	keys := make([]byte, 0, 256)
+	body := make([]byte, 0, 1024)
+	items := make([]redis.Item, 3)
+	out := make([]redis.Answer, 3)
+	answer := []byte(`{"EVALSHA":[1764480000,0,1,1,100,99,0,10000000,0,1,10,9,0,6000000000,1,1,1000,999,0,3600000000000,0]}`)
+	desc := []byte("203.0.113.7")
+	if n := testing.AllocsPerRun(200, func() {
+		keys = keys[:0]
+		for i, r := range []*redis.Rule{a, b, cr} {
+			start := len(keys)
+			keys = redis.AppendKey(keys, "rl", "rl", "x", desc)
+			items[i] = redis.Item{Rule: r, Key: keys[start:len(keys):len(keys)], N: 1}
+		}
+		body = redis.AppendEvalSHA(body[:0], items)
+		if _, committed, err := redis.ParseReplies(200, answer, items, out); err != nil || !committed || !out[1].Overflow {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per call of three rules, want 0", n)
+	}
+}
+
 func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 	rule := mustRule(b, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Second, Burst: 50})
 	buf := make([]byte, 0, 512)
@@ -406,7 +482,7 @@ func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 	desc := []byte("203.0.113.7")
 	b.ReportAllocs()
 	for b.Loop() {
-		key := redis.AppendKey(buf[:0], "rl", "api", desc)
+		key := redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 		req := rule.AppendEvalSHA(key[len(key):], key, 1)
 		r, err := redis.ParseReply(200, body)
 		if err != nil || len(req) == 0 || r.Decision.Limit != 10 {
@@ -420,6 +496,6 @@ func BenchmarkAppendKeyHashed(b *testing.B) {
 	desc := bytes.Repeat([]byte("x"), 300)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = redis.AppendKey(buf[:0], "rl", "api", desc)
+		buf = redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
 	}
 }

@@ -1,21 +1,22 @@
-// Package redis is the Redis side of global rate limits: the Lua scripts that keep a rule's
-// state in Redis, the encoding of one decision as a webdis request, and the decoding of the
-// answer. It does no I/O: the filter sends the request as an Envoy HTTP callout and hands the
-// answer to ParseReply, so the package compiles for wasip1 and costs no allocation per
-// decision once the caller reuses its buffers.
+// Package redis is the Redis side of global rate limits: the Lua script that keeps the rules'
+// state in Redis, the encoding of one call as a webdis request, and the decoding of the answer.
+// It does no I/O: the filter sends the request as an Envoy HTTP callout and hands the answer to
+// ParseReplies, so the package compiles for wasip1 and costs no allocation per call once the
+// caller reuses its buffers.
 //
 // # Why webdis, and what it takes
 //
 // Envoy lets a filter reach the outside only through HTTP callouts to configured clusters, so
-// Redis is reached through webdis, an HTTP front for Redis. One decision is one callout:
+// Redis is reached through webdis, an HTTP front for Redis. All of one request's global rules
+// are one callout:
 //
 //	:method POST   :path /   content-type application/x-www-form-urlencoded
-//	body  EVALSHA/<sha1>/1/<escaped key>/<n>/<config args...>
+//	body  EVALSHA/<sha1>/<k>/<escaped key 1>/.../<escaped key k>/<args of rule 1>/...
 //
 // webdis splits the body at '/', percent-decodes each argument and sends the command to Redis;
 // the JSON answer is {"EVALSHA":[...]}. webdis answers 200 also for Redis errors
 // ({"EVALSHA":[false,"ERR ..."]}), 503 when it cannot reach Redis, and 403 for a command its
-// ACL forbids. MULTI/EXEC/WATCH are refused, so every decision is one Lua script, which Redis
+// ACL forbids. MULTI/EXEC/WATCH are refused, so every call is one Lua script, which Redis
 // runs atomically. Measured with webdis 0.1.9 and redis 7.0.15 (see the tests), webdis:
 //
 //   - splits at every raw '/', percent-decodes %XX (upper or lower case hex) and leaves a '%'
@@ -39,49 +40,85 @@
 // Scripts must return flat arrays of integers: webdis turns a nested table into null, and
 // Redis truncates Lua numbers to integers.
 //
-// # Keys
+// # Keys, and what one multi-key script means for Redis Cluster
 //
-// AppendKey builds <prefix>:{<rule>}:<descriptor>, with the rule as the Redis Cluster hash
-// tag, and hashes long or binary descriptors; see AppendKey.
+// AppendKey builds <prefix>:{<domain>}:<rule>:<descriptor>, hashing long or binary
+// descriptors; see AppendKey. The domain namespaces every key (two deployments with different
+// domains never share a count) and is the Redis Cluster hash tag.
 //
-// # Scripts, time and state
+// One call touches the keys of all of a request's global rules, and Redis Cluster (like
+// twemproxy or Envoy's redis_proxy in front of several servers) runs a script only when all of
+// its keys are on one slot, one server. Rules of one request have different names and usually
+// different descriptors, so the only thing their keys can share is the domain: every key of a
+// domain is on one slot. What follows: one domain's global limits are served by one Redis
+// server, and scaling out means several domains (one per team or tenant group), not one domain over many
+// servers. Spreading one domain would need the call split per slot, and so either one round
+// trip per slot and a two-phase commit (decide everywhere, then write) or giving up "a denied
+// request costs the other rules nothing" across slots; the key layout leaves that open, since
+// the descriptor and rule are already separate parts of the key.
 //
-// There is one script per algorithm with a global mode (token_bucket, leaky_bucket meter,
-// sliding_window counter and log, fixed_window, gcra); adaptive and the leaky-bucket shaper
-// are local only. Each script is a line-by-line port of the arithmetic documented on the
-// algorithm's type in package algorithms, and a differential test against a real
-// redis-server demands identical decisions from both on random sequences.
+// # The script, time and state
+//
+// There is one script (lua/*.lua, concatenated): one set of functions per algorithm with a
+// global mode (token_bucket, leaky_bucket meter, sliding_window counter and log, fixed_window,
+// gcra) and a main part that runs a call. adaptive and the leaky-bucket shaper are local only.
+// Each algorithm is a line-by-line port of the arithmetic documented on its type in package
+// algorithms, and a differential test against a real redis-server demands identical decisions
+// from both on random sequences.
+//
+// A call decides every rule on its state as read, writing nothing; then, only if no enforced
+// (non-shadow) rule denies, every rule that admitted writes its new state (shadow rules
+// included, as in the filter's local path). A shadow rule's denial blocks nothing, and a
+// denied rule never writes. So a request denied by one global rule is charged nothing on the
+// others, and a flood of denied requests generates no writes and no replication traffic.
+//
+// Arguments after the keys are six integers per rule, in the order of the keys:
+//
+//	n (the cost)  shadow (0|1)  algorithm code  limit  window (ns)  capacity (burst, or limit)
+//
+// with the codes 1 token_bucket, 2 leaky_bucket meter, 3 sliding_window counter, 4
+// sliding_window log, 5 fixed_window, 6 gcra. The script derives what each algorithm computes
+// with (g = gcd(limit, window ns) and units of 1/(window/g) token for the buckets, the emission
+// interval T = window/limit for GCRA, the window in ms for the windows) and refuses parameters
+// package algorithms would refuse. The answer is one flat array:
+//
+//	{now_s, now_ns, committed (0|1), then per rule: allowed (0|1), limit, remaining,
+//	 retry_after_ns, reset_after_ns}
 //
 // The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew. Lua
 // numbers are doubles, exact only up to 2^53, so absolute Unix-nanosecond timestamps are
 // stored as their exact decimal string and handled as (seconds, nanoseconds) pairs; only
 // differences below 2^53 ns (104 days) are ever needed as plain numbers (see lua/lib.lua).
 //
-// State layouts (every hash carries v, the Go version byte in decimal; a key of another
-// version or Redis type is a fresh key, as an unknown version byte is in Go):
+// State layouts. Every state records the parameters it was written under, cfg =
+// "<code>:<limit>:<window ns>:<capacity>"; v is the Go version byte in decimal plus one, so
+// it never matches the encoding from before parameters were recorded (v = the Go version
+// byte, no cfg), which is still read, under the rule's current parameters, as it was then:
 //
-//	token_bucket            hash  v=17 t=<tokens, 1/wg units> l=<last, Unix ns>
-//	leaky_bucket (meter)    hash  v=33 lv=<level, 1/wg units> l=<last, Unix ns>
-//	sliding_window counter  hash  v=49 ws=<window start, Unix ns> p=<prev> c=<cur>
-//	sliding_window log      list  <Unix ns> per admitted event, oldest first
-//	fixed_window            hash  v=81 ws=<window start, Unix ns> c=<count>
-//	gcra                    hash  v=97 tat=<theoretical arrival time, Unix ns>
+//	token_bucket            hash  v=18 cfg t=<tokens, 1/wg units> l=<last, Unix ns>
+//	leaky_bucket (meter)    hash  v=34 cfg lv=<level, 1/wg units> l=<last, Unix ns>
+//	sliding_window counter  hash  v=50 cfg ws=<window start, Unix ns> p=<prev> c=<cur>
+//	sliding_window log      list  "p<cfg>", then <Unix ns> per admitted event, oldest first
+//	fixed_window            hash  v=82 cfg ws=<window start, Unix ns> c=<count>
+//	gcra                    hash  v=98 cfg tat=<theoretical arrival time, Unix ns>
 //
-// Arguments after the key are n and the configuration, rendered once by NewRule:
+// A key of a Redis type no script writes, or whose fields or parameters do not decode, is a
+// fresh key, as an unknown version byte is in Go; it is replaced on the next admission.
 //
-//	token_bucket, leaky_bucket   n limit capacity lg wg      (g = gcd(limit, window ns),
-//	                                                          lg = limit/g, wg = window ns/g)
-//	sliding_window, fixed_window n limit window_ms
-//	gcra                         n limit burst emission_interval_ns
+// Configuration changes never grant allowance. A key whose recorded parameters differ from
+// the rule's (any of them, algorithm included) is converted first, at the decision time now:
+// R_old is the Remaining the old parameters' algorithm reports at now (a decision for 0
+// events), R = min(R_old, capacity_new), and the key becomes the new algorithm's state of a
+// key that has exactly R left and whose consumption C = capacity_new - R happened at now
+// (token bucket: R tokens, last now; meter: level C; GCRA: TAT = now + C*T; fixed window:
+// count C in the window containing now; sliding counter: cur = C, prev = 0; log: C entries
+// stamped now). The request is then decided on the converted state, and the converted state,
+// with the new parameters, is written only if the call commits. The Go limiters (package
+// algorithms) follow the same rule, and the same differential test can compare them.
 //
-// Every script answers the flat array
-//
-//	{allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, now_s, now_ns}
-//
-// A script writes only when it admits: it stores the new state and sets the key's TTL to
-// reset_after (the time until the key is back to its full allowance) rounded up to whole
-// milliseconds plus one second, so idle keys disappear and an expired key reads as exactly
-// the fresh state it had reached. A denial changes nothing.
+// A write sets the key's TTL to reset_after (the time until the key is back to its full
+// allowance) rounded up to whole milliseconds plus one second, so idle keys disappear and an
+// expired key reads as exactly the fresh state it had reached. A denial changes nothing.
 //
 // For the tests only, two more arguments (Unix seconds and nanoseconds) replace TIME, so long
 // spans and time going backwards can be tested deterministically. The filter never sends
@@ -89,24 +126,24 @@
 //
 // # Recommended webdis and Redis setup
 //
-// The filter sends only EVALSHA and EVAL, and the scripts call only TIME, HMGET, HSET, PEXPIRE,
-// DEL, LLEN, LINDEX, LRANGE, LTRIM and RPUSH on the rate-limit keys. EVAL runs any Lua, so a
-// webdis ACL alone does not contain whoever can reach the webdis cluster: restrict the Redis
-// user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
+// The filter sends only EVALSHA and EVAL, and the script calls only TIME, HMGET, HSET,
+// PEXPIRE, DEL, EXISTS, LLEN, LINDEX, LRANGE, LTRIM, LPUSH, RPUSH, ZCOUNT, ZADD and
+// ZREMRANGEBYSCORE on the rate-limit keys. EVAL runs any Lua, so a webdis ACL alone does not
+// contain whoever can reach the webdis cluster: restrict the Redis user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
 // caller's ACL). This setup is tested (TestLeastPrivilege), with ~rl:* matching the key prefix:
 //
 //	redis.conf   user default on >SECRET resetkeys ~rl:* resetchannels -@all +evalsha +eval
-//	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +rpush
-//	             (one line)
+//	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush
+//	             +exists +zcount +zadd +zremrangebyscore   (one line)
 //	webdis.json  "redis_auth": "SECRET",
 //	             "acl": [{"disabled": ["*"]}, {"enabled": ["EVALSHA", "EVAL"]}]
 //
-// Operators who load the scripts ahead of time (SCRIPT LOAD, see Scripts) can leave EVAL out of
+// Operators who load the script ahead of time (SCRIPT LOAD, see Scripts) can leave EVAL out of
 // both lists; a NOSCRIPT fallback then fails (webdis answers 403, ErrMalformed) until the
-// scripts are loaded again after a Redis restart.
+// script is loaded again after a Redis restart.
 //
-// Redis versions: tested with 7.0.15. The scripts need multi-field HSET (Redis >= 4.0) and
-// effects replication to write after reading TIME, the default since Redis 5 (the scripts
-// switch it on themselves on older servers). webdis talks to one Redis node; the hash tag in
-// the keys keeps every script on one slot should a cluster-aware front ever be used.
+// Redis versions: tested with 7.0.15. The script needs multi-field HSET (Redis >= 4.0) and
+// effects replication to write after reading TIME, the default since Redis 5 (the script
+// switches it on itself on older servers). webdis talks to one Redis node; the hash tag in
+// the keys keeps every call on one slot should a cluster-aware front ever be used (see Keys).
 package redis

@@ -55,32 +55,41 @@ const MaxRawDescriptor = 128
 
 // AppendKey appends the Redis key of one rate-limit counter to dst:
 //
-//	<prefix>:{<rule>}:<descriptor>        descriptor verbatim, or
-//	<prefix>:{<rule>}:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
+//	<prefix>:{<domain>}:<rule>:<descriptor>        descriptor verbatim, or
+//	<prefix>:{<domain>}:<rule>:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
 //
-// The rule is the Redis Cluster hash tag, so all keys of a rule live in one slot (and one
-// rule's traffic cannot spread across shards, which keeps per-rule behaviour predictable).
+// The domain is part of every key, so two deployments with different domains and the same rule
+// names never share counts. It is also the Redis Cluster hash tag: one script call decides all
+// of a request's global rules over their keys together, and Redis (Cluster, or a proxy such as
+// twemproxy or Envoy's redis_proxy) can only run a script whose keys are all on one slot, that
+// is one server. Every key of a domain therefore lives on one slot: a domain's global limits
+// are as fast as one Redis server, and separate domains spread over a cluster. (An operator
+// who sets a key_prefix with its own hash tag, such as "{rl}", pins every domain to that one
+// slot instead.)
 //
 // A descriptor is kept verbatim when it is at most MaxRawDescriptor bytes of printable ASCII
 // (0x21-0x7E) and does not start with '#'; anything else (long values, spaces, control bytes,
 // non-UTF-8, or a leading '#') is hashed. That bounds the key length at
-// len(prefix)+len(rule)+5+MaxRawDescriptor, keeps keys readable in redis-cli for the common
-// cases (addresses, API keys, tenant ids), and keeps the mapping injective: a verbatim key
-// never starts with '#', and a hashed one always does. 128 bits of SHA-256 make accidental
-// collisions impossible in practice; a client who wanted to collide with another client's
-// counter would have to find a second preimage.
+// len(prefix)+len(domain)+len(rule)+6+MaxRawDescriptor, keeps keys readable in redis-cli for
+// the common cases (addresses, API keys, tenant ids), and keeps the mapping injective: a
+// verbatim key never starts with '#', and a hashed one always does. 128 bits of SHA-256 make
+// accidental collisions impossible in practice; a client who wanted to collide with another
+// client's counter would have to find a second preimage.
 //
-// prefix and rule come from the configuration. So that the hash tag is always exactly the
-// rule, the bytes '{', '}' and '%' in them (and bytes outside 0x21-0x7E) are written as %XX;
-// well-formed names contain none of these and are written as they are.
+// prefix, domain and rule come from the configuration. So that the hash tag is always exactly
+// the domain and the parts cannot run into each other, the bytes '{', '}' and '%' (and, in the
+// domain and the rule, ':'; and bytes outside 0x21-0x7E) are written as %XX; well-formed names
+// contain none of these and are written as they are.
 //
-// The key is raw bytes: pass it to Rule.AppendEvalSHA, which escapes it for webdis. AppendKey
-// does not allocate when dst has room.
-func AppendKey(dst []byte, prefix, rule string, descriptor []byte) []byte {
-	dst = appendName(dst, prefix)
+// The key is raw bytes: pass it in a redis.Item (or to Rule.AppendEvalSHA), which escapes it
+// for webdis. AppendKey does not allocate when dst has room.
+func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byte {
+	dst = appendName(dst, prefix, false)
 	dst = append(dst, ':', '{')
-	dst = appendName(dst, rule)
+	dst = appendName(dst, domain, true)
 	dst = append(dst, '}', ':')
+	dst = appendName(dst, rule, true)
+	dst = append(dst, ':')
 	if rawDescriptor(descriptor) {
 		return append(dst, descriptor...)
 	}
@@ -90,6 +99,19 @@ func AppendKey(dst []byte, prefix, rule string, descriptor []byte) []byte {
 		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])
 	}
 	return dst
+}
+
+// appendRuleKey appends one of a rule's own keys, <prefix>:{<domain>}:<rule>:<suffix>, for a
+// suffix that starts with '#' and is not 32 hex digits, so that no descriptor's key (verbatim:
+// never a leading '#'; hashed: '#' and 32 hex digits) can be the same.
+func appendRuleKey(dst []byte, prefix, domain, rule, suffix string) []byte {
+	dst = appendName(dst, prefix, false)
+	dst = append(dst, ':', '{')
+	dst = appendName(dst, domain, true)
+	dst = append(dst, '}', ':')
+	dst = appendName(dst, rule, true)
+	dst = append(dst, ':')
+	return append(dst, suffix...)
 }
 
 const hexLower = "0123456789abcdef"
@@ -106,12 +128,13 @@ func rawDescriptor(d []byte) bool {
 	return true
 }
 
-// appendName writes a configured prefix or rule name, percent-encoding the bytes that would
-// break the hash tag or the injectivity of the key layout.
-func appendName(dst []byte, name string) []byte {
+// appendName writes a configured prefix, domain or rule name, percent-encoding the bytes that
+// would break the hash tag or the injectivity of the key layout (and ':' when colon is set:
+// the separator after a domain or a rule).
+func appendName(dst []byte, name string, colon bool) []byte {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
-		if c == '{' || c == '}' || c == '%' || c < 0x21 || c > 0x7E {
+		if c == '{' || c == '}' || c == '%' || c < 0x21 || c > 0x7E || (colon && c == ':') {
 			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
 		} else {
 			dst = append(dst, c)

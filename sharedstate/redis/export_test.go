@@ -10,3 +10,8 @@ func (r *Rule) AppendEvalSHAAt(dst, key []byte, n, now int64) []byte {
 func (r *Rule) AppendEvalAt(dst, key []byte, n, now int64) []byte {
 	return appendNow(r.AppendEval(dst, key, n), now)
 }
+
+// AppendEvalSHAItemsAt is the function AppendEvalSHA with the test-only clock override.
+func AppendEvalSHAItemsAt(dst []byte, items []Item, now int64) []byte {
+	return appendNow(AppendEvalSHA(dst, items), now)
+}

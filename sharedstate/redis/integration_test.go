@@ -407,7 +407,7 @@ func TestInjection(t *testing.T) {
 		// Raw keys exercise Escape with every hostile byte; AppendKey keys are what the filter
 		// sends (hashed when the value is not plain printable ASCII).
 		check(append([]byte("inj:{raw}:"), h...))
-		key := redis.AppendKey(nil, "inj", "built", h)
+		key := redis.AppendKey(nil, "inj", "rl", "built", h)
 		if !want[string(key)] {
 			check(key)
 		}
@@ -489,65 +489,110 @@ func TestTTL(t *testing.T) {
 	}
 }
 
-// TestForeignState checks that a key written by another algorithm, or holding another Redis
-// type, is a fresh key, as state with an unknown version byte is in Go.
+// TestForeignState checks that a key of a Redis type no script writes, or holding fields that
+// do not decode, is a fresh key, as state with an unknown version byte is in Go; and that a key
+// in the encoding from before parameters were recorded is read as it was then.
 func TestForeignState(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
 	now := int64(1_764_480_000_000_000_000)
-	key := []byte("foreign:{r}:k")
-	rules := []*redis.Rule{
-		mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "leaky_bucket", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "sliding_window", Limit: 3, Window: time.Hour}),
-		mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 3, Window: time.Hour}),
-	}
-	srv.MustDo("SET", string(key), "not ours")
-	for i, rule := range rules {
-		for j := 0; j < 2; j++ {
-			rep := c.mustCall(rule.AppendEvalSHAAt(nil, key, 1, now))
-			if want := int64(2 - j); !rep.Decision.Allowed || rep.Decision.Remaining != want {
-				t.Fatalf("rule %d (%s), request %d: %+v, want allowed with %d left", i, rule.Script().Name, j, rep.Decision, want)
+	for i, cfg := range []algorithms.Config{
+		{Algorithm: "token_bucket", Limit: 3, Window: time.Hour},
+		{Algorithm: "sliding_window", Variant: "log", Limit: 3, Window: time.Hour},
+		{Algorithm: "gcra", Limit: 3, Window: time.Hour},
+		{Algorithm: "leaky_bucket", Limit: 3, Window: time.Hour},
+		{Algorithm: "fixed_window", Limit: 3, Window: time.Hour},
+		{Algorithm: "sliding_window", Limit: 3, Window: time.Hour},
+	} {
+		rule := mustRule(t, cfg)
+		for f, foreign := range [][]string{
+			{"SET", "not ours"},
+			{"SADD", "x"},
+			{"HSET", "v", "98", "cfg", "6:3:3600000000000:3", "tat", "12x"},                   // bad field
+			{"HSET", "v", "98", "cfg", "6:3:3600000000000", "tat", "1"},                       // bad parameters
+			{"HSET", "v", "98", "cfg", "6:3:1000:3", "tat", "1"},                              // a window Go refuses
+			{"HSET", "v", "18", "cfg", "6:3:3600000000000:3", "t", "0", "l", "1"},             // version and code disagree
+			{"HSET", "v", "1", "t", "0", "l", "1", "ws", "1", "c", "3", "tat", "9"},           // unknown version
+			{"RPUSH", "p6:3:3600000000000:3", "1"},                                            // a log header for gcra
+			{"RPUSH", "pgarbage", fmt.Sprint(now)},                                            // a bad log header
+			{"HSET", "v", "98", "cfg", "06:3:3600000000000:3", "tat", fmt.Sprint(now + 1e12)}, // not canonical
+		} {
+			key := []byte(fmt.Sprintf("foreign:{r}:%d:%d", i, f))
+			srv.MustDo(append([]string{foreign[0], string(key)}, foreign[1:]...)...)
+			for j := 0; j < 2; j++ {
+				rep := c.mustCall(rule.AppendEvalSHAAt(nil, key, 1, now))
+				if want := int64(2 - j); !rep.Decision.Allowed || rep.Decision.Remaining != want {
+					t.Fatalf("%s over %v, request %d: %+v, want allowed with %d left", cfgName(cfg), foreign, j, rep.Decision, want)
+				}
 			}
 		}
 	}
-	// A hash of ours with garbage fields is a fresh key too.
-	srv.MustDo("DEL", string(key))
-	srv.MustDo("HSET", string(key), "v", "97", "tat", "12x")
-	if rep := c.mustCall(rules[2].AppendEvalSHAAt(nil, key, 3, now)); !rep.Decision.Allowed {
-		t.Fatalf("garbage gcra state: %+v, want a fresh key", rep.Decision)
+
+	// The encoding before parameters were recorded, read under the rule's current parameters.
+	win := now - now%int64(time.Hour)
+	for _, old := range []struct {
+		cfg   algorithms.Config
+		state []string
+		left  int64 // remaining after one more admission
+	}{
+		{algorithms.Config{Algorithm: "token_bucket", Limit: 3, Window: time.Hour}, // wg = 3600e9/gcd = 1.2e12
+			[]string{"HSET", "v", "17", "t", "2400000000000", "l", fmt.Sprint(now)}, 1},
+		{algorithms.Config{Algorithm: "leaky_bucket", Limit: 3, Window: time.Hour},
+			[]string{"HSET", "v", "33", "lv", "2400000000000", "l", fmt.Sprint(now)}, 0},
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour},
+			[]string{"HSET", "v", "81", "ws", fmt.Sprint(win), "c", "1"}, 1},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 3, Window: time.Hour},
+			[]string{"HSET", "v", "49", "ws", fmt.Sprint(win), "p", "0", "c", "2"}, 0},
+		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour},
+			[]string{"HSET", "v", "97", "tat", fmt.Sprint(now + int64(40*time.Minute))}, 0},
+		{algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 3, Window: time.Hour},
+			[]string{"RPUSH", fmt.Sprint(now - 1), fmt.Sprint(now)}, 0},
+	} {
+		key := []byte("old:{r}:" + cfgName(old.cfg))
+		srv.MustDo(append([]string{old.state[0], string(key)}, old.state[1:]...)...)
+		rule := mustRule(t, old.cfg)
+		rep := c.mustCall(rule.AppendEvalSHAAt(nil, key, 1, now))
+		if !rep.Decision.Allowed || rep.Decision.Remaining != old.left {
+			t.Errorf("%s from %v: %+v, want allowed with %d left", cfgName(old.cfg), old.state, rep.Decision, old.left)
+		}
 	}
 }
 
-// TestBadArguments checks that the scripts refuse argument lists the encoder never produces,
-// instead of deciding on them: one script of each argument layout (n and 3, 4 or 2
-// configuration values, then the optional clock).
+// TestBadArguments checks that the script refuses argument lists the encoder never produces,
+// instead of deciding on them.
 func TestBadArguments(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
-	for _, tc := range []struct {
-		cfg algorithms.Config
-		bad []string
-	}{
-		{algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour},
-			[]string{"", "/1", "/1/3/3", "/1/3/3/x", "/1/3/3/1e3", "/1/3/0/5", "/x/3/3/5", "/1/3/3/5/1", "/1/3/3/5/1/1000000000", "/1/3/3/5/1/1/1"}},
-		{algorithms.Config{Algorithm: "token_bucket", Limit: 3, Window: time.Hour},
-			[]string{"/1/3/3/1", "/1/3/3/1/0", "/1/3/-3/1/1", "/1/3/3/1/1/x/0", "/1/3/3/1/1/1/-1"}},
-		{algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour},
-			[]string{"/1/3", "/1/0/1000", "/1/3/1000/1", "/1/3/1000/1/1/1", "/1/3/ 1000"}},
+	sha := redis.Scripts()[0].SHA
+	const gcra = "/6/3/3600000000000/3"
+	for _, args := range []string{
+		"/0",                         // no keys
+		"/1/k",                       // no arguments
+		"/1/k/1/0",                   // too few
+		"/1/k/1/0" + gcra + "/1",     // an odd clock
+		"/1/k/1/0" + gcra + "/1/1/1", // too many
+		"/1/k/1/0" + gcra + "/1/1000000000",
+		"/1/k/x/0" + gcra,
+		"/1/k/1e3/0" + gcra,
+		"/1/k/1/2" + gcra,                          // shadow not 0 or 1
+		"/1/k/1/0/7/3/3600000000000/3",             // unknown algorithm
+		"/1/k/1/0/6/0/3600000000000/3",             // limit 0
+		"/1/k/1/0/6/3/3600000000001/3",             // not whole milliseconds
+		"/1/k/1/0/6/3/3600000000000/0",             // capacity 0
+		"/1/k/1/0/6/3/3600000000000/-3",            // negative
+		"/1/k/1/0/5/3/3600000000000/4",             // a window with a burst
+		"/1/k/1/0/4/2000/3600000000000/2000",       // a log above 1024
+		"/1/k/1/0/1/2503/3600000000000/1000000000", // inexact bucket arithmetic
+		"/1/k/1/0/6/3/ 3600000000000/3",
+		"/2/k/k/1/0" + gcra + "/1/0" + gcra, // the same key twice
+		"/2/k/j/1/0" + gcra,                 // one rule's arguments for two keys
 	} {
-		sha := mustRule(t, tc.cfg).Script().SHA
-		for _, args := range tc.bad {
-			_, err := c.call([]byte("EVALSHA/" + sha + "/1/k" + args))
-			var e *redis.Error
-			if !errors.As(err, &e) || !strings.Contains(e.Message, "ratelimit: bad arguments") {
-				t.Errorf("%s, arguments %q: %v, want the script's bad-arguments error", tc.cfg.Algorithm, args, err)
-			}
+		_, err := c.call([]byte("EVALSHA/" + sha + args))
+		var e *redis.Error
+		if !errors.As(err, &e) || !strings.Contains(e.Message, "ratelimit: bad arguments") {
+			t.Errorf("arguments %q: %v, want the script's bad-arguments error", args, err)
 		}
 	}
 	if n := srv.Int("DBSIZE"); n != 0 {
@@ -593,7 +638,7 @@ func TestFaults(t *testing.T) {
 	}{
 		{200, "garbage", redis.ErrMalformed},
 		{200, `{"EVALSHA":[1,2,3]}`, redis.ErrMalformed},
-		{200, `{"EVALSHA":[0,10,0,250000000,1000000000,1764480000,1234`, redis.ErrMalformed},
+		{200, `{"EVALSHA":[1764480000,1234,0,0,10,0,250000000,1000`, redis.ErrMalformed},
 		{403, "", redis.ErrMalformed},
 		{504, "upstream request timeout", redis.ErrUnavailable},
 	} {
@@ -607,7 +652,7 @@ func TestFaults(t *testing.T) {
 
 // leastPrivilege is the Redis ACL the package documentation recommends for the user webdis
 // logs in as: the commands of the scripts, on the rate-limit keys only.
-const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +rpush"
+const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush +exists +zcount +zadd +zremrangebyscore"
 
 // TestLeastPrivilege runs every script through a webdis whose ACL allows only EVALSHA and EVAL,
 // logged in as a Redis user with the recommended ACL, so the documented setup is known to work
@@ -627,7 +672,7 @@ func TestLeastPrivilege(t *testing.T) {
 	now := int64(1_764_480_000_000_000_000)
 	for _, cfg := range diffConfigs {
 		rule := mustRule(t, cfg)
-		key := redis.AppendKey(nil, "rl", cfgName(cfg), []byte("client"))
+		key := redis.AppendKey(nil, "rl", "rl", cfgName(cfg), []byte("client"))
 		// EVAL first (the script cache is empty), then EVALSHA; both admit and deny.
 		c.mustCall(rule.AppendEvalAt(nil, key, 1, now))
 		for j := 0; j < int(cfg.Limit)+2 && j < 60; j++ {
@@ -649,7 +694,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newClient(b, srv.WebdisURL())
 	rule := mustRule(b, algorithms.Config{Algorithm: "gcra", Limit: 1_000_000, Window: time.Second, Burst: 1000})
-	key := redis.AppendKey(nil, "rl", "bench", []byte("203.0.113.7"))
+	key := redis.AppendKey(nil, "rl", "rl", "bench", []byte("203.0.113.7"))
 	body := make([]byte, 0, 512)
 	c.mustCall(rule.AppendEval(nil, key, 1)) // load the script
 	lat := make([]time.Duration, 0, 4096)

@@ -71,7 +71,7 @@ var (
 	err504 = &StatusError{Status: 504}
 )
 
-// Reply is one decoded answer of a script.
+// Reply is one decoded answer of a call with one rule (see ParseReply).
 type Reply struct {
 	// Decision is the limiter's decision, field for field what the Go limiter of the same
 	// configuration decides at Now. Delay is always 0 (there is no global shaper).
@@ -81,57 +81,101 @@ type Reply struct {
 	Now int64
 }
 
-// replyLen is the length of the flat array every script returns:
-// {allowed, limit, remaining, retry_after_ns, reset_after_ns, now_s, now_ns}.
-const replyLen = 7
+// Answer is one rule's part of the answer to a call.
+type Answer struct {
+	// Decision is the limiter's decision, field for field what the Go limiter of the same
+	// configuration decides at the call's instant. Delay is always 0 (there is no global
+	// shaper).
+	Decision algorithms.Decision
+	// Overflow is set when the rule had reached its key bound and the request, whose key was
+	// new, was decided on the rule's overflow key (see Rule.Bounded).
+	Overflow bool
+}
 
-// ParseReply decodes webdis' answer to an AppendEvalSHA or AppendEval body: status is the
-// HTTP status, body the response body. A success is exactly
+// Lengths of the flat array the script returns:
+// {now_s, now_ns, committed, then per rule: allowed, limit, remaining, retry_after_ns,
+// reset_after_ns, overflow}.
+const (
+	replyHead    = 3
+	replyPerRule = 6
+)
+
+// ParseReply decodes the answer to a call with one rule (Rule.AppendEvalSHA or
+// Rule.AppendEval), which has to be an enforced rule; see ParseReplies.
+func ParseReply(status int, body []byte) (Reply, error) {
+	var a [1]Answer
+	items := [1]Item{{Rule: anyRule}}
+	now, _, err := ParseReplies(status, body, items[:], a[:])
+	if err != nil {
+		return Reply{}, err
+	}
+	return Reply{Decision: a[0].Decision, Now: now}, nil
+}
+
+// anyRule stands for the rule of a ParseReply call: its limit of 0 matches any reply's.
+var anyRule = &Rule{}
+
+// ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from items:
+// status is the HTTP status, body the response body, and out (len(items) long) receives each
+// item's answer. A success is exactly
 //
-//	{"EVALSHA":[allowed,limit,remaining,retry_after_ns,reset_after_ns,now_s,now_ns]}
+//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,overflow,...]}
 //
-// (or "EVAL"), with integers only; an error reply is {"EVALSHA":[false,"<message>"]}, which
-// webdis sends with status 200. The errors are ErrNoScript, *Error (ErrRedis), *StatusError
+// (or "EVAL"), integers only, with one group of six per item; an error reply is
+// {"EVALSHA":[false,"<message>"]}, which webdis sends with status 200. now is the instant of
+// the decision on Redis' clock (Unix ns, microsecond resolution); committed reports whether the
+// script wrote the admitting items' states, which it does exactly when no non-shadow item was
+// denied.
+//
+// An answer that does not fit items is malformed: another number of rules, a limit other than
+// an item's rule's (every reply carries the limit it was given, so another limit means the
+// answer is not for this request: a misrouted cluster, a proxy in between), or a committed flag
+// that contradicts the decisions. The errors are ErrNoScript, *Error (ErrRedis), *StatusError
 // (ErrUnavailable or ErrMalformed) and ErrMalformed; see their documentation.
 //
-// ParseReply never panics, whatever the body, and does not allocate on success.
-func ParseReply(status int, body []byte) (Reply, error) {
+// ParseReplies never panics, whatever the body, and does not allocate on success.
+func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
 	switch status {
 	case 200:
 	case 502:
-		return Reply{}, err502
+		return 0, false, err502
 	case 503:
-		return Reply{}, err503
+		return 0, false, err503
 	case 504:
-		return Reply{}, err504
+		return 0, false, err504
 	default:
-		return Reply{}, &StatusError{Status: status}
+		return 0, false, &StatusError{Status: status}
+	}
+	if len(out) < len(items) {
+		return 0, false, malformed("fewer decisions than items")
 	}
 	p := parser{b: body}
 	p.space()
 	if !p.byte('{') {
-		return Reply{}, p.malformed("want an object")
+		return 0, false, p.malformed("want an object")
 	}
 	p.space()
 	key, ok := p.rawString()
 	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") {
-		return Reply{}, p.malformed("want the key EVALSHA or EVAL")
+		return 0, false, p.malformed("want the key EVALSHA or EVAL")
 	}
 	p.space()
 	if !p.byte(':') {
-		return Reply{}, p.malformed("want ':'")
+		return 0, false, p.malformed("want ':'")
 	}
 	p.space()
 	if !p.byte('[') {
-		return Reply{}, p.malformed("want an array")
+		return 0, false, p.malformed("want an array")
 	}
 	p.space()
 
 	var (
-		vals [replyLen]int64
+		head [replyHead]int64
+		rule [replyPerRule]int64
 		n    int
 		rerr error
 	)
+	want := replyHead + replyPerRule*len(items)
 	if p.literal("false") {
 		// An error reply: [false,"message"], or [false] when webdis dropped a message that
 		// is not valid UTF-8.
@@ -141,7 +185,7 @@ func ParseReply(status int, body []byte) (Reply, error) {
 			p.space()
 			msg, ok = p.string()
 			if !ok {
-				return Reply{}, p.malformed("bad error message")
+				return 0, false, p.malformed("bad error message")
 			}
 			p.space()
 		}
@@ -151,69 +195,99 @@ func ParseReply(status int, body []byte) (Reply, error) {
 			rerr = &Error{Message: msg}
 		}
 		if !p.byte(']') {
-			return Reply{}, p.malformed("want ']' after the error")
+			return 0, false, p.malformed("want ']' after the error")
 		}
 	} else {
+		denied := false
 		for {
 			v, ok := p.integer()
 			if !ok {
-				return Reply{}, p.malformed("want an integer")
+				return 0, false, p.malformed("want an integer")
 			}
-			if n == replyLen {
-				return Reply{}, p.malformed("too many elements")
+			if n == want {
+				return 0, false, p.malformed("too many elements")
 			}
-			vals[n] = v
+			if n < replyHead {
+				head[n] = v
+			} else {
+				i, j := (n-replyHead)/replyPerRule, (n-replyHead)%replyPerRule
+				rule[j] = v
+				if j == replyPerRule-1 {
+					a, err := answer(rule, items[i].Rule.limit)
+					if err != nil {
+						return 0, false, err
+					}
+					out[i] = a
+					denied = denied || (!a.Decision.Allowed && !items[i].Shadow)
+				}
+			}
 			n++
 			p.space()
 			if p.byte(']') {
 				break
 			}
 			if !p.byte(',') {
-				return Reply{}, p.malformed("want ',' or ']'")
+				return 0, false, p.malformed("want ',' or ']'")
 			}
 			p.space()
 		}
-		if n != replyLen {
-			return Reply{}, p.malformed("too few elements")
+		if n != want {
+			return 0, false, p.malformed("too few elements")
+		}
+		switch sec, nsec, c := head[0], head[1], head[2]; {
+		case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
+			return 0, false, malformed("time out of range")
+		case c != 0 && c != 1:
+			return 0, false, malformed("committed is not 0 or 1")
+		case (c == 1) == denied:
+			return 0, false, malformed("committed contradicts the decisions")
+		default:
+			now, committed = sec*1e9+nsec, c == 1
 		}
 	}
 	p.space()
 	if !p.byte('}') {
-		return Reply{}, p.malformed("want '}'")
+		return 0, false, p.malformed("want '}'")
 	}
 	p.space()
 	if p.i != len(p.b) {
-		return Reply{}, p.malformed("trailing data")
+		return 0, false, p.malformed("trailing data")
 	}
 	if rerr != nil {
-		return Reply{}, rerr
+		return 0, false, rerr
 	}
+	return now, committed, nil
+}
 
-	allowed, limit, remaining, retry, reset, sec, nsec := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6]
+// answer checks and converts one rule's six reply values. limit 0 accepts any limit.
+func answer(v [replyPerRule]int64, limit int64) (Answer, error) {
+	allowed, lim, remaining, retry, reset, overflow := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Reply{}, malformed("allowed is not 0 or 1")
-	case limit < 1 || remaining < 0 || retry < 0 || reset < 0:
-		return Reply{}, malformed("negative or zero field")
+		return Answer{}, malformed("allowed is not 0 or 1")
+	case overflow != 0 && overflow != 1:
+		return Answer{}, malformed("overflow is not 0 or 1")
+	case lim < 1 || remaining < 0 || retry < 0 || reset < 0:
+		return Answer{}, malformed("negative or zero field")
 	case allowed == 1 && retry != 0:
-		return Reply{}, malformed("allowed with a retry-after")
-	case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
-		return Reply{}, malformed("time out of range")
+		return Answer{}, malformed("allowed with a retry-after")
+	case limit != 0 && lim != limit:
+		return Answer{}, errForeignReply
 	}
 	// The scripts keep every duration at or below 2^53 ns, as the Go limiters do; a longer
-	// one is clamped there, so that no caller meets a wait it could overflow (2^63-1 ns
+	// one is clamped here, so that no caller meets a wait it could overflow (2^63-1 ns
 	// rounded up to seconds once rendered as a negative Retry-After).
-	return Reply{
-		Decision: algorithms.Decision{
-			Allowed:    allowed == 1,
-			Limit:      limit,
-			Remaining:  remaining,
-			RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
-			ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
-		},
-		Now: sec*1e9 + nsec,
-	}, nil
+	return Answer{Decision: algorithms.Decision{
+		Allowed:    allowed == 1,
+		Limit:      lim,
+		Remaining:  remaining,
+		RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
+		ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
+	}, Overflow: overflow == 1}, nil
 }
+
+// errForeignReply is the malformed answer that carries another limit than the rule's.
+var errForeignReply = fmt.Errorf("%w: the answer carries another rule's limit", ErrMalformed)
 
 // maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
 const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000

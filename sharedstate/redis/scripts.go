@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
@@ -17,15 +16,14 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// Script is one Lua script as Redis runs it. Its SHA is computed once, when the package is
+// Script is the Lua script as Redis runs it. Its SHA is computed once, when the package is
 // initialised.
 type Script struct {
-	// Name is the algorithm the script implements: token_bucket, leaky_bucket,
-	// sliding_window_counter, sliding_window_log, fixed_window or gcra.
+	// Name is "ratelimit".
 	Name string
-	// Source is the Lua source sent by EVAL (and SCRIPT LOAD): lua/lib.lua, any helper file,
-	// and lua/<Name>.lua, concatenated, with comment lines, blank lines and indentation
-	// removed so the EVAL fallback stays small.
+	// Source is the Lua source sent by EVAL (and SCRIPT LOAD): lua/lib.lua, lua/window.lua,
+	// one file per algorithm and lua/main.lua, concatenated, with comment lines, blank lines
+	// and indentation removed so the EVAL fallback stays small.
 	Source string
 	// SHA is the lower-case hex SHA1 of Source, the name EVALSHA uses.
 	SHA string
@@ -34,25 +32,21 @@ type Script struct {
 	escaped    []byte // Source escaped for webdis, made on the first EVAL fallback
 }
 
-// The scripts, one per algorithm that has a global (Redis) mode. The adaptive limiter and the
-// leaky-bucket shaper have none: the adaptive limit is tuned from each proxy's own signals,
-// and a shaper's delays are local by nature.
+// The one script: every algorithm with a global (Redis) mode is a set of functions in it, so
+// that one call can decide several rules of different algorithms together. The adaptive
+// limiter and the leaky-bucket shaper have no global mode: the adaptive limit is tuned from
+// each proxy's own signals, and a shaper's delays are local by nature.
 var (
-	scriptTokenBucket   = mustScript("token_bucket", "lib.lua", "bucket.lua", "token_bucket.lua")
-	scriptLeakyBucket   = mustScript("leaky_bucket", "lib.lua", "bucket.lua", "leaky_bucket.lua")
-	scriptSlidingCount  = mustScript("sliding_window_counter", "lib.lua", "window.lua", "sliding_window_counter.lua")
-	scriptSlidingLog    = mustScript("sliding_window_log", "lib.lua", "sliding_window_log.lua")
-	scriptFixedWindow   = mustScript("fixed_window", "lib.lua", "window.lua", "fixed_window.lua")
-	scriptGCRA          = mustScript("gcra", "lib.lua", "gcra.lua")
-	allScripts          = []*Script{scriptTokenBucket, scriptLeakyBucket, scriptSlidingCount, scriptSlidingLog, scriptFixedWindow, scriptGCRA}
+	script = mustScript("ratelimit", "lib.lua", "window.lua", "bucket.lua", "fixed_window.lua",
+		"sliding_window_counter.lua", "sliding_window_log.lua", "gcra.lua", "main.lua")
 	errNoGlobalAdaptive = errors.New("redis: the adaptive algorithm is local only: its limit is tuned from each proxy's own latency and errors")
 	errNoGlobalShaper   = errors.New("redis: a leaky_bucket with max_delay (shaping) is local only: delays cannot be applied across proxies; use max_delay 0 (the admission meter) for a global rule")
 )
 
-// Scripts returns every script, for tools and tests that load them ahead of time (SCRIPT
-// LOAD) or inspect them.
+// Scripts returns the scripts (today exactly one), for tools and tests that load them ahead of
+// time (SCRIPT LOAD) or inspect them.
 func Scripts() []*Script {
-	return append([]*Script(nil), allScripts...)
+	return []*Script{script}
 }
 
 func mustScript(name string, files ...string) *Script {
@@ -83,10 +77,10 @@ func (s *Script) escapedSource() []byte {
 	return s.escaped
 }
 
-// The HTTP request that carries one decision to webdis. webdis takes the command from the
-// body of a POST to "/", with the arguments separated by '/' and percent-decoded. It ignores
-// the Content-Type entirely (measured: none, form, octet-stream all work); the form type is
-// what curl -d sends and what webdis' documentation shows, so proxies and logs see the usual
+// The HTTP request that carries one call to webdis. webdis takes the command from the body of
+// a POST to "/", with the arguments separated by '/' and percent-decoded. It ignores the
+// Content-Type entirely (measured: none, form, octet-stream all work); the form type is what
+// curl -d sends and what webdis' documentation shows, so proxies and logs see the usual
 // pairing. The body must not be empty (webdis answers 403).
 //
 // Envoy also requires an :authority header on a callout; webdis ignores it, so any value (the
@@ -100,32 +94,32 @@ const (
 	ContentType = "application/x-www-form-urlencoded"
 )
 
-// Rule is one global rate-limit rule prepared for Redis: the script of its algorithm and its
-// configuration rendered once as script arguments. Make it when the configuration is loaded;
-// it is immutable and safe for concurrent use, and its Append methods do not allocate when
-// dst has room.
-//
-// A decision is one POST whose body is
-//
-//	EVALSHA/<sha>/1/<escaped key>/<n>/<config args...>
-//
-// and whose answer ParseReply decodes. When it fails with ErrNoScript (Redis restarted, or
-// SCRIPT FLUSH), send the AppendEval body instead: it runs the same script and loads it into
-// Redis' script cache in the same round trip, so the next EVALSHA succeeds.
-//
-// Each script admits or denies and, only when it admits, writes the new state and sets the
-// key's TTL; a denial leaves the key untouched (the Go limiters allow skipping the store of a
-// denial, and not writing keeps a flood of denied requests from generating writes and
-// replication traffic).
+// Algorithm codes, as the script takes them and as a key records them (lua/lib.lua).
+const (
+	codeTokenBucket = 1 + iota
+	codeLeakyBucket
+	codeSlidingCounter
+	codeSlidingLog
+	codeFixedWindow
+	codeGCRA
+)
+
+// Rule is one global rate-limit rule prepared for Redis: its algorithm and parameters rendered
+// once as script arguments. Make it when the configuration is loaded; it is immutable and safe
+// for concurrent use.
 type Rule struct {
-	script *Script
-	args   string // the configuration arguments, each preceded by '/'; digits only
-	limit  int64
+	args  string // "/<code>/<limit>/<window ns>/<capacity>/<max keys>"; digits only
+	limit int64
+	// bound is the rule's max_keys (0: unbounded), and boundKeys its key set and overflow
+	// key, escaped, each preceded by '/' (see Bounded).
+	bound     int64
+	boundKeys string
+	base      string // args without the bound
 }
 
 // NewRule validates c with algorithms.New (so the Lua arithmetic stays exact, as the Go one
-// does) and prepares its script. It fails for configurations without a global mode: adaptive,
-// and the leaky-bucket shaper (MaxDelay > 0).
+// does) and prepares its arguments. It fails for configurations without a global mode:
+// adaptive, and the leaky-bucket shaper (MaxDelay > 0).
 func NewRule(c algorithms.Config) (*Rule, error) {
 	lim, err := algorithms.New(c)
 	if err != nil {
@@ -135,70 +129,139 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	if capacity == 0 {
 		capacity = c.Limit
 	}
-	windowMs := int64(c.Window / time.Millisecond)
-	r := &Rule{limit: c.Limit}
+	var code int64
 	switch l := lim.(type) {
 	case *algorithms.TokenBucket:
-		r.script = scriptTokenBucket
-		r.args = bucketArgs(c.Limit, capacity, c.Window)
+		code = codeTokenBucket
 	case *algorithms.LeakyBucket:
 		if l.Shaping() {
 			return nil, errNoGlobalShaper
 		}
-		r.script = scriptLeakyBucket
-		r.args = bucketArgs(c.Limit, capacity, c.Window)
+		code = codeLeakyBucket
 	case *algorithms.SlidingWindowCounter:
-		r.script = scriptSlidingCount
-		r.args = renderArgs(c.Limit, windowMs)
+		code = codeSlidingCounter
 	case *algorithms.SlidingWindowLog:
-		r.script = scriptSlidingLog
-		r.args = renderArgs(c.Limit, windowMs)
+		code = codeSlidingLog
 	case *algorithms.FixedWindow:
-		r.script = scriptFixedWindow
-		r.args = renderArgs(c.Limit, windowMs)
+		code = codeFixedWindow
 	case *algorithms.GCRA:
-		r.script = scriptGCRA
-		r.args = renderArgs(c.Limit, capacity, l.EmissionInterval())
+		code = codeGCRA
 	case *algorithms.Adaptive:
 		return nil, errNoGlobalAdaptive
 	default:
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
-	return r, nil
+	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
+	return &Rule{limit: c.Limit, base: base, args: base + "/0"}, nil
 }
 
-// Script returns the rule's script.
-func (r *Rule) Script() *Script { return r.script }
+// Bounded returns the rule with a key bound: at most maxKeys live keys in Redis (keys that
+// have not expired), tracked in the rule's key set <prefix>:{<domain>}:<name>:#keys. A request
+// whose key does not exist while the rule has maxKeys live keys is decided on the rule's
+// overflow key <prefix>:{<domain>}:<name>:#overflow instead, so a flood of new keys is limited
+// together as one client and memory stays bounded, while no active client's key is evicted
+// (and so reset). prefix, domain and name must be those the rule's keys are built with (see
+// AppendKey). maxKeys <= 0 returns r unchanged.
+func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
+	if maxKeys <= 0 {
+		return r
+	}
+	b := *r
+	b.bound = maxKeys
+	b.args = b.base + renderArgs(maxKeys)
+	keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, "#keys"))...)
+	keys = append(keys, '/')
+	keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, "#overflow"))
+	b.boundKeys = string(keys)
+	return &b
+}
 
-// Limit returns the configured limit, which every reply for this rule carries; a caller may
-// compare the two to detect a reply meant for another rule.
+// MaxKeys returns the rule's key bound (0: unbounded).
+func (r *Rule) MaxKeys() int64 { return r.bound }
+
+// Script returns the script every rule runs.
+func (r *Rule) Script() *Script { return script }
+
+// Limit returns the configured limit, which every reply for this rule carries; ParseReplies
+// compares the two to detect a reply meant for another request.
 func (r *Rule) Limit() int64 { return r.limit }
 
-// AppendEvalSHA appends the webdis request body for one decision on key for n events:
-// EVALSHA/<sha>/1/<escaped key>/<n>/<config args>. key is the raw Redis key (see AppendKey);
-// it is escaped here, so any bytes are safe.
-func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
+// Item is one rule's part in a call: the rule, its raw Redis key (see AppendKey), the number
+// of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
+// stop the call from committing the others.
+type Item struct {
+	Rule   *Rule
+	Key    []byte
+	N      int64
+	Shadow bool
+}
+
+// AppendEvalSHA appends the webdis request body of one call that decides every item together:
+//
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/...
+//
+// where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
+// by the rule's key set and overflow key.
+// The script decides every item on the state as read and writes (commits) only if no
+// non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
+// must be distinct (the script refuses duplicates). It does not allocate when dst has room.
+func AppendEvalSHA(dst []byte, items []Item) []byte {
 	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, r.script.SHA...)
-	return r.appendTail(dst, key, n)
+	dst = append(dst, script.SHA...)
+	return appendTail(dst, items)
 }
 
-// AppendEval appends the NOSCRIPT fallback body: EVAL/<escaped script>/1/<escaped key>/<n>/
-// <config args>. It is several KiB; send it only after ErrNoScript.
-func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
+// AppendEval appends the NOSCRIPT fallback body: EVAL/<escaped script>/<k>/... as
+// AppendEvalSHA. It is many KiB; send it only after ErrNoScript. It runs the same call and
+// loads the script into Redis' cache in the same round trip, so the next EVALSHA succeeds.
+func AppendEval(dst []byte, items []Item) []byte {
 	dst = append(dst, "EVAL/"...)
-	dst = append(dst, r.script.escapedSource()...)
-	return r.appendTail(dst, key, n)
+	dst = append(dst, script.escapedSource()...)
+	return appendTail(dst, items)
 }
 
-func (r *Rule) appendTail(dst, key []byte, n int64) []byte {
-	dst = append(dst, "/1/"...)
-	dst = Escape(dst, key)
+func appendTail(dst []byte, items []Item) []byte {
+	nkeys := 0
+	for i := range items {
+		nkeys++
+		if items[i].Rule.bound > 0 {
+			nkeys += 2
+		}
+	}
 	dst = append(dst, '/')
-	// A negative n renders with '-', which is in the safe set; the script answers it as
-	// unsatisfiable, like the Go limiters.
-	dst = strconv.AppendInt(dst, n, 10)
-	return append(dst, r.args...)
+	dst = strconv.AppendInt(dst, int64(nkeys), 10)
+	for i := range items {
+		dst = append(dst, '/')
+		dst = Escape(dst, items[i].Key)
+		dst = append(dst, items[i].Rule.boundKeys...)
+	}
+	for i := range items {
+		it := &items[i]
+		dst = append(dst, '/')
+		// A negative n renders with '-', which is in the safe set; the script answers it as
+		// unsatisfiable, like the Go limiters.
+		dst = strconv.AppendInt(dst, it.N, 10)
+		if it.Shadow {
+			dst = append(dst, "/1"...)
+		} else {
+			dst = append(dst, "/0"...)
+		}
+		dst = append(dst, it.Rule.args...)
+	}
+	return dst
+}
+
+// AppendEvalSHA appends the body of a call with this rule alone (not a shadow rule) on key
+// for n events; see the function AppendEvalSHA.
+func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
+	items := [1]Item{{Rule: r, Key: key, N: n}}
+	return AppendEvalSHA(dst, items[:])
+}
+
+// AppendEval appends the NOSCRIPT fallback of Rule.AppendEvalSHA.
+func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
+	items := [1]Item{{Rule: r, Key: key, N: n}}
+	return AppendEval(dst, items[:])
 }
 
 // appendNow appends the test-only clock override (two more arguments: Unix seconds and
@@ -215,14 +278,6 @@ func appendNow(dst []byte, now int64) []byte {
 	return strconv.AppendInt(dst, now%1e9, 10)
 }
 
-// bucketArgs renders the arguments of bucket.lua: limit, capacity, lg and wg, where
-// g = gcd(limit, window in ns), lg = limit/g and wg = window/g, so that the script counts in
-// units of 1/wg token and one nanosecond refills exactly lg units, as the Go bucket does.
-func bucketArgs(limit, capacity int64, window time.Duration) string {
-	g := gcd(limit, int64(window))
-	return renderArgs(limit, capacity, limit/g, int64(window)/g)
-}
-
 func renderArgs(vals ...int64) string {
 	var b []byte
 	for _, v := range vals {
@@ -230,11 +285,4 @@ func renderArgs(vals ...int64) string {
 		b = strconv.AppendInt(b, v, 10)
 	}
 	return string(b)
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }

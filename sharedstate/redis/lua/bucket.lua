@@ -3,51 +3,58 @@
 -- machine seen from opposite sides: the token bucket stores tokens, the meter stores its
 -- level = capU - tokens. The arithmetic follows the TokenBucket doc comment line by line.
 --
--- KEYS[1]  the key
--- ARGV     n, limit, capacity (Burst, or Limit when 0), lg, wg [, now_s, now_ns]
---          where g = gcd(Limit, Window in ns), lg = Limit/g, wg = Window/g; amounts are in
---          units of 1/wg token, so one nanosecond refills exactly lg units.
--- state    hash {v = version, <field> = tokens or level (units), l = last (Unix ns)}
-local function bucket(ver, field, as_level)
-  local key = KEYS[1]
-  local err, n, now_s, now_n, limit, cap, lg, wg = script_args(4)
-  if err then
-    return bad_args(err)
-  end
-  local capU = cap * wg
+-- Amounts are in units of 1/wg token, where g = gcd(limit, window ns), lg = limit/g and
+-- wg = window/g, so one nanosecond refills exactly lg units.
+-- state    hash {v = "18" (token bucket) or "34" (meter), cfg = parameters,
+--               t = tokens or lv = level (units), l = last (Unix ns)}
+--          (v = "17" / "33" without cfg is the encoding before parameters were recorded)
+--
+-- Every algorithm file defines the same four functions, collected in ALG by main.lua:
+--   decode(fields, P)          the state in a stored hash (HMGET order of main.lua), or nil
+--   decide(st, P, n, now, key)  allowed, remaining, retry_ns, reset_ns, new state; st nil is
+--                               a fresh key; nothing is written
+--   from(P, C, now)            the state of a key that consumed C at now (conversion)
+--   write(key, P, st, stale)   stores a new state (stale: delete the key first)
 
+local function bucket_decode(f, P)
+  local v = int(f[P.code == TOKEN_BUCKET and 3 or 4])
+  local ls, ln = ts(f[5])
+  if v == nil or ls == nil or tsless(MAX_S, MAX_N, ls, ln) then
+    return nil
+  end
+  v = math.min(math.max(v, 0), P.capU)
+  if P.code == LEAKY_BUCKET then
+    v = P.capU - v
+  end
+  return {tokens = v, l_s = ls, l_n = ln}
+end
+
+local function bucket_decide(st, P, n, now_s, now_n)
+  local capU, lg, wg = P.capU, P.lg, P.wg
   -- fresh: tokens = capU, last = now (so eff = now)
   local tokens, eff_s, eff_n = capU, now_s, now_n
-  local st = load_hash(key, ver, field, 'l')
   if st then
-    local v = int(st[1])
-    local ls, ln = ts(st[2])
-    if v ~= nil and ls ~= nil and not tsless(MAX_S, MAX_N, ls, ln) then
-      v = math.min(math.max(v, 0), capU)
-      if as_level then
-        v = capU - v
-      end
-      tokens = v
-      -- eff = max(now, last): a stale call is evaluated at last.
-      if tsless(now_s, now_n, ls, ln) then
-        eff_s, eff_n = ls, ln
-      end
-      local deficit = capU - tokens
-      if deficit > 0 then
-        -- elapsed may be huge after a long idle period; it is only compared with fill.
-        local elapsed = tsdiff(eff_s, eff_n, ls, ln)
-        if elapsed >= ceildiv(deficit, lg) then
-          tokens = capU
-        else
-          tokens = tokens + elapsed * lg
-        end
+    local ls, ln = st.l_s, st.l_n
+    tokens = st.tokens
+    -- eff = max(now, last): a stale call is evaluated at last.
+    if tsless(now_s, now_n, ls, ln) then
+      eff_s, eff_n = ls, ln
+    end
+    local deficit = capU - tokens
+    if deficit > 0 then
+      -- elapsed may be huge after a long idle period; it is only compared with fill.
+      local elapsed = tsdiff(eff_s, eff_n, ls, ln)
+      if elapsed >= ceildiv(deficit, lg) then
+        tokens = capU
+      else
+        tokens = tokens + elapsed * lg
       end
     end
   end
 
   local skew = tsdiff(eff_s, eff_n, now_s, now_n)
   local allowed, retry = false, 0
-  if n <= 0 or n > cap then
+  if n <= 0 or n > P.cap then
     -- unsatisfiable: RetryAfter 0, nothing stored
   elseif tokens >= n * wg then
     tokens = tokens - n * wg
@@ -56,14 +63,23 @@ local function bucket(ver, field, as_level)
     retry = skew + ceildiv(n * wg - tokens, lg)
   end
   local reset = skew + ceildiv(capU - tokens, lg)
-  -- Only an admission changes the state; a denial is not written (see scripts.go).
-  if allowed then
-    local stored = tokens
-    if as_level then
-      stored = capU - tokens
-    end
-    redis.call('HSET', key, 'v', ver, field, string.format('%d', stored), 'l', tsfmt(eff_s, eff_n))
-    expire(key, reset)
+  return allowed, math.floor(tokens / wg), retry, reset, {tokens = tokens, l_s = eff_s, l_n = eff_n}
+end
+
+-- A key with R = cap - C whole tokens left at now: tokens = R, last = now; for the meter the
+-- same thing is level = C.
+local function bucket_from(P, C, now_s, now_n)
+  return {tokens = (P.cap - C) * P.wg, l_s = now_s, l_n = now_n}
+end
+
+local function bucket_write(key, P, st, stale)
+  if stale then
+    redis.call('DEL', key)
   end
-  return reply(allowed, limit, math.floor(tokens / wg), retry, reset, now_s, now_n)
+  local l = tsfmt(st.l_s, st.l_n)
+  if P.code == TOKEN_BUCKET then
+    redis.call('HSET', key, 'v', '18', 'cfg', P.str, 't', string.format('%d', st.tokens), 'l', l)
+  else
+    redis.call('HSET', key, 'v', '34', 'cfg', P.str, 'lv', string.format('%d', P.capU - st.tokens), 'l', l)
+  end
 end

@@ -1,46 +1,61 @@
--- gcra.lua: algorithms.GCRA, following its doc comment line by line.
+-- gcra.lua: algorithms.GCRA (the virtual scheduling algorithm of ITU-T I.371), following its
+-- doc comment line by line. T = window / limit (emission interval, ns), tau = T * burst.
 --
--- KEYS[1]  the key
--- ARGV     n, limit, burst (Burst, or Limit when 0), T (emission interval, ns) [, now_s, now_ns]
--- state    hash {v = "97", tat = theoretical arrival time (Unix ns)}
-local key = KEYS[1]
-local err, n, now_s, now_n, limit, B, T = script_args(3)
-if err then
-  return bad_args(err)
-end
-local tau = T * B
+-- state    hash {v = "98", cfg = parameters, tat = theoretical arrival time (Unix ns)}
+--          (v = "97" without cfg: the encoding before parameters were recorded)
+
 -- The largest TAT a state may hold: MaxTime + 2^53 ns.
 local MAXTAT_S, MAXTAT_N = 4620693217, 682128896
 
--- base = max(TAT, now), kept relative to now (it is at most tau plus clock skew ahead).
-local base_s, base_n = now_s, now_n
-local st = load_hash(key, '97', 'tat')
-if st then
-  local t_s, t_n = ts(st[1])
-  if t_s ~= nil and not tsless(MAXTAT_S, MAXTAT_N, t_s, t_n) and tsless(now_s, now_n, t_s, t_n) then
-    base_s, base_n = t_s, t_n
+local function gcra_decode(f, P)
+  local t_s, t_n = ts(f[9])
+  if t_s == nil or tsless(MAXTAT_S, MAXTAT_N, t_s, t_n) then
+    return nil
   end
+  return {tat_s = t_s, tat_n = t_n}
 end
-local brel = tsdiff(base_s, base_n, now_s, now_n)
 
-local allowed, retry, remaining, reset = false, 0, 0, 0
-if n <= 0 or n > B then
-  -- unsatisfiable: RetryAfter 0, nothing stored
-  remaining = math.floor(math.max(0, tau - brel) / T)
-  reset = brel
-else
-  local allow_at = brel + n * T - tau
-  if allow_at > 0 then
-    retry = allow_at
+local function gcra_decide(st, P, n, now_s, now_n)
+  local T, B, tau = P.T, P.cap, P.tau
+  -- base = max(TAT, now), kept relative to now (it is at most tau plus clock skew ahead).
+  local base_s, base_n = now_s, now_n
+  if st and tsless(now_s, now_n, st.tat_s, st.tat_n) then
+    base_s, base_n = st.tat_s, st.tat_n
+  end
+  local brel = tsdiff(base_s, base_n, now_s, now_n)
+
+  local allowed, retry, remaining, reset = false, 0, 0, 0
+  local new
+  if n <= 0 or n > B then
+    -- unsatisfiable: RetryAfter 0, nothing stored
     remaining = math.floor(math.max(0, tau - brel) / T)
     reset = brel
   else
-    allowed = true
-    remaining = math.floor(-allow_at / T)
-    reset = brel + n * T
-    local t_s, t_n = tsadd(base_s, base_n, n * T)
-    redis.call('HSET', key, 'v', '97', 'tat', tsfmt(t_s, t_n))
-    expire(key, reset)
+    local allow_at = brel + n * T - tau
+    if allow_at > 0 then
+      retry = allow_at
+      remaining = math.floor(math.max(0, tau - brel) / T)
+      reset = brel
+    else
+      allowed = true
+      remaining = math.floor(-allow_at / T)
+      reset = brel + n * T
+      local t_s, t_n = tsadd(base_s, base_n, n * T)
+      new = {tat_s = t_s, tat_n = t_n}
+    end
   end
+  return allowed, remaining, retry, reset, new
 end
-return reply(allowed, limit, remaining, retry, reset, now_s, now_n)
+
+-- A key that consumed C at now: TAT = now + C * T.
+local function gcra_from(P, C, now_s, now_n)
+  local t_s, t_n = tsadd(now_s, now_n, C * P.T)
+  return {tat_s = t_s, tat_n = t_n}
+end
+
+local function gcra_write(key, P, st, stale)
+  if stale then
+    redis.call('DEL', key)
+  end
+  redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
+end

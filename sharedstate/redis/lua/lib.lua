@@ -1,5 +1,5 @@
--- lib.lua: helpers shared by every rate-limit script. scripts.go prepends this file to each
--- algorithm's file, so every script is one self-contained source with its own SHA1.
+-- lib.lua: helpers shared by every algorithm. scripts.go concatenates lib.lua, window.lua,
+-- one file per algorithm and main.lua into one source with one SHA1.
 --
 -- Lua 5.1 numbers are IEEE doubles: integers are exact only up to 2^53. Unix-nanosecond
 -- timestamps (about 1.8e18) are therefore never held in one number. They are kept as a pair
@@ -87,88 +87,90 @@ local function bad_args(what)
   return redis.error_reply('ERR ratelimit: bad arguments (' .. what .. ')')
 end
 
--- now_at returns the decision time as a pair: Redis' own clock (TIME), so that every proxy
--- sees one clock whatever its own skew, or, when ARGV[i] and ARGV[i+1] are present, that
--- explicit (seconds, nanoseconds) instant. The explicit form exists for the differential tests
--- only (they must cover hours of simulated time and time going backwards); the filter never
--- sends it. nil when the override is malformed.
-local function now_at(i)
-  local s, n
-  if ARGV[i] ~= nil then
-    s, n = int(ARGV[i]), int(ARGV[i + 1])
-    if s == nil or n == nil or n < 0 or n >= E9 then
-      return nil
-    end
-  else
-    local t = redis.call('TIME')
-    s, n = tonumber(t[1]), tonumber(t[2]) * 1000
-  end
-  if s < 0 then
-    return 0, 0
-  end
-  if s > MAX_S or (s == MAX_S and n > MAX_N) then
-    return MAX_S, MAX_N
-  end
-  return s, n
-end
-
--- script_args parses the arguments every script takes: ARGV = n, then k configuration
--- integers, each at least 1, then the optional test clock (now_s, now_ns; see now_at). It
--- returns nil, n, now_s, now_n and the k values; or what is wrong ('count', 'config' or 'now')
--- for bad_args. One parser for every script keeps them refusing the same malformed lists.
-local function script_args(k)
-  if #ARGV ~= k + 1 and #ARGV ~= k + 3 then
-    return 'count'
-  end
-  local n = int(ARGV[1])
-  if n == nil then
-    return 'config'
-  end
-  local cfg = {}
-  for i = 1, k do
-    local v = int(ARGV[i + 1])
-    if v == nil or v < 1 then
-      return 'config'
-    end
-    cfg[i] = v
-  end
-  local now_s, now_n = now_at(k + 2)
-  if now_s == nil then
-    return 'now'
-  end
-  return nil, n, now_s, now_n, unpack(cfg)
-end
-
--- load_hash reads the hash fields of a key written with version ver. It returns nil for a
--- fresh key: missing, written by another algorithm (another version, or another Redis type),
--- in which case the stale key is deleted so its leftover fields cannot linger. This mirrors
--- the Go rule that a state with an unknown version byte is a fresh key.
-local function load_hash(key, ver, ...)
-  local r = redis.pcall('HMGET', key, 'v', ...)
-  if type(r) == 'table' and r.err then
-    redis.call('DEL', key)
-    return nil
-  end
-  if r[1] == false then
-    return nil
-  end
-  if r[1] ~= ver then
-    redis.call('DEL', key)
-    return nil
-  end
-  table.remove(r, 1)
-  return r
-end
-
 -- expire keeps a written key alive until it is back to its full allowance (reset_ns from now),
 -- rounded up to whole milliseconds, plus TTL_MARGIN_MS. An expired key reads as fresh, which
 -- is exactly the state it had reached by then, so expiry only frees memory.
+-- It returns the TTL in milliseconds.
 local TTL_MARGIN_MS = 1000
 local function expire(key, reset_ns)
-  redis.call('PEXPIRE', key, string.format('%d', ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS))
+  local ttl = ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS
+  redis.call('PEXPIRE', key, string.format('%d', ttl))
+  return ttl
 end
 
--- reply is the flat array every script returns: nested tables would reach webdis as null.
-local function reply(allowed, limit, remaining, retry_ns, reset_ns, now_s, now_n)
-  return {allowed and 1 or 0, limit, remaining, retry_ns, reset_ns, now_s, now_n}
+-- gcd of two positive integers below 2^52. Lua 5.1 computes a % b as a - floor(a/b)*b; the
+-- quotient of two such integers is never rounded across an integer (see ceildiv), and the
+-- result is corrected into [0, b) anyway.
+local function gcd(a, b)
+  while b ~= 0 do
+    local r = a - math.floor(a / b) * b
+    if r < 0 then
+      r = r + b
+    elseif r >= b then
+      r = r - b
+    end
+    a, b = b, r
+  end
+  return a
+end
+
+-- Algorithm codes, as scripts.go sends them and as a key records them.
+local TOKEN_BUCKET, LEAKY_BUCKET, SW_COUNTER, SW_LOG, FIXED_WINDOW, GCRA = 1, 2, 3, 4, 5, 6
+local MAX_EXACT = 9007199254740992 -- 2^53
+local LIMIT_CEILING = 1000000000 -- algorithms.LimitCeiling
+local LOG_LIMIT_CEILING = 1024 -- algorithms.LogLimitCeiling
+local MAX_WINDOW = 2678400000000000 -- algorithms.MaxWindow (31 days) in ns
+
+-- params validates one rule's parameters (algorithm code, limit, window in ns, capacity) and
+-- derives what its algorithm computes with, under the bounds package algorithms enforces, so
+-- the arithmetic stays exact. It returns nil for parameters Go would refuse: the current rule's
+-- come from a validated configuration, and a stored key's are checked again because Redis
+-- contents are not trusted. str is the canonical form a key records ("code:limit:window:cap");
+-- two parameter sets are equal exactly when their str are.
+local function params(code, limit, W, cap)
+  if code == nil or limit == nil or W == nil or cap == nil or limit < 1 or limit > LIMIT_CEILING
+    or cap < 1 or cap > LIMIT_CEILING or W < 1000000 or W > MAX_WINDOW or W % 1000000 ~= 0 then
+    return nil
+  end
+  local P = {code = code, limit = limit, W = W, cap = cap}
+  if code == TOKEN_BUCKET or code == LEAKY_BUCKET then
+    local g = gcd(limit, W)
+    P.lg, P.wg = limit / g, W / g
+    P.capU = cap * P.wg
+    if P.capU + P.wg + 2 * P.lg > MAX_EXACT then
+      return nil
+    end
+  elseif code == GCRA then
+    P.T = math.floor(W / limit)
+    if P.T < 1 or P.T * (cap + 1) > MAX_EXACT then
+      return nil
+    end
+    P.tau = P.T * cap
+  elseif code == SW_COUNTER or code == SW_LOG or code == FIXED_WINDOW then
+    -- Windows have no burst: their capacity is the limit.
+    if cap ~= limit or (code == SW_LOG and limit > LOG_LIMIT_CEILING) then
+      return nil
+    end
+    P.wms = W / 1000000
+  else
+    return nil
+  end
+  P.str = string.format('%d:%d:%d:%d', code, limit, W, cap)
+  return P
+end
+
+-- parse_params reads the parameters a key recorded (see params); nil when malformed.
+local function parse_params(s)
+  if type(s) ~= 'string' or #s > 80 then
+    return nil
+  end
+  local c, l, w, b = string.match(s, '^(%d+):(%d+):(%d+):(%d+)$')
+  if c == nil then
+    return nil
+  end
+  local P = params(int(c), int(l), int(w), int(b))
+  if P == nil or P.str ~= s then
+    return nil
+  end
+  return P
 end

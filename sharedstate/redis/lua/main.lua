@@ -1,0 +1,215 @@
+-- main.lua: one call decides every global rule of one request and commits only if none of the
+-- enforced ones denies, so a request denied by one rule is charged nothing on the others.
+--
+-- KEYS     per rule: its key; for a rule with a key bound (max_keys > 0) then also the rule's
+--          key set and its overflow key (all keys distinct)
+-- ARGV     per rule, in the order of KEYS, seven integers:
+--            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity,
+--            max_keys (0: unbounded)
+--          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
+--          filter never sends it; Redis' TIME is used instead).
+-- reply    {now_s, now_ns, committed (0|1), then per rule:
+--            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, overflow (0|1)}
+--          flat, because webdis turns a nested table into null.
+--
+-- Every rule is decided on the state as read, nothing written; then, if no enforced rule
+-- denies, every rule that admitted (shadow ones included) writes its new state and TTL. A
+-- shadow rule's denial blocks nothing, and a denied rule never writes. This is what the local
+-- path does (filter/http.go finish()).
+--
+-- Configuration changes never grant allowance: a key records the parameters it was written
+-- under, and a key read under other parameters is first converted at now. R_old is the
+-- Remaining the old parameters' algorithm reports at now (a decision for 0 events), and the key
+-- becomes the new algorithm's state of a key with R = min(R_old, capacity) left and the
+-- consumption C = capacity - R made at now (see each algorithm's from function).
+--
+-- Key bound: a rule with max_keys > 0 keeps at most max_keys live keys. Its key set (a sorted
+-- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
+-- can be dropped and the live ones counted. A key that does not exist yet, while the rule has
+-- max_keys live keys, is decided on the rule's overflow key instead: a flood of new keys is
+-- limited together as one client, and no key of an active client is ever evicted.
+
+local ALG = {
+  [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, from = bucket_from, write = bucket_write},
+  [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, from = bucket_from, write = bucket_write},
+  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, from = swc_from, write = swc_write},
+  [SW_LOG] = {decide = swl_decide, from = swl_from, write = swl_write},
+  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, from = fw_from, write = fw_write},
+  [GCRA] = {decode = gcra_decode, decide = gcra_decide, from = gcra_from, write = gcra_write},
+}
+-- The hash version of each encoding that records its parameters, and of the one before.
+local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
+  ['82'] = FIXED_WINDOW, ['98'] = GCRA}
+local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] = SW_COUNTER,
+  ['81'] = FIXED_WINDOW, ['97'] = GCRA}
+
+-- load reads the state at key for a rule with parameters P. It returns the decoded state and
+-- the parameters it was written under, or nil for a fresh key (missing, unreadable, or of a
+-- foreign type), and whether the key holds anything that a write must delete first (another
+-- layout or type).
+local function load(key, P)
+  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
+  if type(f) == 'table' and f.err then
+    -- Not a hash: a sliding-window log, or a type no script writes.
+    local count = redis.pcall('LLEN', key)
+    if type(count) ~= 'number' then
+      return nil, nil, true
+    end
+    local st, Q = swl_load(key, P, count)
+    return st, Q, st == nil or P.code ~= SW_LOG
+  end
+  if f[1] == false then
+    return nil, nil, false
+  end
+  local code, Q = HASH_VERSION[f[1]], nil
+  if code ~= nil then
+    Q = parse_params(f[2])
+    if Q == nil or Q.code ~= code then
+      return nil, nil, true
+    end
+  elseif OLD_HASH_VERSION[f[1]] == P.code then
+    -- The encoding before parameters were recorded is read as it was then: under the rule's
+    -- current parameters.
+    Q = P
+  else
+    return nil, nil, true
+  end
+  local st = ALG[Q.code].decode(f, Q)
+  if st == nil then
+    return nil, nil, true
+  end
+  return st, Q, Q.code ~= P.code
+end
+
+-- now_at returns the decision time as a pair: Redis' own clock (TIME), so that every proxy
+-- sees one clock whatever its own skew, or, when ARGV[i] and ARGV[i+1] are present, that
+-- explicit (seconds, nanoseconds) instant. The explicit form exists for the tests only (they
+-- must cover hours of simulated time and time going backwards). nil when malformed.
+local function now_at(i)
+  local s, n
+  if ARGV[i] ~= nil then
+    s, n = int(ARGV[i]), int(ARGV[i + 1])
+    if s == nil or n == nil or n < 0 or n >= E9 then
+      return nil
+    end
+  else
+    local t = redis.call('TIME')
+    s, n = tonumber(t[1]), tonumber(t[2]) * 1000
+  end
+  if s < 0 then
+    return 0, 0
+  end
+  if s > MAX_S or (s == MAX_S and n > MAX_N) then
+    return MAX_S, MAX_N
+  end
+  return s, n
+end
+
+-- Parse the rules: seven arguments each, and one key or three.
+local rules, seen = {}, {}
+local k, i = 1, 0
+while k <= #KEYS do
+  if i + 7 > #ARGV then
+    return bad_args('count')
+  end
+  local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+  local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
+  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+    return bad_args('config')
+  end
+  local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+  k = k + 1
+  if bound > 0 then
+    r.set, r.over = KEYS[k], KEYS[k + 1]
+    k = k + 2
+    if r.over == nil then
+      return bad_args('count')
+    end
+  end
+  for _, key in ipairs({r.key, r.set, r.over}) do
+    if seen[key] then
+      return bad_args('duplicate key')
+    end
+    seen[key] = true
+  end
+  rules[#rules + 1] = r
+  i = i + 7
+end
+if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
+  return bad_args('count')
+end
+local now_s, now_n = now_at(i + 1)
+if now_s == nil then
+  return bad_args('now')
+end
+local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+
+-- Decide every rule; nothing is written yet.
+local out = {now_s, now_n, 0}
+local commit = true
+for _, r in ipairs(rules) do
+  local P, key = r.P, r.key
+  if r.bound > 0 then
+    if redis.call('EXISTS', key) == 0 then
+      -- A new key: admitted to the key set only while the rule has fewer than max_keys live
+      -- keys (members whose expiry is after now). A key set of another type is not ours; it
+      -- is replaced when the call commits. Nothing is written here: see the commit below.
+      local live = redis.pcall('ZCOUNT', r.set, '(' .. string.format('%d', now_ms), '+inf')
+      if type(live) ~= 'number' then
+        live, r.badset = 0, true
+      end
+      if live >= r.bound then
+        key, r.overflow = r.over, true
+      else
+        r.created = true
+      end
+    end
+    r.track = not r.overflow
+  end
+  r.used = key
+  local st, Q, stale = load(key, P)
+  if st ~= nil and Q.str ~= P.str then
+    local _, R = ALG[Q.code].decide(st, Q, 0, now_s, now_n, key)
+    st = ALG[P.code].from(P, P.cap - math.min(R, P.cap), now_s, now_n)
+  end
+  local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
+  r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
+  if not allowed and not r.shadow then
+    commit = false
+  end
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
+  out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
+end
+
+-- lifetime_ms bounds the TTL of a key of P: a reset is at most twice the window (the sliding
+-- counter) or the time a bucket takes to fill (capacity * window / limit, at most 2^53 for the
+-- parameters params accepts), plus the margin.
+local function lifetime_ms(P)
+  return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
+end
+
+-- Commit: every rule that admitted writes its state and TTL, and a bounded rule records the
+-- key's expiry in its key set, which outlives every member; a new key also drops the expired
+-- members. Redis checks maxmemory at a script's first command that can grow memory, and lets
+-- every later write through, so the decisions above write nothing and the first write here is
+-- an algorithm's HSET or RPUSH (only replacing a key of another layout deletes it first).
+if commit then
+  for _, r in ipairs(rules) do
+    if r.allowed then
+      ALG[r.P.code].write(r.used, r.P, r.new, r.stale)
+      local ttl = expire(r.used, r.reset)
+      if r.track then
+        if r.badset then
+          redis.call('DEL', r.set)
+        elseif r.created then
+          redis.call('ZREMRANGEBYSCORE', r.set, '-inf', string.format('%d', now_ms))
+        end
+        redis.call('ZADD', r.set, string.format('%d', now_ms + ttl), r.key)
+        redis.call('PEXPIRE', r.set, string.format('%d', ttl + 2 * lifetime_ms(r.P)))
+      end
+    end
+  end
+  out[3] = 1
+end
+return out
