@@ -103,3 +103,14 @@ func (m *Memory) next() uint32 {
 
 // isNotFound reports whether err is the store's "no such key".
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// Keys returns the stored keys, for tests that check what was written.
+func (m *Memory) Keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := make([]string, 0, len(m.entries))
+	for k := range m.entries {
+		keys = append(keys, k)
+	}
+	return keys
+}
