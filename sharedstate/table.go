@@ -379,7 +379,7 @@ var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 func (t *Table) decide(p *Pending) error {
 	h := sipHash24(t.k0, t.k1, p.digest[:])
 	for {
-		err := t.decideIn(p, t.cur, h, nil, false, 0)
+		err := t.decideIn(p, t.cur, h, nil, 0)
 		if !errors.Is(err, errMoveLost) {
 			return err
 		}
@@ -403,9 +403,15 @@ type scan struct {
 	placeFresh bool
 }
 
-// decideIn looks the key up in geometry g. fallback is a state to start from when the key is
-// absent (the copy in a forward), and hasFallback says whether there is one.
-func (t *Table) decideIn(p *Pending, g geometry, h uint64, fallback []byte, hasFallback bool, hops int) error {
+// forward is a slot that forwards the key to another geometry, with the copy of its state.
+type forward struct {
+	state         []byte
+	geo, idx, cas uint32
+}
+
+// decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
+// copy is the state to start from when the key is absent from g.
+func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh = false, false
 	s, err := t.scan(g, h, p, true)
 	if err != nil {
@@ -413,7 +419,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, fallback []byte, hasF
 	}
 	if s.found && s.moved != 0 {
 		if s.moved != g.maxKeys && hops < maxHops {
-			return t.decideIn(p, newGeometry(s.moved), h, s.state, true, hops+1)
+			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas}, hops+1)
 		}
 		// A forward loop, or one too many: the copy is the best state there is, and it stays
 		// where it is (the slot is written back as a live key).
@@ -424,8 +430,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, fallback []byte, hasF
 		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
 		return t.run(p, s.state)
 	}
-	state := fallback
-	if !hasFallback && hops == 0 && g == t.cur {
+	if from == nil && hops == 0 && g == t.cur {
 		// Not here: the key may still live under a previous max_keys.
 		for _, old := range t.prev {
 			o, err := t.scan(old, h, p, false)
@@ -436,7 +441,8 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, fallback []byte, hasF
 				continue
 			}
 			if o.moved == g.maxKeys {
-				state = o.state // a forward here whose copy never arrived: revive it
+				// A forward here whose copy never arrived: revive it.
+				from = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
 				break
 			}
 			if o.moved != 0 || t.limiter.Idle(o.state, p.now) {
@@ -460,13 +466,22 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, fallback []byte, hasF
 				}
 				return err
 			}
-			state = o.state
-			break
+			p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+			return t.run(p, o.state)
 		}
 	}
-	if s.place {
+	switch {
+	case s.place && from != nil:
 		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
-		return t.run(p, state)
+		return t.run(p, from.state)
+	case s.place:
+		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+		return t.run(p, nil)
+	case from != nil:
+		// No room where the forward points: the key lives on in the forward's slot, which
+		// becomes a live slot again when the decision is written.
+		p.geo, p.idx, p.cas = from.geo, from.idx, from.cas
+		return t.run(p, from.state)
 	}
 	return t.overflow(p, h)
 }
