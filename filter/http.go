@@ -183,7 +183,7 @@ func (h *httpContext) finish() types.Action {
 			}
 			if a.pending.Claimed {
 				// A slot was created: publish the rule's fill as the shared counter has it.
-				a.rs.m.slotsUsed.Record(int64(a.rs.table.Used()))
+				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 				if h.contention(a) {

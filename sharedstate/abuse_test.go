@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -504,4 +505,38 @@ type countingStore struct {
 func (c *countingStore) Get(key string) ([]byte, uint32, error) {
 	c.reads++
 	return c.Store.Get(key)
+}
+
+// A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 used to
+// allocate a slot-name index of 4 MB each, issue 11): tables of 10 and of 1,000,000 keys that
+// served the same keys retain the same memory, within TableVMBytes.
+func TestTableVMMemoryIsIndependentOfMaxKeys(t *testing.T) {
+	cfg := algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Second}
+	retained := func(maxKeys uint32) float64 {
+		const tables = 32
+		store := NewMemory()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		kept := make([]*Table, tables)
+		for i := range kept {
+			kept[i] = mustTable(t, store, maxKeys, mustLimiter(t, cfg))
+			var p Pending
+			for k := range 300 {
+				if err := kept[i].AllowN(fmt.Appendf(nil, "k%d", k), 0, 1, &p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		store = nil
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(kept)
+		return float64(after.HeapAlloc-before.HeapAlloc) / tables
+	}
+	small, large := retained(10), retained(1_000_000)
+	t.Logf("retained per table: max_keys 10: %.0f bytes, max_keys 1e6: %.0f bytes (bound %d)", small, large, TableVMBytes)
+	if large > TableVMBytes+2048 {
+		t.Errorf("a table of 1e6 keys retains %.0f bytes, more than TableVMBytes (%d)", large, TableVMBytes)
+	}
 }

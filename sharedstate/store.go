@@ -29,7 +29,8 @@ var (
 //     the cas. Otherwise a cas different from the stored one fails with ErrCasMismatch.
 //   - CAS numbers come from one counter shared by all keys and are never 0.
 //
-// The value Get returns belongs to the caller.
+// The value Get returns belongs to the caller. Neither method may keep the key string after it
+// returns (the host copies it): Table passes names built in a reused buffer to Get.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error

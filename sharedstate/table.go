@@ -312,8 +312,10 @@ type Pending struct {
 	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
 	Overflow bool
 	// Claimed reports that Commit stored the key in a slot that had never been written: the
-	// rule's count of created slots grew (see Table.Used).
+	// rule's count of created slots grew to Used (see Table.Used).
 	Claimed bool
+	// Used is the count of created slots after this claim, when Claimed is set.
+	Used uint32
 
 	digest [DigestSize]byte
 	now, n int64
@@ -346,8 +348,7 @@ func (t *Table) Commit(p *Pending) error {
 		err := t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
 		if err == nil {
 			if p.fresh {
-				p.Claimed = true
-				t.countCreated(p.geo)
+				p.Claimed, p.Used = true, t.countCreated(p.geo)
 			}
 			return nil
 		}
@@ -656,29 +657,35 @@ func (t *Table) Used() uint32 { return t.created(t.cur.maxKeys) }
 // MaxKeys returns the number of keys the table holds.
 func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 
-// countCreated adds a created slot to geometry maxKeys' counter, with compare-and-swap. The
-// count feeds the fill gauge and the max_keys bound; after Attempts lost races it gives up
-// (a count one short lets at most one more slot be created).
-func (t *Table) countCreated(maxKeys uint32) {
+// countCreated adds a created slot to geometry maxKeys' counter, with compare-and-swap, and
+// returns the new count. The count feeds the fill gauge and the max_keys bound; after
+// Attempts lost races it gives up (a count one short lets at most one more slot be created)
+// and returns the last count it read.
+func (t *Table) countCreated(maxKeys uint32) uint32 {
 	key := t.usedKey(maxKeys)
+	var n uint32
 	for range t.attempts {
 		v, cas, err := t.store.Get(key)
-		var n uint32
+		n = 0
 		switch {
 		case isNotFound(err):
 			cas = createCAS
 		case err != nil:
-			return
+			return n
 		case len(v) == 4:
 			n = binary.LittleEndian.Uint32(v)
 		}
 		var buf [4]byte
 		binary.LittleEndian.PutUint32(buf[:], n+1)
 		err = t.store.Set(key, buf[:], cas)
-		if err == nil || !errors.Is(err, ErrCasMismatch) {
-			return
+		if err == nil {
+			return n + 1
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return n
 		}
 	}
+	return n
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) in the
