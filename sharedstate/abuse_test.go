@@ -149,7 +149,7 @@ func TestTableFalseDenialCurve(t *testing.T) {
 		results[v][0], results[v][1], results[v][2] = fillCurve(t, decide, maxKeys)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| fill (share of max_keys stored) | new clients | before: overflowed / denied | now: overflowed / denied |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| table already holding | before: new clients, overflowed, denied | now: new clients, overflowed, denied |\n|---|---|---|\n")
 	for bin := range 22 {
 		if results[1][0][bin] == 0 && results[0][0][bin] == 0 {
 			continue
@@ -158,8 +158,8 @@ func TestTableFalseDenialCurve(t *testing.T) {
 		if bin >= 20 {
 			label = "100% (full)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d / %d | %d / %d |\n", label, results[1][0][bin],
-			results[0][1][bin], results[0][2][bin], results[1][1][bin], results[1][2][bin])
+		fmt.Fprintf(&b, "| %s | %d, %d, %d | %d, %d, %d |\n", label, results[0][0][bin], results[0][1][bin], results[0][2][bin],
+			results[1][0][bin], results[1][1][bin], results[1][2][bin])
 	}
 	t.Log(b.String())
 	for bin := range 18 { // up to 90%

@@ -25,7 +25,8 @@ func Digest(key []byte) [DigestSize]byte {
 // is what a slot stores to recognise its key; which slots a key may use is decided by a keyed
 // hash of the digest (SipHash-2-4 under a per-process secret, see Table), about 12 ns natively,
 // so clients cannot predict slots although they can compute digests. Redis keys do not use
-// either.
+// either: sharedstate/redis hashes long Redis keys with plain SHA-256 of its own, so that
+// every proxy agrees on them.
 //
 // The cache is direct-mapped: an entry is chosen by a seeded maphash of the key (about 0.1 us)
 // and holds one key with its digest; a different key mapping to the same entry replaces it.
