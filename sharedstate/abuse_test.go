@@ -540,3 +540,64 @@ func TestTableVMMemoryIsIndependentOfMaxKeys(t *testing.T) {
 		t.Errorf("a table of 1e6 keys retains %.0f bytes, more than TableVMBytes (%d)", large, TableVMBytes)
 	}
 }
+
+// reuseStore is a store that allocates nothing once its keys exist: each entry keeps its
+// buffers. It lets the table's own allocations be measured (Memory copies every value).
+type reuseStore struct {
+	entries map[string]*reuseEntry
+	next    uint32
+}
+
+type reuseEntry struct {
+	value, out []byte
+	cas        uint32
+}
+
+func (s *reuseStore) Get(key string) ([]byte, uint32, error) {
+	e, ok := s.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	e.out = append(e.out[:0], e.value...)
+	return e.out, e.cas, nil
+}
+
+func (s *reuseStore) Set(key string, value []byte, cas uint32) error {
+	e, ok := s.entries[key]
+	if ok && cas != 0 && cas != e.cas {
+		return ErrCasMismatch
+	}
+	if !ok {
+		e = &reuseEntry{}
+		s.entries[key] = e
+	}
+	s.next++
+	e.value, e.cas = append(e.value[:0], value...), s.next
+	return nil
+}
+
+// The decision of an established key allocates nothing: the hot path of every request.
+func TestTableHotPathAllocatesNothing(t *testing.T) {
+	store := &reuseStore{entries: map[string]*reuseEntry{}}
+	tab := mustTable(t, store, 10000, mustLimiter(t, algorithms.Config{Algorithm: "gcra", Limit: 1_000_000, Window: time.Second}))
+	tab.digests = NewDigestCache(64)
+	keys := [][]byte{[]byte("12:192.0.2.1:acme"), []byte("12:192.0.2.2:acme")}
+	var p Pending
+	now := int64(0)
+	for _, k := range keys {
+		if err := tab.AllowN(k, now, 1, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += 1000
+		for _, k := range keys {
+			if err := tab.AllowN(k, now, 1, &p); err != nil || !p.Decision.Allowed {
+				t.Fatal(err, p.Decision)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per decision of established keys", allocs/2)
+	}
+}

@@ -163,6 +163,14 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // With one-request clients, no new key is refused before the table holds 90% of max_keys
 // (TestTableFalseDenialCurve; the curve is in the README).
 //
+// Every write is a compare-and-swap against the value read, so a slot is never claimed by two
+// keys, and an active key is never overwritten. One race remains, as it did with linear
+// probing: two workers storing the same new key at the same moment may pick two different free
+// slots (one saw a bucket's load change in between) and both succeed. Every later lookup, on
+// every worker, reads the slots in the same order and finds the same copy, so the other copy
+// is never read again and goes idle: at most the first request of each racing worker is
+// counted in it.
+//
 // # Overflow
 //
 // A key that finds no free slot in its buckets is counted in one of OverflowSlots overflow
