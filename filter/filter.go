@@ -13,6 +13,7 @@ package filter
 
 import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -20,16 +21,22 @@ import (
 type Option func(*options)
 
 type options struct {
-	now func() int64
+	now   func() int64
+	store sharedstate.Store
 }
 
 // WithClock makes the filter read the time (Unix nanoseconds) from now instead of the system
 // clock, so tests can step time exactly.
 func WithClock(now func() int64) Option { return func(o *options) { o.now = now } }
 
+// WithStore makes the filter keep local state in store instead of the host's shared data, so
+// tests can put a real store between the filter and the host (for example one that loses
+// compare-and-swap races, sharedstate/storetest.Racing).
+func WithStore(store sharedstate.Store) Option { return func(o *options) { o.store = store } }
+
 // NewVMContext returns the VM context to register with abi.SetVMContext.
 func NewVMContext(opts ...Option) types.VMContext {
-	o := options{now: abi.WallClockNanos}
+	o := options{now: abi.WallClockNanos, store: sharedstate.Host{}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -42,7 +49,7 @@ type vmContext struct {
 }
 
 func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
-	return &plugin{id: id, now: v.opts.now}
+	return &plugin{id: id, now: v.opts.now, store: v.opts.store}
 }
 
 // recoverTo is deferred by every callback of the filter: a panic must never reach the ABI

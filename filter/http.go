@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
@@ -120,10 +121,14 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 // decideLocal decides a rule on this proxy's shared data. It reports whether the request must
-// be denied now (an enforced denial, or a store failure under failure_mode "deny").
+// be denied now (an enforced denial, contention, or a store failure under failure_mode
+// "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
 	p := h.plugin
 	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
+		if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+			return h.contention(a)
+		}
 		p.storeFailure(a.rs, err)
 		if p.cfg.FailureMode == config.FailDeny {
 			a.decision = failureDecision(a.rs)
@@ -131,8 +136,26 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 		}
 		return false
 	}
+	if a.pending.Overflow {
+		a.rs.m.overflow.Increment(1)
+	}
 	a.decision, a.decided, a.local = a.pending.Decision, true, true
 	return !a.decision.Allowed && !a.rs.rule.Shadow
+}
+
+// contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
+// not a store failure, and failure_mode does not apply: admitting the request would admit it
+// uncounted, beyond the limit. An enforced rule denies it (counted in cas_exhausted, with a
+// Retry-After of one second: the race is over by then); a shadow rule only counts it. It
+// reports whether the request must be denied.
+func (h *httpContext) contention(a *applied) (deny bool) {
+	a.rs.m.casExhausted.Increment(1)
+	a.decided = false
+	if a.rs.rule.Shadow {
+		return false
+	}
+	a.decision = contentionDecision(a.rs)
+	return true
 }
 
 // finish writes the local decisions (phase 2) and lets the request through, or denies it if a
@@ -158,8 +181,15 @@ func (h *httpContext) finish() types.Action {
 			if a.pending.Retries > 0 {
 				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Overflow {
-				a.rs.m.overflow.Increment(1)
+			if a.pending.Claimed {
+				// A slot was created: publish the rule's fill as the shared counter has it.
+				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
+			}
+			if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+				if h.contention(a) {
+					return h.deny(a.rs, a.decision)
+				}
+				continue
 			}
 			if err != nil {
 				p.storeFailure(a.rs, err)
@@ -215,6 +245,12 @@ func (h *httpContext) finish() types.Action {
 // failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
 // a second (the store may have recovered by then).
 func failureDecision(rs *ruleState) algorithms.Decision {
+	return algorithms.Decision{Limit: rs.rule.Algorithm.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
+}
+
+// contentionDecision is what a denial after lost compare-and-swap races reports: nothing left
+// for now, try again in a second.
+func contentionDecision(rs *ruleState) algorithms.Decision {
 	return algorithms.Decision{Limit: rs.rule.Algorithm.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
 }
 

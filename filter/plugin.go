@@ -19,8 +19,9 @@ import (
 // one request at a time uses them.
 type plugin struct {
 	types.DefaultPluginContext
-	id  uint32
-	now func() int64
+	id    uint32
+	now   func() int64
+	store sharedstate.Store // where local state lives: the host's shared data
 
 	cfg   *config.Config
 	rules []*ruleState // indexed by config.Rule.Index
@@ -66,7 +67,13 @@ type ruleMetrics struct {
 	skipped      abi.MetricCounter // requests the rule matched but could not key (missing part)
 	casRetries   abi.MetricCounter // compare-and-swap attempts lost to other workers
 	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
-	overflow     abi.MetricCounter // decisions counted in the rule's shared overflow slot
+	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
+	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
+	// slotsUsed is the number of the rule's key slots that hold or have held a key, as the
+	// shared counter every worker updates says (see sharedstate.Table.Used); its maximum is
+	// the rule's max_keys. Workers record the shared value, never one of their own, so the
+	// process-wide gauge is right whichever worker recorded last.
+	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
 	duplicateHeader abi.MetricCounter
@@ -106,6 +113,16 @@ func (p *plugin) configure(data []byte) error {
 	}
 	// One digest cache for every rule of this VM: rules often count the same descriptor.
 	digests := sharedstate.NewDigestCache(digestCacheSize)
+	store := p.store
+	if store == nil {
+		store = sharedstate.Host{}
+	}
+	// Slot addressing is keyed with a secret shared by every VM of the process (see
+	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
+	secret, err := sharedstate.LoadSecret(store)
+	if err != nil {
+		return fmt.Errorf("reading the key-table secret from shared data: %w", err)
+	}
 	for i, r := range cfg.Rules {
 		var lim sharedstate.Limiter = r.Limiter
 		var ad *adaptiveState
@@ -128,12 +145,13 @@ func (p *plugin) configure(data []byte) error {
 			slots = 1
 		}
 		table, err := sharedstate.NewTable(sharedstate.TableConfig{
-			Store:    sharedstate.Host{},
+			Store:    store,
 			Prefix:   cfg.Domain + "|" + r.Name + "|",
 			Slots:    slots,
 			Attempts: cfg.CASAttempts,
 			Limiter:  lim,
 			Digests:  digests,
+			Secret:   secret,
 		})
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
@@ -190,6 +208,13 @@ func (rs *ruleState) defineMetrics(name string) error {
 		casRetries:   def("cas_retries"),
 		storeErrors:  def("store_errors"),
 		overflow:     def("key_overflow"),
+		casExhausted: def("cas_exhausted"),
+	}
+	g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_key_slots_used")
+	errs = append(errs, err)
+	rs.m.slotsUsed = g
+	if err == nil {
+		g.Record(int64(rs.table.Used()))
 	}
 	rs.m.duplicateHeader = def("duplicate_header")
 	if rs.shape != nil {

@@ -101,10 +101,13 @@ func TestCorruptSharedDataWasm(t *testing.T) {
 		"algorithm":"gcra","limit":2,"window":"1m"}]}`, wasmOptions{shared: shared})
 	junk := [][]byte{nil, {0}, []byte("0123456789abcdef"), []byte("0123456789abcdef\x61\xff\xff\xff\xff\xff\xff\xff\x7f"),
 		[]byte(strings.Repeat("\xff", 4096))}
-	for i := range 4 {
-		require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData(fmt.Sprintf("rl|c|%d", i), junk[i%len(junk)], 0))
+	// max_keys 4: one bucket of 8 slots, named after the geometry; and the overflow slots.
+	for i := range 8 {
+		require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData(fmt.Sprintf("rl|c|4.%d", i), junk[i%len(junk)], 0))
 	}
-	require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData("rl|c|overflow", junk[4], 0))
+	for i := range 64 {
+		require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData(fmt.Sprintf("rl|c|o.%d", i), junk[i%len(junk)], 0))
+	}
 	for i := range 3 {
 		o := d.do(t, t0, step{})
 		if i < 2 {

@@ -29,7 +29,8 @@ var (
 //     the cas. Otherwise a cas different from the stored one fails with ErrCasMismatch.
 //   - CAS numbers come from one counter shared by all keys and are never 0.
 //
-// The value Get returns belongs to the caller.
+// The value Get returns belongs to the caller. Neither method may keep the key string after it
+// returns (the host copies it): Table passes names built in a reused buffer to Get.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error
@@ -103,3 +104,14 @@ func (m *Memory) next() uint32 {
 
 // isNotFound reports whether err is the store's "no such key".
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// Keys returns the stored keys, for tests that check what was written.
+func (m *Memory) Keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := make([]string, 0, len(m.entries))
+	for k := range m.entries {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -23,9 +24,47 @@ type Limiter interface {
 // collision would let one client spend another's allowance.
 const DigestSize = 16
 
-// Probes is how many consecutive slots a key may live in. A few probes let a table fill up
-// well before keys start to overflow, while an established key is still found with one read.
-const Probes = 4
+// BucketSlots is the number of consecutive slots in a bucket. A key may live in any slot of
+// two buckets chosen by the keyed hash (see Table).
+const BucketSlots = 8
+
+// Choices is the number of buckets a key may live in.
+const Choices = 2
+
+// PhysicalPerKey is the physical address space per configured key, as a fraction: a table
+// for max_keys keys spreads them over ceil(max_keys * 3/2 / BucketSlots) buckets, so that two
+// choices still find room when the table holds 90% of max_keys (see Table). Slots are only
+// created in shared data when a key is first stored in them, and at most max_keys of them are
+// ever created, so the extra address space costs no memory.
+const (
+	PhysicalPerKeyNum = 3
+	PhysicalPerKeyDen = 2
+)
+
+// OverflowSlots is the number of overflow slots per rule. A key that finds no room is counted
+// in one of them, chosen by the keyed hash, so a flood that drains some overflow slots leaves
+// the others to the new clients that hash there (see Table).
+const OverflowSlots = 64
+
+// maxGeometries is how many table geometries (max_keys values) a rule remembers, the current
+// one included: a key that is not found in the current geometry is looked for in the others,
+// so its state survives changes of max_keys.
+const maxGeometries = 3
+
+// maxHops bounds how many "moved" forwards a lookup follows (see Table).
+const maxHops = 2
+
+// Kinds of slot value, the byte after the digest.
+const (
+	slotLive  = 0 // the key's state follows
+	slotMoved = 1 // the key moved to another geometry: its max_keys (4 bytes LE), then its state
+)
+
+// slotHeader is the length of a live slot's value before the state: digest and kind.
+const slotHeader = DigestSize + 1
+
+// movedHeader is the length of a moved slot's value before the state.
+const movedHeader = slotHeader + 4
 
 // createCAS is the CAS number used to create a slot that did not exist. Envoy lets a Set of a
 // missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite a slot
@@ -34,40 +73,160 @@ const Probes = 4
 // 2^32-1 at that moment, which happens once per 4 billion writes in the whole process.
 const createCAS = math.MaxUint32
 
-// ErrAttemptsExhausted means every compare-and-swap attempt lost a race. The caller applies its
-// failure mode.
+// SecretKey is the shared-data key of the process-wide slot-addressing secret (see
+// LoadSecret). Rule prefixes end in '|' and every slot name continues after it, so no slot of
+// any rule can be named like this.
+const SecretKey = "ratelimit|secret"
+
+// SecretSize is the size of the slot-addressing secret: a SipHash-2-4 key.
+const SecretSize = 16
+
+// ErrAttemptsExhausted means every compare-and-swap attempt lost a race. That is contention,
+// not a store failure: the filter denies the request (see the filter package), so losing races
+// can never admit a request beyond the limit.
 var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
+
+// nameCacheSize is the number of slot names a Table keeps per VM (see Table.name).
+const nameCacheSize = 256
+
+// TableVMBytes is an upper bound of what one Table holds in a VM's memory, whatever its
+// max_keys: the name cache (nameCacheSize names of at most 64+1+10+1+10 bytes, plus their
+// string and index headers), the scratch buffers and the struct itself. It does not grow with
+// the number of keys.
+const TableVMBytes = nameCacheSize*(86+16+8) + 2*512 + 256
+
+// SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
+// costs: its slot name (the rule's prefix, the geometry and the slot number) and its value
+// (digest, kind, forward, state), plus envoyEntryOverhead for Envoy's own bookkeeping of an
+// entry (the map node, two std::string headers and the cas number). A configure-time
+// memory budget multiplies it by max_keys + OverflowSlots + 3 per rule.
+func SharedBytesPerKey(prefixLen, maxStateLen int) int {
+	return prefixLen + 10 + 1 + 10 + movedHeader + maxStateLen + envoyEntryOverhead
+}
+
+// envoyEntryOverhead is an estimate of what Envoy's shared data spends per entry beyond the
+// key and value bytes: an unordered_map node with two std::string and a uint32 cas.
+const envoyEntryOverhead = 128
+
+// LoadSecret returns the process-wide secret that keys slot addressing, creating it at the
+// first start of the process: every worker VM must agree on it, so it lives in shared data.
+// A VM that finds no secret draws 16 random bytes (crypto/rand: random_get on wasip1) and
+// creates the entry with a non-zero CAS, so that of two VMs starting at once only one can
+// create it; both then read back and use whatever won. A stored value of the wrong size
+// (corrupted) is replaced the same way.
+func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
+	for range 16 {
+		v, cas, err := store.Get(SecretKey)
+		switch {
+		case err == nil && len(v) == SecretSize:
+			return [SecretSize]byte(v), nil
+		case err == nil:
+			// Corrupt: replace it, but only if nobody else did in the meantime.
+		case isNotFound(err):
+			cas = createCAS
+		default:
+			return secret, err
+		}
+		var fresh [SecretSize]byte
+		if _, err := rand.Read(fresh[:]); err != nil {
+			return secret, err
+		}
+		if err := store.Set(SecretKey, fresh[:], cas); err != nil && !errors.Is(err, ErrCasMismatch) {
+			return secret, err
+		}
+		// Whether this VM's write won or another's did, the stored value is the one to use.
+	}
+	return secret, errors.New("sharedstate: the slot-addressing secret could not be created")
+}
 
 // Table keeps the state of one rule's keys in a bounded number of shared-data slots.
 //
-// A key's digest picks a home slot; the key lives in the first of Probes consecutive slots that
-// either already holds its digest, was never written, or holds another key whose state is idle
-// (back at full allowance, so handing its slot over changes nobody's allowance). A key that
-// finds all of its slots held by active keys is counted in one overflow slot shared by every such
-// key: a flood of new keys (for example spoofed or rotating client addresses) is then limited as
-// one client, and can neither grow memory nor evict an active client and so reset its limit.
+// # Addressing
 //
-// Memory is bounded by Slots+1 keys of at most prefix+10+DigestSize+state bytes each.
+// A key is known by its digest (the first 16 bytes of SHA-256 of the key, stored in front of
+// its state; see Digest). Where it may live is decided by SipHash-2-4 of the digest under a
+// secret that every VM of the process shares and no client sees (LoadSecret): the 64-bit
+// output picks two buckets of BucketSlots consecutive slots, a starting slot within each,
+// and an overflow slot. Without the secret nobody can compute which keys share slots, so
+// colliding keys cannot be searched for offline.
+//
+// The rule has max_keys keys of room, spread over ceil(1.5 * max_keys / BucketSlots) buckets.
+// A key is looked up at its starting slot of the first bucket, then of the second, then in the
+// rest of both: an established key is usually found with one read. A new key goes to the
+// bucket with fewer active keys (two choices: the load stays even, so a bucket rarely fills
+// before the table does), at the first free slot from its starting slot. A slot is free when
+// it was never written, holds corrupt bytes, or holds a key whose state is idle (back at full
+// allowance: handing its slot over changes nobody's allowance). Active keys are never evicted.
+// Never-written slots are only claimed while the rule's shared counter of created slots is
+// below max_keys, so shared data holds at most max_keys slots per rule (plus a few between
+// the counter's read and its update by concurrent VMs), however many keys clients invent.
+// With one-request clients, no new key is refused before the table holds 90% of max_keys
+// (TestTableFalseDenialCurve; the curve is in the README).
+//
+// Every write is a compare-and-swap against the value read, so a slot is never claimed by two
+// keys, and an active key is never overwritten. One race remains, as it did with linear
+// probing: two workers storing the same new key at the same moment may pick two different free
+// slots (one saw a bucket's load change in between) and both succeed. Every later lookup, on
+// every worker, reads the slots in the same order and finds the same copy, so the other copy
+// is never read again and goes idle: at most the first request of each racing worker is
+// counted in it.
+//
+// # Overflow
+//
+// A key that finds no free slot in its buckets is counted in one of OverflowSlots overflow
+// slots, chosen by its keyed hash; each overflow slot is limited like one client. A flood of
+// new keys can drain at most R/limit overflow slots with R overflowing requests per window,
+// and a new client is refused only when its own overflow slot is drained: the share of
+// overflowing new clients that a flood locks out is at most R / (OverflowSlots * limit), and
+// locking out all of them costs OverflowSlots times what draining one slot costs.
+//
+// # Geometry changes
+//
+// Slot names carry the geometry (max_keys), and the table records the rule's geometries in
+// shared data, newest first. A key that is not found in the current geometry is looked for in
+// the previous ones; found there with active state, that slot is replaced, by compare-and-swap,
+// with a forward ("moved to max_keys M") that keeps a copy of the state, and the state is
+// stored in the current geometry. A VM still running the previous configuration (Envoy runs
+// old and new VMs side by side during a configuration update) that reads the forward follows
+// it and updates the key where it now lives, so old and new VMs count each key in one place.
+// If the new geometry has no room for the key, it stays in its old slot. A forward whose copy
+// has not made it into the new geometry (the request was denied by another rule, or the
+// write lost a race) is revived from the copy by the next lookup.
 //
 // A Table is not safe for concurrent use: each worker VM (single-threaded) has its own, and
 // they share the slots through the Store.
 type Table struct {
 	store    Store
 	prefix   string
-	slots    uint32
 	attempts int
 	limiter  Limiter
 	digests  *DigestCache
-	// names caches the slot key strings, built on first use: a request's slot is usually one
-	// it has used before, and building the string costs an allocation every time. The bytes
-	// of every name built so far are in nameBytes, and names[i] is 1 + where slot i's name
-	// starts there (0: not built yet). Neither holds a pointer, so the garbage collector
-	// does not scan them: a []string with one entry per slot (10,000 by default) was a
-	// large share of the collector's marking work on every cycle, which in a Wasm VM the
-	// requests pay for.
-	names     []uint32
-	nameBytes []byte
-	overflow  string
+	k0, k1   uint64
+
+	cur  geometry
+	prev []geometry
+
+	// names caches slot names (see name). It is allocated on first use and never grows.
+	names []nameEntry
+	// scratch holds the name of the slot being read: a Get does not keep its key, so the
+	// reads of a lookup need no string of their own.
+	scratch []byte
+}
+
+// geometry is one table layout: the max_keys it was sized for and the buckets that follow.
+type geometry struct {
+	maxKeys uint32
+	buckets uint32
+}
+
+func newGeometry(maxKeys uint32) geometry {
+	phys := (uint64(maxKeys)*PhysicalPerKeyNum + PhysicalPerKeyDen - 1) / PhysicalPerKeyDen
+	return geometry{maxKeys: maxKeys, buckets: uint32(max((phys+BucketSlots-1)/BucketSlots, 1))}
+}
+
+type nameEntry struct {
+	geo, idx uint32
+	name     string
 }
 
 // TableConfig configures a Table.
@@ -76,7 +235,7 @@ type TableConfig struct {
 	Store Store
 	// Prefix namespaces the slots, e.g. "rl|api|"; it must be unique per rule.
 	Prefix string
-	// Slots is the number of distinct keys tracked (at least 1).
+	// Slots is max_keys: the number of distinct keys tracked (at least 1).
 	Slots uint32
 	// Attempts bounds the compare-and-swap loop (at least 1).
 	Attempts int
@@ -84,9 +243,13 @@ type TableConfig struct {
 	Limiter Limiter
 	// Digests, when set, caches key digests; the Tables of one VM can share one.
 	Digests *DigestCache
+	// Secret keys the slot addressing (see LoadSecret). Every VM of a process must use the
+	// same one; the zero value works but is public, so clients could predict slots.
+	Secret [SecretSize]byte
 }
 
-// NewTable returns a Table for c.
+// NewTable returns a Table for c. It records the table's geometry in the store, so that a later
+// configuration with another max_keys finds the keys stored under this one.
 func NewTable(c TableConfig) (*Table, error) {
 	switch {
 	case c.Store == nil:
@@ -98,8 +261,52 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
-	return &Table{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter,
-		digests: c.Digests, overflow: c.Prefix + "overflow"}, nil
+	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
+		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
+		cur: newGeometry(c.Slots)}
+	prev, err := t.registerGeometry()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range prev {
+		t.prev = append(t.prev, newGeometry(m))
+	}
+	return t, nil
+}
+
+// registerGeometry puts the current max_keys first in the rule's list of geometries and returns
+// the others, newest first.
+func (t *Table) registerGeometry() ([]uint32, error) {
+	key := t.prefix + "geometry"
+	for range max(t.attempts, 8) {
+		v, cas, err := t.store.Get(key)
+		if isNotFound(err) {
+			v, cas = nil, createCAS
+		} else if err != nil {
+			return nil, err
+		}
+		var others []uint32
+		for i := 0; i+4 <= len(v); i += 4 {
+			if m := binary.LittleEndian.Uint32(v[i:]); m != 0 && m != t.cur.maxKeys && len(others) < maxGeometries-1 {
+				others = append(others, m)
+			}
+		}
+		if len(v) >= 4 && binary.LittleEndian.Uint32(v) == t.cur.maxKeys {
+			return others, nil
+		}
+		next := binary.LittleEndian.AppendUint32(nil, t.cur.maxKeys)
+		for _, m := range others {
+			next = binary.LittleEndian.AppendUint32(next, m)
+		}
+		err = t.store.Set(key, next, cas)
+		if err == nil {
+			return others, nil
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return nil, err
+		}
+	}
+	return nil, ErrAttemptsExhausted
 }
 
 // Pending is a decision that has been made but not yet written. Deciding every rule of a request
@@ -110,34 +317,47 @@ type Pending struct {
 	Decision algorithms.Decision
 	// Retries counts compare-and-swap attempts lost so far.
 	Retries int
-	// Overflow reports that the key found no slot of its own and is counted in the overflow slot.
+	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
 	Overflow bool
+	// Claimed reports that Commit stored the key in a slot that had never been written: the
+	// rule's count of created slots grew to Used (see Table.Used).
+	Claimed bool
+	// Used is the count of created slots after this claim, when Claimed is set.
+	Used uint32
 
 	digest [DigestSize]byte
 	now, n int64
-	slot   string
-	cas    uint32
-	value  []byte
+	// The slot to write: geo is its geometry's max_keys (0 for an overflow slot), idx its
+	// number; fresh is set when it was never written.
+	geo, idx uint32
+	fresh    bool
+	cas      uint32
+	value    []byte
 }
 
-// Decide reads the key's state and decides whether n events may pass at now. Nothing is written.
+// Decide reads the key's state and decides whether n events may pass at now. Only a key that
+// moves to the current geometry writes (its forward, see Table); the decision is not written.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 	p.digest = t.digests.Digest(key)
-	p.now, p.n, p.Retries = now, n, 0
+	p.now, p.n, p.Retries, p.Claimed = now, n, 0, false
 	return t.decide(p)
 }
 
 // Commit writes an allowed decision with compare-and-swap. When another worker wrote the slot
 // since Decide read it, the decision is made again on the fresh state (it may now be a denial)
 // and written again, at most Attempts times in all. A denial is never written: a denied request
-// consumes nothing.
+// consumes nothing. ErrAttemptsExhausted means every attempt lost a race: the request must not
+// be admitted uncounted.
 func (t *Table) Commit(p *Pending) error {
 	for {
 		if !p.Decision.Allowed {
 			return nil
 		}
-		err := t.store.Set(p.slot, p.value, p.cas)
+		err := t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
 		if err == nil {
+			if p.fresh {
+				p.Claimed, p.Used = true, t.countCreated(p.geo)
+			}
 			return nil
 		}
 		if !errors.Is(err, ErrCasMismatch) {
@@ -161,45 +381,125 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 	return t.Commit(p)
 }
 
+// errMoveLost means writing a forward lost a race; the lookup starts again.
+var errMoveLost = errors.New("sharedstate: moving a key lost a race")
+
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 func (t *Table) decide(p *Pending) error {
-	p.Overflow = false
-	home := binary.LittleEndian.Uint64(p.digest[8:]) % uint64(t.slots)
-	free := -1
-	var freeCas uint32
-	probes := min(uint64(Probes), uint64(t.slots))
-	for i := uint64(0); i < probes; i++ {
-		slot := t.slotKey((home + i) % uint64(t.slots))
-		v, cas, err := t.store.Get(slot)
-		if isNotFound(err) {
-			// Slots are never deleted, so a slot that was never written ends the probe
-			// sequence: the key cannot live beyond it.
-			if free < 0 {
-				p.slot, p.cas = slot, createCAS
-				return t.run(p, nil)
-			}
-			break
-		}
-		if err != nil {
+	h := sipHash24(t.k0, t.k1, p.digest[:])
+	for {
+		err := t.decideIn(p, t.cur, h, nil, 0)
+		if !errors.Is(err, errMoveLost) {
 			return err
 		}
-		if len(v) >= DigestSize && [DigestSize]byte(v[:DigestSize]) == p.digest {
-			p.slot, p.cas = slot, cas
-			return t.run(p, v[DigestSize:])
-		}
-		if free < 0 && (len(v) < DigestSize || t.limiter.Idle(v[DigestSize:], p.now)) {
-			// A slot too short to hold a digest is corrupt; like an idle one it holds no
-			// allowance worth keeping.
-			free, freeCas = int(i), cas
+		p.Retries++
+		if p.Retries >= t.attempts {
+			return ErrAttemptsExhausted
 		}
 	}
-	if free >= 0 {
-		p.slot, p.cas = t.slotKey((home+uint64(free))%uint64(t.slots)), freeCas
+}
+
+// scan is what a lookup learned about a key in one geometry.
+type scan struct {
+	found      bool   // the key's digest is in slot idx (cas)
+	moved      uint32 // when found: non-zero if the slot is a forward to this geometry
+	state      []byte // when found: the key's state
+	idx        uint32
+	cas        uint32
+	place      bool // a free slot for the key: placeIdx (placeCas), never written if placeFresh
+	placeAt    uint32
+	placeCas   uint32
+	placeFresh bool
+}
+
+// forward is a slot that forwards the key to another geometry, with the copy of its state.
+type forward struct {
+	state         []byte
+	geo, idx, cas uint32
+}
+
+// decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
+// copy is the state to start from when the key is absent from g.
+func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
+	p.Overflow, p.fresh = false, false
+	s, err := t.scan(g, h, p, true)
+	if err != nil {
+		return err
+	}
+	if s.found && s.moved != 0 {
+		if s.moved != g.maxKeys && hops < maxHops {
+			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas}, hops+1)
+		}
+		// A forward loop, or one too many: the copy is the best state there is, and it stays
+		// where it is (the slot is written back as a live key).
+		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
+		return t.run(p, s.state)
+	}
+	if s.found {
+		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
+		return t.run(p, s.state)
+	}
+	if from == nil && hops == 0 && g == t.cur {
+		// Not here: the key may still live under a previous max_keys.
+		for _, old := range t.prev {
+			o, err := t.scan(old, h, p, false)
+			if err != nil {
+				return err
+			}
+			if !o.found {
+				continue
+			}
+			if o.moved == g.maxKeys {
+				// A forward here whose copy never arrived: revive it.
+				from = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
+				break
+			}
+			if o.moved != 0 || t.limiter.Idle(o.state, p.now) {
+				continue
+			}
+			if !s.place {
+				// No room here: the key keeps living in its old slot.
+				p.geo, p.idx, p.cas = old.maxKeys, o.idx, o.cas
+				return t.run(p, o.state)
+			}
+			// Replace the old slot with a forward that keeps a copy, then store the state
+			// here. Old VMs follow the forward; a lost race means the key changed: look again.
+			fwd := make([]byte, 0, movedHeader+len(o.state))
+			fwd = append(fwd, p.digest[:]...)
+			fwd = append(fwd, slotMoved)
+			fwd = binary.LittleEndian.AppendUint32(fwd, g.maxKeys)
+			fwd = append(fwd, o.state...)
+			if err := t.store.Set(t.name(old.maxKeys, o.idx), fwd, o.cas); err != nil {
+				if errors.Is(err, ErrCasMismatch) {
+					return errMoveLost
+				}
+				return err
+			}
+			p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+			return t.run(p, o.state)
+		}
+	}
+	switch {
+	case s.place && from != nil:
+		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+		return t.run(p, from.state)
+	case s.place:
+		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
 		return t.run(p, nil)
+	case from != nil:
+		// No room where the forward points: the key lives on in the forward's slot, which
+		// becomes a live slot again when the decision is written.
+		p.geo, p.idx, p.cas = from.geo, from.idx, from.cas
+		return t.run(p, from.state)
 	}
+	return t.overflow(p, h)
+}
+
+// overflow decides the key in its overflow slot.
+func (t *Table) overflow(p *Pending, h uint64) error {
 	p.Overflow = true
-	p.slot = t.overflow
-	v, cas, err := t.store.Get(p.slot)
+	p.geo, p.idx = 0, overflowIndex(h)
+	v, cas, err := t.store.Get(t.transientName(0, p.idx))
 	switch {
 	case isNotFound(err):
 		p.cas = createCAS
@@ -208,43 +508,226 @@ func (t *Table) decide(p *Pending) error {
 		return err
 	}
 	p.cas = cas
-	if len(v) < DigestSize {
+	if len(v) < slotHeader || v[DigestSize] != slotLive {
 		return t.run(p, nil)
 	}
-	return t.run(p, v[DigestSize:])
+	return t.run(p, v[slotHeader:])
 }
 
-// run applies the limiter to state and prepares the value to write: digest then state.
+// overflowIndex picks the overflow slot of a keyed hash, from bits mixed apart from those that
+// choose the buckets.
+func overflowIndex(h uint64) uint32 {
+	return uint32(((h ^ h>>29) * 0x9e3779b97f4a7c15) >> 58 % OverflowSlots)
+}
+
+// choices returns the two buckets of h in g and the starting slot in each, by the
+// multiply-shift range reduction (Lemire, "A fast alternative to the modulo reduction"): the
+// high half of x*n is uniform in [0, n), and the low half's high bits are fresh bits for the
+// starting slot.
+func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
+	for i := range Choices {
+		x := uint64(uint32(h >> (32 * i)))
+		m := x * uint64(g.buckets)
+		b[i] = uint32(m >> 32)
+		start[i] = uint32((uint64(uint32(m)) * BucketSlots) >> 32)
+	}
+	return b, start
+}
+
+// scan reads the key's slots in g: the starting slot of each bucket first, then the rest of
+// both. It stops when it finds the key. With place, it also finds where a new key would go:
+// the first free slot, from its starting slot, of the bucket holding fewer active keys.
+func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
+	var s scan
+	b, start := g.choices(h)
+	n := Choices
+	if b[1] == b[0] {
+		n = 1
+	}
+	var load [Choices]int
+	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
+	var cas, casWritten [Choices]uint32
+	var idxs [Choices][BucketSlots]uint32
+	for j := range BucketSlots {
+		for c := range n {
+			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
+			idxs[c][j] = idx
+			v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+			if isNotFound(err) {
+				if free[c] == 0 {
+					free[c], cas[c] = j+1, createCAS
+				}
+				continue
+			}
+			if err != nil {
+				return s, err
+			}
+			if len(v) >= slotHeader && [DigestSize]byte(v[:DigestSize]) == p.digest {
+				switch {
+				case v[DigestSize] == slotLive:
+					s.found, s.idx, s.cas, s.state = true, idx, vcas, v[slotHeader:]
+					return s, nil
+				case v[DigestSize] == slotMoved && len(v) >= movedHeader:
+					if m := binary.LittleEndian.Uint32(v[slotHeader:]); m != 0 {
+						s.found, s.idx, s.cas, s.moved, s.state = true, idx, vcas, m, v[movedHeader:]
+						return s, nil
+					}
+				}
+			}
+			if t.slotFree(v, p.now) {
+				if free[c] == 0 {
+					free[c], cas[c] = j+1, vcas
+				}
+				if freeWritten[c] == 0 {
+					freeWritten[c], casWritten[c] = j+1, vcas
+				}
+				continue
+			}
+			load[c]++
+		}
+	}
+	if !place {
+		return s, nil
+	}
+	order := [Choices]int{0, 1}
+	if n > 1 && load[1] < load[0] {
+		order = [Choices]int{1, 0}
+	}
+	capChecked, room := false, false
+	for _, c := range order[:n] {
+		if free[c] == 0 {
+			continue
+		}
+		if cas[c] == createCAS {
+			// A never-written slot: only while fewer than max_keys slots exist.
+			if !capChecked {
+				capChecked, room = true, t.created(g.maxKeys) < g.maxKeys
+			}
+			if room {
+				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
+				return s, nil
+			}
+			if freeWritten[c] == 0 {
+				continue
+			}
+			s.place, s.placeAt, s.placeCas = true, idxs[c][freeWritten[c]-1], casWritten[c]
+			return s, nil
+		}
+		s.place, s.placeAt, s.placeCas = true, idxs[c][free[c]-1], cas[c]
+		return s, nil
+	}
+	return s, nil
+}
+
+// slotFree reports whether a slot held by another key can be given to a new one: its bytes are
+// corrupt, or its state (live, or the copy in a forward) is idle.
+func (t *Table) slotFree(v []byte, now int64) bool {
+	switch {
+	case len(v) < slotHeader:
+		return true
+	case v[DigestSize] == slotLive:
+		return t.limiter.Idle(v[slotHeader:], now)
+	case v[DigestSize] == slotMoved && len(v) >= movedHeader:
+		return t.limiter.Idle(v[movedHeader:], now)
+	}
+	return true
+}
+
+// run applies the limiter to state and prepares the value to write: digest, kind, state.
 func (t *Table) run(p *Pending, state []byte) error {
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
 	p.value = append(p.value[:0], p.digest[:]...)
+	p.value = append(p.value, slotLive)
 	p.value = append(p.value, next...)
 	return nil
 }
 
-func (t *Table) slotKey(i uint64) string {
-	if t.names == nil {
-		t.names = make([]uint32, t.slots)
-	}
-	start := int(t.names[i]) - 1
-	if start < 0 {
-		start = len(t.nameBytes)
-		t.nameBytes = append(t.nameBytes, t.prefix...)
-		t.nameBytes = strconv.AppendUint(t.nameBytes, i, 10)
-		t.names[i] = uint32(start + 1)
-	}
-	// The name's bytes are never written again (nameBytes only grows, and a reallocation
-	// leaves the old array to the strings that point into it), so the string can share them.
-	name := t.nameBytes[start : start+len(t.prefix)+decimalLen(i)]
-	return unsafe.String(&name[0], len(name))
+// usedKey returns the name of the counter of slots created in geometry maxKeys.
+func (t *Table) usedKey(maxKeys uint32) string {
+	return t.prefix + strconv.FormatUint(uint64(maxKeys), 10) + ".used"
 }
 
-// decimalLen returns the number of decimal digits of i.
-func decimalLen(i uint64) int {
-	n := 1
-	for ; i >= 10; i /= 10 {
-		n++
+// created returns how many slots of geometry maxKeys exist, from the shared counter.
+func (t *Table) created(maxKeys uint32) uint32 {
+	v, _, err := t.store.Get(t.usedKey(maxKeys))
+	if err != nil || len(v) != 4 {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(v)
+}
+
+// Used returns how many slots of the current geometry hold or have held a key, out of
+// max_keys, from the counter every VM updates: the rule's table fill as all workers see it.
+// Slots of idle keys are counted (they are reused, never deleted).
+func (t *Table) Used() uint32 { return t.created(t.cur.maxKeys) }
+
+// MaxKeys returns the number of keys the table holds.
+func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
+
+// countCreated adds a created slot to geometry maxKeys' counter, with compare-and-swap, and
+// returns the new count. The count feeds the fill gauge and the max_keys bound; after
+// Attempts lost races it gives up (a count one short lets at most one more slot be created)
+// and returns the last count it read.
+func (t *Table) countCreated(maxKeys uint32) uint32 {
+	key := t.usedKey(maxKeys)
+	var n uint32
+	for range t.attempts {
+		v, cas, err := t.store.Get(key)
+		n = 0
+		switch {
+		case isNotFound(err):
+			cas = createCAS
+		case err != nil:
+			return n
+		case len(v) == 4:
+			n = binary.LittleEndian.Uint32(v)
+		}
+		var buf [4]byte
+		binary.LittleEndian.PutUint32(buf[:], n+1)
+		err = t.store.Set(key, buf[:], cas)
+		if err == nil {
+			return n + 1
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return n
+		}
 	}
 	return n
+}
+
+// transientName returns the name of slot idx of geometry geo (0: overflow slot idx) in the
+// Table's scratch buffer: valid until the next call, for a Get, which does not keep its key.
+func (t *Table) transientName(geo, idx uint32) string {
+	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
+}
+
+// name returns the name of slot idx of geometry geo (0: overflow slot idx) as a string of its
+// own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
+// of an established key is written on every request, and building its name would cost an
+// allocation each time. The cache does not grow with max_keys.
+func (t *Table) name(geo, idx uint32) string {
+	if t.names == nil {
+		t.names = make([]nameEntry, nameCacheSize)
+	}
+	e := &t.names[(idx^geo*0x9e3779b9)%nameCacheSize]
+	if e.name == "" || e.geo != geo || e.idx != idx {
+		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+		*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
+	}
+	return e.name
+}
+
+// appendName appends a slot name: prefix, then the geometry's max_keys, '.' and the slot
+// number; or, for an overflow slot, prefix, "o." and its number.
+func appendName(dst []byte, prefix string, geo, idx uint32) []byte {
+	dst = append(dst, prefix...)
+	if geo == 0 {
+		dst = append(dst, 'o')
+	} else {
+		dst = strconv.AppendUint(dst, uint64(geo), 10)
+	}
+	dst = append(dst, '.')
+	return strconv.AppendUint(dst, uint64(idx), 10)
 }

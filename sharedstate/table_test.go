@@ -3,6 +3,8 @@ package sharedstate_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +21,10 @@ func newTable(t testing.TB, store sharedstate.Store, slots uint32, c algorithms.
 	t.Helper()
 	lim, err := algorithms.New(c)
 	require.NoError(t, err)
+	secret, err := sharedstate.LoadSecret(store)
+	require.NoError(t, err)
 	tab, err := sharedstate.NewTable(sharedstate.TableConfig{
-		Store: store, Prefix: "rl|test|", Slots: slots, Attempts: 8, Limiter: lim,
+		Store: store, Prefix: "rl|test|", Slots: slots, Attempts: 8, Limiter: lim, Secret: secret,
 	})
 	require.NoError(t, err)
 	return tab
@@ -46,12 +50,13 @@ func TestTableKeysAreIndependent(t *testing.T) {
 func TestDecideWritesNothing(t *testing.T) {
 	store := sharedstate.NewMemory()
 	tab := newTable(t, store, 8, tokenBucket10)
+	before := store.Len() // the secret and the table's geometry record
 	var p sharedstate.Pending
 	for range 20 {
 		require.NoError(t, tab.Decide([]byte("a"), 0, 1, &p))
 		require.True(t, p.Decision.Allowed)
 	}
-	require.Zero(t, store.Len())
+	require.Equal(t, before, store.Len())
 }
 
 // Exactness under concurrency: many goroutines (standing in for worker VMs) on one hot key of
@@ -88,8 +93,8 @@ func TestTableExactUnderConcurrency(t *testing.T) {
 	require.EqualValues(t, n, admitted.Load(), "exhausted attempts: %d", exhausted.Load())
 }
 
-// The table never holds more than Slots+1 keys, however many distinct keys arrive, and keys
-// that find no slot share the overflow slot instead of evicting an active key.
+// The table never creates more than max_keys slots, however many distinct keys arrive, and
+// keys that find no slot are counted in an overflow slot instead of evicting an active key.
 func TestTableIsBoundedAndNeverEvictsActiveKeys(t *testing.T) {
 	store := sharedstate.NewMemory()
 	tab := newTable(t, store, 8, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Minute})
@@ -102,7 +107,9 @@ func TestTableIsBoundedAndNeverEvictsActiveKeys(t *testing.T) {
 			overflowed++
 		}
 	}
-	require.LessOrEqual(t, store.Len(), 9)
+	require.Equal(t, 8, countSlots(store, "rl|test|8."), "slots created")
+	require.EqualValues(t, 8, tab.Used())
+	require.LessOrEqual(t, countSlots(store, "rl|test|o."), sharedstate.OverflowSlots)
 	require.Equal(t, 200-8, overflowed)
 	// Every placed key still has exactly its second request: nothing was evicted or reset.
 	placed := 0
@@ -115,10 +122,17 @@ func TestTableIsBoundedAndNeverEvictsActiveKeys(t *testing.T) {
 		}
 	}
 	require.Equal(t, 8, placed)
-	// The flood shares one budget of 2: it is limited as one client.
-	require.NoError(t, tab.Decide([]byte("new"), 1, 1, &p))
-	require.True(t, p.Overflow)
-	require.False(t, p.Decision.Allowed)
+}
+
+// countSlots counts the store's entries whose name starts with prefix.
+func countSlots(store *sharedstate.Memory, prefix string) int {
+	n := 0
+	for _, k := range store.Keys() {
+		if strings.HasPrefix(k, prefix) && !strings.HasSuffix(k, ".used") {
+			n++
+		}
+	}
+	return n
 }
 
 // Once a key is back at its full allowance its slot can go to another key; nobody gains
@@ -138,10 +152,13 @@ func TestTableReclaimsIdleSlots(t *testing.T) {
 
 // Corrupt bytes in a slot are treated as a fresh key, never a panic.
 func TestTableSurvivesCorruptState(t *testing.T) {
-	for _, junk := range [][]byte{nil, {1}, make([]byte, 15), make([]byte, 16), []byte("0123456789abcdef\xff\xff\xff")} {
+	for _, junk := range [][]byte{nil, {1}, make([]byte, 15), make([]byte, 16), make([]byte, 17), []byte("0123456789abcdef\x00\xff\xff\xff"),
+		[]byte("0123456789abcdef\x01\xff\xff\xff"), []byte("0123456789abcdef\x07\xff\xff\xff")} {
 		store := sharedstate.NewMemory()
 		tab := newTable(t, store, 1, tokenBucket10)
-		require.NoError(t, store.Set("rl|test|0", junk, 0))
+		for i := range sharedstate.BucketSlots {
+			require.NoError(t, store.Set(fmt.Sprintf("rl|test|1.%d", i), junk, 0))
+		}
 		var p sharedstate.Pending
 		require.NoError(t, tab.AllowN([]byte("a"), 0, 1, &p))
 		require.True(t, p.Decision.Allowed)
@@ -176,7 +193,9 @@ func BenchmarkTableAllowN(b *testing.B) {
 	}
 }
 
-// Slot keys are the prefix and the slot number in decimal, whatever the number's length.
+// Slot names are the prefix, the geometry (max_keys), a dot and the slot number; overflow
+// slots "o." and their number; besides them a rule has its geometry record and the counter of
+// created slots, and the process its secret. Nothing else is ever written.
 func TestSlotKeys(t *testing.T) {
 	store := sharedstate.NewMemory()
 	tab := newTable(t, store, 5000, algorithms.Config{Algorithm: "fixed_window", Limit: 5, Window: time.Minute})
@@ -184,19 +203,23 @@ func TestSlotKeys(t *testing.T) {
 	for i := range 2000 {
 		require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", i), 0, 1, &p))
 		require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", i), 0, 1, &p)) // found again
-		if !p.Overflow {
-			require.EqualValues(t, 3, p.Decision.Remaining, "key k%d", i)
+		require.False(t, p.Overflow)
+		require.EqualValues(t, 3, p.Decision.Remaining, "key k%d", i)
+	}
+	buckets := (5000*3/2 + sharedstate.BucketSlots - 1) / sharedstate.BucketSlots
+	slots := 0
+	for _, k := range store.Keys() {
+		switch {
+		case k == sharedstate.SecretKey, k == "rl|test|geometry", k == "rl|test|5000.used":
+		case strings.HasPrefix(k, "rl|test|5000."):
+			n, err := strconv.Atoi(strings.TrimPrefix(k, "rl|test|5000."))
+			require.NoError(t, err, k)
+			require.Less(t, n, buckets*sharedstate.BucketSlots)
+			slots++
+		default:
+			t.Fatalf("unexpected key %q", k)
 		}
 	}
-	found := 0
-	for i := range 5000 {
-		if _, _, err := store.Get(fmt.Sprintf("rl|test|%d", i)); err == nil {
-			found++
-		}
-	}
-	if _, _, err := store.Get("rl|test|overflow"); err == nil {
-		found++
-	}
-	require.Equal(t, store.Len(), found, "every key the table wrote is a slot key")
-	require.GreaterOrEqual(t, found, 1900)
+	require.Equal(t, 2000, slots)
+	require.EqualValues(t, 2000, tab.Used())
 }

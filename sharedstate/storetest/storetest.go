@@ -141,3 +141,29 @@ func increment(s sharedstate.Store, key string) error {
 	}
 	return errors.New("increment: too many CAS conflicts")
 }
+
+// Racing is a Store that loses compare-and-swap races on purpose, for tests of what a caller
+// does under contention: before a conditional write to a key that exists, a rival writer
+// rewrites that key (same value, new CAS number) while Lose returns true, so the write fails
+// with ErrCasMismatch exactly as it does when another worker wrote first. Nothing is faked:
+// the underlying store decides every outcome.
+type Racing struct {
+	sharedstate.Store
+	// Lose reports whether the write to key should lose its race; nil means always.
+	Lose func(key string) bool
+	// Lost counts the races lost so far.
+	Lost int
+}
+
+// Set writes value at key under the store's CAS rules, after the rival's write if it races.
+func (r *Racing) Set(key string, value []byte, cas uint32) error {
+	if cas != 0 && (r.Lose == nil || r.Lose(key)) {
+		if old, rivalCas, err := r.Store.Get(key); err == nil {
+			if err := r.Store.Set(key, old, rivalCas); err != nil {
+				return err
+			}
+			r.Lost++
+		}
+	}
+	return r.Store.Set(key, value, cas)
+}
