@@ -144,7 +144,7 @@ func TestCostlyConfigsRefusedWasm(t *testing.T) {
 	}{
 		{"256 rules x max_keys 1e6", costRules(config.MaxRules, func(i int) string {
 			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,"key":[%s],"algorithm":"token_bucket","limit":10,"window":"1s"}`, i, header)
-		}), "rules: the rules' key tables could hold 4.2 GiB in every worker VM, above the budget of 128.0 MiB"},
+		}), "in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[100]"},
 		{"256 rules x 32 regexes [a-z]{1000}", costRules(config.MaxRules, func(i int) string {
 			h := make([]string, config.MaxHeaderConds)
 			for j := range h {

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"regexp/syntax"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
 // A configuration that passes every per-field check can still be too expensive as a whole:
@@ -35,29 +36,12 @@ const (
 	MaxSharedDataBytes = 512 << 20
 )
 
-// The cost of one key of a local table, as sharedstate.Table stores it. They are defined here
-// rather than imported because the table's layout is sharedstate's business and may change;
-// whoever changes it must update these figures (TestTableCostCoversTable checks them against
-// the package's exported DigestSize).
-const (
-	// vmBytesPerSlot is what a Table keeps per slot in the VM whatever the slot holds: the
-	// uint32 offset of the slot's cached name. The name's bytes (the rule's prefix and the
-	// slot number in decimal) are added per slot on top, once the slot has been used.
-	vmBytesPerSlot = 4
-	// slotDigestBytes is the key digest stored in front of each slot's state
-	// (sharedstate.DigestSize).
-	slotDigestBytes = 16
-	// sharedDataEntryBytes is an estimate of what Envoy's shared-data map spends per entry
-	// beyond the key and value bytes: a hash node, two std::string headers, the CAS number
-	// and the bucket pointer. It is an upper estimate; the budget need not be exact, only
-	// proportionate.
-	sharedDataEntryBytes = 96
-)
-
-// TableCost is the worst case of what one rule's local key table can hold: Slots keys (one
-// for a rule without key parts, max_keys otherwise, plus the shared overflow slot), VMBytes
-// in every worker VM and SharedBytes in Envoy's shared data. Every rule has a table, global
-// rules too (redis.failure_mode "local" decides on it).
+// TableCost is the worst case of what one rule's local key table can hold: Slots shared-data
+// entries (max_keys slots, or one for a rule without key parts, plus the overflow slots and
+// the table's bookkeeping entries), VMBytes in every worker VM and SharedBytes in Envoy's
+// shared data. Every rule has a table, global rules too (redis.failure_mode "local" decides on
+// it). The figures are sharedstate's own (sharedstate.SharedBytesPerKey, TableVMBytes), so
+// they follow the table's layout.
 type TableCost struct {
 	Slots       int64
 	VMBytes     int64
@@ -69,22 +53,26 @@ func (c *Config) TableCost(r *Rule) TableCost {
 	return tableCost(c.Domain, r)
 }
 
+// tableBookkeeping is the number of shared-data entries a table keeps besides its slots: the
+// created-slot counter and the record of its max_keys values, counted with a margin of one.
+const tableBookkeeping = 3
+
 func tableCost(domain string, r *Rule) TableCost {
 	slots := int64(r.MaxKeys)
 	if len(r.Key) == 0 {
 		slots = 1 // the filter gives a rule without key parts a single slot
 	}
-	// Slot names are "<domain>|<rule>|<slot number>" (the filter's table prefix).
-	nameLen := int64(len(domain)+len(r.Name)+2) + int64(len(strconv.FormatInt(max(slots-1, 0), 10)))
-	state := int64(0)
+	state := 0
 	if r.Limiter != nil {
-		state = int64(r.Limiter.StateSize())
+		state = r.Limiter.StateSize()
 	}
-	entries := slots + 1 // the overflow slot
+	// The table's prefix is "<domain>|<rule>|" (see the filter's plugin).
+	prefix := len(domain) + len(r.Name) + 2
+	entries := slots + sharedstate.OverflowSlots + tableBookkeeping
 	return TableCost{
 		Slots:       entries,
-		VMBytes:     entries * (vmBytesPerSlot + nameLen),
-		SharedBytes: entries * (nameLen + slotDigestBytes + state + sharedDataEntryBytes),
+		VMBytes:     sharedstate.TableVMBytes,
+		SharedBytes: entries * int64(sharedstate.SharedBytesPerKey(prefix, state)),
 	}
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -74,25 +75,59 @@ func manyKeysObject(n int, same bool) string {
 	return b.String()
 }
 
-// The key tables of 256 rules of a million keys could hold gigabytes in every worker VM (the
-// first request of such a config took 10.9 s and grew a VM to 4.5 GB): refused at once, with
-// the total, the budget and the largest rules.
+// The key tables of 256 rules of a million keys could hold gigabytes of shared data (the first
+// request of such a config took 10.9 s and grew a VM to 4.5 GB): refused at once, with the
+// total, the budget and the largest rules.
 func TestBudgetRefusesHugeKeyTables(t *testing.T) {
 	err, took := parseTimed(t, bigKeysConfig())
 	t.Logf("256 rules x max_keys 1e6: refused in %v", took)
 	require.Less(t, took, quickly)
 	require.Error(t, err)
 	msg := err.Error()
-	// Slot names "rl|r100|999999" are the longest, so rules[100..] cost most.
-	require.Contains(t, msg, "rules: the rules' key tables could hold 4.2 GiB in every worker VM, above the budget of 128.0 MiB; largest: rules[100] 1000001 keys x 18 B = 17.2 MiB, rules[101]")
-	require.Contains(t, msg, "rules: the rules' key tables could hold 34.0 GiB in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[100] 1000001 keys x 143 B = 136.4 MiB")
+	// Every rule costs the same per key: its prefix "rl|rNNN|" is as long as any other's
+	// from r100 on, and rules[100..] cost most.
+	per := sharedstate.SharedBytesPerKey(len("rl|r100|"), tokenBucketStateSize(t))
+	entries := 1000000 + sharedstate.OverflowSlots + 3
+	require.Contains(t, msg, fmt.Sprintf("rules: the rules' key tables could hold %s in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[100] %d keys x %d B = %s",
+		formatBytes(totalShared(t, bigKeysConfig())), entries, per, formatBytes(int64(entries*per))))
 	require.Contains(t, msg, "lower max_keys")
+	// A worker VM's share no longer grows with max_keys: a table keeps a fixed name cache.
+	require.NotContains(t, msg, "in every worker VM")
 
 	// Each rule alone is fine: the budget is about the sum.
 	one := manyRules(1, func(i int) string {
 		return `{"name":"r0","max_keys":1000000,"key":[{"source":"header","name":"x-k"}],` + tb + `}`
 	})
 	mustParse(t, one)
+}
+
+// tokenBucketStateSize is the state size of the token buckets the budget tests configure.
+func tokenBucketStateSize(t *testing.T) int {
+	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgTokenBucket, Limit: 1, Window: time.Second})
+	require.NoError(t, err)
+	return lim.StateSize()
+}
+
+// totalShared sums the shared-data cost of every rule of doc as the budget does, computed from
+// the rules' names and sizes independently of tableCost.
+func totalShared(t *testing.T, doc string) int64 {
+	var root struct {
+		Domain string
+		Rules  []struct {
+			Name    string
+			MaxKeys int64 `json:"max_keys"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(doc), &root))
+	if root.Domain == "" {
+		root.Domain = "rl"
+	}
+	var total int64
+	for _, r := range root.Rules {
+		total += (r.MaxKeys + sharedstate.OverflowSlots + 3) *
+			int64(sharedstate.SharedBytesPerKey(len(root.Domain)+len(r.Name)+2, tokenBucketStateSize(t)))
+	}
+	return total
 }
 
 // The budget follows the state size: a sliding log keeps a timestamp per admitted request, so
@@ -103,34 +138,39 @@ func TestBudgetCountsStateSize(t *testing.T) {
 			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,"key":[{"source":"client_ip"}],"algorithm":"sliding_window","variant":"log","limit":1024,"window":"1m"}`, i, keys)
 		})
 	}
-	c := mustParse(t, log(1, 50000))
+	c := mustParse(t, log(1, 40000))
 	tc := c.TableCost(c.Rules[0])
-	require.Equal(t, int64(50001), tc.Slots)
-	// "rl|r0|" + 5 digits, the digest, a log of 1024 events, the map entry.
-	state := int64(c.Rules[0].Limiter.StateSize())
-	require.Equal(t, 50001*(11+16+state+96), tc.SharedBytes)
-	require.Equal(t, int64(50001*(4+11)), tc.VMBytes)
-	_, err := Parse([]byte(log(2, 50000)))
-	require.ErrorContains(t, err, fmt.Sprintf("rules: the rules' key tables could hold 794.0 MiB in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[0] 50001 keys x %d B = 397.0 MiB, rules[1] 50001 keys x %[1]d B = 397.0 MiB", 11+16+state+96))
+	entries := int64(40000 + sharedstate.OverflowSlots + 3)
+	require.Equal(t, entries, tc.Slots)
+	// "rl|r0|", the slot's geometry and number, its value (digest, kind, forward), a log of
+	// 1024 events, the map entry.
+	state := c.Rules[0].Limiter.StateSize()
+	per := int64(sharedstate.SharedBytesPerKey(len("rl|r0|"), state))
+	require.Greater(t, per, int64(state+16))
+	require.Equal(t, entries*per, tc.SharedBytes)
+	require.Equal(t, int64(sharedstate.TableVMBytes), tc.VMBytes)
+	_, err := Parse([]byte(log(2, 40000)))
+	require.ErrorContains(t, err, fmt.Sprintf("rules: the rules' key tables could hold %s in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[0] %d keys x %d B = %s, rules[1] %[2]d keys x %[3]d B = %[4]s",
+		formatBytes(2*entries*per), entries, per, formatBytes(entries*per)))
 
 	// A rule without key parts has one key whatever max_keys says.
 	c = mustParse(t, manyRules(MaxRules, func(i int) string {
 		return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,%s}`, i, tb)
 	}))
-	require.Equal(t, int64(2), c.TableCost(c.Rules[0]).Slots)
+	require.Equal(t, int64(1+sharedstate.OverflowSlots+3), c.TableCost(c.Rules[0]).Slots)
 }
 
-// The figures the budget uses for a table are sharedstate's: if the table's digest grows, the
-// budget must be revisited.
+// The figures the budget uses for a table are sharedstate's: the per-key bytes of a slot for
+// the filter's prefix "<domain>|<rule>|", and a fixed per-VM size.
 func TestTableCostCoversTable(t *testing.T) {
-	require.Equal(t, sharedstate.DigestSize, slotDigestBytes)
 	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgTokenBucket, Limit: 1, Window: time.Second})
 	require.NoError(t, err)
-	// The slot names a table builds for the filter's prefix are the lengths counted here.
 	r := &Rule{Name: "api", MaxKeys: 1000, Key: []KeyPart{{Source: SourceClientIP}}, Limiter: lim}
 	tc := tableCost("demo", r)
-	require.Equal(t, int64(1001*(4+len("demo|api|999"))), tc.VMBytes)
-	require.Equal(t, int64(1001*(len("demo|api|999")+16+lim.StateSize()+96)), tc.SharedBytes)
+	require.Equal(t, int64(sharedstate.TableVMBytes), tc.VMBytes)
+	require.Equal(t, int64((1000+sharedstate.OverflowSlots+3)*sharedstate.SharedBytesPerKey(len("demo|api|"), lim.StateSize())), tc.SharedBytes)
+	// A slot's value holds at least the digest and the state.
+	require.Greater(t, sharedstate.SharedBytesPerKey(0, lim.StateSize()), sharedstate.DigestSize+lim.StateSize())
 }
 
 // One expression `[a-z]{1000}` compiles to 1,004 instructions; 8,192 of them took 29.5 s and
