@@ -81,7 +81,10 @@ func TestDifferentialConfigChange(t *testing.T) {
 					// recorded is the index of the configuration the stored state was written
 					// under (-1: nothing stored yet).
 					recorded := -1
-					now := int64(1_764_480_000_123_456_789) + r.Int64N(int64(time.Second))
+					// Each pair runs from 2025, from a few seconds after the epoch (timestamps of
+					// fewer than 10 digits) and from 2 hours before MaxTime (the clamp).
+					now := []int64{1_764_480_000_123_456_789, 1_500_000_000, algorithms.MaxTime - int64(2*time.Hour)}[s] +
+						r.Int64N(int64(time.Second))
 					var last algorithms.Decision
 					run := func(ci, steps int) {
 						for range steps {
@@ -108,6 +111,7 @@ func TestDifferentialConfigChange(t *testing.T) {
 								now += int64(reset) - r.Int64N(2)
 							}
 						}
+						now = min(max(now, 0), algorithms.MaxTime) // the instant both sides decide at
 						d.lim, d.rule = limiters[to], mustRule(t, changeConfigs[to])
 						want := capacity(changeConfigs[to])
 						if recorded >= 0 && recorded != to {
