@@ -39,11 +39,11 @@ var changeConfigs = []algorithms.Config{
 // The instants at which a configuration change is first seen, relative to the last request
 // under the old configuration.
 const (
-	changeSame     = iota // at the same instant
-	changeNext            // a step of the ordinary random walk (nextNow)
-	changeBack            // earlier: a proxy whose clock is behind
-	changeIdle            // hours to weeks later: the old configuration finds the key idle
-	changeAtReset         // exactly when the old configuration is back to full allowance, or 1ns before
+	changeSame    = iota // at the same instant
+	changeNext           // a step of the ordinary random walk (nextNow)
+	changeBack           // earlier: a proxy whose clock is behind
+	changeIdle           // hours to weeks later: the old configuration finds the key idle
+	changeAtReset        // exactly when the old configuration is back to full allowance, or 1ns before
 	changeModes
 )
 
