@@ -293,3 +293,51 @@ func luaStateString(t *testing.T, srv *redistest.Server, key string) string {
 		return fmt.Sprintf("type %v", typ)
 	}
 }
+
+// TestDifferentialV1Window reads window keys in the encoding before parameters were recorded
+// (no cfg field, read under the rule's current parameters) after the rule's window changed:
+// a stored window start that is not a multiple of the new window does not decode, in Go and in
+// the script alike (a fresh key), and one that is keeps its count. Go and the script must then
+// agree on every decision that follows.
+func TestDifferentialV1Window(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.WebdisURL())
+	loadScripts(t, srv)
+	win := int64(1_764_478_800_000_000_000) // a whole hour, not a multiple of 11 minutes
+	if win%int64(11*time.Minute) == 0 {
+		t.Fatal("the stored start must not be aligned to the 11-minute window")
+	}
+	for _, cfg := range []algorithms.Config{
+		{Algorithm: "fixed_window", Limit: 3, Window: 11 * time.Minute},
+		{Algorithm: "fixed_window", Limit: 3, Window: 30 * time.Minute},
+		{Algorithm: "sliding_window", Limit: 3, Window: 11 * time.Minute},
+		{Algorithm: "sliding_window", Limit: 3, Window: 30 * time.Minute},
+	} {
+		t.Run(cfgName(cfg), func(t *testing.T) {
+			key := "v1:{t}:" + cfgName(cfg)
+			le := binary.LittleEndian
+			var state []byte
+			if cfg.Algorithm == "fixed_window" {
+				state = le.AppendUint32(le.AppendUint64([]byte{0x51}, uint64(win)), 3)
+				srv.MustDo("HSET", key, "v", "81", "ws", strconv.FormatInt(win, 10), "c", "3")
+			} else {
+				state = le.AppendUint32(le.AppendUint32(le.AppendUint64([]byte{0x31}, uint64(win)), 0), 3)
+				srv.MustDo("HSET", key, "v", "49", "ws", strconv.FormatInt(win, 10), "p", "0", "c", "3")
+			}
+			d := newDiffer(t, c, cfg, key)
+			d.state = state
+			// One second after the stored start: the new window that holds it starts earlier
+			// when the window does not divide the hour.
+			first := d.do(win+int64(time.Second), 1)
+			if aligned := win%int64(cfg.Window) == 0; first.Allowed == aligned {
+				t.Fatalf("aligned %v: first decision %+v", aligned, first)
+			}
+			r := rand.New(rand.NewPCG(uint64(cfg.Window), 1))
+			now, last := win+int64(time.Second), first
+			for range 40 {
+				now = nextNow(r, now, cfg, last)
+				last = d.do(now, nextN(r, cfg))
+			}
+		})
+	}
+}

@@ -6,7 +6,7 @@
 local function fw_decode(f, P)
   local ws_s, ws_n = ts(f[6])
   local c = int(f[8])
-  if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) then
+  if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
   return {ws_s = ws_s, ws_n = ws_n, c = c}

@@ -9,7 +9,7 @@
 local function swc_decode(f, P)
   local ws_s, ws_n = ts(f[6])
   local p, c = int(f[7]), int(f[8])
-  if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) then
+  if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
   return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
