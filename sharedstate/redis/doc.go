@@ -106,15 +106,22 @@
 // fresh key, as an unknown version byte is in Go; it is replaced on the next admission.
 //
 // Configuration changes never grant allowance. A key whose recorded parameters differ from
-// the rule's (any of them, algorithm included) is converted first, at the decision time now:
-// R_old is the Remaining the old parameters' algorithm reports at now (a decision for 0
-// events), R = min(R_old, capacity_new), and the key becomes the new algorithm's state of a
-// key that has exactly R left and whose consumption C = capacity_new - R happened at now
-// (token bucket: R tokens, last now; meter: level C; GCRA: TAT = now + C*T; fixed window:
-// count C in the window containing now; sliding counter: cur = C, prev = 0; log: C entries
-// stamped now). The request is then decided on the converted state, and the converted state,
-// with the new parameters, is written only if the call commits. The Go limiters (package
-// algorithms) follow the same rule, and the same differential test can compare them.
+// the rule's (any of them, algorithm included) is converted first, exactly as package
+// algorithms converts a state (its consumption function): R_old is the Remaining the old
+// parameters' algorithm reports at now (a decision for 0 events), evaluated at the instant tc
+// it evaluates the key at (now, or, when now is behind the key, the later instant the key last
+// saw: max(now, last) for the buckets, max(now, newest) for the log, the stored window's start
+// when it is newer than now's for the windows; GCRA compares with now itself, so tc = now).
+// R = min(R_old, capacity_new), or capacity_new when the old algorithm finds the key idle
+// (back at its full allowance: it consumed nothing still counted, so a raised capacity is not
+// held at the old one). The key becomes the new algorithm's state of a key that has exactly R
+// left and whose consumption C = capacity_new - R happened at tc (token bucket: R tokens, last
+// tc; meter: level C; GCRA: TAT = tc + C*T; fixed window: count C in the window containing tc;
+// sliding counter: cur = C, prev = 0; log: C entries stamped tc). The request is then decided
+// on the converted state at now, and the converted state, with the new parameters, is written
+// only if the call commits. TestDifferentialConfigChange runs the Go limiters and the script
+// through changes between every pair of global configurations and demands the same decisions
+// and the same stored states.
 //
 // A write sets the key's TTL to reset_after (the time until the key is back to its full
 // allowance) rounded up to whole milliseconds plus one second, so idle keys disappear and an

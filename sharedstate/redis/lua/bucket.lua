@@ -13,7 +13,11 @@
 --   decode(fields, P)          the state in a stored hash (HMGET order of main.lua), or nil
 --   decide(st, P, n, now, key)  allowed, remaining, retry_ns, reset_ns, new state; st nil is
 --                               a fresh key; nothing is written
---   from(P, C, now)            the state of a key that consumed C at now (conversion)
+--   peek(st, P, now, key)      for a configuration change: R_old (the Remaining of a decision
+--                               for 0 events), the instant the state was evaluated at (tc),
+--                               and whether algorithms' Idle finds the state idle; nil when
+--                               the state does not decode (a fresh key)
+--   from(P, C, tc)             the state of a key that consumed C at tc (conversion)
 --   write(key, P, st, stale)   stores a new state (stale: delete the key first)
 
 local function bucket_decode(f, P)
@@ -66,10 +70,18 @@ local function bucket_decide(st, P, n, now_s, now_n)
   return allowed, math.floor(tokens / wg), retry, reset, {tokens = tokens, l_s = eff_s, l_n = eff_n}
 end
 
--- A key with R = cap - C whole tokens left at now: tokens = R, last = now; for the meter the
+-- R_old is floor(tokens/wg) after the refill to eff = max(now, last), the conversion instant
+-- is eff, and the bucket is idle when full (TokenBucket.Idle; for the meter, LeakyBucket.Idle:
+-- the level is 0).
+local function bucket_peek(st, P, now_s, now_n)
+  local _, R, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
+  return R, new.l_s, new.l_n, new.tokens == P.capU
+end
+
+-- A key with R = cap - C whole tokens left at tc: tokens = R, last = tc; for the meter the
 -- same thing is level = C.
-local function bucket_from(P, C, now_s, now_n)
-  return {tokens = (P.cap - C) * P.wg, l_s = now_s, l_n = now_n}
+local function bucket_from(P, C, tc_s, tc_n)
+  return {tokens = (P.cap - C) * P.wg, l_s = tc_s, l_n = tc_n}
 end
 
 local function bucket_write(key, P, st, stale)

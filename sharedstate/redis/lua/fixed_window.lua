@@ -6,7 +6,7 @@
 local function fw_decode(f, P)
   local ws_s, ws_n = ts(f[6])
   local c = int(f[8])
-  if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) then
+  if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
   return {ws_s = ws_s, ws_n = ws_n, c = c}
@@ -43,9 +43,21 @@ local function fw_decide(st, P, n, now_s, now_n)
   return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
 end
 
--- A key that consumed C at now: count = C in the window that contains now.
-local function fw_from(P, C, now_s, now_n)
-  local w_s, w_n = window_start(now_s, now_n, P.wms)
+-- R_old is limit - count in now's window (a newer stored window counts), the conversion
+-- instant is max(now, that window's start), and the key is idle when that count is 0
+-- (FixedWindow.Idle).
+local function fw_peek(st, P, now_s, now_n)
+  local _, R, _, _, new = fw_decide(st, P, 0, now_s, now_n)
+  local at_s, at_n = now_s, now_n
+  if tsless(now_s, now_n, new.ws_s, new.ws_n) then
+    at_s, at_n = new.ws_s, new.ws_n
+  end
+  return R, at_s, at_n, new.c == 0
+end
+
+-- A key that consumed C at tc: count = C in the window that contains tc.
+local function fw_from(P, C, tc_s, tc_n)
+  local w_s, w_n = window_start(tc_s, tc_n, P.wms)
   return {ws_s = w_s, ws_n = w_n, c = C}
 end
 

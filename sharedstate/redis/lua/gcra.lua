@@ -47,9 +47,16 @@ local function gcra_decide(st, P, n, now_s, now_n)
   return allowed, remaining, retry, reset, new
 end
 
--- A key that consumed C at now: TAT = now + C * T.
-local function gcra_from(P, C, now_s, now_n)
-  local t_s, t_n = tsadd(now_s, now_n, C * P.T)
+-- R_old is floor(max(0, now + tau - max(TAT, now)) / T), evaluated at now itself (GCRA keeps
+-- no "last seen" instant), and the key is idle when TAT <= now (GCRA.Idle).
+local function gcra_peek(st, P, now_s, now_n)
+  local _, R = gcra_decide(st, P, 0, now_s, now_n)
+  return R, now_s, now_n, not tsless(now_s, now_n, st.tat_s, st.tat_n)
+end
+
+-- A key that consumed C at tc: TAT = tc + C * T.
+local function gcra_from(P, C, tc_s, tc_n)
+  local t_s, t_n = tsadd(tc_s, tc_n, C * P.T)
   return {tat_s = t_s, tat_n = t_n}
 end
 

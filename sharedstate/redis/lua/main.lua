@@ -18,10 +18,12 @@
 -- path does (filter/http.go finish()).
 --
 -- Configuration changes never grant allowance: a key records the parameters it was written
--- under, and a key read under other parameters is first converted at now. R_old is the
--- Remaining the old parameters' algorithm reports at now (a decision for 0 events), and the key
--- becomes the new algorithm's state of a key with R = min(R_old, capacity) left and the
--- consumption C = capacity - R made at now (see each algorithm's from function).
+-- under, and a key read under other parameters is first converted (see convert below, which
+-- is algorithms.consumption). R_old is the Remaining the old parameters' algorithm reports at
+-- now (a decision for 0 events), and the key becomes the new algorithm's state of a key with
+-- R = min(R_old, capacity) left (the whole capacity when the old algorithm finds the key
+-- idle), the consumption C = capacity - R made at tc = max(now, the instant the old algorithm
+-- evaluated the key at) (see each algorithm's peek and from functions).
 --
 -- Key bound: a rule with max_keys > 0 keeps at most max_keys live keys. Its key set (a sorted
 -- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
@@ -30,12 +32,14 @@
 -- limited together as one client, and no key of an active client is ever evicted.
 
 local ALG = {
-  [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, from = bucket_from, write = bucket_write},
-  [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, from = bucket_from, write = bucket_write},
-  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, from = swc_from, write = swc_write},
-  [SW_LOG] = {decide = swl_decide, from = swl_from, write = swl_write},
-  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, from = fw_from, write = fw_write},
-  [GCRA] = {decode = gcra_decode, decide = gcra_decide, from = gcra_from, write = gcra_write},
+  [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
+    write = bucket_write},
+  [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
+    write = bucket_write},
+  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
+  [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
+  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
+  [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write},
 }
 -- The hash version of each encoding that records its parameters, and of the one before.
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
@@ -105,6 +109,28 @@ local function now_at(i)
   return s, n
 end
 
+-- convert returns the state st, recorded under the parameters Q, as the state of P's algorithm
+-- of a key with R = min(R_old, cap) left, whose consumption C = cap - R was made at
+-- tc = max(now, the instant Q's algorithm evaluated st at); R = cap when Q's algorithm finds
+-- st idle (it consumed nothing still counted: without this a raised capacity would deny a
+-- request costing more than the old capacity for as long as each request does, a denial
+-- writing nothing). nil (a fresh key) when st does not decode. This is
+-- algorithms.consumption.
+local function convert(st, Q, P, now_s, now_n, key)
+  local R, at_s, at_n, idle = ALG[Q.code].peek(st, Q, now_s, now_n, key)
+  if R == nil then
+    return nil
+  end
+  if idle then
+    R = P.cap
+  end
+  local tc_s, tc_n = now_s, now_n
+  if tsless(now_s, now_n, at_s, at_n) then
+    tc_s, tc_n = at_s, at_n
+  end
+  return ALG[P.code].from(P, P.cap - math.min(math.max(R, 0), P.cap), tc_s, tc_n)
+end
+
 -- Parse the rules: seven arguments each, and one key or three.
 local rules, seen = {}, {}
 local k, i = 1, 0
@@ -169,8 +195,7 @@ for _, r in ipairs(rules) do
   r.used = key
   local st, Q, stale = load(key, P)
   if st ~= nil and Q.str ~= P.str then
-    local _, R = ALG[Q.code].decide(st, Q, 0, now_s, now_n, key)
-    st = ALG[P.code].from(P, P.cap - math.min(R, P.cap), now_s, now_n)
+    st = convert(st, Q, P, now_s, now_n, key)
   end
   local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
   r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale

@@ -9,7 +9,7 @@
 local function swc_decode(f, P)
   local ws_s, ws_n = ts(f[6])
   local p, c = int(f[7]), int(f[8])
-  if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) then
+  if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
   return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
@@ -80,9 +80,21 @@ local function swc_decide(st, P, n, now_s, now_n)
     {ws_s = w_s, ws_n = w_n, p = prev, c = cur}
 end
 
--- A key that consumed C at now: cur = C in the window that contains now, prev = 0.
-local function swc_from(P, C, now_s, now_n)
-  local w_s, w_n = window_start(now_s, now_n, P.wms)
+-- R_old is floor(max(0, L*S - est) / S) at the estimate's instant eff (now, or the stored
+-- window's start when that window is newer than now's), which is the conversion instant, and
+-- the key is idle when both counters are 0 once rolled to now (SlidingWindowCounter.Idle).
+local function swc_peek(st, P, now_s, now_n)
+  local _, R, _, _, new = swc_decide(st, P, 0, now_s, now_n)
+  local at_s, at_n = now_s, now_n
+  if tsless(now_s, now_n, new.ws_s, new.ws_n) then
+    at_s, at_n = new.ws_s, new.ws_n
+  end
+  return R, at_s, at_n, new.p == 0 and new.c == 0
+end
+
+-- A key that consumed C at tc: cur = C in the window that contains tc, prev = 0.
+local function swc_from(P, C, tc_s, tc_n)
+  local w_s, w_n = window_start(tc_s, tc_n, P.wms)
   return {ws_s = w_s, ws_n = w_n, p = 0, c = C}
 end
 

@@ -38,8 +38,13 @@ local function swl_decide(st, P, n, now_s, now_n, key)
   local dropped, first_s, first_n = 0, nil, nil
   local valid = true
   if st and st.mem then
+    -- A converted key: C timestamps equal to tc (at or after now), so eff = max(now, tc) when
+    -- C > 0, and now when the log is empty, as for the Go log.
     mem, count = true, st.mem
-    new_s, new_n, first_s, first_n = now_s, now_n, now_s, now_n
+    new_s, new_n, first_s, first_n = st.tc_s, st.tc_n, st.tc_s, st.tc_n
+    if count > 0 and tsless(now_s, now_n, st.tc_s, st.tc_n) then
+      eff_s, eff_n = st.tc_s, st.tc_n
+    end
   elseif st then
     count, off = st.count, st.off
   end
@@ -83,7 +88,7 @@ local function swl_decide(st, P, n, now_s, now_n, key)
   end
   local live = count - dropped
   local new = {eff_s = eff_s, eff_n = eff_n, off = off, dropped = dropped, live = live, n = n,
-    rewrite = mem or live == 0 or not valid, had = st ~= nil}
+    rewrite = mem or live == 0 or not valid, had = st ~= nil, valid = valid}
 
   if n <= 0 or n > L then
     -- unsatisfiable: RetryAfter 0, nothing stored
@@ -113,9 +118,21 @@ local function swl_decide(st, P, n, now_s, now_n, key)
   return true, L - (live + n), 0, tsdiff(eff_s, eff_n, now_s, now_n) + W, new
 end
 
--- A key that consumed C at now: C entries stamped now.
-local function swl_from(P, C, now_s, now_n)
-  return {mem = C}
+-- R_old is max(0, L - live) at max(now, newest), which is the conversion instant, and the
+-- key is idle when no timestamp is left in the window (SlidingWindowLog.Idle: newest + W <=
+-- now). An unreadable log is nil: a fresh key, as the Go code treats a state that does not
+-- decode.
+local function swl_peek(st, P, now_s, now_n, key)
+  local _, R, _, _, new = swl_decide(st, P, 0, now_s, now_n, key)
+  if not new.valid then
+    return nil
+  end
+  return R, new.eff_s, new.eff_n, new.live == 0
+end
+
+-- A key that consumed C at tc: C entries stamped tc.
+local function swl_from(P, C, tc_s, tc_n)
+  return {mem = C, tc_s = tc_s, tc_n = tc_n}
 end
 
 -- swl_write stores an admission: the expired prefix goes, n copies of eff are appended, and
@@ -128,7 +145,7 @@ local function swl_write(key, P, st, stale)
       redis.call('DEL', key)
     end
     add[1] = 'p' .. P.str
-    -- A converted key's C entries are stamped now, which is eff.
+    -- A converted key's C entries are stamped tc, which is eff when C > 0.
     for j = 1, st.live + st.n do
       add[j + 1] = stamp
     end

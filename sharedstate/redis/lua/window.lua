@@ -8,3 +8,12 @@ local function window_start(now_s, now_n, wms)
   local r = (now_ms % wms) * 1000000 + now_n % 1000000
   return tsadd(now_s, now_n, -r)
 end
+
+-- aligned reports whether a stored window start is a multiple of the window, as every start
+-- the scripts write is. A start that is not (a key in the encoding before parameters were
+-- recorded, read under a changed window, or a corrupt one) does not decode: the Go windows
+-- treat it as a fresh key, and the roll logic relies on aligned starts.
+local function aligned(ws_s, ws_n, wms)
+  local a_s, a_n = window_start(ws_s, ws_n, wms)
+  return a_s == ws_s and a_n == ws_n
+end
