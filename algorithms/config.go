@@ -269,8 +269,13 @@ func validateWindow(field string, w time.Duration) error {
 	return nil
 }
 
-// capacityOf returns Burst, or Limit when Burst is 0.
-func capacityOf(c Config) int64 {
+// Capacity returns the largest cost a fresh key admits at once: Burst, or Limit when Burst is
+// 0. It is the bucket size of the token bucket and the leaky bucket, the burst tolerance of
+// GCRA (ITU-T I.371) in cells, and Limit for the window algorithms, whose Burst is always 0.
+// For adaptive it is the starting limit only: the limit in force moves between MinLimit and
+// MaxLimit. The config parser, the Redis script arguments and the limiters all use this one
+// rule.
+func (c Config) Capacity() int64 {
 	if c.Burst == 0 {
 		return c.Limit
 	}
@@ -290,7 +295,7 @@ func capacityField(c Config) string {
 // makes the refill exactly lg units per nanosecond, so buckets need no division on refill
 // and no rounding at all.
 func rateScale(limit int64, window time.Duration) (lg, wg int64) {
-	g := gcd(limit, int64(window))
+	g := GCD(limit, int64(window))
 	return limit / g, int64(window) / g
 }
 

@@ -111,3 +111,45 @@ func TestUnsatisfiable(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacity pins the one capacity rule (burst, else limit) that the limiters, the config
+// parser and the Redis script arguments share, against what a fresh key really admits.
+func TestCapacity(t *testing.T) {
+	for _, c := range []Config{
+		{Algorithm: AlgTokenBucket, Limit: 10, Window: time.Second},
+		{Algorithm: AlgTokenBucket, Limit: 10, Window: time.Second, Burst: 3},
+		{Algorithm: AlgGCRA, Limit: 10, Window: time.Second, Burst: 25},
+		{Algorithm: AlgLeakyBucket, Limit: 10, Window: time.Second, Burst: 4},
+		{Algorithm: AlgFixedWindow, Limit: 7, Window: time.Second},
+		{Algorithm: AlgSlidingWindow, Variant: VariantLog, Limit: 7, Window: time.Second},
+	} {
+		want := c.Limit
+		if c.Burst != 0 {
+			want = c.Burst
+		}
+		if got := c.Capacity(); got != want {
+			t.Fatalf("%+v: Capacity() = %d, want %d", c, got, want)
+		}
+		l, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := int64(time.Hour)
+		if d, _ := l.AllowN(nil, now, c.Capacity()); !d.Allowed {
+			t.Fatalf("%+v: a fresh key denies Capacity() = %d at once: %+v", c, c.Capacity(), d)
+		}
+		if d, _ := l.AllowN(nil, now, c.Capacity()+1); !d.Unsatisfiable() {
+			t.Fatalf("%+v: a fresh key does not refuse Capacity()+1 = %d as unsatisfiable: %+v", c, c.Capacity()+1, d)
+		}
+	}
+}
+
+// TestGCD checks Euclid's algorithm on the cases the rate reductions meet: coprime values,
+// a zero operand and a divisor of the other operand.
+func TestGCD(t *testing.T) {
+	for _, tc := range [][3]int64{{12, 18, 6}, {7, 13, 1}, {0, 5, 5}, {5, 0, 5}, {100, int64(time.Minute), 100}, {2503, 3_600_000_000_000, 1}} {
+		if got := GCD(tc[0], tc[1]); got != tc[2] {
+			t.Fatalf("GCD(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
+		}
+	}
+}

@@ -85,7 +85,7 @@ func (g *GCRA) init(c Config) error {
 	if t < 1 {
 		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
 	}
-	b := capacityOf(c)
+	b := c.Capacity()
 	if err := checkExact(capacityField(c), "emission interval * (burst + 1)",
 		"lower the burst or the window", [2]int64{t, b + 1}); err != nil {
 		return err

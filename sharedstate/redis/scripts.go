@@ -125,10 +125,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	capacity := c.Burst
-	if capacity == 0 {
-		capacity = c.Limit
-	}
+	capacity := c.Capacity()
 	var code int64
 	switch l := lim.(type) {
 	case *algorithms.TokenBucket:
