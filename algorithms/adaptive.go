@@ -38,8 +38,8 @@ import (
 // workers' signals. A fresh controller starts at Limit (which is MaxLimit unless MaxLimit is
 // set higher). The arithmetic is integer: ratios compare errors×10^6 with
 // ErrorThresholdPPM×requests in 128 bits, and DecreaseFactor is applied in parts per million.
-// The controller is local only (the seed: there is no distributed variant), so it has no Lua
-// port.
+// The controller is local only (each proxy judges its own upstream latency and errors; there
+// is no distributed variant), so it has no Lua port.
 //
 // Controller state layout (41 bytes): [0] 0x72, [1:9] limit, [9:17] last adjustment (Unix
 // ns), [17:25] requests, [25:33] errors, [33:41] latency sum (ns); all int64 LE.

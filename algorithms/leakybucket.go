@@ -6,7 +6,8 @@ import "time"
 //
 // # Meter (MaxDelay == 0)
 //
-// The admission meter of the seeds: an occupancy level drains continuously at Limit/Window
+// The leaky bucket as a meter (Turner's formulation; Tanenbaum's leaky bucket is the queue,
+// below): an occupancy level drains continuously at Limit/Window
 // events per second; n events are admitted while occupancy + n <= C (C = Burst, Limit when 0),
 // and then raise the occupancy by n. Requests are allowed or denied at once, never delayed.
 // The meter makes exactly the decisions of a TokenBucket with the same parameters (tokens =

@@ -7,7 +7,7 @@ import "math"
 // events in (now − Window, now] plus n are at most Limit, so no interval of length Window ever
 // holds more than Limit admitted events.
 //
-// RetryAfter is the seed's formula generalised to n: when k = live + n − Limit events must
+// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n: when k = live + n − Limit events must
 // expire first, RetryAfter = (k-th oldest live timestamp) + Window − now; for n = 1 that is
 // oldest + Window − now. An event at t leaves the window at exactly t + Window.
 //
