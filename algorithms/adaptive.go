@@ -185,9 +185,6 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	return a, nil
 }
 
-// Bounds returns MinLimit and MaxLimit.
-func (a *Adaptive) Bounds() (minLimit, maxLimit int64) { return a.minL, a.maxL }
-
 // ControllerStateSize is the size of the controller state (41 bytes).
 func (a *Adaptive) ControllerStateSize() int { return ctrlSize }
 

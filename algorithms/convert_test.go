@@ -146,7 +146,7 @@ func changesOf(c Config) []Config {
 // full queue: it then admits fewer than its capacity after a conversion.
 func shaperBinds(l Limiter) bool {
 	lb, ok := l.(*LeakyBucket)
-	return ok && lb.shaper && lb.MaxDelayEffective() < time.Duration(lb.capNs)
+	return ok && lb.shaper && lb.maxDelayEffective() < time.Duration(lb.capNs)
 }
 
 // checkChange reads state (written by old) with nw at now, sending requests of n events:

@@ -334,10 +334,9 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 	return tokens == l.b.capU
 }
 
-// MaxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
-// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter. The
-// filter can use it to size its timers.
-func (l *LeakyBucket) MaxDelayEffective() time.Duration {
+// maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
+// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
+func (l *LeakyBucket) maxDelayEffective() time.Duration {
 	if !l.shaper {
 		return 0
 	}
