@@ -123,7 +123,7 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	if c.Algorithm != AlgAdaptive {
 		return nil, cfgErr("algorithm", "NewAdaptive needs %q, got %q", AlgAdaptive, c.Algorithm)
 	}
-	if err := validateCommon(c, LimitCeiling, fieldSet{adaptive: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return nil, err
 	}
 	a := &Adaptive{initial: c.Limit, minL: c.MinLimit, maxL: c.MaxLimit}

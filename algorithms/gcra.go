@@ -79,7 +79,7 @@ func newGCRA(c Config) (*GCRA, error) {
 // init validates c and sets g up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (g *GCRA) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	t := int64(c.Window) / c.Limit

@@ -111,7 +111,7 @@ func newLeakyBucket(c Config) (*LeakyBucket, error) {
 // init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (l *LeakyBucket) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true, maxDelay: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	if c.MaxDelay < 0 {

@@ -106,7 +106,7 @@ func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 // init validates c and sets s up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (s *SlidingWindowCounter) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	*s = SlidingWindowCounter{cc: newCounterCore(c), p: makeParams(c.Limit, c.Limit, c.Window, 0)}

@@ -82,7 +82,7 @@ func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
 // init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (l *SlidingWindowLog) init(c Config) error {
-	if err := validateCommon(c, LogLimitCeiling, fieldSet{}); err != nil {
+	if err := validateCommon(c, LogLimitCeiling); err != nil {
 		return err
 	}
 	*l = SlidingWindowLog{limit: c.Limit, w: int64(c.Window), width: 8, ver: verSlidingLog64v2, verV1: verSlidingLog64,

@@ -102,7 +102,7 @@ func newTokenBucket(c Config) (*TokenBucket, error) {
 // init validates c and sets t up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (t *TokenBucket) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	b, err := newBucket(c)

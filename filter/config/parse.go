@@ -251,10 +251,14 @@ var ruleFields = []string{
 	"rate_limit_headers",
 }
 
-var algorithmNames = []string{
-	algorithms.AlgTokenBucket, algorithms.AlgLeakyBucket, algorithms.AlgSlidingWindow,
-	algorithms.AlgFixedWindow, algorithms.AlgGCRA, algorithms.AlgAdaptive,
-}
+// algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
+var algorithmNames = func() []string {
+	var names []string
+	for _, s := range algorithms.Specs() {
+		names = append(names, s.Name)
+	}
+	return names
+}()
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
@@ -338,6 +342,8 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	}
 	ac := &r.Algorithm
 	ac.Algorithm = alg
+	// Which optional fields go with which algorithm is package algorithms' to say, once.
+	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
 	// notFor reports a field that this algorithm (or mode) does not use. Accepting and
@@ -358,8 +364,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		valid = false
 	}
 
-	switch alg {
-	case algorithms.AlgTokenBucket, algorithms.AlgGCRA, algorithms.AlgLeakyBucket:
+	if spec.Accepts(algorithms.FieldBurst) {
 		if bn, bpath := f.get("burst"); bn != nil {
 			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
 				ac.Burst = v
@@ -367,11 +372,11 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 				valid = false
 			}
 		}
-	default:
+	} else {
 		notFor("burst", alg)
 	}
 
-	if alg == algorithms.AlgSlidingWindow {
+	if spec.Accepts(algorithms.FieldVariant) {
 		ac.Variant = algorithms.VariantCounter
 		if vn, vpath := f.get("variant"); vn != nil {
 			if v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog); ok {
@@ -387,7 +392,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	if mn, mpath := f.get("mode"); mn != nil {
 		if m, ok := p.enum(mpath, mn, "meter", "shape"); ok {
 			r.Mode = Mode(m)
-			if r.Mode == ModeShape && alg != algorithms.AlgLeakyBucket {
+			if r.Mode == ModeShape && !spec.Accepts(algorithms.FieldMaxDelay) {
 				p.add(mpath, `"shape" needs algorithm leaky_bucket`)
 				valid = false
 			}
@@ -412,7 +417,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		if s, ok := p.enum(spath, sn, "local", "global"); ok {
 			r.Scope = Scope(s)
 			switch {
-			case r.Scope == ScopeGlobal && alg == algorithms.AlgAdaptive:
+			case r.Scope == ScopeGlobal && !spec.Global:
 				p.add(spath, `"global" is not supported by adaptive: it tunes the limit from each proxy's own latency and errors`)
 			case r.Scope == ScopeGlobal && r.Mode == ModeShape:
 				p.add(spath, `"global" is not supported with mode "shape": a delay cannot be scheduled across proxies`)
@@ -431,7 +436,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 			valid = false
 		}
 	}
-	if alg == algorithms.AlgAdaptive {
+	if spec.Accepts(algorithms.FieldAdaptive) {
 		an, apath := f.get("adaptive")
 		if an == nil {
 			p.add(apath, "required for algorithm adaptive")

@@ -125,6 +125,9 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec, _ := algorithms.SpecOf(c.Algorithm); !spec.Global {
+		return nil, errNoGlobalAdaptive // the one algorithm without a global mode today
+	}
 	capacity := c.Capacity()
 	var code int64
 	switch l := lim.(type) {
@@ -143,8 +146,6 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 		code = codeFixedWindow
 	case *algorithms.GCRA:
 		code = codeGCRA
-	case *algorithms.Adaptive:
-		return nil, errNoGlobalAdaptive
 	default:
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
