@@ -164,6 +164,19 @@ func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
 
 var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "failure_mode", "breaker"}
 
+// The fields of the other objects of the configuration, each list the one the parser reads
+// the object with (and TestSchemaMatchesParser compares with schema.json).
+var (
+	breakerFields     = []string{"failures", "cooldown"}
+	adaptiveFields    = []string{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"}
+	costFields        = []string{"header", "default", "max"}
+	keyPartFields     = []string{"source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate"}
+	matchFields       = []string{"routes", "virtual_hosts", "path", "methods", "headers"}
+	pathMatchFields   = []string{"exact", "prefix", "regex"}
+	headerMatchFields = []string{"name", "present", "exact", "prefix", "regex", "invert"}
+	denyFields        = []string{"status", "body", "content_type", "headers"}
+)
+
 func (p *parser) redis(path string, n *node) *Redis {
 	f, ok := p.object(path, n, redisFields...)
 	if !ok {
@@ -214,7 +227,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if bn, bpath := f.get("breaker"); bn != nil {
-		if bf, ok := p.object(bpath, bn, "failures", "cooldown"); ok {
+		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
 			if n, path := bf.get("failures"); n != nil {
 				if v, ok := p.intField(path, n, 1, 1000); ok {
 					r.Breaker.Failures = v
@@ -471,7 +484,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 // adaptive reads the adaptive section into ac.
 func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
-	f, ok := p.object(path, n, "min_limit", "max_limit", "target_latency", "error_threshold", "interval")
+	f, ok := p.object(path, n, adaptiveFields...)
 	if !ok {
 		return false
 	}
@@ -526,7 +539,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		p.add(path, "want an integer or an object {header, default, max}, got "+n.describe())
 		return CostSpec{}, false
 	}
-	f, _ := p.object(path, n, "header", "default", "max")
+	f, _ := p.object(path, n, costFields...)
 	cs := CostSpec{Constant: 1, Default: 1}
 	valid := true
 	if hn, hpath := f.get("header"); hn == nil {
@@ -581,7 +594,7 @@ func (p *parser) key(path string, n *node) []KeyPart {
 }
 
 func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
-	f, ok := p.object(path, n, "source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate")
+	f, ok := p.object(path, n, keyPartFields...)
 	if !ok {
 		return KeyPart{}, false
 	}
@@ -677,7 +690,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 
 // match reads the rule's request conditions into m.
 func (p *parser) match(path string, n *node, m *Match) {
-	f, ok := p.object(path, n, "routes", "virtual_hosts", "path", "methods", "headers")
+	f, ok := p.object(path, n, matchFields...)
 	if !ok {
 		return
 	}
@@ -781,7 +794,7 @@ func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node,
 }
 
 func (p *parser) pathMatch(path string, n *node) *PathMatch {
-	f, ok := p.object(path, n, "exact", "prefix", "regex")
+	f, ok := p.object(path, n, pathMatchFields...)
 	if !ok {
 		return nil
 	}
@@ -818,7 +831,7 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 }
 
 func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
-	f, ok := p.object(path, n, "name", "present", "exact", "prefix", "regex", "invert")
+	f, ok := p.object(path, n, headerMatchFields...)
 	if !ok {
 		return HeaderMatch{}, false
 	}
@@ -898,7 +911,7 @@ var reservedDenyHeaders = map[string]string{
 // A rule's headers, when given, replace the parent's headers entirely, so a rule can drop
 // them.
 func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
-	f, ok := p.object(path, n, "status", "body", "content_type", "headers")
+	f, ok := p.object(path, n, denyFields...)
 	if !ok {
 		return nil
 	}
