@@ -58,18 +58,18 @@ func (p *parser) config(root *node) *Config {
 		return nil
 	}
 	c := &Config{
-		Domain:           DefaultDomain,
+		Domain:           defaultDomain,
 		FailureMode:      FailAllow,
-		CASAttempts:      DefaultCASAttempts,
+		CASAttempts:      defaultCASAttempts,
 		RateLimitHeaders: HeadersDraft,
-		MaxKeys:          DefaultMaxKeys,
+		MaxKeys:          defaultMaxKeys,
 	}
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
-		p.str(path, n, MaxStringLen)
+		p.str(path, n, maxStringLen)
 	}
 	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, MaxStringLen); ok {
+		if s, ok := p.str(path, n, maxStringLen); ok {
 			if isName(s) {
 				c.Domain = s
 			} else {
@@ -183,10 +183,10 @@ func (p *parser) redis(path string, n *node) *Redis {
 		return nil
 	}
 	r := &Redis{
-		Timeout:     DefaultRedisTimeout,
-		KeyPrefix:   DefaultKeyPrefix,
+		Timeout:     defaultRedisTimeout,
+		KeyPrefix:   defaultKeyPrefix,
 		FailureMode: RedisFailLocal,
-		Breaker:     Breaker{Failures: DefaultBreakerFails, Cooldown: DefaultCooldown},
+		Breaker:     Breaker{Failures: defaultBreakerFails, Cooldown: defaultCooldown},
 	}
 	if cn, cpath := f.get("cluster"); cn == nil {
 		p.add(cpath, "required")
@@ -213,7 +213,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if kn, kpath := f.get("key_prefix"); kn != nil {
-		if s, ok := p.str(kpath, kn, MaxStringLen); ok {
+		if s, ok := p.str(kpath, kn, maxStringLen); ok {
 			if isKeyPrefix(s) {
 				r.KeyPrefix = s
 			} else {
@@ -292,7 +292,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	}
 	if nn, npath := f.get("name"); nn == nil {
 		p.add(npath, "required")
-	} else if s, ok := p.str(npath, nn, MaxStringLen); ok {
+	} else if s, ok := p.str(npath, nn, maxStringLen); ok {
 		if isName(s) {
 			r.Name = s
 		} else {
@@ -300,7 +300,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		}
 	}
 	if dn, dpath := f.get("description"); dn != nil {
-		if s, ok := p.str(dpath, dn, MaxStringLen); ok {
+		if s, ok := p.str(dpath, dn, maxStringLen); ok {
 			r.Description = s
 		}
 	}
@@ -417,7 +417,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		if dn, dpath := f.get("max_delay"); dn == nil {
 			p.add(dpath, `required when mode is "shape"`)
 			valid = false
-		} else if d, ok := p.duration(dpath, dn, time.Millisecond, MaxShapingDelay); ok {
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
 			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
 		} else {
 			valid = false
@@ -488,8 +488,8 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 	if !ok {
 		return false
 	}
-	ac.ErrorThreshold = DefaultErrorThreshold
-	ac.AdjustInterval = DefaultAdaptiveInterval
+	ac.ErrorThreshold = defaultErrorThreshold
+	ac.AdjustInterval = defaultAdaptiveInterval
 	valid := true
 	for _, field := range []string{"min_limit", "max_limit"} {
 		n, fpath := f.get(field)
@@ -532,7 +532,7 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 // cost reads either an integer or {header, default, max}.
 func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	if n.kind == kindNumber {
-		v, ok := p.integer(path, n, 1, MaxCost)
+		v, ok := p.integer(path, n, 1, maxCost)
 		return CostSpec{Constant: v}, ok
 	}
 	if n.kind != kindObject {
@@ -553,13 +553,13 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	if mn, mpath := f.get("max"); mn == nil {
 		p.add(mpath, "required: it bounds what one request can cost and is charged for invalid values")
 		valid = false
-	} else if v, ok := p.integer(mpath, mn, 1, MaxCost); ok {
+	} else if v, ok := p.integer(mpath, mn, 1, maxCost); ok {
 		cs.Max = v
 	} else {
 		valid = false
 	}
 	if dn, dpath := f.get("default"); dn != nil {
-		if v, ok := p.integer(dpath, dn, 1, MaxCost); ok {
+		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
 			cs.Default = v
 			if cs.Max > 0 && v > cs.Max {
 				p.addf(dpath, "must be <= max (%d), got %d", cs.Max, v)
@@ -644,7 +644,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			p.add(vpath, `required for source "const"`)
 			valid = false
 		} else {
-			kp.Value, ok = p.str(vpath, vn, MaxStringLen)
+			kp.Value, ok = p.str(vpath, vn, maxStringLen)
 			valid = valid && ok
 		}
 		if dn, dpath := f.get("default"); dn != nil {
@@ -654,7 +654,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	} else {
 		unused("value")
 		if dn, dpath := f.get("default"); dn != nil {
-			if d, ok := p.str(dpath, dn, MaxStringLen); ok {
+			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
 			} else {
 				valid = false
@@ -740,7 +740,7 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 	}
 	out := make([]string, 0, len(elems))
 	for i, e := range elems {
-		if s, ok := p.str(joinIndex(path, i), e, MaxStringLen); ok {
+		if s, ok := p.str(joinIndex(path, i), e, maxStringLen); ok {
 			out = append(out, s)
 		}
 	}
@@ -750,8 +750,8 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 // compileRegex compiles an RE2 expression anchored at both ends, so that it must match the
 // whole value: an unanchored "/admin" would also match "/public/admin-docs".
 func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
-	if len(src) > MaxRegexLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(src), MaxRegexLen)
+	if len(src) > maxRegexLen {
+		p.addf(path, "is %d bytes long; the maximum is %d", len(src), maxRegexLen)
 		return nil, false
 	}
 	// Parse the source alone first so that a syntax error quotes what the user wrote,
@@ -802,7 +802,7 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 	if !ok {
 		return nil
 	}
-	s, ok := p.str(vpath, vn, MaxStringLen)
+	s, ok := p.str(vpath, vn, maxStringLen)
 	if !ok {
 		return nil
 	}
@@ -862,7 +862,7 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 		}
 		return hm, valid
 	}
-	s, ok := p.str(vpath, vn, MaxStringLen)
+	s, ok := p.str(vpath, vn, maxStringLen)
 	if !ok {
 		return hm, false
 	}
@@ -887,7 +887,7 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 
 // defaultDeny is the built-in denial response.
 func defaultDeny() *Deny {
-	d := &Deny{Status: DefaultDenyStatus, Body: DefaultDenyBody, ContentType: "application/json"}
+	d := &Deny{Status: defaultDenyStatus, Body: defaultDenyBody, ContentType: "application/json"}
 	d.body, _ = compileBody(d.Body)
 	return d
 }
@@ -922,7 +922,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		valid = valid && ok
 	}
 	if bn, bpath := f.get("body"); bn != nil {
-		if s, ok := p.str(bpath, bn, MaxBodyLen); ok {
+		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
 			parts, msg := compileBody(s)
 			if msg != "" {
 				p.add(bpath, msg)
@@ -951,8 +951,8 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		if hn.kind != kindObject {
 			p.add(hpath, "want an object of header names to values, got "+hn.describe())
 			valid = false
-		} else if len(hn.members) > MaxDenyHeaders {
-			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), MaxDenyHeaders)
+		} else if len(hn.members) > maxDenyHeaders {
+			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), maxDenyHeaders)
 			valid = false
 		} else {
 			d.Headers = nil
@@ -976,7 +976,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 					continue
 				}
 				seen[name] = m.key
-				v, ok := p.str(mpath, m.val, MaxStringLen)
+				v, ok := p.str(mpath, m.val, maxStringLen)
 				if !ok {
 					valid = false
 					continue
