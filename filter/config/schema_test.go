@@ -20,24 +20,16 @@ const schemaID = "https://github.com/ratelimit-wasm/ratelimit/filter/config/sche
 func compileSchema(t testing.TB) *jsonschema.Schema {
 	t.Helper()
 	f, err := os.Open("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatalf("schema.json is not JSON: %v", err)
-	}
+	require.NoError(t, err, "schema.json is not JSON")
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Compiling checks schema.json against the draft 2020-12 meta-schema.
-	if err := c.AddResource(schemaID, doc); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.AddResource(schemaID, doc))
 	s, err := c.Compile(schemaID)
-	if err != nil {
-		t.Fatalf("schema.json does not compile: %v", err)
-	}
+	require.NoError(t, err, "schema.json does not compile")
 	return s
 }
 
@@ -54,27 +46,19 @@ func validate(s *jsonschema.Schema, data string) error {
 func TestExamples(t *testing.T) {
 	s := compileSchema(t)
 	files, err := filepath.Glob("testdata/examples/*.json")
-	if err != nil || len(files) < 7 {
-		t.Fatalf("examples: %v, %d files", err, len(files))
-	}
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 7, "examples")
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := validate(s, string(data)); err != nil {
-				t.Errorf("schema rejects it: %v", err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, validate(s, string(data)), "schema rejects it")
 			c, err := Parse(data)
-			if err != nil {
-				t.Fatalf("Parse rejects it: %v", err)
-			}
+			require.NoError(t, err, "Parse rejects it")
 			// The effective config is valid against the schema as well.
-			out, _ := json.Marshal(c)
-			if err := validate(s, string(out)); err != nil {
-				t.Errorf("schema rejects the effective config: %v\n%s", err, out)
-			}
+			out, err := json.Marshal(c)
+			require.NoError(t, err)
+			require.NoError(t, validate(s, string(out)), "schema rejects the effective config:\n%s", out)
 		})
 	}
 }
@@ -92,11 +76,10 @@ func TestSchemaRejectsInvalid(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			err := validate(s, tc.config)
-			switch {
-			case tc.schema == schemaRejects && err == nil:
-				t.Errorf("schema accepts a config Parse rejects with %q", tc.want)
-			case tc.schema == schemaAccepts && err != nil:
-				t.Errorf("schema now rejects it (mark the case schemaRejects): %v", err)
+			if tc.schema == schemaRejects {
+				require.Error(t, err, "schema accepts a config Parse rejects with %q", tc.want)
+			} else {
+				require.NoError(t, err, "schema now rejects it (mark the case schemaRejects)")
 			}
 		})
 	}
