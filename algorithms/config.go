@@ -360,8 +360,9 @@ func (c Config) Capacity() int64 {
 	return c.Burst
 }
 
-// capacityField names the field that set the capacity, for error messages.
-func capacityField(c Config) string {
+// CapacityField names the field that sets Capacity ("burst", else "limit"), for error
+// messages about the capacity.
+func (c Config) CapacityField() string {
 	if c.Burst == 0 {
 		return "limit"
 	}

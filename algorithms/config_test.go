@@ -124,12 +124,15 @@ func TestCapacity(t *testing.T) {
 		{Algorithm: AlgFixedWindow, Limit: 7, Window: time.Second},
 		{Algorithm: AlgSlidingWindow, Variant: VariantLog, Limit: 7, Window: time.Second},
 	} {
-		want := c.Limit
+		want, field := c.Limit, "limit"
 		if c.Burst != 0 {
-			want = c.Burst
+			want, field = c.Burst, "burst"
 		}
 		if got := c.Capacity(); got != want {
 			t.Fatalf("%+v: Capacity() = %d, want %d", c, got, want)
+		}
+		if got := c.CapacityField(); got != field {
+			t.Fatalf("%+v: CapacityField() = %q, want %q", c, got, field)
 		}
 		l, err := New(c)
 		if err != nil {

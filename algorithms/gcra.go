@@ -87,7 +87,7 @@ func (g *GCRA) init(c Config) error {
 		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
 	}
 	b := c.Capacity()
-	if err := checkExact(capacityField(c), "emission interval * (burst + 1)",
+	if err := checkExact(c.CapacityField(), "emission interval * (burst + 1)",
 		"lower the burst or the window", [2]int64{t, b + 1}); err != nil {
 		return err
 	}

@@ -126,7 +126,7 @@ func (l *LeakyBucket) init(c Config) error {
 	}
 	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0, p: makeParams(c.Limit, b.capacity, c.Window, c.MaxDelay)}
 	if l.shaper {
-		if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
+		if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
 			"lower the burst or the window, or pick a limit that shares more factors with the window in ns",
 			[2]int64{b.capacity, b.wg}, [2]int64{3, b.lg}); err != nil {
 			return err

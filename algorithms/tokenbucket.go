@@ -83,7 +83,7 @@ type bucket struct {
 func newBucket(c Config) (bucket, error) {
 	capacity := c.Capacity()
 	lg, wg := rateScale(c.Limit, c.Window)
-	if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
+	if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
 		"lower the burst or the window, or pick a limit that shares more factors with the window in ns (for example 2500 instead of 2503 per hour)",
 		[2]int64{capacity, wg}, [2]int64{1, wg}, [2]int64{2, lg}); err != nil {
 		return bucket{}, err
