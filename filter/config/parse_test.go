@@ -205,7 +205,7 @@ func TestDurations(t *testing.T) {
 	for _, tc := range ok {
 		got, err := durationOf(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 		// Where Go's parser knows the syntax, both must agree exactly.
 		if !strings.Contains(tc.in, "d") {
@@ -235,7 +235,7 @@ func TestDurations(t *testing.T) {
 	for _, tc := range bad {
 		_, err := durationOf(tc.in)
 		if err == nil || err.Error() != tc.msg {
-			t.Errorf("ParseDuration(%q) error = %v; want %s", tc.in, err, tc.msg)
+			t.Errorf("parseDuration(%q) error = %v; want %s", tc.in, err, tc.msg)
 		}
 	}
 }
