@@ -17,9 +17,6 @@ import (
 // SetVMContext registers the filter with the SDK (and so with proxytest).
 func SetVMContext(ctx types.VMContext) { proxywasm.SetVMContext(ctx) }
 
-// GetVMConfiguration returns the vm_config.configuration bytes. Valid only in OnVMStart.
-func GetVMConfiguration() ([]byte, error) { return proxywasm.GetVMConfiguration() }
-
 // GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
 func GetPluginConfiguration() ([]byte, error) { return proxywasm.GetPluginConfiguration() }
 
@@ -62,17 +59,6 @@ func AddHttpRequestHeader(key, value string) error {
 	return proxywasm.AddHttpRequestHeader(key, value)
 }
 
-// ReplaceHttpRequestHeader sets a request header, replacing any previous values.
-func ReplaceHttpRequestHeader(key, value string) error {
-	return proxywasm.ReplaceHttpRequestHeader(key, value)
-}
-
-// RemoveHttpRequestHeader removes a request header.
-func RemoveHttpRequestHeader(key string) error { return proxywasm.RemoveHttpRequestHeader(key) }
-
-// GetHttpResponseHeaders returns every response header, pseudo-headers included.
-func GetHttpResponseHeaders() ([][2]string, error) { return proxywasm.GetHttpResponseHeaders() }
-
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
 func GetHttpResponseHeader(key string) (string, error) {
 	return proxywasm.GetHttpResponseHeader(key)
@@ -83,19 +69,8 @@ func AddHttpResponseHeader(key, value string) error {
 	return proxywasm.AddHttpResponseHeader(key, value)
 }
 
-// ReplaceHttpResponseHeader sets a response header, replacing any previous values.
-func ReplaceHttpResponseHeader(key, value string) error {
-	return proxywasm.ReplaceHttpResponseHeader(key, value)
-}
-
-// RemoveHttpResponseHeader removes a response header.
-func RemoveHttpResponseHeader(key string) error { return proxywasm.RemoveHttpResponseHeader(key) }
-
 // ResumeHttpRequest resumes a paused request.
 func ResumeHttpRequest() error { return proxywasm.ResumeHttpRequest() }
-
-// ResumeHttpResponse resumes a paused response.
-func ResumeHttpResponse() error { return proxywasm.ResumeHttpResponse() }
 
 // SendHttpResponse sends a local response on the current stream.
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
@@ -111,11 +86,6 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
-}
-
-// GetHttpCallResponseHeaders returns the headers of the callout response being delivered.
-func GetHttpCallResponseHeaders() ([][2]string, error) {
-	return proxywasm.GetHttpCallResponseHeaders()
 }
 
 // GetHttpCallResponseHeader returns one header of the callout response being delivered, or

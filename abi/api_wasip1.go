@@ -76,11 +76,6 @@ func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
 	return take(retAddr, retSize), nil
 }
 
-// GetVMConfiguration returns the vm_config.configuration bytes. Valid only in OnVMStart.
-func GetVMConfiguration() ([]byte, error) {
-	return getBuffer(bufferVMConfiguration, 0, 1<<31-1)
-}
-
 // GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
 func GetPluginConfiguration() ([]byte, error) {
 	return getBuffer(bufferPluginConfig, 0, 1<<31-1)
@@ -147,19 +142,6 @@ func AddHttpRequestHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
 }
 
-// ReplaceHttpRequestHeader sets a request header, replacing any previous values.
-func ReplaceHttpRequestHeader(key, value string) error {
-	return statusError(hostReplaceHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
-}
-
-// RemoveHttpRequestHeader removes a request header.
-func RemoveHttpRequestHeader(key string) error {
-	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key))))
-}
-
-// GetHttpResponseHeaders returns every response header, pseudo-headers included.
-func GetHttpResponseHeaders() ([][2]string, error) { return getMap(mapResponseHeaders) }
-
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
 func GetHttpResponseHeader(key string) (string, error) {
 	return getMapValue(mapResponseHeaders, key)
@@ -170,21 +152,8 @@ func AddHttpResponseHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
 }
 
-// ReplaceHttpResponseHeader sets a response header, replacing any previous values.
-func ReplaceHttpResponseHeader(key, value string) error {
-	return statusError(hostReplaceHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
-}
-
-// RemoveHttpResponseHeader removes a response header.
-func RemoveHttpResponseHeader(key string) error {
-	return statusError(hostRemoveHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key))))
-}
-
 // ResumeHttpRequest resumes a request paused by an ActionPause from OnHttpRequestHeaders.
 func ResumeHttpRequest() error { return statusError(hostContinueStream(streamRequest)) }
-
-// ResumeHttpResponse resumes a response paused by the filter.
-func ResumeHttpResponse() error { return statusError(hostContinueStream(streamResponse)) }
 
 // SendHttpResponse sends a local response on the current stream; the stream stops there.
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
@@ -211,9 +180,6 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 	registerCallout(token, callback)
 	return token, nil
 }
-
-// GetHttpCallResponseHeaders returns the headers of the callout response being delivered.
-func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(mapCalloutResponseHdrs) }
 
 // GetHttpCallResponseHeader returns one header of the callout response being delivered, or
 // ErrNotFound. Reading one value is much cheaper than decoding the whole map.

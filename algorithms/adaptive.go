@@ -38,8 +38,8 @@ import (
 // workers' signals. A fresh controller starts at Limit (which is MaxLimit unless MaxLimit is
 // set higher). The arithmetic is integer: ratios compare errors×10^6 with
 // ErrorThresholdPPM×requests in 128 bits, and DecreaseFactor is applied in parts per million.
-// The controller is local only (the seed: there is no distributed variant), so it has no Lua
-// port.
+// The controller is local only (each proxy judges its own upstream latency and errors; there
+// is no distributed variant), so it has no Lua port.
 //
 // Controller state layout (41 bytes): [0] 0x72, [1:9] limit, [9:17] last adjustment (Unix
 // ns), [17:25] requests, [25:33] errors, [33:41] latency sum (ns); all int64 LE.
@@ -123,7 +123,7 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	if c.Algorithm != AlgAdaptive {
 		return nil, cfgErr("algorithm", "NewAdaptive needs %q, got %q", AlgAdaptive, c.Algorithm)
 	}
-	if err := validateCommon(c, LimitCeiling, fieldSet{adaptive: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return nil, err
 	}
 	a := &Adaptive{initial: c.Limit, minL: c.MinLimit, maxL: c.MaxLimit}
@@ -184,9 +184,6 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	a.decreasePPM = min(ppm-1, max(1, int64(math.Round(f*ppm))))
 	return a, nil
 }
-
-// Bounds returns MinLimit and MaxLimit.
-func (a *Adaptive) Bounds() (minLimit, maxLimit int64) { return a.minL, a.maxL }
 
 // ControllerStateSize is the size of the controller state (41 bytes).
 func (a *Adaptive) ControllerStateSize() int { return ctrlSize }

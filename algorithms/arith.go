@@ -37,7 +37,10 @@ const (
 	verAdaptiveAdmit2 = 0x73
 )
 
-func gcd(a, b int64) int64 {
+// GCD is Euclid's greatest common divisor of two non-negative numbers, not both zero. The
+// limiters use it to reduce a rate Limit/Window to lowest terms (see rateScale), and the filter
+// to state a rate as a whole quota per whole seconds in RateLimit-Policy.
+func GCD(a, b int64) int64 {
 	for b != 0 {
 		a, b = b, a%b
 	}

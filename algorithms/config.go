@@ -3,6 +3,7 @@ package algorithms
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,74 @@ const (
 	AlgGCRA          = "gcra"
 	AlgAdaptive      = "adaptive"
 )
+
+// The optional fields of a rule an algorithm may accept besides limit and window, by their
+// JSON names (see Spec).
+const (
+	// FieldBurst is the bucket capacity of the token bucket and the leaky bucket, and the
+	// burst tolerance of GCRA (Config.Burst).
+	FieldBurst = "burst"
+	// FieldVariant selects the sliding window's flavour (Config.Variant).
+	FieldVariant = "variant"
+	// FieldMaxDelay turns the leaky bucket into a shaper (Config.MaxDelay).
+	FieldMaxDelay = "max_delay"
+	// FieldAdaptive is the adaptive limit's section (Config.MinLimit through DecreaseFactor).
+	FieldAdaptive = "adaptive"
+)
+
+// Spec describes an algorithm once, for every place that needs to know it: New validates a
+// Config against it, the config parser takes its list of algorithms and the fields each
+// accepts from it, the Redis codec refuses a global rule of an algorithm without a global
+// mode, and the schema test checks schema.json against it. Config.Capacity is the one
+// capacity rule that goes with it.
+type Spec struct {
+	// Name is the algorithm's name in the JSON config (Config.Algorithm).
+	Name string
+	// Fields are the optional fields (FieldBurst, FieldVariant, FieldMaxDelay,
+	// FieldAdaptive) the algorithm accepts; every other one must be absent (zero).
+	Fields []string
+	// Global reports whether the algorithm has a global mode (a Lua port that decides in
+	// Redis). The adaptive limit has none: it is tuned from each proxy's own latency and
+	// errors. The leaky bucket's shaper (MaxDelay > 0) has none either: its delays are local.
+	Global bool
+}
+
+// Accepts reports whether the algorithm accepts the optional field (a Field constant).
+func (s Spec) Accepts(field string) bool {
+	for _, f := range s.Fields {
+		if f == field {
+			return true
+		}
+	}
+	return false
+}
+
+// specs lists every algorithm, in the order of the documentation.
+var specs = [...]Spec{
+	{Name: AlgTokenBucket, Fields: []string{FieldBurst}, Global: true},
+	{Name: AlgLeakyBucket, Fields: []string{FieldBurst, FieldMaxDelay}, Global: true},
+	{Name: AlgSlidingWindow, Fields: []string{FieldVariant}, Global: true},
+	{Name: AlgFixedWindow, Global: true},
+	{Name: AlgGCRA, Fields: []string{FieldBurst}, Global: true},
+	{Name: AlgAdaptive, Fields: []string{FieldAdaptive}},
+}
+
+// Specs returns the description of every algorithm. The slice is the caller's.
+func Specs() []Spec {
+	out := make([]Spec, len(specs))
+	copy(out, specs[:])
+	return out
+}
+
+// SpecOf returns the description of the algorithm named name, and false for an unknown name.
+func SpecOf(name string) (Spec, bool) {
+	for _, s := range specs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Spec{}, false
+}
 
 // Sliding window variants.
 const (
@@ -197,11 +266,22 @@ func New(c Config) (Limiter, error) {
 	}
 }
 
-const algorithmList = "token_bucket, leaky_bucket, sliding_window, fixed_window, gcra, adaptive"
+// algorithmList names every algorithm, for error messages.
+var algorithmList = func() string {
+	var b strings.Builder
+	for i, s := range specs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(s.Name)
+	}
+	return b.String()
+}()
 
 // validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
-// that the algorithm does not use. uses lists the optional fields the caller accepts.
-func validateCommon(c Config, maxLimit int64, uses fieldSet) error {
+// that the algorithm's Spec does not accept.
+func validateCommon(c Config, maxLimit int64) error {
+	spec, _ := SpecOf(c.Algorithm)
 	if c.Limit <= 0 {
 		return cfgErr("limit", "must be > 0, got %d", c.Limit)
 	}
@@ -214,19 +294,19 @@ func validateCommon(c Config, maxLimit int64, uses fieldSet) error {
 	if err := validateWindow("window", c.Window); err != nil {
 		return err
 	}
-	if !uses.burst && c.Burst != 0 {
+	if !spec.Accepts(FieldBurst) && c.Burst != 0 {
 		return cfgErr("burst", "not used by %s, must be 0 or absent, got %d", c.Algorithm, c.Burst)
 	}
-	if uses.burst && (c.Burst < 0 || c.Burst > LimitCeiling) {
+	if spec.Accepts(FieldBurst) && (c.Burst < 0 || c.Burst > LimitCeiling) {
 		return cfgErr("burst", "must be in [0, %d] (0 means limit), got %d", int64(LimitCeiling), c.Burst)
 	}
-	if c.Variant != "" && c.Algorithm != AlgSlidingWindow {
+	if c.Variant != "" && !spec.Accepts(FieldVariant) {
 		return cfgErr("variant", "only sliding_window has variants, got %q for %s", c.Variant, c.Algorithm)
 	}
-	if !uses.maxDelay && c.MaxDelay != 0 {
+	if !spec.Accepts(FieldMaxDelay) && c.MaxDelay != 0 {
 		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for %s, got %v", c.Algorithm, c.MaxDelay)
 	}
-	if !uses.adaptive {
+	if !spec.Accepts(FieldAdaptive) {
 		switch {
 		case c.MinLimit != 0:
 			return notAdaptive("min_limit", c)
@@ -249,8 +329,6 @@ func validateCommon(c Config, maxLimit int64, uses fieldSet) error {
 	return nil
 }
 
-type fieldSet struct{ burst, maxDelay, adaptive bool }
-
 func notAdaptive(field string, c Config) error {
 	return cfgErr(field, "only adaptive uses it, must be absent for %s", c.Algorithm)
 }
@@ -269,16 +347,22 @@ func validateWindow(field string, w time.Duration) error {
 	return nil
 }
 
-// capacityOf returns Burst, or Limit when Burst is 0.
-func capacityOf(c Config) int64 {
+// Capacity returns the largest cost a fresh key admits at once: Burst, or Limit when Burst is
+// 0. It is the bucket size of the token bucket and the leaky bucket, the burst tolerance of
+// GCRA (ITU-T I.371) in cells, and Limit for the window algorithms, whose Burst is always 0.
+// For adaptive it is the starting limit only: the limit in force moves between MinLimit and
+// MaxLimit. The config parser, the Redis script arguments and the limiters all use this one
+// rule.
+func (c Config) Capacity() int64 {
 	if c.Burst == 0 {
 		return c.Limit
 	}
 	return c.Burst
 }
 
-// capacityField names the field that set the capacity, for error messages.
-func capacityField(c Config) string {
+// CapacityField names the field that sets Capacity ("burst", else "limit"), for error
+// messages about the capacity.
+func (c Config) CapacityField() string {
 	if c.Burst == 0 {
 		return "limit"
 	}
@@ -290,7 +374,7 @@ func capacityField(c Config) string {
 // makes the refill exactly lg units per nanosecond, so buckets need no division on refill
 // and no rounding at all.
 func rateScale(limit int64, window time.Duration) (lg, wg int64) {
-	g := gcd(limit, int64(window))
+	g := GCD(limit, int64(window))
 	return limit / g, int64(window) / g
 }
 

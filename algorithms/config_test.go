@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"cmp"
 	"errors"
 	"strings"
 	"testing"
@@ -109,5 +110,113 @@ func TestUnsatisfiable(t *testing.T) {
 		if !d.Allowed {
 			t.Errorf("%s: a fresh key denies n = capacity = %d: %+v", name(c), capacity, d)
 		}
+	}
+}
+
+// TestCapacity pins the one capacity rule (burst, else limit) that the limiters, the config
+// parser and the Redis script arguments share, against what a fresh key really admits.
+func TestCapacity(t *testing.T) {
+	for _, c := range []Config{
+		{Algorithm: AlgTokenBucket, Limit: 10, Window: time.Second},
+		{Algorithm: AlgTokenBucket, Limit: 10, Window: time.Second, Burst: 3},
+		{Algorithm: AlgGCRA, Limit: 10, Window: time.Second, Burst: 25},
+		{Algorithm: AlgLeakyBucket, Limit: 10, Window: time.Second, Burst: 4},
+		{Algorithm: AlgFixedWindow, Limit: 7, Window: time.Second},
+		{Algorithm: AlgSlidingWindow, Variant: VariantLog, Limit: 7, Window: time.Second},
+	} {
+		want, field := c.Limit, "limit"
+		if c.Burst != 0 {
+			want, field = c.Burst, "burst"
+		}
+		if got := c.Capacity(); got != want {
+			t.Fatalf("%+v: Capacity() = %d, want %d", c, got, want)
+		}
+		if got := c.CapacityField(); got != field {
+			t.Fatalf("%+v: CapacityField() = %q, want %q", c, got, field)
+		}
+		l, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := int64(time.Hour)
+		if d, _ := l.AllowN(nil, now, c.Capacity()); !d.Allowed {
+			t.Fatalf("%+v: a fresh key denies Capacity() = %d at once: %+v", c, c.Capacity(), d)
+		}
+		if d, _ := l.AllowN(nil, now, c.Capacity()+1); !d.Unsatisfiable() {
+			t.Fatalf("%+v: a fresh key does not refuse Capacity()+1 = %d as unsatisfiable: %+v", c, c.Capacity()+1, d)
+		}
+	}
+}
+
+// TestGCD checks Euclid's algorithm on the cases the rate reductions meet: coprime values,
+// a zero operand and a divisor of the other operand.
+func TestGCD(t *testing.T) {
+	for _, tc := range [][3]int64{{12, 18, 6}, {7, 13, 1}, {0, 5, 5}, {5, 0, 5}, {100, int64(time.Minute), 100}, {2503, 3_600_000_000_000, 1}} {
+		if got := GCD(tc[0], tc[1]); got != tc[2] {
+			t.Fatalf("GCD(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
+		}
+	}
+}
+
+// TestSpecsDescribeNew checks each algorithm's Spec against what New really accepts: every
+// described algorithm is built, and an optional field is accepted exactly when the Spec lists
+// it (a rejected one is named in the *ConfigError). The config parser, the Redis codec and the
+// schema test rely on the Specs, so a Spec that drifted from New would mislead all three.
+func TestSpecsDescribeNew(t *testing.T) {
+	set := map[string]func(*Config){
+		FieldBurst:    func(c *Config) { c.Burst = 5 },
+		FieldVariant:  func(c *Config) { c.Variant = VariantLog },
+		FieldMaxDelay: func(c *Config) { c.MaxDelay = time.Second },
+		FieldAdaptive: func(c *Config) { c.MaxLimit = 20 },
+	}
+	rejectedAs := map[string]string{FieldAdaptive: "max_limit"}
+	// The documented contract (README, "Rules"): a change here is a change for users.
+	want := map[string]string{
+		AlgTokenBucket: "burst global", AlgLeakyBucket: "burst max_delay global",
+		AlgSlidingWindow: "variant global", AlgFixedWindow: "global", AlgGCRA: "burst global",
+		AlgAdaptive: "adaptive",
+	}
+	specs := Specs()
+	if len(specs) != len(want) {
+		t.Fatalf("%d algorithms described, want %d", len(specs), len(want))
+	}
+	for _, s := range specs {
+		got := strings.Join(s.Fields, " ")
+		if s.Global {
+			got = strings.TrimSpace(got + " global")
+		}
+		if got != want[s.Name] {
+			t.Fatalf("%s: accepts %q, want %q", s.Name, got, want[s.Name])
+		}
+	}
+	for _, s := range specs {
+		base := Config{Algorithm: s.Name, Limit: 10, Window: time.Second}
+		if s.Name == AlgAdaptive {
+			base.MinLimit, base.ErrorThreshold = 1, 0.5
+		}
+		if _, err := New(base); err != nil {
+			t.Fatalf("%s: New refuses the plain configuration: %v", s.Name, err)
+		}
+		if got, ok := SpecOf(s.Name); !ok || got.Name != s.Name {
+			t.Fatalf("SpecOf(%q) = %+v, %v", s.Name, got, ok)
+		}
+		for field, f := range set {
+			c := base
+			f(&c)
+			_, err := New(c)
+			if accepted := err == nil; accepted != s.Accepts(field) {
+				t.Fatalf("%s with %s: New error %v, but Spec.Accepts says %v", s.Name, field, err, s.Accepts(field))
+			}
+			var ce *ConfigError
+			if err != nil && (!errors.As(err, &ce) || ce.Field != cmp.Or(rejectedAs[field], field)) {
+				t.Fatalf("%s with %s: the error %v does not name the field", s.Name, field, err)
+			}
+		}
+	}
+	if _, ok := SpecOf("token_bucket2"); ok {
+		t.Fatal("SpecOf describes an unknown algorithm")
+	}
+	if _, err := New(Config{Algorithm: "token_bucket2", Limit: 1, Window: time.Second}); err == nil || !strings.Contains(err.Error(), algorithmList) {
+		t.Fatalf("an unknown algorithm: %v, want the list %s", err, algorithmList)
 	}
 }

@@ -199,7 +199,7 @@ func peekOld(state []byte, now int64) (r, at int64, idle, ok bool) {
 			return r, at, ok && g.Idle(state, now), ok
 		}
 	case verAdaptiveAdmit2:
-		if validateCommon(c, LimitCeiling, fieldSet{adaptive: true}) == nil {
+		if validateCommon(c, LimitCeiling) == nil {
 			return peekAdaptive(state, now, c)
 		}
 	}

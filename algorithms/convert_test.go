@@ -113,8 +113,8 @@ func changesOf(c Config) []Config {
 	add(func(n *Config) { n.Window += 300 * ms })
 	switch c.Algorithm {
 	case AlgTokenBucket, AlgLeakyBucket, AlgGCRA:
-		add(func(n *Config) { n.Burst = capacityOf(c) * 2 })
-		add(func(n *Config) { n.Burst = max(1, capacityOf(c)/2) })
+		add(func(n *Config) { n.Burst = c.Capacity() * 2 })
+		add(func(n *Config) { n.Burst = max(1, c.Capacity()/2) })
 		add(func(n *Config) { n.Burst = 1 })
 	}
 	switch {
@@ -135,7 +135,7 @@ func changesOf(c Config) []Config {
 		}
 		o.Limit, o.Window = c.Limit, c.Window
 		if o.Burst != 0 {
-			o.Burst = capacityOf(c)
+			o.Burst = c.Capacity()
 		}
 		out = append(out, o)
 	}
@@ -146,7 +146,7 @@ func changesOf(c Config) []Config {
 // full queue: it then admits fewer than its capacity after a conversion.
 func shaperBinds(l Limiter) bool {
 	lb, ok := l.(*LeakyBucket)
-	return ok && lb.shaper && lb.MaxDelayEffective() < time.Duration(lb.capNs)
+	return ok && lb.shaper && lb.maxDelayEffective() < time.Duration(lb.capNs)
 }
 
 // checkChange reads state (written by old) with nw at now, sending requests of n events:
@@ -192,7 +192,7 @@ func checkChange(t *testing.T, old, nw Limiter, oldCfg, newCfg Config, state []b
 	if got > 0 {
 		rc, ok := RecordedConfig(out)
 		if !ok || rc.Algorithm != newCfg.Algorithm || rc.Window != newCfg.Window ||
-			(newCfg.Algorithm != AlgAdaptive && (rc.Limit != newCfg.Limit || capacityOf(rc) != capacityOf(newCfg) || rc.MaxDelay != newCfg.MaxDelay)) {
+			(newCfg.Algorithm != AlgAdaptive && (rc.Limit != newCfg.Limit || rc.Capacity() != newCfg.Capacity() || rc.MaxDelay != newCfg.MaxDelay)) {
 			t.Fatalf("admitted state records %+v, want %+v", rc, newCfg)
 		}
 	}
@@ -405,7 +405,7 @@ func TestRecordedConfig(t *testing.T) {
 		want := Config{Algorithm: c.Algorithm, Variant: c.Variant, Limit: c.Limit, Window: c.Window, Burst: c.Burst, MaxDelay: c.MaxDelay}
 		switch c.Algorithm {
 		case AlgTokenBucket, AlgLeakyBucket, AlgGCRA:
-			want.Burst = capacityOf(c)
+			want.Burst = c.Capacity()
 		case AlgSlidingWindow:
 			if want.Variant == "" {
 				want.Variant = VariantCounter
@@ -453,14 +453,14 @@ func TestConfigChangeIdleIsFresh(t *testing.T) {
 			if !old.Idle(s, at) {
 				t.Fatalf("the old configuration does not find its state idle a week later")
 			}
-			cost := capacityOf(base) + 1
+			cost := base.Capacity() + 1
 			if d, _ := nw.AllowN(s, at, cost); !d.Allowed {
 				t.Fatalf("a request of cost %d above the old capacity was denied on an idle key: %+v", cost, d)
 			}
 			// A key the old configuration still counts keeps what it consumed.
 			_, busy := old.AllowN(nil, at, 1)
-			if d, _ := nw.AllowN(busy, at, capacityOf(base)); d.Allowed {
-				t.Fatalf("a key with one unit consumed was granted the old capacity %d again", capacityOf(base))
+			if d, _ := nw.AllowN(busy, at, base.Capacity()); d.Allowed {
+				t.Fatalf("a key with one unit consumed was granted the old capacity %d again", base.Capacity())
 			}
 		})
 	}

@@ -9,6 +9,16 @@
 //	gcra                         GCRA
 //	adaptive                     Adaptive (a controller plus a sliding-window-counter admission)
 //
+// Each is the algorithm of the same standard name: the token bucket in the terminology of
+// RFC 2697/2698 (a bucket of Burst tokens refilled at Limit/Window); the leaky bucket as a
+// meter in Turner's sense (an occupancy that drains at a constant rate, the dual of the token
+// bucket) or as a queue in Tanenbaum's (the shaper, releasing requests at the leak rate); the
+// sliding window counter as popularised by Cloudflare (the current window's count plus the
+// previous window's, weighted by the overlap); the sliding window log (one timestamp per
+// admitted event); the fixed window counter; the Generic Cell Rate Algorithm of ITU-T I.371;
+// and an adaptive limit tuned by AIMD (additive increase, multiplicative decrease), as in
+// TCP congestion control. Each type's documentation gives its exact integer formulas.
+//
 // The package never reads a clock and never calls the host: time is an int64 of Unix
 // nanoseconds passed in by the caller, and the state of a key is a byte string that the caller
 // loads and stores (Envoy shared data with CAS, or Redis). This keeps the limiters

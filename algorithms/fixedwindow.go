@@ -60,7 +60,7 @@ func newFixedWindow(c Config) (*FixedWindow, error) {
 // init validates c and sets f up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (f *FixedWindow) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	*f = FixedWindow{limit: c.Limit, w: int64(c.Window), p: makeParams(c.Limit, c.Limit, c.Window, 0)}

@@ -1,9 +1,10 @@
 package algorithms
 
-// GCRA is gcra, the Generic Cell Rate Algorithm: one theoretical arrival time (TAT) per key
-// encodes the whole state, with the seed's integer-nanosecond formulas extended to n cells.
+// GCRA is gcra, the Generic Cell Rate Algorithm of ITU-T I.371 (its virtual-scheduling form):
+// one theoretical arrival time (TAT) per key encodes the whole state, in integer nanoseconds,
+// extended to requests of n cells.
 //
-// # Formulas, and the one place this differs from the seed
+// # Formulas, and where the burst tolerance is applied
 //
 //	emissionInterval T = Window / Limit            (integer ns, truncated)
 //	burstOffset        = T × (Burst − 1)
@@ -13,14 +14,14 @@ package algorithms
 //	retryAfter         = allowAt − now              (when denied)
 //	remaining          = floor((now − allowAt) / T) (when allowed)
 //
-// The seed tests "TAT' − burstOffset <= now" on the incremented TAT. Taken literally that
-// admits only Burst − 1 requests from a fresh key, and none at all with Burst = 1, which
-// contradicts Burst being the capacity. As in the ATM virtual-scheduling algorithm (and
-// throttled and redis-cell, whose tolerance is T×(maxBurst+1)), the test applies to the
-// arrival time of the last cell of the request, TAT' − T. Everything else is the seed's
-// formula unchanged, and a fresh key admits exactly Burst cells at once.
+// A common rendering of GCRA tests "TAT' − burstOffset <= now" on the incremented TAT. Taken
+// literally that admits only Burst − 1 requests from a fresh key, and none at all with
+// Burst = 1, which contradicts Burst being the capacity. As in I.371's virtual-scheduling
+// algorithm (and throttled and redis-cell, whose tolerance is T×(maxBurst+1)), the test applies
+// to the arrival time of the last cell of the request, TAT' − T, so a fresh key admits exactly
+// Burst cells at once.
 //
-// T is truncated to whole nanoseconds, as in the seed (time.Duration arithmetic). When Limit
+// T is truncated to whole nanoseconds (time.Duration arithmetic). When Limit
 // does not divide Window the sustained rate is 1/T, above Limit/Window by a factor of less
 // than 1 + 1/T (under 0.0001% once T >= 1ms); New requires T >= 1ns.
 //
@@ -78,15 +79,15 @@ func newGCRA(c Config) (*GCRA, error) {
 // init validates c and sets g up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (g *GCRA) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	t := int64(c.Window) / c.Limit
 	if t < 1 {
 		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
 	}
-	b := capacityOf(c)
-	if err := checkExact(capacityField(c), "emission interval * (burst + 1)",
+	b := c.Capacity()
+	if err := checkExact(c.CapacityField(), "emission interval * (burst + 1)",
 		"lower the burst or the window", [2]int64{t, b + 1}); err != nil {
 		return err
 	}

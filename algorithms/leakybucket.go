@@ -6,7 +6,8 @@ import "time"
 //
 // # Meter (MaxDelay == 0)
 //
-// The admission meter of the seeds: an occupancy level drains continuously at Limit/Window
+// The leaky bucket as a meter (Turner's formulation; Tanenbaum's leaky bucket is the queue,
+// below): an occupancy level drains continuously at Limit/Window
 // events per second; n events are admitted while occupancy + n <= C (C = Burst, Limit when 0),
 // and then raise the occupancy by n. Requests are allowed or denied at once, never delayed.
 // The meter makes exactly the decisions of a TokenBucket with the same parameters (tokens =
@@ -110,7 +111,7 @@ func newLeakyBucket(c Config) (*LeakyBucket, error) {
 // init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (l *LeakyBucket) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true, maxDelay: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	if c.MaxDelay < 0 {
@@ -125,7 +126,7 @@ func (l *LeakyBucket) init(c Config) error {
 	}
 	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0, p: makeParams(c.Limit, b.capacity, c.Window, c.MaxDelay)}
 	if l.shaper {
-		if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
+		if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
 			"lower the burst or the window, or pick a limit that shares more factors with the window in ns",
 			[2]int64{b.capacity, b.wg}, [2]int64{3, b.lg}); err != nil {
 			return err
@@ -333,10 +334,9 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 	return tokens == l.b.capU
 }
 
-// MaxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
-// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter. The
-// filter can use it to size its timers.
-func (l *LeakyBucket) MaxDelayEffective() time.Duration {
+// maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
+// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
+func (l *LeakyBucket) maxDelayEffective() time.Duration {
 	if !l.shaper {
 		return 0
 	}

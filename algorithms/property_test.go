@@ -72,7 +72,7 @@ type call struct{ at, n int64 }
 // With skew > 0, some calls go back in time by up to skew.
 func randomCalls(r *rand.Rand, c Config, count int, skew int64) []call {
 	w := int64(c.Window)
-	capacity := capacityOf(c)
+	capacity := c.Capacity()
 	now := t0 + r.Int64N(w)
 	calls := make([]call, count)
 	for i := range calls {
@@ -235,7 +235,7 @@ func checkPromise(t *testing.T, l Limiter, c Config, adm []admitted) {
 		}
 	}
 	w, lim := int64(c.Window), c.Limit
-	capacity := capacityOf(c)
+	capacity := c.Capacity()
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("promise broken: "+format, args...)
@@ -335,7 +335,7 @@ func TestMonotoneClamp(t *testing.T) {
 				var maxAt int64
 				for i, cl := range calls {
 					at2 := max(maxAt, cl.at)
-					if cl.n >= 1 && cl.n <= capacityOf(c) {
+					if cl.n >= 1 && cl.n <= c.Capacity() {
 						maxAt = at2 // unsatisfiable calls record nothing
 					}
 					var d1, d2 Decision
@@ -463,7 +463,7 @@ func TestNoCrossAlgorithmDecode(t *testing.T) {
 	for i, ci := range cfgs {
 		li := mustNew(t, ci)
 		var s []byte
-		for k := int64(0); k < capacityOf(ci); k++ {
+		for k := int64(0); k < ci.Capacity(); k++ {
 			_, s = li.AllowN(s, t0, 1)
 		}
 		for j, cj := range cfgs {

@@ -16,8 +16,8 @@ package algorithms
 // Limit + previous×elapsed/Window < 2×Limit events can be admitted in one sliding window; the
 // largest reachable count is 2×Limit−1. Two guarantees always hold: at most Limit events in
 // each aligned window, and fewer than 2×Limit in any sliding window. On evenly spread traffic
-// the estimate is exact up to the quantisation below. (The seed's "limit × 1/windowBuckets"
-// error applies to bucketed variants; this one has a single previous bucket.)
+// the estimate is exact up to the quantisation below. (The "limit × 1/windowBuckets" error
+// bound quoted for bucketed variants does not apply; this one has a single previous bucket.)
 //
 // The weight (1 − elapsed/Window) is quantised to 1/S with S = 10^6 slices per window,
 // rounding elapsed down, so the weight is never below the exact one: the quantisation only
@@ -106,7 +106,7 @@ func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 // init validates c and sets s up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (s *SlidingWindowCounter) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	*s = SlidingWindowCounter{cc: newCounterCore(c), p: makeParams(c.Limit, c.Limit, c.Window, 0)}

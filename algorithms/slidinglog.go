@@ -7,7 +7,7 @@ import "math"
 // events in (now − Window, now] plus n are at most Limit, so no interval of length Window ever
 // holds more than Limit admitted events.
 //
-// RetryAfter is the seed's formula generalised to n: when k = live + n − Limit events must
+// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n: when k = live + n − Limit events must
 // expire first, RetryAfter = (k-th oldest live timestamp) + Window − now; for n = 1 that is
 // oldest + Window − now. An event at t leaves the window at exactly t + Window.
 //
@@ -82,7 +82,7 @@ func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
 // init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (l *SlidingWindowLog) init(c Config) error {
-	if err := validateCommon(c, LogLimitCeiling, fieldSet{}); err != nil {
+	if err := validateCommon(c, LogLimitCeiling); err != nil {
 		return err
 	}
 	*l = SlidingWindowLog{limit: c.Limit, w: int64(c.Window), width: 8, ver: verSlidingLog64v2, verV1: verSlidingLog64,

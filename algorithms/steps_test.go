@@ -189,7 +189,7 @@ func TestStepsGCRA(t *testing.T) {
 		{at: 10 * time.Second, n: 6, rem: 5},
 		{at: 10 * time.Second, n: 5, allowed: true, rem: 0, reset: 500 * ms},
 	})
-	// Burst 1 (the default with limit 1): the seed's literal test would deny every request.
+	// Burst 1 (the default with limit 1): testing the incremented TAT without the last cell's T (see gcra.go) would deny every request.
 	runSteps(t, mustNew(t, Config{Algorithm: AlgGCRA, Limit: 1, Window: time.Second}), []step{
 		{at: 0, n: 1, allowed: true, rem: 0, reset: time.Second},
 		{at: 0, n: 1, rem: 0, retry: time.Second, reset: time.Second},

@@ -81,9 +81,9 @@ type bucket struct {
 }
 
 func newBucket(c Config) (bucket, error) {
-	capacity := capacityOf(c)
+	capacity := c.Capacity()
 	lg, wg := rateScale(c.Limit, c.Window)
-	if err := checkExact(capacityField(c), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
+	if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
 		"lower the burst or the window, or pick a limit that shares more factors with the window in ns (for example 2500 instead of 2503 per hour)",
 		[2]int64{capacity, wg}, [2]int64{1, wg}, [2]int64{2, lg}); err != nil {
 		return bucket{}, err
@@ -102,7 +102,7 @@ func newTokenBucket(c Config) (*TokenBucket, error) {
 // init validates c and sets t up; it is also how peekOld rebuilds an old configuration by
 // value.
 func (t *TokenBucket) init(c Config) error {
-	if err := validateCommon(c, LimitCeiling, fieldSet{burst: true}); err != nil {
+	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
 	b, err := newBucket(c)

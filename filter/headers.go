@@ -41,16 +41,8 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 		return limit, max(1, int64(window/time.Second))
 	}
 	a, b := limit*int64(time.Second), int64(window)
-	g := gcd(a, b)
+	g := algorithms.GCD(a, b)
 	return a / g, b / g
-}
-
-// gcd is Euclid's greatest common divisor of two non-negative numbers, not both zero.
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // appendPolicyItem renders one quota policy item of the RateLimit-Policy field.

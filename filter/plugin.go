@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -94,7 +95,23 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	abi.LogInfof("ratelimit: configured %d rules", len(p.rules))
+	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
 	return types.OnPluginStartStatusOK
+}
+
+// effectiveConfig renders a configuration as its effective JSON (config.Config.MarshalJSON:
+// defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
+// logging sees what is enforced rather than what was typed. It is a fmt.Stringer so that the
+// JSON is only built when the debug level is enabled.
+type effectiveConfig struct{ c *config.Config }
+
+// String returns the configuration's effective JSON.
+func (e effectiveConfig) String() string {
+	b, err := json.Marshal(e.c)
+	if err != nil {
+		return "(unavailable: " + err.Error() + ")"
+	}
+	return string(b)
 }
 
 func (p *plugin) configure(data []byte) error {

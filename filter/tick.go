@@ -143,37 +143,30 @@ func (p *plugin) dequeue(id uint32) bool {
 	return false
 }
 
-// updateAdaptive adds this VM's signals to the rule's controller with a bounded CAS loop and
-// adopts the limit in force. When every attempt loses, the signals are kept for the next tick:
-// nothing observed is lost, it only arrives later.
+// updateAdaptive adds this VM's signals to the rule's controller with a bounded CAS loop
+// (sharedstate.Update) and adopts the limit in force. When every attempt loses, the signals are
+// kept for the next tick: nothing observed is lost, it only arrives later.
 func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	ad := rs.adaptive
-	for range p.cfg.CASAttempts {
-		cur, cas, err := abi.GetSharedData(ad.key)
-		if errors.Is(err, sharedstate.ErrNotFound) {
-			cur, cas = nil, 1<<32-1
-		} else if err != nil {
-			p.storeFailure(rs, err)
-			return
-		}
+	var limit int64
+	lost, err := sharedstate.Update(sharedstate.Host{}, ad.key, p.cfg.CASAttempts, func(cur []byte) []byte {
 		ad.state = append(ad.state[:0], cur...)
-		limit, next := ad.a.Update(ad.state, ad.signals, now)
-		ad.state = next
-		err = abi.SetSharedData(ad.key, next, cas)
-		if err == nil {
-			ad.signals = algorithms.Signals{}
-			if limit != ad.lim.limit {
-				abi.LogInfof("ratelimit: rule %q: adaptive limit %d -> %d", rs.rule.Name, ad.lim.limit, limit)
-			}
-			ad.lim.limit = limit
-			ad.gauge.Record(limit)
-			return
+		limit, ad.state = ad.a.Update(ad.state, ad.signals, now)
+		return ad.state
+	})
+	if lost > 0 {
+		rs.m.casRetries.Increment(uint64(lost))
+	}
+	switch {
+	case err == nil:
+		ad.signals = algorithms.Signals{}
+		if limit != ad.lim.limit {
+			abi.LogInfof("ratelimit: rule %q: adaptive limit %d -> %d", rs.rule.Name, ad.lim.limit, limit)
 		}
-		if !errors.Is(err, sharedstate.ErrCasMismatch) {
-			p.storeFailure(rs, err)
-			return
-		}
-		rs.m.casRetries.Increment(1)
+		ad.lim.limit = limit
+		ad.gauge.Record(limit)
+	case !errors.Is(err, sharedstate.ErrAttemptsExhausted):
+		p.storeFailure(rs, err)
 	}
 }
 

@@ -30,13 +30,7 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	// a request as unsatisfiable. That is always a mistake in the config, not a policy.
 	// (Adaptive is left out: its capacity moves, and a cost header is bounded by max.)
 	if r.CostSpec.Header == "" && r.Algorithm.Algorithm != algorithms.AlgAdaptive {
-		capacity, from := r.Algorithm.Limit, "limit"
-		switch r.Algorithm.Algorithm {
-		case algorithms.AlgTokenBucket, algorithms.AlgLeakyBucket, algorithms.AlgGCRA:
-			if r.Algorithm.Burst > 0 {
-				capacity, from = r.Algorithm.Burst, "burst"
-			}
-		}
+		capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 		if r.CostSpec.Constant > capacity {
 			return "cost", "every request costs " + strconv.FormatInt(r.CostSpec.Constant, 10) +
 				", more than the rule ever allows (" + from + " " + strconv.FormatInt(capacity, 10) + ")"

@@ -15,25 +15,25 @@ import (
 // and every VM parses and compiles the configuration itself. The bounds below keep what any
 // accepted configuration can cost, in memory and in configure time, well inside that.
 const (
-	// MaxRegexProgram bounds one regular expression's compiled program, in RE2 instructions
+	// maxRegexProgram bounds one regular expression's compiled program, in RE2 instructions
 	// (regexp/syntax.Prog), counted on the anchored form the filter runs. Compile time and
 	// memory grow with the program, and a short source can make a long one: a counted
 	// repetition copies its operand, so `[a-z]{1000}` is 1,004 instructions from 11 bytes.
 	// Useful header and path expressions are tens of instructions.
-	MaxRegexProgram = 1000
+	maxRegexProgram = 1000
 	// MaxRegexProgramTotal bounds the instructions of all of a configuration's regular
 	// expressions together, so that the number of expressions (up to 256 rules x 33) cannot
-	// multiply MaxRegexProgram into seconds of configure time in every VM.
+	// multiply maxRegexProgram into seconds of configure time in every VM.
 	MaxRegexProgramTotal = 20_000
 
-	// MaxVMTableBytes bounds the worst-case memory the rules' key tables can hold in each
+	// maxVMTableBytes bounds the worst-case memory the rules' key tables can hold in each
 	// worker VM (see TableCost). With Go's garbage collector targeting twice the live heap,
 	// 128 MiB of tables keeps a VM far below V8's 1 GiB cap, next to the module's own few MiB.
-	MaxVMTableBytes = 128 << 20
-	// MaxSharedDataBytes bounds the worst-case size of the rules' slots in Envoy's shared
+	maxVMTableBytes = 128 << 20
+	// maxSharedDataBytes bounds the worst-case size of the rules' slots in Envoy's shared
 	// data (see TableCost). Shared data is process memory outside the VMs, never expires and
 	// cannot be deleted by the filter, so every slot a config allows may stay forever.
-	MaxSharedDataBytes = 512 << 20
+	maxSharedDataBytes = 512 << 20
 )
 
 // TableCost is the worst case of what one rule's local key table can hold: Slots shared-data
@@ -76,7 +76,7 @@ func tableCost(domain string, r *Rule) TableCost {
 	}
 }
 
-// budget checks the rules' tables against MaxVMTableBytes and MaxSharedDataBytes together:
+// budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:
 // each rule may be reasonable alone while their sum is not.
 func (p *parser) budget(path string, c *Config) {
 	type cost struct {
@@ -102,11 +102,11 @@ func (p *parser) budget(path string, c *Config) {
 		p.addf(path, "the rules' key tables could hold %s %s, above the budget of %s; largest: %s (lower max_keys, or use fewer keyed rules)",
 			formatBytes(total), where, formatBytes(budget), strings.Join(top, ", "))
 	}
-	if vm > MaxVMTableBytes {
-		report(vm, MaxVMTableBytes, "in every worker VM", func(c cost) int64 { return c.VMBytes })
+	if vm > maxVMTableBytes {
+		report(vm, maxVMTableBytes, "in every worker VM", func(c cost) int64 { return c.VMBytes })
 	}
-	if shared > MaxSharedDataBytes {
-		report(shared, MaxSharedDataBytes, "in Envoy's shared data", func(c cost) int64 { return c.SharedBytes })
+	if shared > maxSharedDataBytes {
+		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c cost) int64 { return c.SharedBytes })
 	}
 }
 
@@ -137,7 +137,7 @@ func regexProgram(src string) (int, error) {
 	return len(prog.Inst), nil
 }
 
-// checkRegexProgram enforces MaxRegexProgram on one anchored expression and
+// checkRegexProgram enforces maxRegexProgram on one anchored expression and
 // MaxRegexProgramTotal on the configuration so far, before the expression is compiled for
 // matching (which costs time and memory in proportion to the program).
 func (p *parser) checkRegexProgram(path, anchored string) bool {
@@ -155,8 +155,8 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 	// much as compiling it, and thousands of them must not add up to seconds.
 	over := p.regexInsts > MaxRegexProgramTotal
 	p.regexInsts += n
-	if n > MaxRegexProgram {
-		p.addf(path, "compiles to %d RE2 instructions; the maximum is %d (a counted repetition such as {100} repeats its operand's program that many times)", n, MaxRegexProgram)
+	if n > maxRegexProgram {
+		p.addf(path, "compiles to %d RE2 instructions; the maximum is %d (a counted repetition such as {100} repeats its operand's program that many times)", n, maxRegexProgram)
 		return false
 	}
 	if over {

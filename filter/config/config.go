@@ -24,33 +24,33 @@ import (
 const (
 	MaxConfigBytes  = 1 << 20 // the whole JSON document
 	MaxRules        = 256
-	MaxNameLen      = 64   // rule names and the domain: they appear in metric names and keys
-	MaxRegexLen     = 1024 // regex source, before compilation
-	MaxStringLen    = 1024 // other strings: route names, header values, defaults, constants
+	maxNameLen      = 64   // rule names and the domain: they appear in metric names and keys
+	maxRegexLen     = 1024 // regex source, before compilation
+	maxStringLen    = 1024 // other strings: route names, header values, defaults, constants
 	MaxListLen      = 256  // routes, virtual_hosts
 	MaxMethods      = 32
 	MaxHeaderConds  = 32 // match.headers
 	MaxKeyParts     = 16
-	MaxDenyHeaders  = 32
-	MaxBodyLen      = 8 << 10
-	MaxCost         = 1_000_000
+	maxDenyHeaders  = 32
+	maxBodyLen      = 8 << 10
+	maxCost         = 1_000_000
 	MaxKeysPerRule  = 1_000_000
-	MaxShapingDelay = 60 * time.Second
+	maxShapingDelay = 60 * time.Second
 )
 
 // Defaults applied when a field is absent.
 const (
-	DefaultDomain           = "rl"
-	DefaultCASAttempts      = 8
-	DefaultMaxKeys          = 10000
-	DefaultDenyStatus       = 429
-	DefaultDenyBody         = `{"error":"rate_limited","rule":"%RULE%","retry_after":%RETRY_AFTER%}`
-	DefaultRedisTimeout     = 50 * time.Millisecond
-	DefaultKeyPrefix        = "rl"
-	DefaultBreakerFails     = 5
-	DefaultCooldown         = 5 * time.Second
-	DefaultAdaptiveInterval = time.Second
-	DefaultErrorThreshold   = 0.05
+	defaultDomain           = "rl"
+	defaultCASAttempts      = 8
+	defaultMaxKeys          = 10000
+	defaultDenyStatus       = 429
+	defaultDenyBody         = `{"error":"rate_limited","rule":"%RULE%","retry_after":%RETRY_AFTER%}`
+	defaultRedisTimeout     = 50 * time.Millisecond
+	defaultKeyPrefix        = "rl"
+	defaultBreakerFails     = 5
+	defaultCooldown         = 5 * time.Second
+	defaultAdaptiveInterval = time.Second
+	defaultErrorThreshold   = 0.05
 )
 
 // FailureMode says what to do with a request when the limiter's state cannot be read or

@@ -80,8 +80,8 @@ func (d *Deny) AppendBody(dst []byte, rule string, retryAfterSeconds int64) []by
 	return dst
 }
 
-// HeaderValue returns the configured value of a denial header (name in lower case).
-func (d *Deny) HeaderValue(name string) (string, bool) {
+// headerValue returns the configured value of a denial header (name in lower case).
+func (d *Deny) headerValue(name string) (string, bool) {
 	for _, h := range d.Headers {
 		if h.Name == strings.ToLower(name) {
 			return h.Value, true

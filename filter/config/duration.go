@@ -24,18 +24,9 @@ var durationUnits = map[string]uint64{
 	"d":  uint64(24 * time.Hour),
 }
 
-// ParseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
-// is exported so that the filter and tools can read durations exactly as the config does.
-// The error message describes the problem without a JSON path; Parse adds the path.
-func ParseDuration(s string) (time.Duration, error) {
-	d, msg := parseDuration(s)
-	if msg != "" {
-		return 0, &Error{Msg: msg}
-	}
-	return d, nil
-}
-
-// parseDuration returns the duration, or a non-empty message describing the problem.
+// parseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
+// returns the duration, or a non-empty message describing the problem without a JSON path
+// (Parse adds the path).
 func parseDuration(orig string) (time.Duration, string) {
 	invalid := quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 	s := orig

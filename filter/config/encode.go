@@ -8,8 +8,8 @@ import (
 )
 
 // The JSON written by MarshalJSON is the effective configuration: every default filled in
-// and every per-rule override resolved. The filter can log it at configure time so that an
-// operator sees what is enforced, not what was typed; and because Parse reads it back to
+// and every per-rule override resolved. The filter logs it at debug level when it is configured,
+// so that an operator sees what is enforced, not what was typed; and because Parse reads it back to
 // an identical Config, the fuzz test can check that whatever Parse accepts is stable.
 
 type jsonConfig struct {

@@ -116,8 +116,8 @@ func FuzzAppendKey(f *testing.F) {
 		if ok != want {
 			t.Fatalf("ok = %v, want %v", ok, want)
 		}
-		if ok != rule.Matches(r) {
-			t.Fatalf("Matches disagrees with AppendKey")
+		if ok != rule.matches(r) {
+			t.Fatalf("matches disagrees with AppendKey")
 		}
 		if got := rule.Cost(r); got < 1 || got > 100 {
 			t.Fatalf("cost %d out of [1, 100]", got)
@@ -151,7 +151,7 @@ func FuzzParseDuration(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := ParseDuration(s)
+		got, err := durationOf(s)
 		if strings.Contains(s, "d") || isNumberLike(strings.TrimLeft(s, "+-")) {
 			return
 		}

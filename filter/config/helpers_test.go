@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeRequest implements Request over plain fields. Header names are stored lower-case,
@@ -88,3 +90,12 @@ func oneRule(fields string) string {
 }
 
 const tb = `"algorithm":"token_bucket","limit":10,"window":"1s"`
+
+// durationOf parses s as the config does, with the problem as an error.
+func durationOf(s string) (time.Duration, error) {
+	d, msg := parseDuration(s)
+	if msg != "" {
+		return 0, errors.New(msg)
+	}
+	return d, nil
+}

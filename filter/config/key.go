@@ -50,22 +50,6 @@ func (r *Rule) DuplicateHeader(req Request) (name string, dup bool) {
 	return "", false
 }
 
-// headerValue returns the value a header key part keys on: the only line, or the first or
-// last of several as the part says; ok is false when the header is absent or, under
-// DuplicateReject, repeated.
-func (kp *KeyPart) headerValue(req Request) (string, bool) {
-	first, last, n := req.HeaderLines(kp.Name)
-	switch {
-	case n == 0:
-		return "", false
-	case n == 1 || kp.OnDuplicate == DuplicateFirst:
-		return first, true
-	case kp.OnDuplicate == DuplicateLast:
-		return last, true
-	}
-	return "", false
-}
-
 // AppendKey appends the rule's key for req to dst and returns the extended slice.
 //
 // The key is the rule's descriptor parts in order, each written as its length in decimal,
@@ -86,13 +70,14 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	start := len(dst)
 	for i := range r.Key {
 		kp := &r.Key[i]
-		var found bool
-		dst, found = kp.appendValue(dst, req, r.trustedHops)
-		if !found {
-			if !kp.HasDefault || kp.ambiguous(req) {
-				return dst[:start], false
-			}
+		v, ip, st := kp.lookup(req, r.trustedHops)
+		switch {
+		case st == partFound:
+			dst = kp.appendValue(dst, req, v, ip)
+		case st == partMissing && kp.HasDefault:
 			dst = appendPart(dst, kp.Default)
+		default:
+			return dst[:start], false
 		}
 	}
 	return dst, true
@@ -106,45 +91,73 @@ func (r *Rule) keyAvailable(req Request) bool {
 		if kp.HasDefault {
 			continue
 		}
-		switch kp.Source {
-		case SourceClientIP:
-			if _, ok := ClientIP(req, r.trustedHops); !ok {
-				return false
-			}
-		case SourceHeader:
-			// A repeated header counts as present: the rule applies, and the request is
-			// refused by DuplicateHeader rather than let through to later rules.
-			if _, _, n := req.HeaderLines(kp.Name); n == 0 {
-				return false
-			}
-		case SourceQuery:
-			if _, ok := queryParam(req.Path(), kp.Name); !ok {
-				return false
-			}
-		case SourcePath:
-			if pathOnly(req.Path()) == "" {
-				return false
-			}
-		case SourceMethod:
-			if req.Method() == "" {
-				return false
-			}
-		case SourceRoute:
-			if req.Route() == "" {
-				return false
-			}
+		// A repeated header counts as present: the rule applies, and the request is refused
+		// by DuplicateHeader rather than let through to later rules.
+		if _, _, st := kp.lookup(req, r.trustedHops); st == partMissing {
+			return false
 		}
 	}
 	return true
 }
 
-// ambiguous reports whether the part is a header repeated in req under DuplicateReject.
-func (kp *KeyPart) ambiguous(req Request) bool {
-	if kp.Source != SourceHeader || (kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "") {
-		return false
+// partState says what a request holds for one key part.
+type partState uint8
+
+const (
+	// partMissing: the request does not carry the part (its default, if any, applies).
+	partMissing partState = iota
+	// partFound: the request carries the part's value.
+	partFound
+	// partAmbiguous: a header part's header is repeated under DuplicateReject, so the
+	// request has no unambiguous value for it, and no default applies either (the header
+	// is there, just ambiguous).
+	partAmbiguous
+)
+
+// lookup is the one accessor of the key sources: what req holds for the part, as the request
+// carries it. A query parameter is returned still percent-encoded (appendValue decodes it),
+// and a client IP is returned in ip rather than v. A header is its only line, or the first or
+// last of several as the part's OnDuplicate says. AppendKey and keyAvailable both read the
+// request through it, so the two cannot disagree on what a source holds.
+func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip netip.Addr, st partState) {
+	switch kp.Source {
+	case SourceConst:
+		return kp.Value, ip, partFound
+	case SourceHeader:
+		first, last, n := req.HeaderLines(kp.Name)
+		switch {
+		case n == 0:
+			return "", ip, partMissing
+		case n == 1 || kp.OnDuplicate == DuplicateFirst:
+			return first, ip, partFound
+		case kp.OnDuplicate == DuplicateLast:
+			return last, ip, partFound
+		}
+		return "", ip, partAmbiguous
+	case SourceMethod:
+		v = req.Method()
+	case SourceRoute:
+		v = req.Route()
+	case SourcePath:
+		// Without the query string: otherwise every "?cachebuster" would be a new key.
+		v = pathOnly(req.Path())
+	case SourceQuery:
+		// An empty value ("?key=") is a value: the parameter is present.
+		raw, ok := queryParam(req.Path(), kp.Name)
+		return raw, ip, found(ok)
+	case SourceClientIP:
+		addr, ok := ClientIP(req, trustedHops)
+		return "", addr, found(ok)
 	}
-	_, _, n := req.HeaderLines(kp.Name)
-	return n > 1
+	return v, ip, found(v != "")
+}
+
+// found maps presence to partFound or partMissing.
+func found(ok bool) partState {
+	if ok {
+		return partFound
+	}
+	return partMissing
 }
 
 func appendPart(dst []byte, v string) []byte {
@@ -153,66 +166,32 @@ func appendPart(dst []byte, v string) []byte {
 	return append(dst, v...)
 }
 
-// appendValue appends the part's value for req, length-prefixed, or reports it missing.
-func (kp *KeyPart) appendValue(dst []byte, req Request, trustedHops int) ([]byte, bool) {
+// appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
+// the part in req.
+func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip netip.Addr) []byte {
 	switch kp.Source {
-	case SourceConst:
-		return appendPart(dst, kp.Value), true
-	case SourceHeader:
-		v, ok := kp.headerValue(req)
-		if !ok {
-			return dst, false
-		}
-		return appendPart(dst, v), true
-	case SourceMethod:
-		v := req.Method()
-		if v == "" {
-			return dst, false
-		}
-		return appendPart(dst, v), true
-	case SourceRoute:
-		v := req.Route()
-		if v == "" {
-			return dst, false
-		}
-		return appendPart(dst, v), true
-	case SourcePath:
-		// Without the query string: otherwise every "?cachebuster" would be a new key.
-		v := pathOnly(req.Path())
-		if v == "" {
-			return dst, false
-		}
-		return appendPart(dst, v), true
 	case SourceQuery:
-		raw, ok := queryParam(req.Path(), kp.Name)
-		if !ok {
-			return dst, false
-		}
 		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
 		// together.
-		dst = strconv.AppendInt(dst, int64(unescapedLen(raw)), 10)
+		dst = strconv.AppendInt(dst, int64(unescapedLen(v)), 10)
 		dst = append(dst, ':')
-		return appendUnescaped(dst, raw), true
+		return appendUnescaped(dst, v)
 	case SourceClientIP:
-		ip, ok := ClientIP(req, trustedHops)
-		if !ok {
-			return dst, false
-		}
 		if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 			// Most rules key on the whole address, which is then rendered once per request
 			// rather than once per rule.
 			if m.partLen == 0 {
 				part := kp.appendIPPart(m.part[:0], ip)
 				if len(part) > len(m.part) { // cannot happen: kept for safety
-					return append(dst, part...), true
+					return append(dst, part...)
 				}
 				m.partLen = uint8(len(part))
 			}
-			return append(dst, m.part[:m.partLen]...), true
+			return append(dst, m.part[:m.partLen]...)
 		}
-		return kp.appendIPPart(dst, ip), true
+		return kp.appendIPPart(dst, ip)
 	}
-	return dst, false
+	return appendPart(dst, v)
 }
 
 // appendIPPart appends the address as a length-prefixed key part (see appendIP).

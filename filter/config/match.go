@@ -38,14 +38,14 @@ type Request interface {
 // stops there, unless that rule has Continue set, in which case later rules are evaluated
 // too (so a request can be counted per client IP and per tenant). A rule applies when all
 // its match conditions hold and every key part without a default is present in the
-// request (see Rule.Matches): a rule that cannot build its key for a request is skipped,
+// request (see Rule.matches): a rule that cannot build its key for a request is skipped,
 // and evaluation goes on, which lets a "per-tenant" rule fall through to a "per-IP" rule
 // for requests without a tenant.
 //
 // Match does not allocate when dst has room and the rules use no regular expressions.
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	for _, r := range c.Rules {
-		if !r.Matches(req) {
+		if !r.matches(req) {
 			continue
 		}
 		dst = append(dst, r)
@@ -56,39 +56,39 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	return dst
 }
 
-// Matches reports whether the rule applies to req: its conditions hold and its key can be
+// matches reports whether the rule applies to req: its conditions hold and its key can be
 // built (AppendKey would return ok).
-func (r *Rule) Matches(req Request) bool {
-	return r.Match.Matches(req) && r.keyAvailable(req)
+func (r *Rule) matches(req Request) bool {
+	return r.Match.matches(req) && r.keyAvailable(req)
 }
 
-// Matches reports whether every condition holds for req. Cheap conditions are checked
+// matches reports whether every condition holds for req. Cheap conditions are checked
 // first so that most rules are rejected before any header is read.
-func (m *Match) Matches(req Request) bool {
+func (m *Match) matches(req Request) bool {
 	if len(m.Routes) > 0 && !m.routes.has(req.Route()) {
 		return false
 	}
 	if len(m.Methods) > 0 && !m.methods.has(req.Method()) {
 		return false
 	}
-	if m.Path != nil && !m.Path.Matches(pathOnly(req.Path())) {
+	if m.Path != nil && !m.Path.matches(pathOnly(req.Path())) {
 		return false
 	}
 	if len(m.VirtualHosts) > 0 && !m.vhosts.has(req.VirtualHost()) {
 		return false
 	}
 	for i := range m.Headers {
-		if !m.Headers[i].Matches(req) {
+		if !m.Headers[i].matches(req) {
 			return false
 		}
 	}
 	return true
 }
 
-// Matches compares a path that has no query string. Paths are compared as Envoy hands them
+// matches compares a path that has no query string. Paths are compared as Envoy hands them
 // over: no decoding or normalisation is done here, so enable Envoy's normalize_path and
 // merge_slashes if clients might write /api//login or /api/%6Cogin.
-func (pm *PathMatch) Matches(path string) bool {
+func (pm *PathMatch) matches(path string) bool {
 	switch pm.Kind {
 	case MatchExact:
 		return path == pm.Value
@@ -100,8 +100,8 @@ func (pm *PathMatch) Matches(path string) bool {
 	return false
 }
 
-// Matches evaluates the header condition against req, including Invert.
-func (hm *HeaderMatch) Matches(req Request) bool {
+// matches evaluates the header condition against req, including Invert.
+func (hm *HeaderMatch) matches(req Request) bool {
 	v, ok := req.Header(hm.Name)
 	var res bool
 	switch hm.Kind {

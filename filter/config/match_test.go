@@ -60,8 +60,8 @@ func TestMatchConditions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, oneRule(tb+`,"match":`+tc.match))
-			if got := c.Rules[0].Match.Matches(tc.req); got != tc.want {
-				t.Errorf("Matches = %v, want %v", got, tc.want)
+			if got := c.Rules[0].Match.matches(tc.req); got != tc.want {
+				t.Errorf("matches = %v, want %v", got, tc.want)
 			}
 			got := c.Match(tc.req, nil)
 			if (len(got) == 1) != tc.want {

@@ -58,18 +58,18 @@ func (p *parser) config(root *node) *Config {
 		return nil
 	}
 	c := &Config{
-		Domain:           DefaultDomain,
+		Domain:           defaultDomain,
 		FailureMode:      FailAllow,
-		CASAttempts:      DefaultCASAttempts,
+		CASAttempts:      defaultCASAttempts,
 		RateLimitHeaders: HeadersDraft,
-		MaxKeys:          DefaultMaxKeys,
+		MaxKeys:          defaultMaxKeys,
 	}
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
-		p.str(path, n, MaxStringLen)
+		p.str(path, n, maxStringLen)
 	}
 	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, MaxStringLen); ok {
+		if s, ok := p.str(path, n, maxStringLen); ok {
 			if isName(s) {
 				c.Domain = s
 			} else {
@@ -164,16 +164,29 @@ func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
 
 var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "failure_mode", "breaker"}
 
+// The fields of the other objects of the configuration, each list the one the parser reads
+// the object with (and TestSchemaMatchesParser compares with schema.json).
+var (
+	breakerFields     = []string{"failures", "cooldown"}
+	adaptiveFields    = []string{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"}
+	costFields        = []string{"header", "default", "max"}
+	keyPartFields     = []string{"source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate"}
+	matchFields       = []string{"routes", "virtual_hosts", "path", "methods", "headers"}
+	pathMatchFields   = []string{"exact", "prefix", "regex"}
+	headerMatchFields = []string{"name", "present", "exact", "prefix", "regex", "invert"}
+	denyFields        = []string{"status", "body", "content_type", "headers"}
+)
+
 func (p *parser) redis(path string, n *node) *Redis {
 	f, ok := p.object(path, n, redisFields...)
 	if !ok {
 		return nil
 	}
 	r := &Redis{
-		Timeout:     DefaultRedisTimeout,
-		KeyPrefix:   DefaultKeyPrefix,
+		Timeout:     defaultRedisTimeout,
+		KeyPrefix:   defaultKeyPrefix,
 		FailureMode: RedisFailLocal,
-		Breaker:     Breaker{Failures: DefaultBreakerFails, Cooldown: DefaultCooldown},
+		Breaker:     Breaker{Failures: defaultBreakerFails, Cooldown: defaultCooldown},
 	}
 	if cn, cpath := f.get("cluster"); cn == nil {
 		p.add(cpath, "required")
@@ -200,7 +213,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if kn, kpath := f.get("key_prefix"); kn != nil {
-		if s, ok := p.str(kpath, kn, MaxStringLen); ok {
+		if s, ok := p.str(kpath, kn, maxStringLen); ok {
 			if isKeyPrefix(s) {
 				r.KeyPrefix = s
 			} else {
@@ -214,7 +227,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if bn, bpath := f.get("breaker"); bn != nil {
-		if bf, ok := p.object(bpath, bn, "failures", "cooldown"); ok {
+		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
 			if n, path := bf.get("failures"); n != nil {
 				if v, ok := p.intField(path, n, 1, 1000); ok {
 					r.Breaker.Failures = v
@@ -251,10 +264,14 @@ var ruleFields = []string{
 	"rate_limit_headers",
 }
 
-var algorithmNames = []string{
-	algorithms.AlgTokenBucket, algorithms.AlgLeakyBucket, algorithms.AlgSlidingWindow,
-	algorithms.AlgFixedWindow, algorithms.AlgGCRA, algorithms.AlgAdaptive,
-}
+// algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
+var algorithmNames = func() []string {
+	var names []string
+	for _, s := range algorithms.Specs() {
+		names = append(names, s.Name)
+	}
+	return names
+}()
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
@@ -275,7 +292,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	}
 	if nn, npath := f.get("name"); nn == nil {
 		p.add(npath, "required")
-	} else if s, ok := p.str(npath, nn, MaxStringLen); ok {
+	} else if s, ok := p.str(npath, nn, maxStringLen); ok {
 		if isName(s) {
 			r.Name = s
 		} else {
@@ -283,7 +300,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		}
 	}
 	if dn, dpath := f.get("description"); dn != nil {
-		if s, ok := p.str(dpath, dn, MaxStringLen); ok {
+		if s, ok := p.str(dpath, dn, maxStringLen); ok {
 			r.Description = s
 		}
 	}
@@ -338,6 +355,8 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	}
 	ac := &r.Algorithm
 	ac.Algorithm = alg
+	// Which optional fields go with which algorithm is package algorithms' to say, once.
+	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
 	// notFor reports a field that this algorithm (or mode) does not use. Accepting and
@@ -358,8 +377,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		valid = false
 	}
 
-	switch alg {
-	case algorithms.AlgTokenBucket, algorithms.AlgGCRA, algorithms.AlgLeakyBucket:
+	if spec.Accepts(algorithms.FieldBurst) {
 		if bn, bpath := f.get("burst"); bn != nil {
 			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
 				ac.Burst = v
@@ -367,11 +385,11 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 				valid = false
 			}
 		}
-	default:
+	} else {
 		notFor("burst", alg)
 	}
 
-	if alg == algorithms.AlgSlidingWindow {
+	if spec.Accepts(algorithms.FieldVariant) {
 		ac.Variant = algorithms.VariantCounter
 		if vn, vpath := f.get("variant"); vn != nil {
 			if v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog); ok {
@@ -387,7 +405,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	if mn, mpath := f.get("mode"); mn != nil {
 		if m, ok := p.enum(mpath, mn, "meter", "shape"); ok {
 			r.Mode = Mode(m)
-			if r.Mode == ModeShape && alg != algorithms.AlgLeakyBucket {
+			if r.Mode == ModeShape && !spec.Accepts(algorithms.FieldMaxDelay) {
 				p.add(mpath, `"shape" needs algorithm leaky_bucket`)
 				valid = false
 			}
@@ -399,7 +417,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		if dn, dpath := f.get("max_delay"); dn == nil {
 			p.add(dpath, `required when mode is "shape"`)
 			valid = false
-		} else if d, ok := p.duration(dpath, dn, time.Millisecond, MaxShapingDelay); ok {
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
 			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
 		} else {
 			valid = false
@@ -412,7 +430,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		if s, ok := p.enum(spath, sn, "local", "global"); ok {
 			r.Scope = Scope(s)
 			switch {
-			case r.Scope == ScopeGlobal && alg == algorithms.AlgAdaptive:
+			case r.Scope == ScopeGlobal && !spec.Global:
 				p.add(spath, `"global" is not supported by adaptive: it tunes the limit from each proxy's own latency and errors`)
 			case r.Scope == ScopeGlobal && r.Mode == ModeShape:
 				p.add(spath, `"global" is not supported with mode "shape": a delay cannot be scheduled across proxies`)
@@ -431,7 +449,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 			valid = false
 		}
 	}
-	if alg == algorithms.AlgAdaptive {
+	if spec.Accepts(algorithms.FieldAdaptive) {
 		an, apath := f.get("adaptive")
 		if an == nil {
 			p.add(apath, "required for algorithm adaptive")
@@ -466,12 +484,12 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 // adaptive reads the adaptive section into ac.
 func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
-	f, ok := p.object(path, n, "min_limit", "max_limit", "target_latency", "error_threshold", "interval")
+	f, ok := p.object(path, n, adaptiveFields...)
 	if !ok {
 		return false
 	}
-	ac.ErrorThreshold = DefaultErrorThreshold
-	ac.AdjustInterval = DefaultAdaptiveInterval
+	ac.ErrorThreshold = defaultErrorThreshold
+	ac.AdjustInterval = defaultAdaptiveInterval
 	valid := true
 	for _, field := range []string{"min_limit", "max_limit"} {
 		n, fpath := f.get(field)
@@ -514,14 +532,14 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 // cost reads either an integer or {header, default, max}.
 func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	if n.kind == kindNumber {
-		v, ok := p.integer(path, n, 1, MaxCost)
+		v, ok := p.integer(path, n, 1, maxCost)
 		return CostSpec{Constant: v}, ok
 	}
 	if n.kind != kindObject {
 		p.add(path, "want an integer or an object {header, default, max}, got "+n.describe())
 		return CostSpec{}, false
 	}
-	f, _ := p.object(path, n, "header", "default", "max")
+	f, _ := p.object(path, n, costFields...)
 	cs := CostSpec{Constant: 1, Default: 1}
 	valid := true
 	if hn, hpath := f.get("header"); hn == nil {
@@ -535,13 +553,13 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	if mn, mpath := f.get("max"); mn == nil {
 		p.add(mpath, "required: it bounds what one request can cost and is charged for invalid values")
 		valid = false
-	} else if v, ok := p.integer(mpath, mn, 1, MaxCost); ok {
+	} else if v, ok := p.integer(mpath, mn, 1, maxCost); ok {
 		cs.Max = v
 	} else {
 		valid = false
 	}
 	if dn, dpath := f.get("default"); dn != nil {
-		if v, ok := p.integer(dpath, dn, 1, MaxCost); ok {
+		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
 			cs.Default = v
 			if cs.Max > 0 && v > cs.Max {
 				p.addf(dpath, "must be <= max (%d), got %d", cs.Max, v)
@@ -576,7 +594,7 @@ func (p *parser) key(path string, n *node) []KeyPart {
 }
 
 func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
-	f, ok := p.object(path, n, "source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate")
+	f, ok := p.object(path, n, keyPartFields...)
 	if !ok {
 		return KeyPart{}, false
 	}
@@ -626,7 +644,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			p.add(vpath, `required for source "const"`)
 			valid = false
 		} else {
-			kp.Value, ok = p.str(vpath, vn, MaxStringLen)
+			kp.Value, ok = p.str(vpath, vn, maxStringLen)
 			valid = valid && ok
 		}
 		if dn, dpath := f.get("default"); dn != nil {
@@ -636,7 +654,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	} else {
 		unused("value")
 		if dn, dpath := f.get("default"); dn != nil {
-			if d, ok := p.str(dpath, dn, MaxStringLen); ok {
+			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
 			} else {
 				valid = false
@@ -672,7 +690,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 
 // match reads the rule's request conditions into m.
 func (p *parser) match(path string, n *node, m *Match) {
-	f, ok := p.object(path, n, "routes", "virtual_hosts", "path", "methods", "headers")
+	f, ok := p.object(path, n, matchFields...)
 	if !ok {
 		return
 	}
@@ -722,7 +740,7 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 	}
 	out := make([]string, 0, len(elems))
 	for i, e := range elems {
-		if s, ok := p.str(joinIndex(path, i), e, MaxStringLen); ok {
+		if s, ok := p.str(joinIndex(path, i), e, maxStringLen); ok {
 			out = append(out, s)
 		}
 	}
@@ -732,8 +750,8 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 // compileRegex compiles an RE2 expression anchored at both ends, so that it must match the
 // whole value: an unanchored "/admin" would also match "/public/admin-docs".
 func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
-	if len(src) > MaxRegexLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(src), MaxRegexLen)
+	if len(src) > maxRegexLen {
+		p.addf(path, "is %d bytes long; the maximum is %d", len(src), maxRegexLen)
 		return nil, false
 	}
 	// Parse the source alone first so that a syntax error quotes what the user wrote,
@@ -776,7 +794,7 @@ func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node,
 }
 
 func (p *parser) pathMatch(path string, n *node) *PathMatch {
-	f, ok := p.object(path, n, "exact", "prefix", "regex")
+	f, ok := p.object(path, n, pathMatchFields...)
 	if !ok {
 		return nil
 	}
@@ -784,7 +802,7 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 	if !ok {
 		return nil
 	}
-	s, ok := p.str(vpath, vn, MaxStringLen)
+	s, ok := p.str(vpath, vn, maxStringLen)
 	if !ok {
 		return nil
 	}
@@ -813,7 +831,7 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 }
 
 func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
-	f, ok := p.object(path, n, "name", "present", "exact", "prefix", "regex", "invert")
+	f, ok := p.object(path, n, headerMatchFields...)
 	if !ok {
 		return HeaderMatch{}, false
 	}
@@ -844,7 +862,7 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 		}
 		return hm, valid
 	}
-	s, ok := p.str(vpath, vn, MaxStringLen)
+	s, ok := p.str(vpath, vn, maxStringLen)
 	if !ok {
 		return hm, false
 	}
@@ -869,7 +887,7 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 
 // defaultDeny is the built-in denial response.
 func defaultDeny() *Deny {
-	d := &Deny{Status: DefaultDenyStatus, Body: DefaultDenyBody, ContentType: "application/json"}
+	d := &Deny{Status: defaultDenyStatus, Body: defaultDenyBody, ContentType: "application/json"}
 	d.body, _ = compileBody(d.Body)
 	return d
 }
@@ -893,7 +911,7 @@ var reservedDenyHeaders = map[string]string{
 // A rule's headers, when given, replace the parent's headers entirely, so a rule can drop
 // them.
 func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
-	f, ok := p.object(path, n, "status", "body", "content_type", "headers")
+	f, ok := p.object(path, n, denyFields...)
 	if !ok {
 		return nil
 	}
@@ -904,7 +922,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		valid = valid && ok
 	}
 	if bn, bpath := f.get("body"); bn != nil {
-		if s, ok := p.str(bpath, bn, MaxBodyLen); ok {
+		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
 			parts, msg := compileBody(s)
 			if msg != "" {
 				p.add(bpath, msg)
@@ -933,8 +951,8 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		if hn.kind != kindObject {
 			p.add(hpath, "want an object of header names to values, got "+hn.describe())
 			valid = false
-		} else if len(hn.members) > MaxDenyHeaders {
-			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), MaxDenyHeaders)
+		} else if len(hn.members) > maxDenyHeaders {
+			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), maxDenyHeaders)
 			valid = false
 		} else {
 			d.Headers = nil
@@ -958,7 +976,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 					continue
 				}
 				seen[name] = m.key
-				v, ok := p.str(mpath, m.val, MaxStringLen)
+				v, ok := p.str(mpath, m.val, maxStringLen)
 				if !ok {
 					valid = false
 					continue

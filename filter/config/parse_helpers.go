@@ -276,7 +276,7 @@ func (p *parser) array(path string, n *node, lo, hi int) ([]*node, bool) {
 // isName reports whether s is a valid rule name or domain: [A-Za-z0-9_.-]{1,64}. The
 // charset keeps names safe in metric names, keys, logs and JSON bodies without escaping.
 func isName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameLen {
+	if len(s) == 0 || len(s) > maxNameLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

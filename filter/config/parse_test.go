@@ -19,7 +19,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Errorf("top-level defaults: %+v", c)
 	}
 	d := c.Deny
-	if d.Status != 429 || d.Body != DefaultDenyBody || d.ContentType != "application/json" || len(d.Headers) != 0 {
+	if d.Status != 429 || d.Body != defaultDenyBody || d.ContentType != "application/json" || len(d.Headers) != 0 {
 		t.Errorf("deny defaults: %+v", d)
 	}
 	r := c.Rules[0]
@@ -35,7 +35,7 @@ func TestParseDefaults(t *testing.T) {
 		r.MaxKeys != 10000 || r.Deny != c.Deny || r.RateLimitHeaders != HeadersDraft || len(r.Key) != 0 {
 		t.Errorf("rule defaults: %+v", r)
 	}
-	if !r.Match.Matches(req()) {
+	if !r.Match.matches(req()) {
 		t.Errorf("a rule without match must match every request")
 	}
 }
@@ -146,8 +146,8 @@ func TestDenyInheritance(t *testing.T) {
 	if d := c.Rules[3].Deny; d.ContentType != "text/plain" || d.Body != "other" {
 		t.Errorf("plain override: %+v", d)
 	}
-	if v, ok := top.HeaderValue("X-A"); !ok || v != "1" {
-		t.Errorf("HeaderValue = %q, %v", v, ok)
+	if v, ok := top.headerValue("X-A"); !ok || v != "1" {
+		t.Errorf("headerValue = %q, %v", v, ok)
 	}
 	// The default content type follows the default body only.
 	c = mustParse(t, `{"deny":{"body":"{}"},"rules":[{"name":"r",`+tb+`}]}`)
@@ -203,9 +203,9 @@ func TestDurations(t *testing.T) {
 		{"1.0000000000000000000001s", time.Second},
 	}
 	for _, tc := range ok {
-		got, err := ParseDuration(tc.in)
+		got, err := durationOf(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 		// Where Go's parser knows the syntax, both must agree exactly.
 		if !strings.Contains(tc.in, "d") {
@@ -233,9 +233,9 @@ func TestDurations(t *testing.T) {
 		{"2562047h2562047h", `"2562047h2562047h" is too large`},
 	}
 	for _, tc := range bad {
-		_, err := ParseDuration(tc.in)
+		_, err := durationOf(tc.in)
 		if err == nil || err.Error() != tc.msg {
-			t.Errorf("ParseDuration(%q) error = %v; want %s", tc.in, err, tc.msg)
+			t.Errorf("parseDuration(%q) error = %v; want %s", tc.in, err, tc.msg)
 		}
 	}
 }

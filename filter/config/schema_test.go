@@ -1,14 +1,18 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
 )
 
 const schemaID = "https://github.com/ratelimit-wasm/ratelimit/filter/config/schema.json"
@@ -16,24 +20,16 @@ const schemaID = "https://github.com/ratelimit-wasm/ratelimit/filter/config/sche
 func compileSchema(t testing.TB) *jsonschema.Schema {
 	t.Helper()
 	f, err := os.Open("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatalf("schema.json is not JSON: %v", err)
-	}
+	require.NoError(t, err, "schema.json is not JSON")
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Compiling checks schema.json against the draft 2020-12 meta-schema.
-	if err := c.AddResource(schemaID, doc); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.AddResource(schemaID, doc))
 	s, err := c.Compile(schemaID)
-	if err != nil {
-		t.Fatalf("schema.json does not compile: %v", err)
-	}
+	require.NoError(t, err, "schema.json does not compile")
 	return s
 }
 
@@ -50,27 +46,19 @@ func validate(s *jsonschema.Schema, data string) error {
 func TestExamples(t *testing.T) {
 	s := compileSchema(t)
 	files, err := filepath.Glob("testdata/examples/*.json")
-	if err != nil || len(files) < 7 {
-		t.Fatalf("examples: %v, %d files", err, len(files))
-	}
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 7, "examples")
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := validate(s, string(data)); err != nil {
-				t.Errorf("schema rejects it: %v", err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, validate(s, string(data)), "schema rejects it")
 			c, err := Parse(data)
-			if err != nil {
-				t.Fatalf("Parse rejects it: %v", err)
-			}
+			require.NoError(t, err, "Parse rejects it")
 			// The effective config is valid against the schema as well.
-			out, _ := json.Marshal(c)
-			if err := validate(s, string(out)); err != nil {
-				t.Errorf("schema rejects the effective config: %v\n%s", err, out)
-			}
+			out, err := json.Marshal(c)
+			require.NoError(t, err)
+			require.NoError(t, validate(s, string(out)), "schema rejects the effective config:\n%s", out)
 		})
 	}
 }
@@ -88,33 +76,114 @@ func TestSchemaRejectsInvalid(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			err := validate(s, tc.config)
-			switch {
-			case tc.schema == schemaRejects && err == nil:
-				t.Errorf("schema accepts a config Parse rejects with %q", tc.want)
-			case tc.schema == schemaAccepts && err != nil:
-				t.Errorf("schema now rejects it (mark the case schemaRejects): %v", err)
+			if tc.schema == schemaRejects {
+				require.Error(t, err, "schema accepts a config Parse rejects with %q", tc.want)
+			} else {
+				require.NoError(t, err, "schema now rejects it (mark the case schemaRejects)")
 			}
 		})
 	}
 }
 
-// TestSchemaCoversParser checks that every field name the parser knows appears in the
-// schema, so that the two cannot drift apart silently.
-func TestSchemaCoversParser(t *testing.T) {
+// TestSchemaMatchesParser walks schema.json and compares, for every object that admits no
+// other properties, the set of its properties with the fields the parser reads that object
+// with, both ways; and the enums the parser takes from a list with that list. A field deleted
+// from (or added to) either side, or a new object the test does not know, fails it.
+func TestSchemaMatchesParser(t *testing.T) {
 	data, err := os.ReadFile("schema.json")
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	var schema any
+	require.NoError(t, json.Unmarshal(data, &schema))
+
+	objects := map[string][]string{
+		"#":                                topLevelFields,
+		"#/$defs/rule":                     ruleFields,
+		"#/$defs/redis":                    redisFields,
+		"#/$defs/redis/properties/breaker": breakerFields,
+		"#/$defs/deny":                     denyFields,
+		"#/$defs/match":                    matchFields,
+		"#/$defs/match/properties/path":    pathMatchFields,
+		"#/$defs/headerMatch":              headerMatchFields,
+		"#/$defs/keyPart":                  keyPartFields,
+		"#/$defs/cost/oneOf/1":             costFields,
+		"#/$defs/adaptive":                 adaptiveFields,
 	}
-	var lists = [][]string{topLevelFields, ruleFields, redisFields, keySources, algorithmNames,
-		{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"},
-		{"routes", "virtual_hosts", "path", "methods", "headers", "exact", "prefix", "regex", "present", "invert"},
-		{"source", "name", "value", "default", "ipv4_prefix", "ipv6_prefix", "on_duplicate"},
-		{"status", "body", "content_type", "failures", "cooldown", "header", "max"}}
-	for _, list := range lists {
-		for _, name := range list {
-			if !bytes.Contains(data, []byte(`"`+name+`"`)) {
-				t.Errorf("schema.json does not mention %q", name)
+	enums := map[string][]string{
+		"#/$defs/rule/properties/algorithm":       algorithmNames,
+		"#/$defs/keyPart/properties/source":       keySources,
+		"#/$defs/keyPart/properties/on_duplicate": duplicates,
+	}
+	seen := map[string]bool{}
+	var walk func(n any, ptr string)
+	walk = func(n any, ptr string) {
+		switch n := n.(type) {
+		case map[string]any:
+			if props, ok := n["properties"].(map[string]any); ok && n["additionalProperties"] == false {
+				seen[ptr] = true
+				want, known := objects[ptr]
+				require.True(t, known, "schema.json object %s (properties %v) has no parser field list in this test", ptr, slices.Sorted(maps.Keys(props)))
+				require.ElementsMatch(t, want, slices.Collect(maps.Keys(props)), "%s: the parser's fields (first) and the schema's properties (second) differ", ptr)
 			}
+			if e, ok := n["enum"].([]any); ok {
+				if want, known := enums[ptr]; known {
+					seen[ptr] = true
+					var got []string
+					for _, v := range e {
+						got = append(got, v.(string))
+					}
+					require.ElementsMatch(t, want, got, "%s: the parser's values (first) and the schema's enum (second) differ", ptr)
+				}
+			}
+			for k, v := range n {
+				walk(v, ptr+"/"+k)
+			}
+		case []any:
+			for i, v := range n {
+				walk(v, ptr+"/"+strconv.Itoa(i))
+			}
+		}
+	}
+	walk(schema, "#")
+	for ptr := range objects {
+		require.True(t, seen[ptr], "schema.json has no closed object at %s", ptr)
+	}
+	for ptr := range enums {
+		require.True(t, seen[ptr], "schema.json has no enum at %s", ptr)
+	}
+}
+
+// TestSchemaFollowsSpecs checks the schema and the parser against each algorithm's own
+// description (algorithms.Spec): an optional field (burst, variant, max_delay with mode
+// "shape", the adaptive section) and the global scope are accepted by both exactly when the
+// algorithm accepts them.
+func TestSchemaFollowsSpecs(t *testing.T) {
+	s := compileSchema(t)
+	optional := map[string]string{
+		algorithms.FieldBurst:    `"burst":5`,
+		algorithms.FieldVariant:  `"variant":"log"`,
+		algorithms.FieldMaxDelay: `"mode":"shape","max_delay":"1s"`,
+		algorithms.FieldAdaptive: `"adaptive":{"min_limit":1,"max_limit":20,"error_threshold":0.5}`,
+		"global":                 `"scope":"global"`,
+	}
+	for _, spec := range algorithms.Specs() {
+		base := `"name":"r","algorithm":"` + spec.Name + `","limit":10,"window":"1s"`
+		if spec.Accepts(algorithms.FieldAdaptive) {
+			base += "," + optional[algorithms.FieldAdaptive]
+		}
+		for field, extra := range optional {
+			accepts := spec.Accepts(field) || field == "global" && spec.Global
+			if field == algorithms.FieldAdaptive && accepts {
+				extra = "" // already in the base, which must be valid on its own
+			}
+			rule := base
+			if extra != "" {
+				rule += "," + extra
+			}
+			config := `{"redis":{"cluster":"webdis"},"rules":[{` + rule + `}]}`
+			schemaErr := validate(s, config)
+			_, parseErr := Parse([]byte(config))
+			require.Equal(t, accepts, schemaErr == nil, "%s with %s: schema: %v", spec.Name, field, schemaErr)
+			require.Equal(t, accepts, parseErr == nil, "%s with %s: Parse: %v", spec.Name, field, parseErr)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -497,5 +498,34 @@ func BenchmarkAppendKeyHashed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = redis.AppendKey(buf[:0], "rl", "rl", "api", desc)
+	}
+}
+
+// TestNewRuleFollowsSpecs checks that a global rule can be made for exactly the algorithms
+// whose algorithms.Spec says they have a global mode, from a valid configuration, and that its
+// arguments carry the one capacity rule (algorithms.Config.Capacity).
+func TestNewRuleFollowsSpecs(t *testing.T) {
+	for _, s := range algorithms.Specs() {
+		c := algorithms.Config{Algorithm: s.Name, Limit: 10, Window: time.Second}
+		if s.Accepts(algorithms.FieldBurst) {
+			c.Burst = 4
+		}
+		if s.Accepts(algorithms.FieldAdaptive) {
+			c.MinLimit, c.ErrorThreshold = 1, 0.5
+		}
+		if _, err := algorithms.New(c); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+		r, err := redis.NewRule(c)
+		if (err == nil) != s.Global {
+			t.Fatalf("%s: NewRule error %v, but Spec.Global is %v", s.Name, err, s.Global)
+		}
+		if err != nil {
+			continue
+		}
+		body := string(redis.AppendEvalSHA(nil, []redis.Item{{Rule: r, Key: []byte("k"), N: 1}}))
+		if want := fmt.Sprintf("/10/1000000000/%d/", c.Capacity()); !strings.Contains(body, want) {
+			t.Fatalf("%s: the call %q does not carry limit, window and capacity %q", s.Name, body, want)
+		}
 	}
 }

@@ -125,10 +125,10 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	capacity := c.Burst
-	if capacity == 0 {
-		capacity = c.Limit
+	if spec, _ := algorithms.SpecOf(c.Algorithm); !spec.Global {
+		return nil, errNoGlobalAdaptive // the one algorithm without a global mode today
 	}
+	capacity := c.Capacity()
 	var code int64
 	switch l := lim.(type) {
 	case *algorithms.TokenBucket:
@@ -146,8 +146,6 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 		code = codeFixedWindow
 	case *algorithms.GCRA:
 		code = codeGCRA
-	case *algorithms.Adaptive:
-		return nil, errNoGlobalAdaptive
 	default:
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
