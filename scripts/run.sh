@@ -143,7 +143,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-go build -o build/ratelimit-host ./cmd/ratelimit-host
+go build -o build/ratelimit-host ./wasmhost/cmd/ratelimit-host
 
 # Same ports as envoy.yaml, but on the loopback interface only: unlike a container, a local
 # process bound to 0.0.0.0 would be reachable from the network. -echo serves the bundled echo
