@@ -143,7 +143,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-go build -o build/ratelimit-host ./wasmhost/cmd/ratelimit-host
+# The first build compiles the emulator module's dependencies (wazero, Envoy's API protos:
+# about a minute on 2 cores); -v names each package as it is compiled, so the wait shows
+# progress. Later builds come from Go's build cache and print nothing.
+echo "run.sh: building the wazero host (./wasmhost/cmd/ratelimit-host); the first build takes about a minute:"
+go build -v -o build/ratelimit-host ./wasmhost/cmd/ratelimit-host 2>&1 | sed -u 's/^/  building /'
+echo "run.sh: host built."
 
 # Same ports as envoy.yaml, but on the loopback interface only: unlike a container, a local
 # process bound to 0.0.0.0 would be reachable from the network. -echo serves the bundled echo
