@@ -41,6 +41,9 @@ type wasmOptions struct {
 	clusters map[string]string
 	shared   *wasmhost.SharedData
 	realTime bool
+	// clock, when set, is the host's virtual clock (wasmhost.Options.VirtualClock): ticks,
+	// callout timeouts and upstream delays follow it, and the driver's own clock is unused.
+	clock *wasmhost.VirtualClock
 }
 
 func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
@@ -57,6 +60,9 @@ func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
 	if o.realTime {
 		clock = time.Now
 	}
+	if o.clock != nil {
+		clock = nil
+	}
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 		Workers:      o.workers,
 		VMID:         "ratelimit",
@@ -64,6 +70,7 @@ func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
 		PluginConfig: []byte(config),
 		Clusters:     o.clusters,
 		Clock:        clock,
+		VirtualClock: o.clock,
 		SharedData:   o.shared,
 	})
 	require.NoError(t, err)
