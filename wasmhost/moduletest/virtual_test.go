@@ -185,10 +185,10 @@ func headerOf(pairs [][2]string, name string) string {
 // The adaptive limit follows the upstream's health, in virtual time with exact steps. The
 // rule moves between 12 and 40 per 200 ms window, adjusted every 200 ms interval by
 // floor(limit x 0.9) when unhealthy and +2 (max_limit/20) when healthy; the filter ticks every
-// 50 ms on each of three workers. Load: every 50 ms, 5 requests at once, spread round robin
-// (20 per interval in all, about 7 per worker, fewer than the 10 samples the controller needs:
-// the limit can only move if the workers' signals are added up). The upstream answers at once
-// (healthy) or after 30 ms against a 20 ms target (slow).
+// 50 ms on each of four workers. Load: every 50 ms, 8 requests at once, spread round robin
+// (32 per interval in all, 8 per worker, fewer than the 10 samples the controller needs: the
+// limit can only move if the workers' signals are added up). The upstream answers at once
+// (healthy) or after 30 ms against a 20 ms target (slow), or answers 503 at once (failing).
 func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
 	const (
 		gauge    = "ratelimit_ad_adaptive_limit"
@@ -199,46 +199,51 @@ func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
 		"adaptive":{"min_limit":12,"max_limit":40,"target_latency":"20ms","error_threshold":0.2,"interval":"200ms"}}]}`, workers, nil)
 	limit := func() int64 { return hostMetric(t, h, gauge) }
 	require.EqualValues(t, 40, limit())
-	// round sends 5 requests at 5 ms past the current 50 ms step, lets the upstream answer
+	// round sends perRound requests at 5 ms past the current 50 ms step, lets the upstream answer
 	// after delay, and moves the clock to the next step, which fires the ticks at it.
 	round := func(delay time.Duration, status int) {
 		t.Helper()
 		step := clock.Now().Sub(t0) / (50 * time.Millisecond) * (50 * time.Millisecond)
 		clock.AdvanceTo(t0.Add(step + 5*time.Millisecond))
-		reqs := make([]wasmhost.Request, perRound)
-		for i := range reqs {
-			reqs[i] = wasmhost.Request{Worker: -1, Path: "/", Upstream: &wasmhost.UpstreamResponse{Status: status, Delay: delay}}
-		}
-		f := send(h, reqs)
-		if delay > 0 {
-			// Every request is decided at this instant: a denied one returns, an admitted one
-			// waits for its upstream on one timer (besides the workers' ticks).
-			eventually(t, "requests decided", func() bool {
-				return clock.Pending()-workers+int(f.returned.Load()) == len(reqs)
-			})
+		// The requests are decided one after another, each on the next worker in turn, so
+		// that which of them the limit admits, and so each worker's share of the signals, is
+		// the same in every run. A denied request returns at once; an admitted one waits for
+		// its upstream on one timer.
+		var flights []*inFlight
+		for i := range perRound {
+			before := clock.Pending()
+			f := send(h, []wasmhost.Request{{Worker: i % workers, Path: "/",
+				Upstream: &wasmhost.UpstreamResponse{Status: status, Delay: delay}}})
+			eventually(t, "request decided", func() bool { return f.returned.Load() == 1 || clock.Pending() > before })
+			flights = append(flights, f)
 		}
 		clock.Advance(delay)
-		f.wait(t)
+		for _, f := range flights {
+			f.wait(t)
+		}
 		clock.AdvanceTo(t0.Add(step + 50*time.Millisecond))
 	}
 	// interval runs the 4 rounds of one 200 ms interval and returns the limit at its end.
-	interval := func(delay time.Duration) int64 {
+	interval := func(delay time.Duration, status int) int64 {
 		for range 4 {
-			round(delay, 200)
+			round(delay, status)
 		}
 		return limit()
 	}
-	var healthy, slow, healed []int64
+	var healthy, slow, healed, failing []int64
 	for range 5 {
-		healthy = append(healthy, interval(0))
+		healthy = append(healthy, interval(0, 200))
 	}
 	for range 11 {
-		slow = append(slow, interval(30*time.Millisecond))
+		slow = append(slow, interval(30*time.Millisecond, 200))
 	}
 	for range 16 {
-		healed = append(healed, interval(0))
+		healed = append(healed, interval(0, 200))
 	}
-	t.Logf("limit at the end of each interval: healthy %v, slow %v, healed %v", healthy, slow, healed)
+	for range 4 {
+		failing = append(failing, interval(0, 503))
+	}
+	t.Logf("limit at the end of each interval: healthy %v, slow %v, healed %v, failing %v", healthy, slow, healed, failing)
 	// The controller's interval starts at its first update (the first tick, at 50 ms), so it
 	// adjusts at 250, 450, ... ms and judges the 200 ms before: three rounds of the test's
 	// previous interval and the first of the current one. A change of health therefore shows
@@ -250,6 +255,9 @@ func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
 	require.Equal(t, []int64{40, 40, 40, 40, 40}, healthy)
 	require.Equal(t, []int64{40, 36, 32, 28, 25, 22, 19, 17, 15, 13, 12}, slow)
 	require.Equal(t, []int64{14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 40, 40}, healed)
+	// Failing: every answer a 503 (100% > the 20% threshold), at once; the same fall, one
+	// interval late.
+	require.Equal(t, []int64{40, 36, 32, 28}, failing)
 	require.Positive(t, hostMetric(t, h, "ratelimit_ad_denied_total"), "a lowered limit sheds load")
 	require.Zero(t, h.Stats().Traps)
 	requireNoGuestErrors(t, h)

@@ -375,15 +375,18 @@ type fault struct {
 	inject, repair func()
 	// metric is the failure counter each failed decision increments.
 	metric string
-	// slow is set when every failure costs the callout timeout.
+	// slow is set when every failure costs the callout timeout: the test runs it on the host's
+	// virtual clock and advances the clock by the timeout.
 	slow bool
 }
 
 // TestGlobalWasmFailureModes injects each fault and checks every failure mode: "allow" lets the
 // requests through without rate-limit headers, "deny" rejects them with the rule's denial,
 // "local" applies the rule's own limit on the proxy's shared data (so each proxy admits one
-// limit). Every request returns within the timeout (plus scheduling slack), none hangs, and
-// each failure is counted under its kind.
+// limit). No request hangs (each must complete within callDeadline), and each failure is
+// counted under its kind. The fault that costs the callout timeout runs on the host's virtual
+// clock: the request is decided exactly when the clock reaches the timeout
+// (TestGlobalWasmCalloutTimeoutRealTime is its real-time smoke test).
 func TestGlobalWasmFailureModes(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 300 * time.Millisecond
@@ -393,6 +396,8 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 			metric: "ratelimit_redis_unavailable_total"},
 		{name: "webdis stopped (connection refused, Envoy answers 503)", url: srv.WebdisURL(),
 			inject: srv.StopWebdis, repair: srv.StartWebdis, metric: "ratelimit_redis_unavailable_total"},
+		// Webdis answers a second after the timeout in real time; the callout's timeout, on
+		// the host's virtual clock, has decided long before.
 		{name: "webdis slower than the timeout (Envoy answers 504)", url: srv.SlowProxy(timeout + time.Second),
 			metric: "ratelimit_redis_timeouts_total", slow: true},
 		{name: "garbage answer", url: redistest.GarbageServer(t, 200, []byte("<html>oops</html>")),
@@ -430,13 +435,16 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 					for p := range proxies {
 						// Two workers: the local fallback counts on the proxy's shared data,
 						// across its workers.
-						h := newGlobalHost(t, cfg, f.url, 2)
+						var h *wasmhost.Host
+						var do func() outcome
+						if f.slow {
+							h, do = virtualGlobalHost(t, cfg, f.url, 2, timeout)
+						} else {
+							h = newGlobalHost(t, cfg, f.url, 2)
+							do = func() outcome { o, _ := doTimed(t, h); return o }
+						}
 						for i := range 3 {
-							got, elapsed := doTimed(t, h)
-							if f.slow {
-								require.GreaterOrEqualf(t, elapsed, timeout, "request %d waited for the timeout", i)
-							}
-							require.Lessf(t, elapsed, timeout+time.Second, "request %d took %v", i, elapsed)
+							got := do()
 							switch {
 							case mode == "allow":
 								require.Zerof(t, got.Status, "request %d: %v", i, got)
@@ -475,6 +483,52 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 	require.Zero(t, got.Status)
 	require.Equal(t, `"fm";r=1;t=1800`, got.Headers["ratelimit"])
 	requireNoRedisFailures(t, h)
+}
+
+// virtualGlobalHost starts the module as one proxy on a virtual clock, whose "webdis" cluster
+// points at url, and returns a function that sends one request and advances the clock by
+// exactly timeout once the request's callout (and its timeout) is pending. The request must
+// then be decided: it returns at the virtual instant its callout timed out.
+func virtualGlobalHost(t *testing.T, config, url string, workers int, timeout time.Duration) (*wasmhost.Host, func() outcome) {
+	t.Helper()
+	clock := wasmhost.NewVirtualClock(t0)
+	h := newWasm(t, config, wasmOptions{
+		workers:  workers,
+		clusters: map[string]string{"webdis": url},
+		shared:   wasmhost.NewSharedData(),
+		clock:    clock,
+	}).host
+	return h, func() outcome {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		before := clock.Pending()
+		f := send(h, []wasmhost.Request{globalRequest()})
+		require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
+		start := clock.Now()
+		clock.Advance(timeout)
+		res := f.wait(t)[0]
+		require.False(t, res.Failed, "the VM failed: %v", res.Local)
+		if res.Continued {
+			require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
+		}
+		return outcomeOf(res)
+	}
+}
+
+// TestGlobalWasmCalloutTimeoutRealTime is the real-time smoke test of the callout timeout: a
+// webdis that answers only after 300 ms, a 100 ms timeout on real timers, failure_mode
+// "allow": the request passes without rate-limit headers and the failure is counted as a
+// timeout. (TestGlobalWasmFailureModes checks every mode on the virtual clock.)
+func TestGlobalWasmCalloutTimeoutRealTime(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := "[" + globalRule("rt", `"algorithm":"token_bucket","limit":2,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "100ms", FailureMode: "allow"}, rules), srv.SlowProxy(300*time.Millisecond), 1)
+	got, _ := doTimed(t, h)
+	require.Zero(t, got.Status, "%v", got)
+	require.NotContains(t, got.Headers, "ratelimit")
+	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_timeouts_total"))
+	require.Zero(t, h.Stats().Traps)
 }
 
 // TestGlobalWasmNoScript flushes Redis' script cache under a running proxy: the next decision's
