@@ -6,7 +6,7 @@
 #     the module and envoy.yaml, a second Envoy sharing the same Redis, the echo upstream,
 #     Redis and webdis.
 #   - Otherwise it serves the same envoy.yaml, on the same ports, with the project's own
-#     wazero host (cmd/ratelimit-host) and its bundled echo upstream; redis-server and webdis
+#     wazero host (wasmhost/cmd/ratelimit-host) and its bundled echo upstream; redis-server and webdis
 #     are started on loopback ports when they are installed. Without them, the global rule
 #     follows its redis.failure_mode.
 #
@@ -124,7 +124,7 @@ fi
 
 # The wazero host. Every process started here is recorded and stopped by the EXIT trap, so
 # that Ctrl-C (or any failure) leaves nothing running.
-echo "run.sh: no Docker engine: serving envoy.yaml with the project's wazero host (cmd/ratelimit-host)"
+echo "run.sh: no Docker engine: serving envoy.yaml with the project's wazero host (wasmhost/cmd/ratelimit-host)"
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
