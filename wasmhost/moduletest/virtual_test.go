@@ -73,26 +73,35 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // per second (one slot every 50 ms; the filter ticks every 12 ms, a quarter of the emission
 // interval in whole milliseconds): the first passes at once, and request i leaves on the first
 // tick at or after its slot i x 50 ms, on one schedule that all workers share. Every release
-// instant is exact: 0, 60, 108, 156, 204, 252, 300, 360, 408, 456 ms.
+// instant is exact: 0, 60, 108, 156, 204, 252, 300, 360, 408, 456 ms, and request i (on worker
+// i mod 4) is the one released at the i-th.
 func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 	const workers, k = 4, 10
 	h, clock := virtualHost(t, shapeConfig("burst", 20, k, time.Second), workers, nil)
-	reqs := make([]wasmhost.Request, k)
-	for i := range reqs {
-		reqs[i] = wasmhost.Request{Worker: i % workers, Method: "GET", Path: "/", Authority: "example.test",
-			Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+	// The requests arrive at one instant, one after another, each on the next worker in turn
+	// (each decided before the next arrives, so that no compare-and-swap race can make the
+	// outcome depend on scheduling): the first passes, the others are queued.
+	var flights []*inFlight
+	for i := range k {
+		before, _ := h.Metric("ratelimit_burst_shape_queued_total")
+		f := send(h, []wasmhost.Request{{Worker: i % workers, Method: "GET", Path: "/", Authority: "example.test",
+			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
+		eventually(t, "request decided", func() bool {
+			q, _ := h.Metric("ratelimit_burst_shape_queued_total")
+			return f.returned.Load() == 1 || q == before+1
+		})
+		flights = append(flights, f)
 	}
-	f := send(h, reqs)
-	eventually(t, "nine requests queued", func() bool { v, _ := h.Metric("ratelimit_burst_shape_queued_total"); return v == k-1 })
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_burst_shape_queued_total"))
 	clock.Advance(time.Second)
 	var released []time.Duration
 	perWorker := map[int]int{}
-	for i, r := range f.wait(t) {
+	for i, f := range flights {
+		r := f.wait(t)[0]
 		require.Truef(t, r.Continued && r.Local == nil, "request %d: %+v", i, r.Local)
 		released = append(released, r.ContinuedAt.Sub(t0))
 		perWorker[r.Worker]++
 	}
-	slices.Sort(released)
 	want := make([]time.Duration, k)
 	for i := range want {
 		slot := time.Duration(i) * 50 * time.Millisecond
@@ -138,21 +147,24 @@ func TestShapeVirtualBoundsDenyAtOnce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			const k = 15
 			h, clock := virtualHost(t, shapeConfig("bound", 20, c.burst, c.maxDelay), 2, nil)
-			reqs := make([]wasmhost.Request, k)
-			for i := range reqs {
-				reqs[i] = wasmhost.Request{Worker: i % 2, Path: "/", Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+			// One after another at one instant (each decided before the next arrives): a denied
+			// request returns at once, a queued one waits for a tick.
+			var flights []*inFlight
+			for i := range k {
+				before, _ := h.Metric("ratelimit_bound_shape_queued_total")
+				f := send(h, []wasmhost.Request{{Worker: i % 2, Path: "/", Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
+				eventually(t, "request decided", func() bool {
+					q, _ := h.Metric("ratelimit_bound_shape_queued_total")
+					return f.returned.Load() == 1 || q == before+1
+				})
+				flights = append(flights, f)
 			}
-			f := send(h, reqs)
-			// Every request is decided at t0: the denied ones return without the clock moving.
-			eventually(t, "every request decided", func() bool {
-				q, _ := h.Metric("ratelimit_bound_shape_queued_total")
-				d, _ := h.Metric("ratelimit_bound_denied_total")
-				return q == int64(c.queued) && d == int64(k-1-c.queued)
-			})
+			require.EqualValues(t, c.queued, hostMetric(t, h, "ratelimit_bound_shape_queued_total"))
 			clock.Advance(10 * time.Second)
 			passed, denied := 0, 0
 			var last time.Duration
-			for _, r := range f.wait(t) {
+			for _, f := range flights {
+				r := f.wait(t)[0]
 				if r.Local != nil {
 					require.Equal(t, 429, r.Local.Status)
 					require.NotEmpty(t, headerOf(r.Local.Headers, "retry-after"))
