@@ -657,9 +657,9 @@ func TestAdaptiveWasmJudgesOnlyTheUpstream(t *testing.T) {
 			h := p.host
 			samples := p.sampleGauge(t, gauge)
 			ld := p.startLoad(t, c.rps)
-			// Ten intervals: a controller fed with the time spent in the filter would cut the
-			// limit by x0.9 in most of them (100 -> below 50).
-			time.Sleep(10 * interval)
+			// Six intervals, a short real-time smoke test: a controller fed with the time spent
+			// in the filter would cut the limit by x0.9 in most of them (100 -> about 65).
+			time.Sleep(6 * interval)
 			ld.Stop()
 			samples.Stop()
 			lo, hi, traj := samples.summary(interval)
