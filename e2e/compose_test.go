@@ -128,12 +128,12 @@ func TestComposeMatchesConfigs(t *testing.T) {
 	if got := cf.Services["redis"].Image; got != redisImage {
 		t.Errorf("redis: image %q, but TestEnvoy pulls %q", got, redisImage)
 	}
-	dockerfile, err := os.ReadFile(filepath.Join("echo", "Dockerfile"))
+	dockerfile, err := os.ReadFile(filepath.Join("..", "wasmhost", "echo", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(dockerfile), `"-listen", ":8080"`) {
-		t.Error("e2e/echo/Dockerfile no longer serves on :8080, where envoy.yaml's upstream cluster points")
+		t.Error("wasmhost/echo/Dockerfile no longer serves on :8080, where envoy.yaml's upstream cluster points")
 	}
 }
 

@@ -9,5 +9,5 @@
 //     engine answers.
 //
 // The package has no non-test code besides this comment; the echo upstream lives in
-// e2e/echo.
+// wasmhost/echo (the emulator's bundled upstream, which `make run` serves too).
 package e2e

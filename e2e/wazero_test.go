@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/e2e/echo"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"

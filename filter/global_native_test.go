@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"strings"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 
 // The global path natively, under the SDK's emulator: the callout the filter sends, and what it
 // does with each kind of answer. The same behaviours run against real webdis and Redis in
-// wasm_global_test.go.
+// the emulator module's wasmhost/moduletest/wasm_global_test.go.
 
 const nativeGlobalConfig = `{"redis":{"cluster":"webdis","authority":"webdis.local","timeout":"40ms","failure_mode":"%s"},
 	"rules":[{"name":"g","scope":"global","key":[{"source":"header","name":"x-api-key"}],
@@ -25,7 +26,7 @@ func newNativeGlobal(t *testing.T, failureMode string) *nativeDriver {
 func (d *nativeDriver) startGlobal(t *testing.T, key string) (uint32, uint32) {
 	t.Helper()
 	id := d.host.InitializeHttpContext()
-	action := d.host.CallOnRequestHeaders(id, step{headers: [][2]string{hdr("x-api-key", key)}}.requestHeaders(), true)
+	action := d.host.CallOnRequestHeaders(id, step{Headers: [][2]string{hdr("x-api-key", key)}}.RequestHeaders(), true)
 	require.Equal(t, types.ActionPause, action)
 	callouts := d.host.GetCalloutAttributesFromContext(id)
 	require.NotEmpty(t, callouts)
@@ -37,7 +38,7 @@ func TestGlobalNativeCallout(t *testing.T) {
 	id, _ := d.startGlobal(t, "k/1?x.json")
 	c := d.host.GetCalloutAttributesFromContext(id)[0]
 	require.Equal(t, "webdis", c.Upstream)
-	h := headerMap(c.Headers)
+	h := filtertest.HeaderMap(c.Headers)
 	require.Equal(t, "POST", h[":method"])
 	require.Equal(t, "/", h[":path"])
 	require.Equal(t, "webdis.local", h[":authority"])
@@ -58,7 +59,7 @@ func TestGlobalNativeAnswers(t *testing.T) {
 		nil, []byte(`{"EVALSHA":[1764504000,0,1,1,5,4,0,12000000000,0]}`))
 	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-	require.Equal(t, `"g";r=4;t=12`, headerMap(d.host.GetCurrentResponseHeaders(id))["ratelimit"])
+	require.Equal(t, `"g";r=4;t=12`, filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))["ratelimit"])
 
 	id, callout = d.startGlobal(t, "a")
 	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
@@ -66,7 +67,7 @@ func TestGlobalNativeAnswers(t *testing.T) {
 	resp := d.host.GetSentLocalResponse(id)
 	require.NotNil(t, resp)
 	require.EqualValues(t, 429, resp.StatusCode)
-	require.Equal(t, "3", headerMap(resp.Headers)["retry-after"])
+	require.Equal(t, "3", filtertest.HeaderMap(resp.Headers)["retry-after"])
 }
 
 // NOSCRIPT: Redis lost the script, and the filter sends it in full once.

@@ -4,10 +4,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
+
+// The scenario types and helpers come from filtertest, which the emulator module's tests of
+// the compiled module share; these short names keep the native tests readable.
+type (
+	step    = filtertest.Step
+	outcome = filtertest.Outcome
+	driver  = filtertest.Driver
+)
+
+var t0 = filtertest.T0
+
+const ms = time.Millisecond
+
+// hdr is shorthand for one request header.
+func hdr(k, v string) [2]string { return [2]string{k, v} }
 
 // nativeDriver runs the filter in-process under the SDK's proxytest emulator.
 type nativeDriver struct {
@@ -31,29 +47,30 @@ func newNative(t *testing.T, config string) *nativeDriver {
 	return d
 }
 
-func (d *nativeDriver) do(t *testing.T, at time.Time, s step) outcome {
+// Do runs s at the instant at under the emulator (filtertest.Driver).
+func (d *nativeDriver) Do(t *testing.T, at time.Time, s step) outcome {
 	t.Helper()
 	*d.now = at
 	// The emulator refuses empty property values and cannot unset one, so an absent route or
 	// virtual host is given a name no scenario matches.
-	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte(orNone(s.route))))
-	require.NoError(t, d.host.SetProperty([]string{"xds", "virtual_host_name"}, []byte(orNone(s.vhost))))
-	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte(s.sourceAddress())))
+	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte(orNone(s.Route))))
+	require.NoError(t, d.host.SetProperty([]string{"xds", "virtual_host_name"}, []byte(orNone(s.VHost))))
+	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte(s.SourceAddress())))
 	id := d.host.InitializeHttpContext()
-	action := d.host.CallOnRequestHeaders(id, s.requestHeaders(), true)
+	action := d.host.CallOnRequestHeaders(id, s.RequestHeaders(), true)
 	defer d.host.CompleteHttpContext(id)
 	if resp := d.host.GetSentLocalResponse(id); resp != nil {
-		return outcome{status: int(resp.StatusCode), headers: headerMap(resp.Headers), body: string(resp.Data)}
+		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers), Body: string(resp.Data)}
 	}
 	require.Equal(t, types.ActionContinue, action, "request paused without a local response")
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-	return outcome{headers: headerMap(d.host.GetCurrentResponseHeaders(id))}
+	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))}
 }
 
 func TestScenariosNative(t *testing.T) {
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			runScenario(t, newNative(t, sc.config), sc)
+	for _, sc := range filtertest.Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			filtertest.Run(t, newNative(t, sc.Config), sc)
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"math/big"
 	"strconv"
 	"testing"
@@ -86,9 +87,9 @@ func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
 	serve := func(status string) string {
 		*d.now = t0.Add(at)
 		id := d.host.InitializeHttpContext()
-		d.host.CallOnRequestHeaders(id, step{}.requestHeaders(), true)
+		d.host.CallOnRequestHeaders(id, step{}.RequestHeaders(), true)
 		d.host.CallOnResponseHeaders(id, [][2]string{{":status", status}}, true)
-		policy := headerMap(d.host.GetCurrentResponseHeaders(id))["ratelimit-policy"]
+		policy := filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))["ratelimit-policy"]
 		d.host.CompleteHttpContext(id)
 		return policy
 	}
@@ -117,7 +118,7 @@ func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
 	resp := d.host.GetSentLocalResponse(id)
 	require.NotNil(t, resp)
 	require.EqualValues(t, 429, resp.StatusCode)
-	h := headerMap(resp.Headers)
+	h := filtertest.HeaderMap(resp.Headers)
 	require.Equal(t, "120", h["retry-after"])
 	require.Equal(t, `"g";r=0;t=120`, h["ratelimit"])
 	require.Contains(t, string(resp.Data), `"retry_after":120`)
@@ -169,9 +170,9 @@ func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	d := newNative(t, `{"rules":[
 		{"name":"dry","shadow":true,"continue":true,"key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":5,"window":"1m"},
 		{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`)
-	dup := step{headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b"), hdr("x-user", "u")}, want: 400}
-	shadowDup := step{headers: [][2]string{hdr("x-api-key", "a"), hdr("x-user", "u1"), hdr("x-user", "u2")}}
-	runScenario(t, d, scenario{steps: []step{dup, dup, shadowDup}})
+	dup := step{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b"), hdr("x-user", "u")}, Want: 400}
+	shadowDup := step{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-user", "u1"), hdr("x-user", "u2")}}
+	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{dup, dup, shadowDup}})
 	require.EqualValues(t, 2, counterNative(d, "ratelimit_per_key_duplicate_header_total"))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_dry_duplicate_header_total"))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_per_key_allowed_total"), "the shadow rule's repetition let the request through")

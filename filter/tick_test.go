@@ -15,7 +15,7 @@ func TestShapingReleasesAtTheLeakRate(t *testing.T) {
 	var ids []uint32
 	for range 5 {
 		id := d.host.InitializeHttpContext()
-		d.host.CallOnRequestHeaders(id, step{}.requestHeaders(), true)
+		d.host.CallOnRequestHeaders(id, step{}.RequestHeaders(), true)
 		ids = append(ids, id)
 	}
 	// The first leaves at once, the next two wait 100ms and 200ms, the last two would wait
@@ -58,7 +58,7 @@ func TestAdaptiveLimitFallsAndRecovers(t *testing.T) {
 	serve := func(status string, latency time.Duration) {
 		*d.now = t0.Add(at)
 		id := d.host.InitializeHttpContext()
-		d.host.CallOnRequestHeaders(id, step{}.requestHeaders(), true)
+		d.host.CallOnRequestHeaders(id, step{}.RequestHeaders(), true)
 		*d.now = t0.Add(at + latency)
 		d.host.CallOnResponseHeaders(id, [][2]string{{":status", status}}, true)
 		d.host.CompleteHttpContext(id)

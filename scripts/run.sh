@@ -6,7 +6,7 @@
 #     the module and envoy.yaml, a second Envoy sharing the same Redis, the echo upstream,
 #     Redis and webdis.
 #   - Otherwise it serves the same envoy.yaml, on the same ports, with the project's own
-#     wazero host (cmd/ratelimit-host) and its bundled echo upstream; redis-server and webdis
+#     wazero host (wasmhost/cmd/ratelimit-host) and its bundled echo upstream; redis-server and webdis
 #     are started on loopback ports when they are installed. Without them, the global rule
 #     follows its redis.failure_mode.
 #
@@ -124,7 +124,7 @@ fi
 
 # The wazero host. Every process started here is recorded and stopped by the EXIT trap, so
 # that Ctrl-C (or any failure) leaves nothing running.
-echo "run.sh: no Docker engine: serving envoy.yaml with the project's wazero host (cmd/ratelimit-host)"
+echo "run.sh: no Docker engine: serving envoy.yaml with the project's wazero host (wasmhost/cmd/ratelimit-host)"
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -143,7 +143,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-go build -o build/ratelimit-host ./cmd/ratelimit-host
+# The first build compiles the emulator module's dependencies (wazero, Envoy's API protos:
+# about a minute on 2 cores); -v names each package as it is compiled, so the wait shows
+# progress. Later builds come from Go's build cache and print nothing.
+echo "run.sh: building the wazero host (./wasmhost/cmd/ratelimit-host); the first build takes about a minute:"
+go build -v -o build/ratelimit-host ./wasmhost/cmd/ratelimit-host 2>&1 | sed -u 's/^/  building /'
+echo "run.sh: host built."
 
 # Same ports as envoy.yaml, but on the loopback interface only: unlike a container, a local
 # process bound to 0.0.0.0 would be reachable from the network. -echo serves the bundled echo

@@ -61,9 +61,14 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 	}
 	ctx := h.baseCtx
 	if c.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+		// The timeout runs on the host's time (virtual or real); when it expires the
+		// request's context ends with DeadlineExceeded as its cause, as with
+		// context.WithTimeout.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := h.afterFunc(c.timeout, func() { cancel(context.DeadlineExceeded) })
+		defer stop()
 	}
 	req, err := outgoingRequest(ctx, c.base, c.headers.kv, c.body, calloutDropped)
 	if err != nil {
@@ -102,7 +107,7 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 // timeout", an unresolvable host is 503 "no healthy upstream", anything else
 // is 503 "upstream connect error ...".
 func calloutError(ctx context.Context, err error) *calloutResponse {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return envoyLocal(504, "upstream request timeout")
 	}
 	var dnsErr *net.DNSError

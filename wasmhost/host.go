@@ -66,8 +66,14 @@ type Options struct {
 	PollOneoff PollOneoffMode
 	// Clock supplies wall-clock time (proxy_get_current_time_nanoseconds and
 	// WASI realtime). The monotonic WASI clock always follows real time so
-	// that the Go runtime's timers keep working. Default time.Now.
+	// that the Go runtime's timers keep working. Default time.Now, or
+	// VirtualClock.Now when VirtualClock is set.
 	Clock func() time.Time
+	// VirtualClock, when set, is the host's time for everything the filter
+	// can observe: Clock (unless Clock is set too), the proxy_on_tick timers,
+	// callout timeouts and UpstreamResponse.Delay. Nothing timed happens until
+	// the test advances it. Default nil: real time.
+	VirtualClock *VirtualClock
 	// LogLevel is the Envoy log level: proxy_get_log_level returns it and
 	// entries below it are not recorded, like ENVOY_LOG. Default LogInfo.
 	LogLevel LogLevel
@@ -125,6 +131,7 @@ type Host struct {
 	metrics *metrics
 	logs    *logSink
 	clock   func() time.Time
+	vclock  *VirtualClock // nil: real timers
 	client  *http.Client
 	envList []string // "k=v", sorted
 
@@ -201,6 +208,9 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+		if opts.VirtualClock != nil {
+			opts.Clock = opts.VirtualClock.Now
+		}
 	}
 	if opts.LogLevel == 0 {
 		opts.LogLevel = LogInfo
@@ -224,6 +234,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		metrics: metricsOf(opts.MetricStore),
 		logs:    &logSink{max: opts.MaxLogEntries, w: opts.LogWriter},
 		clock:   opts.Clock,
+		vclock:  opts.VirtualClock,
 		closed:  make(chan struct{}),
 		client:  newHTTPClient(),
 	}

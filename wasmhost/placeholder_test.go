@@ -224,4 +224,4 @@ func TestPlaceholderRecoveredPanicKeepsVM(t *testing.T) {
 // placeholderModule is the placeholder filter's own main package: the host's tests run against
 // it because its behaviour is trivial to predict. The rate limiter is tested against this host
 // in the filter and e2e packages.
-const placeholderModule = "./placeholder/module"
+const placeholderModule = "./wasmhost/placeholder/module"

@@ -43,6 +43,10 @@ type UpstreamResponse struct {
 	Headers  [][2]string // the other headers; pseudo-headers here are ignored
 	Body     []byte      // delivered in one proxy_on_response_body chunk when non-empty
 	Trailers [][2]string // delivered by proxy_on_response_trailers when non-empty
+	// Delay is how long the upstream takes to answer, on the host's time
+	// (Options.VirtualClock when set): Do holds the response back that long
+	// after the request continued. Only Do honours it.
+	Delay time.Duration
 }
 
 // LocalResponse is a response Envoy generated instead of the upstream's:
@@ -61,6 +65,10 @@ type Result struct {
 	StreamID uint32 // the stream's context id on that VM
 	// Continued is true when the request reached the upstream.
 	Continued bool
+	// ContinuedAt is the host's time (Options.Clock) at which the request
+	// went upstream; zero when it did not. With a VirtualClock it is exact:
+	// a request a tick released carries that tick's instant.
+	ContinuedAt time.Time
 	// RequestHeaders and RequestBody are the request as the filter left it
 	// (what the upstream received when Continued).
 	RequestHeaders [][2]string
@@ -200,7 +208,12 @@ func (h *Host) Do(ctx context.Context, r Request) (*Result, error) {
 	if up == nil {
 		up = &UpstreamResponse{Status: 200}
 	}
-	return h.run(ctx, &r, func(context.Context, *Result) (*UpstreamResponse, error) { return up, nil })
+	return h.run(ctx, &r, func(ctx context.Context, _ *Result) (*UpstreamResponse, error) {
+		if err := h.sleep(ctx, up.Delay); err != nil {
+			return nil, err
+		}
+		return up, nil
+	})
 }
 
 // upstreamFunc produces the upstream response for a request that continued.
@@ -402,6 +415,7 @@ func (v *vm) advance(s *stream) {
 			s.avail[MapRequestHeaders], s.avail[MapRequestTrailers], s.bodyAvail[0] = false, false, false
 			s.phase = phWaitUpstream
 			s.result.Continued = true
+			s.result.ContinuedAt = v.h.clock()
 			snap := s.snapshotRequest()
 			s.events <- streamEvent{needUpstream: true, request: snap}
 			return

@@ -87,7 +87,7 @@ type vm struct {
 
 	tickPeriod time.Duration
 	tickGen    uint64
-	tickTimer  *time.Timer
+	tickStop   func() bool // cancels the armed tick; nil when none is armed
 	looping    bool
 
 	failed    atomic.Bool
@@ -521,8 +521,8 @@ func (v *vm) shutdown(ctx context.Context) {
 
 func (v *vm) teardownAll() {
 	v.tickGen++
-	if v.tickTimer != nil {
-		v.tickTimer.Stop()
+	if v.tickStop != nil {
+		v.tickStop()
 	}
 	for _, s := range v.streams {
 		if !s.done {
@@ -544,8 +544,8 @@ func (v *vm) teardownAll() {
 func (v *vm) close() {
 	v.quitOnce.Do(func() { close(v.quit) })
 	v.tickGen++
-	if v.tickTimer != nil {
-		v.tickTimer.Stop()
+	if v.tickStop != nil {
+		v.tickStop()
 	}
 	h := v.h
 	h.vmMu.Lock()
@@ -566,9 +566,9 @@ func (v *vm) close() {
 func (v *vm) setTickPeriod(d time.Duration) {
 	v.tickPeriod = d
 	v.tickGen++
-	if v.tickTimer != nil {
-		v.tickTimer.Stop()
-		v.tickTimer = nil
+	if v.tickStop != nil {
+		v.tickStop()
+		v.tickStop = nil
 	}
 	if v.looping {
 		v.armTick()
@@ -582,8 +582,21 @@ func (v *vm) armTick() {
 		return
 	}
 	gen := v.tickGen
-	v.tickTimer = time.AfterFunc(v.tickPeriod, func() {
-		v.post(v.h.baseCtx, func() { v.tick(gen) })
+	v.tickStop = v.h.afterFunc(v.tickPeriod, func() {
+		if v.h.vclock == nil {
+			v.post(v.h.baseCtx, func() { v.tick(gen) })
+			return
+		}
+		// On the virtual clock the tick has run (and re-armed) by the time Advance returns,
+		// so that a test sees its effects at once and the next tick is due at an exact
+		// instant.
+		done := make(chan struct{})
+		if v.post(v.h.baseCtx, func() { v.tick(gen); close(done) }) {
+			select {
+			case <-done:
+			case <-v.quit:
+			}
+		}
 	})
 }
 

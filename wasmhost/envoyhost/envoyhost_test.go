@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/e2e/echo"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/assert"

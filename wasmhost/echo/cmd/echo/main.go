@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/e2e/echo"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/echo"
 )
 
 func main() {

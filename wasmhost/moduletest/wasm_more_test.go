@@ -1,4 +1,4 @@
-package filter
+package moduletest
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestExactUnderConcurrencyWasm(t *testing.T) {
 			}
 			o := outcomeOf(res)
 			mu.Lock()
-			status[o.status]++
+			status[o.Status]++
 			mu.Unlock()
 		}()
 	}
@@ -67,19 +67,19 @@ func TestBadInputWasm(t *testing.T) {
 		"cost":{"header":"x-cost","max":2}}]}`, wasmOptions{})
 	huge := strings.Repeat("A", 64<<10)
 	hostile := []step{
-		{headers: [][2]string{hdr("x-tenant", huge)}},
-		{headers: [][2]string{hdr("x-tenant", "ünïcödé ✓ \u202e")}},
-		{headers: [][2]string{hdr("x-tenant", "\xff\xfe\xfd invalid utf-8")}},
-		{headers: [][2]string{hdr("x-forwarded-for", "not-an-ip, ::::, 999.1.1.1")}},
-		{headers: [][2]string{hdr("x-forwarded-for", strings.Repeat("1.2.3.4,", 5000))}},
-		{headers: [][2]string{hdr("x-forwarded-for", "[::1]:80, 10.0.0.1:9")}},
-		{headers: [][2]string{hdr("x-cost", "99999999999999999999999")}},
-		{headers: [][2]string{hdr("x-cost", "-1"), hdr("x-cost", "1")}},
-		{path: "/?k=%zz&k=%00&k=" + huge[:4000]},
-		{path: "/" + huge},
-		{source: "garbage"},
-		{source: ""},
-		{method: strings.Repeat("X", 1000)},
+		{Headers: [][2]string{hdr("x-tenant", huge)}},
+		{Headers: [][2]string{hdr("x-tenant", "ünïcödé ✓ \u202e")}},
+		{Headers: [][2]string{hdr("x-tenant", "\xff\xfe\xfd invalid utf-8")}},
+		{Headers: [][2]string{hdr("x-forwarded-for", "not-an-ip, ::::, 999.1.1.1")}},
+		{Headers: [][2]string{hdr("x-forwarded-for", strings.Repeat("1.2.3.4,", 5000))}},
+		{Headers: [][2]string{hdr("x-forwarded-for", "[::1]:80, 10.0.0.1:9")}},
+		{Headers: [][2]string{hdr("x-cost", "99999999999999999999999")}},
+		{Headers: [][2]string{hdr("x-cost", "-1"), hdr("x-cost", "1")}},
+		{Path: "/?k=%zz&k=%00&k=" + huge[:4000]},
+		{Path: "/" + huge},
+		{Source: "garbage"},
+		{Source: ""},
+		{Method: strings.Repeat("X", 1000)},
 	}
 	for i, s := range hostile {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -87,7 +87,7 @@ func TestBadInputWasm(t *testing.T) {
 		cancel()
 		require.NoError(t, err, "request %d", i)
 		o := outcomeOf(res)
-		require.Contains(t, []int{0, 429}, o.status, "request %d: %+v", i, o)
+		require.Contains(t, []int{0, 429}, o.Status, "request %d: %+v", i, o)
 	}
 	require.Zero(t, d.host.Stats().Traps)
 	require.Empty(t, errorLogs(d.host))
@@ -109,11 +109,11 @@ func TestCorruptSharedDataWasm(t *testing.T) {
 		require.Equal(t, wasmhost.StatusOK, d.host.SetSharedData(fmt.Sprintf("rl|c|o.%d", i), junk[i%len(junk)], 0))
 	}
 	for i := range 3 {
-		o := d.do(t, t0, step{})
+		o := d.Do(t, t0, step{})
 		if i < 2 {
-			require.Zero(t, o.status, "request %d", i)
+			require.Zero(t, o.Status, "request %d", i)
 		} else {
-			require.Equal(t, 429, o.status)
+			require.Equal(t, 429, o.Status)
 		}
 	}
 	require.Zero(t, d.host.Stats().Traps)
@@ -166,7 +166,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		name, module, config string
 		newClients           bool
 	}{
-		{"passthrough", "./filter/testdata/passthrough", `{}`, false},
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
 		{"1rule", ".", `{"rules":[` + rule(0, "") + `]}`, false},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},

@@ -1,4 +1,4 @@
-package filter
+package moduletest
 
 import (
 	"strings"
@@ -70,7 +70,7 @@ func TestGlobalWasmConfigChange(t *testing.T) {
 			used := 0
 			for used < max {
 				got, _ := doTimed(t, before, user)
-				if got.status != 0 {
+				if got.Status != 0 {
 					break
 				}
 				used++
@@ -92,8 +92,8 @@ func TestGlobalWasmConfigChange(t *testing.T) {
 			next := 0
 			for range tc.next + 5 {
 				got, _ := doTimed(t, after, headers...)
-				if got.status != 0 {
-					require.Equal(t, 429, got.status, "%v", got)
+				if got.Status != 0 {
+					require.Equal(t, 429, got.Status, "%v", got)
 					break
 				}
 				next++

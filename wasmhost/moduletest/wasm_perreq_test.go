@@ -1,4 +1,4 @@
-package filter
+package moduletest
 
 import (
 	"context"
@@ -38,8 +38,8 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	start := func() *wasmhost.Host {
 		h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 			Workers: 2, VMID: "ratelimit", PluginName: "ratelimit",
-			PluginConfig: []byte(globalConfig(redisOpts{timeout: "1s", failureMode: "allow",
-				failures: 1, cooldown: cooldown.String()}, rules)),
+			PluginConfig: []byte(globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
+				Failures: 1, Cooldown: cooldown.String()}, rules)),
 			Clusters:    map[string]string{"webdis": srv.WebdisURL()},
 			MetricStore: metrics,
 		})
@@ -50,8 +50,8 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	h := start()
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 
-	require.Contains(t, doOn(t, h, 0).headers, "ratelimit")
-	require.Contains(t, doOn(t, h, 1).headers, "ratelimit")
+	require.Contains(t, doOn(t, h, 0).Headers, "ratelimit")
+	require.Contains(t, doOn(t, h, 1).Headers, "ratelimit")
 	srv.StopRedis()
 	doOn(t, h, 0)
 	require.EqualValues(t, 1, gauge(), "worker 0 is open")
@@ -63,9 +63,9 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	srv.StartRedis()
 	waitWebdis(t, srv)
 	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
-	require.Contains(t, doOn(t, h, 0).headers, "ratelimit", "worker 0's probe is decided by Redis")
+	require.Contains(t, doOn(t, h, 0).Headers, "ratelimit", "worker 0's probe is decided by Redis")
 	require.EqualValues(t, 1, gauge(), "worker 1 is still open")
-	require.Contains(t, doOn(t, h, 1).headers, "ratelimit")
+	require.Contains(t, doOn(t, h, 1).Headers, "ratelimit")
 	require.Zero(t, gauge(), "every worker is closed")
 
 	// A configuration update replaces the VMs; the stats stay. A VM that goes away with its
@@ -90,11 +90,11 @@ func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
 	}{{"allow", 0}, {"deny", 429}, {"local", 0}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			rules := "[" + globalRule("nohosts", `"algorithm":"fixed_window","limit":100,"window":"1h"`, false) + "]"
-			h := newWasm(t, globalConfig(redisOpts{failureMode: tc.mode, failures: 3, cooldown: "10m"}, rules),
+			h := newWasm(t, globalConfig(redisOpts{FailureMode: tc.mode, Failures: 3, Cooldown: "10m"}, rules),
 				wasmOptions{workers: 1, clusters: map[string]string{"webdis": wasmhost.ClusterNoHosts}, realTime: true}).host
 			for i := range 5 {
 				got, elapsed := doTimed(t, h)
-				require.Equalf(t, tc.want, got.status, "request %d", i)
+				require.Equalf(t, tc.want, got.Status, "request %d", i)
 				require.Less(t, elapsed, time.Second, "nothing waits for an answer that never comes")
 			}
 			require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_unavailable_total"))
@@ -134,7 +134,7 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 			req.Worker = worker
 			res, err := d.host.Do(context.Background(), req)
 			require.NoError(t, err)
-			return outcomeOf(res).headers["ratelimit-policy"] == `"ad";q=117;w=1`
+			return outcomeOf(res).Headers["ratelimit-policy"] == `"ad";q=117;w=1`
 		}, 5*time.Second, 20*time.Millisecond, "worker %d advertises the limit in force", worker)
 	}
 	require.Zero(t, d.host.Stats().Traps)
@@ -149,12 +149,12 @@ func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
 	rules := "[" + globalRule("g", `"algorithm":"gcra","limit":5,"window":"1m"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), url, 1)
 	got, _ := doTimed(t, h)
-	require.Equal(t, 429, got.status)
-	require.Equal(t, "120", got.headers["retry-after"])
-	require.Equal(t, `"g";r=0;t=120`, got.headers["ratelimit"])
-	require.Equal(t, "5", got.headers["x-ratelimit-limit"])
-	require.Equal(t, "120", got.headers["x-ratelimit-reset"])
-	require.Contains(t, got.body, `"retry_after":120`)
+	require.Equal(t, 429, got.Status)
+	require.Equal(t, "120", got.Headers["retry-after"])
+	require.Equal(t, `"g";r=0;t=120`, got.Headers["ratelimit"])
+	require.Equal(t, "5", got.Headers["x-ratelimit-limit"])
+	require.Equal(t, "120", got.Headers["x-ratelimit-reset"])
+	require.Contains(t, got.Body, `"retry_after":120`)
 	require.Zero(t, h.Stats().Traps)
 }
 
@@ -168,19 +168,19 @@ func TestDuplicateKeyHeaderWasm(t *testing.T) {
 		{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":3,"window":"1m"}]}`,
 		wasmOptions{})
 	for i := range 10 {
-		got := d.do(t, t0, step{headers: [][2]string{hdr("x-api-key", "rnd"+strconv.Itoa(i)), hdr("x-api-key", "real")}})
-		require.Equal(t, 400, got.status, "request %d", i)
-		require.Contains(t, got.body, `"header":"x-api-key"`)
+		got := d.Do(t, t0, step{Headers: [][2]string{hdr("x-api-key", "rnd"+strconv.Itoa(i)), hdr("x-api-key", "real")}})
+		require.Equal(t, 400, got.Status, "request %d", i)
+		require.Contains(t, got.Body, `"header":"x-api-key"`)
 	}
 	require.EqualValues(t, 10, hostMetric(t, d.host, "ratelimit_per_key_duplicate_header_total"))
 	require.Zero(t, hostMetric(t, d.host, "ratelimit_per_key_allowed_total"), "10 of 10 refused, none counted")
 
-	folded := step{headers: [][2]string{hdr("user-agent", "a"), hdr("x-api-key", "k"), hdr("user-agent", "b")}}
-	got := d.do(t, t0, folded)
-	require.Zero(t, got.status, "%v", got)
-	require.Equal(t, `"ua";r=0;t=60, "per-key";r=2;t=60`, got.headers["ratelimit"])
-	got = d.do(t, t0, step{headers: [][2]string{hdr("user-agent", "a,b"), hdr("x-api-key", "k")}})
-	require.Equal(t, 429, got.status, "two user-agent lines and one line a,b are the same key")
+	folded := step{Headers: [][2]string{hdr("user-agent", "a"), hdr("x-api-key", "k"), hdr("user-agent", "b")}}
+	got := d.Do(t, t0, folded)
+	require.Zero(t, got.Status, "%v", got)
+	require.Equal(t, `"ua";r=0;t=60, "per-key";r=2;t=60`, got.Headers["ratelimit"])
+	got = d.Do(t, t0, step{Headers: [][2]string{hdr("user-agent", "a,b"), hdr("x-api-key", "k")}})
+	require.Equal(t, 429, got.Status, "two user-agent lines and one line a,b are the same key")
 	require.Zero(t, hostMetric(t, d.host, "ratelimit_ua_duplicate_header_total"))
 	require.Zero(t, d.host.Stats().Traps)
 }

@@ -1,7 +1,8 @@
-package filter
+package moduletest
 
 import (
 	"context"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,21 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
 )
+
+// The scenario types and helpers come from filtertest, which package filter's native tests
+// share; these short names keep the tests readable.
+type (
+	step    = filtertest.Step
+	outcome = filtertest.Outcome
+	driver  = filtertest.Driver
+)
+
+var t0 = filtertest.T0
+
+const ms = time.Millisecond
+
+// hdr is shorthand for one request header.
+func hdr(k, v string) [2]string { return [2]string{k, v} }
 
 // wasmDriver runs the compiled filter (build/ratelimit.wasm, rebuilt by the test when stale)
 // in the project's wazero host, which behaves like Envoy: several worker VMs, one shared-data
@@ -25,6 +41,9 @@ type wasmOptions struct {
 	clusters map[string]string
 	shared   *wasmhost.SharedData
 	realTime bool
+	// clock, when set, is the host's virtual clock (wasmhost.Options.VirtualClock): ticks,
+	// callout timeouts and upstream delays follow it, and the driver's own clock is unused.
+	clock *wasmhost.VirtualClock
 }
 
 func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
@@ -41,6 +60,9 @@ func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
 	if o.realTime {
 		clock = time.Now
 	}
+	if o.clock != nil {
+		clock = nil
+	}
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 		Workers:      o.workers,
 		VMID:         "ratelimit",
@@ -48,6 +70,7 @@ func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
 		PluginConfig: []byte(config),
 		Clusters:     o.clusters,
 		Clock:        clock,
+		VirtualClock: o.clock,
 		SharedData:   o.shared,
 	})
 	require.NoError(t, err)
@@ -57,7 +80,7 @@ func newWasm(t testing.TB, config string, o wasmOptions) *wasmDriver {
 }
 
 func (d *wasmDriver) request(s step) wasmhost.Request {
-	method, path := s.method, s.path
+	method, path := s.Method, s.Path
 	if method == "" {
 		method = "GET"
 	}
@@ -66,12 +89,13 @@ func (d *wasmDriver) request(s step) wasmhost.Request {
 	}
 	return wasmhost.Request{
 		Worker: -1, Method: method, Path: path, Authority: "example.test",
-		Headers: s.headers, RouteName: s.route, VirtualHost: s.vhost, SourceAddress: s.sourceAddress(),
+		Headers: s.Headers, RouteName: s.Route, VirtualHost: s.VHost, SourceAddress: s.SourceAddress(),
 		Upstream: &wasmhost.UpstreamResponse{Status: 200},
 	}
 }
 
-func (d *wasmDriver) do(t *testing.T, at time.Time, s step) outcome {
+// Do runs s at the instant at (filtertest.Driver).
+func (d *wasmDriver) Do(t *testing.T, at time.Time, s step) outcome {
 	t.Helper()
 	d.now.Store(at.UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -83,16 +107,16 @@ func (d *wasmDriver) do(t *testing.T, at time.Time, s step) outcome {
 
 func outcomeOf(res *wasmhost.Result) outcome {
 	if res.Local != nil {
-		return outcome{status: res.Local.Status, headers: headerMap(res.Local.Headers), body: string(res.Local.Body)}
+		return outcome{Status: res.Local.Status, Headers: filtertest.HeaderMap(res.Local.Headers), Body: string(res.Local.Body)}
 	}
-	return outcome{headers: headerMap(res.ResponseHeaders)}
+	return outcome{Headers: filtertest.HeaderMap(res.ResponseHeaders)}
 }
 
 func TestScenariosWasm(t *testing.T) {
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			d := newWasm(t, sc.config, wasmOptions{})
-			runScenario(t, d, sc)
+	for _, sc := range filtertest.Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			d := newWasm(t, sc.Config, wasmOptions{})
+			filtertest.Run(t, d, sc)
 			require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
 		})
 	}

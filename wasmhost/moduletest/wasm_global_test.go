@@ -1,9 +1,9 @@
-package filter
+package moduletest
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"io"
 	"net/http"
 	"strconv"
@@ -28,34 +28,10 @@ import (
 // exceeds it fails the test instead of stalling the run.
 const callDeadline = 5 * time.Second
 
-// redisOpts is the "redis" block of a test configuration.
-type redisOpts struct {
-	timeout     string // callout timeout
-	failureMode string // allow, deny or local
-	failures    int    // breaker threshold
-	cooldown    string
-}
+// redisOpts and globalConfig are filtertest's, shared with the native tests of package filter.
+type redisOpts = filtertest.RedisOpts
 
-// globalConfig renders a configuration with one redis block (cluster "webdis", key prefix
-// "rl") and the given rules (a JSON array). The breaker defaults to its maximum threshold so
-// that tests that are not about the breaker never trip it.
-func globalConfig(o redisOpts, rules string) string {
-	if o.timeout == "" {
-		o.timeout = "2s"
-	}
-	if o.failureMode == "" {
-		o.failureMode = "deny"
-	}
-	if o.failures == 0 {
-		o.failures = 1000
-	}
-	if o.cooldown == "" {
-		o.cooldown = "10s"
-	}
-	return fmt.Sprintf(`{"rate_limit_headers":"both","redis":{"cluster":"webdis","authority":"webdis.test",
-		"timeout":%q,"key_prefix":"rl","failure_mode":%q,"breaker":{"failures":%d,"cooldown":%q}},
-		"rules":%s}`, o.timeout, o.failureMode, o.failures, o.cooldown, rules)
-}
+var globalConfig = filtertest.GlobalConfig
 
 // globalRule renders one rule with the given algorithm fields, keyed by the x-user header
 // when keyed is set.
@@ -132,17 +108,6 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 	}
 }
 
-// redisTime reads Redis' clock, the one the scripts decide with.
-func redisTime(t testing.TB, srv *redistest.Server) time.Time {
-	t.Helper()
-	v, ok := srv.MustDo("TIME").([]any)
-	require.True(t, ok && len(v) == 2, "TIME answered %v", v)
-	sec, err1 := strconv.ParseInt(v[0].(string), 10, 64)
-	usec, err2 := strconv.ParseInt(v[1].(string), 10, 64)
-	require.NoError(t, errors.Join(err1, err2))
-	return time.Unix(sec, usec*1000)
-}
-
 // waitWebdis waits until webdis answers a PING with Redis' PONG, e.g. after StartRedis (webdis
 // reconnects on its next request, and answers 503 until it has).
 func waitWebdis(t testing.TB, srv *redistest.Server) {
@@ -194,7 +159,7 @@ func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "shared-" + strings.ReplaceAll(tc.name, "_", "-")
-			cfg := globalConfig(redisOpts{timeout: "5s", failureMode: "deny"}, "["+globalRule(name, tc.algo, false)+"]")
+			cfg := globalConfig(redisOpts{Timeout: "5s", FailureMode: "deny"}, "["+globalRule(name, tc.algo, false)+"]")
 			proxies := []*wasmhost.Host{
 				newGlobalHost(t, cfg, srv.WebdisURL(), 3),
 				newGlobalHost(t, cfg, srv.WebdisURL(), 3),
@@ -276,10 +241,13 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 	}
 	// A clock-aligned window must not end in the middle of a sequence: if the boundary is
 	// close, wait until it has passed.
-	if left := untilWindowEnd(redisTime(t, srv)); left < 10*time.Second {
+	if left := untilWindowEnd(filtertest.RedisTime(t, srv)); left < 10*time.Second {
 		time.Sleep(left + 100*time.Millisecond)
 	}
-	secs := func(d time.Duration) string { return strconv.FormatInt(ceilSeconds(int64(d)), 10) }
+	// The headers give whole seconds, rounded up, as the filter's ceilSeconds does.
+	secs := func(d time.Duration) string {
+		return strconv.FormatInt(int64((max(d, 0)+time.Second-1)/time.Second), 10)
+	}
 	fixed := func(d time.Duration) func(time.Time) string {
 		return func(time.Time) string { return secs(d) }
 	}
@@ -356,33 +324,33 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 			h := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.algo, true)+"]"), srv.WebdisURL(), 2)
 			user := hdr("x-user", "alice")
 			for i, w := range tc.steps {
-				before := redisTime(t, srv)
+				before := filtertest.RedisTime(t, srv)
 				got, _ := doTimed(t, h, user)
-				after := redisTime(t, srv)
+				after := filtertest.RedisTime(t, srv)
 				denied := w.retry != nil
 				if denied {
-					require.Equalf(t, 429, got.status, "step %d: %v", i, got)
+					require.Equalf(t, 429, got.Status, "step %d: %v", i, got)
 				} else {
-					require.Zerof(t, got.status, "step %d must be admitted: %v", i, got)
+					require.Zerof(t, got.Status, "step %d must be admitted: %v", i, got)
 				}
-				require.Equalf(t, "3", got.headers["x-ratelimit-limit"], "step %d", i)
-				require.Equalf(t, w.remaining, got.headers["x-ratelimit-remaining"], "step %d", i)
+				require.Equalf(t, "3", got.Headers["x-ratelimit-limit"], "step %d", i)
+				require.Equalf(t, w.remaining, got.Headers["x-ratelimit-remaining"], "step %d", i)
 				// Redis decided at some instant between the two TIME reads; a window-aligned
 				// value is exact unless a second boundary fell in between, when either side's
 				// value is right.
 				check := func(header string, f func(time.Time) string, format func(string) string) {
 					t.Helper()
 					lo, hi := format(f(after)), format(f(before))
-					if v := got.headers[header]; v != lo && v != hi {
+					if v := got.Headers[header]; v != lo && v != hi {
 						require.Failf(t, "wrong header", "step %d: %s = %q, want %q (or %q)", i, header, v, hi, lo)
 					}
 				}
 				check("x-ratelimit-reset", w.reset, func(s string) string { return s })
 				check("ratelimit", w.reset, func(s string) string { return `"` + name + `";r=` + w.remaining + ";t=" + s })
-				require.Equalf(t, `"`+name+`";q=3;w=3600`, got.headers["ratelimit-policy"], "step %d", i)
+				require.Equalf(t, `"`+name+`";q=3;w=3600`, got.Headers["ratelimit-policy"], "step %d", i)
 				if denied {
 					check("retry-after", w.retry, func(s string) string { return s })
-					require.Containsf(t, got.body, `"rule":"`+name+`"`, "step %d", i)
+					require.Containsf(t, got.Body, `"rule":"`+name+`"`, "step %d", i)
 				}
 			}
 			require.EqualValues(t, 1, srv.Int("EXISTS", expectedKey(name, "alice")), "the decision lives in Redis")
@@ -407,15 +375,18 @@ type fault struct {
 	inject, repair func()
 	// metric is the failure counter each failed decision increments.
 	metric string
-	// slow is set when every failure costs the callout timeout.
+	// slow is set when every failure costs the callout timeout: the test runs it on the host's
+	// virtual clock and advances the clock by the timeout.
 	slow bool
 }
 
 // TestGlobalWasmFailureModes injects each fault and checks every failure mode: "allow" lets the
 // requests through without rate-limit headers, "deny" rejects them with the rule's denial,
 // "local" applies the rule's own limit on the proxy's shared data (so each proxy admits one
-// limit). Every request returns within the timeout (plus scheduling slack), none hangs, and
-// each failure is counted under its kind.
+// limit). No request hangs (each must complete within callDeadline), and each failure is
+// counted under its kind. The fault that costs the callout timeout runs on the host's virtual
+// clock: the request is decided exactly when the clock reaches the timeout
+// (TestGlobalWasmCalloutTimeoutRealTime is its real-time smoke test).
 func TestGlobalWasmFailureModes(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 300 * time.Millisecond
@@ -425,6 +396,8 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 			metric: "ratelimit_redis_unavailable_total"},
 		{name: "webdis stopped (connection refused, Envoy answers 503)", url: srv.WebdisURL(),
 			inject: srv.StopWebdis, repair: srv.StartWebdis, metric: "ratelimit_redis_unavailable_total"},
+		// Webdis answers a second after the timeout in real time; the callout's timeout, on
+		// the host's virtual clock, has decided long before.
 		{name: "webdis slower than the timeout (Envoy answers 504)", url: srv.SlowProxy(timeout + time.Second),
 			metric: "ratelimit_redis_timeouts_total", slow: true},
 		{name: "garbage answer", url: redistest.GarbageServer(t, 200, []byte("<html>oops</html>")),
@@ -454,7 +427,7 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 			}
 			for _, mode := range []string{"allow", "deny", "local"} {
 				t.Run(mode, func(t *testing.T) {
-					cfg := globalConfig(redisOpts{timeout: timeout.String(), failureMode: mode}, rules)
+					cfg := globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: mode}, rules)
 					proxies := 1
 					if mode == "local" {
 						proxies = 2
@@ -462,28 +435,31 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 					for p := range proxies {
 						// Two workers: the local fallback counts on the proxy's shared data,
 						// across its workers.
-						h := newGlobalHost(t, cfg, f.url, 2)
+						var h *wasmhost.Host
+						var do func() outcome
+						if f.slow {
+							h, do = virtualGlobalHost(t, cfg, f.url, 2, timeout)
+						} else {
+							h = newGlobalHost(t, cfg, f.url, 2)
+							do = func() outcome { o, _ := doTimed(t, h); return o }
+						}
 						for i := range 3 {
-							got, elapsed := doTimed(t, h)
-							if f.slow {
-								require.GreaterOrEqualf(t, elapsed, timeout, "request %d waited for the timeout", i)
-							}
-							require.Lessf(t, elapsed, timeout+time.Second, "request %d took %v", i, elapsed)
+							got := do()
 							switch {
 							case mode == "allow":
-								require.Zerof(t, got.status, "request %d: %v", i, got)
-								require.NotContains(t, got.headers, "ratelimit", "no decision, no headers")
+								require.Zerof(t, got.Status, "request %d: %v", i, got)
+								require.NotContains(t, got.Headers, "ratelimit", "no decision, no headers")
 							case mode == "deny":
-								require.Equalf(t, 429, got.status, "request %d: %v", i, got)
-								require.Equal(t, "1", got.headers["retry-after"])
-								require.Equal(t, `"fm";r=0;t=1`, got.headers["ratelimit"])
+								require.Equalf(t, 429, got.Status, "request %d: %v", i, got)
+								require.Equal(t, "1", got.Headers["retry-after"])
+								require.Equal(t, `"fm";r=0;t=1`, got.Headers["ratelimit"])
 							case i < 2:
-								require.Zerof(t, got.status, "proxy %d request %d: %v", p, i, got)
+								require.Zerof(t, got.Status, "proxy %d request %d: %v", p, i, got)
 								require.Equal(t, `"fm";r=`+strconv.Itoa(1-i)+";t="+strconv.Itoa((i+1)*1800),
-									got.headers["ratelimit"], "the local decision's headers")
+									got.Headers["ratelimit"], "the local decision's headers")
 							default:
-								require.Equalf(t, 429, got.status, "proxy %d: the rule's limit applies locally: %v", p, got)
-								require.Equal(t, "1800", got.headers["retry-after"])
+								require.Equalf(t, 429, got.Status, "proxy %d: the rule's limit applies locally: %v", p, got)
+								require.Equal(t, "1800", got.Headers["retry-after"])
 							}
 						}
 						require.EqualValues(t, 3, redisMetric(h, f.metric), "every failure counted as %s", f.metric)
@@ -504,9 +480,55 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 	// After every fault is repaired, the same path works again.
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 1)
 	got, _ := doTimed(t, h)
-	require.Zero(t, got.status)
-	require.Equal(t, `"fm";r=1;t=1800`, got.headers["ratelimit"])
+	require.Zero(t, got.Status)
+	require.Equal(t, `"fm";r=1;t=1800`, got.Headers["ratelimit"])
 	requireNoRedisFailures(t, h)
+}
+
+// virtualGlobalHost starts the module as one proxy on a virtual clock, whose "webdis" cluster
+// points at url, and returns a function that sends one request and advances the clock by
+// exactly timeout once the request's callout (and its timeout) is pending. The request must
+// then be decided: it returns at the virtual instant its callout timed out.
+func virtualGlobalHost(t *testing.T, config, url string, workers int, timeout time.Duration) (*wasmhost.Host, func() outcome) {
+	t.Helper()
+	clock := wasmhost.NewVirtualClock(t0)
+	h := newWasm(t, config, wasmOptions{
+		workers:  workers,
+		clusters: map[string]string{"webdis": url},
+		shared:   wasmhost.NewSharedData(),
+		clock:    clock,
+	}).host
+	return h, func() outcome {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		before := clock.Pending()
+		f := send(h, []wasmhost.Request{globalRequest()})
+		require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
+		start := clock.Now()
+		clock.Advance(timeout)
+		res := f.wait(t)[0]
+		require.False(t, res.Failed, "the VM failed: %v", res.Local)
+		if res.Continued {
+			require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
+		}
+		return outcomeOf(res)
+	}
+}
+
+// TestGlobalWasmCalloutTimeoutRealTime is the real-time smoke test of the callout timeout: a
+// webdis that answers only after 300 ms, a 100 ms timeout on real timers, failure_mode
+// "allow": the request passes without rate-limit headers and the failure is counted as a
+// timeout. (TestGlobalWasmFailureModes checks every mode on the virtual clock.)
+func TestGlobalWasmCalloutTimeoutRealTime(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := "[" + globalRule("rt", `"algorithm":"token_bucket","limit":2,"window":"1h"`, false) + "]"
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "100ms", FailureMode: "allow"}, rules), srv.SlowProxy(300*time.Millisecond), 1)
+	got, _ := doTimed(t, h)
+	require.Zero(t, got.Status, "%v", got)
+	require.NotContains(t, got.Headers, "ratelimit")
+	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_timeouts_total"))
+	require.Zero(t, h.Stats().Traps)
 }
 
 // TestGlobalWasmNoScript flushes Redis' script cache under a running proxy: the next decision's
@@ -515,30 +537,30 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 func TestGlobalWasmNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := "[" + globalRule("ns", `"algorithm":"fixed_window","limit":10,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
+	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 1)
 
 	// The very first decision already finds an empty script cache: nothing loads the scripts
 	// ahead of time.
 	got, _ := doTimed(t, h)
-	require.Zero(t, got.status)
-	require.Equal(t, "9", got.headers["x-ratelimit-remaining"])
+	require.Zero(t, got.Status)
+	require.Equal(t, "9", got.Headers["x-ratelimit-remaining"])
 	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
 	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_calls_total"), "EVALSHA, then EVAL")
 
 	got, _ = doTimed(t, h)
-	require.Equal(t, "8", got.headers["x-ratelimit-remaining"])
+	require.Equal(t, "8", got.Headers["x-ratelimit-remaining"])
 	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"), "EVAL loaded the script")
 	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_calls_total"))
 
 	require.Equal(t, "OK", srv.MustDo("SCRIPT", "FLUSH"))
 	got, _ = doTimed(t, h)
-	require.Zero(t, got.status)
-	require.Equal(t, "7", got.headers["x-ratelimit-remaining"], "the resent EVAL decided, once")
+	require.Zero(t, got.Status)
+	require.Equal(t, "7", got.Headers["x-ratelimit-remaining"], "the resent EVAL decided, once")
 	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_noscript_total"))
 	require.EqualValues(t, 5, redisMetric(h, "ratelimit_redis_calls_total"))
 
 	got, _ = doTimed(t, h)
-	require.Equal(t, "6", got.headers["x-ratelimit-remaining"])
+	require.Equal(t, "6", got.Headers["x-ratelimit-remaining"])
 	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_noscript_total"))
 	require.EqualValues(t, 6, redisMetric(h, "ratelimit_redis_calls_total"))
 	// NOSCRIPT is recovered from, not a failure.
@@ -557,14 +579,14 @@ func TestGlobalWasmBreaker(t *testing.T) {
 		pause    = 3 * time.Second
 	)
 	rules := "[" + globalRule("br", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{timeout: timeout.String(), failureMode: "allow",
-		failures: 3, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: "allow",
+		Failures: 3, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
 
 	got, _ := doTimed(t, h)
-	require.Contains(t, got.headers, "ratelimit", "decided by Redis")
+	require.Contains(t, got.Headers, "ratelimit", "decided by Redis")
 
 	// CLIENT PAUSE stalls every Redis client, webdis included, until it expires by itself:
 	// a Redis that accepts connections and never answers.
@@ -573,8 +595,8 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	for i := range 3 {
 		require.Zero(t, gauge(), "closed before failure %d", i+1)
 		got, elapsed := doTimed(t, h)
-		require.Zero(t, got.status, "failure_mode allow")
-		require.NotContains(t, got.headers, "ratelimit")
+		require.Zero(t, got.Status, "failure_mode allow")
+		require.NotContains(t, got.Headers, "ratelimit")
 		require.GreaterOrEqual(t, elapsed, timeout, "a closed breaker waits for Redis")
 	}
 	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_timeouts_total"))
@@ -585,7 +607,7 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	sent := calls()
 	for range 3 {
 		got, elapsed := doTimed(t, h)
-		require.Zero(t, got.status)
+		require.Zero(t, got.Status)
 		require.Less(t, elapsed, timeout/2, "an open breaker must not wait for the timeout")
 	}
 	require.Equal(t, sent, calls(), "no callout while open")
@@ -622,12 +644,12 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	// and closes the breaker, and the request is decided by Redis.
 	time.Sleep(time.Until(pausedAt.Add(pause + 100*time.Millisecond)))
 	got, _ = doTimed(t, h)
-	require.Contains(t, got.headers, "ratelimit", "the probe was decided by Redis")
+	require.Contains(t, got.Headers, "ratelimit", "the probe was decided by Redis")
 	require.Zero(t, gauge(), "a successful probe closes the breaker")
 	for range 3 {
 		before := calls()
 		got, _ := doTimed(t, h)
-		require.Contains(t, got.headers, "ratelimit")
+		require.Contains(t, got.Headers, "ratelimit")
 		require.Equal(t, before+1, calls(), "closed: every request asks Redis")
 	}
 	require.EqualValues(t, 5, skipped())
@@ -643,12 +665,12 @@ func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	srv := redistest.Start(t)
 	const cooldown = 200 * time.Millisecond
 	rules := "[" + globalRule("probe", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "1s", failureMode: "allow",
-		failures: 1, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
+		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 
 	got, _ := doTimed(t, h)
-	require.Contains(t, got.headers, "ratelimit")
+	require.Contains(t, got.Headers, "ratelimit")
 	srv.StopRedis()
 	doTimed(t, h)
 	require.EqualValues(t, 1, gauge(), "one failure opens this breaker")
@@ -680,7 +702,7 @@ func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	require.Zero(t, gauge(), "the breaker stayed open: the lost probe was never replaced (skipped %d)",
 		redisMetric(h, "ratelimit_redis_skipped_total"))
 	got, _ = doTimed(t, h)
-	require.Contains(t, got.headers, "ratelimit", "decided by Redis again")
+	require.Contains(t, got.Headers, "ratelimit", "decided by Redis again")
 	require.Zero(t, h.Stats().Traps)
 	requireCleanLogs(t, h)
 }
@@ -697,18 +719,18 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	rules := "[" + strings.Replace(globalRule("two-a", `"algorithm":"fixed_window","limit":1000,"window":"1h"`, false),
 		`"scope"`, `"continue":true,"scope"`, 1) + "," +
 		globalRule("two-b", `"algorithm":"gcra","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "500ms", failureMode: "deny",
-		failures: 1, cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "500ms", FailureMode: "deny",
+		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 
 	got, _ := doTimed(t, h)
-	require.Zero(t, got.status, "%v", got)
-	require.Contains(t, got.headers["ratelimit"], `"two-a"`)
-	require.Contains(t, got.headers["ratelimit"], `"two-b"`)
+	require.Zero(t, got.Status, "%v", got)
+	require.Contains(t, got.Headers["ratelimit"], `"two-a"`)
+	require.Contains(t, got.Headers["ratelimit"], `"two-b"`)
 
 	srv.StopRedis()
 	got, _ = doTimed(t, h)
-	require.Equal(t, 429, got.status, "failure_mode deny")
+	require.Equal(t, 429, got.Status, "failure_mode deny")
 	require.EqualValues(t, 1, gauge())
 	srv.StartRedis()
 	waitWebdis(t, srv)
@@ -722,8 +744,8 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	require.Zero(t, gauge(), "the breaker never closed (skipped %d, calls %d)",
 		redisMetric(h, "ratelimit_redis_skipped_total"), redisMetric(h, "ratelimit_redis_calls_total"))
 	got, _ = doTimed(t, h)
-	require.Zero(t, got.status, "%v", got)
-	require.Contains(t, got.headers["ratelimit"], `"two-b"`)
+	require.Zero(t, got.Status, "%v", got)
+	require.Contains(t, got.Headers["ratelimit"], `"two-b"`)
 	require.Zero(t, h.Stats().Traps)
 	requireCleanLogs(t, h)
 }
@@ -736,7 +758,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 	srv := redistest.Start(t)
 	const rule = "inj"
 	rules := "[" + globalRule(rule, `"algorithm":"token_bucket","limit":7,"window":"1h"`, true) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 2)
+	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 2)
 	values := []string{
 		"plain",
 		"a/b",
@@ -772,9 +794,9 @@ func TestGlobalWasmInjection(t *testing.T) {
 		for n := range 2 {
 			before := srv.Int("DBSIZE")
 			got, _ := doTimed(t, h, hdr("x-user", v))
-			require.Zerof(t, got.status, "value %q request %d: %v", v, n, got)
-			require.Equalf(t, "7", got.headers["x-ratelimit-limit"], "value %q: the rule's own limit", v)
-			require.Equalf(t, strconv.Itoa(6-n), got.headers["x-ratelimit-remaining"], "value %q: n = 1", v)
+			require.Zerof(t, got.Status, "value %q request %d: %v", v, n, got)
+			require.Equalf(t, "7", got.Headers["x-ratelimit-limit"], "value %q: the rule's own limit", v)
+			require.Equalf(t, strconv.Itoa(6-n), got.Headers["x-ratelimit-remaining"], "value %q: n = 1", v)
 			wantGrowth := int64(1)
 			if n > 0 {
 				wantGrowth = 0
@@ -809,7 +831,7 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 	rules := "[" + globalRule("ds", `"algorithm":"token_bucket","limit":5,"window":"1h"`, false) + "]"
 	// With the script loaded, the dead request's single EVALSHA decides (and charges).
 	loadScripts(t, srv)
-	h := newGlobalHost(t, globalConfig(redisOpts{timeout: "3s", failureMode: "deny"}, rules),
+	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "3s", FailureMode: "deny"}, rules),
 		srv.SlowProxy(delay), 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -821,12 +843,12 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 
 	// A request started while the dead stream's answer is still on its way.
 	got, elapsed := doTimed(t, h)
-	require.Zero(t, got.status, "%v", got)
+	require.Zero(t, got.Status, "%v", got)
 	require.GreaterOrEqual(t, elapsed, delay)
 	// Redis ran the dead request's script (Envoy does not cancel callouts), so it was charged.
-	require.Equal(t, "3", got.headers["x-ratelimit-remaining"])
+	require.Equal(t, "3", got.Headers["x-ratelimit-remaining"])
 	got, _ = doTimed(t, h)
-	require.Equal(t, "2", got.headers["x-ratelimit-remaining"])
+	require.Equal(t, "2", got.Headers["x-ratelimit-remaining"])
 
 	require.Zero(t, h.Stats().Traps, "the late answer must not trap")
 	require.Empty(t, h.Stats().FailedVMs)
@@ -841,7 +863,7 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 func TestGlobalWasmMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := "[" + globalRule("m", `"algorithm":"gcra","limit":100,"window":"1h"`, false) + "]"
-	cfg := globalConfig(redisOpts{failureMode: "allow"}, rules)
+	cfg := globalConfig(redisOpts{FailureMode: "allow"}, rules)
 
 	t.Run("successful callouts", func(t *testing.T) {
 		h := newGlobalHost(t, cfg, srv.WebdisURL(), 2)
@@ -873,7 +895,7 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
-			h := newGlobalHost(t, globalConfig(redisOpts{timeout: "100ms", failureMode: "allow"}, rules), tc.url, 1)
+			h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "100ms", FailureMode: "allow"}, rules), tc.url, 1)
 			doTimed(t, h)
 			require.EqualValuesf(t, 1, redisMetric(h, tc.metric), "%s for %s", tc.metric, tc.url)
 			for _, m := range redisErrorMetrics {
@@ -891,7 +913,7 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			realTime: true}).host
 		for i := range 3 {
 			got, _ := doTimed(t, h)
-			require.Zerof(t, got.status, "request %d: failure_mode allow", i)
+			require.Zerof(t, got.Status, "request %d: failure_mode allow", i)
 		}
 		require.Zero(t, redisMetric(h, "ratelimit_redis_calls_total"), "nothing was sent")
 		require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_resets_total"), "each failure counted once")
@@ -921,7 +943,7 @@ func BenchmarkGlobalWasm(b *testing.B) {
 					i, bc.scope, i < bc.rules-1))
 			}
 			rules := "[" + strings.Join(rs, ",") + "]"
-			h := newGlobalHost(b, globalConfig(redisOpts{failureMode: "deny"}, rules), srv.WebdisURL(), 1)
+			h := newGlobalHost(b, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 1)
 			req := globalRequest(hdr("x-user", "bench"))
 			ctx := context.Background()
 			// Warm up: load the script into Redis and the connection pool.

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
-	"github.com/ratelimit-wasm/ratelimit/placeholder"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/placeholder"
 )
 
 func init() {

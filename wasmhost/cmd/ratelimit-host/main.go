@@ -9,11 +9,11 @@
 // and /ready. Cluster addresses can be overridden, since the file names
 // docker compose services:
 //
-//	go run ./cmd/ratelimit-host -envoy envoy.yaml -echo -cluster webdis=127.0.0.1:7379
+//	go run ./wasmhost/cmd/ratelimit-host -envoy envoy.yaml -echo -cluster webdis=127.0.0.1:7379
 //
 // Without -envoy it serves one listener with a plugin configuration file:
 //
-//	go run ./cmd/ratelimit-host -wasm build/ratelimit.wasm -config plugin.json -echo
+//	go run ./wasmhost/cmd/ratelimit-host -wasm build/ratelimit.wasm -config plugin.json -echo
 //
 // Every request goes through the filter on one of -workers VMs (round robin);
 // requests the filter lets through are forwarded to -upstream (or to a
@@ -36,8 +36,8 @@ import (
 	"syscall"
 	"time"
 
-	echoserver "github.com/ratelimit-wasm/ratelimit/e2e/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	echoserver "github.com/ratelimit-wasm/ratelimit/wasmhost/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyhost"
 )

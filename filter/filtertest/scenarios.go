@@ -1,0 +1,180 @@
+package filtertest
+
+import "time"
+
+const ms = time.Millisecond
+
+// hdr is shorthand for one request header.
+func hdr(k, v string) [2]string { return [2]string{k, v} }
+
+// Scenarios are the user-visible behaviours of the filter. Each one runs natively and against
+// the compiled module (see Run).
+var Scenarios = []Scenario{
+	{
+		Name: "token bucket per client IP on one route",
+		Config: `{"rules":[{"name":"api-per-ip","match":{"routes":["api"]},
+			"key":[{"source":"client_ip"}],
+			"algorithm":"token_bucket","limit":3,"window":"1s"}]}`,
+		Steps: []Step{
+			{Route: "api", WantHeaders: map[string]string{
+				"ratelimit-policy": `"api-per-ip";q=3;w=1`, "ratelimit": `"api-per-ip";r=2;t=1`}},
+			{Route: "api", WantHeaders: map[string]string{"ratelimit": `"api-per-ip";r=1;t=1`}},
+			{Route: "api", WantHeaders: map[string]string{"ratelimit": `"api-per-ip";r=0;t=1`}},
+			{Route: "api", Want: 429, WantBody: `"rule":"api-per-ip"`, WantHeaders: map[string]string{
+				"retry-after": "1", "ratelimit": `"api-per-ip";r=0;t=1`, "content-type": "application/json"}},
+			// Another client has its own bucket.
+			{Route: "api", Source: "198.51.100.7:4000", WantHeaders: map[string]string{"ratelimit": `"api-per-ip";r=2;t=1`}},
+			// Other routes are not limited by this rule and get no headers.
+			{Route: "internal", WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-"}},
+			// One token is back after a third of a second, and not a nanosecond earlier.
+			{At: 333 * ms, Route: "api", Want: 429},
+			{At: 334 * ms, Route: "api"},
+			{At: 334 * ms, Route: "api", Want: 429},
+		},
+	},
+	{
+		Name: "login: GCRA on POST /login only, legacy headers",
+		Config: `{"rate_limit_headers":"legacy","rules":[{"name":"login",
+			"match":{"path":{"exact":"/login"},"methods":["POST"]},
+			"key":[{"source":"client_ip"}],
+			"algorithm":"gcra","limit":2,"window":"1m","burst":2}]}`,
+		Steps: []Step{
+			{Method: "POST", Path: "/login", WantHeaders: map[string]string{
+				"x-ratelimit-limit": "2", "x-ratelimit-remaining": "1", "ratelimit": "-"}},
+			{Method: "POST", Path: "/login", WantHeaders: map[string]string{"x-ratelimit-remaining": "0"}},
+			{Method: "POST", Path: "/login", Want: 429, WantHeaders: map[string]string{"retry-after": "30"}},
+			// GET /login and POST elsewhere are not this rule's business.
+			{Method: "GET", Path: "/login", WantHeaders: map[string]string{"x-ratelimit-limit": "-"}},
+			{Method: "POST", Path: "/login/other", WantHeaders: map[string]string{"x-ratelimit-limit": "-"}},
+			{At: 30 * time.Second, Method: "POST", Path: "/login"},
+		},
+	},
+	{
+		Name: "per-IP and per-tenant: a request denied by the second rule costs the first nothing",
+		Config: `{"rules":[
+			{"name":"per-ip","continue":true,"key":[{"source":"client_ip"}],
+			 "algorithm":"fixed_window","limit":3,"window":"1m"},
+			{"name":"per-tenant","key":[{"source":"header","name":"x-tenant"}],
+			 "algorithm":"fixed_window","limit":1,"window":"1m"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-tenant", "a")}, WantHeaders: map[string]string{
+				"ratelimit": `"per-ip";r=2;t=60, "per-tenant";r=0;t=60`}},
+			{Headers: [][2]string{hdr("x-tenant", "a")}, Want: 429, WantBody: `"rule":"per-tenant"`},
+			{Headers: [][2]string{hdr("x-tenant", "a")}, Want: 429},
+			// per-ip still has 2 left: the two denials above did not consume it.
+			{Headers: [][2]string{hdr("x-tenant", "b")}, WantHeaders: map[string]string{
+				"ratelimit": `"per-ip";r=1;t=60, "per-tenant";r=0;t=60`}},
+			// Without the tenant header the per-tenant rule is skipped (no default).
+			{WantHeaders: map[string]string{"ratelimit": `"per-ip";r=0;t=60`}},
+			{Want: 429, WantBody: `"rule":"per-ip"`},
+		},
+	},
+	{
+		Name:   "shadow rule decides and counts but never denies",
+		Config: `{"rules":[{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
+		},
+	},
+	{
+		Name:   "fixed window: the documented 2x burst at a boundary",
+		Config: `{"rate_limit_headers":"none","rules":[{"name":"fw","algorithm":"fixed_window","limit":2,"window":"1s"}]}`,
+		Steps: []Step{
+			{At: 900 * ms}, {At: 900 * ms}, {At: 950 * ms, Want: 429, WantHeaders: map[string]string{"retry-after": "-"}},
+			{At: 1000 * ms}, {At: 1000 * ms}, {At: 1000 * ms, Want: 429},
+		},
+	},
+	{
+		Name: "cost from a header, bounded; garbage costs the maximum",
+		Config: `{"rules":[{"name":"tokens","key":[{"source":"header","name":"x-api-key","default":"anonymous"}],
+			"algorithm":"token_bucket","limit":10,"window":"1h",
+			"cost":{"header":"x-cost","max":5}}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-cost", "4")}, WantHeaders: map[string]string{"ratelimit": `"tokens";r=6;t=1440`}},
+			{Headers: [][2]string{hdr("x-cost", "-3")}, WantHeaders: map[string]string{"ratelimit": `"tokens";r=1;t=3240`}},
+			{Headers: [][2]string{hdr("x-cost", "2")}, Want: 429},
+			{WantHeaders: map[string]string{"ratelimit": `"tokens";r=0;t=3600`}},
+			// A different API key has its own budget.
+			{Headers: [][2]string{hdr("x-api-key", "k2"), hdr("x-cost", "5")}, WantHeaders: map[string]string{"ratelimit": `"tokens";r=5;t=1800`}},
+		},
+	},
+	{
+		Name: "sliding window log: exact, retry after the oldest request leaves the window",
+		Config: `{"rules":[{"name":"log","algorithm":"sliding_window","variant":"log","limit":2,"window":"10s",
+			"deny":{"status":503,"body":"slow down, retry in %RETRY_AFTER%s","headers":{"x-why":"rate"}}}]}`,
+		Steps: []Step{
+			{At: 0}, {At: 4 * time.Second},
+			{At: 9 * time.Second, Want: 503, WantBody: "slow down, retry in 1s", WantHeaders: map[string]string{
+				"x-why": "rate", "retry-after": "1", "content-type": "text/plain"}},
+			{At: 10 * time.Second},
+			{At: 10 * time.Second, Want: 503, WantHeaders: map[string]string{"retry-after": "4"}},
+			{At: 14 * time.Second},
+		},
+	},
+	{
+		// Issue 11: the policy used to round the window to whole seconds (5 per 500ms was
+		// q=5;w=1, 3 per 1.5s was q=3;w=1). q/w must be the rule's rate exactly.
+		Name: "RateLimit-Policy states each rule's rate exactly",
+		Config: `{"rules":[
+			{"name":"half","continue":true,"algorithm":"fixed_window","limit":5,"window":"500ms"},
+			{"name":"third","continue":true,"algorithm":"token_bucket","limit":3,"window":"1500ms"},
+			{"name":"odd","continue":true,"algorithm":"gcra","limit":7,"window":"1300ms"},
+			{"name":"minute","algorithm":"sliding_window","limit":100,"window":"1m"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"ratelimit-policy": `"half";q=10;w=1, "third";q=2;w=1, "odd";q=70;w=13, "minute";q=100;w=60`}},
+			{}, {},
+			// "third" (3 per 1.5s) denies the fourth request, and its policy says 2 per second.
+			{Want: 429, WantBody: `"rule":"third"`, WantHeaders: map[string]string{
+				"ratelimit-policy": `"third";q=2;w=1`, "retry-after": "1"}},
+		},
+	},
+	{
+		// Issue 11: keyed on x-api-key, a request with two x-api-key headers was keyed on the
+		// first while the upstream could read the other; rotating the first got 10 of 10
+		// through a limit of 3. A repeated key header is now refused with 400.
+		Name: "a repeated key header is refused, not keyed on one of its values",
+		Config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
+			"algorithm":"fixed_window","limit":3,"window":"1h"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-api-key", "rnd1"), hdr("x-api-key", "real")}, Want: 400,
+				WantBody: `"header":"x-api-key"`, WantHeaders: map[string]string{"content-type": "application/json"}},
+			{Headers: [][2]string{hdr("x-api-key", "rnd2"), hdr("x-api-key", "real")}, Want: 400},
+			{Headers: [][2]string{hdr("x-api-key", "real")}},
+			{Headers: [][2]string{hdr("x-api-key", "real")}},
+			{Headers: [][2]string{hdr("x-api-key", "real")}},
+			{Headers: [][2]string{hdr("x-api-key", "rnd3"), hdr("x-api-key", "real")}, Want: 400},
+			{Headers: [][2]string{hdr("x-api-key", "real")}, Want: 429},
+		},
+	},
+	{
+		Name: "on_duplicate last keys on the line the upstream reads; first on the other",
+		Config: `{"rules":[
+			{"name":"last","continue":true,"key":[{"source":"header","name":"x-api-key","on_duplicate":"last"}],
+			 "algorithm":"fixed_window","limit":2,"window":"1h"},
+			{"name":"first","key":[{"source":"header","name":"x-tenant","on_duplicate":"first"}],
+			 "algorithm":"fixed_window","limit":3,"window":"1h"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-api-key", "rnd1"), hdr("x-api-key", "real"), hdr("x-tenant", "t"), hdr("x-tenant", "x1")},
+				WantHeaders: map[string]string{"ratelimit": `"last";r=1;t=3600, "first";r=2;t=3600`}},
+			{Headers: [][2]string{hdr("x-api-key", "rnd2"), hdr("x-api-key", "real"), hdr("x-tenant", "t"), hdr("x-tenant", "x2")},
+				WantHeaders: map[string]string{"ratelimit": `"last";r=0;t=3600, "first";r=1;t=3600`}},
+			// Rotating the first x-api-key line does not escape: the key is the last one.
+			{Headers: [][2]string{hdr("x-api-key", "rnd3"), hdr("x-api-key", "real"), hdr("x-tenant", "u")},
+				Want: 429, WantBody: `"rule":"last"`},
+			{Headers: [][2]string{hdr("x-api-key", "other"), hdr("x-tenant", "t"), hdr("x-tenant", "x3")},
+				WantHeaders: map[string]string{"ratelimit": `"last";r=1;t=3600, "first";r=0;t=3600`}},
+		},
+	},
+	{
+		Name: "X-Forwarded-For is trusted only as far as configured",
+		Config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
+			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-forwarded-for", "203.0.113.9")}},
+			// A client cannot escape by prepending addresses: the right-most entry is used.
+			{Headers: [][2]string{hdr("x-forwarded-for", "1.1.1.1, 203.0.113.9")}, Want: 429},
+			{Headers: [][2]string{hdr("x-forwarded-for", "203.0.113.10")}},
+		},
+	},
+}
