@@ -219,3 +219,51 @@ func TestNewKeyRaceEveryInterleaving(t *testing.T) {
 		})
 	}
 }
+
+// claimAt writes a claim of raceKey, made at clock at by another table, in the key's first
+// slot of a max_keys 5 table (one bucket).
+func claimAt(t *testing.T, store Store, tab *Table, at int64) {
+	t.Helper()
+	d := Digest(raceKey)
+	b, start := tab.cur.choices(sipHash24(tab.k0, tab.k1, d[:]))
+	v := append(d[:], slotClaim)
+	v = binary.LittleEndian.AppendUint64(v, uint64(at))
+	v = binary.LittleEndian.AppendUint64(v, tab.id+1)
+	if err := store.Set(string(appendName(nil, tab.prefix, tab.cur.maxKeys, b[0]*BucketSlots+start[0])), v, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lookup that meets another worker's claim of its key, and no live copy, never decides on a
+// state that may not become the key's: it starts again, and with the claim still there after
+// all its attempts it is contention (the filter denies). Nothing is written meanwhile.
+func TestLookupWaitsForAFreshClaim(t *testing.T) {
+	mem := NewMemory()
+	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))
+	claimAt(t, mem, tab, 0)
+	before := mem.Len()
+	var p Pending
+	if err := tab.AllowN(raceKey, claimTTL, 1, &p); !errors.Is(err, ErrAttemptsExhausted) {
+		t.Fatalf("err = %v, want ErrAttemptsExhausted while the claim is pending", err)
+	}
+	if mem.Len() != before {
+		t.Fatalf("a waiting lookup wrote %d entries", mem.Len()-before)
+	}
+}
+
+// A claim older than claimTTL was left by a VM that stopped between writing and settling it:
+// its slot is free, and the key is created (there) as if the claim were not there.
+func TestStaleClaimBlocksNobody(t *testing.T) {
+	mem := NewMemory()
+	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))
+	claimAt(t, mem, tab, 0)
+	var p Pending
+	for i := range 2 {
+		if err := tab.AllowN(raceKey, claimTTL+1, 1, &p); err != nil || !p.Decision.Allowed || p.Decision.Remaining != int64(8-i)+1 {
+			t.Fatalf("request %d: %v, %+v", i, err, p.Decision)
+		}
+	}
+	if p.Overflow || tab.Used() != 0 {
+		t.Fatalf("the stale claim's slot was not reused: overflow %v, created %d", p.Overflow, tab.Used())
+	}
+}

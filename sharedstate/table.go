@@ -176,13 +176,22 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // With one-request clients, no new key is refused before the table holds 90% of max_keys
 // (TestTableFalseDenialCurve; the curve is in the README).
 //
+// # One copy per key, whatever the workers do at once
+//
 // Every write is a compare-and-swap against the value read, so a slot is never claimed by two
-// keys, and an active key is never overwritten. One race remains, as it did with linear
-// probing: two workers storing the same new key at the same moment may pick two different free
-// slots (one saw a bucket's load change in between) and both succeed. Every later lookup, on
-// every worker, reads the slots in the same order and finds the same copy, so the other copy
-// is never read again and goes idle: at most the first request of each racing worker is
-// counted in it.
+// keys, and an active key is never overwritten. Two workers creating the same new key at the
+// same moment could still pick two different free slots (their clocks differ, so one sees a
+// neighbour idle that the other sees active; or one saw a bucket's load change in between),
+// and both writes would succeed: two copies, each admitting up to the limit. So a new key is
+// created through a claim (see create): the claim is written, the key's other slots are
+// checked for another copy, and only then does the claim become the key's state; of two
+// claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
+// that meets a claim of its key and no live copy starts again until the claim is settled (a
+// claim older than claimTTL counts as free, so a VM that stopped mid-way blocks nobody). The
+// count of created slots is read before the slots themselves, so a worker never sees a slot
+// empty, then the count full because another worker just created the key there (which sent
+// the key to an overflow slot as well). TestNewKeyRaceEveryInterleaving runs two workers'
+// first requests in every schedule with two context switches and admits exactly the limit.
 //
 // # Overflow
 //
@@ -191,7 +200,10 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // new keys can drain at most R/limit overflow slots with R overflowing requests per window,
 // and a new client is refused only when its own overflow slot is drained: the share of
 // overflowing new clients that a flood locks out is at most R / (OverflowSlots * limit), and
-// locking out all of them costs OverflowSlots times what draining one slot costs.
+// locking out all of them costs OverflowSlots times what draining one slot costs. A key in
+// overflow takes a slot of its own as soon as one in its buckets is free (an idle neighbour,
+// or a slot created by a worker that read the count before the table filled), and starts
+// there afresh: what it spent in the shared overflow slot stays there.
 //
 // # Geometry changes
 //
@@ -204,7 +216,10 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // it and updates the key where it now lives, so old and new VMs count each key in one place.
 // If the new geometry has no room for the key, it stays in its old slot. A forward whose copy
 // has not made it into the new geometry (the request was denied by another rule, or the
-// write lost a race) is revived from the copy by the next lookup.
+// write lost a race) is revived from the copy by the next lookup. Claims settle a key's copies
+// within one geometry only: a VM of the previous configuration creating a key in its geometry
+// while a new VM creates it in the new one can leave the key counted twice, in two places,
+// until the old VMs are gone.
 //
 // A Table is not safe for concurrent use: each worker VM (single-threaded) has its own, and
 // they share the slots through the Store.
@@ -341,8 +356,8 @@ type Pending struct {
 	Retries int
 	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
 	Overflow bool
-	// Claimed reports that Commit stored the key in a slot that had never been written: the
-	// rule's count of created slots grew to Used (see Table.Used).
+	// Claimed reports that Commit created a slot that had never been written (with the key's
+	// claim, see Table): the rule's count of created slots grew to Used (see Table.Used).
 	Claimed bool
 	// Used is the count of created slots after this claim, when Claimed is set.
 	Used uint32
