@@ -707,33 +707,25 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // both. It stops when it finds the key. With place, it also finds where a new key would go:
 // the first free slot, from its starting slot, of the bucket holding fewer active keys.
 //
-// With place, the count of created slots is read before the slots that the placement relies
-// on: a slot can only be created after the count was read below max_keys, and the count only
-// grows after the slot is written, so a never-written slot seen after the count is still
-// never-written when it is claimed, or the claim fails. Read the other way round, a worker
-// could see the key's slot empty, another worker create the key there and count it, and the
-// first read the count as full and send the key to an overflow slot: two copies of one key
-// (the over-admission of TestNewKeyRaceEveryInterleaving, "max_keys 1").
+// The count of created slots is read only when a never-written slot is the place. Below
+// max_keys, the place is taken (a claim against a slot created meanwhile fails). At max_keys,
+// the slots are read again: a decision that the table is full must rest on slots read after
+// the count. Read the other way round, a worker could see the key's slot empty, another
+// worker create the key there and count it, and the first read the count as full and send the
+// key to an overflow slot: two copies of one key (the over-admission of
+// TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
+	return t.scanWith(g, h, p, place, -1)
+}
+
+// scanWith is scan with the count of created slots when it is known (created >= 0): read
+// before every slot that this pass reads.
+func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created int64) (scan, error) {
 	var s scan
 	b, start := g.choices(h)
 	n := Choices
 	if b[1] == b[0] {
 		n = 1
-	}
-	var created uint32
-	if place {
-		// The first probe on its own: an established key is usually there, and a lookup
-		// that finds it reads nothing else.
-		idx := b[0]*BucketSlots + start[0]
-		v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-		if err != nil && !isNotFound(err) {
-			return s, err
-		}
-		if err == nil && s.match(v, idx, vcas, p) {
-			return s, nil
-		}
-		created = t.created(g.maxKeys)
 	}
 	var load [Choices]int
 	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
@@ -783,14 +775,19 @@ func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error)
 	if n > 1 && load[1] < load[0] {
 		order = [Choices]int{1, 0}
 	}
-	room := created < g.maxKeys
 	for _, c := range order[:n] {
 		if free[c] == 0 {
 			continue
 		}
 		if cas[c] == createCAS {
 			// A never-written slot: only while fewer than max_keys slots exist.
-			if room {
+			if created < 0 {
+				if used := t.created(g.maxKeys); used >= g.maxKeys {
+					return t.scanWith(g, h, p, place, int64(used))
+				}
+				created = 0 // below max_keys
+			}
+			if created < int64(g.maxKeys) {
 				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
 				return s, nil
 			}
