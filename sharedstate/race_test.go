@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -265,5 +266,53 @@ func TestStaleClaimBlocksNobody(t *testing.T) {
 	}
 	if p.Overflow || tab.Used() != 0 {
 		t.Fatalf("the stale claim's slot was not reused: overflow %v, created %d", p.Overflow, tab.Used())
+	}
+}
+
+// Many workers creating the same new keys at once, while other keys are being created around
+// them (so the load of a key's two buckets changes between one worker's reads and another's):
+// every key is admitted exactly once, its limit.
+//
+//	go test -count=1 -run TestNewKeysExactUnderConcurrency -v ./sharedstate/
+func TestNewKeysExactUnderConcurrency(t *testing.T) {
+	const workers, keys = 8, 400
+	mem := NewMemory()
+	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 1, Window: time.Hour})
+	var admitted, exhausted [workers]int
+	var wg sync.WaitGroup
+	for w := range workers {
+		tab := mustTable(t, mem, 2*keys, lim)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var p Pending
+			for i := range keys {
+				key := []byte("client-" + strconv.Itoa(i))
+				err := tab.AllowN(key, 0, 1, &p)
+				switch {
+				case errors.Is(err, ErrAttemptsExhausted):
+					exhausted[w]++
+				case err != nil:
+					t.Error(err)
+					return
+				case p.Decision.Allowed:
+					admitted[w]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total, lost := 0, 0
+	for w := range workers {
+		total += admitted[w]
+		lost += exhausted[w]
+	}
+	t.Logf("%d workers, %d new keys each requested by every worker: %d admitted, %d denied for contention", workers, keys, total, lost)
+	if total > keys {
+		t.Fatalf("%d requests admitted, want at most %d (one per key)", total, keys)
+	}
+	// A key whose every request lost its races admits nobody: the rest is exact.
+	if total+lost < keys {
+		t.Fatalf("%d admitted + %d contention denials < %d keys", total, lost, keys)
 	}
 }
