@@ -708,11 +708,13 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // the first free slot, from its starting slot, of the bucket holding fewer active keys.
 //
 // The count of created slots is read only when a never-written slot is the place. Below
-// max_keys, the place is taken (a claim against a slot created meanwhile fails). At max_keys,
-// the slots are read again: a decision that the table is full must rest on slots read after
-// the count. Read the other way round, a worker could see the key's slot empty, another
-// worker create the key there and count it, and the first read the count as full and send the
-// key to an overflow slot: two copies of one key (the over-admission of
+// max_keys, the place is taken (a claim against a slot created meanwhile fails); at max_keys,
+// a free written slot is taken instead (its claim checks for a copy made meanwhile, see
+// create). Only when the key would go to overflow because the count says full are the slots
+// read again, after the count: a key is never counted in overflow on slots read before it.
+// Read the other way round, a worker could see the key's slot empty, another worker create
+// the key there and count it, and the first read the count as full and send the key to an
+// overflow slot: two copies of one key (the over-admission of
 // TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
 	return t.scanWith(g, h, p, place, -1)
@@ -727,6 +729,7 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 	if b[1] == b[0] {
 		n = 1
 	}
+	counted := created < 0 // the count, if needed, is read after this pass's slots
 	var load [Choices]int
 	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 	var cas, casWritten [Choices]uint32
@@ -782,10 +785,7 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 		if cas[c] == createCAS {
 			// A never-written slot: only while fewer than max_keys slots exist.
 			if created < 0 {
-				if used := t.created(g.maxKeys); used >= g.maxKeys {
-					return t.scanWith(g, h, p, place, int64(used))
-				}
-				created = 0 // below max_keys
+				created = int64(t.created(g.maxKeys))
 			}
 			if created < int64(g.maxKeys) {
 				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
@@ -799,6 +799,11 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 		}
 		s.place, s.placeAt, s.placeCas = true, idxs[c][free[c]-1], cas[c]
 		return s, nil
+	}
+	if counted && created >= int64(g.maxKeys) {
+		// The key goes to overflow because the table is full: read the slots again, after
+		// the count.
+		return t.scanWith(g, h, p, place, created)
 	}
 	return s, nil
 }
