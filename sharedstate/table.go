@@ -187,11 +187,12 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // checked for another copy, and only then does the claim become the key's state; of two
 // claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
 // that meets a claim of its key and no live copy starts again until the claim is settled (a
-// claim older than claimTTL counts as free, so a VM that stopped mid-way blocks nobody). The
-// count of created slots is read before the slots themselves, so a worker never sees a slot
-// empty, then the count full because another worker just created the key there (which sent
-// the key to an overflow slot as well). TestNewKeyRaceEveryInterleaving runs two workers'
-// first requests in every schedule with two context switches and admits exactly the limit.
+// claim older than claimTTL counts as free, so a VM that stopped mid-way blocks nobody). A
+// key is sent to overflow only on slots read after the count of created slots said full, so
+// a worker never sees the key's slot empty, then the count full because another worker just
+// created the key there, and counts the key in an overflow slot as well (see scan).
+// TestNewKeyRaceEveryInterleaving runs two workers' first requests in every schedule with
+// two context switches and admits exactly the limit.
 //
 // # Overflow
 //
@@ -729,7 +730,7 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 	if b[1] == b[0] {
 		n = 1
 	}
-	counted := created < 0 // the count, if needed, is read after this pass's slots
+	counted := created < 0 // the count is not known yet: if needed, it is read after the slots
 	var load [Choices]int
 	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 	var cas, casWritten [Choices]uint32
