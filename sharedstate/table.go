@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -56,8 +57,10 @@ const maxHops = 2
 
 // Kinds of slot value, the byte after the digest.
 const (
-	slotLive  = 0 // the key's state follows
-	slotMoved = 1 // the key moved to another geometry: its max_keys (4 bytes LE), then its state
+	slotLive     = 0 // the key's state follows
+	slotMoved    = 1 // the key moved to another geometry: its max_keys (4 bytes LE), then its state
+	slotClaim    = 2 // a worker is creating the key here: its clock (8 bytes LE), its table id (8)
+	slotReleased = 3 // a claim that lost (see Table): the slot is free
 )
 
 // slotHeader is the length of a live slot's value before the state: digest and kind.
@@ -65,6 +68,16 @@ const slotHeader = DigestSize + 1
 
 // movedHeader is the length of a moved slot's value before the state.
 const movedHeader = slotHeader + 4
+
+// claimSize is the length of a claim: digest, kind, the claimant's clock and its table id.
+const claimSize = slotHeader + 8 + 8
+
+// claimTTL is how long a claim holds its slot. A claim lives for the few store operations
+// between its write and its conversion into a live slot; one older than this (by the reader's
+// clock) was left by a VM that stopped in between, and counts as free, so a key is never
+// blocked for good. Taking a slot from a claimant that is merely slow is safe: its conversion is
+// a compare-and-swap against its claim and fails.
+const claimTTL = int64(time.Second)
 
 // createCAS is the CAS number used to create a slot that did not exist. Envoy lets a Set of a
 // missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite a slot
@@ -163,13 +176,23 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // With one-request clients, no new key is refused before the table holds 90% of max_keys
 // (TestTableFalseDenialCurve; the curve is in the README).
 //
+// # One copy per key, whatever the workers do at once
+//
 // Every write is a compare-and-swap against the value read, so a slot is never claimed by two
-// keys, and an active key is never overwritten. One race remains, as it did with linear
-// probing: two workers storing the same new key at the same moment may pick two different free
-// slots (one saw a bucket's load change in between) and both succeed. Every later lookup, on
-// every worker, reads the slots in the same order and finds the same copy, so the other copy
-// is never read again and goes idle: at most the first request of each racing worker is
-// counted in it.
+// keys, and an active key is never overwritten. Two workers creating the same new key at the
+// same moment could still pick two different free slots (their clocks differ, so one sees a
+// neighbour idle that the other sees active; or one saw a bucket's load change in between),
+// and both writes would succeed: two copies, each admitting up to the limit. So a new key is
+// created through a claim (see create): the claim is written, the key's other slots are
+// checked for another copy, and only then does the claim become the key's state; of two
+// claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
+// that meets a claim of its key and no live copy starts again until the claim is settled (a
+// claim older than claimTTL counts as free, so a VM that stopped mid-way blocks nobody). A
+// key is sent to overflow only on slots read after the count of created slots said full, so
+// a worker never sees the key's slot empty, then the count full because another worker just
+// created the key there, and counts the key in an overflow slot as well (see scan).
+// TestNewKeyRaceEveryInterleaving runs two workers' first requests in every schedule with
+// two context switches and admits exactly the limit.
 //
 // # Overflow
 //
@@ -178,7 +201,10 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // new keys can drain at most R/limit overflow slots with R overflowing requests per window,
 // and a new client is refused only when its own overflow slot is drained: the share of
 // overflowing new clients that a flood locks out is at most R / (OverflowSlots * limit), and
-// locking out all of them costs OverflowSlots times what draining one slot costs.
+// locking out all of them costs OverflowSlots times what draining one slot costs. A key in
+// overflow takes a slot of its own as soon as one in its buckets is free (an idle neighbour,
+// or a slot created by a worker that read the count before the table filled), and starts
+// there afresh: what it spent in the shared overflow slot stays there.
 //
 // # Geometry changes
 //
@@ -191,7 +217,10 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // it and updates the key where it now lives, so old and new VMs count each key in one place.
 // If the new geometry has no room for the key, it stays in its old slot. A forward whose copy
 // has not made it into the new geometry (the request was denied by another rule, or the
-// write lost a race) is revived from the copy by the next lookup.
+// write lost a race) is revived from the copy by the next lookup. Claims settle a key's copies
+// within one geometry only: a VM of the previous configuration creating a key in its geometry
+// while a new VM creates it in the new one can leave the key counted twice, in two places,
+// until the old VMs are gone.
 //
 // A Table is not safe for concurrent use: each worker VM (single-threaded) has its own, and
 // they share the slots through the Store.
@@ -202,6 +231,8 @@ type Table struct {
 	limiter  Limiter
 	digests  *DigestCache
 	k0, k1   uint64
+	// id tells this Table's claims from other workers' (see create).
+	id uint64
 
 	cur  geometry
 	prev []geometry
@@ -211,6 +242,8 @@ type Table struct {
 	// scratch holds the name of the slot being read: a Get does not keep its key, so the
 	// reads of a lookup need no string of their own.
 	scratch []byte
+	// claim holds the claim being written (see create).
+	claim []byte
 }
 
 // geometry is one table layout: the max_keys it was sized for and the buckets that follow.
@@ -264,6 +297,11 @@ func NewTable(c TableConfig) (*Table, error) {
 	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
 		cur: newGeometry(c.Slots)}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	t.id = binary.LittleEndian.Uint64(id[:])
 	prev, err := t.registerGeometry()
 	if err != nil {
 		return nil, err
@@ -319,8 +357,8 @@ type Pending struct {
 	Retries int
 	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
 	Overflow bool
-	// Claimed reports that Commit stored the key in a slot that had never been written: the
-	// rule's count of created slots grew to Used (see Table.Used).
+	// Claimed reports that Commit created a slot that had never been written (with the key's
+	// claim, see Table): the rule's count of created slots grew to Used (see Table.Used).
 	Claimed bool
 	// Used is the count of created slots after this claim, when Claimed is set.
 	Used uint32
@@ -328,11 +366,15 @@ type Pending struct {
 	digest [DigestSize]byte
 	now, n int64
 	// The slot to write: geo is its geometry's max_keys (0 for an overflow slot), idx its
-	// number; fresh is set when it was never written.
+	// number; fresh is set when it was never written; place is set when the key is not in it
+	// yet, so that writing it creates the key (see create).
 	geo, idx uint32
 	fresh    bool
+	place    bool
 	cas      uint32
 	value    []byte
+	// h is the key's keyed hash.
+	h uint64
 }
 
 // Decide reads the key's state and decides whether n events may pass at now. Only a key that
@@ -353,11 +395,13 @@ func (t *Table) Commit(p *Pending) error {
 		if !p.Decision.Allowed {
 			return nil
 		}
-		err := t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
+		var err error
+		if p.place {
+			err = t.create(p)
+		} else {
+			err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
+		}
 		if err == nil {
-			if p.fresh {
-				p.Claimed, p.Used = true, t.countCreated(p.geo)
-			}
 			return nil
 		}
 		if !errors.Is(err, ErrCasMismatch) {
@@ -384,12 +428,17 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // errMoveLost means writing a forward lost a race; the lookup starts again.
 var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 
+// errClaimPending means another worker is creating the key (its claim is in one of the key's
+// slots, and no live copy is): the lookup starts again, and finds the key once it is created.
+var errClaimPending = errors.New("sharedstate: another worker is creating the key")
+
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 func (t *Table) decide(p *Pending) error {
 	h := sipHash24(t.k0, t.k1, p.digest[:])
+	p.h = h
 	for {
 		err := t.decideIn(p, t.cur, h, nil, 0)
-		if !errors.Is(err, errMoveLost) {
+		if !errors.Is(err, errMoveLost) && !errors.Is(err, errClaimPending) {
 			return err
 		}
 		p.Retries++
@@ -402,6 +451,7 @@ func (t *Table) decide(p *Pending) error {
 // scan is what a lookup learned about a key in one geometry.
 type scan struct {
 	found      bool   // the key's digest is in slot idx (cas)
+	pending    bool   // another worker's claim of the key is in one of its slots
 	moved      uint32 // when found: non-zero if the slot is a forward to this geometry
 	state      []byte // when found: the key's state
 	idx        uint32
@@ -421,10 +471,13 @@ type forward struct {
 // decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
 // copy is the state to start from when the key is absent from g.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
-	p.Overflow, p.fresh = false, false
+	p.Overflow, p.fresh, p.place = false, false, false
 	s, err := t.scan(g, h, p, true)
 	if err != nil {
 		return err
+	}
+	if !s.found && s.pending {
+		return errClaimPending
 	}
 	if s.found && s.moved != 0 {
 		if s.moved != g.maxKeys && hops < maxHops {
@@ -475,16 +528,16 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 				}
 				return err
 			}
-			p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+			p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
 			return t.run(p, o.state)
 		}
 	}
 	switch {
 	case s.place && from != nil:
-		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+		p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
 		return t.run(p, from.state)
 	case s.place:
-		p.geo, p.idx, p.cas, p.fresh = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh
+		p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
 		return t.run(p, nil)
 	case from != nil:
 		// No room where the forward points: the key lives on in the forward's slot, which
@@ -493,6 +546,123 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 		return t.run(p, from.state)
 	}
 	return t.overflow(p, h)
+}
+
+// create stores a key in a slot that does not hold it yet (p.place), so that every worker
+// counts the key in one slot: a claim is written first, the key's other slots are checked for
+// another copy, and only then is the claim turned into the key's live state.
+//
+//  1. The claim (digest, slotClaim, clock, table id) is written with compare-and-swap against
+//     what the lookup read, and read back for its CAS number.
+//  2. Every other slot of the key's two buckets is read. A live copy or a forward of the key
+//     wins: this claim is released and the request decided again (it finds that copy). Another
+//     worker's claim wins if it comes first in the order in which lookups read the slots;
+//     otherwise it is released by compare-and-swap, and a claim that changed meanwhile is
+//     read again.
+//  3. The claim becomes the live state with compare-and-swap against the claim; a claim that
+//     another worker released fails here, and the request is decided again.
+//
+// Of two workers creating one key, the one that writes its claim second reads the other's slot
+// after that claim was written, and finds the claim, its live state, or its release; whichever
+// it is, at most one of the two copies becomes live: one releases itself, or the winner releases
+// the other's claim before the other's conversion (which then fails), or finds it converted and
+// gives way. A lookup that meets a claim and no live copy starts again (errClaimPending): it
+// never decides on a state that may not become the key's.
+//
+// A slot created by the claim is counted (countCreated) whether or not the claim wins: the
+// slot exists either way.
+func (t *Table) create(p *Pending) (err error) {
+	name := t.name(p.geo, p.idx)
+	t.claim = append(t.claim[:0], p.digest[:]...)
+	t.claim = append(t.claim, slotClaim)
+	t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
+	t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
+	if err := t.store.Set(name, t.claim, p.cas); err != nil {
+		return err
+	}
+	if p.fresh {
+		defer func() { p.Claimed, p.Used = true, t.countCreated(p.geo) }()
+	}
+	v, cas, err := t.store.Get(name)
+	switch {
+	case isNotFound(err):
+		return ErrCasMismatch
+	case err != nil:
+		return err
+	case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+		// Released by a worker whose claim comes first: decide again.
+		return ErrCasMismatch
+	}
+	lost, err := t.verify(p)
+	if err != nil || lost {
+		// Release the claim, so that lookups stop waiting for it; a failed release means
+		// another worker already released it.
+		t.claim[DigestSize] = slotReleased
+		if rerr := t.store.Set(name, t.claim[:slotHeader], cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+		return ErrCasMismatch
+	}
+	return t.store.Set(name, p.value, cas)
+}
+
+// verify reads the key's slots other than p's claim, and reports whether another copy of the
+// key wins over the claim (see create). It releases the claims that the claim wins over.
+func (t *Table) verify(p *Pending) (lost bool, err error) {
+	g := newGeometry(p.geo)
+	b, start := g.choices(p.h)
+	n := Choices
+	if b[1] == b[0] {
+		n = 1
+	}
+	before := true // the slot being read comes before the claim in the lookups' order
+	for j := range BucketSlots {
+		for c := range n {
+			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
+			if idx == p.idx {
+				before = false
+				continue
+			}
+			for attempt := 0; ; attempt++ {
+				v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+				if isNotFound(err) {
+					break
+				}
+				if err != nil {
+					return true, err
+				}
+				if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+					break
+				}
+				var s scan
+				if s.match(v, idx, vcas, p) {
+					return true, nil
+				}
+				if v[DigestSize] != slotClaim || len(v) < claimSize {
+					break
+				}
+				if before && !claimStale(v, p.now) {
+					return true, nil
+				}
+				// A claim that gives way to this one (or a stale one): release it.
+				if attempt >= t.attempts {
+					return true, nil
+				}
+				v[DigestSize] = slotReleased
+				err = t.store.Set(t.name(g.maxKeys, idx), v[:slotHeader], vcas)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrCasMismatch) {
+					return true, err
+				}
+			}
+		}
+	}
+	return false, nil
 }
 
 // overflow decides the key in its overflow slot.
@@ -537,13 +707,30 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // scan reads the key's slots in g: the starting slot of each bucket first, then the rest of
 // both. It stops when it finds the key. With place, it also finds where a new key would go:
 // the first free slot, from its starting slot, of the bucket holding fewer active keys.
+//
+// The count of created slots is read only when a never-written slot is the place. Below
+// max_keys, the place is taken (a claim against a slot created meanwhile fails); at max_keys,
+// a free written slot is taken instead (its claim checks for a copy made meanwhile, see
+// create). Only when the key would go to overflow because the count says full are the slots
+// read again, after the count: a key is never counted in overflow on slots read before it.
+// Read the other way round, a worker could see the key's slot empty, another worker create
+// the key there and count it, and the first read the count as full and send the key to an
+// overflow slot: two copies of one key (the over-admission of
+// TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
+	return t.scanWith(g, h, p, place, -1)
+}
+
+// scanWith is scan with the count of created slots when it is known (created >= 0): read
+// before every slot that this pass reads.
+func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created int64) (scan, error) {
 	var s scan
 	b, start := g.choices(h)
 	n := Choices
 	if b[1] == b[0] {
 		n = 1
 	}
+	counted := created < 0 // the count is not known yet: if needed, it is read after the slots
 	var load [Choices]int
 	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 	var cas, casWritten [Choices]uint32
@@ -562,17 +749,16 @@ func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error)
 			if err != nil {
 				return s, err
 			}
-			if len(v) >= slotHeader && [DigestSize]byte(v[:DigestSize]) == p.digest {
-				switch {
-				case v[DigestSize] == slotLive:
-					s.found, s.idx, s.cas, s.state = true, idx, vcas, v[slotHeader:]
-					return s, nil
-				case v[DigestSize] == slotMoved && len(v) >= movedHeader:
-					if m := binary.LittleEndian.Uint32(v[slotHeader:]); m != 0 {
-						s.found, s.idx, s.cas, s.moved, s.state = true, idx, vcas, m, v[movedHeader:]
-						return s, nil
-					}
-				}
+			if s.match(v, idx, vcas, p) {
+				return s, nil
+			}
+			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest &&
+				!claimStale(v, p.now) {
+				// Another worker is creating the key here. Keep looking: a live copy, if
+				// there is one, wins over the claim (see create).
+				s.pending = true
+				load[c]++
+				continue
 			}
 			if t.slotFree(v, p.now) {
 				if free[c] == 0 {
@@ -593,17 +779,16 @@ func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error)
 	if n > 1 && load[1] < load[0] {
 		order = [Choices]int{1, 0}
 	}
-	capChecked, room := false, false
 	for _, c := range order[:n] {
 		if free[c] == 0 {
 			continue
 		}
 		if cas[c] == createCAS {
 			// A never-written slot: only while fewer than max_keys slots exist.
-			if !capChecked {
-				capChecked, room = true, t.created(g.maxKeys) < g.maxKeys
+			if created < 0 {
+				created = int64(t.created(g.maxKeys))
 			}
-			if room {
+			if created < int64(g.maxKeys) {
 				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
 				return s, nil
 			}
@@ -616,11 +801,35 @@ func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error)
 		s.place, s.placeAt, s.placeCas = true, idxs[c][free[c]-1], cas[c]
 		return s, nil
 	}
+	if counted && created >= int64(g.maxKeys) {
+		// The key goes to overflow because the table is full: read the slots again, after
+		// the count.
+		return t.scanWith(g, h, p, place, created)
+	}
 	return s, nil
 }
 
+// match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
+func (s *scan) match(v []byte, idx, cas uint32, p *Pending) bool {
+	if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+		return false
+	}
+	switch {
+	case v[DigestSize] == slotLive:
+		s.found, s.idx, s.cas, s.state = true, idx, cas, v[slotHeader:]
+		return true
+	case v[DigestSize] == slotMoved && len(v) >= movedHeader:
+		if m := binary.LittleEndian.Uint32(v[slotHeader:]); m != 0 {
+			s.found, s.idx, s.cas, s.moved, s.state = true, idx, cas, m, v[movedHeader:]
+			return true
+		}
+	}
+	return false
+}
+
 // slotFree reports whether a slot held by another key can be given to a new one: its bytes are
-// corrupt, or its state (live, or the copy in a forward) is idle.
+// corrupt, its state (live, or the copy in a forward) is idle, or it holds a released or stale
+// claim.
 func (t *Table) slotFree(v []byte, now int64) bool {
 	switch {
 	case len(v) < slotHeader:
@@ -629,8 +838,20 @@ func (t *Table) slotFree(v []byte, now int64) bool {
 		return t.limiter.Idle(v[slotHeader:], now)
 	case v[DigestSize] == slotMoved && len(v) >= movedHeader:
 		return t.limiter.Idle(v[movedHeader:], now)
+	case v[DigestSize] == slotClaim && len(v) >= claimSize:
+		return claimStale(v, now)
 	}
 	return true
+}
+
+// claimStale reports whether the claim v is older than claimTTL by the clock now (or that far
+// in its future: a clock cannot be trusted across that much).
+func claimStale(v []byte, now int64) bool {
+	at := int64(binary.LittleEndian.Uint64(v[slotHeader:]))
+	if at <= now {
+		return uint64(now)-uint64(at) > uint64(claimTTL)
+	}
+	return uint64(at)-uint64(now) > uint64(claimTTL)
 }
 
 // run applies the limiter to state and prepares the value to write: digest, kind, state.

@@ -292,6 +292,25 @@ func TestPollOneoffModes(t *testing.T) {
 	assert.NotEmpty(t, logsContaining(h, "poll_oneoff failed"))
 }
 
+// The Go runtime sleeps (poll_oneoff) when a collection starts inside the allocator, which
+// happens whenever the host asks for memory at the wrong moment. Envoy 1.39 allows poll_oneoff
+// there (proxy-wasm-cpp-host #533); up to 1.38 it is a restricted call and traps.
+func TestPollOneoffDuringTheAllocator(t *testing.T) {
+	env := map[string]string{"GUEST_SLEEP_IN_ALLOC": "1"}
+	incr := Request{Headers: [][2]string{{"x-op", "shared-incr"}, {"x-key", "k"}}}
+	h := newTestHost(t, abiGuest(t), Options{PollOneoff: PollOneoffEnvoy139, Env: env})
+	do(t, h, incr)
+	res := do(t, h, incr) // the second read returns a value: the host calls the allocator
+	assert.Equal(t, "2", res.RequestHeader("x-count"))
+	assert.Zero(t, h.Stats().Traps)
+
+	h = newTestHost(t, abiGuest(t), Options{PollOneoff: PollOneoffEnvoy138, Env: env})
+	do(t, h, incr)
+	res = do(t, h, incr)
+	assert.Equal(t, 503, res.Status)
+	assert.NotEmpty(t, logsContaining(h, "poll_oneoff is not allowed during the allocator"))
+}
+
 func TestRestrictedCallFromGoInit(t *testing.T) {
 	err := newErr(t, abiGuest(t), Options{Env: map[string]string{"GUEST_RESTRICTED_IN_INIT": "1"}})
 	require.Error(t, err)

@@ -48,6 +48,11 @@ type hostFunc struct {
 	// callback lists); any other call then traps.
 	allowStart bool
 	allowAlloc bool
+	// allowAlloc139 permits the call during the allocator from Envoy 1.39 on
+	// (Options.PollOneoff): proxy-wasm-cpp-host #533 widened the allocator's
+	// list with poll_oneoff, which the Go runtime calls when a collection that
+	// starts inside the allocator sleeps.
+	allowAlloc139 bool
 	// abi021Only marks functions Envoy only registers for ABI 0.2.1.
 	abi021Only bool
 }
@@ -140,7 +145,7 @@ func wasiFuncs() []*hostFunc {
 		{name: "clock_res_get", params: sig(i32, i32), results: r1, fn: wClockResGet},
 		{name: "random_get", params: sig(i32, i32), results: r1, fn: wRandomGet, allowStart: true},
 		{name: "sched_yield", params: sig(), results: r1, fn: wSchedYield},
-		{name: "poll_oneoff", params: sig(i32, i32, i32, i32), results: r1, fn: wPollOneoff, allowStart: true},
+		{name: "poll_oneoff", params: sig(i32, i32, i32, i32), results: r1, fn: wPollOneoff, allowStart: true, allowAlloc139: true},
 		{name: "proc_exit", params: sig(i32), results: none, fn: wProcExit},
 		{name: "path_open", params: sig(i32, i32, i32, i32, i32, i64, i64, i32, i32), results: r1, fn: wPathOpen},
 		{name: "fd_prestat_get", params: sig(i32, i32), results: r1, fn: wFdPrestatGet, allowStart: true},

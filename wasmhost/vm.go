@@ -348,7 +348,7 @@ func (v *vm) enter(f *hostFunc) {
 			v.trapRestricted(f)
 		}
 	case restrictAlloc:
-		if !f.allowAlloc {
+		if !f.allowAlloc && !(f.allowAlloc139 && v.h.opts.PollOneoff != PollOneoffEnvoy138) {
 			v.trapRestricted(f)
 		}
 	}
@@ -362,7 +362,8 @@ func (v *vm) trapRestricted(f *hostFunc) {
 }
 
 // alloc asks the guest allocator for size bytes. The allocator may only call
-// proxy_log, fd_write and clock_time_get. A trap inside it propagates to the
+// proxy_log, fd_write and clock_time_get, and from Envoy 1.39 on poll_oneoff.
+// A trap inside it propagates to the
 // callback that caused the allocation.
 func (v *vm) alloc(size uint32) (uint32, Status) {
 	prev := v.restrict

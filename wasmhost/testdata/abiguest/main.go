@@ -111,8 +111,15 @@ func proxyDequeueSharedQueue(token uint32, pp, sp unsafe.Pointer) uint32
 // for them returns (a raw address does not keep Go memory alive).
 var pins [][]byte
 
+// sleepInAlloc makes the allocator sleep (GUEST_SLEEP_IN_ALLOC, in ms), as the Go runtime does
+// when a collection starts inside it: the sleep is a poll_oneoff during the allocator.
+var sleepInAlloc, _ = strconv.Atoi(os.Getenv("GUEST_SLEEP_IN_ALLOC"))
+
 //go:wasmexport proxy_on_memory_allocate
 func onMemoryAllocate(size uint32) uint32 {
+	if sleepInAlloc > 0 {
+		time.Sleep(time.Duration(sleepInAlloc) * time.Millisecond)
+	}
 	if size == 0 {
 		size = 1
 	}
