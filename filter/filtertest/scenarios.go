@@ -70,11 +70,58 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		Name:   "shadow rule decides and counts but never denies",
-		Config: `{"rules":[{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		// Issue 15: a shadow rule's headers reached clients, which slowed down for a limit
+		// nobody enforces, and the upstream was never told of a would-be denial.
+		Name: "shadow rule never denies, sends clients no headers, tells the upstream of a would-be denial",
+		Config: `{"rules":[{"name":"dry","shadow":true,"shadow_request_header":"x-ratelimit-shadow-denied",
+			"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
 		Steps: []Step{
-			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
-			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
+			{WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-", "x-ratelimit-limit": "-"},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "-"}},
+			{WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-"},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "dry"}},
+		},
+	},
+	{
+		Name: "shadow rule with shadow_headers: its headers reach clients, beside an enforced rule's",
+		Config: `{"rate_limit_headers":"both","rules":[
+			{"name":"dry","continue":true,"shadow":true,"shadow_headers":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"quiet","continue":true,"shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"real","algorithm":"fixed_window","limit":5,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1, "real";r=4;t=1`, "x-ratelimit-remaining": "0"}},
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1, "real";r=3;t=1`}},
+		},
+	},
+	{
+		// Issue 15: Envoy's rate-limit filters mark a denial with x-envoy-ratelimited (the
+		// router's envoy-ratelimited retry policy reads it) and answer gRPC clients with a
+		// grpc-status rather than an HTTP 429 with a JSON body.
+		Name:   "deny like Envoy: x-envoy-ratelimited on 429, gRPC gets RESOURCE_EXHAUSTED without a body",
+		Config: `{"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
+			{Want: 429, WantBody: `"rule":"one"`, WantHeaders: map[string]string{
+				"x-envoy-ratelimited": "true", "content-type": "application/json"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true, WantHeaders: map[string]string{
+					"x-envoy-ratelimited": "true", "content-type": "-", "retry-after": "1"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc+proto")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+			// application/grpc-web is not gRPC over HTTP/2: its clients read HTTP statuses.
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+		},
+	},
+	{
+		Name: "deny: gRPC status 14 and no x-envoy-ratelimited when configured",
+		Config: `{"deny":{"grpc_status":14,"envoy_ratelimited_header":false},
+			"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		Steps: []Step{
+			{},
+			{Headers: [][2]string{hdr("content-type", "application/grpc")},
+				Want: 429, WantGrpcStatus: 14, WantNoBody: true, WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
+			{Want: 429, WantGrpcStatus: -1, WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
 		},
 	},
 	{
