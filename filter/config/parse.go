@@ -37,7 +37,7 @@ func Parse(data []byte) (*Config, error) {
 		p.add(path, "duplicate key")
 	})
 	if err != nil {
-		p.add("", err.Error())
+		p.add("", withLineColumn(data, err.Error()))
 		return nil, p.result()
 	}
 	cfg := p.config(root)
