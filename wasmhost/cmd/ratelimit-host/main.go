@@ -15,6 +15,11 @@
 //
 //	go run ./wasmhost/cmd/ratelimit-host -wasm build/ratelimit.wasm -config plugin.json -echo
 //
+// The check subcommand checks bootstraps before a deploy, with an exit status for CI (see
+// package envoycheck):
+//
+//	go run ./wasmhost/cmd/ratelimit-host check envoy.yaml
+//
 // Every request goes through the filter on one of -workers VMs (round robin);
 // requests the filter lets through are forwarded to -upstream (or to a
 // bundled echo server with -echo). Callouts reach the clusters given with
@@ -49,6 +54,9 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(runCheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-host:", err)
 		os.Exit(1)
