@@ -163,7 +163,7 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 		if withKeys {
 			c.keys = redis.AppendKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, a.key)
 		}
-		c.items = append(c.items, redis.Item{Rule: p.globals[a.rs.rule.Index], N: a.cost,
+		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.cost,
 			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)]})
 	}
 	end := 0

@@ -96,10 +96,20 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			rs.m.skipped.Increment(1)
 			continue
 		}
+		if rs.overrides != nil {
+			if j := r.OverrideFor(key); j >= 0 {
+				if rs.overrides[j] == nil {
+					// An unlimited override: the rule lets the request through untouched.
+					rs.m.allowed.Increment(1)
+					continue
+				}
+				rs = rs.overrides[j]
+			}
+		}
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if r.Scope == config.ScopeGlobal {
-			a.key = append(a.key[:0], key...)
+			a.key = append(append(a.key[:0], rs.stateTag...), key...)
 			globals++
 			continue
 		}

@@ -56,6 +56,17 @@ type ruleState struct {
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
 	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
+
+	// redisRule is the prepared script arguments of a global rule (or of one of its
+	// overrides); nil for a local rule.
+	redisRule *redis.Rule
+	// overrides are the states of rule.Overrides, by index; nil for an unlimited one. An
+	// override's state is the rule's with its own limit (rule is a copy of the rule with the
+	// override's Algorithm and Limiter), table and Redis arguments, and the rule's metrics.
+	overrides []*ruleState
+	// stateTag is the override's config.Override.StateTag, put before its keys in Redis
+	// (locally its table's prefix sets its keys apart); empty for the rule's own state.
+	stateTag string
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -186,6 +197,10 @@ func (p *plugin) configure(data []byte) error {
 		if err := rs.defineMetrics(metric); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
+		rs.redisRule = globals[i]
+		if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
+			return fmt.Errorf("rules[%d].overrides: %w", i, err)
+		}
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
@@ -195,6 +210,50 @@ func (p *plugin) configure(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// prepareOverrides builds the state of each of the rule's overrides: a table of its own under
+// "<domain>|<rule>|<tag>|" and, for a global rule, the override's script arguments, with a key
+// bound of its own in Redis. The metrics are the rule's: an override changes a limit, not
+// what the rule's counters mean.
+func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
+	digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+	r := rs.rule
+	if len(r.Overrides) == 0 {
+		return nil, nil
+	}
+	out := make([]*ruleState, len(r.Overrides))
+	for j := range r.Overrides {
+		o := &r.Overrides[j]
+		if o.Unlimited {
+			continue
+		}
+		or := *r
+		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
+		table, err := sharedstate.NewTable(sharedstate.TableConfig{
+			Store:    store,
+			Prefix:   cfg.Domain + "|" + r.Name + "|" + o.StateTag + "|",
+			Slots:    uint32(o.Slots(r)),
+			Attempts: cfg.CASAttempts,
+			Limiter:  o.Limiter,
+			Digests:  digests,
+			Secret:   secret,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", j, err)
+		}
+		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
+			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+		if r.Scope == config.ScopeGlobal {
+			gr, err := redis.NewRule(o.Algorithm)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", j, err)
+			}
+			st.redisRule = gr.Bounded(int64(o.Slots(r)), cfg.Redis.KeyPrefix, cfg.Domain, r.Name+"#"+o.StateTag)
+		}
+		out[j] = st
+	}
+	return out, nil
 }
 
 // digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):

@@ -214,6 +214,9 @@ type Rule struct {
 	// ShadowRequestHeader, when set, is a request header (lower case) added to the request
 	// sent upstream, with the rule's name as value, when the shadow rule would have denied it.
 	ShadowRequestHeader string
+	// Overrides give key values of their own a limit of their own (see Override); exact
+	// values first in OverrideFor's search, prefixes longest first.
+	Overrides []Override
 	// Continue lets evaluation go on to later rules after this one applies.
 	Continue bool
 	Scope    Scope // where the rule's state lives: this proxy, or Redis

@@ -260,7 +260,7 @@ func isKeyPrefix(s string) bool {
 
 var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
-	"cost", "shadow", "shadow_headers", "shadow_request_header", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
+	"cost", "shadow", "shadow_headers", "shadow_request_header", "overrides", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
 	"rate_limit_headers",
 }
 
@@ -338,6 +338,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		}
 	}
 	p.algorithm(path, f, r)
+	if on, opath := f.get("overrides"); on != nil {
+		p.overrides(opath, on, r)
+	}
 	return r
 }
 

@@ -114,6 +114,43 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		// Issue 15: envoyproxy/ratelimit users give descriptor values their own limit (API-key
+		// tiers, an unlimited internal key).
+		Name: "per-value overrides: an exact key and a prefix have their own limits, an unlimited key none",
+		Config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
+			"algorithm":"fixed_window","limit":1,"window":"1m",
+			"overrides":[{"exact":"internal","unlimited":true},
+			             {"prefix":"gold-","limit":3},
+			             {"prefix":"gold-vip-","limit":5,"window":"1s"},
+			             {"exact":"gold-x","limit":2}]}]}`,
+		Steps: []Step{
+			// An ordinary key: the rule's limit of 1.
+			{Headers: [][2]string{hdr("x-api-key", "free")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=1;w=60`, "ratelimit": `"per-key";r=0;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "free")}, Want: 429},
+			// A gold key: 3, and its policy says so.
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=3;w=60`, "ratelimit": `"per-key";r=2;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, WantHeaders: map[string]string{"ratelimit": `"per-key";r=0;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, Want: 429},
+			// Each gold key has its own count of 3: a prefix is a tier, not a shared bucket.
+			{Headers: [][2]string{hdr("x-api-key", "gold-b")}, WantHeaders: map[string]string{"ratelimit": `"per-key";r=2;t=60`}},
+			// The longest prefix wins, and an exact value wins over every prefix.
+			{Headers: [][2]string{hdr("x-api-key", "gold-vip-1")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=5;w=1`, "ratelimit": `"per-key";r=4;t=1`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-x")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=2;w=60`, "ratelimit": `"per-key";r=1;t=60`}},
+			// The unlimited key is never limited and gets no headers.
+			{Headers: [][2]string{hdr("x-api-key", "internal")}, WantHeaders: map[string]string{"ratelimit": "-"}},
+			{Headers: [][2]string{hdr("x-api-key", "internal")}},
+			{Headers: [][2]string{hdr("x-api-key", "internal")}},
+			// "internalx" is not "internal": the rule's limit.
+			{Headers: [][2]string{hdr("x-api-key", "internalx")}},
+			{Headers: [][2]string{hdr("x-api-key", "internalx")}, Want: 429},
+		},
+	},
+	{
 		Name: "deny: gRPC status 14 and no x-envoy-ratelimited when configured",
 		Config: `{"deny":{"grpc_status":14,"envoy_ratelimited_header":false},
 			"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
