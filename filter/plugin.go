@@ -184,17 +184,19 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
+		// Labels keep rule names apart, but a Prometheus that reads the stats without Envoy's
+		// tag extraction sees flat names, where '.', '-' and '_' are one character.
 		metric := metricName(r.Name)
 		if other, dup := names[metric]; dup {
-			return fmt.Errorf("rules[%d].name: %q and %q have the same metric name ratelimit_%s_*; rename one",
-				i, other, r.Name, metric)
+			return fmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
+				i, other, r.Name)
 		}
 		names[metric] = r.Name
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
-		if err := rs.defineMetrics(metric); err != nil {
+		if err := rs.defineMetrics(); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
 		rs.redisRule = globals[i]
@@ -269,40 +271,62 @@ func metricName(rule string) string {
 	}, rule)
 }
 
-func (rs *ruleState) defineMetrics(name string) error {
+// statName renders the name of one of a rule's stats: the metric, then its labels as
+// ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").
+// Envoy's tag extraction (stats_config.stats_tags in envoy.yaml, one regex per label) removes
+// each ";<label>=<value>" from the name and makes it a label, so Prometheus sees
+// ratelimit_requests_total{rule="login",decision="denied"}. Without those stats_tags the name
+// stays one flat, unique stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
+func statName(metric, rule string, labels ...string) string {
+	n := metric + ";rule=" + rule
+	for i := 0; i+1 < len(labels); i += 2 {
+		n += ";" + labels[i] + "=" + labels[i+1]
+	}
+	return n
+}
+
+// defineMetrics defines the rule's stats (see statName): one ratelimit_requests_total per
+// decision the rule makes on a request, and the rule's other counters, gauges and histograms
+// with the rule as a label. Each keeps the meaning of the per-rule name it replaces (see the
+// README's metrics section).
+func (rs *ruleState) defineMetrics() error {
+	name := rs.rule.Name
 	var errs []error
-	def := func(event string) abi.MetricCounter {
-		m, err := abi.DefineCounterMetric("ratelimit_" + name + "_" + event + "_total")
+	counter := func(stat string) abi.MetricCounter {
+		m, err := abi.DefineCounterMetric(stat)
 		errs = append(errs, err)
 		return m
 	}
-	rs.m = ruleMetrics{
-		allowed:      def("allowed"),
-		denied:       def("denied"),
-		shadowDenied: def("shadow_denied"),
-		skipped:      def("skipped"),
-		casRetries:   def("cas_retries"),
-		storeErrors:  def("store_errors"),
-		overflow:     def("key_overflow"),
-		casExhausted: def("cas_exhausted"),
+	decision := func(d string) abi.MetricCounter {
+		return counter(statName("ratelimit_requests_total", name, "decision", d))
 	}
-	g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_key_slots_used")
+	rs.m = ruleMetrics{
+		allowed:      decision("allowed"),
+		denied:       decision("denied"),
+		shadowDenied: decision("shadow_denied"),
+		skipped:      decision("skipped"),
+		casRetries:   counter(statName("ratelimit_cas_retries_total", name)),
+		storeErrors:  counter(statName("ratelimit_store_errors_total", name)),
+		overflow:     counter(statName("ratelimit_key_overflow_total", name)),
+		casExhausted: counter(statName("ratelimit_cas_exhausted_total", name)),
+	}
+	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
 	errs = append(errs, err)
 	rs.m.slotsUsed = g
 	if err == nil {
 		g.Record(int64(rs.table.Used()))
 	}
-	rs.m.duplicateHeader = def("duplicate_header")
+	rs.m.duplicateHeader = decision("duplicate_header")
 	if rs.shape != nil {
-		rs.shape.queued = def("shape_queued")
-		rs.shape.released = def("shape_released")
-		rs.shape.dropped = def("shape_dropped")
-		h, err := abi.DefineHistogramMetric("ratelimit_" + name + "_shape_delay_ms")
+		rs.shape.queued = counter(statName("ratelimit_shape_queued_total", name))
+		rs.shape.released = counter(statName("ratelimit_shape_released_total", name))
+		rs.shape.dropped = counter(statName("ratelimit_shape_dropped_total", name))
+		h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
 		errs = append(errs, err)
 		rs.shape.delay = h
 	}
 	if rs.adaptive != nil {
-		g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_adaptive_limit")
+		g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", name))
 		errs = append(errs, err)
 		rs.adaptive.gauge = g
 		g.Record(rs.adaptive.lim.limit)

@@ -77,8 +77,20 @@ type Config struct {
 	// Warnings lists what the file configures that the wazero host ignores (HTTP filters it
 	// does not implement, extra endpoints of a cluster...). Envoy would honour them.
 	Warnings []string
+	// StatsTags are stats_config.stats_tags: the tags Envoy's tag extraction takes out of
+	// stat names (labels in its Prometheus output), in file order.
+	StatsTags []StatsTag
 	// Bootstrap is the validated message everything above was read from.
 	Bootstrap *bootstrapv3.Bootstrap
+}
+
+// StatsTag is one stats_config.stats_tags entry: a tag whose value a regular expression
+// extracts from stat names (the first capture group is removed from the name; the value is
+// the second group, or the first when there is one), or a fixed value every stat carries.
+type StatsTag struct {
+	Name       string
+	Regex      *regexp.Regexp // nil for a fixed value
+	FixedValue string
 }
 
 // Cluster is a static cluster reduced to one address.
@@ -266,6 +278,26 @@ func FromBootstrap(bs *bootstrapv3.Bootstrap) (*Config, error) {
 			return nil, fmt.Errorf("envoyconf: admin.address: %w", err)
 		}
 		c.Admin = addr
+	}
+	for i, t := range bs.GetStatsConfig().GetStatsTags() {
+		st := StatsTag{Name: t.GetTagName(), FixedValue: t.GetFixedValue()}
+		switch {
+		case t.GetRegex() != "":
+			re, err := regexp.Compile(t.GetRegex())
+			if err != nil {
+				return nil, fmt.Errorf("envoyconf: stats_config.stats_tags[%d].regex: %w", i, err)
+			}
+			if re.NumSubexp() < 1 {
+				return nil, fmt.Errorf("envoyconf: stats_config.stats_tags[%d].regex: needs a capture group (the part removed from the name)", i)
+			}
+			st.Regex = re
+		case t.GetFixedValue() == "":
+			// A tag name alone selects one of Envoy's default tags, which never match a Wasm
+			// plugin's stats.
+			c.Warnings = append(c.Warnings, fmt.Sprintf("stats_config.stats_tags[%d] (%s): a default tag; the wazero host ignores it", i, st.Name))
+			continue
+		}
+		c.StatsTags = append(c.StatsTags, st)
 	}
 	sr := bs.GetStaticResources()
 	for i, cl := range sr.GetClusters() {

@@ -83,6 +83,12 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 		opts.Workers = 2
 	}
 	s := &Server{cfg: cfg, shared: opts.SharedData, metrics: wasmhost.NewMetricStore()}
+	// /stats/prometheus extracts the bootstrap's stats_tags as Envoy does.
+	tags := make([]wasmhost.TagSpecifier, len(cfg.StatsTags))
+	for i, t := range cfg.StatsTags {
+		tags[i] = wasmhost.TagSpecifier{Name: t.Name, Regex: t.Regex, FixedValue: t.FixedValue}
+	}
+	s.metrics.SetStatsTags(tags)
 	if s.shared == nil {
 		s.shared = wasmhost.NewSharedData()
 	}

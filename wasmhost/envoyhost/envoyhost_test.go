@@ -22,6 +22,12 @@ import (
 const bootstrap = `
 admin:
   address: { socket_address: { address: 0.0.0.0, port_value: 9901 } }
+stats_config:
+  stats_tags:
+  - tag_name: rule
+    regex: '(;rule=([^;]+))'
+  - tag_name: decision
+    regex: '(;decision=([^;]+))'
 static_resources:
   listeners:
   - name: main
@@ -151,11 +157,16 @@ func TestServer(t *testing.T) {
 	assert.Equal(t, "LIVE\n", body)
 	_, hdr, body = get(t, admin+"/stats/prometheus")
 	assert.Contains(t, hdr.Get("content-type"), "text/plain")
-	assert.Contains(t, body, "# TYPE ratelimit_a_limit_allowed_total counter\nratelimit_a_limit_allowed_total{} 2\n")
-	assert.Contains(t, body, "ratelimit_a_limit_denied_total{} 1\n")
-	assert.Contains(t, body, "ratelimit_b_limit_allowed_total{} 0\n")
+	// The bootstrap's stats_tags turn the rule and the decision into labels (issue 15), one
+	// family for every rule's decisions.
+	assert.Contains(t, body, "# TYPE ratelimit_requests_total counter\n")
+	assert.Equal(t, 1, strings.Count(body, "# TYPE ratelimit_requests_total "), body)
+	assert.Contains(t, body, `ratelimit_requests_total{rule="a-limit",decision="allowed"} 2`+"\n")
+	assert.Contains(t, body, `ratelimit_requests_total{rule="a-limit",decision="denied"} 1`+"\n")
+	assert.Contains(t, body, `ratelimit_requests_total{rule="b-limit",decision="allowed"} 0`+"\n")
+	assert.Contains(t, body, `ratelimit_key_slots_used{rule="a-limit"} 1`+"\n")
 	_, _, body = get(t, admin+"/stats")
-	assert.Contains(t, body, "ratelimit_a_limit_allowed_total: 2\n")
+	assert.Contains(t, body, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\n")
 	code, _, _ = get(t, admin+"/nope")
 	assert.Equal(t, 404, code)
 }
