@@ -1,11 +1,13 @@
 package envoycheck
 
 import (
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // repoFile is a file of the repository, relative to its root.
@@ -201,3 +203,30 @@ func TestCheckCommandExitStatus(t *testing.T) {
 		t.Fatalf("check of the shipped envoy.yaml: %v\n%s", err, out)
 	}
 }
+
+// Describe lists each route with the rules that can apply to it, from the bootstrap itself.
+func TestDescribe(t *testing.T) {
+	c, err := envoyconfParse(bootstrap(`{"rules":[
+		{"name":"api","match":{"routes":["public-api"]},"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"token_bucket","limit":5,"window":"10s","burst":8},
+		{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":100,"window":"1m"}]}`, normalised))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Describe(c)
+	if w := formatWindow(90 * time.Minute); w != "1h30m" {
+		t.Errorf("formatWindow(90m) = %q", w)
+	}
+	if w := formatWindow(time.Hour); w != "1h" {
+		t.Errorf("formatWindow(1h) = %q", w)
+	}
+	for _, want := range []string{
+		"  public-api     prefix /api\n                   api: 5 per 10s (token_bucket, burst 8) per client_ip\n                   dry: 100 per 1m (fixed_window), shadow: measured, never enforced\n",
+		"  internal       prefix /internal\n                   not rate limited: the filter is disabled on this route\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+}
+
+func envoyconfParse(yaml string) (*envoyconf.Config, error) { return envoyconf.Parse([]byte(yaml)) }

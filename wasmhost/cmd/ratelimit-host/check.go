@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoycheck"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 )
 
 // checkUsage is the check subcommand's help.
@@ -51,4 +52,20 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return status
+}
+
+// runRoutes is the routes subcommand: it prints each listener's routes with the rules that can
+// apply to them (envoycheck.Describe), for the banner of `make run`.
+func runRoutes(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: ratelimit-host routes envoy.yaml")
+		return 2
+	}
+	c, err := envoyconf.Load(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "ratelimit-host:", err)
+		return 1
+	}
+	fmt.Fprint(stdout, envoycheck.Describe(c))
+	return 0
 }

@@ -20,6 +20,9 @@
 //
 //	go run ./wasmhost/cmd/ratelimit-host check envoy.yaml
 //
+// The routes subcommand prints each route of a bootstrap with the rules that can apply to it
+// (the banner of `make run`).
+//
 // Every request goes through the filter on one of -workers VMs (round robin);
 // requests the filter lets through are forwarded to -upstream (or to a
 // bundled echo server with -echo). Callouts reach the clusters given with
@@ -56,6 +59,9 @@ func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(runCheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "routes" {
+		os.Exit(runRoutes(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-host:", err)
