@@ -240,9 +240,20 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveAdmin is the subset of Envoy's admin interface that tests and people use with this
 // filter.
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	serveAdmin(s.metrics, s.live.Load, w, r)
+}
+
+// AdminHandler serves the admin subset the envoy.yaml mode serves (/ready, /stats,
+// /stats/prometheus) over a metric store, for a host run without a bootstrap (the plugin
+// configuration mode of cmd/ratelimit-host). live says whether /ready answers LIVE.
+func AdminHandler(metrics *wasmhost.MetricStore, live func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveAdmin(metrics, live, w, r) })
+}
+
+func serveAdmin(metrics *wasmhost.MetricStore, live func() bool, w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/ready":
-		if s.live.Load() {
+		if live() {
 			_, _ = io.WriteString(w, "LIVE\n")
 			return
 		}
@@ -250,10 +261,10 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "DRAINING\n")
 	case "/stats/prometheus":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = s.metrics.WritePrometheus(w)
+		_ = metrics.WritePrometheus(w)
 	case "/stats":
 		w.Header().Set("Content-Type", "text/plain")
-		s.writeStats(w)
+		WriteStats(w, metrics)
 	case "/":
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ratelimit-wasm wazero host admin\n  /ready\n  /stats\n  /stats/prometheus\n")
@@ -262,17 +273,17 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeStats prints "name: value" lines sorted by name, like Envoy's /stats; a histogram
+// WriteStats prints "name: value" lines sorted by name, like Envoy's /stats; a histogram
 // prints its count, sum and a few quantiles of the retained samples.
-func (s *Server) writeStats(w io.Writer) {
-	ms := s.metrics.Metrics()
+func WriteStats(w io.Writer, metrics *wasmhost.MetricStore) {
+	ms := metrics.Metrics()
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 	for _, m := range ms {
 		if m.Type != wasmhost.MetricHistogram {
 			fmt.Fprintf(w, "%s: %d\n", m.Name, m.Value)
 			continue
 		}
-		h, _ := s.metrics.Histogram(m.Name)
+		h, _ := metrics.Histogram(m.Name)
 		vals := append([]uint64(nil), h.Values...)
 		sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
 		q := func(p float64) string {
