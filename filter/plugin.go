@@ -102,7 +102,11 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	if err := p.configure(data); err != nil {
-		abi.LogCriticalf("ratelimit: invalid configuration: %v", err)
+		// One log call per line: Envoy prefixes a message with its level and source once, so
+		// the second and later problems of one multi-line message would carry neither.
+		for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
+			abi.LogCriticalf("ratelimit: %s", line)
+		}
 		return types.OnPluginStartStatusFailed
 	}
 	abi.LogInfof("ratelimit: configured %d rules", len(p.rules))
@@ -158,7 +162,7 @@ func (p *plugin) configure(data []byte) error {
 			al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 			ad = &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}
 			lim = al
-			warnAdaptiveFloor(r)
+			warnAdaptiveFloor(r, p.sharedStore())
 		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
@@ -356,7 +360,7 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 // reach: an interval with fewer than MinSamples completed requests counts as healthy, so a
 // limit that admits fewer than that per interval climbs back up by itself. The configuration
 // is still valid (the limit stays within its bounds), so this is a warning, not an error.
-func warnAdaptiveFloor(r *config.Rule) {
+func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	c := r.Algorithm
 	if c.AdjustInterval <= 0 || c.Window <= 0 {
 		return
@@ -368,8 +372,32 @@ func warnAdaptiveFloor(r *config.Rule) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		abi.LogWarnf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
+		warnOnce(store, fmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
 			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
-			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples)
+			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
 	}
+}
+
+// warnOnce logs a configure-time warning once per process rather than once per worker VM:
+// every worker VM configures the same plugin, and eight copies of one warning read as eight
+// problems. The first VM to log a message marks it in shared data, which every VM of the
+// vm_id shares and which lives as long as the process; a VM that finds the mark stays silent.
+// (Shared data has no create-if-absent, so two VMs configuring at the same instant may both
+// log it: rarely twice, never once per VM.)
+func warnOnce(store sharedstate.Store, msg string) {
+	key := "ratelimit|warned|" + msg
+	if _, _, err := store.Get(key); err == nil {
+		return
+	}
+	_ = store.Set(key, []byte{1}, 0)
+	abi.LogWarnf("%s", msg)
+}
+
+// sharedStore is the store the plugin's state lives in: the host's shared data unless a test
+// gave another.
+func (p *plugin) sharedStore() sharedstate.Store {
+	if p.store == nil {
+		return sharedstate.Host{}
+	}
+	return p.store
 }
