@@ -43,6 +43,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -52,6 +53,13 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Type URLs of the access loggers the host writes.
+const (
+	typeStdoutAccessLog = "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
+	typeStderrAccessLog = "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog"
+	typeFileAccessLog   = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 )
 
 // Type URLs of the typed configurations this package interprets.
@@ -124,6 +132,10 @@ type Listener struct {
 	// EscapedSlashes is path_with_escaped_slashes_action by its enum name (EscapedSlashes*
 	// constants); unset is Envoy's default, KEEP_UNCHANGED.
 	EscapedSlashes string
+	// AccessLogs are the connection manager's access logs the host writes: where each one
+	// goes ("/dev/stdout", "/dev/stderr" or a file path), one line per request in Envoy's
+	// default format.
+	AccessLogs []string
 }
 
 // WasmFilter is the Wasm HTTP filter of a listener, with what the host needs to load the
@@ -394,6 +406,28 @@ func (c *Config) listener(l *listenerv3.Listener) (*Listener, error) {
 		ln.EscapedSlashes = a.String()
 	}
 	ln.StripPort = hcm.GetStripAnyHostPort() || hcm.GetStripMatchingHostPort()
+	for i, al := range hcm.GetAccessLog() {
+		switch url := al.GetTypedConfig().GetTypeUrl(); url {
+		case typeStdoutAccessLog:
+			ln.AccessLogs = append(ln.AccessLogs, "/dev/stdout")
+		case typeStderrAccessLog:
+			ln.AccessLogs = append(ln.AccessLogs, "/dev/stderr")
+		case typeFileAccessLog:
+			f := &fileaccesslogv3.FileAccessLog{}
+			if err := al.GetTypedConfig().UnmarshalTo(f); err != nil {
+				return nil, fmt.Errorf("http_connection_manager.access_log[%d]: %w", i, err)
+			}
+			ln.AccessLogs = append(ln.AccessLogs, f.GetPath())
+			if f.GetAccessLogFormat() != nil {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d]: the wazero host writes Envoy's default format, not this log_format", l.GetName(), i))
+			}
+		default:
+			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d] (%s) is ignored", l.GetName(), i, url))
+		}
+		if al.GetFilter() != nil {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d].filter is ignored; every request is logged", l.GetName(), i))
+		}
+	}
 	rc := hcm.GetRouteConfig()
 	if rc == nil {
 		return nil, fmt.Errorf("http_connection_manager: only an inline route_config is supported (no RDS or scoped routes)")

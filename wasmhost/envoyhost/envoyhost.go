@@ -6,7 +6,8 @@
 // one stats store, and two Servers are two independent proxies.
 //
 // What Envoy does that a Server does not: TLS, HTTP/2 and HTTP/3 downstream, load balancing
-// and health checking (a cluster is its first endpoint), retries, access logs, appending the
+// and health checking (a cluster is its first endpoint), retries, access log formats other
+// than Envoy's default and access log filters, appending the
 // peer to X-Forwarded-For under use_remote_address (the filter keys on source.address, which
 // is the peer here as in Envoy), FAIL_OPEN and FAIL_RELOAD (see Notes), and the periodic
 // stats flush (histograms are always current).
@@ -51,6 +52,9 @@ type Options struct {
 	LogWriter io.Writer
 	// PollOneoff selects Envoy's poll_oneoff behaviour (default >= 1.39).
 	PollOneoff wasmhost.PollOneoffMode
+	// Stdout and Stderr receive the access logs configured to go to standard output or error
+	// (default os.Stdout and os.Stderr).
+	Stdout, Stderr io.Writer
 }
 
 // Server serves one configuration. Its methods are safe for concurrent use.
@@ -73,6 +77,7 @@ type listener struct {
 	host      *wasmhost.Host
 	upstreams map[string]*url.URL // cluster name -> base URL
 	addr      string
+	accessLog []*accessLog // the connection manager's access logs
 }
 
 // Start loads every listener's filter into a wasmhost.Host, binds the listeners and the
@@ -145,7 +150,15 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 			return nil, fmt.Errorf("envoyhost: listener %s: %w", lc.Name, err)
 		}
 		s.hosts = append(s.hosts, h)
-		s.listeners = append(s.listeners, &listener{conf: lc, host: h, upstreams: upstreams})
+		ln := &listener{conf: lc, host: h, upstreams: upstreams}
+		for _, path := range lc.AccessLogs {
+			al, err := openAccessLog(path, opts)
+			if err != nil {
+				return nil, fmt.Errorf("envoyhost: listener %s: access log: %w", lc.Name, err)
+			}
+			ln.accessLog = append(ln.accessLog, al)
+		}
+		s.listeners = append(s.listeners, ln)
 	}
 	for _, l := range s.listeners {
 		ln, err := listen(l.conf.Address, opts)
@@ -192,6 +205,16 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 // path (or answer 400 or 307 as path_with_escaped_slashes_action says), pick the route (no route: the filter still runs and the router answers 404), then
 // the filter unless the route disables it, then the route's cluster or direct response.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(l.accessLog) > 0 {
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		defer func() {
+			for _, al := range l.accessLog {
+				al.write(start, r, rec)
+			}
+		}()
+		w = rec
+	}
 	raw := r.RequestURI
 	if raw == "" || !strings.HasPrefix(raw, "/") {
 		raw = r.URL.RequestURI()
