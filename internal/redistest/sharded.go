@@ -36,6 +36,13 @@ type Sharded struct {
 // nutcracker installed it skips (fails under CI=true), like Start.
 func StartSharded(t testing.TB, n int) *Sharded {
 	t.Helper()
+	return StartShardedWith(t, n, Options{})
+}
+
+// StartShardedWith is StartSharded with Options; RedisArgs apply to every shard and Webdis to
+// the one webdis.
+func StartShardedWith(t testing.TB, n int, opts Options) *Sharded {
+	t.Helper()
 	bin, err := exec.LookPath("nutcracker")
 	if err != nil {
 		// nutcracker is in /usr/sbin on Debian, which a user's PATH may lack.
@@ -53,10 +60,10 @@ func StartSharded(t testing.TB, n int) *Sharded {
 	s := &Sharded{nutcrackerBin: bin}
 	for range n {
 		// A shard is a Server whose webdis is never started.
-		sh := startRedisOnly(t)
+		sh := startRedisOnly(t, opts)
 		s.Shards = append(s.Shards, sh)
 	}
-	front := &Server{t: t, dir: t.TempDir()}
+	front := &Server{t: t, dir: t.TempDir(), opts: Options{Webdis: opts.Webdis}}
 	front.webdisBin = s.Shards[0].webdisBin
 	s.Server = front
 	t.Cleanup(func() {
@@ -70,7 +77,7 @@ func StartSharded(t testing.TB, n int) *Sharded {
 }
 
 // startRedisOnly starts a redis-server alone, as one shard.
-func startRedisOnly(t testing.TB) *Server {
+func startRedisOnly(t testing.TB, opts Options) *Server {
 	t.Helper()
 	redisBin, err1 := exec.LookPath("redis-server")
 	webdisBin, err2 := exec.LookPath("webdis")
@@ -81,7 +88,8 @@ func startRedisOnly(t testing.TB) *Server {
 		}
 		t.Skip(msg)
 	}
-	s := &Server{t: t, dir: t.TempDir(), redisBin: redisBin, webdisBin: webdisBin}
+	s := &Server{t: t, dir: t.TempDir(), redisBin: redisBin, webdisBin: webdisBin,
+		opts: Options{RedisArgs: opts.RedisArgs}}
 	t.Cleanup(s.stopAll)
 	startOnFreePort(t, &s.redisPort, s.startRedis)
 	return s
