@@ -194,3 +194,31 @@ func TestShardedDifferential(t *testing.T) {
 	srv := redistest.StartSharded(t, 3)
 	runDifferential(t, srv.WebdisURL())
 }
+
+// TestPartitionedHotPathAllocs: the call of a partitioned, bounded rule is built without
+// allocating once the buffers exist, and a partition out of range (a caller's mistake) picks
+// a partition's keys instead of panicking.
+func TestPartitionedHotPathAllocs(t *testing.T) {
+	rule := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 100, Window: time.Second}).Partitioned(64, 1000, "rl", "rl", "api")
+	buf := make([]byte, 0, 1024)
+	desc := []byte("203.0.113.7")
+	items := make([]redis.Item, 1)
+	if n := testing.AllocsPerRun(200, func() {
+		key := redis.AppendPartKey(buf[:0], "rl", "rl", "api", 64, desc)
+		items[0] = redis.Item{Rule: rule, Key: key, N: 1, Part: redis.Partition(desc, 64)}
+		if body := redis.AppendEvalSHA(key[len(key):], items); len(body) == 0 {
+			t.Fatal("empty body")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per partitioned call, want 0", n)
+	}
+	p := redis.Partition(desc, 64)
+	want := "/" + string(redis.Escape(nil, []byte("rl:{rl:api:"+strconv.Itoa(p)+"}:#keys")))
+	body := redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: redis.AppendPartKey(nil, "rl", "rl", "api", 64, desc), N: 1, Part: p}})
+	if !bytes.Contains(body, []byte(want)) {
+		t.Errorf("the call does not name the key set of partition %d (%s): %s", p, want, body)
+	}
+	for _, part := range []int{-1, 64, 1 << 30} {
+		redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: []byte("k"), N: 1, Part: part}})
+	}
+}
