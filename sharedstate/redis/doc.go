@@ -73,8 +73,8 @@
 //
 // Changing the number of partitions moves every key to another name: the global counts start
 // afresh (the one configuration change that grants allowance, like a new key_prefix or
-// domain), so choose it when the store is set up; 64 spreads a rule evenly over up to about
-// 16 shards.
+// domain), so choose it when the store is set up, several times the number of shards
+// expected: the tags land on shards by a hash, unevenly when there are few per shard.
 //
 // # The script, time and state
 //
