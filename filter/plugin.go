@@ -153,8 +153,9 @@ func (p *plugin) configure(data []byte) error {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
 				return fmt.Errorf("rules[%d]: %w", i, err)
 			}
-			// max_keys bounds the rule's live keys in Redis too (see redis.Rule.Bounded).
-			globals[i] = globals[i].Bounded(int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
+			// max_keys bounds the rule's live keys in Redis too, per partition when the keys
+			// are spread over several (see redis.Rule.Partitioned).
+			globals[i] = globals[i].Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
 		}
 		slots := uint32(r.MaxKeys)
 		if len(r.Key) == 0 {
