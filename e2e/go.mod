@@ -3,6 +3,7 @@ module github.com/ratelimit-wasm/ratelimit/e2e
 go 1.26.0
 
 require (
+	github.com/envoyproxy/go-control-plane/envoy v1.39.0
 	github.com/ratelimit-wasm/ratelimit v0.0.0
 	github.com/ratelimit-wasm/ratelimit/wasmhost v0.0.0
 	go.yaml.in/yaml/v3 v3.0.5
@@ -11,7 +12,6 @@ require (
 require (
 	cel.dev/expr v0.25.1 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
-	github.com/envoyproxy/go-control-plane/envoy v1.39.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0 // indirect

@@ -18,6 +18,14 @@ import (
 // (finish) only after Redis has answered. The request waits (StopIteration) for the answer,
 // which arrives at the root context; the ABI layer makes the stream the effective context
 // again before the callback below runs.
+//
+// With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
+// one request's rules live on different slots, which one script call cannot touch on a
+// sharded store. The request then sends one callout per global rule, all at once (one round
+// trip of latency, one call per rule), and each rule commits on its own: a request denied by
+// one global rule may have been charged by the others (an over-count of at most one request
+// per other global rule, never an extra admission). Each partition has its own breaker, so a
+// shard that fails sends only its own keys to the failure mode.
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -30,6 +38,12 @@ type redisClient struct {
 	keys    []byte // the Redis keys of one call, back to back
 	items   []redis.Item
 	answers []redis.Answer
+
+	// parts holds one breaker per partition when redis.partitions > 1 (each partition lives
+	// on one shard), and openParts counts those that are open; the gauge says open while any
+	// is.
+	parts     []breaker
+	openParts int
 }
 
 type redisMetrics struct {
@@ -53,6 +67,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 		},
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
 			probeWait: int64(cfg.Timeout)},
+	}
+	if cfg.Partitions > 1 {
+		c.parts = make([]breaker, cfg.Partitions)
+		for i := range c.parts {
+			c.parts[i] = c.breaker
+		}
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
@@ -135,6 +155,9 @@ func (b *breaker) failure(now int64) (opened bool) {
 // denied now, and by which rule.
 func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
+	if len(c.parts) > 0 {
+		return h.askShards(now)
+	}
 	if !c.breaker.allow(now, h.id) {
 		c.m.skipped.Increment(1)
 		return h.redisFailed(now)
@@ -161,10 +184,11 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 		}
 		start := len(c.keys)
 		if withKeys {
-			c.keys = redis.AppendKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, a.key)
+			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
 		}
 		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.cost,
-			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)]})
+			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)],
+			Part: redis.Partition(a.key, c.cfg.Partitions)})
 	}
 	end := 0
 	for i := range c.items {
@@ -304,7 +328,11 @@ func sendError(err error) error {
 }
 
 // noteFailure counts a failed Redis decision by kind and feeds the breaker.
-func (h *httpContext) noteFailure(now int64, err error) {
+func (h *httpContext) noteFailure(now int64, err error) { h.noteFailureIn(now, -1, err) }
+
+// noteFailureIn is noteFailure for a call to partition part (-1: the one call of an
+// unpartitioned request), which feeds that partition's breaker.
+func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 	c := h.plugin.redis
 	var se *redis.StatusError
 	switch {
@@ -319,10 +347,33 @@ func (h *httpContext) noteFailure(now int64, err error) {
 	default:
 		c.m.resets.Increment(1)
 	}
-	if c.breaker.failure(now) {
-		c.gauge.set(true)
-		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v); global rules apply failure_mode %q for %v",
-			c.breaker.failures, err, c.cfg.FailureMode, c.cfg.Breaker.Cooldown)
+	b := c.breakerOf(part)
+	wasOpen := b.openUntil != 0
+	if b.failure(now) {
+		if part >= 0 && !wasOpen {
+			c.openParts++
+		}
+		c.gauge.set(part < 0 || c.openParts > 0)
+		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q for %v",
+			b.failures, err, part, c.cfg.FailureMode, c.cfg.Breaker.Cooldown)
+	}
+}
+
+// breakerOf returns the breaker of partition part, or the one breaker when part < 0 or the
+// rules are not partitioned.
+func (c *redisClient) breakerOf(part int) *breaker {
+	if part < 0 || len(c.parts) == 0 {
+		return &c.breaker
+	}
+	return &c.parts[part%len(c.parts)]
+}
+
+// partSuccess records an answered call to partition part.
+func (c *redisClient) partSuccess(part int) {
+	if c.breakerOf(part).success() {
+		c.openParts--
+		c.gauge.set(c.openParts > 0)
+		abi.LogInfof("ratelimit: redis answers again for partition %d", part)
 	}
 }
 
@@ -330,28 +381,156 @@ func (h *httpContext) noteFailure(now int64, err error) {
 // decisions Redis could not make. It reports whether the request must be denied now, and by
 // which rule.
 func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
-	mode := h.plugin.redis.cfg.FailureMode
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		if a.rs.rule.Scope != config.ScopeGlobal {
 			continue
 		}
-		switch mode {
-		case config.RedisFailDeny:
-			a.decision = failureDecision(a.rs)
+		if h.globalFailed(now, a) {
 			return true, a
-		case config.RedisFailLocal:
-			// The rule's own limit, counted on this proxy only: the fleet as a whole may then
-			// admit up to one limit per proxy, which is the best a partitioned proxy can
-			// promise. Like every local rule it is decided now and written in finish.
-			if h.decideLocal(a, a.key, now, a.cost) {
-				return true, a
-			}
-		default:
-			a.decided = false
 		}
 	}
 	return false, nil
+}
+
+// globalFailed applies the Redis failure mode to one global rule and reports whether the
+// request must be denied now.
+func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
+	switch h.plugin.redis.cfg.FailureMode {
+	case config.RedisFailDeny:
+		a.decision = failureDecision(a.rs)
+		return true
+	case config.RedisFailLocal:
+		// The rule's own limit, counted on this proxy only: the fleet as a whole may then
+		// admit up to one limit per proxy, which is the best a partitioned proxy can
+		// promise. Like every local rule it is decided now and written in finish.
+		return h.decideLocal(a, a.key, now, a.cost)
+	default:
+		a.decided = false
+		return false
+	}
+}
+
+// askShards sends one callout per global rule of the request (redis.partitions > 1), each to
+// the partition of the rule's key, or applies the failure mode to a rule whose partition's
+// breaker is open or whose callout cannot be sent. It reports whether the request must be
+// denied now, and by which rule.
+func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
+	c := h.plugin.redis
+	items := h.globalItems(true)
+	j := 0
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if a.rs.rule.Scope != config.ScopeGlobal || j >= len(items) {
+			continue
+		}
+		it := items[j : j+1]
+		j++
+		if !c.breakerOf(it[0].Part).allow(now, h.id) {
+			c.m.skipped.Increment(1)
+		} else if err := h.sendShardCallout(now, i, it, false); err != nil {
+			h.noteFailureIn(now, it[0].Part, sendError(err))
+		} else {
+			continue
+		}
+		if h.globalFailed(now, a) {
+			return true, a
+		}
+	}
+	return false, nil
+}
+
+// sendShardCallout sends the call of one global rule, d.applied[i], whose item is items[0]:
+// EVALSHA, or the full script when full is set (after NOSCRIPT).
+func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
+	c := h.plugin.redis
+	if full {
+		c.body = redis.AppendEval(c.body[:0], items)
+	} else {
+		c.body = redis.AppendEvalSHA(c.body[:0], items)
+	}
+	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
+	d := h.d
+	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
+		func(numHeaders, bodySize, numTrailers int) {
+			d.outstanding--
+			h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
+		})
+	if err != nil {
+		return err
+	}
+	c.m.calls.Increment(1)
+	d.sentAt = now
+	d.outstanding++
+	return nil
+}
+
+// onShardAnswer handles the answer to the callout of one global rule, d.applied[i]. An
+// enforced denial denies the request at once; the answers of the other rules, which arrive
+// later, are then ignored (their calls have committed on their own).
+func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, bodySize, numTrailers int) {
+	p := h.plugin
+	c := p.redis
+	if h.done || h.finished || h.d != d || i >= len(d.applied) {
+		return
+	}
+	defer recoverTo("onShardAnswer", func() {
+		if h.failOpenOrClosed() == types.ActionContinue {
+			_ = abi.ResumeHttpRequest()
+		}
+	})
+	now := p.now()
+	if us := (now - d.sentAt) / 1000; us >= 0 {
+		c.m.latency.Record(uint64(us))
+	}
+	a := &d.applied[i]
+	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.cost, Shadow: a.rs.rule.Shadow,
+		Part: redis.Partition(a.key, c.cfg.Partitions)}}
+	var answer [1]redis.Answer
+	err := errCalloutReset
+	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
+	}
+	switch {
+	case err == nil:
+		c.partSuccess(item[0].Part)
+		a.decision, a.decided = answer[0].Decision, true
+		if answer[0].Overflow {
+			a.rs.m.overflow.Increment(1)
+		}
+		if !a.decision.Allowed && !a.rs.rule.Shadow {
+			h.deny(a.rs, a.decision)
+			return
+		}
+	case errors.Is(err, redis.ErrNoScript) && !full:
+		// This shard lost the script: send it in full once, as onRedisAnswer does; an
+		// answer to the full script is never NOSCRIPT again.
+		c.m.noscript.Increment(1)
+		c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
+		item[0].Key = c.keys
+		if h.sendShardCallout(now, i, item[:], true) == nil {
+			return
+		}
+		h.noteFailureIn(now, item[0].Part, err)
+		if h.globalFailed(now, a) {
+			h.deny(a.rs, a.decision)
+			return
+		}
+	default:
+		h.noteFailureIn(now, item[0].Part, err)
+		if h.globalFailed(now, a) {
+			h.deny(a.rs, a.decision)
+			return
+		}
+	}
+	if d.outstanding > 0 {
+		return
+	}
+	if h.finish() == types.ActionContinue {
+		if err := abi.ResumeHttpRequest(); err != nil {
+			abi.LogWarnf("ratelimit: resuming the request: %v", err)
+		}
+	}
 }
 
 func calloutStatus() int {

@@ -168,8 +168,9 @@ func (p *plugin) configure(data []byte) error {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
 				return fmt.Errorf("rules[%d]: %w", i, err)
 			}
-			// max_keys bounds the rule's live keys in Redis too (see redis.Rule.Bounded).
-			globals[i] = globals[i].Bounded(int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
+			// max_keys bounds the rule's live keys in Redis too, per partition when the keys
+			// are spread over several (see redis.Rule.Partitioned).
+			globals[i] = globals[i].Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
 		}
 		slots := uint32(r.MaxKeys)
 		if len(r.Key) == 0 {
@@ -219,8 +220,8 @@ func (p *plugin) configure(data []byte) error {
 }
 
 // prepareOverrides builds the state of each of the rule's overrides: a table of its own under
-// "<domain>|<rule>|<tag>|" and, for a global rule, the override's script arguments, with a key
-// bound of its own in Redis. The metrics are the rule's: an override changes a limit, not
+// "<domain>|<rule>|<tag>|" and, for a global rule, the override's script arguments, keyed
+// "<tag><key>" under the rule's name in Redis. The metrics are the rule's: an override changes a limit, not
 // what the rule's counters mean.
 func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
 	digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
@@ -255,7 +256,11 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			if err != nil {
 				return nil, fmt.Errorf("[%d]: %w", j, err)
 			}
-			st.redisRule = gr.Bounded(int64(o.Slots(r)), cfg.Redis.KeyPrefix, cfg.Domain, r.Name+"#"+o.StateTag)
+			// The override's keys are the rule's keys with its tag in front, in the rule's
+			// hash tags, so they are bounded by the rule's key sets (which must share their
+			// slots): overrides count toward the rule's max_keys in Redis, and a key that
+			// finds its partition full is decided on the rule's overflow key.
+			st.redisRule = gr.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
 		}
 		out[j] = st
 	}

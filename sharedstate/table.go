@@ -315,36 +315,27 @@ func NewTable(c TableConfig) (*Table, error) {
 // registerGeometry puts the current max_keys first in the rule's list of geometries and returns
 // the others, newest first.
 func (t *Table) registerGeometry() ([]uint32, error) {
-	key := t.prefix + "geometry"
-	for range max(t.attempts, 8) {
-		v, cas, err := t.store.Get(key)
-		if isNotFound(err) {
-			v, cas = nil, createCAS
-		} else if err != nil {
-			return nil, err
-		}
-		var others []uint32
+	var others []uint32
+	_, err := Update(t.store, t.prefix+"geometry", max(t.attempts, 8), func(v []byte) []byte {
+		others = others[:0]
 		for i := 0; i+4 <= len(v); i += 4 {
 			if m := binary.LittleEndian.Uint32(v[i:]); m != 0 && m != t.cur.maxKeys && len(others) < maxGeometries-1 {
 				others = append(others, m)
 			}
 		}
 		if len(v) >= 4 && binary.LittleEndian.Uint32(v) == t.cur.maxKeys {
-			return others, nil
+			return nil // already the current geometry: nothing to write
 		}
 		next := binary.LittleEndian.AppendUint32(nil, t.cur.maxKeys)
 		for _, m := range others {
 			next = binary.LittleEndian.AppendUint32(next, m)
 		}
-		err = t.store.Set(key, next, cas)
-		if err == nil {
-			return others, nil
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			return nil, err
-		}
+		return next
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, ErrAttemptsExhausted
+	return others, nil
 }
 
 // Pending is a decision that has been made but not yet written. Deciding every rule of a request
@@ -891,30 +882,18 @@ func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 // Attempts lost races it gives up (a count one short lets at most one more slot be created)
 // and returns the last count it read.
 func (t *Table) countCreated(maxKeys uint32) uint32 {
-	key := t.usedKey(maxKeys)
 	var n uint32
-	for range t.attempts {
-		v, cas, err := t.store.Get(key)
+	_, err := Update(t.store, t.usedKey(maxKeys), t.attempts, func(v []byte) []byte {
 		n = 0
-		switch {
-		case isNotFound(err):
-			cas = createCAS
-		case err != nil:
-			return n
-		case len(v) == 4:
+		if len(v) == 4 {
 			n = binary.LittleEndian.Uint32(v)
 		}
-		var buf [4]byte
-		binary.LittleEndian.PutUint32(buf[:], n+1)
-		err = t.store.Set(key, buf[:], cas)
-		if err == nil {
-			return n + 1
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			return n
-		}
+		return binary.LittleEndian.AppendUint32(make([]byte, 0, 4), n+1)
+	})
+	if err != nil {
+		return n
 	}
-	return n
+	return n + 1
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) in the

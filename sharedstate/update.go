@@ -11,7 +11,8 @@ import "errors"
 // missing key succeed whatever its cas, but cas 0 would also blindly overwrite an entry another
 // worker created between this read and this write.
 //
-// next may be called once per attempt and must not keep cur. Update returns the number of
+// next may be called once per attempt and must not keep cur. When it returns nil the entry
+// already holds what it should and nothing is written. Update returns the number of
 // races lost (for a retry metric), and ErrAttemptsExhausted when every attempt lost, or the
 // first error of the store other than a lost race.
 func Update(store Store, key string, attempts int, next func(cur []byte) []byte) (lost int, err error) {
@@ -22,7 +23,11 @@ func Update(store Store, key string, attempts int, next func(cur []byte) []byte)
 		} else if err != nil {
 			return lost, err
 		}
-		err = store.Set(key, next(cur), cas)
+		val := next(cur)
+		if val == nil {
+			return lost, nil
+		}
+		err = store.Set(key, val, cas)
 		if err == nil {
 			return lost, nil
 		}

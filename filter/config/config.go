@@ -149,6 +149,13 @@ type Redis struct {
 	KeyPrefix   string           // prepended to every Redis key
 	FailureMode RedisFailureMode // what a global rule does when Redis cannot answer
 	Breaker     Breaker          // when to stop asking a failing Redis, and for how long
+
+	// Partitions is how many hash tags each global rule's keys are spread over (1..1024,
+	// default 1). 1: every key of the domain is on one slot and a request's global rules are
+	// one all-or-nothing call. More: a rule's keys spread over the shards of a sharded store
+	// (twemproxy, Redis Cluster), and each global rule of a request is its own call (see
+	// package redis, "Keys", and filter/global.go).
+	Partitions int
 }
 
 // Breaker is the circuit breaker in front of Redis: after Failures consecutive failures,

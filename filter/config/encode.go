@@ -39,6 +39,7 @@ type jsonRedis struct {
 	Authority   string `json:"authority,omitempty"` // omitted when it is the cluster name
 	Timeout     string `json:"timeout"`
 	KeyPrefix   string `json:"key_prefix"`
+	Partitions  int    `json:"partitions"`
 	FailureMode string `json:"failure_mode"`
 	Breaker     struct {
 		Failures int    `json:"failures"`
@@ -127,6 +128,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			Cluster:     r.Cluster,
 			Timeout:     formatDuration(r.Timeout),
 			KeyPrefix:   r.KeyPrefix,
+			Partitions:  r.Partitions,
 			FailureMode: string(r.FailureMode),
 		}
 		if r.Authority != r.Cluster {

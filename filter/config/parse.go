@@ -162,7 +162,7 @@ func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
 	return HeadersMode(s), ok
 }
 
-var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "failure_mode", "breaker"}
+var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "partitions", "failure_mode", "breaker"}
 
 // The fields of the other objects of the configuration, each list the one the parser reads
 // the object with (and TestSchemaMatchesParser compares with schema.json).
@@ -185,6 +185,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 	r := &Redis{
 		Timeout:     defaultRedisTimeout,
 		KeyPrefix:   defaultKeyPrefix,
+		Partitions:  1,
 		FailureMode: RedisFailLocal,
 		Breaker:     Breaker{Failures: defaultBreakerFails, Cooldown: defaultCooldown},
 	}
@@ -219,6 +220,11 @@ func (p *parser) redis(path string, n *node) *Redis {
 			} else {
 				p.add(kpath, quote(s)+" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
 			}
+		}
+	}
+	if pn, ppath := f.get("partitions"); pn != nil {
+		if v, ok := p.intField(ppath, pn, 1, 1024); ok {
+			r.Partitions = v
 		}
 	}
 	if fn, fpath := f.get("failure_mode"); fn != nil {

@@ -54,7 +54,7 @@ func TestParseEverything(t *testing.T) {
 		c.Deny.Headers[0] != (Header{Name: "cache-control", Value: "no-store"}) {
 		t.Errorf("deny: %+v", c.Deny)
 	}
-	want := Redis{Cluster: "webdis", Authority: "webdis", Timeout: 50 * time.Millisecond, KeyPrefix: "rl",
+	want := Redis{Cluster: "webdis", Authority: "webdis", Timeout: 50 * time.Millisecond, KeyPrefix: "rl", Partitions: 1,
 		FailureMode: RedisFailLocal, Breaker: Breaker{Failures: 5, Cooldown: 5 * time.Second}}
 	if *c.Redis != want {
 		t.Errorf("redis: %+v", *c.Redis)

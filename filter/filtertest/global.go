@@ -8,6 +8,7 @@ type RedisOpts struct {
 	FailureMode string // allow, deny or local
 	Failures    int    // breaker threshold
 	Cooldown    string
+	Partitions  int // redis.partitions; 0 leaves it out (the default, 1)
 }
 
 // GlobalConfig renders a configuration with one redis block (cluster "webdis", key prefix
@@ -26,7 +27,11 @@ func GlobalConfig(o RedisOpts, rules string) string {
 	if o.Cooldown == "" {
 		o.Cooldown = "10s"
 	}
+	parts := ""
+	if o.Partitions > 0 {
+		parts = fmt.Sprintf(`"partitions":%d,`, o.Partitions)
+	}
 	return fmt.Sprintf(`{"rate_limit_headers":"both","redis":{"cluster":"webdis","authority":"webdis.test",
-		"timeout":%q,"key_prefix":"rl","failure_mode":%q,"breaker":{"failures":%d,"cooldown":%q}},
-		"rules":%s}`, o.Timeout, o.FailureMode, o.Failures, o.Cooldown, rules)
+		"timeout":%q,"key_prefix":"rl",%s"failure_mode":%q,"breaker":{"failures":%d,"cooldown":%q}},
+		"rules":%s}`, o.Timeout, parts, o.FailureMode, o.Failures, o.Cooldown, rules)
 }

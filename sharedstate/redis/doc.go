@@ -40,22 +40,41 @@
 // Scripts must return flat arrays of integers: webdis turns a nested table into null, and
 // Redis truncates Lua numbers to integers.
 //
-// # Keys, and what one multi-key script means for Redis Cluster
+// # Keys, hash tags and sharded stores
 //
-// AppendKey builds <prefix>:{<domain>}:<rule>:<descriptor>, hashing long or binary
-// descriptors; see AppendKey. The domain namespaces every key (two deployments with different
-// domains never share a count) and is the Redis Cluster hash tag.
+// A sharded store (Redis Cluster, or a proxy such as twemproxy or Envoy's redis_proxy in front
+// of several servers) runs a script only when all of its keys are on one slot, one server, and
+// places a key by its hash tag, the part inside {braces}. Two layouts exist, chosen by the
+// number of partitions (the filter's redis.partitions):
 //
-// One call touches the keys of all of a request's global rules, and Redis Cluster (like
-// twemproxy or Envoy's redis_proxy in front of several servers) runs a script only when all of
-// its keys are on one slot, one server. Rules of one request have different names and usually
-// different descriptors, so the only thing their keys can share is the domain: every key of a
-// domain is on one slot. What follows: one domain's global limits are served by one Redis
-// server, and scaling out means several domains (one per team or tenant group), not one domain over many
-// servers. Spreading one domain would need the call split per slot, and so either one round
-// trip per slot and a two-phase commit (decide everywhere, then write) or giving up "a denied
-// request costs the other rules nothing" across slots; the key layout leaves that open, since
-// the descriptor and rule are already separate parts of the key.
+//   - 1 partition (the default): <prefix>:{<domain>}:<rule>:<descriptor> (AppendKey). The
+//     domain is the hash tag, so every key of a domain is on one slot, and one call can touch
+//     the keys of all of a request's global rules: one round trip per request, all-or-nothing
+//     across its rules (below). A domain is then served by one Redis server.
+//   - P > 1 partitions: <prefix>:{<domain>:<rule>:<p>}:<descriptor> (AppendPartKey), with
+//     p = FNV-1a-32(descriptor) mod P (Partition). One rule's keys spread over P slots and so
+//     over every shard, and each partition has its own key set and overflow key in its slot
+//     (Rule.Partitioned), so a call for one rule's key still touches one slot. The rules of
+//     one request are on different slots, so the filter sends one call per global rule, all
+//     at once: one round trip of latency, one call per rule, and each rule commits on its own.
+//     A request denied by one global rule may then have been charged by the others: an
+//     over-count of at most one request per other global rule, never an extra admission. (A
+//     two-phase decide-then-commit across shards would need a second round trip and still be
+//     racy between the phases; one call per rule keeps each decision exact and atomic.)
+//
+// Key bound with P partitions: each partition admits ceil(max_keys/P) live keys, so a rule
+// holds at most P*ceil(max_keys/P) (below max_keys+P), and a new key whose partition is full
+// goes to that partition's overflow key even while other partitions have room; with keys
+// hashed uniformly that begins somewhat before max_keys keys are live: for max_keys 10,000 and
+// P 64 (157 per partition), the first new key went to an overflow key after 8,364 live keys
+// in the median of 200 simulated fills (7,521 to 8,968), so size max_keys about 20% above the
+// clients active at once. Counting the keys of all partitions in one place would put every
+// new key's call back on one slot.
+//
+// Changing the number of partitions moves every key to another name: the global counts start
+// afresh (the one configuration change that grants allowance, like a new key_prefix or
+// domain), so choose it when the store is set up, several times the number of shards
+// expected: the tags land on shards by a hash, unevenly when there are few per shard.
 //
 // # The script, time and state
 //
@@ -151,6 +170,8 @@
 //
 // Redis versions: tested with 7.0.15. The script needs multi-field HSET (Redis >= 4.0) and
 // effects replication to write after reading TIME, the default since Redis 5 (the script
-// switches it on itself on older servers). webdis talks to one Redis node; the hash tag in
-// the keys keeps every call on one slot should a cluster-aware front ever be used (see Keys).
+// switches it on itself on older servers). webdis talks to one Redis node, which may be a
+// sharding proxy: twemproxy (nutcracker, tested: webdis -> nutcracker -> three redis-servers,
+// internal/redistest.StartSharded) or Envoy's redis_proxy in cluster mode in front of a Redis
+// Cluster (e2e/redis-cluster); see Keys.
 package redis

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"crypto/sha256"
+	"strconv"
 )
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
@@ -59,13 +60,13 @@ const MaxRawDescriptor = 128
 //	<prefix>:{<domain>}:<rule>:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
 //
 // The domain is part of every key, so two deployments with different domains and the same rule
-// names never share counts. It is also the Redis Cluster hash tag: one script call decides all
-// of a request's global rules over their keys together, and Redis (Cluster, or a proxy such as
-// twemproxy or Envoy's redis_proxy) can only run a script whose keys are all on one slot, that
-// is one server. Every key of a domain therefore lives on one slot: a domain's global limits
-// are as fast as one Redis server, and separate domains spread over a cluster. (An operator
-// who sets a key_prefix with its own hash tag, such as "{rl}", pins every domain to that one
-// slot instead.)
+// names never share counts. In this layout it is also the Redis Cluster hash tag: one script
+// call decides all of a request's global rules over their keys together, and Redis (Cluster,
+// or a proxy such as twemproxy or Envoy's redis_proxy) can only run a script whose keys are
+// all on one slot, that is one server. Every key of a domain therefore lives on one slot; to
+// spread one rule over several servers, use AppendPartKey's layout (see doc.go, "Keys"). (An
+// operator who sets a key_prefix with its own hash tag, such as "{rl}", pins every domain to
+// that one slot instead.)
 //
 // A descriptor is kept verbatim when it is at most MaxRawDescriptor bytes of printable ASCII
 // (0x21-0x7E) and does not start with '#'; anything else (long values, spaces, control bytes,
@@ -84,12 +85,43 @@ const MaxRawDescriptor = 128
 // The key is raw bytes: pass it in a redis.Item (or to Rule.AppendEvalSHA), which escapes it
 // for webdis. AppendKey does not allocate when dst has room.
 func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byte {
-	dst = appendName(dst, prefix, false)
-	dst = append(dst, ':', '{')
-	dst = appendName(dst, domain, true)
-	dst = append(dst, '}', ':')
-	dst = appendName(dst, rule, true)
-	dst = append(dst, ':')
+	return AppendPartKey(dst, prefix, domain, rule, 1, descriptor)
+}
+
+// MaxPartitions is the largest number of hash tags a rule's keys may be spread over (see
+// AppendPartKey); it matches the largest redis.partitions the configuration accepts.
+const MaxPartitions = 1024
+
+// Partition returns which of a rule's partitions (hash tags) holds the key of descriptor:
+// the 32-bit FNV-1a hash (Fowler, Noll, Vo) of the descriptor's bytes modulo partitions, or 0
+// when partitions <= 1. It is part of the key layout, so it must never change: a descriptor
+// moved to another partition would start from a fresh key.
+func Partition(descriptor []byte, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for _, c := range descriptor {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return int(h % uint32(min(partitions, MaxPartitions)))
+}
+
+// AppendPartKey appends the Redis key of one rate-limit counter of a rule whose keys are
+// spread over partitions hash tags. With partitions <= 1 the key is AppendKey's, the hash tag
+// the domain, and every key of the domain is on one slot. With partitions > 1:
+//
+//	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = Partition(descriptor, partitions)
+//	<prefix>:{<domain>:<rule>:<p>}:#<32 hex digits>
+//
+// so one rule's keys are spread over partitions slots (and so over the shards of a sharded
+// store), while the key set and overflow key of each partition (see Rule.Partitioned) share
+// the slot of the keys they bound, and one script call on one key stays on one slot. The
+// braces enclose ':' after the domain, which an escaped domain never contains, so no
+// partitioned key equals a key of the unpartitioned layout.
+func AppendPartKey(dst []byte, prefix, domain, rule string, partitions int, descriptor []byte) []byte {
+	dst = appendHead(dst, prefix, domain, rule, partitions, Partition(descriptor, partitions))
 	if rawDescriptor(descriptor) {
 		return append(dst, descriptor...)
 	}
@@ -101,16 +133,30 @@ func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byt
 	return dst
 }
 
-// appendRuleKey appends one of a rule's own keys, <prefix>:{<domain>}:<rule>:<suffix>, for a
-// suffix that starts with '#' and is not 32 hex digits, so that no descriptor's key (verbatim:
-// never a leading '#'; hashed: '#' and 32 hex digits) can be the same.
-func appendRuleKey(dst []byte, prefix, domain, rule, suffix string) []byte {
+// appendHead appends everything of a key before its descriptor:
+// <prefix>:{<domain>}:<rule>: unpartitioned, <prefix>:{<domain>:<rule>:<part>}: otherwise.
+func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) []byte {
 	dst = appendName(dst, prefix, false)
 	dst = append(dst, ':', '{')
 	dst = appendName(dst, domain, true)
-	dst = append(dst, '}', ':')
+	if partitions <= 1 {
+		dst = append(dst, '}', ':')
+		dst = appendName(dst, rule, true)
+		return append(dst, ':')
+	}
+	dst = append(dst, ':')
 	dst = appendName(dst, rule, true)
 	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, int64(part), 10)
+	return append(dst, '}', ':')
+}
+
+// appendRuleKey appends one of a rule's own keys in partition part, <prefix>:{<domain>}:<rule>:<suffix>
+// (or the partitioned form, see AppendPartKey), for a suffix that starts with '#' and is not
+// 32 hex digits, so that no descriptor's key (verbatim: never a leading '#'; hashed: '#' and 32
+// hex digits) can be the same.
+func appendRuleKey(dst []byte, prefix, domain, rule string, partitions, part int, suffix string) []byte {
+	dst = appendHead(dst, prefix, domain, rule, partitions, part)
 	return append(dst, suffix...)
 }
 

@@ -272,7 +272,13 @@ func nextN(r *rand.Rand, cfg algorithms.Config) int64 {
 
 func TestDifferential(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newClient(t, srv.WebdisURL())
+	runDifferential(t, srv.WebdisURL())
+}
+
+// runDifferential is TestDifferential against the store behind the webdis at url (one Redis,
+// or shards behind a sharding proxy).
+func runDifferential(t *testing.T, url string) {
+	c := newClient(t, url)
 	starts := []struct {
 		name string
 		at   int64

@@ -110,10 +110,12 @@ const (
 type Rule struct {
 	args  string // "/<code>/<limit>/<window ns>/<capacity>/<max keys>"; digits only
 	limit int64
-	// bound is the rule's max_keys (0: unbounded), and boundKeys its key set and overflow
-	// key, escaped, each preceded by '/' (see Bounded).
+	// bound is the rule's max_keys (0: unbounded); parts is the number of partitions its keys
+	// are spread over (1 or more, see Partitioned); boundKeys holds, per partition, the
+	// partition's key set and overflow key, escaped, each preceded by '/'.
 	bound     int64
-	boundKeys string
+	parts     int
+	boundKeys []string
 	base      string // args without the bound
 }
 
@@ -150,7 +152,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
-	return &Rule{limit: c.Limit, base: base, args: base + "/0"}, nil
+	return &Rule{limit: c.Limit, base: base, args: base + "/0", parts: 1}, nil
 }
 
 // Bounded returns the rule with a key bound: at most maxKeys live keys in Redis (keys that
@@ -159,20 +161,45 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 // overflow key <prefix>:{<domain>}:<name>:#overflow instead, so a flood of new keys is limited
 // together as one client and memory stays bounded, while no active client's key is evicted
 // (and so reset). prefix, domain and name must be those the rule's keys are built with (see
-// AppendKey). maxKeys <= 0 returns r unchanged.
+// AppendKey). maxKeys <= 0 returns r unchanged. It is Partitioned with one partition.
 func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
-	if maxKeys <= 0 {
-		return r
-	}
+	return r.Partitioned(1, maxKeys, prefix, domain, name)
+}
+
+// Partitioned returns the rule with its keys spread over partitions hash tags (see
+// AppendPartKey; 1 or less: the domain's one slot, as Bounded) and, when maxKeys > 0, a key
+// bound kept per partition: each partition has its own key set and overflow key in its own
+// slot, and admits at most ceil(maxKeys/partitions) live keys. A script call then touches one
+// slot only, wherever the partition lives. The rule as a whole holds at most
+// partitions*ceil(maxKeys/partitions) live keys (below maxKeys+partitions), and a new key goes
+// to its partition's overflow key when that partition is full, which, with keys hashed
+// uniformly, starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
+// Items of a partitioned rule must carry their partition (Item.Part).
+func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name string) *Rule {
+	partitions = max(1, min(partitions, MaxPartitions))
 	b := *r
+	b.parts = partitions
+	if maxKeys <= 0 {
+		if partitions == 1 {
+			return r
+		}
+		return &b
+	}
 	b.bound = maxKeys
-	b.args = b.base + renderArgs(maxKeys)
-	keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, "#keys"))...)
-	keys = append(keys, '/')
-	keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, "#overflow"))
-	b.boundKeys = string(keys)
+	b.args = b.base + renderArgs((maxKeys+int64(partitions)-1)/int64(partitions))
+	b.boundKeys = make([]string, partitions)
+	for p := range b.boundKeys {
+		keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))...)
+		keys = append(keys, '/')
+		keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow"))
+		b.boundKeys[p] = string(keys)
+	}
 	return &b
 }
+
+// Partitions returns the number of hash tags the rule's keys are spread over (1: the
+// domain's).
+func (r *Rule) Partitions() int { return max(r.parts, 1) }
 
 // MaxKeys returns the rule's key bound (0: unbounded).
 func (r *Rule) MaxKeys() int64 { return r.bound }
@@ -192,6 +219,9 @@ type Item struct {
 	Key    []byte
 	N      int64
 	Shadow bool
+	// Part is the key's partition, Partition(descriptor, Rule.Partitions()): which key set
+	// and overflow key bound it. It is 0 for a rule of one partition.
+	Part int
 }
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
@@ -231,7 +261,15 @@ func appendTail(dst []byte, items []Item) []byte {
 	for i := range items {
 		dst = append(dst, '/')
 		dst = Escape(dst, items[i].Key)
-		dst = append(dst, items[i].Rule.boundKeys...)
+		if r := items[i].Rule; r.bound > 0 {
+			// A part out of range (a caller's mistake) is taken modulo the partitions, so it
+			// can never index past the keys.
+			p := items[i].Part % len(r.boundKeys)
+			if p < 0 {
+				p += len(r.boundKeys)
+			}
+			dst = append(dst, r.boundKeys[p]...)
+		}
 	}
 	for i := range items {
 		it := &items[i]

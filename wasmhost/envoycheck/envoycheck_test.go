@@ -161,7 +161,7 @@ func TestWarnings(t *testing.T) {
 
 // The configurations the repository ships pass without a warning.
 func TestShippedConfigsPass(t *testing.T) {
-	for _, name := range []string{"envoy.yaml", "e2e/envoy-failure-modes.yaml"} {
+	for _, name := range []string{"envoy.yaml", "e2e/envoy-failure-modes.yaml", "e2e/redis-cluster/envoy-filter.yaml"} {
 		rep := File(repoFile(name))
 		if !rep.OK() || len(rep.Warnings) != 0 {
 			t.Errorf("%s: %+v", name, rep)
