@@ -68,6 +68,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	req := &p.req
 	req.reset()
 	p.matched = p.cfg.Match(req, p.matched[:0])
+	for _, name := range p.shadowHeaders {
+		// A client's own copy would read to the upstream as a shadow rule's verdict.
+		if err := abi.RemoveHttpRequestHeader(name); err != nil {
+			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
+		}
+	}
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,11 @@ type plugin struct {
 	free    []*decisions
 
 	failures uint64 // store failures seen, to log the first and then rarely
+
+	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
+	// a client's copy from every request, so that the upstream hears of a would-be denial
+	// from the filter alone.
+	shadowHeaders []string
 }
 
 // ruleState is everything the filter keeps per configured rule.
@@ -211,6 +217,12 @@ func (p *plugin) configure(data []byte) error {
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.shadowHeaders = p.shadowHeaders[:0]
+	for _, r := range cfg.Rules {
+		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(p.shadowHeaders, h) {
+			p.shadowHeaders = append(p.shadowHeaders, h)
+		}
+	}
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return fmt.Errorf("setting the tick period: %w", err)

@@ -80,6 +80,12 @@ var Scenarios = []Scenario{
 				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "-"}},
 			{WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-"},
 				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "dry"}},
+			// A client cannot forge the verdict: its copy is removed, whether the rule
+			// would deny or not, and only the filter's reaches the upstream.
+			{Headers: [][2]string{hdr("x-ratelimit-shadow-denied", "forged")},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "dry"}},
+			{At: 1100 * ms, Headers: [][2]string{hdr("x-ratelimit-shadow-denied", "forged")},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "-"}},
 		},
 	},
 	{
