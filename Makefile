@@ -15,6 +15,7 @@ build: $(WASM)
 
 $(WASM): $(GO_SRCS)
 	@mkdir -p build
+	@echo "building $(WASM) (the first build also compiles Go's standard library for wasip1)"
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
 	@ls -l $@
 
