@@ -9,12 +9,13 @@ WASM_PKGS := . ./abi/... ./algorithms/... ./filter/... ./sharedstate/...
 ALL_PKGS := ./... ./wasmhost/... ./e2e/...
 GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*' -not -path './wasmhost/*' -not -path './e2e/*') go.mod go.sum
 
-.PHONY: build test vet run bench clean e2e-envoy
+.PHONY: build test vet check check-shipped run bench clean e2e-envoy
 
 build: $(WASM)
 
 $(WASM): $(GO_SRCS)
 	@mkdir -p build
+	@echo "building $(WASM) (the first build also compiles Go's standard library for wasip1)"
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
 	@ls -l $@
 
@@ -24,11 +25,23 @@ vet:
 	$(GO) vet $(ALL_PKGS)
 	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
 
+# Checks an Envoy bootstrap before a deploy (Envoy's API rules, every filter configuration,
+# rules against the listener's routes, warnings); exit status 1 on an error, for CI:
+#   make check ENVOY=path/to/envoy.yaml
+ENVOY ?= envoy.yaml
+check:
+	$(GO) run ./wasmhost/cmd/ratelimit-host check $(ENVOY)
+
+# The bootstraps the repository ships must pass the check, warnings included.
+SHIPPED_ENVOY := envoy.yaml e2e/envoy-failure-modes.yaml e2e/redis-cluster/envoy-filter.yaml
+check-shipped:
+	$(GO) run ./wasmhost/cmd/ratelimit-host check -strict $(SHIPPED_ENVOY)
+
 # Tests build the .wasm themselves when it is missing or stale, so `go test ./...` alone works
 # too; building it here first just makes the failure clearer when the module does not compile.
 # Packages run in parallel: the shaping, adaptive and failure-mode tests run in the host's
 # virtual time, so no pass/fail test depends on how fast a timer fires on a loaded machine.
-test: build vet
+test: build vet check-shipped
 	$(GO) test -count=1 -timeout 30m $(ALL_PKGS)
 
 # Builds the filter and serves traffic through it: in Envoy via docker compose when a Docker

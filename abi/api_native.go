@@ -59,6 +59,11 @@ func AddHttpRequestHeader(key, value string) error {
 	return proxywasm.AddHttpRequestHeader(key, value)
 }
 
+// RemoveHttpRequestHeader removes every line of a request header.
+func RemoveHttpRequestHeader(key string) error {
+	return proxywasm.RemoveHttpRequestHeader(key)
+}
+
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
 func GetHttpResponseHeader(key string) (string, error) {
 	return proxywasm.GetHttpResponseHeader(key)

@@ -142,6 +142,11 @@ func AddHttpRequestHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
 }
 
+// RemoveHttpRequestHeader removes every line of a request header.
+func RemoveHttpRequestHeader(key string) error {
+	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key))))
+}
+
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
 func GetHttpResponseHeader(key string) (string, error) {
 	return getMapValue(mapResponseHeaders, key)

@@ -28,6 +28,9 @@ func hostGetHeaderMapValue(mapType uint32, key *byte, keySize uint32, retData *u
 //go:wasmimport env proxy_add_header_map_value
 func hostAddHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
 
+//go:wasmimport env proxy_remove_header_map_value
+func hostRemoveHeaderMapValue(mapType uint32, key *byte, keySize uint32) uint32
+
 //go:wasmimport env proxy_get_property
 func hostGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uint32) uint32
 

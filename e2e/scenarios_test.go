@@ -170,12 +170,13 @@ func shadowMode(t *testing.T, e target) {
 		}
 	}
 	s, _ := metrics(t, e.admin(0))
-	if s["ratelimit_default_shadow_shadow_denied_total"] < 1 {
-		t.Fatalf("ratelimit_default_shadow_shadow_denied_total = %v, want >= 1 after 8 requests over a limit of 5",
-			s["ratelimit_default_shadow_shadow_denied_total"])
+	shadowDenied := `ratelimit_requests_total{rule="default-shadow",decision="shadow_denied"}`
+	denied := `ratelimit_requests_total{rule="default-shadow",decision="denied"}`
+	if s[shadowDenied] < 1 {
+		t.Fatalf("%s = %v, want >= 1 after 8 requests over a limit of 5", shadowDenied, s[shadowDenied])
 	}
-	if s["ratelimit_default_shadow_denied_total"] != 0 {
-		t.Fatalf("ratelimit_default_shadow_denied_total = %v, want 0", s["ratelimit_default_shadow_denied_total"])
+	if s[denied] != 0 {
+		t.Fatalf("%s = %v, want 0", denied, s[denied])
 	}
 }
 
@@ -266,18 +267,19 @@ func prometheusMetrics(t *testing.T, e target) {
 		t.Fatalf("/ready: %d", r.status)
 	}
 	s, types := metrics(t, e.admin(0))
+	// The rule and the decision are labels (envoy.yaml's stats_config.stats_tags).
 	for name, want := range map[string]float64{
-		"ratelimit_public_api_per_ip_allowed_total":       5,
-		"ratelimit_public_api_per_ip_denied_total":        2,
-		"ratelimit_public_api_per_ip_shadow_denied_total": 0,
-		"ratelimit_login_per_user_allowed_total":          0,
+		`ratelimit_requests_total{rule="public-api-per-ip",decision="allowed"}`:       5,
+		`ratelimit_requests_total{rule="public-api-per-ip",decision="denied"}`:        2,
+		`ratelimit_requests_total{rule="public-api-per-ip",decision="shadow_denied"}`: 0,
+		`ratelimit_requests_total{rule="login-per-user",decision="allowed"}`:          0,
 	} {
 		if got, ok := s[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
-		if types[name] != "counter" {
-			t.Errorf("# TYPE %s is %q, want counter", name, types[name])
-		}
+	}
+	if types["ratelimit_requests_total"] != "counter" {
+		t.Errorf("# TYPE ratelimit_requests_total is %q, want counter", types["ratelimit_requests_total"])
 	}
 	if !e.redis() {
 		return

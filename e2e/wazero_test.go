@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -91,6 +92,7 @@ func (e *wazeroTarget) start(t *testing.T, c *envoyconf.Config) *envoyhost.Serve
 		Workers:        2,
 		Bind:           "127.0.0.1",
 		EphemeralPorts: true,
+		Stdout:         io.Discard, // envoy.yaml's access log; the scenarios read responses
 	})
 	if err != nil {
 		t.Fatal(err)

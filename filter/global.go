@@ -186,7 +186,7 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 		if withKeys {
 			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
 		}
-		c.items = append(c.items, redis.Item{Rule: p.globals[a.rs.rule.Index], N: a.cost,
+		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.cost,
 			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)],
 			Part: redis.Partition(a.key, c.cfg.Partitions)})
 	}
@@ -484,7 +484,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		c.m.latency.Record(uint64(us))
 	}
 	a := &d.applied[i]
-	item := [1]redis.Item{{Rule: p.globals[a.rs.rule.Index], N: a.cost, Shadow: a.rs.rule.Shadow,
+	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.cost, Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
 	err := errCalloutReset

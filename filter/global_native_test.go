@@ -117,7 +117,7 @@ func TestGlobalNativeFailureModes(t *testing.T) {
 			require.EqualValues(t, 1, malformed)
 			if tc.mode == "local" {
 				// The rule's own limit, on this proxy's shared data, counted both requests.
-				allowed, _ := d.host.GetCounterMetric("ratelimit_g_allowed_total")
+				allowed, _ := d.host.GetCounterMetric("ratelimit_requests_total;rule=g;decision=allowed")
 				require.EqualValues(t, 2, allowed)
 			}
 		})

@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -67,6 +68,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	req := &p.req
 	req.reset()
 	p.matched = p.cfg.Match(req, p.matched[:0])
+	for _, name := range p.shadowHeaders {
+		// A client's own copy would read to the upstream as a shadow rule's verdict.
+		if err := abi.RemoveHttpRequestHeader(name); err != nil {
+			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
+		}
+	}
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
@@ -95,10 +102,20 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			rs.m.skipped.Increment(1)
 			continue
 		}
+		if rs.overrides != nil {
+			if j := r.OverrideFor(key); j >= 0 {
+				if rs.overrides[j] == nil {
+					// An unlimited override: the rule lets the request through untouched.
+					rs.m.allowed.Increment(1)
+					continue
+				}
+				rs = rs.overrides[j]
+			}
+		}
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if r.Scope == config.ScopeGlobal {
-			a.key = append(a.key[:0], key...)
+			a.key = append(append(a.key[:0], rs.stateTag...), key...)
 			globals++
 			continue
 		}
@@ -204,6 +221,7 @@ func (h *httpContext) finish() types.Action {
 		if !a.decision.Allowed {
 			if r.Shadow {
 				a.rs.m.shadowDenied.Increment(1)
+				tellUpstream(r)
 				continue
 			}
 			return h.deny(a.rs, a.decision)
@@ -242,6 +260,24 @@ func (h *httpContext) finish() types.Action {
 	return types.ActionContinue
 }
 
+// showsHeaders reports whether the rule's decisions reach clients as rate-limit headers: an
+// enforced rule's always, a shadow rule's only when it opts in (shadow_headers), since a
+// client that honours them would slow down for a limit nobody enforces.
+func (rs *ruleState) showsHeaders() bool { return !rs.rule.Shadow || rs.rule.ShadowHeaders }
+
+// tellUpstream adds the shadow rule's request header, if it has one, to the request that goes
+// upstream, so the upstream learns that the rule would have denied it (as Envoy's
+// local_ratelimit request_headers_to_add_when_not_enforced does). The value is the rule's
+// name; several shadow rules naming one header add one line each.
+func tellUpstream(r *config.Rule) {
+	if r.ShadowRequestHeader == "" {
+		return
+	}
+	if err := abi.AddHttpRequestHeader(r.ShadowRequestHeader, r.Name); err != nil {
+		abi.LogDebugf("ratelimit: rule %q: adding request header %s: %v", r.Name, r.ShadowRequestHeader, err)
+	}
+}
+
 // failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
 // a second (the store may have recovered by then).
 func failureDecision(rs *ruleState) algorithms.Decision {
@@ -277,8 +313,14 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	rs.m.denied.Increment(1)
 	r := rs.rule
 	retry := ceilSeconds(int64(d.RetryAfter))
-	headers := make([][2]string, 0, 4+len(r.Deny.Headers))
-	headers = append(headers, [2]string{"content-type", r.Deny.ContentType})
+	grpc := isGrpcRequest()
+	headers := make([][2]string, 0, 5+len(r.Deny.Headers))
+	if !grpc {
+		headers = append(headers, [2]string{"content-type", r.Deny.ContentType})
+	}
+	if r.Deny.EnvoyRateLimited {
+		headers = append(headers, [2]string{"x-envoy-ratelimited", "true"})
+	}
 	if r.RateLimitHeaders != config.HeadersNone {
 		if d.RetryAfter > 0 {
 			headers = append(headers, [2]string{"retry-after", strconv.FormatInt(retry, 10)})
@@ -288,11 +330,30 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	for _, hd := range r.Deny.Headers {
 		headers = append(headers, [2]string{hd.Name, hd.Value})
 	}
-	body := r.Deny.AppendBody(nil, r.Name, retry)
-	if err := abi.SendHttpResponse(uint32(r.Deny.Status), headers, body, -1); err != nil {
+	// A gRPC client reads grpc-status, not the HTTP status or a body: Envoy answers it with a
+	// trailers-only response carrying the status given here, as its own rate-limit filters do.
+	body, grpcStatus := []byte(nil), int32(-1)
+	if grpc {
+		grpcStatus = int32(r.Deny.GrpcStatus)
+	} else {
+		body = r.Deny.AppendBody(nil, r.Name, retry)
+	}
+	if err := abi.SendHttpResponse(uint32(r.Deny.Status), headers, body, grpcStatus); err != nil {
 		abi.LogErrorf("ratelimit: rule %q: sending the local response: %v", r.Name, err)
 	}
 	return types.ActionPause
+}
+
+// isGrpcRequest reports whether the current request is gRPC: its content-type is
+// application/grpc, alone or with a suffix such as +proto (the gRPC over HTTP/2 spec), the
+// test Envoy's Grpc::Common::isGrpcRequestHeaders makes.
+func isGrpcRequest() bool {
+	ct, err := abi.GetHttpRequestHeader("content-type")
+	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
+		return false
+	}
+	rest := ct[len("application/grpc"):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
 
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request.
@@ -405,7 +466,7 @@ func renderRateLimitHeaders(rules []applied, scratch *[]byte) rateLimitHeaders {
 	drafts := 0
 	for i := range rules {
 		a := &rules[i]
-		if !a.decided {
+		if !a.decided || !a.rs.showsHeaders() {
 			continue
 		}
 		a.decision = clampWaits(a.decision, a.rs.maxWait)
@@ -429,7 +490,7 @@ func renderRateLimitHeaders(rules []applied, scratch *[]byte) rateLimitHeaders {
 		for i := range rules {
 			a := &rules[i]
 			mode := a.rs.rule.RateLimitHeaders
-			if !a.decided || (mode != config.HeadersDraft && mode != config.HeadersBoth) {
+			if !a.decided || !a.rs.showsHeaders() || (mode != config.HeadersDraft && mode != config.HeadersBoth) {
 				continue
 			}
 			if n > 0 {

@@ -60,11 +60,13 @@ func (d *nativeDriver) Do(t *testing.T, at time.Time, s step) outcome {
 	action := d.host.CallOnRequestHeaders(id, s.RequestHeaders(), true)
 	defer d.host.CompleteHttpContext(id)
 	if resp := d.host.GetSentLocalResponse(id); resp != nil {
-		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers), Body: string(resp.Data)}
+		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers),
+			Body: string(resp.Data), GrpcStatus: int(resp.GRPCStatus)}
 	}
 	require.Equal(t, types.ActionContinue, action, "request paused without a local response")
+	upstream := filtertest.HeaderMap(d.host.GetCurrentRequestHeaders(id))
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))}
+	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id)), Upstream: upstream, GrpcStatus: -1}
 }
 
 func TestScenariosNative(t *testing.T) {

@@ -102,7 +102,7 @@ func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
 		*d.now = t0.Add(at)
 		d.host.Tick()
 	}
-	limit := gaugeNative(t, d, "ratelimit_ad_adaptive_limit")
+	limit := gaugeNative(t, d, "ratelimit_adaptive_limit;rule=ad")
 	require.Less(t, limit, int64(200), "errors must have lowered the limit")
 	require.Equal(t, `"ad";q=`+strconv.FormatInt(limit, 10)+`;w=1`, serve("200"))
 }
@@ -173,8 +173,8 @@ func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	dup := step{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b"), hdr("x-user", "u")}, Want: 400}
 	shadowDup := step{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-user", "u1"), hdr("x-user", "u2")}}
 	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{dup, dup, shadowDup}})
-	require.EqualValues(t, 2, counterNative(d, "ratelimit_per_key_duplicate_header_total"))
-	require.EqualValues(t, 1, counterNative(d, "ratelimit_dry_duplicate_header_total"))
-	require.EqualValues(t, 1, counterNative(d, "ratelimit_per_key_allowed_total"), "the shadow rule's repetition let the request through")
-	require.EqualValues(t, 1, counterNative(d, "ratelimit_dry_skipped_total"))
+	require.EqualValues(t, 2, counterNative(d, "ratelimit_requests_total;rule=per-key;decision=duplicate_header"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=dry;decision=duplicate_header"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=per-key;decision=allowed"), "the shadow rule's repetition let the request through")
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=dry;decision=skipped"))
 }

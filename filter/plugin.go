@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,11 @@ type plugin struct {
 	free    []*decisions
 
 	failures uint64 // store failures seen, to log the first and then rarely
+
+	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
+	// a client's copy from every request, so that the upstream hears of a would-be denial
+	// from the filter alone.
+	shadowHeaders []string
 }
 
 // ruleState is everything the filter keeps per configured rule.
@@ -56,6 +62,17 @@ type ruleState struct {
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
 	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
+
+	// redisRule is the prepared script arguments of a global rule (or of one of its
+	// overrides); nil for a local rule.
+	redisRule *redis.Rule
+	// overrides are the states of rule.Overrides, by index; nil for an unlimited one. An
+	// override's state is the rule's with its own limit (rule is a copy of the rule with the
+	// override's Algorithm and Limiter), table and Redis arguments, and the rule's metrics.
+	overrides []*ruleState
+	// stateTag is the override's config.Override.StateTag, put before its keys in Redis
+	// (locally its table's prefix sets its keys apart); empty for the rule's own state.
+	stateTag string
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -91,7 +108,11 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	if err := p.configure(data); err != nil {
-		abi.LogCriticalf("ratelimit: invalid configuration: %v", err)
+		// One log call per line: Envoy prefixes a message with its level and source once, so
+		// the second and later problems of one multi-line message would carry neither.
+		for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
+			abi.LogCriticalf("ratelimit: %s", line)
+		}
 		return types.OnPluginStartStatusFailed
 	}
 	abi.LogInfof("ratelimit: configured %d rules", len(p.rules))
@@ -147,7 +168,7 @@ func (p *plugin) configure(data []byte) error {
 			al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 			ad = &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}
 			lim = al
-			warnAdaptiveFloor(r)
+			warnAdaptiveFloor(r, p.sharedStore())
 		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
@@ -174,28 +195,88 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
+		// Labels keep rule names apart, but a Prometheus that reads the stats without Envoy's
+		// tag extraction sees flat names, where '.', '-' and '_' are one character.
 		metric := metricName(r.Name)
 		if other, dup := names[metric]; dup {
-			return fmt.Errorf("rules[%d].name: %q and %q have the same metric name ratelimit_%s_*; rename one",
-				i, other, r.Name, metric)
+			return fmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
+				i, other, r.Name)
 		}
 		names[metric] = r.Name
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
-		if err := rs.defineMetrics(metric); err != nil {
+		if err := rs.defineMetrics(); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
+		}
+		rs.redisRule = globals[i]
+		if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
+			return fmt.Errorf("rules[%d].overrides: %w", i, err)
 		}
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.shadowHeaders = p.shadowHeaders[:0]
+	for _, r := range cfg.Rules {
+		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(p.shadowHeaders, h) {
+			p.shadowHeaders = append(p.shadowHeaders, h)
+		}
+	}
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return fmt.Errorf("setting the tick period: %w", err)
 		}
 	}
 	return nil
+}
+
+// prepareOverrides builds the state of each of the rule's overrides: a table of its own under
+// "<domain>|<rule>|<tag>|" and, for a global rule, the override's script arguments, keyed
+// "<tag><key>" under the rule's name in Redis. The metrics are the rule's: an override changes a limit, not
+// what the rule's counters mean.
+func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
+	digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+	r := rs.rule
+	if len(r.Overrides) == 0 {
+		return nil, nil
+	}
+	out := make([]*ruleState, len(r.Overrides))
+	for j := range r.Overrides {
+		o := &r.Overrides[j]
+		if o.Unlimited {
+			continue
+		}
+		or := *r
+		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
+		table, err := sharedstate.NewTable(sharedstate.TableConfig{
+			Store:    store,
+			Prefix:   cfg.Domain + "|" + r.Name + "|" + o.StateTag + "|",
+			Slots:    uint32(o.Slots(r)),
+			Attempts: cfg.CASAttempts,
+			Limiter:  o.Limiter,
+			Digests:  digests,
+			Secret:   secret,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", j, err)
+		}
+		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
+			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+		if r.Scope == config.ScopeGlobal {
+			gr, err := redis.NewRule(o.Algorithm)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", j, err)
+			}
+			// The override's keys are the rule's keys with its tag in front, in the rule's
+			// hash tags, so they are bounded by the rule's key sets (which must share their
+			// slots): overrides count toward the rule's max_keys in Redis, and a key that
+			// finds its partition full is decided on the rule's overflow key.
+			st.redisRule = gr.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
+		}
+		out[j] = st
+	}
+	return out, nil
 }
 
 // digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
@@ -211,40 +292,62 @@ func metricName(rule string) string {
 	}, rule)
 }
 
-func (rs *ruleState) defineMetrics(name string) error {
+// statName renders the name of one of a rule's stats: the metric, then its labels as
+// ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").
+// Envoy's tag extraction (stats_config.stats_tags in envoy.yaml, one regex per label) removes
+// each ";<label>=<value>" from the name and makes it a label, so Prometheus sees
+// ratelimit_requests_total{rule="login",decision="denied"}. Without those stats_tags the name
+// stays one flat, unique stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
+func statName(metric, rule string, labels ...string) string {
+	n := metric + ";rule=" + rule
+	for i := 0; i+1 < len(labels); i += 2 {
+		n += ";" + labels[i] + "=" + labels[i+1]
+	}
+	return n
+}
+
+// defineMetrics defines the rule's stats (see statName): one ratelimit_requests_total per
+// decision the rule makes on a request, and the rule's other counters, gauges and histograms
+// with the rule as a label. Each keeps the meaning of the per-rule name it replaces (see the
+// README's metrics section).
+func (rs *ruleState) defineMetrics() error {
+	name := rs.rule.Name
 	var errs []error
-	def := func(event string) abi.MetricCounter {
-		m, err := abi.DefineCounterMetric("ratelimit_" + name + "_" + event + "_total")
+	counter := func(stat string) abi.MetricCounter {
+		m, err := abi.DefineCounterMetric(stat)
 		errs = append(errs, err)
 		return m
 	}
-	rs.m = ruleMetrics{
-		allowed:      def("allowed"),
-		denied:       def("denied"),
-		shadowDenied: def("shadow_denied"),
-		skipped:      def("skipped"),
-		casRetries:   def("cas_retries"),
-		storeErrors:  def("store_errors"),
-		overflow:     def("key_overflow"),
-		casExhausted: def("cas_exhausted"),
+	decision := func(d string) abi.MetricCounter {
+		return counter(statName("ratelimit_requests_total", name, "decision", d))
 	}
-	g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_key_slots_used")
+	rs.m = ruleMetrics{
+		allowed:      decision("allowed"),
+		denied:       decision("denied"),
+		shadowDenied: decision("shadow_denied"),
+		skipped:      decision("skipped"),
+		casRetries:   counter(statName("ratelimit_cas_retries_total", name)),
+		storeErrors:  counter(statName("ratelimit_store_errors_total", name)),
+		overflow:     counter(statName("ratelimit_key_overflow_total", name)),
+		casExhausted: counter(statName("ratelimit_cas_exhausted_total", name)),
+	}
+	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
 	errs = append(errs, err)
 	rs.m.slotsUsed = g
 	if err == nil {
 		g.Record(int64(rs.table.Used()))
 	}
-	rs.m.duplicateHeader = def("duplicate_header")
+	rs.m.duplicateHeader = decision("duplicate_header")
 	if rs.shape != nil {
-		rs.shape.queued = def("shape_queued")
-		rs.shape.released = def("shape_released")
-		rs.shape.dropped = def("shape_dropped")
-		h, err := abi.DefineHistogramMetric("ratelimit_" + name + "_shape_delay_ms")
+		rs.shape.queued = counter(statName("ratelimit_shape_queued_total", name))
+		rs.shape.released = counter(statName("ratelimit_shape_released_total", name))
+		rs.shape.dropped = counter(statName("ratelimit_shape_dropped_total", name))
+		h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
 		errs = append(errs, err)
 		rs.shape.delay = h
 	}
 	if rs.adaptive != nil {
-		g, err := abi.DefineGaugeMetric("ratelimit_" + name + "_adaptive_limit")
+		g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", name))
 		errs = append(errs, err)
 		rs.adaptive.gauge = g
 		g.Record(rs.adaptive.lim.limit)
@@ -274,7 +377,7 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 // reach: an interval with fewer than MinSamples completed requests counts as healthy, so a
 // limit that admits fewer than that per interval climbs back up by itself. The configuration
 // is still valid (the limit stays within its bounds), so this is a warning, not an error.
-func warnAdaptiveFloor(r *config.Rule) {
+func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	c := r.Algorithm
 	if c.AdjustInterval <= 0 || c.Window <= 0 {
 		return
@@ -286,8 +389,32 @@ func warnAdaptiveFloor(r *config.Rule) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		abi.LogWarnf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
+		warnOnce(store, fmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
 			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
-			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples)
+			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
 	}
+}
+
+// warnOnce logs a configure-time warning once per process rather than once per worker VM:
+// every worker VM configures the same plugin, and eight copies of one warning read as eight
+// problems. The first VM to log a message marks it in shared data, which every VM of the
+// vm_id shares and which lives as long as the process; a VM that finds the mark stays silent.
+// (Shared data has no create-if-absent, so two VMs configuring at the same instant may both
+// log it: rarely twice, never once per VM.)
+func warnOnce(store sharedstate.Store, msg string) {
+	key := "ratelimit|warned|" + msg
+	if _, _, err := store.Get(key); err == nil {
+		return
+	}
+	_ = store.Set(key, []byte{1}, 0)
+	abi.LogWarnf("%s", msg)
+}
+
+// sharedStore is the store the plugin's state lives in: the host's shared data unless a test
+// gave another.
+func (p *plugin) sharedStore() sharedstate.Store {
+	if p.store == nil {
+		return sharedstate.Host{}
+	}
+	return p.store
 }

@@ -124,9 +124,9 @@ func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 	o := d.Do(t, t0, step{})
 	require.Equal(t, 429, o.Status)
 	require.Equal(t, "1", o.Headers["retry-after"])
-	require.EqualValues(t, 1, m.Metric(t, "ratelimit_hot_cas_exhausted_total"))
-	require.Zero(t, m.Metric(t, "ratelimit_hot_store_errors_total"))
-	require.EqualValues(t, 1, m.Metric(t, "ratelimit_hot_allowed_total"))
+	require.EqualValues(t, 1, m.Metric(t, "ratelimit_cas_exhausted_total;rule=hot"))
+	require.Zero(t, m.Metric(t, "ratelimit_store_errors_total;rule=hot"))
+	require.EqualValues(t, 1, m.Metric(t, "ratelimit_requests_total;rule=hot;decision=allowed"))
 	require.GreaterOrEqual(t, racing.Lost, 8)
 	// A shadow rule never denies: it counts the lost races and lets the request through.
 	lose = false
@@ -136,5 +136,5 @@ func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 	require.Zero(t, d.Do(t, t0, step{}).Status)
 	lose = true
 	require.Zero(t, d.Do(t, t0, step{}).Status)
-	require.EqualValues(t, 1, m.Metric(t, "ratelimit_sh_cas_exhausted_total"))
+	require.EqualValues(t, 1, m.Metric(t, "ratelimit_cas_exhausted_total;rule=sh"))
 }

@@ -37,9 +37,9 @@ func TestShapingReleasesAtTheLeakRate(t *testing.T) {
 	// A client that gives up while queued is dropped, never resumed.
 	d.host.CompleteHttpContext(ids[2])
 	tick(300 * ms)
-	released, _ := d.host.GetCounterMetric("ratelimit_shape_shape_released_total")
-	dropped, _ := d.host.GetCounterMetric("ratelimit_shape_shape_dropped_total")
-	queued, _ := d.host.GetCounterMetric("ratelimit_shape_shape_queued_total")
+	released, _ := d.host.GetCounterMetric("ratelimit_shape_released_total;rule=shape")
+	dropped, _ := d.host.GetCounterMetric("ratelimit_shape_dropped_total;rule=shape")
+	queued, _ := d.host.GetCounterMetric("ratelimit_shape_queued_total;rule=shape")
 	require.EqualValues(t, 2, queued)
 	require.EqualValues(t, 1, released)
 	require.EqualValues(t, 1, dropped)
@@ -49,7 +49,7 @@ func TestAdaptiveLimitFallsAndRecovers(t *testing.T) {
 	d := newNative(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
 		"adaptive":{"min_limit":5,"max_limit":100,"target_latency":"100ms","interval":"1s"}}]}`)
 	limit := func() uint64 {
-		v, err := d.host.GetGaugeMetric("ratelimit_ad_adaptive_limit")
+		v, err := d.host.GetGaugeMetric("ratelimit_adaptive_limit;rule=ad")
 		require.NoError(t, err)
 		return v
 	}

@@ -220,7 +220,10 @@ func metricsOf(s *MetricStore) *metrics {
 // every plugin (and every worker VM) that defines the same name and type updates the same stat.
 // A Host has a store of its own unless Options.MetricStore gives it one; give the Hosts that
 // model one Envoy process (several listeners, each with its filter) the same store.
-type MetricStore struct{ m *metrics }
+type MetricStore struct {
+	m    *metrics
+	tags atomic.Pointer[[]TagSpecifier] // stats_config.stats_tags (see SetStatsTags)
+}
 
 // NewMetricStore returns an empty store.
 func NewMetricStore() *MetricStore { return &MetricStore{m: newMetrics()} }
@@ -253,33 +256,43 @@ func (s *MetricStore) Histogram(name string) (HistogramSnapshot, bool) {
 }
 
 // WritePrometheus writes every metric in the Prometheus text format the way Envoy's admin
-// /stats/prometheus does for the stats a Wasm plugin defines: one family per name, sorted by
-// name, with a # TYPE line; samples carry an empty label set ("name{} 5"), as Envoy prints
-// stats without tags; histograms get cumulative buckets on Envoy's default bounds, then
-// _sum and _count. Two deviations: Envoy refreshes histograms at each stats flush (every 5 s
-// by default) while these are current, and a name defined with two types (which Envoy keeps
-// apart internally) is written once per type.
+// /stats/prometheus does for the stats a Wasm plugin defines: the wasmcustom namespace
+// stripped, tags extracted by the store's stats_tags (see SetStatsTags) and written as labels,
+// one family per tag-extracted name, sorted by name, with a # TYPE line; a stat without tags
+// carries an empty label set ("name{} 5"); histograms get cumulative buckets on Envoy's
+// default bounds, then _sum and _count. Two deviations: Envoy refreshes histograms at each
+// stats flush (every 5 s by default) while these are current, and a name defined with two
+// types (which Envoy keeps apart internally) is written once per type.
 func (s *MetricStore) WritePrometheus(w io.Writer) error {
 	all := *s.m.byID.Load()
-	sorted := append([]*metric(nil), all...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	var tags []TagSpecifier
+	if t := s.tags.Load(); t != nil {
+		tags = *t
+	}
 	bw := bufio.NewWriter(w)
-	for _, mt := range sorted {
-		switch mt.typ {
+	for _, f := range families(all, tags) {
+		switch f.typ {
 		case MetricCounter, MetricGauge:
 			typ := "counter"
-			if mt.typ == MetricGauge {
+			if f.typ == MetricGauge {
 				typ = "gauge"
 			}
-			fmt.Fprintf(bw, "# TYPE %s %s\n%s{} %d\n", mt.name, typ, mt.name, mt.value.Load())
-		case MetricHistogram:
-			h := mt.snapshot()
-			fmt.Fprintf(bw, "# TYPE %s histogram\n", mt.name)
-			for i, b := range HistogramBuckets {
-				fmt.Fprintf(bw, "%s_bucket{le=\"%s\"} %d\n", mt.name, strconv.FormatFloat(b, 'f', -1, 64), h.Buckets[i])
+			fmt.Fprintf(bw, "# TYPE %s %s\n", f.name, typ)
+			for _, fm := range f.members {
+				fmt.Fprintf(bw, "%s%s %d\n", f.name, formatLabels(fm.labels), fm.m.value.Load())
 			}
-			fmt.Fprintf(bw, "%s_bucket{le=\"+Inf\"} %d\n%s_sum{} %d\n%s_count{} %d\n",
-				mt.name, h.Count, mt.name, h.Sum, mt.name, h.Count)
+		case MetricHistogram:
+			fmt.Fprintf(bw, "# TYPE %s histogram\n", f.name)
+			for _, fm := range f.members {
+				h := fm.m.snapshot()
+				for i, b := range HistogramBuckets {
+					fmt.Fprintf(bw, "%s_bucket%s %d\n", f.name,
+						formatLabels(fm.labels, "le", strconv.FormatFloat(b, 'f', -1, 64)), h.Buckets[i])
+				}
+				ls := formatLabels(fm.labels)
+				fmt.Fprintf(bw, "%s_bucket%s %d\n%s_sum%s %d\n%s_count%s %d\n",
+					f.name, formatLabels(fm.labels, "le", "+Inf"), h.Count, f.name, ls, h.Sum, f.name, ls, h.Count)
+			}
 		}
 	}
 	return bw.Flush()

@@ -69,11 +69,24 @@ func tableCost(domain string, r *Rule) TableCost {
 	// The table's prefix is "<domain>|<rule>|" (see the filter's plugin).
 	prefix := len(domain) + len(r.Name) + 2
 	entries := slots + sharedstate.OverflowSlots + tableBookkeeping
-	return TableCost{
+	tc := TableCost{
 		Slots:       entries,
 		VMBytes:     sharedstate.TableVMBytes,
 		SharedBytes: entries * int64(sharedstate.SharedBytesPerKey(prefix, state)),
 	}
+	// Each limited override has a table of its own under "<domain>|<rule>|<tag>|" (see
+	// Override.Slots).
+	for i := range r.Overrides {
+		o := &r.Overrides[i]
+		if o.Unlimited || o.Limiter == nil {
+			continue
+		}
+		n := int64(o.Slots(r)) + sharedstate.OverflowSlots + tableBookkeeping
+		tc.Slots += n
+		tc.VMBytes += sharedstate.TableVMBytes
+		tc.SharedBytes += n * int64(sharedstate.SharedBytesPerKey(prefix+len(o.StateTag)+1, o.Limiter.StateSize()))
+	}
+	return tc
 }
 
 // budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:

@@ -177,7 +177,14 @@ type Deny struct {
 	Body        string   // the template as configured; see AppendBody
 	ContentType string   // content-type of the local response
 	Headers     []Header // sorted by name
-	body        []bodyPart
+	// EnvoyRateLimited adds "x-envoy-ratelimited: true" to the denial, as Envoy's own
+	// rate-limit filters do: the router's envoy-ratelimited retry policy reads it. Default on.
+	EnvoyRateLimited bool
+	// GrpcStatus is the gRPC status a gRPC request (content-type application/grpc...) is
+	// denied with, without a body: 8 RESOURCE_EXHAUSTED (default) or 14 UNAVAILABLE, the two
+	// Envoy's local_ratelimit can answer.
+	GrpcStatus int
+	body       []bodyPart
 }
 
 // Rule is one compiled rule.
@@ -208,6 +215,15 @@ type Rule struct {
 	CostSpec CostSpec
 	// Shadow rules decide and count but never deny.
 	Shadow bool
+	// ShadowHeaders lets a shadow rule's rate-limit headers reach clients. Off by default:
+	// a client that honours them would slow down for a limit nobody enforces.
+	ShadowHeaders bool
+	// ShadowRequestHeader, when set, is a request header (lower case) added to the request
+	// sent upstream, with the rule's name as value, when the shadow rule would have denied it.
+	ShadowRequestHeader string
+	// Overrides give key values of their own a limit of their own (see Override); exact
+	// values first in OverrideFor's search, prefixes longest first.
+	Overrides []Override
 	// Continue lets evaluation go on to later rules after this one applies.
 	Continue bool
 	Scope    Scope // where the rule's state lives: this proxy, or Redis

@@ -29,6 +29,9 @@ type jsonDeny struct {
 	Body        string            `json:"body"`
 	ContentType string            `json:"content_type"`
 	Headers     map[string]string `json:"headers"`
+	// EnvoyRateLimited and GrpcStatus are always written: they are defaults worth seeing.
+	EnvoyRateLimited bool `json:"envoy_ratelimited_header"`
+	GrpcStatus       int  `json:"grpc_status"`
 }
 
 type jsonRedis struct {
@@ -45,25 +48,39 @@ type jsonRedis struct {
 }
 
 type jsonRule struct {
-	Name             string          `json:"name"`
-	Description      string          `json:"description,omitempty"`
-	Match            *jsonMatch      `json:"match,omitempty"`
-	Key              []jsonKeyPart   `json:"key"`
-	Algorithm        string          `json:"algorithm"`
-	Limit            int64           `json:"limit"`
-	Window           string          `json:"window"`
-	Burst            int64           `json:"burst,omitempty"`
-	Variant          string          `json:"variant,omitempty"`
-	Mode             string          `json:"mode"`
-	MaxDelay         string          `json:"max_delay,omitempty"`
-	Adaptive         *jsonAdaptive   `json:"adaptive,omitempty"`
-	Cost             json.RawMessage `json:"cost"`
-	Shadow           bool            `json:"shadow"`
-	Continue         bool            `json:"continue"`
-	Scope            string          `json:"scope"`
-	MaxKeys          int             `json:"max_keys"`
-	Deny             *jsonDeny       `json:"deny"`
-	RateLimitHeaders string          `json:"rate_limit_headers"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Match       *jsonMatch      `json:"match,omitempty"`
+	Key         []jsonKeyPart   `json:"key"`
+	Algorithm   string          `json:"algorithm"`
+	Limit       int64           `json:"limit"`
+	Window      string          `json:"window"`
+	Burst       int64           `json:"burst,omitempty"`
+	Variant     string          `json:"variant,omitempty"`
+	Mode        string          `json:"mode"`
+	MaxDelay    string          `json:"max_delay,omitempty"`
+	Adaptive    *jsonAdaptive   `json:"adaptive,omitempty"`
+	Cost        json.RawMessage `json:"cost"`
+	Shadow      bool            `json:"shadow"`
+	// The shadow-only fields are omitted when unset: Parse refuses them on enforced rules.
+	ShadowHeaders       bool           `json:"shadow_headers,omitempty"`
+	ShadowRequestHeader string         `json:"shadow_request_header,omitempty"`
+	Overrides           []jsonOverride `json:"overrides,omitempty"`
+	Continue            bool           `json:"continue"`
+	Scope               string         `json:"scope"`
+	MaxKeys             int            `json:"max_keys"`
+	Deny                *jsonDeny      `json:"deny"`
+	RateLimitHeaders    string         `json:"rate_limit_headers"`
+}
+
+type jsonOverride struct {
+	Part      int     `json:"part"`
+	Exact     *string `json:"exact,omitempty"`
+	Prefix    *string `json:"prefix,omitempty"`
+	Unlimited bool    `json:"unlimited,omitempty"`
+	Limit     int64   `json:"limit,omitempty"`
+	Window    string  `json:"window,omitempty"`
+	Burst     int64   `json:"burst,omitempty"`
 }
 
 type jsonMatch struct {
@@ -130,7 +147,8 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 }
 
 func encodeDeny(d *Deny) *jsonDeny {
-	jd := &jsonDeny{Status: d.Status, Body: d.Body, ContentType: d.ContentType}
+	jd := &jsonDeny{Status: d.Status, Body: d.Body, ContentType: d.ContentType,
+		EnvoyRateLimited: d.EnvoyRateLimited, GrpcStatus: d.GrpcStatus}
 	// An empty map, not an absent one, so that a rule whose override removed the
 	// top-level headers still removes them when read back.
 	jd.Headers = make(map[string]string, len(d.Headers))
@@ -142,21 +160,36 @@ func encodeDeny(d *Deny) *jsonDeny {
 
 func encodeRule(r *Rule) jsonRule {
 	jr := jsonRule{
-		Name:             r.Name,
-		Description:      r.Description,
-		Key:              make([]jsonKeyPart, 0, len(r.Key)),
-		Algorithm:        r.Algorithm.Algorithm,
-		Limit:            r.Algorithm.Limit,
-		Window:           formatDuration(r.Algorithm.Window),
-		Burst:            r.Algorithm.Burst,
-		Variant:          r.Algorithm.Variant,
-		Mode:             string(r.Mode),
-		Shadow:           r.Shadow,
-		Continue:         r.Continue,
-		Scope:            string(r.Scope),
-		MaxKeys:          r.MaxKeys,
-		Deny:             encodeDeny(r.Deny),
-		RateLimitHeaders: string(r.RateLimitHeaders),
+		Name:                r.Name,
+		Description:         r.Description,
+		Key:                 make([]jsonKeyPart, 0, len(r.Key)),
+		Algorithm:           r.Algorithm.Algorithm,
+		Limit:               r.Algorithm.Limit,
+		Window:              formatDuration(r.Algorithm.Window),
+		Burst:               r.Algorithm.Burst,
+		Variant:             r.Algorithm.Variant,
+		Mode:                string(r.Mode),
+		Shadow:              r.Shadow,
+		ShadowHeaders:       r.ShadowHeaders,
+		ShadowRequestHeader: r.ShadowRequestHeader,
+		Continue:            r.Continue,
+		Scope:               string(r.Scope),
+		MaxKeys:             r.MaxKeys,
+		Deny:                encodeDeny(r.Deny),
+		RateLimitHeaders:    string(r.RateLimitHeaders),
+	}
+	for _, o := range r.Overrides {
+		v := o.Value
+		jo := jsonOverride{Part: o.Part, Unlimited: o.Unlimited}
+		if o.Prefix {
+			jo.Prefix = &v
+		} else {
+			jo.Exact = &v
+		}
+		if !o.Unlimited {
+			jo.Limit, jo.Window, jo.Burst = o.Algorithm.Limit, formatDuration(o.Algorithm.Window), o.Algorithm.Burst
+		}
+		jr.Overrides = append(jr.Overrides, jo)
 	}
 	if a := r.Algorithm; a.MaxDelay > 0 {
 		jr.MaxDelay = formatDuration(a.MaxDelay)

@@ -43,8 +43,8 @@ var invalidCases = []invalidCase{
 	{"empty", ``, []string{"config is empty: at least one rule is required"}, schemaSkip},
 	{"whitespace", " \n", []string{"config is empty: at least one rule is required"}, schemaSkip},
 	{"truncated", `{"rules":[`, []string{"invalid JSON: unexpected end of input"}, schemaSkip},
-	{"syntax", `{"rules":[}`, []string{"invalid JSON at byte 10: invalid character '}' looking for beginning of value"}, schemaSkip},
-	{"trailing data", `{"rules":[{"name":"r",` + tb + `}]} {}`, []string{"invalid JSON: unexpected data after the top-level value, which ends at byte 76"}, schemaSkip},
+	{"syntax", `{"rules":[}`, []string{"invalid JSON at byte 10 (line 1, column 11): invalid character '}' looking for beginning of value"}, schemaSkip},
+	{"trailing data", `{"rules":[{"name":"r",` + tb + `}]} {}`, []string{"invalid JSON: unexpected data after the top-level value, which ends at byte 76 (line 1, column 77)"}, schemaSkip},
 	{"not an object", `[]`, []string{"want an object, got an array"}, schemaRejects},
 	{"too deep", `{"x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, []string{"invalid JSON: nesting is deeper than 32 levels"}, schemaSkip},
 	{"too large", `{"rules":[],"domain":"` + strings.Repeat("a", MaxConfigBytes) + `"}`, []string{"config is 1048600 bytes; the maximum is 1048576"}, schemaSkip},
@@ -203,6 +203,44 @@ var invalidCases = []invalidCase{
 		"redis.breaker.open: unknown field",
 		"redis.breaker.failures: must be between 1 and 1000, got 0",
 	}, schemaRejects},
+
+	// Deny like Envoy (issue 15).
+	{"grpc_status not 8 or 14", `{"deny":{"grpc_status":9},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{"deny.grpc_status: 9 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
+	{"envoy_ratelimited_header type", `{"deny":{"envoy_ratelimited_header":"yes"},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{`deny.envoy_ratelimited_header: want true or false, got "yes"`}, schemaRejects},
+	{"x-envoy-ratelimited as a deny header", `{"deny":{"headers":{"X-Envoy-RateLimited":"true"}},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{`deny.headers.X-Envoy-RateLimited: cannot be set here: set by the filter; see "envoy_ratelimited_header"`}, schemaRejects},
+
+	// Shadow options only on shadow rules (issue 15).
+	{"shadow_headers on an enforced rule", oneRule(tb + `,"shadow_headers":true`),
+		[]string{`rules[0].shadow_headers: only allowed with "shadow": true`}, schemaAccepts},
+	{"shadow_request_header on an enforced rule", oneRule(tb + `,"shadow_request_header":"x-would-deny"`),
+		[]string{`rules[0].shadow_request_header: only allowed with "shadow": true`}, schemaAccepts},
+	{"shadow_request_header not a header name", oneRule(tb + `,"shadow":true,"shadow_request_header":"x y"`),
+		[]string{`rules[0].shadow_request_header: "x y" is not a valid header name`}, schemaRejects},
+
+	// Per-value overrides (issue 15).
+	{"overrides without a key", oneRule(tb + `,"overrides":[{"exact":"a","limit":5}]`),
+		[]string{`rules[0].overrides: needs a "key": an override gives key values their own limit`}, schemaAccepts},
+	{"override without exact or prefix", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"limit":5}]`),
+		[]string{`rules[0].overrides[0]: one of "exact" or "prefix" is required`}, schemaRejects},
+	{"override with exact and prefix", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","prefix":"b","limit":5}]`),
+		[]string{`rules[0].overrides[0]: give one of "exact" or "prefix", not both`}, schemaRejects},
+	{"override empty prefix", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"prefix":"","limit":5}]`),
+		[]string{`rules[0].overrides[0].prefix: must not be empty (an empty prefix matches every value: change the rule's limit instead)`}, schemaRejects},
+	{"override without a limit", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a"}]`),
+		[]string{`rules[0].overrides[0]: needs "limit", "window" or "burst", or "unlimited": true`}, schemaAccepts},
+	{"unlimited override with a limit", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","unlimited":true,"limit":5}]`),
+		[]string{`rules[0].overrides[0].limit: not used with "unlimited": true`}, schemaAccepts},
+	{"override part out of range", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"part":1,"exact":"a","limit":5}]`),
+		[]string{`rules[0].overrides[0].part: must be between 0 and 0, got 1`}, schemaAccepts},
+	{"duplicate override", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","limit":5},{"exact":"a","limit":6}]`),
+		[]string{`rules[0].overrides[1]: duplicate of rules[0].overrides[0]`}, schemaAccepts},
+	{"override on adaptive", oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":1,"max_limit":10},"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","limit":5}]`),
+		[]string{`rules[0].overrides: not supported by adaptive: its controller tunes one limit per rule`}, schemaAccepts},
+	{"override burst on gcra cost", oneRule(tb + `,"cost":5,"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","limit":2}]`),
+		[]string{`rules[0].overrides[0].cost: every request costs 5, more than the rule ever allows (limit 2)`}, schemaAccepts},
 
 	// Many problems at once are all reported, in document order.
 	{"several rules", `{"rules":[{"name":"a","algorithm":"gcra","limit":"100","window":"1s"},{"name":"b","algorithm":"token_bucket","limit":5,"window":"10"},{"name":"a",` + tb + `}]}`, []string{

@@ -37,7 +37,7 @@ func Parse(data []byte) (*Config, error) {
 		p.add(path, "duplicate key")
 	})
 	if err != nil {
-		p.add("", err.Error())
+		p.add("", withLineColumn(data, err.Error()))
 		return nil, p.result()
 	}
 	cfg := p.config(root)
@@ -174,7 +174,7 @@ var (
 	matchFields       = []string{"routes", "virtual_hosts", "path", "methods", "headers"}
 	pathMatchFields   = []string{"exact", "prefix", "regex"}
 	headerMatchFields = []string{"name", "present", "exact", "prefix", "regex", "invert"}
-	denyFields        = []string{"status", "body", "content_type", "headers"}
+	denyFields        = []string{"status", "body", "content_type", "headers", "envoy_ratelimited_header", "grpc_status"}
 )
 
 func (p *parser) redis(path string, n *node) *Redis {
@@ -266,7 +266,7 @@ func isKeyPrefix(s string) bool {
 
 var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
-	"cost", "shadow", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
+	"cost", "shadow", "shadow_headers", "shadow_request_header", "overrides", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
 	"rate_limit_headers",
 }
 
@@ -324,6 +324,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	if bn, bpath := f.get("shadow"); bn != nil {
 		r.Shadow, _ = p.boolean(bpath, bn)
 	}
+	p.shadowOptions(f, r)
 	if bn, bpath := f.get("continue"); bn != nil {
 		r.Continue, _ = p.boolean(bpath, bn)
 	}
@@ -343,6 +344,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		}
 	}
 	p.algorithm(path, f, r)
+	if on, opath := f.get("overrides"); on != nil {
+		p.overrides(opath, on, r)
+	}
 	return r
 }
 
@@ -893,7 +897,8 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 
 // defaultDeny is the built-in denial response.
 func defaultDeny() *Deny {
-	d := &Deny{Status: defaultDenyStatus, Body: defaultDenyBody, ContentType: "application/json"}
+	d := &Deny{Status: defaultDenyStatus, Body: defaultDenyBody, ContentType: "application/json",
+		EnvoyRateLimited: true, GrpcStatus: grpcResourceExhausted}
 	d.body, _ = compileBody(d.Body)
 	return d
 }
@@ -909,6 +914,7 @@ var reservedDenyHeaders = map[string]string{
 	"x-ratelimit-limit":     "set by the filter",
 	"x-ratelimit-remaining": "set by the filter",
 	"x-ratelimit-reset":     "set by the filter",
+	"x-envoy-ratelimited":   `set by the filter; see "envoy_ratelimited_header"`,
 }
 
 // deny reads a denial response. Fields that are absent are inherited from parent (the
@@ -951,6 +957,20 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			}
 		} else {
 			valid = false
+		}
+	}
+	if bn, bpath := f.get("envoy_ratelimited_header"); bn != nil {
+		d.EnvoyRateLimited, ok = p.boolean(bpath, bn)
+		valid = valid && ok
+	}
+	if gn, gpath := f.get("grpc_status"); gn != nil {
+		if v, ok := p.intField(gpath, gn, 0, 16); !ok {
+			valid = false
+		} else if v != grpcResourceExhausted && v != grpcUnavailable {
+			p.addf(gpath, "%d is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)", v)
+			valid = false
+		} else {
+			d.GrpcStatus = v
 		}
 	}
 	if hn, hpath := f.get("headers"); hn != nil {
@@ -1001,4 +1021,34 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		return nil
 	}
 	return &d
+}
+
+// The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
+const (
+	grpcResourceExhausted = 8
+	grpcUnavailable       = 14
+)
+
+// shadowOptions reads the fields that only a shadow rule may have: whether its rate-limit
+// headers reach clients, and the request header that tells the upstream of a would-be denial.
+// On an enforced rule they would mean nothing, so they are errors there rather than ignored.
+func (p *parser) shadowOptions(f fields, r *Rule) {
+	if bn, bpath := f.get("shadow_headers"); bn != nil {
+		r.ShadowHeaders, _ = p.boolean(bpath, bn)
+		if !r.Shadow {
+			p.add(bpath, `only allowed with "shadow": true`)
+		}
+	}
+	if hn, hpath := f.get("shadow_request_header"); hn != nil {
+		s, ok := p.str(hpath, hn, 256)
+		switch {
+		case !ok:
+		case !r.Shadow:
+			p.add(hpath, `only allowed with "shadow": true`)
+		case !isToken(s) || strings.HasPrefix(s, ":"):
+			p.add(hpath, quote(s)+" is not a valid header name")
+		default:
+			r.ShadowRequestHeader = strings.ToLower(s)
+		}
+	}
 }

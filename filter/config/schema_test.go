@@ -107,6 +107,7 @@ func TestSchemaMatchesParser(t *testing.T) {
 		"#/$defs/keyPart":                  keyPartFields,
 		"#/$defs/cost/oneOf/1":             costFields,
 		"#/$defs/adaptive":                 adaptiveFields,
+		"#/$defs/override":                 overrideFields,
 	}
 	enums := map[string][]string{
 		"#/$defs/rule/properties/algorithm":       algorithmNames,

@@ -37,6 +37,13 @@ type Step struct {
 	WantHeaders map[string]string
 	// WantBody is a substring the local response body must contain.
 	WantBody string
+	// WantNoBody says the local response must have an empty body (a gRPC denial).
+	WantNoBody bool
+	// WantGrpcStatus, when not 0, is the grpc-status the local response must carry.
+	WantGrpcStatus int
+	// WantUpstreamHeaders are request headers the upstream must receive (for a continued
+	// request), "-" meaning "must be absent", as in WantHeaders.
+	WantUpstreamHeaders map[string]string
 }
 
 // Outcome is what a driver observed for one step.
@@ -44,6 +51,11 @@ type Outcome struct {
 	Status  int // 0: continued
 	Headers map[string]string
 	Body    string
+	// GrpcStatus is the gRPC status given with the local response, -1 when none.
+	GrpcStatus int
+	// Upstream are the request headers as the filter let them go upstream (continued
+	// requests only).
+	Upstream map[string]string
 }
 
 // Driver runs requests through one filter instance.
@@ -64,19 +76,32 @@ func Run(t *testing.T, d Driver, sc Scenario) {
 			t.Fatalf("step %d (at %v, path %s): status %d (0 = continued), want %d; headers %v body %q",
 				i, s.At, s.Path, got.Status, s.Want, got.Headers, got.Body)
 		}
-		for k, v := range s.WantHeaders {
-			have, ok := got.Headers[k]
-			switch {
-			case v == "-" && ok:
-				t.Fatalf("step %d: header %s must be absent, got %q", i, k, have)
-			case v != "-" && !ok:
-				t.Fatalf("step %d: header %s missing; have %v", i, k, got.Headers)
-			case v != "-" && have != v:
-				t.Fatalf("step %d: header %s is %q, want %q", i, k, have, v)
-			}
-		}
+		checkHeaders(t, i, "header", s.WantHeaders, got.Headers)
+		checkHeaders(t, i, "upstream request header", s.WantUpstreamHeaders, got.Upstream)
 		if s.WantBody != "" && !strings.Contains(got.Body, s.WantBody) {
 			t.Fatalf("step %d: body %q does not contain %q", i, got.Body, s.WantBody)
+		}
+		if s.WantNoBody && got.Body != "" {
+			t.Fatalf("step %d: body must be empty, got %q", i, got.Body)
+		}
+		if s.WantGrpcStatus != 0 && got.GrpcStatus != s.WantGrpcStatus {
+			t.Fatalf("step %d: grpc status %d, want %d", i, got.GrpcStatus, s.WantGrpcStatus)
+		}
+	}
+}
+
+// checkHeaders fails t when have differs from want ("-": must be absent).
+func checkHeaders(t *testing.T, step int, what string, want, have map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		h, ok := have[k]
+		switch {
+		case v == "-" && ok:
+			t.Fatalf("step %d: %s %s must be absent, got %q", step, what, k, h)
+		case v != "-" && !ok:
+			t.Fatalf("step %d: %s %s missing; have %v", step, what, k, have)
+		case v != "-" && h != v:
+			t.Fatalf("step %d: %s %s is %q, want %q", step, what, k, h, v)
 		}
 	}
 }

@@ -70,11 +70,101 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		Name:   "shadow rule decides and counts but never denies",
-		Config: `{"rules":[{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		// Issue 15: a shadow rule's headers reached clients, which slowed down for a limit
+		// nobody enforces, and the upstream was never told of a would-be denial.
+		Name: "shadow rule never denies, sends clients no headers, tells the upstream of a would-be denial",
+		Config: `{"rules":[{"name":"dry","shadow":true,"shadow_request_header":"x-ratelimit-shadow-denied",
+			"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
 		Steps: []Step{
-			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
-			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1`}},
+			{WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-", "x-ratelimit-limit": "-"},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "-"}},
+			{WantHeaders: map[string]string{"ratelimit": "-", "ratelimit-policy": "-"},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "dry"}},
+			// A client cannot forge the verdict: its copy is removed, whether the rule
+			// would deny or not, and only the filter's reaches the upstream.
+			{Headers: [][2]string{hdr("x-ratelimit-shadow-denied", "forged")},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "dry"}},
+			{At: 1100 * ms, Headers: [][2]string{hdr("x-ratelimit-shadow-denied", "forged")},
+				WantUpstreamHeaders: map[string]string{"x-ratelimit-shadow-denied": "-"}},
+		},
+	},
+	{
+		Name: "shadow rule with shadow_headers: its headers reach clients, beside an enforced rule's",
+		Config: `{"rate_limit_headers":"both","rules":[
+			{"name":"dry","continue":true,"shadow":true,"shadow_headers":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"quiet","continue":true,"shadow":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"real","algorithm":"fixed_window","limit":5,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1, "real";r=4;t=1`, "x-ratelimit-remaining": "0"}},
+			{WantHeaders: map[string]string{"ratelimit": `"dry";r=0;t=1, "real";r=3;t=1`}},
+		},
+	},
+	{
+		// Issue 15: Envoy's rate-limit filters mark a denial with x-envoy-ratelimited (the
+		// router's envoy-ratelimited retry policy reads it) and answer gRPC clients with a
+		// grpc-status rather than an HTTP 429 with a JSON body.
+		Name:   "deny like Envoy: x-envoy-ratelimited on 429, gRPC gets RESOURCE_EXHAUSTED without a body",
+		Config: `{"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
+			{Want: 429, WantBody: `"rule":"one"`, WantHeaders: map[string]string{
+				"x-envoy-ratelimited": "true", "content-type": "application/json"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true, WantHeaders: map[string]string{
+					"x-envoy-ratelimited": "true", "content-type": "-", "retry-after": "1"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc+proto")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+			// application/grpc-web is not gRPC over HTTP/2: its clients read HTTP statuses.
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+		},
+	},
+	{
+		// Issue 15: envoyproxy/ratelimit users give descriptor values their own limit (API-key
+		// tiers, an unlimited internal key).
+		Name: "per-value overrides: an exact key and a prefix have their own limits, an unlimited key none",
+		Config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
+			"algorithm":"fixed_window","limit":1,"window":"1m",
+			"overrides":[{"exact":"internal","unlimited":true},
+			             {"prefix":"gold-","limit":3},
+			             {"prefix":"gold-vip-","limit":5,"window":"1s"},
+			             {"exact":"gold-x","limit":2}]}]}`,
+		Steps: []Step{
+			// An ordinary key: the rule's limit of 1.
+			{Headers: [][2]string{hdr("x-api-key", "free")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=1;w=60`, "ratelimit": `"per-key";r=0;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "free")}, Want: 429},
+			// A gold key: 3, and its policy says so.
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=3;w=60`, "ratelimit": `"per-key";r=2;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, WantHeaders: map[string]string{"ratelimit": `"per-key";r=0;t=60`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-a")}, Want: 429},
+			// Each gold key has its own count of 3: a prefix is a tier, not a shared bucket.
+			{Headers: [][2]string{hdr("x-api-key", "gold-b")}, WantHeaders: map[string]string{"ratelimit": `"per-key";r=2;t=60`}},
+			// The longest prefix wins, and an exact value wins over every prefix.
+			{Headers: [][2]string{hdr("x-api-key", "gold-vip-1")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=5;w=1`, "ratelimit": `"per-key";r=4;t=1`}},
+			{Headers: [][2]string{hdr("x-api-key", "gold-x")}, WantHeaders: map[string]string{
+				"ratelimit-policy": `"per-key";q=2;w=60`, "ratelimit": `"per-key";r=1;t=60`}},
+			// The unlimited key is never limited and gets no headers.
+			{Headers: [][2]string{hdr("x-api-key", "internal")}, WantHeaders: map[string]string{"ratelimit": "-"}},
+			{Headers: [][2]string{hdr("x-api-key", "internal")}},
+			{Headers: [][2]string{hdr("x-api-key", "internal")}},
+			// "internalx" is not "internal": the rule's limit.
+			{Headers: [][2]string{hdr("x-api-key", "internalx")}},
+			{Headers: [][2]string{hdr("x-api-key", "internalx")}, Want: 429},
+		},
+	},
+	{
+		Name: "deny: gRPC status 14 and no x-envoy-ratelimited when configured",
+		Config: `{"deny":{"grpc_status":14,"envoy_ratelimited_header":false},
+			"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
+		Steps: []Step{
+			{},
+			{Headers: [][2]string{hdr("content-type", "application/grpc")},
+				Want: 429, WantGrpcStatus: 14, WantNoBody: true, WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
+			{Want: 429, WantGrpcStatus: -1, WantHeaders: map[string]string{"x-envoy-ratelimited": "-"}},
 		},
 	},
 	{

@@ -68,13 +68,13 @@ var TableCases = []TableCase{
 					denied++
 				}
 			}
-			overflow := d.Metric(t, "ratelimit_k_key_overflow_total")
+			overflow := d.Metric(t, "ratelimit_key_overflow_total;rule=k")
 			bound := 100 * float64(overflow) / float64(sharedstate.OverflowSlots*10)
 			t.Logf("%d of 100 new clients denied; %d overflow decisions; bound %.1f", denied, overflow, bound)
 			if float64(denied) > bound {
 				t.Fatalf("%d denied, above the bound %.1f", denied, bound)
 			}
-			if used := d.Metric(t, "ratelimit_k_key_slots_used"); used != 10000 {
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 10000 {
 				t.Fatalf("key_slots_used %d, want 10000", used)
 			}
 		},
@@ -87,7 +87,7 @@ var TableCases = []TableCase{
 		"algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
 		Workers: 3,
 		Check: func(t *testing.T, d TableDriver) {
-			if used := d.Metric(t, "ratelimit_k_key_slots_used"); used != 0 {
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 0 {
 				t.Fatalf("key_slots_used %d before any request", used)
 			}
 			for i := range 40 {
@@ -98,13 +98,13 @@ var TableCases = []TableCase{
 			// 8 keys have slots (16 decisions); the other 32 keys' 64 decisions are overflow
 			// decisions, and the second request of each key that shares an overflow slot is
 			// denied.
-			if o := d.Metric(t, "ratelimit_k_key_overflow_total"); o != 64 {
+			if o := d.Metric(t, "ratelimit_key_overflow_total;rule=k"); o != 64 {
 				t.Fatalf("key_overflow_total %d, want 64", o)
 			}
-			if used := d.Metric(t, "ratelimit_k_key_slots_used"); used != 8 {
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 8 {
 				t.Fatalf("key_slots_used %d, want 8", used)
 			}
-			allowed, denied := d.Metric(t, "ratelimit_k_allowed_total"), d.Metric(t, "ratelimit_k_denied_total")
+			allowed, denied := d.Metric(t, "ratelimit_requests_total;rule=k;decision=allowed"), d.Metric(t, "ratelimit_requests_total;rule=k;decision=denied")
 			if allowed+denied != 80 {
 				t.Fatalf("%d allowed + %d denied, want 80 decisions", allowed, denied)
 			}

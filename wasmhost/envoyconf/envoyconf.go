@@ -43,6 +43,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -52,6 +53,13 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Type URLs of the access loggers the host writes.
+const (
+	typeStdoutAccessLog = "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
+	typeStderrAccessLog = "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog"
+	typeFileAccessLog   = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
 )
 
 // Type URLs of the typed configurations this package interprets.
@@ -77,8 +85,20 @@ type Config struct {
 	// Warnings lists what the file configures that the wazero host ignores (HTTP filters it
 	// does not implement, extra endpoints of a cluster...). Envoy would honour them.
 	Warnings []string
+	// StatsTags are stats_config.stats_tags: the tags Envoy's tag extraction takes out of
+	// stat names (labels in its Prometheus output), in file order.
+	StatsTags []StatsTag
 	// Bootstrap is the validated message everything above was read from.
 	Bootstrap *bootstrapv3.Bootstrap
+}
+
+// StatsTag is one stats_config.stats_tags entry: a tag whose value a regular expression
+// extracts from stat names (the first capture group is removed from the name; the value is
+// the second group, or the first when there is one), or a fixed value every stat carries.
+type StatsTag struct {
+	Name       string
+	Regex      *regexp.Regexp // nil for a fixed value
+	FixedValue string
 }
 
 // Cluster is a static cluster reduced to one address.
@@ -112,6 +132,10 @@ type Listener struct {
 	// EscapedSlashes is path_with_escaped_slashes_action by its enum name (EscapedSlashes*
 	// constants); unset is Envoy's default, KEEP_UNCHANGED.
 	EscapedSlashes string
+	// AccessLogs are the connection manager's access logs the host writes: where each one
+	// goes ("/dev/stdout", "/dev/stderr" or a file path), one line per request in Envoy's
+	// default format.
+	AccessLogs []string
 }
 
 // WasmFilter is the Wasm HTTP filter of a listener, with what the host needs to load the
@@ -267,6 +291,26 @@ func FromBootstrap(bs *bootstrapv3.Bootstrap) (*Config, error) {
 		}
 		c.Admin = addr
 	}
+	for i, t := range bs.GetStatsConfig().GetStatsTags() {
+		st := StatsTag{Name: t.GetTagName(), FixedValue: t.GetFixedValue()}
+		switch {
+		case t.GetRegex() != "":
+			re, err := regexp.Compile(t.GetRegex())
+			if err != nil {
+				return nil, fmt.Errorf("envoyconf: stats_config.stats_tags[%d].regex: %w", i, err)
+			}
+			if re.NumSubexp() < 1 {
+				return nil, fmt.Errorf("envoyconf: stats_config.stats_tags[%d].regex: needs a capture group (the part removed from the name)", i)
+			}
+			st.Regex = re
+		case t.GetFixedValue() == "":
+			// A tag name alone selects one of Envoy's default tags, which never match a Wasm
+			// plugin's stats.
+			c.Warnings = append(c.Warnings, fmt.Sprintf("stats_config.stats_tags[%d] (%s): a default tag; the wazero host ignores it", i, st.Name))
+			continue
+		}
+		c.StatsTags = append(c.StatsTags, st)
+	}
 	sr := bs.GetStaticResources()
 	for i, cl := range sr.GetClusters() {
 		where := fmt.Sprintf("static_resources.clusters[%d] (%s)", i, cl.GetName())
@@ -362,6 +406,28 @@ func (c *Config) listener(l *listenerv3.Listener) (*Listener, error) {
 		ln.EscapedSlashes = a.String()
 	}
 	ln.StripPort = hcm.GetStripAnyHostPort() || hcm.GetStripMatchingHostPort()
+	for i, al := range hcm.GetAccessLog() {
+		switch url := al.GetTypedConfig().GetTypeUrl(); url {
+		case typeStdoutAccessLog:
+			ln.AccessLogs = append(ln.AccessLogs, "/dev/stdout")
+		case typeStderrAccessLog:
+			ln.AccessLogs = append(ln.AccessLogs, "/dev/stderr")
+		case typeFileAccessLog:
+			f := &fileaccesslogv3.FileAccessLog{}
+			if err := al.GetTypedConfig().UnmarshalTo(f); err != nil {
+				return nil, fmt.Errorf("http_connection_manager.access_log[%d]: %w", i, err)
+			}
+			ln.AccessLogs = append(ln.AccessLogs, f.GetPath())
+			if f.GetAccessLogFormat() != nil {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d]: the wazero host writes Envoy's default format, not this log_format", l.GetName(), i))
+			}
+		default:
+			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d] (%s) is ignored", l.GetName(), i, url))
+		}
+		if al.GetFilter() != nil {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d].filter is ignored; every request is logged", l.GetName(), i))
+		}
+	}
 	rc := hcm.GetRouteConfig()
 	if rc == nil {
 		return nil, fmt.Errorf("http_connection_manager: only an inline route_config is supported (no RDS or scoped routes)")

@@ -6,7 +6,8 @@
 // one stats store, and two Servers are two independent proxies.
 //
 // What Envoy does that a Server does not: TLS, HTTP/2 and HTTP/3 downstream, load balancing
-// and health checking (a cluster is its first endpoint), retries, access logs, appending the
+// and health checking (a cluster is its first endpoint), retries, access log formats other
+// than Envoy's default and access log filters, appending the
 // peer to X-Forwarded-For under use_remote_address (the filter keys on source.address, which
 // is the peer here as in Envoy), FAIL_OPEN and FAIL_RELOAD (see Notes), and the periodic
 // stats flush (histograms are always current).
@@ -51,6 +52,9 @@ type Options struct {
 	LogWriter io.Writer
 	// PollOneoff selects Envoy's poll_oneoff behaviour (default >= 1.39).
 	PollOneoff wasmhost.PollOneoffMode
+	// Stdout and Stderr receive the access logs configured to go to standard output or error
+	// (default os.Stdout and os.Stderr).
+	Stdout, Stderr io.Writer
 }
 
 // Server serves one configuration. Its methods are safe for concurrent use.
@@ -73,6 +77,7 @@ type listener struct {
 	host      *wasmhost.Host
 	upstreams map[string]*url.URL // cluster name -> base URL
 	addr      string
+	accessLog []*accessLog // the connection manager's access logs
 }
 
 // Start loads every listener's filter into a wasmhost.Host, binds the listeners and the
@@ -83,6 +88,12 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 		opts.Workers = 2
 	}
 	s := &Server{cfg: cfg, shared: opts.SharedData, metrics: wasmhost.NewMetricStore()}
+	// /stats/prometheus extracts the bootstrap's stats_tags as Envoy does.
+	tags := make([]wasmhost.TagSpecifier, len(cfg.StatsTags))
+	for i, t := range cfg.StatsTags {
+		tags[i] = wasmhost.TagSpecifier{Name: t.Name, Regex: t.Regex, FixedValue: t.FixedValue}
+	}
+	s.metrics.SetStatsTags(tags)
 	if s.shared == nil {
 		s.shared = wasmhost.NewSharedData()
 	}
@@ -139,7 +150,15 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 			return nil, fmt.Errorf("envoyhost: listener %s: %w", lc.Name, err)
 		}
 		s.hosts = append(s.hosts, h)
-		s.listeners = append(s.listeners, &listener{conf: lc, host: h, upstreams: upstreams})
+		ln := &listener{conf: lc, host: h, upstreams: upstreams}
+		for _, path := range lc.AccessLogs {
+			al, err := openAccessLog(path, opts)
+			if err != nil {
+				return nil, fmt.Errorf("envoyhost: listener %s: access log: %w", lc.Name, err)
+			}
+			ln.accessLog = append(ln.accessLog, al)
+		}
+		s.listeners = append(s.listeners, ln)
 	}
 	for _, l := range s.listeners {
 		ln, err := listen(l.conf.Address, opts)
@@ -186,6 +205,16 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 // path (or answer 400 or 307 as path_with_escaped_slashes_action says), pick the route (no route: the filter still runs and the router answers 404), then
 // the filter unless the route disables it, then the route's cluster or direct response.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(l.accessLog) > 0 {
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		defer func() {
+			for _, al := range l.accessLog {
+				al.write(start, r, rec)
+			}
+		}()
+		w = rec
+	}
 	raw := r.RequestURI
 	if raw == "" || !strings.HasPrefix(raw, "/") {
 		raw = r.URL.RequestURI()
@@ -234,9 +263,20 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveAdmin is the subset of Envoy's admin interface that tests and people use with this
 // filter.
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	serveAdmin(s.metrics, s.live.Load, w, r)
+}
+
+// AdminHandler serves the admin subset the envoy.yaml mode serves (/ready, /stats,
+// /stats/prometheus) over a metric store, for a host run without a bootstrap (the plugin
+// configuration mode of cmd/ratelimit-host). live says whether /ready answers LIVE.
+func AdminHandler(metrics *wasmhost.MetricStore, live func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveAdmin(metrics, live, w, r) })
+}
+
+func serveAdmin(metrics *wasmhost.MetricStore, live func() bool, w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/ready":
-		if s.live.Load() {
+		if live() {
 			_, _ = io.WriteString(w, "LIVE\n")
 			return
 		}
@@ -244,10 +284,10 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "DRAINING\n")
 	case "/stats/prometheus":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = s.metrics.WritePrometheus(w)
+		_ = metrics.WritePrometheus(w)
 	case "/stats":
 		w.Header().Set("Content-Type", "text/plain")
-		s.writeStats(w)
+		WriteStats(w, metrics)
 	case "/":
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ratelimit-wasm wazero host admin\n  /ready\n  /stats\n  /stats/prometheus\n")
@@ -256,17 +296,17 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeStats prints "name: value" lines sorted by name, like Envoy's /stats; a histogram
+// WriteStats prints "name: value" lines sorted by name, like Envoy's /stats; a histogram
 // prints its count, sum and a few quantiles of the retained samples.
-func (s *Server) writeStats(w io.Writer) {
-	ms := s.metrics.Metrics()
+func WriteStats(w io.Writer, metrics *wasmhost.MetricStore) {
+	ms := metrics.Metrics()
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 	for _, m := range ms {
 		if m.Type != wasmhost.MetricHistogram {
 			fmt.Fprintf(w, "%s: %d\n", m.Name, m.Value)
 			continue
 		}
-		h, _ := s.metrics.Histogram(m.Name)
+		h, _ := metrics.Histogram(m.Name)
 		vals := append([]uint64(nil), h.Values...)
 		sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
 		q := func(p float64) string {

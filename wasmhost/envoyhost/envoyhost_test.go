@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 const bootstrap = `
 admin:
   address: { socket_address: { address: 0.0.0.0, port_value: 9901 } }
+stats_config:
+  stats_tags:
+  - tag_name: rule
+    regex: '(;rule=([^;]+))'
+  - tag_name: decision
+    regex: '(;decision=([^;]+))'
 static_resources:
   listeners:
   - name: main
@@ -32,6 +39,10 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: main
+          access_log:
+          - name: envoy.access_loggers.stdout
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
           normalize_path: true
           route_config:
             virtual_hosts:
@@ -109,9 +120,17 @@ func TestServer(t *testing.T) {
 	_, err = Start(ctx, cfg, Options{Bind: "127.0.0.1", EphemeralPorts: true})
 	require.ErrorContains(t, err, "/nonexistent/ratelimit.wasm", "without Options.Wasm the configured file is read")
 
-	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true})
+	var accessLog lockedBuffer
+	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
+	// The bootstrap's stdout access log gets one line per request, in Envoy's default format
+	// (issue 15), the filter's 429s included.
+	defer func() {
+		lines := strings.Split(strings.TrimSpace(accessLog.String()), "\n")
+		assert.Len(t, lines, 9, accessLog.String())
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "-" "Go-http-client/1.1" "-" "127.0.0.1:\d+" "-"$`, lines[2])
+	}()
 	base, admin := s.URL("main"), s.AdminURL()
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), base)
 	require.NotEqual(t, "http://127.0.0.1:10000", base, "EphemeralPorts")
@@ -151,11 +170,16 @@ func TestServer(t *testing.T) {
 	assert.Equal(t, "LIVE\n", body)
 	_, hdr, body = get(t, admin+"/stats/prometheus")
 	assert.Contains(t, hdr.Get("content-type"), "text/plain")
-	assert.Contains(t, body, "# TYPE ratelimit_a_limit_allowed_total counter\nratelimit_a_limit_allowed_total{} 2\n")
-	assert.Contains(t, body, "ratelimit_a_limit_denied_total{} 1\n")
-	assert.Contains(t, body, "ratelimit_b_limit_allowed_total{} 0\n")
+	// The bootstrap's stats_tags turn the rule and the decision into labels (issue 15), one
+	// family for every rule's decisions.
+	assert.Contains(t, body, "# TYPE ratelimit_requests_total counter\n")
+	assert.Equal(t, 1, strings.Count(body, "# TYPE ratelimit_requests_total "), body)
+	assert.Contains(t, body, `ratelimit_requests_total{rule="a-limit",decision="allowed"} 2`+"\n")
+	assert.Contains(t, body, `ratelimit_requests_total{rule="a-limit",decision="denied"} 1`+"\n")
+	assert.Contains(t, body, `ratelimit_requests_total{rule="b-limit",decision="allowed"} 0`+"\n")
+	assert.Contains(t, body, `ratelimit_key_slots_used{rule="a-limit"} 1`+"\n")
 	_, _, body = get(t, admin+"/stats")
-	assert.Contains(t, body, "ratelimit_a_limit_allowed_total: 2\n")
+	assert.Contains(t, body, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\n")
 	code, _, _ = get(t, admin+"/nope")
 	assert.Equal(t, 404, code)
 }
@@ -198,7 +222,7 @@ func TestServerPathHandling(t *testing.T) {
 			require.NoError(t, cfg.Override("b", a.URL))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true})
+			s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: io.Discard})
 			require.NoError(t, err)
 			defer func() { require.NoError(t, s.Close(context.Background())) }()
 			base := s.URL("main")
@@ -234,4 +258,22 @@ func TestServerPathHandling(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is a writer the server's goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

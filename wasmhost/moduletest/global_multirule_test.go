@@ -88,7 +88,7 @@ func TestGlobalWasmKeyBound(t *testing.T) {
 		o, _ := doTimed(t, h, hdr("x-user", u))
 		require.Equalf(t, 0, o.Status, "user %s keeps their own key", u)
 	}
-	require.EqualValues(t, 4, redisMetric(h, "ratelimit_bounded_key_overflow_total"), "c, d, e and f")
+	require.EqualValues(t, 4, redisMetric(h, "ratelimit_key_overflow_total;rule=bounded"), "c, d, e and f")
 	require.ElementsMatch(t, []string{"rl:{rl}:bounded:1:a", "rl:{rl}:bounded:1:b",
 		"rl:{rl}:bounded:#keys", "rl:{rl}:bounded:#overflow"}, srv.Keys())
 	requireNoRedisFailures(t, h)

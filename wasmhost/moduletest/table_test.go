@@ -127,9 +127,9 @@ func TestKeyTableContentionWasm(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	exhausted, _ := d.host.Metric("ratelimit_hot_cas_exhausted_total")
-	retries, _ := d.host.Metric("ratelimit_hot_cas_retries_total")
-	allowed, _ := d.host.Metric("ratelimit_hot_allowed_total")
+	exhausted, _ := d.host.Metric("ratelimit_cas_exhausted_total;rule=hot")
+	retries, _ := d.host.Metric("ratelimit_cas_retries_total;rule=hot")
+	allowed, _ := d.host.Metric("ratelimit_requests_total;rule=hot;decision=allowed")
 	t.Logf("8 workers, %d requests on one key: %d CAS retries, %d decisions exhausted their attempts (%.3f%%)",
 		requests, retries, exhausted, 100*float64(exhausted)/requests)
 	require.Equal(t, requests, status[0]+status[429])

@@ -83,16 +83,16 @@ func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 	// outcome depend on scheduling): the first passes, the others are queued.
 	var flights []*inFlight
 	for i := range k {
-		before, _ := h.Metric("ratelimit_burst_shape_queued_total")
+		before, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
 		f := send(h, []wasmhost.Request{{Worker: i % workers, Method: "GET", Path: "/", Authority: "example.test",
 			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
 		eventually(t, "request decided", func() bool {
-			q, _ := h.Metric("ratelimit_burst_shape_queued_total")
+			q, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
 			return f.returned.Load() == 1 || q == before+1
 		})
 		flights = append(flights, f)
 	}
-	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_burst_shape_queued_total"))
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_queued_total;rule=burst"))
 	clock.Advance(time.Second)
 	var released []time.Duration
 	perWorker := map[int]int{}
@@ -111,7 +111,7 @@ func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 	require.Equal(t, want, released)
 	require.Len(t, perWorker, workers)
 	// The delay histogram saw each queued request at its release instant, in whole ms.
-	hist, ok := h.Histogram("ratelimit_burst_shape_delay_ms")
+	hist, ok := h.Histogram("ratelimit_shape_delay_ms;rule=burst")
 	require.True(t, ok)
 	delays := slices.Clone(hist.Values)
 	slices.Sort(delays)
@@ -120,8 +120,8 @@ func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 		wantMS = append(wantMS, uint64(d/time.Millisecond))
 	}
 	require.Equal(t, wantMS, delays)
-	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_burst_shape_released_total"))
-	require.Zero(t, hostMetric(t, h, "ratelimit_burst_shape_dropped_total"))
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_released_total;rule=burst"))
+	require.Zero(t, hostMetric(t, h, "ratelimit_shape_dropped_total;rule=burst"))
 	// Every worker ticked once per 12 ms of virtual time: 83 ticks in a second.
 	require.Equal(t, []int64{83, 83, 83, 83}, h.Stats().Ticks)
 	require.Zero(t, h.Stats().Traps)
@@ -151,15 +151,15 @@ func TestShapeVirtualBoundsDenyAtOnce(t *testing.T) {
 			// request returns at once, a queued one waits for a tick.
 			var flights []*inFlight
 			for i := range k {
-				before, _ := h.Metric("ratelimit_bound_shape_queued_total")
+				before, _ := h.Metric("ratelimit_shape_queued_total;rule=bound")
 				f := send(h, []wasmhost.Request{{Worker: i % 2, Path: "/", Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
 				eventually(t, "request decided", func() bool {
-					q, _ := h.Metric("ratelimit_bound_shape_queued_total")
+					q, _ := h.Metric("ratelimit_shape_queued_total;rule=bound")
 					return f.returned.Load() == 1 || q == before+1
 				})
 				flights = append(flights, f)
 			}
-			require.EqualValues(t, c.queued, hostMetric(t, h, "ratelimit_bound_shape_queued_total"))
+			require.EqualValues(t, c.queued, hostMetric(t, h, "ratelimit_shape_queued_total;rule=bound"))
 			clock.Advance(10 * time.Second)
 			passed, denied := 0, 0
 			var last time.Duration
@@ -203,7 +203,7 @@ func headerOf(pairs [][2]string, name string) string {
 // (healthy) or after 30 ms against a 20 ms target (slow), or answers 503 at once (failing).
 func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
 	const (
-		gauge    = "ratelimit_ad_adaptive_limit"
+		gauge    = "ratelimit_adaptive_limit;rule=ad"
 		workers  = 4
 		perRound = 8
 	)
@@ -270,7 +270,7 @@ func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
 	// Failing: every answer a 503 (100% > the 20% threshold), at once; the same fall, one
 	// interval late.
 	require.Equal(t, []int64{40, 36, 32, 28}, failing)
-	require.Positive(t, hostMetric(t, h, "ratelimit_ad_denied_total"), "a lowered limit sheds load")
+	require.Positive(t, hostMetric(t, h, "ratelimit_requests_total;rule=ad;decision=denied"), "a lowered limit sheds load")
 	require.Zero(t, h.Stats().Traps)
 	requireNoGuestErrors(t, h)
 }

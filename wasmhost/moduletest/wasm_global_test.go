@@ -360,8 +360,8 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_noscript_total"))
 			requireNoRedisFailures(t, h)
 			// The allowed counter counts admissions on both workers; the denial is counted once.
-			require.EqualValues(t, 3, redisMetric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_allowed_total"))
-			require.EqualValues(t, 1, redisMetric(h, "ratelimit_"+strings.ReplaceAll(name, "-", "_")+"_denied_total"))
+			require.EqualValues(t, 3, redisMetric(h, "ratelimit_requests_total;rule="+name+";decision=allowed"))
+			require.EqualValues(t, 1, redisMetric(h, "ratelimit_requests_total;rule="+name+";decision=denied"))
 		})
 	}
 }

@@ -103,7 +103,7 @@ func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
 			require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_skipped_total"), "the breaker opened after 3")
 			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_breaker_open"))
 			if tc.mode == "local" {
-				require.EqualValues(t, 5, redisMetric(h, "ratelimit_nohosts_allowed_total"))
+				require.EqualValues(t, 5, redisMetric(h, "ratelimit_requests_total;rule=nohosts;decision=allowed"))
 			}
 			require.Zero(t, h.Stats().Traps)
 		})
@@ -126,7 +126,7 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 	require.Equal(t, wasmhost.StatusOK, shared.Set("ratelimit", "rl|ad|ctrl", state, 0))
 
 	require.Eventually(t, func() bool {
-		return hostMetric(t, d.host, "ratelimit_ad_adaptive_limit") == 117
+		return hostMetric(t, d.host, "ratelimit_adaptive_limit;rule=ad") == 117
 	}, 5*time.Second, 10*time.Millisecond, "the workers adopt the controller's limit")
 	for worker := range 2 {
 		require.Eventuallyf(t, func() bool {
@@ -172,8 +172,8 @@ func TestDuplicateKeyHeaderWasm(t *testing.T) {
 		require.Equal(t, 400, got.Status, "request %d", i)
 		require.Contains(t, got.Body, `"header":"x-api-key"`)
 	}
-	require.EqualValues(t, 10, hostMetric(t, d.host, "ratelimit_per_key_duplicate_header_total"))
-	require.Zero(t, hostMetric(t, d.host, "ratelimit_per_key_allowed_total"), "10 of 10 refused, none counted")
+	require.EqualValues(t, 10, hostMetric(t, d.host, "ratelimit_requests_total;rule=per-key;decision=duplicate_header"))
+	require.Zero(t, hostMetric(t, d.host, "ratelimit_requests_total;rule=per-key;decision=allowed"), "10 of 10 refused, none counted")
 
 	folded := step{Headers: [][2]string{hdr("user-agent", "a"), hdr("x-api-key", "k"), hdr("user-agent", "b")}}
 	got := d.Do(t, t0, folded)
@@ -181,6 +181,6 @@ func TestDuplicateKeyHeaderWasm(t *testing.T) {
 	require.Equal(t, `"ua";r=0;t=60, "per-key";r=2;t=60`, got.Headers["ratelimit"])
 	got = d.Do(t, t0, step{Headers: [][2]string{hdr("user-agent", "a,b"), hdr("x-api-key", "k")}})
 	require.Equal(t, 429, got.Status, "two user-agent lines and one line a,b are the same key")
-	require.Zero(t, hostMetric(t, d.host, "ratelimit_ua_duplicate_header_total"))
+	require.Zero(t, hostMetric(t, d.host, "ratelimit_requests_total;rule=ua;decision=duplicate_header"))
 	require.Zero(t, d.host.Stats().Traps)
 }

@@ -195,11 +195,11 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 
 	// Every request but the first was queued and released; the delay histogram saw each one,
 	// and its samples are the slots: about 50, 100, ... 450 ms.
-	const rule = "ratelimit_burst_shape_"
-	require.EqualValues(t, k-1, hostMetric(t, h, rule+"queued_total"))
-	require.EqualValues(t, k-1, hostMetric(t, h, rule+"released_total"))
-	require.Zero(t, hostMetric(t, h, rule+"dropped_total"))
-	hist, ok := h.Histogram(rule + "delay_ms")
+	const rule = ";rule=burst"
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_queued_total"+rule))
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_released_total"+rule))
+	require.Zero(t, hostMetric(t, h, "ratelimit_shape_dropped_total"+rule))
+	hist, ok := h.Histogram("ratelimit_shape_delay_ms" + rule)
 	require.True(t, ok)
 	require.EqualValues(t, k-1, hist.Count, "one delay sample per released request")
 	delays := slices.Clone(hist.Values)
@@ -245,7 +245,7 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	tick := shapeTick(interval)
 	d := newWasm(t, shapeConfig("reset", rate, 10, 2*time.Second), wasmOptions{workers: workers, realTime: true})
 	h := d.host
-	const m = "ratelimit_reset_"
+	const m = ";rule=reset"
 
 	ctxs := make([]context.Context, k)
 	cancelFns := make([]context.CancelFunc, k)
@@ -256,7 +256,7 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	b := fireBurst(h, workers, ctxs)
 	// Once every request is decided, k-1 of them wait in the workers' queues: the first
 	// release is 100ms after the first decision.
-	require.Eventually(t, func() bool { return hostMetric(t, h, m+"shape_queued_total") == k-1 },
+	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_shape_queued_total"+m) == k-1 },
 		2*time.Second, time.Millisecond, "every request but the first must be queued")
 	var victims []int
 	for i := k - 1; i >= 0 && len(victims) < cancels; i-- {
@@ -279,7 +279,7 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 		}
 		return true
 	}, time.Second, 100*time.Microsecond, "cancelled requests must return")
-	droppedEarly, readAt := hostMetric(t, h, m+"shape_dropped_total"), time.Since(b.start)
+	droppedEarly, readAt := hostMetric(t, h, "ratelimit_shape_dropped_total"+m), time.Since(b.start)
 	b.wg.Wait()
 	t.Logf("cancelled requests %v %v after start; dropped counter %d at %v",
 		victims, cancelledAt.Sub(b.start).Round(100*time.Microsecond), droppedEarly, readAt.Round(100*time.Microsecond))
@@ -306,8 +306,8 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	// dropped (by proxy_on_log, not by a later tick that found the stream gone).
 	waitCounters := func(wantQueued int64) (q, rel, drop int64) {
 		require.Eventually(t, func() bool {
-			q, rel, drop = hostMetric(t, h, m+"shape_queued_total"), hostMetric(t, h, m+"shape_released_total"),
-				hostMetric(t, h, m+"shape_dropped_total")
+			q, rel, drop = hostMetric(t, h, "ratelimit_shape_queued_total"+m), hostMetric(t, h, "ratelimit_shape_released_total"+m),
+				hostMetric(t, h, "ratelimit_shape_dropped_total"+m)
 			return q == wantQueued && q == rel+drop
 		}, 2*time.Second, 5*time.Millisecond, "queued must equal released + dropped")
 		return q, rel, drop
@@ -357,7 +357,7 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 		workers = 3
 		k       = 30
 		cancels = 20
-		gauge   = "ratelimit_ad_adaptive_limit"
+		gauge   = "ratelimit_adaptive_limit;rule=ad"
 	)
 	interval := 200 * time.Millisecond
 	d := newWasm(t, `{"rules":[
@@ -374,7 +374,7 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 		t.Cleanup(cancelFns[i])
 	}
 	b := fireBurst(h, workers, ctxs)
-	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_pace_shape_queued_total") == k-1 },
+	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_shape_queued_total;rule=pace") == k-1 },
 		2*time.Second, time.Millisecond, "every request but the first must be queued")
 	// The slots are 20ms apart; the requests with the highest indices are the likeliest to
 	// be still queued, but any one still queued will do.
@@ -397,7 +397,7 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 	time.Sleep(3 * interval)
 	samples.Stop()
 	lo, _, traj := samples.summary(interval)
-	dropped := hostMetric(t, h, "ratelimit_pace_shape_dropped_total")
+	dropped := hostMetric(t, h, "ratelimit_shape_dropped_total;rule=pace")
 	t.Logf("reset %d queued requests (dropped %d); adaptive limit per interval %s", reset, dropped, traj)
 	require.GreaterOrEqual(t, reset, 10, "enough resets to make an interval unhealthy if counted")
 	require.EqualValues(t, reset, dropped)
@@ -611,7 +611,7 @@ func (f *fakeWebdis) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestAdaptiveWasmJudgesOnlyTheUpstream(t *testing.T) {
 	const (
 		workers = 3
-		gauge   = "ratelimit_ad_adaptive_limit"
+		gauge   = "ratelimit_adaptive_limit;rule=ad"
 		maxLim  = 100
 	)
 	interval := 200 * time.Millisecond
@@ -636,7 +636,7 @@ func TestAdaptiveWasmJudgesOnlyTheUpstream(t *testing.T) {
 			"burst":20,"max_delay":"200ms","continue":true},` + adaptive + `]}`,
 		rps: 90,
 		held: func(p *liveProxy) (time.Duration, int64) {
-			h, _ := p.host.Histogram("ratelimit_pace_shape_delay_ms")
+			h, _ := p.host.Histogram("ratelimit_shape_delay_ms;rule=pace")
 			if h.Count == 0 {
 				return 0, 0
 			}
@@ -669,7 +669,7 @@ func TestAdaptiveWasmJudgesOnlyTheUpstream(t *testing.T) {
 			// and the adaptive rule judged every one of them.
 			require.Greater(t, held, 50*time.Millisecond)
 			require.Positive(t, n)
-			require.Positive(t, hostMetric(t, h, "ratelimit_ad_allowed_total"))
+			require.Positive(t, hostMetric(t, h, "ratelimit_requests_total;rule=ad;decision=allowed"))
 			require.EqualValues(t, maxLim, lo, "time spent in the filter must not count as upstream latency")
 			require.EqualValues(t, maxLim, hi)
 			require.Zero(t, ld.other.Load())

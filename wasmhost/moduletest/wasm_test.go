@@ -107,9 +107,10 @@ func (d *wasmDriver) Do(t *testing.T, at time.Time, s step) outcome {
 
 func outcomeOf(res *wasmhost.Result) outcome {
 	if res.Local != nil {
-		return outcome{Status: res.Local.Status, Headers: filtertest.HeaderMap(res.Local.Headers), Body: string(res.Local.Body)}
+		return outcome{Status: res.Local.Status, Headers: filtertest.HeaderMap(res.Local.Headers),
+			Body: string(res.Local.Body), GrpcStatus: int(res.Local.GrpcStatus)}
 	}
-	return outcome{Headers: filtertest.HeaderMap(res.ResponseHeaders)}
+	return outcome{Headers: filtertest.HeaderMap(res.ResponseHeaders), Upstream: filtertest.HeaderMap(res.RequestHeaders), GrpcStatus: -1}
 }
 
 func TestScenariosWasm(t *testing.T) {

@@ -11,9 +11,19 @@
 //
 //	go run ./wasmhost/cmd/ratelimit-host -envoy envoy.yaml -echo -cluster webdis=127.0.0.1:7379
 //
-// Without -envoy it serves one listener with a plugin configuration file:
+// Without -envoy it serves one listener with a plugin configuration file, and an admin
+// interface (-admin, 127.0.0.1:9901 by default) with /stats, /stats/prometheus (labelled as
+// envoy.yaml's stats_config makes them in Envoy) and /ready:
 //
 //	go run ./wasmhost/cmd/ratelimit-host -wasm build/ratelimit.wasm -config plugin.json -echo
+//
+// The check subcommand checks bootstraps before a deploy, with an exit status for CI (see
+// package envoycheck):
+//
+//	go run ./wasmhost/cmd/ratelimit-host check envoy.yaml
+//
+// The routes subcommand prints each route of a bootstrap with the rules that can apply to it
+// (the banner of `make run`).
 //
 // Every request goes through the filter on one of -workers VMs (round robin);
 // requests the filter lets through are forwarded to -upstream (or to a
@@ -31,6 +41,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -49,6 +60,12 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(runCheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "routes" {
+		os.Exit(runRoutes(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-host:", err)
 		os.Exit(1)
@@ -62,6 +79,7 @@ func run() error {
 		vmConfig   = flag.String("vm-config", "", "VM configuration string (vm_config.configuration)")
 		vmID       = flag.String("vm-id", "ratelimit", "vm_config.vm_id: the shared-data namespace")
 		listen     = flag.String("listen", "127.0.0.1:10000", "address of the proxy listener")
+		adminAddr  = flag.String("admin", "127.0.0.1:9901", "address of the admin interface (/ready, /stats, /stats/prometheus); empty for none")
 		upstream   = flag.String("upstream", "", "upstream base URL, e.g. http://127.0.0.1:8081")
 		echo       = flag.Bool("echo", false, "start a bundled echo upstream on a free port (instead of -upstream)")
 		workers    = flag.Int("workers", 2, "number of worker VMs (Envoy's --concurrency)")
@@ -80,7 +98,7 @@ func run() error {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *envoyPath != "" {
-		for _, name := range []string{"config", "vm-config", "vm-id", "listen", "route"} {
+		for _, name := range []string{"config", "vm-config", "vm-id", "listen", "route", "admin"} {
 			if set[name] {
 				return fmt.Errorf("-%s cannot be combined with -envoy: the Envoy configuration says it", name)
 			}
@@ -158,8 +176,12 @@ func run() error {
 		return fmt.Errorf("bad upstream URL %q", upstreamURL)
 	}
 
+	// The same labelled metrics as envoy.yaml's stats_config gives in Envoy.
+	store := wasmhost.NewMetricStore()
+	store.SetStatsTags(filterStatsTags)
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	h, err := wasmhost.New(startCtx, wasm, wasmhost.Options{
+		MetricStore:  store,
 		Workers:      *workers,
 		VMID:         *vmID,
 		PluginName:   "ratelimit",
@@ -189,6 +211,18 @@ func run() error {
 	base := "http://" + l.Addr().String()
 	fmt.Printf("ratelimit-host: %d worker VM(s) running %s (ABI %s), upstream %s\n", h.Workers(), *wasmPath, h.ABIVersion(), upstreamURL)
 	fmt.Printf("try:\n  curl -i %s/\n", base)
+	if *adminAddr != "" {
+		al, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			return errors.Join(fmt.Errorf("-admin: %w", err), h.Close(context.Background()))
+		}
+		admin := &http.Server{Handler: envoyhost.AdminHandler(store, func() bool { return ctx.Err() == nil }),
+			ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, admin)
+		go func() { _ = admin.Serve(al) }()
+		a := "http://" + al.Addr().String()
+		fmt.Printf("admin:\n  %s/stats/prometheus  %s/stats  %s/ready\n", a, a, a)
+	}
 	for _, r := range routeTable {
 		fmt.Printf("route %s* -> %s\n", r.PathPrefix, r.Name)
 	}
@@ -205,17 +239,21 @@ func run() error {
 		_ = s.Shutdown(shutCtx)
 	}
 	err = h.Close(shutCtx)
-	printMetrics(h)
+	printMetrics(h, store)
 	return err
 }
 
-// printMetrics shows what the filter counted, like Envoy's /stats.
-func printMetrics(h *wasmhost.Host) {
-	ms := h.Metrics()
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
-	for _, m := range ms {
-		fmt.Printf("%s: %d\n", m.Name, m.Value)
-	}
+// filterStatsTags are envoy.yaml's stats_config.stats_tags: the filter's stat names carry the
+// rule and the decision as ";rule=<rule>;decision=<decision>", which they make labels.
+var filterStatsTags = []wasmhost.TagSpecifier{
+	{Name: "rule", Regex: regexp.MustCompile(`(;rule=([^;]+))`)},
+	{Name: "decision", Regex: regexp.MustCompile(`(;decision=([^;]+))`)},
+}
+
+// printMetrics shows what the filter counted at shutdown, like Envoy's /stats (histograms
+// with their quantiles, count and sum).
+func printMetrics(h *wasmhost.Host, store *wasmhost.MetricStore) {
+	envoyhost.WriteStats(os.Stdout, store)
 	st := h.Stats()
 	fmt.Printf("traps: %d, failed VMs: %v\n", st.Traps, st.FailedVMs)
 }

@@ -1,0 +1,250 @@
+package config
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// MaxOverrides bounds the overrides of one rule: each has a key table of its own (see
+// Override), and a list meant for a few tiers or special keys never needs more.
+const MaxOverrides = 64
+
+var overrideFields = []string{"part", "exact", "prefix", "limit", "window", "burst", "unlimited"}
+
+// Override gives the requests whose key part has a given value (or starts with a prefix) a
+// limit of their own, as envoyproxy/ratelimit's per-descriptor-value limits do: API-key
+// tiers, or an unlimited internal key. The rule's algorithm and everything else stay; only
+// limit, window and burst change. A request matches at most one override of a rule: an exact
+// value first, then the longest matching prefix (Rule.OverrideFor).
+//
+// An override's keys are counted apart from the rule's (its own key table locally, keys of
+// its own in Redis), so a key's state always belongs to one limit: StateTag is what sets them
+// apart, a string that no key the rule builds can begin with.
+type Override struct {
+	// Part is the index in the rule's Key of the part whose value is compared.
+	Part int
+	// Value is the exact value, or the prefix when Prefix is set.
+	Value  string
+	Prefix bool
+	// Unlimited overrides are never limited: the rule does not apply to their requests (they
+	// count as allowed and get no rate-limit headers).
+	Unlimited bool
+	// Algorithm and Limiter are the rule's, with the override's limit, window and burst.
+	Algorithm algorithms.Config
+	Limiter   algorithms.Limiter
+	// StateTag is "!" then "=" (exact) or "^" (prefix), then the value length-prefixed like a
+	// key part. Keys begin with a digit (a part's length) or are empty, and the length prefix
+	// makes two tags differ before either ends, so a tag namespaces the override's state.
+	StateTag string
+}
+
+// Slots returns the number of keys the override's table of rule r needs: one for an exact
+// value of a rule keyed on that part alone, the rule's max_keys otherwise (a prefix, or other
+// key parts beside the compared one, make many keys).
+func (o *Override) Slots(r *Rule) int {
+	if !o.Prefix && len(r.Key) == 1 {
+		return 1
+	}
+	return r.MaxKeys
+}
+
+// OverrideFor returns the index in r.Overrides of the override that applies to a request
+// with key (as AppendKey built it), or -1. It does not allocate.
+func (r *Rule) OverrideFor(key []byte) int {
+	if len(r.Overrides) == 0 {
+		return -1
+	}
+	best := -1
+	for i := range r.Overrides {
+		o := &r.Overrides[i]
+		v, ok := keyPartValue(key, o.Part)
+		if !ok {
+			continue
+		}
+		if !o.Prefix {
+			if string(v) == o.Value {
+				return i // exact values win over prefixes
+			}
+			continue
+		}
+		if best < 0 && strings.HasPrefix(string(v), o.Value) {
+			// Prefixes are sorted longest first at parse time (see overrides), so the first
+			// one that matches is the longest.
+			best = i
+		}
+	}
+	return best
+}
+
+// keyPartValue returns the value of part i of a key built by AppendKey ("3:abc1:d").
+func keyPartValue(key []byte, i int) ([]byte, bool) {
+	for pos, part := 0, 0; pos < len(key); part++ {
+		n, colon := 0, pos
+		for colon < len(key) && key[colon] >= '0' && key[colon] <= '9' && n <= len(key) {
+			n = n*10 + int(key[colon]-'0')
+			colon++
+		}
+		if colon == pos || colon >= len(key) || key[colon] != ':' || n > len(key)-colon-1 {
+			return nil, false
+		}
+		start := colon + 1
+		if part == i {
+			return key[start : start+n], true
+		}
+		pos = start + n
+	}
+	return nil, false
+}
+
+// overrides reads a rule's overrides. It runs after the rule's algorithm is read, since an
+// override is the rule's algorithm with other parameters.
+func (p *parser) overrides(path string, n *node, r *Rule) {
+	elems, ok := p.array(path, n, 1, MaxOverrides)
+	if !ok {
+		return
+	}
+	switch {
+	case len(r.Key) == 0:
+		p.add(path, `needs a "key": an override gives key values their own limit`)
+		return
+	case r.Algorithm.Algorithm == algorithms.AlgAdaptive:
+		p.add(path, "not supported by adaptive: its controller tunes one limit per rule")
+		return
+	case r.Mode == ModeShape:
+		p.add(path, `not supported with mode "shape": the rule's queue drains at one rate`)
+		return
+	case r.Limiter == nil:
+		return // the rule's own parameters are invalid and already reported
+	}
+	seen := map[string]string{}
+	var out []Override
+	for i, e := range elems {
+		epath := joinIndex(path, i)
+		if o, ok := p.override(epath, e, r); ok {
+			if prev, dup := seen[o.StateTag+"|"+strconv.Itoa(o.Part)]; dup {
+				p.add(epath, "duplicate of "+prev)
+				continue
+			}
+			seen[o.StateTag+"|"+strconv.Itoa(o.Part)] = epath
+			out = append(out, o)
+		}
+	}
+	// Longest prefix first, so that OverrideFor's first matching prefix is the longest; the
+	// sort is stable, so equal lengths keep the configured order.
+	sort.SliceStable(out, func(i, j int) bool {
+		return out[i].Prefix && out[j].Prefix && len(out[i].Value) > len(out[j].Value)
+	})
+	r.Overrides = out
+}
+
+// override reads one override.
+func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
+	f, ok := p.object(path, n, overrideFields...)
+	if !ok {
+		return Override{}, false
+	}
+	o := Override{Algorithm: r.Algorithm}
+	valid := true
+	if pn, ppath := f.get("part"); pn != nil {
+		if v, ok := p.intField(ppath, pn, 0, len(r.Key)-1); ok {
+			o.Part = v
+		} else {
+			valid = false
+		}
+	}
+	en, epath := f.get("exact")
+	pn, ppath := f.get("prefix")
+	switch {
+	case en != nil && pn != nil:
+		p.add(path, `give one of "exact" or "prefix", not both`)
+		valid = false
+	case en != nil:
+		o.Value, ok = p.str(epath, en, maxStringLen)
+		valid = valid && ok
+	case pn != nil:
+		o.Value, ok = p.str(ppath, pn, maxStringLen)
+		o.Prefix = true
+		if ok && o.Value == "" {
+			p.add(ppath, "must not be empty (an empty prefix matches every value: change the rule's limit instead)")
+			ok = false
+		}
+		valid = valid && ok
+	default:
+		p.add(path, `one of "exact" or "prefix" is required`)
+		valid = false
+	}
+	if un, upath := f.get("unlimited"); un != nil {
+		o.Unlimited, ok = p.boolean(upath, un)
+		valid = valid && ok
+	}
+	ac := &o.Algorithm
+	limitSet := false
+	for _, field := range []string{"limit", "window", "burst"} {
+		fn, fpath := f.get(field)
+		if fn == nil {
+			continue
+		}
+		if o.Unlimited {
+			p.add(fpath, `not used with "unlimited": true`)
+			valid = false
+			continue
+		}
+		switch field {
+		case "limit":
+			if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
+				ac.Limit, limitSet = v, true
+			} else {
+				valid = false
+			}
+		case "window":
+			if d, ok := p.duration(fpath, fn, algorithms.MinWindow, algorithms.MaxWindow); ok {
+				ac.Window, limitSet = d, true
+			} else {
+				valid = false
+			}
+		case "burst":
+			spec, _ := algorithms.SpecOf(ac.Algorithm)
+			if !spec.Accepts(algorithms.FieldBurst) {
+				p.add(fpath, "not used by "+ac.Algorithm)
+				valid = false
+			} else if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
+				ac.Burst, limitSet = v, true
+			} else {
+				valid = false
+			}
+		}
+	}
+	if !o.Unlimited && !limitSet && valid {
+		p.add(path, `needs "limit", "window" or "burst", or "unlimited": true`)
+		valid = false
+	}
+	if !valid {
+		return o, false
+	}
+	if bn, _ := f.get("burst"); bn == nil {
+		// An override's burst defaults to its own limit, as a rule's does: the rule's burst
+		// was sized for the rule's limit.
+		ac.Burst = 0
+	}
+	tag := "!="
+	if o.Prefix {
+		tag = "!^"
+	}
+	o.StateTag = string(appendPart([]byte(tag), o.Value))
+	if o.Unlimited {
+		return o, true
+	}
+	// The override is the rule with other parameters: algorithms validates it as it does the
+	// rule (checkAlgorithm), cost included, and reports against the override's path.
+	probe := *r
+	probe.Algorithm = o.Algorithm
+	if fpath, msg := checkAlgorithm(&probe); msg != "" {
+		p.add(path+"."+fpath, msg)
+		return o, false
+	}
+	o.Algorithm, o.Limiter = probe.Algorithm, probe.Limiter
+	return o, true
+}

@@ -1,0 +1,69 @@
+package config
+
+import (
+	"testing"
+)
+
+// OverrideFor compares the configured part of the key: exact values first, then the longest
+// prefix, whatever the order in the configuration.
+func TestOverrideFor(t *testing.T) {
+	cfg, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s",
+		"key":[{"source":"header","name":"x-tenant"},{"source":"header","name":"x-user"}],
+		"overrides":[{"part":1,"prefix":"a","limit":1},{"part":1,"prefix":"abc","limit":3},
+		             {"part":1,"exact":"abcd","limit":4},{"prefix":"t","unlimited":true}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Rules[0]
+	key := func(tenant, user string) []byte {
+		return appendPart(appendPart(nil, tenant), user)
+	}
+	for _, c := range []struct {
+		tenant, user string
+		want         int64 // the override's limit; 0: unlimited; -1: none
+	}{
+		{"x", "b", -1},
+		{"x", "a", 1},
+		{"x", "abx", 1},
+		{"x", "abcx", 3},
+		{"x", "abcd", 4},
+		{"t1", "abcd", 4}, // an exact value on part 1 wins over the prefix on part 0
+		{"t1", "zzz", 0},
+		{"x", "", -1},
+	} {
+		got := int64(-1)
+		if i := r.OverrideFor(key(c.tenant, c.user)); i >= 0 {
+			got = r.Overrides[i].Algorithm.Limit
+			if r.Overrides[i].Unlimited {
+				got = 0
+			}
+		}
+		if got != c.want {
+			t.Errorf("tenant %q user %q: override limit %d, want %d", c.tenant, c.user, got, c.want)
+		}
+	}
+	// Keys that AppendKey never builds find no override and do not panic.
+	for _, k := range []string{"", "x", "9", "99999999999999999999999:a", "1:", "1:a5:ab", ":", "1:a1"} {
+		if i := r.OverrideFor([]byte(k)); i >= 0 {
+			t.Errorf("malformed key %q found override %d", k, i)
+		}
+	}
+}
+
+// Finding an override is on every request of a rule that has them: no allocation.
+func BenchmarkOverrideFor(b *testing.B) {
+	cfg, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s",
+		"key":[{"source":"header","name":"x-api-key"}],
+		"overrides":[{"exact":"internal","unlimited":true},{"prefix":"gold-","limit":100},{"prefix":"silver-","limit":50}]}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := cfg.Rules[0]
+	key := appendPart(nil, "silver-12345678")
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.OverrideFor(key) < 0 {
+			b.Fatal("no override")
+		}
+	}
+}

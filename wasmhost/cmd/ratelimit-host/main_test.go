@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+)
+
+// Trying your own plugin configuration (issue 15): the host run with -config serves an admin
+// interface like the envoy.yaml mode, and /stats/prometheus carries the rule and decision as
+// labels while the host runs, not only at shutdown.
+func TestPluginConfigModeServesAdmin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	dir := t.TempDir()
+	wasm := filepath.Join(dir, "ratelimit.wasm")
+	if err := os.WriteFile(wasm, wasmtest.BuildModule(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "plugin.json")
+	if err := os.WriteFile(cfg, []byte(`{"rules":[{"name":"mine","algorithm":"fixed_window","limit":1,"window":"1m"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "ratelimit-host")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-wasm", wasm, "-config", cfg, "-echo", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var proxy, admin string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && (proxy == "" || admin == "") {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "curl -i "):
+			proxy = strings.TrimSuffix(strings.TrimPrefix(line, "curl -i "), "/")
+		case strings.HasSuffix(line, "/ready"):
+			admin = strings.TrimSuffix(strings.Fields(line)[0], "/stats/prometheus")
+		}
+	}
+	if proxy == "" || admin == "" {
+		t.Fatalf("no proxy (%q) or admin (%q) address in the banner", proxy, admin)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	get := func(url string) (int, string) {
+		c := &http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(proxy + "/"); code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	if code, _ := get(proxy + "/"); code != 429 {
+		t.Fatalf("second request: %d", code)
+	}
+	_, body := get(admin + "/stats/prometheus")
+	for _, want := range []string{
+		`ratelimit_requests_total{rule="mine",decision="allowed"} 1`,
+		`ratelimit_requests_total{rule="mine",decision="denied"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/stats/prometheus lacks %q:\n%s", want, body)
+		}
+	}
+	if code, body := get(admin + "/ready"); code != 200 || body != "LIVE\n" {
+		t.Errorf("/ready: %d %q", code, body)
+	}
+}

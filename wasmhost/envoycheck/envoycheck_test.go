@@ -1,0 +1,232 @@
+package envoycheck
+
+import (
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// repoFile is a file of the repository, relative to its root.
+func repoFile(name string) string { return filepath.Join("..", "..", name) }
+
+// bootstrap is a small bootstrap with one listener running the filter with rules (JSON), two
+// named routes ("public-api", and "internal" with the filter disabled) on the virtual host
+// "main", and the connection manager's path settings hcm.
+func bootstrap(rules, hcm string) string {
+	indented := strings.ReplaceAll(strings.TrimSpace(rules), "\n", "\n                    ")
+	return `
+static_resources:
+  listeners:
+  - name: main
+    address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: main
+` + hcm + `
+          route_config:
+            name: main
+            virtual_hosts:
+            - name: main
+              domains: ["*"]
+              routes:
+              - name: public-api
+                match: { prefix: /api }
+                route: { cluster: upstream }
+              - name: internal
+                match: { prefix: /internal }
+                route: { cluster: upstream }
+                typed_per_filter_config:
+                  envoy.filters.http.wasm:
+                    "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                    disabled: true
+          http_filters:
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: ratelimit
+                root_id: ratelimit
+                vm_config:
+                  vm_id: ratelimit
+                  runtime: envoy.wasm.runtime.v8
+                  code: { local: { filename: /etc/envoy/ratelimit.wasm } }
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: |
+                    ` + indented + `
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8080 } } }
+`
+}
+
+const normalised = "          normalize_path: true\n          merge_slashes: true"
+
+// The issue's typo: "public_api" for the route "public-api" silently turned the limit off.
+// It is an error, with a suggestion.
+func TestRouteTypoIsAnError(t *testing.T) {
+	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api","match":{"routes":["public_api"]},
+		"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
+	if rep.OK() {
+		t.Fatalf("a rule naming a route that does not exist passed: %+v", rep)
+	}
+	want := `match.routes[0]: "public_api" is no route of this listener (did you mean "public-api"?)`
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], want) {
+		t.Fatalf("errors %q, want one containing %q", rep.Errors, want)
+	}
+}
+
+func TestVirtualHostTypoIsAnError(t *testing.T) {
+	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api","match":{"virtual_hosts":["mian"]},
+		"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
+	want := `match.virtual_hosts[0]: "mian" is no virtual host of this listener (did you mean "main"?)`
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], want) {
+		t.Fatalf("errors %q, want one containing %q", rep.Errors, want)
+	}
+}
+
+// A filter configuration the filter would refuse fails the check with the parser's message.
+func TestInvalidPluginConfigIsAnError(t *testing.T) {
+	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api","limt":5,"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
+	want := `rules[0].limt: unknown field (did you mean "limit"?)`
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], want) {
+		t.Fatalf("errors %q, want one containing %q", rep.Errors, want)
+	}
+}
+
+// A bootstrap Envoy's API rules refuse fails the check.
+func TestInvalidBootstrapIsAnError(t *testing.T) {
+	bad := strings.Replace(bootstrap(`{"rules":[{"name":"a","algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised),
+		"port_value: 10000", "port_value: 70000", 1)
+	if rep := Bytes([]byte(bad)); rep.OK() {
+		t.Fatalf("a port of 70000 passed: %+v", rep)
+	}
+}
+
+// Each warning the issue lists, on a configuration that is valid but probably wrong, and
+// none on the same rules written as meant.
+func TestWarnings(t *testing.T) {
+	for _, c := range []struct {
+		name, rules, hcm, want string
+	}{
+		{"route with the filter disabled", `{"rules":[{"name":"r","match":{"routes":["internal"]},
+			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
+			`rules[0] ("r"): can never apply: the filter is disabled on every route it names (internal)`},
+		{"after a catch-all", `{"rules":[{"name":"all","algorithm":"token_bucket","limit":5,"window":"1s"},
+			{"name":"late","match":{"routes":["public-api"]},"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
+			`rules[1] ("late"): can never apply: rules[0] ("all") applies to every request`},
+		{"path rule without normalisation", `{"rules":[{"name":"p","match":{"path":{"prefix":"/login"}},
+			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, "",
+			`matches paths, but the connection manager has normalize_path: false, merge_slashes: false`},
+		{"per-IP key without an IPv6 prefix", `{"rules":[{"name":"ip","key":[{"source":"client_ip"}],
+			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
+			`key[0]: client_ip without ipv6_prefix`},
+		{"shadow rule with client headers", `{"rules":[{"name":"s","shadow":true,"shadow_headers":true,
+			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
+			`a shadow rule with shadow_headers`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := Bytes([]byte(bootstrap(c.rules, c.hcm)))
+			if !rep.OK() {
+				t.Fatalf("errors: %q", rep.Errors)
+			}
+			if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], c.want) {
+				t.Fatalf("warnings %q, want one containing %q", rep.Warnings, c.want)
+			}
+		})
+	}
+	clean := `{"rules":[
+		{"name":"ip","continue":true,"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"p","match":{"routes":["public-api"],"path":{"prefix":"/api/v1"}},"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"s","shadow":true,"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
+	if rep := Bytes([]byte(bootstrap(clean, normalised))); !rep.OK() || len(rep.Warnings) != 0 {
+		t.Fatalf("the clean configuration: %+v", rep)
+	}
+}
+
+// The configurations the repository ships pass without a warning.
+func TestShippedConfigsPass(t *testing.T) {
+	for _, name := range []string{"envoy.yaml", "e2e/envoy-failure-modes.yaml", "e2e/redis-cluster/envoy-filter.yaml"} {
+		rep := File(repoFile(name))
+		if !rep.OK() || len(rep.Warnings) != 0 {
+			t.Errorf("%s: %+v", name, rep)
+		}
+	}
+}
+
+// The command's exit status is what CI reads: 1 for the route typo in a copy of the shipped
+// envoy.yaml, 0 for the file as shipped.
+func TestCheckCommandExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	shipped, err := os.ReadFile(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	typo := strings.Replace(string(shipped), `"routes": ["public-api"]`, `"routes": ["public_api"]`, 1)
+	if typo == string(shipped) {
+		t.Fatal("envoy.yaml no longer names the route public-api the way this test expects")
+	}
+	dir := t.TempDir()
+	typoPath := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(typoPath, []byte(typo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "ratelimit-host")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ratelimit-host").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "check", typoPath).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("check of the typo: %v, want exit status 1\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"public_api" is no route of this listener (did you mean "public-api"?)`) {
+		t.Fatalf("check of the typo says:\n%s", out)
+	}
+	if out, err := exec.Command(bin, "check", repoFile("envoy.yaml")).CombinedOutput(); err != nil {
+		t.Fatalf("check of the shipped envoy.yaml: %v\n%s", err, out)
+	}
+}
+
+// Describe lists each route with the rules that can apply to it, from the bootstrap itself.
+func TestDescribe(t *testing.T) {
+	c, err := envoyconfParse(bootstrap(`{"rules":[
+		{"name":"api","match":{"routes":["public-api"]},"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"token_bucket","limit":5,"window":"10s","burst":8},
+		{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":100,"window":"1m"}]}`, normalised))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Describe(c)
+	if w := formatWindow(90 * time.Minute); w != "1h30m" {
+		t.Errorf("formatWindow(90m) = %q", w)
+	}
+	if w := formatWindow(time.Hour); w != "1h" {
+		t.Errorf("formatWindow(1h) = %q", w)
+	}
+	for _, want := range []string{
+		"  public-api     prefix /api\n                   api: 5 per 10s (token_bucket, burst 8) per client_ip\n                   dry: 100 per 1m (fixed_window), shadow: measured, never enforced\n",
+		"  internal       prefix /internal\n                   not rate limited: the filter is disabled on this route\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+}
+
+func envoyconfParse(yaml string) (*envoyconf.Config, error) { return envoyconf.Parse([]byte(yaml)) }
