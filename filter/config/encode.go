@@ -63,6 +63,7 @@ type jsonRule struct {
 	MaxKeys          int             `json:"max_keys"`
 	Deny             *jsonDeny       `json:"deny"`
 	RateLimitHeaders string          `json:"rate_limit_headers"`
+	Lease            *jsonLease      `json:"lease,omitempty"`
 }
 
 type jsonMatch struct {
@@ -155,6 +156,9 @@ func encodeRule(r *Rule) jsonRule {
 		MaxKeys:          r.MaxKeys,
 		Deny:             encodeDeny(r.Deny),
 		RateLimitHeaders: string(r.RateLimitHeaders),
+	}
+	if l := r.Lease; l != nil {
+		jr.Lease = &jsonLease{Batch: l.Batch, TTL: formatDuration(l.TTL)}
 	}
 	if a := r.Algorithm; a.MaxDelay > 0 {
 		jr.MaxDelay = formatDuration(a.MaxDelay)

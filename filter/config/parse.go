@@ -261,7 +261,7 @@ func isKeyPrefix(s string) bool {
 var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
 	"cost", "shadow", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
-	"rate_limit_headers",
+	"rate_limit_headers", "lease",
 }
 
 // algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
@@ -337,6 +337,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		}
 	}
 	p.algorithm(path, f, r)
+	if ln, lpath := f.get("lease"); ln != nil {
+		r.Lease = p.lease(lpath, ln, r)
+	}
 	return r
 }
 

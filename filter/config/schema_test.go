@@ -107,6 +107,7 @@ func TestSchemaMatchesParser(t *testing.T) {
 		"#/$defs/keyPart":                  keyPartFields,
 		"#/$defs/cost/oneOf/1":             costFields,
 		"#/$defs/adaptive":                 adaptiveFields,
+		"#/$defs/rule/properties/lease":    leaseFields,
 	}
 	enums := map[string][]string{
 		"#/$defs/rule/properties/algorithm":       algorithmNames,
