@@ -56,6 +56,9 @@ type ruleState struct {
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
 	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
+
+	lease     *leaseState     // set for rules with a lease block (see lease.go)
+	overLimit *overLimitCache // set for global rules with a lease block
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -183,6 +186,12 @@ func (p *plugin) configure(data []byte) error {
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
+		if r.Lease != nil {
+			rs.lease = newLeaseState(r.Lease)
+			if r.Scope == config.ScopeGlobal {
+				rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
+			}
+		}
 		if err := rs.defineMetrics(metric); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
@@ -234,6 +243,7 @@ func (rs *ruleState) defineMetrics(name string) error {
 		g.Record(int64(rs.table.Used()))
 	}
 	rs.m.duplicateHeader = def("duplicate_header")
+	rs.defineLeaseMetrics(def)
 	if rs.shape != nil {
 		rs.shape.queued = def("shape_queued")
 		rs.shape.released = def("shape_released")
