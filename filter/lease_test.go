@@ -260,3 +260,27 @@ func TestLeaseRefundedWhenAnotherRuleDenies(t *testing.T) {
 	require.False(t, l.do(0))
 	require.Equal(t, before, units())
 }
+
+// BenchmarkLeaseSpend measures a request decided from the VM's lease (the lookup by key and
+// the decision), natively: it must allocate nothing.
+func BenchmarkLeaseSpend(b *testing.B) {
+	l := &leaseState{batch: 1 << 40, ttl: int64(time.Hour), held: map[string]*heldLease{}}
+	key := []byte("client-1|tenant")
+	l.held[string(key)] = &heldLease{units: 1 << 62, expires: 1 << 62, limit: 100}
+	var a applied
+	b.ReportAllocs()
+	for b.Loop() {
+		if !l.spend(&a, key, 1, 1) {
+			b.Fatal("not spent")
+		}
+	}
+}
+
+// TestLeaseSpendAllocatesNothing is BenchmarkLeaseSpend's promise as a test.
+func TestLeaseSpendAllocatesNothing(t *testing.T) {
+	l := &leaseState{batch: 10, ttl: int64(time.Hour), held: map[string]*heldLease{}}
+	key := []byte("client-1|tenant")
+	l.held[string(key)] = &heldLease{units: 1 << 40, expires: 1 << 62, limit: 100}
+	var a applied
+	require.Zero(t, testing.AllocsPerRun(100, func() { l.spend(&a, key, 1, 1) }))
+}

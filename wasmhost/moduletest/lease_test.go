@@ -156,6 +156,8 @@ func BenchmarkLease(b *testing.B) {
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
 		{"1rule", ".", `{"rules":[` + fmt.Sprintf(rule, "") + `]}`},
 		{"1rule-leased", ".", `{"rules":[` + fmt.Sprintf(rule, `,"lease":{"batch":100}`) + `]}`},
+		// The same without rate-limit headers: what the headers cost a leased request.
+		{"1rule-leased-noheaders", ".", `{"rules":[` + fmt.Sprintf(rule, `,"lease":{"batch":100},"rate_limit_headers":"none"`) + `]}`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, c.module), wasmhost.Options{
