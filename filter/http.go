@@ -207,6 +207,9 @@ func (h *httpContext) finish() types.Action {
 				// A slot was created: publish the rule's fill as the shared counter has it.
 				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
+			if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
+				err = h.retakeExact(a)
+			}
 			if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 				if h.contention(a) {
 					return h.deny(a.rs, a.decision)

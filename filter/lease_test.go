@@ -284,3 +284,53 @@ func TestLeaseSpendAllocatesNothing(t *testing.T) {
 	var a applied
 	require.Zero(t, testing.AllocsPerRun(100, func() { l.spend(&a, key, 1, 1) }))
 }
+
+// rivalStore runs a rival's decision just before the next conditional write, once: another
+// worker that consumed allowance between this worker's read and its write.
+type rivalStore struct {
+	sharedstate.Store
+	rival func()
+}
+
+// Set runs the armed rival first, then writes under the store's CAS rules.
+func (r *rivalStore) Set(key string, value []byte, cas uint32) error {
+	if f := r.rival; f != nil && cas != 0 {
+		r.rival = nil
+		f()
+	}
+	return r.Store.Set(key, value, cas)
+}
+
+// TestLeaseTakeLosingItsRaceFallsBackToExact checks that a take whose write loses its race to
+// a worker that took most of what was left is decided again for the request alone: the
+// request is admitted, as an exact decision would admit it, and nothing more is debited.
+func TestLeaseTakeLosingItsRaceFallsBackToExact(t *testing.T) {
+	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":8}}]}`, 2)
+	rs := &rivalStore{Store: l.store}
+	for _, p := range l.vms {
+		p.rules[0].table = mustTable(t, p, rs)
+	}
+	require.True(t, l.do(1)) // VM 1 takes 8: 12 left
+	rs.rival = func() {
+		var pending sharedstate.Pending
+		require.NoError(t, l.vms[1].rules[0].table.AllowN(nil, l.now, 6, &pending))
+		require.True(t, pending.Decision.Allowed) // 6 left: VM 0's batch of 8 no longer fits
+	}
+	require.True(t, l.do(0))
+	require.Nil(t, rs.rival, "the rival ran")
+	var pending sharedstate.Pending
+	require.NoError(t, l.vms[1].rules[0].table.Decide(nil, l.now, 1, &pending))
+	require.EqualValues(t, 4, pending.Decision.Remaining, "20 - 8 - 6 - 1, less the probe's own 1")
+}
+
+// mustTable rebuilds p's first rule's key table on store, as configure built it.
+func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Table {
+	t.Helper()
+	secret, err := sharedstate.LoadSecret(store)
+	require.NoError(t, err)
+	r := p.rules[0].rule
+	table, err := sharedstate.NewTable(sharedstate.TableConfig{Store: store, Prefix: p.cfg.Domain + "|" + r.Name + "|",
+		Slots: 1, Attempts: p.cfg.CASAttempts, Limiter: r.Limiter, Digests: sharedstate.NewDigestCache(16), Secret: secret})
+	require.NoError(t, err)
+	return table
+}
