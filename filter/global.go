@@ -272,6 +272,9 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				a.rs.m.overflow.Increment(1)
 			}
 			j++
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+				a.rs.overLimit.record(a.key, d.sentAt, a.cost, a.decision)
+			}
 			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
 				denied = a
 			}

@@ -26,6 +26,10 @@ type applied struct {
 	// key is the rule's descriptor, kept for a global rule until Redis has answered.
 	key  []byte
 	cost int64
+	// leased is the VM lease that admitted the request (given back if another rule denies
+	// it); take is the size of a lease take in flight, 0 for an exact decision.
+	leased *heldLease
+	take   int64
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -116,6 +120,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		a.cost = r.Cost(req)
 		if r.Scope == config.ScopeGlobal {
 			a.key = append(append(a.key[:0], rs.stateTag...), key...)
+			if rs.overLimit != nil && !r.Shadow {
+				if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
+					rs.lease.m.overLimitHit.Increment(1)
+					return h.deny(rs, d)
+				}
+			}
 			globals++
 			continue
 		}
@@ -141,6 +151,18 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 // be denied now (an enforced denial, contention, or a store failure under failure_mode
 // "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
+	// A rule with a lease block spends this VM's reserved units first (see lease.go).
+	if l := a.rs.lease; l != nil && a.rs.rule.Scope == config.ScopeLocal {
+		if l.spend(a, key, now, cost) {
+			return false
+		}
+		return h.decideLease(a, key, now, cost)
+	}
+	return h.decideShared(a, key, now, cost)
+}
+
+// decideShared decides a rule on the key's state in shared data, without a lease.
+func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
 	p := h.plugin
 	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
 		if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
@@ -202,6 +224,9 @@ func (h *httpContext) finish() types.Action {
 				// A slot was created: publish the rule's fill as the shared counter has it.
 				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
+			if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
+				err = h.retakeExact(a)
+			}
 			if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 				if h.contention(a) {
 					return h.deny(a.rs, a.decision)
@@ -217,6 +242,9 @@ func (h *httpContext) finish() types.Action {
 				continue
 			}
 			a.decision = a.pending.Decision
+			if a.take > 0 && a.decision.Allowed {
+				a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.take, a.cost, a.decision)
+			}
 		}
 		if !a.decision.Allowed {
 			if r.Shadow {
@@ -309,6 +337,7 @@ func (h *httpContext) failOpenOrClosed() types.Action {
 func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	h.finished = true
 	d = clampWaits(d, rs.maxWait)
+	h.refundLeases()
 	h.plugin.giveDecisions(h)
 	rs.m.denied.Increment(1)
 	r := rs.rule

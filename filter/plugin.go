@@ -72,7 +72,9 @@ type ruleState struct {
 	overrides []*ruleState
 	// stateTag is the override's config.Override.StateTag, put before its keys in Redis
 	// (locally its table's prefix sets its keys apart); empty for the rule's own state.
-	stateTag string
+	stateTag  string
+	lease     *leaseState     // set for rules with a lease block (see lease.go)
+	overLimit *overLimitCache // set for global rules with a lease block
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -207,6 +209,12 @@ func (p *plugin) configure(data []byte) error {
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
+		if r.Lease != nil {
+			rs.lease = newLeaseState(r.Lease)
+			if r.Scope == config.ScopeGlobal {
+				rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
+			}
+		}
 		if err := rs.defineMetrics(); err != nil {
 			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
@@ -338,6 +346,9 @@ func (rs *ruleState) defineMetrics() error {
 		g.Record(int64(rs.table.Used()))
 	}
 	rs.m.duplicateHeader = decision("duplicate_header")
+	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
+		return counter(statName("ratelimit_"+event+"_total", name))
+	})
 	if rs.shape != nil {
 		rs.shape.queued = counter(statName("ratelimit_shape_queued_total", name))
 		rs.shape.released = counter(statName("ratelimit_shape_released_total", name))

@@ -233,6 +233,9 @@ type Rule struct {
 	Deny             *Deny
 	RateLimitHeaders HeadersMode
 
+	// Lease is the rule's lease block, nil without one (every request decided on the state).
+	Lease *Lease
+
 	// trustedHops is copied from the Config so AppendKey can find the client IP.
 	trustedHops int
 	// keyGroup is 1 + the Index of the first rule with the same key parts (see SameKey); 0

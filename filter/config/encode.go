@@ -71,6 +71,7 @@ type jsonRule struct {
 	MaxKeys             int            `json:"max_keys"`
 	Deny                *jsonDeny      `json:"deny"`
 	RateLimitHeaders    string         `json:"rate_limit_headers"`
+	Lease               *jsonLease     `json:"lease,omitempty"`
 }
 
 type jsonOverride struct {
@@ -190,6 +191,9 @@ func encodeRule(r *Rule) jsonRule {
 			jo.Limit, jo.Window, jo.Burst = o.Algorithm.Limit, formatDuration(o.Algorithm.Window), o.Algorithm.Burst
 		}
 		jr.Overrides = append(jr.Overrides, jo)
+	}
+	if l := r.Lease; l != nil {
+		jr.Lease = &jsonLease{Batch: l.Batch, TTL: formatDuration(l.TTL)}
 	}
 	if a := r.Algorithm; a.MaxDelay > 0 {
 		jr.MaxDelay = formatDuration(a.MaxDelay)

@@ -267,7 +267,7 @@ func isKeyPrefix(s string) bool {
 var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
 	"cost", "shadow", "shadow_headers", "shadow_request_header", "overrides", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
-	"rate_limit_headers",
+	"rate_limit_headers", "lease",
 }
 
 // algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
@@ -346,6 +346,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	p.algorithm(path, f, r)
 	if on, opath := f.get("overrides"); on != nil {
 		p.overrides(opath, on, r)
+	}
+	if ln, lpath := f.get("lease"); ln != nil {
+		r.Lease = p.lease(lpath, ln, r)
 	}
 	return r
 }

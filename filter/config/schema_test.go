@@ -108,6 +108,7 @@ func TestSchemaMatchesParser(t *testing.T) {
 		"#/$defs/cost/oneOf/1":             costFields,
 		"#/$defs/adaptive":                 adaptiveFields,
 		"#/$defs/override":                 overrideFields,
+		"#/$defs/rule/properties/lease":    leaseFields,
 	}
 	enums := map[string][]string{
 		"#/$defs/rule/properties/algorithm":       algorithmNames,

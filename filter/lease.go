@@ -1,0 +1,268 @@
+package filter
+
+import (
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+)
+
+// Leases (a rule's lease block, see config.Lease and the README's lease section).
+//
+// A local rule with a lease block debits a batch of units for a key from shared data with one
+// compare-and-swap, through the same Table.Decide and Table.Commit as an exact decision, and
+// keeps the units it did not spend on the request in this VM's memory (heldLease). Later
+// requests for the key on this VM spend them with no shared-data read or write, until they
+// run out or the lease's ttl passes; what is left then is dropped. Units are always debited
+// before they are spent, so over the long run nothing is admitted that the algorithm did not
+// admit; within an interval the excess over the algorithm's contract is at most what the
+// holders had reserved before it began, at most (lease holders x batch).
+//
+// The batch adapts: a take asks for at most 1/leaseShare of the key's remaining allowance as
+// the previous take on this VM saw it, so that eight workers taking at once reserve at most
+// what remains; as the remaining allowance falls the batch falls to the request's own cost,
+// and decisions are exact again. A take whose batch is denied is decided again for the
+// request's cost alone, so a lease never denies a request an exact decision would admit.
+//
+// A global rule with a lease block keeps an over-limit cache instead (overLimitCache): batches
+// debited from Redis are not built yet.
+
+// leaseShare is the share of a key's remaining allowance one take may reserve: 1/8, so that
+// eight worker VMs (a typical Envoy --concurrency) taking at once reserve at most all of it.
+const leaseShare = 8
+
+// maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache), so a
+// flood of distinct keys cannot grow a VM's memory: a key that finds the map full after a
+// sweep of the expired ones is decided exactly.
+const maxHeld = 4096
+
+// leaseState is a leased rule's VM-local part.
+type leaseState struct {
+	batch int64
+	ttl   int64
+	held  map[string]*heldLease
+	m     leaseMetrics
+}
+
+// leaseMetrics count what leases do; their names follow the rule metrics'
+// (ratelimit_<rule>_<event>_total, see ruleState.defineMetrics).
+type leaseMetrics struct {
+	taken        abi.MetricCounter // takes that reserved units beyond the request's cost
+	dropped      abi.MetricCounter // reserved units dropped unspent (ttl passed, or too few for a request)
+	overLimitHit abi.MetricCounter // requests a global rule denied from its over-limit cache
+}
+
+// heldLease is what this VM knows of one key: the units it may still spend, until when, and
+// the key's allowance as the last take saw it (for the next batch size and the headers).
+type heldLease struct {
+	units   int64 // reserved, unspent units
+	expires int64 // when units are dropped
+	// remaining is the key's remaining allowance after the last take (the shared state's
+	// Decision.Remaining, not counting units); limit and resetAt are that decision's Limit
+	// and now + ResetAfter.
+	remaining, limit, resetAt int64
+}
+
+func newLeaseState(l *config.Lease) *leaseState {
+	return &leaseState{batch: l.Batch, ttl: int64(l.TTL), held: map[string]*heldLease{}}
+}
+
+// defineLeaseMetrics defines a leased rule's counters with the rule metrics' helper def.
+func (rs *ruleState) defineLeaseMetrics(def func(event string) abi.MetricCounter) {
+	if rs.lease == nil {
+		return
+	}
+	rs.lease.m = leaseMetrics{
+		taken:        def("lease_taken"),
+		dropped:      def("lease_units_dropped"),
+		overLimitHit: def("over_limit_cache_hits"),
+	}
+}
+
+// spend decides the request from the VM's lease on key, if it holds enough unexpired units,
+// and reports whether it did. Expired units, and units too few for the request, are dropped
+// here: they were debited, so dropping them only under-admits.
+func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
+	h := l.held[string(key)] // no allocation: the compiler converts for the lookup only
+	if h == nil {
+		return false
+	}
+	if h.units > 0 && (now >= h.expires || h.units < cost) {
+		l.m.dropped.Increment(uint64(h.units))
+		h.units = 0
+	}
+	if h.units == 0 || cost <= 0 {
+		return false
+	}
+	h.units -= cost
+	a.decision = algorithms.Decision{Allowed: true, Limit: h.limit,
+		Remaining: h.remaining + h.units, ResetAfter: time.Duration(max(0, h.resetAt-now))}
+	a.decided, a.leased = true, h
+	return true
+}
+
+// size returns how many units a take for key should ask for: the request's cost plus a
+// reserve of at most batch-cost, and at most 1/leaseShare of the key's remaining allowance
+// as the last take saw it (a first take asks for the whole batch, and falls back to the
+// cost if that is denied).
+func (l *leaseState) size(key []byte, cost int64) int64 {
+	want := l.batch
+	if h := l.held[string(key)]; h != nil {
+		want = min(want, h.remaining/leaseShare)
+	}
+	return max(want, cost)
+}
+
+// taken records a committed take of n units of which the request spent cost, with d the
+// decision the shared state made for all n (its Remaining counts them all). It returns the
+// request's decision: the key's remaining allowance as if the reserved units were not yet
+// spent, which is what an exact decision would have reported; and the lease, so that the
+// request's cost can be given back to it if a later rule denies the request.
+func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
+	h := l.held[string(key)]
+	if h == nil {
+		if len(l.held) >= maxHeld {
+			l.sweep(now)
+		}
+		if len(l.held) >= maxHeld {
+			return d, nil
+		}
+		h = &heldLease{}
+		l.held[string(key)] = h
+	}
+	if h.units > 0 {
+		// Units left from an earlier take (raced by a request paused on Redis): dropped.
+		l.m.dropped.Increment(uint64(h.units))
+	}
+	*h = heldLease{units: n - cost, expires: now + l.ttl, remaining: d.Remaining,
+		limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
+	if n > cost {
+		l.m.taken.Increment(1)
+	}
+	d.Remaining += h.units
+	return d, h
+}
+
+// refund gives a request's units back to the lease they came from, when another rule denied
+// the request after the lease admitted it. They are still debited in shared data and still
+// within the ttl they were taken for (refund keeps expires), so spending them later is sound;
+// a lease replaced meanwhile simply loses them (under-admission).
+func (l *leaseState) refund(h *heldLease, cost int64) {
+	if h != nil && l.held != nil {
+		h.units += cost
+	}
+}
+
+// sweep forgets every key whose lease has expired, counting its units as dropped.
+func (l *leaseState) sweep(now int64) {
+	for k, h := range l.held {
+		if now >= h.expires {
+			if h.units > 0 {
+				l.m.dropped.Increment(uint64(h.units))
+			}
+			delete(l.held, k)
+		}
+	}
+}
+
+// overLimitCache remembers, for a global rule with a lease block, the keys Redis denied and
+// until when: a request for such a key that costs at least as much as the denied one is denied
+// on the proxy with no callout until then. That is exact, not an approximation: Redis's
+// RetryAfter is the earliest instant the same request could pass if nothing else arrives,
+// other traffic can only push it later, and every algorithm with a global mode needs at
+// least as long for a larger cost. The instant is counted from when the callout was sent,
+// before Redis decided, so the cache never outlasts Redis's own answer (on clocks that agree).
+type overLimitCache struct {
+	denied map[string]overLimit
+}
+
+// overLimit is one cached denial: until when, for requests costing at least cost.
+type overLimit struct {
+	until, resetAt, limit, cost int64
+}
+
+// hit reports whether the cache denies the request, and the denial to send.
+func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, bool) {
+	e, ok := c.denied[string(key)]
+	if !ok || now >= e.until || cost < e.cost {
+		return algorithms.Decision{}, false
+	}
+	return algorithms.Decision{Limit: e.limit, RetryAfter: time.Duration(e.until - now),
+		ResetAfter: time.Duration(max(e.resetAt, e.until) - now)}, true
+}
+
+// record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.
+// Unsatisfiable denials (RetryAfter 0) are not cached: they never pass, and the rule's own
+// check refuses them without Redis's help next time too.
+func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Decision) {
+	if d.Allowed || d.RetryAfter <= 0 {
+		return
+	}
+	if _, ok := c.denied[string(key)]; !ok && len(c.denied) >= maxHeld {
+		for k, e := range c.denied {
+			if sentAt >= e.until {
+				delete(c.denied, k)
+			}
+		}
+		if len(c.denied) >= maxHeld {
+			return
+		}
+	}
+	c.denied[string(key)] = overLimit{until: sentAt + int64(d.RetryAfter),
+		resetAt: sentAt + int64(d.ResetAfter), limit: d.Limit, cost: cost}
+}
+
+// decideLease decides a leased rule's request that the VM's lease could not admit: it asks the
+// shared state for a batch (see leaseState.size) and, if the batch is denied, for the request's
+// cost alone, so that a lease never denies what an exact decision admits. The take is written
+// by finish like any local decision, and recorded in the lease there (leaseState.taken).
+func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
+	l := a.rs.lease
+	n := l.size(key, cost)
+	a.key = append(a.key[:0], key...)
+	if n > cost {
+		if err := a.rs.table.Decide(key, now, n, &a.pending); err == nil && a.pending.Decision.Allowed {
+			if a.pending.Overflow {
+				// A key without a slot of its own shares an overflow slot: no lease there.
+				return h.decideExact(a, key, now, cost)
+			}
+			a.decision, a.decided, a.local, a.take = a.pending.Decision, true, true, n
+			return false
+		}
+	}
+	deny = h.decideExact(a, key, now, cost)
+	if a.decided && a.local {
+		a.take = cost // record the remaining allowance for the next batch's size
+	}
+	return deny
+}
+
+// decideExact decides the request's cost alone on the shared state.
+func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool {
+	a.take = 0
+	return h.decideShared(a, key, now, cost)
+}
+
+// refundLeases gives back to their leases the units of a request that a rule denied after a
+// lease had admitted it for another rule.
+func (h *httpContext) refundLeases() {
+	if h.d == nil {
+		return
+	}
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if a.leased != nil {
+			a.rs.lease.refund(a.leased, a.cost)
+			a.leased = nil
+		}
+	}
+}
+
+// retakeExact decides a request whose lease take lost its compare-and-swap race and no longer
+// fits the fresh state: the request's cost alone is decided and written, so that a lease never
+// denies what an exact decision admits.
+func (h *httpContext) retakeExact(a *applied) error {
+	a.take = a.cost
+	return a.rs.table.AllowN(a.key, h.startedAt, a.cost, &a.pending)
+}
