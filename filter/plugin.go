@@ -410,15 +410,21 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 // every worker VM configures the same plugin, and eight copies of one warning read as eight
 // problems. The first VM to log a message marks it in shared data, which every VM of the
 // vm_id shares and which lives as long as the process; a VM that finds the mark stays silent.
-// (Shared data has no create-if-absent, so two VMs configuring at the same instant may both
-// log it: rarely twice, never once per VM.)
+// The mark is created with compare-and-swap (sharedstate.Update), so of two VMs configuring at
+// the same instant only the one whose write creates it logs.
 func warnOnce(store sharedstate.Store, msg string) {
-	key := "ratelimit|warned|" + msg
-	if _, _, err := store.Get(key); err == nil {
-		return
+	created := false
+	_, err := sharedstate.Update(store, "ratelimit|warned|"+msg, 1, func(cur []byte) []byte {
+		if cur != nil {
+			return nil // another VM logged it already
+		}
+		created = true
+		return []byte{1}
+	})
+	// A store that fails cannot keep the mark: better a repeated warning than none.
+	if (err == nil && created) || (err != nil && !errors.Is(err, sharedstate.ErrAttemptsExhausted)) {
+		abi.LogWarnf("%s", msg)
 	}
-	_ = store.Set(key, []byte{1}, 0)
-	abi.LogWarnf("%s", msg)
 }
 
 // sharedStore is the store the plugin's state lives in: the host's shared data unless a test
