@@ -2,13 +2,13 @@ package sharedstate
 
 import (
 	"bytes"
-	"crypto/sha256"
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 	"hash/maphash"
 )
 
 // Digest returns the digest a key is stored under.
 func Digest(key []byte) [DigestSize]byte {
-	sum := sha256.Sum256(key)
+	sum := sha.Sum256(key)
 	var d [DigestSize]byte
 	copy(d[:], sum[:DigestSize])
 	return d

@@ -1,7 +1,7 @@
 package redis
 
 import (
-	"crypto/sha256"
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
@@ -93,7 +93,7 @@ func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byt
 	if rawDescriptor(descriptor) {
 		return append(dst, descriptor...)
 	}
-	sum := sha256.Sum256(descriptor)
+	sum := sha.Sum256(descriptor)
 	dst = append(dst, '#')
 	for _, c := range sum[:16] {
 		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])

@@ -1,11 +1,11 @@
 package redis
 
 import (
-	"crypto/sha1"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +68,7 @@ func mustScript(name string, files ...string) *Script {
 		}
 	}
 	src := b.String()
-	sum := sha1.Sum([]byte(src))
+	sum := sha.Sum1([]byte(src))
 	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
 }
 
