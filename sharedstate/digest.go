@@ -2,8 +2,9 @@ package sharedstate
 
 import (
 	"bytes"
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 	"hash/maphash"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // Digest returns the digest a key is stored under.

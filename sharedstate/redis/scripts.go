@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 //go:embed lua/*.lua
