@@ -2,13 +2,14 @@ package sharedstate
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"hash/maphash"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // Digest returns the digest a key is stored under.
 func Digest(key []byte) [DigestSize]byte {
-	sum := sha256.Sum256(key)
+	sum := sha.Sum256(key)
 	var d [DigestSize]byte
 	copy(d[:], sum[:DigestSize])
 	return d

@@ -1,10 +1,10 @@
 package sharedstate
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"time"
 	"unsafe"
@@ -123,10 +123,17 @@ const envoyEntryOverhead = 128
 
 // LoadSecret returns the process-wide secret that keys slot addressing, creating it at the
 // first start of the process: every worker VM must agree on it, so it lives in shared data.
-// A VM that finds no secret draws 16 random bytes (crypto/rand: random_get on wasip1) and
+// A VM that finds no secret draws 16 random bytes and
 // creates the entry with a non-zero CAS, so that of two VMs starting at once only one can
 // create it; both then read back and use whatever won. A stored value of the wrong size
 // (corrupted) is replaced the same way.
+//
+// The bytes come from math/rand/v2's global generator: since Go 1.22 it is ChaCha8 (per
+// thread) keyed from the operating system's entropy (random_get on wasip1) and not
+// predictable from its output, which is what a SipHash key needs. crypto/rand reads the same
+// entropy but links Go's FIPS 140 module (with crypto/sha256, about 0.2 MB of the .wasm). One
+// difference: were random_get to fail at start-up, the runtime would seed from the clock where
+// crypto/rand returned an error; Envoy's random_get (a host CSPRNG) does not fail.
 func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 	for range 16 {
 		v, cas, err := store.Get(SecretKey)
@@ -141,9 +148,7 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 			return secret, err
 		}
 		var fresh [SecretSize]byte
-		if _, err := rand.Read(fresh[:]); err != nil {
-			return secret, err
-		}
+		randomBytes(fresh[:])
 		if err := store.Set(SecretKey, fresh[:], cas); err != nil && !errors.Is(err, ErrCasMismatch) {
 			return secret, err
 		}
@@ -297,11 +302,7 @@ func NewTable(c TableConfig) (*Table, error) {
 	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
 		cur: newGeometry(c.Slots)}
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, err
-	}
-	t.id = binary.LittleEndian.Uint64(id[:])
+	t.id = rand.Uint64()
 	prev, err := t.registerGeometry()
 	if err != nil {
 		return nil, err
@@ -930,4 +931,13 @@ func appendName(dst []byte, prefix string, geo, idx uint32) []byte {
 	}
 	dst = append(dst, '.')
 	return strconv.AppendUint(dst, uint64(idx), 10)
+}
+
+// randomBytes fills b from math/rand/v2's global generator (see LoadSecret).
+func randomBytes(b []byte) {
+	for i := 0; i < len(b); i += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], rand.Uint64())
+		copy(b[i:], w[:])
+	}
 }

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"crypto/sha1"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -11,13 +10,16 @@ import (
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// Script is the Lua script as Redis runs it. Its SHA is computed once, when the package is
-// initialised.
+// Script is the Lua script as Redis runs it. It is assembled and its SHA computed once, on
+// first use rather than when the package is initialised: a package initialiser runs in every
+// VM's _initialize, where on V8 each function it calls is first compiled (start-up latency
+// that a configuration without global rules never needs).
 type Script struct {
 	// Name is "ratelimit".
 	Name string
@@ -37,8 +39,10 @@ type Script struct {
 // limiter and the leaky-bucket shaper have no global mode: the adaptive limit is tuned from
 // each proxy's own signals, and a shaper's delays are local by nature.
 var (
-	script = mustScript("ratelimit", "lib.lua", "window.lua", "bucket.lua", "fixed_window.lua",
-		"sliding_window_counter.lua", "sliding_window_log.lua", "gcra.lua", "main.lua")
+	script = sync.OnceValue(func() *Script {
+		return mustScript("ratelimit", "lib.lua", "window.lua", "bucket.lua", "fixed_window.lua",
+			"sliding_window_counter.lua", "sliding_window_log.lua", "gcra.lua", "main.lua")
+	})
 	errNoGlobalAdaptive = errors.New("redis: the adaptive algorithm is local only: its limit is tuned from each proxy's own latency and errors")
 	errNoGlobalShaper   = errors.New("redis: a leaky_bucket with max_delay (shaping) is local only: delays cannot be applied across proxies; use max_delay 0 (the admission meter) for a global rule")
 )
@@ -46,7 +50,7 @@ var (
 // Scripts returns the scripts (today exactly one), for tools and tests that load them ahead of
 // time (SCRIPT LOAD) or inspect them.
 func Scripts() []*Script {
-	return []*Script{script}
+	return []*Script{script()}
 }
 
 func mustScript(name string, files ...string) *Script {
@@ -68,7 +72,7 @@ func mustScript(name string, files ...string) *Script {
 		}
 	}
 	src := b.String()
-	sum := sha1.Sum([]byte(src))
+	sum := sha.Sum1([]byte(src))
 	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
 }
 
@@ -205,7 +209,7 @@ func (r *Rule) Partitions() int { return max(r.parts, 1) }
 func (r *Rule) MaxKeys() int64 { return r.bound }
 
 // Script returns the script every rule runs.
-func (r *Rule) Script() *Script { return script }
+func (r *Rule) Script() *Script { return script() }
 
 // Limit returns the configured limit, which every reply for this rule carries; ParseReplies
 // compares the two to detect a reply meant for another request.
@@ -235,7 +239,7 @@ type Item struct {
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
 func AppendEvalSHA(dst []byte, items []Item) []byte {
 	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, script.SHA...)
+	dst = append(dst, script().SHA...)
 	return appendTail(dst, items)
 }
 
@@ -244,7 +248,7 @@ func AppendEvalSHA(dst []byte, items []Item) []byte {
 // loads the script into Redis' cache in the same round trip, so the next EVALSHA succeeds.
 func AppendEval(dst []byte, items []Item) []byte {
 	dst = append(dst, "EVAL/"...)
-	dst = append(dst, script.escapedSource()...)
+	dst = append(dst, script().escapedSource()...)
 	return appendTail(dst, items)
 }
 

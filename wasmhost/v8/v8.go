@@ -1,0 +1,129 @@
+// Package v8 runs compiled proxy-wasm modules on Node's V8 with the flags Envoy gives V8
+// (--no-liftoff: TurboFan only; functions compiled lazily on first call), for the project's
+// V8 tier: a smoke test of the filter on the engine Envoy uses and the start-up and guest-time
+// benchmarks. The host itself is host.js (a small proxy-wasm host: worker VMs of one module,
+// one shared-data store with Envoy's CAS rules, header maps, properties, metrics, local
+// responses); this package writes it out, runs Node on a Job and decodes the Result.
+//
+// Node's V8 is older than Envoy's (Node 20 ships V8 11.3), so its numbers are indicative of,
+// not equal to, Envoy's.
+package v8
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+//go:embed host.js
+var hostJS []byte
+
+// Flags are the V8 flags Envoy starts V8 with (proxy-wasm-cpp-host's V8 runtime).
+var Flags = []string{"--no-liftoff"}
+
+// ErrNoNode is returned by Run when no Node binary is found on PATH.
+var ErrNoNode = errors.New("v8: node not found on PATH (Debian: apt-get install nodejs)")
+
+// Request is one HTTP request sent through a worker VM.
+type Request struct {
+	Worker  int         `json:"worker,omitempty"`
+	Method  string      `json:"method,omitempty"`
+	Path    string      `json:"path,omitempty"`
+	Source  string      `json:"source,omitempty"` // source.address, "ip:port"
+	Route   string      `json:"route,omitempty"`  // xds.route_name
+	Headers [][2]string `json:"headers,omitempty"`
+}
+
+// Bench asks for guest time per request: Warmup requests, then Rounds rounds of N requests,
+// each round's guest time per request recorded.
+type Bench struct {
+	Request Request `json:"request"`
+	Warmup  int     `json:"warmup"`
+	Rounds  int     `json:"rounds"`
+	N       int     `json:"n"`
+}
+
+// Job is what one Node process does: load Module, then either only instantiate and run
+// _initialize (Mode "init", the floor of a Go module's start-up), or start Workers VMs with
+// Config as the plugin configuration and send Requests (and the Bench loop) through them.
+type Job struct {
+	Module   string    `json:"module"`
+	Mode     string    `json:"mode,omitempty"`
+	VMID     string    `json:"vm_id,omitempty"`
+	Config   string    `json:"config,omitempty"`
+	Workers  int       `json:"workers,omitempty"`
+	Requests []Request `json:"requests,omitempty"`
+	Bench    *Bench    `json:"bench,omitempty"`
+}
+
+// Response is what the client received for one request.
+type Response struct {
+	Status  int         `json:"status"`
+	Headers [][2]string `json:"headers"`
+	Body    string      `json:"body"`
+}
+
+// Header returns the first value of the header name (lower case), or "".
+func (r Response) Header(name string) string {
+	for _, h := range r.Headers {
+		if h[0] == name {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// Result is what the Node process reports.
+type Result struct {
+	CompileMS      float64          `json:"compile_ms"`
+	FirstVMMS      float64          `json:"first_vm_ms"`
+	FirstRequestMS float64          `json:"first_request_ms"`
+	Configured     bool             `json:"configured"`
+	Results        []Response       `json:"results"`
+	GuestNS        float64          `json:"guest_ns_per_request"`
+	GuestSamples   []float64        `json:"guest_ns_samples"`
+	SharedKeys     int              `json:"shared_keys"`
+	Metrics        map[string]int64 `json:"metrics"`
+	Logs           [][2]any         `json:"logs"`
+}
+
+// Run runs job in a fresh Node process (so every run starts with a cold V8, as a new Envoy
+// does) and returns its result.
+func Run(job Job) (Result, error) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if node, err = exec.LookPath("nodejs"); err != nil {
+			return Result{}, ErrNoNode
+		}
+	}
+	dir, err := os.MkdirTemp("", "v8host")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "host.js")
+	if err := os.WriteFile(script, hostJS, 0o644); err != nil {
+		return Result{}, err
+	}
+	in, err := json.Marshal(job)
+	if err != nil {
+		return Result{}, err
+	}
+	cmd := exec.Command(node, append(append([]string{}, Flags...), script)...)
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return Result{}, fmt.Errorf("v8: node: %v: %s", err, stderr.Bytes())
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return Result{}, fmt.Errorf("v8: decoding the host's result: %v (%.200s)", err, stdout.Bytes())
+	}
+	return res, nil
+}

@@ -1,0 +1,125 @@
+package v8
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/require"
+)
+
+// run runs job, skipping the test when Node is not installed (a failure under CI=true, where
+// .ci/run installs it).
+func run(t testing.TB, job Job) Result {
+	t.Helper()
+	res, err := Run(job)
+	if errors.Is(err, ErrNoNode) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	return res
+}
+
+// module returns the path of the compiled package pkg (relative to the repository root).
+func module(t testing.TB, pkg string) string {
+	t.Helper()
+	p, err := wasmtest.BuildFile(pkg)
+	require.NoError(t, err)
+	return p
+}
+
+// The smoke test of the V8 tier: the compiled filter loads and configures on V8 with Envoy's
+// flags, a limit denies with the configured response, and two worker VMs share one key
+// through the host's shared data (each worker alone would admit 3 requests; together they
+// admit 3), while another client keeps its own allowance. An invalid configuration is refused.
+func TestV8Smoke(t *testing.T) {
+	mod := module(t, ".")
+	cfg := `{"deny":{"status":403,"body":"limited by %RULE%","content_type":"text/plain"},` +
+		`"rules":[{"name":"per-ip","key":[{"source":"client_ip"}],` +
+		`"algorithm":"fixed_window","limit":3,"window":"1h"}]}`
+	a, b := "192.0.2.1:4000", "192.0.2.2:4000"
+	reqs := []Request{
+		{Worker: 0, Source: a}, {Worker: 1, Source: a}, {Worker: 0, Source: a},
+		{Worker: 1, Source: a}, {Worker: 0, Source: a}, {Worker: 1, Source: b},
+	}
+	res := run(t, Job{Module: mod, Config: cfg, Workers: 2, Requests: reqs})
+	require.True(t, res.Configured, "the configuration must be accepted: %v", res.Logs)
+	var got []int
+	for _, r := range res.Results {
+		got = append(got, r.Status)
+	}
+	require.Equal(t, []int{200, 200, 200, 403, 403, 200}, got,
+		"the two workers share client a's 3 requests; client b has its own")
+	require.True(t, strings.HasPrefix(res.Results[0].Header("ratelimit"), `"per-ip";r=2;t=`), res.Results[0].Headers)
+	denied := res.Results[3]
+	require.NotEmpty(t, denied.Header("retry-after"))
+	require.Equal(t, "limited by per-ip", denied.Body)
+	require.Equal(t, "text/plain", denied.Header("content-type"))
+
+	bad := run(t, Job{Module: mod, Config: `{"rules":[{"name":"x","algorithm":"token_bucket","limit":1,"window":"10"}]}`})
+	require.False(t, bad.Configured, "a window without a unit must be refused")
+}
+
+// benchConfig is BenchmarkGuestPerRequest's rule in wasmhost/moduletest: a client-IP and
+// header key, a token bucket that never denies.
+func benchRule(i int) string {
+	return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],`+
+		`"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i)
+}
+
+// BenchmarkV8GuestPerRequest reports the guest time per request on V8 (the median of 5
+// rounds of b.N requests after a warm-up), for the pass-through module and the filter with 1
+// and 5 rules, as in wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count,
+// e.g. -benchtime 20000x: each run is one Node process.
+func BenchmarkV8GuestPerRequest(b *testing.B) {
+	five := make([]string, 5)
+	for i := range five {
+		five[i] = benchRule(i)
+	}
+	cases := []struct{ name, pkg, config string }{
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
+		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`},
+	}
+	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			mod := module(b, c.pkg)
+			b.ResetTimer()
+			res := run(b, Job{Module: mod, Config: c.config, Workers: 1,
+				Bench: &Bench{Request: req, Warmup: 2000, Rounds: 5, N: b.N}})
+			require.True(b, res.Configured)
+			b.ReportMetric(res.GuestNS, "guest-ns/op")
+		})
+	}
+}
+
+// BenchmarkV8Start reports, per fresh Node process, the first VM's start on V8: for an empty
+// Go reactor instantiate + _initialize; for the filter instantiate + _initialize + root
+// context + proxy_on_vm_start + proxy_on_configure (a 1-rule configuration), and the filter's
+// first request after it. Run with a small fixed count, e.g. -benchtime 5x.
+func BenchmarkV8Start(b *testing.B) {
+	empty, filter := module(b, "./wasmhost/testdata/emptyreactor"), module(b, ".")
+	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
+	b.Run("empty-reactor", func(b *testing.B) {
+		var sum float64
+		for b.Loop() {
+			sum += run(b, Job{Module: empty, Mode: "init"}).FirstVMMS
+		}
+		b.ReportMetric(sum/float64(b.N), "first-vm-ms")
+	})
+	b.Run("filter", func(b *testing.B) {
+		var vm, first float64
+		for b.Loop() {
+			res := run(b, Job{Module: filter, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
+			require.True(b, res.Configured)
+			vm += res.FirstVMMS
+			first += res.FirstRequestMS
+		}
+		b.ReportMetric(vm/float64(b.N), "first-vm-ms")
+		b.ReportMetric(first/float64(b.N), "first-request-ms")
+	})
+}
