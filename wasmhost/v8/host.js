@@ -103,6 +103,14 @@ class VM {
         h.push([self.str(kp, kn).toLowerCase(), self.str(vp, vn)]);
         return OK;
       },
+      proxy_remove_header_map_value: (type, kp, kn) => {
+        const h = self.headers(type);
+        if (!h) return NOT_FOUND;
+        const k = self.str(kp, kn).toLowerCase();
+        // Envoy removes every line of the header; removing an absent one is not an error.
+        for (let i = h.length - 1; i >= 0; i--) if (h[i][0] === k) h.splice(i, 1);
+        return OK;
+      },
       proxy_get_property: (pp, pn, vp, vs) => {
         const v = self.property(self.str(pp, pn));
         return v === undefined ? NOT_FOUND : self.give(v, vp, vs);
