@@ -90,12 +90,12 @@ func globalRule(algo, lease string) string {
 func TestGlobalLeaseBound(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
-		limit, batch       = 50, 10
-		proxies, workers   = 2, 3
-		window             = int64(time.Second)
-		requests           = 1500
-		holders            = proxies * workers
-		excess       int64 = holders * batch
+		limit, batch           = 50, 10
+		proxies, workers       = 2, 3
+		window                 = int64(time.Second)
+		requests               = 1500
+		holders                = proxies * workers
+		excess           int64 = holders * batch
 	)
 	for _, a := range leaseAlgos {
 		t.Run(a.name, func(t *testing.T) {
