@@ -19,6 +19,13 @@ import (
 // which arrives at the root context; the ABI layer makes the stream the effective context
 // again before the callback below runs.
 //
+// A global rule with a lease block (lease.go) is in the call only when this VM's lease on the
+// key could not admit the request; its item then asks for a batch rather than the request's
+// cost, debited all or nothing with the request's other global rules. A batch Redis denies
+// committed nothing, and the call is sent again with the request's own cost (retakeGlobal),
+// so a lease never denies what the exact call admits. A request whose global rules were all
+// admitted from leases sends no callout.
+//
 // With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
 // one request's rules live on different slots, which one script call cannot touch on a
 // sharded store. The request then sends one callout per global rule, all at once (one round
