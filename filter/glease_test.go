@@ -213,25 +213,35 @@ func TestGlobalLeaseCalloutsPerRequest(t *testing.T) {
 // batch Redis denies fails the whole call, which writes nothing on the request's other global
 // rules, and a second call decides the request at its own cost. The leased rule (limit 5) asks
 // for 100 units first; the unleased one (limit 3) must then have been charged once per
-// admitted request, so exactly 3 pass. Had the denied batch's call charged it, 2 would.
+// admitted request, so exactly 3 pass. Had the denied batch's call charged it, 2 would. With
+// redis.partitions 4 each rule has its own call and only the leased rule's is sent again.
 func TestGlobalLeaseDeniedBatchChargesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := `[{"name":"leased","scope":"global","algorithm":"fixed_window","limit":5,"window":"1h",
 		"continue":true,"lease":{"batch":100}},
 		{"name":"exact","scope":"global","algorithm":"fixed_window","limit":3,"window":"1h"}]`
-	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, 1)
-	ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
-	require.True(t, ok, "the batch does not fit, the request's own cost does")
-	noscript, err := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
-	require.NoError(t, err) // a fresh Redis: the first call loads the script
-	require.Equal(t, 2, calls-int(noscript), "the denied batch, then the request at its cost")
-	admitted := 1
-	for range 5 {
-		if ok, _ := l.doRelayed(t, 0, srv.WebdisURL()); ok {
-			admitted++
-		}
+	for _, parts := range []int{0, 4} {
+		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) {
+			srv.MustDo("FLUSHALL")
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, rules), 1, 1)
+			ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
+			require.True(t, ok, "the batch does not fit, the request's own cost does")
+			noscript, err := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
+			require.NoError(t, err) // a fresh Redis: the first calls load the script
+			want := 2               // the call with the denied batch, then the request at its cost
+			if parts > 0 {
+				want = 3 // each rule's call, then the leased rule's again
+			}
+			require.Equal(t, want, calls-int(noscript))
+			admitted := 1
+			for range 5 {
+				if ok, _ := l.doRelayed(t, 0, srv.WebdisURL()); ok {
+					admitted++
+				}
+			}
+			require.Equal(t, 3, admitted)
+		})
 	}
-	require.Equal(t, 3, admitted)
 }
 
 // TestGlobalLeaseMetrics checks the lease metrics of a global rule, under the rule's labelled
@@ -255,4 +265,25 @@ func TestGlobalLeaseMetrics(t *testing.T) {
 	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
 	require.NoError(t, err)
 	require.EqualValues(t, 7, dropped, "10 taken, 3 spent")
+}
+
+// TestGlobalLeaseShadowRuleTakesNone checks that a shadow global rule ignores its lease block
+// (its denials block nothing, so a denied batch could not be decided again in the same call):
+// every request asks Redis for its own cost, and no take is counted.
+func TestGlobalLeaseShadowRuleTakesNone(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := `[{"name":"hot","scope":"global","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1h",
+		"lease":{"batch":100}}]`
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, 1)
+	calls := 0
+	for range 10 {
+		ok, n := l.doRelayed(t, 0, srv.WebdisURL())
+		require.True(t, ok)
+		calls += n
+	}
+	noscript, _ := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
+	require.Equal(t, 10, calls-int(noscript))
+	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
+	require.NoError(t, err)
+	require.Zero(t, taken)
 }

@@ -536,10 +536,11 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			a.take, a.decided = a.cost, false
 			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
 			item[0].Key, item[0].N = c.keys, a.cost
-			if h.sendShardCallout(now, i, item[:], false) == nil {
+			err := h.sendShardCallout(now, i, item[:], false)
+			if err == nil {
 				return
 			}
-			h.noteFailureIn(now, item[0].Part, errCalloutReset)
+			h.noteFailureIn(now, item[0].Part, sendError(err))
 			if h.globalFailed(now, a) {
 				h.deny(a.rs, a.decision)
 				return
