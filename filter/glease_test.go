@@ -86,7 +86,7 @@ func globalRule(algo, lease string) string {
 // random traffic, for every algorithm a lease applies to, with 2 proxies of 3 worker VMs (6
 // lease holders) on one Redis and a fake clock: within any interval the admissions never
 // exceed the algorithm's own contract by more than holders x batch; from the start (nobody
-// held units) they never exceed it at all. It also checks that the leases spared callouts.
+// held units) they never exceed it at all; with and without redis.partitions.
 func TestGlobalLeaseBound(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
@@ -97,12 +97,14 @@ func TestGlobalLeaseBound(t *testing.T) {
 		holders                = proxies * workers
 		excess           int64 = holders * batch
 	)
-	for _, a := range leaseAlgos {
-		t.Run(a.name, func(t *testing.T) {
+	for i := range 2 * len(leaseAlgos) {
+		// Every algorithm in one Redis slot, and over redis.partitions 4 (one call per rule).
+		a, parts := leaseAlgos[i%len(leaseAlgos)], 4*(i/len(leaseAlgos))
+		t.Run(fmt.Sprintf("%s/partitions=%d", a.name, parts), func(t *testing.T) {
 			srv.MustDo("FLUSHALL")
-			cfg := filtertest.GlobalConfig(filtertest.RedisOpts{}, globalRule(a.algo, `,"lease":{"batch":10,"ttl":"500ms"}`))
+			cfg := filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, globalRule(a.algo, `,"lease":{"batch":10,"ttl":"500ms"}`))
 			l := newGlobalFleet(t, cfg, proxies, workers)
-			rng := rand.New(rand.NewPCG(uint64(len(a.name)), 13))
+			rng := rand.New(rand.NewPCG(uint64(i), 13))
 			start := l.now
 			var admitted []int64
 			calls := 0
@@ -286,4 +288,28 @@ func TestGlobalLeaseShadowRuleTakesNone(t *testing.T) {
 	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
 	require.NoError(t, err)
 	require.Zero(t, taken)
+}
+
+// TestGlobalOverLimitCachePartitioned checks the over-limit cache with redis.partitions 4,
+// where each rule has its own call: once Redis has denied the key, the next denials cost no
+// callout, and are counted as cache hits.
+func TestGlobalOverLimitCachePartitioned(t *testing.T) {
+	srv := redistest.Start(t)
+	algo := `"algorithm":"fixed_window","limit":3,"window":"1h"`
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4}, globalRule(algo, `,"lease":{"batch":2}`)), 1, 1)
+	admitted := 0
+	for range 4 {
+		if ok, _ := l.doRelayed(t, 0, srv.WebdisURL()); ok {
+			admitted++
+		}
+	}
+	require.Equal(t, 3, admitted)
+	for range 5 {
+		ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
+		require.False(t, ok)
+		require.Zero(t, calls)
+	}
+	hits, err := l.host.GetCounterMetric(statName("ratelimit_over_limit_cache_hits_total", "hot"))
+	require.NoError(t, err)
+	require.EqualValues(t, 5, hits)
 }

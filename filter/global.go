@@ -545,8 +545,16 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				h.deny(a.rs, a.decision)
 				return
 			}
-		} else if a.take > 0 && a.decision.Allowed {
-			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, answer[0].Overflow)
+		} else {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+				// Counted from the request's start, which is no later than this call's send
+				// (a resend after a denied batch is sent later), so the cache never outlasts
+				// Redis's answer.
+				a.rs.overLimit.record(a.key, h.startedAt, a.cost, a.decision)
+			}
+			if a.take > 0 && a.decision.Allowed {
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, answer[0].Overflow)
+			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
 			h.deny(a.rs, a.decision)
