@@ -19,6 +19,13 @@ import (
 // which arrives at the root context; the ABI layer makes the stream the effective context
 // again before the callback below runs.
 //
+// A global rule with a lease block (lease.go) is in the call only when this VM's lease on the
+// key could not admit the request; its item then asks for a batch rather than the request's
+// cost, debited all or nothing with the request's other global rules. A batch Redis denies
+// committed nothing, and the call is sent again with the request's own cost (retakeGlobal),
+// so a lease never denies what the exact call admits. A request whose global rules were all
+// admitted from leases sends no callout.
+//
 // With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
 // one request's rules live on different slots, which one script call cannot touch on a
 // sharded store. The request then sends one callout per global rule, all at once (one round
@@ -179,14 +186,14 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 	c.keys, c.items = c.keys[:0], c.items[:0]
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		if a.rs.rule.Scope != config.ScopeGlobal {
+		if !a.inCall() {
 			continue
 		}
 		start := len(c.keys)
 		if withKeys {
 			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
 		}
-		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.cost,
+		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(),
 			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)],
 			Part: redis.Partition(a.key, c.cfg.Partitions)})
 	}
@@ -259,10 +266,11 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		}
 		// The answers come in rule order; the first enforced denial is the request's.
 		var denied *applied
+		retake := false
 		j := 0
 		for i := range d.applied {
 			a := &d.applied[i]
-			if a.rs.rule.Scope != config.ScopeGlobal {
+			if !a.inCall() {
 				continue
 			}
 			a.decision, a.decided = c.answers[j].Decision, true
@@ -272,6 +280,14 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				a.rs.m.overflow.Increment(1)
 			}
 			j++
+			if a.batchDenied() {
+				// The lease's batch did not fit, and the call committed nothing (the rule is
+				// enforced): the request's own cost is decided again below, unless another
+				// rule denies the request at its own cost anyway.
+				a.rs.lease.saw(a.key, d.sentAt, a.decision)
+				retake = true
+				continue
+			}
 			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
 				a.rs.overLimit.record(a.key, d.sentAt, a.cost, a.decision)
 			}
@@ -283,6 +299,17 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			h.deny(denied.rs, denied.decision)
 			return
 		}
+		if retake {
+			if h.retakeGlobal(d, now) {
+				return
+			}
+			if deny, a := h.redisFailed(now); deny {
+				h.deny(a.rs, a.decision)
+				return
+			}
+			break
+		}
+		h.recordTakes(d)
 	case errors.Is(err, redis.ErrNoScript) && !d.retried:
 		// Redis restarted or its script cache was flushed: send the script itself once,
 		// which also loads it for every later EVALSHA.
@@ -386,7 +413,7 @@ func (c *redisClient) partSuccess(part int) {
 func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		if a.rs.rule.Scope != config.ScopeGlobal {
+		if !a.inCall() {
 			continue
 		}
 		if h.globalFailed(now, a) {
@@ -399,6 +426,7 @@ func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
 // globalFailed applies the Redis failure mode to one global rule and reports whether the
 // request must be denied now.
 func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
+	a.take = 0 // no lease without Redis: a local fallback is an exact local decision
 	switch h.plugin.redis.cfg.FailureMode {
 	case config.RedisFailDeny:
 		a.decision = failureDecision(a.rs)
@@ -424,7 +452,7 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	j := 0
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		if a.rs.rule.Scope != config.ScopeGlobal || j >= len(items) {
+		if !a.inCall() || j >= len(items) {
 			continue
 		}
 		it := items[j : j+1]
@@ -487,7 +515,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		c.m.latency.Record(uint64(us))
 	}
 	a := &d.applied[i]
-	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.cost, Shadow: a.rs.rule.Shadow,
+	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
 	err := errCalloutReset
@@ -501,7 +529,34 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		if answer[0].Overflow {
 			a.rs.m.overflow.Increment(1)
 		}
-		if !a.decision.Allowed && !a.rs.rule.Shadow {
+		if a.batchDenied() {
+			// The lease's batch did not fit this partition's key, and the call committed
+			// nothing: the request's own cost is decided again, by this rule's call alone.
+			a.rs.lease.saw(a.key, d.sentAt, a.decision)
+			a.take, a.decided = a.cost, false
+			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
+			item[0].Key, item[0].N = c.keys, a.cost
+			err := h.sendShardCallout(now, i, item[:], false)
+			if err == nil {
+				return
+			}
+			h.noteFailureIn(now, item[0].Part, sendError(err))
+			if h.globalFailed(now, a) {
+				h.deny(a.rs, a.decision)
+				return
+			}
+		} else {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+				// Counted from the request's start, which is no later than this call's send
+				// (a resend after a denied batch is sent later), so the cache never outlasts
+				// Redis's answer.
+				a.rs.overLimit.record(a.key, h.startedAt, a.cost, a.decision)
+			}
+			if a.take > 0 && a.decision.Allowed {
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, answer[0].Overflow)
+			}
+		}
+		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
 			h.deny(a.rs, a.decision)
 			return
 		}

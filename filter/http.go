@@ -27,9 +27,12 @@ type applied struct {
 	key  []byte
 	cost int64
 	// leased is the VM lease that admitted the request (given back if another rule denies
-	// it); take is the size of a lease take in flight, 0 for an exact decision.
+	// it); take is the size of a lease take in flight, 0 for an exact decision. spent is set
+	// when a global rule's lease admitted the request: the rule then has no part in the
+	// request's Redis call (see inCall).
 	leased *heldLease
 	take   int64
+	spent  bool
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -125,6 +128,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 					rs.lease.m.overLimitHit.Increment(1)
 					return h.deny(rs, d)
 				}
+			}
+			if h.leaseGlobal(a, now) {
+				continue // admitted from this VM's lease: no callout for this rule
 			}
 			globals++
 			continue

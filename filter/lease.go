@@ -25,8 +25,14 @@ import (
 // and decisions are exact again. A take whose batch is denied is decided again for the
 // request's cost alone, so a lease never denies a request an exact decision would admit.
 //
-// A global rule with a lease block keeps an over-limit cache instead (overLimitCache): batches
-// debited from Redis are not built yet.
+// A global rule with a lease block does the same with Redis (leaseGlobal): a worker VM that
+// holds no units for the key asks Redis for a batch in the request's one script call, as the
+// rule's item (its cost is the batch), and spends the rest from VM memory; a request that
+// finds units sends no callout for the rule. The lease is per VM rather than per proxy in
+// shared data: a spend then costs no shared-data read or write either, and the holders of
+// the bound are proxies x worker VMs. A batch Redis denies is decided again for the request's
+// cost alone, in a second call (retakeGlobal), so again no exact admission is denied. The
+// rule also keeps an over-limit cache (overLimitCache).
 
 // leaseShare is the share of a key's remaining allowance one take may reserve: 1/8, so that
 // eight worker VMs (a typical Envoy --concurrency) taking at once reserve at most all of it.
@@ -265,4 +271,98 @@ func (h *httpContext) refundLeases() {
 func (h *httpContext) retakeExact(a *applied) error {
 	a.take = a.cost
 	return a.rs.table.AllowN(a.key, h.startedAt, a.cost, &a.pending)
+}
+
+// inCall reports whether the rule has a part in the request's Redis call: a global rule that
+// no lease of this VM admitted.
+func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal && !a.spent }
+
+// callN is what the rule's item in the Redis call debits: a lease's batch, or the request's
+// cost.
+func (a *applied) callN() int64 { return max(a.take, a.cost) }
+
+// batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
+// an enforced rule: the request's own cost must then be decided again, since an exact
+// decision could admit it.
+func (a *applied) batchDenied() bool {
+	return a.take > a.cost && !a.decision.Allowed && !a.rs.rule.Shadow
+}
+
+// leaseGlobal admits the request for a global rule from this VM's lease on the key when it
+// holds enough unexpired units (no callout for the rule), and reports whether it did.
+// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size). Shadow rules
+// take no lease: their denials block nothing, so a batch Redis denies would not be decided
+// again in the same all-or-nothing call, and the rule is there to observe exact decisions.
+func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
+	l := a.rs.lease
+	if l == nil || a.rs.rule.Shadow {
+		return false
+	}
+	if l.spend(a, a.key, now, a.cost) {
+		a.spent = true
+		return true
+	}
+	a.take = l.size(a.key, a.cost)
+	return false
+}
+
+// saw records a key's remaining allowance as Redis reported it on a denied batch, so that the
+// next take on this VM asks for a batch that fits (leaseState.size); it holds no units.
+func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
+	l.taken(key, at, 0, 0, d)
+}
+
+// takenGlobal records a global rule's take that Redis committed at sentAt (units expire ttl
+// after the callout was sent, so never later than they would have from Redis's instant) and
+// returns the request's decision and lease, as taken does. A take decided on the rule's
+// overflow key (its key bound reached in Redis) keeps no units for the key: they are dropped.
+func (l *leaseState) takenGlobal(a *applied, sentAt int64, overflow bool) (algorithms.Decision, *heldLease) {
+	if overflow {
+		if a.take > a.cost {
+			l.m.dropped.Increment(uint64(a.take - a.cost))
+		}
+		return a.decision, nil
+	}
+	return l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+}
+
+// recordTakes records, once the request's one Redis call has committed, the take of every
+// leased global rule in it (c.answers holds the call's answers in rule order).
+func (h *httpContext) recordTakes(d *decisions) {
+	answers := h.plugin.redis.answers
+	j := 0
+	for i := range d.applied {
+		a := &d.applied[i]
+		if !a.inCall() {
+			continue
+		}
+		overflow := j < len(answers) && answers[j].Overflow
+		j++
+		if a.take > 0 && a.decided && a.decision.Allowed {
+			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, overflow)
+		}
+	}
+}
+
+// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
+// every denied batch replaced by the request's own cost: the first call committed nothing
+// (all or nothing), so the second decides the whole request again, exactly. It reports
+// whether the call was sent; if not, the failure is counted and the caller applies the
+// failure mode.
+func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
+	for i := range d.applied {
+		a := &d.applied[i]
+		if a.inCall() {
+			if a.batchDenied() {
+				a.take = a.cost
+			}
+			a.decided = false
+		}
+	}
+	err := h.sendCallout(now, false)
+	if err == nil {
+		return true
+	}
+	h.noteFailure(now, sendError(err))
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
@@ -182,4 +183,80 @@ func BenchmarkLease(b *testing.B) {
 			b.ReportMetric(float64(sharedWrites(h, &probes)-w0)/float64(b.N), "writes/op")
 		})
 	}
+}
+
+// TestGlobalLeaseWasm checks global leases on the compiled module against real redis-server
+// and webdis, with two proxies (two hosts, each with its own shared data) of several worker
+// VMs on one Redis:
+//   - near the limit the batches shrink to the request's cost with the remaining allowance
+//     Redis reports: a fixed window of 100 admits exactly 100 requests of 160 taking turns over
+//     2 proxies x 2 VMs, as without a lease, with fewer callouts than requests;
+//   - on a hot key below its limit, 2 proxies x 4 VMs send at most 0.05 callouts per request
+//     (batch 100: each VM's first take, then one per 100 requests).
+func TestGlobalLeaseWasm(t *testing.T) {
+	srv := redistest.Start(t)
+	do := func(h *wasmhost.Host, w int) bool {
+		t.Helper()
+		req := globalRequest(hdr("x-user", "alice"))
+		req.Worker = w
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		res, err := h.Do(ctx, req)
+		require.NoError(t, err)
+		require.False(t, res.Failed)
+		return res.Local == nil
+	}
+	calls := func(hs []*wasmhost.Host) (n int64) {
+		for _, h := range hs {
+			n += redisMetric(h, "ratelimit_redis_calls_total")
+		}
+		return n
+	}
+	t.Run("exact near the limit", func(t *testing.T) {
+		filtertest.WaitForHourWindow(t, srv)
+		for _, leased := range []bool{true, false} {
+			lease := ""
+			if leased {
+				lease = `,"lease":{"batch":20,"ttl":"1m"}`
+			}
+			name := fmt.Sprintf("gl-exact-%v", leased)
+			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":100,"window":"1h"`+lease, true) + "]"
+			cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
+			hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 2), newGlobalHost(t, cfg, srv.WebdisURL(), 2)}
+			admitted := 0
+			for i := range 160 {
+				if do(hs[i%2], (i/2)%2) {
+					admitted++
+				}
+			}
+			require.Equal(t, 100, admitted, "lease %v", leased)
+			n := calls(hs)
+			if leased {
+				require.Less(t, n, int64(160))
+				taken := redisMetric(hs[0], "ratelimit_lease_taken_total;rule="+name) +
+					redisMetric(hs[1], "ratelimit_lease_taken_total;rule="+name)
+				require.Positive(t, taken)
+			} else {
+				// Every admission is a callout; the denials after the first are not (without a
+				// lease block there is no over-limit cache either).
+				require.EqualValues(t, 160, n)
+			}
+			for _, h := range hs {
+				requireNoRedisFailures(t, h)
+			}
+			t.Logf("lease %v: %d callouts for 160 requests", leased, n)
+		}
+	})
+	t.Run("callouts per request below the limit", func(t *testing.T) {
+		rules := "[" + globalRule("gl-hot", `"algorithm":"token_bucket","limit":1000000000,"window":"1h","lease":{"batch":100}`, true) + "]"
+		cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
+		hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 4), newGlobalHost(t, cfg, srv.WebdisURL(), 4)}
+		const requests = 4000
+		for i := range requests {
+			require.True(t, do(hs[i%2], (i/2)%4))
+		}
+		per := float64(calls(hs)) / requests
+		t.Logf("%.4f callouts per request on 2 proxies x 4 VMs", per)
+		require.LessOrEqual(t, per, 0.05)
+	})
 }
