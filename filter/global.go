@@ -289,7 +289,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				continue
 			}
 			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
-				a.rs.overLimit.record(a.key, d.sentAt, a.cost, a.decision)
+				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
 				denied = a
@@ -427,6 +427,12 @@ func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
 // request must be denied now.
 func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 	a.take = 0 // no lease without Redis: a local fallback is an exact local decision
+	if a.rs.rule.Shadow {
+		// A shadow rule never denies, whatever the failure mode: the failure is counted
+		// (noteFailure) and the rule takes no part in the request.
+		a.decided = false
+		return false
+	}
 	switch h.plugin.redis.cfg.FailureMode {
 	case config.RedisFailDeny:
 		a.decision = failureDecision(a.rs)
@@ -550,7 +556,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				// Counted from the request's start, which is no later than this call's send
 				// (a resend after a denied batch is sent later), so the cache never outlasts
 				// Redis's answer.
-				a.rs.overLimit.record(a.key, h.startedAt, a.cost, a.decision)
+				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
 				a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, answer[0].Overflow)

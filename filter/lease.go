@@ -126,23 +126,26 @@ func (l *leaseState) size(key []byte, cost int64) int64 {
 // spent, which is what an exact decision would have reported; and the lease, so that the
 // request's cost can be given back to it if a later rule denies the request.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
-	h := l.held[string(key)]
-	if h == nil {
-		if len(l.held) >= maxHeld {
-			l.sweep(now)
-		}
+	old := l.held[string(key)]
+	if old == nil && len(l.held) >= maxHeld {
+		l.sweep(now)
 		if len(l.held) >= maxHeld {
 			return d, nil
 		}
-		h = &heldLease{}
-		l.held[string(key)] = h
 	}
-	if h.units > 0 {
+	if old != nil && old.units > 0 {
 		// Units left from an earlier take (raced by a request paused on Redis): dropped.
-		l.m.dropped.Increment(uint64(h.units))
+		l.m.dropped.Increment(uint64(old.units))
+		old.units = 0
 	}
-	*h = heldLease{units: n - cost, expires: now + l.ttl, remaining: d.Remaining,
+	// A fresh lease, never the old one reused: a request paused on Redis may still hold the
+	// old one and refund its units there when another rule denies it; refunded into a lease
+	// taken since, they would add to the new batch and its ttl, beyond the stated bound. A
+	// refund into a replaced lease is lost instead (under-admission). Takes are rare (about
+	// one per batch), so the allocation stays off the spend path.
+	h := &heldLease{units: n - cost, expires: now + l.ttl, remaining: d.Remaining,
 		limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
+	l.held[string(key)] = h
 	if n > cost {
 		l.m.taken.Increment(1)
 	}
