@@ -169,7 +169,9 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 			return h.contention(a)
 		}
 		p.storeFailure(a.rs, err)
-		if p.cfg.FailureMode == config.FailDeny {
+		// A shadow rule never denies, not even under failure_mode "deny": it only counts the
+		// failure (store_errors_total), like its other decisions.
+		if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
 			a.decision = failureDecision(a.rs)
 			return true
 		}
@@ -236,7 +238,7 @@ func (h *httpContext) finish() types.Action {
 			if err != nil {
 				p.storeFailure(a.rs, err)
 				a.decided = false
-				if p.cfg.FailureMode == config.FailDeny {
+				if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
 					return h.deny(a.rs, failureDecision(a.rs))
 				}
 				continue
