@@ -103,7 +103,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			p.key, built = key[:0], r
 		}
 		if !ok {
-			rs.m.skipped.Increment(1)
+			// A shadow rule's repeated key header was counted once already, in duplicate_header.
+			if _, dup := r.DuplicateHeader(req); !dup || !r.Shadow {
+				rs.m.skipped.Increment(1)
+			}
 			continue
 		}
 		if rs.overrides != nil {
