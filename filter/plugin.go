@@ -143,7 +143,6 @@ func (p *plugin) configure(data []byte) error {
 		return err
 	}
 	rules := make([]*ruleState, len(cfg.Rules))
-	names := map[string]string{}
 	globals := make([]*redis.Rule, len(cfg.Rules))
 	var client *redisClient
 	if cfg.Redis != nil {
@@ -197,14 +196,6 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		// Labels keep rule names apart, but a Prometheus that reads the stats without Envoy's
-		// tag extraction sees flat names, where '.', '-' and '_' are one character.
-		metric := metricName(r.Name)
-		if other, dup := names[metric]; dup {
-			return fmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
-				i, other, r.Name)
-		}
-		names[metric] = r.Name
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
@@ -290,15 +281,6 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 // digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
 // at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
 const digestCacheSize = 1024
-
-func metricName(rule string) string {
-	return strings.Map(func(c rune) rune {
-		if c == '.' || c == '-' {
-			return '_'
-		}
-		return c
-	}, rule)
-}
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
 // ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").

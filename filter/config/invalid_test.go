@@ -79,6 +79,10 @@ var invalidCases = []invalidCase{
 	{"name charset", `{"rules":[{"name":"a b",` + tb + `}]}`, []string{`rules[0].name: "a b" must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name too long", `{"rules":[{"name":"` + strings.Repeat("n", 65) + `",` + tb + `}]}`, []string{`rules[0].name: "` + strings.Repeat("n", 64) + `"... must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name duplicate", `{"rules":[{"name":"api",` + tb + `},{"name":"x",` + tb + `},{"name":"api",` + tb + `}]}`, []string{`rules[2].name: duplicate of rules[0].name "api"`}, schemaAccepts},
+	// Names that Prometheus cannot tell apart: the plugin and the check command both refuse
+	// them through Parse.
+	{"name flat duplicate", `{"rules":[{"name":"a.b-c",` + tb + `},{"name":"x",` + tb + `},{"name":"a_b_c",` + tb + `}]}`,
+		[]string{`rules[2].name: "a_b_c" and rules[0].name "a.b-c" differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one`}, schemaAccepts},
 
 	// Algorithm and parameters.
 	{"algorithm missing", oneRule(`"limit":10,"window":"1s"`), []string{"rules[0].algorithm: required"}, schemaRejects},
