@@ -225,8 +225,9 @@ func (h *httpContext) finish() types.Action {
 			if a.pending.Retries > 0 {
 				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Claimed {
-				// A slot was created: publish the rule's fill as the shared counter has it.
+			if a.pending.Claimed && a.rs.stateTag == "" {
+				// A slot was created: publish the rule's fill as the shared counter has it (an
+				// override's table, which has a state tag, is not the rule's: see slotsUsed).
 				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {

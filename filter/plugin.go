@@ -92,7 +92,10 @@ type ruleMetrics struct {
 	// slotsUsed is the number of the rule's key slots that hold or have held a key, as the
 	// shared counter every worker updates says (see sharedstate.Table.Used); its maximum is
 	// the rule's max_keys. Workers record the shared value, never one of their own, so the
-	// process-wide gauge is right whichever worker recorded last.
+	// process-wide gauge is right whichever worker recorded last. Only the rule's own table
+	// is recorded: an override's keys live in a table of the override's, which shares the
+	// rule's metrics but not this gauge (two tables' fills in one gauge would read as
+	// whichever was created last).
 	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
