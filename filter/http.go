@@ -103,8 +103,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			p.key, built = key[:0], r
 		}
 		if !ok {
-			// A shadow rule's repeated key header was counted once already, in duplicate_header.
-			if _, dup := r.DuplicateHeader(req); !dup || !r.Shadow {
+			// A shadow rule's repeated key header or query parameter was counted once
+			// already, in duplicate_header.
+			if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
 				rs.m.skipped.Increment(1)
 			}
 			continue

@@ -180,3 +180,12 @@ func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	// the requests it saw (issue: it was counted in skipped as well).
 	require.Zero(t, counterNative(d, "ratelimit_requests_total;rule=dry;decision=skipped"))
 }
+
+// A repeated key query parameter is counted in the same duplicate_header decision as a
+// repeated key header, once per refused request.
+func TestDuplicateKeyQueryMetricNative(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"q","key":[{"source":"query","name":"key"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`)
+	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{{Path: "/x?key=a&key=b", Want: 400}, {Path: "/x?key=a"}}})
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=q;decision=duplicate_header"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=q;decision=allowed"))
+}

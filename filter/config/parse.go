@@ -699,7 +699,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 		}
 	}
 
-	if kp.Source == SourceHeader {
+	if kp.Source == SourceHeader || kp.Source == SourceQuery {
 		kp.OnDuplicate = DuplicateReject
 		if dn, dpath := f.get("on_duplicate"); dn != nil {
 			d, ok := p.enum(dpath, dn, duplicates...)
