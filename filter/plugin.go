@@ -364,8 +364,12 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 	p.failures++
 	rs.m.storeErrors.Increment(1)
 	if p.failures&(p.failures-1) == 0 {
+		mode := string(p.cfg.FailureMode)
+		if rs.rule.Shadow {
+			mode = "allow" // a shadow rule never denies, whatever failure_mode says
+		}
 		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
-			rs.rule.Name, p.failures, p.cfg.FailureMode, err)
+			rs.rule.Name, p.failures, mode, err)
 	}
 }
 
