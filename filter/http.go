@@ -106,7 +106,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			p.key, built = key[:0], r
 		}
 		if !ok {
-			rs.m.skipped.Increment(1)
+			// A shadow rule's repeated key header or query parameter was counted once
+			// already, in duplicate_header.
+			if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
+				rs.m.skipped.Increment(1)
+			}
 			continue
 		}
 		if rs.overrides != nil {
@@ -175,7 +179,9 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 			return h.contention(a)
 		}
 		p.storeFailure(a.rs, err)
-		if p.cfg.FailureMode == config.FailDeny {
+		// A shadow rule never denies, not even under failure_mode "deny": it only counts the
+		// failure (store_errors_total), like its other decisions.
+		if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
 			a.decision = failureDecision(a.rs)
 			return true
 		}
@@ -226,8 +232,9 @@ func (h *httpContext) finish() types.Action {
 			if a.pending.Retries > 0 {
 				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Claimed {
-				// A slot was created: publish the rule's fill as the shared counter has it.
+			if a.pending.Claimed && a.rs.stateTag == "" {
+				// A slot was created: publish the rule's fill as the shared counter has it (an
+				// override's table, which has a state tag, is not the rule's: see slotsUsed).
 				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
@@ -242,7 +249,7 @@ func (h *httpContext) finish() types.Action {
 			if err != nil {
 				p.storeFailure(a.rs, err)
 				a.decided = false
-				if p.cfg.FailureMode == config.FailDeny {
+				if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
 					return h.deny(a.rs, failureDecision(a.rs))
 				}
 				continue

@@ -165,7 +165,7 @@ func BenchmarkAppendPolicyAdaptive(b *testing.B) {
 }
 
 // Issue 11 item 5: each refusal of a repeated key header is counted on the rule; a shadow
-// rule counts it and skips the request instead of refusing it.
+// rule counts it once, in duplicate_header, and skips the request instead of refusing it.
 func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	d := newNative(t, `{"rules":[
 		{"name":"dry","shadow":true,"continue":true,"key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":5,"window":"1m"},
@@ -176,5 +176,16 @@ func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	require.EqualValues(t, 2, counterNative(d, "ratelimit_requests_total;rule=per-key;decision=duplicate_header"))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=dry;decision=duplicate_header"))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=per-key;decision=allowed"), "the shadow rule's repetition let the request through")
-	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=dry;decision=skipped"))
+	// Counted once: a request is one decision of the rule, so the rule's decisions add up to
+	// the requests it saw (issue: it was counted in skipped as well).
+	require.Zero(t, counterNative(d, "ratelimit_requests_total;rule=dry;decision=skipped"))
+}
+
+// A repeated key query parameter is counted in the same duplicate_header decision as a
+// repeated key header, once per refused request.
+func TestDuplicateKeyQueryMetricNative(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"q","key":[{"source":"query","name":"key"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`)
+	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{{Path: "/x?key=a&key=b", Want: 400}, {Path: "/x?key=a"}}})
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=q;decision=duplicate_header"))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=q;decision=allowed"))
 }

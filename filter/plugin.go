@@ -92,7 +92,10 @@ type ruleMetrics struct {
 	// slotsUsed is the number of the rule's key slots that hold or have held a key, as the
 	// shared counter every worker updates says (see sharedstate.Table.Used); its maximum is
 	// the rule's max_keys. Workers record the shared value, never one of their own, so the
-	// process-wide gauge is right whichever worker recorded last.
+	// process-wide gauge is right whichever worker recorded last. Only the rule's own table
+	// is recorded: an override's keys live in a table of the override's, which shares the
+	// rule's metrics but not this gauge (two tables' fills in one gauge would read as
+	// whichever was created last).
 	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
@@ -143,7 +146,6 @@ func (p *plugin) configure(data []byte) error {
 		return err
 	}
 	rules := make([]*ruleState, len(cfg.Rules))
-	names := map[string]string{}
 	globals := make([]*redis.Rule, len(cfg.Rules))
 	var client *redisClient
 	if cfg.Redis != nil {
@@ -197,14 +199,6 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		// Labels keep rule names apart, but a Prometheus that reads the stats without Envoy's
-		// tag extraction sees flat names, where '.', '-' and '_' are one character.
-		metric := metricName(r.Name)
-		if other, dup := names[metric]; dup {
-			return fmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
-				i, other, r.Name)
-		}
-		names[metric] = r.Name
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
@@ -291,15 +285,6 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 // at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
 const digestCacheSize = 1024
 
-func metricName(rule string) string {
-	return strings.Map(func(c rune) rune {
-		if c == '.' || c == '-' {
-			return '_'
-		}
-		return c
-	}, rule)
-}
-
 // statName renders the name of one of a rule's stats: the metric, then its labels as
 // ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").
 // Envoy's tag extraction (stats_config.stats_tags in envoy.yaml, one regex per label) removes
@@ -379,8 +364,12 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 	p.failures++
 	rs.m.storeErrors.Increment(1)
 	if p.failures&(p.failures-1) == 0 {
+		mode := string(p.cfg.FailureMode)
+		if rs.rule.Shadow {
+			mode = "allow" // a shadow rule never denies, whatever failure_mode says
+		}
 		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
-			rs.rule.Name, p.failures, p.cfg.FailureMode, err)
+			rs.rule.Name, p.failures, mode, err)
 	}
 }
 

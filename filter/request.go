@@ -82,7 +82,7 @@ func (r *request) cached(name string) *cachedHeader {
 // HeaderLines returns the first and last line of a request header and how many lines the
 // request carries. Envoy's single-value lookup (Header) sees only the first line, so the lines
 // are counted in the full header map, once per request and header; key parts use it to refuse
-// or resolve a repeated key header (see config.Rule.DuplicateHeader). Headers that Envoy
+// or resolve a repeated key header (see config.Rule.DuplicatePart). Headers that Envoy
 // indexes inline arrive already folded into one line joined by ",", and count as one.
 func (r *request) HeaderLines(name string) (first, last string, n int) {
 	c := r.cached(name)

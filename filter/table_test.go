@@ -138,3 +138,23 @@ func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 	require.Zero(t, d.Do(t, t0, step{}).Status)
 	require.EqualValues(t, 1, m.Metric(t, "ratelimit_cas_exhausted_total;rule=sh"))
 }
+
+// A chain of max_keys changes, 100 -> 200 -> ... -> 800, keeps an exhausted client exhausted:
+// each configuration is asked once (denied, so it writes nothing and the key's state stays in
+// an older layout's forward). The fourth layout used to reset it.
+func TestKeyTableMaxKeysChainNative(t *testing.T) {
+	conf := func(maxKeys int) string {
+		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)
+	}
+	store := sharedstate.NewMemory()
+	d := newNativeWithStore(t, conf(100), store)
+	for range 5 {
+		require.Zero(t, d.Do(t, t0, filtertest.XK("client")).Status)
+	}
+	stop(d)
+	for m := 200; m <= 800; m += 100 {
+		d := newNativeWithStore(t, conf(m), store)
+		require.Equal(t, 429, d.Do(t, t0.Add(time.Second), filtertest.XK("client")).Status, "max_keys %d", m)
+		stop(d)
+	}
+}

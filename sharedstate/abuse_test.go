@@ -601,3 +601,36 @@ func TestTableHotPathAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per decision of established keys", allocs/2)
 	}
 }
+
+// A chain of max_keys changes keeps an exhausted key exhausted (the review's 100 -> 200 ->
+// 300 -> 400 lost it at the third change): as many changes as the rule remembers layouts,
+// whether the key makes no request between them, or makes denied requests (which write
+// nothing, so its state stays in a forward's copy in an older layout, see Table).
+func TestMaxKeysChangeChainKeepsExhaustion(t *testing.T) {
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: 5, Window: time.Hour}
+	for _, between := range []string{"no requests", "denied requests"} {
+		t.Run(between, func(t *testing.T) {
+			store := NewMemory()
+			var p Pending
+			key := []byte("exhausted")
+			first := mustTable(t, store, 100, mustLimiter(t, cfg))
+			for range 5 {
+				if err := first.AllowN(key, 0, 1, &p); err != nil || !p.Decision.Allowed {
+					t.Fatalf("setup: %v %+v", err, p.Decision)
+				}
+			}
+			// maxGeometries layouts in all: the first and maxGeometries-1 changes.
+			for i := 2; i <= maxGeometries; i++ {
+				tab := mustTable(t, store, uint32(100*i), mustLimiter(t, cfg))
+				if between == "denied requests" || i == maxGeometries {
+					if err := tab.AllowN(key, int64(i)*sec, 1, &p); err != nil || p.Decision.Allowed {
+						t.Fatalf("max_keys %d: %v %+v, want a denial", 100*i, err, p.Decision)
+					}
+				}
+			}
+		})
+	}
+	if maxGeometries < 8 {
+		t.Fatalf("maxGeometries %d: at least 8 layouts (7 changes within a window) are promised", maxGeometries)
+	}
+}

@@ -47,10 +47,16 @@ const (
 // the others to the new clients that hash there (see Table).
 const OverflowSlots = 64
 
-// maxGeometries is how many table geometries (max_keys values) a rule remembers, the current
-// one included: a key that is not found in the current geometry is looked for in the others,
-// so its state survives changes of max_keys.
-const maxGeometries = 3
+// maxGeometries is how many table geometries (distinct max_keys values) a rule remembers, the
+// current one included: a key that is not found in the current geometry is looked for in the
+// others, so its state survives changes of max_keys. A key's state lives in the layout of its
+// last admitted request (or in a forward's copy there), so it is lost only when more than
+// maxGeometries-1 other max_keys values are configured while the key is still active (before
+// its allowance is back in full) and not admitted in between. The cost of a longer list is
+// paid by keys absent from the current layout only (a new key's first lookup, a key in an
+// overflow slot): up to 2*BucketSlots reads per previous layout; the list itself is 4 bytes
+// per layout, read once per configuration.
+const maxGeometries = 8
 
 // maxHops bounds how many "moved" forwards a lookup follows (see Table).
 const maxHops = 2
@@ -486,6 +492,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 	}
 	if from == nil && hops == 0 && g == t.cur {
 		// Not here: the key may still live under a previous max_keys.
+		var stale *forward // a forward to another previous layout, whose copy may be all there is
 		for _, old := range t.prev {
 			o, err := t.scan(old, h, p, false)
 			if err != nil {
@@ -499,7 +506,17 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 				from = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
 				break
 			}
-			if o.moved != 0 || t.limiter.Idle(o.state, p.now) {
+			if o.moved != 0 {
+				// A forward to another previous layout. The layouts are read newest first, so
+				// a copy that arrived there has been read already; if none was, the request
+				// that moved the key was denied (it wrote nothing) and this copy is the key's
+				// state: revive it unless something newer turns up.
+				if stale == nil && !t.limiter.Idle(o.state, p.now) {
+					stale = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
+				}
+				continue
+			}
+			if t.limiter.Idle(o.state, p.now) {
 				continue
 			}
 			if !s.place {
@@ -522,6 +539,9 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 			}
 			p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
 			return t.run(p, o.state)
+		}
+		if from == nil {
+			from = stale
 		}
 	}
 	switch {

@@ -17,6 +17,9 @@ type SharedData struct {
 	nextCas uint32
 	ns      map[string]map[string]*sharedEntry
 
+	// fault, when set, fails reads and writes on purpose (see SetFault).
+	fault func(key string, write bool) Status
+
 	// Shared queues live in the same process-wide object in Envoy.
 	nextQueue   uint32
 	queues      map[uint32]*sharedQueue
@@ -58,11 +61,28 @@ func (s *SharedData) casLocked() uint32 {
 	return s.nextCas
 }
 
+// SetFault makes every Get and Set for which fault returns a status other than
+// StatusOK fail with that status, until SetFault(nil). Envoy's shared data never
+// fails this way (a Get finds the key or not, a Set may lose its compare-and-swap);
+// the hook exists so that tests can show what a guest does if it ever did, such as
+// its failure_mode. It applies to the guests' calls and to Host.GetSharedData and
+// Host.SetSharedData alike.
+func (s *SharedData) SetFault(fault func(key string, write bool) Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = fault
+}
+
 // Get returns a copy of the value stored under key in the vm_id namespace and
 // its cas number. A missing key is StatusNotFound.
 func (s *SharedData) Get(vmID, key string) (value []byte, cas uint32, st Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fault != nil {
+		if st := s.fault(key, false); st != StatusOK {
+			return nil, 0, st
+		}
+	}
 	e, ok := s.ns[vmID][key]
 	if !ok {
 		return nil, 0, StatusNotFound
@@ -77,6 +97,11 @@ func (s *SharedData) Get(vmID, key string) (value []byte, cas uint32, st Status)
 func (s *SharedData) Set(vmID, key string, value []byte, cas uint32) Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fault != nil {
+		if st := s.fault(key, true); st != StatusOK {
+			return st
+		}
+	}
 	m := s.ns[vmID]
 	if m == nil {
 		m = make(map[string]*sharedEntry)

@@ -273,8 +273,8 @@ type KeyPart struct {
 	// its own allocation. 32 and 128 (the defaults) keep the full address.
 	IPv4Prefix int
 	IPv6Prefix int
-	// OnDuplicate says what a header part does when the request carries its header more than
-	// once (see Rule.DuplicateHeader).
+	// OnDuplicate says what a header or query part does when the request carries its header
+	// or query parameter more than once (see Rule.DuplicatePart).
 	OnDuplicate Duplicate
 }
 

@@ -99,7 +99,7 @@ type jsonKeyPart struct {
 	Default    *string `json:"default,omitempty"`
 	IPv4Prefix int     `json:"ipv4_prefix,omitempty"`
 	IPv6Prefix int     `json:"ipv6_prefix,omitempty"`
-	// OnDuplicate is written for header parts only, where it always has a value.
+	// OnDuplicate is written for header and query parts only, where it always has a value.
 	OnDuplicate string `json:"on_duplicate,omitempty"`
 }
 
@@ -229,7 +229,7 @@ func encodeRule(r *Rule) jsonRule {
 		if kp.Source == SourceClientIP {
 			jk.IPv4Prefix, jk.IPv6Prefix = kp.IPv4Prefix, kp.IPv6Prefix
 		}
-		if kp.Source == SourceHeader {
+		if kp.Source == SourceHeader || kp.Source == SourceQuery {
 			jk.OnDuplicate = string(kp.OnDuplicate)
 		}
 		jr.Key = append(jr.Key, jk)

@@ -79,6 +79,10 @@ var invalidCases = []invalidCase{
 	{"name charset", `{"rules":[{"name":"a b",` + tb + `}]}`, []string{`rules[0].name: "a b" must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name too long", `{"rules":[{"name":"` + strings.Repeat("n", 65) + `",` + tb + `}]}`, []string{`rules[0].name: "` + strings.Repeat("n", 64) + `"... must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name duplicate", `{"rules":[{"name":"api",` + tb + `},{"name":"x",` + tb + `},{"name":"api",` + tb + `}]}`, []string{`rules[2].name: duplicate of rules[0].name "api"`}, schemaAccepts},
+	// Names that Prometheus cannot tell apart: the plugin and the check command both refuse
+	// them through Parse.
+	{"name flat duplicate", `{"rules":[{"name":"a.b-c",` + tb + `},{"name":"x",` + tb + `},{"name":"a_b_c",` + tb + `}]}`,
+		[]string{`rules[2].name: "a_b_c" and rules[0].name "a.b-c" differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one`}, schemaAccepts},
 
 	// Algorithm and parameters.
 	{"algorithm missing", oneRule(`"limit":10,"window":"1s"`), []string{"rules[0].algorithm: required"}, schemaRejects},
@@ -154,7 +158,8 @@ var invalidCases = []invalidCase{
 	{"key prefix on header", oneRule(tb + `,"key":[{"source":"header","name":"x","ipv4_prefix":24}]`), []string{`rules[0].key[0].ipv4_prefix: not used by source "header"`}, schemaRejects},
 	{"key prefix range", oneRule(tb + `,"key":[{"source":"client_ip","ipv4_prefix":33,"ipv6_prefix":0}]`), []string{"rules[0].key[0].ipv4_prefix: must be between 1 and 32, got 33", "rules[0].key[0].ipv6_prefix: must be between 1 and 128, got 0"}, schemaRejects},
 	{"key on_duplicate unknown", oneRule(tb + `,"key":[{"source":"header","name":"x","on_duplicate":"join"}]`), []string{`rules[0].key[0].on_duplicate: "join" is not one of reject, first, last`}, schemaRejects},
-	{"key on_duplicate on query", oneRule(tb + `,"key":[{"source":"query","name":"x","on_duplicate":"first"}]`), []string{`rules[0].key[0].on_duplicate: not used by source "query"`}, schemaRejects},
+	{"key on_duplicate on path", oneRule(tb + `,"key":[{"source":"path","on_duplicate":"first"}]`), []string{`rules[0].key[0].on_duplicate: not used by source "path"`}, schemaRejects},
+	{"key on_duplicate on query unknown", oneRule(tb + `,"key":[{"source":"query","name":"x","on_duplicate":"join"}]`), []string{`rules[0].key[0].on_duplicate: "join" is not one of reject, first, last`}, schemaRejects},
 	{"key query name empty", oneRule(tb + `,"key":[{"source":"query","name":""}]`), []string{"rules[0].key[0].name: must not be empty"}, schemaRejects},
 	{"key header name", oneRule(tb + `,"key":[{"source":"header","name":"x:y"}]`), []string{`rules[0].key[0].name: "x:y" is not a valid header name`}, schemaRejects},
 	{"key too long", oneRule(tb + `,"key":[` + strings.Repeat(`{"source":"path"},`, 16) + `{"source":"path"}]`), []string{"rules[0].key: has 17 items; the maximum is 16"}, schemaRejects},

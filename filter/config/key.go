@@ -6,15 +6,15 @@ import (
 	"strings"
 )
 
-// Duplicate says what a header key part does with a header the request carries more than
-// once. A key must be unambiguous: keying on one of the values while the upstream reads
+// Duplicate says what a header or query key part does with a header or query parameter the
+// request carries more than once. A key must be unambiguous: keying on one of the values while the upstream reads
 // another lets a client rotate the value the limiter sees and keep the one the upstream
 // honours, and keying on every value joined lets it rotate one of them just the same.
 type Duplicate string
 
-// The choices for a repeated key header.
+// The choices for a repeated key header or query parameter.
 const (
-	// DuplicateReject, the default, refuses the request with 400 (see Rule.DuplicateHeader).
+	// DuplicateReject, the default, refuses the request with 400 (see Rule.DuplicatePart).
 	DuplicateReject Duplicate = "reject"
 	// DuplicateFirst keys on the first of the header's lines, for an upstream that reads
 	// the first.
@@ -27,27 +27,36 @@ const (
 // duplicates lists the accepted values of "on_duplicate", in the order the errors name them.
 var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), string(DuplicateLast)}
 
-// DuplicateHeader reports the first of the rule's header key parts whose header req carries
-// more than once while the part's OnDuplicate is DuplicateReject (the default): such a
-// request has no unambiguous key for the rule and must be refused (the filter answers 400)
-// before AppendKey is asked for its key, which it would not build.
+// DuplicatePart reports the first of the rule's header and query key parts whose header or
+// query parameter req carries more than once while the part's OnDuplicate is DuplicateReject
+// (the default): such a request has no unambiguous key for the rule and must be refused (the
+// filter answers 400) before AppendKey is asked for its key, which it would not build.
 //
-// The count is of the header's lines as the filter sees them (Request.HeaderLines). Envoy
+// A header's count is of its lines as the filter sees them (Request.HeaderLines). Envoy
 // keeps each line of most headers as its own entry, so those are counted exactly; the
 // headers its header map indexes inline (x-forwarded-for, user-agent, :authority and the
 // others of Envoy's inline list) it folds into one value joined by "," as they arrive, and
-// that one value is what both the filter and the upstream then see.
-func (r *Rule) DuplicateHeader(req Request) (name string, dup bool) {
+// that one value is what both the filter and the upstream then see. A query parameter's
+// count is of the pairs of the query string whose decoded name is the part's name
+// ("?k=a&k=b" twice, "?k=a&%6B=b" too): frameworks differ in which of them they read.
+func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
-		if kp.Source != SourceHeader || (kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "") {
+		if kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
 			continue
 		}
-		if _, _, n := req.HeaderLines(kp.Name); n > 1 {
-			return kp.Name, true
+		var n int
+		switch kp.Source {
+		case SourceHeader:
+			_, _, n = req.HeaderLines(kp.Name)
+		case SourceQuery:
+			_, _, n = queryParams(req.Path(), kp.Name)
+		}
+		if n > 1 {
+			return kp, true
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // AppendKey appends the rule's key for req to dst and returns the extended slice.
@@ -63,7 +72,7 @@ func (r *Rule) DuplicateHeader(req Request) (name string, dup bool) {
 // returns dst unchanged and ok=false, and the rule must not be applied to the request. A
 // header part whose header is repeated under DuplicateReject has no key either: AppendKey
 // returns ok=false, even with a default (the header is there, just ambiguous), and callers
-// check Rule.DuplicateHeader first to refuse such a request.
+// check Rule.DuplicatePart first to refuse such a request.
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
@@ -84,7 +93,7 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 }
 
 // keyAvailable reports whether AppendKey would succeed, without building the key, for a request
-// that DuplicateHeader does not refuse.
+// that DuplicatePart does not refuse.
 func (r *Rule) keyAvailable(req Request) bool {
 	for i := range r.Key {
 		kp := &r.Key[i]
@@ -92,7 +101,7 @@ func (r *Rule) keyAvailable(req Request) bool {
 			continue
 		}
 		// A repeated header counts as present: the rule applies, and the request is refused
-		// by DuplicateHeader rather than let through to later rules.
+		// by DuplicatePart rather than let through to later rules.
 		if _, _, st := kp.lookup(req, r.trustedHops); st == partMissing {
 			return false
 		}
@@ -108,9 +117,9 @@ const (
 	partMissing partState = iota
 	// partFound: the request carries the part's value.
 	partFound
-	// partAmbiguous: a header part's header is repeated under DuplicateReject, so the
-	// request has no unambiguous value for it, and no default applies either (the header
-	// is there, just ambiguous).
+	// partAmbiguous: a header part's header (a query part's parameter) is repeated under
+	// DuplicateReject, so the request has no unambiguous value for it, and no default
+	// applies either (the header is there, just ambiguous).
 	partAmbiguous
 )
 
@@ -123,8 +132,16 @@ func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip netip.Addr
 	switch kp.Source {
 	case SourceConst:
 		return kp.Value, ip, partFound
-	case SourceHeader:
-		first, last, n := req.HeaderLines(kp.Name)
+	case SourceHeader, SourceQuery:
+		// A query parameter is returned still percent-encoded (appendValue decodes it); an
+		// empty value ("?key=") is a value: the parameter is present.
+		var first, last string
+		var n int
+		if kp.Source == SourceHeader {
+			first, last, n = req.HeaderLines(kp.Name)
+		} else {
+			first, last, n = queryParams(req.Path(), kp.Name)
+		}
 		switch {
 		case n == 0:
 			return "", ip, partMissing
@@ -141,10 +158,6 @@ func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip netip.Addr
 	case SourcePath:
 		// Without the query string: otherwise every "?cachebuster" would be a new key.
 		v = pathOnly(req.Path())
-	case SourceQuery:
-		// An empty value ("?key=") is a value: the parameter is present.
-		raw, ok := queryParam(req.Path(), kp.Name)
-		return raw, ip, found(ok)
 	case SourceClientIP:
 		addr, ok := ClientIP(req, trustedHops)
 		return "", addr, found(ok)
@@ -393,12 +406,13 @@ func parseIPv4(s string) (netip.Addr, bool) {
 	return netip.AddrFrom4(a), true
 }
 
-// queryParam returns the raw (still percent-encoded) value of the first query parameter
-// whose decoded name is name. A parameter without "=" has the empty value.
-func queryParam(path, name string) (string, bool) {
+// queryParams returns the raw (still percent-encoded) values of the first and the last query
+// parameter whose decoded name is name, and how many there are. A parameter without "=" has
+// the empty value.
+func queryParams(path, name string) (first, last string, n int) {
 	i := strings.IndexByte(path, '?')
 	if i < 0 {
-		return "", false
+		return "", "", 0
 	}
 	q := path[i+1:]
 	if j := strings.IndexByte(q, '#'); j >= 0 {
@@ -409,10 +423,14 @@ func queryParam(path, name string) (string, bool) {
 		pair, q, _ = strings.Cut(q, "&")
 		k, v, _ := strings.Cut(pair, "=")
 		if unescapedEqual(k, name) {
-			return v, true
+			if n == 0 {
+				first = v
+			}
+			last = v
+			n++
 		}
 	}
-	return "", false
+	return first, last, n
 }
 
 // unhex returns the value of a hex digit, or -1.

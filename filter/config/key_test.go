@@ -12,7 +12,7 @@ func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
 	if !strings.HasPrefix(string(k), "prefix|") {
 		t.Fatalf("AppendKey clobbered dst: %q", k)
 	}
-	if _, dup := c.Rules[0].DuplicateHeader(r); !dup && ok != c.Rules[0].keyAvailable(r) {
+	if _, dup := c.Rules[0].DuplicatePart(r); !dup && ok != c.Rules[0].keyAvailable(r) {
 		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
 	}
 	if !ok && string(k) != "prefix|" {
@@ -53,7 +53,13 @@ func TestAppendKey(t *testing.T) {
 		{"header repeated first", `[{"source":"header","name":"x-a","on_duplicate":"first"}]`, req("x-a: 1", "x-a: 2", "x-a: 3"), "1:1", true},
 		{"header repeated last", `[{"source":"header","name":"x-a","on_duplicate":"last"}]`, req("x-a: 1", "x-a: 2", "x-a: 3"), "1:3", true},
 		{"header once, first", `[{"source":"header","name":"x-a","on_duplicate":"first"}]`, req("x-a: 1,2"), "3:1,2", true},
-		{"query", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1&key=abc&key=def" }), "3:abc", true},
+		{"query", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1&key=abc" }), "3:abc", true},
+		// A repeated parameter is ambiguous like a repeated header: no key under "reject"
+		// (the default; the filter answers 400), the chosen one under "first" or "last".
+		{"query repeated", `[{"source":"query","name":"key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?a=1&key=abc&key=def" }), "", false},
+		{"query repeated encoded", `[{"source":"query","name":"key","default":"-"}]`, req().with(func(r *fakeRequest) { r.path = "/x?key=abc&%6Bey=def" }), "", false},
+		{"query repeated first", `[{"source":"query","name":"key","on_duplicate":"first"}]`, req().with(func(r *fakeRequest) { r.path = "/x?key=abc&key=def" }), "3:abc", true},
+		{"query repeated last", `[{"source":"query","name":"key","on_duplicate":"last"}]`, req().with(func(r *fakeRequest) { r.path = "/x?key=abc&b=1&key=def" }), "3:def", true},
 		{"query decoded", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api%20key=%61b+c%2" }), "6:ab c%2", true},
 		{"query name decoded with +", `[{"source":"query","name":"api key"}]`, req().with(func(r *fakeRequest) { r.path = "/x?api+key=1" }), "1:1", true},
 		{"query without value", `[{"source":"query","name":"flag"}]`, req().with(func(r *fakeRequest) { r.path = "/x?flag&b=2" }), "0:", true},
@@ -376,16 +382,21 @@ func BenchmarkClientIP(b *testing.B) {
 	}
 }
 
-// DuplicateHeader names the first header part whose header is repeated under "reject" (the
-// default), and nothing for parts that chose first or last, for other sources, or for a header
-// sent once. A rule whose key header is repeated still matches: it must not be skipped in
-// favour of later rules, or the repetition would escape the limit instead of being refused.
-func TestDuplicateHeader(t *testing.T) {
+// DuplicatePart names the first header or query part whose header or parameter is repeated
+// under "reject" (the default), and nothing for parts that chose first or last, for other
+// sources, or for a header or parameter sent once. A rule whose key header is repeated still
+// matches: it must not be skipped in favour of later rules, or the repetition would escape the
+// limit instead of being refused.
+func TestDuplicatePart(t *testing.T) {
 	c := mustParse(t, `{"rules":[
 		{"name":"a","key":[{"source":"header","name":"x-first","on_duplicate":"first","default":"-"},
-			{"source":"client_ip"},{"source":"header","name":"x-api-key"},{"source":"header","name":"x-t"}],`+tb+`},
+			{"source":"client_ip"},{"source":"header","name":"x-api-key"},{"source":"header","name":"x-t"},
+			{"source":"query","name":"q","default":"-"},{"source":"query","name":"ql","on_duplicate":"last","default":"-"}],`+tb+`},
 		{"name":"b",`+tb+`}]}`)
 	r := c.Rules[0]
+	withPath := func(r *fakeRequest, path string) *fakeRequest {
+		return r.with(func(r *fakeRequest) { r.path = path })
+	}
 	for _, tc := range []struct {
 		req  *fakeRequest
 		want string
@@ -395,10 +406,18 @@ func TestDuplicateHeader(t *testing.T) {
 		{req("x-api-key: k", "x-t: 1", "x-t: 2", "x-first: a", "x-first: b"), "x-t"},
 		{req("x-api-key: k", "x-t: t", "x-first: a", "x-first: b"), ""},
 		{req("x-api-key: a,b", "x-t: t"), ""},
+		{withPath(req("x-api-key: k", "x-t: t"), "/x?q=1&ql=2"), ""},
+		{withPath(req("x-api-key: k", "x-t: t"), "/x?q=1&q=2"), "q"},
+		{withPath(req("x-api-key: k", "x-t: t"), "/x?q=1&%71=2"), "q"},
+		{withPath(req("x-api-key: k", "x-t: t"), "/x?ql=1&ql=2"), ""},
 	} {
-		name, dup := r.DuplicateHeader(tc.req)
+		kp, dup := r.DuplicatePart(tc.req)
+		name := ""
+		if kp != nil {
+			name = kp.Name
+		}
 		if name != tc.want || dup != (tc.want != "") {
-			t.Errorf("%v: DuplicateHeader = %q, %v; want %q", tc.req.lines, name, dup, tc.want)
+			t.Errorf("%v %s: DuplicatePart = %q, %v; want %q", tc.req.lines, tc.req.path, name, dup, tc.want)
 		}
 		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))

@@ -12,7 +12,7 @@ type Request interface {
 	Header(name string) (string, bool)
 	// HeaderLines returns the first and the last line of a request header and how many
 	// lines the request carries (0: absent, and first and last are empty); name is
-	// lower-case. Key parts use it to see a repeated header (see Rule.DuplicateHeader).
+	// lower-case. Key parts use it to see a repeated header (see Rule.DuplicatePart).
 	HeaderLines(name string) (first, last string, n int)
 	// Method returns :method.
 	Method() string

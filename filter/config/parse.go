@@ -122,7 +122,11 @@ func (p *parser) config(root *node) *Config {
 	if !ok {
 		return c
 	}
-	names := make(map[string]int, len(elems))
+	type named struct {
+		index int
+		name  string
+	}
+	names := make(map[string]named, len(elems))
 	firstGlobal := -1
 	for i, e := range elems {
 		rpath := joinIndex(path, i)
@@ -132,10 +136,19 @@ func (p *parser) config(root *node) *Config {
 		}
 		r.Index = i
 		if r.Name != "" {
-			if j, dup := names[r.Name]; dup {
-				p.addf(rpath+".name", "duplicate of rules[%d].name %s", j, strconv.Quote(r.Name))
+			// Metric labels keep rule names apart, but a Prometheus that reads Envoy's stats
+			// without its tag extraction sees flat names, where '.', '-' and '_' are one
+			// character: two such names would share their metrics.
+			flat := flatName(r.Name)
+			if prev, dup := names[flat]; dup {
+				if prev.name == r.Name {
+					p.addf(rpath+".name", "duplicate of rules[%d].name %s", prev.index, strconv.Quote(r.Name))
+				} else {
+					p.addf(rpath+".name", "%s and rules[%d].name %s differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
+						strconv.Quote(r.Name), prev.index, strconv.Quote(prev.name))
+				}
 			} else {
-				names[r.Name] = i
+				names[flat] = named{i, r.Name}
 			}
 		}
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
@@ -278,6 +291,17 @@ var algorithmNames = func() []string {
 	}
 	return names
 }()
+
+// flatName is a rule name as a Prometheus that reads Envoy's stats without tag extraction
+// sees it in a metric name: '.' and '-' become '_'.
+func flatName(name string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '.' || c == '-' {
+			return '_'
+		}
+		return c
+	}, name)
+}
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
@@ -675,7 +699,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 		}
 	}
 
-	if kp.Source == SourceHeader {
+	if kp.Source == SourceHeader || kp.Source == SourceQuery {
 		kp.OnDuplicate = DuplicateReject
 		if dn, dpath := f.get("on_duplicate"); dn != nil {
 			d, ok := p.enum(dpath, dn, duplicates...)

@@ -257,6 +257,29 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		// A repeated query parameter is the same ambiguity as a repeated header: the first
+		// was keyed on, so "?key=rnd&key=real" rotated past the limit of an upstream that
+		// reads the last. Refused with 400 by default; on_duplicate picks the one to key on.
+		Name: "a repeated key query parameter is refused, or keyed on the one on_duplicate names",
+		Config: `{"rules":[
+			{"name":"per-key","match":{"path":{"prefix":"/a"}},"key":[{"source":"query","name":"key"}],
+			 "algorithm":"fixed_window","limit":2,"window":"1h"},
+			{"name":"last","key":[{"source":"query","name":"key","on_duplicate":"last"}],
+			 "algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+		Steps: []Step{
+			{Path: "/a?key=rnd1&key=real", Want: 400, WantBody: `"parameter":"key"`,
+				WantHeaders: map[string]string{"content-type": "application/json"}},
+			{Path: "/a?key=rnd2&%6Bey=real", Want: 400, WantBody: `{"error":"duplicate_query_parameter","rule":"per-key"`},
+			{Path: "/a?key=real"},
+			{Path: "/a?key=real"},
+			{Path: "/a?key=rnd3&key=real", Want: 400},
+			{Path: "/a?key=real", Want: 429},
+			// Under "last", the last one is the key: rotating the first does not escape.
+			{Path: "/b?key=rnd1&key=real"},
+			{Path: "/b?key=rnd2&key=real", Want: 429, WantBody: `"rule":"last"`},
+		},
+	},
+	{
 		Name: "X-Forwarded-For is trusted only as far as configured",
 		Config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
 			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,

@@ -113,6 +113,24 @@ var TableCases = []TableCase{
 			}
 		},
 	},
+	{
+		// key_slots_used is the fill of the rule's own table, out of its max_keys: the keys
+		// an override decides live in the override's table, and creating one of them does not
+		// overwrite the gauge with that table's fill.
+		Name: "SlotsUsedIsTheRulesOwn",
+		Config: `{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":8,
+		"algorithm":"fixed_window","limit":5,"window":"1h","overrides":[{"exact":"vip","limit":50}]}]}`,
+		Check: func(t *testing.T, d TableDriver) {
+			for _, k := range []string{"a", "b", "c", "vip"} {
+				if o := d.Do(t, T0, XK(k)); o.Status != 0 {
+					t.Fatalf("key %s: status %d", k, o.Status)
+				}
+			}
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 3 {
+				t.Fatalf("key_slots_used %d after three keys of the rule and one of its override, want 3", used)
+			}
+		},
+	},
 }
 
 // headerRequest is a request with one header, to build keys exactly as the filter does.

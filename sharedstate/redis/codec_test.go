@@ -391,12 +391,23 @@ func TestParseReplies(t *testing.T) {
 		`{"EVALSHA":[7,8,1,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
 		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
 		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // overflow is not 0 or 1
+		`{"EVALSHA":[7,8,1,1,2,3,0,5,0,0,20,0,9,10,0]}`,  // remaining 3 of a limit of 2
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,21,9,10,0]}`, // remaining 21 of a limit of 20
 		`{"EVALSHA":[7,8,1,1,2,1,0,5,0]}`,                // one rule's answer for two
 		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0,1,2,1,0,5,0]}`,
 	} {
 		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", body, err)
 		}
+	}
+	// Remaining is bounded by the capacity, not the limit: a token bucket of limit 2 and
+	// burst 5 may report 4 remaining, and not 6.
+	burst := []redis.Item{{Rule: mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 2, Burst: 5, Window: time.Hour}), Key: []byte("c")}}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,4,0,5,0]}`), burst, out[:1]); err != nil || out[0].Decision.Remaining != 4 {
+		t.Errorf("remaining 4 of a burst of 5: %v %+v", err, out[0])
+	}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,6,0,5,0]}`), burst, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+		t.Errorf("remaining 6 of a burst of 5: %v, want ErrMalformed", err)
 	}
 	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
 		t.Errorf("short out: %v", err)

@@ -213,7 +213,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 				i, j := (n-replyHead)/replyPerRule, (n-replyHead)%replyPerRule
 				rule[j] = v
 				if j == replyPerRule-1 {
-					a, err := answer(rule, items[i].Rule.limit)
+					a, err := answer(rule, items[i].Rule.limit, items[i].Rule.capacity)
 					if err != nil {
 						return 0, false, err
 					}
@@ -259,8 +259,12 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 	return now, committed, nil
 }
 
-// answer checks and converts one rule's six reply values. limit 0 accepts any limit.
-func answer(v [replyPerRule]int64, limit int64) (Answer, error) {
+// answer checks and converts one rule's six reply values. limit 0 accepts any limit. A
+// remaining above capacity (the rule's burst, or its limit) is malformed: no algorithm holds
+// more than its capacity, so such a reply did not come from the rule's script, and rendering
+// it would promise clients allowance nobody has. capacity 0 (ParseReply, which has no rule)
+// skips the check.
+func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 	allowed, lim, remaining, retry, reset, overflow := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
@@ -273,6 +277,8 @@ func answer(v [replyPerRule]int64, limit int64) (Answer, error) {
 		return Answer{}, malformed("allowed with a retry-after")
 	case limit != 0 && lim != limit:
 		return Answer{}, errForeignReply
+	case capacity != 0 && remaining > capacity:
+		return Answer{}, malformed("remaining above the rule's capacity")
 	}
 	// The scripts keep every duration at or below 2^53 ns, as the Go limiters do; a longer
 	// one is clamped here, so that no caller meets a wait it could overflow (2^63-1 ns

@@ -114,6 +114,9 @@ const (
 type Rule struct {
 	args  string // "/<code>/<limit>/<window ns>/<capacity>/<max keys>"; digits only
 	limit int64
+	// capacity is the most a reply's remaining may be (the burst, or the limit): a larger
+	// one is malformed (see answer).
+	capacity int64
 	// bound is the rule's max_keys (0: unbounded); parts is the number of partitions its keys
 	// are spread over (1 or more, see Partitioned); boundKeys holds, per partition, the
 	// partition's key set and overflow key, escaped, each preceded by '/'.
@@ -156,7 +159,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
-	return &Rule{limit: c.Limit, base: base, args: base + "/0", parts: 1}, nil
+	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil
 }
 
 // Bounded returns the rule with a key bound: at most maxKeys live keys in Redis (keys that

@@ -68,7 +68,7 @@ func Config(c *envoyconf.Config) *Report {
 			continue
 		}
 		filters++
-		checkListener(r, l)
+		checkListener(r, c, l)
 	}
 	if filters == 0 {
 		r.errorf("no listener runs the Wasm filter (%s)", envoyconf.TypeWasmFilter)
@@ -77,8 +77,9 @@ func Config(c *envoyconf.Config) *Report {
 }
 
 // checkListener parses the listener's filter configuration and cross-checks its rules
-// against the listener's routes and connection manager.
-func checkListener(r *Report, l *envoyconf.Listener) {
+// against the listener's routes and connection manager, and its redis section against the
+// bootstrap's clusters.
+func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener) {
 	where := "listener " + strconv.Quote(l.Name) + ", plugin " + strconv.Quote(l.Filter.PluginName)
 	cfg, err := config.Parse(l.Filter.PluginConfig)
 	if err != nil {
@@ -89,6 +90,22 @@ func checkListener(r *Report, l *envoyconf.Listener) {
 			}
 		}
 		return
+	}
+	if cfg.Redis != nil && c.Clusters[cfg.Redis.Cluster] == nil {
+		// Every callout to a cluster Envoy does not know fails at once, so every global rule
+		// would answer with its failure mode on every request, silently.
+		clusters := make([]string, 0, len(c.Clusters))
+		for name := range c.Clusters {
+			clusters = append(clusters, name)
+		}
+		sort.Strings(clusters)
+		report := r.errorf
+		if c.Bootstrap.GetDynamicResources().GetCdsConfig() != nil {
+			// Clusters may also arrive over CDS, which this check cannot see.
+			report = r.warnf
+		}
+		report("%s: redis.cluster: %q is no static cluster of this bootstrap%s; every global rule would answer with its failure mode",
+			where, cfg.Redis.Cluster, didYouMean(cfg.Redis.Cluster, clusters))
 	}
 	routes := map[string]*envoyconf.Route{} // by name; unnamed routes cannot be selected
 	vhosts := map[string]bool{}
@@ -159,7 +176,9 @@ func matchesEverything(rule *config.Rule) bool {
 	}
 	for _, kp := range rule.Key {
 		switch kp.Source {
-		case config.SourceHeader, config.SourceQuery:
+		case config.SourceHeader, config.SourceQuery, config.SourceRoute:
+			// A request without the header, the parameter or a route name (no route matched,
+			// or the route has no name) skips the rule, so the rule does not take it.
 			if !kp.HasDefault {
 				return false
 			}

@@ -100,6 +100,32 @@ func TestVirtualHostTypoIsAnError(t *testing.T) {
 	}
 }
 
+// A redis.cluster the bootstrap does not define would send every global rule to its failure
+// mode on every request: an error, with a suggestion like a route name's.
+func TestRedisClusterTypoIsAnError(t *testing.T) {
+	rules := `{"redis":{"cluster":"%s","authority":"webdis.local"},
+		"rules":[{"name":"g","scope":"global","algorithm":"token_bucket","limit":5,"window":"1s"}]}`
+	rep := Bytes([]byte(bootstrap(strings.Replace(rules, "%s", "upstram", 1), normalised)))
+	want := `redis.cluster: "upstram" is no static cluster of this bootstrap (did you mean "upstream"?)`
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], want) {
+		t.Fatalf("errors %q, want one containing %q", rep.Errors, want)
+	}
+	if rep := Bytes([]byte(bootstrap(strings.Replace(rules, "%s", "upstream", 1), normalised))); !rep.OK() {
+		t.Fatalf("a redis.cluster the bootstrap defines: %q", rep.Errors)
+	}
+}
+
+// Rule names that differ only in '.', '-' and '_' share their metrics in a Prometheus that
+// reads Envoy's flat stat names: config.Parse refuses them, so the check does as the plugin.
+func TestFlatRuleNameCollisionIsAnError(t *testing.T) {
+	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api.v1","continue":true,"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"api_v1","algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
+	want := `rules[1].name: "api_v1" and rules[0].name "api.v1" differ only in '.', '-' and '_'`
+	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0], want) {
+		t.Fatalf("errors %q, want one containing %q", rep.Errors, want)
+	}
+}
+
 // A filter configuration the filter would refuse fails the check with the parser's message.
 func TestInvalidPluginConfigIsAnError(t *testing.T) {
 	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api","limt":5,"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
@@ -156,6 +182,13 @@ func TestWarnings(t *testing.T) {
 		{"name":"s","shadow":true,"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
 	if rep := Bytes([]byte(bootstrap(clean, normalised))); !rep.OK() || len(rep.Warnings) != 0 {
 		t.Fatalf("the clean configuration: %+v", rep)
+	}
+	// A key on the route name is missing from a request without one (no route matched, or
+	// an unnamed route), which skips the rule: the rule does not take every request.
+	byRoute := `{"rules":[{"name":"per-route","key":[{"source":"route"}],"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"late","match":{"routes":["public-api"]},"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
+	if rep := Bytes([]byte(bootstrap(byRoute, normalised))); !rep.OK() || len(rep.Warnings) != 0 {
+		t.Fatalf("a rule keyed on the route name before another: %+v", rep)
 	}
 }
 

@@ -139,3 +139,21 @@ func TestKeyTableContentionWasm(t *testing.T) {
 	require.Equal(t, limit, status[0])
 	require.Zero(t, d.host.Stats().Traps)
 }
+
+// A chain of max_keys changes, 100 -> 200 -> ... -> 800, keeps an exhausted client exhausted
+// in the compiled module: each configuration is asked once (denied, so it writes nothing and
+// the key's state stays in an older layout's forward). The fourth layout used to reset it.
+func TestKeyTableMaxKeysChainWasm(t *testing.T) {
+	conf := func(maxKeys int) string {
+		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)
+	}
+	shared := wasmhost.NewSharedData()
+	first := newWasm(t, conf(100), wasmOptions{shared: shared})
+	for range 5 {
+		require.Zero(t, first.Do(t, t0, filtertest.XK("client")).Status)
+	}
+	for m := 200; m <= 800; m += 100 {
+		d := newWasm(t, conf(m), wasmOptions{shared: shared})
+		require.Equal(t, 429, d.Do(t, t0.Add(time.Second), filtertest.XK("client")).Status, "max_keys %d", m)
+	}
+}

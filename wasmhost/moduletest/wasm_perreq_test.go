@@ -184,3 +184,15 @@ func TestDuplicateKeyHeaderWasm(t *testing.T) {
 	require.Zero(t, hostMetric(t, d.host, "ratelimit_requests_total;rule=ua;decision=duplicate_header"))
 	require.Zero(t, d.host.Stats().Traps)
 }
+
+// A shadow rule's repeated key header is counted once, in duplicate_header, and not also in
+// skipped: the rule's decisions add up to the requests it saw.
+func TestShadowDuplicateKeyHeaderCountedOnceWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[
+		{"name":"dry","shadow":true,"key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`,
+		wasmOptions{})
+	got := d.Do(t, t0, step{Headers: [][2]string{hdr("x-user", "u1"), hdr("x-user", "u2")}})
+	require.Zero(t, got.Status, "a shadow rule never refuses: %v", got)
+	require.EqualValues(t, 1, hostMetric(t, d.host, "ratelimit_requests_total;rule=dry;decision=duplicate_header"))
+	require.Zero(t, hostMetric(t, d.host, "ratelimit_requests_total;rule=dry;decision=skipped"))
+}
