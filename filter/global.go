@@ -207,21 +207,29 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 }
 
 func (h *httpContext) sendCallout(now int64, full bool) error {
+	d := h.d
+	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
+		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
+	})
+}
+
+// dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
+// NOSCRIPT), the script itself, and counts it in the request's working set. The callback
+// captures that set itself: the stream may be gone (and its set detached) before the answer
+// arrives.
+func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	items := h.globalItems(true)
 	if full {
 		c.body = redis.AppendEval(c.body[:0], items)
 	} else {
 		c.body = redis.AppendEvalSHA(c.body[:0], items)
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	// The callback holds the request's working set itself: the stream may be gone (and its
-	// set detached) before the answer arrives.
 	d := h.d
 	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
-			h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
+			answer(numHeaders, bodySize, numTrailers)
 		})
 	if err != nil {
 		return err
@@ -480,26 +488,10 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // sendShardCallout sends the call of one global rule, d.applied[i], whose item is items[0]:
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
-	c := h.plugin.redis
-	if full {
-		c.body = redis.AppendEval(c.body[:0], items)
-	} else {
-		c.body = redis.AppendEvalSHA(c.body[:0], items)
-	}
-	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
-	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
-		func(numHeaders, bodySize, numTrailers int) {
-			d.outstanding--
-			h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
-		})
-	if err != nil {
-		return err
-	}
-	c.m.calls.Increment(1)
-	d.sentAt = now
-	d.outstanding++
-	return nil
+	return h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
+		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
+	})
 }
 
 // onShardAnswer handles the answer to the callout of one global rule, d.applied[i]. An
