@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -130,7 +129,7 @@ type effectiveConfig struct{ c *config.Config }
 
 // String returns the configuration's effective JSON.
 func (e effectiveConfig) String() string {
-	b, err := json.Marshal(e.c)
+	b, err := e.c.MarshalJSON()
 	if err != nil {
 		return "(unavailable: " + err.Error() + ")"
 	}
