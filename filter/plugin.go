@@ -2,7 +2,6 @@ package filter
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -147,7 +147,7 @@ func (p *plugin) configure(data []byte) error {
 	var client *redisClient
 	if cfg.Redis != nil {
 		if client, err = newRedisClient(cfg.Redis); err != nil {
-			return fmt.Errorf("redis: defining metrics: %w", err)
+			return strfmt.Errorf("redis: defining metrics: %w", err)
 		}
 	}
 	// One digest cache for every rule of this VM: rules often count the same descriptor.
@@ -160,7 +160,7 @@ func (p *plugin) configure(data []byte) error {
 	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
 	secret, err := sharedstate.LoadSecret(store)
 	if err != nil {
-		return fmt.Errorf("reading the key-table secret from shared data: %w", err)
+		return strfmt.Errorf("reading the key-table secret from shared data: %w", err)
 	}
 	for i, r := range cfg.Rules {
 		var lim sharedstate.Limiter = r.Limiter
@@ -173,7 +173,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
-				return fmt.Errorf("rules[%d]: %w", i, err)
+				return strfmt.Errorf("rules[%d]: %w", i, err)
 			}
 			// max_keys bounds the rule's live keys in Redis too, per partition when the keys
 			// are spread over several (see redis.Rule.Partitioned).
@@ -194,13 +194,13 @@ func (p *plugin) configure(data []byte) error {
 			Secret:   secret,
 		})
 		if err != nil {
-			return fmt.Errorf("rules[%d]: %w", i, err)
+			return strfmt.Errorf("rules[%d]: %w", i, err)
 		}
 		// Labels keep rule names apart, but a Prometheus that reads the stats without Envoy's
 		// tag extraction sees flat names, where '.', '-' and '_' are one character.
 		metric := metricName(r.Name)
 		if other, dup := names[metric]; dup {
-			return fmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
+			return strfmt.Errorf("rules[%d].name: %q and %q differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
 				i, other, r.Name)
 		}
 		names[metric] = r.Name
@@ -215,11 +215,11 @@ func (p *plugin) configure(data []byte) error {
 			}
 		}
 		if err := rs.defineMetrics(); err != nil {
-			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
+			return strfmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
 		rs.redisRule = globals[i]
 		if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
-			return fmt.Errorf("rules[%d].overrides: %w", i, err)
+			return strfmt.Errorf("rules[%d].overrides: %w", i, err)
 		}
 		rules[i] = rs
 	}
@@ -232,7 +232,7 @@ func (p *plugin) configure(data []byte) error {
 	}
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
-			return fmt.Errorf("setting the tick period: %w", err)
+			return strfmt.Errorf("setting the tick period: %w", err)
 		}
 	}
 	return nil
@@ -266,14 +266,14 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Secret:   secret,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("[%d]: %w", j, err)
+			return nil, strfmt.Errorf("[%d]: %w", j, err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
 		if r.Scope == config.ScopeGlobal {
 			gr, err := redis.NewRule(o.Algorithm)
 			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", j, err)
+				return nil, strfmt.Errorf("[%d]: %w", j, err)
 			}
 			// The override's keys are the rule's keys with its tag in front, in the rule's
 			// hash tags, so they are bounded by the rule's key sets (which must share their
@@ -379,7 +379,7 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 	rs.m.storeErrors.Increment(1)
 	if p.failures&(p.failures-1) == 0 {
 		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
-			rs.rule.Name, p.failures, p.cfg.FailureMode, err)
+			rs.rule.Name, p.failures, string(p.cfg.FailureMode), err)
 	}
 }
 
@@ -399,7 +399,7 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		warnOnce(store, fmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
+		warnOnce(store, strfmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
 			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
 			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
 	}
