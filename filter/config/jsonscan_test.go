@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -49,6 +50,9 @@ func FuzzSyntaxErrorsAsEncodingJSON(f *testing.F) {
 	for _, s := range syntaxErrorSeeds {
 		f.Add([]byte(s))
 	}
+	// Deeper than encoding/json's 10,000 levels: its "exceeded max depth" at the same byte.
+	f.Add([]byte(strings.Repeat("[", 10001)))
+	f.Add([]byte(strings.Repeat(`{"a":`, 10001)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		want := encodingJSONError(data)
 		_, err := decodeTree(data, func(string, string) {})
