@@ -4,9 +4,10 @@ package abi
 
 import (
 	"errors"
-	"fmt"
 	"time"
 	"unsafe"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Host status codes of ABI 0.2.1.
@@ -52,7 +53,7 @@ func statusError(st uint32) error {
 	case statusUnimplemented:
 		return ErrUnimplemented
 	default:
-		return fmt.Errorf("host returned status %d", st)
+		return strfmt.Errorf("host returned status %d", st)
 	}
 }
 
@@ -342,26 +343,26 @@ func logAt(level uint32, msg string) {
 // LogDebugf logs at debug level.
 func LogDebugf(format string, args ...any) {
 	if enabled(levelDebug) {
-		logAt(levelDebug, fmt.Sprintf(format, args...))
+		logAt(levelDebug, strfmt.Sprintf(format, args...))
 	}
 }
 
 // LogInfof logs at info level.
 func LogInfof(format string, args ...any) {
 	if enabled(levelInfo) {
-		logAt(levelInfo, fmt.Sprintf(format, args...))
+		logAt(levelInfo, strfmt.Sprintf(format, args...))
 	}
 }
 
 // LogWarnf logs at warn level.
 func LogWarnf(format string, args ...any) {
 	if enabled(levelWarn) {
-		logAt(levelWarn, fmt.Sprintf(format, args...))
+		logAt(levelWarn, strfmt.Sprintf(format, args...))
 	}
 }
 
 // LogErrorf logs at error level.
-func LogErrorf(format string, args ...any) { logAt(levelError, fmt.Sprintf(format, args...)) }
+func LogErrorf(format string, args ...any) { logAt(levelError, strfmt.Sprintf(format, args...)) }
 
 // LogCriticalf logs at critical level.
-func LogCriticalf(format string, args ...any) { logAt(levelCritical, fmt.Sprintf(format, args...)) }
+func LogCriticalf(format string, args ...any) { logAt(levelCritical, strfmt.Sprintf(format, args...)) }

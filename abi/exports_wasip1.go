@@ -3,7 +3,7 @@
 package abi
 
 import (
-	"runtime/debug"
+	"runtime"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -60,8 +60,21 @@ func registerCallout(token uint32, cb func(int, int, int)) {
 // with FAIL_RELOAD), so every export defers this.
 func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
-		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(debug.Stack())
+		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(stack())
 		logAt(levelError, msg)
+	}
+}
+
+// stack returns the calling goroutine's stack trace, as runtime/debug.Stack does; that
+// package imports fmt, which the module does not link (see internal/strfmt).
+func stack() []byte {
+	buf := make([]byte, 1024)
+	for {
+		n := runtime.Stack(buf, false)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

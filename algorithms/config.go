@@ -1,10 +1,11 @@
 package algorithms
 
 import (
-	"fmt"
 	"math/bits"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Algorithm names, as the JSON config spells them.
@@ -233,7 +234,7 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Field + ": " + e.Message }
 
 func cfgErr(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+	return &ConfigError{Field: field, Message: strfmt.Sprintf(format, args...)}
 }
 
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError

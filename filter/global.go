@@ -2,10 +2,10 @@ package filter
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -350,7 +350,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 
 var (
 	errCalloutReset = errors.New("callout reset")
-	errNoHosts      = fmt.Errorf("%w: the cluster has no host (proxy_http_call failed with InternalFailure)",
+	errNoHosts      = strfmt.Errorf("%w: the cluster has no host (proxy_http_call failed with InternalFailure)",
 		redis.ErrUnavailable)
 )
 
@@ -393,7 +393,7 @@ func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 		}
 		c.gauge.set(part < 0 || c.openParts > 0)
 		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q for %v",
-			b.failures, err, part, c.cfg.FailureMode, c.cfg.Breaker.Cooldown)
+			b.failures, err, part, string(c.cfg.FailureMode), c.cfg.Breaker.Cooldown)
 	}
 }
 

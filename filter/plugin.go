@@ -1,9 +1,7 @@
 package filter
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -133,7 +132,7 @@ type effectiveConfig struct{ c *config.Config }
 
 // String returns the configuration's effective JSON.
 func (e effectiveConfig) String() string {
-	b, err := json.Marshal(e.c)
+	b, err := e.c.MarshalJSON()
 	if err != nil {
 		return "(unavailable: " + err.Error() + ")"
 	}
@@ -150,7 +149,7 @@ func (p *plugin) configure(data []byte) error {
 	var client *redisClient
 	if cfg.Redis != nil {
 		if client, err = newRedisClient(cfg.Redis); err != nil {
-			return fmt.Errorf("redis: defining metrics: %w", err)
+			return strfmt.Errorf("redis: defining metrics: %w", err)
 		}
 	}
 	// One digest cache for every rule of this VM: rules often count the same descriptor.
@@ -163,7 +162,7 @@ func (p *plugin) configure(data []byte) error {
 	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
 	secret, err := sharedstate.LoadSecret(store)
 	if err != nil {
-		return fmt.Errorf("reading the key-table secret from shared data: %w", err)
+		return strfmt.Errorf("reading the key-table secret from shared data: %w", err)
 	}
 	for i, r := range cfg.Rules {
 		var lim sharedstate.Limiter = r.Limiter
@@ -176,7 +175,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		if r.Scope == config.ScopeGlobal {
 			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
-				return fmt.Errorf("rules[%d]: %w", i, err)
+				return strfmt.Errorf("rules[%d]: %w", i, err)
 			}
 			// max_keys bounds the rule's live keys in Redis too, per partition when the keys
 			// are spread over several (see redis.Rule.Partitioned).
@@ -197,7 +196,7 @@ func (p *plugin) configure(data []byte) error {
 			Secret:   secret,
 		})
 		if err != nil {
-			return fmt.Errorf("rules[%d]: %w", i, err)
+			return strfmt.Errorf("rules[%d]: %w", i, err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		if r.Mode == config.ModeShape {
@@ -210,11 +209,11 @@ func (p *plugin) configure(data []byte) error {
 			}
 		}
 		if err := rs.defineMetrics(); err != nil {
-			return fmt.Errorf("rules[%d]: defining metrics: %w", i, err)
+			return strfmt.Errorf("rules[%d]: defining metrics: %w", i, err)
 		}
 		rs.redisRule = globals[i]
 		if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
-			return fmt.Errorf("rules[%d].overrides: %w", i, err)
+			return strfmt.Errorf("rules[%d].overrides: %w", i, err)
 		}
 		rules[i] = rs
 	}
@@ -227,7 +226,7 @@ func (p *plugin) configure(data []byte) error {
 	}
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
-			return fmt.Errorf("setting the tick period: %w", err)
+			return strfmt.Errorf("setting the tick period: %w", err)
 		}
 	}
 	return nil
@@ -261,14 +260,14 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Secret:   secret,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("[%d]: %w", j, err)
+			return nil, strfmt.Errorf("[%d]: %w", j, err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
 		if r.Scope == config.ScopeGlobal {
 			gr, err := redis.NewRule(o.Algorithm)
 			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", j, err)
+				return nil, strfmt.Errorf("[%d]: %w", j, err)
 			}
 			// The override's keys are the rule's keys with its tag in front, in the rule's
 			// hash tags, so they are bounded by the rule's key sets (which must share their
@@ -389,7 +388,7 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		warnOnce(store, fmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
+		warnOnce(store, strfmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
 			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
 			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
 	}

@@ -1,11 +1,11 @@
 package config
 
 import (
-	"fmt"
 	"regexp/syntax"
 	"sort"
 	"strings"
 
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
@@ -109,7 +109,7 @@ func (p *parser) budget(path string, c *Config) {
 		sort.SliceStable(sorted, func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) })
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
-			top = append(top, fmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
+			top = append(top, strfmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
 				rc.Slots, of(rc)/rc.Slots, formatBytes(of(rc))))
 		}
 		p.addf(path, "the rules' key tables could hold %s %s, above the budget of %s; largest: %s (lower max_keys, or use fewer keyed rules)",
@@ -127,13 +127,13 @@ func (p *parser) budget(path string, c *Config) {
 func formatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+		return strfmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		return strfmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+		return strfmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%d B", n)
+	return strfmt.Sprintf("%d B", n)
 }
 
 // regexProgram returns the number of instructions of src's compiled RE2 program, or an

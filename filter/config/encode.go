@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"strconv"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -48,20 +47,20 @@ type jsonRedis struct {
 }
 
 type jsonRule struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Match       *jsonMatch      `json:"match,omitempty"`
-	Key         []jsonKeyPart   `json:"key"`
-	Algorithm   string          `json:"algorithm"`
-	Limit       int64           `json:"limit"`
-	Window      string          `json:"window"`
-	Burst       int64           `json:"burst,omitempty"`
-	Variant     string          `json:"variant,omitempty"`
-	Mode        string          `json:"mode"`
-	MaxDelay    string          `json:"max_delay,omitempty"`
-	Adaptive    *jsonAdaptive   `json:"adaptive,omitempty"`
-	Cost        json.RawMessage `json:"cost"`
-	Shadow      bool            `json:"shadow"`
+	Name        string        `json:"name"`
+	Description string        `json:"description,omitempty"`
+	Match       *jsonMatch    `json:"match,omitempty"`
+	Key         []jsonKeyPart `json:"key"`
+	Algorithm   string        `json:"algorithm"`
+	Limit       int64         `json:"limit"`
+	Window      string        `json:"window"`
+	Burst       int64         `json:"burst,omitempty"`
+	Variant     string        `json:"variant,omitempty"`
+	Mode        string        `json:"mode"`
+	MaxDelay    string        `json:"max_delay,omitempty"`
+	Adaptive    *jsonAdaptive `json:"adaptive,omitempty"`
+	Cost        rawJSON       `json:"cost"`
+	Shadow      bool          `json:"shadow"`
 	// The shadow-only fields are omitted when unset: Parse refuses them on enforced rules.
 	ShadowHeaders       bool           `json:"shadow_headers,omitempty"`
 	ShadowRequestHeader string         `json:"shadow_request_header,omitempty"`
@@ -112,8 +111,17 @@ type jsonAdaptive struct {
 }
 
 // MarshalJSON writes the effective configuration (defaults filled in, per-rule overrides
-// resolved) in the config's own schema. Parse reads it back to an equivalent Config.
+// resolved) in the config's own schema. Parse reads it back to an equivalent Config. The
+// JSON is written by hand (jsonwrite.go) rather than by encoding/json, which would link
+// reflect and fmt into the module; it is byte for byte what json.Marshal writes for the
+// same structs (TestEncodeAsEncodingJSON).
 func (c *Config) MarshalJSON() ([]byte, error) {
+	jc := c.encode()
+	return jc.appendJSON(make([]byte, 0, 512)), nil
+}
+
+// encode builds the structs that describe the effective configuration.
+func (c *Config) encode() jsonConfig {
 	jc := jsonConfig{
 		Domain:           c.Domain,
 		FailureMode:      string(c.FailureMode),
@@ -144,7 +152,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	for _, r := range c.Rules {
 		jc.Rules = append(jc.Rules, encodeRule(r))
 	}
-	return json.Marshal(jc)
+	return jc
 }
 
 func encodeDeny(d *Deny) *jsonDeny {
@@ -211,10 +219,16 @@ func encodeRule(r *Rule) jsonRule {
 		}
 	}
 	if cs := r.CostSpec; cs.Header == "" {
-		jr.Cost = json.RawMessage(strconv.FormatInt(cs.Constant, 10))
+		jr.Cost = rawJSON(strconv.FormatInt(cs.Constant, 10))
 	} else {
-		b, _ := json.Marshal(map[string]any{"header": cs.Header, "default": cs.Default, "max": cs.Max})
-		jr.Cost = b
+		// The members in key order, as encoding/json writes a map.
+		b := append([]byte(nil), `{"default":`...)
+		b = strconv.AppendInt(b, cs.Default, 10)
+		b = append(b, `,"header":`...)
+		b = appendJSONString(b, cs.Header)
+		b = append(b, `,"max":`...)
+		b = strconv.AppendInt(b, cs.Max, 10)
+		jr.Cost = append(b, '}')
 	}
 	for _, kp := range r.Key {
 		jk := jsonKeyPart{Source: string(kp.Source), Name: kp.Name}

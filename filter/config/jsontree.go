@@ -1,11 +1,7 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -52,32 +48,65 @@ var errTooDeep = errors.New("nesting is deeper than 32 levels")
 // decodeTree parses data as exactly one JSON value. Duplicate object keys are reported
 // through dup with the path of the duplicate, and the first occurrence is kept.
 //
-// encoding/json first checks the syntax in one pass (its scanner, without building
-// anything), which keeps its error messages and byte offsets; the tree is then built from
-// the bytes known to be valid JSON. Building the tree from json.Decoder's tokens instead cost
-// about 4 us per token in a Wasm VM, over 2 s for a 1 MiB document of small values.
+// The syntax is first checked in one pass by encoding/json's scanner (copied in
+// jsonscan.go), without building anything, which keeps its error messages and byte offsets;
+// the tree is then built from the bytes known to be valid JSON. Building the tree from
+// json.Decoder's tokens instead cost about 4 us per token in a Wasm VM, over 2 s for a 1 MiB
+// document of small values.
 func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		// The decoder's scanner counts the offending byte in the offset; report where it
-		// is (0-based), as the rest of the parser's messages do.
-		var se *json.SyntaxError
-		if errors.As(err, &se) && se.Offset > 0 {
-			se.Offset--
-		}
+	end, err := scanValue(data)
+	if err != nil {
 		return nil, jsonError(err)
 	}
-	end := dec.InputOffset()
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("invalid JSON: unexpected data after the top-level value, which ends at byte %d", end)
+	for i := end; i < len(data); i++ {
+		if !isSpace(data[i]) {
+			return nil, errors.New("invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end))
+		}
 	}
-	d := decoder{data: raw, dup: dup}
+	d := decoder{data: data[:end], dup: dup}
 	n, err := d.value(0)
 	if err != nil {
 		return nil, jsonError(err)
 	}
 	return n, nil
+}
+
+// errUnexpectedEnd is scanValue's error for input that ends before a value does (or holds
+// none), which json.Decoder reports as io.EOF or io.ErrUnexpectedEOF.
+var errUnexpectedEnd = errors.New("unexpected end of input")
+
+// scanValue checks that data starts with one valid JSON value (after optional whitespace)
+// and returns the offset just past it, as json.Decoder.Decode followed by InputOffset would:
+// a number ends at the first byte that cannot continue it, an object or array at its closing
+// bracket. A syntax error carries the 0-based offset of the offending byte.
+func scanValue(data []byte) (int, error) {
+	var s scanner
+	s.reset()
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		s.bytes++
+		switch s.step(&s, c) {
+		case scanEnd:
+			// The end is seen one byte late: the value ended before c.
+			return i, nil
+		case scanEndObject, scanEndArray:
+			// json.Decoder does not wait for the byte after a closing bracket that ends the
+			// top-level value; it feeds a space instead, and so does this.
+			if stateEndValue(&s, ' ') == scanEnd {
+				return i + 1, nil
+			}
+		case scanError:
+			se := s.err.(*syntaxError)
+			// The scanner counts the offending byte in the offset; report where it is
+			// (0-based), as the rest of the parser's messages do.
+			se.Offset--
+			return 0, se
+		}
+	}
+	if s.step(&s, ' ') == scanEnd {
+		return len(data), nil
+	}
+	return 0, errUnexpectedEnd
 }
 
 // decoder builds the tree from valid JSON. It keeps the path to the current value as a
@@ -117,20 +146,28 @@ func (d *decoder) path() string {
 // an object of 80,000 keys take seconds).
 const indexAfter = 16
 
-// jsonError makes encoding/json's errors say where the problem is.
+// jsonError makes the scanner's errors say where the problem is.
 func jsonError(err error) error {
-	var se *json.SyntaxError
+	var se *syntaxError
 	switch {
 	case errors.As(err, &se):
-		return fmt.Errorf("invalid JSON at byte %d: %s", se.Offset, se.Error())
-	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return errors.New("invalid JSON at byte " + strconv.FormatInt(se.Offset, 10) + ": " + se.Error())
+	case err == errUnexpectedEnd:
 		return errors.New("invalid JSON: unexpected end of input")
-	case err == errTooDeep:
-		return fmt.Errorf("invalid JSON: %w", err)
 	default:
-		return fmt.Errorf("invalid JSON: %s", err.Error())
+		return &wrapError{msg: "invalid JSON: " + err.Error(), err: err}
 	}
 }
+
+// wrapError is an error with its own message that unwraps to the error it reports, as
+// fmt.Errorf with %w makes one (fmt is not linked into the module: see jsonscan.go).
+type wrapError struct {
+	msg string
+	err error
+}
+
+func (e *wrapError) Error() string { return e.msg }
+func (e *wrapError) Unwrap() error { return e.err }
 
 // skipSpace moves past JSON whitespace.
 func (d *decoder) skipSpace() {
@@ -241,9 +278,9 @@ func (d *decoder) value(depth int) (*node, error) {
 }
 
 // str reads the string that starts at the current position. A string of printable ASCII
-// without escapes is its own bytes; any other is decoded by encoding/json, so that escapes,
-// surrogate pairs and invalid UTF-8 (replaced by U+FFFD) read exactly as encoding/json reads
-// them.
+// without escapes is its own bytes; any other is decoded by encoding/json's unquoting (copied
+// in jsonscan.go), so that escapes, surrogate pairs and invalid UTF-8 (replaced by U+FFFD)
+// read exactly as encoding/json reads them.
 func (d *decoder) str() (string, error) {
 	start := d.pos
 	d.pos++ // the opening quote
@@ -267,11 +304,12 @@ func (d *decoder) str() (string, error) {
 	if plain {
 		return string(d.data[start+1 : d.pos-1]), nil
 	}
-	var s string
-	if err := json.Unmarshal(d.data[start:d.pos], &s); err != nil {
-		return "", err
+	b, ok := unquoteBytes(d.data[start:d.pos])
+	if !ok {
+		// The scanner accepted the string, so this cannot happen; say so rather than panic.
+		return "", errors.New("a string the syntax check accepted could not be unquoted")
 	}
-	return s, nil
+	return string(b), nil
 }
 
 // lookup returns the member named key, or nil.

@@ -1,11 +1,12 @@
 package config
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -31,7 +32,7 @@ func (p *parser) add(path, msg string) {
 func (p *parser) full() bool { return len(p.errs) >= maxErrors }
 
 func (p *parser) addf(path, format string, args ...any) {
-	p.add(path, fmt.Sprintf(format, args...))
+	p.add(path, strfmt.Sprintf(format, args...))
 }
 
 // result returns the collected problems as an error, or nil.
@@ -41,7 +42,7 @@ func (p *parser) result() error {
 	}
 	errs := p.errs
 	if p.dropped > 0 {
-		errs = append(errs[:len(errs):len(errs)], &Error{Msg: fmt.Sprintf("... and %d more problems", p.dropped)})
+		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
 	}
 	return errs
 }

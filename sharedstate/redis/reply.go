@@ -2,13 +2,13 @@ package redis
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
@@ -293,12 +293,12 @@ func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 }
 
 // errForeignReply is the malformed answer that carries another limit than the rule's.
-var errForeignReply = fmt.Errorf("%w: the answer carries another rule's limit", ErrMalformed)
+var errForeignReply = strfmt.Errorf("%w: the answer carries another rule's limit", ErrMalformed)
 
 // maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
 const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000
 
-func malformed(why string) error { return fmt.Errorf("%w: %s", ErrMalformed, why) }
+func malformed(why string) error { return strfmt.Errorf("%w: %s", ErrMalformed, why) }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
 // It rejects everything else instead of interpreting it.
@@ -308,7 +308,7 @@ type parser struct {
 }
 
 func (p *parser) malformed(why string) error {
-	return fmt.Errorf("%w: %s at byte %d", ErrMalformed, why, p.i)
+	return strfmt.Errorf("%w: %s at byte %d", ErrMalformed, why, p.i)
 }
 
 func (p *parser) space() {

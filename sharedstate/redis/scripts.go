@@ -2,15 +2,14 @@ package redis
 
 import (
 	"embed"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/sha"
+	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 //go:embed lua/*.lua
@@ -73,7 +72,7 @@ func mustScript(name string, files ...string) *Script {
 	}
 	src := b.String()
 	sum := sha.Sum1([]byte(src))
-	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
+	return &Script{Name: name, Source: src, SHA: strfmt.Sprintf("%x", sum[:])}
 }
 
 func (s *Script) escapedSource() []byte {
@@ -156,7 +155,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	case *algorithms.GCRA:
 		code = codeGCRA
 	default:
-		return nil, fmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
+		return nil, strfmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
 	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil

@@ -1,0 +1,424 @@
+package config
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// This file writes the effective configuration's JSON (encode.go) without encoding/json,
+// which would link reflect and fmt into the module (about 1.46 MB of the .wasm and a large
+// share of V8's start-up). Each struct writes its members in declaration order with the same
+// omitempty rules as its struct tags, strings are escaped as encoding/json escapes them (HTML
+// characters, U+2028 and U+2029, invalid UTF-8 as U+FFFD), floats are formatted as
+// encoding/json formats them and maps are written in key order. The struct tags stay: the
+// test marshals the same structs with encoding/json and compares the bytes.
+
+// rawJSON is a member whose JSON is already written (a rule's cost).
+type rawJSON []byte
+
+// MarshalJSON returns r itself, so that encoding/json writes it as json.RawMessage would.
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+// jsonWriter appends an object's members, writing the comma between them.
+type jsonWriter struct {
+	b     []byte
+	first bool
+}
+
+func beginObject(b []byte) jsonWriter { return jsonWriter{b: append(b, '{'), first: true} }
+
+func (w *jsonWriter) end() []byte { return append(w.b, '}') }
+
+// key writes a member's name; the names are plain ASCII, written as they are.
+func (w *jsonWriter) key(name string) {
+	if !w.first {
+		w.b = append(w.b, ',')
+	}
+	w.first = false
+	w.b = append(w.b, '"')
+	w.b = append(w.b, name...)
+	w.b = append(w.b, '"', ':')
+}
+
+func (w *jsonWriter) str(name, v string) { w.key(name); w.b = appendJSONString(w.b, v) }
+
+func (w *jsonWriter) strOmit(name, v string) {
+	if v != "" {
+		w.str(name, v)
+	}
+}
+
+func (w *jsonWriter) int(name string, v int64) { w.key(name); w.b = strconv.AppendInt(w.b, v, 10) }
+
+func (w *jsonWriter) intOmit(name string, v int64) {
+	if v != 0 {
+		w.int(name, v)
+	}
+}
+
+func (w *jsonWriter) bool(name string, v bool) { w.key(name); w.b = strconv.AppendBool(w.b, v) }
+
+func (w *jsonWriter) boolOmit(name string, v bool) {
+	if v {
+		w.bool(name, v)
+	}
+}
+
+func (w *jsonWriter) strPtrOmit(name string, v *string) {
+	if v != nil {
+		w.str(name, *v)
+	}
+}
+
+// strings writes a string array; nil is null, as encoding/json writes a nil slice.
+func (w *jsonWriter) strings(name string, v []string) {
+	w.key(name)
+	w.b = appendStrings(w.b, v)
+}
+
+func (w *jsonWriter) stringsOmit(name string, v []string) {
+	if len(v) > 0 {
+		w.strings(name, v)
+	}
+}
+
+func appendStrings(b []byte, v []string) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, s := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+// appendStringMap writes a map of strings in key order; nil is null.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	w := beginObject(b)
+	for _, k := range keys {
+		if !w.first {
+			w.b = append(w.b, ',')
+		}
+		w.first = false
+		w.b = appendJSONString(w.b, k)
+		w.b = append(w.b, ':')
+		w.b = appendJSONString(w.b, m[k])
+	}
+	return w.end()
+}
+
+// appendAnyMap writes a header matcher's map in key order; its values are strings and
+// booleans only (encodeRule builds it).
+func appendAnyMap(b []byte, m map[string]any) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	w := beginObject(b)
+	for _, k := range keys {
+		if !w.first {
+			w.b = append(w.b, ',')
+		}
+		w.first = false
+		w.b = appendJSONString(w.b, k)
+		w.b = append(w.b, ':')
+		switch v := m[k].(type) {
+		case string:
+			w.b = appendJSONString(w.b, v)
+		case bool:
+			w.b = strconv.AppendBool(w.b, v)
+		default:
+			w.b = append(w.b, "null"...)
+		}
+	}
+	return w.end()
+}
+
+// appendJSONFloat formats f as encoding/json does: the shortest decimal that reads back
+// to f, in exponent form below 1e-6 and from 1e21, with a one-digit exponent where Go's
+// formatting would pad it to two (1e-07 -> 1e-7). NaN and infinities have no JSON form;
+// Parse never accepts them, and null keeps the output valid JSON should one appear.
+func appendJSONFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString writes s as a JSON string, escaped as encoding/json's appendString
+// escapes with HTML escaping on (json.Marshal's default).
+func appendJSONString(dst []byte, src string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(src); {
+		if c := src[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, src[start:i]...)
+			switch c {
+			case '\\', '"':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				// Other control characters, and <, > and & (json.Marshal's HTML escaping).
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(src[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		// U+2028 and U+2029 are valid in JSON but end a line in JavaScript; encoding/json
+		// escapes them unconditionally.
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, src[start:]...)
+	return append(dst, '"')
+}
+
+func (jc *jsonConfig) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.str("domain", jc.Domain)
+	w.str("failure_mode", jc.FailureMode)
+	w.int("cas_attempts", int64(jc.CASAttempts))
+	w.str("rate_limit_headers", jc.RateLimitHeaders)
+	w.int("trusted_hops", int64(jc.TrustedHops))
+	w.key("deny")
+	w.b = jc.Deny.appendJSON(w.b)
+	w.int("max_keys", int64(jc.MaxKeys))
+	if jc.Redis != nil {
+		w.key("redis")
+		w.b = jc.Redis.appendJSON(w.b)
+	}
+	w.key("rules")
+	if jc.Rules == nil {
+		w.b = append(w.b, "null"...)
+	} else {
+		w.b = append(w.b, '[')
+		for i := range jc.Rules {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = jc.Rules[i].appendJSON(w.b)
+		}
+		w.b = append(w.b, ']')
+	}
+	return w.end()
+}
+
+func (d *jsonDeny) appendJSON(b []byte) []byte {
+	if d == nil {
+		return append(b, "null"...)
+	}
+	w := beginObject(b)
+	w.int("status", int64(d.Status))
+	w.str("body", d.Body)
+	w.str("content_type", d.ContentType)
+	w.key("headers")
+	w.b = appendStringMap(w.b, d.Headers)
+	w.bool("envoy_ratelimited_header", d.EnvoyRateLimited)
+	w.int("grpc_status", int64(d.GrpcStatus))
+	return w.end()
+}
+
+func (r *jsonRedis) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.str("cluster", r.Cluster)
+	w.strOmit("authority", r.Authority)
+	w.str("timeout", r.Timeout)
+	w.str("key_prefix", r.KeyPrefix)
+	w.int("partitions", int64(r.Partitions))
+	w.str("failure_mode", r.FailureMode)
+	w.key("breaker")
+	bw := beginObject(w.b)
+	bw.int("failures", int64(r.Breaker.Failures))
+	bw.str("cooldown", r.Breaker.Cooldown)
+	w.b = bw.end()
+	return w.end()
+}
+
+func (r *jsonRule) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.str("name", r.Name)
+	w.strOmit("description", r.Description)
+	if r.Match != nil {
+		w.key("match")
+		w.b = r.Match.appendJSON(w.b)
+	}
+	w.key("key")
+	if r.Key == nil {
+		w.b = append(w.b, "null"...)
+	} else {
+		w.b = append(w.b, '[')
+		for i := range r.Key {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = r.Key[i].appendJSON(w.b)
+		}
+		w.b = append(w.b, ']')
+	}
+	w.str("algorithm", r.Algorithm)
+	w.int("limit", r.Limit)
+	w.str("window", r.Window)
+	w.intOmit("burst", r.Burst)
+	w.strOmit("variant", r.Variant)
+	w.str("mode", r.Mode)
+	w.strOmit("max_delay", r.MaxDelay)
+	if r.Adaptive != nil {
+		w.key("adaptive")
+		w.b = r.Adaptive.appendJSON(w.b)
+	}
+	w.key("cost")
+	if r.Cost == nil {
+		w.b = append(w.b, "null"...)
+	} else {
+		w.b = append(w.b, r.Cost...)
+	}
+	w.bool("shadow", r.Shadow)
+	w.boolOmit("shadow_headers", r.ShadowHeaders)
+	w.strOmit("shadow_request_header", r.ShadowRequestHeader)
+	if len(r.Overrides) > 0 {
+		w.key("overrides")
+		w.b = append(w.b, '[')
+		for i := range r.Overrides {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = r.Overrides[i].appendJSON(w.b)
+		}
+		w.b = append(w.b, ']')
+	}
+	w.bool("continue", r.Continue)
+	w.str("scope", r.Scope)
+	w.int("max_keys", int64(r.MaxKeys))
+	w.key("deny")
+	w.b = r.Deny.appendJSON(w.b)
+	w.str("rate_limit_headers", r.RateLimitHeaders)
+	if r.Lease != nil {
+		w.key("lease")
+		lw := beginObject(w.b)
+		lw.int("batch", r.Lease.Batch)
+		lw.str("ttl", r.Lease.TTL)
+		w.b = lw.end()
+	}
+	return w.end()
+}
+
+func (o *jsonOverride) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.int("part", int64(o.Part))
+	w.strPtrOmit("exact", o.Exact)
+	w.strPtrOmit("prefix", o.Prefix)
+	w.boolOmit("unlimited", o.Unlimited)
+	w.intOmit("limit", o.Limit)
+	w.strOmit("window", o.Window)
+	w.intOmit("burst", o.Burst)
+	return w.end()
+}
+
+func (m *jsonMatch) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.stringsOmit("routes", m.Routes)
+	w.stringsOmit("virtual_hosts", m.VirtualHosts)
+	if len(m.Path) > 0 {
+		w.key("path")
+		w.b = appendStringMap(w.b, m.Path)
+	}
+	w.stringsOmit("methods", m.Methods)
+	if len(m.Headers) > 0 {
+		w.key("headers")
+		w.b = append(w.b, '[')
+		for i, h := range m.Headers {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			if h == nil {
+				w.b = append(w.b, "null"...)
+			} else {
+				w.b = appendAnyMap(w.b, h)
+			}
+		}
+		w.b = append(w.b, ']')
+	}
+	return w.end()
+}
+
+func (k *jsonKeyPart) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.str("source", k.Source)
+	w.strOmit("name", k.Name)
+	w.strPtrOmit("value", k.Value)
+	w.strPtrOmit("default", k.Default)
+	w.intOmit("ipv4_prefix", int64(k.IPv4Prefix))
+	w.intOmit("ipv6_prefix", int64(k.IPv6Prefix))
+	w.strOmit("on_duplicate", k.OnDuplicate)
+	return w.end()
+}
+
+func (a *jsonAdaptive) appendJSON(b []byte) []byte {
+	w := beginObject(b)
+	w.int("min_limit", a.MinLimit)
+	w.int("max_limit", a.MaxLimit)
+	w.strOmit("target_latency", a.TargetLatency)
+	w.key("error_threshold")
+	w.b = appendJSONFloat(w.b, a.ErrorThreshold)
+	w.str("interval", a.Interval)
+	return w.end()
+}
