@@ -60,6 +60,9 @@ type httpContext struct {
 	finished, done bool
 	// queued is set while a shaping rule holds the request in the plugin's queue.
 	queued bool
+	// calledOut is set once a callout was dispatched (or tried) for the stream: its callback
+	// holds the context, and may run after the stream ended, so the context is never reused.
+	calledOut bool
 
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState
@@ -415,6 +418,10 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // its answer arrives.
 func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
+	if h.done {
+		// Envoy logs a stream once; a second call must not offer the context for reuse twice.
+		return
+	}
 	h.done = true
 	if !h.finished && h.d != nil {
 		h.plugin.giveDecisions(h)
@@ -426,6 +433,13 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())
+	}
+	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
+	// callout's callback, which may answer after the stream ended, and the shaping queue,
+	// which dequeue has just emptied of it: a context without either is the plugin's again.
+	if !h.calledOut && !h.queued {
+		h.plugin.recycleContext(h)
 	}
 }
 
