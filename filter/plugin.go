@@ -40,7 +40,6 @@ type plugin struct {
 	req     request
 	matched []*config.Rule
 	key     []byte
-	scratch []byte
 	free    []*decisions
 	// contexts are finished stream contexts kept for reuse (see recycleContext).
 	contexts []*httpContext
@@ -361,7 +360,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		p.contexts[n-1] = nil
 		p.contexts = p.contexts[:n-1]
 		// Every field starts as a new context's would; only the buffers are kept.
-		*h = httpContext{plugin: p, id: id, observed: h.observed[:0]}
+		*h = httpContext{plugin: p, id: id, observed: h.observed[:0],
+			headers: rateLimitHeaders{values: h.headers.values[:0]}}
 		return h
 	}
 	return &httpContext{plugin: p, id: id}

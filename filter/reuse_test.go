@@ -3,6 +3,7 @@ package filter
 import (
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/stretchr/testify/require"
 )
@@ -17,6 +18,7 @@ func TestContextReuse(t *testing.T) {
 	h := p.NewHttpContext(1).(*httpContext)
 	h.finished, h.status, h.headers.set = true, 200, draftHeaders
 	h.observed = make([]*ruleState, 0, 4)
+	h.headers.values = make([]byte, 0, 32)
 	h.OnHttpStreamDone()
 	h.OnHttpStreamDone()
 	require.Len(t, p.contexts, 1, "offered once")
@@ -28,7 +30,9 @@ func TestContextReuse(t *testing.T) {
 	require.Zero(t, h2.status)
 	require.Zero(t, h2.headers.set)
 	require.Empty(t, h2.observed)
-	require.Equal(t, 4, cap(h2.observed), "its buffer is kept")
+	require.Equal(t, 4, cap(h2.observed), "its buffers are kept")
+	require.Equal(t, 32, cap(h2.headers.values))
+	require.Empty(t, h2.headers.values)
 	require.Same(t, p, h2.plugin)
 
 	// A stream that dispatched a callout keeps its context: the answer may come after the
@@ -54,4 +58,25 @@ func TestContextReuseBounded(t *testing.T) {
 		h.OnHttpStreamDone()
 	}
 	require.Len(t, p.contexts, maxFreeContexts)
+}
+
+// An allowed request's rate-limit headers are rendered into its context's buffer, which a
+// reused context keeps: once that buffer is large enough, rendering allocates nothing (a
+// string per request did before).
+func BenchmarkRenderRateLimitHeaders(b *testing.B) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","rate_limit_headers":"both","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(b, err)
+	r := cfg.Rules[0]
+	rs := &ruleState{rule: r, policy: policyItem(r), maxWait: maxWait(r.Algorithm)}
+	rules := []applied{{rs: rs, decided: true, decision: algorithms.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3e8}}}
+	buf := make([]byte, 0, 128)
+	var rh rateLimitHeaders
+	b.ReportAllocs()
+	for b.Loop() {
+		rh = renderRateLimitHeaders(rules, buf[:0])
+	}
+	require.Equal(b, `"r";q=10;w=1"r";r=7;t=11071`, string(rh.values))
+	if allocs := testing.AllocsPerRun(100, func() { rh = renderRateLimitHeaders(rules, rh.values[:0]) }); allocs != 0 {
+		b.Fatalf("%v allocations per rendering", allocs)
+	}
 }
