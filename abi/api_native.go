@@ -74,6 +74,13 @@ func AddHttpResponseHeader(key, value string) error {
 	return proxywasm.AddHttpResponseHeader(key, value)
 }
 
+// AddHttpResponseHeaderBytes is AddHttpResponseHeader for a value held in a byte slice, which
+// the caller may reuse afterwards. The emulator may keep the string it is given, so the value
+// is copied here; a Wasm host copies it during the call.
+func AddHttpResponseHeaderBytes(key string, value []byte) error {
+	return proxywasm.AddHttpResponseHeader(key, string(value))
+}
+
 // ResumeHttpRequest resumes a paused request.
 func ResumeHttpRequest() error { return proxywasm.ResumeHttpRequest() }
 

@@ -158,6 +158,13 @@ func AddHttpResponseHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
 }
 
+// AddHttpResponseHeaderBytes is AddHttpResponseHeader for a value held in a byte slice, which
+// the host copies during the call: the caller may reuse the slice afterwards, and needs no
+// string (an allocation) for it.
+func AddHttpResponseHeaderBytes(key string, value []byte) error {
+	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value))))
+}
+
 // ResumeHttpRequest resumes a request paused by an ActionPause from OnHttpRequestHeaders.
 func ResumeHttpRequest() error { return statusError(hostContinueStream(streamRequest)) }
 

@@ -219,6 +219,8 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 // arrives.
 func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
+	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
+	h.calledOut = true
 	if full {
 		c.body = redis.AppendEval(c.body[:0], items)
 	} else {

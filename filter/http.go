@@ -60,6 +60,9 @@ type httpContext struct {
 	finished, done bool
 	// queued is set while a shaping rule holds the request in the plugin's queue.
 	queued bool
+	// calledOut is set once a callout was dispatched (or tried) for the stream: its callback
+	// holds the context, and may run after the stream ended, so the context is never reused.
+	calledOut bool
 
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState
@@ -269,7 +272,9 @@ func (h *httpContext) finish() types.Action {
 		}
 		a.rs.m.allowed.Increment(1)
 	}
-	h.headers = renderRateLimitHeaders(h.d.applied, &p.scratch)
+	// The values are rendered into the context's own buffer, which a reused context keeps
+	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
+	h.headers = renderRateLimitHeaders(h.d.applied, h.headers.values[:0])
 	h.finished = true
 	// A shaping rule that admitted the request with a delay holds it until the latest release
 	// time among them; the tick resumes it.
@@ -415,6 +420,10 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // its answer arrives.
 func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
+	if h.done {
+		// Envoy logs a stream once; a second call must not offer the context for reuse twice.
+		return
+	}
 	h.done = true
 	if !h.finished && h.d != nil {
 		h.plugin.giveDecisions(h)
@@ -426,6 +435,13 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())
+	}
+	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
+	// callout's callback, which may answer after the stream ended, and the shaping queue,
+	// which dequeue has just emptied of it: a context without either is the plugin's again.
+	if !h.calledOut && !h.queued {
+		h.plugin.recycleContext(h)
 	}
 }
 
@@ -489,10 +505,11 @@ const (
 
 // rateLimitHeaders are the rate-limit headers of an allowed request, rendered when the request
 // is decided and added to its response. The names are constants and the values share one
-// string, cut at ends, so that a request's headers cost one allocation, where a list of name
-// and value pairs cost one for the list and one per value.
+// buffer, cut at ends, where a list of name and value pairs would cost an allocation for the
+// list and one per value; the buffer belongs to the stream's context and is reused with it
+// (see recycleContext), so a steady stream of requests allocates nothing for its headers.
 type rateLimitHeaders struct {
-	values string
+	values []byte
 	ends   [len(rateLimitHeaderNames)]int32 // where each present header's value ends in values
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
@@ -500,10 +517,9 @@ type rateLimitHeaders struct {
 // renderRateLimitHeaders renders the response headers of an allowed request. The IETF draft
 // fields list every rule that applied, as the draft allows several policies; the legacy
 // X-RateLimit-* fields can hold one, so they describe the most restrictive rule (the one with
-// the least remaining). The values are built in one scratch buffer.
-func renderRateLimitHeaders(rules []applied, scratch *[]byte) rateLimitHeaders {
+// the least remaining). The values are built in buf, which the result then holds.
+func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 	var rh rateLimitHeaders
-	buf := (*scratch)[:0]
 	var tightest *applied
 	drafts := 0
 	for i := range rules {
@@ -554,8 +570,7 @@ func renderRateLimitHeaders(rules []applied, scratch *[]byte) rateLimitHeaders {
 		rh.ends[4] = int32(len(buf))
 		rh.set |= legacyHeaders
 	}
-	rh.values = string(buf)
-	*scratch = buf[:0]
+	rh.values = buf
 	return rh
 }
 
@@ -567,7 +582,7 @@ func (rh *rateLimitHeaders) add() {
 			continue
 		}
 		end := rh.ends[i]
-		if err := abi.AddHttpResponseHeader(name, rh.values[start:end]); err != nil {
+		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
 			abi.LogDebugf("ratelimit: adding response header %s: %v", name, err)
 		}
 		start = end

@@ -60,6 +60,12 @@ func (r *request) Header(name string) (string, bool) {
 	}
 	if name == "x-forwarded-for" {
 		c.value, c.ok = joinedHeader(name)
+	} else if c.linesRead {
+		// The header's lines were already read from the full header map (a key header's
+		// duplicate check runs before its key is built), and Envoy's single-value lookup
+		// answers the first of them: reading it again would cost a host call and an
+		// allocator re-entry for the same bytes.
+		c.value, c.ok = c.first, c.lines > 0
 	} else {
 		v, err := abi.GetHttpRequestHeader(name)
 		c.value, c.ok = v, err == nil

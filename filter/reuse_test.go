@@ -1,0 +1,82 @@
+package filter
+
+import (
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/stretchr/testify/require"
+)
+
+// A finished stream's context serves the next stream, reset to a new context's fields, unless
+// a callout's callback still holds it; a second done call offers it only once.
+func TestContextReuse(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(t, err)
+	p := &plugin{cfg: cfg}
+
+	h := p.NewHttpContext(1).(*httpContext)
+	h.finished, h.status, h.headers.set = true, 200, draftHeaders
+	h.observed = make([]*ruleState, 0, 4)
+	h.headers.values = make([]byte, 0, 32)
+	h.OnHttpStreamDone()
+	h.OnHttpStreamDone()
+	require.Len(t, p.contexts, 1, "offered once")
+
+	h2 := p.NewHttpContext(2).(*httpContext)
+	require.Same(t, h, h2, "the finished context is reused")
+	require.Equal(t, uint32(2), h2.id)
+	require.False(t, h2.finished || h2.done || h2.calledOut || h2.queued)
+	require.Zero(t, h2.status)
+	require.Zero(t, h2.headers.set)
+	require.Empty(t, h2.observed)
+	require.Equal(t, 4, cap(h2.observed), "its buffers are kept")
+	require.Equal(t, 32, cap(h2.headers.values))
+	require.Empty(t, h2.headers.values)
+	require.Same(t, p, h2.plugin)
+
+	// A stream that dispatched a callout keeps its context: the answer may come after the
+	// stream ended, and must find that stream's context, not a later stream's.
+	h2.calledOut, h2.finished = true, true
+	h2.OnHttpStreamDone()
+	require.Empty(t, p.contexts)
+	h3 := p.NewHttpContext(3).(*httpContext)
+	require.NotSame(t, h2, h3)
+	require.Equal(t, uint32(2), h2.id, "the old context is untouched")
+}
+
+func TestContextReuseBounded(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(t, err)
+	p := &plugin{cfg: cfg}
+	hs := make([]*httpContext, maxFreeContexts+5)
+	for i := range hs {
+		hs[i] = p.NewHttpContext(uint32(i + 1)).(*httpContext)
+	}
+	for _, h := range hs {
+		h.finished = true
+		h.OnHttpStreamDone()
+	}
+	require.Len(t, p.contexts, maxFreeContexts)
+}
+
+// An allowed request's rate-limit headers are rendered into its context's buffer, which a
+// reused context keeps: once that buffer is large enough, rendering allocates nothing (a
+// string per request did before).
+func BenchmarkRenderRateLimitHeaders(b *testing.B) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","rate_limit_headers":"both","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(b, err)
+	r := cfg.Rules[0]
+	rs := &ruleState{rule: r, policy: policyItem(r), maxWait: maxWait(r.Algorithm)}
+	rules := []applied{{rs: rs, decided: true, decision: algorithms.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3e8}}}
+	buf := make([]byte, 0, 128)
+	var rh rateLimitHeaders
+	b.ReportAllocs()
+	for b.Loop() {
+		rh = renderRateLimitHeaders(rules, buf[:0])
+	}
+	require.Equal(b, `"r";q=10;w=1"r";r=7;t=11071`, string(rh.values))
+	if allocs := testing.AllocsPerRun(100, func() { rh = renderRateLimitHeaders(rules, rh.values[:0]) }); allocs != 0 {
+		b.Fatalf("%v allocations per rendering", allocs)
+	}
+}
