@@ -164,8 +164,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 // be denied now (an enforced denial, contention, or a store failure under failure_mode
 // "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
-	// A rule with a lease block spends this VM's reserved units first (see lease.go).
-	if l := a.rs.lease; l != nil && a.rs.rule.Scope == config.ScopeLocal {
+	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
+	// rule exists to observe exact decisions, so it takes no lease, as on the global path.
+	if l := a.rs.lease; l != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
 		if l.spend(a, key, now, cost) {
 			return false
 		}

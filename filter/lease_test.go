@@ -334,3 +334,16 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 	require.NoError(t, err)
 	return table
 }
+
+// A shadow rule observes exact decisions: with a lease block it still reads and writes the
+// key's state on every request (one write per request), as without one.
+func TestLeaseShadowLocalRuleTakesNone(t *testing.T) {
+	l := newLeaseVMs(t, `{"rules":[{"name":"hot","shadow":true,"algorithm":"token_bucket","limit":1000000,"window":"1s","lease":{"batch":100}}]}`, 2)
+	before := l.writes()
+	const reqs = 200
+	for i := range reqs {
+		l.now += int64(time.Microsecond)
+		require.True(t, l.do(i%2))
+	}
+	require.GreaterOrEqual(t, l.writes()-before, int64(reqs), "a shadow rule spent from a lease")
+}

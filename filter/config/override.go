@@ -35,8 +35,8 @@ type Override struct {
 	// Algorithm and Limiter are the rule's, with the override's limit, window and burst.
 	Algorithm algorithms.Config
 	Limiter   algorithms.Limiter
-	// StateTag is "!" then "=" (exact) or "^" (prefix), then the value length-prefixed like a
-	// key part. Keys begin with a digit (a part's length) or are empty, and the length prefix
+	// StateTag is "!" then "=" (exact) or "^" (prefix), then, for a part other than the first,
+	// the part's index and "|", then the value length-prefixed like a key part. Keys begin with a digit (a part's length) or are empty, and the length prefix
 	// makes two tags differ before either ends, so a tag namespaces the override's state.
 	StateTag string
 }
@@ -232,6 +232,11 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 	tag := "!="
 	if o.Prefix {
 		tag = "!^"
+	}
+	if o.Part > 0 {
+		// Overrides of different key parts with the same value must not share a namespace.
+		// Part 0 keeps the tag it always had, so existing state stays where it is.
+		tag += strconv.Itoa(o.Part) + "|"
 	}
 	o.StateTag = string(appendPart([]byte(tag), o.Value))
 	if o.Unlimited {

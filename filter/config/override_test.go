@@ -67,3 +67,23 @@ func BenchmarkOverrideFor(b *testing.B) {
 		}
 	}
 }
+
+// Overrides of different key parts with the same value get different state tags, so their
+// tables (and Redis keys) never share a namespace; an override of the first part keeps the tag
+// it always had, so its state survives the upgrade.
+func TestOverrideTagsDifferByPart(t *testing.T) {
+	cfg, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s",
+		"key":[{"source":"header","name":"x-a"},{"source":"header","name":"x-b"}],
+		"overrides":[{"part":0,"exact":"x","limit":1},{"part":1,"exact":"x","limit":1000},
+		             {"part":1,"prefix":"x","limit":5}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.Rules[0].Overrides
+	if o[0].StateTag == o[1].StateTag || o[1].StateTag == o[2].StateTag || o[0].StateTag == o[2].StateTag {
+		t.Fatalf("overrides share a state tag: %q %q %q", o[0].StateTag, o[1].StateTag, o[2].StateTag)
+	}
+	if want := string(appendPart([]byte("!="), "x")); o[0].StateTag != want {
+		t.Fatalf("part 0's tag changed: %q, want %q", o[0].StateTag, want)
+	}
+}
