@@ -491,9 +491,15 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	return h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
+	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
+	if err == nil {
+		// Each rule's call has its own send time: a resend of one rule (a denied batch,
+		// NOSCRIPT) must not move the instant another rule's answer is measured from.
+		d.applied[i].sentAt = now
+	}
+	return err
 }
 
 // onShardAnswer handles the answer to the callout of one global rule, d.applied[i]. An
@@ -511,10 +517,10 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		}
 	})
 	now := p.now()
-	if us := (now - d.sentAt) / 1000; us >= 0 {
+	a := &d.applied[i]
+	if us := (now - a.sentAt) / 1000; us >= 0 {
 		c.m.latency.Record(uint64(us))
 	}
-	a := &d.applied[i]
 	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
@@ -532,7 +538,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
 			// nothing: the request's own cost is decided again, by this rule's call alone.
-			a.rs.lease.saw(a.key, d.sentAt, a.decision)
+			a.rs.lease.saw(a.key, a.sentAt, a.decision)
 			a.take, a.decided = a.cost, false
 			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
 			item[0].Key, item[0].N = c.keys, a.cost
@@ -553,7 +559,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, answer[0].Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, answer[0].Overflow)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {

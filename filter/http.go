@@ -33,6 +33,9 @@ type applied struct {
 	leased *heldLease
 	take   int64
 	spent  bool
+	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
+	// rule); the request's single call uses decisions.sentAt.
+	sentAt int64
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
