@@ -85,15 +85,21 @@ func (w *jsonWriter) stringsOmit(name string, v []string) {
 }
 
 func appendStrings(b []byte, v []string) []byte {
+	return appendArray(b, v, func(s *string, b []byte) []byte { return appendJSONString(b, *s) })
+}
+
+// appendArray writes v as a JSON array, each element by elem (a method expression such as
+// (*jsonRule).appendJSON fits); nil is null, as encoding/json writes a nil slice.
+func appendArray[T any](b []byte, v []T, elem func(x *T, b []byte) []byte) []byte {
 	if v == nil {
 		return append(b, "null"...)
 	}
 	b = append(b, '[')
-	for i, s := range v {
+	for i := range v {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = elem(&v[i], b)
 	}
 	return append(b, ']')
 }
@@ -247,18 +253,7 @@ func (jc *jsonConfig) appendJSON(b []byte) []byte {
 		w.b = jc.Redis.appendJSON(w.b)
 	}
 	w.key("rules")
-	if jc.Rules == nil {
-		w.b = append(w.b, "null"...)
-	} else {
-		w.b = append(w.b, '[')
-		for i := range jc.Rules {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.b = jc.Rules[i].appendJSON(w.b)
-		}
-		w.b = append(w.b, ']')
-	}
+	w.b = appendArray(w.b, jc.Rules, (*jsonRule).appendJSON)
 	return w.end()
 }
 
@@ -302,18 +297,7 @@ func (r *jsonRule) appendJSON(b []byte) []byte {
 		w.b = r.Match.appendJSON(w.b)
 	}
 	w.key("key")
-	if r.Key == nil {
-		w.b = append(w.b, "null"...)
-	} else {
-		w.b = append(w.b, '[')
-		for i := range r.Key {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.b = r.Key[i].appendJSON(w.b)
-		}
-		w.b = append(w.b, ']')
-	}
+	w.b = appendArray(w.b, r.Key, (*jsonKeyPart).appendJSON)
 	w.str("algorithm", r.Algorithm)
 	w.int("limit", r.Limit)
 	w.str("window", r.Window)
@@ -336,14 +320,7 @@ func (r *jsonRule) appendJSON(b []byte) []byte {
 	w.strOmit("shadow_request_header", r.ShadowRequestHeader)
 	if len(r.Overrides) > 0 {
 		w.key("overrides")
-		w.b = append(w.b, '[')
-		for i := range r.Overrides {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.b = r.Overrides[i].appendJSON(w.b)
-		}
-		w.b = append(w.b, ']')
+		w.b = appendArray(w.b, r.Overrides, (*jsonOverride).appendJSON)
 	}
 	w.bool("continue", r.Continue)
 	w.str("scope", r.Scope)
@@ -384,18 +361,12 @@ func (m *jsonMatch) appendJSON(b []byte) []byte {
 	w.stringsOmit("methods", m.Methods)
 	if len(m.Headers) > 0 {
 		w.key("headers")
-		w.b = append(w.b, '[')
-		for i, h := range m.Headers {
-			if i > 0 {
-				w.b = append(w.b, ',')
+		w.b = appendArray(w.b, m.Headers, func(h *map[string]any, b []byte) []byte {
+			if *h == nil {
+				return append(b, "null"...)
 			}
-			if h == nil {
-				w.b = append(w.b, "null"...)
-			} else {
-				w.b = appendAnyMap(w.b, h)
-			}
-		}
-		w.b = append(w.b, ']')
+			return appendAnyMap(b, *h)
+		})
 	}
 	return w.end()
 }
