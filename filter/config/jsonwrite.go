@@ -2,7 +2,6 @@ package config
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -113,7 +112,7 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	sortStrings(keys)
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {
@@ -134,7 +133,7 @@ func appendAnyMap(b []byte, m map[string]any) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	sortStrings(keys)
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {
