@@ -83,9 +83,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
-		m, err := abi.DefineCounterMetric("ratelimit_redis_" + name + "_total")
-		errs = append(errs, err)
-		return m
+		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
 	}
 	c.m = redisMetrics{
 		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
