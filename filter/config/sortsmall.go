@@ -4,8 +4,8 @@ package config
 // sorts only short lists (at most MaxRules rules, MaxOverrides overrides, maxDenyHeaders
 // headers, a header matcher's few fields), and only while parsing or writing it, so the
 // quadratic comparisons cost nothing that matters, while sort.Slice and slices.Sort would
-// link a pattern-defeating quicksort (and sort.Slice reflection's Swapper) for each shape,
-// about 30 KB of the module.
+// link a pattern-defeating quicksort (and sort.Slice reflection's Swapper) for each shape:
+// replacing them took 58,905 bytes off the module.
 func insertionSort(n int, less func(i, j int) bool, swap func(i, j int)) {
 	for i := 1; i < n; i++ {
 		for j := i; j > 0 && less(j, j-1); j-- {
