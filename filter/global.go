@@ -83,9 +83,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
-		m, err := abi.DefineCounterMetric("ratelimit_redis_" + name + "_total")
-		errs = append(errs, err)
-		return m
+		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
 	}
 	c.m = redisMetrics{
 		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
@@ -374,9 +372,9 @@ func (h *httpContext) noteFailure(now int64, err error) { h.noteFailureIn(now, -
 // unpartitioned request), which feeds that partition's breaker.
 func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 	c := h.plugin.redis
-	var se *redis.StatusError
+	se, isStatus := errors.AsType[*redis.StatusError](err) // not errors.As, which links reflection
 	switch {
-	case errors.As(err, &se) && se.Status == 504:
+	case isStatus && se.Status == 504:
 		c.m.timeouts.Increment(1)
 	case errors.Is(err, redis.ErrUnavailable):
 		c.m.unavailable.Increment(1)

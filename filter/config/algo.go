@@ -19,8 +19,7 @@ import (
 func checkAlgorithm(r *Rule) (field, msg string) {
 	lim, err := algorithms.New(r.Algorithm)
 	if err != nil {
-		var ce *algorithms.ConfigError
-		if errors.As(err, &ce) {
+		if ce, ok := errors.AsType[*algorithms.ConfigError](err); ok {
 			return algorithmField(ce.Field), ce.Message
 		}
 		return "algorithm", err.Error()

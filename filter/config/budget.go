@@ -2,7 +2,6 @@ package config
 
 import (
 	"regexp/syntax"
-	"sort"
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
@@ -106,7 +105,8 @@ func (p *parser) budget(path string, c *Config) {
 	}
 	report := func(total, budget int64, where string, of func(cost) int64) {
 		sorted := append([]cost(nil), costs...)
-		sort.SliceStable(sorted, func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) })
+		insertionSort(len(sorted), func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) },
+			func(i, j int) { sorted[i], sorted[j] = sorted[j], sorted[i] })
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
 			top = append(top, strfmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),

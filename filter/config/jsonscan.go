@@ -521,7 +521,10 @@ func stateError(s *scanner, c byte) int {
 	return scanError
 }
 
-// error records an error and switches to the error state.
+// error records an error and switches to the error state. It is not inlined: it is called
+// from some thirty states, and only for invalid JSON.
+//
+//go:noinline
 func (s *scanner) error(c byte, context string) int {
 	s.step = stateError
 	s.err = &syntaxError{"invalid character " + quoteChar(c) + " " + context, s.bytes}

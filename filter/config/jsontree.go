@@ -148,9 +148,11 @@ const indexAfter = 16
 
 // jsonError makes the scanner's errors say where the problem is.
 func jsonError(err error) error {
-	var se *syntaxError
+	// errors.AsType, not errors.As: errors.As links reflection's assignability checks
+	// (internal/reflectlite, about 20 KB of the module).
+	se, isSyntax := errors.AsType[*syntaxError](err)
 	switch {
-	case errors.As(err, &se):
+	case isSyntax:
 		return errors.New("invalid JSON at byte " + strconv.FormatInt(se.Offset, 10) + ": " + se.Error())
 	case err == errUnexpectedEnd:
 		return errors.New("invalid JSON: unexpected end of input")

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"sort"
 	"strconv"
 	"strings"
 
@@ -132,12 +131,25 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 			out = append(out, o)
 		}
 	}
-	// Longest prefix first, so that OverrideFor's first matching prefix is the longest; the
-	// sort is stable, so equal lengths keep the configured order.
-	sort.SliceStable(out, func(i, j int) bool {
-		return out[i].Prefix && out[j].Prefix && len(out[i].Value) > len(out[j].Value)
-	})
+	sortPrefixesLongestFirst(out)
 	r.Overrides = out
+}
+
+// sortPrefixesLongestFirst orders the prefix overrides longest first, so that OverrideFor's
+// first matching prefix is the longest, within the positions the prefixes hold: the exact
+// overrides keep theirs (OverrideFor compares every exact one whatever its place) and equal
+// lengths keep the configured order. Sorting the whole list with a comparator that calls an
+// exact override equal to every prefix is not enough: an exact override between two prefixes
+// would stop a longer prefix from moving ahead of a shorter one.
+func sortPrefixesLongestFirst(out []Override) {
+	var at []int // the positions of the prefixes
+	for i := range out {
+		if out[i].Prefix {
+			at = append(at, i)
+		}
+	}
+	insertionSort(len(at), func(i, j int) bool { return len(out[at[i]].Value) > len(out[at[j]].Value) },
+		func(i, j int) { out[at[i]], out[at[j]] = out[at[j]], out[at[i]] })
 }
 
 // override reads one override.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +87,40 @@ func TestOverrideTagsDifferByPart(t *testing.T) {
 	}
 	if want := string(appendPart([]byte("!="), "x")); o[0].StateTag != want {
 		t.Fatalf("part 0's tag changed: %q, want %q", o[0].StateTag, want)
+	}
+}
+
+// The longest matching prefix wins wherever the exact overrides stand in the list: an exact
+// override between two prefixes must not keep the shorter prefix, configured first, ahead of
+// the longer one (a stable sort with a comparator that calls an exact override equal to every
+// prefix did so), and with more overrides than an insertion-sort block (20) too.
+func TestOverrideLongestPrefixAcrossExact(t *testing.T) {
+	var many []string
+	for i := range 30 {
+		many = append(many, `{"exact":"e`+strconv.Itoa(i)+`","limit":9}`)
+	}
+	for _, list := range [][]string{
+		{`{"prefix":"a","limit":1}`, `{"exact":"x","limit":9}`, `{"prefix":"abc","limit":3}`, `{"prefix":"ab","limit":2}`},
+		{`{"prefix":"ab","limit":2}`, `{"exact":"x","limit":9}`, `{"prefix":"a","limit":1}`, `{"exact":"y","limit":9}`, `{"prefix":"abc","limit":3}`},
+		append(append([]string{`{"prefix":"a","limit":1}`, `{"exact":"x","limit":9}`}, many...), `{"prefix":"ab","limit":2}`, `{"prefix":"abc","limit":3}`),
+	} {
+		cfg, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s",
+			"key":[{"source":"header","name":"x-user"}],"overrides":[` + strings.Join(list, ",") + `]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := cfg.Rules[0]
+		for _, c := range []struct {
+			user string
+			want int64 // the override's limit; -1: none
+		}{{"abcz", 3}, {"abz", 2}, {"az", 1}, {"x", 9}, {"z", -1}} {
+			got := int64(-1)
+			if i := r.OverrideFor(appendPart(nil, c.user)); i >= 0 {
+				got = r.Overrides[i].Algorithm.Limit
+			}
+			if got != c.want {
+				t.Errorf("%d overrides, user %q: limit %d, want %d", len(list), c.user, got, c.want)
+			}
+		}
 	}
 }

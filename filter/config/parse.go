@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -1041,7 +1040,9 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				}
 				d.Headers = append(d.Headers, Header{Name: name, Value: v})
 			}
-			sort.Slice(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
+			h := d.Headers
+			insertionSort(len(h), func(i, j int) bool { return h[i].Name < h[j].Name },
+				func(i, j int) { h[i], h[j] = h[j], h[i] })
 		}
 	}
 	if !valid {

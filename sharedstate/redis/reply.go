@@ -298,6 +298,11 @@ var errForeignReply = strfmt.Errorf("%w: the answer carries another rule's limit
 // maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
 const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000
 
+// malformed and parser.malformed are not inlined: they are called from some twenty places,
+// only for a reply that is not what the scripts return, and each inlined copy boxed its
+// arguments for Errorf (most of ParseReplies' 15 KB in the module).
+//
+//go:noinline
 func malformed(why string) error { return strfmt.Errorf("%w: %s", ErrMalformed, why) }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
@@ -307,6 +312,7 @@ type parser struct {
 	i int
 }
 
+//go:noinline
 func (p *parser) malformed(why string) error {
 	return strfmt.Errorf("%w: %s at byte %d", ErrMalformed, why, p.i)
 }
