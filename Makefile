@@ -13,15 +13,10 @@ GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './buil
 
 build: $(WASM)
 
-# -ldflags=-s leaves out the module's name section (about 97 KB of function names): Go's own
-# panic messages and tracebacks still name every function (they read the runtime's tables,
-# not that section); only a wasm engine's trap backtrace shows function indices. The tests'
-# builds (wasmhost/wasmtest) keep the names, and so does the size analysis command in
-# docs/BENCHMARKS.md.
 $(WASM): $(GO_SRCS)
 	@mkdir -p build
 	@echo "building $(WASM) (the first build also compiles Go's standard library for wasip1)"
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -ldflags=-s -o $@ .
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
 	@ls -l $@
 
 vet:
