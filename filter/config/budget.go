@@ -1,10 +1,10 @@
 package config
 
 import (
-	"regexp/syntax"
 	"sort"
 	"strings"
 
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )

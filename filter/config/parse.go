@@ -2,8 +2,6 @@ package config
 
 import (
 	"bytes"
-	"regexp"
-	"regexp/syntax"
 	"slices"
 	"sort"
 	"strconv"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
