@@ -79,8 +79,8 @@ sub PrintClass($$@) {
   } else {
     $negname =~ y/a-z/A-Z/;
   }
-  return "\t`$name`: {+1, code$cname},\n" .
-  	"\t`$negname`: {-1, code$cname},\n";
+  return "\tcase `$name`:\n\t\treturn charGroup{+1, code$cname}\n" .
+  	"\tcase `$negname`:\n\t\treturn charGroup{-1, code$cname}\n";
 }
 
 my $gen = 0;
@@ -92,11 +92,13 @@ sub PrintClasses($@) {
     my @ranges = ComputeClass($cl);
     push @entries, PrintClass(++$gen, $cl, @ranges);
   }
-  print "var ${cname}Group = map[string]charGroup{\n";
+  # Changed from Go: a switch instead of a map literal, so that no package initialiser
+  # builds a map (see unicode_tables.go).
+  print "func ${cname}Group(name string) charGroup {\n\tswitch name {\n";
   foreach my $e (@entries) {
     print $e;
   }
-  print "}\n";
+  print "\t}\n\treturn charGroup{}\n}\n";
   my $count = @entries;
 }
 

@@ -1585,7 +1585,7 @@ func (p *parser) parsePerlClassEscape(s string, r []rune) (out []rune, rest stri
 	if p.flags&PerlX == 0 || len(s) < 2 || s[0] != '\\' {
 		return
 	}
-	g := perlGroup[s[0:2]]
+	g := perlGroup(s[0:2])
 	if g.sign == 0 {
 		return
 	}
@@ -1606,7 +1606,7 @@ func (p *parser) parseNamedClass(s string, r []rune) (out []rune, rest string, e
 	}
 	i += 2
 	name, s := s[0:i+2], s[i+2:]
-	g := posixGroup[name]
+	g := posixGroup(name)
 	if g.sign == 0 {
 		return nil, "", &Error{ErrInvalidCharRange, name}
 	}

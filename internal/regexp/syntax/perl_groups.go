@@ -23,14 +23,24 @@ var code3 = []rune{ /* \w */
 	0x61, 0x7a,
 }
 
-var perlGroup = map[string]charGroup{
-	`\d`: {+1, code1},
-	`\D`: {-1, code1},
-	`\s`: {+1, code2},
-	`\S`: {-1, code2},
-	`\w`: {+1, code3},
-	`\W`: {-1, code3},
+func perlGroup(name string) charGroup {
+	switch name {
+	case `\d`:
+		return charGroup{+1, code1}
+	case `\D`:
+		return charGroup{-1, code1}
+	case `\s`:
+		return charGroup{+1, code2}
+	case `\S`:
+		return charGroup{-1, code2}
+	case `\w`:
+		return charGroup{+1, code3}
+	case `\W`:
+		return charGroup{-1, code3}
+	}
+	return charGroup{}
 }
+
 var code4 = []rune{ /* [:alnum:] */
 	0x30, 0x39,
 	0x41, 0x5a,
@@ -101,33 +111,64 @@ var code17 = []rune{ /* [:xdigit:] */
 	0x61, 0x66,
 }
 
-var posixGroup = map[string]charGroup{
-	`[:alnum:]`:   {+1, code4},
-	`[:^alnum:]`:  {-1, code4},
-	`[:alpha:]`:   {+1, code5},
-	`[:^alpha:]`:  {-1, code5},
-	`[:ascii:]`:   {+1, code6},
-	`[:^ascii:]`:  {-1, code6},
-	`[:blank:]`:   {+1, code7},
-	`[:^blank:]`:  {-1, code7},
-	`[:cntrl:]`:   {+1, code8},
-	`[:^cntrl:]`:  {-1, code8},
-	`[:digit:]`:   {+1, code9},
-	`[:^digit:]`:  {-1, code9},
-	`[:graph:]`:   {+1, code10},
-	`[:^graph:]`:  {-1, code10},
-	`[:lower:]`:   {+1, code11},
-	`[:^lower:]`:  {-1, code11},
-	`[:print:]`:   {+1, code12},
-	`[:^print:]`:  {-1, code12},
-	`[:punct:]`:   {+1, code13},
-	`[:^punct:]`:  {-1, code13},
-	`[:space:]`:   {+1, code14},
-	`[:^space:]`:  {-1, code14},
-	`[:upper:]`:   {+1, code15},
-	`[:^upper:]`:  {-1, code15},
-	`[:word:]`:    {+1, code16},
-	`[:^word:]`:   {-1, code16},
-	`[:xdigit:]`:  {+1, code17},
-	`[:^xdigit:]`: {-1, code17},
+func posixGroup(name string) charGroup {
+	switch name {
+	case `[:alnum:]`:
+		return charGroup{+1, code4}
+	case `[:^alnum:]`:
+		return charGroup{-1, code4}
+	case `[:alpha:]`:
+		return charGroup{+1, code5}
+	case `[:^alpha:]`:
+		return charGroup{-1, code5}
+	case `[:ascii:]`:
+		return charGroup{+1, code6}
+	case `[:^ascii:]`:
+		return charGroup{-1, code6}
+	case `[:blank:]`:
+		return charGroup{+1, code7}
+	case `[:^blank:]`:
+		return charGroup{-1, code7}
+	case `[:cntrl:]`:
+		return charGroup{+1, code8}
+	case `[:^cntrl:]`:
+		return charGroup{-1, code8}
+	case `[:digit:]`:
+		return charGroup{+1, code9}
+	case `[:^digit:]`:
+		return charGroup{-1, code9}
+	case `[:graph:]`:
+		return charGroup{+1, code10}
+	case `[:^graph:]`:
+		return charGroup{-1, code10}
+	case `[:lower:]`:
+		return charGroup{+1, code11}
+	case `[:^lower:]`:
+		return charGroup{-1, code11}
+	case `[:print:]`:
+		return charGroup{+1, code12}
+	case `[:^print:]`:
+		return charGroup{-1, code12}
+	case `[:punct:]`:
+		return charGroup{+1, code13}
+	case `[:^punct:]`:
+		return charGroup{-1, code13}
+	case `[:space:]`:
+		return charGroup{+1, code14}
+	case `[:^space:]`:
+		return charGroup{-1, code14}
+	case `[:upper:]`:
+		return charGroup{+1, code15}
+	case `[:^upper:]`:
+		return charGroup{-1, code15}
+	case `[:word:]`:
+		return charGroup{+1, code16}
+	case `[:^word:]`:
+		return charGroup{-1, code16}
+	case `[:xdigit:]`:
+		return charGroup{+1, code17}
+	case `[:^xdigit:]`:
+		return charGroup{-1, code17}
+	}
+	return charGroup{}
 }
