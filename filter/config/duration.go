@@ -24,11 +24,17 @@ var durationUnits = map[string]uint64{
 	"d":  uint64(24 * time.Hour),
 }
 
+// notADuration is parseDuration's message for text that is not a duration at all. It is
+// built only when needed: quoting the text runs strconv's quoting, which Envoy's V8 would
+// otherwise compile during every valid configuration's proxy_on_configure.
+func notADuration(orig string) string {
+	return quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
+}
+
 // parseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
 // returns the duration, or a non-empty message describing the problem without a JSON path
 // (Parse adds the path).
 func parseDuration(orig string) (time.Duration, string) {
-	invalid := quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 	s := orig
 	neg := false
 	if s != "" && (s[0] == '-' || s[0] == '+') {
@@ -36,7 +42,7 @@ func parseDuration(orig string) (time.Duration, string) {
 		s = s[1:]
 	}
 	if s == "" {
-		return 0, invalid
+		return 0, notADuration(orig)
 	}
 	if isNumberLike(s) {
 		return 0, quote(orig) + " has no unit"
@@ -45,7 +51,7 @@ func parseDuration(orig string) (time.Duration, string) {
 	var total uint64
 	for s != "" {
 		if !(s[0] == '.' || isDigit(s[0])) {
-			return 0, invalid
+			return 0, notADuration(orig)
 		}
 		// The integer part.
 		var v uint64
@@ -81,7 +87,7 @@ func parseDuration(orig string) (time.Duration, string) {
 			s = s[j:]
 		}
 		if !pre && !post {
-			return 0, invalid
+			return 0, notADuration(orig)
 		}
 		// The unit: everything up to the next number.
 		j := 0
