@@ -521,7 +521,11 @@ func stateError(s *scanner, c byte) int {
 	return scanError
 }
 
-// error records an error and switches to the error state.
+// error records an error and switches to the error state. It is kept out of line
+// (go:noinline, unlike encoding/json's) for the reason parser.add is: the state functions
+// run on every configure, their error branches only on a bad document.
+//
+//go:noinline
 func (s *scanner) error(c byte, context string) int {
 	s.step = stateError
 	s.err = &syntaxError{"invalid character " + quoteChar(c) + " " + context, s.bytes}
