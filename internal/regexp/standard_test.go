@@ -1,6 +1,3 @@
-// Copyright 2026 The ratelimit-wasm Authors. Use of this source code is governed by the
-// BSD-style license in LICENSE.
-
 package regexp
 
 import (

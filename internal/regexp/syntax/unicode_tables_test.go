@@ -1,5 +1,5 @@
-// Copyright 2026 The ratelimit-wasm Authors. Use of this source code is governed by the
-// BSD-style license in ../LICENSE.
+// goUnicodeTable below is copied from Go's regexp/syntax/parse.go (Go's licence is in
+// ../LICENSE).
 
 package syntax
 
