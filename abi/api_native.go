@@ -204,6 +204,9 @@ func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }
 // LogDebugf logs at debug level.
 func LogDebugf(format string, args ...any) { proxywasm.LogDebugf(format, args...) }
 
+// LogInfo logs msg at info level.
+func LogInfo(msg string) { proxywasm.LogInfo(msg) }
+
 // LogInfof logs at info level.
 func LogInfof(format string, args ...any) { proxywasm.LogInfof(format, args...) }
 

@@ -354,6 +354,14 @@ func LogDebugf(format string, args ...any) {
 	}
 }
 
+// LogInfo logs msg at info level. Unlike LogInfof it formats nothing, so a message that
+// needs no formatting does not make V8 compile the formatter.
+func LogInfo(msg string) {
+	if enabled(levelInfo) {
+		logAt(levelInfo, msg)
+	}
+}
+
 // LogInfof logs at info level.
 func LogInfof(format string, args ...any) {
 	if enabled(levelInfo) {

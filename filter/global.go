@@ -350,8 +350,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 
 var (
 	errCalloutReset = errors.New("callout reset")
-	errNoHosts      = strfmt.Errorf("%w: the cluster has no host (proxy_http_call failed with InternalFailure)",
-		redis.ErrUnavailable)
+	errNoHosts      = strfmt.Wrap(redis.ErrUnavailable, ": the cluster has no host (proxy_http_call failed with InternalFailure)")
 )
 
 // sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once

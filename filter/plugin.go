@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,7 +121,7 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		}
 		return types.OnPluginStartStatusFailed
 	}
-	abi.LogInfof("ratelimit: configured %d rules", len(p.rules))
+	abi.LogInfo("ratelimit: configured " + strconv.Itoa(len(p.rules)) + " rules")
 	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
 	return types.OnPluginStartStatusOK
 }

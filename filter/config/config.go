@@ -13,10 +13,10 @@
 package config
 
 import (
-	"regexp"
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
 )
 
 // Bounds on the size of a configuration. They keep a mistaken or hostile config from

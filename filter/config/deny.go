@@ -14,9 +14,16 @@ const (
 	phRetryAfter                    // %RETRY_AFTER%: whole seconds until a retry can succeed
 )
 
-var placeholders = map[string]placeholder{
-	"%RULE%":        phRule,
-	"%RETRY_AFTER%": phRetryAfter,
+// placeholderNamed returns the placeholder a %NAME% stands for (a switch, not a map, for
+// the reason durationUnit gives).
+func placeholderNamed(name string) (placeholder, bool) {
+	switch name {
+	case "%RULE%":
+		return phRule, true
+	case "%RETRY_AFTER%":
+		return phRetryAfter, true
+	}
+	return phNone, false
 }
 
 // bodyPart is a literal or a placeholder of a compiled body template.
@@ -45,7 +52,7 @@ func compileBody(s string) ([]bodyPart, string) {
 			continue
 		}
 		name := s[i : j+1]
-		ph, ok := placeholders[name]
+		ph, ok := placeholderNamed(name)
 		if !ok {
 			return nil, "unknown placeholder " + strconv.Quote(name) + " (known: %RULE%, %RETRY_AFTER%)"
 		}

@@ -12,23 +12,42 @@ import (
 // The parser is written out here, not delegated to time.ParseDuration, so that "d" can
 // appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
 
-var durationUnits = map[string]uint64{
-	"ns": uint64(time.Nanosecond),
-	"us": uint64(time.Microsecond),
-	"µs": uint64(time.Microsecond), // U+00B5 micro sign
-	"μs": uint64(time.Microsecond), // U+03BC Greek small letter mu
-	"ms": uint64(time.Millisecond),
-	"s":  uint64(time.Second),
-	"m":  uint64(time.Minute),
-	"h":  uint64(time.Hour),
-	"d":  uint64(24 * time.Hour),
+// durationUnit returns the length of a unit in nanoseconds. It is a switch rather than a
+// map so that no package initialiser builds a map: Envoy's V8 compiles and runs every
+// initialiser in each VM's _initialize.
+func durationUnit(unit string) (uint64, bool) {
+	switch unit {
+	case "ns":
+		return uint64(time.Nanosecond), true
+	case "us",
+		"µs", // U+00B5 micro sign
+		"μs": // U+03BC Greek small letter mu
+		return uint64(time.Microsecond), true
+	case "ms":
+		return uint64(time.Millisecond), true
+	case "s":
+		return uint64(time.Second), true
+	case "m":
+		return uint64(time.Minute), true
+	case "h":
+		return uint64(time.Hour), true
+	case "d":
+		return uint64(24 * time.Hour), true
+	}
+	return 0, false
+}
+
+// notADuration is parseDuration's message for text that is not a duration at all. It is
+// built only when needed: quoting the text runs strconv's quoting, which Envoy's V8 would
+// otherwise compile during every valid configuration's proxy_on_configure.
+func notADuration(orig string) string {
+	return quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 }
 
 // parseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
 // returns the duration, or a non-empty message describing the problem without a JSON path
 // (Parse adds the path).
 func parseDuration(orig string) (time.Duration, string) {
-	invalid := quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 	s := orig
 	neg := false
 	if s != "" && (s[0] == '-' || s[0] == '+') {
@@ -36,7 +55,7 @@ func parseDuration(orig string) (time.Duration, string) {
 		s = s[1:]
 	}
 	if s == "" {
-		return 0, invalid
+		return 0, notADuration(orig)
 	}
 	if isNumberLike(s) {
 		return 0, quote(orig) + " has no unit"
@@ -45,7 +64,7 @@ func parseDuration(orig string) (time.Duration, string) {
 	var total uint64
 	for s != "" {
 		if !(s[0] == '.' || isDigit(s[0])) {
-			return 0, invalid
+			return 0, notADuration(orig)
 		}
 		// The integer part.
 		var v uint64
@@ -81,7 +100,7 @@ func parseDuration(orig string) (time.Duration, string) {
 			s = s[j:]
 		}
 		if !pre && !post {
-			return 0, invalid
+			return 0, notADuration(orig)
 		}
 		// The unit: everything up to the next number.
 		j := 0
@@ -90,7 +109,7 @@ func parseDuration(orig string) (time.Duration, string) {
 		if j == 0 {
 			return 0, quote(orig) + " ends in a number with no unit"
 		}
-		unit, ok := durationUnits[s[:j]]
+		unit, ok := durationUnit(s[:j])
 		if !ok {
 			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[:j]) + " (want ns, us, ms, s, m, h or d)"
 		}

@@ -2,14 +2,14 @@ package config
 
 import (
 	"bytes"
-	"regexp"
-	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
+	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
@@ -929,18 +929,22 @@ func defaultDeny() *Deny {
 	return d
 }
 
-// reservedDenyHeaders are set by the filter itself; letting the config set them too would
-// send duplicates or contradict the computed values.
-var reservedDenyHeaders = map[string]string{
-	"content-type":          `use "content_type"`,
-	"content-length":        "computed from the body",
-	"retry-after":           "set by the filter",
-	"ratelimit":             "set by the filter",
-	"ratelimit-policy":      "set by the filter",
-	"x-ratelimit-limit":     "set by the filter",
-	"x-ratelimit-remaining": "set by the filter",
-	"x-ratelimit-reset":     "set by the filter",
-	"x-envoy-ratelimited":   `set by the filter; see "envoy_ratelimited_header"`,
+// reservedDenyHeader says why a denial header is reserved: these are set by the filter
+// itself, and letting the config set them too would send duplicates or contradict the
+// computed values. (A switch, not a map, for the reason durationUnit gives.)
+func reservedDenyHeader(name string) (string, bool) {
+	switch name {
+	case "content-type":
+		return `use "content_type"`, true
+	case "content-length":
+		return "computed from the body", true
+	case "retry-after", "ratelimit", "ratelimit-policy", "x-ratelimit-limit",
+		"x-ratelimit-remaining", "x-ratelimit-reset":
+		return "set by the filter", true
+	case "x-envoy-ratelimited":
+		return `set by the filter; see "envoy_ratelimited_header"`, true
+	}
+	return "", false
 }
 
 // deny reads a denial response. Fields that are absent are inherited from parent (the
@@ -1017,7 +1021,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 					valid = false
 					continue
 				}
-				if why, ok := reservedDenyHeaders[name]; ok {
+				if why, ok := reservedDenyHeader(name); ok {
 					p.add(mpath, "cannot be set here: "+why)
 					valid = false
 					continue

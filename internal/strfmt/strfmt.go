@@ -53,6 +53,14 @@ func Errorf(format string, args ...any) error {
 	}
 }
 
+// Wrap returns what Errorf("%w"+suffix, err) returns for a suffix without verbs or '%': an
+// error whose message is err's followed by suffix and that wraps err. It runs no formatting,
+// so a package-level error built with it costs a package initialiser almost nothing (on V8,
+// Errorf's printer is compiled on its first call, in _initialize if an initialiser calls it).
+func Wrap(err error, suffix string) error {
+	return &wrapError{err.Error() + suffix, err}
+}
+
 type plainError struct{ msg string }
 
 func (e *plainError) Error() string { return e.msg }

@@ -293,7 +293,7 @@ func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 }
 
 // errForeignReply is the malformed answer that carries another limit than the rule's.
-var errForeignReply = strfmt.Errorf("%w: the answer carries another rule's limit", ErrMalformed)
+var errForeignReply = strfmt.Wrap(ErrMalformed, ": the answer carries another rule's limit")
 
 // maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
 const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000

@@ -90,6 +90,11 @@ type Result struct {
 	SharedKeys     int              `json:"shared_keys"`
 	Metrics        map[string]int64 `json:"metrics"`
 	Logs           [][2]any         `json:"logs"`
+
+	// PhasesMS splits FirstVMMS into its steps: "instantiate", "initialize" (_initialize),
+	// and for a filter "vm_start" (root context and proxy_on_vm_start) and "configure"
+	// (proxy_on_configure).
+	PhasesMS map[string]float64 `json:"phases_ms"`
 }
 
 // Run runs job in a fresh Node process (so every run starts with a cold V8, as a new Envoy

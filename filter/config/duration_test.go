@@ -1,0 +1,18 @@
+package config
+
+import "testing"
+
+// TestParseDurationValidAllocatesNothing checks that a valid duration builds no error
+// message: quoting the text for a message that is thrown away made V8 compile strconv's
+// quoting during every valid configuration's proxy_on_configure (issue 14's start-up work).
+func TestParseDurationValidAllocatesNothing(t *testing.T) {
+	for _, s := range []string{"1s", "1m30s", "250ms", "1.5d", "-5s"} {
+		if n := testing.AllocsPerRun(100, func() {
+			if _, msg := parseDuration(s); msg != "" {
+				t.Fatalf("parseDuration(%q): %s", s, msg)
+			}
+		}); n != 0 {
+			t.Errorf("parseDuration(%q) allocates %v times; a valid duration must build no message", s, n)
+		}
+	}
+}
