@@ -193,7 +193,7 @@ func TestClientIP(t *testing.T) {
 				}
 				return
 			}
-			if !ok || ip != netip.MustParseAddr(tc.want) {
+			if !ok || ip.String() != netip.MustParseAddr(tc.want).String() {
 				t.Errorf("ClientIP = %v, %v; want %s", ip, ok, tc.want)
 			}
 		})
