@@ -917,9 +917,17 @@ func (t *Table) countCreated(maxKeys uint32) uint32 {
 	return n + 1
 }
 
-// transientName returns the name of slot idx of geometry geo (0: overflow slot idx) in the
-// Table's scratch buffer: valid until the next call, for a Get, which does not keep its key.
+// transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
+// Get, which does not keep its key: the cached name when the slot's name is in the cache (an
+// established key's slot, written on every request, is), otherwise the name built in the
+// Table's scratch buffer, valid until the next call. Building it costs two number
+// formattings, which a Wasm VM would pay on every request's read.
 func (t *Table) transientName(geo, idx uint32) string {
+	if t.names != nil {
+		if e := &t.names[nameSlot(geo, idx)]; e.name != "" && e.geo == geo && e.idx == idx {
+			return e.name
+		}
+	}
 	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
 	return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
 }
@@ -932,13 +940,16 @@ func (t *Table) name(geo, idx uint32) string {
 	if t.names == nil {
 		t.names = make([]nameEntry, nameCacheSize)
 	}
-	e := &t.names[(idx^geo*0x9e3779b9)%nameCacheSize]
+	e := &t.names[nameSlot(geo, idx)]
 	if e.name == "" || e.geo != geo || e.idx != idx {
 		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
 		*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
 	}
 	return e.name
 }
+
+// nameSlot returns the entry of the name cache that slot idx of geometry geo uses.
+func nameSlot(geo, idx uint32) uint32 { return (idx ^ geo*0x9e3779b9) % nameCacheSize }
 
 // appendName appends a slot name: prefix, then the geometry's max_keys, '.' and the slot
 // number; or, for an overflow slot, prefix, "o." and its number.

@@ -173,9 +173,21 @@ func found(ok bool) partState {
 }
 
 func appendPart(dst []byte, v string) []byte {
-	dst = strconv.AppendInt(dst, int64(len(v)), 10)
-	dst = append(dst, ':')
+	dst = appendLen(dst, len(v))
 	return append(dst, v...)
+}
+
+// appendLen appends a key part's length prefix: n in decimal and a colon. Parts are nearly
+// always shorter than 100 bytes, and writing their one or two digits directly saves a call
+// to strconv per part, which costs about 0.1 us in a Wasm VM.
+func appendLen(dst []byte, n int) []byte {
+	switch {
+	case n < 10:
+		return append(dst, byte('0'+n), ':')
+	case n < 100:
+		return append(dst, byte('0'+n/10), byte('0'+n%10), ':')
+	}
+	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
 // appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
@@ -185,8 +197,7 @@ func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip IP) []byte 
 	case SourceQuery:
 		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
 		// together.
-		dst = strconv.AppendInt(dst, int64(unescapedLen(v)), 10)
-		dst = append(dst, ':')
+		dst = appendLen(dst, unescapedLen(v))
 		return appendUnescaped(dst, v)
 	case SourceClientIP:
 		if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
@@ -210,8 +221,7 @@ func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip IP) []byte 
 func (kp *KeyPart) appendIPPart(dst []byte, ip IP) []byte {
 	var buf [64]byte
 	b := kp.appendIP(buf[:0], ip)
-	dst = strconv.AppendInt(dst, int64(len(b)), 10)
-	dst = append(dst, ':')
+	dst = appendLen(dst, len(b))
 	return append(dst, b...)
 }
 
