@@ -219,6 +219,7 @@ func (p *plugin) configure(data []byte) error {
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
 	for _, r := range cfg.Rules {
 		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(p.shadowHeaders, h) {
@@ -445,4 +446,24 @@ func (p *plugin) sharedStore() sharedstate.Store {
 		return sharedstate.Host{}
 	}
 	return p.store
+}
+
+// readsHeaderMap reports whether the rules read a request's whole header map whenever they
+// apply: a header key part counts its header's lines in it (see config.Rule.DuplicatePart),
+// and a client IP taken from X-Forwarded-For joins that header's lines from it. Such a
+// configuration reads the map for the first header a request asks for (see request.Header).
+func readsHeaderMap(cfg *config.Config) bool {
+	for _, r := range cfg.Rules {
+		for i := range r.Key {
+			switch r.Key[i].Source {
+			case config.SourceHeader:
+				return true
+			case config.SourceClientIP:
+				if cfg.TrustedHops > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
