@@ -142,6 +142,76 @@ func errorLogs(h *wasmhost.Host) []string {
 	return out
 }
 
+// sumCalls adds up host-call counts.
+func sumCalls(calls map[string]int64) int64 {
+	var n int64
+	for _, c := range calls {
+		n += c
+	}
+	return n
+}
+
+// benchRequest is the request of BenchmarkGuestPerRequest: client-IP and header key, an
+// upstream that answers 200.
+func benchRequest() wasmhost.Request {
+	return wasmhost.Request{Method: "GET", Path: "/api", Authority: "example.test", SourceAddress: "192.0.2.1:5555",
+		Headers: [][2]string{{"x-tenant", "acme"}}, Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+}
+
+// callsPerRequest serves n benchmark requests after a warm-up (the first request of a key
+// creates its slot) and returns the host calls they made, by function, and the allocator
+// calls, each divided by n.
+func callsPerRequest(t *testing.T, module, config string, n int) (map[string]float64, float64) {
+	t.Helper()
+	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(t, module), wasmhost.Options{
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+	})
+	require.NoError(t, err)
+	defer h.Close(context.Background())
+	do := func() {
+		res, err := h.Do(context.Background(), benchRequest())
+		require.NoError(t, err)
+		require.Nil(t, res.Local)
+		require.NotEmpty(t, res.Header("ratelimit"), "the response carries the rate-limit headers")
+	}
+	do()
+	before := h.Stats()
+	for range n {
+		do()
+	}
+	after := h.Stats()
+	per := map[string]float64{}
+	for name, c := range after.HostCalls {
+		if d := c - before.HostCalls[name]; d > 0 {
+			per[name] = float64(d) / float64(n)
+		}
+	}
+	return per, float64(after.AllocatorCalls-before.AllocatorCalls) / float64(n)
+}
+
+// The host-call floor guest (wasmhost/testdata/hostfloor) makes, per request, exactly the
+// host calls of the filter's 1-rule benchmark request, one for one, and as many allocator
+// calls: the difference between the two in BenchmarkGuestPerRequest is the filter's own
+// computation. The filter's calls are listed here too, so that a change to them shows.
+func TestHostFloorMakesTheFilterCalls(t *testing.T) {
+	rule := `{"name":"r0","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+		"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`
+	filterCalls, filterAllocs := callsPerRequest(t, ".", `{"rules":[`+rule+`]}`, 50)
+	floorCalls, floorAllocs := callsPerRequest(t, "./wasmhost/testdata/hostfloor", `{}`, 50)
+	require.Equal(t, map[string]float64{
+		"env.proxy_get_header_map_pairs":        1,
+		"env.proxy_get_property":                1,
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             1,
+		"env.proxy_set_shared_data":             1,
+		"env.proxy_increment_metric":            1,
+		"env.proxy_add_header_map_value":        2,
+	}, filterCalls)
+	require.Equal(t, filterCalls, floorCalls)
+	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
+	require.Equal(t, filterAllocs, floorAllocs)
+}
+
 // The guest's cost per request, measured in the same run for a filter that does nothing, for
 // the rate limiter with one matching rule, and with five. The five rules share one key, as
 // rules counting one client over several windows do; "5rules-distinct" gives each its own.
@@ -168,6 +238,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		newClients           bool
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
 		{"1rule", ".", `{"rules":[` + rule(0, "") + `]}`, false},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},
@@ -180,10 +251,9 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 			})
 			require.NoError(b, err)
 			defer h.Close(context.Background())
-			req := wasmhost.Request{Method: "GET", Path: "/api", Authority: "example.test", SourceAddress: "192.0.2.1:5555",
-				Headers: [][2]string{{"x-tenant", "acme"}}, Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+			req := benchRequest()
 			ctx := context.Background()
-			start := h.Stats().GuestTime
+			start := h.Stats()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if c.newClients {
@@ -194,7 +264,10 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 					b.Fatal(err, res.Local)
 				}
 			}
-			b.ReportMetric(float64(h.Stats().GuestTime-start)/float64(b.N), "guest-ns/op")
+			end := h.Stats()
+			b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
+			b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
+			b.ReportMetric(float64(end.AllocatorCalls-start.AllocatorCalls)/float64(b.N), "allocator-calls/op")
 		})
 	}
 }
