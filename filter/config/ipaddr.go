@@ -144,13 +144,26 @@ func appendHex16(dst []byte, x uint16) []byte {
 // parseIP reads an address with or without a port, normalised: no zone, IPv4-mapped IPv6
 // unmapped.
 func parseIP(s string) (IP, bool) {
+	ip, _, ok := parseIPText(s)
+	return ip, ok
+}
+
+// parseIPText is parseIP that also returns the address as s writes it when that is already
+// the form AppendTo writes: an IPv4 address that parseIPv4 read ("a.b.c.d", with or without a
+// port) is written in canonical decimal, since parseIPv4 refuses leading zeros. A key part can
+// then copy those bytes instead of printing the address. For any other address text is "".
+func parseIPText(s string) (ip IP, text string, ok bool) {
 	if len(s) > 0 && (isBlank(s[0]) || isBlank(s[len(s)-1])) {
 		s = strings.Trim(s, " \t")
 	}
 	if ip, ok := parseIPv4(s); ok {
-		return ip, true
+		if i := strings.IndexByte(s, ':'); i >= 0 {
+			s = s[:i]
+		}
+		return ip, s, true
 	}
-	return parseAddr(s)
+	ip, ok = parseAddr(s)
+	return ip, "", ok
 }
 
 // parseAddr is parseIP's general path, for an address of any shape (already trimmed). It

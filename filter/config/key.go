@@ -273,11 +273,17 @@ func (kp *KeyPart) appendIP(dst []byte, ip IP) []byte {
 func ClientIP(req Request, trustedHops int) (IP, bool) {
 	m := req.ClientIPCache()
 	if m == nil {
-		return clientIP(req, trustedHops)
+		ip, _, ok := clientIP(req, trustedHops)
+		return ip, ok
 	}
 	if !m.valid || m.hops != trustedHops {
-		ip, ok := clientIP(req, trustedHops)
+		ip, text, ok := clientIP(req, trustedHops)
 		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
+		if text != "" && len(text)+3 <= len(m.part) {
+			// The request wrote the address in its canonical form: the unmasked key part is
+			// those bytes, copied rather than printed (see appendValue).
+			m.partLen = uint8(len(appendPart(m.part[:0], text)))
+		}
 	}
 	return m.ip, m.ok
 }
@@ -289,23 +295,27 @@ type ClientIPCache struct {
 	ok    bool
 	hops  int
 	ip    IP
-	// part is the unmasked address as a key part ("9:192.0.2.1"), rendered by the first rule
-	// that needs it; partLen is 0 until then. An IPv6 address has at most 39 characters.
+	// part is the unmasked address as a key part ("9:192.0.2.1"): copied from the request
+	// when it wrote the address in canonical form (an IPv4 address, the usual case), else
+	// rendered by the first rule that needs it; partLen is 0 until then. An IPv6 address has
+	// at most 39 characters.
 	part    [48]byte
 	partLen uint8
 }
 
-func clientIP(req Request, trustedHops int) (IP, bool) {
+// clientIP is ClientIP without the cache; text is the address as the request wrote it when
+// that is its canonical form (see parseIPText), otherwise "".
+func clientIP(req Request, trustedHops int) (ip IP, text string, ok bool) {
 	if trustedHops > 0 {
 		if xff, ok := req.Header("x-forwarded-for"); ok {
 			if entry, ok := nthFromRight(xff, trustedHops); ok {
-				if ip, ok := parseIP(entry); ok {
-					return ip, true
+				if ip, text, ok := parseIPText(entry); ok {
+					return ip, text, true
 				}
 			}
 		}
 	}
-	return parseIP(req.SourceAddress())
+	return parseIPText(req.SourceAddress())
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the

@@ -261,6 +261,10 @@ func checkParseIPv4(t *testing.T, s string) {
 	if want, wantOK := parseAddr(s); !wantOK || ip != want {
 		t.Fatalf("parseIPv4(%q) = %v; the general path gives %v, %v", s, ip, want, wantOK)
 	}
+	// The text a key part copies instead of printing the address is what it would print.
+	if _, text, _ := parseIPText(s); text != ip.String() {
+		t.Fatalf("parseIPText(%q) text %q, the address prints %q", s, text, ip.String())
+	}
 }
 
 var ipv4Shapes = []string{
@@ -310,7 +314,8 @@ func TestClientIPCache(t *testing.T) {
 		{"name":"a","continue":true,"key":[{"source":"client_ip"}],`+tb+`},
 		{"name":"b","continue":true,"key":[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48}],`+tb+`},
 		{"name":"c","key":[{"source":"header","name":"x-t"},{"source":"client_ip"}],`+tb+`}]}`)
-	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "garbage", "::ffff:10.1.2.3"} {
+	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "garbage", "::ffff:10.1.2.3",
+		" 198.51.100.7 ", "203.0.113.255:0080", "0.0.0.0"} {
 		plain := req("x-t: acme").with(func(r *fakeRequest) { r.source = src })
 		cached := &cachingRequest{fakeRequest: req("x-t: acme").with(func(r *fakeRequest) { r.source = src })}
 		want := c.Match(plain, nil)
