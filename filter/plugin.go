@@ -57,7 +57,14 @@ type ruleState struct {
 	rule   *config.Rule
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
-	m      ruleMetrics
+	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
+	// and `;r=` (see itemPrefix); draft and legacy say which rate-limit headers the rule's
+	// rate_limit_headers mode adds. They are fixed per rule and set once at configure time,
+	// where rendering them per request would repeat the same work (and the same string
+	// comparisons) on every allowed request.
+	item          string
+	draft, legacy bool
+	m             ruleMetrics
 
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
@@ -200,6 +207,7 @@ func (p *plugin) configure(data []byte) error {
 			return strfmt.Errorf("rules[%d]: %w", i, err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
+		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
@@ -266,6 +274,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			gr, err := redis.NewRule(o.Algorithm)
 			if err != nil {
@@ -466,4 +475,12 @@ func readsHeaderMap(cfg *config.Config) bool {
 		}
 	}
 	return false
+}
+
+// setHeaderParts sets the rule's fixed parts of its rate-limit headers (see ruleState.item).
+func (rs *ruleState) setHeaderParts() {
+	mode := rs.rule.RateLimitHeaders
+	rs.draft = mode == config.HeadersDraft || mode == config.HeadersBoth
+	rs.legacy = mode == config.HeadersLegacy || mode == config.HeadersBoth
+	rs.item = `"` + rs.rule.Name + `";r=`
 }
