@@ -160,8 +160,15 @@ func benchRequest() wasmhost.Request {
 
 // callsPerRequest serves n benchmark requests after a warm-up (the first request of a key
 // creates its slot) and returns the host calls they made, by function, and the allocator
-// calls, each divided by n.
+// calls, each divided by n. Every request must be let through with rate-limit headers.
 func callsPerRequest(t *testing.T, module, config string, n int) (map[string]float64, float64) {
+	t.Helper()
+	return callsPerRequestOf(t, module, config, n, benchRequest(), true)
+}
+
+// callsPerRequestOf is callsPerRequest for any request let through, with (limited) or
+// without rate-limit headers.
+func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool) (map[string]float64, float64) {
 	t.Helper()
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(t, module), wasmhost.Options{
 		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
@@ -169,10 +176,10 @@ func callsPerRequest(t *testing.T, module, config string, n int) (map[string]flo
 	require.NoError(t, err)
 	defer h.Close(context.Background())
 	do := func() {
-		res, err := h.Do(context.Background(), benchRequest())
+		res, err := h.Do(context.Background(), req)
 		require.NoError(t, err)
 		require.Nil(t, res.Local)
-		require.NotEmpty(t, res.Header("ratelimit"), "the response carries the rate-limit headers")
+		require.Equal(t, limited, res.Header("ratelimit") != "", "rate-limit headers: %v", res.ResponseHeaders)
 	}
 	do()
 	before := h.Stats()
@@ -210,6 +217,41 @@ func TestHostFloorMakesTheFilterCalls(t *testing.T) {
 	require.Equal(t, filterCalls, floorCalls)
 	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
 	require.Equal(t, filterAllocs, floorAllocs)
+}
+
+// The host calls of requests that the benchmark's request does not show: a request no rule
+// matches reads what the rule's conditions need and nothing else (no clock, no shared data);
+// a rule with a header key part reads the whole header map once and answers its conditions'
+// headers (:method, :path, another header) from it, with no single-header read.
+func TestHostCallsPerRequest(t *testing.T) {
+	const alg = `"algorithm":"token_bucket","limit":1000000000,"window":"1s"`
+	req := benchRequest()
+	req.Headers = append(req.Headers, [2]string{"x-plan", "free"})
+	for _, tc := range []struct {
+		name, config string
+		limited      bool
+		want         map[string]float64
+		allocs       float64
+	}{
+		{"no rule matches", `{"rules":[{"name":"r","match":{"path":{"prefix":"/other"}},"key":[{"source":"client_ip"}],` + alg + `}]}`,
+			false, map[string]float64{"env.proxy_get_header_map_value": 1}, 1},
+		{"conditions from the header map", `{"rules":[{"name":"r","match":{"methods":["GET"],"path":{"prefix":"/api"},
+			"headers":[{"name":"x-plan","exact":"free"}]},"key":[{"source":"header","name":"x-tenant"}],` + alg + `}]}`,
+			true, map[string]float64{
+				"env.proxy_get_header_map_pairs":        1,
+				"wasi_snapshot_preview1.clock_time_get": 1,
+				"env.proxy_get_shared_data":             1,
+				"env.proxy_set_shared_data":             1,
+				"env.proxy_increment_metric":            1,
+				"env.proxy_add_header_map_value":        2,
+			}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls, allocs := callsPerRequestOf(t, ".", tc.config, 20, req, tc.limited)
+			require.Equal(t, tc.want, calls)
+			require.Equal(t, tc.allocs, allocs)
+		})
+	}
 }
 
 // The guest's cost per request, measured in the same run for a filter that does nothing, for
