@@ -87,6 +87,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
 		}
 	}
+	if len(p.shadowHeaders) > 0 {
+		// A header map read while matching still holds the client's copies: a header first
+		// read from now on must be the request as it now is, as a host call would answer.
+		req.forgetHeaderMap()
+	}
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}

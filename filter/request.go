@@ -59,7 +59,7 @@ func (r *request) reset() {
 	r.clientIP = config.ClientIPCache{}
 	clear(r.headers)
 	r.headers = r.headers[:0]
-	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
+	r.forgetHeaderMap()
 }
 
 // Header returns a request header. Envoy's single-value lookup returns only the first of
@@ -95,6 +95,13 @@ func (r *request) Header(name string) (string, bool) {
 	}
 	c.valueRead = true
 	return c.value, c.ok
+}
+
+// forgetHeaderMap drops the header map read so far, after the filter changed the request's
+// headers: the next read reads the host's map again. Headers already answered keep their
+// answers, as they did before the map was kept.
+func (r *request) forgetHeaderMap() {
+	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
 }
 
 // headerMap returns the request's whole header map, reading it from the host the first time.
