@@ -127,18 +127,21 @@ func appendDotted(dst []byte, a []byte) []byte {
 	return dst
 }
 
+// ipHexDigits are the digits of an IPv6 group, lower-case as RFC 5952 writes them.
+const ipHexDigits = "0123456789abcdef"
+
 // appendHex16 appends x in lower-case hexadecimal without leading zeros.
 func appendHex16(dst []byte, x uint16) []byte {
 	if x >= 0x1000 {
-		dst = append(dst, hexDigits[x>>12])
+		dst = append(dst, ipHexDigits[x>>12])
 	}
 	if x >= 0x100 {
-		dst = append(dst, hexDigits[x>>8&0xf])
+		dst = append(dst, ipHexDigits[x>>8&0xf])
 	}
 	if x >= 0x10 {
-		dst = append(dst, hexDigits[x>>4&0xf])
+		dst = append(dst, ipHexDigits[x>>4&0xf])
 	}
-	return append(dst, hexDigits[x&0xf])
+	return append(dst, ipHexDigits[x&0xf])
 }
 
 // parseIP reads an address with or without a port, normalised: no zone, IPv4-mapped IPv6
