@@ -58,7 +58,7 @@ type ruleState struct {
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
-	// and `;r=` (see itemPrefix); draft and legacy say which rate-limit headers the rule's
+	// and `;r=` (see setHeaderParts); draft and legacy say which rate-limit headers the rule's
 	// rate_limit_headers mode adds. They are fixed per rule and set once at configure time,
 	// where rendering them per request would repeat the same work (and the same string
 	// comparisons) on every allowed request.
