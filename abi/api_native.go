@@ -54,6 +54,15 @@ func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error
 	return first, last, n, nil
 }
 
+// GetHttpRequestHeaderMap reads the whole request header map once (see the wasip1 version).
+func GetHttpRequestHeaderMap() (HeaderMap, error) {
+	pairs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return HeaderMap{}, err
+	}
+	return HeaderMap{encodeHeaders(pairs)}, nil
+}
+
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
 	return proxywasm.AddHttpRequestHeader(key, value)

@@ -138,6 +138,19 @@ func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error
 	return first, last, n, nil
 }
 
+// GetHttpRequestHeaderMap reads the whole request header map with one host call and keeps it
+// as the host wrote it: the lookups of HeaderMap scan it in place, so a filter that needs the
+// full map anyway (a key header's lines, X-Forwarded-For) answers every other header read of
+// the request from the same bytes instead of asking the host again.
+func GetHttpRequestHeaderMap() (HeaderMap, error) {
+	st := hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize)
+	if st != statusOK {
+		unpinAll()
+		return HeaderMap{}, statusError(st)
+	}
+	return HeaderMap{take(retAddr, retSize)}, nil
+}
+
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
 	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))

@@ -105,3 +105,51 @@ func appendPath(buf []byte, path []string) []byte {
 	}
 	return buf
 }
+
+// HeaderMap is a request's whole header map as one proxy_get_header_map_pairs call returns
+// it, kept in the proxy-wasm map encoding: Lines and Joined answer lookups of any header from
+// it without decoding the others and without another host call. The strings they return
+// share the map's bytes, which belong to the HeaderMap alone and are never written again.
+type HeaderMap struct{ buf []byte }
+
+// Lines returns the first and last line of header key (lower-case) and how many lines the
+// map holds (see GetHttpRequestHeaderLines).
+func (m HeaderMap) Lines(key string) (first, last string, n int) {
+	return scanHeaderLines(m.buf, key)
+}
+
+// Joined returns every line of header key joined by ",", as Envoy joins the lines of a header
+// it folds, and whether the map holds the header at all. A header of one line is returned
+// without a copy.
+func (m HeaderMap) Joined(key string) (string, bool) {
+	first, _, n := scanHeaderLines(m.buf, key)
+	if n <= 1 {
+		return first, n == 1
+	}
+	return joinHeaderLines(m.buf, key), true
+}
+
+// joinHeaderLines joins the lines of header key in an encoded header map with ",".
+func joinHeaderLines(buf []byte, key string) string {
+	count := binary.LittleEndian.Uint32(buf)
+	lens := buf[4 : 4+8*int(count)]
+	data := buf[4+8*int(count):]
+	var out []byte
+	found := false
+	for i := 0; i < int(count); i++ {
+		kl := uint64(binary.LittleEndian.Uint32(lens[8*i:]))
+		vl := uint64(binary.LittleEndian.Uint32(lens[8*i+4:]))
+		if kl+1+vl+1 > uint64(len(data)) {
+			break
+		}
+		if string(data[:kl]) == key {
+			if found {
+				out = append(out, ',')
+			}
+			out = append(out, data[kl+1:kl+1+vl]...)
+			found = true
+		}
+		data = data[kl+1+vl+1:]
+	}
+	return string(out)
+}

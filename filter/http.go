@@ -87,6 +87,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
 		}
 	}
+	if len(p.shadowHeaders) > 0 {
+		// A header map read while matching still holds the client's copies: a header first
+		// read from now on must be the request as it now is, as a host call would answer.
+		req.forgetHeaderMap()
+	}
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
@@ -532,16 +537,14 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 			continue
 		}
 		a.decision = clampWaits(a.decision, a.rs.maxWait)
-		mode := a.rs.rule.RateLimitHeaders
-		if mode == config.HeadersDraft || mode == config.HeadersBoth {
+		if a.rs.draft {
 			if drafts > 0 {
 				buf = append(buf, ", "...)
 			}
 			buf = a.rs.appendPolicy(buf)
 			drafts++
 		}
-		if (mode == config.HeadersLegacy || mode == config.HeadersBoth) &&
-			(tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
+		if a.rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
 			tightest = a
 		}
 	}
@@ -551,14 +554,13 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		n := 0
 		for i := range rules {
 			a := &rules[i]
-			mode := a.rs.rule.RateLimitHeaders
-			if !a.decided || !a.rs.showsHeaders() || (mode != config.HeadersDraft && mode != config.HeadersBoth) {
+			if !a.decided || !a.rs.showsHeaders() || !a.rs.draft {
 				continue
 			}
 			if n > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = appendRateLimitItem(buf, a.rs.rule.Name, a.decision)
+			buf = appendRateLimitItemAfter(append(buf, a.rs.item...), a.decision)
 			n++
 		}
 		rh.ends[1] = int32(len(buf))
@@ -619,6 +621,12 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 	dst = append(dst, '"')
 	dst = append(dst, name...)
 	dst = append(dst, `";r=`...)
+	return appendRateLimitItemAfter(dst, d)
+}
+
+// appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
+// remaining quota and the seconds until it is fully available again.
+func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 	dst = strconv.AppendInt(dst, d.Remaining, 10)
 	dst = append(dst, ";t="...)
 	return strconv.AppendInt(dst, ceilSeconds(int64(d.ResetAfter)), 10)

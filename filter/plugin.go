@@ -58,7 +58,14 @@ type ruleState struct {
 	rule   *config.Rule
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
-	m      ruleMetrics
+	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
+	// and `;r=` (see setHeaderParts); draft and legacy say which rate-limit headers the rule's
+	// rate_limit_headers mode adds. They are fixed per rule and set once at configure time,
+	// where rendering them per request would repeat the same work (and the same string
+	// comparisons) on every allowed request.
+	item          string
+	draft, legacy bool
+	m             ruleMetrics
 
 	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
 	adaptive *adaptiveState // set for adaptive rules
@@ -201,6 +208,7 @@ func (p *plugin) configure(data []byte) error {
 			return strfmt.Errorf("rules[%d]: %w", i, err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
+		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
 		}
@@ -220,6 +228,7 @@ func (p *plugin) configure(data []byte) error {
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
 	for _, r := range cfg.Rules {
 		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(p.shadowHeaders, h) {
@@ -266,6 +275,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			gr, err := redis.NewRule(o.Algorithm)
 			if err != nil {
@@ -458,4 +468,32 @@ func (p *plugin) sharedStore() sharedstate.Store {
 		return sharedstate.Host{}
 	}
 	return p.store
+}
+
+// readsHeaderMap reports whether the rules read a request's whole header map whenever they
+// apply: a header key part counts its header's lines in it (see config.Rule.DuplicatePart),
+// and a client IP taken from X-Forwarded-For joins that header's lines from it. Such a
+// configuration reads the map for the first header a request asks for (see request.Header).
+func readsHeaderMap(cfg *config.Config) bool {
+	for _, r := range cfg.Rules {
+		for i := range r.Key {
+			switch r.Key[i].Source {
+			case config.SourceHeader:
+				return true
+			case config.SourceClientIP:
+				if cfg.TrustedHops > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// setHeaderParts sets the rule's fixed parts of its rate-limit headers (see ruleState.item).
+func (rs *ruleState) setHeaderParts() {
+	mode := rs.rule.RateLimitHeaders
+	rs.draft = mode == config.HeadersDraft || mode == config.HeadersBoth
+	rs.legacy = mode == config.HeadersLegacy || mode == config.HeadersBoth
+	rs.item = `"` + rs.rule.Name + `";r=`
 }

@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"strings"
-
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
@@ -22,6 +20,19 @@ type request struct {
 	headers []cachedHeader
 	// clientIP keeps the client IP once a rule has parsed it (see config.ClientIP).
 	clientIP config.ClientIPCache
+	// hmap is the request's whole header map once it has been read (mapRead; mapOK if the
+	// host returned it). A key header's lines and X-Forwarded-For need it, and once it is
+	// here every other header read of the request (:method, :path, match conditions, cost
+	// headers) is answered from it: Envoy's single-value lookup answers the first line of a
+	// header, which is what the map holds first, so the filter observes the same values with
+	// fewer host calls.
+	hmap           abi.HeaderMap
+	mapRead, mapOK bool
+	// preferMap is set by the plugin when its rules read the whole map on most requests (a
+	// header key part, or a client IP taken from X-Forwarded-For): the first header read of a
+	// request then reads the map rather than one value, so that the reads before the key
+	// part's (the rule's conditions) do not each cost a host call of their own.
+	preferMap bool
 }
 
 type cachedHeader struct {
@@ -48,6 +59,7 @@ func (r *request) reset() {
 	r.clientIP = config.ClientIPCache{}
 	clear(r.headers)
 	r.headers = r.headers[:0]
+	r.forgetHeaderMap()
 }
 
 // Header returns a request header. Envoy's single-value lookup returns only the first of
@@ -58,20 +70,48 @@ func (r *request) Header(name string) (string, bool) {
 	if c.valueRead {
 		return c.value, c.ok
 	}
-	if name == "x-forwarded-for" {
-		c.value, c.ok = joinedHeader(name)
-	} else if c.linesRead {
+	switch {
+	case name == "x-forwarded-for":
+		if m, ok := r.headerMap(); ok {
+			c.value, c.ok = m.Joined(name)
+		}
+	case c.linesRead:
 		// The header's lines were already read from the full header map (a key header's
 		// duplicate check runs before its key is built), and Envoy's single-value lookup
 		// answers the first of them: reading it again would cost a host call and an
 		// allocator re-entry for the same bytes.
 		c.value, c.ok = c.first, c.lines > 0
-	} else {
+	case r.mapRead || r.preferMap:
+		if m, ok := r.headerMap(); ok {
+			first, _, n := m.Lines(name)
+			c.value, c.ok = first, n > 0
+			break
+		}
+		// A host that refused the map is asked for the value alone, as without the map.
+		fallthrough
+	default:
 		v, err := abi.GetHttpRequestHeader(name)
 		c.value, c.ok = v, err == nil
 	}
 	c.valueRead = true
 	return c.value, c.ok
+}
+
+// forgetHeaderMap drops the header map read so far, after the filter changed the request's
+// headers: the next read reads the host's map again. Headers already answered keep their
+// answers, as they did before the map was kept.
+func (r *request) forgetHeaderMap() {
+	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
+}
+
+// headerMap returns the request's whole header map, reading it from the host the first time.
+func (r *request) headerMap() (abi.HeaderMap, bool) {
+	if !r.mapRead {
+		var err error
+		r.hmap, err = abi.GetHttpRequestHeaderMap()
+		r.mapRead, r.mapOK = true, err == nil
+	}
+	return r.hmap, r.mapOK
 }
 
 // cached returns the cache entry for a header, adding an empty one the first time.
@@ -93,30 +133,12 @@ func (r *request) cached(name string) *cachedHeader {
 func (r *request) HeaderLines(name string) (first, last string, n int) {
 	c := r.cached(name)
 	if !c.linesRead {
-		c.first, c.last, c.lines, _ = abi.GetHttpRequestHeaderLines(name)
+		if m, ok := r.headerMap(); ok {
+			c.first, c.last, c.lines = m.Lines(name)
+		}
 		c.linesRead = true
 	}
 	return c.first, c.last, c.lines
-}
-
-func joinedHeader(name string) (string, bool) {
-	pairs, err := abi.GetHttpRequestHeaders()
-	if err != nil {
-		return "", false
-	}
-	var b strings.Builder
-	found := false
-	for _, kv := range pairs {
-		if kv[0] != name {
-			continue
-		}
-		if found {
-			b.WriteByte(',')
-		}
-		b.WriteString(kv[1])
-		found = true
-	}
-	return b.String(), found
 }
 
 // ClientIPCache returns the request's client IP cache: the filter parses the client IP once

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,4 +37,102 @@ func TestHeaderAfterLinesCallsNoHost(t *testing.T) {
 	require.Zero(t, n)
 	_, ok = fresh.Header("x-other")
 	require.False(t, ok)
+}
+
+// Once the whole header map has been read (for a key header's lines), every other header read
+// of the request is answered from it: :method, :path, a condition's header and
+// X-Forwarded-For (its lines joined). The headers are removed from the host's map after the
+// map was read: an answer that called the host again would see them gone.
+func TestHeadersAfterMapCallNoHost(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"r","key":[{"source":"header","name":"x-tenant"}],"algorithm":"token_bucket","limit":10,"window":"1s"}]}`)
+	id := d.host.InitializeHttpContext()
+	d.host.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/a?b=c"}, {"x-tenant", "acme"},
+		{"x-forwarded-for", "1.1.1.1, 2.2.2.2"}, {"x-cond", "yes"}, {"x-forwarded-for", "3.3.3.3"}}, true)
+	defer d.host.CompleteHttpContext(id)
+
+	var r request
+	first, _, n := r.HeaderLines("x-tenant")
+	require.Equal(t, "acme", first)
+	require.Equal(t, 1, n)
+	for _, name := range []string{":method", ":path", "x-cond", "x-forwarded-for"} {
+		require.NoError(t, abi.RemoveHttpRequestHeader(name))
+	}
+	require.Equal(t, "POST", r.Method())
+	require.Equal(t, "/a?b=c", r.Path())
+	v, ok := r.Header("x-cond")
+	require.True(t, ok)
+	require.Equal(t, "yes", v)
+	v, ok = r.Header("x-forwarded-for")
+	require.True(t, ok)
+	require.Equal(t, "1.1.1.1, 2.2.2.2,3.3.3.3", v, "every line, joined")
+	_, ok = r.Header("x-missing")
+	require.False(t, ok)
+	_, _, n = r.HeaderLines("x-cond")
+	require.Equal(t, 1, n, "lines of another header come from the same map")
+
+	// Without the map, each header is the host's to answer: the removed ones are gone.
+	var fresh request
+	_, ok = fresh.Header("x-cond")
+	require.False(t, ok)
+	require.Empty(t, fresh.Method())
+	require.False(t, fresh.mapRead, "a header read alone does not read the map")
+
+	// After reset the next request reads the host again.
+	r.reset()
+	require.Empty(t, r.Method())
+}
+
+// With preferMap (a configuration whose rules read the map anyway), the first header read of a
+// request reads the whole map, and the key header's lines come from it too.
+func TestPreferMapReadsTheMapFirst(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"r","key":[{"source":"header","name":"x-tenant"}],"algorithm":"token_bucket","limit":10,"window":"1s"}]}`)
+	id := d.host.InitializeHttpContext()
+	d.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {"x-tenant", "acme"}}, true)
+	defer d.host.CompleteHttpContext(id)
+
+	r := request{preferMap: true}
+	require.Equal(t, "GET", r.Method())
+	require.True(t, r.mapRead)
+	require.NoError(t, abi.RemoveHttpRequestHeader("x-tenant"))
+	first, _, n := r.HeaderLines("x-tenant")
+	require.Equal(t, "acme", first, "answered from the map read for :method")
+	require.Equal(t, 1, n)
+	r.reset()
+	require.True(t, r.preferMap, "the plugin's choice outlives the request")
+	require.False(t, r.mapRead)
+}
+
+// readsHeaderMap is set for rules that read the whole map whenever they apply: a header key
+// part, or a client IP from X-Forwarded-For; not for other keys or header conditions.
+func TestReadsHeaderMap(t *testing.T) {
+	const alg = `"algorithm":"token_bucket","limit":10,"window":"1s"`
+	for _, tc := range []struct {
+		config string
+		want   bool
+	}{
+		{`{"rules":[{"name":"r",` + alg + `}]}`, false},
+		{`{"rules":[{"name":"r","key":[{"source":"client_ip"}],` + alg + `}]}`, false},
+		{`{"rules":[{"name":"r","match":{"headers":[{"name":"x-a","exact":"b"}]},"key":[{"source":"path"}],` + alg + `}]}`, false},
+		{`{"trusted_hops":1,"rules":[{"name":"r","key":[{"source":"client_ip"}],` + alg + `}]}`, true},
+		{`{"rules":[{"name":"a","continue":true,` + alg + `},{"name":"b","key":[{"source":"header","name":"x-k"}],` + alg + `}]}`, true},
+	} {
+		cfg, err := config.Parse([]byte(tc.config))
+		require.NoError(t, err, tc.config)
+		require.Equal(t, tc.want, readsHeaderMap(cfg), tc.config)
+	}
+}
+
+// A shadow rule's request header is removed from every request after the rules were matched;
+// a key part that reads it afterwards sees it removed, as a host call would, even when the
+// header map was read while matching (here for x-tenant): two requests with different client
+// copies of the header share the key built from its default, and the second is denied.
+func TestShadowHeaderRemovedBeforeLaterReads(t *testing.T) {
+	d := newNative(t, `{"rules":[
+		{"name":"dry","shadow":true,"shadow_request_header":"x-verdict","continue":true,"algorithm":"token_bucket","limit":100,"window":"1m"},
+		{"name":"k","key":[{"source":"header","name":"x-tenant"},{"source":"header","name":"x-verdict","default":"-"}],
+			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`)
+	first := d.Do(t, t0, step{Headers: [][2]string{{"x-tenant", "acme"}, {"x-verdict", "a"}}})
+	require.Zero(t, first.Status, "%v", first)
+	second := d.Do(t, t0, step{Headers: [][2]string{{"x-tenant", "acme"}, {"x-verdict", "b"}}})
+	require.Equal(t, 429, second.Status, "the client's x-verdict is not part of the key: %v", second)
 }

@@ -68,6 +68,7 @@ func BenchmarkRenderRateLimitHeaders(b *testing.B) {
 	require.NoError(b, err)
 	r := cfg.Rules[0]
 	rs := &ruleState{rule: r, policy: policyItem(r), maxWait: maxWait(r.Algorithm)}
+	rs.setHeaderParts()
 	rules := []applied{{rs: rs, decided: true, decision: algorithms.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3e8}}}
 	buf := make([]byte, 0, 128)
 	var rh rateLimitHeaders

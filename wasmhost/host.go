@@ -140,6 +140,7 @@ type Host struct {
 
 	rr       atomic.Uint64
 	traps    atomic.Int64
+	allocs   atomic.Int64 // calls of the guest's allocator (see Stats.AllocatorCalls)
 	baseCtx  context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // VM loops, callouts, watchdog
@@ -399,11 +400,24 @@ type Stats struct {
 	// GuestTime is the time spent inside calls into the worker VMs (guest
 	// code plus the host functions it called), summed over workers.
 	GuestTime time.Duration
+	// HostCalls counts the guest's calls of each host function ("env.proxy_get_property",
+	// "wasi_snapshot_preview1.clock_time_get"), over every VM (canary included);
+	// functions never called are left out. AllocatorCalls counts the host's calls of the
+	// guest's allocator (proxy_on_memory_allocate or malloc), which every host call that
+	// returns data makes: benchmarks divide both by the requests served to tell what a
+	// request costs in crossings of the VM boundary.
+	HostCalls      map[string]int64
+	AllocatorCalls int64
 }
 
 // Stats returns trap and failure counts.
 func (h *Host) Stats() Stats {
-	s := Stats{Traps: h.traps.Load()}
+	s := Stats{Traps: h.traps.Load(), AllocatorCalls: h.allocs.Load(), HostCalls: map[string]int64{}}
+	for name, f := range h.table {
+		if n := f.calls.Load(); n > 0 {
+			s.HostCalls[name] = n
+		}
+	}
 	for i, v := range h.vms {
 		if v.failed.Load() {
 			s.FailedVMs = append(s.FailedVMs, i)

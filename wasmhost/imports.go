@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -55,6 +56,9 @@ type hostFunc struct {
 	allowAlloc139 bool
 	// abi021Only marks functions Envoy only registers for ABI 0.2.1.
 	abi021Only bool
+	// calls counts the guest's calls of the function, over every VM of the Host (see
+	// Stats.HostCalls); set by buildHostTable.
+	calls *atomic.Int64
 }
 
 func (f *hostFunc) String() string { return f.module + "." + f.name }
@@ -160,12 +164,14 @@ func buildHostTable() hostTable {
 	t := hostTable{}
 	for _, f := range envFuncs() {
 		f.module = "env"
+		f.calls = new(atomic.Int64)
 		t[f.String()] = f
 	}
 	for _, mod := range []string{"wasi_snapshot_preview1", "wasi_unstable"} {
 		for _, f := range wasiFuncs() {
 			g := *f
 			g.module = mod
+			g.calls = new(atomic.Int64)
 			t[g.String()] = &g
 		}
 	}

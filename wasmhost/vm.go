@@ -341,6 +341,7 @@ func (v *vm) trap(err error) {
 
 // enter runs before every host function: restricted-call and watchdog checks.
 func (v *vm) enter(f *hostFunc) {
+	f.calls.Add(1)
 	switch v.restrict {
 	case restrictNone:
 	case restrictStart:
@@ -369,6 +370,7 @@ func (v *vm) alloc(size uint32) (uint32, Status) {
 	prev := v.restrict
 	v.restrict = restrictAlloc
 	v.allocStack[0] = uint64(size)
+	v.h.allocs.Add(1)
 	err := v.fn.malloc.CallWithStack(v.ctx, v.allocStack[:])
 	v.restrict = prev
 	if err != nil {

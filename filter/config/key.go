@@ -1,7 +1,6 @@
 package config
 
 import (
-	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -128,7 +127,7 @@ const (
 // and a client IP is returned in ip rather than v. A header is its only line, or the first or
 // last of several as the part's OnDuplicate says. AppendKey and keyAvailable both read the
 // request through it, so the two cannot disagree on what a source holds.
-func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip netip.Addr, st partState) {
+func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip IP, st partState) {
 	switch kp.Source {
 	case SourceConst:
 		return kp.Value, ip, partFound
@@ -174,20 +173,31 @@ func found(ok bool) partState {
 }
 
 func appendPart(dst []byte, v string) []byte {
-	dst = strconv.AppendInt(dst, int64(len(v)), 10)
-	dst = append(dst, ':')
+	dst = appendLen(dst, len(v))
 	return append(dst, v...)
+}
+
+// appendLen appends a key part's length prefix: n in decimal and a colon. Parts are nearly
+// always shorter than 100 bytes, and writing their one or two digits directly saves a call
+// to strconv per part, which costs about 0.1 us in a Wasm VM.
+func appendLen(dst []byte, n int) []byte {
+	switch {
+	case n < 10:
+		return append(dst, byte('0'+n), ':')
+	case n < 100:
+		return append(dst, byte('0'+n/10), byte('0'+n%10), ':')
+	}
+	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
 // appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
 // the part in req.
-func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip netip.Addr) []byte {
+func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip IP) []byte {
 	switch kp.Source {
 	case SourceQuery:
 		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
 		// together.
-		dst = strconv.AppendInt(dst, int64(unescapedLen(v)), 10)
-		dst = append(dst, ':')
+		dst = appendLen(dst, unescapedLen(v))
 		return appendUnescaped(dst, v)
 	case SourceClientIP:
 		if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
@@ -208,17 +218,16 @@ func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip netip.Addr)
 }
 
 // appendIPPart appends the address as a length-prefixed key part (see appendIP).
-func (kp *KeyPart) appendIPPart(dst []byte, ip netip.Addr) []byte {
+func (kp *KeyPart) appendIPPart(dst []byte, ip IP) []byte {
 	var buf [64]byte
 	b := kp.appendIP(buf[:0], ip)
-	dst = strconv.AppendInt(dst, int64(len(b)), 10)
-	dst = append(dst, ':')
+	dst = appendLen(dst, len(b))
 	return append(dst, b...)
 }
 
 // prefixBits returns the prefix length the part masks ip to; the address's bit length or more
 // means no masking.
-func (kp *KeyPart) prefixBits(ip netip.Addr) int {
+func (kp *KeyPart) prefixBits(ip IP) int {
 	if ip.Is4() {
 		return kp.IPv4Prefix
 	}
@@ -227,16 +236,12 @@ func (kp *KeyPart) prefixBits(ip netip.Addr) int {
 
 // appendIP writes the address, masked to the configured prefix when one is set
 // ("203.0.113.0/24"), so that addresses in one network share a key.
-func (kp *KeyPart) appendIP(dst []byte, ip netip.Addr) []byte {
+func (kp *KeyPart) appendIP(dst []byte, ip IP) []byte {
 	bits := kp.prefixBits(ip)
-	if bits >= ip.BitLen() {
+	if bits >= ip.BitLen() || bits < 0 { // a negative prefix cannot come from a valid configuration
 		return ip.AppendTo(dst)
 	}
-	pfx, err := ip.Prefix(bits)
-	if err != nil { // cannot happen for a valid address and a validated prefix
-		return ip.AppendTo(dst)
-	}
-	dst = pfx.Addr().AppendTo(dst)
+	dst = ip.masked(bits).AppendTo(dst)
 	dst = append(dst, '/')
 	return strconv.AppendInt(dst, int64(bits), 10)
 }
@@ -265,14 +270,20 @@ func (kp *KeyPart) appendIP(dst []byte, ip netip.Addr) []byte {
 // rule keyed or conditioned on the client IP asks for it, twice per rule (Config.Match checks
 // that the key can be built, then AppendKey builds it), and each parse costs about a
 // microsecond in a Wasm VM.
-func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
+func ClientIP(req Request, trustedHops int) (IP, bool) {
 	m := req.ClientIPCache()
 	if m == nil {
-		return clientIP(req, trustedHops)
+		ip, _, ok := clientIP(req, trustedHops)
+		return ip, ok
 	}
 	if !m.valid || m.hops != trustedHops {
-		ip, ok := clientIP(req, trustedHops)
+		ip, text, ok := clientIP(req, trustedHops)
 		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
+		if text != "" && len(text)+3 <= len(m.part) {
+			// The request wrote the address in its canonical form: the unmasked key part is
+			// those bytes, copied rather than printed (see appendValue).
+			m.partLen = uint8(len(appendPart(m.part[:0], text)))
+		}
 	}
 	return m.ip, m.ok
 }
@@ -283,24 +294,28 @@ type ClientIPCache struct {
 	valid bool
 	ok    bool
 	hops  int
-	ip    netip.Addr
-	// part is the unmasked address as a key part ("9:192.0.2.1"), rendered by the first rule
-	// that needs it; partLen is 0 until then. An IPv6 address has at most 39 characters.
+	ip    IP
+	// part is the unmasked address as a key part ("9:192.0.2.1"): copied from the request
+	// when it wrote the address in canonical form (an IPv4 address, the usual case), else
+	// rendered by the first rule that needs it; partLen is 0 until then. An IPv6 address has
+	// at most 39 characters.
 	part    [48]byte
 	partLen uint8
 }
 
-func clientIP(req Request, trustedHops int) (netip.Addr, bool) {
+// clientIP is ClientIP without the cache; text is the address as the request wrote it when
+// that is its canonical form (see parseIPText), otherwise "".
+func clientIP(req Request, trustedHops int) (ip IP, text string, ok bool) {
 	if trustedHops > 0 {
 		if xff, ok := req.Header("x-forwarded-for"); ok {
 			if entry, ok := nthFromRight(xff, trustedHops); ok {
-				if ip, ok := parseIP(entry); ok {
-					return ip, true
+				if ip, text, ok := parseIPText(entry); ok {
+					return ip, text, true
 				}
 			}
 		}
 	}
-	return parseIP(req.SourceAddress())
+	return parseIPText(req.SourceAddress())
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the
@@ -318,49 +333,6 @@ func nthFromRight(s string, n int) (string, bool) {
 	}
 }
 
-// parseIP reads an address with or without a port, normalised: no zone, IPv4-mapped IPv6
-// unmapped.
-func parseIP(s string) (netip.Addr, bool) {
-	if len(s) > 0 && (isBlank(s[0]) || isBlank(s[len(s)-1])) {
-		s = strings.Trim(s, " \t")
-	}
-	if ip, ok := parseIPv4(s); ok {
-		return ip, true
-	}
-	return parseAddr(s)
-}
-
-// parseAddr is parseIP's general path, for an address of any shape (already trimmed).
-func parseAddr(s string) (netip.Addr, bool) {
-	// The common shapes are tried first by their look, because a failed netip parse
-	// allocates its error: "ip:port" (source.address, one colon) and a bare address.
-	var ip netip.Addr
-	var err error
-	if strings.Count(s, ":") == 1 || (len(s) > 0 && s[0] == '[') {
-		var ap netip.AddrPort
-		if ap, err = netip.ParseAddrPort(s); err == nil {
-			ip = ap.Addr()
-		}
-	} else {
-		ip, err = netip.ParseAddr(s)
-	}
-	if err != nil {
-		switch {
-		case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
-			if ip, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil {
-				return netip.Addr{}, false
-			}
-		default:
-			// Only garbage gets here; it is given the other parse too, so that the
-			// result never depends on which shape was guessed first.
-			if ip, err = netip.ParseAddr(s); err != nil {
-				return netip.Addr{}, false
-			}
-		}
-	}
-	return ip.Unmap().WithZone(""), true
-}
-
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 // parseIPv4 reads the shapes that nearly every address has, "a.b.c.d" and "a.b.c.d:port",
@@ -369,13 +341,14 @@ func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 // (leading zeros allowed, as strconv.ParseUint allows them). Anything else reports false and
 // takes the general path. In a Wasm VM the general path costs about a microsecond per
 // request, this one a fraction of that.
-func parseIPv4(s string) (netip.Addr, bool) {
-	var a [4]byte
+func parseIPv4(s string) (IP, bool) {
+	var ip IP
+	a := ip.b[:4]
 	i := 0
 	for f := range a {
 		if f > 0 {
 			if i >= len(s) || s[i] != '.' {
-				return netip.Addr{}, false
+				return IP{}, false
 			}
 			i++
 		}
@@ -385,25 +358,26 @@ func parseIPv4(s string) (netip.Addr, bool) {
 			i++
 		}
 		if n := i - start; n == 0 || v > 255 || (n > 1 && s[start] == '0') {
-			return netip.Addr{}, false
+			return IP{}, false
 		}
 		a[f] = byte(v)
 	}
 	if i < len(s) {
 		if s[i] != ':' || i+1 == len(s) {
-			return netip.Addr{}, false
+			return IP{}, false
 		}
 		port := 0
 		for i++; i < len(s); i++ {
 			if s[i] < '0' || s[i] > '9' {
-				return netip.Addr{}, false
+				return IP{}, false
 			}
 			if port = port*10 + int(s[i]-'0'); port > 65535 {
-				return netip.Addr{}, false
+				return IP{}, false
 			}
 		}
 	}
-	return netip.AddrFrom4(a), true
+	ip.v4 = true
+	return ip, true
 }
 
 // queryParams returns the raw (still percent-encoded) values of the first and the last query

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -193,7 +194,7 @@ func TestClientIP(t *testing.T) {
 				}
 				return
 			}
-			if !ok || ip != netip.MustParseAddr(tc.want) {
+			if !ok || ip.String() != netip.MustParseAddr(tc.want).String() {
 				t.Errorf("ClientIP = %v, %v; want %s", ip, ok, tc.want)
 			}
 		})
@@ -260,6 +261,10 @@ func checkParseIPv4(t *testing.T, s string) {
 	if want, wantOK := parseAddr(s); !wantOK || ip != want {
 		t.Fatalf("parseIPv4(%q) = %v; the general path gives %v, %v", s, ip, want, wantOK)
 	}
+	// The text a key part copies instead of printing the address is what it would print.
+	if _, text, _ := parseIPText(s); text != ip.String() {
+		t.Fatalf("parseIPText(%q) text %q, the address prints %q", s, text, ip.String())
+	}
 }
 
 var ipv4Shapes = []string{
@@ -309,7 +314,8 @@ func TestClientIPCache(t *testing.T) {
 		{"name":"a","continue":true,"key":[{"source":"client_ip"}],`+tb+`},
 		{"name":"b","continue":true,"key":[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48}],`+tb+`},
 		{"name":"c","key":[{"source":"header","name":"x-t"},{"source":"client_ip"}],`+tb+`}]}`)
-	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "garbage", "::ffff:10.1.2.3"} {
+	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "garbage", "::ffff:10.1.2.3",
+		" 198.51.100.7 ", "203.0.113.255:0080", "0.0.0.0"} {
 		plain := req("x-t: acme").with(func(r *fakeRequest) { r.source = src })
 		cached := &cachingRequest{fakeRequest: req("x-t: acme").with(func(r *fakeRequest) { r.source = src })}
 		want := c.Match(plain, nil)
@@ -421,6 +427,16 @@ func TestDuplicatePart(t *testing.T) {
 		}
 		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))
+		}
+	}
+}
+
+// appendLen writes a part's length prefix as strconv would, for every length and at the
+// boundaries of its direct paths.
+func TestAppendLen(t *testing.T) {
+	for n := range 1200 {
+		if got, want := string(appendLen([]byte("x"), n)), "x"+strconv.Itoa(n)+":"; got != want {
+			t.Fatalf("appendLen(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

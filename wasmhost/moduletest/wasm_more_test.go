@@ -3,6 +3,7 @@ package moduletest
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,123 @@ func errorLogs(h *wasmhost.Host) []string {
 	return out
 }
 
+// sumCalls adds up host-call counts.
+func sumCalls(calls map[string]int64) int64 {
+	var n int64
+	for _, c := range calls {
+		n += c
+	}
+	return n
+}
+
+// benchRequest is the request of BenchmarkGuestPerRequest: client-IP and header key, an
+// upstream that answers 200.
+func benchRequest() wasmhost.Request {
+	return wasmhost.Request{Method: "GET", Path: "/api", Authority: "example.test", SourceAddress: "192.0.2.1:5555",
+		Headers: [][2]string{{"x-tenant", "acme"}}, Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+}
+
+// callsPerRequest serves n benchmark requests after a warm-up (the first request of a key
+// creates its slot) and returns the host calls they made, by function, and the allocator
+// calls, each divided by n. Every request must be let through with rate-limit headers.
+func callsPerRequest(t *testing.T, module, config string, n int) (map[string]float64, float64) {
+	t.Helper()
+	return callsPerRequestOf(t, module, config, n, benchRequest(), true)
+}
+
+// callsPerRequestOf is callsPerRequest for any request let through, with (limited) or
+// without rate-limit headers.
+func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool) (map[string]float64, float64) {
+	t.Helper()
+	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(t, module), wasmhost.Options{
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+	})
+	require.NoError(t, err)
+	defer h.Close(context.Background())
+	do := func() {
+		res, err := h.Do(context.Background(), req)
+		require.NoError(t, err)
+		require.Nil(t, res.Local)
+		require.Equal(t, limited, res.Header("ratelimit") != "", "rate-limit headers: %v", res.ResponseHeaders)
+	}
+	do()
+	before := h.Stats()
+	for range n {
+		do()
+	}
+	after := h.Stats()
+	// The guest's Go runtime reads the WASI clock on its own too (its collector does), about
+	// 0.002 times per request here. The filter's calls are whole numbers per request, so
+	// counts over n requests rounded down to a twentieth leave them exact and drop the
+	// runtime's.
+	perRequest := func(d int64) float64 { return math.Floor(float64(d)/float64(n)*20) / 20 }
+	per := map[string]float64{}
+	for name, c := range after.HostCalls {
+		if d := perRequest(c - before.HostCalls[name]); d > 0 {
+			per[name] = d
+		}
+	}
+	return per, perRequest(after.AllocatorCalls - before.AllocatorCalls)
+}
+
+// The host-call floor guest (wasmhost/testdata/hostfloor) makes, per request, exactly the
+// host calls of the filter's 1-rule benchmark request, one for one, and as many allocator
+// calls: the difference between the two in BenchmarkGuestPerRequest is the filter's own
+// computation. The filter's calls are listed here too, so that a change to them shows.
+func TestHostFloorMakesTheFilterCalls(t *testing.T) {
+	rule := `{"name":"r0","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+		"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`
+	filterCalls, filterAllocs := callsPerRequest(t, ".", `{"rules":[`+rule+`]}`, 1000)
+	floorCalls, floorAllocs := callsPerRequest(t, "./wasmhost/testdata/hostfloor", `{}`, 1000)
+	require.Equal(t, map[string]float64{
+		"env.proxy_get_header_map_pairs":        1,
+		"env.proxy_get_property":                1,
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             1,
+		"env.proxy_set_shared_data":             1,
+		"env.proxy_increment_metric":            1,
+		"env.proxy_add_header_map_value":        2,
+	}, filterCalls)
+	require.Equal(t, filterCalls, floorCalls)
+	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
+	require.Equal(t, filterAllocs, floorAllocs)
+}
+
+// The host calls of requests that the benchmark's request does not show: a request no rule
+// matches reads what the rule's conditions need and nothing else (no clock, no shared data);
+// a rule with a header key part reads the whole header map once and answers its conditions'
+// headers (:method, :path, another header) from it, with no single-header read.
+func TestHostCallsPerRequest(t *testing.T) {
+	const alg = `"algorithm":"token_bucket","limit":1000000000,"window":"1s"`
+	req := benchRequest()
+	req.Headers = append(req.Headers, [2]string{"x-plan", "free"})
+	for _, tc := range []struct {
+		name, config string
+		limited      bool
+		want         map[string]float64
+		allocs       float64
+	}{
+		{"no rule matches", `{"rules":[{"name":"r","match":{"path":{"prefix":"/other"}},"key":[{"source":"client_ip"}],` + alg + `}]}`,
+			false, map[string]float64{"env.proxy_get_header_map_value": 1}, 1},
+		{"conditions from the header map", `{"rules":[{"name":"r","match":{"methods":["GET"],"path":{"prefix":"/api"},
+			"headers":[{"name":"x-plan","exact":"free"}]},"key":[{"source":"header","name":"x-tenant"}],` + alg + `}]}`,
+			true, map[string]float64{
+				"env.proxy_get_header_map_pairs":        1,
+				"wasi_snapshot_preview1.clock_time_get": 1,
+				"env.proxy_get_shared_data":             1,
+				"env.proxy_set_shared_data":             1,
+				"env.proxy_increment_metric":            1,
+				"env.proxy_add_header_map_value":        2,
+			}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, req, tc.limited)
+			require.Equal(t, tc.want, calls)
+			require.Equal(t, tc.allocs, allocs)
+		})
+	}
+}
+
 // The guest's cost per request, measured in the same run for a filter that does nothing, for
 // the rate limiter with one matching rule, and with five. The five rules share one key, as
 // rules counting one client over several windows do; "5rules-distinct" gives each its own.
@@ -168,6 +286,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		newClients           bool
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
 		{"1rule", ".", `{"rules":[` + rule(0, "") + `]}`, false},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},
@@ -180,10 +299,9 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 			})
 			require.NoError(b, err)
 			defer h.Close(context.Background())
-			req := wasmhost.Request{Method: "GET", Path: "/api", Authority: "example.test", SourceAddress: "192.0.2.1:5555",
-				Headers: [][2]string{{"x-tenant", "acme"}}, Upstream: &wasmhost.UpstreamResponse{Status: 200}}
+			req := benchRequest()
 			ctx := context.Background()
-			start := h.Stats().GuestTime
+			start := h.Stats()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if c.newClients {
@@ -194,7 +312,10 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 					b.Fatal(err, res.Local)
 				}
 			}
-			b.ReportMetric(float64(h.Stats().GuestTime-start)/float64(b.N), "guest-ns/op")
+			end := h.Stats()
+			b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
+			b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
+			b.ReportMetric(float64(end.AllocatorCalls-start.AllocatorCalls)/float64(b.N), "allocator-calls/op")
 		})
 	}
 }

@@ -71,8 +71,9 @@ func benchRule(i int) string {
 }
 
 // BenchmarkV8GuestPerRequest reports the guest time per request on V8 (the median of 5
-// rounds of b.N requests after a warm-up), for the pass-through module and the filter with 1
-// and 5 rules, as in wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count,
+// rounds of b.N requests after a warm-up), for the pass-through module, the host-call floor
+// (wasmhost/testdata/hostfloor: the 1-rule request's host calls and nothing else) and the
+// filter with 1 and 5 rules, as in wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count,
 // e.g. -benchtime 20000x: each run is one Node process.
 func BenchmarkV8GuestPerRequest(b *testing.B) {
 	five := make([]string, 5)
@@ -81,6 +82,7 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 	}
 	cases := []struct{ name, pkg, config string }{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`},
 		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`},
 	}
