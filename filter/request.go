@@ -57,7 +57,13 @@ func (r *request) reset() {
 	r.fetched = 0
 	r.method, r.path, r.route, r.vhost, r.source = "", "", "", "", ""
 	r.clientIP = config.ClientIPCache{}
-	clear(r.headers)
+	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
+	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
+	// Wasm VM for the one or two entries a request caches. The entries are cleared rather than
+	// only cut off, so that their strings do not keep the last request's buffers alive.
+	for i := len(r.headers) - 1; i >= 0; i-- {
+		r.headers[i] = cachedHeader{}
+	}
 	r.headers = r.headers[:0]
 	r.forgetHeaderMap()
 }
