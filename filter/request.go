@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"unsafe"
+
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
@@ -123,7 +125,7 @@ func (r *request) headerMap() (abi.HeaderMap, bool) {
 // cached returns the cache entry for a header, adding an empty one the first time.
 func (r *request) cached(name string) *cachedHeader {
 	for i := range r.headers {
-		if r.headers[i].name == name {
+		if sameString(r.headers[i].name, name) {
 			return &r.headers[i]
 		}
 	}
@@ -204,4 +206,12 @@ func property(path []string) string {
 		return ""
 	}
 	return v
+}
+
+// sameString reports whether a == b, comparing the bytes only when the two do not share them.
+// The header names a request asks for come from the configuration, so the name cached and the
+// name asked for are nearly always the same string, and comparing their bytes would cost a
+// call of runtime.memequal in a Wasm VM.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
