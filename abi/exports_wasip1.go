@@ -14,14 +14,21 @@ var (
 	vmContext types.VMContext
 	roots     = map[uint32]*rootContext{}
 	// streams holds its entries by value: a stream is created and deleted on every request,
-	// and a pointer would cost an allocation each time.
+	// and a pointer would cost an allocation each time. The stream created last is not in it
+	// but in last (see below).
 	streams = map[uint32]streamContext{}
-	// last is the stream most recently created or looked up. A stream's callbacks mostly come
-	// one after another, and a map operation costs a few hundred nanoseconds in a Wasm VM, so
-	// checking it first saves most lookups of a request. It is cleared when its stream is
-	// deleted.
+	// last is the stream created most recently (lastID 0: none, or it was deleted); it is
+	// never in streams too. A worker usually runs one stream at a time, created, called back
+	// and deleted before the next is created, and a map insertion or deletion costs a few
+	// hundred nanoseconds in a Wasm VM: such a stream never enters the map. A stream created
+	// while last holds another moves that one into the map first.
 	last   streamContext
 	lastID uint32
+	// lastRoot is the root context that created a stream most recently (lastRootID 0: none),
+	// so that the next stream of the same root, nearly always the case, finds it without a
+	// map lookup. It is cleared when that root is deleted.
+	lastRoot   *rootContext
+	lastRootID uint32
 	// active is the context whose callback is running; callouts are registered against it so
 	// that the response can be routed back to the stream that asked.
 	active uint32
@@ -112,21 +119,33 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 		if vmContext == nil {
 			return
 		}
+		if contextID == lastRootID {
+			lastRoot, lastRootID = nil, 0
+		}
 		roots[contextID] = &rootContext{
 			plugin:   vmContext.NewPluginContext(contextID),
 			callouts: map[uint32]callout{},
 		}
 		return
 	}
-	r, ok := roots[parentID]
-	if !ok || r.plugin == nil {
+	r := lastRoot
+	if parentID != lastRootID || r == nil {
+		var ok bool
+		if r, ok = roots[parentID]; !ok {
+			return
+		}
+		lastRoot, lastRootID = r, parentID
+	}
+	if r.plugin == nil {
 		return
 	}
 	active = contextID
 	if h := r.plugin.NewHttpContext(contextID); h != nil {
-		s := streamContext{http: h, root: parentID}
-		streams[contextID] = s
-		last, lastID = s, contextID
+		if lastID != 0 {
+			// Another stream is still open: it moves to the map (see last).
+			streams[lastID] = last
+		}
+		last, lastID = streamContext{http: h, root: parentID}, contextID
 	}
 }
 
@@ -136,9 +155,6 @@ func lookupStream(contextID uint32) (streamContext, bool) {
 		return last, true
 	}
 	s, ok := streams[contextID]
-	if ok {
-		last, lastID = s, contextID
-	}
 	return s, ok
 }
 
@@ -220,13 +236,15 @@ func proxyOnLog(contextID uint32) {
 func proxyOnDelete(contextID uint32) {
 	defer recoverExport("proxy_on_delete", contextID)
 	if contextID == lastID && contextID != 0 {
-		// A stream, never a root: the roots map need not be searched.
+		// A stream, never a root, and not in the streams map (see last).
 		last, lastID = streamContext{}, 0
-		delete(streams, contextID)
 		return
 	}
 	delete(streams, contextID)
 	delete(roots, contextID)
+	if contextID == lastRootID {
+		lastRoot, lastRootID = nil, 0
+	}
 }
 
 func stream(contextID uint32) types.HttpContext {

@@ -91,10 +91,12 @@ func take(addr, size uint32) []byte {
 }
 
 // unpinAll drops the references to every pinned buffer, also after a failed host call that may
-// have allocated before failing. The entries are cleared one by one: there is usually one,
-// and clear would run the collector's bulk write barrier over the whole slice.
+// have allocated before failing. The entries are cleared one by one, last first: there is
+// usually one, and the compiler turns a forward loop that stores nil into a call of
+// runtime.memclrHasPointers (the collector's bulk write barrier over the whole range), which
+// cost about 0.3 us per host read in a Wasm VM, three times per request.
 func unpinAll() {
-	for i := range pinned {
+	for i := len(pinned) - 1; i >= 0; i-- {
 		pinned[i] = nil
 	}
 	pinned = pinned[:0]

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"unsafe"
+
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
@@ -57,7 +59,13 @@ func (r *request) reset() {
 	r.fetched = 0
 	r.method, r.path, r.route, r.vhost, r.source = "", "", "", "", ""
 	r.clientIP = config.ClientIPCache{}
-	clear(r.headers)
+	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
+	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
+	// Wasm VM for the one or two entries a request caches. The entries are cleared rather than
+	// only cut off, so that their strings do not keep the last request's buffers alive.
+	for i := len(r.headers) - 1; i >= 0; i-- {
+		r.headers[i] = cachedHeader{}
+	}
 	r.headers = r.headers[:0]
 	r.forgetHeaderMap()
 }
@@ -117,7 +125,7 @@ func (r *request) headerMap() (abi.HeaderMap, bool) {
 // cached returns the cache entry for a header, adding an empty one the first time.
 func (r *request) cached(name string) *cachedHeader {
 	for i := range r.headers {
-		if r.headers[i].name == name {
+		if sameString(r.headers[i].name, name) {
 			return &r.headers[i]
 		}
 	}
@@ -198,4 +206,12 @@ func property(path []string) string {
 		return ""
 	}
 	return v
+}
+
+// sameString reports whether a == b, comparing the bytes only when the two do not share them.
+// The header names a request asks for come from the configuration, so the name cached and the
+// name asked for are nearly always the same string, and comparing their bytes would cost a
+// call of runtime.memequal in a Wasm VM.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }

@@ -238,6 +238,8 @@ type Rule struct {
 
 	// trustedHops is copied from the Config so AppendKey can find the client IP.
 	trustedHops int
+	// keyKinds holds the kind of each key part's Source, set by the parser (see sourceKind).
+	keyKinds []sourceKind
 	// keyGroup is 1 + the Index of the first rule with the same key parts (see SameKey); 0
 	// in a rule that Parse did not build.
 	keyGroup int

@@ -45,10 +45,10 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 			continue
 		}
 		var n int
-		switch kp.Source {
-		case SourceHeader:
+		switch r.keyKind(i) {
+		case kindHeader:
 			_, _, n = req.HeaderLines(kp.Name)
-		case SourceQuery:
+		case kindQuery:
 			_, _, n = queryParams(req.Path(), kp.Name)
 		}
 		if n > 1 {
@@ -77,11 +77,11 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	start := len(dst)
 	for i := range r.Key {
-		kp := &r.Key[i]
-		v, ip, st := kp.lookup(req, r.trustedHops)
+		kp, k := &r.Key[i], r.keyKind(i)
+		v, ip, st := kp.lookup(k, req, r.trustedHops)
 		switch {
 		case st == partFound:
-			dst = kp.appendValue(dst, req, v, ip)
+			dst = kp.appendValue(k, dst, req, v, ip)
 		case st == partMissing && kp.HasDefault:
 			dst = appendPart(dst, kp.Default)
 		default:
@@ -101,7 +101,7 @@ func (r *Rule) keyAvailable(req Request) bool {
 		}
 		// A repeated header counts as present: the rule applies, and the request is refused
 		// by DuplicatePart rather than let through to later rules.
-		if _, _, st := kp.lookup(req, r.trustedHops); st == partMissing {
+		if _, _, st := kp.lookup(r.keyKind(i), req, r.trustedHops); st == partMissing {
 			return false
 		}
 	}
@@ -127,16 +127,16 @@ const (
 // and a client IP is returned in ip rather than v. A header is its only line, or the first or
 // last of several as the part's OnDuplicate says. AppendKey and keyAvailable both read the
 // request through it, so the two cannot disagree on what a source holds.
-func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip IP, st partState) {
-	switch kp.Source {
-	case SourceConst:
+func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string, ip IP, st partState) {
+	switch k {
+	case kindConst:
 		return kp.Value, ip, partFound
-	case SourceHeader, SourceQuery:
+	case kindHeader, kindQuery:
 		// A query parameter is returned still percent-encoded (appendValue decodes it); an
 		// empty value ("?key=") is a value: the parameter is present.
 		var first, last string
 		var n int
-		if kp.Source == SourceHeader {
+		if k == kindHeader {
 			first, last, n = req.HeaderLines(kp.Name)
 		} else {
 			first, last, n = queryParams(req.Path(), kp.Name)
@@ -150,18 +150,74 @@ func (kp *KeyPart) lookup(req Request, trustedHops int) (v string, ip IP, st par
 			return last, ip, partFound
 		}
 		return "", ip, partAmbiguous
-	case SourceMethod:
+	case kindMethod:
 		v = req.Method()
-	case SourceRoute:
+	case kindRoute:
 		v = req.Route()
-	case SourcePath:
+	case kindPath:
 		// Without the query string: otherwise every "?cachebuster" would be a new key.
 		v = pathOnly(req.Path())
-	case SourceClientIP:
+	case kindClientIP:
 		addr, ok := ClientIP(req, trustedHops)
 		return "", addr, found(ok)
 	}
 	return v, ip, found(v != "")
+}
+
+// sourceKind is a key part's Source as a small integer. The request path switches on it for
+// every key part of every matching rule, several times per request: a switch over Source
+// compares strings, and two sources of one length ("header" and "method") cost a call of
+// runtime.memequal each time in a Wasm VM, where a switch over an integer is a jump table.
+type sourceKind uint8
+
+// The source kinds.
+const (
+	kindUnknown sourceKind = iota
+	kindClientIP
+	kindHeader
+	kindQuery
+	kindPath
+	kindMethod
+	kindRoute
+	kindConst
+)
+
+// kindOf maps a Source to its kind.
+func kindOf(s Source) sourceKind {
+	switch s {
+	case SourceClientIP:
+		return kindClientIP
+	case SourceHeader:
+		return kindHeader
+	case SourceQuery:
+		return kindQuery
+	case SourcePath:
+		return kindPath
+	case SourceMethod:
+		return kindMethod
+	case SourceRoute:
+		return kindRoute
+	case SourceConst:
+		return kindConst
+	}
+	return kindUnknown
+}
+
+// keyKind returns the kind of key part i: the one the parser set, or, for a Rule made some
+// other way (or whose Key changed since), the one the part's Source names.
+func (r *Rule) keyKind(i int) sourceKind {
+	if len(r.keyKinds) == len(r.Key) {
+		return r.keyKinds[i]
+	}
+	return kindOf(r.Key[i].Source)
+}
+
+// setSourceKinds records the kind of each of the rule's key parts, once its parts are parsed.
+func (r *Rule) setSourceKinds() {
+	r.keyKinds = make([]sourceKind, len(r.Key))
+	for i := range r.Key {
+		r.keyKinds[i] = kindOf(r.Key[i].Source)
+	}
 }
 
 // found maps presence to partFound or partMissing.
@@ -192,14 +248,14 @@ func appendLen(dst []byte, n int) []byte {
 
 // appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
 // the part in req.
-func (kp *KeyPart) appendValue(dst []byte, req Request, v string, ip IP) []byte {
-	switch kp.Source {
-	case SourceQuery:
+func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, ip IP) []byte {
+	switch k {
+	case kindQuery:
 		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
 		// together.
 		dst = appendLen(dst, unescapedLen(v))
 		return appendUnescaped(dst, v)
-	case SourceClientIP:
+	case kindClientIP:
 		if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 			// Most rules key on the whole address, which is then rendered once per request
 			// rather than once per rule.

@@ -153,6 +153,7 @@ func (p *parser) config(root *node) *Config {
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
 			firstGlobal = i
 		}
+		r.setSourceKinds()
 		r.keyGroup = i + 1
 		for _, prev := range c.Rules {
 			if slices.Equal(prev.Key, r.Key) {

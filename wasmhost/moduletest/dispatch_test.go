@@ -1,0 +1,44 @@
+package moduletest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/stretchr/testify/require"
+)
+
+// The abi dispatcher keeps the stream created last outside its map and moves it into the map
+// only when another stream is created while it is open. Here one worker holds several streams
+// open at once (a shaping rule queues them): every one of them must still reach its
+// response-side callback when it is released (its rate-limit headers show it), and the worker
+// must go on serving new streams afterwards.
+func TestOverlappingStreamsOnOneWorker(t *testing.T) {
+	const k = 5
+	h, clock := virtualHost(t, shapeConfig("burst", 20, k, time.Second), 1, nil)
+	var flights []*inFlight
+	for range k {
+		before, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
+		f := send(h, []wasmhost.Request{{Method: "GET", Path: "/", Authority: "example.test",
+			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
+		eventually(t, "request decided", func() bool {
+			q, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
+			return f.returned.Load() == 1 || q == before+1
+		})
+		flights = append(flights, f)
+	}
+	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_queued_total;rule=burst"))
+	clock.Advance(time.Second)
+	for i, f := range flights {
+		r := f.wait(t)[0]
+		require.Truef(t, r.Continued && r.Local == nil, "request %d: %+v", i, r.Local)
+		require.NotEmptyf(t, r.Header("ratelimit"), "request %d: no rate-limit headers: %v", i, r.ResponseHeaders)
+	}
+	clock.Advance(time.Second)
+	r := send(h, []wasmhost.Request{{Method: "GET", Path: "/", Authority: "example.test",
+		Upstream: &wasmhost.UpstreamResponse{Status: 200}}}).wait(t)[0]
+	require.True(t, r.Continued)
+	require.NotEmpty(t, r.Header("ratelimit"))
+	require.Zero(t, h.Stats().Traps)
+	requireNoGuestErrors(t, h)
+}
