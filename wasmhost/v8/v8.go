@@ -95,6 +95,9 @@ type Result struct {
 	// and for a filter "vm_start" (root context and proxy_on_vm_start) and "configure"
 	// (proxy_on_configure).
 	PhasesMS map[string]float64 `json:"phases_ms"`
+	// MemoryBytes is the first worker VM's linear memory size after its start ("configure")
+	// and after the first request ("request"), to tell where the Go heap grew.
+	MemoryBytes map[string]int `json:"memory_bytes"`
 }
 
 // Run runs job in a fresh Node process (so every run starts with a cold V8, as a new Envoy

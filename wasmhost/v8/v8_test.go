@@ -134,3 +134,18 @@ func BenchmarkV8Start(b *testing.B) {
 		b.ReportMetric(configure/float64(b.N), "configure-ms")
 	})
 }
+
+// A fresh VM's first request is latency a client sees, while a VM starts before it serves
+// traffic: the filter allocates at configure what its first requests need (each table's slot
+// name cache), so that the Go heap's first growth, and the page allocator's slow path that V8
+// compiles for it, happen in proxy_on_configure and not in the first request
+// (docs/BENCHMARKS.md, "Start-up, fifth pass").
+func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
+	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
+	res := run(t, Job{Module: module(t, "."), Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
+	require.True(t, res.Configured, "%v", res.Logs)
+	require.Equal(t, 200, res.Results[0].Status)
+	require.NotZero(t, res.MemoryBytes["configure"])
+	require.Equal(t, res.MemoryBytes["configure"], res.MemoryBytes["request"],
+		"the first request grew the VM's memory: the heap's first growth moved out of configure")
+}
