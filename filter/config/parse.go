@@ -63,55 +63,13 @@ func (p *parser) config(root *node) *Config {
 		RateLimitHeaders: HeadersDraft,
 		MaxKeys:          defaultMaxKeys,
 	}
-	if n, path := f.get("$schema"); n != nil {
-		// Editors use "$schema" to find schema.json; the filter only checks its type.
-		p.str(path, n, maxStringLen)
-	}
-	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, maxStringLen); ok {
-			if isName(s) {
-				c.Domain = s
-			} else {
-				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
-			}
-		}
-	}
-	if n, path := f.get("failure_mode"); n != nil {
-		if s, ok := p.enum(path, n, "allow", "deny"); ok {
-			c.FailureMode = FailureMode(s)
-		}
-	}
-	if n, path := f.get("cas_attempts"); n != nil {
-		if v, ok := p.intField(path, n, 1, 64); ok {
-			c.CASAttempts = v
-		}
-	}
-	if n, path := f.get("rate_limit_headers"); n != nil {
-		if s, ok := p.headersMode(path, n); ok {
-			c.RateLimitHeaders = s
-		}
-	}
-	if n, path := f.get("trusted_hops"); n != nil {
-		if v, ok := p.intField(path, n, 0, 16); ok {
-			c.TrustedHops = v
-		}
-	}
-	if n, path := f.get("max_keys"); n != nil {
-		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
-			c.MaxKeys = v
-		}
-	}
 	c.Deny = defaultDeny()
-	if n, path := f.get("deny"); n != nil {
-		if d := p.deny(path, n, c.Deny); d != nil {
-			c.Deny = d
-		}
+	// A configuration of rules alone (the common minimal one) skips the top-level options:
+	// V8 in Envoy compiles a function on its first call, so options kept in a function of
+	// their own cost a configuration that sets none of them no compile time.
+	if len(root.members) != 1 || root.members[0].key != "rules" {
+		p.options(f, c)
 	}
-	redisNode, redisPath := f.get("redis")
-	if redisNode != nil {
-		c.Redis = p.redis(redisPath, redisNode)
-	}
-
 	n, path := f.get("rules")
 	if n == nil {
 		p.add("rules", "required: at least one rule")
@@ -162,7 +120,7 @@ func (p *parser) config(root *node) *Config {
 		}
 		c.Rules = append(c.Rules, r)
 	}
-	if firstGlobal >= 0 && redisNode == nil {
+	if firstGlobal >= 0 && !f.has("redis") {
 		p.addf("redis", `required because rules[%d] has scope "global"`, firstGlobal)
 	}
 	p.budget(path, c)
@@ -280,6 +238,59 @@ var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
 	"cost", "shadow", "shadow_headers", "shadow_request_header", "overrides", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
 	"rate_limit_headers", "lease",
+}
+
+// options parses the configuration's top-level fields other than "rules" into c (see
+// config, which calls it only when there are any).
+//
+//go:noinline
+func (p *parser) options(f fields, c *Config) {
+	if n, path := f.get("$schema"); n != nil {
+		// Editors use "$schema" to find schema.json; the filter only checks its type.
+		p.str(path, n, maxStringLen)
+	}
+	if n, path := f.get("domain"); n != nil {
+		if s, ok := p.str(path, n, maxStringLen); ok {
+			if isName(s) {
+				c.Domain = s
+			} else {
+				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+			}
+		}
+	}
+	if n, path := f.get("failure_mode"); n != nil {
+		if s, ok := p.enum(path, n, "allow", "deny"); ok {
+			c.FailureMode = FailureMode(s)
+		}
+	}
+	if n, path := f.get("cas_attempts"); n != nil {
+		if v, ok := p.intField(path, n, 1, 64); ok {
+			c.CASAttempts = v
+		}
+	}
+	if n, path := f.get("rate_limit_headers"); n != nil {
+		if s, ok := p.headersMode(path, n); ok {
+			c.RateLimitHeaders = s
+		}
+	}
+	if n, path := f.get("trusted_hops"); n != nil {
+		if v, ok := p.intField(path, n, 0, 16); ok {
+			c.TrustedHops = v
+		}
+	}
+	if n, path := f.get("max_keys"); n != nil {
+		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
+			c.MaxKeys = v
+		}
+	}
+	if n, path := f.get("deny"); n != nil {
+		if d := p.deny(path, n, c.Deny); d != nil {
+			c.Deny = d
+		}
+	}
+	if n, path := f.get("redis"); n != nil {
+		c.Redis = p.redis(path, n)
+	}
 }
 
 // algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
