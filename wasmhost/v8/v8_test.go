@@ -191,6 +191,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineLeaseCounters",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineShapeMetrics",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineAdaptiveMetrics",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.parseDurationFull",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.commonError",
 		"github.com/ratelimit-wasm/ratelimit/internal/strfmt.Errorf",
 		"runtime.itabInit",
 		"strings.Map",
