@@ -48,3 +48,27 @@ func (otherLimiter) AllowN([]byte, int64, int64) (algorithms.Decision, []byte) {
 }
 func (otherLimiter) StateSize() int          { return 0 }
 func (otherLimiter) Idle([]byte, int64) bool { return true }
+
+// configure leaves a stream context and a decision set sized to the rules in the pools the
+// first request takes them from (see warm), so that the first request allocates neither; a
+// second configure of the same VM adds none.
+func TestWarmPoolsServeFirstRequest(t *testing.T) {
+	cfg := `{"rules":[{"name":"a","algorithm":"token_bucket","limit":10,"window":"1s"},` +
+		`{"name":"b","key":[{"source":"header","name":"X-Tenant"}],"algorithm":"gcra","limit":10,"window":"1s"}]}`
+	l := newLeaseVMs(t, cfg, 1)
+	p := l.vms[0]
+	require.Len(t, p.contexts, 1)
+	require.Len(t, p.free, 1)
+	require.Equal(t, 2, cap(p.free[0].applied))
+	require.Equal(t, 2, cap(p.matched))
+	warmCtx, warmSet := p.contexts[0], p.free[0]
+
+	h := p.NewHttpContext(7).(*httpContext)
+	require.Same(t, warmCtx, h, "the first stream takes the warm context")
+	require.Same(t, p, h.plugin)
+	require.Equal(t, uint32(7), h.id)
+	require.Same(t, warmSet, p.takeDecisions(), "and the warm decision set")
+
+	require.NoError(t, p.configure([]byte(cfg)))
+	require.Len(t, p.contexts, 1, "a reconfigure fills an empty pool once")
+}

@@ -236,7 +236,27 @@ func (p *plugin) configure(data []byte) error {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
+	p.warm()
 	return nil
+}
+
+// warm allocates, while the filter configures, what a VM's first request would allocate
+// otherwise: a stream context and a decision set in the pools the requests take them from, and
+// the scratch slices at the size the rules need. A fresh VM's first request is latency a
+// client sees, while configure runs before the VM serves traffic; a first request that
+// allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
+// path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
+// copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
+func (p *plugin) warm() {
+	if len(p.contexts) == 0 {
+		p.contexts = append(p.contexts, &httpContext{plugin: p})
+	}
+	if len(p.free) == 0 {
+		p.free = append(p.free, &decisions{applied: make([]applied, 0, len(p.rules))})
+	}
+	if cap(p.matched) < len(p.rules) {
+		p.matched = make([]*config.Rule, 0, len(p.rules))
+	}
 }
 
 // ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
