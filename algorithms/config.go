@@ -261,14 +261,15 @@ func New(c Config) (Limiter, error) {
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	case "":
-		return nil, cfgErr("algorithm", "missing (want one of %s)", algorithmList)
+		return nil, cfgErr("algorithm", "missing (want one of %s)", algorithmList())
 	default:
-		return nil, cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList)
+		return nil, cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList())
 	}
 }
 
-// algorithmList names every algorithm, for error messages.
-var algorithmList = func() string {
+// algorithmList names every algorithm, for error messages. It is built when an error needs
+// it rather than in the package initialiser, which V8 compiles and runs in every VM's start.
+func algorithmList() string {
 	var b strings.Builder
 	for i, s := range specs {
 		if i > 0 {
@@ -277,7 +278,7 @@ var algorithmList = func() string {
 		b.WriteString(s.Name)
 	}
 	return b.String()
-}()
+}
 
 // validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
 // that the algorithm's Spec does not accept.
