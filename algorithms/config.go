@@ -261,14 +261,15 @@ func New(c Config) (Limiter, error) {
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	case "":
-		return nil, cfgErr("algorithm", "missing (want one of %s)", algorithmList)
+		return nil, cfgErr("algorithm", "missing (want one of %s)", algorithmList())
 	default:
-		return nil, cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList)
+		return nil, cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList())
 	}
 }
 
-// algorithmList names every algorithm, for error messages.
-var algorithmList = func() string {
+// algorithmList names every algorithm, for error messages. It is built when an error needs
+// it rather than in the package initialiser, which V8 compiles and runs in every VM's start.
+func algorithmList() string {
 	var b strings.Builder
 	for i, s := range specs {
 		if i > 0 {
@@ -277,12 +278,38 @@ var algorithmList = func() string {
 		b.WriteString(s.Name)
 	}
 	return b.String()
-}()
+}
 
 // validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
 // that the algorithm's Spec does not accept.
 func validateCommon(c Config, maxLimit int64) error {
 	spec, _ := SpecOf(c.Algorithm)
+	if commonValid(c, maxLimit, spec) {
+		return nil
+	}
+	return commonError(c, maxLimit, spec)
+}
+
+// commonValid reports whether commonError finds nothing wrong with c, without building an
+// error: a valid configuration is the common case, and V8 in Envoy compiles a function on its
+// first call, so the error messages' formatting code (most of commonError) is compiled only
+// for a configuration that needs it. TestCommonValidAgreesWithCommonError checks the two agree.
+func commonValid(c Config, maxLimit int64, spec Spec) bool {
+	return c.Limit > 0 && c.Limit <= maxLimit &&
+		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%time.Millisecond == 0 &&
+		(spec.Accepts(FieldBurst) || c.Burst == 0) &&
+		(!spec.Accepts(FieldBurst) || c.Burst >= 0 && c.Burst <= LimitCeiling) &&
+		(c.Variant == "" || spec.Accepts(FieldVariant)) &&
+		(spec.Accepts(FieldMaxDelay) || c.MaxDelay == 0) &&
+		(spec.Accepts(FieldAdaptive) || c.MinLimit == 0 && c.MaxLimit == 0 && c.TargetLatency == 0 &&
+			c.ErrorThreshold == 0 && c.AdjustInterval == 0 && c.MinSamples == 0 && c.IncreaseStep == 0 &&
+			c.DecreaseFactor == 0)
+}
+
+// commonError returns the first problem validateCommon reports for c (nil when there is none).
+//
+//go:noinline
+func commonError(c Config, maxLimit int64, spec Spec) error {
 	if c.Limit <= 0 {
 		return cfgErr("limit", "must be > 0, got %d", c.Limit)
 	}

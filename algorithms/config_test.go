@@ -216,7 +216,7 @@ func TestSpecsDescribeNew(t *testing.T) {
 	if _, ok := SpecOf("token_bucket2"); ok {
 		t.Fatal("SpecOf describes an unknown algorithm")
 	}
-	if _, err := New(Config{Algorithm: "token_bucket2", Limit: 1, Window: time.Second}); err == nil || !strings.Contains(err.Error(), algorithmList) {
-		t.Fatalf("an unknown algorithm: %v, want the list %s", err, algorithmList)
+	if _, err := New(Config{Algorithm: "token_bucket2", Limit: 1, Window: time.Second}); err == nil || !strings.Contains(err.Error(), algorithmList()) {
+		t.Fatalf("an unknown algorithm: %v, want the list %s", err, algorithmList())
 	}
 }

@@ -158,7 +158,7 @@ func (p *plugin) configure(data []byte) error {
 	var client *redisClient
 	if cfg.Redis != nil {
 		if client, err = newRedisClient(cfg.Redis); err != nil {
-			return strfmt.Errorf("redis: defining metrics: %w", err)
+			return wrapError("redis: defining metrics: ", err)
 		}
 	}
 	// One digest cache for every rule of this VM: rules often count the same descriptor.
@@ -171,24 +171,21 @@ func (p *plugin) configure(data []byte) error {
 	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
 	secret, err := sharedstate.LoadSecret(store)
 	if err != nil {
-		return strfmt.Errorf("reading the key-table secret from shared data: %w", err)
+		return wrapError("reading the key-table secret from shared data: ", err)
 	}
 	for i, r := range cfg.Rules {
-		var lim sharedstate.Limiter = r.Limiter
+		// The branches for adaptive, global, leased and shaping rules and every error path
+		// call functions of their own: V8 in Envoy compiles each function on its first call,
+		// so code that a configuration does not use costs it no compile time at start-up.
+		lim := tableLimiter(r.Limiter)
 		var ad *adaptiveState
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
-			al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
-			ad = &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}
-			lim = al
-			warnAdaptiveFloor(r, p.sharedStore())
+			ad, lim = p.prepareAdaptive(cfg, r, a)
 		}
 		if r.Scope == config.ScopeGlobal {
-			if globals[i], err = redis.NewRule(r.Algorithm); err != nil {
-				return strfmt.Errorf("rules[%d]: %w", i, err)
+			if globals[i], err = redisRule(cfg, r, r.Algorithm); err != nil {
+				return ruleError(i, "", err)
 			}
-			// max_keys bounds the rule's live keys in Redis too, per partition when the keys
-			// are spread over several (see redis.Rule.Partitioned).
-			globals[i] = globals[i].Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
 		}
 		slots := uint32(r.MaxKeys)
 		if len(r.Key) == 0 {
@@ -205,7 +202,7 @@ func (p *plugin) configure(data []byte) error {
 			Secret:   secret,
 		})
 		if err != nil {
-			return strfmt.Errorf("rules[%d]: %w", i, err)
+			return ruleError(i, "", err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		rs.setHeaderParts()
@@ -213,17 +210,16 @@ func (p *plugin) configure(data []byte) error {
 			rs.shape = &shapeMetrics{}
 		}
 		if r.Lease != nil {
-			rs.lease = newLeaseState(r.Lease)
-			if r.Scope == config.ScopeGlobal {
-				rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
-			}
+			rs.prepareLease()
 		}
 		if err := rs.defineMetrics(); err != nil {
-			return strfmt.Errorf("rules[%d]: defining metrics: %w", i, err)
+			return ruleError(i, ": defining metrics", err)
 		}
 		rs.redisRule = globals[i]
-		if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
-			return strfmt.Errorf("rules[%d].overrides: %w", i, err)
+		if len(r.Overrides) > 0 {
+			if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
+				return ruleError(i, ".overrides", err)
+			}
 		}
 		rules[i] = rs
 	}
@@ -237,8 +233,113 @@ func (p *plugin) configure(data []byte) error {
 	}
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
-			return strfmt.Errorf("setting the tick period: %w", err)
+			return wrapError("setting the tick period: ", err)
 		}
+	}
+	p.warm()
+	return nil
+}
+
+// warm allocates, while the filter configures, what a VM's first request would allocate
+// otherwise: a stream context and a decision set in the pools the requests take them from, and
+// the scratch slices at the size the rules need. A fresh VM's first request is latency a
+// client sees, while configure runs before the VM serves traffic; a first request that
+// allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
+// path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
+// copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
+func (p *plugin) warm() {
+	if len(p.contexts) == 0 {
+		p.contexts = append(p.contexts, &httpContext{plugin: p})
+	}
+	if len(p.free) == 0 {
+		p.free = append(p.free, &decisions{applied: make([]applied, 0, len(p.rules))})
+	}
+	if cap(p.matched) < len(p.rules) {
+		p.matched = make([]*config.Rule, 0, len(p.rules))
+	}
+}
+
+// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
+// a function of its own, not inlined, so that configure carries no formatting code on its
+// valid path (see configure).
+//
+//go:noinline
+func ruleError(i int, what string, err error) error {
+	return strfmt.Errorf("rules[%d]%s: %w", i, what, err)
+}
+
+// wrapError wraps err as prefix + err's message, out of configure's line like ruleError.
+//
+//go:noinline
+func wrapError(prefix string, err error) error {
+	return strfmt.Errorf("%s%w", prefix, err)
+}
+
+// prepareAdaptive builds an adaptive rule's controller state and the limiter its table
+// uses (the controller's current limit over the algorithm), and warns when min_limit is below
+// what the controller can hold.
+//
+//go:noinline
+func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
+	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
+	warnAdaptiveFloor(r, p.sharedStore())
+	return &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}, al
+}
+
+// redisRule prepares the Redis script arguments of a global rule, or of one of its
+// overrides with the override's algorithm c. max_keys bounds the rule's live keys in Redis
+// too, per partition when the keys are spread over several (see redis.Rule.Partitioned).
+//
+//go:noinline
+func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.Rule, error) {
+	g, err := redis.NewRule(c)
+	if err != nil {
+		return nil, err
+	}
+	return g.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name), nil
+}
+
+// prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
+//
+//go:noinline
+func (rs *ruleState) prepareLease() {
+	rs.lease = newLeaseState(rs.rule.Lease)
+	if rs.rule.Scope == config.ScopeGlobal {
+		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
+	}
+}
+
+// tableLimiter returns l as the limiter of a shared-state table. Converting one interface to
+// another makes the Go runtime build the method table (itab) for the pair at run time the
+// first time, in the Wasm module about 15 KB of runtime code (getitab, itabInit and the type
+// and name resolution behind them) that V8 compiles in configure for that alone; a switch on
+// the concrete types converts with the itabs the compiler emitted. The fallback converts any
+// other limiter the ordinary way.
+func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
+	if t := staticTableLimiter(l); t != nil {
+		return t
+	}
+	return l
+}
+
+// staticTableLimiter converts the algorithms package's limiters (see tableLimiter), and
+// returns nil for any other.
+func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
+	switch l := l.(type) {
+	case *algorithms.TokenBucket:
+		return l
+	case *algorithms.GCRA:
+		return l
+	case *algorithms.LeakyBucket:
+		return l
+	case *algorithms.FixedWindow:
+		return l
+	case *algorithms.SlidingWindowCounter:
+		return l
+	case *algorithms.SlidingWindowLog:
+		return l
+	case *algorithms.Adaptive:
+		return l
 	}
 	return nil
 }
@@ -266,7 +367,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Prefix:   cfg.Domain + "|" + r.Name + "|" + o.StateTag + "|",
 			Slots:    uint32(o.Slots(r)),
 			Attempts: cfg.CASAttempts,
-			Limiter:  o.Limiter,
+			Limiter:  tableLimiter(o.Limiter),
 			Digests:  digests,
 			Secret:   secret,
 		})
@@ -277,15 +378,13 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
-			gr, err := redis.NewRule(o.Algorithm)
-			if err != nil {
-				return nil, strfmt.Errorf("[%d]: %w", j, err)
-			}
 			// The override's keys are the rule's keys with its tag in front, in the rule's
 			// hash tags, so they are bounded by the rule's key sets (which must share their
 			// slots): overrides count toward the rule's max_keys in Redis, and a key that
 			// finds its partition full is decided on the rule's overflow key.
-			st.redisRule = gr.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name)
+			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
+				return nil, strfmt.Errorf("[%d]: %w", j, err)
+			}
 		}
 		out[j] = st
 	}
@@ -326,26 +425,50 @@ func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	return m
 }
 
+// ruleCounters are the names of a rule's counters that every rule has, in the order
+// defineMetrics defines them, each the metric and, for ratelimit_requests_total, the decision
+// label's value (see statName). The counters they name are ruleMetrics.counters' in the same
+// order.
+var ruleCounters = [...]struct{ metric, decision string }{
+	{"ratelimit_requests_total", "allowed"},
+	{"ratelimit_requests_total", "denied"},
+	{"ratelimit_requests_total", "shadow_denied"},
+	{"ratelimit_requests_total", "skipped"},
+	{"ratelimit_cas_retries_total", ""},
+	{"ratelimit_store_errors_total", ""},
+	{"ratelimit_key_overflow_total", ""},
+	{"ratelimit_cas_exhausted_total", ""},
+}
+
+// counters returns pointers to the counters named by ruleCounters, in its order.
+func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
+	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted}
+}
+
+// defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
+// not empty (see statName), and appends the error to errs like defineCounter.
+//
+//go:noinline
+func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricCounter {
+	if decision != "" {
+		return defineCounter(statName(metric, rule, "decision", decision), errs)
+	}
+	return defineCounter(statName(metric, rule), errs)
+}
+
 // defineMetrics defines the rule's stats (see statName): one ratelimit_requests_total per
 // decision the rule makes on a request, and the rule's other counters, gauges and histograms
 // with the rule as a label. Each keeps the meaning of the per-rule name it replaces (see the
-// README's metrics section).
+// README's metrics section). The counters every rule has are defined in a loop over
+// ruleCounters, and those of shaping and adaptive rules by functions of their own: V8 compiles
+// a function on its first call, and the unrolled definitions were 9 KB of code that every
+// configure compiled.
 func (rs *ruleState) defineMetrics() error {
 	name := rs.rule.Name
 	var errs []error
-	counter := func(stat string) abi.MetricCounter { return defineCounter(stat, &errs) }
-	decision := func(d string) abi.MetricCounter {
-		return counter(statName("ratelimit_requests_total", name, "decision", d))
-	}
-	rs.m = ruleMetrics{
-		allowed:      decision("allowed"),
-		denied:       decision("denied"),
-		shadowDenied: decision("shadow_denied"),
-		skipped:      decision("skipped"),
-		casRetries:   counter(statName("ratelimit_cas_retries_total", name)),
-		storeErrors:  counter(statName("ratelimit_store_errors_total", name)),
-		overflow:     counter(statName("ratelimit_key_overflow_total", name)),
-		casExhausted: counter(statName("ratelimit_cas_exhausted_total", name)),
+	for i, m := range rs.m.counters() {
+		*m = defineRuleCounter(ruleCounters[i].metric, name, ruleCounters[i].decision, &errs)
 	}
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
 	errs = append(errs, err)
@@ -353,25 +476,54 @@ func (rs *ruleState) defineMetrics() error {
 	if err == nil {
 		g.Record(int64(rs.table.Used()))
 	}
-	rs.m.duplicateHeader = decision("duplicate_header")
-	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
-		return counter(statName("ratelimit_"+event+"_total", name))
-	})
+	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
+	if rs.lease != nil {
+		errs = rs.defineLeaseCounters(errs)
+	}
 	if rs.shape != nil {
-		rs.shape.queued = counter(statName("ratelimit_shape_queued_total", name))
-		rs.shape.released = counter(statName("ratelimit_shape_released_total", name))
-		rs.shape.dropped = counter(statName("ratelimit_shape_dropped_total", name))
-		h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
-		errs = append(errs, err)
-		rs.shape.delay = h
+		errs = rs.defineShapeMetrics(errs)
 	}
 	if rs.adaptive != nil {
-		g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", name))
-		errs = append(errs, err)
-		rs.adaptive.gauge = g
-		g.Record(rs.adaptive.lim.limit)
+		errs = rs.defineAdaptiveMetrics(errs)
 	}
 	return errors.Join(errs...)
+}
+
+// defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending
+// each definition's error to errs.
+//
+//go:noinline
+func (rs *ruleState) defineLeaseCounters(errs []error) []error {
+	name := rs.rule.Name
+	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
+		return defineCounter(statName("ratelimit_"+event+"_total", name), &errs)
+	})
+	return errs
+}
+
+// defineShapeMetrics defines a shaping rule's counters and delay histogram, appending each
+// definition's error to errs.
+//
+//go:noinline
+func (rs *ruleState) defineShapeMetrics(errs []error) []error {
+	name := rs.rule.Name
+	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
+	rs.shape.released = defineCounter(statName("ratelimit_shape_released_total", name), &errs)
+	rs.shape.dropped = defineCounter(statName("ratelimit_shape_dropped_total", name), &errs)
+	h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
+	rs.shape.delay = h
+	return append(errs, err)
+}
+
+// defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current
+// limit, appending the definition's error to errs.
+//
+//go:noinline
+func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
+	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
+	rs.adaptive.gauge = g
+	g.Record(rs.adaptive.lim.limit)
+	return append(errs, err)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {

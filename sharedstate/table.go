@@ -308,9 +308,14 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
+	// The slot name cache (see name) is allocated here, not on the first write: the table's
+	// first request needs it anyway, and allocating it while the filter configures makes the
+	// Go heap's first growth happen then, before traffic, rather than in a fresh VM's first
+	// request, where the page allocator's slow path (code a V8 VM compiles on first use, and a
+	// memory copy in hosts that grow linear memory by copying) is latency a client sees.
 	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
-		cur: newGeometry(c.Slots)}
+		cur: newGeometry(c.Slots), names: make([]nameEntry, nameCacheSize)}
 	t.id = rand.Uint64()
 	prev, err := t.registerGeometry()
 	if err != nil {

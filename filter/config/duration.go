@@ -48,6 +48,54 @@ func notADuration(orig string) string {
 // returns the duration, or a non-empty message describing the problem without a JSON path
 // (Parse adds the path).
 func parseDuration(orig string) (time.Duration, string) {
+	if d, ok := simpleDuration(orig); ok {
+		return d, ""
+	}
+	return parseDurationFull(orig)
+}
+
+// simpleDuration parses the form nearly every configured duration has, an integer and one
+// unit ("1s", "500ms", "1d"), and reports false for anything else, which parseDurationFull
+// then parses (or explains). V8 in Envoy compiles a function on its first call, so the full
+// parser and its messages are compiled only for configurations that need them
+// (TestSimpleDurationAgrees).
+func simpleDuration(s string) (time.Duration, bool) {
+	i, v := 0, uint64(0)
+	for ; i < len(s) && i < 18 && isDigit(s[i]); i++ {
+		v = v*10 + uint64(s[i]-'0')
+	}
+	if i == 0 || i == len(s) || isDigit(s[i]) {
+		return 0, false
+	}
+	var unit uint64
+	switch s[i:] {
+	case "ns":
+		unit = uint64(time.Nanosecond)
+	case "us":
+		unit = uint64(time.Microsecond)
+	case "ms":
+		unit = uint64(time.Millisecond)
+	case "s":
+		unit = uint64(time.Second)
+	case "m":
+		unit = uint64(time.Minute)
+	case "h":
+		unit = uint64(time.Hour)
+	case "d":
+		unit = uint64(24 * time.Hour)
+	default:
+		return 0, false
+	}
+	if v > uint64(1<<63-1)/unit {
+		return 0, false
+	}
+	return time.Duration(v * unit), true
+}
+
+// parseDurationFull is parseDuration for any input.
+//
+//go:noinline
+func parseDurationFull(orig string) (time.Duration, string) {
 	s := orig
 	neg := false
 	if s != "" && (s[0] == '-' || s[0] == '+') {

@@ -63,55 +63,13 @@ func (p *parser) config(root *node) *Config {
 		RateLimitHeaders: HeadersDraft,
 		MaxKeys:          defaultMaxKeys,
 	}
-	if n, path := f.get("$schema"); n != nil {
-		// Editors use "$schema" to find schema.json; the filter only checks its type.
-		p.str(path, n, maxStringLen)
-	}
-	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, maxStringLen); ok {
-			if isName(s) {
-				c.Domain = s
-			} else {
-				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
-			}
-		}
-	}
-	if n, path := f.get("failure_mode"); n != nil {
-		if s, ok := p.enum(path, n, "allow", "deny"); ok {
-			c.FailureMode = FailureMode(s)
-		}
-	}
-	if n, path := f.get("cas_attempts"); n != nil {
-		if v, ok := p.intField(path, n, 1, 64); ok {
-			c.CASAttempts = v
-		}
-	}
-	if n, path := f.get("rate_limit_headers"); n != nil {
-		if s, ok := p.headersMode(path, n); ok {
-			c.RateLimitHeaders = s
-		}
-	}
-	if n, path := f.get("trusted_hops"); n != nil {
-		if v, ok := p.intField(path, n, 0, 16); ok {
-			c.TrustedHops = v
-		}
-	}
-	if n, path := f.get("max_keys"); n != nil {
-		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
-			c.MaxKeys = v
-		}
-	}
 	c.Deny = defaultDeny()
-	if n, path := f.get("deny"); n != nil {
-		if d := p.deny(path, n, c.Deny); d != nil {
-			c.Deny = d
-		}
+	// A configuration of rules alone (the common minimal one) skips the top-level options:
+	// V8 in Envoy compiles a function on its first call, so options kept in a function of
+	// their own cost a configuration that sets none of them no compile time.
+	if len(root.members) != 1 || root.members[0].key != "rules" {
+		p.options(f, c)
 	}
-	redisNode, redisPath := f.get("redis")
-	if redisNode != nil {
-		c.Redis = p.redis(redisPath, redisNode)
-	}
-
 	n, path := f.get("rules")
 	if n == nil {
 		p.add("rules", "required: at least one rule")
@@ -163,7 +121,7 @@ func (p *parser) config(root *node) *Config {
 		}
 		c.Rules = append(c.Rules, r)
 	}
-	if firstGlobal >= 0 && redisNode == nil {
+	if firstGlobal >= 0 && !f.has("redis") {
 		p.addf("redis", `required because rules[%d] has scope "global"`, firstGlobal)
 	}
 	p.budget(path, c)
@@ -283,6 +241,59 @@ var ruleFields = []string{
 	"rate_limit_headers", "lease",
 }
 
+// options parses the configuration's top-level fields other than "rules" into c (see
+// config, which calls it only when there are any).
+//
+//go:noinline
+func (p *parser) options(f fields, c *Config) {
+	if n, path := f.get("$schema"); n != nil {
+		// Editors use "$schema" to find schema.json; the filter only checks its type.
+		p.str(path, n, maxStringLen)
+	}
+	if n, path := f.get("domain"); n != nil {
+		if s, ok := p.str(path, n, maxStringLen); ok {
+			if isName(s) {
+				c.Domain = s
+			} else {
+				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+			}
+		}
+	}
+	if n, path := f.get("failure_mode"); n != nil {
+		if s, ok := p.enum(path, n, "allow", "deny"); ok {
+			c.FailureMode = FailureMode(s)
+		}
+	}
+	if n, path := f.get("cas_attempts"); n != nil {
+		if v, ok := p.intField(path, n, 1, 64); ok {
+			c.CASAttempts = v
+		}
+	}
+	if n, path := f.get("rate_limit_headers"); n != nil {
+		if s, ok := p.headersMode(path, n); ok {
+			c.RateLimitHeaders = s
+		}
+	}
+	if n, path := f.get("trusted_hops"); n != nil {
+		if v, ok := p.intField(path, n, 0, 16); ok {
+			c.TrustedHops = v
+		}
+	}
+	if n, path := f.get("max_keys"); n != nil {
+		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
+			c.MaxKeys = v
+		}
+	}
+	if n, path := f.get("deny"); n != nil {
+		if d := p.deny(path, n, c.Deny); d != nil {
+			c.Deny = d
+		}
+	}
+	if n, path := f.get("redis"); n != nil {
+		c.Redis = p.redis(path, n)
+	}
+}
+
 // algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
 var algorithmNames = func() []string {
 	var names []string
@@ -293,14 +304,17 @@ var algorithmNames = func() []string {
 }()
 
 // flatName is a rule name as a Prometheus that reads Envoy's stats without tag extraction
-// sees it in a metric name: '.' and '-' become '_'.
+// sees it in a metric name: '.' and '-' become '_'. Rule names are ASCII (see isName), so a
+// byte loop does what strings.Map would, without the rune decoding V8 would compile for it on
+// every configure.
 func flatName(name string) string {
-	return strings.Map(func(c rune) rune {
+	b := []byte(name)
+	for i, c := range b {
 		if c == '.' || c == '-' {
-			return '_'
+			b[i] = '_'
 		}
-		return c
-	}, name)
+	}
+	return string(b)
 }
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
@@ -1016,7 +1030,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			seen := map[string]string{}
 			for _, m := range hn.members {
 				mpath := joinKey(hpath, m.key)
-				name := strings.ToLower(m.key)
+				name := lowerASCII(m.key)
 				if !isToken(name) {
 					p.add(mpath, quote(m.key)+" is not a valid header name")
 					valid = false
@@ -1081,7 +1095,7 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		case !isToken(s) || strings.HasPrefix(s, ":"):
 			p.add(hpath, quote(s)+" is not a valid header name")
 		default:
-			r.ShadowRequestHeader = strings.ToLower(s)
+			r.ShadowRequestHeader = lowerASCII(s)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
@@ -317,6 +318,31 @@ func isToken(s string) bool {
 	return true
 }
 
+// lowerASCII returns strings.ToLower(s). Header names are almost always ASCII, often lower
+// case already; for those it does strings.ToLower's ASCII work without calling it, so that a
+// valid configure does not make V8 compile strings.ToLower and its Unicode path (see
+// TestLowerASCII).
+func lowerASCII(s string) string {
+	upper := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return strings.ToLower(s)
+		}
+		upper = upper || ('A' <= c && c <= 'Z')
+	}
+	if !upper {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 // headerName validates and lower-cases a header name. Envoy lower-cases header names, so
 // a configured "X-Tenant" must be looked up as "x-tenant". Pseudo-headers such as
 // ":authority" are allowed because Envoy exposes them in the request header map.
@@ -325,7 +351,7 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	name := strings.ToLower(s)
+	name := lowerASCII(s)
 	if !isToken(strings.TrimPrefix(name, ":")) {
 		p.add(path, quote(s)+" is not a valid header name")
 		return "", false

@@ -57,9 +57,21 @@ func Errorf(format string, args ...any) error {
 // error whose message is err's followed by suffix and that wraps err. It runs no formatting,
 // so a package-level error built with it costs a package initialiser almost nothing (on V8,
 // Errorf's printer is compiled on its first call, in _initialize if an initialiser calls it).
+// The message is put together when it is asked for, not here: package-level errors are built
+// in _initialize, and a concatenation there made V8 compile the runtime's string
+// concatenation (about 2.5 KB of function bodies) in every VM's start.
 func Wrap(err error, suffix string) error {
-	return &wrapError{err.Error() + suffix, err}
+	return &suffixError{err, suffix}
 }
+
+// suffixError is Wrap's error: err's message followed by suffix.
+type suffixError struct {
+	err    error
+	suffix string
+}
+
+func (e *suffixError) Error() string { return e.err.Error() + e.suffix }
+func (e *suffixError) Unwrap() error { return e.err }
 
 type plainError struct{ msg string }
 

@@ -383,6 +383,7 @@ function main() {
       if (i === 0) {
         out.first_vm_ms = ms(process.hrtime.bigint() - s);
         out.phases_ms = { instantiate: ms(instantiated - s), ...vm.phases };
+        out.memory_bytes = { configure: vm.mem().buffer.byteLength };
       }
       if (!out.configured) break;
       workers.push(vm);
@@ -392,7 +393,10 @@ function main() {
       (job.requests || []).forEach((r, i) => {
         const s = process.hrtime.bigint();
         const res = workers[r.worker || 0].request(r);
-        if (i === 0) out.first_request_ms = ms(process.hrtime.bigint() - s);
+        if (i === 0) {
+          out.first_request_ms = ms(process.hrtime.bigint() - s);
+          out.memory_bytes.request = workers[r.worker || 0].mem().buffer.byteLength;
+        }
         out.results.push({ status: res.status, headers: res.local ? res.local.headers : res.response, body: res.local ? res.local.body : '' });
       });
       if (job.bench) {

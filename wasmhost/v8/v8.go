@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 //go:embed host.js
@@ -95,40 +97,81 @@ type Result struct {
 	// and for a filter "vm_start" (root context and proxy_on_vm_start) and "configure"
 	// (proxy_on_configure).
 	PhasesMS map[string]float64 `json:"phases_ms"`
+	// MemoryBytes is the first worker VM's linear memory size after its start ("configure")
+	// and after the first request ("request"), to tell where the Go heap grew.
+	MemoryBytes map[string]int `json:"memory_bytes"`
 }
 
 // Run runs job in a fresh Node process (so every run starts with a cold V8, as a new Envoy
 // does) and returns its result.
 func Run(job Job) (Result, error) {
+	res, _, err := runNode(job)
+	return res, err
+}
+
+// CompiledFunctions runs job like Run with V8's --trace-wasm-compilation-times and returns,
+// besides the result, the index of every module function V8 compiled (each once, on its
+// first call: Envoy's flags turn off the baseline compiler), in the order compiled. Indexes
+// are the module's function index space, as in its name section (wasmtest.FunctionNames).
+func CompiledFunctions(job Job) (Result, []uint32, error) {
+	res, trace, err := runNode(job, "--trace-wasm-compilation-times")
+	if err != nil {
+		return res, nil, err
+	}
+	var compiled []uint32
+	for _, line := range strings.Split(string(trace), "\n") {
+		// "Compiled function 0x...#123 using TurboFan, took 1 ms and ... bodysize ..."
+		_, rest, ok := strings.Cut(line, "Compiled function ")
+		if !ok {
+			continue
+		}
+		_, rest, ok = strings.Cut(rest, "#")
+		num, _, ok2 := strings.Cut(rest, " ")
+		if i, err := strconv.ParseUint(num, 10, 32); ok && ok2 && err == nil {
+			compiled = append(compiled, uint32(i))
+		}
+	}
+	return res, compiled, nil
+}
+
+// runNode runs job in a fresh Node process with Flags and extra, and returns the result and what
+// the process wrote to its standard output before it (V8's traces).
+func runNode(job Job, extra ...string) (Result, []byte, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		if node, err = exec.LookPath("nodejs"); err != nil {
-			return Result{}, ErrNoNode
+			return Result{}, nil, ErrNoNode
 		}
 	}
 	dir, err := os.MkdirTemp("", "v8host")
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	defer os.RemoveAll(dir)
 	script := filepath.Join(dir, "host.js")
 	if err := os.WriteFile(script, hostJS, 0o644); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	in, err := json.Marshal(job)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	cmd := exec.Command(node, append(append([]string{}, Flags...), script)...)
+	cmd := exec.Command(node, append(append(append([]string{}, Flags...), extra...), script)...)
 	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return Result{}, fmt.Errorf("v8: node: %v: %s", err, stderr.Bytes())
+		return Result{}, nil, fmt.Errorf("v8: node: %v: %s", err, stderr.Bytes())
+	}
+	// The host writes its result last, as one line of JSON; a trace flag writes lines before.
+	out := stdout.Bytes()
+	trace, result := []byte(nil), out
+	if i := bytes.LastIndexByte(bytes.TrimRight(out, "\n"), '\n'); i >= 0 {
+		trace, result = out[:i+1], out[i+1:]
 	}
 	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return Result{}, fmt.Errorf("v8: decoding the host's result: %v (%.200s)", err, stdout.Bytes())
+	if err := json.Unmarshal(result, &res); err != nil {
+		return Result{}, nil, fmt.Errorf("v8: decoding the host's result: %v (%.200s)", err, result)
 	}
-	return res, nil
+	return res, trace, nil
 }

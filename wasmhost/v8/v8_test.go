@@ -134,3 +134,71 @@ func BenchmarkV8Start(b *testing.B) {
 		b.ReportMetric(configure/float64(b.N), "configure-ms")
 	})
 }
+
+// A fresh VM's first request is latency a client sees, while a VM starts before it serves
+// traffic: the filter allocates at configure what its first requests need (each table's slot
+// name cache), so that the Go heap's first growth, and the page allocator's slow path that V8
+// compiles for it, happen in proxy_on_configure and not in the first request
+// (docs/BENCHMARKS.md, "Start-up, fifth pass").
+func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
+	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
+	res := run(t, Job{Module: module(t, "."), Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
+	require.True(t, res.Configured, "%v", res.Logs)
+	require.Equal(t, 200, res.Results[0].Status)
+	require.NotZero(t, res.MemoryBytes["configure"])
+	require.Equal(t, res.MemoryBytes["configure"], res.MemoryBytes["request"],
+		"the first request grew the VM's memory: the heap's first growth moved out of configure")
+}
+
+// What a valid configure and the first request run is what V8 compiles before the first
+// response (docs/BENCHMARKS.md, "Start-up, fifth pass"): for a one-rule configuration with no
+// top-level options, overrides, lease, shaping, adaptive or global rule, none of the code kept
+// out of line for those is compiled, nor the runtime's itab construction (an interface to
+// interface conversion), nor strings.Map and strings.ToLower (ASCII loops do their work).
+func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
+	mod := module(t, ".")
+	wasm, err := os.ReadFile(mod)
+	require.NoError(t, err)
+	names, err := wasmtest.FunctionNames(wasm)
+	require.NoError(t, err)
+	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
+	res, compiled, err := CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
+	if errors.Is(err, ErrNoNode) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	require.True(t, res.Configured, "%v", res.Logs)
+	got := map[string]bool{}
+	for _, i := range compiled {
+		got[names[i]] = true
+	}
+	// The trace is read: functions every configure and request run are in it.
+	for _, fn := range []string{
+		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).configure",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).config",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).OnHttpRequestHeaders",
+	} {
+		require.True(t, got[wasmtest.LinkerName(fn)], "%s not compiled (%d functions traced)", fn, len(compiled))
+	}
+	for _, fn := range []string{
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).options",
+		"github.com/ratelimit-wasm/ratelimit/filter.ruleError",
+		"github.com/ratelimit-wasm/ratelimit/filter.wrapError",
+		"github.com/ratelimit-wasm/ratelimit/filter.prepareOverrides",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).prepareAdaptive",
+		"github.com/ratelimit-wasm/ratelimit/filter.redisRule",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).prepareLease",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineLeaseCounters",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineShapeMetrics",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineAdaptiveMetrics",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.parseDurationFull",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.commonError",
+		"github.com/ratelimit-wasm/ratelimit/internal/strfmt.Errorf",
+		"runtime.itabInit",
+		"strings.Map",
+		"strings.ToLower",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Config).MarshalJSON",
+	} {
+		require.False(t, got[wasmtest.LinkerName(fn)], "a valid one-rule configure or its first request compiled %s", fn)
+	}
+}

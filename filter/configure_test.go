@@ -1,0 +1,74 @@
+package filter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/stretchr/testify/require"
+)
+
+// Every limiter the algorithms package builds converts to a table's limiter through
+// staticTableLimiter's switch on concrete types, not through the runtime's itab construction
+// (see tableLimiter): an algorithm added without a case here fails this test.
+func TestTableLimiterStatic(t *testing.T) {
+	configs := []algorithms.Config{
+		{Algorithm: algorithms.AlgTokenBucket, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgLeakyBucket, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgSlidingWindow, Variant: algorithms.VariantCounter, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgSlidingWindow, Variant: algorithms.VariantLog, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgFixedWindow, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgGCRA, Limit: 10, Window: time.Second},
+		{Algorithm: algorithms.AlgAdaptive, Limit: 10, MinLimit: 1, Window: time.Second, ErrorThreshold: 0.1},
+	}
+	covered := map[string]bool{}
+	for _, c := range configs {
+		lim, err := algorithms.New(c)
+		require.NoError(t, err, c.Algorithm)
+		got := staticTableLimiter(lim)
+		require.NotNil(t, got, "%s %s: no case in staticTableLimiter", c.Algorithm, c.Variant)
+		require.True(t, got == lim.(any), "%s: converted to another value", c.Algorithm)
+		require.True(t, tableLimiter(lim) == lim.(any))
+		covered[c.Algorithm] = true
+	}
+	for _, s := range algorithms.Specs() {
+		require.True(t, covered[s.Name], "algorithm %s is not in this test", s.Name)
+	}
+	// Any other limiter still converts, the ordinary way.
+	other := otherLimiter{}
+	require.Nil(t, staticTableLimiter(other))
+	require.Equal(t, other, tableLimiter(other))
+}
+
+// otherLimiter is a limiter from outside package algorithms.
+type otherLimiter struct{}
+
+func (otherLimiter) AllowN([]byte, int64, int64) (algorithms.Decision, []byte) {
+	return algorithms.Decision{Allowed: true}, nil
+}
+func (otherLimiter) StateSize() int          { return 0 }
+func (otherLimiter) Idle([]byte, int64) bool { return true }
+
+// configure leaves a stream context and a decision set sized to the rules in the pools the
+// first request takes them from (see warm), so that the first request allocates neither; a
+// second configure of the same VM adds none.
+func TestWarmPoolsServeFirstRequest(t *testing.T) {
+	cfg := `{"rules":[{"name":"a","algorithm":"token_bucket","limit":10,"window":"1s"},` +
+		`{"name":"b","key":[{"source":"header","name":"X-Tenant"}],"algorithm":"gcra","limit":10,"window":"1s"}]}`
+	l := newLeaseVMs(t, cfg, 1)
+	p := l.vms[0]
+	require.Len(t, p.contexts, 1)
+	require.Len(t, p.free, 1)
+	require.Equal(t, 2, cap(p.free[0].applied))
+	require.Equal(t, 2, cap(p.matched))
+	warmCtx, warmSet := p.contexts[0], p.free[0]
+
+	h := p.NewHttpContext(7).(*httpContext)
+	require.Same(t, warmCtx, h, "the first stream takes the warm context")
+	require.Same(t, p, h.plugin)
+	require.Equal(t, uint32(7), h.id)
+	require.Same(t, warmSet, p.takeDecisions(), "and the warm decision set")
+
+	require.NoError(t, p.configure([]byte(cfg)))
+	require.Len(t, p.contexts, 1, "a reconfigure fills an empty pool once")
+}
