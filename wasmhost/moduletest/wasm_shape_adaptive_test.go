@@ -400,9 +400,9 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	// and is shaped again: a new burst of four leaves one per slot. The first decision came
 	// before the first request returned, so slot k-1 ends k intervals after that return at
 	// the latest (b.start would be too early when the burst reached the filter late).
-	first := b.shots[0].done
+	var first time.Time
 	for i, s := range b.shots {
-		if !slices.Contains(victims, i) && s.done.Before(first) {
+		if !slices.Contains(victims, i) && (first.IsZero() || s.done.Before(first)) {
 			first = s.done
 		}
 	}
@@ -488,8 +488,15 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 	lo, _, traj := samples.summary(interval)
 	dropped := hostMetric(t, h, "ratelimit_shape_dropped_total;rule=pace")
 	t.Logf("reset %d queued requests (dropped %d); adaptive limit per interval %s", reset, dropped, traj)
-	require.GreaterOrEqual(t, reset, 10, "enough resets to make an interval unhealthy if counted")
-	require.EqualValues(t, reset, dropped)
+	// A request the filter released just before its cancel took effect is reset on its way
+	// out, not dropped from the queue (a loaded machine makes that window wide), so the
+	// dropped counter may be below the resets; what matters is that enough were dropped from
+	// the queue to make an interval unhealthy if they were counted, and that every queued
+	// request is accounted for once.
+	require.GreaterOrEqual(t, dropped, int64(10), "enough requests dropped from the queue to make an interval unhealthy if counted")
+	require.LessOrEqual(t, dropped, int64(reset), "only reset requests are dropped")
+	require.Equal(t, hostMetric(t, h, "ratelimit_shape_queued_total;rule=pace"),
+		hostMetric(t, h, "ratelimit_shape_released_total;rule=pace")+dropped, "queued must equal released + dropped")
 	require.EqualValues(t, 100, lo, "a request dropped from the queue never reached the upstream")
 	require.Zero(t, h.Stats().Traps)
 	requireNoGuestErrors(t, h)
