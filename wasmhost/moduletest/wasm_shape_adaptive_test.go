@@ -325,10 +325,26 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	}
 	probe := startSchedProbe(t)
 	b := fireBurst(h, workers, ctxs)
-	// Once every request is decided, k-1 of them wait in the workers' queues: the first
-	// release is 100ms after the first decision.
-	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_shape_queued_total"+m) == k-1 },
-		2*time.Second, time.Millisecond, "every request but the first must be queued")
+	// Once every request is decided, all but the first normally wait in the workers' queues:
+	// the first release is 100ms after the first decision. A loaded machine can deliver a
+	// request so late that it finds the schedule's next slot passed and goes through at once
+	// (TestShapeWasmBurstLeavesAtRate checks the queueing itself), so the test waits for
+	// every decision, then for every request that was not queued to have returned, so that
+	// only queued requests are cancelled below.
+	require.Eventually(t, func() bool {
+		return hostMetric(t, h, "ratelimit_requests_total"+m+";decision=allowed")+
+			hostMetric(t, h, "ratelimit_requests_total"+m+";decision=denied") == k
+	}, 5*time.Second, time.Millisecond, "the shaping rule must decide every request")
+	queuedN := hostMetric(t, h, "ratelimit_shape_queued_total"+m)
+	require.Eventually(t, func() bool {
+		n := 0
+		for i := range b.returned {
+			if b.returned[i].Load() {
+				n++
+			}
+		}
+		return int64(n) >= k-queuedN
+	}, 5*time.Second, time.Millisecond, "the requests that were not queued must return")
 	var victims []int
 	for i := k - 1; i >= 0 && len(victims) < cancels; i-- {
 		if !b.returned[i].Load() {
@@ -377,23 +393,30 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 
 	// Every queue entry is accounted for: the released ones resumed once, the reset ones
 	// dropped (by proxy_on_log, not by a later tick that found the stream gone).
+	// waitCounters waits until queued == released + dropped and, unless wantQueued < 0,
+	// queued == wantQueued.
 	waitCounters := func(wantQueued int64) (q, rel, drop int64) {
 		require.Eventually(t, func() bool {
 			q, rel, drop = hostMetric(t, h, "ratelimit_shape_queued_total"+m), hostMetric(t, h, "ratelimit_shape_released_total"+m),
 				hostMetric(t, h, "ratelimit_shape_dropped_total"+m)
-			return q == wantQueued && q == rel+drop
+			return (wantQueued < 0 || q == wantQueued) && q == rel+drop
 		}, 2*time.Second, 5*time.Millisecond, "queued must equal released + dropped")
 		return q, rel, drop
 	}
-	q, rel, drop := waitCounters(k - 1)
+	q, rel, drop := waitCounters(queuedN)
 	t.Logf("queued %d, released %d, dropped %d", q, rel, drop)
-	require.EqualValues(t, reset, drop, "each reset stream is dropped exactly once")
 	if readAt < interval {
+		// Every cancel took effect before the first slot, so before any release: each reset
+		// stream was in a queue.
+		require.EqualValues(t, reset, drop, "each reset stream is dropped exactly once")
 		require.EqualValues(t, reset, droppedEarly, "reset streams must be dropped at teardown, before any tick")
+		require.EqualValues(t, int64(continued)-(k-queuedN), rel, "each surviving queued stream is released exactly once")
 	} else {
+		// A victim released just before its cancel took effect is reset on its way out, not
+		// dropped from the queue.
+		require.LessOrEqual(t, drop, int64(reset), "only reset streams are dropped")
 		t.Logf("the machine was too slow to read the dropped counter before the first slot; teardown-time drop not checked")
 	}
-	require.EqualValues(t, continued-1, rel, "each surviving queued stream is released exactly once")
 
 	// The dropped requests keep their slots in the shared schedule (a delay, once granted, is
 	// not handed back), so the schedule is busy until slot k-1. After it, traffic flows again
@@ -424,7 +447,10 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 		require.GreaterOrEqual(t, after, time.Duration(i)*interval-time.Millisecond, "later release %d before its slot", i)
 		require.LessOrEqual(t, after, time.Duration(i)*interval+tick+schedSlack+extra, "later release %d late", i)
 	}
-	waitCounters(k - 1 + 3)
+	// The later burst's first request passes at once and the others are queued, unless a
+	// loaded machine delivered one after its slot; every queued one is released.
+	q2, _, _ := waitCounters(-1)
+	require.LessOrEqual(t, q2-q, int64(3), "at most three later requests are queued")
 	require.Zero(t, h.Stats().Traps)
 	require.Empty(t, h.Stats().FailedVMs)
 	requireNoGuestErrors(t, h)
