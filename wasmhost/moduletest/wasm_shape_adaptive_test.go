@@ -383,7 +383,8 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 			continue
 		}
 		require.NoErrorf(t, s.err, "request %d", i)
-		require.Truef(t, s.res.Continued && s.res.Local == nil, "request %d: want continued", i)
+		require.Truef(t, s.res.Continued && s.res.Local == nil, "request %d: want continued, got local %+v (cas exhausted %d, store errors %d)", i, s.res.Local,
+			hostMetric(t, h, "ratelimit_cas_exhausted_total"+m), hostMetric(t, h, "ratelimit_store_errors_total"+m))
 		continued++
 	}
 	// A victim released just before its cancel took effect would have continued; on any
