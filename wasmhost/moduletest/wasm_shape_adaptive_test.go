@@ -203,15 +203,35 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 	tick := shapeTick(interval) // 12ms
 	// burst 10 and max_delay 1s admit the whole burst: the last one waits (k-1)*50ms = 450ms,
 	// under both bounds (max_delay, and 10 queued * 50ms = 500ms).
-	created := time.Now()
-	d := newWasm(t, shapeConfig("burst", rate, k, time.Second), wasmOptions{workers: workers, realTime: true})
-	running := time.Now()
-	h := d.host
-	probe := startSchedProbe(t)
-
-	b := fireBurst(h, workers, guardContexts(t, k, 5*time.Second))
-	b.wg.Wait()
-	slack := probe.slack()
+	//
+	// When the process stands still for half a slot or more while the burst goes out (the
+	// probe measures it), a request can reach the filter after the next slot and rightly pass
+	// at once, which the counts below would take for a fault; such a run proves nothing about
+	// the queue, so the burst is sent again on a fresh host, up to three times in all.
+	var (
+		created, running time.Time
+		h                *wasmhost.Host
+		probe            *schedProbe
+		b                *shapeBurst
+		slack            time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		created = time.Now()
+		h = newWasm(t, shapeConfig("burst", rate, k, time.Second), wasmOptions{workers: workers, realTime: true}).host
+		running = time.Now()
+		probe = startSchedProbe(t)
+		b = fireBurst(h, workers, guardContexts(t, k, 5*time.Second))
+		b.wg.Wait()
+		slack = probe.slack()
+		if probe.worst < interval/2 {
+			break
+		}
+		if attempt == 3 {
+			t.Skipf("the process stood still %v (half a slot is %v) during each of %d bursts: the machine is too loaded to test real-time queueing",
+				probe.worst.Round(time.Millisecond), interval/2, attempt)
+		}
+		t.Logf("attempt %d: the process stood still %v during the burst; again on a fresh host", attempt, probe.worst.Round(time.Millisecond))
+	}
 
 	var releases []time.Time
 	perWorker := map[int]int{}
