@@ -257,18 +257,18 @@ func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc) (*Res
 			}
 			resp, err := upstream(ctx, ev.request)
 			if err != nil {
-				v.postReliably(func() { v.abortStream(s, err) })
+				v.abortAndWait(s, err)
 				return nil, err
 			}
 			if !v.post(ctx, func() { v.respond(s, resp) }) {
-				v.postReliably(func() { v.abortStream(s, ctx.Err()) })
+				v.abortAndWait(s, ctx.Err())
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
 				return nil, ErrClosed
 			}
 		case <-ctx.Done():
-			v.postReliably(func() { v.abortStream(s, ctx.Err()) })
+			v.abortAndWait(s, ctx.Err())
 			return nil, ctx.Err()
 		case <-h.closed:
 			return nil, ErrClosed
@@ -618,6 +618,26 @@ func (v *vm) abortStream(s *stream, err error) {
 	}
 	v.teardown(s, err)
 	v.settle()
+}
+
+// abortAndWait tears s down on its VM's loop (abortStream) and returns once the teardown has
+// run, or once the VM or the host stopped. Envoy handles a downstream reset on the stream's
+// worker thread in one event, destroying the filter chain there (proxy_on_log, proxy_on_done,
+// proxy_on_delete) before that worker runs anything else, so nothing outside the worker can
+// see the stream reset but not yet logged. A caller of Do is such an outsider: when Do
+// returns a cancelled stream's error, the filter's teardown (its counters, its queues) is
+// already done, as it would be for anything reading Envoy's stats after the reset.
+func (v *vm) abortAndWait(s *stream, err error) {
+	done := make(chan struct{})
+	v.postReliably(func() {
+		defer close(done)
+		v.abortStream(s, err)
+	})
+	select {
+	case <-done:
+	case <-v.quit:
+	case <-v.h.closed:
+	}
 }
 
 // durationMs converts a guest millisecond count.

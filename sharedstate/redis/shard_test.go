@@ -112,7 +112,10 @@ func TestPartitionedKeyBound(t *testing.T) {
 func TestShardedSpread(t *testing.T) {
 	srv := redistest.StartSharded(t, 3)
 	c := newClient(t, srv.WebdisURL())
-	rule := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Second}).Partitioned(64, 100000, "rl", "d", "hot")
+	// A window of an hour keeps every key alive until the checks below: with a window of a
+	// second a key expires as soon as its bucket is full again, and on a loaded machine the
+	// keys written first were gone (on no shard) before their placement was checked.
+	rule := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Hour}).Partitioned(64, 100000, "rl", "d", "hot")
 	const keys = 600
 	for i := range keys {
 		it := partItem(rule, "d", "hot", "203.0.113."+strconv.Itoa(i))

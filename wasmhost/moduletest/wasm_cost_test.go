@@ -2,7 +2,9 @@ package moduletest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -95,19 +97,49 @@ func largestAdmittedConfig(t testing.TB) string {
 	return atBudget(t, build)
 }
 
+// scaledBound is bound on a machine that does the reference work (ref, measured in the same
+// run) at most as slowly as an idle one, where it takes bound/factor or less, and bound scaled
+// by the reference's slowdown on a loaded one. A time bound alone cannot tell a slow filter
+// from a machine that other processes keep busy (load average 8 on 2 cores makes everything
+// several times slower); a bound relative to the same kind of work done in the same run can.
+// The factors are the bounds' margins over the idle figures, measured on the 2-core
+// development machine and quoted where each is used.
+func scaledBound(bound, ref time.Duration, factor int) time.Duration {
+	return max(bound, ref*time.Duration(factor))
+}
+
+// minOf runs f n times and returns the shortest time: a pause of the process (a busy machine
+// descheduling it) lengthens single runs, not the shortest one.
+func minOf(n int, f func()) time.Duration {
+	best := time.Duration(math.MaxInt64)
+	for range n {
+		start := time.Now()
+		f()
+		best = min(best, time.Since(start))
+	}
+	return best
+}
+
 // The largest config the caps admit configures quickly, natively and in every VM of the
-// compiled module. The bound asserted is generous (a slow shared machine must not fail the
-// test); the measured figures are logged and quoted in the README.
+// compiled module. The bounds are generous and scaled by reference work measured in the same
+// run (scaledBound), so that a loaded shared machine does not fail the test; the measured
+// figures are logged and quoted in the README.
 func TestLargestAdmittedConfigConfiguresQuickly(t *testing.T) {
 	data := largestAdmittedConfig(t)
 	t.Logf("config: %d bytes", len(data))
 
-	start := time.Now()
 	_, err := config.Parse([]byte(data))
 	require.NoError(t, err)
-	native := time.Since(start)
-	t.Logf("native Parse: %v", native)
-	require.Less(t, native, time.Second)
+	native := minOf(3, func() { _, _ = config.Parse([]byte(data)) })
+	// The reference is decoding the same bytes with encoding/json: 12 to 30ms on an idle
+	// 2-core machine, where Parse takes about 80ms; the factor 33 keeps the bound at 1s there.
+	ref := minOf(3, func() {
+		var v any
+		require.NoError(t, json.Unmarshal([]byte(data), &v))
+	})
+	bound := scaledBound(time.Second, ref, 33)
+	t.Logf("native Parse: %v (reference json decode %v, bound %v)", native, ref, bound)
+	require.Less(t, native, bound)
 
 	mod := wasmtest.BuildModule(t)
 	boot := func(cfg string) time.Duration {
@@ -122,12 +154,16 @@ func TestLargestAdmittedConfigConfiguresQuickly(t *testing.T) {
 	}
 	small := `{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"1s"}]}`
 	boot(small) // warms the compilation cache
-	base := boot(small)
+	base := min(boot(small), boot(small))
 	full := boot(data)
 	// wasmhost.New starts the canary VM and one worker, and both run the configuration.
 	perVM := (full - base) / 2
-	t.Logf("wazero: host with a one-rule config %v, with the largest config %v: about %v of configure per VM", base, full, perVM)
-	require.Less(t, perVM, 5*time.Second)
+	// The reference is the one-rule host itself (two VMs' start-up): 35 to 85ms on an idle
+	// 2-core machine, where the largest config costs about 0.6s per VM; the factor 66 keeps
+	// the bound at 5s there.
+	bound = scaledBound(5*time.Second, base, 66)
+	t.Logf("wazero: host with a one-rule config %v, with the largest config %v: about %v of configure per VM (bound %v)", base, full, perVM, bound)
+	require.Less(t, perVM, bound)
 }
 
 // The three expensive configurations of issue 11 are refused by the compiled module at
@@ -138,6 +174,17 @@ func TestCostlyConfigsRefusedWasm(t *testing.T) {
 		PluginConfig: []byte(`{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"1s"}]}`)})
 	require.NoError(t, err) // compiles the module once, so the times below are configure times
 	require.NoError(t, warm.Close(context.Background()))
+	// The reference is a host with a one-rule config (two VMs' start-up): 35 to 85ms on an
+	// idle 2-core machine, where the costliest refusal below takes about 1.2s; the factor 66
+	// keeps the bound at 5s there (see scaledBound).
+	ref := minOf(2, func() {
+		h, err := wasmhost.New(context.Background(), mod, wasmhost.Options{VMID: "ratelimit", SharedData: wasmhost.NewSharedData(),
+			PluginConfig: []byte(`{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"1s"}]}`)})
+		require.NoError(t, err)
+		require.NoError(t, h.Close(context.Background()))
+	})
+	bound := scaledBound(5*time.Second, ref, 66)
+	t.Logf("reference one-rule host %v: bound %v", ref, bound)
 	header := `{"source":"header","name":"x-k"}`
 	cases := []struct {
 		name, config, want string
@@ -173,7 +220,7 @@ func TestCostlyConfigsRefusedWasm(t *testing.T) {
 			t.Logf("refused in %v", took)
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
-			require.Less(t, took, 5*time.Second)
+			require.Less(t, took, bound)
 		})
 	}
 }

@@ -898,7 +898,14 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
-			h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "100ms", FailureMode: "allow"}, rules), tc.url, 1)
+			// Only the slow proxy's case needs the timeout to fire; the others answer at once,
+			// and a short timeout would turn a loaded machine's late answer into a timeout
+			// instead of the kind under test.
+			timeout := "5s"
+			if tc.metric == "ratelimit_redis_timeouts_total" {
+				timeout = "100ms"
+			}
+			h := newGlobalHost(t, globalConfig(redisOpts{Timeout: timeout, FailureMode: "allow"}, rules), tc.url, 1)
 			doTimed(t, h)
 			require.EqualValuesf(t, 1, redisMetric(h, tc.metric), "%s for %s", tc.metric, tc.url)
 			for _, m := range redisErrorMetrics {

@@ -36,6 +36,71 @@ import (
 // On an idle machine the measured lateness beyond the tick is under a millisecond.
 const schedSlack = 25 * time.Millisecond
 
+// schedProbe measures, while a real-time test runs, how late this process's timers fire: a
+// goroutine waits on a timer of a fixed period and records how long after its deadline each
+// wake-up came. On an idle machine that is well under a millisecond; on a loaded 2-core machine
+// (other test binaries, CPU hogs) the process is not scheduled for tens of milliseconds at a
+// time, and every timer-driven event of the host is late by as much. The bounds of the
+// real-time tests add a multiple of the probe's worst lateness to schedSlack, so that they are
+// as strict as the machine allows: exact on an idle machine, and failing on a loaded one only
+// when the filter is late beyond what the machine imposed on a plain Go timer in the same run.
+// The exact release instants are checked on the virtual clock (virtual_test.go) regardless.
+type schedProbe struct {
+	stop  chan struct{}
+	done  chan struct{}
+	worst time.Duration // the latest wake-up
+	lost  time.Duration // the sum of all wake-ups' lateness: how long the process stood still
+}
+
+// probePeriod is the probe's timer period: short enough to catch a pause of the process
+// anywhere in a test, long enough to cost nothing measurable.
+const probePeriod = 2 * time.Millisecond
+
+// startSchedProbe starts a probe that runs until Stop or the end of the test.
+func startSchedProbe(t testing.TB) *schedProbe {
+	p := &schedProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tm := time.NewTimer(probePeriod)
+		defer tm.Stop()
+		due := time.Now().Add(probePeriod)
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tm.C:
+				late := time.Since(due)
+				p.worst = max(p.worst, late)
+				p.lost += late
+				due = time.Now().Add(probePeriod)
+				tm.Reset(probePeriod)
+			}
+		}
+	}()
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
+
+// Stop ends the probe (once) and returns the worst lateness it saw.
+func (p *schedProbe) Stop() time.Duration {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	return p.worst
+}
+
+// extra is what the machine's load adds to the lateness of one event the test observes: three
+// times the worst lateness of the probe, because such an event passes through three wake-ups
+// that a paused process delays like the probe's timer: the host's tick timer, the worker VM's
+// loop running the callback, and the goroutine of Do recording the time. It stops the probe.
+func (p *schedProbe) extra() time.Duration { return 3 * p.Stop() }
+
+// slack is schedSlack plus extra: the scheduling slack of one event in this run.
+func (p *schedProbe) slack() time.Duration { return schedSlack + p.extra() }
+
 // shapeConfig is a configuration with one shaping rule without key or match: every request
 // shares one schedule.
 func shapeConfig(name string, perSecond, burst int, maxDelay time.Duration) string {
@@ -138,13 +203,35 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 	tick := shapeTick(interval) // 12ms
 	// burst 10 and max_delay 1s admit the whole burst: the last one waits (k-1)*50ms = 450ms,
 	// under both bounds (max_delay, and 10 queued * 50ms = 500ms).
-	created := time.Now()
-	d := newWasm(t, shapeConfig("burst", rate, k, time.Second), wasmOptions{workers: workers, realTime: true})
-	running := time.Now()
-	h := d.host
-
-	b := fireBurst(h, workers, guardContexts(t, k, 5*time.Second))
-	b.wg.Wait()
+	//
+	// When the process stands still for half a slot or more while the burst goes out (the
+	// probe measures it), a request can reach the filter after the next slot and rightly pass
+	// at once, which the counts below would take for a fault; such a run proves nothing about
+	// the queue, so the burst is sent again on a fresh host, up to three times in all.
+	var (
+		created, running time.Time
+		h                *wasmhost.Host
+		probe            *schedProbe
+		b                *shapeBurst
+		slack            time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		created = time.Now()
+		h = newWasm(t, shapeConfig("burst", rate, k, time.Second), wasmOptions{workers: workers, realTime: true}).host
+		running = time.Now()
+		probe = startSchedProbe(t)
+		b = fireBurst(h, workers, guardContexts(t, k, 5*time.Second))
+		b.wg.Wait()
+		slack = probe.slack()
+		if probe.worst < interval/2 {
+			break
+		}
+		if attempt == 3 {
+			t.Skipf("the process stood still %v (half a slot is %v) during each of %d bursts: the machine is too loaded to test real-time queueing",
+				probe.worst.Round(time.Millisecond), interval/2, attempt)
+		}
+		t.Logf("attempt %d: the process stood still %v during the burst; again on a fresh host", attempt, probe.worst.Round(time.Millisecond))
+	}
 
 	var releases []time.Time
 	perWorker := map[int]int{}
@@ -165,17 +252,18 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 		require.GreaterOrEqualf(t, r.Sub(b.start), time.Duration(i)*interval-time.Millisecond,
 			"release %d left before its slot", i)
 	}
-	// The first request finds the schedule idle and is not queued at all.
-	require.Lessf(t, releases[0].Sub(b.start), interval, "the first request must pass at once")
+	// The first request finds the schedule idle and is not queued at all (the queued counter
+	// below proves it; its lateness after slot 0 is bounded with the others').
 
 	// Lateness of release i: how long after slot i it came back. The schedule's first slot is
 	// the first decision, somewhere between start and releases[0] (the first request is let
 	// through by that decision); measuring from start overstates the lateness by that
 	// sub-millisecond difference, so the check errs on the strict side. The design bound is
 	// one tick period (a slot is served by the first tick after it); schedSlack covers a
-	// loaded machine. The bound stays below one emission interval, so a band this narrow
-	// means one release per slot: per-worker schedules would release four requests in the
-	// first slot, and a broken tick would let requests bunch up.
+	// loaded machine, widened by what the probe saw the machine impose on a plain timer in
+	// this run. On an idle machine the bound stays below one emission interval, so a band
+	// this narrow means one release per slot; per-worker schedules, which would release four
+	// requests in the first slot, fail the lower bound above on any machine.
 	var gaps, lateness []time.Duration
 	maxLate := time.Duration(0)
 	for i, r := range releases {
@@ -187,10 +275,10 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 		}
 	}
 	mean := releases[k-1].Sub(releases[0]) / (k - 1)
-	t.Logf("release gaps %v; mean %v (want %v); lateness after each slot %v (max %v, bound %v); requests per worker %v",
+	t.Logf("release gaps %v; mean %v (want %v); lateness after each slot %v (max %v, bound %v; probe's worst timer lateness %v); requests per worker %v",
 		gaps, mean.Round(10*time.Microsecond), interval, lateness, maxLate.Round(100*time.Microsecond),
-		tick+schedSlack, perWorker)
-	require.LessOrEqualf(t, maxLate, tick+schedSlack, "each release must come within a tick (+ scheduling slack) of its slot on one %v grid", interval)
+		tick+slack, probe.worst.Round(100*time.Microsecond), perWorker)
+	require.LessOrEqualf(t, maxLate, tick+slack, "each release must come within a tick (+ scheduling slack) of its slot on one %v grid", interval)
 	require.Len(t, perWorker, workers, "the burst must have been spread over every worker")
 
 	// Every request but the first was queued and released; the delay histogram saw each one,
@@ -210,20 +298,22 @@ func TestShapeWasmBurstLeavesAtRate(t *testing.T) {
 		got := time.Duration(v) * time.Millisecond
 		// The sample is taken by the releasing tick: at least the slot minus the time the
 		// request reached the filter after the first one (a few ms; half an interval allowed,
-		// which still tells neighbouring slots apart), at most the slot plus the lateness
-		// bound and the 1ms truncation.
-		require.GreaterOrEqualf(t, got, slot-interval/2, "delay sample %d", i)
-		require.LessOrEqualf(t, got, slot+tick+schedSlack+time.Millisecond, "delay sample %d", i)
+		// which still tells neighbouring slots apart on an idle machine, plus the probe's
+		// measure of how late a paused process let requests arrive), at most the slot plus the
+		// lateness bound and the 1ms truncation.
+		require.GreaterOrEqualf(t, got, slot-interval/2-(slack-schedSlack), "delay sample %d", i)
+		require.LessOrEqualf(t, got, slot+tick+slack+time.Millisecond, "delay sample %d", i)
 	}
 	// The tick period is a quarter of the emission interval on every worker: each worker's
 	// tick count matches the time its timer has been running. Ticks are re-armed after the
 	// callback, and a loaded machine fires timers late, so fewer ticks are allowed (down to
-	// one per two periods), never more than one per period.
+	// one per two periods of the time the process was not standing still, which the probe
+	// measured until the burst ended), never more than one per period.
 	now := time.Now()
 	ticks := h.Stats().Ticks
-	t.Logf("ticks per worker %v over %v (period %v)", ticks, now.Sub(running).Round(time.Millisecond), tick)
+	t.Logf("ticks per worker %v over %v (period %v, process stood still %v)", ticks, now.Sub(running).Round(time.Millisecond), tick, probe.lost.Round(time.Millisecond))
 	for i, n := range ticks {
-		require.GreaterOrEqualf(t, n, int64(now.Sub(running)/(2*tick)), "worker %d ticked too rarely for a %v period", i, tick)
+		require.GreaterOrEqualf(t, n, int64((now.Sub(running)-probe.lost)/(2*tick)), "worker %d ticked too rarely for a %v period", i, tick)
 		require.LessOrEqualf(t, n, int64(now.Sub(created)/tick)+1, "worker %d ticked too often for a %v period", i, tick)
 	}
 	require.Zero(t, h.Stats().Traps)
@@ -253,11 +343,28 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 		ctxs[i], cancelFns[i] = context.WithTimeout(context.Background(), 5*time.Second)
 		t.Cleanup(cancelFns[i])
 	}
+	probe := startSchedProbe(t)
 	b := fireBurst(h, workers, ctxs)
-	// Once every request is decided, k-1 of them wait in the workers' queues: the first
-	// release is 100ms after the first decision.
-	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_shape_queued_total"+m) == k-1 },
-		2*time.Second, time.Millisecond, "every request but the first must be queued")
+	// Once every request is decided, all but the first normally wait in the workers' queues:
+	// the first release is 100ms after the first decision. A loaded machine can deliver a
+	// request so late that it finds the schedule's next slot passed and goes through at once
+	// (TestShapeWasmBurstLeavesAtRate checks the queueing itself), so the test waits for
+	// every decision, then for every request that was not queued to have returned, so that
+	// only queued requests are cancelled below.
+	require.Eventually(t, func() bool {
+		return hostMetric(t, h, "ratelimit_requests_total"+m+";decision=allowed")+
+			hostMetric(t, h, "ratelimit_requests_total"+m+";decision=denied") == k
+	}, 5*time.Second, time.Millisecond, "the shaping rule must decide every request")
+	queuedN := hostMetric(t, h, "ratelimit_shape_queued_total"+m)
+	require.Eventually(t, func() bool {
+		n := 0
+		for i := range b.returned {
+			if b.returned[i].Load() {
+				n++
+			}
+		}
+		return int64(n) >= k-queuedN
+	}, 5*time.Second, time.Millisecond, "the requests that were not queued must return")
 	var victims []int
 	for i := k - 1; i >= 0 && len(victims) < cancels; i-- {
 		if !b.returned[i].Load() {
@@ -281,6 +388,7 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	}, time.Second, 100*time.Microsecond, "cancelled requests must return")
 	droppedEarly, readAt := hostMetric(t, h, "ratelimit_shape_dropped_total"+m), time.Since(b.start)
 	b.wg.Wait()
+	extra := probe.extra()
 	t.Logf("cancelled requests %v %v after start; dropped counter %d at %v",
 		victims, cancelledAt.Sub(b.start).Round(100*time.Microsecond), droppedEarly, readAt.Round(100*time.Microsecond))
 
@@ -288,13 +396,15 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 	for i, s := range b.shots {
 		if slices.Contains(victims, i) && s.err != nil {
 			require.ErrorIsf(t, s.err, context.Canceled, "request %d", i)
-			// The host returns as soon as the stream is torn down, not at the slot.
-			require.Lessf(t, s.done.Sub(cancelledAt), interval, "request %d: a cancelled request returns at once", i)
+			// The host returns as soon as the stream is torn down, not at the slot (on a loaded
+			// machine, plus what the probe saw it impose on a plain timer).
+			require.Lessf(t, s.done.Sub(cancelledAt), interval+extra, "request %d: a cancelled request returns at once", i)
 			reset++
 			continue
 		}
 		require.NoErrorf(t, s.err, "request %d", i)
-		require.Truef(t, s.res.Continued && s.res.Local == nil, "request %d: want continued", i)
+		require.Truef(t, s.res.Continued && s.res.Local == nil, "request %d: want continued, got local %+v (cas exhausted %d, store errors %d)", i, s.res.Local,
+			hostMetric(t, h, "ratelimit_cas_exhausted_total"+m), hostMetric(t, h, "ratelimit_store_errors_total"+m))
 		continued++
 	}
 	// A victim released just before its cancel took effect would have continued; on any
@@ -304,30 +414,47 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 
 	// Every queue entry is accounted for: the released ones resumed once, the reset ones
 	// dropped (by proxy_on_log, not by a later tick that found the stream gone).
+	// waitCounters waits until queued == released + dropped and, unless wantQueued < 0,
+	// queued == wantQueued.
 	waitCounters := func(wantQueued int64) (q, rel, drop int64) {
 		require.Eventually(t, func() bool {
 			q, rel, drop = hostMetric(t, h, "ratelimit_shape_queued_total"+m), hostMetric(t, h, "ratelimit_shape_released_total"+m),
 				hostMetric(t, h, "ratelimit_shape_dropped_total"+m)
-			return q == wantQueued && q == rel+drop
+			return (wantQueued < 0 || q == wantQueued) && q == rel+drop
 		}, 2*time.Second, 5*time.Millisecond, "queued must equal released + dropped")
 		return q, rel, drop
 	}
-	q, rel, drop := waitCounters(k - 1)
+	q, rel, drop := waitCounters(queuedN)
 	t.Logf("queued %d, released %d, dropped %d", q, rel, drop)
-	require.EqualValues(t, reset, drop, "each reset stream is dropped exactly once")
 	if readAt < interval {
+		// Every cancel took effect before the first slot, so before any release: each reset
+		// stream was in a queue.
+		require.EqualValues(t, reset, drop, "each reset stream is dropped exactly once")
 		require.EqualValues(t, reset, droppedEarly, "reset streams must be dropped at teardown, before any tick")
+		require.EqualValues(t, int64(continued)-(k-queuedN), rel, "each surviving queued stream is released exactly once")
 	} else {
+		// A victim released just before its cancel took effect is reset on its way out, not
+		// dropped from the queue.
+		require.LessOrEqual(t, drop, int64(reset), "only reset streams are dropped")
 		t.Logf("the machine was too slow to read the dropped counter before the first slot; teardown-time drop not checked")
 	}
-	require.EqualValues(t, continued-1, rel, "each surviving queued stream is released exactly once")
 
 	// The dropped requests keep their slots in the shared schedule (a delay, once granted, is
 	// not handed back), so the schedule is busy until slot k-1. After it, traffic flows again
-	// and is shaped again: a new burst of four leaves one per slot.
-	time.Sleep(time.Until(b.start.Add(time.Duration(k)*interval + tick)))
+	// and is shaped again: a new burst of four leaves one per slot. The first decision came
+	// before the first request returned, so slot k-1 ends k intervals after that return at
+	// the latest (b.start would be too early when the burst reached the filter late).
+	var first time.Time
+	for i, s := range b.shots {
+		if !slices.Contains(victims, i) && (first.IsZero() || s.done.Before(first)) {
+			first = s.done
+		}
+	}
+	time.Sleep(time.Until(first.Add(time.Duration(k)*interval + tick)))
+	probe = startSchedProbe(t)
 	b2 := fireBurst(h, workers, guardContexts(t, 4, 5*time.Second))
 	b2.wg.Wait()
+	extra = probe.extra()
 	var took []time.Duration
 	for i, s := range b2.shots {
 		require.NoErrorf(t, s.err, "later request %d", i)
@@ -335,13 +462,16 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 		took = append(took, s.done.Sub(b2.start))
 	}
 	slices.Sort(took)
-	t.Logf("later burst left after %v", took)
-	require.Less(t, took[0], interval, "the schedule is idle again: the first later request passes at once")
+	t.Logf("later burst left after %v (probe's worst timer lateness %v)", took, (extra / 3).Round(100*time.Microsecond))
+	require.Less(t, took[0], interval+extra, "the schedule is idle again: the first later request passes at once")
 	for i, after := range took {
 		require.GreaterOrEqual(t, after, time.Duration(i)*interval-time.Millisecond, "later release %d before its slot", i)
-		require.LessOrEqual(t, after, time.Duration(i)*interval+tick+schedSlack, "later release %d late", i)
+		require.LessOrEqual(t, after, time.Duration(i)*interval+tick+schedSlack+extra, "later release %d late", i)
 	}
-	waitCounters(k - 1 + 3)
+	// The later burst's first request passes at once and the others are queued, unless a
+	// loaded machine delivered one after its slot; every queued one is released.
+	q2, _, _ := waitCounters(-1)
+	require.LessOrEqual(t, q2-q, int64(3), "at most three later requests are queued")
 	require.Zero(t, h.Stats().Traps)
 	require.Empty(t, h.Stats().FailedVMs)
 	requireNoGuestErrors(t, h)
@@ -374,8 +504,14 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 		t.Cleanup(cancelFns[i])
 	}
 	b := fireBurst(h, workers, ctxs)
-	require.Eventually(t, func() bool { return hostMetric(t, h, "ratelimit_shape_queued_total;rule=pace") == k-1 },
-		2*time.Second, time.Millisecond, "every request but the first must be queued")
+	// Wait until the shaping rule has decided every request (each is allowed, queued or
+	// not, or denied). Waiting for k-1 queued requests instead would wait forever when a
+	// loaded machine delays a request past the schedule's next slot, so that it passes at
+	// once; the test needs only enough queued requests to reset, which it checks below.
+	require.Eventually(t, func() bool {
+		return hostMetric(t, h, "ratelimit_requests_total;rule=pace;decision=allowed")+
+			hostMetric(t, h, "ratelimit_requests_total;rule=pace;decision=denied") == k
+	}, 5*time.Second, time.Millisecond, "the shaping rule must decide every request")
 	// The slots are 20ms apart; the requests with the highest indices are the likeliest to
 	// be still queued, but any one still queued will do.
 	n := 0
@@ -399,8 +535,15 @@ func TestShapeWasmResetInQueueIsNoUpstreamError(t *testing.T) {
 	lo, _, traj := samples.summary(interval)
 	dropped := hostMetric(t, h, "ratelimit_shape_dropped_total;rule=pace")
 	t.Logf("reset %d queued requests (dropped %d); adaptive limit per interval %s", reset, dropped, traj)
-	require.GreaterOrEqual(t, reset, 10, "enough resets to make an interval unhealthy if counted")
-	require.EqualValues(t, reset, dropped)
+	// A request the filter released just before its cancel took effect is reset on its way
+	// out, not dropped from the queue (a loaded machine makes that window wide), so the
+	// dropped counter may be below the resets; what matters is that enough were dropped from
+	// the queue to make an interval unhealthy if they were counted, and that every queued
+	// request is accounted for once.
+	require.GreaterOrEqual(t, dropped, int64(10), "enough requests dropped from the queue to make an interval unhealthy if counted")
+	require.LessOrEqual(t, dropped, int64(reset), "only reset requests are dropped")
+	require.Equal(t, hostMetric(t, h, "ratelimit_shape_queued_total;rule=pace"),
+		hostMetric(t, h, "ratelimit_shape_released_total;rule=pace")+dropped, "queued must equal released + dropped")
 	require.EqualValues(t, 100, lo, "a request dropped from the queue never reached the upstream")
 	require.Zero(t, h.Stats().Traps)
 	requireNoGuestErrors(t, h)
