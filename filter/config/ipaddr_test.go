@@ -2,7 +2,6 @@ package config
 
 import (
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 )
@@ -143,21 +142,4 @@ func FuzzAppendIPAsNetip(f *testing.F) {
 		}
 		checkAppendIPAsNetip(t, b, v4, bits)
 	})
-}
-
-// The module does not link net/netip: the client-IP key has its own parser and printer (see
-// IP), which took about 140 KB off the .wasm. A new import of the package anywhere in the
-// product, directly or through another package, fails here.
-func TestModuleLinksNoNetip(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "github.com/ratelimit-wasm/ratelimit")
-	cmd.Env = append(cmd.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		if pkg == "net/netip" {
-			t.Error("the module links net/netip")
-		}
-	}
 }

@@ -16,18 +16,7 @@ import (
 func TestOverlappingStreamsOnOneWorker(t *testing.T) {
 	const k = 5
 	h, clock := virtualHost(t, shapeConfig("burst", 20, k, time.Second), 1, nil)
-	var flights []*inFlight
-	for range k {
-		before, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
-		f := send(h, []wasmhost.Request{{Method: "GET", Path: "/", Authority: "example.test",
-			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
-		eventually(t, "request decided", func() bool {
-			q, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
-			return f.returned.Load() == 1 || q == before+1
-		})
-		flights = append(flights, f)
-	}
-	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_queued_total;rule=burst"))
+	flights := sendQueuedOneByOne(t, h, "burst", k, 1)
 	clock.Advance(time.Second)
 	for i, f := range flights {
 		r := f.wait(t)[0]

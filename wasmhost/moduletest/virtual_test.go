@@ -62,6 +62,28 @@ func (f *inFlight) wait(t *testing.T) []*wasmhost.Result {
 	return f.res
 }
 
+// sendQueuedOneByOne sends k requests to a host whose rule shapes them, one after another on
+// the workers in turn, each decided (passed at once or queued by rule) before the next is
+// sent, so that no compare-and-swap race can make the outcome depend on scheduling; the first
+// must pass and the other k-1 be queued.
+func sendQueuedOneByOne(t *testing.T, h *wasmhost.Host, rule string, k, workers int) []*inFlight {
+	t.Helper()
+	queued := "ratelimit_shape_queued_total;rule=" + rule
+	var flights []*inFlight
+	for i := range k {
+		before, _ := h.Metric(queued)
+		f := send(h, []wasmhost.Request{{Worker: i % workers, Method: "GET", Path: "/", Authority: "example.test",
+			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
+		eventually(t, "request decided", func() bool {
+			q, _ := h.Metric(queued)
+			return f.returned.Load() == 1 || q == before+1
+		})
+		flights = append(flights, f)
+	}
+	require.EqualValues(t, k-1, hostMetric(t, h, queued))
+	return flights
+}
+
 // eventually polls cond (a state the host reaches without the clock moving, such as "every
 // request has been decided") for up to a minute of real time; it states no timing.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -81,18 +103,7 @@ func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 	// The requests arrive at one instant, one after another, each on the next worker in turn
 	// (each decided before the next arrives, so that no compare-and-swap race can make the
 	// outcome depend on scheduling): the first passes, the others are queued.
-	var flights []*inFlight
-	for i := range k {
-		before, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
-		f := send(h, []wasmhost.Request{{Worker: i % workers, Method: "GET", Path: "/", Authority: "example.test",
-			Upstream: &wasmhost.UpstreamResponse{Status: 200}}})
-		eventually(t, "request decided", func() bool {
-			q, _ := h.Metric("ratelimit_shape_queued_total;rule=burst")
-			return f.returned.Load() == 1 || q == before+1
-		})
-		flights = append(flights, f)
-	}
-	require.EqualValues(t, k-1, hostMetric(t, h, "ratelimit_shape_queued_total;rule=burst"))
+	flights := sendQueuedOneByOne(t, h, "burst", k, workers)
 	clock.Advance(time.Second)
 	var released []time.Duration
 	perWorker := map[int]int{}
