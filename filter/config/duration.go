@@ -67,23 +67,8 @@ func simpleDuration(s string) (time.Duration, bool) {
 	if i == 0 || i == len(s) || isDigit(s[i]) {
 		return 0, false
 	}
-	var unit uint64
-	switch s[i:] {
-	case "ns":
-		unit = uint64(time.Nanosecond)
-	case "us":
-		unit = uint64(time.Microsecond)
-	case "ms":
-		unit = uint64(time.Millisecond)
-	case "s":
-		unit = uint64(time.Second)
-	case "m":
-		unit = uint64(time.Minute)
-	case "h":
-		unit = uint64(time.Hour)
-	case "d":
-		unit = uint64(24 * time.Hour)
-	default:
+	unit, ok := durationUnit(s[i:])
+	if !ok {
 		return 0, false
 	}
 	if v > uint64(1<<63-1)/unit {
