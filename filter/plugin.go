@@ -241,13 +241,19 @@ func (p *plugin) configure(data []byte) error {
 }
 
 // warm allocates, while the filter configures, what a VM's first request would allocate
-// otherwise: a stream context and a decision set in the pools the requests take them from, and
-// the scratch slices at the size the rules need. A fresh VM's first request is latency a
+// otherwise: a stream context and a decision set in the pools the requests take them from, the
+// scratch slices at the size the rules need, and the slot name caches of the rules' own tables
+// (not of their overrides' tables, which may never see a request). A fresh VM's first request is latency a
 // client sees, while configure runs before the VM serves traffic; a first request that
 // allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
 // path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
 // copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
 func (p *plugin) warm() {
+	for _, rs := range p.rules {
+		if rs.table != nil {
+			rs.table.Warm()
+		}
+	}
 	if len(p.contexts) == 0 {
 		p.contexts = append(p.contexts, &httpContext{plugin: p})
 	}

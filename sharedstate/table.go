@@ -248,7 +248,8 @@ type Table struct {
 	cur  geometry
 	prev []geometry
 
-	// names caches slot names (see name). It is allocated on first use and never grows.
+	// names caches slot names (see name). It is allocated by Warm or on first use, and never
+	// grows.
 	names []nameEntry
 	// first is the read of a key's first slot that decideFirst made and did not decide on,
 	// for the full lookup that follows to take instead of reading the slot again.
@@ -308,14 +309,9 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
-	// The slot name cache (see name) is allocated here, not on the first write: the table's
-	// first request needs it anyway, and allocating it while the filter configures makes the
-	// Go heap's first growth happen then, before traffic, rather than in a fresh VM's first
-	// request, where the page allocator's slow path (code a V8 VM compiles on first use, and a
-	// memory copy in hosts that grow linear memory by copying) is latency a client sees.
 	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
-		cur: newGeometry(c.Slots), names: make([]nameEntry, nameCacheSize)}
+		cur: newGeometry(c.Slots)}
 	t.id = rand.Uint64()
 	prev, err := t.registerGeometry()
 	if err != nil {
@@ -985,14 +981,24 @@ func (t *Table) transientName(geo, idx uint32) string {
 	return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
 }
 
+// Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
+// now rather than then. The filter warms its rules' own tables while it configures, so that
+// the Go heap's first growth happens before traffic, not in a fresh VM's first request, where
+// the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
+// sees. Tables that may never see a request (a rarely used override's) are left cold: warming
+// every one would cost their cache's memory in every VM whether used or not.
+func (t *Table) Warm() {
+	if t.names == nil {
+		t.names = make([]nameEntry, nameCacheSize)
+	}
+}
+
 // name returns the name of slot idx of geometry geo (0: overflow slot idx) as a string of its
 // own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
 // of an established key is written on every request, and building its name would cost an
 // allocation each time. The cache does not grow with max_keys.
 func (t *Table) name(geo, idx uint32) string {
-	if t.names == nil {
-		t.names = make([]nameEntry, nameCacheSize)
-	}
+	t.Warm()
 	e := &t.names[nameSlot(geo, idx)]
 	if e.name == "" || e.geo != geo || e.idx != idx {
 		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)

@@ -197,7 +197,10 @@ type Rule struct {
 	Description string // free text for people; the filter ignores it
 	// Match holds the request conditions; a zero Match matches every request.
 	Match Match
-	// Key is the ordered list of descriptor parts; empty means one key for the rule.
+	// Key is the ordered list of descriptor parts; empty means one key for the rule. A rule
+	// returned by Parse records what each part's Source is, so its parts must not be replaced
+	// in place afterwards (build a new Rule instead; one with a different number of parts, or
+	// not from Parse, reads Source directly).
 	Key []KeyPart
 
 	// Algorithm is the limiter's configuration (algorithm name, limit, window, burst,

@@ -204,7 +204,9 @@ func kindOf(s Source) sourceKind {
 }
 
 // keyKind returns the kind of key part i: the one the parser set, or, for a Rule made some
-// other way (or whose Key changed since), the one the part's Source names.
+// other way (or whose number of key parts changed since), the one the part's Source names.
+// A part replaced in place after Parse keeps the kind the parser recorded (see Rule.Key):
+// comparing Source on every request is what recording the kind saves.
 func (r *Rule) keyKind(i int) sourceKind {
 	if len(r.keyKinds) == len(r.Key) {
 		return r.keyKinds[i]
