@@ -34,26 +34,6 @@ func GetHttpRequestHeaders() ([][2]string, error) { return proxywasm.GetHttpRequ
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return proxywasm.GetHttpRequestHeader(key) }
 
-// GetHttpRequestHeaderLines returns the first and last line of a request header and how many
-// lines the request carries (see the wasip1 version).
-func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error) {
-	pairs, err := proxywasm.GetHttpRequestHeaders()
-	if err != nil {
-		return "", "", 0, err
-	}
-	for _, kv := range pairs {
-		if kv[0] != key {
-			continue
-		}
-		if n == 0 {
-			first = kv[1]
-		}
-		last = kv[1]
-		n++
-	}
-	return first, last, n, nil
-}
-
 // GetHttpRequestHeaderMap reads the whole request header map once (see the wasip1 version).
 func GetHttpRequestHeaderMap() (HeaderMap, error) {
 	pairs, err := proxywasm.GetHttpRequestHeaders()

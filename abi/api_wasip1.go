@@ -130,23 +130,6 @@ func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHead
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
 
-// GetHttpRequestHeaderLines returns the first and last line of a request header and how many
-// lines the request carries; key is lower-case. proxy_get_header_map_value returns only the
-// first line of a repeated header (Envoy's getHeaderMapValue takes entry[0]), so the lines are
-// counted in the full map. The map is scanned where the host wrote it, and the returned
-// strings share its bytes (the buffer belongs to this call alone): one host call and no
-// decoding of the other headers.
-func GetHttpRequestHeaderLines(key string) (first, last string, n int, err error) {
-	st := hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize)
-	if st != statusOK {
-		unpinAll()
-		return "", "", 0, statusError(st)
-	}
-	buf := take(retAddr, retSize)
-	first, last, n = scanHeaderLines(buf, key)
-	return first, last, n, nil
-}
-
 // GetHttpRequestHeaderMap reads the whole request header map with one host call and keeps it
 // as the host wrote it: the lookups of HeaderMap scan it in place, so a filter that needs the
 // full map anyway (a key header's lines, X-Forwarded-For) answers every other header read of

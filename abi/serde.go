@@ -113,7 +113,9 @@ func appendPath(buf []byte, path []string) []byte {
 type HeaderMap struct{ buf []byte }
 
 // Lines returns the first and last line of header key (lower-case) and how many lines the
-// map holds (see GetHttpRequestHeaderLines).
+// map holds. proxy_get_header_map_value returns only the first line of a repeated header
+// (Envoy's getHeaderMapValue takes entry[0]), so lines are counted in the full map, scanned
+// where the host wrote it: no decoding of the other headers.
 func (m HeaderMap) Lines(key string) (first, last string, n int) {
 	return scanHeaderLines(m.buf, key)
 }
