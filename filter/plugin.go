@@ -540,9 +540,15 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h := p.contexts[n-1]
 		p.contexts[n-1] = nil
 		p.contexts = p.contexts[:n-1]
-		// Every field starts as a new context's would; only the buffers are kept.
-		*h = httpContext{plugin: p, id: id, observed: h.observed[:0],
-			headers: rateLimitHeaders{values: h.headers.values[:0]}}
+		// Every field starts as a new context's would; only the buffers are kept. Field by
+		// field, not *h = httpContext{...}: that builds the whole context aside and copies it
+		// back with a typed memmove and write barriers, where most fields are already zero
+		// (TestNewHttpContextResetsEveryField fails when a field is added and not reset here).
+		h.plugin, h.id, h.d = p, id, nil
+		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
+		h.finished, h.done, h.queued, h.calledOut = false, false, false, false
+		h.observed = h.observed[:0]
+		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}
 	return &httpContext{plugin: p, id: id}

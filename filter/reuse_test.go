@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -79,5 +80,43 @@ func BenchmarkRenderRateLimitHeaders(b *testing.B) {
 	require.Equal(b, `"r";q=10;w=1"r";r=7;t=11071`, string(rh.values))
 	if allocs := testing.AllocsPerRun(100, func() { rh = renderRateLimitHeaders(rules, rh.values[:0]) }); allocs != 0 {
 		b.Fatalf("%v allocations per rendering", allocs)
+	}
+}
+
+// NewHttpContext resets a reused context field by field: every field, including any added
+// later, must start as in a new context, except the buffers it keeps.
+func TestNewHttpContextResetsEveryField(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(t, err)
+	p := &plugin{cfg: cfg}
+	h := p.NewHttpContext(1).(*httpContext)
+	v := reflect.ValueOf(h).Elem()
+	for i := range v.NumField() {
+		if v.Type().Field(i).Type.Size() > 0 { // types.DefaultHttpContext has nothing to set
+			setNonZero(t, v.Field(i))
+		}
+	}
+	observedBuf, valuesBuf := &h.observed[:1][0], &h.headers.values[:1][0]
+	p.recycleContext(h)
+	h2 := p.NewHttpContext(2).(*httpContext)
+	require.Same(t, h, h2, "the context is reused")
+	w := reflect.ValueOf(h2).Elem()
+	for i := range w.NumField() {
+		switch name := w.Type().Field(i).Name; name {
+		case "plugin":
+			require.Same(t, p, h2.plugin)
+		case "id":
+			require.Equal(t, uint32(2), h2.id)
+		case "observed":
+			require.Empty(t, h2.observed)
+			require.Same(t, observedBuf, &h2.observed[:1][0], "the observed buffer is kept")
+		case "headers":
+			require.Empty(t, h2.headers.values)
+			require.Same(t, valuesBuf, &h2.headers.values[:1][0], "the header value buffer is kept")
+			h2.headers.values = nil
+			require.True(t, reflect.ValueOf(h2.headers).IsZero(), "headers are not reset: %+v", h2.headers)
+		default:
+			require.True(t, w.Field(i).IsZero(), "field %s is not reset", name)
+		}
 	}
 }

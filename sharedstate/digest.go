@@ -51,6 +51,14 @@ type digestEntry struct {
 	used   bool
 	digest [DigestSize]byte
 	key    []byte
+	// h is SipHash-2-4 of digest under the key (hk0, hk1), once hashed is set. Rules that
+	// share a key decide it one after another, each in its own Table; their Tables share the
+	// process's secret, so the first one's hash serves the others, and the same client's next
+	// request too. The key the hash was made under is kept with it, so a Table under another
+	// secret computes its own rather than take a wrong one.
+	hashed   bool
+	hk0, hk1 uint64
+	h        uint64
 }
 
 // maxCachedKey is the longest key a DigestCache keeps. Descriptors built from an address and a
@@ -68,14 +76,34 @@ func (c *DigestCache) Digest(key []byte) [DigestSize]byte {
 	if c == nil || len(key) > maxCachedKey {
 		return Digest(key)
 	}
+	return c.entry(key).digest
+}
+
+// digestHash returns Digest(key) and SipHash-2-4 of that digest under (k0, k1), both from
+// the cache when key was seen recently. A nil cache computes both every time.
+func (c *DigestCache) digestHash(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
+	if c == nil || len(key) > maxCachedKey {
+		d = Digest(key)
+		return d, sipHash24(k0, k1, d[:])
+	}
+	e := c.entry(key)
+	if !e.hashed || e.hk0 != k0 || e.hk1 != k1 {
+		e.h, e.hk0, e.hk1, e.hashed = sipHash24(k0, k1, e.digest[:]), k0, k1, true
+	}
+	return e.digest, e.h
+}
+
+// entry returns key's entry, filling it (and forgetting its hash) when it holds another key.
+// key is at most maxCachedKey long.
+func (c *DigestCache) entry(key []byte) *digestEntry {
 	if e := c.last; e != nil && bytes.Equal(e.key, key) {
-		return e.digest
+		return e
 	}
 	e := &c.entries[maphash.Bytes(c.seed, key)%uint64(len(c.entries))]
 	c.last = e
 	if e.used && bytes.Equal(e.key, key) {
-		return e.digest
+		return e
 	}
-	e.used, e.digest, e.key = true, Digest(key), append(e.key[:0], key...)
-	return e.digest
+	e.used, e.digest, e.key, e.hashed = true, Digest(key), append(e.key[:0], key...), false
+	return e
 }

@@ -382,7 +382,9 @@ type Pending struct {
 // Decide reads the key's state and decides whether n events may pass at now. Only a key that
 // moves to the current geometry writes (its forward, see Table); the decision is not written.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
-	p.digest = t.digests.Digest(key)
+	// The key's hash is made here, once per decision: a retry in Commit decides again on the
+	// same digest, and the cache gives rules that share the key one hash between them.
+	p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
 	p.now, p.n, p.Retries, p.Claimed = now, n, 0, false
 	return t.decide(p)
 }
@@ -436,8 +438,7 @@ var errClaimPending = errors.New("sharedstate: another worker is creating the ke
 
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 func (t *Table) decide(p *Pending) error {
-	h := sipHash24(t.k0, t.k1, p.digest[:])
-	p.h = h
+	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
 	if decided, err := t.decideFirst(p, h); decided {
 		return err
 	}
