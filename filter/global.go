@@ -501,11 +501,16 @@ func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, ful
 
 // onShardAnswer handles the answer to the callout of one global rule, d.applied[i]. An
 // enforced denial denies the request at once; the answers of the other rules, which arrive
-// later, are then ignored (their calls have committed on their own).
+// later, decide nothing more (their calls have committed on their own), but a lease batch
+// one of them committed is kept (lateShardAnswer).
 func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
-	if h.done || h.finished || h.d != d || i >= len(d.applied) {
+	if i >= len(d.applied) {
+		return
+	}
+	if h.done || h.finished || h.d != d {
+		h.lateShardAnswer(d, i, numHeaders, bodySize, numTrailers)
 		return
 	}
 	defer recoverTo("onShardAnswer", func() {
@@ -592,6 +597,38 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			abi.LogWarnf("ratelimit: resuming the request: %v", err)
 		}
 	}
+}
+
+// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
+// request no longer waits for it: another rule denied it, or the stream is gone. A lease batch
+// that Redis committed was debited like any other take, so it is held as this VM's lease on
+// the key, the request's own cost included (the request spent none of it, as when refundLeases
+// gives a denied request's units back): the units are spent by the key's next requests within
+// ttl of the call's send, or dropped and counted then, as every lease's are. Ignoring the
+// answer would leave the batch debited in Redis and neither spent nor counted. Everything else
+// (an exact decision, a denied batch, an error) committed nothing this VM can use.
+func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
+	defer recoverTo("lateShardAnswer", nil)
+	a := &d.applied[i]
+	if a.rs == nil || a.rs.lease == nil || a.take <= a.cost || a.decided || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return
+	}
+	c := h.plugin.redis
+	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
+		Part: redis.Partition(a.key, c.cfg.Partitions)}}
+	var answer [1]redis.Answer
+	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil || !answer[0].Decision.Allowed {
+		return
+	}
+	a.decision, a.decided = answer[0].Decision, true
+	l := a.rs.lease
+	if answer[0].Overflow {
+		// Decided on the rule's overflow key: no lease there, so the whole batch is dropped.
+		l.m.dropped.Increment(uint64(a.take))
+		return
+	}
+	_, held := l.taken(a.key, a.sentAt, a.take, a.cost, a.decision)
+	l.refund(held, a.cost)
 }
 
 func calloutStatus() int {

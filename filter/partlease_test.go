@@ -96,3 +96,51 @@ func TestPartitionedResendKeepsOtherRulesSentAt(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 5000, us, "a's resend's latency from the resend")
 }
+
+// TestPartitionedLateBatchIsHeld: with partitions, rule x denies the request while rule y's
+// call, which asked Redis for a lease batch, is still out; y's answer then arrives, and the
+// batch Redis committed for it is held as this VM's lease (all of it: the denied request spent
+// none), not lost uncounted. The key's next request is admitted for y from that lease, with
+// no call for y.
+func TestPartitionedLateBatchIsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1s"}}]`
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4}, rules), 1, 1)
+	url := srv.WebdisURL()
+	ok, calls := l.doRelayed(t, 0, url, hdr("x-k", "A"), hdr("x-y", "first"))
+	require.True(t, ok)
+	require.Equal(t, 2, calls, "one call per rule")
+
+	// x's answer (a denial: A has used its one request) arrives first, y's after it.
+	id := l.host.InitializeHttpContext()
+	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A"), hdr("x-y", "late")}, true)
+	out := l.host.GetCalloutAttributesFromContext(id)
+	require.Len(t, out, 2)
+	l.answerAt(t, url, out[0])
+	resp := l.host.GetSentLocalResponse(id)
+	require.NotNil(t, resp, "x denies the request at once")
+	require.Contains(t, string(resp.Data), `"rule":"x"`)
+	l.now += int64(time.Millisecond)
+	l.answerAt(t, url, out[1])
+	l.host.CompleteHttpContext(id)
+	keys := srv.MustDo("KEYS", "rl:{rl:y:*}:*:late")
+	require.Len(t, keys, 1)
+	// The token bucket keeps its tokens in nanoseconds of refill (3.6 s a token at 1000 an
+	// hour): 990 are left, so Redis debited y's batch of 10 for the denied request.
+	require.Equal(t, fmt.Sprint(990*int64(3600*time.Millisecond)), srv.MustDo("HGET", fmt.Sprint(keys.([]any)[0]), "t"))
+
+	// The batch is this VM's lease on "late": the next ten requests cost no call for y.
+	for i := range 10 {
+		ok, calls = l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("B", i)), hdr("x-y", "late"))
+		require.True(t, ok)
+		require.Equal(t, 1, calls, "request %d: x's call only; y spends the held batch", i)
+	}
+	ok, calls = l.doRelayed(t, 0, url, hdr("x-k", "C"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, 2, calls, "the batch is spent: y asks Redis again")
+	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+	require.NoError(t, err)
+	require.Zero(t, dropped)
+}
