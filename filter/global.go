@@ -206,7 +206,7 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
+	return h.dispatch(now, h.globalItems(true), full, false, func(numHeaders, bodySize, numTrailers int) {
 		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 	})
 }
@@ -214,8 +214,10 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
 // NOSCRIPT), the script itself, and counts it in the request's working set. The callback
 // captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives.
-func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
+// arrives. With always set, the answer is handed to the callback even when the stream is
+// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch
+// (lateShardAnswer).
+func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
 	h.calledOut = true
@@ -226,7 +228,11 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
-	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
+	call := abi.DispatchHttpCall
+	if always {
+		call = abi.DispatchHttpCallAlways
+	}
+	_, err := call(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
 			answer(numHeaders, bodySize, numTrailers)
@@ -488,7 +494,8 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
+	always := d.applied[i].take > d.applied[i].cost // a lease batch: kept even for a gone stream
+	err := h.dispatch(now, items, full, always, func(numHeaders, bodySize, numTrailers int) {
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
 	if err == nil {
