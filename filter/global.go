@@ -32,7 +32,8 @@ import (
 // trip of latency, one call per rule), and each rule commits on its own: a request denied by
 // one global rule may have been charged by the others (an over-count of at most one request
 // per other global rule, never an extra admission). Each partition has its own breaker, so a
-// shard that fails sends only its own keys to the failure mode.
+// shard that fails sends only its own keys to the failure mode. A lease batch one rule's call
+// commits after another rule denied the request is held as the VM's lease (lateShardAnswer).
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
