@@ -144,3 +144,48 @@ func TestPartitionedLateBatchIsHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, dropped)
 }
+
+// TestPartitionedLateBatchOnOverflowIsDropped: a late batch (as in
+// TestPartitionedLateBatchIsHeld) that Redis decided on the rule's overflow key, its partition
+// being full, gives the VM no lease; the whole batch, the denied request's cost included, is
+// counted as dropped.
+func TestPartitionedLateBatchOnOverflowIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","max_keys":4,"lease":{"batch":10,"ttl":"1m"}}]`
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4}, rules), 1, 1)
+	url := srv.WebdisURL()
+	// One live key per partition (max_keys 4 over 4 partitions): twenty keys fill them all.
+	for i := range 20 {
+		ok, _ := l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("fill", i)), hdr("x-y", fmt.Sprint("fill", i)))
+		require.True(t, ok)
+	}
+	ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "A"), hdr("x-y", "fill0"))
+	require.True(t, ok)
+	dropped := func() uint64 {
+		n, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+		require.NoError(t, err)
+		return n
+	}
+	overflows := func() uint64 {
+		n, _ := l.host.GetCounterMetric(statName("ratelimit_key_overflow_total", "y"))
+		return n
+	}
+	before, overflowed := dropped(), overflows()
+	require.Positive(t, overflowed, "the fills overflowed: every partition is full")
+
+	id := l.host.InitializeHttpContext()
+	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A"), hdr("x-y", "late")}, true)
+	out := l.host.GetCalloutAttributesFromContext(id)
+	require.Len(t, out, 2)
+	l.answerAt(t, url, out[0])
+	require.NotNil(t, l.host.GetSentLocalResponse(id), "x denies the request at once")
+	l.answerAt(t, url, out[1])
+	l.host.CompleteHttpContext(id)
+	require.Equal(t, overflowed, overflows(), "a late answer is not counted as the rule's decision")
+	require.EqualValues(t, 10, dropped()-before, "the batch on the overflow key is dropped, all of it")
+	ok, calls := l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, 2, calls, "no lease was held: y asks Redis")
+}
