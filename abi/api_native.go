@@ -83,6 +83,15 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 	return proxywasm.SendHttpResponse(statusCode, headers, body, grpcStatus)
 }
 
+// DispatchHttpCallAlways sends an HTTP request to an Envoy cluster, its callback called also
+// for a stream that is gone; see the wasip1 build. Natively it is DispatchHttpCall: the SDK's
+// emulator drops the response of a deleted stream, so native tests deliver a late answer
+// before they complete the stream.
+func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
+}
+
 // DispatchHttpCall sends an HTTP request to an Envoy cluster; see the wasip1 build.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {

@@ -199,6 +199,25 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 	return token, nil
 }
 
+// DispatchHttpCallAlways is DispatchHttpCall whose callback is also called when the calling
+// stream is gone by the time the response arrives (Envoy does not cancel a torn-down stream's
+// callouts): the callback then runs with the root context effective and must use nothing of
+// the stream, only the callout's response and VM-wide state. It is for a response that
+// carries something the VM must keep whoever asked, such as units a store has debited.
+func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	hdr := encodeHeaders(headers)
+	trl := encodeHeaders(trailers)
+	var token uint32
+	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &token)
+	if st != statusOK {
+		return 0, statusError(st)
+	}
+	registerCalloutAlways(token, callback)
+	return token, nil
+}
+
 // GetHttpCallResponseHeader returns one header of the callout response being delivered, or
 // ErrNotFound. Reading one value is much cheaper than decoding the whole map.
 func GetHttpCallResponseHeader(key string) (string, error) {

@@ -47,18 +47,25 @@ type streamContext struct {
 type callout struct {
 	callback func(numHeaders, bodySize, numTrailers int)
 	caller   uint32
+	// always is set by DispatchHttpCallAlways: the callback runs, on the root context, also
+	// when the caller is gone.
+	always bool
 }
 
 // SetVMContext registers the filter. Call it from init(): a wasip1 reactor never runs main.
 func SetVMContext(ctx types.VMContext) { vmContext = ctx }
 
-func registerCallout(token uint32, cb func(int, int, int)) {
+func registerCallout(token uint32, cb func(int, int, int)) { registerCalloutAs(token, cb, false) }
+
+func registerCalloutAlways(token uint32, cb func(int, int, int)) { registerCalloutAs(token, cb, true) }
+
+func registerCalloutAs(token uint32, cb func(int, int, int), always bool) {
 	rootID := active
 	if s, ok := lookupStream(active); ok {
 		rootID = s.root
 	}
 	if r, ok := roots[rootID]; ok {
-		r.callouts[token] = callout{callback: cb, caller: active}
+		r.callouts[token] = callout{callback: cb, caller: active, always: always}
 	}
 }
 
@@ -331,6 +338,11 @@ func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers ui
 		// cancel the callout, so the response can arrive for a dead stream. Acting on it would
 		// touch a context the host no longer knows.
 		if _, alive := lookupStream(c.caller); !alive {
+			if c.always {
+				// Envoy calls this on the root context, which stays the effective one.
+				active = rootID
+				c.callback(int(numHeaders), int(bodySize), int(numTrailers))
+			}
 			return
 		}
 		if hostSetEffectiveContext(c.caller) != statusOK {

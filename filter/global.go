@@ -32,7 +32,8 @@ import (
 // trip of latency, one call per rule), and each rule commits on its own: a request denied by
 // one global rule may have been charged by the others (an over-count of at most one request
 // per other global rule, never an extra admission). Each partition has its own breaker, so a
-// shard that fails sends only its own keys to the failure mode.
+// shard that fails sends only its own keys to the failure mode. A lease batch one rule's call
+// commits after another rule denied the request is held as the VM's lease (lateShardAnswer).
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -206,7 +207,7 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
+	return h.dispatch(now, h.globalItems(true), full, false, func(numHeaders, bodySize, numTrailers int) {
 		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 	})
 }
@@ -214,8 +215,10 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
 // NOSCRIPT), the script itself, and counts it in the request's working set. The callback
 // captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives.
-func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
+// arrives. With always set, the answer is handed to the callback even when the stream is
+// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch
+// (lateShardAnswer).
+func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
 	h.calledOut = true
@@ -226,7 +229,11 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
-	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout,
+	call := abi.DispatchHttpCall
+	if always {
+		call = abi.DispatchHttpCallAlways
+	}
+	_, err := call(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
 			answer(numHeaders, bodySize, numTrailers)
@@ -488,7 +495,8 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
+	always := d.applied[i].take > d.applied[i].cost // a lease batch: kept even for a gone stream
+	err := h.dispatch(now, items, full, always, func(numHeaders, bodySize, numTrailers int) {
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
 	if err == nil {
@@ -501,11 +509,16 @@ func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, ful
 
 // onShardAnswer handles the answer to the callout of one global rule, d.applied[i]. An
 // enforced denial denies the request at once; the answers of the other rules, which arrive
-// later, are then ignored (their calls have committed on their own).
+// later, decide nothing more (their calls have committed on their own), but a lease batch
+// one of them committed is kept (lateShardAnswer).
 func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
-	if h.done || h.finished || h.d != d || i >= len(d.applied) {
+	if i >= len(d.applied) {
+		return
+	}
+	if h.done || h.finished || h.d != d {
+		h.lateShardAnswer(d, i, numHeaders, bodySize, numTrailers)
 		return
 	}
 	defer recoverTo("onShardAnswer", func() {
@@ -592,6 +605,38 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			abi.LogWarnf("ratelimit: resuming the request: %v", err)
 		}
 	}
+}
+
+// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
+// request no longer waits for it: another rule denied it, or the stream is gone. A lease batch
+// that Redis committed was debited like any other take, so it is held as this VM's lease on
+// the key, the request's own cost included (the request spent none of it, as when refundLeases
+// gives a denied request's units back): the units are spent by the key's next requests within
+// ttl of the call's send, or dropped and counted then, as every lease's are. Ignoring the
+// answer would leave the batch debited in Redis and neither spent nor counted. Everything else
+// (an exact decision, a denied batch, an error) committed nothing this VM can use.
+func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
+	defer recoverTo("lateShardAnswer", nil)
+	a := &d.applied[i]
+	if a.rs == nil || a.rs.lease == nil || a.take <= a.cost || a.decided || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return
+	}
+	c := h.plugin.redis
+	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
+		Part: redis.Partition(a.key, c.cfg.Partitions)}}
+	var answer [1]redis.Answer
+	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil || !answer[0].Decision.Allowed {
+		return
+	}
+	a.decision, a.decided = answer[0].Decision, true
+	l := a.rs.lease
+	if answer[0].Overflow {
+		// Decided on the rule's overflow key: no lease there, so the whole batch is dropped.
+		l.m.dropped.Increment(uint64(a.take))
+		return
+	}
+	_, held := l.taken(a.key, a.sentAt, a.take, a.cost, a.decision)
+	l.refund(held, a.cost)
 }
 
 func calloutStatus() int {
