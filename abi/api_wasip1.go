@@ -187,16 +187,7 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 // :path and :authority.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	hdr := encodeHeaders(headers)
-	trl := encodeHeaders(trailers)
-	var token uint32
-	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &token)
-	if st != statusOK {
-		return 0, statusError(st)
-	}
-	registerCallout(token, callback)
-	return token, nil
+	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, false)
 }
 
 // DispatchHttpCallAlways is DispatchHttpCall whose callback is also called when the calling
@@ -206,6 +197,12 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 // carries something the VM must keep whoever asked, such as units a store has debited.
 func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, true)
+}
+
+// dispatchHTTPCall makes the proxy_http_call of both and registers its callback.
+func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
 	hdr := encodeHeaders(headers)
 	trl := encodeHeaders(trailers)
 	var token uint32
@@ -214,7 +211,7 @@ func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, tr
 	if st != statusOK {
 		return 0, statusError(st)
 	}
-	registerCalloutAlways(token, callback)
+	registerCallout(token, callback, always)
 	return token, nil
 }
 

@@ -55,11 +55,9 @@ type callout struct {
 // SetVMContext registers the filter. Call it from init(): a wasip1 reactor never runs main.
 func SetVMContext(ctx types.VMContext) { vmContext = ctx }
 
-func registerCallout(token uint32, cb func(int, int, int)) { registerCalloutAs(token, cb, false) }
-
-func registerCalloutAlways(token uint32, cb func(int, int, int)) { registerCalloutAs(token, cb, true) }
-
-func registerCalloutAs(token uint32, cb func(int, int, int), always bool) {
+// registerCallout files the callback of callout token under the root context of the calling
+// stream (or the calling root), remembering the caller for the answer.
+func registerCallout(token uint32, cb func(int, int, int), always bool) {
 	rootID := active
 	if s, ok := lookupStream(active); ok {
 		rootID = s.root

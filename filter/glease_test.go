@@ -1,13 +1,8 @@
 package filter
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,17 +53,7 @@ func (l *leaseVMs) doRelayed(t *testing.T, w int, url string, headers ...[2]stri
 	for ; action == types.ActionPause && l.host.GetSentLocalResponse(id) == nil; callouts++ {
 		all := l.host.GetCalloutAttributesFromContext(id)
 		require.Greater(t, len(all), callouts, "paused without a callout")
-		c := all[callouts]
-		body := append(bytes.Clone(c.Body), '/')
-		body = strconv.AppendInt(body, l.now/1e9, 10)
-		body = append(body, '/')
-		body = strconv.AppendInt(body, l.now%1e9, 10)
-		resp, err := http.Post(strings.TrimSuffix(url, "/")+"/", "application/x-www-form-urlencoded", bytes.NewReader(body))
-		require.NoError(t, err)
-		answer, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(resp.StatusCode)}}, nil, answer)
+		l.answerAt(t, url, all[callouts])
 		action = l.host.GetCurrentHttpStreamAction(id)
 	}
 	if callouts == 0 {
