@@ -345,6 +345,12 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			return
 		}
 	}
+	h.finishWhenAnswered(d)
+}
+
+// finishWhenAnswered decides the request and resumes it once the last of its callouts has
+// answered (with partitions each global rule is a callout of its own).
+func (h *httpContext) finishWhenAnswered(d *decisions) {
 	if d.outstanding > 0 {
 		return
 	}
@@ -597,14 +603,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			return
 		}
 	}
-	if d.outstanding > 0 {
-		return
-	}
-	if h.finish() == types.ActionContinue {
-		if err := abi.ResumeHttpRequest(); err != nil {
-			abi.LogWarnf("ratelimit: resuming the request: %v", err)
-		}
-	}
+	h.finishWhenAnswered(d)
 }
 
 // lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
