@@ -134,8 +134,9 @@ var raceCases = []raceCase{
 }
 
 // runRace decides raceKey on two Tables (two workers) of one store in schedule (i, j) and
-// returns how many of the two requests were admitted and how many operations each worker made.
-func runRace(t *testing.T, c raceCase, i, j int) (admitted int, ops [2]int) {
+// returns how many of the two requests (and a third one after them) were admitted, how many of
+// the two spent all their attempts (contention), and how many operations each worker made.
+func runRace(t *testing.T, c raceCase, i, j int) (admitted, exhausted int, ops [2]int) {
 	mem := NewMemory()
 	secret, err := LoadSecret(mem)
 	if err != nil {
@@ -171,7 +172,9 @@ func runRace(t *testing.T, c raceCase, i, j int) (admitted int, ops [2]int) {
 	}
 	wg.Wait()
 	for w, err := range errs {
-		if err != nil && !errors.Is(err, ErrAttemptsExhausted) {
+		if errors.Is(err, ErrAttemptsExhausted) {
+			exhausted++
+		} else if err != nil {
 			t.Fatalf("worker %d: %v", w, err)
 		}
 		if allowed[w] {
@@ -190,21 +193,31 @@ func runRace(t *testing.T, c raceCase, i, j int) (admitted int, ops [2]int) {
 	if p.Decision.Allowed {
 		admitted++
 	}
-	return admitted, sched.ops
+	return admitted, exhausted, sched.ops
 }
 
 // Two workers deciding the same new key at the same moment admit exactly the limit, however
-// their reads and writes interleave: every schedule with two context switches is run.
+// their reads and writes interleave: every schedule with two context switches is run. No
+// schedule denies a request as contention either: in these schedules each worker's write can
+// lose at most the few races the other's one request causes, far fewer than its attempts, so
+// exhausting them would mean a worker waited on the other (a paused claimant, for one; see
+// create).
 func TestNewKeyRaceEveryInterleaving(t *testing.T) {
 	for _, c := range raceCases {
 		t.Run(c.name, func(t *testing.T) {
 			// Worker 1 alone first, to learn how many operations a request makes.
-			_, solo := runRace(t, c, 1<<30, 0)
-			runs, bad := 0, 0
+			_, _, solo := runRace(t, c, 1<<30, 0)
+			runs, bad, contended := 0, 0, 0
 			for i := 0; i <= solo[1]; i++ {
 				for j := 0; j <= solo[1]+solo[0]; j++ {
-					admitted, _ := runRace(t, c, i, j)
+					admitted, exhausted, _ := runRace(t, c, i, j)
 					runs++
+					if exhausted > 0 {
+						contended++
+						if contended <= 3 {
+							t.Errorf("schedule (%d, %d): %d requests denied as contention", i, j, exhausted)
+						}
+					}
 					if admitted != 1 {
 						bad++
 						if bad <= 3 {
@@ -215,6 +228,9 @@ func TestNewKeyRaceEveryInterleaving(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Errorf("%d of %d schedules over-admitted", bad, runs)
+			}
+			if contended > 0 {
+				t.Errorf("%d of %d schedules denied a request as contention", contended, runs)
 			}
 			t.Logf("%d schedules", runs)
 		})
@@ -235,20 +251,117 @@ func claimAt(t *testing.T, store Store, tab *Table, at int64) {
 	}
 }
 
-// A lookup that meets another worker's claim of its key, and no live copy, never decides on a
-// state that may not become the key's: it starts again, and with the claim still there after
-// all its attempts it is contention (the filter denies). Nothing is written meanwhile.
-func TestLookupWaitsForAFreshClaim(t *testing.T) {
+// A lookup that meets another worker's claim of its key, and no live copy, adopts the claim:
+// its decision is written into the claim's slot (no other slot is created, and the claimant's
+// count of created slots is not counted again), and the next request decides on that state.
+func TestLookupAdoptsAFreshClaim(t *testing.T) {
 	mem := NewMemory()
 	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))
 	claimAt(t, mem, tab, 0)
 	before := mem.Len()
 	var p Pending
-	if err := tab.AllowN(raceKey, claimTTL, 1, &p); !errors.Is(err, ErrAttemptsExhausted) {
-		t.Fatalf("err = %v, want ErrAttemptsExhausted while the claim is pending", err)
+	for i := range 2 {
+		if err := tab.AllowN(raceKey, claimTTL, 1, &p); err != nil || !p.Decision.Allowed || p.Decision.Remaining != int64(9-i) {
+			t.Fatalf("request %d: %v, %+v, want allowed with %d remaining", i, err, p.Decision, 9-i)
+		}
 	}
-	if mem.Len() != before {
-		t.Fatalf("a waiting lookup wrote %d entries", mem.Len()-before)
+	if mem.Len() != before || p.Overflow || tab.Used() != 0 {
+		t.Fatalf("the claim's slot was not the one written: %d new entries, overflow %v, created %d", mem.Len()-before, p.Overflow, tab.Used())
+	}
+	d := Digest(raceKey)
+	b, start := tab.cur.choices(sipHash24(tab.k0, tab.k1, d[:]))
+	v, _, err := mem.Get(string(appendName(nil, tab.prefix, tab.cur.maxKeys, b[0]*BucketSlots+start[0])))
+	if err != nil || len(v) < slotHeader || v[DigestSize] != slotLive {
+		t.Fatalf("the claimed slot holds %v (%v), want the key's live state", v, err)
+	}
+}
+
+// pausingStore pauses its worker at the first Set of a claim, until the test lets it go.
+type pausingStore struct {
+	Store
+	paused, resume chan struct{}
+	once           sync.Once
+}
+
+func (s *pausingStore) Set(key string, value []byte, cas uint32) error {
+	err := s.Store.Set(key, value, cas)
+	if len(value) == claimSize && value[DigestSize] == slotClaim {
+		s.once.Do(func() {
+			close(s.paused)
+			<-s.resume
+		})
+	}
+	return err
+}
+
+// A worker paused between writing its claim of a new key and converting it (in Envoy, a
+// worker thread the kernel descheduled) must not make other workers' requests for that key
+// fail: they adopt the claim and are decided, and the claimant, resumed, decides again on the
+// state they wrote. The key lives in one slot, and exactly the limit is admitted. Before
+// adoption, the other worker spent all its attempts waiting for the claim and was denied as
+// contention (ErrAttemptsExhausted).
+func TestPausedClaimantBlocksNobody(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		maxKeys uint32
+		cfg     algorithms.Config
+	}{
+		{"fixed window, one bucket", 5, algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}},
+		{"gcra, two buckets", 1000, algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour}},
+		{"leaky bucket, max_keys 1", 1, algorithms.Config{Algorithm: "leaky_bucket", Limit: 3, Window: time.Hour}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := NewMemory()
+			secret, err := LoadSecret(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := mustLimiter(t, c.cfg)
+			ps := &pausingStore{Store: mem, paused: make(chan struct{}), resume: make(chan struct{})}
+			newTab := func(s Store) *Table {
+				tab, err := NewTable(TableConfig{Store: s, Prefix: "rl|pause|", Slots: c.maxKeys, Attempts: 8, Limiter: lim, Secret: secret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tab
+			}
+			claimant, other := newTab(ps), newTab(mem)
+			done := make(chan error, 1)
+			var cp Pending
+			go func() { done <- claimant.AllowN(raceKey, 0, 1, &cp) }()
+			<-ps.paused
+			admitted := 0
+			var p Pending
+			if err := other.AllowN(raceKey, 0, 1, &p); err != nil {
+				t.Fatalf("the other worker's request, with the claimant paused: %v", err)
+			}
+			if p.Decision.Allowed {
+				admitted++
+			}
+			close(ps.resume)
+			if err := <-done; err != nil {
+				t.Fatalf("the claimant's request: %v", err)
+			}
+			if cp.Decision.Allowed {
+				admitted++
+			}
+			if cp.Retries == 0 {
+				t.Fatal("the claimant's conversion succeeded over the adopter's: the key was written twice")
+			}
+			// The key lives in one place: the rest of the limit, then denials.
+			for i := range 3 {
+				if err := newTab(mem).AllowN(raceKey, 0, 1, &p); err != nil {
+					t.Fatal(err)
+				}
+				if p.Decision.Allowed {
+					admitted++
+				}
+				t.Logf("request %d: %+v", i+3, p.Decision)
+			}
+			if admitted != 3 {
+				t.Fatalf("%d of 5 requests admitted, want the limit, 3", admitted)
+			}
+		})
 	}
 }
 

@@ -197,8 +197,9 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // created through a claim (see create): the claim is written, the key's other slots are
 // checked for another copy, and only then does the claim become the key's state; of two
 // claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
-// that meets a claim of its key and no live copy starts again until the claim is settled (a
-// claim older than claimTTL counts as free, so a VM that stopped mid-way blocks nobody). A
+// that meets a claim of its key and no live copy adopts it: it checks the other slots as the
+// claimant does and writes its own decision into the claim, by compare-and-swap, so a worker
+// paused mid-way delays nobody (see create). A claim older than claimTTL counts as free. A
 // key is sent to overflow only on slots read after the count of created slots said full, so
 // a worker never sees the key's slot empty, then the count full because another worker just
 // created the key there, and counts the key in an overflow slot as well (see scan).
@@ -369,10 +370,12 @@ type Pending struct {
 	now, n int64
 	// The slot to write: geo is its geometry's max_keys (0 for an overflow slot), idx its
 	// number; fresh is set when it was never written; place is set when the key is not in it
-	// yet, so that writing it creates the key (see create).
+	// yet, so that writing it creates the key (see create); adopt is set when the slot holds
+	// another worker's claim of the key, which this request settles (see create).
 	geo, idx uint32
 	fresh    bool
 	place    bool
+	adopt    bool
 	cas      uint32
 	value    []byte
 	// h is the key's keyed hash.
@@ -432,10 +435,6 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // errMoveLost means writing a forward lost a race; the lookup starts again.
 var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 
-// errClaimPending means another worker is creating the key (its claim is in one of the key's
-// slots, and no live copy is): the lookup starts again, and finds the key once it is created.
-var errClaimPending = errors.New("sharedstate: another worker is creating the key")
-
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 func (t *Table) decide(p *Pending) error {
 	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
@@ -445,7 +444,7 @@ func (t *Table) decide(p *Pending) error {
 	for {
 		err := t.decideIn(p, t.cur, h, nil, 0)
 		t.first = firstRead{}
-		if !errors.Is(err, errMoveLost) && !errors.Is(err, errClaimPending) {
+		if !errors.Is(err, errMoveLost) {
 			return err
 		}
 		p.Retries++
@@ -479,7 +478,7 @@ func (t *Table) decideFirst(p *Pending, h uint64) (bool, error) {
 	idx := b[0]*BucketSlots + start[0]
 	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
 	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
-		p.Overflow, p.fresh, p.place = false, false, false
+		p.Overflow, p.fresh, p.place, p.adopt = false, false, false, false
 		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
 		return true, t.run(p, v[slotHeader:])
 	}
@@ -490,15 +489,18 @@ func (t *Table) decideFirst(p *Pending, h uint64) (bool, error) {
 // scan is what a lookup learned about a key in one geometry.
 type scan struct {
 	found      bool   // the key's digest is in slot idx (cas)
-	pending    bool   // another worker's claim of the key is in one of its slots
+	pending    bool   // another worker's claim of the key is in slot claimAt (claimCas)
+	claimAt    uint32 // when pending: the first such claim in the order lookups read the slots
+	claimCas   uint32
 	moved      uint32 // when found: non-zero if the slot is a forward to this geometry
 	state      []byte // when found: the key's state
 	idx        uint32
 	cas        uint32
-	place      bool // a free slot for the key: placeIdx (placeCas), never written if placeFresh
+	place      bool // a slot for the key: placeAt (placeCas), never written if placeFresh
 	placeAt    uint32
 	placeCas   uint32
 	placeFresh bool
+	placeClaim bool // placeAt holds another worker's claim of the key, to be adopted
 }
 
 // forward is a slot that forwards the key to another geometry, with the copy of its state.
@@ -510,13 +512,15 @@ type forward struct {
 // decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
 // copy is the state to start from when the key is absent from g.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
-	p.Overflow, p.fresh, p.place = false, false, false
+	p.Overflow, p.fresh, p.place, p.adopt = false, false, false, false
 	s, err := t.scan(g, h, p, true)
 	if err != nil {
 		return err
 	}
 	if !s.found && s.pending {
-		return errClaimPending
+		// Another worker is creating the key and no live copy exists: the request adopts that
+		// claim (see create) rather than wait for a worker that may be paused.
+		s.place, s.placeAt, s.placeCas, s.placeFresh, s.placeClaim = true, s.claimAt, s.claimCas, false, true
 	}
 	if s.found && s.moved != 0 {
 		if s.moved != g.maxKeys && hops < maxHops {
@@ -578,7 +582,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 				}
 				return err
 			}
-			p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
+			p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 			return t.run(p, o.state)
 		}
 		if from == nil {
@@ -587,10 +591,10 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 	}
 	switch {
 	case s.place && from != nil:
-		p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
+		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 		return t.run(p, from.state)
 	case s.place:
-		p.geo, p.idx, p.cas, p.fresh, p.place = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true
+		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 		return t.run(p, nil)
 	case from != nil:
 		// No room where the forward points: the key lives on in the forward's slot, which
@@ -619,39 +623,55 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 // after that claim was written, and finds the claim, its live state, or its release; whichever
 // it is, at most one of the two copies becomes live: one releases itself, or the winner releases
 // the other's claim before the other's conversion (which then fails), or finds it converted and
-// gives way. A lookup that meets a claim and no live copy starts again (errClaimPending): it
-// never decides on a state that may not become the key's.
+// gives way.
+//
+// A lookup that meets another worker's claim of the key and no live copy adopts the claim
+// (p.adopt): it skips step 1 and runs steps 2 and 3 on that claim, as read by its lookup. It
+// never decides on a state that may not become the key's: its decision is written only by the
+// conversion, a compare-and-swap against the claim it read. The claimant and every adopter
+// read the key's other slots after the claim was written, so the argument above holds for each
+// of them, and of all their conversions only the first succeeds (each changes the claim's CAS
+// number); the others decide again, on the live state. So a worker paused between writing its
+// claim and converting it (a descheduled thread) delays nobody. Were lookups to wait for the
+// claimant instead, every other worker's request for the key would spend its attempts while
+// the claimant is paused, and be denied as contention: a false 429
+// (TestPausedClaimantBlocksNobody).
 //
 // A slot created by the claim is counted (countCreated) whether or not the claim wins: the
-// slot exists either way.
+// slot exists either way. It is counted by its claimant, never by an adopter.
 func (t *Table) create(p *Pending) (err error) {
 	name := t.name(p.geo, p.idx)
-	t.claim = append(t.claim[:0], p.digest[:]...)
-	t.claim = append(t.claim, slotClaim)
-	t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
-	t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
-	if err := t.store.Set(name, t.claim, p.cas); err != nil {
-		return err
-	}
-	if p.fresh {
-		defer func() { p.Claimed, p.Used = true, t.countCreated(p.geo) }()
-	}
-	v, cas, err := t.store.Get(name)
-	switch {
-	case isNotFound(err):
-		return ErrCasMismatch
-	case err != nil:
-		return err
-	case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
-		// Released by a worker whose claim comes first: decide again.
-		return ErrCasMismatch
+	cas := p.cas
+	if !p.adopt {
+		t.claim = append(t.claim[:0], p.digest[:]...)
+		t.claim = append(t.claim, slotClaim)
+		t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
+		t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
+		if err := t.store.Set(name, t.claim, p.cas); err != nil {
+			return err
+		}
+		if p.fresh {
+			defer func() { p.Claimed, p.Used = true, t.countCreated(p.geo) }()
+		}
+		var v []byte
+		v, cas, err = t.store.Get(name)
+		switch {
+		case isNotFound(err):
+			return ErrCasMismatch
+		case err != nil:
+			return err
+		case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+			// Released by a worker whose claim comes first: decide again.
+			return ErrCasMismatch
+		}
 	}
 	lost, err := t.verify(p)
 	if err != nil || lost {
-		// Release the claim, so that lookups stop waiting for it; a failed release means
-		// another worker already released it.
-		t.claim[DigestSize] = slotReleased
-		if rerr := t.store.Set(name, t.claim[:slotHeader], cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
+		// Release the claim, so that no lookup adopts it again; a failed release means another
+		// worker already released (or converted) it.
+		t.claim = append(t.claim[:0], p.digest[:]...)
+		t.claim = append(t.claim, slotReleased)
+		if rerr := t.store.Set(name, t.claim, cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
 			err = rerr
 		}
 		if err != nil {
@@ -818,7 +838,9 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 				!claimStale(v, p.now) {
 				// Another worker is creating the key here. Keep looking: a live copy, if
 				// there is one, wins over the claim (see create).
-				s.pending = true
+				if !s.pending {
+					s.pending, s.claimAt, s.claimCas = true, idx, vcas
+				}
 				load[c]++
 				continue
 			}
