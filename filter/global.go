@@ -24,7 +24,8 @@ import (
 // cost, debited all or nothing with the request's other global rules. A batch Redis denies
 // committed nothing, and the call is sent again with the request's own cost (retakeGlobal),
 // so a lease never denies what the exact call admits. A request whose global rules were all
-// admitted from leases sends no callout.
+// admitted from leases sends no callout. A batch the call commits after the client reset the
+// stream is held as the VM's lease (lateAnswer), as a partitioned rule's late batch is.
 //
 // With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
 // one request's rules live on different slots, which one script call cannot touch on a
@@ -179,12 +180,16 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 // globalItems lists the request's global rules as the items of one script call, in rule order.
 // The keys are built back to back in one buffer first, and sliced only once it has stopped
 // growing; withKeys false leaves them out (parsing an answer needs only the rules).
-func (h *httpContext) globalItems(withKeys bool) []redis.Item {
+func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
+
+// itemsOf is globalItems for the working set d, which a late answer (lateAnswer) still holds
+// when the stream has given it up.
+func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	p := h.plugin
 	c := p.redis
 	c.keys, c.items = c.keys[:0], c.items[:0]
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
+	for i := range d.applied {
+		a := &d.applied[i]
 		if !a.inCall() {
 			continue
 		}
@@ -205,19 +210,33 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 	return c.items
 }
 
+// sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
+// script when full is set (after NOSCRIPT). A call that asks for a lease batch is kept even
+// for a gone stream (lateAnswer), as a partitioned rule's is (sendShardCallout).
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, false, func(numHeaders, bodySize, numTrailers int) {
+	return h.dispatch(now, h.globalItems(true), full, d.asksBatch(), func(numHeaders, bodySize, numTrailers int) {
 		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 	})
+}
+
+// asksBatch reports whether a global rule of the request's call asks Redis for a lease batch
+// (more than the request's cost).
+func (d *decisions) asksBatch() bool {
+	for i := range d.applied {
+		if a := &d.applied[i]; a.inCall() && a.take > a.cost {
+			return true
+		}
+	}
+	return false
 }
 
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
 // NOSCRIPT), the script itself, and counts it in the request's working set. The callback
 // captures that set itself: the stream may be gone (and its set detached) before the answer
 // arrives. With always set, the answer is handed to the callback even when the stream is
-// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch
-// (lateShardAnswer).
+// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch (lateAnswer,
+// lateShardAnswer).
 func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
@@ -253,6 +272,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	p := h.plugin
 	c := p.redis
 	if h.done || h.finished || h.d != d {
+		h.lateAnswer(d, numHeaders, bodySize, numTrailers)
 		return
 	}
 	defer recoverTo("onRedisAnswer", func() {
@@ -608,12 +628,8 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 
 // lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
 // request no longer waits for it: another rule denied it, or the stream is gone. A lease batch
-// that Redis committed was debited like any other take, so it is held as this VM's lease on
-// the key, the request's own cost included (the request spent none of it, as when refundLeases
-// gives a denied request's units back): the units are spent by the key's next requests within
-// ttl of the call's send, or dropped and counted then, as every lease's are. Ignoring the
-// answer would leave the batch debited in Redis and neither spent nor counted. Everything else
-// (an exact decision, a denied batch, an error) committed nothing this VM can use.
+// that Redis committed is held as this VM's lease (holdLateBatch). Everything else (an exact
+// decision, a denied batch, an error) committed nothing this VM can use.
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
@@ -624,17 +640,66 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
-	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil || !answer[0].Decision.Allowed {
+	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil {
 		return
 	}
-	a.decision, a.decided = answer[0].Decision, true
+	holdLateBatch(a, a.sentAt, answer[0])
+}
+
+// lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
+// once the request no longer waits for it: its stream is gone (the client reset it while the
+// call was out). The call decided every global rule of the request all or nothing; when Redis
+// committed it, every lease batch in it is held as this VM's lease (holdLateBatch), as a
+// partitioned rule's late batch is. An answer that committed nothing (an enforced rule
+// denied, an error) leaves nothing to keep.
+func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
+	defer recoverTo("lateAnswer", nil)
+	if !d.asksBatch() || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return
+	}
+	c := h.plugin.redis
+	items := h.itemsOf(d, false)
+	if cap(c.answers) < len(items) {
+		c.answers = make([]redis.Answer, len(items))
+	}
+	c.answers = c.answers[:len(items)]
+	_, committed, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	if err != nil || !committed {
+		return
+	}
+	j := 0
+	for i := range d.applied {
+		a := &d.applied[i]
+		if !a.inCall() || j >= len(c.answers) {
+			continue
+		}
+		if a.rs.lease != nil && a.take > a.cost {
+			holdLateBatch(a, d.sentAt, c.answers[j])
+		}
+		j++
+	}
+}
+
+// holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis
+// committed it (answer admits it) after the request stopped waiting. The batch was debited
+// like any other take, so it is held as this VM's lease on the key, the request's own cost
+// included (the request spent none of it, as when refundLeases gives a denied request's units
+// back): the units are spent by the key's next requests within ttl of the call's send, or
+// dropped and counted then, as every lease's are. Ignoring the answer would leave the batch
+// debited in Redis and neither spent nor counted. A batch decided on the rule's overflow key
+// gives no lease, so all of it is counted as dropped at once. The caller has checked that a
+// asked for a batch (a.take > a.cost) on a leased rule.
+func holdLateBatch(a *applied, sentAt int64, answer redis.Answer) {
+	if !answer.Decision.Allowed {
+		return
+	}
+	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer[0].Overflow {
-		// Decided on the rule's overflow key: no lease there, so the whole batch is dropped.
+	if answer.Overflow {
 		l.m.dropped.Increment(uint64(a.take))
 		return
 	}
-	_, held := l.taken(a.key, a.sentAt, a.take, a.cost, a.decision)
+	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
 	l.refund(held, a.cost)
 }
 

@@ -1,0 +1,185 @@
+package filter
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Lease batches whose call Redis answers after the client reset the stream, natively against
+// a real redis-server and webdis on the fake clock of newGlobalFleet: with redis.partitions 1
+// (the request's one call, lateAnswer) and, for comparison, 4 (one call per rule,
+// lateShardAnswer).
+
+// resetMidCall starts a request with headers on worker VM w and resets its stream while its
+// callouts are out: the filter's OnHttpStreamDone runs first, as Envoy's proxy_on_log does for
+// a stream the client reset, and only then is every callout answered by webdis at url. The
+// SDK's emulator drops the answer of a deleted stream, so the context is deleted only after
+// the answers; on a Wasm host abi.DispatchHttpCallAlways delivers them on the root context
+// instead (wasmhost/moduletest tests that). It returns the number of callouts.
+func (l *leaseVMs) resetMidCall(t *testing.T, w int, url string, headers ...[2]string) int {
+	t.Helper()
+	l.cur = w
+	// NewHttpContext reuses the VM's last free context: offering it this one gives the test
+	// the stream's context, whose OnHttpStreamDone the emulator calls only with the deletion.
+	h := &httpContext{}
+	l.vms[w].contexts = append(l.vms[w].contexts, h)
+	id := l.host.InitializeHttpContext()
+	action := l.host.CallOnRequestHeaders(id, append([][2]string{{":method", "GET"}, {":path", "/"}}, headers...), true)
+	require.Equal(t, types.ActionPause, action, "the request waits for Redis")
+	require.Equal(t, id, h.id, "the stream got the offered context")
+	calls := l.host.GetCalloutAttributesFromContext(id)
+	require.NotEmpty(t, calls)
+	h.OnHttpStreamDone()
+	require.True(t, h.done)
+	for _, c := range calls {
+		l.answerAt(t, url, c)
+	}
+	require.Nil(t, l.host.GetSentLocalResponse(id), "nothing is sent on a gone stream")
+	l.host.CompleteHttpContext(id)
+	return len(calls)
+}
+
+// leasedY is a global rule x (exact, limit xLimit per x-k) and a leased global rule y (1000
+// an hour per x-y, batches of 10) in partitions partitions; maxKeys bounds y's keys (0: no
+// bound).
+func leasedY(partitions, xLimit, maxKeys int) string {
+	bound := ""
+	if maxKeys > 0 {
+		bound = fmt.Sprintf(`"max_keys":%d,`, maxKeys)
+	}
+	rules := fmt.Sprintf(`[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":%d,"window":"1h"},`, xLimit) +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h",` + bound + `"lease":{"batch":10,"ttl":"1m"}}]`
+	return filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: partitions}, rules)
+}
+
+// yTokens returns the tokens Redis holds for y's key k, in the token bucket's nanoseconds of
+// refill (3.6 s a token at 1000 an hour), or -1 when the key does not exist.
+func yTokens(t *testing.T, srv *redistest.Server, k string) int64 {
+	t.Helper()
+	// Partitioned keys first (rl:{rl:y:<p>}:...), then the domain's one slot (rl:{rl}:y:...).
+	keys := srv.MustDo("KEYS", "rl:{rl:y:*}:*:"+k).([]any)
+	if len(keys) == 0 {
+		keys = srv.MustDo("KEYS", "rl:{rl}:y:*:"+k).([]any)
+	}
+	if len(keys) == 0 {
+		return -1
+	}
+	require.Len(t, keys, 1)
+	var n int64
+	_, err := fmt.Sscan(fmt.Sprint(srv.MustDo("HGET", fmt.Sprint(keys[0]), "t")), &n)
+	require.NoError(t, err)
+	return n
+}
+
+// yKey is how y's lease map names the key of x-y: late (the descriptor: each key part's length
+// and value).
+const yKey = "4:late"
+
+// tokens is n tokens of y in the token bucket's unit.
+func tokens(n int64) int64 { return n * int64(3600*time.Millisecond) }
+
+// TestLateBatchIsHeld: a request's call asks Redis for y's lease batch and the client resets
+// the stream before the answer arrives. Redis commits the call (x admits, y's batch of 10
+// fits), so the ten units are debited: the VM holds them as its lease on the key, the reset
+// request's own unit included (it spent none), and the key's next ten requests are admitted
+// for y with no unit asked of Redis. With partitions 1 this is lateAnswer (the request's one
+// call, all or nothing); before it, the batch was debited and neither spent nor counted. With
+// partitions 4, lateShardAnswer, the same.
+func TestLateBatchIsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
+			url := srv.WebdisURL()
+			calls := l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+			require.Equal(t, min(parts, 2), calls, "one call, or one per rule")
+			require.Equal(t, tokens(990), yTokens(t, srv, "late"), "Redis debited y's batch of 10")
+			y := l.vms[0].rules[1]
+			require.Equal(t, "y", y.rule.Name)
+			held := y.lease.held[yKey]
+			require.NotNil(t, held, "the committed batch is this VM's lease")
+			require.EqualValues(t, 10, held.units, "all of it: the reset request spent none")
+			require.Equal(t, t0.UnixNano()+int64(time.Minute), held.expires, "ttl from the call's send")
+			taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "y"))
+			require.NoError(t, err)
+			require.EqualValues(t, 1, taken)
+
+			for i := range 10 {
+				l.now += int64(time.Millisecond)
+				ok, _ := l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("B", i)), hdr("x-y", "late"))
+				require.True(t, ok)
+				require.Equal(t, tokens(990), yTokens(t, srv, "late"), "request %d spends the held batch", i)
+			}
+			ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "C"), hdr("x-y", "late"))
+			require.True(t, ok)
+			require.Less(t, yTokens(t, srv, "late"), tokens(981), "the batch is spent: y takes another")
+			dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+			require.NoError(t, err)
+			require.Zero(t, dropped)
+		})
+	}
+}
+
+// TestLateBatchUncommittedIsNotHeld: with partitions 1 a reset request's call in which x
+// denies commits nothing (all or nothing), y's batch included: the VM holds no lease, and the
+// key's next request asks Redis for y again.
+func TestLateBatchUncommittedIsNotHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	l := newGlobalFleet(t, leasedY(1, 1, 0), 1, 1)
+	url := srv.WebdisURL()
+	ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "A"), hdr("x-y", "first"))
+	require.True(t, ok, "A's one request")
+	l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+	require.EqualValues(t, -1, yTokens(t, srv, "late"), "x denied: Redis wrote nothing for y")
+	y := l.vms[0].rules[1]
+	require.Nil(t, y.lease.held[yKey], "no lease for a batch Redis did not commit")
+	ok, _ = l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, tokens(990), yTokens(t, srv, "late"), "y asks Redis for its first batch")
+	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "y"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, taken, "first's batch and B's; none for the reset request")
+	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+	require.NoError(t, err)
+	require.Zero(t, dropped, "nothing was debited, so nothing is dropped")
+}
+
+// TestLateBatchOnOverflowIsDropped: a reset request's batch (as in TestLateBatchIsHeld) that
+// Redis decided on y's overflow key, y's key bound being reached, gives the VM no lease; the
+// whole batch, the reset request's unit included, is counted in lease_units_dropped, as the
+// partitioned path counts it (TestPartitionedLateBatchOnOverflowIsDropped).
+func TestLateBatchOnOverflowIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 4), 1, 1)
+			url := srv.WebdisURL()
+			// max_keys 4: one live key per partition with 4, four in all with 1; twenty keys
+			// fill every partition.
+			for i := range 20 {
+				ok, _ := l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("fill", i)), hdr("x-y", fmt.Sprint("fill", i)))
+				require.True(t, ok)
+			}
+			counter := func(metric string) uint64 {
+				n, _ := l.host.GetCounterMetric(statName(metric, "y"))
+				return n
+			}
+			overflowed, before := counter("ratelimit_key_overflow_total"), counter("ratelimit_lease_units_dropped_total")
+			require.Positive(t, overflowed, "the fills overflowed")
+
+			l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+			require.Equal(t, overflowed, counter("ratelimit_key_overflow_total"), "a late answer is not counted as the rule's decision")
+			require.EqualValues(t, 10, counter("ratelimit_lease_units_dropped_total")-before, "the batch on the overflow key is dropped, all of it")
+			require.Nil(t, l.vms[0].rules[1].lease.held[yKey], "no lease on an overflow key")
+		})
+	}
+}
