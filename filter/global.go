@@ -105,15 +105,16 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
 // VM has its own breaker and learns about an outage from its own callouts.
 //
-// A probe's answer can be lost: when the probing request's stream is torn down first (the
-// client went away), the ABI layer drops the answer, as the stream is gone. A probe unanswered
-// for longer than the callout timeout, which the host enforces on every callout, was therefore
-// lost, and the next request sends another one; without that, the worker would skip Redis for
-// good.
+// Every answer reaches the breaker, also one that arrives after the probing request's stream
+// was torn down (the client went away): the calls are dispatched so that a gone stream's
+// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
+// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
+// timeout, which the host enforces on every callout, counts as lost, and the next request
+// sends another one; without that, the worker would skip Redis for good.
 //
 // The probe is a request, not a callout: every global rule of the probing request is sent.
 // Were its other rules skipped, a failure mode that denies would end the request at once, and
-// the probe's answer would be dropped with it, on every probe.
+// the probe would decide nothing for it, on every probe.
 type breaker struct {
 	threshold int
 	cooldown  int64
@@ -211,33 +212,22 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 }
 
 // sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
-// script when full is set (after NOSCRIPT). A call that asks for a lease batch is kept even
-// for a gone stream (lateAnswer), as a partitioned rule's is (sendShardCallout).
+// script when full is set (after NOSCRIPT).
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, d.asksBatch(), func(numHeaders, bodySize, numTrailers int) {
+	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
 		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 	})
-}
-
-// asksBatch reports whether a global rule of the request's call asks Redis for a lease batch
-// (more than the request's cost).
-func (d *decisions) asksBatch() bool {
-	for i := range d.applied {
-		if a := &d.applied[i]; a.inCall() && a.take > a.cost {
-			return true
-		}
-	}
-	return false
 }
 
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
 // NOSCRIPT), the script itself, and counts it in the request's working set. The callback
 // captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives. With always set, the answer is handed to the callback even when the stream is
-// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch (lateAnswer,
-// lateShardAnswer).
-func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool, answer func(numHeaders, bodySize, numTrailers int)) error {
+// arrives. The answer is handed to the callback even when the stream is gone
+// (abi.DispatchHttpCallAlways): it may commit a lease batch the VM must hold, and it says
+// how Redis is doing, which the latency histogram and the breaker must hear whoever asked
+// (lateAnswer, lateShardAnswer).
+func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
 	h.calledOut = true
@@ -248,11 +238,7 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool,
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
-	call := abi.DispatchHttpCall
-	if always {
-		call = abi.DispatchHttpCallAlways
-	}
-	_, err := call(c.cfg.Cluster, c.headers, c.body, nil, timeout,
+	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
 			answer(numHeaders, bodySize, numTrailers)
@@ -295,10 +281,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	}
 	switch {
 	case err == nil:
-		if c.breaker.success() {
-			c.gauge.set(false)
-			abi.LogInfof("ratelimit: redis answers again; global rules use it")
-		}
+		c.partSuccess(-1)
 		// The answers come in rule order; the first enforced denial is the request's.
 		var denied *applied
 		retake := false
@@ -438,13 +421,20 @@ func (c *redisClient) breakerOf(part int) *breaker {
 	return &c.parts[part%len(c.parts)]
 }
 
-// partSuccess records an answered call to partition part.
+// partSuccess records an answered call to partition part (-1: the one call of an
+// unpartitioned request).
 func (c *redisClient) partSuccess(part int) {
-	if c.breakerOf(part).success() {
-		c.openParts--
-		c.gauge.set(c.openParts > 0)
-		abi.LogInfof("ratelimit: redis answers again for partition %d", part)
+	if !c.breakerOf(part).success() {
+		return
 	}
+	if part < 0 || len(c.parts) == 0 {
+		c.gauge.set(false)
+		abi.LogInfof("ratelimit: redis answers again; global rules use it")
+		return
+	}
+	c.openParts--
+	c.gauge.set(c.openParts > 0)
+	abi.LogInfof("ratelimit: redis answers again for partition %d", part)
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
@@ -521,8 +511,7 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	always := d.applied[i].take > d.applied[i].cost // a lease batch: kept even for a gone stream
-	err := h.dispatch(now, items, full, always, func(numHeaders, bodySize, numTrailers int) {
+	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
 	if err == nil {
@@ -627,43 +616,49 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 }
 
 // lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
-// request no longer waits for it: another rule denied it, or the stream is gone. A lease batch
-// that Redis committed is held as this VM's lease (holdLateBatch). Everything else (an exact
-// decision, a denied batch, an error) committed nothing this VM can use.
+// request no longer waits for it: another rule denied it, or the stream is gone. What it says
+// of Redis is recorded (lateOutcome), and a lease batch that Redis committed is held as this
+// VM's lease (holdLateBatch). Everything else (an exact decision, a denied batch, an error)
+// committed nothing this VM can use.
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
-	if a.rs == nil || a.rs.lease == nil || a.take <= a.cost || a.decided || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+	if a.rs == nil {
 		return
 	}
 	c := h.plugin.redis
 	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
-	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil {
-		return
+	err := errCalloutReset
+	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
 	}
-	holdLateBatch(a, a.sentAt, answer[0])
+	h.lateOutcome(a.sentAt, item[0].Part, err)
+	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
+		holdLateBatch(a, a.sentAt, answer[0])
+	}
 }
 
 // lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
 // once the request no longer waits for it: its stream is gone (the client reset it while the
-// call was out). The call decided every global rule of the request all or nothing; when Redis
-// committed it, every lease batch in it is held as this VM's lease (holdLateBatch), as a
-// partitioned rule's late batch is. An answer that committed nothing (an enforced rule
-// denied, an error) leaves nothing to keep.
+// call was out). What it says of Redis is recorded (lateOutcome). The call decided every
+// global rule of the request all or nothing; when Redis committed it, every lease batch in it
+// is held as this VM's lease (holdLateBatch), as a partitioned rule's late batch is. An
+// answer that committed nothing (an enforced rule denied, an error) leaves nothing to keep.
 func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateAnswer", nil)
-	if !d.asksBatch() || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		return
-	}
 	c := h.plugin.redis
 	items := h.itemsOf(d, false)
 	if cap(c.answers) < len(items) {
 		c.answers = make([]redis.Answer, len(items))
 	}
 	c.answers = c.answers[:len(items)]
-	_, committed, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	err, committed := errCalloutReset, false
+	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	}
+	h.lateOutcome(d.sentAt, -1, err)
 	if err != nil || !committed {
 		return
 	}
@@ -677,6 +672,29 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 			holdLateBatch(a, d.sentAt, c.answers[j])
 		}
 		j++
+	}
+}
+
+// lateOutcome records what an answer that arrives after its request stopped waiting says of
+// Redis, as an awaited answer's is recorded: the round trip since sentAt in the latency
+// histogram, and a success or a failure (counted by kind) for the breaker of partition part
+// (-1: the one breaker). Late answers are the slow ones (a client gives up while Redis
+// stalls), so leaving them out would show operators a faster Redis than their clients see,
+// and a breaker that never hears of the failures their clients gave up on would keep every
+// request waiting for Redis's timeout. NOSCRIPT says Redis is up but lost the script, which
+// an awaited answer would resend; nobody resends for a gone request, so it is neither.
+func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
+	c := h.plugin.redis
+	now := h.plugin.now()
+	if us := (now - sentAt) / 1000; us >= 0 {
+		c.m.latency.Record(uint64(us))
+	}
+	switch {
+	case err == nil:
+		c.partSuccess(part)
+	case errors.Is(err, redis.ErrNoScript):
+	default:
+		h.noteFailureIn(now, part, err)
 	}
 }
 

@@ -8,21 +8,37 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// Lease batches whose call Redis answers after the client reset the stream, natively against
-// a real redis-server and webdis on the fake clock of newGlobalFleet: with redis.partitions 1
-// (the request's one call, lateAnswer) and, for comparison, 4 (one call per rule,
-// lateShardAnswer).
+// Calls that Redis answers after the client reset the stream, natively against a real
+// redis-server and webdis on the fake clock of newGlobalFleet: with redis.partitions 1 (the
+// request's one call, lateAnswer) and 4 (one call per rule, lateShardAnswer). A lease batch
+// such a call commits is held; every such answer is measured and heard by the breaker.
 
 // resetMidCall starts a request with headers on worker VM w and resets its stream while its
-// callouts are out: the filter's OnHttpStreamDone runs first, as Envoy's proxy_on_log does for
-// a stream the client reset, and only then is every callout answered by webdis at url. The
+// callouts are out (startReset), then has webdis at url answer every callout and deletes the
+// stream's context. It returns the number of callouts.
+func (l *leaseVMs) resetMidCall(t *testing.T, w int, url string, headers ...[2]string) int {
+	t.Helper()
+	id, calls := l.startReset(t, w, headers...)
+	for _, c := range calls {
+		l.answerAt(t, url, c)
+	}
+	require.Nil(t, l.host.GetSentLocalResponse(id), "nothing is sent on a gone stream")
+	l.host.CompleteHttpContext(id)
+	return len(calls)
+}
+
+// startReset starts a request with headers on worker VM w and resets its stream while its
+// callouts are out: the filter's OnHttpStreamDone runs before any answer is delivered, as
+// Envoy's proxy_on_log does for a stream the client reset. It returns the stream and its
+// callouts, which the caller answers and then deletes the stream (CompleteHttpContext): the
 // SDK's emulator drops the answer of a deleted stream, so the context is deleted only after
 // the answers; on a Wasm host abi.DispatchHttpCallAlways delivers them on the root context
-// instead (wasmhost/moduletest tests that). It returns the number of callouts.
-func (l *leaseVMs) resetMidCall(t *testing.T, w int, url string, headers ...[2]string) int {
+// instead (wasmhost/moduletest tests that).
+func (l *leaseVMs) startReset(t *testing.T, w int, headers ...[2]string) (uint32, []proxytest.HttpCalloutAttribute) {
 	t.Helper()
 	l.cur = w
 	// NewHttpContext reuses the VM's last free context: offering it this one gives the test
@@ -37,12 +53,7 @@ func (l *leaseVMs) resetMidCall(t *testing.T, w int, url string, headers ...[2]s
 	require.NotEmpty(t, calls)
 	h.OnHttpStreamDone()
 	require.True(t, h.done)
-	for _, c := range calls {
-		l.answerAt(t, url, c)
-	}
-	require.Nil(t, l.host.GetSentLocalResponse(id), "nothing is sent on a gone stream")
-	l.host.CompleteHttpContext(id)
-	return len(calls)
+	return id, calls
 }
 
 // leasedY is a global rule x (exact, limit xLimit per x-k) and a leased global rule y (1000
@@ -180,6 +191,74 @@ func TestLateBatchOnOverflowIsDropped(t *testing.T) {
 			require.Equal(t, overflowed, counter("ratelimit_key_overflow_total"), "a late answer is not counted as the rule's decision")
 			require.EqualValues(t, 10, counter("ratelimit_lease_units_dropped_total")-before, "the batch on the overflow key is dropped, all of it")
 			require.Nil(t, l.vms[0].rules[1].lease.held[yKey], "no lease on an overflow key")
+		})
+	}
+}
+
+// TestLateAnswerIsMeasured: the answer to a reset request's call, 7 ms after its send, is a
+// round trip of Redis like any other and is recorded in ratelimit_redis_latency_us; before,
+// the slow answers clients gave up on were left out of the histogram.
+func TestLateAnswerIsMeasured(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts},
+				`[{"name":"g","scope":"global","algorithm":"token_bucket","limit":10,"window":"1m"}]`), 1, 1)
+			id, calls := l.startReset(t, 0)
+			require.Len(t, calls, 1)
+			l.now += int64(7 * time.Millisecond)
+			l.answerAt(t, srv.WebdisURL(), calls[0])
+			l.host.CompleteHttpContext(id)
+			us, err := l.host.GetHistogramMetric("ratelimit_redis_latency_us")
+			require.NoError(t, err)
+			require.EqualValues(t, 7000, us)
+		})
+	}
+}
+
+// TestLateAnswerFeedsBreaker: the breaker hears the answers of reset requests' calls. Two
+// late 503s (webdis: Redis unavailable) open it (threshold 2), counted as unavailable, and
+// the next request skips Redis; after the cooldown a probe request is reset too, and its late
+// success closes the breaker, so the request after it goes to Redis again. Before, a breaker
+// whose clients gave up before Redis answered never opened, and a probe whose client gave up
+// kept the breaker shut until the probe counted as lost.
+func TestLateAnswerFeedsBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts, Failures: 2,
+				Cooldown: "10s", FailureMode: "allow"},
+				`[{"name":"g","scope":"global","algorithm":"token_bucket","limit":100,"window":"1m"}]`), 1, 1)
+			metric := func(name string) uint64 {
+				n, _ := l.host.GetCounterMetric(name)
+				return n
+			}
+			open := func() uint64 {
+				n, _ := l.host.GetGaugeMetric("ratelimit_redis_breaker_open")
+				return n
+			}
+			for range 2 {
+				id, calls := l.startReset(t, 0)
+				require.Len(t, calls, 1)
+				l.host.CallOnHttpCallResponse(calls[0].CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+				l.host.CompleteHttpContext(id)
+			}
+			require.EqualValues(t, 2, metric("ratelimit_redis_unavailable_total"), "late failures are counted")
+			require.EqualValues(t, 1, open(), "and open the breaker")
+			ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
+			require.True(t, ok, "failure_mode allow")
+			require.Zero(t, calls, "the open breaker skips Redis")
+			require.EqualValues(t, 1, metric("ratelimit_redis_skipped_total"))
+
+			l.now += int64(10 * time.Second)
+			l.resetMidCall(t, 0, srv.WebdisURL()) // the probe, answered after its client left
+			require.Zero(t, open(), "the late success closes the breaker")
+			ok, calls = l.doRelayed(t, 0, srv.WebdisURL())
+			require.True(t, ok)
+			require.Equal(t, 1, calls, "Redis is used again")
+			require.EqualValues(t, 1, metric("ratelimit_redis_skipped_total"))
 		})
 	}
 }
