@@ -681,8 +681,9 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 // (-1: the one breaker). Late answers are the slow ones (a client gives up while Redis
 // stalls), so leaving them out would show operators a faster Redis than their clients see,
 // and a breaker that never hears of the failures their clients gave up on would keep every
-// request waiting for Redis's timeout. NOSCRIPT says Redis is up but lost the script, which
-// an awaited answer would resend; nobody resends for a gone request, so it is neither.
+// request waiting for Redis's timeout. NOSCRIPT (Redis restarted and lost the script, which
+// an awaited answer would send again in full; nobody resends for a gone request) is an answer
+// of a Redis that is up, so for the breaker it is a success.
 func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
 	c := h.plugin.redis
 	now := h.plugin.now()
@@ -690,9 +691,8 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
 		c.m.latency.Record(uint64(us))
 	}
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, redis.ErrNoScript):
 		c.partSuccess(part)
-	case errors.Is(err, redis.ErrNoScript):
 	default:
 		h.noteFailureIn(now, part, err)
 	}

@@ -262,3 +262,43 @@ func TestLateAnswerFeedsBreaker(t *testing.T) {
 		})
 	}
 }
+
+// TestBreakerLostProbeIsReplaced: a host may still lose a gone stream's answer (the SDK's
+// emulator drops it with the deleted stream). A probe whose answer never comes holds the
+// breaker open only until it has been out for max(cooldown, the callout timeout); the next
+// request then probes again, and its success closes the breaker.
+func TestBreakerLostProbeIsReplaced(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Timeout: "2s", Failures: 1,
+		Cooldown: "10s", FailureMode: "allow"},
+		`[{"name":"g","scope":"global","algorithm":"token_bucket","limit":100,"window":"1m"}]`), 1, 1)
+	open := func() uint64 {
+		n, _ := l.host.GetGaugeMetric("ratelimit_redis_breaker_open")
+		return n
+	}
+	start := func() (uint32, []proxytest.HttpCalloutAttribute) {
+		id := l.host.InitializeHttpContext()
+		l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}}, true)
+		return id, l.host.GetCalloutAttributesFromContext(id)
+	}
+	id, calls := start()
+	require.Len(t, calls, 1)
+	l.host.CallOnHttpCallResponse(calls[0].CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+	l.host.CompleteHttpContext(id)
+	require.EqualValues(t, 1, open(), "one failure opens the breaker")
+
+	l.now += int64(10 * time.Second)
+	id, calls = start()
+	require.Len(t, calls, 1, "the probe")
+	l.host.CompleteHttpContext(id) // its answer is lost with the stream
+	l.now += int64(9 * time.Second)
+	ok, n := l.doRelayed(t, 0, srv.WebdisURL())
+	require.True(t, ok)
+	require.Zero(t, n, "the probe is still out: Redis is skipped")
+	l.now += int64(time.Second)
+	ok, n = l.doRelayed(t, 0, srv.WebdisURL())
+	require.True(t, ok)
+	require.Equal(t, 1, n, "the probe counts as lost: a new one is sent")
+	require.Zero(t, open(), "and its success closes the breaker")
+}
