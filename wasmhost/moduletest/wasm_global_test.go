@@ -708,8 +708,8 @@ func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 // TestGlobalWasmBreakerProbeWithTwoRules lets the probe belong to a request that two global
 // rules apply to, under failure_mode "deny". The probe must cover the whole request: if the
 // second rule were skipped because the breaker is open, its failure mode would deny the request
-// at once, the stream would end, the probe's answer would be dropped with it, and the breaker
-// would never close while every request matches both rules.
+// at once, and the probe would decide nothing for any request while every request matches both
+// rules (its answer, arriving for a gone stream, would still reach the breaker).
 func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
@@ -821,8 +821,9 @@ func TestGlobalWasmInjection(t *testing.T) {
 
 // TestGlobalWasmDeadStream tears a request down while its callout is in flight (the downstream
 // gave up before a slow webdis answered). The answer still arrives at the root context, for a
-// stream that no longer exists: it must be dropped without a trap, and the worker must go on
-// serving requests, including while the late answer is pending.
+// stream that no longer exists: it must be handled without a trap (it decides nothing, and is
+// measured like every answer), and the worker must go on serving requests, including while the
+// late answer is pending.
 func TestGlobalWasmDeadStream(t *testing.T) {
 	srv := redistest.Start(t)
 	const delay = 400 * time.Millisecond
@@ -851,6 +852,9 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 	require.Zero(t, h.Stats().Traps, "the late answer must not trap")
 	require.Empty(t, h.Stats().FailedVMs)
 	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_calls_total"))
+	lat, ok := h.Histogram("ratelimit_redis_latency_us")
+	require.True(t, ok)
+	require.EqualValues(t, 3, lat.Count, "the dead stream's answer is a round trip of Redis too")
 	requireNoRedisFailures(t, h)
 	requireCleanLogs(t, h)
 }
