@@ -101,9 +101,9 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 // the request's global rules in one call), one worker. A request's call asks Redis for y's
 // lease batch and is held back; the client resets the stream (its context ends), the host
 // tears the stream down, and only then does the answer arrive. Redis committed the call, and
-// the VM holds the batch as its lease on the key (the filter sends a call that asks for a
-// batch with abi.DispatchHttpCallAlways and takes the gone stream's answer on the root
-// context): the key's next ten requests cost no call. Before, the batch was debited and
+// the VM holds the batch as its lease on the key (the filter sends its Redis calls with
+// abi.DispatchHttpCallAlways and takes the gone stream's answer on the root context): the
+// key's next ten requests cost no call. Before, the batch was debited and
 // neither spent nor counted. Package filter tests the same natively (TestLateBatchIsHeld).
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	srv := redistest.Start(t)
