@@ -24,7 +24,8 @@ import (
 // cost, debited all or nothing with the request's other global rules. A batch Redis denies
 // committed nothing, and the call is sent again with the request's own cost (retakeGlobal),
 // so a lease never denies what the exact call admits. A request whose global rules were all
-// admitted from leases sends no callout.
+// admitted from leases sends no callout. A batch the call commits after the client reset the
+// stream is held as the VM's lease (lateAnswer), as a partitioned rule's late batch is.
 //
 // With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
 // one request's rules live on different slots, which one script call cannot touch on a
@@ -104,15 +105,16 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
 // VM has its own breaker and learns about an outage from its own callouts.
 //
-// A probe's answer can be lost: when the probing request's stream is torn down first (the
-// client went away), the ABI layer drops the answer, as the stream is gone. A probe unanswered
-// for longer than the callout timeout, which the host enforces on every callout, was therefore
-// lost, and the next request sends another one; without that, the worker would skip Redis for
-// good.
+// Every answer reaches the breaker, also one that arrives after the probing request's stream
+// was torn down (the client went away): the calls are dispatched so that a gone stream's
+// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
+// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
+// timeout, which the host enforces on every callout, counts as lost, and the next request
+// sends another one; without that, the worker would skip Redis for good.
 //
 // The probe is a request, not a callout: every global rule of the probing request is sent.
 // Were its other rules skipped, a failure mode that denies would end the request at once, and
-// the probe's answer would be dropped with it, on every probe.
+// the probe would decide nothing for it, on every probe.
 type breaker struct {
 	threshold int
 	cooldown  int64
@@ -179,12 +181,16 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 // globalItems lists the request's global rules as the items of one script call, in rule order.
 // The keys are built back to back in one buffer first, and sliced only once it has stopped
 // growing; withKeys false leaves them out (parsing an answer needs only the rules).
-func (h *httpContext) globalItems(withKeys bool) []redis.Item {
+func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
+
+// itemsOf is globalItems for the working set d, which a late answer (lateAnswer) still holds
+// when the stream has given it up.
+func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	p := h.plugin
 	c := p.redis
 	c.keys, c.items = c.keys[:0], c.items[:0]
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
+	for i := range d.applied {
+		a := &d.applied[i]
 		if !a.inCall() {
 			continue
 		}
@@ -205,9 +211,11 @@ func (h *httpContext) globalItems(withKeys bool) []redis.Item {
 	return c.items
 }
 
+// sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
+// script when full is set (after NOSCRIPT).
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, false, func(numHeaders, bodySize, numTrailers int) {
+	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
 		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 	})
 }
@@ -215,10 +223,11 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
 // NOSCRIPT), the script itself, and counts it in the request's working set. The callback
 // captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives. With always set, the answer is handed to the callback even when the stream is
-// gone (abi.DispatchHttpCallAlways), for a call that may commit a lease batch
-// (lateShardAnswer).
-func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool, answer func(numHeaders, bodySize, numTrailers int)) error {
+// arrives. The answer is handed to the callback even when the stream is gone
+// (abi.DispatchHttpCallAlways): it may commit a lease batch the VM must hold, and it says
+// how Redis is doing, which the latency histogram and the breaker must hear whoever asked
+// (lateAnswer, lateShardAnswer).
+func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
 	h.calledOut = true
@@ -229,11 +238,7 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full, always bool,
 	}
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
-	call := abi.DispatchHttpCall
-	if always {
-		call = abi.DispatchHttpCallAlways
-	}
-	_, err := call(c.cfg.Cluster, c.headers, c.body, nil, timeout,
+	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
 			answer(numHeaders, bodySize, numTrailers)
@@ -253,6 +258,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	p := h.plugin
 	c := p.redis
 	if h.done || h.finished || h.d != d {
+		h.lateAnswer(d, numHeaders, bodySize, numTrailers)
 		return
 	}
 	defer recoverTo("onRedisAnswer", func() {
@@ -275,10 +281,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	}
 	switch {
 	case err == nil:
-		if c.breaker.success() {
-			c.gauge.set(false)
-			abi.LogInfof("ratelimit: redis answers again; global rules use it")
-		}
+		c.partSuccess(-1)
 		// The answers come in rule order; the first enforced denial is the request's.
 		var denied *applied
 		retake := false
@@ -418,13 +421,20 @@ func (c *redisClient) breakerOf(part int) *breaker {
 	return &c.parts[part%len(c.parts)]
 }
 
-// partSuccess records an answered call to partition part.
+// partSuccess records an answered call to partition part (-1: the one call of an
+// unpartitioned request).
 func (c *redisClient) partSuccess(part int) {
-	if c.breakerOf(part).success() {
-		c.openParts--
-		c.gauge.set(c.openParts > 0)
-		abi.LogInfof("ratelimit: redis answers again for partition %d", part)
+	if !c.breakerOf(part).success() {
+		return
 	}
+	if part < 0 || len(c.parts) == 0 {
+		c.gauge.set(false)
+		abi.LogInfof("ratelimit: redis answers again; global rules use it")
+		return
+	}
+	c.openParts--
+	c.gauge.set(c.openParts > 0)
+	abi.LogInfof("ratelimit: redis answers again for partition %d", part)
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
@@ -501,8 +511,7 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	always := d.applied[i].take > d.applied[i].cost // a lease batch: kept even for a gone stream
-	err := h.dispatch(now, items, full, always, func(numHeaders, bodySize, numTrailers int) {
+	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
 	if err == nil {
@@ -607,34 +616,108 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 }
 
 // lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
-// request no longer waits for it: another rule denied it, or the stream is gone. A lease batch
-// that Redis committed was debited like any other take, so it is held as this VM's lease on
-// the key, the request's own cost included (the request spent none of it, as when refundLeases
-// gives a denied request's units back): the units are spent by the key's next requests within
-// ttl of the call's send, or dropped and counted then, as every lease's are. Ignoring the
-// answer would leave the batch debited in Redis and neither spent nor counted. Everything else
-// (an exact decision, a denied batch, an error) committed nothing this VM can use.
+// request no longer waits for it: another rule denied it, or the stream is gone. What it says
+// of Redis is recorded (lateOutcome), and a lease batch that Redis committed is held as this
+// VM's lease (holdLateBatch). Everything else (an exact decision, a denied batch, an error)
+// committed nothing this VM can use.
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
-	if a.rs == nil || a.rs.lease == nil || a.take <= a.cost || a.decided || abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+	if a.rs == nil {
 		return
 	}
 	c := h.plugin.redis
 	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
 		Part: redis.Partition(a.key, c.cfg.Partitions)}}
 	var answer [1]redis.Answer
-	if _, _, err := redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:]); err != nil || !answer[0].Decision.Allowed {
+	err := errCalloutReset
+	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
+	}
+	h.lateOutcome(a.sentAt, item[0].Part, err)
+	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
+		holdLateBatch(a, a.sentAt, answer[0])
+	}
+}
+
+// lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
+// once the request no longer waits for it: its stream is gone (the client reset it while the
+// call was out). What it says of Redis is recorded (lateOutcome). The call decided every
+// global rule of the request all or nothing; when Redis committed it, every lease batch in it
+// is held as this VM's lease (holdLateBatch), as a partitioned rule's late batch is. An
+// answer that committed nothing (an enforced rule denied, an error) leaves nothing to keep.
+func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
+	defer recoverTo("lateAnswer", nil)
+	c := h.plugin.redis
+	items := h.itemsOf(d, false)
+	if cap(c.answers) < len(items) {
+		c.answers = make([]redis.Answer, len(items))
+	}
+	c.answers = c.answers[:len(items)]
+	err, committed := errCalloutReset, false
+	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	}
+	h.lateOutcome(d.sentAt, -1, err)
+	if err != nil || !committed {
 		return
 	}
-	a.decision, a.decided = answer[0].Decision, true
+	j := 0
+	for i := range d.applied {
+		a := &d.applied[i]
+		if !a.inCall() || j >= len(c.answers) {
+			continue
+		}
+		if a.rs.lease != nil && a.take > a.cost {
+			holdLateBatch(a, d.sentAt, c.answers[j])
+		}
+		j++
+	}
+}
+
+// lateOutcome records what an answer that arrives after its request stopped waiting says of
+// Redis, as an awaited answer's is recorded: the round trip since sentAt in the latency
+// histogram, and a success or a failure (counted by kind) for the breaker of partition part
+// (-1: the one breaker). Late answers are the slow ones (a client gives up while Redis
+// stalls), so leaving them out would show operators a faster Redis than their clients see,
+// and a breaker that never hears of the failures their clients gave up on would keep every
+// request waiting for Redis's timeout. NOSCRIPT (Redis restarted and lost the script, which
+// an awaited answer would send again in full; nobody resends for a gone request) is an answer
+// of a Redis that is up, so for the breaker it is a success.
+func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
+	c := h.plugin.redis
+	now := h.plugin.now()
+	if us := (now - sentAt) / 1000; us >= 0 {
+		c.m.latency.Record(uint64(us))
+	}
+	switch {
+	case err == nil, errors.Is(err, redis.ErrNoScript):
+		c.partSuccess(part)
+	default:
+		h.noteFailureIn(now, part, err)
+	}
+}
+
+// holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis
+// committed it (answer admits it) after the request stopped waiting. The batch was debited
+// like any other take, so it is held as this VM's lease on the key, the request's own cost
+// included (the request spent none of it, as when refundLeases gives a denied request's units
+// back): the units are spent by the key's next requests within ttl of the call's send, or
+// dropped and counted then, as every lease's are. Ignoring the answer would leave the batch
+// debited in Redis and neither spent nor counted. A batch decided on the rule's overflow key
+// gives no lease, so all of it is counted as dropped at once. The caller has checked that a
+// asked for a batch (a.take > a.cost) on a leased rule.
+func holdLateBatch(a *applied, sentAt int64, answer redis.Answer) {
+	if !answer.Decision.Allowed {
+		return
+	}
+	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer[0].Overflow {
-		// Decided on the rule's overflow key: no lease there, so the whole batch is dropped.
+	if answer.Overflow {
 		l.m.dropped.Increment(uint64(a.take))
 		return
 	}
-	_, held := l.taken(a.key, a.sentAt, a.take, a.cost, a.decision)
+	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
 	l.refund(held, a.cost)
 }
 

@@ -59,7 +59,8 @@ type httpContext struct {
 	// headers are the rate-limit headers to add to the upstream's response.
 	headers rateLimitHeaders
 	// finished is set once the request has been let through or denied; done once the stream
-	// is gone. A late callout answer for either is ignored.
+	// is gone. A late callout answer for either decides nothing for the request (it still
+	// feeds the VM's leases, the latency histogram and the breaker: lateAnswer).
 	finished, done bool
 	// queued is set while a shaping rule holds the request in the plugin's queue.
 	queued bool
@@ -425,8 +426,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
-// OnHttpStreamDone forgets the stream. A callout still in flight for it will be ignored when
-// its answer arrives.
+// OnHttpStreamDone forgets the stream. A callout still in flight for it decides nothing for it
+// when its answer arrives (see lateAnswer for what the answer still does).
 func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
 	if h.done {

@@ -2,6 +2,7 @@ package moduletest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -91,6 +92,70 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 	o, _ = doTimed(t, h, hdr("x-k", "C"), hdr("x-y", "late"))
 	require.Zero(t, o.Status)
 	require.EqualValues(t, 12, calls()-before, "the batch is spent: y asks Redis again")
+	require.Zero(t, redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y"))
+	requireNoRedisFailures(t, h)
+	requireCleanLogs(t, h)
+}
+
+// TestGlobalWasmLateBatchIsHeld: the compiled module with redis.partitions 1 (the default:
+// the request's global rules in one call), one worker. A request's call asks Redis for y's
+// lease batch and is held back; the client resets the stream (its context ends), the host
+// tears the stream down, and only then does the answer arrive. Redis committed the call, and
+// the VM holds the batch as its lease on the key (the filter sends its Redis calls with
+// abi.DispatchHttpCallAlways and takes the gone stream's answer on the root context): the
+// key's next ten requests cost no call. Before, the batch was debited and
+// neither spent nor counted. Package filter tests the same natively (TestLateBatchIsHeld).
+func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	relay := &heldBack{webdis: srv.WebdisURL(), tag: "%3Alate/", release: make(chan struct{})}
+	front := httptest.NewServer(relay)
+	t.Cleanup(front.Close)
+	t.Cleanup(func() {
+		select {
+		case <-relay.release:
+		default:
+			close(relay.release)
+		}
+	})
+	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
+	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
+	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
+
+	// The first request loads the script (NOSCRIPT, then the script in full), so that the
+	// held call below is the only one its request sends.
+	o, _ := doTimed(t, h, hdr("x-k", "A"), hdr("x-y", "first"))
+	require.Zero(t, o.Status)
+	require.EqualValues(t, 1, taken())
+
+	relay.hold.Store(true)
+	before := calls()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Do(ctx, globalRequest(hdr("x-k", "B"), hdr("x-y", "late")))
+		done <- err
+	}()
+	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	require.EqualValues(t, 1, taken(), "the call's answer has not arrived")
+	close(relay.release)
+	eventually(t, "the late batch is held", func() bool { return taken() == 2 })
+	relay.hold.Store(false)
+
+	before = calls()
+	for i := range 10 {
+		o, _ = doTimed(t, h, hdr("x-k", fmt.Sprint("C", i)), hdr("x-y", "late"))
+		require.Zero(t, o.Status, "request %d", i)
+	}
+	require.EqualValues(t, 10, calls()-before, "one call each, with x's item only: y spends the held batch")
+	require.EqualValues(t, 2, taken(), "no batch taken for y")
+	o, _ = doTimed(t, h, hdr("x-k", "D"), hdr("x-y", "late"))
+	require.Zero(t, o.Status)
+	require.EqualValues(t, 3, taken(), "the batch is spent: y takes another")
 	require.Zero(t, redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y"))
 	requireNoRedisFailures(t, h)
 	requireCleanLogs(t, h)
