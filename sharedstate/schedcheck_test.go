@@ -476,6 +476,28 @@ var schedCases = []schedCase{
 		},
 	},
 	{
+		name: "a key moved while being created, the new table filling up", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 1,
+		workers: []schedWorker{
+			{1, sec, schedKeys(schedKey)}, {1, sec, schedKeys(schedKey)}, {1, sec, schedKeys("client-b")},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
+		name: "a key moved while being created, an old VM, the new table filling up", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 1,
+		workers: []schedWorker{
+			{5, sec, schedKeys(schedKey)}, {1, sec, schedKeys(schedKey)}, {1, sec, schedKeys("client-b")}, {1, sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
 		name: "a forward whose copy never arrived, revived by three workers", allowance: 2,
 		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 10,
 		workers: []schedWorker{
@@ -576,4 +598,95 @@ func TestSchedReplay(t *testing.T) {
 		return
 	}
 	t.Fatalf("no case named %q", name)
+}
+
+// holdStore holds its worker just before its first Set of a claim, until the test lets it go.
+type holdStore struct {
+	Store
+	held, resume chan struct{}
+	once         sync.Once
+}
+
+func (s *holdStore) Set(key string, value []byte, cas uint32) error {
+	if len(value) == claimSize && value[DigestSize] == slotClaim {
+		s.once.Do(func() {
+			close(s.held)
+			<-s.resume
+		})
+	}
+	return s.Store.Set(key, value, cas)
+}
+
+// A key being moved from a previous max_keys into a table that fills up meanwhile is counted
+// in one place. Worker A finds room in the new layout (the count of created slots below
+// max_keys), writes the forward in the old slot and is paused before its claim; another key
+// fills the new table; worker B finds no room there and the forward, so the key lives on in
+// the forward's slot, where B admits a request; then A claims, verifies the new layout and
+// converts. Without create touching the forward after the claim (see create), both copies
+// were live and each admitted on the same state: three requests admitted of an allowance of
+// two.
+func TestMovedKeyFillingTableCountsOnce(t *testing.T) {
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}
+	for _, oldVM := range []bool{false, true} {
+		t.Run(fmt.Sprintf("B an old VM %v", oldVM), func(t *testing.T) {
+			mem := NewMemory()
+			secret, err := LoadSecret(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := mustLimiter(t, cfg)
+			newTab := func(s Store, maxKeys uint32) *Table {
+				tab, err := NewTable(TableConfig{Store: s, Prefix: schedPrefix, Slots: maxKeys, Attempts: 8, Limiter: lim, Secret: secret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tab
+			}
+			// The key spent one of its three in max_keys 5; max_keys is now 1.
+			old := newTab(mem, 5)
+			var p Pending
+			if err := old.AllowN([]byte(schedKey), 0, 1, &p); err != nil || !p.Decision.Allowed {
+				t.Fatalf("setup: %v %+v", err, p.Decision)
+			}
+			hs := &holdStore{Store: mem, held: make(chan struct{}), resume: make(chan struct{})}
+			a, b := newTab(hs, 1), newTab(mem, 1)
+			if oldVM {
+				b = old
+			}
+			admitted := 0
+			done := make(chan error, 1)
+			var ap Pending
+			go func() { done <- a.AllowN([]byte(schedKey), sec, 1, &ap) }()
+			<-hs.held
+			if err := newTab(mem, 1).AllowN([]byte("client-b"), sec, 1, &p); err != nil || !p.Decision.Allowed || p.Overflow {
+				t.Fatalf("client-b: %v %+v", err, p)
+			}
+			if err := b.AllowN([]byte(schedKey), sec, 1, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Decision.Allowed {
+				admitted++
+			}
+			close(hs.resume)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if ap.Decision.Allowed {
+				admitted++
+			}
+			for range 3 {
+				for _, tab := range []*Table{newTab(mem, 1), old} {
+					if err := tab.AllowN([]byte(schedKey), sec, 1, &p); err != nil {
+						t.Fatal(err)
+					}
+					if p.Decision.Allowed {
+						admitted++
+					}
+				}
+			}
+			if admitted != 2 {
+				t.Fatalf("%d requests admitted after the change, want the 2 the key had left", admitted)
+			}
+		})
+	}
 }
