@@ -419,6 +419,13 @@ var schedCases = []schedCase{
 		},
 	},
 	{
+		name: "clocks 1.5 s apart: each worker's claims stale to the next", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{5, 0, schedKeys(schedKey, schedKey)}, {5, 3 * sec / 2, schedKeys(schedKey)}, {5, 3 * sec, schedKeys(schedKey)},
+		},
+	},
+	{
 		name: "full table: one written free slot, another new key after it", allowance: 1,
 		cfg: algorithms.Config{Algorithm: "token_bucket", Limit: 1, Window: time.Hour},
 		workers: []schedWorker{
@@ -524,9 +531,10 @@ func schedSeeds() int {
 }
 
 // TestNewKeyRaceRandomSchedules is a randomized model check of create's claims and their
-// adoption with three workers: for every schedCase (max_keys 1, a neighbour going idle, two
-// buckets, a stale claim, a full table, keys moved from or revived from a forward of a
-// previous max_keys, with old and new VMs and clocks that differ), it runs schedules chosen
+// adoption with three or four workers: for every schedCase (max_keys 1, a neighbour going
+// idle, two buckets, fresh and stale claims, clocks further apart than claimTTL, full tables,
+// keys moved from or revived from a forward of a previous max_keys, with old and new VMs,
+// while another key fills the new table), it runs schedules chosen
 // uniformly at random and by probabilistic concurrency testing at depths 1 to 4 (pctPick),
 // each from a seed that replays it, and requires that the key admits exactly its allowance
 // (never two live copies, no state lost) and that no request is denied as contention.
@@ -688,5 +696,30 @@ func TestMovedKeyFillingTableCountsOnce(t *testing.T) {
 				t.Fatalf("%d requests admitted after the change, want the 2 the key had left", admitted)
 			}
 		})
+	}
+}
+
+// Workers whose clocks are further apart than claimTTL (a worker thread descheduled for more
+// than a second mid-request resumes with its clock of then) each see the others' claims of a
+// new key as stale. Were a stale claim of the key a free slot, each would write its own claim
+// over the others' in turn and none would convert: with three workers taking turns every two
+// store operations, two of three requests were denied as contention. A lookup adopts a claim
+// of its own key whatever its age (see scan), so one converts and the others decide on its
+// state: one request admitted, the limit, and no contention.
+func TestClaimsAcrossClockSkewAreAdopted(t *testing.T) {
+	c := schedCase{name: "clocks 1.5 s apart, taking turns", allowance: 1,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}}
+	for w := range 3 {
+		c.workers = append(c.workers, schedWorker{5, int64(w) * 3 * sec / 2, schedKeys(schedKey)})
+	}
+	for seed := range 20 {
+		step := 0
+		r := runSched(t, c, uint64(seed), func(waiting []int, _ int) int {
+			step++
+			return waiting[(step/2)%len(waiting)]
+		})
+		if r.admitted != 1 || r.exhausted != 0 {
+			t.Fatalf("secret %d: %d admitted, %d denied as contention; want 1 and none", seed, r.admitted, r.exhausted)
+		}
 	}
 }

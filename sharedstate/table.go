@@ -78,10 +78,12 @@ const movedHeader = slotHeader + 4
 // claimSize is the length of a claim: digest, kind, the claimant's clock and its table id.
 const claimSize = slotHeader + 8 + 8
 
-// claimTTL is how long a claim holds its slot. A claim lives for the few store operations
+// claimTTL is how long a claim holds its slot against other keys, and wins over a claim of its
+// key written later in another slot (see verify). A claim lives for the few store operations
 // between its write and its conversion into a live slot; one older than this (by the reader's
-// clock) was left by a VM that stopped in between, and counts as free, so a key is never
-// blocked for good. Taking a slot from a claimant that is merely slow is safe: its conversion is
+// clock) was left by a VM that stopped in between, and counts as free for another key, so a
+// slot is never blocked for good. A lookup of the claim's own key adopts it whatever its age
+// (see scan). Taking a slot from a claimant that is merely slow is safe: its conversion is
 // a compare-and-swap against its claim and fails.
 const claimTTL = int64(time.Second)
 
@@ -199,7 +201,8 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
 // that meets a claim of its key and no live copy adopts it: it checks the other slots as the
 // claimant does and writes its own decision into the claim, by compare-and-swap, so a worker
-// paused mid-way delays nobody (see create). A claim older than claimTTL counts as free. A
+// paused mid-way delays nobody (see create). A claim of another key older than claimTTL
+// counts as free; a claim of the key is adopted whatever its age (see scan). A
 // key is sent to overflow only on slots read after the count of created slots said full, so
 // a worker never sees the key's slot empty, then the count full because another worker just
 // created the key there, and counts the key in an overflow slot as well (see scan).
@@ -900,10 +903,15 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 			if s.match(v, idx, vcas, p) {
 				return s, nil
 			}
-			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest &&
-				!claimStale(v, p.now) {
+			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
 				// Another worker is creating the key here. Keep looking: a live copy, if
-				// there is one, wins over the claim (see create).
+				// there is one, wins over the claim (see create). The claim is adopted
+				// whatever its age: adopting it writes the slot by compare-and-swap against
+				// the claim, as taking it for a free slot would, so a claim left by a VM that
+				// stopped blocks nobody either way; but workers whose clocks are more than
+				// claimTTL apart would each take the others' claims for free slots and
+				// write their own over them in turn, none converting
+				// (TestClaimsAcrossClockSkewAreAdopted).
 				if !s.pending {
 					s.pending, s.claimAt, s.claimCas = true, idx, vcas
 				}
