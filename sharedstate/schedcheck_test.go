@@ -723,3 +723,123 @@ func TestClaimsAcrossClockSkewAreAdopted(t *testing.T) {
 		}
 	}
 }
+
+// boundedPick replays forced choices (operation number -> worker) and otherwise lets the
+// worker that ran last continue while it can, then the lowest-numbered waiting worker; it
+// records, per operation, the waiting workers and the one chosen, for exploreBounded.
+type boundedPick struct {
+	forced  map[int]int
+	waiting [][]int
+	chosen  []int
+}
+
+func (b *boundedPick) pick(waiting []int, last int) int {
+	step := len(b.chosen)
+	b.waiting = append(b.waiting, append([]int(nil), waiting...))
+	w, ok := b.forced[step]
+	if !ok || !slicesContains(waiting, w) {
+		w = waiting[0]
+		if slicesContains(waiting, last) {
+			w = last
+		}
+	}
+	b.chosen = append(b.chosen, w)
+	return w
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// exploreBounded runs every schedule of c with at most bound preemptions (a switch away from
+// a worker that could have gone on), by iterative context bounding (Musuvathi and Qadeer,
+// "Iterative context bounding for systematic testing of multithreaded programs", PLDI 2007),
+// on the store of secret seed, and calls check with each result. It returns the number of
+// schedules run.
+func exploreBounded(t testing.TB, c schedCase, seed uint64, bound int, check func(forced map[int]int, r schedResult)) int {
+	type node struct {
+		forced      map[int]int
+		from        int // the first operation at which new choices may be made
+		preemptions int
+	}
+	stack := []node{{forced: map[int]int{}}}
+	runs := 0
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		b := &boundedPick{forced: n.forced}
+		r := runSched(t, c, seed, b.pick)
+		runs++
+		check(n.forced, r)
+		pre := n.preemptions
+		for step := n.from; step < len(b.chosen); step++ {
+			prev := -1
+			if step > 0 {
+				prev = b.chosen[step-1]
+			}
+			for _, w := range b.waiting[step] {
+				if w == b.chosen[step] {
+					continue
+				}
+				cost := 0
+				if prev >= 0 && w != prev && slicesContains(b.waiting[step], prev) {
+					cost = 1
+				}
+				if pre+cost > bound {
+					continue
+				}
+				forced := make(map[int]int, len(n.forced)+1)
+				for k, v := range n.forced {
+					forced[k] = v
+				}
+				for s := n.from; s < step; s++ {
+					forced[s] = b.chosen[s]
+				}
+				forced[step] = w
+				stack = append(stack, node{forced: forced, from: step + 1, preemptions: pre + cost})
+			}
+			if prev >= 0 && b.chosen[step] != prev && slicesContains(b.waiting[step], prev) {
+				pre++
+			}
+		}
+	}
+	return runs
+}
+
+// TestNewKeyRaceBoundedSchedules runs every schedCase in every schedule with at most one
+// preemption (SCHED_BOUND raises it; 2 takes minutes), and requires what
+// TestNewKeyRaceRandomSchedules does.
+func TestNewKeyRaceBoundedSchedules(t *testing.T) {
+	bound := 1
+	if v, err := strconv.Atoi(os.Getenv("SCHED_BOUND")); err == nil {
+		bound = v
+	}
+	for _, c := range schedCases {
+		t.Run(c.name, func(t *testing.T) {
+			bad, contended := 0, 0
+			runs := exploreBounded(t, c, 1, bound, func(forced map[int]int, r schedResult) {
+				if r.admitted != c.allowance {
+					bad++
+					if bad <= 3 {
+						t.Errorf("schedule %v: %d admitted, want %d", forced, r.admitted, c.allowance)
+					}
+				}
+				if r.exhausted > 0 {
+					contended++
+					if contended <= 3 {
+						t.Errorf("schedule %v: %d requests denied as contention", forced, r.exhausted)
+					}
+				}
+			})
+			if bad > 0 || contended > 0 {
+				t.Errorf("%d of %d schedules admitted other than %d; %d denied a request as contention", bad, runs, c.allowance, contended)
+			}
+			t.Logf("%d schedules with at most %d preemptions", runs, bound)
+		})
+	}
+}

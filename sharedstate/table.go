@@ -207,7 +207,9 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // a worker never sees the key's slot empty, then the count full because another worker just
 // created the key there, and counts the key in an overflow slot as well (see scan).
 // TestNewKeyRaceEveryInterleaving runs two workers' first requests in every schedule with
-// two context switches and admits exactly the limit.
+// two context switches and admits exactly the limit; TestNewKeyRaceRandomSchedules and
+// TestNewKeyRaceBoundedSchedules do the same with three or four workers, claimants and
+// adopters, in random schedules and in every schedule with one preemption.
 //
 // # Overflow
 //
