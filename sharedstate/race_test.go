@@ -366,7 +366,7 @@ func TestPausedClaimantBlocksNobody(t *testing.T) {
 }
 
 // A claim older than claimTTL was left by a VM that stopped between writing and settling it:
-// its slot is free, and the key is created (there) as if the claim were not there.
+// it blocks nobody, and the key is created there (its lookup adopts the claim).
 func TestStaleClaimBlocksNobody(t *testing.T) {
 	mem := NewMemory()
 	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))

@@ -78,10 +78,12 @@ const movedHeader = slotHeader + 4
 // claimSize is the length of a claim: digest, kind, the claimant's clock and its table id.
 const claimSize = slotHeader + 8 + 8
 
-// claimTTL is how long a claim holds its slot. A claim lives for the few store operations
+// claimTTL is how long a claim holds its slot against other keys, and wins over a claim of its
+// key written later in another slot (see verify). A claim lives for the few store operations
 // between its write and its conversion into a live slot; one older than this (by the reader's
-// clock) was left by a VM that stopped in between, and counts as free, so a key is never
-// blocked for good. Taking a slot from a claimant that is merely slow is safe: its conversion is
+// clock) was left by a VM that stopped in between, and counts as free for another key, so a
+// slot is never blocked for good. A lookup of the claim's own key adopts it whatever its age
+// (see scan). Taking a slot from a claimant that is merely slow is safe: its conversion is
 // a compare-and-swap against its claim and fails.
 const claimTTL = int64(time.Second)
 
@@ -199,12 +201,15 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // claims the one first in lookup order wins, and a live copy wins over any claim. A lookup
 // that meets a claim of its key and no live copy adopts it: it checks the other slots as the
 // claimant does and writes its own decision into the claim, by compare-and-swap, so a worker
-// paused mid-way delays nobody (see create). A claim older than claimTTL counts as free. A
+// paused mid-way delays nobody (see create). A claim of another key older than claimTTL
+// counts as free; a claim of the key is adopted whatever its age (see scan). A
 // key is sent to overflow only on slots read after the count of created slots said full, so
 // a worker never sees the key's slot empty, then the count full because another worker just
 // created the key there, and counts the key in an overflow slot as well (see scan).
 // TestNewKeyRaceEveryInterleaving runs two workers' first requests in every schedule with
-// two context switches and admits exactly the limit.
+// two context switches and admits exactly the limit; TestNewKeyRaceRandomSchedules and
+// TestNewKeyRaceBoundedSchedules do the same with three or four workers, claimants and
+// adopters, in random schedules and in every schedule with one preemption.
 //
 // # Overflow
 //
@@ -227,7 +232,12 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // stored in the current geometry. A VM still running the previous configuration (Envoy runs
 // old and new VMs side by side during a configuration update) that reads the forward follows
 // it and updates the key where it now lives, so old and new VMs count each key in one place.
-// If the new geometry has no room for the key, it stays in its old slot. A forward whose copy
+// If the new geometry has no room for the key, it stays in its old slot. Whether there is room
+// can change while the key moves (another key fills the table, a neighbour goes idle), so a
+// worker creating the key in the new geometry from a forward's copy rewrites the forward after
+// its claim, and a worker that finds no room looks at the new geometry again after reading the
+// forward: the key never becomes live both there and in the forward's slot (see
+// touchForward). A forward whose copy
 // has not made it into the new geometry (the request was denied by another rule, or the
 // write lost a race) is revived from the copy by the next lookup. Claims settle a key's copies
 // within one geometry only: a VM of the previous configuration creating a key in its geometry
@@ -378,6 +388,10 @@ type Pending struct {
 	adopt    bool
 	cas      uint32
 	value    []byte
+	// fwd, when not empty, is the forward (in slot fwdIdx of geometry fwdGeo) whose copy of
+	// the state this creation started from, as read or written by the lookup (see create).
+	fwd            []byte
+	fwdGeo, fwdIdx uint32
 	// h is the key's keyed hash.
 	h uint64
 }
@@ -478,7 +492,7 @@ func (t *Table) decideFirst(p *Pending, h uint64) (bool, error) {
 	idx := b[0]*BucketSlots + start[0]
 	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
 	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
-		p.Overflow, p.fresh, p.place, p.adopt = false, false, false, false
+		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
 		return true, t.run(p, v[slotHeader:])
 	}
@@ -503,16 +517,18 @@ type scan struct {
 	placeClaim bool // placeAt holds another worker's claim of the key, to be adopted
 }
 
-// forward is a slot that forwards the key to another geometry, with the copy of its state.
+// forward is a slot that forwards the key to another geometry (moved), with the copy of its
+// state.
 type forward struct {
 	state         []byte
 	geo, idx, cas uint32
+	moved         uint32
 }
 
 // decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
 // copy is the state to start from when the key is absent from g.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
-	p.Overflow, p.fresh, p.place, p.adopt = false, false, false, false
+	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	s, err := t.scan(g, h, p, true)
 	if err != nil {
 		return err
@@ -524,7 +540,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 	}
 	if s.found && s.moved != 0 {
 		if s.moved != g.maxKeys && hops < maxHops {
-			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas}, hops+1)
+			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas, moved: s.moved}, hops+1)
 		}
 		// A forward loop, or one too many: the copy is the best state there is, and it stays
 		// where it is (the slot is written back as a live key).
@@ -548,7 +564,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 			}
 			if o.moved == g.maxKeys {
 				// A forward here whose copy never arrived: revive it.
-				from = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
+				from = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas, moved: o.moved}
 				break
 			}
 			if o.moved != 0 {
@@ -557,7 +573,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 				// that moved the key was denied (it wrote nothing) and this copy is the key's
 				// state: revive it unless something newer turns up.
 				if stale == nil && !t.limiter.Idle(o.state, p.now) {
-					stale = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas}
+					stale = &forward{state: o.state, geo: old.maxKeys, idx: o.idx, cas: o.cas, moved: o.moved}
 				}
 				continue
 			}
@@ -582,15 +598,29 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 				}
 				return err
 			}
+			p.fwd, p.fwdGeo, p.fwdIdx = append(p.fwd[:0], fwd...), old.maxKeys, o.idx
 			p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 			return t.run(p, o.state)
 		}
 		if from == nil {
 			from = stale
 		}
+		if from != nil && !s.place {
+			// No room here, so the key would live on in the forward's slot: look here again
+			// first, now that the forward has been read. A worker creating the key here from
+			// the same forward claims after this read and then rewrites the forward (see
+			// create), so either this lookup finds its claim or the write to the forward's
+			// slot fails.
+			return t.decideIn(p, g, h, from, hops+1)
+		}
 	}
 	switch {
 	case s.place && from != nil:
+		p.fwd = append(p.fwd[:0], p.digest[:]...)
+		p.fwd = append(p.fwd, slotMoved)
+		p.fwd = binary.LittleEndian.AppendUint32(p.fwd, from.moved)
+		p.fwd = append(p.fwd, from.state...)
+		p.fwdGeo, p.fwdIdx = from.geo, from.idx
 		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 		return t.run(p, from.state)
 	case s.place:
@@ -665,7 +695,10 @@ func (t *Table) create(p *Pending) (err error) {
 			return ErrCasMismatch
 		}
 	}
-	lost, err := t.verify(p)
+	lost, err := t.touchForward(p)
+	if err == nil && !lost {
+		lost, err = t.verify(p)
+	}
 	if err != nil || lost {
 		// Release the claim, so that no lookup adopts it again; a failed release means another
 		// worker already released (or converted) it.
@@ -680,6 +713,44 @@ func (t *Table) create(p *Pending) (err error) {
 		return ErrCasMismatch
 	}
 	return t.store.Set(name, p.value, cas)
+}
+
+// touchForward rewrites, unchanged and by compare-and-swap, the forward whose copy p's state
+// started from (p.fwd; nothing when empty), and reports whether it was no longer that forward.
+// It runs after the claim is written (or adopted), before the conversion. A lookup that found
+// no room for the key in the new layout writes the key's state into the forward's slot, by
+// compare-and-swap against a read of the forward that it made before its last look at the new
+// layout (see decideIn). That look came either after the claim, and found it, or before it:
+// then the lookup's read of the forward came before this rewrite, so either its write lands
+// first and this finds a live slot where the forward was (the claim loses and the request is
+// decided again, on that state), or this rewrite lands first and that write fails. Without
+// it, both copies became live, each admitting on the same state
+// (TestMovedKeyFillingTableCountsOnce). The forward is compared by value, not by CAS number:
+// another claimant or adopter rewriting the same forward changes nothing.
+func (t *Table) touchForward(p *Pending) (lost bool, err error) {
+	if len(p.fwd) == 0 {
+		return false, nil
+	}
+	name := t.name(p.fwdGeo, p.fwdIdx)
+	for range t.attempts {
+		v, cas, err := t.store.Get(name)
+		switch {
+		case isNotFound(err):
+			return true, nil
+		case err != nil:
+			return true, err
+		case string(v) != string(p.fwd):
+			return true, nil
+		}
+		err = t.store.Set(name, v, cas)
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 // verify reads the key's slots other than p's claim, and reports whether another copy of the
@@ -834,10 +905,15 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 			if s.match(v, idx, vcas, p) {
 				return s, nil
 			}
-			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest &&
-				!claimStale(v, p.now) {
+			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
 				// Another worker is creating the key here. Keep looking: a live copy, if
-				// there is one, wins over the claim (see create).
+				// there is one, wins over the claim (see create). The claim is adopted
+				// whatever its age: adopting it writes the slot by compare-and-swap against
+				// the claim, as taking it for a free slot would, so a claim left by a VM that
+				// stopped blocks nobody either way; but workers whose clocks are more than
+				// claimTTL apart would each take the others' claims for free slots and
+				// write their own over them in turn, none converting
+				// (TestClaimsAcrossClockSkewAreAdopted).
 				if !s.pending {
 					s.pending, s.claimAt, s.claimCas = true, idx, vcas
 				}

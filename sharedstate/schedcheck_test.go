@@ -1,0 +1,845 @@
+package sharedstate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// sched runs the store operations of several workers (one Table each, each on a goroutine of
+// its own) one at a time, in an order a strategy picks: every operation waits until the
+// controller gives its worker the turn, so a schedule is a sequence of worker numbers and is
+// replayed exactly from the strategy's seed. The store below decides every outcome.
+type sched struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	state []int8 // schedRunning, schedWaiting or schedFinished, per worker
+	on    bool   // off while the tables are created
+	steps int
+	log   []string // with schedLog: every operation and its outcome
+}
+
+// schedLog makes runSched log every store operation (for replaying a failing seed).
+var schedLog = os.Getenv("SCHED_LOG") != ""
+
+const (
+	schedRunning int8 = iota
+	schedWaiting
+	schedFinished
+)
+
+func newSched(workers int) *sched {
+	s := &sched{state: make([]int8, workers)}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// step is called by worker w before each store operation: it waits for w's turn.
+func (s *sched) step(w int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.on {
+		return
+	}
+	s.state[w] = schedWaiting
+	s.cond.Broadcast()
+	for s.state[w] != schedRunning {
+		s.cond.Wait()
+	}
+}
+
+func (s *sched) finish(w int) {
+	s.mu.Lock()
+	s.state[w] = schedFinished
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// drive gives the turn, one operation at a time, to the waiting worker pick chooses, until
+// every worker has finished. pick gets the waiting workers and the worker that ran last.
+func (s *sched) drive(pick func(waiting []int, last int) int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := -1
+	var waiting []int
+	for {
+		for {
+			running := false
+			for _, st := range s.state {
+				running = running || st == schedRunning
+			}
+			if !running {
+				break
+			}
+			s.cond.Wait()
+		}
+		waiting = waiting[:0]
+		for w, st := range s.state {
+			if st == schedWaiting {
+				waiting = append(waiting, w)
+			}
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		last = pick(waiting, last)
+		s.steps++
+		s.state[last] = schedRunning
+		s.cond.Broadcast()
+	}
+}
+
+// schedStore is one worker's view of the shared store under a sched.
+type schedStore struct {
+	Store
+	who int
+	s   *sched
+}
+
+func (st *schedStore) Get(key string) ([]byte, uint32, error) {
+	st.s.step(st.who)
+	v, cas, err := st.Store.Get(key)
+	if schedLog && st.s.on {
+		st.s.log = append(st.s.log, fmt.Sprintf("w%d Get %s -> %s cas %d %v", st.who, key, slotString(v), cas, err))
+	}
+	return v, cas, err
+}
+
+func (st *schedStore) Set(key string, value []byte, cas uint32) error {
+	st.s.step(st.who)
+	err := st.Store.Set(key, value, cas)
+	if schedLog && st.s.on {
+		st.s.log = append(st.s.log, fmt.Sprintf("w%d Set %s = %s cas %d -> %v", st.who, key, slotString(value), cas, err))
+	}
+	return err
+}
+
+// slotString describes a slot value for the log.
+func slotString(v []byte) string {
+	if len(v) < slotHeader {
+		return fmt.Sprintf("%x", v)
+	}
+	who := "client-?"
+	for _, k := range []string{schedKey, "client-b", "client-c", "client-d"} {
+		if d := Digest([]byte(k)); [DigestSize]byte(v[:DigestSize]) == d {
+			who = k
+		}
+	}
+	kind := [...]string{"live", "moved", "claim", "released"}
+	if int(v[DigestSize]) < len(kind) {
+		return fmt.Sprintf("%s %s %x", who, kind[v[DigestSize]], v[slotHeader:])
+	}
+	return fmt.Sprintf("%s ?%d %x", who, v[DigestSize], v[slotHeader:])
+}
+
+// schedWorker is one worker VM of a schedCase: its table's max_keys, its clock, and the keys
+// it requests, in order (one request each).
+type schedWorker struct {
+	maxKeys uint32
+	now     int64
+	keys    []string
+}
+
+// schedCase is a store state and a set of workers that race on it. Every request for
+// schedKey is counted; the other keys only disturb (they fill buckets and the count of
+// created slots while the key is being created).
+type schedCase struct {
+	name string
+	cfg  algorithms.Config
+	// allowance is what schedKey may still admit after setup: the limit, less what setup
+	// spent.
+	allowance int
+	workers   []schedWorker
+	// final is the max_keys of the configuration that remains (its tables probe the key
+	// afterwards); 0: the last worker's.
+	final uint32
+	// setup prepares the store before the workers' tables are made (which registers their
+	// geometries in worker order).
+	setup func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter)
+}
+
+// schedKey is the key whose admissions are counted.
+const schedKey = "client-a"
+
+const schedPrefix = "rl|sched|"
+
+// schedResult is what one schedule did.
+type schedResult struct {
+	admitted  int // requests for schedKey admitted by the workers and the probes after them
+	exhausted int // requests (any key) denied as contention, ErrAttemptsExhausted
+	steps     int // store operations scheduled
+}
+
+// runSched runs c's workers in the schedule pick chooses, on a store whose secret comes from seed, then probes schedKey from fresh
+// tables of the final configuration until allowance+1 probes have been made, and returns the
+// admissions of schedKey in all. One copy per key means exactly c.allowance.
+func runSched(t testing.TB, c schedCase, seed uint64, pick func(waiting []int, last int) int) schedResult {
+	mem := NewMemory()
+	// The secret (which places the keys) is drawn from the seed too, so that a seed replays
+	// its schedule exactly and the seeds cover many layouts.
+	if err := mem.Set(SecretKey, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, seed), ^seed), 0); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := LoadSecret(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := mustLimiter(t, c.cfg)
+	if c.setup != nil {
+		c.setup(t, mem, secret, lim)
+	}
+	s := newSched(len(c.workers))
+	tabs := make([]*Table, len(c.workers))
+	for w, wk := range c.workers {
+		tabs[w], err = NewTable(TableConfig{Store: &schedStore{Store: mem, who: w, s: s}, Prefix: schedPrefix,
+			Slots: wk.maxKeys, Attempts: 8, Limiter: lim, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.on = true
+	var res schedResult
+	var mu sync.Mutex
+	var failure error
+	var wg sync.WaitGroup
+	for w, wk := range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.finish(w)
+			var p Pending
+			for _, k := range wk.keys {
+				err := tabs[w].AllowN([]byte(k), wk.now, 1, &p)
+				mu.Lock()
+				switch {
+				case errors.Is(err, ErrAttemptsExhausted):
+					res.exhausted++
+				case err != nil:
+					failure = fmt.Errorf("worker %d, key %s: %w", w, k, err)
+				case p.Decision.Allowed && k == schedKey:
+					res.admitted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	s.drive(pick)
+	wg.Wait()
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	res.steps = s.steps
+	if schedLog {
+		for _, l := range s.log {
+			t.Log(l)
+		}
+	}
+	final := c.final
+	if final == 0 {
+		final = c.workers[len(c.workers)-1].maxKeys
+	}
+	var now int64
+	for _, wk := range c.workers {
+		now = max(now, wk.now)
+	}
+	for range c.allowance + 1 {
+		probe, err := NewTable(TableConfig{Store: mem, Prefix: schedPrefix, Slots: final, Attempts: 8, Limiter: lim, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p Pending
+		if err := probe.AllowN([]byte(schedKey), now, 1, &p); err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		if p.Decision.Allowed {
+			res.admitted++
+		}
+	}
+	return res
+}
+
+// uniformPick picks a waiting worker uniformly at random at every operation: many context
+// switches, anywhere.
+func uniformPick(rng *rand.Rand) func([]int, int) int {
+	return func(waiting []int, _ int) int { return waiting[rng.IntN(len(waiting))] }
+}
+
+// pctPick is probabilistic concurrency testing (Burckhardt et al., "A randomized scheduler
+// with probabilistic guarantees of finding bugs", ASPLOS 2010): workers get random distinct
+// priorities, the highest-priority waiting worker runs, and at depth-1 random operations the
+// worker about to run drops below every other. A worker so dropped is paused until the others
+// finish or drop too: exactly the descheduled claimant, at a random point, depth-1 times.
+func pctPick(rng *rand.Rand, workers, depth, length int) func([]int, int) int {
+	prio := make([]int, workers)
+	for i, p := range rng.Perm(workers) {
+		prio[i] = depth + p // above every value a drop assigns
+	}
+	change := map[int]int{}
+	for d := 1; d < depth; d++ {
+		change[rng.IntN(length)] = depth - d
+	}
+	step := 0
+	return func(waiting []int, _ int) int {
+		best := waiting[0]
+		for _, w := range waiting[1:] {
+			if prio[w] > prio[best] {
+				best = w
+			}
+		}
+		if low, ok := change[step]; ok {
+			prio[best] = low
+			best = waiting[0]
+			for _, w := range waiting[1:] {
+				if prio[w] > prio[best] {
+					best = w
+				}
+			}
+		}
+		step++
+		return best
+	}
+}
+
+// placeLive writes key's live state (from n requests at 0) in slot j of its first bucket's
+// probe order in geometry maxKeys, as if a table of that geometry had stored it there.
+func placeLive(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter, maxKeys uint32, key string, j uint32, n int) {
+	t.Helper()
+	var state []byte
+	for range n {
+		_, state = lim.AllowN(state, 0, 1)
+	}
+	d := Digest([]byte(key))
+	writeSlot(t, store, secret, maxKeys, schedKey, j, append(append(d[:], slotLive), state...))
+}
+
+// placeOther writes other's live state, from one request at clock at, in slot j of
+// schedKey's first bucket in geometry maxKeys: a neighbour of the key.
+func placeOther(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter, maxKeys uint32, other string, j uint32, at int64) {
+	t.Helper()
+	_, state := lim.AllowN(nil, at, 1)
+	d := Digest([]byte(other))
+	writeSlot(t, store, secret, maxKeys, schedKey, j, append(append(d[:], slotLive), state...))
+}
+
+// writeSlot writes v in slot j (from the starting slot, in the first bucket) of key's
+// first bucket in geometry maxKeys.
+func writeSlot(t testing.TB, store Store, secret [SecretSize]byte, maxKeys uint32, key string, j uint32, v []byte) {
+	t.Helper()
+	g := newGeometry(maxKeys)
+	k0, k1 := binary.LittleEndian.Uint64(secret[:8]), binary.LittleEndian.Uint64(secret[8:])
+	d := Digest([]byte(key))
+	b, start := g.choices(sipHash24(k0, k1, d[:]))
+	idx := b[0]*BucketSlots + (start[0]+j)%BucketSlots
+	if err := store.Set(string(appendName(nil, schedPrefix, maxKeys, idx)), v, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerGeometries records the rule's geometries, oldest first, as tables of each would.
+func registerGeometries(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter, maxKeys ...uint32) {
+	t.Helper()
+	for _, m := range maxKeys {
+		if _, err := NewTable(TableConfig{Store: store, Prefix: schedPrefix, Slots: m, Attempts: 8, Limiter: lim, Secret: secret}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// setCreated sets geometry maxKeys' count of created slots.
+func setCreated(t testing.TB, store Store, maxKeys, n uint32) {
+	t.Helper()
+	if err := store.Set(schedPrefix+strconv.FormatUint(uint64(maxKeys), 10)+".used", binary.LittleEndian.AppendUint32(nil, n), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func schedKeys(keys ...string) []string { return keys }
+
+var schedCases = []schedCase{
+	{
+		name: "max_keys 1, three workers", allowance: 1,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 1, Window: time.Hour},
+		workers: []schedWorker{
+			{1, 0, schedKeys(schedKey)}, {1, 0, schedKeys(schedKey)}, {1, 0, schedKeys(schedKey)},
+		},
+	},
+	{
+		name: "max_keys 1 full: every request in overflow", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{1, 0, schedKeys(schedKey, schedKey)}, {1, 0, schedKeys(schedKey)}, {1, 0, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			placeOther(t, store, secret, lim, 1, "client-b", 0, 0)
+			setCreated(t, store, 1, 1)
+		},
+	},
+	{
+		name: "a neighbour goes idle between the workers' reads", allowance: 1,
+		cfg: algorithms.Config{Algorithm: "token_bucket", Limit: 1, Window: time.Hour},
+		workers: []schedWorker{
+			{5, int64(time.Hour), schedKeys(schedKey)}, {5, int64(time.Hour) - 1, schedKeys(schedKey)}, {5, int64(time.Hour) - 1, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			// client-b spent its token at 0, in the key's first slot: idle at exactly 1 h.
+			_, state := lim.AllowN(nil, 0, 1)
+			other := Digest([]byte("client-b"))
+			writeSlot(t, store, secret, 5, schedKey, 0, append(append(other[:], slotLive), state...))
+		},
+	},
+	{
+		name: "two buckets, three workers", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "gcra", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{1000, 0, schedKeys(schedKey, schedKey)}, {1000, 1, schedKeys(schedKey)}, {1000, 2, schedKeys(schedKey)},
+		},
+	},
+	{
+		name: "a fresh claim, a stale one by one clock, and workers creating", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{5, 0, schedKeys(schedKey)}, {5, sec / 2, schedKeys(schedKey, schedKey)}, {5, 2 * sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			// Another worker's claim of the key, made at 0.6 s, in its second slot: fresh to
+			// the first two workers, stale to the third.
+			d := Digest([]byte(schedKey))
+			v := append(d[:], slotClaim)
+			v = binary.LittleEndian.AppendUint64(v, uint64(6*sec/10))
+			v = binary.LittleEndian.AppendUint64(v, 42)
+			writeSlot(t, store, secret, 5, schedKey, 1, v)
+		},
+	},
+	{
+		name: "clocks 1.5 s apart: each worker's claims stale to the next", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{5, 0, schedKeys(schedKey, schedKey)}, {5, 3 * sec / 2, schedKeys(schedKey)}, {5, 3 * sec, schedKeys(schedKey)},
+		},
+	},
+	{
+		name: "full table: one written free slot, another new key after it", allowance: 1,
+		cfg: algorithms.Config{Algorithm: "token_bucket", Limit: 1, Window: time.Hour},
+		workers: []schedWorker{
+			{2, int64(time.Hour), schedKeys(schedKey)}, {2, int64(time.Hour) + 1, schedKeys(schedKey)}, {2, int64(time.Hour), schedKeys("client-c", schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			// Two slots created, at max_keys: client-b's, idle at 1 h by every worker's
+			// clock, and client-d's, active.
+			placeOther(t, store, secret, lim, 2, "client-b", 0, 0)
+			placeOther(t, store, secret, lim, 2, "client-d", 3, int64(time.Hour))
+			setCreated(t, store, 2, 2)
+		},
+	},
+	{
+		name: "a paused claimant's claim after a free slot, released or adopted", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "token_bucket", Limit: 2, Window: time.Hour},
+		workers: []schedWorker{
+			{5, int64(time.Hour), schedKeys(schedKey)}, {5, int64(time.Hour) + sec/2, schedKeys(schedKey, schedKey)}, {5, int64(time.Hour) + 3*sec/2, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			// client-b, idle, in the key's first slot; a claim of the key made at 1 h 0.2 s by
+			// a worker that never resumes, in its third: fresh to the first two workers, stale
+			// to the third.
+			_, state := lim.AllowN(nil, 0, 1)
+			_, state = lim.AllowN(state, 0, 1)
+			other := Digest([]byte("client-b"))
+			writeSlot(t, store, secret, 5, schedKey, 0, append(append(other[:], slotLive), state...))
+			d := Digest([]byte(schedKey))
+			v := append(d[:], slotClaim)
+			v = binary.LittleEndian.AppendUint64(v, uint64(int64(time.Hour)+sec/5))
+			v = binary.LittleEndian.AppendUint64(v, 42)
+			writeSlot(t, store, secret, 5, schedKey, 2, v)
+		},
+	},
+	{
+		name: "a key moved from a previous max_keys while being created, new VMs", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 10,
+		workers: []schedWorker{
+			{10, sec, schedKeys(schedKey)}, {10, sec, schedKeys(schedKey)}, {10, sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
+		name: "a key moved while being created, an old VM following the forward", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 10,
+		workers: []schedWorker{
+			{5, sec, schedKeys(schedKey)}, {10, sec, schedKeys(schedKey)}, {10, sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
+		name: "a key moved while being created, the new table filling up", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 1,
+		workers: []schedWorker{
+			{1, sec, schedKeys(schedKey)}, {1, sec, schedKeys(schedKey)}, {1, sec, schedKeys("client-b")},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
+		name: "a key moved while being created, an old VM, the new table filling up", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 1,
+		workers: []schedWorker{
+			{5, sec, schedKeys(schedKey)}, {1, sec, schedKeys(schedKey)}, {1, sec, schedKeys("client-b")}, {1, sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5)
+			placeLive(t, store, secret, lim, 5, schedKey, 2, 1)
+		},
+	},
+	{
+		name: "a forward whose copy never arrived, revived by three workers", allowance: 2,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}, final: 10,
+		workers: []schedWorker{
+			{10, sec, schedKeys(schedKey)}, {10, sec, schedKeys(schedKey)}, {5, sec, schedKeys(schedKey)},
+		},
+		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
+			registerGeometries(t, store, secret, lim, 5, 10)
+			_, state := lim.AllowN(nil, 0, 1)
+			d := Digest([]byte(schedKey))
+			v := append(d[:], slotMoved)
+			v = binary.LittleEndian.AppendUint32(v, 10)
+			writeSlot(t, store, secret, 5, schedKey, 2, append(v, state...))
+		},
+	},
+}
+
+// schedSeeds is how many schedules of each strategy TestNewKeyRaceRandomSchedules runs per
+// case; SCHED_SEEDS overrides it for a longer search.
+func schedSeeds() int {
+	if v, err := strconv.Atoi(os.Getenv("SCHED_SEEDS")); err == nil && v > 0 {
+		return v
+	}
+	return 300
+}
+
+// TestNewKeyRaceRandomSchedules is a randomized model check of create's claims and their
+// adoption with three or four workers: for every schedCase (max_keys 1, a neighbour going
+// idle, two buckets, fresh and stale claims, clocks further apart than claimTTL, full tables,
+// keys moved from or revived from a forward of a previous max_keys, with old and new VMs,
+// while another key fills the new table), it runs schedules chosen
+// uniformly at random and by probabilistic concurrency testing at depths 1 to 4 (pctPick),
+// each from a seed that replays it, and requires that the key admits exactly its allowance
+// (never two live copies, no state lost) and that no request is denied as contention.
+func TestNewKeyRaceRandomSchedules(t *testing.T) {
+	seeds := schedSeeds()
+	for _, c := range schedCases {
+		t.Run(c.name, func(t *testing.T) {
+			solo := runSched(t, c, 0, func(w []int, _ int) int { return w[0] })
+			runs, bad, contended := 0, 0, 0
+			check := func(strategy string, seed int, r schedResult) {
+				runs++
+				if r.admitted != c.allowance {
+					bad++
+					if bad <= 3 {
+						t.Errorf("%s seed %d: %d admitted, want %d", strategy, seed, r.admitted, c.allowance)
+					}
+				}
+				if r.exhausted > 0 {
+					contended++
+					if contended <= 3 {
+						t.Errorf("%s seed %d: %d requests denied as contention", strategy, seed, r.exhausted)
+					}
+				}
+			}
+			for seed := range seeds {
+				rng := rand.New(rand.NewPCG(uint64(seed), 1))
+				check("uniform", seed, runSched(t, c, uint64(seed), uniformPick(rng)))
+				for depth := 1; depth <= 4; depth++ {
+					rng := rand.New(rand.NewPCG(uint64(seed), uint64(depth)+1))
+					check(fmt.Sprintf("pct depth %d", depth), seed, runSched(t, c, uint64(seed), pctPick(rng, len(c.workers), depth, solo.steps)))
+				}
+			}
+			if bad > 0 || contended > 0 {
+				t.Errorf("%d of %d schedules admitted other than %d; %d denied a request as contention", bad, runs, c.allowance, contended)
+			}
+			t.Logf("%d schedules (%d operations alone)", runs, solo.steps)
+		})
+	}
+}
+
+// TestSchedReplay replays one schedule of TestNewKeyRaceRandomSchedules, with every store
+// operation logged, and checks it the same way. It runs only when asked:
+//
+//	SCHED_LOG=1 SCHED_CASE='max_keys 1, three workers' SCHED_DEPTH=2 SCHED_SEED=7 \
+//	    go test -count=1 -run TestSchedReplay -v ./sharedstate/
+//
+// (SCHED_DEPTH 0 is the uniform strategy, 1 to 4 probabilistic concurrency testing.)
+func TestSchedReplay(t *testing.T) {
+	name := os.Getenv("SCHED_CASE")
+	if name == "" {
+		t.Skip("SCHED_CASE is not set")
+	}
+	depth, _ := strconv.Atoi(os.Getenv("SCHED_DEPTH"))
+	seed, _ := strconv.Atoi(os.Getenv("SCHED_SEED"))
+	for _, c := range schedCases {
+		if c.name != name {
+			continue
+		}
+		solo := runSched(t, c, 0, func(w []int, _ int) int { return w[0] })
+		var r schedResult
+		if depth == 0 {
+			r = runSched(t, c, uint64(seed), uniformPick(rand.New(rand.NewPCG(uint64(seed), 1))))
+		} else {
+			r = runSched(t, c, uint64(seed), pctPick(rand.New(rand.NewPCG(uint64(seed), uint64(depth)+1)), len(c.workers), depth, solo.steps))
+		}
+		if r.admitted != c.allowance || r.exhausted > 0 {
+			t.Errorf("%d admitted, want %d; %d denied as contention", r.admitted, c.allowance, r.exhausted)
+		}
+		return
+	}
+	t.Fatalf("no case named %q", name)
+}
+
+// holdStore holds its worker just before its first Set of a claim, until the test lets it go.
+type holdStore struct {
+	Store
+	held, resume chan struct{}
+	once         sync.Once
+}
+
+func (s *holdStore) Set(key string, value []byte, cas uint32) error {
+	if len(value) == claimSize && value[DigestSize] == slotClaim {
+		s.once.Do(func() {
+			close(s.held)
+			<-s.resume
+		})
+	}
+	return s.Store.Set(key, value, cas)
+}
+
+// A key being moved from a previous max_keys into a table that fills up meanwhile is counted
+// in one place. Worker A finds room in the new layout (the count of created slots below
+// max_keys), writes the forward in the old slot and is paused before its claim; another key
+// fills the new table; worker B finds no room there and the forward, so the key lives on in
+// the forward's slot, where B admits a request; then A claims, verifies the new layout and
+// converts. Without create touching the forward after the claim (see create), both copies
+// were live and each admitted on the same state: three requests admitted of an allowance of
+// two.
+func TestMovedKeyFillingTableCountsOnce(t *testing.T) {
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}
+	for _, oldVM := range []bool{false, true} {
+		t.Run(fmt.Sprintf("B an old VM %v", oldVM), func(t *testing.T) {
+			mem := NewMemory()
+			secret, err := LoadSecret(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := mustLimiter(t, cfg)
+			newTab := func(s Store, maxKeys uint32) *Table {
+				tab, err := NewTable(TableConfig{Store: s, Prefix: schedPrefix, Slots: maxKeys, Attempts: 8, Limiter: lim, Secret: secret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tab
+			}
+			// The key spent one of its three in max_keys 5; max_keys is now 1.
+			old := newTab(mem, 5)
+			var p Pending
+			if err := old.AllowN([]byte(schedKey), 0, 1, &p); err != nil || !p.Decision.Allowed {
+				t.Fatalf("setup: %v %+v", err, p.Decision)
+			}
+			hs := &holdStore{Store: mem, held: make(chan struct{}), resume: make(chan struct{})}
+			a, b := newTab(hs, 1), newTab(mem, 1)
+			if oldVM {
+				b = old
+			}
+			admitted := 0
+			done := make(chan error, 1)
+			var ap Pending
+			go func() { done <- a.AllowN([]byte(schedKey), sec, 1, &ap) }()
+			<-hs.held
+			if err := newTab(mem, 1).AllowN([]byte("client-b"), sec, 1, &p); err != nil || !p.Decision.Allowed || p.Overflow {
+				t.Fatalf("client-b: %v %+v", err, p)
+			}
+			if err := b.AllowN([]byte(schedKey), sec, 1, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Decision.Allowed {
+				admitted++
+			}
+			close(hs.resume)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if ap.Decision.Allowed {
+				admitted++
+			}
+			for range 3 {
+				for _, tab := range []*Table{newTab(mem, 1), old} {
+					if err := tab.AllowN([]byte(schedKey), sec, 1, &p); err != nil {
+						t.Fatal(err)
+					}
+					if p.Decision.Allowed {
+						admitted++
+					}
+				}
+			}
+			if admitted != 2 {
+				t.Fatalf("%d requests admitted after the change, want the 2 the key had left", admitted)
+			}
+		})
+	}
+}
+
+// Workers whose clocks are further apart than claimTTL (a worker thread descheduled for more
+// than a second mid-request resumes with its clock of then) each see the others' claims of a
+// new key as stale. Were a stale claim of the key a free slot, each would write its own claim
+// over the others' in turn and none would convert: with three workers taking turns every two
+// store operations, two of three requests were denied as contention. A lookup adopts a claim
+// of its own key whatever its age (see scan), so one converts and the others decide on its
+// state: one request admitted, the limit, and no contention.
+func TestClaimsAcrossClockSkewAreAdopted(t *testing.T) {
+	c := schedCase{name: "clocks 1.5 s apart, taking turns", allowance: 1,
+		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 1, Window: time.Hour}}
+	for w := range 3 {
+		c.workers = append(c.workers, schedWorker{5, int64(w) * 3 * sec / 2, schedKeys(schedKey)})
+	}
+	for seed := range 20 {
+		step := 0
+		r := runSched(t, c, uint64(seed), func(waiting []int, _ int) int {
+			step++
+			return waiting[(step/2)%len(waiting)]
+		})
+		if r.admitted != 1 || r.exhausted != 0 {
+			t.Fatalf("secret %d: %d admitted, %d denied as contention; want 1 and none", seed, r.admitted, r.exhausted)
+		}
+	}
+}
+
+// boundedPick replays forced choices (operation number -> worker) and otherwise lets the
+// worker that ran last continue while it can, then the lowest-numbered waiting worker; it
+// records, per operation, the waiting workers and the one chosen, for exploreBounded.
+type boundedPick struct {
+	forced  map[int]int
+	waiting [][]int
+	chosen  []int
+}
+
+func (b *boundedPick) pick(waiting []int, last int) int {
+	step := len(b.chosen)
+	b.waiting = append(b.waiting, append([]int(nil), waiting...))
+	w, ok := b.forced[step]
+	if !ok || !slicesContains(waiting, w) {
+		w = waiting[0]
+		if slicesContains(waiting, last) {
+			w = last
+		}
+	}
+	b.chosen = append(b.chosen, w)
+	return w
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// exploreBounded runs every schedule of c with at most bound preemptions (a switch away from
+// a worker that could have gone on), by iterative context bounding (Musuvathi and Qadeer,
+// "Iterative context bounding for systematic testing of multithreaded programs", PLDI 2007),
+// on the store of secret seed, and calls check with each result. It returns the number of
+// schedules run.
+func exploreBounded(t testing.TB, c schedCase, seed uint64, bound int, check func(forced map[int]int, r schedResult)) int {
+	type node struct {
+		forced      map[int]int
+		from        int // the first operation at which new choices may be made
+		preemptions int
+	}
+	stack := []node{{forced: map[int]int{}}}
+	runs := 0
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		b := &boundedPick{forced: n.forced}
+		r := runSched(t, c, seed, b.pick)
+		runs++
+		check(n.forced, r)
+		pre := n.preemptions
+		for step := n.from; step < len(b.chosen); step++ {
+			prev := -1
+			if step > 0 {
+				prev = b.chosen[step-1]
+			}
+			for _, w := range b.waiting[step] {
+				if w == b.chosen[step] {
+					continue
+				}
+				cost := 0
+				if prev >= 0 && w != prev && slicesContains(b.waiting[step], prev) {
+					cost = 1
+				}
+				if pre+cost > bound {
+					continue
+				}
+				forced := make(map[int]int, len(n.forced)+1)
+				for k, v := range n.forced {
+					forced[k] = v
+				}
+				for s := n.from; s < step; s++ {
+					forced[s] = b.chosen[s]
+				}
+				forced[step] = w
+				stack = append(stack, node{forced: forced, from: step + 1, preemptions: pre + cost})
+			}
+			if prev >= 0 && b.chosen[step] != prev && slicesContains(b.waiting[step], prev) {
+				pre++
+			}
+		}
+	}
+	return runs
+}
+
+// TestNewKeyRaceBoundedSchedules runs every schedCase in every schedule with at most one
+// preemption (SCHED_BOUND raises it; 2 takes minutes), and requires what
+// TestNewKeyRaceRandomSchedules does.
+func TestNewKeyRaceBoundedSchedules(t *testing.T) {
+	bound := 1
+	if v, err := strconv.Atoi(os.Getenv("SCHED_BOUND")); err == nil {
+		bound = v
+	}
+	for _, c := range schedCases {
+		t.Run(c.name, func(t *testing.T) {
+			bad, contended := 0, 0
+			runs := exploreBounded(t, c, 1, bound, func(forced map[int]int, r schedResult) {
+				if r.admitted != c.allowance {
+					bad++
+					if bad <= 3 {
+						t.Errorf("schedule %v: %d admitted, want %d", forced, r.admitted, c.allowance)
+					}
+				}
+				if r.exhausted > 0 {
+					contended++
+					if contended <= 3 {
+						t.Errorf("schedule %v: %d requests denied as contention", forced, r.exhausted)
+					}
+				}
+			})
+			if bad > 0 || contended > 0 {
+				t.Errorf("%d of %d schedules admitted other than %d; %d denied a request as contention", bad, runs, c.allowance, contended)
+			}
+			t.Logf("%d schedules with at most %d preemptions", runs, bound)
+		})
+	}
+}
