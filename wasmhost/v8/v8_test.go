@@ -205,6 +205,17 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"strings.Map",
 		"strings.ToLower",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Config).MarshalJSON",
+		// The parser's parts for fields a rule does not set, errors and large objects, and
+		// the default deny body's template (written out compiled).
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).variant",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).mode",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).scope",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).adaptiveLimit",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).duplicateName",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).redisRequired",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.indexMembers",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).addIndexed",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
 		// The request path's parts for other configurations, refusals and failures.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).duplicateKeyHeader",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).removeShadowHeaders",
