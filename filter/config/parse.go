@@ -390,7 +390,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	if bn, bpath := f.get("shadow"); bn != nil {
 		r.Shadow, _ = p.boolean(bpath, bn)
 	}
-	p.shadowOptions(f, r)
+	if f.has("shadow_headers") || f.has("shadow_request_header") {
+		p.shadowOptions(f, r) // out of line: most rules set neither (see algorithm)
+	}
 	if bn, bpath := f.get("continue"); bn != nil {
 		r.Continue, _ = p.boolean(bpath, bn)
 	}

@@ -216,6 +216,14 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.indexMembers",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).addIndexed",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).shadowOptions",
+		// configure's parts for global, shaping and adaptive rules, overrides and shadow
+		// request headers.
+		"github.com/ratelimit-wasm/ratelimit/filter.prepareRedisRule",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).prepareShape",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).setOverrides",
+		"github.com/ratelimit-wasm/ratelimit/filter.shadowHeaderNames",
+		"github.com/ratelimit-wasm/ratelimit/filter.setTickPeriod",
 		// The request path's parts for other configurations, refusals and failures.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).duplicateKeyHeader",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).removeShadowHeaders",
