@@ -225,6 +225,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.shadowHeaderNames",
 		"github.com/ratelimit-wasm/ratelimit/filter.setTickPeriod",
 		// The request path's parts for other configurations, refusals and failures.
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*stringSet).has",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).duplicateKeyHeader",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).removeShadowHeaders",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).noKey",
