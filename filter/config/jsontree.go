@@ -332,7 +332,11 @@ func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val
 	index[key] = struct{}{}
 }
 
-// lookup returns the member named key, or nil.
+// lookup returns the member named key, or nil. It is kept out of line: the parser and value
+// ask for members at many places, and V8 in Envoy compiles whatever is inlined at each of
+// them in every VM's configure.
+//
+//go:noinline
 func (n *node) lookup(key string) *node {
 	for i := range n.members {
 		if n.members[i].key == key {

@@ -217,6 +217,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).addIndexed",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).shadowOptions",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).outOfRange",
+		"strings.IndexAny",
 		// configure's parts for global, shaping and adaptive rules, overrides and shadow
 		// request headers.
 		"github.com/ratelimit-wasm/ratelimit/filter.prepareRedisRule",
