@@ -218,6 +218,10 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).shadowOptions",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).outOfRange",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.algorithmError",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.costAboveCapacity",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.unknownAlgorithm",
+		"github.com/ratelimit-wasm/ratelimit/filter.logInvalid",
 		"strings.IndexAny",
 		// configure's parts for global, shaping and adaptive rules, overrides and shadow
 		// request headers.
