@@ -223,6 +223,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/algorithms.unknownAlgorithm",
 		"github.com/ratelimit-wasm/ratelimit/filter.logInvalid",
 		"strings.IndexAny",
+		"bytes.TrimSpace",
 		// configure's parts for global, shaping and adaptive rules, overrides and shadow
 		// request headers.
 		"github.com/ratelimit-wasm/ratelimit/filter.prepareRedisRule",
