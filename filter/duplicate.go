@@ -15,29 +15,38 @@ import (
 func (h *httpContext) refuseDuplicateKeyHeader() (action types.Action, refused bool) {
 	p := h.plugin
 	for _, r := range p.matched {
-		kp, dup := r.DuplicatePart(&p.req)
-		if !dup {
-			continue
+		if kp, dup := r.DuplicatePart(&p.req); dup && h.duplicateKeyHeader(r, kp) {
+			return types.ActionPause, true
 		}
-		rs := p.rules[r.Index]
-		rs.m.duplicateHeader.Increment(1)
-		if r.Shadow {
-			continue
-		}
-		h.finished = true
-		errName, field, what := "duplicate_header", "header", " header"
-		if kp.Source == config.SourceQuery {
-			errName, field, what = "duplicate_query_parameter", "parameter", " query parameter"
-		}
-		body := append(append(append(append(append(append(append([]byte(nil),
-			`{"error":"`...), errName...), `","rule":"`...), r.Name...), `","`...), field...), `":"`...)
-		body = append(append(append(append(append(body, kp.Name...), `","message":"the request carries the `...), kp.Name...),
-			what...), ` more than once; send it once"}`...)
-		headers := [][2]string{{"content-type", "application/json"}}
-		if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
-			abi.LogErrorf("ratelimit: rule %q: sending the local response: %v", r.Name, err)
-		}
-		return types.ActionPause, true
 	}
 	return types.ActionContinue, false
+}
+
+// duplicateKeyHeader counts a matched rule's repeated key header or query parameter kp and,
+// for an enforced rule, answers the request with 400; it reports whether it did. It is a
+// function of its own, kept out of line, because V8 in Envoy compiles a function on its first
+// call: the check above runs on every request, the refusal (its message built byte by byte)
+// only on a request it refuses, so a VM's first ordinary request does not compile it.
+//
+//go:noinline
+func (h *httpContext) duplicateKeyHeader(r *config.Rule, kp *config.KeyPart) (refused bool) {
+	rs := h.plugin.rules[r.Index]
+	rs.m.duplicateHeader.Increment(1)
+	if r.Shadow {
+		return false
+	}
+	h.finished = true
+	errName, field, what := "duplicate_header", "header", " header"
+	if kp.Source == config.SourceQuery {
+		errName, field, what = "duplicate_query_parameter", "parameter", " query parameter"
+	}
+	body := append(append(append(append(append(append(append([]byte(nil),
+		`{"error":"`...), errName...), `","rule":"`...), r.Name...), `","`...), field...), `":"`...)
+	body = append(append(append(append(append(body, kp.Name...), `","message":"the request carries the `...), kp.Name...),
+		what...), ` more than once; send it once"}`...)
+	headers := [][2]string{{"content-type", "application/json"}}
+	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
+		abi.LogErrorf("ratelimit: rule %q: sending the local response: %v", r.Name, err)
+	}
+	return true
 }

@@ -82,16 +82,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	req := &p.req
 	req.reset()
 	p.matched = p.cfg.Match(req, p.matched[:0])
-	for _, name := range p.shadowHeaders {
-		// A client's own copy would read to the upstream as a shadow rule's verdict.
-		if err := abi.RemoveHttpRequestHeader(name); err != nil {
-			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
-		}
-	}
 	if len(p.shadowHeaders) > 0 {
-		// A header map read while matching still holds the client's copies: a header first
-		// read from now on must be the request as it now is, as a host call would answer.
-		req.forgetHeaderMap()
+		p.removeShadowHeaders()
 	}
 	if len(p.matched) == 0 {
 		return types.ActionContinue
@@ -118,37 +110,24 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			p.key, built = key[:0], r
 		}
 		if !ok {
-			// A shadow rule's repeated key header or query parameter was counted once
-			// already, in duplicate_header.
-			if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
-				rs.m.skipped.Increment(1)
-			}
+			rs.noKey(r, req)
 			continue
 		}
 		if rs.overrides != nil {
-			if j := r.OverrideFor(key); j >= 0 {
-				if rs.overrides[j] == nil {
-					// An unlimited override: the rule lets the request through untouched.
-					rs.m.allowed.Increment(1)
-					continue
-				}
-				rs = rs.overrides[j]
+			if rs = rs.overrideFor(r, key); rs == nil {
+				continue // an unlimited override: the rule lets the request through untouched
 			}
 		}
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if r.Scope == config.ScopeGlobal {
-			a.key = append(append(a.key[:0], rs.stateTag...), key...)
-			if rs.overLimit != nil && !r.Shadow {
-				if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
-					rs.lease.m.overLimitHit.Increment(1)
-					return h.deny(rs, d)
-				}
+			action, denied, callout := h.prepareGlobal(a, r, key, now)
+			if denied {
+				return action
 			}
-			if h.leaseGlobal(a, now) {
-				continue // admitted from this VM's lease: no callout for this rule
+			if callout {
+				globals++
 			}
-			globals++
 			continue
 		}
 		if deny := h.decideLocal(a, key, now, a.cost); deny {
@@ -158,8 +137,82 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if globals == 0 {
 		return h.finish()
 	}
-	// Phase 1b: one callout decides every global rule, and Redis writes them only if none of
-	// the enforced ones denies; the request waits for the answer.
+	return h.decideGlobal(now)
+}
+
+// The functions below are the parts of OnHttpRequestHeaders that a request needs only for
+// some configurations (shadow request headers, overrides, global rules) or on a rare path (a
+// rule without its key). Each is a function of its own, kept out of line, because V8 in
+// Envoy compiles a function on its first call: kept inline they would be compiled with
+// OnHttpRequestHeaders on every VM's first request, whether its rules use them or not.
+
+// removeShadowHeaders removes the shadow rules' request headers from the request.
+//
+//go:noinline
+func (p *plugin) removeShadowHeaders() {
+	for _, name := range p.shadowHeaders {
+		// A client's own copy would read to the upstream as a shadow rule's verdict.
+		if err := abi.RemoveHttpRequestHeader(name); err != nil {
+			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
+		}
+	}
+	// A header map read while matching still holds the client's copies: a header first read
+	// from now on must be the request as it now is, as a host call would answer.
+	p.req.forgetHeaderMap()
+}
+
+// noKey counts a matched rule that has no key for the request (skipped). A shadow rule's
+// repeated key header or query parameter was counted once already, in duplicate_header.
+//
+//go:noinline
+func (rs *ruleState) noKey(r *config.Rule, req *request) {
+	if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
+		rs.m.skipped.Increment(1)
+	}
+}
+
+// overrideFor returns the state of the override of rs that key selects, rs itself when none
+// does, or nil for an unlimited override (the request is then counted as allowed by the rule).
+//
+//go:noinline
+func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
+	j := r.OverrideFor(key)
+	if j < 0 {
+		return rs
+	}
+	if rs.overrides[j] == nil {
+		rs.m.allowed.Increment(1)
+		return nil
+	}
+	return rs.overrides[j]
+}
+
+// prepareGlobal prepares the part a of the matched global rule r in the request. It reports
+// denied, with the action to return, when the rule's over-limit cache denies the request (the
+// local response is then sent), and callout when the rule needs the request's Redis call (not
+// when this VM's lease admitted it).
+//
+//go:noinline
+func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
+	rs := a.rs
+	a.key = append(append(a.key[:0], rs.stateTag...), key...)
+	if rs.overLimit != nil && !r.Shadow {
+		if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
+			rs.lease.m.overLimitHit.Increment(1)
+			return h.deny(rs, d), true, false
+		}
+	}
+	if h.leaseGlobal(a, now) {
+		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
+	}
+	return types.ActionContinue, false, true
+}
+
+// decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
+// if none of the enforced ones denies; the request waits for the answer.
+//
+//go:noinline
+func (h *httpContext) decideGlobal(now int64) types.Action {
 	if deny, a := h.askRedis(now); deny {
 		return h.deny(a.rs, a.decision)
 	}
@@ -250,26 +303,13 @@ func (h *httpContext) finish() types.Action {
 				// override's table, which has a state tag, is not the rule's: see slotsUsed).
 				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
-			if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
-				err = h.retakeExact(a)
-			}
-			if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
-				if h.contention(a) {
-					return h.deny(a.rs, a.decision)
-				}
+			if err == nil && a.take <= 0 && a.take <= a.cost {
+				// Written, without a lease take: the decision stands (the common case).
+				a.decision = a.pending.Decision
+			} else if action, denied, skip := h.settleCommit(a, r, err); denied {
+				return action
+			} else if skip {
 				continue
-			}
-			if err != nil {
-				p.storeFailure(a.rs, err)
-				a.decided = false
-				if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
-					return h.deny(a.rs, failureDecision(a.rs))
-				}
-				continue
-			}
-			a.decision = a.pending.Decision
-			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.take, a.cost, a.decision)
 			}
 		}
 		if !a.decision.Allowed {
@@ -295,18 +335,13 @@ func (h *httpContext) finish() types.Action {
 		if !a.decided || !a.decision.Allowed {
 			continue
 		}
-		if a.rs.adaptive != nil {
-			h.observed = append(h.observed, a.rs)
-		}
-		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
-			shaper, delay = a.rs, int64(a.decision.Delay)
+		if a.rs.adaptive != nil || a.rs.shape != nil {
+			shaper, delay = h.admitted(a, shaper, delay)
 		}
 	}
 	p.giveDecisions(h)
 	if shaper != nil {
-		now := p.now()
-		p.enqueue(h, shaper, now, now+delay)
-		return types.ActionPause
+		return h.hold(shaper, delay)
 	}
 	if len(h.observed) > 0 {
 		// The request goes upstream now: the latency adaptive rules judge starts here, not at
@@ -314,6 +349,69 @@ func (h *httpContext) finish() types.Action {
 		h.startedAt = p.now()
 	}
 	return types.ActionContinue
+}
+
+// The functions below are the parts of finish that a request needs only for some rules (leases,
+// shaping, adaptive) or when a write fails. Each is kept out of line, because V8 in Envoy
+// compiles a function on its first call: inline, they would be compiled with finish on every
+// VM's first request, whether its rules use them or not.
+
+// settleCommit completes the write of the local rule r's decision a after Commit returned
+// err, or after a write made with a lease take: a take that lost its race is retried as an
+// exact decision, lost races and store failures are handled, and an admitted take is
+// recorded in the VM's lease. It reports denied, with the action to return, when the request
+// is denied, and skip when the rule ends up with no decision of its own to apply.
+//
+//go:noinline
+func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
+	p := h.plugin
+	if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
+		err = h.retakeExact(a)
+	}
+	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+		if h.contention(a) {
+			return h.deny(a.rs, a.decision), true, false
+		}
+		return types.ActionContinue, false, true
+	}
+	if err != nil {
+		p.storeFailure(a.rs, err)
+		a.decided = false
+		if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
+			return h.deny(a.rs, failureDecision(a.rs)), true, false
+		}
+		return types.ActionContinue, false, true
+	}
+	a.decision = a.pending.Decision
+	if a.take > 0 && a.decision.Allowed {
+		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.take, a.cost, a.decision)
+	}
+	return types.ActionContinue, false, false
+}
+
+// admitted notes an adaptive or shaping rule's admission a: an adaptive rule is to observe the
+// request's outcome, and a shaping rule's delay is the request's when it is the longest so far
+// (shaper, delay). It returns the longest delay and its rule.
+//
+//go:noinline
+func (h *httpContext) admitted(a *applied, shaper *ruleState, delay int64) (*ruleState, int64) {
+	if a.rs.adaptive != nil {
+		h.observed = append(h.observed, a.rs)
+	}
+	if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+		shaper, delay = a.rs, int64(a.decision.Delay)
+	}
+	return shaper, delay
+}
+
+// hold queues the admitted request until the shaping rule shaper releases it, delay from now;
+// the tick resumes it.
+//
+//go:noinline
+func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
+	now := h.plugin.now()
+	h.plugin.enqueue(h, shaper, now, now+delay)
+	return types.ActionPause
 }
 
 // showsHeaders reports whether the rule's decisions reach clients as rate-limit headers: an
@@ -324,7 +422,10 @@ func (rs *ruleState) showsHeaders() bool { return !rs.rule.Shadow || rs.rule.Sha
 // tellUpstream adds the shadow rule's request header, if it has one, to the request that goes
 // upstream, so the upstream learns that the rule would have denied it (as Envoy's
 // local_ratelimit request_headers_to_add_when_not_enforced does). The value is the rule's
-// name; several shadow rules naming one header add one line each.
+// name; several shadow rules naming one header add one line each. It is kept out of finish's
+// line, which calls it only for a shadow rule's denial (see settleCommit).
+//
+//go:noinline
 func tellUpstream(r *config.Rule) {
 	if r.ShadowRequestHeader == "" {
 		return

@@ -121,11 +121,7 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	if err := p.configure(data); err != nil {
-		// One log call per line: Envoy prefixes a message with its level and source once, so
-		// the second and later problems of one multi-line message would carry neither.
-		for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
-			abi.LogCriticalf("ratelimit: %s", line)
-		}
+		logInvalid(err)
 		return types.OnPluginStartStatusFailed
 	}
 	abi.LogInfo("ratelimit: configured " + strconv.Itoa(len(p.rules)) + " rules")
@@ -173,6 +169,9 @@ func (p *plugin) configure(data []byte) error {
 	if err != nil {
 		return wrapError("reading the key-table secret from shared data: ", err)
 	}
+	// ticks is set when a rule needs the plugin's tick (shaping, adaptive), shadowHeader when
+	// a rule names a shadow request header.
+	ticks, shadowHeader := false, false
 	for i, r := range cfg.Rules {
 		// The branches for adaptive, global, leased and shaping rules and every error path
 		// call functions of their own: V8 in Envoy compiles each function on its first call,
@@ -181,10 +180,11 @@ func (p *plugin) configure(data []byte) error {
 		var ad *adaptiveState
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
 			ad, lim = p.prepareAdaptive(cfg, r, a)
+			ticks = true
 		}
 		if r.Scope == config.ScopeGlobal {
-			if globals[i], err = redisRule(cfg, r, r.Algorithm); err != nil {
-				return ruleError(i, "", err)
+			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
+				return err
 			}
 		}
 		slots := uint32(r.MaxKeys)
@@ -207,7 +207,8 @@ func (p *plugin) configure(data []byte) error {
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
-			rs.shape = &shapeMetrics{}
+			rs.prepareShape()
+			ticks = true
 		}
 		if r.Lease != nil {
 			rs.prepareLease()
@@ -217,26 +218,85 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rs.redisRule = globals[i]
 		if len(r.Overrides) > 0 {
-			if rs.overrides, err = prepareOverrides(rs, cfg, store, digests, secret); err != nil {
-				return ruleError(i, ".overrides", err)
+			if err := rs.setOverrides(i, cfg, store, digests, secret); err != nil {
+				return err
 			}
+		}
+		if r.ShadowRequestHeader != "" {
+			shadowHeader = true
 		}
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
 	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
-	for _, r := range cfg.Rules {
-		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(p.shadowHeaders, h) {
-			p.shadowHeaders = append(p.shadowHeaders, h)
+	if shadowHeader {
+		p.shadowHeaders = shadowHeaderNames(cfg, p.shadowHeaders)
+	}
+	if ticks {
+		if err := setTickPeriod(rules); err != nil {
+			return err
 		}
 	}
+	p.warm()
+	return nil
+}
+
+// prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in globals[i].
+// Like the functions below, it is a function of its own for a part of configure that only
+// some configurations need (see configure).
+//
+//go:noinline
+func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
+	g, err := redisRule(cfg, r, r.Algorithm)
+	if err != nil {
+		return ruleError(i, "", err)
+	}
+	globals[i] = g
+	return nil
+}
+
+// prepareShape gives a shaping rule its metrics' state.
+//
+//go:noinline
+func (rs *ruleState) prepareShape() {
+	rs.shape = &shapeMetrics{}
+}
+
+// setOverrides prepares the overrides of rules[i].
+//
+//go:noinline
+func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) error {
+	o, err := prepareOverrides(rs, cfg, store, digests, secret)
+	if err != nil {
+		return ruleError(i, ".overrides", err)
+	}
+	rs.overrides = o
+	return nil
+}
+
+// shadowHeaderNames appends to names each shadow request header the rules name, once.
+//
+//go:noinline
+func shadowHeaderNames(cfg *config.Config, names []string) []string {
+	for _, r := range cfg.Rules {
+		if h := r.ShadowRequestHeader; h != "" && !slices.Contains(names, h) {
+			names = append(names, h)
+		}
+	}
+	return names
+}
+
+// setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
+// controllers need.
+//
+//go:noinline
+func setTickPeriod(rules []*ruleState) error {
 	if period := tickPeriod(rules); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
-	p.warm()
 	return nil
 }
 
@@ -262,6 +322,19 @@ func (p *plugin) warm() {
 	}
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
+	}
+}
+
+// logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
+// ruleError: V8 in Envoy compiles a function on its first call, and a valid configuration
+// never calls it.
+//
+//go:noinline
+func logInvalid(err error) {
+	// One log call per line: Envoy prefixes a message with its level and source once, so the
+	// second and later problems of one multi-line message would carry neither.
+	for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
+		abi.LogCriticalf("ratelimit: %s", line)
 	}
 }
 

@@ -19,10 +19,7 @@ import (
 func checkAlgorithm(r *Rule) (field, msg string) {
 	lim, err := algorithms.New(r.Algorithm)
 	if err != nil {
-		if ce, ok := errors.AsType[*algorithms.ConfigError](err); ok {
-			return algorithmField(ce.Field), ce.Message
-		}
-		return "algorithm", err.Error()
+		return algorithmError(err)
 	}
 	r.Limiter = lim
 	// A constant cost above the capacity would deny every request: algorithms reports such
@@ -31,11 +28,30 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	if r.CostSpec.Header == "" && r.Algorithm.Algorithm != algorithms.AlgAdaptive {
 		capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 		if r.CostSpec.Constant > capacity {
-			return "cost", "every request costs " + strconv.FormatInt(r.CostSpec.Constant, 10) +
-				", more than the rule ever allows (" + from + " " + strconv.FormatInt(capacity, 10) + ")"
+			return "cost", costAboveCapacity(r.CostSpec.Constant, capacity, from)
 		}
 	}
 	return "", ""
+}
+
+// algorithmError returns the field and message of algorithms.New's error. Like
+// costAboveCapacity, it is out of checkAlgorithm's line: V8 in Envoy compiles a function on
+// its first call, and a valid configuration calls neither.
+//
+//go:noinline
+func algorithmError(err error) (field, msg string) {
+	if ce, ok := errors.AsType[*algorithms.ConfigError](err); ok {
+		return algorithmField(ce.Field), ce.Message
+	}
+	return "algorithm", err.Error()
+}
+
+// costAboveCapacity is the message for a constant cost above the rule's capacity.
+//
+//go:noinline
+func costAboveCapacity(cost, capacity int64, from string) string {
+	return "every request costs " + strconv.FormatInt(cost, 10) +
+		", more than the rule ever allows (" + from + " " + strconv.FormatInt(capacity, 10) + ")"
 }
 
 // algorithmField maps a field name of algorithms.Config errors to the rule's JSON path.

@@ -215,23 +215,17 @@ func (d *decoder) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			var seen bool
+			// The map of a large object is made and used by functions of their own, out of
+			// value's line: V8 in Envoy compiles a function on its first call, and no object
+			// of a valid configuration is that large.
 			if index != nil {
-				_, seen = index[key]
-			} else {
-				seen = n.lookup(key) != nil
-			}
-			if seen {
+				d.addIndexed(n, index, key, val)
+			} else if n.lookup(key) != nil {
 				d.dup(d.path(), key)
 			} else {
 				n.members = append(n.members, member{key: key, val: val})
-				if index != nil {
-					index[key] = struct{}{}
-				} else if len(n.members) == indexAfter {
-					index = make(map[string]struct{}, 2*indexAfter)
-					for _, m := range n.members {
-						index[m.key] = struct{}{}
-					}
+				if len(n.members) == indexAfter {
+					index = indexMembers(n)
 				}
 			}
 			d.segs = d.segs[:len(d.segs)-1]
@@ -314,7 +308,35 @@ func (d *decoder) str() (string, error) {
 	return string(b), nil
 }
 
-// lookup returns the member named key, or nil.
+// indexMembers returns an index of the keys of object n (see indexAfter).
+//
+//go:noinline
+func indexMembers(n *node) map[string]struct{} {
+	index := make(map[string]struct{}, 2*indexAfter)
+	for _, m := range n.members {
+		index[m.key] = struct{}{}
+	}
+	return index
+}
+
+// addIndexed adds the member key: val to object n, whose keys index holds, or reports the
+// key as a duplicate.
+//
+//go:noinline
+func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) {
+	if _, seen := index[key]; seen {
+		d.dup(d.path(), key)
+		return
+	}
+	n.members = append(n.members, member{key: key, val: val})
+	index[key] = struct{}{}
+}
+
+// lookup returns the member named key, or nil. It is kept out of line: the parser and value
+// ask for members at many places, and V8 in Envoy compiles whatever is inlined at each of
+// them in every VM's configure.
+//
+//go:noinline
 func (n *node) lookup(key string) *node {
 	for i := range n.members {
 		if n.members[i].key == key {

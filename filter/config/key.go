@@ -182,7 +182,12 @@ const (
 	kindConst
 )
 
-// kindOf maps a Source to its kind.
+// kindOf maps a Source to its kind. It is kept out of line: keyKind, inlined on the request
+// path wherever a key part's kind is needed, calls it only for a Rule the parser did not make,
+// and its string switch inlined at each of those places would be code that V8 in Envoy
+// compiles on every VM's first request (a function is compiled on its first call).
+//
+//go:noinline
 func kindOf(s Source) sourceKind {
 	switch s {
 	case SourceClientIP:

@@ -28,7 +28,7 @@ func Parse(data []byte) (*Config, error) {
 		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
 		return nil, p.result()
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
+	if !hasPrintableASCII(data) && len(bytes.TrimSpace(data)) == 0 {
 		p.add("", "config is empty: at least one rule is required")
 		return nil, p.result()
 	}
@@ -44,6 +44,18 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// hasPrintableASCII reports whether data holds a printable ASCII byte, which no white space
+// is: such a config is not empty, and Parse need not run bytes.TrimSpace (code that V8 in
+// Envoy would compile in every VM's configure for this alone) to know it.
+func hasPrintableASCII(data []byte) bool {
+	for _, c := range data {
+		if c > ' ' && c < 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 var topLevelFields = []string{
@@ -79,11 +91,14 @@ func (p *parser) config(root *node) *Config {
 	if !ok {
 		return c
 	}
+	// The first rule of each flat name, searched linearly: at most MaxRules names, and no map
+	// (whose construction is code V8 would compile in every VM's configure for this alone).
 	type named struct {
+		flat  string
 		index int
 		name  string
 	}
-	names := make(map[string]named, len(elems))
+	names := make([]named, 0, len(elems))
 	firstGlobal := -1
 	for i, e := range elems {
 		rpath := joinIndex(path, i)
@@ -97,15 +112,17 @@ func (p *parser) config(root *node) *Config {
 			// without its tag extraction sees flat names, where '.', '-' and '_' are one
 			// character: two such names would share their metrics.
 			flat := flatName(r.Name)
-			if prev, dup := names[flat]; dup {
-				if prev.name == r.Name {
-					p.addf(rpath+".name", "duplicate of rules[%d].name %s", prev.index, strconv.Quote(r.Name))
-				} else {
-					p.addf(rpath+".name", "%s and rules[%d].name %s differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
-						strconv.Quote(r.Name), prev.index, strconv.Quote(prev.name))
+			prev := -1
+			for j := range names {
+				if names[j].flat == flat {
+					prev = j
+					break
 				}
+			}
+			if prev >= 0 {
+				p.duplicateName(rpath, r.Name, names[prev].index, names[prev].name)
 			} else {
-				names[flat] = named{i, r.Name}
+				names = append(names, named{flat, i, r.Name})
 			}
 		}
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
@@ -122,10 +139,33 @@ func (p *parser) config(root *node) *Config {
 		c.Rules = append(c.Rules, r)
 	}
 	if firstGlobal >= 0 && !f.has("redis") {
-		p.addf("redis", `required because rules[%d] has scope "global"`, firstGlobal)
+		p.redisRequired(firstGlobal)
 	}
 	p.budget(path, c)
 	return c
+}
+
+// duplicateName reports the name of the rule at rpath when rules[prev] has the same name
+// (prevName), or one that reads the same in a flat metric name. Like every message that
+// formats its values, it is out of config's line: V8 in Envoy compiles a function on its
+// first call, and a valid configuration never calls this one.
+//
+//go:noinline
+func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
+	if prevName == name {
+		p.addf(rpath+".name", "duplicate of rules[%d].name %s", prev, strconv.Quote(name))
+	} else {
+		p.addf(rpath+".name", "%s and rules[%d].name %s differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
+			strconv.Quote(name), prev, strconv.Quote(prevName))
+	}
+}
+
+// redisRequired reports the missing redis section that rules[first], a global rule, needs
+// (out of line like duplicateName).
+//
+//go:noinline
+func (p *parser) redisRequired(first int) {
+	p.addf("redis", `required because rules[%d] has scope "global"`, first)
 }
 
 func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
@@ -362,7 +402,9 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	if bn, bpath := f.get("shadow"); bn != nil {
 		r.Shadow, _ = p.boolean(bpath, bn)
 	}
-	p.shadowOptions(f, r)
+	if f.has("shadow_headers") || f.has("shadow_request_header") {
+		p.shadowOptions(f, r) // out of line: most rules set neither (see algorithm)
+	}
 	if bn, bpath := f.get("continue"); bn != nil {
 		r.Continue, _ = p.boolean(bpath, bn)
 	}
@@ -410,15 +452,10 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
-	// notFor reports a field that this algorithm (or mode) does not use. Accepting and
-	// ignoring it would let a config look like it says something it does not.
-	notFor := func(field, why string) {
-		if fn, fpath := f.get(field); fn != nil {
-			p.add(fpath, "not used by "+why)
-			valid = false
-		}
-	}
-
+	// The parts for fields that most rules do not set (variant, mode, max_delay, scope,
+	// adaptive) are functions of their own, called only when their fields are set or their
+	// algorithm needs them: V8 in Envoy compiles a function on its first call, so code for a
+	// field that a configuration does not use costs it no compile time at start-up.
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
 		valid = false
@@ -436,23 +473,95 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 				valid = false
 			}
 		}
-	} else {
-		notFor("burst", alg)
+	} else if p.notFor(f, "burst", alg) {
+		valid = false
 	}
 
 	if spec.Accepts(algorithms.FieldVariant) {
-		ac.Variant = algorithms.VariantCounter
-		if vn, vpath := f.get("variant"); vn != nil {
-			if v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog); ok {
-				ac.Variant = v
-			} else {
-				valid = false
-			}
+		if !p.variant(f, ac) {
+			valid = false
 		}
-	} else {
-		notFor("variant", alg)
+	} else if p.notFor(f, "variant", alg) {
+		valid = false
 	}
 
+	if f.has("mode") || f.has("max_delay") {
+		if !p.mode(f, r, spec) {
+			valid = false
+		}
+	}
+
+	if sn, spath := f.get("scope"); sn != nil {
+		p.scope(spath, sn, r, spec)
+	}
+
+	// The limit is read before the adaptive section so that its type is checked even when
+	// the adaptive section is broken.
+	ln, lpath := f.get("limit")
+	var limit int64
+	if ln != nil {
+		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
+			limit = v
+		} else {
+			valid = false
+		}
+	}
+	if spec.Accepts(algorithms.FieldAdaptive) {
+		if !p.adaptiveLimit(f, ac, lpath, limit) {
+			return
+		}
+	} else {
+		if p.notFor(f, "adaptive", alg) {
+			valid = false
+		}
+		if ln == nil {
+			p.add(lpath, "required")
+			valid = false
+		}
+		ac.Limit = limit
+	}
+
+	if valid {
+		if fpath, msg := checkAlgorithm(r); msg != "" {
+			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
+		}
+	}
+}
+
+// notFor reports a field that the rule's algorithm (or mode) does not use, and whether it
+// did: accepting and ignoring it would let a config look like it says something it does not.
+// why names the algorithm or mode.
+func (p *parser) notFor(f fields, field, why string) bool {
+	fn, fpath := f.get(field)
+	if fn == nil {
+		return false
+	}
+	p.add(fpath, "not used by "+why)
+	return true
+}
+
+// variant reads the sliding window's variant into ac, and reports whether it is valid.
+//
+//go:noinline
+func (p *parser) variant(f fields, ac *algorithms.Config) bool {
+	ac.Variant = algorithms.VariantCounter
+	if vn, vpath := f.get("variant"); vn != nil {
+		v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog)
+		if !ok {
+			return false
+		}
+		ac.Variant = v
+	}
+	return true
+}
+
+// mode reads the rule's mode and, for a shaping rule, max_delay into r (called when either
+// is set; without them the rule meters), and reports whether they are valid.
+//
+//go:noinline
+func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
+	valid := true
+	ac := &r.Algorithm
 	if mn, mpath := f.get("mode"); mn != nil {
 		if m, ok := p.enum(mpath, mn, "meter", "shape"); ok {
 			r.Mode = Mode(m)
@@ -473,64 +582,50 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		} else {
 			valid = false
 		}
-	} else {
-		notFor("max_delay", `mode "meter" (max_delay needs mode "shape")`)
+	} else if p.notFor(f, "max_delay", `mode "meter" (max_delay needs mode "shape")`) {
+		valid = false
 	}
+	return valid
+}
 
-	if sn, spath := f.get("scope"); sn != nil {
-		if s, ok := p.enum(spath, sn, "local", "global"); ok {
-			r.Scope = Scope(s)
-			switch {
-			case r.Scope == ScopeGlobal && !spec.Global:
-				p.add(spath, `"global" is not supported by adaptive: it tunes the limit from each proxy's own latency and errors`)
-			case r.Scope == ScopeGlobal && r.Mode == ModeShape:
-				p.add(spath, `"global" is not supported with mode "shape": a delay cannot be scheduled across proxies`)
-			}
+// scope reads the rule's scope, at path, into r.
+//
+//go:noinline
+func (p *parser) scope(path string, n *node, r *Rule, spec algorithms.Spec) {
+	if s, ok := p.enum(path, n, "local", "global"); ok {
+		r.Scope = Scope(s)
+		switch {
+		case r.Scope == ScopeGlobal && !spec.Global:
+			p.add(path, `"global" is not supported by adaptive: it tunes the limit from each proxy's own latency and errors`)
+		case r.Scope == ScopeGlobal && r.Mode == ModeShape:
+			p.add(path, `"global" is not supported with mode "shape": a delay cannot be scheduled across proxies`)
 		}
 	}
+}
 
-	// The limit is read before the adaptive section so that its type is checked even when
-	// the adaptive section is broken.
-	ln, lpath := f.get("limit")
-	var limit int64
-	if ln != nil {
-		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
-			limit = v
-		} else {
-			valid = false
-		}
+// adaptiveLimit reads an adaptive rule's adaptive section into ac and sets its starting limit
+// (limit, read from lpath, when set). It reports false when the rule cannot be checked
+// further.
+//
+//go:noinline
+func (p *parser) adaptiveLimit(f fields, ac *algorithms.Config, lpath string, limit int64) bool {
+	an, apath := f.get("adaptive")
+	if an == nil {
+		p.add(apath, "required for algorithm adaptive")
+		return false
 	}
-	if spec.Accepts(algorithms.FieldAdaptive) {
-		an, apath := f.get("adaptive")
-		if an == nil {
-			p.add(apath, "required for algorithm adaptive")
-			return
-		}
-		if !p.adaptive(apath, an, ac) {
-			return
-		}
-		ac.Limit = ac.MaxLimit // the default starting limit: no shedding until signals say so
-		if limit > 0 {
-			if limit < ac.MinLimit || limit > ac.MaxLimit {
-				p.addf(lpath, "must be between adaptive.min_limit (%d) and adaptive.max_limit (%d), got %d", ac.MinLimit, ac.MaxLimit, limit)
-				return
-			}
-			ac.Limit = limit
-		}
-	} else {
-		notFor("adaptive", alg)
-		if ln == nil {
-			p.add(lpath, "required")
-			valid = false
+	if !p.adaptive(apath, an, ac) {
+		return false
+	}
+	ac.Limit = ac.MaxLimit // the default starting limit: no shedding until signals say so
+	if limit > 0 {
+		if limit < ac.MinLimit || limit > ac.MaxLimit {
+			p.addf(lpath, "must be between adaptive.min_limit (%d) and adaptive.max_limit (%d), got %d", ac.MinLimit, ac.MaxLimit, limit)
+			return false
 		}
 		ac.Limit = limit
 	}
-
-	if valid {
-		if fpath, msg := checkAlgorithm(r); msg != "" {
-			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
-		}
-	}
+	return true
 }
 
 // adaptive reads the adaptive section into ac.
@@ -940,8 +1035,16 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 func defaultDeny() *Deny {
 	d := &Deny{Status: defaultDenyStatus, Body: defaultDenyBody, ContentType: "application/json",
 		EnvoyRateLimited: true, GrpcStatus: grpcResourceExhausted}
-	d.body, _ = compileBody(d.Body)
+	d.body = defaultBody[:]
 	return d
+}
+
+// defaultBody is defaultDenyBody compiled, as compileBody compiles it
+// (TestDefaultBodyIsCompiled), written out so that a configuration without a deny body of its
+// own does not run compileBody: V8 in Envoy compiles a function on its first call. It is
+// statically initialised (no code runs for it) and only ever read.
+var defaultBody = [...]bodyPart{
+	{lit: `{"error":"rate_limited","rule":"`}, {ph: phRule}, {lit: `","retry_after":`}, {ph: phRetryAfter}, {lit: `}`},
 }
 
 // reservedDenyHeader says why a denial header is reserved: these are set by the filter

@@ -154,7 +154,7 @@ func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
 }
 
 // What a valid configure and the first request run is what V8 compiles before the first
-// response (docs/BENCHMARKS.md, "Start-up, fifth pass"): for a one-rule configuration with no
+// response (docs/BENCHMARKS.md, "Start-up, fifth pass" and "sixth pass"): for a one-rule configuration with no
 // top-level options, overrides, lease, shaping, adaptive or global rule, none of the code kept
 // out of line for those is compiled, nor the runtime's itab construction (an interface to
 // interface conversion), nor strings.Map and strings.ToLower (ASCII loops do their work).
@@ -174,6 +174,10 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 	got := map[string]bool{}
 	for _, i := range compiled {
 		got[names[i]] = true
+	}
+	linked := map[string]bool{}
+	for _, name := range names {
+		linked[name] = true
 	}
 	// The trace is read: functions every configure and request run are in it.
 	for _, fn := range []string{
@@ -201,7 +205,48 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"strings.Map",
 		"strings.ToLower",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Config).MarshalJSON",
+		// The parser's parts for fields a rule does not set, errors and large objects, and
+		// the default deny body's template (written out compiled).
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).variant",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).mode",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).scope",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).adaptiveLimit",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).duplicateName",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).redisRequired",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.indexMembers",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).addIndexed",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).shadowOptions",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).outOfRange",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.algorithmError",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.costAboveCapacity",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.unknownAlgorithm",
+		"github.com/ratelimit-wasm/ratelimit/filter.logInvalid",
+		"strings.IndexAny",
+		"bytes.TrimSpace",
+		// configure's parts for global, shaping and adaptive rules, overrides and shadow
+		// request headers.
+		"github.com/ratelimit-wasm/ratelimit/filter.prepareRedisRule",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).prepareShape",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).setOverrides",
+		"github.com/ratelimit-wasm/ratelimit/filter.shadowHeaderNames",
+		"github.com/ratelimit-wasm/ratelimit/filter.setTickPeriod",
+		// The request path's parts for other configurations, refusals and failures.
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*stringSet).has",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).duplicateKeyHeader",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).removeShadowHeaders",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).noKey",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).overrideFor",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).prepareGlobal",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideGlobal",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).settleCommit",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).admitted",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
+		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
 	} {
+		// A function that is not in the module (renamed, or inlined into its callers, where
+		// V8 would compile it with them) would pass the check below unseen.
+		require.True(t, linked[wasmtest.LinkerName(fn)], "%s is not a function of the module", fn)
 		require.False(t, got[wasmtest.LinkerName(fn)], "a valid one-rule configure or its first request compiled %s", fn)
 	}
 }
