@@ -458,7 +458,9 @@ func (t *Table) decide(p *Pending) error {
 	for {
 		err := t.decideIn(p, t.cur, h, nil, 0)
 		t.first = firstRead{}
-		if !errors.Is(err, errMoveLost) {
+		// decideIn returns errMoveLost itself, never wrapped: comparing it directly keeps
+		// errors.Is out of the code a fresh VM compiles for its first request.
+		if err != errMoveLost {
 			return err
 		}
 		p.Retries++
