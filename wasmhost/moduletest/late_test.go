@@ -2,7 +2,6 @@ package moduletest
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
@@ -20,16 +19,7 @@ import (
 // and that a late success closes the breaker (TestLateAnswerFeedsBreaker).
 func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "EVAL", release: make(chan struct{})}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	t.Cleanup(func() {
-		select {
-		case <-relay.release:
-		default:
-			close(relay.release)
-		}
-	})
+	relay, front := startHeldBack(t, srv.WebdisURL(), "EVAL")
 	rules := "[" + globalRule("g", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "allow", Failures: 2, Cooldown: "10m"}, rules), front.URL, 1)
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }

@@ -45,16 +45,10 @@ func (r *heldBack) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(answer)
 }
 
-// TestGlobalWasmPartitionedLateBatchIsHeld: the compiled module with partitions, one worker.
-// Rule x denies a request while rule y's call for a lease batch is held back; the request is
-// answered and its stream torn down, and only then does y's answer arrive. Redis committed the
-// batch, and the VM holds it as its lease on the key (Envoy does not cancel a torn-down
-// stream's callout, and the filter takes that answer on the root context,
-// abi.DispatchHttpCallAlways): the key's next ten requests cost no call for y. Package filter
-// tests the same natively (TestPartitionedLateBatchIsHeld).
-func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
-	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "%7Brl%3Ay%3A", release: make(chan struct{})}
+// startHeldBack starts a heldBack relay in front of webdis, for the test's life; a call still
+// held back when the test ends is let go.
+func startHeldBack(t *testing.T, webdis, tag string) (*heldBack, *httptest.Server) {
+	relay := &heldBack{webdis: webdis, tag: tag, release: make(chan struct{})}
 	front := httptest.NewServer(relay)
 	t.Cleanup(front.Close)
 	t.Cleanup(func() {
@@ -64,6 +58,19 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 			close(relay.release)
 		}
 	})
+	return relay, front
+}
+
+// TestGlobalWasmPartitionedLateBatchIsHeld: the compiled module with partitions, one worker.
+// Rule x denies a request while rule y's call for a lease batch is held back; the request is
+// answered and its stream torn down, and only then does y's answer arrive. Redis committed the
+// batch, and the VM holds it as its lease on the key (Envoy does not cancel a torn-down
+// stream's callout, and the filter takes that answer on the root context,
+// abi.DispatchHttpCallAlways): the key's next ten requests cost no call for y. Package filter
+// tests the same natively (TestPartitionedLateBatchIsHeld).
+func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	relay, front := startHeldBack(t, srv.WebdisURL(), "%7Brl%3Ay%3A")
 	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
 		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
 	h := newGlobalHost(t, globalConfig(redisOpts{Partitions: 4}, rules), front.URL, 1)
@@ -107,16 +114,7 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 // neither spent nor counted. Package filter tests the same natively (TestLateBatchIsHeld).
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "%3Alate/", release: make(chan struct{})}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	t.Cleanup(func() {
-		select {
-		case <-relay.release:
-		default:
-			close(relay.release)
-		}
-	})
+	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
 		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
