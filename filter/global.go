@@ -327,7 +327,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			}
 			break
 		}
-		h.recordTakes(d)
+		h.recordTakes(d, now)
 	case errors.Is(err, redis.ErrNoScript) && !d.retried:
 		// Redis restarted or its script cache was flushed: send the script itself once,
 		// which also loads it for every later EVALSHA.
@@ -584,7 +584,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, answer[0].Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer[0].Overflow)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {

@@ -319,8 +319,11 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 // after the callout was sent, so never later than they would have from Redis's instant) and
 // returns the request's decision and lease, as taken does. A take decided on the rule's
 // overflow key (its key bound reached in Redis) keeps no units for the key: they are dropped.
-func (l *leaseState) takenGlobal(a *applied, sentAt int64, overflow bool) (algorithms.Decision, *heldLease) {
-	if overflow {
+// So are the units of a take whose answer arrives (at now) when its ttl has already passed:
+// they could not be spent, and held they would replace the key's live lease, whose units a
+// later take has debited, with an expired one.
+func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, overflow bool) (algorithms.Decision, *heldLease) {
+	if overflow || now >= sentAt+l.ttl {
 		if a.take > a.cost {
 			l.m.dropped.Increment(uint64(a.take - a.cost))
 		}
@@ -329,9 +332,9 @@ func (l *leaseState) takenGlobal(a *applied, sentAt int64, overflow bool) (algor
 	return l.taken(a.key, sentAt, a.take, a.cost, a.decision)
 }
 
-// recordTakes records, once the request's one Redis call has committed, the take of every
-// leased global rule in it (c.answers holds the call's answers in rule order).
-func (h *httpContext) recordTakes(d *decisions) {
+// recordTakes records, once the request's one Redis call has committed (answered at now), the
+// take of every leased global rule in it (c.answers holds the call's answers in rule order).
+func (h *httpContext) recordTakes(d *decisions, now int64) {
 	answers := h.plugin.redis.answers
 	j := 0
 	for i := range d.applied {
@@ -342,7 +345,7 @@ func (h *httpContext) recordTakes(d *decisions) {
 		overflow := j < len(answers) && answers[j].Overflow
 		j++
 		if a.take > 0 && a.decided && a.decision.Allowed {
-			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, overflow)
+			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, overflow)
 		}
 	}
 }
