@@ -721,6 +721,12 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 		return
 	}
 	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if held == nil {
+		// No room in the VM's lease map: taken dropped the reserve, and the request's own
+		// cost, which nobody spent, goes with it.
+		l.m.dropped.Increment(uint64(a.cost))
+		return
+	}
 	l.refund(held, a.cost)
 }
 

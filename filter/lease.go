@@ -111,11 +111,16 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 // size returns how many units a take for key should ask for: the request's cost plus a
 // reserve of at most batch-cost, and at most 1/leaseShare of the key's remaining allowance
 // as the last take saw it (a first take asks for the whole batch, and falls back to the
-// cost if that is denied).
+// cost if that is denied). A key the VM does not hold while its map is full (maxHeld) asks
+// for the cost alone: the reserve could not be held (taken would find no room unless expired
+// leases can be swept, and the exact take's taken sweeps them for the key's next request), and
+// a flood of distinct keys must not make every other key debit a whole batch per request.
 func (l *leaseState) size(key []byte, cost int64) int64 {
 	want := l.batch
 	if h := l.held[string(key)]; h != nil {
 		want = min(want, h.remaining/leaseShare)
+	} else if len(l.held) >= maxHeld {
+		return cost
 	}
 	return max(want, cost)
 }
@@ -130,6 +135,11 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 	if old == nil && len(l.held) >= maxHeld {
 		l.sweep(now)
 		if len(l.held) >= maxHeld {
+			// No room (the map filled while the take was out): the reserve was debited and
+			// cannot be held, so it is dropped.
+			if n > cost {
+				l.m.dropped.Increment(uint64(n - cost))
+			}
 			return d, nil
 		}
 	}

@@ -33,7 +33,6 @@ func TestLeaseMapFullDecidesExactly(t *testing.T) {
 			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
 			y := fillHeld(l)
 			for i := range 3 {
-				l.now += int64(time.Millisecond)
 				ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", fmt.Sprint("A", i)), hdr("x-y", "late"))
 				require.True(t, ok)
 				require.Equal(t, tokens(999-int64(i)), yTokens(t, srv, "late"), "request %d debits its own unit only", i)
