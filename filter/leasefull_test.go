@@ -65,3 +65,23 @@ func TestLateBatchMapFullIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalLeaseMapFullDecidesExactly is TestLeaseMapFullDecidesExactly for a local rule (limit
+// 20, batch 10): with the VM's lease map full of other keys' unexpired leases, the rule's key
+// is decided exactly and admits its whole limit, 20 requests; with a batch debited per request
+// and nine units lost each time, it would admit two.
+func TestLocalLeaseMapFullDecidesExactly(t *testing.T) {
+	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`, 1)
+	hot := l.vms[0].rules[0].lease
+	for i := range maxHeld {
+		hot.held[fmt.Sprint("flood", i)] = &heldLease{units: 1, expires: l.now + int64(time.Hour)}
+	}
+	admitted := 0
+	for range 25 {
+		if l.do(0) {
+			admitted++
+		}
+	}
+	require.Equal(t, 20, admitted, "exactly the limit")
+	require.Len(t, hot.held, maxHeld, "the map stays bounded")
+}
