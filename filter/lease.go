@@ -264,7 +264,7 @@ func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool 
 }
 
 // refundLeases gives back to their leases the units of a request that a rule denied after a
-// lease had admitted it for another rule.
+// lease had admitted it for another rule, or whose client reset it before it was decided.
 func (h *httpContext) refundLeases() {
 	if h.d == nil {
 		return
