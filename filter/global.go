@@ -327,7 +327,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			}
 			break
 		}
-		h.recordTakes(d)
+		h.recordTakes(d, now)
 	case errors.Is(err, redis.ErrNoScript) && !d.retried:
 		// Redis restarted or its script cache was flushed: send the script itself once,
 		// which also loads it for every later EVALSHA.
@@ -584,7 +584,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, answer[0].Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer[0].Overflow)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
@@ -634,9 +634,9 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
 	}
-	h.lateOutcome(a.sentAt, item[0].Part, err)
+	now := h.lateOutcome(a.sentAt, item[0].Part, err)
 	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
-		holdLateBatch(a, a.sentAt, answer[0])
+		holdLateBatch(a, a.sentAt, now, answer[0])
 	}
 }
 
@@ -658,7 +658,7 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	}
-	h.lateOutcome(d.sentAt, -1, err)
+	now := h.lateOutcome(d.sentAt, -1, err)
 	if err != nil || !committed {
 		return
 	}
@@ -669,7 +669,7 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 			continue
 		}
 		if a.rs.lease != nil && a.take > a.cost {
-			holdLateBatch(a, d.sentAt, c.answers[j])
+			holdLateBatch(a, d.sentAt, now, c.answers[j])
 		}
 		j++
 	}
@@ -683,10 +683,10 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 // and a breaker that never hears of the failures their clients gave up on would keep every
 // request waiting for Redis's timeout. NOSCRIPT (Redis restarted and lost the script, which
 // an awaited answer would send again in full; nobody resends for a gone request) is an answer
-// of a Redis that is up, so for the breaker it is a success.
-func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
+// of a Redis that is up, so for the breaker it is a success. It returns the answer's arrival.
+func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64) {
 	c := h.plugin.redis
-	now := h.plugin.now()
+	now = h.plugin.now()
 	if us := (now - sentAt) / 1000; us >= 0 {
 		c.m.latency.Record(uint64(us))
 	}
@@ -696,6 +696,7 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
 	default:
 		h.noteFailureIn(now, part, err)
 	}
+	return now
 }
 
 // holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis
@@ -705,19 +706,27 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) {
 // back): the units are spent by the key's next requests within ttl of the call's send, or
 // dropped and counted then, as every lease's are. Ignoring the answer would leave the batch
 // debited in Redis and neither spent nor counted. A batch decided on the rule's overflow key
-// gives no lease, so all of it is counted as dropped at once. The caller has checked that a
-// asked for a batch (a.take > a.cost) on a leased rule.
-func holdLateBatch(a *applied, sentAt int64, answer redis.Answer) {
+// gives no lease, so all of it is counted as dropped at once; so is a batch whose answer
+// arrives (at now) when its ttl has already passed: held, it could not be spent, and it would
+// replace the key's live lease, whose units a later take has debited. The caller has checked
+// that a asked for a batch (a.take > a.cost) on a leased rule.
+func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer.Overflow {
+	if answer.Overflow || now >= sentAt+l.ttl {
 		l.m.dropped.Increment(uint64(a.take))
 		return
 	}
 	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if held == nil {
+		// No room in the VM's lease map: taken dropped the reserve, and the request's own
+		// cost, which nobody spent, goes with it.
+		l.m.dropped.Increment(uint64(a.cost))
+		return
+	}
 	l.refund(held, a.cost)
 }
 

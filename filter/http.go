@@ -537,6 +537,9 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	h.done = true
 	if !h.finished && h.d != nil {
+		// The client went away before the request was decided (it never reached the
+		// upstream): the units leases gave it go back, as for a denied request.
+		h.refundLeases()
 		h.plugin.giveDecisions(h)
 	}
 	if h.queued && h.plugin.dequeue(h.id) {

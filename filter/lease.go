@@ -111,11 +111,16 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 // size returns how many units a take for key should ask for: the request's cost plus a
 // reserve of at most batch-cost, and at most 1/leaseShare of the key's remaining allowance
 // as the last take saw it (a first take asks for the whole batch, and falls back to the
-// cost if that is denied).
+// cost if that is denied). A key the VM does not hold while its map is full (maxHeld) asks
+// for the cost alone: the reserve could not be held (taken would find no room unless expired
+// leases can be swept, and the exact take's taken sweeps them for the key's next request), and
+// a flood of distinct keys must not make every other key debit a whole batch per request.
 func (l *leaseState) size(key []byte, cost int64) int64 {
 	want := l.batch
 	if h := l.held[string(key)]; h != nil {
 		want = min(want, h.remaining/leaseShare)
+	} else if len(l.held) >= maxHeld {
+		return cost
 	}
 	return max(want, cost)
 }
@@ -130,6 +135,11 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 	if old == nil && len(l.held) >= maxHeld {
 		l.sweep(now)
 		if len(l.held) >= maxHeld {
+			// No room (the map filled while the take was out): the reserve was debited and
+			// cannot be held, so it is dropped.
+			if n > cost {
+				l.m.dropped.Increment(uint64(n - cost))
+			}
 			return d, nil
 		}
 	}
@@ -254,7 +264,7 @@ func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool 
 }
 
 // refundLeases gives back to their leases the units of a request that a rule denied after a
-// lease had admitted it for another rule.
+// lease had admitted it for another rule, or whose client reset it before it was decided.
 func (h *httpContext) refundLeases() {
 	if h.d == nil {
 		return
@@ -319,8 +329,11 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 // after the callout was sent, so never later than they would have from Redis's instant) and
 // returns the request's decision and lease, as taken does. A take decided on the rule's
 // overflow key (its key bound reached in Redis) keeps no units for the key: they are dropped.
-func (l *leaseState) takenGlobal(a *applied, sentAt int64, overflow bool) (algorithms.Decision, *heldLease) {
-	if overflow {
+// So are the units of a take whose answer arrives (at now) when its ttl has already passed:
+// they could not be spent, and held they would replace the key's live lease, whose units a
+// later take has debited, with an expired one.
+func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, overflow bool) (algorithms.Decision, *heldLease) {
+	if overflow || now >= sentAt+l.ttl {
 		if a.take > a.cost {
 			l.m.dropped.Increment(uint64(a.take - a.cost))
 		}
@@ -329,9 +342,9 @@ func (l *leaseState) takenGlobal(a *applied, sentAt int64, overflow bool) (algor
 	return l.taken(a.key, sentAt, a.take, a.cost, a.decision)
 }
 
-// recordTakes records, once the request's one Redis call has committed, the take of every
-// leased global rule in it (c.answers holds the call's answers in rule order).
-func (h *httpContext) recordTakes(d *decisions) {
+// recordTakes records, once the request's one Redis call has committed (answered at now), the
+// take of every leased global rule in it (c.answers holds the call's answers in rule order).
+func (h *httpContext) recordTakes(d *decisions, now int64) {
 	answers := h.plugin.redis.answers
 	j := 0
 	for i := range d.applied {
@@ -342,7 +355,7 @@ func (h *httpContext) recordTakes(d *decisions) {
 		overflow := j < len(answers) && answers[j].Overflow
 		j++
 		if a.take > 0 && a.decided && a.decision.Allowed {
-			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, overflow)
+			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, overflow)
 		}
 	}
 }
