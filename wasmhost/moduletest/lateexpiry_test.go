@@ -1,8 +1,6 @@
 package moduletest
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -21,18 +19,8 @@ import (
 // Package filter tests the same natively (TestLateBatchAfterTTLIsDropped).
 func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
 	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "%3Alate/", release: make(chan struct{})}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	t.Cleanup(func() {
-		select {
-		case <-relay.release:
-		default:
-			close(relay.release)
-		}
-	})
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]`
+	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
+	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"100ms"}`)
 	h, clock := virtualHost(t, globalConfig(redisOpts{}, rules), 1, map[string]string{"webdis": front.URL})
 	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
 	dropped := func() int64 { return redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y") }
@@ -43,16 +31,7 @@ func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
 	require.Zero(t, o.Status)
 	require.EqualValues(t, 1, taken())
 
-	relay.hold.Store(true)
-	before := calls()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.Do(ctx, globalRequest(hdr("x-k", "A"), hdr("x-y", "late")))
-		done <- err
-	}()
-	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "A"), hdr("x-y", "late"))
 	relay.hold.Store(false)
 
 	clock.Advance(50 * time.Millisecond)
@@ -61,12 +40,11 @@ func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
 	require.EqualValues(t, 2, taken(), "the later request takes and holds a batch")
 
 	clock.Advance(60 * time.Millisecond)
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	reset()
 	close(relay.release)
 	eventually(t, "the expired late batch is dropped, all of it", func() bool { return dropped() == 10 })
 
-	before = calls()
+	before := calls()
 	o, _ = doTimed(t, h, hdr("x-k", "C"), hdr("x-y", "late"))
 	require.Zero(t, o.Status)
 	require.EqualValues(t, 2, taken(), "the live lease admits the key's next request: no new take")

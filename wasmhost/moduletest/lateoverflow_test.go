@@ -1,9 +1,7 @@
 package moduletest
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
@@ -19,18 +17,8 @@ import (
 // (TestLateBatchOnOverflowIsDropped).
 func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
 	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "%3Alate/", release: make(chan struct{})}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	t.Cleanup(func() {
-		select {
-		case <-relay.release:
-		default:
-			close(relay.release)
-		}
-	})
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","max_keys":4,"lease":{"batch":10,"ttl":"1m"}}]`
+	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
+	rules := xyLeaseRules(`"max_keys":4,"lease":{"batch":10,"ttl":"1m"}`)
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
 	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
 	dropped := func() int64 { return redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y") }
@@ -42,18 +30,8 @@ func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
 	}
 	takenBefore, droppedBefore := taken(), dropped()
 
-	relay.hold.Store(true)
-	before := calls()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.Do(ctx, globalRequest(hdr("x-k", "A"), hdr("x-y", "late")))
-		done <- err
-	}()
-	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "A"), hdr("x-y", "late"))
+	reset()
 	require.Equal(t, droppedBefore, dropped(), "the call's answer has not arrived")
 	close(relay.release)
 	eventually(t, "the late batch on the overflow key is dropped, all of it", func() bool { return dropped() == droppedBefore+10 })

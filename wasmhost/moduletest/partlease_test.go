@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,6 +60,36 @@ func startHeldBack(t *testing.T, webdis, tag string) (*heldBack, *httptest.Serve
 		}
 	})
 	return relay, front
+}
+
+// xyLeaseRules is the two global rules of the late-answer tests: x (limit 1000, continue) and
+// y, a token bucket of 1000 per hour with yOpts (its lease, max_keys) added.
+func xyLeaseRules(yOpts string) string {
+	return `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h",` + yOpts + `}]`
+}
+
+// holdAndReset sends a request with headers while relay holds its Redis call back, and waits
+// until the call is out (calls counts the module's Redis calls). The returned reset is the
+// client resetting the stream: it returns once the host has torn the stream down. The held
+// call is answered when the test closes relay.release.
+func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() int64, headers ...[2]string) (reset func()) {
+	t.Helper()
+	relay.hold.Store(true)
+	before := calls()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Do(ctx, globalRequest(headers...))
+		done <- err
+	}()
+	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
+	return func() {
+		t.Helper()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	}
 }
 
 // TestGlobalWasmPartitionedLateBatchIsHeld: the compiled module with partitions, one worker.
@@ -115,8 +146,7 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
+	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
 	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
@@ -127,24 +157,14 @@ func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	require.Zero(t, o.Status)
 	require.EqualValues(t, 1, taken())
 
-	relay.hold.Store(true)
-	before := calls()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.Do(ctx, globalRequest(hdr("x-k", "B"), hdr("x-y", "late")))
-		done <- err
-	}()
-	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "B"), hdr("x-y", "late"))
+	reset()
 	require.EqualValues(t, 1, taken(), "the call's answer has not arrived")
 	close(relay.release)
 	eventually(t, "the late batch is held", func() bool { return taken() == 2 })
 	relay.hold.Store(false)
 
-	before = calls()
+	before := calls()
 	for i := range 10 {
 		o, _ = doTimed(t, h, hdr("x-k", fmt.Sprint("C", i)), hdr("x-y", "late"))
 		require.Zero(t, o.Status, "request %d", i)

@@ -1,9 +1,7 @@
 package moduletest
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
@@ -17,18 +15,8 @@ import (
 // takes a new batch. Package filter tests the same natively (TestResetGivesLeaseUnitsBack).
 func TestGlobalWasmResetGivesLeaseUnitsBack(t *testing.T) {
 	srv := redistest.Start(t)
-	relay := &heldBack{webdis: srv.WebdisURL(), tag: "resetme", release: make(chan struct{})}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	t.Cleanup(func() {
-		select {
-		case <-relay.release:
-		default:
-			close(relay.release)
-		}
-	})
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
+	relay, front := startHeldBack(t, srv.WebdisURL(), "resetme")
+	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
 	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
@@ -37,18 +25,8 @@ func TestGlobalWasmResetGivesLeaseUnitsBack(t *testing.T) {
 	require.Zero(t, o.Status)
 	require.EqualValues(t, 1, taken(), "y holds nine units")
 
-	relay.hold.Store(true)
-	before := calls()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.Do(ctx, globalRequest(hdr("x-k", "resetme"), hdr("x-y", "k")))
-		done <- err
-	}()
-	eventually(t, "the request's call for x is out", func() bool { return calls() == before+1 })
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "resetme"), hdr("x-y", "k"))
+	reset()
 	close(relay.release)
 	relay.hold.Store(false)
 
