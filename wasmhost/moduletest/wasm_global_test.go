@@ -501,22 +501,28 @@ func virtualGlobalHost(t *testing.T, config, url string, workers int, timeout ti
 		shared:   wasmhost.NewSharedData(),
 		clock:    clock,
 	}).host
-	return h, func() outcome {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		before := clock.Pending()
-		f := send(h, []wasmhost.Request{globalRequest()})
-		require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
-		start := clock.Now()
-		clock.Advance(timeout)
-		res := f.wait(t)[0]
-		require.False(t, res.Failed, "the VM failed: %v", res.Local)
-		if res.Continued {
-			require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
-		}
-		return outcomeOf(res)
+	return h, func() outcome { t.Helper(); return doUntilTimeout(t, h, clock, timeout) }
+}
+
+// doUntilTimeout sends one request to a host on a virtual clock and advances the clock by
+// exactly timeout once the request's callout (and its timeout) is pending. The request must
+// then be decided: it returns at the virtual instant its callout timed out (a continued
+// request's ContinuedAt says so exactly).
+func doUntilTimeout(t *testing.T, h *wasmhost.Host, clock *wasmhost.VirtualClock, timeout time.Duration) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	before := clock.Pending()
+	f := send(h, []wasmhost.Request{globalRequest()})
+	require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
+	start := clock.Now()
+	clock.Advance(timeout)
+	res := f.wait(t)[0]
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	if res.Continued {
+		require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
 	}
+	return outcomeOf(res)
 }
 
 // TestGlobalWasmCalloutTimeoutRealTime is the real-time smoke test of the callout timeout: a
@@ -571,22 +577,42 @@ func TestGlobalWasmNoScript(t *testing.T) {
 }
 
 // TestGlobalWasmBreaker trips the breaker with slow failures (Redis paused: every callout costs
-// the timeout), then checks that an open breaker answers at once, that after the cooldown one
-// probe (and only one) goes to Redis, that a failed probe opens it again, and that a probe
-// that succeeds closes it. One worker: the breaker is per worker VM.
+// the timeout), then checks that an open breaker answers at once, that it stays open for
+// exactly the cooldown, that after the cooldown one probe (and only one) goes to Redis, that a
+// failed probe opens it again, and that a probe that succeeds closes it. One worker: the
+// breaker is per worker VM.
+//
+// The host runs on a virtual clock: the callout timeout and the breaker's cooldown (which the
+// filter reads through proxy_get_current_time_nanoseconds) are both the host's time, so every
+// instant is exact and no real timer is raced. A request "answered at once" is one that
+// returns while the clock stands still: a request held for Redis could only end when the
+// clock reaches its callout timeout, so it would run into callDeadline and fail the test.
 func TestGlobalWasmBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
 		timeout  = 400 * time.Millisecond
 		cooldown = 200 * time.Millisecond
-		pause    = 3 * time.Second
+		// pause is real time (Redis' own), and must only outlast the failing phase, which
+		// takes no real waiting on the virtual clock; its end is then awaited as an event.
+		pause = time.Second
 	)
 	rules := "[" + globalRule("br", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: "allow",
-		Failures: 3, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: "allow",
+		Failures: 3, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
+	// skippedAtOnce sends one request that the open breaker must answer with the clock
+	// standing still, without a callout.
+	skippedAtOnce := func(want int64) {
+		t.Helper()
+		sent := calls()
+		got, _ := doTimed(t, h)
+		require.Zero(t, got.Status, "failure_mode allow")
+		require.NotContains(t, got.Headers, "ratelimit")
+		require.Equal(t, sent, calls(), "no callout while open")
+		require.Equal(t, want, skipped())
+	}
 
 	got, _ := doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "decided by Redis")
@@ -597,55 +623,50 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
 	for i := range 3 {
 		require.Zero(t, gauge(), "closed before failure %d", i+1)
-		got, elapsed := doTimed(t, h)
+		// A closed breaker waits for Redis: the request is decided exactly when its callout
+		// times out (doUntilTimeout checks ContinuedAt).
+		got := doUntilTimeout(t, h, clock, timeout)
 		require.Zero(t, got.Status, "failure_mode allow")
 		require.NotContains(t, got.Headers, "ratelimit")
-		require.GreaterOrEqual(t, elapsed, timeout, "a closed breaker waits for Redis")
 	}
 	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "open after 3 consecutive failures")
-	openedAt := time.Now()
 
-	// Open: no callout, no waiting.
+	// Open: no callout, no waiting, until the cooldown has passed to the nanosecond.
 	sent := calls()
-	for range 3 {
-		got, elapsed := doTimed(t, h)
-		require.Zero(t, got.Status)
-		require.Less(t, elapsed, timeout/2, "an open breaker must not wait for the timeout")
+	for i := range 3 {
+		skippedAtOnce(int64(i + 1))
 	}
-	require.Equal(t, sent, calls(), "no callout while open")
-	require.EqualValues(t, 3, skipped())
+	clock.Advance(cooldown - time.Nanosecond)
+	skippedAtOnce(4)
+	clock.Advance(time.Nanosecond)
 
 	// After the cooldown one probe goes out; while it is in flight, other requests are still
 	// skipped. Redis is still paused, so the probe fails and the breaker opens again.
-	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
-	probe := make(chan time.Duration, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		start := time.Now()
-		_, err := h.Do(ctx, globalRequest())
-		if err != nil {
-			probe <- -1
-			return
-		}
-		probe <- time.Since(start)
-	}()
-	require.Eventually(t, func() bool { return calls() == sent+1 }, time.Second, time.Millisecond, "the probe is sent")
-	_, elapsed := doTimed(t, h)
-	require.Less(t, elapsed, timeout/2, "a request during the probe is not held")
-	require.EqualValues(t, 4, skipped())
-	require.GreaterOrEqual(t, <-probe, timeout, "the probe waited for Redis")
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	before := clock.Pending()
+	probe := send(h, []wasmhost.Request{globalRequest()})
+	require.True(t, clock.WaitPending(ctx, before+1), "the probe's callout timeout is armed")
+	require.Equal(t, sent+1, calls(), "the probe is sent")
+	probeAt := clock.Now()
+	skippedAtOnce(5)
+	require.Zero(t, probe.returned.Load(), "the probe waits for Redis")
+	clock.Advance(timeout)
+	res := probe.wait(t)[0]
+	require.True(t, res.Continued, "failure_mode allow: %+v", res.Local)
+	require.Equal(t, probeAt.Add(timeout), res.ContinuedAt, "the probe waited for Redis until its timeout")
 	require.EqualValues(t, 4, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "a failed probe opens the breaker again")
 	require.Equal(t, sent+1, calls(), "exactly one probe")
-	_, elapsed = doTimed(t, h)
-	require.Less(t, elapsed, timeout/2)
-	require.EqualValues(t, 5, skipped())
+	skippedAtOnce(6)
+	require.Less(t, time.Since(pausedAt), pause, "the pause must outlast the failing phase; raise it")
 
-	// Redis comes back (the pause expires); after the cooldown the next request probes, succeeds
-	// and closes the breaker, and the request is decided by Redis.
-	time.Sleep(time.Until(pausedAt.Add(pause + 100*time.Millisecond)))
+	// Redis comes back when the pause expires (real time: Redis' own, awaited as an event);
+	// after the cooldown the next request probes, succeeds and closes the breaker, and the
+	// request is decided by Redis.
+	waitWebdis(t, srv)
+	clock.Advance(cooldown)
 	got, _ = doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "the probe was decided by Redis")
 	require.Zero(t, gauge(), "a successful probe closes the breaker")
@@ -655,7 +676,7 @@ func TestGlobalWasmBreaker(t *testing.T) {
 		require.Contains(t, got.Headers, "ratelimit")
 		require.Equal(t, before+1, calls(), "closed: every request asks Redis")
 	}
-	require.EqualValues(t, 5, skipped())
+	require.EqualValues(t, 6, skipped())
 	require.Zero(t, h.Stats().Traps)
 	requireCleanLogs(t, h)
 }
