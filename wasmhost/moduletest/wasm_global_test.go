@@ -686,40 +686,49 @@ func TestGlobalWasmBreaker(t *testing.T) {
 // takes the dead stream's answer (abi.DispatchHttpCallAlways): the probe's late success closes
 // the breaker, with no second probe. (Were the answer lost, the breaker would probe again once
 // the probe had been unanswered for the callout timeout: filter TestBreakerLostProbeIsReplaced.)
+//
+// The host runs on a virtual clock, so the breaker's cooldown is advanced exactly, and the
+// callout's 1 s timeout (also the host's time) never expires: the answer that closes the
+// breaker can only be the dead stream's late one. Redis' pause is real time (Redis' own): it
+// must only outlast the moment the downstream goes away, and its end is awaited as an event.
 func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	srv := redistest.Start(t)
 	const cooldown = 200 * time.Millisecond
 	rules := "[" + globalRule("probe", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
-		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
+		Failures: 1, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 
 	got, _ := doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit")
 	srv.StopRedis()
 	doTimed(t, h)
 	require.EqualValues(t, 1, gauge(), "one failure opens this breaker")
-	openedAt := time.Now()
 	srv.StartRedis()
 	waitWebdis(t, srv)
 
 	// Redis stalls for a while, so the probe's answer comes late; its downstream gives up
-	// first.
+	// first (as soon as the probe is sent).
 	const pause = 600 * time.Millisecond
+	pausedAt := time.Now()
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
-	time.Sleep(time.Until(openedAt.Add(cooldown + 20*time.Millisecond)))
-	sent := redisMetric(h, "ratelimit_redis_calls_total")
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	_, err := h.Do(ctx, globalRequest())
+	clock.Advance(cooldown)
+	sent := calls()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := h.Do(ctx, globalRequest()); errc <- err }()
+	eventually(t, "the probe is sent", func() bool { return calls() == sent+1 })
 	cancel()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, sent+1, redisMetric(h, "ratelimit_redis_calls_total"), "the dead request was the probe")
+	require.ErrorIs(t, <-errc, context.Canceled, "the downstream went away before Redis answered")
+	require.Less(t, time.Since(pausedAt), pause, "the pause must outlast the downstream; raise it")
+	require.EqualValues(t, 1, gauge(), "the probe is unanswered")
 
 	// The late answer arrives once Redis resumes, and closes the breaker by itself. (Redis
 	// restarted without the script, so the answer is NOSCRIPT: an answer of a Redis that is
 	// up, which nobody resends for a gone request.)
 	eventually(t, "the dead stream's probe answer closes the breaker", func() bool { return gauge() == 0 })
-	require.Equal(t, sent+1, redisMetric(h, "ratelimit_redis_calls_total"), "no second probe")
+	require.Equal(t, sent+1, calls(), "no second probe")
 	got, _ = doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "decided by Redis again")
 	require.Zero(t, h.Stats().Traps)
