@@ -747,9 +747,11 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	rules := "[" + strings.Replace(globalRule("two-a", `"algorithm":"fixed_window","limit":1000,"window":"1h"`, false),
 		`"scope"`, `"continue":true,"scope"`, 1) + "," +
 		globalRule("two-b", `"algorithm":"gcra","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "500ms", FailureMode: "deny",
-		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: "500ms", FailureMode: "deny",
+		Failures: 1, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 
 	got, _ := doTimed(t, h)
 	require.Zero(t, got.Status, "%v", got)
@@ -764,13 +766,22 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	waitWebdis(t, srv)
 	loadScripts(t, srv)
 
-	deadline := time.Now().Add(callDeadline)
-	for gauge() != 0 && time.Now().Before(deadline) {
-		doTimed(t, h)
-		time.Sleep(cooldown / 4)
-	}
-	require.Zero(t, gauge(), "the breaker never closed (skipped %d, calls %d)",
-		redisMetric(h, "ratelimit_redis_skipped_total"), redisMetric(h, "ratelimit_redis_calls_total"))
+	// The breaker's cooldown is the filter's own time, on the host's virtual clock: until it
+	// has passed, the open breaker denies at once; the first request after it is the probe,
+	// which must ask Redis for both rules and so close the breaker by itself.
+	clock.Advance(cooldown - time.Nanosecond)
+	sent := calls()
+	got, _ = doTimed(t, h)
+	require.Equal(t, 429, got.Status, "open: failure_mode deny")
+	require.EqualValues(t, 1, skipped())
+	require.Equal(t, sent, calls(), "no callout while open")
+	clock.Advance(time.Nanosecond)
+	got, _ = doTimed(t, h)
+	require.Zero(t, got.Status, "the probe is decided by Redis: %v", got)
+	require.Contains(t, got.Headers["ratelimit"], `"two-a"`, "the probe covers the whole request")
+	require.Contains(t, got.Headers["ratelimit"], `"two-b"`, "the probe covers the whole request")
+	require.Equal(t, sent+1, calls(), "one callout for both rules")
+	require.Zero(t, gauge(), "the breaker closes on the probe (skipped %d, calls %d)", skipped(), calls())
 	got, _ = doTimed(t, h)
 	require.Zero(t, got.Status, "%v", got)
 	require.Contains(t, got.Headers["ratelimit"], `"two-b"`)
