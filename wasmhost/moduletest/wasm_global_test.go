@@ -112,22 +112,21 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 }
 
 // waitWebdis waits until webdis answers a PING with Redis' PONG, e.g. after StartRedis (webdis
-// reconnects on its next request, and answers 503 until it has).
+// reconnects on its next request, and answers 503 until it has) or until a CLIENT PAUSE ends.
+// This waits in real time, for an event outside the module (a process restarting, Redis'
+// own pause timer), which no virtual clock controls: it polls for the event, up to
+// callDeadline, rather than sleeping for a guessed time.
 func waitWebdis(t testing.TB, srv *redistest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(callDeadline)
-	for {
+	require.Eventually(t, func() bool {
 		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && strings.Contains(string(body), "PONG") {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		require.False(t, time.Now().After(deadline), "webdis does not reach Redis: %v", err)
-		time.Sleep(10 * time.Millisecond)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && strings.Contains(string(body), "PONG")
+	}, callDeadline, 10*time.Millisecond, "webdis does not reach Redis")
 }
 
 // loadScripts loads every script ahead of time (SCRIPT LOAD), for tests whose counts must not
@@ -243,9 +242,12 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 		return time.Duration(int64(W) - ns%int64(W))
 	}
 	// A clock-aligned window must not end in the middle of a sequence: if the boundary is
-	// close, wait until it has passed.
-	if left := untilWindowEnd(filtertest.RedisTime(t, srv)); left < 10*time.Second {
-		time.Sleep(left + 100*time.Millisecond)
+	// close, wait until it has passed. The window is on Redis' clock (TIME), outside the
+	// module and the host, so this waits in real time, for Redis' clock to pass the boundary.
+	// It polls Redis' clock (on the test goroutine, as RedisTime may fail the test) rather
+	// than sleeping for a time computed from one reading.
+	for untilWindowEnd(filtertest.RedisTime(t, srv)) < 10*time.Second {
+		time.Sleep(100 * time.Millisecond)
 	}
 	// The headers give whole seconds, rounded up, as the filter's ceilSeconds does.
 	secs := func(d time.Duration) string {
