@@ -25,7 +25,9 @@ import (
 // its callouts going over real HTTP to a real webdis in front of a real redis-server (started
 // by internal/redistest on free loopback ports; with CI=true a missing binary fails the test
 // instead of skipping it). Redis decides with its own clock (TIME), so these tests use real
-// time throughout and choose windows long enough that nothing refills while they run.
+// time for Redis and choose windows long enough that nothing refills while they run. What
+// they wait for on the filter's own time (the breaker's cooldown, callout timeouts) runs on
+// the host's virtual clock instead (virtualHost, doUntilTimeout), never on real sleeps.
 
 // callDeadline bounds every request of these tests. No request may hang: a request that
 // exceeds it fails the test instead of stalling the run.
