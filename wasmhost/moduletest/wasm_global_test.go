@@ -25,7 +25,9 @@ import (
 // its callouts going over real HTTP to a real webdis in front of a real redis-server (started
 // by internal/redistest on free loopback ports; with CI=true a missing binary fails the test
 // instead of skipping it). Redis decides with its own clock (TIME), so these tests use real
-// time throughout and choose windows long enough that nothing refills while they run.
+// time for Redis and choose windows long enough that nothing refills while they run. What
+// they wait for on the filter's own time (the breaker's cooldown, callout timeouts) runs on
+// the host's virtual clock instead (virtualHost, doUntilTimeout), never on real sleeps.
 
 // callDeadline bounds every request of these tests. No request may hang: a request that
 // exceeds it fails the test instead of stalling the run.
@@ -112,22 +114,21 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 }
 
 // waitWebdis waits until webdis answers a PING with Redis' PONG, e.g. after StartRedis (webdis
-// reconnects on its next request, and answers 503 until it has).
+// reconnects on its next request, and answers 503 until it has) or until a CLIENT PAUSE ends.
+// This waits in real time, for an event outside the module (a process restarting, Redis'
+// own pause timer), which no virtual clock controls: it polls for the event, up to
+// callDeadline, rather than sleeping for a guessed time.
 func waitWebdis(t testing.TB, srv *redistest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(callDeadline)
-	for {
+	require.Eventually(t, func() bool {
 		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && strings.Contains(string(body), "PONG") {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		require.False(t, time.Now().After(deadline), "webdis does not reach Redis: %v", err)
-		time.Sleep(10 * time.Millisecond)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && strings.Contains(string(body), "PONG")
+	}, callDeadline, 10*time.Millisecond, "webdis does not reach Redis")
 }
 
 // loadScripts loads every script ahead of time (SCRIPT LOAD), for tests whose counts must not
@@ -243,9 +244,12 @@ func TestGlobalWasmAlgorithms(t *testing.T) {
 		return time.Duration(int64(W) - ns%int64(W))
 	}
 	// A clock-aligned window must not end in the middle of a sequence: if the boundary is
-	// close, wait until it has passed.
-	if left := untilWindowEnd(filtertest.RedisTime(t, srv)); left < 10*time.Second {
-		time.Sleep(left + 100*time.Millisecond)
+	// close, wait until it has passed. The window is on Redis' clock (TIME), outside the
+	// module and the host, so this waits in real time, for Redis' clock to pass the boundary.
+	// It polls Redis' clock (on the test goroutine, as RedisTime may fail the test) rather
+	// than sleeping for a time computed from one reading.
+	for untilWindowEnd(filtertest.RedisTime(t, srv)) < 10*time.Second {
+		time.Sleep(100 * time.Millisecond)
 	}
 	// The headers give whole seconds, rounded up, as the filter's ceilSeconds does.
 	secs := func(d time.Duration) string {
@@ -501,22 +505,28 @@ func virtualGlobalHost(t *testing.T, config, url string, workers int, timeout ti
 		shared:   wasmhost.NewSharedData(),
 		clock:    clock,
 	}).host
-	return h, func() outcome {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		before := clock.Pending()
-		f := send(h, []wasmhost.Request{globalRequest()})
-		require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
-		start := clock.Now()
-		clock.Advance(timeout)
-		res := f.wait(t)[0]
-		require.False(t, res.Failed, "the VM failed: %v", res.Local)
-		if res.Continued {
-			require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
-		}
-		return outcomeOf(res)
+	return h, func() outcome { t.Helper(); return doUntilTimeout(t, h, clock, timeout) }
+}
+
+// doUntilTimeout sends one request to a host on a virtual clock and advances the clock by
+// exactly timeout once the request's callout (and its timeout) is pending. The request must
+// then be decided: it returns at the virtual instant its callout timed out (a continued
+// request's ContinuedAt says so exactly).
+func doUntilTimeout(t *testing.T, h *wasmhost.Host, clock *wasmhost.VirtualClock, timeout time.Duration) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	before := clock.Pending()
+	f := send(h, []wasmhost.Request{globalRequest()})
+	require.True(t, clock.WaitPending(ctx, before+1), "the callout's timeout is armed on the virtual clock")
+	start := clock.Now()
+	clock.Advance(timeout)
+	res := f.wait(t)[0]
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	if res.Continued {
+		require.Equal(t, start.Add(timeout), res.ContinuedAt, "decided when the callout timed out")
 	}
+	return outcomeOf(res)
 }
 
 // TestGlobalWasmCalloutTimeoutRealTime is the real-time smoke test of the callout timeout: a
@@ -571,22 +581,42 @@ func TestGlobalWasmNoScript(t *testing.T) {
 }
 
 // TestGlobalWasmBreaker trips the breaker with slow failures (Redis paused: every callout costs
-// the timeout), then checks that an open breaker answers at once, that after the cooldown one
-// probe (and only one) goes to Redis, that a failed probe opens it again, and that a probe
-// that succeeds closes it. One worker: the breaker is per worker VM.
+// the timeout), then checks that an open breaker answers at once, that it stays open for
+// exactly the cooldown, that after the cooldown one probe (and only one) goes to Redis, that a
+// failed probe opens it again, and that a probe that succeeds closes it. One worker: the
+// breaker is per worker VM.
+//
+// The host runs on a virtual clock: the callout timeout and the breaker's cooldown (which the
+// filter reads through proxy_get_current_time_nanoseconds) are both the host's time, so every
+// instant is exact and no real timer is raced. A request "answered at once" is one that
+// returns while the clock stands still: a request held for Redis could only end when the
+// clock reaches its callout timeout, so it would run into callDeadline and fail the test.
 func TestGlobalWasmBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
 		timeout  = 400 * time.Millisecond
 		cooldown = 200 * time.Millisecond
-		pause    = 3 * time.Second
+		// pause is real time (Redis' own), and must only outlast the failing phase, which
+		// takes no real waiting on the virtual clock; its end is then awaited as an event.
+		pause = time.Second
 	)
 	rules := "[" + globalRule("br", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: "allow",
-		Failures: 3, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: timeout.String(), FailureMode: "allow",
+		Failures: 3, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
 	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
+	// skippedAtOnce sends one request that the open breaker must answer with the clock
+	// standing still, without a callout.
+	skippedAtOnce := func(want int64) {
+		t.Helper()
+		sent := calls()
+		got, _ := doTimed(t, h)
+		require.Zero(t, got.Status, "failure_mode allow")
+		require.NotContains(t, got.Headers, "ratelimit")
+		require.Equal(t, sent, calls(), "no callout while open")
+		require.Equal(t, want, skipped())
+	}
 
 	got, _ := doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "decided by Redis")
@@ -597,55 +627,50 @@ func TestGlobalWasmBreaker(t *testing.T) {
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
 	for i := range 3 {
 		require.Zero(t, gauge(), "closed before failure %d", i+1)
-		got, elapsed := doTimed(t, h)
+		// A closed breaker waits for Redis: the request is decided exactly when its callout
+		// times out (doUntilTimeout checks ContinuedAt).
+		got := doUntilTimeout(t, h, clock, timeout)
 		require.Zero(t, got.Status, "failure_mode allow")
 		require.NotContains(t, got.Headers, "ratelimit")
-		require.GreaterOrEqual(t, elapsed, timeout, "a closed breaker waits for Redis")
 	}
 	require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "open after 3 consecutive failures")
-	openedAt := time.Now()
 
-	// Open: no callout, no waiting.
+	// Open: no callout, no waiting, until the cooldown has passed to the nanosecond.
 	sent := calls()
-	for range 3 {
-		got, elapsed := doTimed(t, h)
-		require.Zero(t, got.Status)
-		require.Less(t, elapsed, timeout/2, "an open breaker must not wait for the timeout")
+	for i := range 3 {
+		skippedAtOnce(int64(i + 1))
 	}
-	require.Equal(t, sent, calls(), "no callout while open")
-	require.EqualValues(t, 3, skipped())
+	clock.Advance(cooldown - time.Nanosecond)
+	skippedAtOnce(4)
+	clock.Advance(time.Nanosecond)
 
 	// After the cooldown one probe goes out; while it is in flight, other requests are still
 	// skipped. Redis is still paused, so the probe fails and the breaker opens again.
-	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
-	probe := make(chan time.Duration, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		start := time.Now()
-		_, err := h.Do(ctx, globalRequest())
-		if err != nil {
-			probe <- -1
-			return
-		}
-		probe <- time.Since(start)
-	}()
-	require.Eventually(t, func() bool { return calls() == sent+1 }, time.Second, time.Millisecond, "the probe is sent")
-	_, elapsed := doTimed(t, h)
-	require.Less(t, elapsed, timeout/2, "a request during the probe is not held")
-	require.EqualValues(t, 4, skipped())
-	require.GreaterOrEqual(t, <-probe, timeout, "the probe waited for Redis")
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	before := clock.Pending()
+	probe := send(h, []wasmhost.Request{globalRequest()})
+	require.True(t, clock.WaitPending(ctx, before+1), "the probe's callout timeout is armed")
+	require.Equal(t, sent+1, calls(), "the probe is sent")
+	probeAt := clock.Now()
+	skippedAtOnce(5)
+	require.Zero(t, probe.returned.Load(), "the probe waits for Redis")
+	clock.Advance(timeout)
+	res := probe.wait(t)[0]
+	require.True(t, res.Continued, "failure_mode allow: %+v", res.Local)
+	require.Equal(t, probeAt.Add(timeout), res.ContinuedAt, "the probe waited for Redis until its timeout")
 	require.EqualValues(t, 4, redisMetric(h, "ratelimit_redis_timeouts_total"))
 	require.EqualValues(t, 1, gauge(), "a failed probe opens the breaker again")
 	require.Equal(t, sent+1, calls(), "exactly one probe")
-	_, elapsed = doTimed(t, h)
-	require.Less(t, elapsed, timeout/2)
-	require.EqualValues(t, 5, skipped())
+	skippedAtOnce(6)
+	require.Less(t, time.Since(pausedAt), pause, "the pause must outlast the failing phase; raise it")
 
-	// Redis comes back (the pause expires); after the cooldown the next request probes, succeeds
-	// and closes the breaker, and the request is decided by Redis.
-	time.Sleep(time.Until(pausedAt.Add(pause + 100*time.Millisecond)))
+	// Redis comes back when the pause expires (real time: Redis' own, awaited as an event);
+	// after the cooldown the next request probes, succeeds and closes the breaker, and the
+	// request is decided by Redis.
+	waitWebdis(t, srv)
+	clock.Advance(cooldown)
 	got, _ = doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "the probe was decided by Redis")
 	require.Zero(t, gauge(), "a successful probe closes the breaker")
@@ -655,7 +680,7 @@ func TestGlobalWasmBreaker(t *testing.T) {
 		require.Contains(t, got.Headers, "ratelimit")
 		require.Equal(t, before+1, calls(), "closed: every request asks Redis")
 	}
-	require.EqualValues(t, 5, skipped())
+	require.EqualValues(t, 6, skipped())
 	require.Zero(t, h.Stats().Traps)
 	requireCleanLogs(t, h)
 }
@@ -665,40 +690,55 @@ func TestGlobalWasmBreaker(t *testing.T) {
 // takes the dead stream's answer (abi.DispatchHttpCallAlways): the probe's late success closes
 // the breaker, with no second probe. (Were the answer lost, the breaker would probe again once
 // the probe had been unanswered for the callout timeout: filter TestBreakerLostProbeIsReplaced.)
+//
+// The host runs on a virtual clock, so the breaker's cooldown is advanced exactly, and the
+// callout's 1 s timeout (also the host's time) never expires: the answer that closes the
+// breaker can only be the dead stream's late one. Redis' pause is real time (Redis' own): it
+// must only outlast the moment the downstream goes away, and its end is awaited as an event.
 func TestGlobalWasmBreakerProbeOfDeadStream(t *testing.T) {
 	srv := redistest.Start(t)
 	const cooldown = 200 * time.Millisecond
 	rules := "[" + globalRule("probe", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
-		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
+		Failures: 1, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 
 	got, _ := doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit")
 	srv.StopRedis()
 	doTimed(t, h)
 	require.EqualValues(t, 1, gauge(), "one failure opens this breaker")
-	openedAt := time.Now()
 	srv.StartRedis()
 	waitWebdis(t, srv)
 
 	// Redis stalls for a while, so the probe's answer comes late; its downstream gives up
-	// first.
+	// first (as soon as the probe is sent).
 	const pause = 600 * time.Millisecond
+	pausedAt := time.Now()
 	srv.MustDo("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL")
-	time.Sleep(time.Until(openedAt.Add(cooldown + 20*time.Millisecond)))
-	sent := redisMetric(h, "ratelimit_redis_calls_total")
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	_, err := h.Do(ctx, globalRequest())
+	clock.Advance(cooldown - time.Nanosecond)
+	sent := calls()
+	got, _ = doTimed(t, h)
+	require.NotContains(t, got.Headers, "ratelimit", "open until the cooldown has passed")
+	require.Equal(t, sent, calls(), "no probe before the cooldown")
+	clock.Advance(time.Nanosecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := h.Do(ctx, globalRequest()); errc <- err }()
+	// (A request that ends by itself, not sent as the probe, ends the wait too.)
+	eventually(t, "the probe is sent", func() bool { return calls() == sent+1 || len(errc) > 0 })
+	require.Equal(t, sent+1, calls(), "the request is the probe")
 	cancel()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, sent+1, redisMetric(h, "ratelimit_redis_calls_total"), "the dead request was the probe")
+	require.ErrorIs(t, <-errc, context.Canceled, "the downstream went away before Redis answered")
+	require.Less(t, time.Since(pausedAt), pause, "the pause must outlast the downstream; raise it")
+	require.EqualValues(t, 1, gauge(), "the probe is unanswered")
 
 	// The late answer arrives once Redis resumes, and closes the breaker by itself. (Redis
 	// restarted without the script, so the answer is NOSCRIPT: an answer of a Redis that is
 	// up, which nobody resends for a gone request.)
 	eventually(t, "the dead stream's probe answer closes the breaker", func() bool { return gauge() == 0 })
-	require.Equal(t, sent+1, redisMetric(h, "ratelimit_redis_calls_total"), "no second probe")
+	require.Equal(t, sent+1, calls(), "no second probe")
 	got, _ = doTimed(t, h)
 	require.Contains(t, got.Headers, "ratelimit", "decided by Redis again")
 	require.Zero(t, h.Stats().Traps)
@@ -717,9 +757,11 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	rules := "[" + strings.Replace(globalRule("two-a", `"algorithm":"fixed_window","limit":1000,"window":"1h"`, false),
 		`"scope"`, `"continue":true,"scope"`, 1) + "," +
 		globalRule("two-b", `"algorithm":"gcra","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{Timeout: "500ms", FailureMode: "deny",
-		Failures: 1, Cooldown: cooldown.String()}, rules), srv.WebdisURL(), 1)
+	h, clock := virtualHost(t, globalConfig(redisOpts{Timeout: "500ms", FailureMode: "deny",
+		Failures: 1, Cooldown: cooldown.String()}, rules), 1, map[string]string{"webdis": srv.WebdisURL()})
 	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
+	skipped := func() int64 { return redisMetric(h, "ratelimit_redis_skipped_total") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
 
 	got, _ := doTimed(t, h)
 	require.Zero(t, got.Status, "%v", got)
@@ -734,13 +776,22 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 	waitWebdis(t, srv)
 	loadScripts(t, srv)
 
-	deadline := time.Now().Add(callDeadline)
-	for gauge() != 0 && time.Now().Before(deadline) {
-		doTimed(t, h)
-		time.Sleep(cooldown / 4)
-	}
-	require.Zero(t, gauge(), "the breaker never closed (skipped %d, calls %d)",
-		redisMetric(h, "ratelimit_redis_skipped_total"), redisMetric(h, "ratelimit_redis_calls_total"))
+	// The breaker's cooldown is the filter's own time, on the host's virtual clock: until it
+	// has passed, the open breaker denies at once; the first request after it is the probe,
+	// which must ask Redis for both rules and so close the breaker by itself.
+	clock.Advance(cooldown - time.Nanosecond)
+	sent := calls()
+	got, _ = doTimed(t, h)
+	require.Equal(t, 429, got.Status, "open: failure_mode deny")
+	require.EqualValues(t, 1, skipped())
+	require.Equal(t, sent, calls(), "no callout while open")
+	clock.Advance(time.Nanosecond)
+	got, _ = doTimed(t, h)
+	require.Zero(t, got.Status, "the probe is decided by Redis: %v", got)
+	require.Contains(t, got.Headers["ratelimit"], `"two-a"`, "the probe covers the whole request")
+	require.Contains(t, got.Headers["ratelimit"], `"two-b"`, "the probe covers the whole request")
+	require.Equal(t, sent+1, calls(), "one callout for both rules")
+	require.Zero(t, gauge(), "the breaker closes on the probe (skipped %d, calls %d)", skipped(), calls())
 	got, _ = doTimed(t, h)
 	require.Zero(t, got.Status, "%v", got)
 	require.Contains(t, got.Headers["ratelimit"], `"two-b"`)

@@ -35,13 +35,17 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	const cooldown = 200 * time.Millisecond
 	rules := "[" + globalRule("gauge", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
 	metrics := wasmhost.NewMetricStore()
+	// The breaker's cooldown is the filter's own time: on the host's virtual clock it passes
+	// exactly when the test advances it, however loaded the machine.
+	clock := wasmhost.NewVirtualClock(t0)
 	start := func() *wasmhost.Host {
 		h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 			Workers: 2, VMID: "ratelimit", PluginName: "ratelimit",
 			PluginConfig: []byte(globalConfig(redisOpts{Timeout: "1s", FailureMode: "allow",
 				Failures: 1, Cooldown: cooldown.String()}, rules)),
-			Clusters:    map[string]string{"webdis": srv.WebdisURL()},
-			MetricStore: metrics,
+			Clusters:     map[string]string{"webdis": srv.WebdisURL()},
+			MetricStore:  metrics,
+			VirtualClock: clock,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = h.Close(context.Background()) })
@@ -55,14 +59,17 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	srv.StopRedis()
 	doOn(t, h, 0)
 	require.EqualValues(t, 1, gauge(), "worker 0 is open")
-	openedAt := time.Now()
 	doOn(t, h, 1)
 	require.EqualValues(t, 2, gauge(), "both workers are open")
 	require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_breaker_opened_total"))
 
 	srv.StartRedis()
 	waitWebdis(t, srv)
-	time.Sleep(time.Until(openedAt.Add(cooldown + 50*time.Millisecond)))
+	// Until the cooldown has passed, the open worker does not probe, even with Redis back.
+	clock.Advance(cooldown - time.Nanosecond)
+	require.NotContains(t, doOn(t, h, 0).Headers, "ratelimit", "worker 0 is still open")
+	require.EqualValues(t, 2, gauge())
+	clock.Advance(time.Nanosecond)
 	require.Contains(t, doOn(t, h, 0).Headers, "ratelimit", "worker 0's probe is decided by Redis")
 	require.EqualValues(t, 1, gauge(), "worker 1 is still open")
 	require.Contains(t, doOn(t, h, 1).Headers, "ratelimit")
