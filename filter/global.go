@@ -270,15 +270,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	if us := (now - d.sentAt) / 1000; us >= 0 {
 		c.m.latency.Record(uint64(us))
 	}
-	err := errCalloutReset
-	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		items := h.globalItems(false)
-		if cap(c.answers) < len(items) {
-			c.answers = make([]redis.Answer, len(items))
-		}
-		c.answers = c.answers[:len(items)]
-		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
-	}
+	_, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
 	switch {
 	case err == nil:
 		c.partSuccess(-1)
@@ -546,18 +538,12 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	if us := (now - a.sentAt) / 1000; us >= 0 {
 		c.m.latency.Record(uint64(us))
 	}
-	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
-		Part: redis.Partition(a.key, c.cfg.Partitions)}}
-	var answer [1]redis.Answer
-	err := errCalloutReset
-	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
-	}
+	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided = answer[0].Decision, true
-		if answer[0].Overflow {
+		a.decision, a.decided = answer.Decision, true
+		if answer.Overflow {
 			a.rs.m.overflow.Increment(1)
 		}
 		if a.batchDenied() {
@@ -584,7 +570,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer[0].Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer.Overflow)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
@@ -626,17 +612,10 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	if a.rs == nil {
 		return
 	}
-	c := h.plugin.redis
-	item := [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
-		Part: redis.Partition(a.key, c.cfg.Partitions)}}
-	var answer [1]redis.Answer
-	err := errCalloutReset
-	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answer[:])
-	}
+	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
 	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
-		holdLateBatch(a, a.sentAt, now, answer[0])
+		holdLateBatch(a, a.sentAt, now, answer)
 	}
 }
 
@@ -649,15 +628,7 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateAnswer", nil)
 	c := h.plugin.redis
-	items := h.itemsOf(d, false)
-	if cap(c.answers) < len(items) {
-		c.answers = make([]redis.Answer, len(items))
-	}
-	c.answers = c.answers[:len(items)]
-	err, committed := errCalloutReset, false
-	if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
-		_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
-	}
+	committed, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(d.sentAt, -1, err)
 	if err != nil || !committed {
 		return
@@ -697,6 +668,40 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64)
 		h.noteFailureIn(now, part, err)
 	}
 	return now
+}
+
+// callReplies parses the answer to the request's one call for d's global rules
+// (redis.partitions 1) into the client's answers, in rule order, and reports whether Redis
+// committed the call. A call the host failed (reset, timeout) is errCalloutReset. The request
+// waiting for the answer (onRedisAnswer) and a gone one's late answer (lateAnswer) read it
+// alike.
+func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailers int) (committed bool, err error) {
+	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return false, errCalloutReset
+	}
+	c := h.plugin.redis
+	items := h.itemsOf(d, false)
+	if cap(c.answers) < len(items) {
+		c.answers = make([]redis.Answer, len(items))
+	}
+	c.answers = c.answers[:len(items)]
+	_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	return committed, err
+}
+
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, its
+// key left out (a resend adds it), and Redis's answer. A call the host failed (reset,
+// timeout) is errCalloutReset. onShardAnswer and lateShardAnswer read it alike.
+func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
+	c := h.plugin.redis
+	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
+		Part: redis.Partition(a.key, c.cfg.Partitions)}}
+	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return item, answer, errCalloutReset
+	}
+	var answers [1]redis.Answer
+	_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
+	return item, answers[0], err
 }
 
 // holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis

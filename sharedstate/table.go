@@ -589,18 +589,15 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 			}
 			// Replace the old slot with a forward that keeps a copy, then store the state
 			// here. Old VMs follow the forward; a lost race means the key changed: look again.
-			fwd := make([]byte, 0, movedHeader+len(o.state))
-			fwd = append(fwd, p.digest[:]...)
-			fwd = append(fwd, slotMoved)
-			fwd = binary.LittleEndian.AppendUint32(fwd, g.maxKeys)
-			fwd = append(fwd, o.state...)
-			if err := t.store.Set(t.name(old.maxKeys, o.idx), fwd, o.cas); err != nil {
+			p.fwd = appendForward(p.fwd[:0], p.digest, g.maxKeys, o.state)
+			if err := t.store.Set(t.name(old.maxKeys, o.idx), p.fwd, o.cas); err != nil {
+				p.fwd = p.fwd[:0]
 				if errors.Is(err, ErrCasMismatch) {
 					return errMoveLost
 				}
 				return err
 			}
-			p.fwd, p.fwdGeo, p.fwdIdx = append(p.fwd[:0], fwd...), old.maxKeys, o.idx
+			p.fwdGeo, p.fwdIdx = old.maxKeys, o.idx
 			p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 			return t.run(p, o.state)
 		}
@@ -618,11 +615,7 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 	}
 	switch {
 	case s.place && from != nil:
-		p.fwd = append(p.fwd[:0], p.digest[:]...)
-		p.fwd = append(p.fwd, slotMoved)
-		p.fwd = binary.LittleEndian.AppendUint32(p.fwd, from.moved)
-		p.fwd = append(p.fwd, from.state...)
-		p.fwdGeo, p.fwdIdx = from.geo, from.idx
+		p.fwd, p.fwdGeo, p.fwdIdx = appendForward(p.fwd[:0], p.digest, from.moved, from.state), from.geo, from.idx
 		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
 		return t.run(p, from.state)
 	case s.place:
@@ -715,6 +708,15 @@ func (t *Table) create(p *Pending) (err error) {
 		return ErrCasMismatch
 	}
 	return t.store.Set(name, p.value, cas)
+}
+
+// appendForward appends to dst the value of a slot that forwards the key digest to geometry
+// moved (its max_keys), with the copy of its state.
+func appendForward(dst []byte, digest [DigestSize]byte, moved uint32, state []byte) []byte {
+	dst = append(dst, digest[:]...)
+	dst = append(dst, slotMoved)
+	dst = binary.LittleEndian.AppendUint32(dst, moved)
+	return append(dst, state...)
 }
 
 // touchForward rewrites, unchanged and by compare-and-swap, the forward whose copy p's state
