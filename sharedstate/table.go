@@ -693,50 +693,72 @@ func (t *Table) decideAbsent(p *Pending, g geometry, h uint64, s *scan, from *fo
 //
 // A slot created by the claim is counted (countCreated) whether or not the claim wins: the
 // slot exists either way. It is counted by its claimant, never by an adopter.
-func (t *Table) create(p *Pending) (err error) {
+func (t *Table) create(p *Pending) error {
 	name := t.name(p.geo, p.idx)
-	cas := p.cas
-	if !p.adopt {
-		t.claim = append(t.claim[:0], p.digest[:]...)
-		t.claim = append(t.claim, slotClaim)
-		t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
-		t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
-		if err := t.store.Set(name, t.claim, p.cas); err != nil {
-			return err
-		}
-		if p.fresh {
-			defer func() { p.Claimed, p.Used = true, t.countCreated(p.geo) }()
-		}
-		var v []byte
-		v, cas, err = t.store.Get(name)
-		switch {
-		case isNotFound(err):
-			return ErrCasMismatch
-		case err != nil:
-			return err
-		case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
-			// Released by a worker whose claim comes first: decide again.
-			return ErrCasMismatch
-		}
+	if p.adopt {
+		return t.settle(p, name, p.cas)
 	}
-	lost, err := t.touchForward(p)
+	t.claim = append(t.claim[:0], p.digest[:]...)
+	t.claim = append(t.claim, slotClaim)
+	t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
+	t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
+	if err := t.store.Set(name, t.claim, p.cas); err != nil {
+		return err
+	}
+	v, cas, err := t.store.Get(name)
+	switch {
+	case isNotFound(err):
+		err = ErrCasMismatch
+	case err != nil:
+	case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+		// Released by a worker whose claim comes first: decide again.
+		err = ErrCasMismatch
+	default:
+		err = t.settle(p, name, cas)
+	}
+	if p.fresh {
+		// The slot exists now, whatever became of the claim: count it, last (this was a
+		// deferred call; a plain one keeps defer's code out of the first request's).
+		p.Claimed, p.Used = true, t.countCreated(p.geo)
+	}
+	return err
+}
+
+// settle runs steps 2 and 3 of create on the claim in slot name (cas), written or adopted by
+// p: it rewrites the forward p started from, if any, checks the key's other slots, and turns
+// the claim into the key's live state, or releases it when another copy wins.
+func (t *Table) settle(p *Pending, name string, cas uint32) error {
+	var lost bool
+	var err error
+	if len(p.fwd) != 0 {
+		// Only a key created from a forward's copy has a forward to rewrite: the test is made
+		// here too, so that a new key's first request does not compile touchForward.
+		lost, err = t.touchForward(p)
+	}
 	if err == nil && !lost {
 		lost, err = t.verify(p)
 	}
 	if err != nil || lost {
-		// Release the claim, so that no lookup adopts it again; a failed release means another
-		// worker already released (or converted) it.
-		t.claim = append(t.claim[:0], p.digest[:]...)
-		t.claim = append(t.claim, slotReleased)
-		if rerr := t.store.Set(name, t.claim, cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
-			err = rerr
-		}
-		if err != nil {
-			return err
-		}
-		return ErrCasMismatch
+		return t.release(p, name, cas, err)
 	}
 	return t.store.Set(name, p.value, cas)
+}
+
+// release releases p's claim in slot name (cas) after it lost (err nil: the request is
+// decided again) or failed (err), so that no lookup adopts it again; a failed release means
+// another worker already released (or converted) it.
+//
+//go:noinline
+func (t *Table) release(p *Pending, name string, cas uint32, err error) error {
+	t.claim = append(t.claim[:0], p.digest[:]...)
+	t.claim = append(t.claim, slotReleased)
+	if rerr := t.store.Set(name, t.claim, cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return err
+	}
+	return ErrCasMismatch
 }
 
 // appendForward appends to dst the value of a slot that forwards the key digest to geometry
