@@ -825,43 +825,68 @@ func (t *Table) verify(p *Pending) (lost bool, err error) {
 				before = false
 				continue
 			}
-			for attempt := 0; ; attempt++ {
-				v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-				if isNotFound(err) {
-					break
-				}
-				if err != nil {
-					return true, err
-				}
-				if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
-					break
-				}
-				var s scan
-				if s.match(v, idx, vcas, p) {
-					return true, nil
-				}
-				if v[DigestSize] != slotClaim || len(v) < claimSize {
-					break
-				}
-				if before && !claimStale(v, p.now) {
-					return true, nil
-				}
-				// A claim that gives way to this one (or a stale one): release it.
-				if attempt >= t.attempts {
-					return true, nil
-				}
-				v[DigestSize] = slotReleased
-				err = t.store.Set(t.name(g.maxKeys, idx), v[:slotHeader], vcas)
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, ErrCasMismatch) {
-					return true, err
-				}
+			v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return true, err
+			}
+			if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+				continue
+			}
+			if lost, err := t.verifyCopy(p, g, idx, before, v, vcas); lost || err != nil {
+				return lost, err
 			}
 		}
 	}
 	return false, nil
+}
+
+// verifyCopy is verify's part for a slot idx of g that holds the key's digest (v, read with
+// cas number vcas): it reports whether that copy wins over p's claim, and otherwise releases
+// it if it is a claim, reading it again after a lost race. before tells that the slot comes
+// before the claim in the lookups' order. A new key's first request meets no such slot, and
+// so does not compile this.
+//
+//go:noinline
+func (t *Table) verifyCopy(p *Pending, g geometry, idx uint32, before bool, v []byte, vcas uint32) (lost bool, err error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
+			if isNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return true, err
+			}
+			if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+				return false, nil
+			}
+		}
+		var s scan
+		if s.match(v, idx, vcas, p) {
+			return true, nil
+		}
+		if v[DigestSize] != slotClaim || len(v) < claimSize {
+			return false, nil
+		}
+		if before && !claimStale(v, p.now) {
+			return true, nil
+		}
+		// A claim that gives way to this one (or a stale one): release it.
+		if attempt >= t.attempts {
+			return true, nil
+		}
+		v[DigestSize] = slotReleased
+		err = t.store.Set(t.name(g.maxKeys, idx), v[:slotHeader], vcas)
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return true, err
+		}
+	}
 }
 
 // overflow decides the key in its overflow slot.
