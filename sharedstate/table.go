@@ -698,10 +698,13 @@ func (t *Table) create(p *Pending) error {
 	if p.adopt {
 		return t.settle(p, name, p.cas)
 	}
-	t.claim = append(t.claim[:0], p.digest[:]...)
-	t.claim = append(t.claim, slotClaim)
-	t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
-	t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
+	// The claim is built whole and appended once: one growth check instead of four.
+	var claim [claimSize]byte
+	copy(claim[:], p.digest[:])
+	claim[DigestSize] = slotClaim
+	binary.LittleEndian.PutUint64(claim[slotHeader:], uint64(p.now))
+	binary.LittleEndian.PutUint64(claim[slotHeader+8:], t.id)
+	t.claim = append(t.claim[:0], claim[:]...)
 	if err := t.store.Set(name, t.claim, p.cas); err != nil {
 		return err
 	}
@@ -982,25 +985,10 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 			if err != nil {
 				return s, err
 			}
-			if s.match(v, idx, vcas, p) {
+			switch t.classify(&s, v, idx, vcas, p) {
+			case slotIsKey:
 				return s, nil
-			}
-			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
-				// Another worker is creating the key here. Keep looking: a live copy, if
-				// there is one, wins over the claim (see create). The claim is adopted
-				// whatever its age: adopting it writes the slot by compare-and-swap against
-				// the claim, as taking it for a free slot would, so a claim left by a VM that
-				// stopped blocks nobody either way; but workers whose clocks are more than
-				// claimTTL apart would each take the others' claims for free slots and
-				// write their own over them in turn, none converting
-				// (TestClaimsAcrossClockSkewAreAdopted).
-				if !s.pending {
-					s.pending, s.claimAt, s.claimCas = true, idx, vcas
-				}
-				load[c]++
-				continue
-			}
-			if t.slotFree(v, p.now) {
+			case slotIsFree:
 				if free[c] == 0 {
 					free[c], cas[c] = j+1, vcas
 				}
@@ -1047,6 +1035,41 @@ func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created i
 		return t.scanWith(g, h, p, place, created)
 	}
 	return s, nil
+}
+
+// What classify found in a written slot.
+const (
+	slotIsKey    = iota // the key, live or forwarded: recorded in the scan
+	slotIsActive        // another key's active state, or a claim of the key (recorded)
+	slotIsFree          // free for the key (see slotFree)
+)
+
+// classify tells what slot idx, written and read as v (cas), holds for scanWith, and records
+// in s the key found there or a claim of the key. It is out of line, so that the first
+// request of a fresh table, whose slots were never written, compiles none of it.
+//
+//go:noinline
+func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
+	if s.match(v, idx, cas, p) {
+		return slotIsKey
+	}
+	if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
+		// Another worker is creating the key here. Keep looking: a live copy, if there is
+		// one, wins over the claim (see create). The claim is adopted whatever its age:
+		// adopting it writes the slot by compare-and-swap against the claim, as taking it
+		// for a free slot would, so a claim left by a VM that stopped blocks nobody either
+		// way; but workers whose clocks are more than claimTTL apart would each take the
+		// others' claims for free slots and write their own over them in turn, none
+		// converting (TestClaimsAcrossClockSkewAreAdopted).
+		if !s.pending {
+			s.pending, s.claimAt, s.claimCas = true, idx, cas
+		}
+		return slotIsActive
+	}
+	if t.slotFree(v, p.now) {
+		return slotIsFree
+	}
+	return slotIsActive
 }
 
 // match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
@@ -1098,9 +1121,11 @@ func claimStale(v []byte, now int64) bool {
 func (t *Table) run(p *Pending, state []byte) error {
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
-	p.value = append(p.value[:0], p.digest[:]...)
-	p.value = append(p.value, slotLive)
-	p.value = append(p.value, next...)
+	// The header is built whole: two appends with their growth checks instead of three.
+	var header [slotHeader]byte
+	copy(header[:], p.digest[:])
+	header[DigestSize] = slotLive
+	p.value = append(append(p.value[:0], header[:]...), next...)
 	return nil
 }
 
