@@ -945,96 +945,103 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // overflow slot: two copies of one key (the over-admission of
 // TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
-	return t.scanWith(g, h, p, place, -1)
+	var s scan
+	err := t.scanWith(&s, g, h, p, place, -1)
+	return s, err
 }
 
 // scanWith is scan with the count of created slots when it is known (created >= 0): read
-// before every slot that this pass reads.
-func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created int64) (scan, error) {
-	var s scan
-	b, start := g.choices(h)
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
-	}
-	counted := created < 0 // the count is not known yet: if needed, it is read after the slots
-	var load [Choices]int
-	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
-	var cas, casWritten [Choices]uint32
-	var idxs [Choices][BucketSlots]uint32
-	for j := range BucketSlots {
-		for c := range n {
-			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
-			idxs[c][j] = idx
-			var v []byte
-			var vcas uint32
-			var err error
-			if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
-				// decideFirst read this slot just before: the same read, not a second one.
-				v, vcas, err = f.v, f.cas, f.err
-				*f = firstRead{}
-			} else {
-				v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
-			}
-			if isNotFound(err) {
-				if free[c] == 0 {
-					free[c], cas[c] = j+1, createCAS
-				}
-				continue
-			}
-			if err != nil {
-				return s, err
-			}
-			switch t.classify(&s, v, idx, vcas, p) {
-			case slotIsKey:
-				return s, nil
-			case slotIsFree:
-				if free[c] == 0 {
-					free[c], cas[c] = j+1, vcas
-				}
-				if freeWritten[c] == 0 {
-					freeWritten[c], casWritten[c] = j+1, vcas
-				}
-				continue
-			}
-			load[c]++
+// before every slot that this pass reads. It fills *s (from its zero value) rather than
+// return a scan, and makes its second pass as a loop rather than a call: copying the struct
+// out at each return, and the call, made up a good part of the code a first request
+// compiles.
+func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, created int64) error {
+	for {
+		*s = scan{}
+		b, start := g.choices(h)
+		n := Choices
+		if b[1] == b[0] {
+			n = 1
 		}
-	}
-	if !place {
-		return s, nil
-	}
-	order := [Choices]int{0, 1}
-	if n > 1 && load[1] < load[0] {
-		order = [Choices]int{1, 0}
-	}
-	for _, c := range order[:n] {
-		if free[c] == 0 {
+		counted := created < 0 // the count is not known yet: if needed, it is read after the slots
+		var load [Choices]int
+		var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
+		var cas, casWritten [Choices]uint32
+		var idxs [Choices][BucketSlots]uint32
+		for j := range BucketSlots {
+			for c := range n {
+				idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
+				idxs[c][j] = idx
+				var v []byte
+				var vcas uint32
+				var err error
+				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
+					// decideFirst read this slot just before: the same read, not a second one.
+					v, vcas, err = f.v, f.cas, f.err
+					*f = firstRead{}
+				} else {
+					v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
+				}
+				if isNotFound(err) {
+					if free[c] == 0 {
+						free[c], cas[c] = j+1, createCAS
+					}
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				switch t.classify(s, v, idx, vcas, p) {
+				case slotIsKey:
+					return nil
+				case slotIsFree:
+					if free[c] == 0 {
+						free[c], cas[c] = j+1, vcas
+					}
+					if freeWritten[c] == 0 {
+						freeWritten[c], casWritten[c] = j+1, vcas
+					}
+					continue
+				}
+				load[c]++
+			}
+		}
+		if !place {
+			return nil
+		}
+		order := [Choices]int{0, 1}
+		if n > 1 && load[1] < load[0] {
+			order = [Choices]int{1, 0}
+		}
+		for _, c := range order[:n] {
+			if free[c] == 0 {
+				continue
+			}
+			at, placeCas, fresh := free[c], cas[c], false
+			if placeCas == createCAS {
+				// A never-written slot: only while fewer than max_keys slots exist.
+				if created < 0 {
+					created = int64(t.created(g.maxKeys))
+				}
+				switch {
+				case created < int64(g.maxKeys):
+					fresh = true
+				case freeWritten[c] == 0:
+					continue
+				default:
+					at, placeCas = freeWritten[c], casWritten[c]
+				}
+			}
+			s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][at-1], placeCas, fresh
+			return nil
+		}
+		if counted && created >= int64(g.maxKeys) {
+			// The key goes to overflow because the table is full: read the slots again, after
+			// the count (a second pass of the loop, with the count known).
 			continue
 		}
-		if cas[c] == createCAS {
-			// A never-written slot: only while fewer than max_keys slots exist.
-			if created < 0 {
-				created = int64(t.created(g.maxKeys))
-			}
-			if created < int64(g.maxKeys) {
-				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
-				return s, nil
-			}
-			if freeWritten[c] == 0 {
-				continue
-			}
-			s.place, s.placeAt, s.placeCas = true, idxs[c][freeWritten[c]-1], casWritten[c]
-			return s, nil
-		}
-		s.place, s.placeAt, s.placeCas = true, idxs[c][free[c]-1], cas[c]
-		return s, nil
+		return nil
 	}
-	if counted && created >= int64(g.maxKeys) {
-		// The key goes to overflow because the table is full: read the slots again, after
-		// the count.
-		return t.scanWith(g, h, p, place, created)
-	}
-	return s, nil
 }
 
 // What classify found in a written slot.
