@@ -412,30 +412,38 @@ func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 // consumes nothing. ErrAttemptsExhausted means every attempt lost a race: the request must not
 // be admitted uncounted.
 func (t *Table) Commit(p *Pending) error {
-	for {
-		if !p.Decision.Allowed {
-			return nil
-		}
-		var err error
-		if p.place {
-			err = t.create(p)
-		} else {
-			err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			return err
-		}
-		p.Retries++
-		if p.Retries >= t.attempts {
-			return ErrAttemptsExhausted
-		}
-		if err := t.decide(p); err != nil {
-			return err
-		}
+	if !p.Decision.Allowed {
+		return nil
 	}
+	var err error
+	if p.place {
+		err = t.create(p)
+	} else {
+		err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
+	}
+	if err == nil {
+		return nil
+	}
+	return t.recommit(p, err)
+}
+
+// recommit is Commit after a write that failed with err: after a lost race it decides again
+// and commits that decision (at most Attempts times in all, counting recursions). It is out
+// of line, so that a request whose write succeeds does not compile it.
+//
+//go:noinline
+func (t *Table) recommit(p *Pending, err error) error {
+	if !errors.Is(err, ErrCasMismatch) {
+		return err
+	}
+	p.Retries++
+	if p.Retries >= t.attempts {
+		return ErrAttemptsExhausted
+	}
+	if err := t.decide(p); err != nil {
+		return err
+	}
+	return t.Commit(p)
 }
 
 // AllowN decides and commits in one step, for a rule that is the only one on its request.
