@@ -545,8 +545,8 @@ type forward struct {
 // compile all of it for nothing.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
-	s, err := t.scan(g, h, p, true)
-	if err != nil {
+	var s scan // scan's, filled in place: returning it would copy the struct
+	if err := t.scanWith(&s, g, h, p, true, -1); err != nil {
 		return err
 	}
 	if !s.found && s.pending {
@@ -1206,6 +1206,8 @@ func (t *Table) transientName(geo, idx uint32) string {
 // the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
 // sees. Tables that may never see a request (a rarely used override's) are left cold: warming
 // every one would cost their cache's memory in every VM whether used or not.
+//
+//go:noinline
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = make([]nameEntry, nameCacheSize)
@@ -1217,7 +1219,11 @@ func (t *Table) Warm() {
 // of an established key is written on every request, and building its name would cost an
 // allocation each time. The cache does not grow with max_keys.
 func (t *Table) name(geo, idx uint32) string {
-	t.Warm()
+	if t.names == nil {
+		// A table the filter did not warm at configure: Warm is out of line, so that the
+		// first request of a warmed one does not compile the allocation.
+		t.Warm()
+	}
 	e := &t.names[nameSlot(geo, idx)]
 	if e.name == "" || e.geo != geo || e.idx != idx {
 		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
