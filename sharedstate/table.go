@@ -703,56 +703,54 @@ func (t *Table) decideAbsent(p *Pending, g geometry, h uint64, s *scan, from *fo
 // slot exists either way. It is counted by its claimant, never by an adopter.
 func (t *Table) create(p *Pending) error {
 	name := t.name(p.geo, p.idx)
-	if p.adopt {
-		return t.settle(p, name, p.cas)
+	cas := p.cas
+	var err error
+	if !p.adopt {
+		// Step 1. The claim is built whole and appended once: one growth check instead of
+		// four.
+		var claim [claimSize]byte
+		copy(claim[:], p.digest[:])
+		claim[DigestSize] = slotClaim
+		binary.LittleEndian.PutUint64(claim[slotHeader:], uint64(p.now))
+		binary.LittleEndian.PutUint64(claim[slotHeader+8:], t.id)
+		t.claim = append(t.claim[:0], claim[:]...)
+		if err := t.store.Set(name, t.claim, p.cas); err != nil {
+			return err
+		}
+		var v []byte
+		v, cas, err = t.store.Get(name)
+		switch {
+		case isNotFound(err):
+			err = ErrCasMismatch
+		case err != nil:
+		case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+			// Released by a worker whose claim comes first: decide again.
+			err = ErrCasMismatch
+		}
 	}
-	// The claim is built whole and appended once: one growth check instead of four.
-	var claim [claimSize]byte
-	copy(claim[:], p.digest[:])
-	claim[DigestSize] = slotClaim
-	binary.LittleEndian.PutUint64(claim[slotHeader:], uint64(p.now))
-	binary.LittleEndian.PutUint64(claim[slotHeader+8:], t.id)
-	t.claim = append(t.claim[:0], claim[:]...)
-	if err := t.store.Set(name, t.claim, p.cas); err != nil {
-		return err
+	if err == nil {
+		// Steps 2 and 3, on the claim written or adopted.
+		var lost bool
+		if len(p.fwd) != 0 {
+			// Only a key created from a forward's copy has a forward to rewrite: the test is
+			// made here too, so that a new key's first request does not compile touchForward.
+			lost, err = t.touchForward(p)
+		}
+		if err == nil && !lost {
+			lost, err = t.verify(p)
+		}
+		if err != nil || lost {
+			err = t.release(p, name, cas, err)
+		} else {
+			err = t.store.Set(name, p.value, cas)
+		}
 	}
-	v, cas, err := t.store.Get(name)
-	switch {
-	case isNotFound(err):
-		err = ErrCasMismatch
-	case err != nil:
-	case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
-		// Released by a worker whose claim comes first: decide again.
-		err = ErrCasMismatch
-	default:
-		err = t.settle(p, name, cas)
-	}
-	if p.fresh {
+	if !p.adopt && p.fresh {
 		// The slot exists now, whatever became of the claim: count it, last (this was a
 		// deferred call; a plain one keeps defer's code out of the first request's).
 		p.Claimed, p.Used = true, t.countCreated(p.geo)
 	}
 	return err
-}
-
-// settle runs steps 2 and 3 of create on the claim in slot name (cas), written or adopted by
-// p: it rewrites the forward p started from, if any, checks the key's other slots, and turns
-// the claim into the key's live state, or releases it when another copy wins.
-func (t *Table) settle(p *Pending, name string, cas uint32) error {
-	var lost bool
-	var err error
-	if len(p.fwd) != 0 {
-		// Only a key created from a forward's copy has a forward to rewrite: the test is made
-		// here too, so that a new key's first request does not compile touchForward.
-		lost, err = t.touchForward(p)
-	}
-	if err == nil && !lost {
-		lost, err = t.verify(p)
-	}
-	if err != nil || lost {
-		return t.release(p, name, cas, err)
-	}
-	return t.store.Set(name, p.value, cas)
 }
 
 // release releases p's claim in slot name (cas) after it lost (err nil: the request is
