@@ -540,9 +540,9 @@ type forward struct {
 //
 // It holds only what the common lookups run: of a key that lives in g, and of a new key with
 // room in g that has no previous layout to be looked for in. The rest (forwards, previous
-// layouts, overflow) is in decideMoved and decideAbsent, out of line: Envoy's V8 compiles a
-// function on its first call, and a fresh VM's first request for a new key would otherwise
-// compile all of it for nothing.
+// layouts, overflow) is in decideElsewhere, out of line: Envoy's V8 compiles a function on its
+// first call, and a fresh VM's first request for a new key would otherwise compile all of it
+// for nothing.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	var s scan // scan's, filled in place: returning it would copy the struct
@@ -554,42 +554,38 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 		// claim (see create) rather than wait for a worker that may be paused.
 		s.place, s.placeAt, s.placeCas, s.placeFresh, s.placeClaim = true, s.claimAt, s.claimCas, false, true
 	}
-	if s.found && s.moved != 0 {
-		return t.decideMoved(p, g, h, &s, hops)
+	var state []byte
+	switch {
+	case s.found && s.moved == 0:
+		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
+		state = s.state
+	case !s.found && s.place && from == nil && len(t.prev) == 0:
+		// A new key with room here and no previous layout: what decideElsewhere decides in
+		// this case, without the rest of its code.
+		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
+	default:
+		return t.decideElsewhere(p, g, h, &s, from, hops)
 	}
+	return t.run(p, state)
+}
+
+// decideElsewhere decides a key that is not live in geometry g (s is the scan of g). Found as
+// a forward, it follows the forward, or, for a loop or one hop too many, decides on the
+// forward's copy where it is. Absent, it is looked for in the previous layouts, moved here
+// when there is room, and otherwise kept in its old slot or the forward's, or counted in
+// overflow.
+//
+//go:noinline
+func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from *forward, hops int) error {
 	if s.found {
+		if s.moved != g.maxKeys && hops < maxHops {
+			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas, moved: s.moved}, hops+1)
+		}
+		// A forward loop, or one too many: the copy is the best state there is, and it stays
+		// where it is (the slot is written back as a live key).
 		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
 		return t.run(p, s.state)
 	}
-	if s.place && from == nil && len(t.prev) == 0 {
-		// A new key with room here and no previous layout: what decideAbsent decides in this
-		// case (its second case), without the rest of its code.
-		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
-		return t.run(p, nil)
-	}
-	return t.decideAbsent(p, g, h, &s, from, hops)
-}
-
-// decideMoved decides a key found as a forward (s.moved) in geometry g: it follows the
-// forward, or, for a loop or one hop too many, decides on the forward's copy where it is.
-//
-//go:noinline
-func (t *Table) decideMoved(p *Pending, g geometry, h uint64, s *scan, hops int) error {
-	if s.moved != g.maxKeys && hops < maxHops {
-		return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas, moved: s.moved}, hops+1)
-	}
-	// A forward loop, or one too many: the copy is the best state there is, and it stays
-	// where it is (the slot is written back as a live key).
-	p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
-	return t.run(p, s.state)
-}
-
-// decideAbsent decides a key that is not in geometry g (s is the scan of g): it looks for it
-// in the previous layouts, moves it here when there is room, and otherwise keeps it in its
-// old slot or the forward's, or counts it in overflow.
-//
-//go:noinline
-func (t *Table) decideAbsent(p *Pending, g geometry, h uint64, s *scan, from *forward, hops int) error {
 	if from == nil && hops == 0 && g == t.cur {
 		// Not here: the key may still live under a previous max_keys.
 		var stale *forward // a forward to another previous layout, whose copy may be all there is

@@ -246,8 +246,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		// The state layer's parts for keys a fresh table and a new key never meet: forwards
 		// and previous layouts, overflow, written slots, other copies and claims of the key,
 		// lost races, keys the digest cache does not keep.
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decideMoved",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decideAbsent",
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decideElsewhere",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).classify",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).verifyCopy",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).touchForward",
