@@ -837,10 +837,7 @@ func (t *Table) verify(p *Pending) (lost bool, err error) {
 			if err != nil {
 				return true, err
 			}
-			if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
-				continue
-			}
-			if lost, err := t.verifyCopy(p, g, idx, before, v, vcas); lost || err != nil {
+			if lost, err := t.verifyCopy(p, idx, before, v, vcas); lost || err != nil {
 				return lost, err
 			}
 		}
@@ -848,26 +845,26 @@ func (t *Table) verify(p *Pending) (lost bool, err error) {
 	return false, nil
 }
 
-// verifyCopy is verify's part for a slot idx of g that holds the key's digest (v, read with
-// cas number vcas): it reports whether that copy wins over p's claim, and otherwise releases
-// it if it is a claim, reading it again after a lost race. before tells that the slot comes
-// before the claim in the lookups' order. A new key's first request meets no such slot, and
-// so does not compile this.
+// verifyCopy is verify's part for slot idx of p's geometry, written and read as v (cas number
+// vcas): when it holds the key, it reports whether that copy wins over p's claim, and
+// otherwise releases it if it is a claim, reading it again after a lost race. before tells
+// that the slot comes before the claim in the lookups' order. The slots of a fresh table were
+// never written, so a new key's first request there does not compile this.
 //
 //go:noinline
-func (t *Table) verifyCopy(p *Pending, g geometry, idx uint32, before bool, v []byte, vcas uint32) (lost bool, err error) {
+func (t *Table) verifyCopy(p *Pending, idx uint32, before bool, v []byte, vcas uint32) (lost bool, err error) {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
+			v, vcas, err = t.store.Get(t.transientName(p.geo, idx))
 			if isNotFound(err) {
 				return false, nil
 			}
 			if err != nil {
 				return true, err
 			}
-			if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
-				return false, nil
-			}
+		}
+		if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+			return false, nil
 		}
 		var s scan
 		if s.match(v, idx, vcas, p) {
@@ -884,7 +881,7 @@ func (t *Table) verifyCopy(p *Pending, g geometry, idx uint32, before bool, v []
 			return true, nil
 		}
 		v[DigestSize] = slotReleased
-		err = t.store.Set(t.name(g.maxKeys, idx), v[:slotHeader], vcas)
+		err = t.store.Set(t.name(p.geo, idx), v[:slotHeader], vcas)
 		if err == nil {
 			return false, nil
 		}
