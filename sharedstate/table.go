@@ -1197,8 +1197,6 @@ func (t *Table) transientName(geo, idx uint32) string {
 // the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
 // sees. Tables that may never see a request (a rarely used override's) are left cold: warming
 // every one would cost their cache's memory in every VM whether used or not.
-//
-//go:noinline
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = make([]nameEntry, nameCacheSize)
@@ -1210,11 +1208,7 @@ func (t *Table) Warm() {
 // of an established key is written on every request, and building its name would cost an
 // allocation each time. The cache does not grow with max_keys.
 func (t *Table) name(geo, idx uint32) string {
-	if t.names == nil {
-		// A table the filter did not warm at configure: Warm is out of line, so that the
-		// first request of a warmed one does not compile the allocation.
-		t.Warm()
-	}
+	t.Warm()
 	e := &t.names[nameSlot(geo, idx)]
 	if e.name == "" || e.geo != geo || e.idx != idx {
 		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
