@@ -262,7 +262,7 @@ type Table struct {
 	// names caches slot names (see name). It is allocated by Warm or on first use, and never
 	// grows.
 	names []nameEntry
-	// first is the read of a key's first slot that decideFirst made and did not decide on,
+	// first is the read of a key's first slot that decide made and did not decide on,
 	// for the full lookup that follows to take instead of reading the slot again.
 	first firstRead
 	// scratch holds the name of the slot being read: a Get does not keep its key, so the
@@ -458,11 +458,29 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 
 // decide finds the key's slot (see Table) and runs the limiter on its state.
+//
+// It first reads the slot where the common case, an established key, lives: live, not
+// forwarded, in the first slot a lookup reads (the starting slot of its first bucket in the
+// current geometry). It then decides exactly as decideIn would on that read, without the
+// bookkeeping of a full lookup, which costs about a quarter of a microsecond per rule in a
+// Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more keys than its
+// second or its starting slot was taken: in a table 60% full, about 4 keys in 10
+// (TestDecideFirstReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
+// t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
+// once each and in the same order either way. (The fast path was a function of its own,
+// decideFirst; one function is less code for V8 to compile on a first request.)
 func (t *Table) decide(p *Pending) error {
 	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
-	if decided, err := t.decideFirst(p, h); decided {
-		return err
+	g := t.cur
+	b, start := g.choices(h)
+	idx := b[0]*BucketSlots + start[0]
+	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
+		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
+		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
+		return t.run(p, v[slotHeader:])
 	}
+	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
 	for {
 		err := t.decideIn(p, t.cur, h, nil, 0)
 		t.first = firstRead{}
@@ -478,36 +496,13 @@ func (t *Table) decide(p *Pending) error {
 	}
 }
 
-// firstRead is one read of a key's first slot (see decideFirst).
+// firstRead is one read of a key's first slot (see decide).
 type firstRead struct {
 	ok       bool
 	geo, idx uint32
 	v        []byte
 	cas      uint32
 	err      error
-}
-
-// decideFirst is decide's fast path for the common case of an established key: the key
-// live, not forwarded, in the first slot a lookup reads (the starting slot of its first
-// bucket in the current geometry). It then decides exactly as decideIn would on that read,
-// without the bookkeeping of a full lookup, which costs about a quarter of a microsecond per
-// rule in a Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more
-// keys than its second or its starting slot was taken: in a table 60% full, about 4 keys in
-// 10 (TestDecideFirstReadsEachSlotOnce), fewer in an emptier one. Then it reports false and
-// keeps the read in t.first, and the full lookup takes it as its own first read (scanWith):
-// the slots are read once each and in the same order either way.
-func (t *Table) decideFirst(p *Pending, h uint64) (bool, error) {
-	g := t.cur
-	b, start := g.choices(h)
-	idx := b[0]*BucketSlots + start[0]
-	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
-		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
-		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
-		return true, t.run(p, v[slotHeader:])
-	}
-	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
-	return false, nil
 }
 
 // scan is what a lookup learned about a key in one geometry.
@@ -975,7 +970,7 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 				var vcas uint32
 				var err error
 				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
-					// decideFirst read this slot just before: the same read, not a second one.
+					// decide read this slot just before: the same read, not a second one.
 					v, vcas, err = f.v, f.cas, f.err
 					*f = firstRead{}
 				} else {
