@@ -268,8 +268,9 @@ type Table struct {
 	// scratch holds the name of the slot being read: a Get does not keep its key, so the
 	// reads of a lookup need no string of their own.
 	scratch []byte
-	// claim holds the claim being written (see create).
-	claim []byte
+	// claim holds the claim being written, or its release (see create). An array, not a
+	// slice: writing it needs no growth check and no write barrier.
+	claim [claimSize]byte
 }
 
 // geometry is one table layout: the max_keys it was sized for and the buckets that follow.
@@ -697,15 +698,12 @@ func (t *Table) create(p *Pending) error {
 	cas := p.cas
 	var err error
 	if !p.adopt {
-		// Step 1. The claim is built whole and appended once: one growth check instead of
-		// four.
-		var claim [claimSize]byte
-		copy(claim[:], p.digest[:])
-		claim[DigestSize] = slotClaim
-		binary.LittleEndian.PutUint64(claim[slotHeader:], uint64(p.now))
-		binary.LittleEndian.PutUint64(claim[slotHeader+8:], t.id)
-		t.claim = append(t.claim[:0], claim[:]...)
-		if err := t.store.Set(name, t.claim, p.cas); err != nil {
+		// Step 1.
+		copy(t.claim[:], p.digest[:])
+		t.claim[DigestSize] = slotClaim
+		binary.LittleEndian.PutUint64(t.claim[slotHeader:], uint64(p.now))
+		binary.LittleEndian.PutUint64(t.claim[slotHeader+8:], t.id)
+		if err := t.store.Set(name, t.claim[:], p.cas); err != nil {
 			return err
 		}
 		var v []byte
@@ -714,7 +712,7 @@ func (t *Table) create(p *Pending) error {
 		case isNotFound(err):
 			err = ErrCasMismatch
 		case err != nil:
-		case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+		case len(v) != claimSize || [claimSize]byte(v) != t.claim:
 			// Released by a worker whose claim comes first: decide again.
 			err = ErrCasMismatch
 		}
@@ -750,9 +748,9 @@ func (t *Table) create(p *Pending) error {
 //
 //go:noinline
 func (t *Table) release(p *Pending, name string, cas uint32, err error) error {
-	t.claim = append(t.claim[:0], p.digest[:]...)
-	t.claim = append(t.claim, slotReleased)
-	if rerr := t.store.Set(name, t.claim, cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
+	copy(t.claim[:], p.digest[:])
+	t.claim[DigestSize] = slotReleased
+	if rerr := t.store.Set(name, t.claim[:slotHeader], cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
 		err = rerr
 	}
 	if err != nil {
