@@ -959,11 +959,9 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 		var load [Choices]int
 		var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 		var cas, casWritten [Choices]uint32
-		var idxs [Choices][BucketSlots]uint32
 		for j := range BucketSlots {
 			for c := range n {
 				idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
-				idxs[c][j] = idx
 				var v []byte
 				var vcas uint32
 				var err error
@@ -1024,7 +1022,9 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 					at, placeCas = freeWritten[c], casWritten[c]
 				}
 			}
-			s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][at-1], placeCas, fresh
+			// The slot at position at-1 of bucket c's read order, computed again as the loop
+			// did rather than remembered for every position.
+			s.place, s.placeAt, s.placeCas, s.placeFresh = true, b[c]*BucketSlots+(start[c]+uint32(at-1))%BucketSlots, placeCas, fresh
 			return nil
 		}
 		if counted && created >= int64(g.maxKeys) {
