@@ -1174,15 +1174,7 @@ func (t *Table) countCreated(maxKeys uint32) uint32 {
 // established key's slot, written on every request, is), otherwise the name built in the
 // Table's scratch buffer, valid until the next call. Building it costs two number
 // formattings, which a Wasm VM would pay on every request's read.
-func (t *Table) transientName(geo, idx uint32) string {
-	if t.names != nil {
-		if e := &t.names[nameSlot(geo, idx)]; e.name != "" && e.geo == geo && e.idx == idx {
-			return e.name
-		}
-	}
-	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
-	return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
-}
+func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
 // now rather than then. The filter warms its rules' own tables while it configures, so that
@@ -1200,13 +1192,26 @@ func (t *Table) Warm() {
 // own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
 // of an established key is written on every request, and building its name would cost an
 // allocation each time. The cache does not grow with max_keys.
-func (t *Table) name(geo, idx uint32) string {
-	t.Warm()
-	e := &t.names[nameSlot(geo, idx)]
-	if e.name == "" || e.geo != geo || e.idx != idx {
-		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
-		*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
+func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true) }
+
+// slotName is name (keep) and transientName (not keep) in one function, for V8 to compile
+// once: both look the name up in the cache first, and build it in the scratch buffer when it
+// is not there; name then keeps a copy in the cache (allocating the cache first if needed).
+func (t *Table) slotName(geo, idx uint32, keep bool) string {
+	if keep {
+		t.Warm()
 	}
+	if t.names != nil {
+		if e := &t.names[nameSlot(geo, idx)]; e.name != "" && e.geo == geo && e.idx == idx {
+			return e.name
+		}
+	}
+	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	if !keep {
+		return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
+	}
+	e := &t.names[nameSlot(geo, idx)]
+	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
 	return e.name
 }
 
