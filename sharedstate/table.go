@@ -271,6 +271,9 @@ type Table struct {
 	// claim holds the claim being written, or its release (see create). An array, not a
 	// slice: writing it needs no growth check and no write barrier.
 	claim [claimSize]byte
+	// count holds the count of created slots being written (see countCreated): a Set does not
+	// keep its value.
+	count [4]byte
 }
 
 // geometry is one table layout: the max_keys it was sized for and the buckets that follow.
@@ -1161,7 +1164,8 @@ func (t *Table) countCreated(maxKeys uint32) uint32 {
 		if len(v) == 4 {
 			n = binary.LittleEndian.Uint32(v)
 		}
-		return binary.LittleEndian.AppendUint32(make([]byte, 0, 4), n+1)
+		binary.LittleEndian.PutUint32(t.count[:], n+1)
+		return t.count[:]
 	})
 	if err != nil {
 		return n
