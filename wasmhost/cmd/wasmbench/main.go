@@ -53,7 +53,9 @@ func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, 
 	if err != nil {
 		return 0, err
 	}
-	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	// The tests pass time.Duration values where the product takes internal/duration's
+	// Duration, which on wasip1 is a type of its own unless built with timeduration.
+	build := exec.Command("go", "test", "-c", "-tags", "timeduration", "-o", bin, ".")
 	build.Dir = wd
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	build.Stdout, build.Stderr = out, out
