@@ -40,7 +40,8 @@ func TestFormatMatchesTime(t *testing.T) {
 }
 
 // Duration's String and constants are time's in either build (natively they are time's own;
-// on wasip1, run under cmd/wasmbench, this checks the defined type's).
+// on wasip1 this checks the defined type's: cmd/wasmbench's TestDurationInWasmAsTime runs it
+// there).
 func TestDurationAsTime(t *testing.T) {
 	units := []struct {
 		d    Duration
