@@ -23,7 +23,8 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(ALL_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) vet -tags timeduration $(WASM_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) vet . ./internal/duration/ ./internal/strfmt/
 
 # Checks an Envoy bootstrap before a deploy (Envoy's API rules, every filter configuration,
 # rules against the listener's routes, warnings); exit status 1 on an error, for CI:

@@ -4,7 +4,6 @@ package abi
 
 import (
 	"errors"
-	"time"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
@@ -265,14 +264,22 @@ func GetPropertyString(path []string) (string, error) {
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
-// two, as it also reads the monotonic clock.
+// two, as it also reads the monotonic clock (and links package time into the module). Should
+// the host fail the call (Envoy's never does for the real-time clock), the last good reading
+// stands: the limiters see a clock that stalls rather than one at 0 (the Unix epoch). The Go
+// runtime's own clock reads, time.Now's included, abort the VM instead ("clock_time_get
+// failed").
 func WallClockNanos() int64 {
 	var t uint64
 	if wasiClockTimeGet(clockRealtime, 0, &t) != 0 {
-		return time.Now().UnixNano()
+		return lastWallClock
 	}
+	lastWallClock = int64(t)
 	return int64(t)
 }
+
+// lastWallClock is WallClockNanos's last good reading.
+var lastWallClock int64
 
 const clockRealtime = 0
 

@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Adaptive is adaptive: a limit that moves between MinLimit and MaxLimit with the health of
@@ -88,7 +89,7 @@ type Signals struct {
 	// Errors is how many of them failed (for example 5xx responses, resets, timeouts).
 	Errors int64
 	// LatencySum is the sum of their latencies.
-	LatencySum time.Duration
+	LatencySum duration.Duration
 }
 
 // Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
@@ -97,7 +98,7 @@ func (s Signals) Add(o Signals) Signals {
 	return Signals{
 		Requests:   satAdd(s.Requests, o.Requests),
 		Errors:     satAdd(s.Errors, o.Errors),
-		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
+		LatencySum: duration.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
 	}
 }
 

@@ -2,7 +2,8 @@ package algorithms
 
 import (
 	"encoding/binary"
-	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Version bytes. Each algorithm and layout has its own so that a state written by one is never
@@ -80,4 +81,4 @@ func outBuf(state []byte, size, max int) []byte {
 	return make([]byte, size, max)
 }
 
-func dur(ns int64) time.Duration { return time.Duration(ns) }
+func dur(ns int64) duration.Duration { return duration.Duration(ns) }

@@ -3,8 +3,8 @@ package algorithms
 import (
 	"math/bits"
 	"strings"
-	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
@@ -98,10 +98,10 @@ const (
 const (
 	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
 	// request rate limiting and would let very high rates overflow the scaled arithmetic.
-	MinWindow = time.Millisecond
+	MinWindow = duration.Millisecond
 	// MaxWindow is the longest accepted window (31 days, so monthly quotas fit). Windows and
 	// delays stay below 2^52 ns, leaving room for sums of two of them below 2^53.
-	MaxWindow = 31 * 24 * time.Hour
+	MaxWindow = 31 * 24 * duration.Hour
 	// LimitCeiling bounds Limit, Burst, MinLimit and MaxLimit. Counts then fit in 32 bits and
 	// the sliding-window-counter products (3 * limit * 10^6) stay below 2^53.
 	LimitCeiling = 1_000_000_000
@@ -132,7 +132,7 @@ type Config struct {
 	Limit int64
 	// Window is the period Limit applies to: a whole number of milliseconds in
 	// [MinWindow, MaxWindow].
-	Window time.Duration
+	Window duration.Duration
 	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
 	// Limit. Other algorithms reject it.
 	Burst int64
@@ -142,7 +142,7 @@ type Config struct {
 	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
 	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
 	// full queue (Burst*Window/Limit) behave like that time.
-	MaxDelay time.Duration
+	MaxDelay duration.Duration
 
 	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
 	MinLimit int64
@@ -150,14 +150,14 @@ type Config struct {
 	MaxLimit int64
 	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
 	// 0 turns the latency signal off.
-	TargetLatency time.Duration
+	TargetLatency duration.Duration
 	// ErrorThreshold (adaptive): an interval whose error ratio (errors/requests) exceeds it is
 	// unhealthy; a fraction in [0, 1], 0 turns the error signal off. It is used with a
 	// resolution of one part per million.
 	ErrorThreshold float64
 	// AdjustInterval (adaptive) is the minimum time between two limit adjustments; signals
 	// reported in between are accumulated. 0 means Window.
-	AdjustInterval time.Duration
+	AdjustInterval duration.Duration
 	// MinSamples (adaptive) is the number of requests an interval needs before it can be judged
 	// unhealthy; quieter intervals count as healthy. 0 means DefaultMinSamples.
 	MinSamples int64
@@ -191,12 +191,12 @@ type Decision struct {
 	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
 	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
 	// the request can never be allowed (see Unsatisfiable).
-	RetryAfter time.Duration
+	RetryAfter duration.Duration
 	// ResetAfter is the time until the key is back to its full allowance.
-	ResetAfter time.Duration
+	ResetAfter duration.Duration
 	// Delay is set by the leaky-bucket shaper only: the request is allowed, but must be
 	// released after Delay so that the released stream leaves at the leak rate.
-	Delay time.Duration
+	Delay duration.Duration
 }
 
 // Unsatisfiable reports whether the request was denied because it can never be allowed:
@@ -307,7 +307,7 @@ func validateCommon(c Config, maxLimit int64) error {
 // for a configuration that needs it. TestCommonValidAgreesWithCommonError checks the two agree.
 func commonValid(c Config, maxLimit int64, spec Spec) bool {
 	return c.Limit > 0 && c.Limit <= maxLimit &&
-		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%time.Millisecond == 0 &&
+		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%duration.Millisecond == 0 &&
 		(spec.Accepts(FieldBurst) || c.Burst == 0) &&
 		(!spec.Accepts(FieldBurst) || c.Burst >= 0 && c.Burst <= LimitCeiling) &&
 		(c.Variant == "" || spec.Accepts(FieldVariant)) &&
@@ -372,13 +372,13 @@ func notAdaptive(field string, c Config) error {
 	return cfgErr(field, "only adaptive uses it, must be absent for %s", c.Algorithm)
 }
 
-func validateWindow(field string, w time.Duration) error {
+func validateWindow(field string, w duration.Duration) error {
 	switch {
 	case w < MinWindow:
 		return cfgErr(field, "must be >= %v, got %v", MinWindow, w)
 	case w > MaxWindow:
 		return cfgErr(field, "must be <= %v (31 days), got %v", MaxWindow, w)
-	case w%time.Millisecond != 0:
+	case w%duration.Millisecond != 0:
 		// Whole milliseconds keep window alignment exact in the Lua port (see the package
 		// documentation) and make Window/10^6 an integer for the sliding window counter.
 		return cfgErr(field, "must be a whole number of milliseconds, got %v", w)
@@ -412,7 +412,7 @@ func (c Config) CapacityField() string {
 // with g = gcd(Limit, Window in ns). Measuring an amount of events in units of 1/wg of an event
 // makes the refill exactly lg units per nanosecond, so buckets need no division on refill
 // and no rounding at all.
-func rateScale(limit int64, window time.Duration) (lg, wg int64) {
+func rateScale(limit int64, window duration.Duration) (lg, wg int64) {
 	g := GCD(limit, int64(window))
 	return limit / g, int64(window) / g
 }

@@ -6,10 +6,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"time"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Limiter is what a Table needs from an algorithm: a pure decision over encoded state, and a
@@ -85,7 +85,7 @@ const claimSize = slotHeader + 8 + 8
 // slot is never blocked for good. A lookup of the claim's own key adopts it whatever its age
 // (see scan). Taking a slot from a claimant that is merely slow is safe: its conversion is
 // a compare-and-swap against its claim and fails.
-const claimTTL = int64(time.Second)
+const claimTTL = int64(duration.Second)
 
 // createCAS is the CAS number used to create a slot that did not exist. Envoy lets a Set of a
 // missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite a slot

@@ -2,7 +2,8 @@ package config
 
 import (
 	"strconv"
-	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Durations use Go's time.ParseDuration syntax ("300ms", "1.5s", "1m30s", "24h") plus a
@@ -18,21 +19,21 @@ import (
 func durationUnit(unit string) (uint64, bool) {
 	switch unit {
 	case "ns":
-		return uint64(time.Nanosecond), true
+		return uint64(duration.Nanosecond), true
 	case "us",
 		"µs", // U+00B5 micro sign
 		"μs": // U+03BC Greek small letter mu
-		return uint64(time.Microsecond), true
+		return uint64(duration.Microsecond), true
 	case "ms":
-		return uint64(time.Millisecond), true
+		return uint64(duration.Millisecond), true
 	case "s":
-		return uint64(time.Second), true
+		return uint64(duration.Second), true
 	case "m":
-		return uint64(time.Minute), true
+		return uint64(duration.Minute), true
 	case "h":
-		return uint64(time.Hour), true
+		return uint64(duration.Hour), true
 	case "d":
-		return uint64(24 * time.Hour), true
+		return uint64(24 * duration.Hour), true
 	}
 	return 0, false
 }
@@ -47,7 +48,7 @@ func notADuration(orig string) string {
 // parseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
 // returns the duration, or a non-empty message describing the problem without a JSON path
 // (Parse adds the path).
-func parseDuration(orig string) (time.Duration, string) {
+func parseDuration(orig string) (duration.Duration, string) {
 	if d, ok := simpleDuration(orig); ok {
 		return d, ""
 	}
@@ -59,7 +60,7 @@ func parseDuration(orig string) (time.Duration, string) {
 // then parses (or explains). V8 in Envoy compiles a function on its first call, so the full
 // parser and its messages are compiled only for configurations that need them
 // (TestSimpleDurationAgrees).
-func simpleDuration(s string) (time.Duration, bool) {
+func simpleDuration(s string) (duration.Duration, bool) {
 	i, v := 0, uint64(0)
 	for ; i < len(s) && i < 18 && isDigit(s[i]); i++ {
 		v = v*10 + uint64(s[i]-'0')
@@ -74,13 +75,13 @@ func simpleDuration(s string) (time.Duration, bool) {
 	if v > uint64(1<<63-1)/unit {
 		return 0, false
 	}
-	return time.Duration(v * unit), true
+	return duration.Duration(v * unit), true
 }
 
 // parseDurationFull is parseDuration for any input.
 //
 //go:noinline
-func parseDurationFull(orig string) (time.Duration, string) {
+func parseDurationFull(orig string) (duration.Duration, string) {
 	s := orig
 	neg := false
 	if s != "" && (s[0] == '-' || s[0] == '+') {
@@ -163,9 +164,9 @@ func parseDurationFull(orig string) (time.Duration, string) {
 		}
 	}
 	if neg {
-		return -time.Duration(total), ""
+		return -duration.Duration(total), ""
 	}
-	return time.Duration(total), ""
+	return duration.Duration(total), ""
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
@@ -186,6 +187,6 @@ func isNumberLike(s string) bool {
 }
 
 // formatDuration renders a duration so that parseDuration reads it back exactly.
-func formatDuration(d time.Duration) string {
+func formatDuration(d duration.Duration) string {
 	return d.String()
 }

@@ -1,9 +1,8 @@
 package config
 
 import (
-	"time"
-
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Lease is a rule's lease block: how many units a worker VM may reserve for a key at once and
@@ -17,7 +16,7 @@ type Lease struct {
 	Batch int64
 	// TTL is how long reserved units stay spendable; unspent units are then dropped
 	// (under-admission, never over).
-	TTL time.Duration
+	TTL duration.Duration
 }
 
 // Lease bounds. A batch of 1 is exact and pointless, so the smallest is 2; the longest ttl
@@ -25,8 +24,8 @@ type Lease struct {
 const (
 	MinLeaseBatch   = 2
 	MaxLeaseBatch   = 1_000_000
-	DefaultLeaseTTL = time.Second
-	MaxLeaseTTL     = time.Minute
+	DefaultLeaseTTL = duration.Second
+	MaxLeaseTTL     = duration.Minute
 )
 
 // leaseFields are the fields of a lease block.
@@ -52,7 +51,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 		valid = false
 	}
 	if tn, tpath := f.get("ttl"); tn != nil {
-		if d, ok := p.duration(tpath, tn, time.Millisecond, MaxLeaseTTL); ok {
+		if d, ok := p.duration(tpath, tn, duration.Millisecond, MaxLeaseTTL); ok {
 			l.TTL = d
 		} else {
 			valid = false

@@ -4,9 +4,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
@@ -220,7 +220,7 @@ func rangeMsg(lo, hi string, open bool, got string) string {
 }
 
 // duration reads a duration string in [lo, hi].
-func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
+func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (duration.Duration, bool) {
 	if n.kind != kindString {
 		p.add(path, `want a duration string like "1s", got `+n.describe())
 		return 0, false
@@ -242,9 +242,9 @@ func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Dura
 }
 
 // fmtBound writes a duration bound the way a person would type it.
-func fmtBound(d time.Duration) string {
-	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+func fmtBound(d duration.Duration) string {
+	if d >= 24*duration.Hour && d%(24*duration.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*duration.Hour)), 10) + "d"
 	}
 	s := d.String()
 	// "1m0s" reads better as "1m", and "1h0m0s" as "1h".

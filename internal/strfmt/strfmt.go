@@ -14,8 +14,9 @@ package strfmt
 
 import (
 	"strconv"
-	"time"
 	"unicode/utf8"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // stringer is fmt.Stringer.
@@ -254,7 +255,7 @@ func typeName(arg any) string {
 		return "float32"
 	case float64:
 		return "float64"
-	case time.Duration:
+	case duration.Duration:
 		return "time.Duration"
 	}
 	return "?"
@@ -274,7 +275,7 @@ func (p *printer) arg(arg any, verb rune) {
 	}
 	// Types with their own integer verbs come before the Stringer that would print them.
 	switch v := arg.(type) {
-	case time.Duration:
+	case duration.Duration:
 		if verb == 'v' || verb == 's' || verb == 'q' {
 			p.str(v.String(), verb)
 		} else {

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	_ "embed" // the Lua files, as strings
 	"errors"
 	"strconv"
 	"strings"
@@ -12,29 +11,12 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
-// The Lua files are embedded as strings, one variable each, rather than as an embed.FS: an
-// embed.FS links io/fs, whose FileInfo interface returns a time.Time and so keeps time's
-// whole formatting code (Time.String, Format and the time-zone rules) in the module: 106 KB
-// of code and data that the filter never runs (wasmhost/moduletest's
-// TestModuleLinksNoUnusedStdlib checks that it stays out).
-var (
-	//go:embed lua/lib.lua
-	luaLib string
-	//go:embed lua/window.lua
-	luaWindow string
-	//go:embed lua/bucket.lua
-	luaBucket string
-	//go:embed lua/fixed_window.lua
-	luaFixedWindow string
-	//go:embed lua/sliding_window_counter.lua
-	luaSlidingWindowCounter string
-	//go:embed lua/sliding_window_log.lua
-	luaSlidingWindowLog string
-	//go:embed lua/gcra.lua
-	luaGCRA string
-	//go:embed lua/main.lua
-	luaMain string
-)
+// The Lua files are Go string constants (lua.go, written by gen_lua.go), not embedded: package
+// embed imports io/fs, which imports time, and time's dependencies are start-up work in every
+// VM on Envoy's V8 (an embed.FS would also keep time's formatting code; wasmhost/moduletest's
+// TestModuleLinksNoUnusedStdlib and internal/sha's TestModuleLinksNoHeavyPackages check).
+//
+//go:generate go run gen_lua.go
 
 // Script is the Lua script as Redis runs it. It is assembled and its SHA computed once, on
 // first use rather than when the package is initialised: a package initialiser runs in every

@@ -1,6 +1,7 @@
 package moduletest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
@@ -20,7 +21,7 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 	// The names are read: functions the filter always has are there.
 	for _, fn := range []string{
 		"github.com/ratelimit-wasm/ratelimit/filter/config.Parse",
-		"time.Now",
+		"github.com/ratelimit-wasm/ratelimit/abi.WallClockNanos",
 	} {
 		if !names[linkerName(fn)] {
 			t.Fatalf("the module's name section has no %s (%d names read)", fn, len(names))
@@ -38,6 +39,20 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 	} {
 		if names[linkerName(c.fn)] {
 			t.Errorf("the module links %s: %s", c.fn, c.why)
+		}
+	}
+	// No function of package time or of what it brings (internal/sha's
+	// TestModuleLinksNoHeavyPackages says why): a package's initialiser alone would show.
+	// time.now is the runtime's own (runtime/timestub.go names its time_now so for package
+	// time to link to), present with or without package time.
+	for name := range names {
+		if name == "time.now" {
+			continue
+		}
+		for _, pkg := range []string{"time", "syscall", "internal/godebug", "os", "io/fs", "embed"} {
+			if strings.HasPrefix(name, linkerName(pkg)+".") {
+				t.Errorf("the module links %s (package %s): use internal/duration and abi.WallClockNanos", name, pkg)
+			}
 		}
 	}
 }
