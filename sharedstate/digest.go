@@ -83,14 +83,23 @@ func (c *DigestCache) Digest(key []byte) [DigestSize]byte {
 // the cache when key was seen recently. A nil cache computes both every time.
 func (c *DigestCache) digestHash(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
 	if c == nil || len(key) > maxCachedKey {
-		d = Digest(key)
-		return d, sipHash24(k0, k1, d[:])
+		return digestHashUncached(key, k0, k1)
 	}
 	e := c.entry(key)
 	if !e.hashed || e.hk0 != k0 || e.hk1 != k1 {
 		e.h, e.hk0, e.hk1, e.hashed = sipHash24(k0, k1, e.digest[:]), k0, k1, true
 	}
 	return e.digest, e.h
+}
+
+// digestHashUncached returns Digest(key) and SipHash-2-4 of it under (k0, k1), computed. It is out
+// of line: the filter's tables share a cache, and keys longer than maxCachedKey are rare, so
+// a first request does not compile it.
+//
+//go:noinline
+func digestHashUncached(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
+	d = Digest(key)
+	return d, sipHash24(k0, k1, d[:])
 }
 
 // entry returns key's entry, filling it (and forgetting its hash) when it holds another key.

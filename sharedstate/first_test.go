@@ -20,7 +20,7 @@ func (r *recordingStore) Get(key string) ([]byte, uint32, error) {
 	return r.Store.Get(key)
 }
 
-// decideFirst decides an established key found live in its first slot with that one read,
+// decide decides an established key found live in its first slot with that one read,
 // and when it does not decide, the full lookup takes its read as its own first: no Decide reads
 // a slot twice, for new keys, for keys in their first slot and for keys elsewhere in their
 // buckets (both cases occur here, or the test would prove nothing).

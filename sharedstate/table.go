@@ -262,14 +262,18 @@ type Table struct {
 	// names caches slot names (see name). It is allocated by Warm or on first use, and never
 	// grows.
 	names []nameEntry
-	// first is the read of a key's first slot that decideFirst made and did not decide on,
+	// first is the read of a key's first slot that decide made and did not decide on,
 	// for the full lookup that follows to take instead of reading the slot again.
 	first firstRead
 	// scratch holds the name of the slot being read: a Get does not keep its key, so the
 	// reads of a lookup need no string of their own.
 	scratch []byte
-	// claim holds the claim being written (see create).
-	claim []byte
+	// claim holds the claim being written, or its release (see create). An array, not a
+	// slice: writing it needs no growth check and no write barrier.
+	claim [claimSize]byte
+	// count holds the count of created slots being written (see countCreated): a Set does not
+	// keep its value.
+	count [4]byte
 }
 
 // geometry is one table layout: the max_keys it was sized for and the buckets that follow.
@@ -412,30 +416,38 @@ func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 // consumes nothing. ErrAttemptsExhausted means every attempt lost a race: the request must not
 // be admitted uncounted.
 func (t *Table) Commit(p *Pending) error {
-	for {
-		if !p.Decision.Allowed {
-			return nil
-		}
-		var err error
-		if p.place {
-			err = t.create(p)
-		} else {
-			err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			return err
-		}
-		p.Retries++
-		if p.Retries >= t.attempts {
-			return ErrAttemptsExhausted
-		}
-		if err := t.decide(p); err != nil {
-			return err
-		}
+	if !p.Decision.Allowed {
+		return nil
 	}
+	var err error
+	if p.place {
+		err = t.create(p)
+	} else {
+		err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
+	}
+	if err == nil {
+		return nil
+	}
+	return t.recommit(p, err)
+}
+
+// recommit is Commit after a write that failed with err: after a lost race it decides again
+// and commits that decision (at most Attempts times in all, counting recursions). It is out
+// of line, so that a request whose write succeeds does not compile it.
+//
+//go:noinline
+func (t *Table) recommit(p *Pending, err error) error {
+	if !errors.Is(err, ErrCasMismatch) {
+		return err
+	}
+	p.Retries++
+	if p.Retries >= t.attempts {
+		return ErrAttemptsExhausted
+	}
+	if err := t.decide(p); err != nil {
+		return err
+	}
+	return t.Commit(p)
 }
 
 // AllowN decides and commits in one step, for a rule that is the only one on its request.
@@ -450,11 +462,29 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 
 // decide finds the key's slot (see Table) and runs the limiter on its state.
+//
+// It first reads the slot where the common case, an established key, lives: live, not
+// forwarded, in the first slot a lookup reads (the starting slot of its first bucket in the
+// current geometry). It then decides exactly as decideIn would on that read, without the
+// bookkeeping of a full lookup, which costs about a quarter of a microsecond per rule in a
+// Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more keys than its
+// second or its starting slot was taken: in a table 60% full, about 4 keys in 10
+// (TestDecideFirstReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
+// t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
+// once each and in the same order either way. (The fast path was a function of its own,
+// decideFirst; one function is less code for V8 to compile on a first request.)
 func (t *Table) decide(p *Pending) error {
 	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
-	if decided, err := t.decideFirst(p, h); decided {
-		return err
+	g := t.cur
+	b, start := g.choices(h)
+	idx := b[0]*BucketSlots + start[0]
+	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
+		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
+		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
+		return t.run(p, v[slotHeader:])
 	}
+	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
 	for {
 		err := t.decideIn(p, t.cur, h, nil, 0)
 		t.first = firstRead{}
@@ -470,36 +500,13 @@ func (t *Table) decide(p *Pending) error {
 	}
 }
 
-// firstRead is one read of a key's first slot (see decideFirst).
+// firstRead is one read of a key's first slot (see decide).
 type firstRead struct {
 	ok       bool
 	geo, idx uint32
 	v        []byte
 	cas      uint32
 	err      error
-}
-
-// decideFirst is decide's fast path for the common case of an established key: the key
-// live, not forwarded, in the first slot a lookup reads (the starting slot of its first
-// bucket in the current geometry). It then decides exactly as decideIn would on that read,
-// without the bookkeeping of a full lookup, which costs about a quarter of a microsecond per
-// rule in a Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more
-// keys than its second or its starting slot was taken: in a table 60% full, about 4 keys in
-// 10 (TestDecideFirstReadsEachSlotOnce), fewer in an emptier one. Then it reports false and
-// keeps the read in t.first, and the full lookup takes it as its own first read (scanWith):
-// the slots are read once each and in the same order either way.
-func (t *Table) decideFirst(p *Pending, h uint64) (bool, error) {
-	g := t.cur
-	b, start := g.choices(h)
-	idx := b[0]*BucketSlots + start[0]
-	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
-		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
-		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
-		return true, t.run(p, v[slotHeader:])
-	}
-	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
-	return false, nil
 }
 
 // scan is what a lookup learned about a key in one geometry.
@@ -529,10 +536,16 @@ type forward struct {
 
 // decideIn looks the key up in geometry g. from, when set, is the forward that led here: its
 // copy is the state to start from when the key is absent from g.
+//
+// It holds only what the common lookups run: of a key that lives in g, and of a new key with
+// room in g that has no previous layout to be looked for in. The rest (forwards, previous
+// layouts, overflow) is in decideElsewhere, out of line: Envoy's V8 compiles a function on its
+// first call, and a fresh VM's first request for a new key would otherwise compile all of it
+// for nothing.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
-	s, err := t.scan(g, h, p, true)
-	if err != nil {
+	var s scan // scan's, filled in place: returning it would copy the struct
+	if err := t.scanWith(&s, g, h, p, true, -1); err != nil {
 		return err
 	}
 	if !s.found && s.pending {
@@ -540,16 +553,35 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 		// claim (see create) rather than wait for a worker that may be paused.
 		s.place, s.placeAt, s.placeCas, s.placeFresh, s.placeClaim = true, s.claimAt, s.claimCas, false, true
 	}
-	if s.found && s.moved != 0 {
+	var state []byte
+	switch {
+	case s.found && s.moved == 0:
+		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
+		state = s.state
+	case !s.found && s.place && from == nil && len(t.prev) == 0:
+		// A new key with room here and no previous layout: what decideElsewhere decides in
+		// this case, without the rest of its code.
+		p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
+	default:
+		return t.decideElsewhere(p, g, h, &s, from, hops)
+	}
+	return t.run(p, state)
+}
+
+// decideElsewhere decides a key that is not live in geometry g (s is the scan of g). Found as
+// a forward, it follows the forward, or, for a loop or one hop too many, decides on the
+// forward's copy where it is. Absent, it is looked for in the previous layouts, moved here
+// when there is room, and otherwise kept in its old slot or the forward's, or counted in
+// overflow.
+//
+//go:noinline
+func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from *forward, hops int) error {
+	if s.found {
 		if s.moved != g.maxKeys && hops < maxHops {
 			return t.decideIn(p, newGeometry(s.moved), h, &forward{state: s.state, geo: g.maxKeys, idx: s.idx, cas: s.cas, moved: s.moved}, hops+1)
 		}
 		// A forward loop, or one too many: the copy is the best state there is, and it stays
 		// where it is (the slot is written back as a live key).
-		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
-		return t.run(p, s.state)
-	}
-	if s.found {
 		p.geo, p.idx, p.cas = g.maxKeys, s.idx, s.cas
 		return t.run(p, s.state)
 	}
@@ -664,50 +696,70 @@ func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops i
 //
 // A slot created by the claim is counted (countCreated) whether or not the claim wins: the
 // slot exists either way. It is counted by its claimant, never by an adopter.
-func (t *Table) create(p *Pending) (err error) {
+func (t *Table) create(p *Pending) error {
 	name := t.name(p.geo, p.idx)
 	cas := p.cas
+	var err error
 	if !p.adopt {
-		t.claim = append(t.claim[:0], p.digest[:]...)
-		t.claim = append(t.claim, slotClaim)
-		t.claim = binary.LittleEndian.AppendUint64(t.claim, uint64(p.now))
-		t.claim = binary.LittleEndian.AppendUint64(t.claim, t.id)
-		if err := t.store.Set(name, t.claim, p.cas); err != nil {
+		// Step 1.
+		copy(t.claim[:], p.digest[:])
+		t.claim[DigestSize] = slotClaim
+		binary.LittleEndian.PutUint64(t.claim[slotHeader:], uint64(p.now))
+		binary.LittleEndian.PutUint64(t.claim[slotHeader+8:], t.id)
+		if err := t.store.Set(name, t.claim[:], p.cas); err != nil {
 			return err
-		}
-		if p.fresh {
-			defer func() { p.Claimed, p.Used = true, t.countCreated(p.geo) }()
 		}
 		var v []byte
 		v, cas, err = t.store.Get(name)
 		switch {
 		case isNotFound(err):
-			return ErrCasMismatch
+			err = ErrCasMismatch
 		case err != nil:
-			return err
-		case len(v) != claimSize || [claimSize]byte(v) != [claimSize]byte(t.claim):
+		case len(v) != claimSize || [claimSize]byte(v) != t.claim:
 			// Released by a worker whose claim comes first: decide again.
-			return ErrCasMismatch
+			err = ErrCasMismatch
 		}
 	}
-	lost, err := t.touchForward(p)
-	if err == nil && !lost {
-		lost, err = t.verify(p)
-	}
-	if err != nil || lost {
-		// Release the claim, so that no lookup adopts it again; a failed release means another
-		// worker already released (or converted) it.
-		t.claim = append(t.claim[:0], p.digest[:]...)
-		t.claim = append(t.claim, slotReleased)
-		if rerr := t.store.Set(name, t.claim, cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
-			err = rerr
+	if err == nil {
+		// Steps 2 and 3, on the claim written or adopted.
+		var lost bool
+		if len(p.fwd) != 0 {
+			// Only a key created from a forward's copy has a forward to rewrite: the test is
+			// made here too, so that a new key's first request does not compile touchForward.
+			lost, err = t.touchForward(p)
 		}
-		if err != nil {
-			return err
+		if err == nil && !lost {
+			lost, err = t.verify(p)
 		}
-		return ErrCasMismatch
+		if err != nil || lost {
+			err = t.release(p, name, cas, err)
+		} else {
+			err = t.store.Set(name, p.value, cas)
+		}
 	}
-	return t.store.Set(name, p.value, cas)
+	if !p.adopt && p.fresh {
+		// The slot exists now, whatever became of the claim: count it, last (this was a
+		// deferred call; a plain one keeps defer's code out of the first request's).
+		p.Claimed, p.Used = true, t.countCreated(p.geo)
+	}
+	return err
+}
+
+// release releases p's claim in slot name (cas) after it lost (err nil: the request is
+// decided again) or failed (err), so that no lookup adopts it again; a failed release means
+// another worker already released (or converted) it.
+//
+//go:noinline
+func (t *Table) release(p *Pending, name string, cas uint32, err error) error {
+	copy(t.claim[:], p.digest[:])
+	t.claim[DigestSize] = slotReleased
+	if rerr := t.store.Set(name, t.claim[:slotHeader], cas); rerr != nil && !errors.Is(rerr, ErrCasMismatch) && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return err
+	}
+	return ErrCasMismatch
 }
 
 // appendForward appends to dst the value of a slot that forwards the key digest to geometry
@@ -774,43 +826,65 @@ func (t *Table) verify(p *Pending) (lost bool, err error) {
 				before = false
 				continue
 			}
-			for attempt := 0; ; attempt++ {
-				v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-				if isNotFound(err) {
-					break
-				}
-				if err != nil {
-					return true, err
-				}
-				if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
-					break
-				}
-				var s scan
-				if s.match(v, idx, vcas, p) {
-					return true, nil
-				}
-				if v[DigestSize] != slotClaim || len(v) < claimSize {
-					break
-				}
-				if before && !claimStale(v, p.now) {
-					return true, nil
-				}
-				// A claim that gives way to this one (or a stale one): release it.
-				if attempt >= t.attempts {
-					return true, nil
-				}
-				v[DigestSize] = slotReleased
-				err = t.store.Set(t.name(g.maxKeys, idx), v[:slotHeader], vcas)
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, ErrCasMismatch) {
-					return true, err
-				}
+			v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return true, err
+			}
+			if lost, err := t.verifyCopy(p, idx, before, v, vcas); lost || err != nil {
+				return lost, err
 			}
 		}
 	}
 	return false, nil
+}
+
+// verifyCopy is verify's part for slot idx of p's geometry, written and read as v (cas number
+// vcas): when it holds the key, it reports whether that copy wins over p's claim, and
+// otherwise releases it if it is a claim, reading it again after a lost race. before tells
+// that the slot comes before the claim in the lookups' order. The slots of a fresh table were
+// never written, so a new key's first request there does not compile this.
+//
+//go:noinline
+func (t *Table) verifyCopy(p *Pending, idx uint32, before bool, v []byte, vcas uint32) (lost bool, err error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			v, vcas, err = t.store.Get(t.transientName(p.geo, idx))
+			if isNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return true, err
+			}
+		}
+		if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+			return false, nil
+		}
+		var s scan
+		if s.match(v, idx, vcas, p) {
+			return true, nil
+		}
+		if v[DigestSize] != slotClaim || len(v) < claimSize {
+			return false, nil
+		}
+		if before && !claimStale(v, p.now) {
+			return true, nil
+		}
+		// A claim that gives way to this one (or a stale one): release it.
+		if attempt >= t.attempts {
+			return true, nil
+		}
+		v[DigestSize] = slotReleased
+		err = t.store.Set(t.name(p.geo, idx), v[:slotHeader], vcas)
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			return true, err
+		}
+	}
 }
 
 // overflow decides the key in its overflow slot.
@@ -866,111 +940,138 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // overflow slot: two copies of one key (the over-admission of
 // TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
-	return t.scanWith(g, h, p, place, -1)
+	var s scan
+	err := t.scanWith(&s, g, h, p, place, -1)
+	return s, err
 }
 
 // scanWith is scan with the count of created slots when it is known (created >= 0): read
-// before every slot that this pass reads.
-func (t *Table) scanWith(g geometry, h uint64, p *Pending, place bool, created int64) (scan, error) {
-	var s scan
-	b, start := g.choices(h)
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
-	}
-	counted := created < 0 // the count is not known yet: if needed, it is read after the slots
-	var load [Choices]int
-	var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
-	var cas, casWritten [Choices]uint32
-	var idxs [Choices][BucketSlots]uint32
-	for j := range BucketSlots {
-		for c := range n {
-			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
-			idxs[c][j] = idx
-			var v []byte
-			var vcas uint32
-			var err error
-			if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
-				// decideFirst read this slot just before: the same read, not a second one.
-				v, vcas, err = f.v, f.cas, f.err
-				*f = firstRead{}
-			} else {
-				v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
-			}
-			if isNotFound(err) {
-				if free[c] == 0 {
-					free[c], cas[c] = j+1, createCAS
+// before every slot that this pass reads. It fills *s (from its zero value) rather than
+// return a scan, and makes its second pass as a loop rather than a call: copying the struct
+// out at each return, and the call, made up a good part of the code a first request
+// compiles.
+func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, created int64) error {
+	for {
+		*s = scan{}
+		b, start := g.choices(h)
+		n := Choices
+		if b[1] == b[0] {
+			n = 1
+		}
+		counted := created < 0 // the count is not known yet: if needed, it is read after the slots
+		var load [Choices]int
+		var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
+		var cas, casWritten [Choices]uint32
+		for j := range BucketSlots {
+			for c := range n {
+				idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
+				var v []byte
+				var vcas uint32
+				var err error
+				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
+					// decide read this slot just before: the same read, not a second one.
+					v, vcas, err = f.v, f.cas, f.err
+					*f = firstRead{}
+				} else {
+					v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
 				}
-				continue
-			}
-			if err != nil {
-				return s, err
-			}
-			if s.match(v, idx, vcas, p) {
-				return s, nil
-			}
-			if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
-				// Another worker is creating the key here. Keep looking: a live copy, if
-				// there is one, wins over the claim (see create). The claim is adopted
-				// whatever its age: adopting it writes the slot by compare-and-swap against
-				// the claim, as taking it for a free slot would, so a claim left by a VM that
-				// stopped blocks nobody either way; but workers whose clocks are more than
-				// claimTTL apart would each take the others' claims for free slots and
-				// write their own over them in turn, none converting
-				// (TestClaimsAcrossClockSkewAreAdopted).
-				if !s.pending {
-					s.pending, s.claimAt, s.claimCas = true, idx, vcas
+				if isNotFound(err) {
+					if free[c] == 0 {
+						free[c], cas[c] = j+1, createCAS
+					}
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				switch t.classify(s, v, idx, vcas, p) {
+				case slotIsKey:
+					return nil
+				case slotIsFree:
+					if free[c] == 0 {
+						free[c], cas[c] = j+1, vcas
+					}
+					if freeWritten[c] == 0 {
+						freeWritten[c], casWritten[c] = j+1, vcas
+					}
+					continue
 				}
 				load[c]++
-				continue
 			}
-			if t.slotFree(v, p.now) {
-				if free[c] == 0 {
-					free[c], cas[c] = j+1, vcas
-				}
-				if freeWritten[c] == 0 {
-					freeWritten[c], casWritten[c] = j+1, vcas
-				}
-				continue
-			}
-			load[c]++
 		}
-	}
-	if !place {
-		return s, nil
-	}
-	order := [Choices]int{0, 1}
-	if n > 1 && load[1] < load[0] {
-		order = [Choices]int{1, 0}
-	}
-	for _, c := range order[:n] {
-		if free[c] == 0 {
+		if !place {
+			return nil
+		}
+		order := [Choices]int{0, 1}
+		if n > 1 && load[1] < load[0] {
+			order = [Choices]int{1, 0}
+		}
+		for _, c := range order[:n] {
+			if free[c] == 0 {
+				continue
+			}
+			at, placeCas, fresh := free[c], cas[c], false
+			if placeCas == createCAS {
+				// A never-written slot: only while fewer than max_keys slots exist.
+				if created < 0 {
+					created = int64(t.created(g.maxKeys))
+				}
+				switch {
+				case created < int64(g.maxKeys):
+					fresh = true
+				case freeWritten[c] == 0:
+					continue
+				default:
+					at, placeCas = freeWritten[c], casWritten[c]
+				}
+			}
+			// The slot at position at-1 of bucket c's read order, computed again as the loop
+			// did rather than remembered for every position.
+			s.place, s.placeAt, s.placeCas, s.placeFresh = true, b[c]*BucketSlots+(start[c]+uint32(at-1))%BucketSlots, placeCas, fresh
+			return nil
+		}
+		if counted && created >= int64(g.maxKeys) {
+			// The key goes to overflow because the table is full: read the slots again, after
+			// the count (a second pass of the loop, with the count known).
 			continue
 		}
-		if cas[c] == createCAS {
-			// A never-written slot: only while fewer than max_keys slots exist.
-			if created < 0 {
-				created = int64(t.created(g.maxKeys))
-			}
-			if created < int64(g.maxKeys) {
-				s.place, s.placeAt, s.placeCas, s.placeFresh = true, idxs[c][free[c]-1], createCAS, true
-				return s, nil
-			}
-			if freeWritten[c] == 0 {
-				continue
-			}
-			s.place, s.placeAt, s.placeCas = true, idxs[c][freeWritten[c]-1], casWritten[c]
-			return s, nil
+		return nil
+	}
+}
+
+// What classify found in a written slot.
+const (
+	slotIsKey    = iota // the key, live or forwarded: recorded in the scan
+	slotIsActive        // another key's active state, or a claim of the key (recorded)
+	slotIsFree          // free for the key (see slotFree)
+)
+
+// classify tells what slot idx, written and read as v (cas), holds for scanWith, and records
+// in s the key found there or a claim of the key. It is out of line, so that the first
+// request of a fresh table, whose slots were never written, compiles none of it.
+//
+//go:noinline
+func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
+	if s.match(v, idx, cas, p) {
+		return slotIsKey
+	}
+	if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
+		// Another worker is creating the key here. Keep looking: a live copy, if there is
+		// one, wins over the claim (see create). The claim is adopted whatever its age:
+		// adopting it writes the slot by compare-and-swap against the claim, as taking it
+		// for a free slot would, so a claim left by a VM that stopped blocks nobody either
+		// way; but workers whose clocks are more than claimTTL apart would each take the
+		// others' claims for free slots and write their own over them in turn, none
+		// converting (TestClaimsAcrossClockSkewAreAdopted).
+		if !s.pending {
+			s.pending, s.claimAt, s.claimCas = true, idx, cas
 		}
-		s.place, s.placeAt, s.placeCas = true, idxs[c][free[c]-1], cas[c]
-		return s, nil
+		return slotIsActive
 	}
-	if counted && created >= int64(g.maxKeys) {
-		// The key goes to overflow because the table is full: read the slots again, after
-		// the count.
-		return t.scanWith(g, h, p, place, created)
+	if t.slotFree(v, p.now) {
+		return slotIsFree
 	}
-	return s, nil
+	return slotIsActive
 }
 
 // match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
@@ -1022,9 +1123,11 @@ func claimStale(v []byte, now int64) bool {
 func (t *Table) run(p *Pending, state []byte) error {
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
-	p.value = append(p.value[:0], p.digest[:]...)
-	p.value = append(p.value, slotLive)
-	p.value = append(p.value, next...)
+	// The header is built whole: two appends with their growth checks instead of three.
+	var header [slotHeader]byte
+	copy(header[:], p.digest[:])
+	header[DigestSize] = slotLive
+	p.value = append(append(p.value[:0], header[:]...), next...)
 	return nil
 }
 
@@ -1061,7 +1164,8 @@ func (t *Table) countCreated(maxKeys uint32) uint32 {
 		if len(v) == 4 {
 			n = binary.LittleEndian.Uint32(v)
 		}
-		return binary.LittleEndian.AppendUint32(make([]byte, 0, 4), n+1)
+		binary.LittleEndian.PutUint32(t.count[:], n+1)
+		return t.count[:]
 	})
 	if err != nil {
 		return n
@@ -1074,15 +1178,7 @@ func (t *Table) countCreated(maxKeys uint32) uint32 {
 // established key's slot, written on every request, is), otherwise the name built in the
 // Table's scratch buffer, valid until the next call. Building it costs two number
 // formattings, which a Wasm VM would pay on every request's read.
-func (t *Table) transientName(geo, idx uint32) string {
-	if t.names != nil {
-		if e := &t.names[nameSlot(geo, idx)]; e.name != "" && e.geo == geo && e.idx == idx {
-			return e.name
-		}
-	}
-	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
-	return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
-}
+func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
 // now rather than then. The filter warms its rules' own tables while it configures, so that
@@ -1100,13 +1196,26 @@ func (t *Table) Warm() {
 // own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
 // of an established key is written on every request, and building its name would cost an
 // allocation each time. The cache does not grow with max_keys.
-func (t *Table) name(geo, idx uint32) string {
-	t.Warm()
-	e := &t.names[nameSlot(geo, idx)]
-	if e.name == "" || e.geo != geo || e.idx != idx {
-		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
-		*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
+func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true) }
+
+// slotName is name (keep) and transientName (not keep) in one function, for V8 to compile
+// once: both look the name up in the cache first, and build it in the scratch buffer when it
+// is not there; name then keeps a copy in the cache (allocating the cache first if needed).
+func (t *Table) slotName(geo, idx uint32, keep bool) string {
+	if keep {
+		t.Warm()
 	}
+	if t.names != nil {
+		if e := &t.names[nameSlot(geo, idx)]; e.name != "" && e.geo == geo && e.idx == idx {
+			return e.name
+		}
+	}
+	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	if !keep {
+		return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
+	}
+	e := &t.names[nameSlot(geo, idx)]
+	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
 	return e.name
 }
 
