@@ -518,13 +518,22 @@ func isGrpcRequest() bool {
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
-		h.respondedAt = h.plugin.now()
-		if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
-			h.status = atoi(s)
-		}
+		h.noteResponse()
 	}
 	h.headers.add()
 	return types.ActionContinue
+}
+
+// noteResponse records when the upstream answered and with what status, for the adaptive
+// rules that observe the request. It is kept out of OnHttpResponseHeaders's line for the
+// reason settleStream is.
+//
+//go:noinline
+func (h *httpContext) noteResponse() {
+	h.respondedAt = h.plugin.now()
+	if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
+		h.status = atoi(s)
+	}
 }
 
 // OnHttpStreamDone forgets the stream. A callout still in flight for it decides nothing for it
@@ -536,6 +545,25 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	h.done = true
+	if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
+		h.settleStream()
+	}
+	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
+	// callout's callback, which may answer after the stream ended, and the shaping queue,
+	// which dequeue has just emptied of it: a context without either is the plugin's again.
+	if !h.calledOut && !h.queued {
+		h.plugin.recycleContext(h)
+	}
+}
+
+// settleStream does the part of OnHttpStreamDone that only some streams need: one that ended
+// undecided, one that waits in a shaping queue, one an adaptive rule observes. It is kept out
+// of line, because V8 in Envoy compiles a function on its first call: inline, it would be
+// compiled with OnHttpStreamDone on every VM's first request, which needs none of it.
+//
+//go:noinline
+func (h *httpContext) settleStream() {
 	if !h.finished && h.d != nil {
 		// The client went away before the request was decided (it never reached the
 		// upstream): the units leases gave it go back, as for a denied request.
@@ -549,13 +577,6 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())
-	}
-	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
-	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
-	// callout's callback, which may answer after the stream ended, and the shaping queue,
-	// which dequeue has just emptied of it: a context without either is the plugin's again.
-	if !h.calledOut && !h.queued {
-		h.plugin.recycleContext(h)
 	}
 }
 

@@ -243,6 +243,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).admitted",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).settleStream",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).noteResponse",
 	} {
 		// A function that is not in the module (renamed, or inlined into its callers, where
 		// V8 would compile it with them) would pass the check below unseen.
