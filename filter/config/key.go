@@ -131,25 +131,28 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 	switch k {
 	case kindConst:
 		return kp.Value, ip, partFound
-	case kindHeader, kindQuery:
+	case kindHeader:
+		v, st = kp.choose(req.HeaderLines(kp.Name))
+		return v, ip, st
+	case kindClientIP:
+		addr, ok := ClientIP(req, trustedHops)
+		return "", addr, found(ok)
+	}
+	v, st = kp.lookupOther(k, req)
+	return v, ip, st
+}
+
+// lookupOther is lookup for the sources other than a constant, a header and the client IP.
+// It is kept out of line: most rules key on those three, and V8 in Envoy compiles a function
+// on its first call, so a VM's first request for them does not compile the others.
+//
+//go:noinline
+func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
+	switch k {
+	case kindQuery:
 		// A query parameter is returned still percent-encoded (appendValue decodes it); an
 		// empty value ("?key=") is a value: the parameter is present.
-		var first, last string
-		var n int
-		if k == kindHeader {
-			first, last, n = req.HeaderLines(kp.Name)
-		} else {
-			first, last, n = queryParams(req.Path(), kp.Name)
-		}
-		switch {
-		case n == 0:
-			return "", ip, partMissing
-		case n == 1 || kp.OnDuplicate == DuplicateFirst:
-			return first, ip, partFound
-		case kp.OnDuplicate == DuplicateLast:
-			return last, ip, partFound
-		}
-		return "", ip, partAmbiguous
+		return kp.choose(queryParams(req.Path(), kp.Name))
 	case kindMethod:
 		v = req.Method()
 	case kindRoute:
@@ -157,11 +160,23 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 	case kindPath:
 		// Without the query string: otherwise every "?cachebuster" would be a new key.
 		v = pathOnly(req.Path())
-	case kindClientIP:
-		addr, ok := ClientIP(req, trustedHops)
-		return "", addr, found(ok)
 	}
-	return v, ip, found(v != "")
+	return v, found(v != "")
+}
+
+// choose picks a header part's value (a query part's) from the first and last of its n lines
+// (parameters): the only one, or the first or last of several as the part's OnDuplicate says;
+// several under DuplicateReject are ambiguous.
+func (kp *KeyPart) choose(first, last string, n int) (string, partState) {
+	switch {
+	case n == 0:
+		return "", partMissing
+	case n == 1 || kp.OnDuplicate == DuplicateFirst:
+		return first, partFound
+	case kp.OnDuplicate == DuplicateLast:
+		return last, partFound
+	}
+	return "", partAmbiguous
 }
 
 // sourceKind is a key part's Source as a small integer. The request path switches on it for
