@@ -369,20 +369,10 @@ func (kp *KeyPart) appendIP(dst []byte, ip IP) []byte {
 // microsecond in a Wasm VM.
 func ClientIP(req Request, trustedHops int) (IP, bool) {
 	m := req.ClientIPCache()
-	if m == nil {
-		ip, _, ok := clientIP(req, trustedHops)
-		return ip, ok
+	if m != nil && m.valid && m.hops == trustedHops {
+		return m.ip, m.ok
 	}
-	if !m.valid || m.hops != trustedHops {
-		ip, text, ok := clientIP(req, trustedHops)
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
-		if text != "" && len(text)+3 <= len(m.part) {
-			// The request wrote the address in its canonical form: the unmasked key part is
-			// those bytes, copied rather than printed (see appendValue).
-			m.partLen = uint8(len(appendPart(m.part[:0], text)))
-		}
-	}
-	return m.ip, m.ok
+	return clientIP(req, trustedHops, m)
 }
 
 // ClientIPCache holds one request's client IP (see Request.ClientIPCache); the zero value is
@@ -400,19 +390,31 @@ type ClientIPCache struct {
 	partLen uint8
 }
 
-// clientIP is ClientIP without the cache; text is the address as the request wrote it when
-// that is its canonical form (see parseIPText), otherwise "".
-func clientIP(req Request, trustedHops int) (ip IP, text string, ok bool) {
+// clientIP is ClientIP without the cache's answer: it parses the address and, when m is not
+// nil, fills m with it. It is the one function that parses, for both a request with a cache
+// and one without, so that a VM's first request compiles one copy of it (V8 in Envoy compiles
+// a function on its first call).
+func clientIP(req Request, trustedHops int, m *ClientIPCache) (IP, bool) {
+	ip, text, ok := IP{}, "", false
 	if trustedHops > 0 {
-		if xff, ok := req.Header("x-forwarded-for"); ok {
-			if entry, ok := nthFromRight(xff, trustedHops); ok {
-				if ip, text, ok := parseIPText(entry); ok {
-					return ip, text, true
-				}
+		if xff, found := req.Header("x-forwarded-for"); found {
+			if entry, found := nthFromRight(xff, trustedHops); found {
+				ip, text, ok = parseIPText(entry)
 			}
 		}
 	}
-	return parseIPText(req.SourceAddress())
+	if !ok {
+		ip, text, ok = parseIPText(req.SourceAddress())
+	}
+	if m != nil {
+		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
+		if text != "" && len(text)+3 <= len(m.part) {
+			// The request wrote the address in its canonical form: the unmasked key part is
+			// those bytes, copied rather than printed (see appendValue).
+			m.partLen = uint8(len(appendPart(m.part[:0], text)))
+		}
+	}
+	return ip, ok
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the
