@@ -239,25 +239,35 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
-	p := h.plugin
 	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
-		if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
-			return h.contention(a)
-		}
-		p.storeFailure(a.rs, err)
-		// A shadow rule never denies, not even under failure_mode "deny": it only counts the
-		// failure (store_errors_total), like its other decisions.
-		if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
-			a.decision = failureDecision(a.rs)
-			return true
-		}
-		return false
+		return h.undecided(a, err)
 	}
 	if a.pending.Overflow {
 		a.rs.m.overflow.Increment(1)
 	}
 	a.decision, a.decided, a.local = a.pending.Decision, true, true
 	return !a.decision.Allowed && !a.rs.rule.Shadow
+}
+
+// undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
+// races or a store failure. It reports whether the request must be denied. It is kept out of
+// decideShared's line, because V8 in Envoy compiles a function on its first call, and a
+// decision that succeeds (a VM's first request, nearly always) needs none of it.
+//
+//go:noinline
+func (h *httpContext) undecided(a *applied, err error) (deny bool) {
+	p := h.plugin
+	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+		return h.contention(a)
+	}
+	p.storeFailure(a.rs, err)
+	// A shadow rule never denies, not even under failure_mode "deny": it only counts the
+	// failure (store_errors_total), like its other decisions.
+	if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
+		a.decision = failureDecision(a.rs)
+		return true
+	}
+	return false
 }
 
 // contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
@@ -287,6 +297,7 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
 	p := h.plugin
+	shaping := false // an adaptive or shaping rule admitted the request
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		r := a.rs.rule
@@ -313,14 +324,13 @@ func (h *httpContext) finish() types.Action {
 			}
 		}
 		if !a.decision.Allowed {
-			if r.Shadow {
-				a.rs.m.shadowDenied.Increment(1)
-				tellUpstream(r)
-				continue
+			if action, denied := h.refused(a); denied {
+				return action
 			}
-			return h.deny(a.rs, a.decision)
+			continue
 		}
 		a.rs.m.allowed.Increment(1)
+		shaping = shaping || a.rs.adaptive != nil || a.rs.shape != nil
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
@@ -330,14 +340,8 @@ func (h *httpContext) finish() types.Action {
 	// time among them; the tick resumes it.
 	var shaper *ruleState
 	var delay int64
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if !a.decided || !a.decision.Allowed {
-			continue
-		}
-		if a.rs.adaptive != nil || a.rs.shape != nil {
-			shaper, delay = h.admitted(a, shaper, delay)
-		}
+	if shaping {
+		shaper, delay = h.admitted()
 	}
 	p.giveDecisions(h)
 	if shaper != nil {
@@ -389,19 +393,42 @@ func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (actio
 	return types.ActionContinue, false, false
 }
 
-// admitted notes an adaptive or shaping rule's admission a: an adaptive rule is to observe the
-// request's outcome, and a shaping rule's delay is the request's when it is the longest so far
-// (shaper, delay). It returns the longest delay and its rule.
+// admitted notes the admissions of the request's adaptive and shaping rules, once every rule
+// has admitted it: an adaptive rule is to observe the request's outcome, and the request is
+// held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
+// when no shaping rule delays the request).
 //
 //go:noinline
-func (h *httpContext) admitted(a *applied, shaper *ruleState, delay int64) (*ruleState, int64) {
-	if a.rs.adaptive != nil {
-		h.observed = append(h.observed, a.rs)
-	}
-	if a.rs.shape != nil && int64(a.decision.Delay) > delay {
-		shaper, delay = a.rs, int64(a.decision.Delay)
+func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if !a.decided || !a.decision.Allowed {
+			continue
+		}
+		if a.rs.adaptive != nil {
+			h.observed = append(h.observed, a.rs)
+		}
+		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+			shaper, delay = a.rs, int64(a.decision.Delay)
+		}
 	}
 	return shaper, delay
+}
+
+// refused applies the decided rule a's refusal of the request: a shadow rule counts it and
+// tells the upstream; an enforced rule denies the request, and refused returns the action,
+// with denied set. It is kept out of finish's line, because V8 in Envoy compiles a function
+// on its first call, and a request every rule admits needs none of it.
+//
+//go:noinline
+func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
+	r := a.rs.rule
+	if r.Shadow {
+		a.rs.m.shadowDenied.Increment(1)
+		tellUpstream(r)
+		return types.ActionContinue, false
+	}
+	return h.deny(a.rs, a.decision), true
 }
 
 // hold queues the admitted request until the shaping rule shaper releases it, delay from now;

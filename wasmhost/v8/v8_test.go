@@ -249,6 +249,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/abi.deleteContext",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Match).matches",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).lookupOther",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).undecided",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refused",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 	} {
