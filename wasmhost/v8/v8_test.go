@@ -253,6 +253,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refused",
 		"github.com/ratelimit-wasm/ratelimit/filter.logAddFailure",
 		"github.com/ratelimit-wasm/ratelimit/abi.readFailed",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*CostSpec).headerCost",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 	} {
