@@ -255,6 +255,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/abi.readFailed",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*CostSpec).headerCost",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*decisions).grow",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.queryCount",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 	} {
