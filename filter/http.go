@@ -77,8 +77,16 @@ type httpContext struct {
 // OnHttpRequestHeaders decides the request. Every rule is decided before any state is written
 // (see the package comment), so a request one rule denies costs the other rules nothing.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
-	p := h.plugin
 	defer recoverTo("OnHttpRequestHeaders", func() { action = h.failOpenOrClosed() })
+	return h.decideRequest()
+}
+
+// decideRequest is OnHttpRequestHeaders without its deferred recover. The compiler writes the
+// deferred call out at every return of a function that defers one, and deciding has many
+// returns: kept apart, the recover is written once, which keeps the code V8 in Envoy compiles
+// for a VM's first request smaller.
+func (h *httpContext) decideRequest() types.Action {
+	p := h.plugin
 	req := &p.req
 	req.reset()
 	p.matched = p.cfg.Match(req, p.matched[:0])
