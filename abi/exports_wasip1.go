@@ -288,18 +288,18 @@ var streamExports = [...]string{"proxy_on_request_headers", "proxy_on_response_h
 //go:noinline
 func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint32) {
 	defer recoverExport(streamExports[op], contextID)
-	h := stream(contextID)
-	if h == nil {
-		return uint32(types.ActionContinue)
+	// One return: the compiler writes the deferred call out at each return.
+	action = uint32(types.ActionContinue)
+	switch h := stream(contextID); {
+	case h == nil:
+	case op == opRequestHeaders:
+		action = uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))
+	case op == opResponseHeaders:
+		action = uint32(h.OnHttpResponseHeaders(int(numHeaders), endOfStream != 0))
+	default:
+		h.OnHttpStreamDone()
 	}
-	switch op {
-	case opRequestHeaders:
-		return uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))
-	case opResponseHeaders:
-		return uint32(h.OnHttpResponseHeaders(int(numHeaders), endOfStream != 0))
-	}
-	h.OnHttpStreamDone()
-	return uint32(types.ActionContinue)
+	return action
 }
 
 func stream(contextID uint32) types.HttpContext {
