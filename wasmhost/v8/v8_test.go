@@ -252,7 +252,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).undecided",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refused",
 		"github.com/ratelimit-wasm/ratelimit/filter.logAddFailure",
-		"github.com/ratelimit-wasm/ratelimit/abi.readFailed",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*CostSpec).headerCost",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*decisions).grow",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.queryCount",
