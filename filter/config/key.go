@@ -276,6 +276,15 @@ func appendLen(dst []byte, n int) []byte {
 	case n < 100:
 		return append(dst, byte('0'+n/10), byte('0'+n%10), ':')
 	}
+	return appendLongLen(dst, n)
+}
+
+// appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line: inlined,
+// strconv.AppendInt is most of appendLen, and V8 in Envoy compiles a function on its first
+// call, so a VM's first request with short parts compiles none of it.
+//
+//go:noinline
+func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
