@@ -79,8 +79,7 @@ var retAddr, retSize, retCas uint32
 func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
 	st := hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &retAddr, &retSize)
 	if st != statusOK {
-		unpinAll()
-		return nil, statusError(st)
+		return nil, readFailed(st)
 	}
 	return take(retAddr, retSize), nil
 }
@@ -105,8 +104,7 @@ func SetEffectiveContext(contextID uint32) error {
 func getMap(mapType uint32) ([][2]string, error) {
 	st := hostGetHeaderMapPairs(mapType, &retAddr, &retSize)
 	if st != statusOK {
-		unpinAll()
-		return nil, statusError(st)
+		return nil, readFailed(st)
 	}
 	return decodeHeaders(take(retAddr, retSize)), nil
 }
@@ -114,8 +112,7 @@ func getMap(mapType uint32) ([][2]string, error) {
 func getMapValue(mapType uint32, key string) (string, error) {
 	st := hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize)
 	if st != statusOK {
-		unpinAll()
-		return "", statusError(st)
+		return "", readFailed(st)
 	}
 	b := take(retAddr, retSize)
 	// The slice is owned by this call alone, so handing its bytes to a string without a copy
@@ -136,8 +133,7 @@ func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRe
 func GetHttpRequestHeaderMap() (HeaderMap, error) {
 	st := hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize)
 	if st != statusOK {
-		unpinAll()
-		return HeaderMap{}, statusError(st)
+		return HeaderMap{}, readFailed(st)
 	}
 	return HeaderMap{take(retAddr, retSize)}, nil
 }
@@ -229,8 +225,7 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 func GetSharedData(key string) ([]byte, uint32, error) {
 	st := hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas)
 	if st != statusOK {
-		unpinAll()
-		return nil, 0, statusError(st)
+		return nil, 0, readFailed(st)
 	}
 	return take(retAddr, retSize), retCas, nil
 }
@@ -250,8 +245,7 @@ func GetProperty(path []string) ([]byte, error) {
 	pathBuf = appendPath(pathBuf[:0], path)
 	st := hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize)
 	if st != statusOK {
-		unpinAll()
-		return nil, statusError(st)
+		return nil, readFailed(st)
 	}
 	return take(retAddr, retSize), nil
 }

@@ -210,13 +210,27 @@ func proxyOnQueueReady(rootID, queueID uint32) {
 	}
 }
 
+// proxy_on_done and proxy_on_delete reach this module for every stream, and for a stream that
+// is last (nearly always the case) they only compare and clear a few variables, which cannot
+// panic: that fast path runs without a deferred recover, and the rest, which can, is a
+// function of its own that defers one. V8 in Envoy compiles a function on its first call, and
+// a defer makes a function several times bigger, so a VM's first request compiles only the
+// small exports; the root paths are compiled when a plugin is done.
+
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {
-	done = 1
-	defer recoverExport("proxy_on_done", contextID)
 	if contextID == lastID && contextID != 0 {
 		return 1 // a stream: nothing to do
 	}
+	return rootDone(contextID)
+}
+
+// rootDone is proxy_on_done for a context other than the last stream.
+//
+//go:noinline
+func rootDone(contextID uint32) (done uint32) {
+	done = 1
+	defer recoverExport("proxy_on_done", contextID)
 	if r, ok := roots[contextID]; ok && r.plugin != nil {
 		active = contextID
 		if !r.plugin.OnPluginDone() {
@@ -228,28 +242,64 @@ func proxyOnDone(contextID uint32) (done uint32) {
 
 //go:wasmexport proxy_on_log
 func proxyOnLog(contextID uint32) {
-	defer recoverExport("proxy_on_log", contextID)
 	// Envoy calls proxy_on_log before proxy_on_done for streams, so this is the one place
 	// where a stream's final bookkeeping sees the complete request and response.
-	if s, ok := lookupStream(contextID); ok {
-		active = contextID
-		s.http.OnHttpStreamDone()
-	}
+	onStream(opLog, contextID, 0, 0)
 }
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
-	defer recoverExport("proxy_on_delete", contextID)
 	if contextID == lastID && contextID != 0 {
 		// A stream, never a root, and not in the streams map (see last).
 		last, lastID = streamContext{}, 0
 		return
 	}
+	deleteContext(contextID)
+}
+
+// deleteContext is proxy_on_delete for a context other than the last stream.
+//
+//go:noinline
+func deleteContext(contextID uint32) {
+	defer recoverExport("proxy_on_delete", contextID)
 	delete(streams, contextID)
 	delete(roots, contextID)
 	if contextID == lastRootID {
 		lastRoot, lastRootID = nil, 0
 	}
+}
+
+// The stream callbacks every request calls (request headers, response headers, log) share one
+// dispatcher, onStream, with one deferred recover: V8 in Envoy compiles each function on its
+// first call, and one function with a defer is much smaller than three.
+const (
+	opRequestHeaders = iota
+	opResponseHeaders
+	opLog
+)
+
+// streamExports names the exports onStream serves, by op, for the log of a recovered panic.
+var streamExports = [...]string{"proxy_on_request_headers", "proxy_on_response_headers", "proxy_on_log"}
+
+// onStream runs the stream callback op of stream contextID, with the export's numHeaders and
+// endOfStream (0 for proxy_on_log), and returns the action (0, Continue, for proxy_on_log, an
+// unknown stream or a recovered panic).
+//
+//go:noinline
+func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint32) {
+	defer recoverExport(streamExports[op], contextID)
+	// One return: the compiler writes the deferred call out at each return.
+	action = uint32(types.ActionContinue)
+	switch h := stream(contextID); {
+	case h == nil:
+	case op == opRequestHeaders:
+		action = uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))
+	case op == opResponseHeaders:
+		action = uint32(h.OnHttpResponseHeaders(int(numHeaders), endOfStream != 0))
+	default:
+		h.OnHttpStreamDone()
+	}
+	return action
 }
 
 func stream(contextID uint32) types.HttpContext {
@@ -267,11 +317,7 @@ func stream(contextID uint32) types.HttpContext {
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
-	defer recoverExport("proxy_on_request_headers", contextID)
-	if h := stream(contextID); h != nil {
-		return uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))
-	}
-	return uint32(types.ActionContinue)
+	return onStream(opRequestHeaders, contextID, numHeaders, endOfStream)
 }
 
 //go:wasmexport proxy_on_request_body
@@ -294,11 +340,7 @@ func proxyOnRequestTrailers(contextID, numTrailers uint32) (action uint32) {
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
-	defer recoverExport("proxy_on_response_headers", contextID)
-	if h := stream(contextID); h != nil {
-		return uint32(h.OnHttpResponseHeaders(int(numHeaders), endOfStream != 0))
-	}
-	return uint32(types.ActionContinue)
+	return onStream(opResponseHeaders, contextID, numHeaders, endOfStream)
 }
 
 //go:wasmexport proxy_on_response_body

@@ -72,6 +72,12 @@ func allocateLarge(n int) (addr uint32) {
 // buffer: once the caller holds the slice, its reference keeps the memory alive. A buffer the
 // allocator did not hand out (which a correct host never returns) is copied instead, so the
 // result never aliases memory the Go runtime does not own.
+//
+// It is kept out of line: inlined, it would be a copy in every host read, and V8 in Envoy
+// compiles each function on its first call, so a VM's first request would compile it again
+// in each read it makes for the first time (the configuration read compiles it once).
+//
+//go:noinline
 func take(addr, size uint32) []byte {
 	if size == 0 || addr == 0 {
 		unpinAll()
@@ -88,6 +94,16 @@ func take(addr, size uint32) []byte {
 	out := make([]byte, size)
 	copy(out, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr))), size))
 	return out
+}
+
+// readFailed unpins every buffer after a host read that failed with status st, and returns
+// st's error. It is one function for every read, out of line, so that no read carries this
+// path's code (see take).
+//
+//go:noinline
+func readFailed(st uint32) error {
+	unpinAll()
+	return statusError(st)
 }
 
 // unpinAll drops the references to every pinned buffer, also after a failed host call that may

@@ -77,8 +77,16 @@ type httpContext struct {
 // OnHttpRequestHeaders decides the request. Every rule is decided before any state is written
 // (see the package comment), so a request one rule denies costs the other rules nothing.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
-	p := h.plugin
 	defer recoverTo("OnHttpRequestHeaders", func() { action = h.failOpenOrClosed() })
+	return h.decideRequest()
+}
+
+// decideRequest is OnHttpRequestHeaders without its deferred recover. The compiler writes the
+// deferred call out at every return of a function that defers one, and deciding has many
+// returns: kept apart, the recover is written once, which keeps the code V8 in Envoy compiles
+// for a VM's first request smaller.
+func (h *httpContext) decideRequest() types.Action {
+	p := h.plugin
 	req := &p.req
 	req.reset()
 	p.matched = p.cfg.Match(req, p.matched[:0])
@@ -228,36 +236,55 @@ func (h *httpContext) decideGlobal(now int64) types.Action {
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
 	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
 	// rule exists to observe exact decisions, so it takes no lease, as on the global path.
-	if l := a.rs.lease; l != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
-		if l.spend(a, key, now, cost) {
-			return false
-		}
-		return h.decideLease(a, key, now, cost)
+	if a.rs.lease != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
+		return h.decideLeased(a, key, now, cost)
 	}
 	return h.decideShared(a, key, now, cost)
 }
 
+// decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
+// the units, else with a lease take. It is kept out of decideLocal's line, because V8 in Envoy
+// compiles a function on its first call, and most rules have no lease.
+//
+//go:noinline
+func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
+	if a.rs.lease.spend(a, key, now, cost) {
+		return false
+	}
+	return h.decideLease(a, key, now, cost)
+}
+
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
-	p := h.plugin
 	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
-		if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
-			return h.contention(a)
-		}
-		p.storeFailure(a.rs, err)
-		// A shadow rule never denies, not even under failure_mode "deny": it only counts the
-		// failure (store_errors_total), like its other decisions.
-		if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
-			a.decision = failureDecision(a.rs)
-			return true
-		}
-		return false
+		return h.undecided(a, err)
 	}
 	if a.pending.Overflow {
 		a.rs.m.overflow.Increment(1)
 	}
 	a.decision, a.decided, a.local = a.pending.Decision, true, true
 	return !a.decision.Allowed && !a.rs.rule.Shadow
+}
+
+// undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
+// races or a store failure. It reports whether the request must be denied. It is kept out of
+// decideShared's line, because V8 in Envoy compiles a function on its first call, and a
+// decision that succeeds (a VM's first request, nearly always) needs none of it.
+//
+//go:noinline
+func (h *httpContext) undecided(a *applied, err error) (deny bool) {
+	p := h.plugin
+	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+		return h.contention(a)
+	}
+	p.storeFailure(a.rs, err)
+	// A shadow rule never denies, not even under failure_mode "deny": it only counts the
+	// failure (store_errors_total), like its other decisions.
+	if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
+		a.decision = failureDecision(a.rs)
+		return true
+	}
+	return false
 }
 
 // contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
@@ -287,6 +314,7 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
 	p := h.plugin
+	shaping := false // an adaptive or shaping rule admitted the request
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		r := a.rs.rule
@@ -313,14 +341,13 @@ func (h *httpContext) finish() types.Action {
 			}
 		}
 		if !a.decision.Allowed {
-			if r.Shadow {
-				a.rs.m.shadowDenied.Increment(1)
-				tellUpstream(r)
-				continue
+			if action, denied := h.refused(a); denied {
+				return action
 			}
-			return h.deny(a.rs, a.decision)
+			continue
 		}
 		a.rs.m.allowed.Increment(1)
+		shaping = shaping || a.rs.adaptive != nil || a.rs.shape != nil
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
@@ -330,14 +357,8 @@ func (h *httpContext) finish() types.Action {
 	// time among them; the tick resumes it.
 	var shaper *ruleState
 	var delay int64
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if !a.decided || !a.decision.Allowed {
-			continue
-		}
-		if a.rs.adaptive != nil || a.rs.shape != nil {
-			shaper, delay = h.admitted(a, shaper, delay)
-		}
+	if shaping {
+		shaper, delay = h.admitted()
 	}
 	p.giveDecisions(h)
 	if shaper != nil {
@@ -389,19 +410,42 @@ func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (actio
 	return types.ActionContinue, false, false
 }
 
-// admitted notes an adaptive or shaping rule's admission a: an adaptive rule is to observe the
-// request's outcome, and a shaping rule's delay is the request's when it is the longest so far
-// (shaper, delay). It returns the longest delay and its rule.
+// admitted notes the admissions of the request's adaptive and shaping rules, once every rule
+// has admitted it: an adaptive rule is to observe the request's outcome, and the request is
+// held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
+// when no shaping rule delays the request).
 //
 //go:noinline
-func (h *httpContext) admitted(a *applied, shaper *ruleState, delay int64) (*ruleState, int64) {
-	if a.rs.adaptive != nil {
-		h.observed = append(h.observed, a.rs)
-	}
-	if a.rs.shape != nil && int64(a.decision.Delay) > delay {
-		shaper, delay = a.rs, int64(a.decision.Delay)
+func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if !a.decided || !a.decision.Allowed {
+			continue
+		}
+		if a.rs.adaptive != nil {
+			h.observed = append(h.observed, a.rs)
+		}
+		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+			shaper, delay = a.rs, int64(a.decision.Delay)
+		}
 	}
 	return shaper, delay
+}
+
+// refused applies the decided rule a's refusal of the request: a shadow rule counts it and
+// tells the upstream; an enforced rule denies the request, and refused returns the action,
+// with denied set. It is kept out of finish's line, because V8 in Envoy compiles a function
+// on its first call, and a request every rule admits needs none of it.
+//
+//go:noinline
+func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
+	r := a.rs.rule
+	if r.Shadow {
+		a.rs.m.shadowDenied.Increment(1)
+		tellUpstream(r)
+		return types.ActionContinue, false
+	}
+	return h.deny(a.rs, a.decision), true
 }
 
 // hold queues the admitted request until the shaping rule shaper releases it, delay from now;
@@ -518,13 +562,22 @@ func isGrpcRequest() bool {
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
-		h.respondedAt = h.plugin.now()
-		if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
-			h.status = atoi(s)
-		}
+		h.noteResponse()
 	}
 	h.headers.add()
 	return types.ActionContinue
+}
+
+// noteResponse records when the upstream answered and with what status, for the adaptive
+// rules that observe the request. It is kept out of OnHttpResponseHeaders's line for the
+// reason settleStream is.
+//
+//go:noinline
+func (h *httpContext) noteResponse() {
+	h.respondedAt = h.plugin.now()
+	if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
+		h.status = atoi(s)
+	}
 }
 
 // OnHttpStreamDone forgets the stream. A callout still in flight for it decides nothing for it
@@ -536,6 +589,25 @@ func (h *httpContext) OnHttpStreamDone() {
 		return
 	}
 	h.done = true
+	if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
+		h.settleStream()
+	}
+	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
+	// callout's callback, which may answer after the stream ended, and the shaping queue,
+	// which dequeue has just emptied of it: a context without either is the plugin's again.
+	if !h.calledOut && !h.queued {
+		h.plugin.recycleContext(h)
+	}
+}
+
+// settleStream does the part of OnHttpStreamDone that only some streams need: one that ended
+// undecided, one that waits in a shaping queue, one an adaptive rule observes. It is kept out
+// of line, because V8 in Envoy compiles a function on its first call: inline, it would be
+// compiled with OnHttpStreamDone on every VM's first request, which needs none of it.
+//
+//go:noinline
+func (h *httpContext) settleStream() {
 	if !h.finished && h.d != nil {
 		// The client went away before the request was decided (it never reached the
 		// upstream): the units leases gave it go back, as for a denied request.
@@ -549,13 +621,6 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())
-	}
-	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
-	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
-	// callout's callback, which may answer after the stream ended, and the shaping queue,
-	// which dequeue has just emptied of it: a context without either is the plugin's again.
-	if !h.calledOut && !h.queued {
-		h.plugin.recycleContext(h)
 	}
 }
 
@@ -599,7 +664,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	if len(d.applied) < cap(d.applied) {
 		d.applied = d.applied[:len(d.applied)+1]
 	} else {
-		d.applied = append(d.applied, applied{})
+		d.grow()
 	}
 	a := &d.applied[len(d.applied)-1]
 	// Field by field, not *a = applied{rs: rs, pending: a.pending, key: a.key[:0]}: that
@@ -611,6 +676,16 @@ func (d *decisions) add(rs *ruleState) *applied {
 	a.key, a.cost = a.key[:0], 0
 	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
 	return a
+}
+
+// grow appends an empty applied to the set. A set the plugin made has room for every rule (see
+// configure), so this runs only for one the garbage collector's side made (takeDecisions on an
+// empty free list); it is kept out of add's line, which OnHttpRequestHeaders inlines, because
+// V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func (d *decisions) grow() {
+	d.applied = append(d.applied, applied{})
 }
 
 // rateLimitHeaderNames are the names of the rate-limit response headers, in the order they
@@ -679,13 +754,14 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		rh.set |= draftHeaders
 	}
 	if tightest != nil {
+		// One call site for the three values, not three: each strconv.AppendInt is inlined,
+		// and V8 in Envoy compiles this function on every VM's first request.
 		d := tightest.decision
-		buf = strconv.AppendInt(buf, d.Limit, 10)
-		rh.ends[2] = int32(len(buf))
-		buf = strconv.AppendInt(buf, d.Remaining, 10)
-		rh.ends[3] = int32(len(buf))
-		buf = strconv.AppendInt(buf, ceilSeconds(int64(d.ResetAfter)), 10)
-		rh.ends[4] = int32(len(buf))
+		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
+		for j, v := range legacy {
+			buf = strconv.AppendInt(buf, v, 10)
+			rh.ends[2+j] = int32(len(buf))
+		}
 		rh.set |= legacyHeaders
 	}
 	rh.values = buf
@@ -701,10 +777,19 @@ func (rh *rateLimitHeaders) add() {
 		}
 		end := rh.ends[i]
 		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
-			abi.LogDebugf("ratelimit: adding response header %s: %v", name, err)
+			logAddFailure(name, err)
 		}
 		start = end
 	}
+}
+
+// logAddFailure logs a response header the host refused to add. It is kept out of add's line
+// (a formatted log builds its arguments inline, a good part of add), because V8 in Envoy
+// compiles a function on its first call and a header that is added needs none of it.
+//
+//go:noinline
+func logAddFailure(name string, err error) {
+	abi.LogDebugf("ratelimit: adding response header %s: %v", name, err)
 }
 
 // appendRuleHeaders renders the rate-limit headers of one rule's decision (a denial).

@@ -49,13 +49,23 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 		case kindHeader:
 			_, _, n = req.HeaderLines(kp.Name)
 		case kindQuery:
-			_, _, n = queryParams(req.Path(), kp.Name)
+			n = queryCount(req, kp.Name)
 		}
 		if n > 1 {
 			return kp, true
 		}
 	}
 	return nil, false
+}
+
+// queryCount returns how many query parameters of req are called name. It is kept out of
+// DuplicatePart's line, because V8 in Envoy compiles a function on its first call, and most
+// rules key on no query parameter.
+//
+//go:noinline
+func queryCount(req Request, name string) int {
+	_, _, n := queryParams(req.Path(), name)
+	return n
 }
 
 // AppendKey appends the rule's key for req to dst and returns the extended slice.
@@ -79,14 +89,15 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	for i := range r.Key {
 		kp, k := &r.Key[i], r.keyKind(i)
 		v, ip, st := kp.lookup(k, req, r.trustedHops)
-		switch {
-		case st == partFound:
-			dst = kp.appendValue(k, dst, req, v, ip)
-		case st == partMissing && kp.HasDefault:
-			dst = appendPart(dst, kp.Default)
-		default:
+		if st == partMissing && kp.HasDefault {
+			// The default is written as a constant part is: one call site of appendValue
+			// rather than a second copy of the writing here.
+			k, v, st = kindConst, kp.Default, partFound
+		}
+		if st != partFound {
 			return dst[:start], false
 		}
+		dst = kp.appendValue(k, dst, req, v, ip)
 	}
 	return dst, true
 }
@@ -131,25 +142,28 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 	switch k {
 	case kindConst:
 		return kp.Value, ip, partFound
-	case kindHeader, kindQuery:
+	case kindHeader:
+		v, st = kp.choose(req.HeaderLines(kp.Name))
+		return v, ip, st
+	case kindClientIP:
+		addr, ok := ClientIP(req, trustedHops)
+		return "", addr, found(ok)
+	}
+	v, st = kp.lookupOther(k, req)
+	return v, ip, st
+}
+
+// lookupOther is lookup for the sources other than a constant, a header and the client IP.
+// It is kept out of line: most rules key on those three, and V8 in Envoy compiles a function
+// on its first call, so a VM's first request for them does not compile the others.
+//
+//go:noinline
+func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
+	switch k {
+	case kindQuery:
 		// A query parameter is returned still percent-encoded (appendValue decodes it); an
 		// empty value ("?key=") is a value: the parameter is present.
-		var first, last string
-		var n int
-		if k == kindHeader {
-			first, last, n = req.HeaderLines(kp.Name)
-		} else {
-			first, last, n = queryParams(req.Path(), kp.Name)
-		}
-		switch {
-		case n == 0:
-			return "", ip, partMissing
-		case n == 1 || kp.OnDuplicate == DuplicateFirst:
-			return first, ip, partFound
-		case kp.OnDuplicate == DuplicateLast:
-			return last, ip, partFound
-		}
-		return "", ip, partAmbiguous
+		return kp.choose(queryParams(req.Path(), kp.Name))
 	case kindMethod:
 		v = req.Method()
 	case kindRoute:
@@ -157,11 +171,23 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 	case kindPath:
 		// Without the query string: otherwise every "?cachebuster" would be a new key.
 		v = pathOnly(req.Path())
-	case kindClientIP:
-		addr, ok := ClientIP(req, trustedHops)
-		return "", addr, found(ok)
 	}
-	return v, ip, found(v != "")
+	return v, found(v != "")
+}
+
+// choose picks a header part's value (a query part's) from the first and last of its n lines
+// (parameters): the only one, or the first or last of several as the part's OnDuplicate says;
+// several under DuplicateReject are ambiguous.
+func (kp *KeyPart) choose(first, last string, n int) (string, partState) {
+	switch {
+	case n == 0:
+		return "", partMissing
+	case n == 1 || kp.OnDuplicate == DuplicateFirst:
+		return first, partFound
+	case kp.OnDuplicate == DuplicateLast:
+		return last, partFound
+	}
+	return "", partAmbiguous
 }
 
 // sourceKind is a key part's Source as a small integer. The request path switches on it for
@@ -250,6 +276,15 @@ func appendLen(dst []byte, n int) []byte {
 	case n < 100:
 		return append(dst, byte('0'+n/10), byte('0'+n%10), ':')
 	}
+	return appendLongLen(dst, n)
+}
+
+// appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line: inlined,
+// strconv.AppendInt is most of appendLen, and V8 in Envoy compiles a function on its first
+// call, so a VM's first request with short parts compiles none of it.
+//
+//go:noinline
+func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
@@ -258,26 +293,45 @@ func appendLen(dst []byte, n int) []byte {
 func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, ip IP) []byte {
 	switch k {
 	case kindQuery:
-		// Decoded, so that "?key=abc" and "?key=%61bc" (the same key to the backend) count
-		// together.
-		dst = appendLen(dst, unescapedLen(v))
-		return appendUnescaped(dst, v)
+		return appendQueryPart(dst, v)
 	case kindClientIP:
-		if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
-			// Most rules key on the whole address, which is then rendered once per request
-			// rather than once per rule.
-			if m.partLen == 0 {
-				part := kp.appendIPPart(m.part[:0], ip)
-				if len(part) > len(m.part) { // cannot happen: kept for safety
-					return append(dst, part...)
-				}
-				m.partLen = uint8(len(part))
-			}
+		// Most rules key on the whole address, which is then rendered once per request
+		// rather than once per rule; a request that wrote it in canonical form (the usual
+		// IPv4 case) has it rendered already (see ClientIP).
+		if m := req.ClientIPCache(); m != nil && m.partLen != 0 && kp.prefixBits(ip) >= ip.BitLen() {
 			return append(dst, m.part[:m.partLen]...)
 		}
-		return kp.appendIPPart(dst, ip)
+		return kp.appendIPValue(dst, req, ip)
 	}
 	return appendPart(dst, v)
+}
+
+// appendQueryPart appends the percent-encoded query parameter value v decoded, so that
+// "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
+// appendIPValue are kept out of appendValue's line: V8 in Envoy compiles a function on its
+// first call, and a header or canonical client IP part (nearly every rule's) needs neither.
+//
+//go:noinline
+func appendQueryPart(dst []byte, v string) []byte {
+	dst = appendLen(dst, unescapedLen(v))
+	return appendUnescaped(dst, v)
+}
+
+// appendIPValue appends the client IP part for an address the request's cache does not hold
+// rendered yet: it renders it into the cache when the part is the whole address, else (a
+// prefix, or no cache) into dst.
+//
+//go:noinline
+func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip IP) []byte {
+	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
+		part := kp.appendIPPart(m.part[:0], ip)
+		if len(part) > len(m.part) { // cannot happen: kept for safety
+			return append(dst, part...)
+		}
+		m.partLen = uint8(len(part))
+		return append(dst, part...)
+	}
+	return kp.appendIPPart(dst, ip)
 }
 
 // appendIPPart appends the address as a length-prefixed key part (see appendIP).
@@ -335,20 +389,10 @@ func (kp *KeyPart) appendIP(dst []byte, ip IP) []byte {
 // microsecond in a Wasm VM.
 func ClientIP(req Request, trustedHops int) (IP, bool) {
 	m := req.ClientIPCache()
-	if m == nil {
-		ip, _, ok := clientIP(req, trustedHops)
-		return ip, ok
+	if m != nil && m.valid && m.hops == trustedHops {
+		return m.ip, m.ok
 	}
-	if !m.valid || m.hops != trustedHops {
-		ip, text, ok := clientIP(req, trustedHops)
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
-		if text != "" && len(text)+3 <= len(m.part) {
-			// The request wrote the address in its canonical form: the unmasked key part is
-			// those bytes, copied rather than printed (see appendValue).
-			m.partLen = uint8(len(appendPart(m.part[:0], text)))
-		}
-	}
-	return m.ip, m.ok
+	return clientIP(req, trustedHops, m)
 }
 
 // ClientIPCache holds one request's client IP (see Request.ClientIPCache); the zero value is
@@ -366,19 +410,31 @@ type ClientIPCache struct {
 	partLen uint8
 }
 
-// clientIP is ClientIP without the cache; text is the address as the request wrote it when
-// that is its canonical form (see parseIPText), otherwise "".
-func clientIP(req Request, trustedHops int) (ip IP, text string, ok bool) {
+// clientIP is ClientIP without the cache's answer: it parses the address and, when m is not
+// nil, fills m with it. It is the one function that parses, for both a request with a cache
+// and one without, so that a VM's first request compiles one copy of it (V8 in Envoy compiles
+// a function on its first call).
+func clientIP(req Request, trustedHops int, m *ClientIPCache) (IP, bool) {
+	ip, text, ok := IP{}, "", false
 	if trustedHops > 0 {
-		if xff, ok := req.Header("x-forwarded-for"); ok {
-			if entry, ok := nthFromRight(xff, trustedHops); ok {
-				if ip, text, ok := parseIPText(entry); ok {
-					return ip, text, true
-				}
+		if xff, found := req.Header("x-forwarded-for"); found {
+			if entry, found := nthFromRight(xff, trustedHops); found {
+				ip, text, ok = parseIPText(entry)
 			}
 		}
 	}
-	return parseIPText(req.SourceAddress())
+	if !ok {
+		ip, text, ok = parseIPText(req.SourceAddress())
+	}
+	if m != nil {
+		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
+		if text != "" && len(text)+3 <= len(m.part) {
+			// The request wrote the address in its canonical form: the unmasked key part is
+			// those bytes, copied rather than printed (see appendValue).
+			m.partLen = uint8(len(appendPart(m.part[:0], text)))
+		}
+	}
+	return ip, ok
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the

@@ -59,7 +59,15 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 // matches reports whether the rule applies to req: its conditions hold and its key can be
 // built (AppendKey would return ok).
 func (r *Rule) matches(req Request) bool {
-	return r.Match.matches(req) && r.keyAvailable(req)
+	return (!r.Match.conditional() || r.Match.matches(req)) && r.keyAvailable(req)
+}
+
+// conditional reports whether the match has any condition. Most rules have none, and V8 in
+// Envoy compiles a function on its first call: asking first keeps Match.matches out of a VM's
+// first request for them.
+func (m *Match) conditional() bool {
+	return len(m.Routes) > 0 || len(m.Methods) > 0 || m.Path != nil || len(m.VirtualHosts) > 0 ||
+		len(m.Headers) > 0
 }
 
 // matches reports whether every condition holds for req. Cheap conditions are checked

@@ -253,6 +253,25 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).release",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).recommit",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.digestHashUncached",
+		// The request path's parts a plain allowed request never needs: undecided, queued,
+		// observed and refused streams, key sources other than constants, headers and the client
+		// IP, rules with conditions, long lengths.
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).settleStream",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).noteResponse",
+		"github.com/ratelimit-wasm/ratelimit/abi.rootDone",
+		"github.com/ratelimit-wasm/ratelimit/abi.deleteContext",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Match).matches",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).lookupOther",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).undecided",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refused",
+		"github.com/ratelimit-wasm/ratelimit/filter.logAddFailure",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*CostSpec).headerCost",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*decisions).grow",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.queryCount",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.appendLongLen",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideLeased",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 	} {
 		// A function that is not in the module (renamed, or inlined into its callers, where
 		// V8 would compile it with them) would pass the check below unseen.
