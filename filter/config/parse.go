@@ -357,9 +357,37 @@ func flatName(name string) string {
 	return string(b)
 }
 
+// ruleOptionFields are the rule's fields other than its name, key, continue and algorithm
+// (with the algorithm's parameters): the rule's optional behaviour. A rule that sets none of
+// them, the common case, skips their readers (see rule).
+var ruleOptionFields = []string{
+	"description", "match", "cost", "shadow", "shadow_headers", "shadow_request_header",
+	"max_keys", "rate_limit_headers", "deny", "overrides", "lease",
+}
+
+// algorithmOptionFields are the algorithm's parameters other than limit and window, which
+// most rules do not set (see algorithm).
+var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "scope", "adaptive"}
+
+// hasAny reports whether object n has a member named in names.
+func hasAny(n *node, names []string) bool {
+	for _, m := range n.members {
+		if contains(names, m.key) {
+			return true
+		}
+	}
+	return false
+}
+
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
 // run on what could be read.
+//
+// The optional fields (ruleOptionFields) are read by functions of their own, called only when
+// the rule sets one of them: V8 in Envoy compiles a function on its first call, so a rule of a
+// name, a key and an algorithm costs no compile time for the readers of fields it does not
+// use. They are called in the order the fields were always read in, so that problems are
+// reported in the same order.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -374,6 +402,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		RateLimitHeaders: c.RateLimitHeaders,
 		trustedHops:      c.TrustedHops,
 	}
+	options := hasAny(n, ruleOptionFields)
 	if nn, npath := f.get("name"); nn == nil {
 		p.add(npath, "required")
 	} else if s, ok := p.str(npath, nn, maxStringLen); ok {
@@ -383,6 +412,32 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 			p.add(npath, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 		}
 	}
+	if options {
+		p.ruleConditions(f, r)
+	}
+	if kn, kpath := f.get("key"); kn != nil {
+		r.Key = p.key(kpath, kn)
+	}
+	if options {
+		p.ruleCostShadow(f, r)
+	}
+	if bn, bpath := f.get("continue"); bn != nil {
+		r.Continue, _ = p.boolean(bpath, bn)
+	}
+	if options {
+		p.ruleResponse(f, r, c)
+	}
+	p.algorithm(path, f, r)
+	if options {
+		p.ruleAttachments(f, r)
+	}
+	return r
+}
+
+// ruleConditions reads the rule's description and match into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
 			r.Description = s
@@ -391,9 +446,12 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	if mn, mpath := f.get("match"); mn != nil {
 		p.match(mpath, mn, &r.Match)
 	}
-	if kn, kpath := f.get("key"); kn != nil {
-		r.Key = p.key(kpath, kn)
-	}
+}
+
+// ruleCostShadow reads the rule's cost and shadow options into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleCostShadow(f fields, r *Rule) {
 	if cn, cpath := f.get("cost"); cn != nil {
 		if cs, ok := p.cost(cpath, cn); ok {
 			r.CostSpec = cs
@@ -403,11 +461,14 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		r.Shadow, _ = p.boolean(bpath, bn)
 	}
 	if f.has("shadow_headers") || f.has("shadow_request_header") {
-		p.shadowOptions(f, r) // out of line: most rules set neither (see algorithm)
+		p.shadowOptions(f, r)
 	}
-	if bn, bpath := f.get("continue"); bn != nil {
-		r.Continue, _ = p.boolean(bpath, bn)
-	}
+}
+
+// ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	if vn, vpath := f.get("max_keys"); vn != nil {
 		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
 			r.MaxKeys = v
@@ -423,14 +484,19 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 			r.Deny = d
 		}
 	}
-	p.algorithm(path, f, r)
+}
+
+// ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
+// both need (see rule).
+//
+//go:noinline
+func (p *parser) ruleAttachments(f fields, r *Rule) {
 	if on, opath := f.get("overrides"); on != nil {
 		p.overrides(opath, on, r)
 	}
 	if ln, lpath := f.get("lease"); ln != nil {
 		r.Lease = p.lease(lpath, ln, r)
 	}
-	return r
 }
 
 // algorithm reads the algorithm and its parameters into r.Algorithm, checks what the config
@@ -452,10 +518,11 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
-	// The parts for fields that most rules do not set (variant, mode, max_delay, scope,
-	// adaptive) are functions of their own, called only when their fields are set or their
-	// algorithm needs them: V8 in Envoy compiles a function on its first call, so code for a
-	// field that a configuration does not use costs it no compile time at start-up.
+	// The parts for fields that most rules do not set (burst, variant, mode, max_delay,
+	// scope, adaptive) are functions of their own, called only when their fields are set or
+	// their algorithm needs them: V8 in Envoy compiles a function on its first call, so code
+	// for a field that a configuration does not use costs it no compile time at start-up.
+	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
 		valid = false
@@ -465,6 +532,56 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		valid = false
 	}
 
+	if options {
+		if !p.algorithmOptions(f, r, spec) {
+			valid = false
+		}
+	} else if spec.Accepts(algorithms.FieldVariant) {
+		p.variant(f, ac) // the default variant: without the field it cannot fail
+	}
+
+	// The limit is read before the adaptive section so that its type is checked even when
+	// the adaptive section is broken.
+	ln, lpath := f.get("limit")
+	var limit int64
+	if ln != nil {
+		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
+			limit = v
+		} else {
+			valid = false
+		}
+	}
+	if spec.Accepts(algorithms.FieldAdaptive) {
+		if !p.adaptiveLimit(f, ac, lpath, limit) {
+			return
+		}
+	} else {
+		if options && p.notFor(f, "adaptive", alg) {
+			valid = false
+		}
+		if ln == nil {
+			p.add(lpath, "required")
+			valid = false
+		}
+		ac.Limit = limit
+	}
+
+	if valid {
+		if fpath, msg := checkAlgorithm(r); msg != "" {
+			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
+		}
+	}
+}
+
+// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
+// (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
+// whether they are valid. A field that the algorithm does not use is a problem.
+//
+//go:noinline
+func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
+	ac := &r.Algorithm
+	alg := ac.Algorithm
+	valid := true
 	if spec.Accepts(algorithms.FieldBurst) {
 		if bn, bpath := f.get("burst"); bn != nil {
 			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
@@ -494,38 +611,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	if sn, spath := f.get("scope"); sn != nil {
 		p.scope(spath, sn, r, spec)
 	}
-
-	// The limit is read before the adaptive section so that its type is checked even when
-	// the adaptive section is broken.
-	ln, lpath := f.get("limit")
-	var limit int64
-	if ln != nil {
-		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
-			limit = v
-		} else {
-			valid = false
-		}
-	}
-	if spec.Accepts(algorithms.FieldAdaptive) {
-		if !p.adaptiveLimit(f, ac, lpath, limit) {
-			return
-		}
-	} else {
-		if p.notFor(f, "adaptive", alg) {
-			valid = false
-		}
-		if ln == nil {
-			p.add(lpath, "required")
-			valid = false
-		}
-		ac.Limit = limit
-	}
-
-	if valid {
-		if fpath, msg := checkAlgorithm(r); msg != "" {
-			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
-		}
-	}
+	return valid
 }
 
 // notFor reports a field that the rule's algorithm (or mode) does not use, and whether it
