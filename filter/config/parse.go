@@ -811,6 +811,51 @@ var keySources = []string{
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
 }
 
+// unusedBy reports the key part's field when it is set, as not used by source s, and
+// whether it was set.
+//
+//go:noinline
+func (p *parser) unusedBy(f fields, field, s string) bool {
+	fn, fpath := f.get(field)
+	if fn == nil {
+		return false
+	}
+	p.add(fpath, "not used by source "+strconv.Quote(s))
+	return true
+}
+
+// The fields a key part of each source reads (see keyPartUses).
+var (
+	clientIPPartFields = []string{"source", "default", "ipv4_prefix", "ipv6_prefix"}
+	namedPartFields    = []string{"source", "name", "default", "on_duplicate"}
+	constPartFields    = []string{"source", "value"}
+	otherPartFields    = []string{"source", "default"}
+)
+
+// keyPartUses returns the fields that keyPart reads for a key part of source kind k;
+// keyPart reports any other it finds as not used by the source (TestKeyPartUses).
+func keyPartUses(k sourceKind) []string {
+	switch k {
+	case kindClientIP:
+		return clientIPPartFields
+	case kindHeader, kindQuery:
+		return namedPartFields
+	case kindConst:
+		return constPartFields
+	}
+	return otherPartFields
+}
+
+// onlyMembers reports whether every member of object n is named in names.
+func onlyMembers(n *node, names []string) bool {
+	for _, m := range n.members {
+		if !contains(names, m.key) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *parser) key(path string, n *node) []KeyPart {
 	elems, ok := p.array(path, n, 0, MaxKeyParts)
 	if !ok {
@@ -842,20 +887,20 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	kp.Source = Source(s)
 	valid := true
-	unused := func(field string) {
-		if fn, fpath := f.get(field); fn != nil {
-			p.add(fpath, "not used by source "+strconv.Quote(s))
-			valid = false
-		}
-	}
+	// The branches below switch on the source's kind, an integer, not on Source: each string
+	// comparison is a call in the Wasm module. A key part that sets only fields its source
+	// reads (the common case) skips the checks for the others: V8 in Envoy compiles a
+	// function on its first call, and unusedBy is one.
+	kind := kindOf(kp.Source)
+	strict := !onlyMembers(n, keyPartUses(kind))
+	named := kind == kindHeader || kind == kindQuery
 
-	switch kp.Source {
-	case SourceHeader, SourceQuery:
+	if named {
 		nn, npath := f.get("name")
 		if nn == nil {
 			p.add(npath, "required for source "+strconv.Quote(s))
 			valid = false
-		} else if kp.Source == SourceHeader {
+		} else if kind == kindHeader {
 			kp.Name, ok = p.headerName(npath, nn)
 			valid = valid && ok
 		} else if name, ok := p.str(npath, nn, 256); !ok {
@@ -866,11 +911,11 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 		} else {
 			kp.Name = name
 		}
-	default:
-		unused("name")
+	} else if strict && p.unusedBy(f, "name", s) {
+		valid = false
 	}
 
-	if kp.Source == SourceConst {
+	if kind == kindConst {
 		vn, vpath := f.get("value")
 		if vn == nil {
 			p.add(vpath, `required for source "const"`)
@@ -884,7 +929,9 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			valid = false
 		}
 	} else {
-		unused("value")
+		if strict && p.unusedBy(f, "value", s) {
+			valid = false
+		}
 		if dn, dpath := f.get("default"); dn != nil {
 			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
@@ -894,17 +941,17 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 		}
 	}
 
-	if kp.Source == SourceHeader || kp.Source == SourceQuery {
+	if named {
 		kp.OnDuplicate = DuplicateReject
 		if dn, dpath := f.get("on_duplicate"); dn != nil {
 			d, ok := p.enum(dpath, dn, duplicates...)
 			kp.OnDuplicate, valid = Duplicate(d), valid && ok
 		}
-	} else {
-		unused("on_duplicate")
+	} else if strict && p.unusedBy(f, "on_duplicate", s) {
+		valid = false
 	}
 
-	if kp.Source == SourceClientIP {
+	if kind == kindClientIP {
 		if pn, ppath := f.get("ipv4_prefix"); pn != nil {
 			kp.IPv4Prefix, ok = p.intField(ppath, pn, 1, 32)
 			valid = valid && ok
@@ -913,9 +960,13 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.IPv6Prefix, ok = p.intField(ppath, pn, 1, 128)
 			valid = valid && ok
 		}
-	} else {
-		unused("ipv4_prefix")
-		unused("ipv6_prefix")
+	} else if strict {
+		if p.unusedBy(f, "ipv4_prefix", s) {
+			valid = false
+		}
+		if p.unusedBy(f, "ipv6_prefix", s) {
+			valid = false
+		}
 	}
 	return kp, valid
 }
