@@ -124,7 +124,10 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		logInvalid(err)
 		return types.OnPluginStartStatusFailed
 	}
-	abi.LogInfo("ratelimit: configured " + strconv.Itoa(len(p.rules)) + " rules")
+	// strconv.AppendInt, which configure runs anyway, rather than strconv.Itoa, whose code V8
+	// in Envoy would compile in every VM's start for this line alone.
+	var buf [20]byte
+	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
 	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
 	return types.OnPluginStartStatusOK
 }

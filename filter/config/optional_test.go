@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -73,6 +74,26 @@ func TestOptionReadersRun(t *testing.T) {
 		_, err := Parse([]byte(cfg))
 		if err == nil || !strings.Contains(err.Error(), "rules[0]."+f) {
 			t.Errorf("%s set to %s: err %v, want a problem at rules[0].%s", f, bad, err, f)
+		}
+	}
+}
+
+// TestSmallIntegerAgrees checks that smallInteger, integer's fast path, reads every string
+// it accepts as strconv.ParseInt does, and accepts the plain digit strings that fit it.
+func TestSmallIntegerAgrees(t *testing.T) {
+	for _, s := range []string{
+		"0", "1", "7", "10", "007", "1000000000", "123456789012345678", "999999999999999999",
+		"1234567890123456789", "9223372036854775807", "9223372036854775808", "-1", "+1", "",
+		"1.5", "1e3", "12a", " 1", "٣",
+	} {
+		v, ok := smallInteger(s)
+		want, err := strconv.ParseInt(s, 10, 64)
+		if ok && (err != nil || v != want) {
+			t.Errorf("smallInteger(%q) = %d, ParseInt: %d, %v", s, v, want, err)
+		}
+		plain := len(s) >= 1 && len(s) <= 18 && strings.Trim(s, "0123456789") == ""
+		if ok != plain {
+			t.Errorf("smallInteger(%q) ok = %v, want %v", s, ok, plain)
 		}
 	}
 }

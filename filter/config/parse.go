@@ -58,6 +58,21 @@ func hasPrintableASCII(data []byte) bool {
 	return false
 }
 
+// keyGroup returns the key group of the first of rules whose key is key, or group when none
+// is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
+// of config's line it is compiled by V8 in Envoy, which compiles a function on its first
+// call, only for a configuration of more than one rule.
+//
+//go:noinline
+func keyGroup(rules []*Rule, key []KeyPart, group int) int {
+	for _, prev := range rules {
+		if slices.Equal(prev.Key, key) {
+			return prev.keyGroup
+		}
+	}
+	return group
+}
+
 var topLevelFields = []string{
 	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
 	"deny", "max_keys", "redis", "rules",
@@ -130,11 +145,8 @@ func (p *parser) config(root *node) *Config {
 		}
 		r.setSourceKinds()
 		r.keyGroup = i + 1
-		for _, prev := range c.Rules {
-			if slices.Equal(prev.Key, r.Key) {
-				r.keyGroup = prev.keyGroup
-				break
-			}
+		if len(c.Rules) > 0 {
+			r.keyGroup = keyGroup(c.Rules, r.Key, r.keyGroup)
 		}
 		c.Rules = append(c.Rules, r)
 	}
