@@ -497,14 +497,25 @@ func statName(metric, rule string, labels ...string) string {
 	return n
 }
 
-// defineCounter defines the counter called name and appends the error (nil on success) to
-// errs, for errors.Join.
+// defineCounter defines the counter called name and appends the error, if any, to errs, for
+// errors.Join (which drops nil errors, so appending only the others changes no message and
+// spares a valid configuration the appends).
 //
 //go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	m, err := abi.DefineCounterMetric(name)
-	*errs = append(*errs, err)
+	if err != nil {
+		*errs = append(*errs, err)
+	}
 	return m
+}
+
+// joinErrors is errors.Join out of line: the metric definitions call it only when a
+// definition failed, and V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func joinErrors(errs []error) error {
+	return errors.Join(errs...)
 }
 
 // ruleCounters are the names of a rule's counters that every rule has, in the order
@@ -553,10 +564,11 @@ func (rs *ruleState) defineMetrics() error {
 		*m = defineRuleCounter(ruleCounters[i].metric, name, ruleCounters[i].decision, &errs)
 	}
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
-	errs = append(errs, err)
 	rs.m.slotsUsed = g
 	if err == nil {
 		g.Record(int64(rs.table.Used()))
+	} else {
+		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
 	if rs.lease != nil {
@@ -568,7 +580,10 @@ func (rs *ruleState) defineMetrics() error {
 	if rs.adaptive != nil {
 		errs = rs.defineAdaptiveMetrics(errs)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return joinErrors(errs)
 }
 
 // defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending
