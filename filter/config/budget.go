@@ -90,18 +90,34 @@ func tableCost(domain string, r *Rule) TableCost {
 
 // budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:
 // each rule may be reasonable alone while their sum is not.
+//
+// It only sums the costs; the report of a configuration over budget is made by overBudget,
+// out of line: V8 in Envoy compiles a function on its first call, and every configuration
+// runs budget.
 func (p *parser) budget(path string, c *Config) {
+	var vm, shared int64
+	for _, r := range c.Rules {
+		tc := tableCost(c.Domain, r)
+		vm += tc.VMBytes
+		shared += tc.SharedBytes
+	}
+	if vm > maxVMTableBytes || shared > maxSharedDataBytes {
+		p.overBudget(path, c, vm, shared)
+	}
+}
+
+// overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
+// and shared bytes in Envoy's shared data, each with its largest tables (see budget).
+//
+//go:noinline
+func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	type cost struct {
 		index int
 		TableCost
 	}
 	costs := make([]cost, 0, len(c.Rules))
-	var vm, shared int64
 	for _, r := range c.Rules {
-		tc := tableCost(c.Domain, r)
-		costs = append(costs, cost{r.Index, tc})
-		vm += tc.VMBytes
-		shared += tc.SharedBytes
+		costs = append(costs, cost{r.Index, tableCost(c.Domain, r)})
 	}
 	report := func(total, budget int64, where string, of func(cost) int64) {
 		sorted := append([]cost(nil), costs...)
