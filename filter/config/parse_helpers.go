@@ -49,6 +49,15 @@ func (p *parser) result() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
+	return p.problems()
+}
+
+// problems returns the collected problems, of which there are some, as an error. It is out
+// of result's line: V8 in Envoy compiles a function on its first call, and a valid
+// configuration has no problem.
+//
+//go:noinline
+func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
 		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
@@ -187,20 +196,29 @@ func (p *parser) boolean(path string, n *node) (bool, bool) {
 // integer reads an integer in [lo, hi]. JSON numbers with a fraction or exponent are
 // rejected rather than rounded: "1.5 requests" is a mistake worth hearing about.
 //
-// The fraction and exponent are looked for with strings.IndexByte, which the module runs from
-// its start anyway, rather than strings.ContainsAny, and the range message is made out of
-// line: V8 in Envoy compiles a function on its first call, and every configuration reads an
-// integer.
+// A plain integer in range (up to 18 digits, see smallInteger) is read here; anything else,
+// including every problem, by anyInteger, out of line: V8 in Envoy compiles a function on its
+// first call, and every configuration reads an integer. anyInteger looks for the fraction and
+// exponent with strings.IndexByte, which the module runs from its start anyway, rather than
+// strings.ContainsAny, and makes the range message out of line too.
 func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
+	if v, ok := smallInteger(n.s); ok && n.kind == kindNumber && v >= lo && v <= hi {
+		return v, true
+	}
+	return p.anyInteger(path, n, lo, hi)
+}
+
+// anyInteger is integer for any value other than a plain integer in range: an integer of
+// more digits or in another form, or a problem to report. It is out of integer's line (see
+// smallInteger).
+//
+//go:noinline
+func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	if n.kind != kindNumber || strings.IndexByte(n.s, '.') >= 0 || strings.IndexByte(n.s, 'e') >= 0 || strings.IndexByte(n.s, 'E') >= 0 {
 		p.wrongType(path, "an integer", n)
 		return 0, false
 	}
-	v, ok := smallInteger(n.s)
-	var err error
-	if !ok {
-		v, err = strconv.ParseInt(n.s, 10, 64)
-	}
+	v, err := strconv.ParseInt(n.s, 10, 64)
 	if err != nil || v < lo || v > hi {
 		p.outOfRange(path, n, lo, hi)
 		return 0, false
