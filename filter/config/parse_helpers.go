@@ -91,12 +91,6 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 	}
 	for _, m := range n.members {
 		if !contains(known, m.key) {
-			if p.full() {
-				// The problem would not be reported; skip the edit distances, which for
-				// an object of 80,000 unknown keys would cost seconds.
-				p.dropped++
-				continue
-			}
 			p.unknownField(path, m.key, known)
 		}
 	}
@@ -109,6 +103,12 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 //
 //go:noinline
 func (p *parser) unknownField(path, key string, known []string) {
+	if p.full() {
+		// The problem would not be reported; skip the edit distances, which for an object
+		// of 80,000 unknown keys would cost seconds.
+		p.dropped++
+		return
+	}
 	msg := "unknown field"
 	if s := suggest(key, known); s != "" {
 		msg += " (did you mean " + strconv.Quote(s) + "?)"
@@ -178,10 +178,18 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 		return "", false
 	}
 	if len(n.s) > maxLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(n.s), maxLen)
+		p.tooLong(path, len(n.s), maxLen)
 		return "", false
 	}
 	return n.s, true
+}
+
+// tooLong reports a string of n bytes, at path, longer than maxLen (out of str's line, see
+// wrongType).
+//
+//go:noinline
+func (p *parser) tooLong(path string, n, maxLen int) {
+	p.addf(path, "is %d bytes long; the maximum is %d", n, maxLen)
 }
 
 // boolean reads true or false.
@@ -417,16 +425,24 @@ func isToken(s string) bool {
 // valid configure does not make V8 compile strings.ToLower and its Unicode path (see
 // TestLowerASCII).
 func lowerASCII(s string) string {
-	upper := false
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= utf8.RuneSelf {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return lowerSlow(s)
+		}
+	}
+	return s
+}
+
+// lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
+// its line: V8 in Envoy compiles a function on its first call, and names in configurations
+// are nearly always lower-case already.
+//
+//go:noinline
+func lowerSlow(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
 			return strings.ToLower(s)
 		}
-		upper = upper || ('A' <= c && c <= 'Z')
-	}
-	if !upper {
-		return s
 	}
 	b := []byte(s)
 	for i, c := range b {
@@ -447,10 +463,18 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	}
 	name := lowerASCII(s)
 	if !isToken(strings.TrimPrefix(name, ":")) {
-		p.add(path, quote(s)+" is not a valid header name")
+		p.badHeaderName(path, s)
 		return "", false
 	}
 	return name, true
+}
+
+// badHeaderName reports s, at path, as no valid header name (out of headerName's line, see
+// wrongType).
+//
+//go:noinline
+func (p *parser) badHeaderName(path, s string) {
+	p.add(path, quote(s)+" is not a valid header name")
 }
 
 // isFieldValue reports whether s may be sent as an HTTP field value: no control
