@@ -308,7 +308,16 @@ func (d *decoder) str() (string, error) {
 	if plain {
 		return string(d.data[start+1 : d.pos-1]), nil
 	}
-	b, ok := unquoteBytes(d.data[start:d.pos])
+	return unquoteString(d.data[start:d.pos])
+}
+
+// unquoteString decodes a quoted string with escapes or non-ASCII bytes (see str), out of
+// str's line: V8 in Envoy compiles a function on its first call, and the strings of most
+// configurations are plain.
+//
+//go:noinline
+func unquoteString(quoted []byte) (string, error) {
+	b, ok := unquoteBytes(quoted)
 	if !ok {
 		// The scanner accepted the string, so this cannot happen; say so rather than panic.
 		return "", errors.New("a string the syntax check accepted could not be unquoted")
@@ -400,10 +409,7 @@ func shorten(s string) string {
 // in brackets and quoted, so that a path is never ambiguous.
 func joinKey(path, key string) string {
 	if len(key) > 64 || !isPlainKey(key) {
-		// quote shortens a key longer than 64 bytes, so that a path (and the error message
-		// it is part of) stays short whatever key a document holds. No field name is that
-		// long, so the shortened form only ever names a key that is reported as unknown.
-		return path + "[" + quote(key) + "]"
+		return joinQuotedKey(path, key)
 	}
 	if path == "" {
 		return key
@@ -415,6 +421,17 @@ func joinKey(path, key string) string {
 // into a buffer on the stack, not with strconv.Itoa: the filter runs AppendInt while it
 // configures anyway, and V8 in Envoy compiles each function on its first call, so Itoa's
 // own code would be compiled in every VM's configure for the paths alone.
+// joinQuotedKey is joinKey for a key that is not a plain identifier, out of its line: V8 in
+// Envoy compiles a function on its first call, and every field name is plain.
+//
+//go:noinline
+func joinQuotedKey(path, key string) string {
+	// quote shortens a key longer than 64 bytes, so that a path (and the error message it is
+	// part of) stays short whatever key a document holds. No field name is that long, so the
+	// shortened form only ever names a key that is reported as unknown.
+	return path + "[" + quote(key) + "]"
+}
+
 func joinIndex(path string, i int) string {
 	var buf [20]byte
 	return path + "[" + string(strconv.AppendInt(buf[:0], int64(i), 10)) + "]"
