@@ -134,14 +134,6 @@ func (p *parser) config(root *node) *Config {
 	if !ok {
 		return c
 	}
-	// The first rule of each flat name, searched linearly: at most MaxRules names, and no map
-	// (whose construction is code V8 would compile in every VM's configure for this alone).
-	type named struct {
-		flat  string
-		index int
-		name  string
-	}
-	names := make([]named, 0, len(elems))
 	firstGlobal := -1
 	for i, e := range elems {
 		rpath := joinIndex(path, i)
@@ -150,23 +142,8 @@ func (p *parser) config(root *node) *Config {
 			continue
 		}
 		r.Index = i
-		if r.Name != "" {
-			// Metric labels keep rule names apart, but a Prometheus that reads Envoy's stats
-			// without its tag extraction sees flat names, where '.', '-' and '_' are one
-			// character: two such names would share their metrics.
-			flat := flatName(r.Name)
-			prev := -1
-			for j := range names {
-				if names[j].flat == flat {
-					prev = j
-					break
-				}
-			}
-			if prev >= 0 {
-				p.duplicateName(rpath, r.Name, names[prev].index, names[prev].name)
-			} else {
-				names = append(names, named{flat, i, r.Name})
-			}
+		if r.Name != "" && len(c.Rules) > 0 {
+			p.checkName(rpath, r.Name, c.Rules)
 		}
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
 			firstGlobal = i
@@ -383,18 +360,45 @@ var algorithmNames = func() []string {
 	return names
 }()
 
-// flatName is a rule name as a Prometheus that reads Envoy's stats without tag extraction
-// sees it in a metric name: '.' and '-' become '_'. Rule names are ASCII (see isName), so a
-// byte loop does what strings.Map would, without the rune decoding V8 would compile for it on
-// every configure.
-func flatName(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		if c == '.' || c == '-' {
-			b[i] = '_'
+// checkName reports the name of the rule at rpath when an earlier rule of rules has the same
+// name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
+// but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
+// '.', '-' and '_' are one character: two such names would share their metrics. The earlier
+// rules are searched linearly (at most MaxRules, comparing without allocating), and out of
+// config's line: V8 in Envoy compiles a function on its first call, and a configuration of
+// one rule has no earlier rule.
+//
+//go:noinline
+func (p *parser) checkName(rpath, name string, rules []*Rule) {
+	for _, prev := range rules {
+		if prev.Name != "" && sameFlat(prev.Name, name) {
+			p.duplicateName(rpath, name, prev.Index, prev.Name)
+			return
 		}
 	}
-	return string(b)
+}
+
+// sameFlat reports whether rule names a and b are the same as a Prometheus that reads Envoy's
+// stats without tag extraction sees them in a metric name, where '.' and '-' become '_'. Rule
+// names are ASCII (see isName), so comparing bytes does what comparing strings.Map's results
+// would.
+func sameFlat(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '.' || x == '-' {
+			x = '_'
+		}
+		if y == '.' || y == '-' {
+			y = '_'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // ruleOptionFields are the rule's fields other than its name, key, continue and algorithm
