@@ -453,7 +453,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		if isName(s) {
 			r.Name = s
 		} else {
-			p.add(npath, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+			p.badName(npath, s)
 		}
 	}
 	if options {
@@ -476,6 +476,14 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		p.ruleAttachments(f, r)
 	}
 	return r
+}
+
+// badName reports s, at path, as no valid name (out of rule's line, like the readers of
+// options).
+//
+//go:noinline
+func (p *parser) badName(path, s string) {
+	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
@@ -612,9 +620,17 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 	if valid {
 		if fpath, msg := checkAlgorithm(r); msg != "" {
-			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
+			p.addAt(path, fpath, msg)
 		}
 	}
+}
+
+// addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
+// of algorithm's line.
+//
+//go:noinline
+func (p *parser) addAt(path, fpath, msg string) {
+	p.add(path+"."+fpath, msg)
 }
 
 // algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
@@ -855,6 +871,30 @@ var keySources = []string{
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
 }
 
+// requiredFor reports the missing name of a key part of source s at path. Like queryName, it
+// is out of keyPart's line: V8 in Envoy compiles a function on its first call, and most key
+// parts that have a name are headers that name it.
+//
+//go:noinline
+func (p *parser) requiredFor(path, s string) {
+	p.add(path, "required for source "+strconv.Quote(s))
+}
+
+// queryName reads the name of a query parameter, at path, which must not be empty.
+//
+//go:noinline
+func (p *parser) queryName(path string, n *node) (string, bool) {
+	name, ok := p.str(path, n, 256)
+	if !ok {
+		return "", false
+	}
+	if name == "" {
+		p.add(path, "must not be empty")
+		return "", false
+	}
+	return name, true
+}
+
 // unusedBy reports the key part's field when it is set, as not used by source s, and
 // whether it was set.
 //
@@ -942,18 +982,14 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	if named {
 		nn, npath := f.get("name")
 		if nn == nil {
-			p.add(npath, "required for source "+strconv.Quote(s))
+			p.requiredFor(npath, s)
 			valid = false
 		} else if kind == kindHeader {
 			kp.Name, ok = p.headerName(npath, nn)
 			valid = valid && ok
-		} else if name, ok := p.str(npath, nn, 256); !ok {
-			valid = false
-		} else if name == "" {
-			p.add(npath, "must not be empty")
-			valid = false
 		} else {
-			kp.Name = name
+			kp.Name, ok = p.queryName(npath, nn)
+			valid = valid && ok
 		}
 	} else if strict && p.unusedBy(f, "name", s) {
 		valid = false
