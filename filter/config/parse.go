@@ -871,6 +871,28 @@ var keySources = []string{
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
 }
 
+// constValue reads the value of a key part of source "const" into kp, and reports whether it
+// is valid; a const part has no default. It is out of keyPart's line, like queryName.
+//
+//go:noinline
+func (p *parser) constValue(f fields, kp *KeyPart) bool {
+	valid := true
+	vn, vpath := f.get("value")
+	if vn == nil {
+		p.add(vpath, `required for source "const"`)
+		valid = false
+	} else {
+		var ok bool
+		kp.Value, ok = p.str(vpath, vn, maxStringLen)
+		valid = ok
+	}
+	if dn, dpath := f.get("default"); dn != nil {
+		p.add(dpath, `not used by source "const": a constant is never missing`)
+		valid = false
+	}
+	return valid
+}
+
 // requiredFor reports the missing name of a key part of source s at path. Like queryName, it
 // is out of keyPart's line: V8 in Envoy compiles a function on its first call, and most key
 // parts that have a name are headers that name it.
@@ -996,16 +1018,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 
 	if kind == kindConst {
-		vn, vpath := f.get("value")
-		if vn == nil {
-			p.add(vpath, `required for source "const"`)
-			valid = false
-		} else {
-			kp.Value, ok = p.str(vpath, vn, maxStringLen)
-			valid = valid && ok
-		}
-		if dn, dpath := f.get("default"); dn != nil {
-			p.add(dpath, `not used by source "const": a constant is never missing`)
+		if !p.constValue(f, &kp) {
 			valid = false
 		}
 	} else {

@@ -252,6 +252,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).unusedBy",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).requiredFor",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).queryName",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).constValue",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.checkCost",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).badName",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).addAt",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).duplicate",
