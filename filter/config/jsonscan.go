@@ -151,12 +151,14 @@ func stateBeginValue(s *scanner, c byte) int {
 		return scanSkipSpace
 	}
 	switch c {
-	case '{':
-		s.step = stateBeginStringOrEmpty
-		return s.pushParseState(c, parseObjectKey, scanBeginObject)
-	case '[':
-		s.step = stateBeginValueOrEmpty
-		return s.pushParseState(c, parseArrayValue, scanBeginArray)
+	case '{', '[':
+		// One inlined pushParseState for both, not one each (see stateEndValue).
+		step, ps, op := stateBeginStringOrEmpty, parseObjectKey, scanBeginObject
+		if c == '[' {
+			step, ps, op = stateBeginValueOrEmpty, parseArrayValue, scanBeginArray
+		}
+		s.step = step
+		return s.pushParseState(c, ps, op)
 	case '"':
 		s.step = stateInString
 		return scanBeginLiteral
