@@ -227,7 +227,9 @@ func stateEndValue(s *scanner, c byte) int {
 	ps := s.parseState[n-1]
 	// The context of an error is chosen in the switch and reported by one call: each call site
 	// is code that V8 in Envoy compiles with this state in every VM's configure.
+	// The end of an object or array pops the parse state at one place, for the same reason.
 	var context string
+	end := -1
 	switch ps {
 	case parseObjectKey:
 		if c == ':' {
@@ -243,20 +245,24 @@ func stateEndValue(s *scanner, c byte) int {
 			return scanObjectValue
 		}
 		if c == '}' {
-			s.popParseState()
-			return scanEndObject
+			end = scanEndObject
+		} else {
+			context = "after object key:value pair"
 		}
-		context = "after object key:value pair"
 	case parseArrayValue:
 		if c == ',' {
 			s.step = stateBeginValue
 			return scanArrayValue
 		}
 		if c == ']' {
-			s.popParseState()
-			return scanEndArray
+			end = scanEndArray
+		} else {
+			context = "after array element"
 		}
-		context = "after array element"
+	}
+	if end >= 0 {
+		s.popParseState()
+		return end
 	}
 	return s.error(c, context)
 }
