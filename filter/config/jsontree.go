@@ -233,15 +233,12 @@ func (d *decoder) value(depth int) (*node, error) {
 			// The map of a large object is made and used by functions of their own, out of
 			// value's line: V8 in Envoy compiles a function on its first call, and no object
 			// of a valid configuration is that large.
-			if index != nil {
-				d.addIndexed(n, index, key, val)
+			if len(n.members) >= indexAfter {
+				index = d.addIndexed(n, index, key, val)
 			} else if n.lookup(key) != nil {
 				d.duplicate(key)
 			} else {
 				n.members = append(n.members, member{key: key, val: val})
-				if len(n.members) == indexAfter {
-					index = indexMembers(n)
-				}
 			}
 			d.segs = d.segs[:len(d.segs)-1]
 		}
@@ -352,17 +349,22 @@ func indexMembers(n *node) map[string]struct{} {
 	return index
 }
 
-// addIndexed adds the member key: val to object n, whose keys index holds, or reports the
-// key as a duplicate.
+// addIndexed adds the member key: val to object n, of indexAfter members or more, whose keys
+// index holds (nil: not made yet, then made here), or reports the key as a duplicate. It
+// returns the index.
 //
 //go:noinline
-func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) {
+func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) map[string]struct{} {
+	if index == nil {
+		index = indexMembers(n)
+	}
 	if _, seen := index[key]; seen {
 		d.dup(d.path(), key)
-		return
+		return index
 	}
 	n.members = append(n.members, member{key: key, val: val})
 	index[key] = struct{}{}
+	return index
 }
 
 // lookup returns the member named key, or nil. It is kept out of line: the parser and value
