@@ -313,7 +313,7 @@ func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (durat
 // [lo, hi]. It is out of duration's line (see wrongType).
 //
 //go:noinline
-func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
+func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
 		return
