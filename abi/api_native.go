@@ -143,6 +143,9 @@ func GetPropertyString(path []string) (string, error) {
 	return string(b), err
 }
 
+// GetPropertyPath reads a host property as a string.
+func GetPropertyPath(path PropertyPath) (string, error) { return GetPropertyString(path.segments) }
+
 // MetricCounter is a host counter metric.
 type MetricCounter struct{ m proxywasm.MetricCounter }
 

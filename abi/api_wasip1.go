@@ -257,6 +257,18 @@ func GetPropertyString(path []string) (string, error) {
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
+// GetPropertyPath reads a host property as a string, like GetPropertyString, from a path
+// encoded once (see PropertyPath) rather than on every read.
+func GetPropertyPath(path PropertyPath) (string, error) {
+	st := hostGetProperty(stringPtr(path.encoded), uint32(len(path.encoded)), &retAddr, &retSize)
+	if st != statusOK {
+		return "", readFailed(st)
+	}
+	b := take(retAddr, retSize)
+	// The bytes belong to this call alone, so the string shares them instead of copying.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
 // two, as it also reads the monotonic clock (and links package time into the module). Should
 // the host fail the call (Envoy's never does for the real-time clock), the last good reading

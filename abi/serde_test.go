@@ -53,3 +53,12 @@ func TestEncodePath(t *testing.T) {
 	require.Equal(t, "xds\x00route_name", string(appendPath(nil, []string{"xds", "route_name"})))
 	require.Empty(t, appendPath(nil, nil))
 }
+
+// TestNewPropertyPath pins both forms of a property path: the encoded one is what the wasip1
+// build hands proxy_get_property, the segments what the native build reads.
+func TestNewPropertyPath(t *testing.T) {
+	p := NewPropertyPath("source", "address")
+	require.Equal(t, "source\x00address", p.encoded)
+	require.Equal(t, []string{"source", "address"}, p.segments)
+	require.Empty(t, NewPropertyPath().encoded)
+}

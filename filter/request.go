@@ -185,7 +185,7 @@ func (r *request) SourceAddress() string {
 }
 
 // property reads a host property into *dst the first time bit is asked for.
-func (r *request) property(bit uint8, dst *string, path []string) string {
+func (r *request) property(bit uint8, dst *string, path abi.PropertyPath) string {
 	if r.fetched&bit == 0 {
 		r.fetched |= bit
 		*dst = property(path)
@@ -193,15 +193,16 @@ func (r *request) property(bit uint8, dst *string, path []string) string {
 	return *dst
 }
 
-// Property paths, allocated once.
+// Property paths, encoded once.
 var (
-	routeNamePath     = []string{"xds", "route_name"}
-	virtualHostPath   = []string{"xds", "virtual_host_name"}
-	sourceAddressPath = []string{"source", "address"}
+	routeNamePath     = abi.NewPropertyPath("xds", "route_name")
+	virtualHostPath   = abi.NewPropertyPath("xds", "virtual_host_name")
+	sourceAddressPath = abi.NewPropertyPath("source", "address")
 )
 
-func property(path []string) string {
-	v, err := abi.GetPropertyString(path)
+// property reads a host property; a property the host does not have reads as "".
+func property(path abi.PropertyPath) string {
+	v, err := abi.GetPropertyPath(path)
 	if err != nil {
 		return ""
 	}
