@@ -584,20 +584,22 @@ func (h *httpContext) noteResponse() {
 // when its answer arrives (see lateAnswer for what the answer still does).
 func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
-	if h.done {
-		// Envoy logs a stream once; a second call must not offer the context for reuse twice.
-		return
-	}
-	h.done = true
-	if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
-		h.settleStream()
-	}
-	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
-	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
-	// callout's callback, which may answer after the stream ended, and the shaping queue,
-	// which dequeue has just emptied of it: a context without either is the plugin's again.
-	if !h.calledOut && !h.queued {
-		h.plugin.recycleContext(h)
+	// Envoy logs a stream once; a second call must not offer the context for reuse twice.
+	// One return, not an early one for that case: the compiler writes the deferred call out
+	// at each return, and V8 in Envoy compiles this function on a VM's first request.
+	if !h.done {
+		h.done = true
+		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
+			h.settleStream()
+		}
+		// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+		// proxy_on_delete, which reach no filter code. What can still refer to the context is
+		// a callout's callback, which may answer after the stream ended, and the shaping
+		// queue, which dequeue has just emptied of it: a context without either is the
+		// plugin's again.
+		if !h.calledOut && !h.queued {
+			h.plugin.recycleContext(h)
+		}
 	}
 }
 
@@ -759,7 +761,7 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		d := tightest.decision
 		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 		for j, v := range legacy {
-			buf = strconv.AppendInt(buf, v, 10)
+			buf = appendInt(buf, v)
 			rh.ends[2+j] = int32(len(buf))
 		}
 		rh.set |= legacyHeaders
@@ -824,9 +826,18 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	dst = strconv.AppendInt(dst, d.Remaining, 10)
-	dst = append(dst, ";t="...)
-	return strconv.AppendInt(dst, ceilSeconds(int64(d.ResetAfter)), 10)
+	dst = append(appendInt(dst, d.Remaining), ";t="...)
+	return appendInt(dst, ceilSeconds(int64(d.ResetAfter)))
+}
+
+// appendInt appends the decimal form of v, as strconv.AppendInt(dst, v, 10) does. It is one
+// function for every number of the rate-limit headers rather than strconv.AppendInt inlined at
+// each: V8 in Envoy compiles a function on its first call, and every inlined copy would be
+// compiled again in each function of a VM's first request that renders a number.
+//
+//go:noinline
+func appendInt(dst []byte, v int64) []byte {
+	return strconv.AppendInt(dst, v, 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while
