@@ -327,24 +327,26 @@ func (h *httpContext) finish() types.Action {
 	shaping := false // an adaptive or shaping rule admitted the request
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		r := a.rs.rule
 		if !a.decided {
 			continue
 		}
+		// The rule's state is read through one local: each a.rs would be a load of its own,
+		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+		rs := a.rs
 		if a.local {
-			err := a.rs.table.Commit(&a.pending)
+			err := rs.table.Commit(&a.pending)
 			if a.pending.Retries > 0 {
-				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
+				rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Claimed && a.rs.stateTag == "" {
+			if a.pending.Claimed && rs.stateTag == "" {
 				// A slot was created: publish the rule's fill as the shared counter has it (an
 				// override's table, which has a state tag, is not the rule's: see slotsUsed).
-				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
+				rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
 				// Written, without a lease take: the decision stands (the common case).
 				a.decision = a.pending.Decision
-			} else if action, denied, skip := h.settleCommit(a, r, err); denied {
+			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
 				return action
 			} else if skip {
 				continue
@@ -356,12 +358,12 @@ func (h *httpContext) finish() types.Action {
 			}
 			continue
 		}
-		a.rs.m.allowed.Increment(1)
-		shaping = shaping || a.rs.adaptive != nil || a.rs.shape != nil
+		rs.m.allowed.Increment(1)
+		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
-	h.headers = renderRateLimitHeaders(h.d.applied, h.headers.values[:0])
+	h.headers.render(h.d.applied)
 	h.finished = true
 	// A shaping rule that admitted the request with a delay holds it until the latest release
 	// time among them; the tick resumes it.
@@ -722,28 +724,32 @@ type rateLimitHeaders struct {
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
 
-// renderRateLimitHeaders renders the response headers of an allowed request. The IETF draft
-// fields list every rule that applied, as the draft allows several policies; the legacy
-// X-RateLimit-* fields can hold one, so they describe the most restrictive rule (the one with
-// the least remaining). The values are built in buf, which the result then holds.
-func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
-	var rh rateLimitHeaders
+// render renders the response headers of an allowed request into rh, whose value buffer it
+// reuses. The IETF draft fields list every rule that applied, as the draft allows several
+// policies; the legacy X-RateLimit-* fields can hold one, so they describe the most
+// restrictive rule (the one with the least remaining). It renders in place, not into a new
+// rateLimitHeaders copied to the context: that copy moves a slice under the garbage
+// collector's write barrier, in code V8 in Envoy compiles on a VM's first request.
+func (rh *rateLimitHeaders) render(rules []applied) {
+	buf := rh.values[:0]
+	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
 	var tightest *applied
 	drafts := 0
 	for i := range rules {
 		a := &rules[i]
-		if !a.decided || !a.rs.showsHeaders() {
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() {
 			continue
 		}
-		a.decision = clampWaits(a.decision, a.rs.maxWait)
-		if a.rs.draft {
+		a.decision = clampWaits(a.decision, rs.maxWait)
+		if rs.draft {
 			if drafts > 0 {
 				buf = appendString(buf, ", ")
 			}
-			buf = a.rs.appendPolicy(buf)
+			buf = rs.appendPolicy(buf)
 			drafts++
 		}
-		if a.rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
+		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
 			tightest = a
 		}
 	}
@@ -753,21 +759,22 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		n := 0
 		for i := range rules {
 			a := &rules[i]
-			if !a.decided || !a.rs.showsHeaders() || !a.rs.draft {
+			rs := a.rs
+			if !a.decided || !rs.showsHeaders() || !rs.draft {
 				continue
 			}
 			if n > 0 {
 				buf = appendString(buf, ", ")
 			}
-			buf = appendRateLimitItemAfter(appendString(buf, a.rs.item), a.decision)
+			buf = appendRateLimitItemAfter(appendString(buf, rs.item), a.decision)
 			n++
 		}
 		rh.ends[1] = int32(len(buf))
 		rh.set |= draftHeaders
 	}
 	if tightest != nil {
-		// One call site for the three values, not three: each strconv.AppendInt is inlined,
-		// and V8 in Envoy compiles this function on every VM's first request.
+		// One call site for the three values, not three: V8 in Envoy compiles this function
+		// on every VM's first request.
 		d := tightest.decision
 		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 		for j, v := range legacy {
@@ -777,7 +784,6 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		rh.set |= legacyHeaders
 	}
 	rh.values = buf
-	return rh
 }
 
 // add adds the headers to the current response.
