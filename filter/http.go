@@ -89,6 +89,9 @@ func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
 	req.reset()
+	// Removing the shadow rules' request headers makes the filter read the header map again:
+	// each header's lines are then kept as first answered (see request.lines).
+	req.keepLines = len(p.shadowHeaders) > 0
 	p.matched = p.cfg.Match(req, p.matched[:0])
 	if len(p.shadowHeaders) > 0 {
 		p.removeShadowHeaders()
