@@ -4,6 +4,7 @@ package abi
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -144,7 +145,10 @@ func GetPropertyString(path []string) (string, error) {
 }
 
 // GetPropertyPath reads a host property as a string.
-func GetPropertyPath(path PropertyPath) (string, error) { return GetPropertyString(path.segments) }
+func GetPropertyPath(path PropertyPath) (string, error) { return GetPropertyString(path.segments()) }
+
+// segments returns the path's segments, as the SDK's host takes them.
+func (p PropertyPath) segments() []string { return strings.Split(string(p), "\x00") }
 
 // MetricCounter is a host counter metric.
 type MetricCounter struct{ m proxywasm.MetricCounter }

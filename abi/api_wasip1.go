@@ -243,9 +243,9 @@ func GetPropertyString(path []string) (string, error) {
 }
 
 // GetPropertyPath reads a host property as a string, like GetPropertyString, from a path
-// encoded once (see PropertyPath) rather than on every read.
+// already encoded (see PropertyPath) rather than encoded on every read.
 func GetPropertyPath(path PropertyPath) (string, error) {
-	b, err := read(hostGetProperty(stringPtr(path.encoded), uint32(len(path.encoded)), &retAddr, &retSize))
+	b, err := read(hostGetProperty(stringPtr(string(path)), uint32(len(path)), &retAddr, &retSize))
 	// The bytes belong to this call alone, so the string shares them instead of copying.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }

@@ -111,19 +111,12 @@ func appendPath(buf []byte, path []string) []byte {
 	return buf
 }
 
-// PropertyPath is a host property's path, such as {"source", "address"}, made once (see
-// NewPropertyPath) in both the forms a read needs: the segments, and the segments joined with
-// NUL bytes as proxy_get_property takes them. A path built per read would be encoded per read,
-// in code V8 in Envoy compiles on a VM's first request.
-type PropertyPath struct {
-	segments []string
-	encoded  string
-}
-
-// NewPropertyPath returns the property path of the given segments.
-func NewPropertyPath(segments ...string) PropertyPath {
-	return PropertyPath{segments: segments, encoded: string(appendPath(nil, segments))}
-}
+// PropertyPath is a host property's path, such as {"source", "address"}, in the form
+// proxy_get_property takes: the segments joined with NUL bytes ("source\x00address"). A
+// constant of this type is encoded by the compiler: a path encoded per read would be encoded
+// in code V8 in Envoy compiles on a VM's first request, and one encoded by a package variable's
+// initialiser would be encoded, and compiled, in _initialize.
+type PropertyPath string
 
 // HeaderMap is a request's whole header map as one proxy_get_header_map_pairs call returns
 // it, kept in the proxy-wasm map encoding: Lines and Joined answer lookups of any header from

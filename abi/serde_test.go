@@ -54,11 +54,10 @@ func TestEncodePath(t *testing.T) {
 	require.Empty(t, appendPath(nil, nil))
 }
 
-// TestNewPropertyPath pins both forms of a property path: the encoded one is what the wasip1
-// build hands proxy_get_property, the segments what the native build reads.
-func TestNewPropertyPath(t *testing.T) {
-	p := NewPropertyPath("source", "address")
-	require.Equal(t, "source\x00address", p.encoded)
-	require.Equal(t, []string{"source", "address"}, p.segments)
-	require.Empty(t, NewPropertyPath().encoded)
+// TestPropertyPath pins a property path's form: the segments joined as appendPath joins
+// them for proxy_get_property, which the native build splits back into the segments.
+func TestPropertyPath(t *testing.T) {
+	p := PropertyPath("source\x00address")
+	require.Equal(t, string(appendPath(nil, []string{"source", "address"})), string(p))
+	require.Equal(t, []string{"source", "address"}, p.segments())
 }

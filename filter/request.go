@@ -228,11 +228,11 @@ func (r *request) property(bit uint8, dst *string, path abi.PropertyPath) string
 	return *dst
 }
 
-// Property paths, encoded once.
-var (
-	routeNamePath     = abi.NewPropertyPath("xds", "route_name")
-	virtualHostPath   = abi.NewPropertyPath("xds", "virtual_host_name")
-	sourceAddressPath = abi.NewPropertyPath("source", "address")
+// Property paths, encoded by the compiler (see abi.PropertyPath).
+const (
+	routeNamePath     abi.PropertyPath = "xds\x00route_name"
+	virtualHostPath   abi.PropertyPath = "xds\x00virtual_host_name"
+	sourceAddressPath abi.PropertyPath = "source\x00address"
 )
 
 // property reads a host property; a property the host does not have reads as "".
