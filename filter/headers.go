@@ -71,7 +71,7 @@ func (rs *ruleState) appendPolicy(dst []byte) []byte {
 	if rs.adaptive != nil {
 		return rs.appendAdaptivePolicy(dst)
 	}
-	return appendString(dst, rs.policy)
+	return append(dst, rs.policy...)
 }
 
 // appendAdaptivePolicy is appendPolicy for an adaptive rule. It is kept out of appendPolicy's

@@ -747,7 +747,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		a.decision = clampWaits(a.decision, rs.maxWait)
 		if rs.draft {
 			if drafts > 0 {
-				buf = appendString(buf, ", ")
+				buf = append(buf, ", "...)
 			}
 			buf = rs.appendPolicy(buf)
 			drafts++
@@ -767,9 +767,9 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 				continue
 			}
 			if n > 0 {
-				buf = appendString(buf, ", ")
+				buf = append(buf, ", "...)
 			}
-			buf = appendRateLimitItemAfter(appendString(buf, rs.item), a.decision)
+			buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
 			n++
 		}
 		rh.ends[1] = int32(len(buf))
@@ -845,18 +845,8 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	dst = appendString(appendInt(dst, d.Remaining), ";t=")
+	dst = append(appendInt(dst, d.Remaining), ";t="...)
 	return appendInt(dst, ceilSeconds(int64(d.ResetAfter)))
-}
-
-// appendString appends s to dst. The rate-limit headers are rendered with it rather than with
-// append inlined at each part: V8 in Envoy compiles a function on its first call, and each
-// inlined append (its growth path and copy) would be compiled again in every function of a
-// VM's first request that renders a part.
-//
-//go:noinline
-func appendString(dst []byte, s string) []byte {
-	return append(dst, s...)
 }
 
 // appendInt appends the decimal form of v, as strconv.AppendInt(dst, v, 10) does. It is one
