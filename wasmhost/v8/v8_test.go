@@ -310,6 +310,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.queryCount",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendLongLen",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideLeased",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).appendAdaptivePolicy",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideLocal",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*request).cachedLines",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 	} {
