@@ -311,6 +311,7 @@ func setTickPeriod(rules []*ruleState) error {
 // allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
 // path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
 // copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
+//go:noinline
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
