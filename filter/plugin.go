@@ -311,6 +311,12 @@ func setTickPeriod(rules []*ruleState) error {
 // allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
 // path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
 // copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
+//
+// It is out of configure's line: inlined, it made configure larger than the two functions are
+// apart (Go's wasm backend saves configure's many live values around each call it adds), and
+// V8 compiles configure whole on a VM's first configuration.
+//
+//go:noinline
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {

@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"bytes"
 	"hash/maphash"
+	"sync/atomic"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
@@ -66,9 +67,36 @@ type digestEntry struct {
 const maxCachedKey = 128
 
 // NewDigestCache returns a cache of size entries (at least 1).
+//
+// The process's first cache of at most staticDigestEntries entries takes its entries from
+// static memory (staticDigest) instead of the Go heap; any later one allocates them.
 func NewDigestCache(size int) *DigestCache {
-	return &DigestCache{seed: maphash.MakeSeed(), entries: make([]digestEntry, max(size, 1))}
+	size = max(size, 1)
+	if size <= len(staticDigest) && staticDigestTaken.CompareAndSwap(false, true) {
+		return &DigestCache{seed: maphash.MakeSeed(), entries: staticDigest[:size]}
+	}
+	return &DigestCache{seed: maphash.MakeSeed(), entries: make([]digestEntry, size)}
 }
+
+// staticDigestEntries is the size of the static entries the process's first DigestCache
+// takes: the filter's cache size (1024 entries, 80 KB).
+const staticDigestEntries = 1024
+
+// staticDigest holds the entries of the process's first DigestCache (a VM's first
+// configuration) in the module's zeroed static data. On the Go heap, 80 KB is one large
+// object (above 32 KB) that does not fit in the pages a fresh VM's heap has free, so
+// allocating it grew the heap in proxy_on_configure: the runtime's large-object path and the
+// page allocator's slow path (mallocgcLarge, mcache.allocLarge, pageAlloc.find, the
+// scavenger), about 17 KB of code that V8 in Envoy compiles on first use, in a VM's start-up
+// (issue 14). Static, the entries cost the same memory and no allocation; without them a
+// plain configuration and its first requests allocate less than the heap has free
+// (TestV8ValidConfigureCompilesNoColdCode, TestV8FirstRequestGrowsNoMemory).
+var staticDigest [staticDigestEntries]digestEntry
+
+// staticDigestTaken is set once a cache has taken staticDigest: a later cache (a
+// reconfiguration, another plugin of the VM, a parallel test natively) allocates its own,
+// so that no two caches share entries.
+var staticDigestTaken atomic.Bool
 
 // Digest returns Digest(key), from the cache when key was seen recently. A nil cache computes
 // every digest.
