@@ -85,10 +85,36 @@ func queryCount(req Request, name string) int {
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
+	return r.walkKey(dst, req, true)
+}
+
+// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
+// that DuplicatePart does not refuse.
+func (r *Rule) keyAvailable(req Request) bool {
+	_, ok := r.walkKey(nil, req, false)
+	return ok
+}
+
+// walkKey is AppendKey when build is true and keyAvailable when it is false. The two are one
+// function because they must agree on what each source holds, and because V8 in Envoy
+// compiles a function on its first call: every request asks both, and one copy of the walk
+// over the key parts is compiled instead of two.
+func (r *Rule) walkKey(dst []byte, req Request, build bool) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
 		kp, k := &r.Key[i], r.keyKind(i)
+		if !build && kp.HasDefault {
+			continue
+		}
 		v, ip, st := kp.lookup(k, req, r.trustedHops)
+		if !build {
+			// A repeated header counts as present: the rule applies, and the request is
+			// refused by DuplicatePart rather than let through to later rules.
+			if st == partMissing {
+				return dst, false
+			}
+			continue
+		}
 		if st == partMissing && kp.HasDefault {
 			// The default is written as a constant part is: one call site of appendValue
 			// rather than a second copy of the writing here.
@@ -100,23 +126,6 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 		dst = kp.appendValue(k, dst, req, v, ip)
 	}
 	return dst, true
-}
-
-// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
-// that DuplicatePart does not refuse.
-func (r *Rule) keyAvailable(req Request) bool {
-	for i := range r.Key {
-		kp := &r.Key[i]
-		if kp.HasDefault {
-			continue
-		}
-		// A repeated header counts as present: the rule applies, and the request is refused
-		// by DuplicatePart rather than let through to later rules.
-		if _, _, st := kp.lookup(r.keyKind(i), req, r.trustedHops); st == partMissing {
-			return false
-		}
-	}
-	return true
 }
 
 // partState says what a request holds for one key part.
