@@ -4,6 +4,7 @@ package abi
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -142,6 +143,12 @@ func GetPropertyString(path []string) (string, error) {
 	b, err := proxywasm.GetProperty(path)
 	return string(b), err
 }
+
+// GetPropertyPath reads a host property as a string.
+func GetPropertyPath(path PropertyPath) (string, error) { return GetPropertyString(path.segments()) }
+
+// segments returns the path's segments, as the SDK's host takes them.
+func (p PropertyPath) segments() []string { return strings.Split(string(p), "\x00") }
 
 // MetricCounter is a host counter metric.
 type MetricCounter struct{ m proxywasm.MetricCounter }

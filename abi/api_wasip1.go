@@ -77,11 +77,7 @@ var errEmpty = errors.New("error status returned by host: empty")
 var retAddr, retSize, retCas uint32
 
 func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
-	st := hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &retAddr, &retSize)
-	if st != statusOK {
-		return nil, readFailed(st)
-	}
-	return take(retAddr, retSize), nil
+	return read(hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &retAddr, &retSize))
 }
 
 // GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
@@ -102,22 +98,18 @@ func SetEffectiveContext(contextID uint32) error {
 }
 
 func getMap(mapType uint32) ([][2]string, error) {
-	st := hostGetHeaderMapPairs(mapType, &retAddr, &retSize)
-	if st != statusOK {
-		return nil, readFailed(st)
+	b, err := read(hostGetHeaderMapPairs(mapType, &retAddr, &retSize))
+	if err != nil {
+		return nil, err
 	}
-	return decodeHeaders(take(retAddr, retSize)), nil
+	return decodeHeaders(b), nil
 }
 
 func getMapValue(mapType uint32, key string) (string, error) {
-	st := hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize)
-	if st != statusOK {
-		return "", readFailed(st)
-	}
-	b := take(retAddr, retSize)
+	b, err := read(hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize))
 	// The slice is owned by this call alone, so handing its bytes to a string without a copy
 	// is safe and saves an allocation on the hot path.
-	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
 // GetHttpRequestHeaders returns every request header, pseudo-headers included.
@@ -131,11 +123,8 @@ func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRe
 // full map anyway (a key header's lines, X-Forwarded-For) answers every other header read of
 // the request from the same bytes instead of asking the host again.
 func GetHttpRequestHeaderMap() (HeaderMap, error) {
-	st := hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize)
-	if st != statusOK {
-		return HeaderMap{}, readFailed(st)
-	}
-	return HeaderMap{take(retAddr, retSize)}, nil
+	b, err := read(hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize))
+	return HeaderMap{b}, err
 }
 
 // AddHttpRequestHeader appends a request header value.
@@ -223,11 +212,11 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 
 // GetSharedData reads a key of the VM-id-wide shared data with its CAS number.
 func GetSharedData(key string) ([]byte, uint32, error) {
-	st := hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas)
-	if st != statusOK {
-		return nil, 0, readFailed(st)
+	b, err := read(hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas))
+	if err != nil {
+		return nil, 0, err
 	}
-	return take(retAddr, retSize), retCas, nil
+	return b, retCas, nil
 }
 
 // SetSharedData writes a key if its CAS number is still cas (0: unconditionally); otherwise
@@ -243,17 +232,21 @@ var pathBuf []byte
 // GetProperty reads a host property such as {"xds", "route_name"}.
 func GetProperty(path []string) ([]byte, error) {
 	pathBuf = appendPath(pathBuf[:0], path)
-	st := hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize)
-	if st != statusOK {
-		return nil, readFailed(st)
-	}
-	return take(retAddr, retSize), nil
+	return read(hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
 }
 
 // GetPropertyString reads a host property as a string. The bytes belong to this call alone,
 // so the string shares them instead of copying.
 func GetPropertyString(path []string) (string, error) {
 	b, err := GetProperty(path)
+	return unsafe.String(unsafe.SliceData(b), len(b)), err
+}
+
+// GetPropertyPath reads a host property as a string, like GetPropertyString, from a path
+// already encoded (see PropertyPath) rather than encoded on every read.
+func GetPropertyPath(path PropertyPath) (string, error) {
+	b, err := read(hostGetProperty(stringPtr(string(path)), uint32(len(path)), &retAddr, &retSize))
+	// The bytes belong to this call alone, so the string shares them instead of copying.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 

@@ -50,6 +50,12 @@ type Spec struct {
 }
 
 // Accepts reports whether the algorithm accepts the optional field (a Field constant).
+//
+// It is kept out of line: validation and the config's parser ask it at a dozen places, and
+// its loop of string comparisons inlined at each is code that V8 in Envoy compiles in every
+// VM's configure.
+//
+//go:noinline
 func (s Spec) Accepts(field string) bool {
 	for _, f := range s.Fields {
 		if f == field {
@@ -239,6 +245,10 @@ func cfgErr(field, format string, args ...any) error {
 
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
 // naming it; the first problem found is reported.
+//
+// The constructors it calls are kept out of its line: V8 in Envoy compiles a function on its
+// first call, so a configuration compiles the constructors of the algorithms it uses, not an
+// inlined copy of each algorithm's allocation and set-up in New.
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
@@ -437,6 +447,15 @@ func checkExact(field, what, hint string, terms ...[2]int64) error {
 	if _, ok := sumProducts(terms...); ok {
 		return nil
 	}
+	return exactError(field, what, hint, terms)
+}
+
+// exactError is checkExact's error, out of its line: the filter checks every rule it
+// configures, V8 in Envoy compiles a function on its first call, and a valid configuration
+// never needs the estimate or its formatting.
+//
+//go:noinline
+func exactError(field, what, hint string, terms [][2]int64) error {
 	var est float64
 	for _, t := range terms {
 		est += float64(t[0]) * float64(t[1])

@@ -91,6 +91,9 @@ func newBucket(c Config) (bucket, error) {
 	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
 }
 
+// newTokenBucket is kept out of New's line (see New).
+//
+//go:noinline
 func newTokenBucket(c Config) (*TokenBucket, error) {
 	t := new(TokenBucket)
 	if err := t.init(c); err != nil {

@@ -89,6 +89,9 @@ func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
 	req.reset()
+	// Removing the shadow rules' request headers makes the filter read the header map again:
+	// each header's lines are then kept as first answered (see request.lines).
+	req.keepLines = len(p.shadowHeaders) > 0
 	p.matched = p.cfg.Match(req, p.matched[:0])
 	if len(p.shadowHeaders) > 0 {
 		p.removeShadowHeaders()
@@ -138,7 +141,16 @@ func (h *httpContext) decideRequest() types.Action {
 			}
 			continue
 		}
-		if deny := h.decideLocal(a, key, now, a.cost); deny {
+		// A rule without a lease block (most) is decided on the shared state directly: the
+		// dispatch in decideLocal is then a function V8 in Envoy need not compile on a VM's
+		// first request, and a call the request does not make.
+		var deny bool
+		if a.rs.lease == nil {
+			deny = h.decideShared(a, key, now, a.cost)
+		} else {
+			deny = h.decideLocal(a, key, now, a.cost)
+		}
+		if deny {
 			return h.deny(a.rs, a.decision)
 		}
 	}
@@ -230,8 +242,9 @@ func (h *httpContext) decideGlobal(now int64) types.Action {
 	return h.finish()
 }
 
-// decideLocal decides a rule on this proxy's shared data. It reports whether the request must
-// be denied now (an enforced denial, contention, or a store failure under failure_mode
+// decideLocal decides a rule on this proxy's shared data, from a lease block if the rule has
+// one (decideRequest calls decideShared directly for a rule without). It reports whether the
+// request must be denied now (an enforced denial, contention, or a store failure under failure_mode
 // "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
 	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
@@ -317,24 +330,26 @@ func (h *httpContext) finish() types.Action {
 	shaping := false // an adaptive or shaping rule admitted the request
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		r := a.rs.rule
 		if !a.decided {
 			continue
 		}
+		// The rule's state is read through one local: each a.rs would be a load of its own,
+		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+		rs := a.rs
 		if a.local {
-			err := a.rs.table.Commit(&a.pending)
+			err := rs.table.Commit(&a.pending)
 			if a.pending.Retries > 0 {
-				a.rs.m.casRetries.Increment(uint64(a.pending.Retries))
+				rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Claimed && a.rs.stateTag == "" {
+			if a.pending.Claimed && rs.stateTag == "" {
 				// A slot was created: publish the rule's fill as the shared counter has it (an
 				// override's table, which has a state tag, is not the rule's: see slotsUsed).
-				a.rs.m.slotsUsed.Record(int64(a.pending.Used))
+				rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
 				// Written, without a lease take: the decision stands (the common case).
 				a.decision = a.pending.Decision
-			} else if action, denied, skip := h.settleCommit(a, r, err); denied {
+			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
 				return action
 			} else if skip {
 				continue
@@ -346,12 +361,12 @@ func (h *httpContext) finish() types.Action {
 			}
 			continue
 		}
-		a.rs.m.allowed.Increment(1)
-		shaping = shaping || a.rs.adaptive != nil || a.rs.shape != nil
+		rs.m.allowed.Increment(1)
+		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
-	h.headers = renderRateLimitHeaders(h.d.applied, h.headers.values[:0])
+	h.headers.render(h.d.applied)
 	h.finished = true
 	// A shaping rule that admitted the request with a delay holds it until the latest release
 	// time among them; the tick resumes it.
@@ -584,20 +599,22 @@ func (h *httpContext) noteResponse() {
 // when its answer arrives (see lateAnswer for what the answer still does).
 func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
-	if h.done {
-		// Envoy logs a stream once; a second call must not offer the context for reuse twice.
-		return
-	}
-	h.done = true
-	if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
-		h.settleStream()
-	}
-	// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
-	// proxy_on_delete, which reach no filter code. What can still refer to the context is a
-	// callout's callback, which may answer after the stream ended, and the shaping queue,
-	// which dequeue has just emptied of it: a context without either is the plugin's again.
-	if !h.calledOut && !h.queued {
-		h.plugin.recycleContext(h)
+	// Envoy logs a stream once; a second call must not offer the context for reuse twice.
+	// One return, not an early one for that case: the compiler writes the deferred call out
+	// at each return, and V8 in Envoy compiles this function on a VM's first request.
+	if !h.done {
+		h.done = true
+		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
+			h.settleStream()
+		}
+		// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
+		// proxy_on_delete, which reach no filter code. What can still refer to the context is
+		// a callout's callback, which may answer after the stream ended, and the shaping
+		// queue, which dequeue has just emptied of it: a context without either is the
+		// plugin's again.
+		if !h.calledOut && !h.queued {
+			h.plugin.recycleContext(h)
+		}
 	}
 }
 
@@ -710,28 +727,32 @@ type rateLimitHeaders struct {
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
 
-// renderRateLimitHeaders renders the response headers of an allowed request. The IETF draft
-// fields list every rule that applied, as the draft allows several policies; the legacy
-// X-RateLimit-* fields can hold one, so they describe the most restrictive rule (the one with
-// the least remaining). The values are built in buf, which the result then holds.
-func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
-	var rh rateLimitHeaders
+// render renders the response headers of an allowed request into rh, whose value buffer it
+// reuses. The IETF draft fields list every rule that applied, as the draft allows several
+// policies; the legacy X-RateLimit-* fields can hold one, so they describe the most
+// restrictive rule (the one with the least remaining). It renders in place, not into a new
+// rateLimitHeaders copied to the context: that copy moves a slice under the garbage
+// collector's write barrier, in code V8 in Envoy compiles on a VM's first request.
+func (rh *rateLimitHeaders) render(rules []applied) {
+	buf := rh.values[:0]
+	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
 	var tightest *applied
 	drafts := 0
 	for i := range rules {
 		a := &rules[i]
-		if !a.decided || !a.rs.showsHeaders() {
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() {
 			continue
 		}
-		a.decision = clampWaits(a.decision, a.rs.maxWait)
-		if a.rs.draft {
+		a.decision = clampWaits(a.decision, rs.maxWait)
+		if rs.draft {
 			if drafts > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = a.rs.appendPolicy(buf)
+			buf = rs.appendPolicy(buf)
 			drafts++
 		}
-		if a.rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
+		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
 			tightest = a
 		}
 	}
@@ -741,31 +762,31 @@ func renderRateLimitHeaders(rules []applied, buf []byte) rateLimitHeaders {
 		n := 0
 		for i := range rules {
 			a := &rules[i]
-			if !a.decided || !a.rs.showsHeaders() || !a.rs.draft {
+			rs := a.rs
+			if !a.decided || !rs.showsHeaders() || !rs.draft {
 				continue
 			}
 			if n > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = appendRateLimitItemAfter(append(buf, a.rs.item...), a.decision)
+			buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
 			n++
 		}
 		rh.ends[1] = int32(len(buf))
 		rh.set |= draftHeaders
 	}
 	if tightest != nil {
-		// One call site for the three values, not three: each strconv.AppendInt is inlined,
-		// and V8 in Envoy compiles this function on every VM's first request.
+		// One call site for the three values, not three: V8 in Envoy compiles this function
+		// on every VM's first request.
 		d := tightest.decision
 		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 		for j, v := range legacy {
-			buf = strconv.AppendInt(buf, v, 10)
+			buf = appendInt(buf, v)
 			rh.ends[2+j] = int32(len(buf))
 		}
 		rh.set |= legacyHeaders
 	}
 	rh.values = buf
-	return rh
 }
 
 // add adds the headers to the current response.
@@ -824,9 +845,18 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	dst = strconv.AppendInt(dst, d.Remaining, 10)
-	dst = append(dst, ";t="...)
-	return strconv.AppendInt(dst, ceilSeconds(int64(d.ResetAfter)), 10)
+	dst = append(appendInt(dst, d.Remaining), ";t="...)
+	return appendInt(dst, ceilSeconds(int64(d.ResetAfter)))
+}
+
+// appendInt appends the decimal form of v, as strconv.AppendInt(dst, v, 10) does. It is one
+// function for every number of the rate-limit headers rather than strconv.AppendInt inlined at
+// each: V8 in Envoy compiles a function on its first call, and every inlined copy would be
+// compiled again in each function of a VM's first request that renders a number.
+//
+//go:noinline
+func appendInt(dst []byte, v int64) []byte {
+	return strconv.AppendInt(dst, v, 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while

@@ -117,14 +117,17 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	defer recoverTo("OnPluginStart", func() { status = types.OnPluginStartStatusFailed })
 	data, err := abi.GetPluginConfiguration()
 	if err != nil && size > 0 {
-		abi.LogCriticalf("ratelimit: reading the plugin configuration: %v", err)
+		logReadFailure(err)
 		return types.OnPluginStartStatusFailed
 	}
 	if err := p.configure(data); err != nil {
 		logInvalid(err)
 		return types.OnPluginStartStatusFailed
 	}
-	abi.LogInfo("ratelimit: configured " + strconv.Itoa(len(p.rules)) + " rules")
+	// strconv.AppendInt, which configure runs anyway, rather than strconv.Itoa, whose code V8
+	// in Envoy would compile in every VM's start for this line alone.
+	var buf [20]byte
+	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
 	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
 	return types.OnPluginStartStatusOK
 }
@@ -325,6 +328,14 @@ func (p *plugin) warm() {
 	}
 }
 
+// logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
+// like logInvalid.
+//
+//go:noinline
+func logReadFailure(err error) {
+	abi.LogCriticalf("ratelimit: reading the plugin configuration: %v", err)
+}
+
 // logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
 // ruleError: V8 in Envoy compiles a function on its first call, and a valid configuration
 // never calls it.
@@ -494,14 +505,25 @@ func statName(metric, rule string, labels ...string) string {
 	return n
 }
 
-// defineCounter defines the counter called name and appends the error (nil on success) to
-// errs, for errors.Join.
+// defineCounter defines the counter called name and appends the error, if any, to errs, for
+// errors.Join (which drops nil errors, so appending only the others changes no message and
+// spares a valid configuration the appends).
 //
 //go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	m, err := abi.DefineCounterMetric(name)
-	*errs = append(*errs, err)
+	if err != nil {
+		*errs = append(*errs, err)
+	}
 	return m
+}
+
+// joinErrors is errors.Join out of line: the metric definitions call it only when a
+// definition failed, and V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func joinErrors(errs []error) error {
+	return errors.Join(errs...)
 }
 
 // ruleCounters are the names of a rule's counters that every rule has, in the order
@@ -550,12 +572,28 @@ func (rs *ruleState) defineMetrics() error {
 		*m = defineRuleCounter(ruleCounters[i].metric, name, ruleCounters[i].decision, &errs)
 	}
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
-	errs = append(errs, err)
 	rs.m.slotsUsed = g
 	if err == nil {
 		g.Record(int64(rs.table.Used()))
+	} else {
+		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
+	if rs.lease != nil || rs.shape != nil || rs.adaptive != nil {
+		errs = rs.defineOptionMetrics(errs)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return joinErrors(errs)
+}
+
+// defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
+// each definition's error to errs. One call site in defineMetrics instead of three: each is
+// code that V8 in Envoy compiles with defineMetrics in every VM's configure.
+//
+//go:noinline
+func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.lease != nil {
 		errs = rs.defineLeaseCounters(errs)
 	}
@@ -565,7 +603,7 @@ func (rs *ruleState) defineMetrics() error {
 	if rs.adaptive != nil {
 		errs = rs.defineAdaptiveMetrics(errs)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending

@@ -35,13 +35,24 @@ type request struct {
 	// request then reads the map rather than one value, so that the reads before the key
 	// part's (the rule's conditions) do not each cost a host call of their own.
 	preferMap bool
+	// lines is HeaderLines' last answer, for the header linesName, once linesRead is set. One
+	// answer, not one per header in the headers cache: a request asks for the lines of its key
+	// header two or three times in a row (the duplicate check, then the key), and a header
+	// whose answer was replaced is scanned again in the map already read, without a host call,
+	// which answers the same. That holds while the map is the one read first: keepLines (set
+	// for a configuration with shadow request headers, whose removal makes the filter read the
+	// map again) and a host that refused the map keep each header's answer in its headers
+	// entry instead, so that a header answered once keeps its answer (see cachedLines).
+	linesName, linesFirst, linesLast string
+	lines                            int
+	linesRead, keepLines             bool
 }
 
 type cachedHeader struct {
 	name, value string
 	ok          bool
 	valueRead   bool // value and ok hold Header's answer
-	// first, last and lines are HeaderLines' answer, once linesRead is set.
+	// first, last and lines are HeaderLines' answer, once linesRead is set (see cachedLines).
 	first, last string
 	lines       int
 	linesRead   bool
@@ -67,6 +78,7 @@ func (r *request) reset() {
 		r.headers[i] = cachedHeader{}
 	}
 	r.headers = r.headers[:0]
+	r.linesRead = false
 	r.forgetHeaderMap()
 }
 
@@ -139,6 +151,26 @@ func (r *request) cached(name string) *cachedHeader {
 // or resolve a repeated key header (see config.Rule.DuplicatePart). Headers that Envoy
 // indexes inline arrive already folded into one line joined by ",", and count as one.
 func (r *request) HeaderLines(name string) (first, last string, n int) {
+	if r.linesRead && sameString(r.linesName, name) {
+		return r.linesFirst, r.linesLast, r.lines
+	}
+	m, ok := r.headerMap()
+	if !ok || r.keepLines {
+		return r.cachedLines(name)
+	}
+	r.linesName, r.linesRead = name, true
+	r.linesFirst, r.linesLast, r.lines = m.Lines(name)
+	return r.linesFirst, r.linesLast, r.lines
+}
+
+// cachedLines is HeaderLines keeping each header's answer in its headers entry, for a request
+// whose header map may be read again (keepLines) or that the host refused: a header answered
+// once then keeps its answer, and Header answers its first line from it. It is kept out of
+// HeaderLines' line, because V8 in Envoy compiles a function on its first call, and a VM's
+// first request of a configuration without shadow request headers needs none of it.
+//
+//go:noinline
+func (r *request) cachedLines(name string) (first, last string, n int) {
 	c := r.cached(name)
 	if !c.linesRead {
 		if m, ok := r.headerMap(); ok {
@@ -185,7 +217,7 @@ func (r *request) SourceAddress() string {
 }
 
 // property reads a host property into *dst the first time bit is asked for.
-func (r *request) property(bit uint8, dst *string, path []string) string {
+func (r *request) property(bit uint8, dst *string, path abi.PropertyPath) string {
 	if r.fetched&bit == 0 {
 		r.fetched |= bit
 		*dst = property(path)
@@ -193,15 +225,16 @@ func (r *request) property(bit uint8, dst *string, path []string) string {
 	return *dst
 }
 
-// Property paths, allocated once.
-var (
-	routeNamePath     = []string{"xds", "route_name"}
-	virtualHostPath   = []string{"xds", "virtual_host_name"}
-	sourceAddressPath = []string{"source", "address"}
+// Property paths, encoded by the compiler (see abi.PropertyPath).
+const (
+	routeNamePath     abi.PropertyPath = "xds\x00route_name"
+	virtualHostPath   abi.PropertyPath = "xds\x00virtual_host_name"
+	sourceAddressPath abi.PropertyPath = "source\x00address"
 )
 
-func property(path []string) string {
-	v, err := abi.GetPropertyString(path)
+// property reads a host property; a property the host does not have reads as "".
+func property(path abi.PropertyPath) string {
+	v, err := abi.GetPropertyPath(path)
 	if err != nil {
 		return ""
 	}

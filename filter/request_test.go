@@ -136,3 +136,40 @@ func TestShadowHeaderRemovedBeforeLaterReads(t *testing.T) {
 	second := d.Do(t, t0, step{Headers: [][2]string{{"x-tenant", "acme"}, {"x-verdict", "b"}}})
 	require.Equal(t, 429, second.Status, "the client's x-verdict is not part of the key: %v", second)
 }
+
+// HeaderLines keeps one answer (the last header asked for); another header's lines are
+// scanned again in the map already read, and answer the same. With keepLines (shadow request
+// headers, whose removal makes the filter read the map again) each header keeps the answer it
+// was first given: a header removed after its lines were read still has them, as it had when
+// the rules matched.
+func TestHeaderLinesKeepTheirAnswers(t *testing.T) {
+	d := newNative(t, `{"rules":[{"name":"r","key":[{"source":"header","name":"x-a"}],"algorithm":"token_bucket","limit":10,"window":"1s"}]}`)
+	id := d.host.InitializeHttpContext()
+	d.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {"x-a", "1"}, {"x-b", "b"}, {"x-a", "2"}}, true)
+	defer d.host.CompleteHttpContext(id)
+	lines := func(r *request, name string) [3]any {
+		first, last, n := r.HeaderLines(name)
+		return [3]any{first, last, n}
+	}
+
+	var r request
+	require.Equal(t, [3]any{"1", "2", 2}, lines(&r, "x-a"))
+	require.Equal(t, [3]any{"b", "b", 1}, lines(&r, "x-b"))
+	require.Equal(t, [3]any{"1", "2", 2}, lines(&r, "x-a"), "scanned again in the same map")
+	require.Equal(t, [3]any{"", "", 0}, lines(&r, "x-none"))
+
+	k := request{keepLines: true}
+	require.Equal(t, [3]any{"1", "2", 2}, lines(&k, "x-a"))
+	require.NoError(t, abi.RemoveHttpRequestHeader("x-a"))
+	k.forgetHeaderMap()
+	require.Equal(t, [3]any{"b", "b", 1}, lines(&k, "x-b"), "read from the host's map again")
+	require.Equal(t, [3]any{"1", "2", 2}, lines(&k, "x-a"), "kept as first answered")
+	v, ok := k.Header("x-a")
+	require.True(t, ok)
+	require.Equal(t, "1", v, "Header answers the first line kept")
+
+	// The map read again no longer holds those lines (the SDK's emulator removes the first):
+	// the answers above came from the kept ones, not from a scan.
+	var after request
+	require.NotEqual(t, [3]any{"1", "2", 2}, lines(&after, "x-a"))
+}

@@ -71,14 +71,13 @@ func BenchmarkRenderRateLimitHeaders(b *testing.B) {
 	rs := &ruleState{rule: r, policy: policyItem(r), maxWait: maxWait(r.Algorithm)}
 	rs.setHeaderParts()
 	rules := []applied{{rs: rs, decided: true, decision: algorithms.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3e8}}}
-	buf := make([]byte, 0, 128)
-	var rh rateLimitHeaders
+	rh := rateLimitHeaders{values: make([]byte, 0, 128)}
 	b.ReportAllocs()
 	for b.Loop() {
-		rh = renderRateLimitHeaders(rules, buf[:0])
+		rh.render(rules)
 	}
 	require.Equal(b, `"r";q=10;w=1"r";r=7;t=11071`, string(rh.values))
-	if allocs := testing.AllocsPerRun(100, func() { rh = renderRateLimitHeaders(rules, rh.values[:0]) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { rh.render(rules) }); allocs != 0 {
 		b.Fatalf("%v allocations per rendering", allocs)
 	}
 }
@@ -119,4 +118,24 @@ func TestNewHttpContextResetsEveryField(t *testing.T) {
 			require.True(t, w.Field(i).IsZero(), "field %s is not reset", name)
 		}
 	}
+}
+
+// A context's headers are rendered in place, over the last request's: a request whose rules
+// show no headers must add none, whatever the request before it added.
+func TestRenderReplacesLastRequestsHeaders(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","rate_limit_headers":"both","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
+	require.NoError(t, err)
+	r := cfg.Rules[0]
+	rs := &ruleState{rule: r, policy: policyItem(r), maxWait: maxWait(r.Algorithm)}
+	rs.setHeaderParts()
+	rules := []applied{{rs: rs, decided: true, decision: algorithms.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 3e8}}}
+	var rh rateLimitHeaders
+	rh.render(rules)
+	require.Equal(t, uint8(draftHeaders|legacyHeaders), rh.set)
+	require.Equal(t, `"r";q=10;w=1"r";r=7;t=1107`, string(rh.values[:rh.ends[4]-1]))
+	rules[0].decided = false
+	rh.render(rules)
+	require.Zero(t, rh.set)
+	require.Equal(t, [len(rateLimitHeaderNames)]int32{}, rh.ends)
+	require.Empty(t, rh.values)
 }

@@ -41,6 +41,9 @@ var syntaxErrorSeeds = []string{
 	`"\u12g4"`, "\"a\x01\"", "\"\x7f\"", `{"a":1}}`, `{"a":1} x`, `1 2`, `1x`, `[]x`, `"a"b`,
 	"{\n  \"a\": [1,\n  2,,\n]}", `'a'`, `{'a':1}`, "\xff", `{"a":-}`, `[.5]`, `+1`,
 	`{"a":1}   `, ` [ ] `, `0`, `-0.5e-3`, `{"a":"\ud800"}`, "\t\r\n{}\n",
+	// Every byte of each literal wrong (one scanner state reads all three words).
+	`tx`, `trx`, `trUe`, `fx`, `fax`, `falx`, `falsx`, `nx`, `nux`, `nulx`, `[t]`, `{"a":nu}`,
+	`[true,false,null,tru]`, `truee`, `nulll`,
 }
 
 // The syntax errors of the copied scanner are encoding/json's, byte for byte: message and

@@ -60,7 +60,7 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
 	}
 	for i := end; i < len(data); i++ {
 		if !isSpace(data[i]) {
-			return nil, errors.New("invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end))
+			return nil, trailingData(end)
 		}
 	}
 	d := decoder{data: data[:end], dup: dup}
@@ -69,6 +69,14 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
 		return nil, jsonError(err)
 	}
 	return n, nil
+}
+
+// trailingData is decodeTree's error for data after the top-level value, which ends at byte
+// end. It is out of decodeTree's line: V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func trailingData(end int) error {
+	return errors.New("invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end))
 }
 
 // errUnexpectedEnd is scanValue's error for input that ends before a value does (or holds
@@ -171,7 +179,11 @@ type wrapError struct {
 func (e *wrapError) Error() string { return e.msg }
 func (e *wrapError) Unwrap() error { return e.err }
 
-// skipSpace moves past JSON whitespace.
+// skipSpace moves past JSON whitespace. It is kept out of line: value skips whitespace at
+// five places, and V8 in Envoy compiles value, with whatever is inlined into it, in every
+// VM's configure.
+//
+//go:noinline
 func (d *decoder) skipSpace() {
 	for d.pos < len(d.data) {
 		switch d.data[d.pos] {
@@ -194,10 +206,13 @@ func (d *decoder) value(depth int) (*node, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
+	// One allocation site for every kind of value, rather than one per case: each call site
+	// is code that V8 in Envoy compiles with value in every VM's configure.
+	n := new(node)
 	switch c := d.next(); c {
 	case '{':
 		d.pos++
-		n := &node{kind: kindObject}
+		n.kind = kindObject
 		var index map[string]struct{}
 		for d.next() != '}' {
 			if d.data[d.pos] == ',' {
@@ -218,15 +233,12 @@ func (d *decoder) value(depth int) (*node, error) {
 			// The map of a large object is made and used by functions of their own, out of
 			// value's line: V8 in Envoy compiles a function on its first call, and no object
 			// of a valid configuration is that large.
-			if index != nil {
-				d.addIndexed(n, index, key, val)
+			if len(n.members) >= indexAfter {
+				index = d.addIndexed(n, index, key, val)
 			} else if n.lookup(key) != nil {
-				d.dup(d.path(), key)
+				d.duplicate(key)
 			} else {
 				n.members = append(n.members, member{key: key, val: val})
-				if len(n.members) == indexAfter {
-					index = indexMembers(n)
-				}
 			}
 			d.segs = d.segs[:len(d.segs)-1]
 		}
@@ -234,7 +246,7 @@ func (d *decoder) value(depth int) (*node, error) {
 		return n, nil
 	case '[':
 		d.pos++
-		n := &node{kind: kindArray}
+		n.kind = kindArray
 		for d.next() != ']' {
 			if d.data[d.pos] == ',' {
 				d.pos++
@@ -254,23 +266,24 @@ func (d *decoder) value(depth int) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &node{kind: kindString, s: s}, nil
+		n.kind, n.s = kindString, s
 	case 't':
 		d.pos += len("true")
-		return &node{kind: kindBool, b: true}, nil
+		n.kind, n.b = kindBool, true
 	case 'f':
 		d.pos += len("false")
-		return &node{kind: kindBool}, nil
+		n.kind = kindBool
 	case 'n':
 		d.pos += len("null")
-		return &node{kind: kindNull}, nil
+		n.kind = kindNull
 	default: // a number: its literal text, as json.Number keeps it
 		start := d.pos
 		for d.pos < len(d.data) && strings.IndexByte("+-.0123456789eE", d.data[d.pos]) >= 0 {
 			d.pos++
 		}
-		return &node{kind: kindNumber, s: string(d.data[start:d.pos])}, nil
+		n.kind, n.s = kindNumber, string(d.data[start:d.pos])
 	}
+	return n, nil
 }
 
 // str reads the string that starts at the current position. A string of printable ASCII
@@ -300,12 +313,29 @@ func (d *decoder) str() (string, error) {
 	if plain {
 		return string(d.data[start+1 : d.pos-1]), nil
 	}
-	b, ok := unquoteBytes(d.data[start:d.pos])
+	return unquoteString(d.data[start:d.pos])
+}
+
+// unquoteString decodes a quoted string with escapes or non-ASCII bytes (see str), out of
+// str's line: V8 in Envoy compiles a function on its first call, and the strings of most
+// configurations are plain.
+//
+//go:noinline
+func unquoteString(quoted []byte) (string, error) {
+	b, ok := unquoteBytes(quoted)
 	if !ok {
 		// The scanner accepted the string, so this cannot happen; say so rather than panic.
 		return "", errors.New("a string the syntax check accepted could not be unquoted")
 	}
 	return string(b), nil
+}
+
+// duplicate reports key as a duplicate in the object at the current path (out of value's
+// line: V8 in Envoy compiles a function on its first call).
+//
+//go:noinline
+func (d *decoder) duplicate(key string) {
+	d.dup(d.path(), key)
 }
 
 // indexMembers returns an index of the keys of object n (see indexAfter).
@@ -319,17 +349,22 @@ func indexMembers(n *node) map[string]struct{} {
 	return index
 }
 
-// addIndexed adds the member key: val to object n, whose keys index holds, or reports the
-// key as a duplicate.
+// addIndexed adds the member key: val to object n, of indexAfter members or more, whose keys
+// index holds (nil: not made yet, then made here), or reports the key as a duplicate. It
+// returns the index.
 //
 //go:noinline
-func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) {
+func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) map[string]struct{} {
+	if index == nil {
+		index = indexMembers(n)
+	}
 	if _, seen := index[key]; seen {
 		d.dup(d.path(), key)
-		return
+		return index
 	}
 	n.members = append(n.members, member{key: key, val: val})
 	index[key] = struct{}{}
+	return index
 }
 
 // lookup returns the member named key, or nil. It is kept out of line: the parser and value
@@ -392,10 +427,7 @@ func shorten(s string) string {
 // in brackets and quoted, so that a path is never ambiguous.
 func joinKey(path, key string) string {
 	if len(key) > 64 || !isPlainKey(key) {
-		// quote shortens a key longer than 64 bytes, so that a path (and the error message
-		// it is part of) stays short whatever key a document holds. No field name is that
-		// long, so the shortened form only ever names a key that is reported as unknown.
-		return path + "[" + quote(key) + "]"
+		return joinQuotedKey(path, key)
 	}
 	if path == "" {
 		return key
@@ -403,8 +435,24 @@ func joinKey(path, key string) string {
 	return path + "." + key
 }
 
+// joinIndex appends an array index to a path. The index is written with strconv.AppendInt
+// into a buffer on the stack, not with strconv.Itoa: the filter runs AppendInt while it
+// configures anyway, and V8 in Envoy compiles each function on its first call, so Itoa's
+// own code would be compiled in every VM's configure for the paths alone.
+// joinQuotedKey is joinKey for a key that is not a plain identifier, out of its line: V8 in
+// Envoy compiles a function on its first call, and every field name is plain.
+//
+//go:noinline
+func joinQuotedKey(path, key string) string {
+	// quote shortens a key longer than 64 bytes, so that a path (and the error message it is
+	// part of) stays short whatever key a document holds. No field name is that long, so the
+	// shortened form only ever names a key that is reported as unknown.
+	return path + "[" + quote(key) + "]"
+}
+
 func joinIndex(path string, i int) string {
-	return path + "[" + strconv.Itoa(i) + "]"
+	var buf [20]byte
+	return path + "[" + string(strconv.AppendInt(buf[:0], int64(i), 10)) + "]"
 }
 
 func isPlainKey(s string) bool {

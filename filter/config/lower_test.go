@@ -22,9 +22,9 @@ func TestLowerASCII(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(10, func() { _ = lowerASCII("x-tenant") }))
 }
 
-// flatName turns '.' and '-' into '_' like the strings.Map it replaces, for every name a rule
-// may have (see isName).
-func TestFlatName(t *testing.T) {
+// sameFlat compares names as the strings.Map that turns '.' and '-' into '_' would, for every
+// pair of names a rule may have (see isName).
+func TestSameFlat(t *testing.T) {
 	mapped := func(s string) string {
 		return strings.Map(func(c rune) rune {
 			if c == '.' || c == '-' {
@@ -33,8 +33,12 @@ func TestFlatName(t *testing.T) {
 			return c
 		}, s)
 	}
-	for _, s := range []string{"a", "a.b-c_d", "...", "---", "A-9.z", strings.Repeat("x.-", 21)} {
-		require.True(t, isName(s), s)
-		require.Equal(t, mapped(s), flatName(s), s)
+	names := []string{"a", "b", "a.b-c_d", "a_b_c_d", "a-b.c.d", "a.b-c_e", "...", "---", "___", "..",
+		"A-9.z", "A_9_z", "a-9.z", strings.Repeat("x.-", 21), strings.Repeat("x__", 21)}
+	for _, a := range names {
+		require.True(t, isName(a), a)
+		for _, b := range names {
+			require.Equal(t, mapped(a) == mapped(b), sameFlat(a, b), "%q %q", a, b)
+		}
 	}
 }

@@ -23,27 +23,55 @@ import (
 // Errors for a field are not reported again as consequences elsewhere when that can be
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
-	var p parser
-	if len(data) > MaxConfigBytes {
-		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
-		return nil, p.result()
+	// The checks of the whole document and their messages are functions of their own, out of
+	// Parse's line: V8 in Envoy compiles a function on its first call, and a valid
+	// configuration needs none of the messages.
+	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
+		if err := checkDocument(data); err != nil {
+			return nil, err
+		}
 	}
-	if !hasPrintableASCII(data) && len(bytes.TrimSpace(data)) == 0 {
-		p.add("", "config is empty: at least one rule is required")
-		return nil, p.result()
-	}
-	root, err := decodeTree(data, func(path, key string) {
-		p.add(path, "duplicate key")
-	})
+	p := new(parser)
+	root, err := decodeTree(data, p.duplicateKey)
 	if err != nil {
-		p.add("", withLineColumn(data, err.Error()))
-		return nil, p.result()
+		return nil, p.invalidJSON(data, err)
 	}
 	cfg := p.config(root)
 	if err := p.result(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// checkDocument returns the problem of a document that is too large or empty (only white
+// space), or nil.
+//
+//go:noinline
+func checkDocument(data []byte) error {
+	var p parser
+	if len(data) > MaxConfigBytes {
+		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
+		return p.result()
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		p.add("", "config is empty: at least one rule is required")
+		return p.result()
+	}
+	return nil
+}
+
+// duplicateKey reports a key that an object at path repeats (decodeTree calls it).
+func (p *parser) duplicateKey(path, key string) {
+	p.add(path, "duplicate key")
+}
+
+// invalidJSON returns the problems found so far with decodeTree's error err last, located
+// by line and column in data (see checkDocument).
+//
+//go:noinline
+func (p *parser) invalidJSON(data []byte, err error) error {
+	p.add("", withLineColumn(data, err.Error()))
+	return p.result()
 }
 
 // hasPrintableASCII reports whether data holds a printable ASCII byte, which no white space
@@ -56,6 +84,21 @@ func hasPrintableASCII(data []byte) bool {
 		}
 	}
 	return false
+}
+
+// keyGroup returns the key group of the first of rules whose key is key, or group when none
+// is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
+// of config's line it is compiled by V8 in Envoy, which compiles a function on its first
+// call, only for a configuration of more than one rule.
+//
+//go:noinline
+func keyGroup(rules []*Rule, key []KeyPart, group int) int {
+	for _, prev := range rules {
+		if slices.Equal(prev.Key, key) {
+			return prev.keyGroup
+		}
+	}
+	return group
 }
 
 var topLevelFields = []string{
@@ -91,14 +134,6 @@ func (p *parser) config(root *node) *Config {
 	if !ok {
 		return c
 	}
-	// The first rule of each flat name, searched linearly: at most MaxRules names, and no map
-	// (whose construction is code V8 would compile in every VM's configure for this alone).
-	type named struct {
-		flat  string
-		index int
-		name  string
-	}
-	names := make([]named, 0, len(elems))
 	firstGlobal := -1
 	for i, e := range elems {
 		rpath := joinIndex(path, i)
@@ -107,34 +142,16 @@ func (p *parser) config(root *node) *Config {
 			continue
 		}
 		r.Index = i
-		if r.Name != "" {
-			// Metric labels keep rule names apart, but a Prometheus that reads Envoy's stats
-			// without its tag extraction sees flat names, where '.', '-' and '_' are one
-			// character: two such names would share their metrics.
-			flat := flatName(r.Name)
-			prev := -1
-			for j := range names {
-				if names[j].flat == flat {
-					prev = j
-					break
-				}
-			}
-			if prev >= 0 {
-				p.duplicateName(rpath, r.Name, names[prev].index, names[prev].name)
-			} else {
-				names = append(names, named{flat, i, r.Name})
-			}
+		if r.Name != "" && len(c.Rules) > 0 {
+			p.checkName(rpath, r.Name, c.Rules)
 		}
 		if r.Scope == ScopeGlobal && firstGlobal < 0 {
 			firstGlobal = i
 		}
 		r.setSourceKinds()
 		r.keyGroup = i + 1
-		for _, prev := range c.Rules {
-			if slices.Equal(prev.Key, r.Key) {
-				r.keyGroup = prev.keyGroup
-				break
-			}
+		if len(c.Rules) > 0 {
+			r.keyGroup = keyGroup(c.Rules, r.Key, r.keyGroup)
 		}
 		c.Rules = append(c.Rules, r)
 	}
@@ -343,23 +360,82 @@ var algorithmNames = func() []string {
 	return names
 }()
 
-// flatName is a rule name as a Prometheus that reads Envoy's stats without tag extraction
-// sees it in a metric name: '.' and '-' become '_'. Rule names are ASCII (see isName), so a
-// byte loop does what strings.Map would, without the rune decoding V8 would compile for it on
-// every configure.
-func flatName(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		if c == '.' || c == '-' {
-			b[i] = '_'
+// checkName reports the name of the rule at rpath when an earlier rule of rules has the same
+// name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
+// but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
+// '.', '-' and '_' are one character: two such names would share their metrics. The earlier
+// rules are searched linearly (at most MaxRules, comparing without allocating), and out of
+// config's line: V8 in Envoy compiles a function on its first call, and a configuration of
+// one rule has no earlier rule.
+//
+//go:noinline
+func (p *parser) checkName(rpath, name string, rules []*Rule) {
+	for _, prev := range rules {
+		if prev.Name != "" && sameFlat(prev.Name, name) {
+			p.duplicateName(rpath, name, prev.Index, prev.Name)
+			return
 		}
 	}
-	return string(b)
+}
+
+// sameFlat reports whether rule names a and b are the same as a Prometheus that reads Envoy's
+// stats without tag extraction sees them in a metric name, where '.' and '-' become '_'. Rule
+// names are ASCII (see isName), so comparing bytes does what comparing strings.Map's results
+// would.
+func sameFlat(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '.' || x == '-' {
+			x = '_'
+		}
+		if y == '.' || y == '-' {
+			y = '_'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// ruleOptionFields are the rule's fields other than its name, key, continue and algorithm
+// (with the algorithm's parameters): the rule's optional behaviour. A rule that sets none of
+// them, the common case, skips their readers (see rule).
+var ruleOptionFields = []string{
+	"description", "match", "cost", "shadow", "shadow_headers", "shadow_request_header",
+	"max_keys", "rate_limit_headers", "deny", "overrides", "lease",
+}
+
+// algorithmOptionFields are the algorithm's parameters other than limit and window, which
+// most rules do not set (see algorithm).
+var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "scope", "adaptive"}
+
+// hasAny reports whether object n has a member named in names. It is kept out of line: its
+// loops inlined in rule and algorithm were more code for V8 in Envoy to compile in every VM's
+// configure than one function.
+//
+//go:noinline
+func hasAny(n *node, names []string) bool {
+	for _, m := range n.members {
+		if contains(names, m.key) {
+			return true
+		}
+	}
+	return false
 }
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
 // run on what could be read.
+//
+// The optional fields (ruleOptionFields) are read by functions of their own, called only when
+// the rule sets one of them: V8 in Envoy compiles a function on its first call, so a rule of a
+// name, a key and an algorithm costs no compile time for the readers of fields it does not
+// use. They are called in the order the fields were always read in, so that problems are
+// reported in the same order.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -374,15 +450,50 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		RateLimitHeaders: c.RateLimitHeaders,
 		trustedHops:      c.TrustedHops,
 	}
+	options := hasAny(n, ruleOptionFields)
 	if nn, npath := f.get("name"); nn == nil {
 		p.add(npath, "required")
 	} else if s, ok := p.str(npath, nn, maxStringLen); ok {
 		if isName(s) {
 			r.Name = s
 		} else {
-			p.add(npath, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+			p.badName(npath, s)
 		}
 	}
+	if options {
+		p.ruleConditions(f, r)
+	}
+	if kn, kpath := f.get("key"); kn != nil {
+		r.Key = p.key(kpath, kn)
+	}
+	if options {
+		p.ruleCostShadow(f, r)
+	}
+	if bn, bpath := f.get("continue"); bn != nil {
+		r.Continue, _ = p.boolean(bpath, bn)
+	}
+	if options {
+		p.ruleResponse(f, r, c)
+	}
+	p.algorithm(path, f, r)
+	if options {
+		p.ruleAttachments(f, r)
+	}
+	return r
+}
+
+// badName reports s, at path, as no valid name (out of rule's line, like the readers of
+// options).
+//
+//go:noinline
+func (p *parser) badName(path, s string) {
+	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+}
+
+// ruleConditions reads the rule's description and match into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
 			r.Description = s
@@ -391,9 +502,12 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	if mn, mpath := f.get("match"); mn != nil {
 		p.match(mpath, mn, &r.Match)
 	}
-	if kn, kpath := f.get("key"); kn != nil {
-		r.Key = p.key(kpath, kn)
-	}
+}
+
+// ruleCostShadow reads the rule's cost and shadow options into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleCostShadow(f fields, r *Rule) {
 	if cn, cpath := f.get("cost"); cn != nil {
 		if cs, ok := p.cost(cpath, cn); ok {
 			r.CostSpec = cs
@@ -403,11 +517,14 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		r.Shadow, _ = p.boolean(bpath, bn)
 	}
 	if f.has("shadow_headers") || f.has("shadow_request_header") {
-		p.shadowOptions(f, r) // out of line: most rules set neither (see algorithm)
+		p.shadowOptions(f, r)
 	}
-	if bn, bpath := f.get("continue"); bn != nil {
-		r.Continue, _ = p.boolean(bpath, bn)
-	}
+}
+
+// ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
+//
+//go:noinline
+func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	if vn, vpath := f.get("max_keys"); vn != nil {
 		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
 			r.MaxKeys = v
@@ -423,14 +540,19 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 			r.Deny = d
 		}
 	}
-	p.algorithm(path, f, r)
+}
+
+// ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
+// both need (see rule).
+//
+//go:noinline
+func (p *parser) ruleAttachments(f fields, r *Rule) {
 	if on, opath := f.get("overrides"); on != nil {
 		p.overrides(opath, on, r)
 	}
 	if ln, lpath := f.get("lease"); ln != nil {
 		r.Lease = p.lease(lpath, ln, r)
 	}
-	return r
 }
 
 // algorithm reads the algorithm and its parameters into r.Algorithm, checks what the config
@@ -452,10 +574,11 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
-	// The parts for fields that most rules do not set (variant, mode, max_delay, scope,
-	// adaptive) are functions of their own, called only when their fields are set or their
-	// algorithm needs them: V8 in Envoy compiles a function on its first call, so code for a
-	// field that a configuration does not use costs it no compile time at start-up.
+	// The parts for fields that most rules do not set (burst, variant, mode, max_delay,
+	// scope, adaptive) are functions of their own, called only when their fields are set or
+	// their algorithm needs them: V8 in Envoy compiles a function on its first call, so code
+	// for a field that a configuration does not use costs it no compile time at start-up.
+	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
 		valid = false
@@ -465,6 +588,64 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 		valid = false
 	}
 
+	if options {
+		if !p.algorithmOptions(f, r, spec) {
+			valid = false
+		}
+	} else if spec.Accepts(algorithms.FieldVariant) {
+		p.variant(f, ac) // the default variant: without the field it cannot fail
+	}
+
+	// The limit is read before the adaptive section so that its type is checked even when
+	// the adaptive section is broken.
+	ln, lpath := f.get("limit")
+	var limit int64
+	if ln != nil {
+		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
+			limit = v
+		} else {
+			valid = false
+		}
+	}
+	if spec.Accepts(algorithms.FieldAdaptive) {
+		if !p.adaptiveLimit(f, ac, lpath, limit) {
+			return
+		}
+	} else {
+		if options && p.notFor(f, "adaptive", alg) {
+			valid = false
+		}
+		if ln == nil {
+			p.add(lpath, "required")
+			valid = false
+		}
+		ac.Limit = limit
+	}
+
+	if valid {
+		if fpath, msg := checkAlgorithm(r); msg != "" {
+			p.addAt(path, fpath, msg)
+		}
+	}
+}
+
+// addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
+// of algorithm's line.
+//
+//go:noinline
+func (p *parser) addAt(path, fpath, msg string) {
+	p.add(path+"."+fpath, msg)
+}
+
+// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
+// (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
+// whether they are valid. A field that the algorithm does not use is a problem.
+//
+//go:noinline
+func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
+	ac := &r.Algorithm
+	alg := ac.Algorithm
+	valid := true
 	if spec.Accepts(algorithms.FieldBurst) {
 		if bn, bpath := f.get("burst"); bn != nil {
 			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
@@ -494,38 +675,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	if sn, spath := f.get("scope"); sn != nil {
 		p.scope(spath, sn, r, spec)
 	}
-
-	// The limit is read before the adaptive section so that its type is checked even when
-	// the adaptive section is broken.
-	ln, lpath := f.get("limit")
-	var limit int64
-	if ln != nil {
-		if v, ok := p.integer(lpath, ln, 1, algorithms.LimitCeiling); ok {
-			limit = v
-		} else {
-			valid = false
-		}
-	}
-	if spec.Accepts(algorithms.FieldAdaptive) {
-		if !p.adaptiveLimit(f, ac, lpath, limit) {
-			return
-		}
-	} else {
-		if p.notFor(f, "adaptive", alg) {
-			valid = false
-		}
-		if ln == nil {
-			p.add(lpath, "required")
-			valid = false
-		}
-		ac.Limit = limit
-	}
-
-	if valid {
-		if fpath, msg := checkAlgorithm(r); msg != "" {
-			p.add(path+"."+fpath, msg) // fpath is a relative path such as "adaptive.interval"
-		}
-	}
+	return valid
 }
 
 // notFor reports a field that the rule's algorithm (or mode) does not use, and whether it
@@ -725,6 +875,97 @@ var keySources = []string{
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
 }
 
+// constValue reads the value of a key part of source "const" into kp, and reports whether it
+// is valid; a const part has no default. It is out of keyPart's line, like queryName.
+//
+//go:noinline
+func (p *parser) constValue(f fields, kp *KeyPart) bool {
+	valid := true
+	vn, vpath := f.get("value")
+	if vn == nil {
+		p.add(vpath, `required for source "const"`)
+		valid = false
+	} else {
+		var ok bool
+		kp.Value, ok = p.str(vpath, vn, maxStringLen)
+		valid = ok
+	}
+	if dn, dpath := f.get("default"); dn != nil {
+		p.add(dpath, `not used by source "const": a constant is never missing`)
+		valid = false
+	}
+	return valid
+}
+
+// requiredFor reports the missing name of a key part of source s at path. Like queryName, it
+// is out of keyPart's line: V8 in Envoy compiles a function on its first call, and most key
+// parts that have a name are headers that name it.
+//
+//go:noinline
+func (p *parser) requiredFor(path, s string) {
+	p.add(path, "required for source "+strconv.Quote(s))
+}
+
+// queryName reads the name of a query parameter, at path, which must not be empty.
+//
+//go:noinline
+func (p *parser) queryName(path string, n *node) (string, bool) {
+	name, ok := p.str(path, n, 256)
+	if !ok {
+		return "", false
+	}
+	if name == "" {
+		p.add(path, "must not be empty")
+		return "", false
+	}
+	return name, true
+}
+
+// unusedBy reports the key part's field when it is set, as not used by source s, and
+// whether it was set.
+//
+//go:noinline
+func (p *parser) unusedBy(f fields, field, s string) bool {
+	fn, fpath := f.get(field)
+	if fn == nil {
+		return false
+	}
+	p.add(fpath, "not used by source "+strconv.Quote(s))
+	return true
+}
+
+// The fields a key part of each source reads (see keyPartUses).
+var (
+	clientIPPartFields = []string{"source", "default", "ipv4_prefix", "ipv6_prefix"}
+	namedPartFields    = []string{"source", "name", "default", "on_duplicate"}
+	constPartFields    = []string{"source", "value"}
+	otherPartFields    = []string{"source", "default"}
+)
+
+// keyPartUses returns the fields that keyPart reads for a key part of source kind k;
+// keyPart reports any other it finds as not used by the source (TestKeyPartUses).
+func keyPartUses(k sourceKind) []string {
+	switch k {
+	case kindClientIP:
+		return clientIPPartFields
+	case kindHeader, kindQuery:
+		return namedPartFields
+	case kindConst:
+		return constPartFields
+	}
+	return otherPartFields
+}
+
+// onlyMembers reports whether every member of object n is named in names.
+func onlyMembers(n *node, names []string) bool {
+	for _, m := range n.members {
+		if !contains(names, m.key) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *parser) key(path string, n *node) []KeyPart {
 	elems, ok := p.array(path, n, 0, MaxKeyParts)
 	if !ok {
@@ -756,49 +997,38 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	kp.Source = Source(s)
 	valid := true
-	unused := func(field string) {
-		if fn, fpath := f.get(field); fn != nil {
-			p.add(fpath, "not used by source "+strconv.Quote(s))
-			valid = false
-		}
-	}
+	// The branches below switch on the source's kind, an integer, not on Source: each string
+	// comparison is a call in the Wasm module. A key part that sets only fields its source
+	// reads (the common case) skips the checks for the others: V8 in Envoy compiles a
+	// function on its first call, and unusedBy is one.
+	kind := kindOf(kp.Source)
+	strict := !onlyMembers(n, keyPartUses(kind))
+	named := kind == kindHeader || kind == kindQuery
 
-	switch kp.Source {
-	case SourceHeader, SourceQuery:
+	if named {
 		nn, npath := f.get("name")
 		if nn == nil {
-			p.add(npath, "required for source "+strconv.Quote(s))
+			p.requiredFor(npath, s)
 			valid = false
-		} else if kp.Source == SourceHeader {
+		} else if kind == kindHeader {
 			kp.Name, ok = p.headerName(npath, nn)
 			valid = valid && ok
-		} else if name, ok := p.str(npath, nn, 256); !ok {
-			valid = false
-		} else if name == "" {
-			p.add(npath, "must not be empty")
-			valid = false
 		} else {
-			kp.Name = name
-		}
-	default:
-		unused("name")
-	}
-
-	if kp.Source == SourceConst {
-		vn, vpath := f.get("value")
-		if vn == nil {
-			p.add(vpath, `required for source "const"`)
-			valid = false
-		} else {
-			kp.Value, ok = p.str(vpath, vn, maxStringLen)
+			kp.Name, ok = p.queryName(npath, nn)
 			valid = valid && ok
 		}
-		if dn, dpath := f.get("default"); dn != nil {
-			p.add(dpath, `not used by source "const": a constant is never missing`)
+	} else if strict && p.unusedBy(f, "name", s) {
+		valid = false
+	}
+
+	if kind == kindConst {
+		if !p.constValue(f, &kp) {
 			valid = false
 		}
 	} else {
-		unused("value")
+		if strict && p.unusedBy(f, "value", s) {
+			valid = false
+		}
 		if dn, dpath := f.get("default"); dn != nil {
 			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
@@ -808,17 +1038,17 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 		}
 	}
 
-	if kp.Source == SourceHeader || kp.Source == SourceQuery {
+	if named {
 		kp.OnDuplicate = DuplicateReject
 		if dn, dpath := f.get("on_duplicate"); dn != nil {
 			d, ok := p.enum(dpath, dn, duplicates...)
 			kp.OnDuplicate, valid = Duplicate(d), valid && ok
 		}
-	} else {
-		unused("on_duplicate")
+	} else if strict && p.unusedBy(f, "on_duplicate", s) {
+		valid = false
 	}
 
-	if kp.Source == SourceClientIP {
+	if kind == kindClientIP {
 		if pn, ppath := f.get("ipv4_prefix"); pn != nil {
 			kp.IPv4Prefix, ok = p.intField(ppath, pn, 1, 32)
 			valid = valid && ok
@@ -827,9 +1057,13 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.IPv6Prefix, ok = p.intField(ppath, pn, 1, 128)
 			valid = valid && ok
 		}
-	} else {
-		unused("ipv4_prefix")
-		unused("ipv6_prefix")
+	} else if strict {
+		if p.unusedBy(f, "ipv4_prefix", s) {
+			valid = false
+		}
+		if p.unusedBy(f, "ipv6_prefix", s) {
+			valid = false
+		}
 	}
 	return kp, valid
 }

@@ -49,6 +49,15 @@ func (p *parser) result() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
+	return p.problems()
+}
+
+// problems returns the collected problems, of which there are some, as an error. It is out
+// of result's line: V8 in Envoy compiles a function on its first call, and a valid
+// configuration has no problem.
+//
+//go:noinline
+func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
 		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
@@ -77,27 +86,51 @@ func (f fields) has(key string) bool {
 // disable a limit.
 func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 	if n.kind != kindObject {
-		p.add(path, "want an object, got "+n.describe())
+		p.wrongType(path, "an object", n)
 		return fields{}, false
 	}
 	for _, m := range n.members {
 		if !contains(known, m.key) {
-			if p.full() {
-				// The problem would not be reported; skip the edit distances, which for
-				// an object of 80,000 unknown keys would cost seconds.
-				p.dropped++
-				continue
-			}
-			msg := "unknown field"
-			if s := suggest(m.key, known); s != "" {
-				msg += " (did you mean " + strconv.Quote(s) + "?)"
-			}
-			p.add(joinKey(path, m.key), msg)
+			p.unknownField(path, m.key, known)
 		}
 	}
 	return fields{n: n, path: path}, true
 }
 
+// unknownField reports the member key of the object at path as unknown, with a suggestion
+// from known when one is close. It is out of object's line: V8 in Envoy compiles a function
+// on its first call, and a valid configuration has no unknown field.
+//
+//go:noinline
+func (p *parser) unknownField(path, key string, known []string) {
+	if p.full() {
+		// The problem would not be reported; skip the edit distances, which for an object
+		// of 80,000 unknown keys would cost seconds.
+		p.dropped++
+		return
+	}
+	msg := "unknown field"
+	if s := suggest(key, known); s != "" {
+		msg += " (did you mean " + strconv.Quote(s) + "?)"
+	}
+	p.add(joinKey(path, key), msg)
+}
+
+// wrongType reports a value at path of another JSON type than want ("an object", "a
+// string" ...) as "want <want>, got <value>". Every reader's type error goes through it, out
+// of the readers' lines: a valid configuration never calls it, so V8 in Envoy never compiles
+// the message's construction.
+//
+//go:noinline
+func (p *parser) wrongType(path, want string, n *node) {
+	p.add(path, "want "+want+", got "+n.describe())
+}
+
+// contains reports whether list holds s. It is kept out of line: the parser's readers search
+// lists of names at several places, and one copy of the loop is less code for V8 in Envoy to
+// compile in every VM's configure than one inlined at each.
+//
+//go:noinline
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -146,20 +179,28 @@ func editDistance(a, b string) int {
 // str reads a string of at most maxLen bytes.
 func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 	if n.kind != kindString {
-		p.add(path, "want a string, got "+n.describe())
+		p.wrongType(path, "a string", n)
 		return "", false
 	}
 	if len(n.s) > maxLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(n.s), maxLen)
+		p.tooLong(path, len(n.s), maxLen)
 		return "", false
 	}
 	return n.s, true
 }
 
+// tooLong reports a string of n bytes, at path, longer than maxLen (out of str's line, see
+// wrongType).
+//
+//go:noinline
+func (p *parser) tooLong(path string, n, maxLen int) {
+	p.addf(path, "is %d bytes long; the maximum is %d", n, maxLen)
+}
+
 // boolean reads true or false.
 func (p *parser) boolean(path string, n *node) (bool, bool) {
 	if n.kind != kindBool {
-		p.add(path, "want true or false, got "+n.describe())
+		p.wrongType(path, "true or false", n)
 		return false, false
 	}
 	return n.b, true
@@ -168,19 +209,50 @@ func (p *parser) boolean(path string, n *node) (bool, bool) {
 // integer reads an integer in [lo, hi]. JSON numbers with a fraction or exponent are
 // rejected rather than rounded: "1.5 requests" is a mistake worth hearing about.
 //
-// The fraction and exponent are looked for with strings.IndexByte, which the module runs from
-// its start anyway, rather than strings.ContainsAny, and the range message is made out of
-// line: V8 in Envoy compiles a function on its first call, and every configuration reads an
-// integer.
+// A plain integer in range (up to 18 digits, see smallInteger) is read here; anything else,
+// including every problem, by anyInteger, out of line: V8 in Envoy compiles a function on its
+// first call, and every configuration reads an integer. anyInteger looks for the fraction and
+// exponent with strings.IndexByte, which the module runs from its start anyway, rather than
+// strings.ContainsAny, and makes the range message out of line too.
 func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
+	if v, ok := smallInteger(n.s); ok && n.kind == kindNumber && v >= lo && v <= hi {
+		return v, true
+	}
+	return p.anyInteger(path, n, lo, hi)
+}
+
+// anyInteger is integer for any value other than a plain integer in range: an integer of
+// more digits or in another form, or a problem to report. It is out of integer's line (see
+// smallInteger).
+//
+//go:noinline
+func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	if n.kind != kindNumber || strings.IndexByte(n.s, '.') >= 0 || strings.IndexByte(n.s, 'e') >= 0 || strings.IndexByte(n.s, 'E') >= 0 {
-		p.add(path, "want an integer, got "+n.describe())
+		p.wrongType(path, "an integer", n)
 		return 0, false
 	}
 	v, err := strconv.ParseInt(n.s, 10, 64)
 	if err != nil || v < lo || v > hi {
 		p.outOfRange(path, n, lo, hi)
 		return 0, false
+	}
+	return v, true
+}
+
+// smallInteger parses the form nearly every configured integer has, 1 to 18 decimal digits
+// (which cannot overflow an int64), and reports false for anything else, which
+// strconv.ParseInt then parses: V8 in Envoy compiles a function on its first call, so
+// ParseInt's code is compiled only for configurations that need it (TestSmallIntegerAgrees).
+func smallInteger(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return 0, false
+		}
+		v = v*10 + int64(s[i]-'0')
 	}
 	return v, true
 }
@@ -201,7 +273,7 @@ func (p *parser) intField(path string, n *node, lo, hi int) (int, bool) {
 // float reads a number in [lo, hi].
 func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	if n.kind != kindNumber {
-		p.add(path, "want a number, got "+n.describe())
+		p.wrongType(path, "a number", n)
 		return 0, false
 	}
 	v, err := strconv.ParseFloat(n.s, 64)
@@ -222,7 +294,7 @@ func rangeMsg(lo, hi string, open bool, got string) string {
 // duration reads a duration string in [lo, hi].
 func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (duration.Duration, bool) {
 	if n.kind != kindString {
-		p.add(path, `want a duration string like "1s", got `+n.describe())
+		p.wrongType(path, `a duration string like "1s"`, n)
 		return 0, false
 	}
 	d, msg := parseDuration(n.s)
@@ -230,15 +302,23 @@ func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (durat
 		p.add(path, msg)
 		return 0, false
 	}
-	if d <= 0 {
-		p.add(path, "must be positive, got "+quote(n.s))
-		return 0, false
-	}
-	if d < lo || d > hi {
-		p.add(path, "must be between "+fmtBound(lo)+" and "+fmtBound(hi)+", got "+quote(n.s))
+	if d <= 0 || d < lo || d > hi {
+		p.durationRange(path, n.s, d, lo, hi)
 		return 0, false
 	}
 	return d, true
+}
+
+// durationRange reports a duration d, read from s at path, that is not positive or not in
+// [lo, hi]. It is out of duration's line (see wrongType).
+//
+//go:noinline
+func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
+	if d <= 0 {
+		p.add(path, "must be positive, got "+quote(s))
+		return
+	}
+	p.add(path, "must be between "+fmtBound(lo)+" and "+fmtBound(hi)+", got "+quote(s))
 }
 
 // fmtBound writes a duration bound the way a person would type it.
@@ -260,39 +340,54 @@ func fmtBound(d duration.Duration) string {
 // enum reads a string that must be one of allowed.
 func (p *parser) enum(path string, n *node, allowed ...string) (string, bool) {
 	if n.kind != kindString {
-		p.add(path, "want a string, got "+n.describe())
+		p.wrongType(path, "a string", n)
 		return "", false
 	}
 	if contains(allowed, n.s) {
 		return n.s, true
 	}
-	msg := quote(n.s) + " is not one of " + strings.Join(allowed, ", ")
-	if s := suggest(strings.ReplaceAll(n.s, "-", "_"), allowed); s != "" {
-		msg += " (did you mean " + strconv.Quote(s) + "?)"
+	p.notOneOf(path, n.s, allowed)
+	return "", false
+}
+
+// notOneOf reports s, at path, as none of allowed, with a suggestion when one is close. It
+// is out of enum's line (see wrongType).
+//
+//go:noinline
+func (p *parser) notOneOf(path, s string, allowed []string) {
+	msg := quote(s) + " is not one of " + strings.Join(allowed, ", ")
+	if sug := suggest(strings.ReplaceAll(s, "-", "_"), allowed); sug != "" {
+		msg += " (did you mean " + strconv.Quote(sug) + "?)"
 	}
 	p.add(path, msg)
-	return "", false
 }
 
 // array reads an array with between lo and hi elements.
 func (p *parser) array(path string, n *node, lo, hi int) ([]*node, bool) {
 	if n.kind != kindArray {
-		p.add(path, "want an array, got "+n.describe())
+		p.wrongType(path, "an array", n)
 		return nil, false
 	}
-	if len(n.elems) < lo {
-		if lo == 1 {
-			p.add(path, "must not be empty")
-		} else {
-			p.addf(path, "has %d items; the minimum is %d", len(n.elems), lo)
-		}
-		return nil, false
-	}
-	if len(n.elems) > hi {
-		p.addf(path, "has %d items; the maximum is %d", len(n.elems), hi)
+	if len(n.elems) < lo || len(n.elems) > hi {
+		p.itemCount(path, len(n.elems), lo, hi)
 		return nil, false
 	}
 	return n.elems, true
+}
+
+// itemCount reports an array at path whose count of items is not in [lo, hi]. It is out
+// of array's line (see wrongType).
+//
+//go:noinline
+func (p *parser) itemCount(path string, count, lo, hi int) {
+	switch {
+	case count < lo && lo == 1:
+		p.add(path, "must not be empty")
+	case count < lo:
+		p.addf(path, "has %d items; the minimum is %d", count, lo)
+	default:
+		p.addf(path, "has %d items; the maximum is %d", count, hi)
+	}
 }
 
 // isName reports whether s is a valid rule name or domain: [A-Za-z0-9_.-]{1,64}. The
@@ -335,16 +430,24 @@ func isToken(s string) bool {
 // valid configure does not make V8 compile strings.ToLower and its Unicode path (see
 // TestLowerASCII).
 func lowerASCII(s string) string {
-	upper := false
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= utf8.RuneSelf {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return lowerSlow(s)
+		}
+	}
+	return s
+}
+
+// lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
+// its line: V8 in Envoy compiles a function on its first call, and names in configurations
+// are nearly always lower-case already.
+//
+//go:noinline
+func lowerSlow(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
 			return strings.ToLower(s)
 		}
-		upper = upper || ('A' <= c && c <= 'Z')
-	}
-	if !upper {
-		return s
 	}
 	b := []byte(s)
 	for i, c := range b {
@@ -365,10 +468,18 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	}
 	name := lowerASCII(s)
 	if !isToken(strings.TrimPrefix(name, ":")) {
-		p.add(path, quote(s)+" is not a valid header name")
+		p.badHeaderName(path, s)
 		return "", false
 	}
 	return name, true
+}
+
+// badHeaderName reports s, at path, as no valid header name (out of headerName's line, see
+// wrongType).
+//
+//go:noinline
+func (p *parser) badHeaderName(path, s string) {
+	p.add(path, quote(s)+" is not a valid header name")
 }
 
 // isFieldValue reports whether s may be sent as an HTTP field value: no control
