@@ -304,13 +304,14 @@ func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, 
 	case kindQuery:
 		return appendQueryPart(dst, v)
 	case kindClientIP:
-		// Most rules key on the whole address, which is then rendered once per request
-		// rather than once per rule; a request that wrote it in canonical form (the usual
-		// IPv4 case) has it rendered already (see ClientIP).
-		if m := req.ClientIPCache(); m != nil && m.partLen != 0 && kp.prefixBits(ip) >= ip.BitLen() {
-			return append(dst, m.part[:m.partLen]...)
+		// Most rules key on the whole address, and a request that wrote it in canonical
+		// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is written
+		// as a header's value is, by the one appendPart below.
+		m := req.ClientIPCache()
+		if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
+			return kp.appendIPValue(dst, req, ip)
 		}
-		return kp.appendIPValue(dst, req, ip)
+		v = m.text
 	}
 	return appendPart(dst, v)
 }
@@ -326,13 +327,16 @@ func appendQueryPart(dst []byte, v string) []byte {
 	return appendUnescaped(dst, v)
 }
 
-// appendIPValue appends the client IP part for an address the request's cache does not hold
-// rendered yet: it renders it into the cache when the part is the whole address, else (a
-// prefix, or no cache) into dst.
+// appendIPValue appends the client IP part for an address the request did not write in
+// canonical form, or masked to a prefix: the whole address is rendered once per request, into
+// the cache (rather than once per rule), a prefix (or an address without a cache) into dst.
 //
 //go:noinline
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip IP) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
+		if m.partLen != 0 {
+			return append(dst, m.part[:m.partLen]...)
+		}
 		part := kp.appendIPPart(m.part[:0], ip)
 		if len(part) > len(m.part) { // cannot happen: kept for safety
 			return append(dst, part...)
@@ -416,12 +420,9 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	}
 	ip, text, ok := parseIPText(s)
 	if m != nil {
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
-		if text != "" && len(text)+3 <= len(m.part) {
-			// The request wrote the address in its canonical form: the unmasked key part is
-			// those bytes, copied rather than printed (see appendValue).
-			m.partLen = uint8(len(appendPart(m.part[:0], text)))
-		}
+		// When the request wrote the address in its canonical form, the unmasked key part is
+		// those bytes, copied rather than printed (see appendValue).
+		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok, text: text}
 	}
 	return ip, ok
 }
@@ -433,10 +434,13 @@ type ClientIPCache struct {
 	ok    bool
 	hops  int
 	ip    IP
-	// part is the unmasked address as a key part ("9:192.0.2.1"): copied from the request
-	// when it wrote the address in canonical form (an IPv4 address, the usual case), else
-	// rendered by the first rule that needs it; partLen is 0 until then. An IPv6 address has
-	// at most 39 characters.
+	// text is the address as the request wrote it when that is its canonical form (an IPv4
+	// address, the usual case; see parseIPText), else "". A string shares the request's bytes,
+	// which stay as they are: keeping it costs no copy.
+	text string
+	// part is the unmasked address as a key part ("39:2001:db8::1") for an address not
+	// written in canonical form, rendered by the first rule that needs it; partLen is 0 until
+	// then. An IPv6 address has at most 39 characters.
 	part    [48]byte
 	partLen uint8
 }
