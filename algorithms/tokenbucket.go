@@ -164,6 +164,16 @@ func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 	return min(max(value, 0), b.capU), last, true
 }
 
+// resume decodes the stored fields at state[off:] (off > 0) and refills them to now, as
+// tokens; it returns them and the instant they are evaluated at. It is kept out of AllowN's
+// line: a fresh key needs neither, and V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func (b *bucket) resume(state []byte, off int, now int64) (tokens, eff int64) {
+	tokens, last, ok := b.decode(state, off)
+	return b.refill(tokens, last, ok, now)
+}
+
 func encodeTB(state []byte, p *params, ver byte, value, last int64) []byte {
 	out := outBuf(state, tbSize, tbSize)
 	p.put(out, ver)
@@ -175,12 +185,19 @@ func encodeTB(state []byte, p *params, ver byte, value, last int64) []byte {
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
-	if conv {
-		return t.convert(state, now, n)
+	// A fresh key (an empty state) starts full at now: only a stored state is located,
+	// decoded and refilled, out of AllowN's line, so that a VM's first request, usually for
+	// a new key, compiles none of it (V8 in Envoy compiles a function on its first call).
+	tokens, eff := t.b.capU, now
+	if len(state) != 0 {
+		off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+		if conv {
+			return t.convert(state, now, n)
+		}
+		if off != 0 {
+			tokens, eff = t.b.resume(state, off, now)
+		}
 	}
-	tokens, last, ok := t.b.decode(state, off)
-	tokens, eff := t.b.refill(tokens, last, ok, now)
 	d, tokens, store := t.b.decide(tokens, eff, now, n)
 	if !store {
 		return d, state

@@ -85,10 +85,36 @@ func queryCount(req Request, name string) int {
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
+	return r.walkKey(dst, req, true)
+}
+
+// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
+// that DuplicatePart does not refuse.
+func (r *Rule) keyAvailable(req Request) bool {
+	_, ok := r.walkKey(nil, req, false)
+	return ok
+}
+
+// walkKey is AppendKey when build is true and keyAvailable when it is false. The two are one
+// function because they must agree on what each source holds, and because V8 in Envoy
+// compiles a function on its first call: every request asks both, and one copy of the walk
+// over the key parts is compiled instead of two.
+func (r *Rule) walkKey(dst []byte, req Request, build bool) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
 		kp, k := &r.Key[i], r.keyKind(i)
+		if !build && kp.HasDefault {
+			continue
+		}
 		v, ip, st := kp.lookup(k, req, r.trustedHops)
+		if !build {
+			// A repeated header counts as present: the rule applies, and the request is
+			// refused by DuplicatePart rather than let through to later rules.
+			if st == partMissing {
+				return dst, false
+			}
+			continue
+		}
 		if st == partMissing && kp.HasDefault {
 			// The default is written as a constant part is: one call site of appendValue
 			// rather than a second copy of the writing here.
@@ -100,23 +126,6 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 		dst = kp.appendValue(k, dst, req, v, ip)
 	}
 	return dst, true
-}
-
-// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
-// that DuplicatePart does not refuse.
-func (r *Rule) keyAvailable(req Request) bool {
-	for i := range r.Key {
-		kp := &r.Key[i]
-		if kp.HasDefault {
-			continue
-		}
-		// A repeated header counts as present: the rule applies, and the request is refused
-		// by DuplicatePart rather than let through to later rules.
-		if _, _, st := kp.lookup(r.keyKind(i), req, r.trustedHops); st == partMissing {
-			return false
-		}
-	}
-	return true
 }
 
 // partState says what a request holds for one key part.
@@ -295,13 +304,14 @@ func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, 
 	case kindQuery:
 		return appendQueryPart(dst, v)
 	case kindClientIP:
-		// Most rules key on the whole address, which is then rendered once per request
-		// rather than once per rule; a request that wrote it in canonical form (the usual
-		// IPv4 case) has it rendered already (see ClientIP).
-		if m := req.ClientIPCache(); m != nil && m.partLen != 0 && kp.prefixBits(ip) >= ip.BitLen() {
-			return append(dst, m.part[:m.partLen]...)
+		// Most rules key on the whole address, and a request that wrote it in canonical
+		// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is written
+		// as a header's value is, by the one appendPart below.
+		m := req.ClientIPCache()
+		if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
+			return kp.appendIPValue(dst, req, ip)
 		}
-		return kp.appendIPValue(dst, req, ip)
+		v = m.text
 	}
 	return appendPart(dst, v)
 }
@@ -317,13 +327,16 @@ func appendQueryPart(dst []byte, v string) []byte {
 	return appendUnescaped(dst, v)
 }
 
-// appendIPValue appends the client IP part for an address the request's cache does not hold
-// rendered yet: it renders it into the cache when the part is the whole address, else (a
-// prefix, or no cache) into dst.
+// appendIPValue appends the client IP part for an address the request did not write in
+// canonical form, or masked to a prefix: the whole address is rendered once per request, into
+// the cache (rather than once per rule), a prefix (or an address without a cache) into dst.
 //
 //go:noinline
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip IP) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
+		if m.partLen != 0 {
+			return append(dst, m.part[:m.partLen]...)
+		}
 		part := kp.appendIPPart(m.part[:0], ip)
 		if len(part) > len(m.part) { // cannot happen: kept for safety
 			return append(dst, part...)
@@ -392,7 +405,26 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	if m != nil && m.valid && m.hops == trustedHops {
 		return m.ip, m.ok
 	}
-	return clientIP(req, trustedHops, m)
+	// The address is parsed here rather than by a function of its own: one function, for
+	// both a request with a cache and one without, is compiled on a VM's first request (V8
+	// in Envoy compiles a function on its first call), and one call fewer is made.
+	//
+	// The address to parse is chosen first, so that one call site parses it: Go's wasm
+	// backend saves and restores the live values around every call site.
+	s := ""
+	if trustedHops > 0 {
+		s = forwardedFor(req, trustedHops)
+	}
+	if s == "" {
+		s = req.SourceAddress()
+	}
+	ip, text, ok := parseIPText(s)
+	if m != nil {
+		// When the request wrote the address in its canonical form, the unmasked key part is
+		// those bytes, copied rather than printed (see appendValue).
+		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok, text: text}
+	}
+	return ip, ok
 }
 
 // ClientIPCache holds one request's client IP (see Request.ClientIPCache); the zero value is
@@ -402,39 +434,32 @@ type ClientIPCache struct {
 	ok    bool
 	hops  int
 	ip    IP
-	// part is the unmasked address as a key part ("9:192.0.2.1"): copied from the request
-	// when it wrote the address in canonical form (an IPv4 address, the usual case), else
-	// rendered by the first rule that needs it; partLen is 0 until then. An IPv6 address has
-	// at most 39 characters.
+	// text is the address as the request wrote it when that is its canonical form (an IPv4
+	// address, the usual case; see parseIPText), else "". A string shares the request's bytes,
+	// which stay as they are: keeping it costs no copy.
+	text string
+	// part is the unmasked address as a key part ("39:2001:db8::1") for an address not
+	// written in canonical form, rendered by the first rule that needs it; partLen is 0 until
+	// then. An IPv6 address has at most 39 characters.
 	part    [48]byte
 	partLen uint8
 }
 
-// clientIP is ClientIP without the cache's answer: it parses the address and, when m is not
-// nil, fills m with it. It is the one function that parses, for both a request with a cache
-// and one without, so that a VM's first request compiles one copy of it (V8 in Envoy compiles
-// a function on its first call).
-func clientIP(req Request, trustedHops int, m *ClientIPCache) (IP, bool) {
-	ip, text, ok := IP{}, "", false
-	if trustedHops > 0 {
-		if xff, found := req.Header("x-forwarded-for"); found {
-			if entry, found := nthFromRight(xff, trustedHops); found {
-				ip, text, ok = parseIPText(entry)
+// forwardedFor returns the source address to parse when X-Forwarded-For is trusted: its
+// trustedHops-th entry from the right when that entry is an IP address, else "" (the source
+// address is used). It is kept out of clientIP's line: most configurations trust no hop, and
+// V8 in Envoy compiles a function on its first call.
+//
+//go:noinline
+func forwardedFor(req Request, trustedHops int) string {
+	if xff, found := req.Header("x-forwarded-for"); found {
+		if entry, found := nthFromRight(xff, trustedHops); found {
+			if _, _, ok := parseIPText(entry); ok {
+				return entry
 			}
 		}
 	}
-	if !ok {
-		ip, text, ok = parseIPText(req.SourceAddress())
-	}
-	if m != nil {
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok}
-		if text != "" && len(text)+3 <= len(m.part) {
-			// The request wrote the address in its canonical form: the unmasked key part is
-			// those bytes, copied rather than printed (see appendValue).
-			m.partLen = uint8(len(appendPart(m.part[:0], text)))
-		}
-	}
-	return ip, ok
+	return ""
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the
@@ -453,51 +478,6 @@ func nthFromRight(s string, n int) (string, bool) {
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
-
-// parseIPv4 reads the shapes that nearly every address has, "a.b.c.d" and "a.b.c.d:port",
-// and accepts exactly what netip.ParseAddr and netip.ParseAddrPort accept of them: four
-// decimal octets up to 255 without leading zeros, and a port of decimal digits up to 65535
-// (leading zeros allowed, as strconv.ParseUint allows them). Anything else reports false and
-// takes the general path. In a Wasm VM the general path costs about a microsecond per
-// request, this one a fraction of that.
-func parseIPv4(s string) (IP, bool) {
-	var ip IP
-	a := ip.b[:4]
-	i := 0
-	for f := range a {
-		if f > 0 {
-			if i >= len(s) || s[i] != '.' {
-				return IP{}, false
-			}
-			i++
-		}
-		start, v := i, 0
-		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
-			v = v*10 + int(s[i]-'0')
-			i++
-		}
-		if n := i - start; n == 0 || v > 255 || (n > 1 && s[start] == '0') {
-			return IP{}, false
-		}
-		a[f] = byte(v)
-	}
-	if i < len(s) {
-		if s[i] != ':' || i+1 == len(s) {
-			return IP{}, false
-		}
-		port := 0
-		for i++; i < len(s); i++ {
-			if s[i] < '0' || s[i] > '9' {
-				return IP{}, false
-			}
-			if port = port*10 + int(s[i]-'0'); port > 65535 {
-				return IP{}, false
-			}
-		}
-	}
-	ip.v4 = true
-	return ip, true
-}
 
 // queryParams returns the raw (still percent-encoded) values of the first and the last query
 // parameter whose decoded name is name, and how many there are. A parameter without "=" has

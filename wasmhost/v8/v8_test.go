@@ -321,6 +321,11 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*request).cachedLines",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.trimBlanks",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.parseSlow",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.forwardedFor",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.(*bucket).resume",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.(*params).locate",
 	} {
 		// A function that is not in the module (renamed, or inlined into its callers, where
 		// V8 would compile it with them) would pass the check below unseen.
