@@ -2,6 +2,7 @@ package sharedstate
 
 import (
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,92 @@ func TestSecondPassForgetsTheFirst(t *testing.T) {
 	v, _, err := mem.Get(slot)
 	if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != digest || v[DigestSize] != slotLive {
 		t.Fatalf("slot %s = %x, %v: want the key live there", slot, v, err)
+	}
+}
+
+// claimHookStore runs hook once, right after the first claim written (see create), and then
+// fails the next read when failRead is set.
+type claimHookStore struct {
+	*Memory
+	hook     func()
+	failRead bool
+	claimed  bool // a claim was written
+}
+
+var errClaimReadFailed = errors.New("the store failed a read")
+
+func (s *claimHookStore) Set(key string, value []byte, cas uint32) error {
+	err := s.Memory.Set(key, value, cas)
+	if err == nil && s.hook != nil && len(value) == claimSize && value[DigestSize] == slotClaim {
+		h := s.hook
+		s.hook, s.claimed = nil, true
+		h()
+	}
+	return err
+}
+
+func (s *claimHookStore) Get(key string) ([]byte, uint32, error) {
+	if s.failRead && s.claimed {
+		s.failRead = false
+		return nil, 0, errClaimReadFailed
+	}
+	return s.Memory.Get(key)
+}
+
+// A slot created by a claim is counted whether or not the claim wins (see create): the slot
+// exists either way, and the count bounds how many slots a rule ever creates. Both ways a
+// claim can fail after it was written are tried: another worker's copy of the key turns up
+// (the claim loses, and the request is decided again on that copy), and the store fails the
+// read of the claim back (the request fails). The count was a deferred call, which ran on
+// every return after the claim; as a plain call at the end of create it must still run on
+// these paths.
+func TestLostClaimStillCountsItsSlot(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		failRead bool
+		wantErr  error
+	}{
+		{name: "another copy wins", wantErr: nil},
+		{name: "the claim's read back fails", failRead: true, wantErr: errClaimReadFailed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := NewMemory()
+			secret, err := LoadSecret(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := &claimHookStore{Memory: mem, failRead: c.failRead}
+			lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
+			tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|c|", Slots: 10, Attempts: 8, Limiter: lim, Secret: secret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := []byte("client-a")
+			digest, h := (*DigestCache)(nil).digestHash(key, tab.k0, tab.k1)
+			b, start := tab.cur.choices(h)
+			// Another worker's live copy, in the slot after the one the claim takes (the
+			// first of the emptier bucket from its starting slot: both are empty).
+			other := tab.name(10, b[0]*BucketSlots+(start[0]+1)%BucketSlots)
+			store.hook = func() {
+				if c.failRead {
+					return
+				}
+				live := append(digest[:], slotLive)
+				if err := mem.Set(other, live, createCAS); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var p Pending
+			err = tab.AllowN(key, int64(time.Hour), 1, &p)
+			if err != c.wantErr {
+				t.Fatalf("AllowN: %v, want %v", err, c.wantErr)
+			}
+			if store.hook != nil {
+				t.Fatal("no claim was written: the test set nothing up")
+			}
+			if !p.Claimed || p.Used != 1 || tab.Used() != 1 {
+				t.Fatalf("claimed %v, used %d, table's count %d: want the created slot counted once", p.Claimed, p.Used, tab.Used())
+			}
+		})
 	}
 }
