@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,79 @@ func TestLostClaimStillCountsItsSlot(t *testing.T) {
 				t.Fatalf("claimed %v, used %d, table's count %d: want the created slot counted once", p.Claimed, p.Used, tab.Used())
 			}
 		})
+	}
+}
+
+// Of two fresh claims of one key, the one first in the order lookups read the slots wins (see
+// create): a claimant that finds such a claim before its own gives way, releases its own
+// claim and decides again, adopting the winner. verify tells verifyCopy whether a slot comes
+// before the claim; were that lost, each claimant would release the other's claim and both
+// conversions could fail. Here the key's emptier bucket is its first, whose starting slot is
+// taken, so the key is placed at the bucket's next slot, after the second bucket's starting
+// slot in read order; right after the claim, another worker claims that free starting slot.
+func TestEarlierClaimWins(t *testing.T) {
+	mem := NewMemory()
+	secret, err := LoadSecret(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &claimHookStore{Memory: mem}
+	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
+	tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|e|", Slots: 100, Attempts: 8, Limiter: lim, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const now = int64(time.Hour)
+	var key []byte
+	var digest [DigestSize]byte
+	var b, start [Choices]uint32
+	for i := 0; ; i++ {
+		key = fmt.Appendf(nil, "client-%d", i)
+		var h uint64
+		digest, h = (*DigestCache)(nil).digestHash(key, tab.k0, tab.k1)
+		if b, start = tab.cur.choices(h); b[0] != b[1] {
+			break
+		}
+	}
+	slot := func(c, j uint32) uint32 { return b[c]*BucketSlots + (start[c]+j)%BucketSlots }
+	_, active := lim.AllowN(nil, now, 1)
+	for i, idx := range []uint32{slot(0, 0), slot(1, 1), slot(1, 2)} {
+		d := Digest(fmt.Appendf(nil, "other-%d", i))
+		v := append(append(d[:], slotLive), active...)
+		if err := mem.Set(tab.name(100, idx), v, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours, theirs := tab.name(100, slot(0, 1)), tab.name(100, slot(1, 0))
+	store.hook = func() {
+		claim := append(digest[:], slotClaim)
+		claim = binary.LittleEndian.AppendUint64(claim, uint64(now))
+		claim = binary.LittleEndian.AppendUint64(claim, tab.id+1)
+		if err := mem.Set(theirs, claim, createCAS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p Pending
+	if err := tab.AllowN(key, now, 1, &p); err != nil || !p.Decision.Allowed {
+		t.Fatalf("AllowN: %v, %+v", err, p.Decision)
+	}
+	if store.hook != nil {
+		t.Fatal("no claim was written: the test set nothing up")
+	}
+	kind := func(name string) byte {
+		v, _, err := mem.Get(name)
+		if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != digest {
+			t.Fatalf("slot %s = %x, %v: not the key's", name, v, err)
+		}
+		return v[DigestSize]
+	}
+	if k := kind(ours); k != slotReleased {
+		t.Fatalf("the later claim's slot %s is of kind %d, want released", ours, k)
+	}
+	if k := kind(theirs); k != slotLive {
+		t.Fatalf("the earlier claim's slot %s is of kind %d, want live (adopted)", theirs, k)
+	}
+	if p.Retries != 1 {
+		t.Fatalf("retries %d, want 1: the later claim gives way once", p.Retries)
 	}
 }
