@@ -30,7 +30,9 @@ var (
 //   - CAS numbers come from one counter shared by all keys and are never 0.
 //
 // The value Get returns belongs to the caller. Neither method may keep the key string after it
-// returns (the host copies it): Table passes names built in a reused buffer to Get.
+// returns (the host copies it): Table passes names built in a reused buffer to Get. Nor may Set
+// keep the value: Table writes claims, releases and counts of created slots from buffers it
+// reuses for the next write.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error

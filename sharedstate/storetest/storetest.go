@@ -72,6 +72,19 @@ func Run(t *testing.T, newStore func(t *testing.T) sharedstate.Store, opts Optio
 			t.Fatalf("store shares its buffer: %q", again)
 		}
 	})
+	// Table writes claims, counts and slot names from buffers it reuses (see Store), so a store
+	// that kept the written slice would see its stored value change under it.
+	t.Run("written value is copied, not kept", func(t *testing.T) {
+		s := newStore(t)
+		buf := []byte("abc")
+		if err := s.Set("k", buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		buf[0] = 'X'
+		if v, _, _ := s.Get("k"); string(v) != "abc" {
+			t.Fatalf("store kept the written slice: %q", v)
+		}
+	})
 	if !opts.ZeroCasIsConditional {
 		t.Run("cas 0 writes unconditionally", func(t *testing.T) {
 			s := newStore(t)
