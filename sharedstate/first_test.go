@@ -24,7 +24,7 @@ func (r *recordingStore) Get(key string) ([]byte, uint32, error) {
 // and when it does not decide, the full lookup takes its read as its own first: no Decide reads
 // a slot twice, for new keys, for keys in their first slot and for keys elsewhere in their
 // buckets (both cases occur here, or the test would prove nothing).
-func TestNewKeyReadsEachSlotOnce(t *testing.T) {
+func TestDecideReadsEachSlotOnce(t *testing.T) {
 	rec := &recordingStore{Store: NewMemory()}
 	tab := mustTable(t, rec, 1000, mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Minute}))
 	noTwice := func(key string) {

@@ -469,7 +469,7 @@ var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 // bookkeeping of a full lookup, which costs about a quarter of a microsecond per rule in a
 // Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more keys than its
 // second or its starting slot was taken: in a table 60% full, about 4 keys in 10
-// (TestNewKeyReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
+// (TestDecideReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
 // t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
 // once each and in the same order either way. (The fast path was a function of its own,
 // decideFirst; one function is less code for V8 to compile on a first request.)
