@@ -106,33 +106,41 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 // Go reactor instantiate + _initialize; for the filter instantiate + _initialize + root
 // context + proxy_on_vm_start + proxy_on_configure (a 1-rule configuration), and the filter's
 // first request after it. The first VM's steps are reported too (initialize-ms: _initialize;
-// configure-ms: proxy_on_configure), each a mean over the processes. Run with a small fixed
+// configure-ms: proxy_on_configure), each a mean over the processes, and the CPU time of the
+// first VM and the first request (first-vm-cpu-ms, first-request-cpu-ms: the process's user
+// and system time, which other load on the machine inflates far less). Run with a small fixed
 // count, e.g. -benchtime 5x.
 func BenchmarkV8Start(b *testing.B) {
 	empty, filter := module(b, "./wasmhost/testdata/emptyreactor"), module(b, ".")
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	b.Run("empty-reactor", func(b *testing.B) {
-		var sum, init float64
+		var sum, cpu, init float64
 		for b.Loop() {
 			res := run(b, Job{Module: empty, Mode: "init"})
 			sum += res.FirstVMMS
+			cpu += res.FirstVMCPUMS
 			init += res.PhasesMS["initialize"]
 		}
 		b.ReportMetric(sum/float64(b.N), "first-vm-ms")
+		b.ReportMetric(cpu/float64(b.N), "first-vm-cpu-ms")
 		b.ReportMetric(init/float64(b.N), "initialize-ms")
 	})
 	b.Run("filter", func(b *testing.B) {
-		var vm, first, init, configure float64
+		var vm, first, vmCPU, firstCPU, init, configure float64
 		for b.Loop() {
 			res := run(b, Job{Module: filter, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
 			require.True(b, res.Configured)
 			vm += res.FirstVMMS
 			first += res.FirstRequestMS
+			vmCPU += res.FirstVMCPUMS
+			firstCPU += res.FirstRequestCPUMS
 			init += res.PhasesMS["initialize"]
 			configure += res.PhasesMS["configure"]
 		}
 		b.ReportMetric(vm/float64(b.N), "first-vm-ms")
 		b.ReportMetric(first/float64(b.N), "first-request-ms")
+		b.ReportMetric(vmCPU/float64(b.N), "first-vm-cpu-ms")
+		b.ReportMetric(firstCPU/float64(b.N), "first-request-cpu-ms")
 		b.ReportMetric(init/float64(b.N), "initialize-ms")
 		b.ReportMetric(configure/float64(b.N), "configure-ms")
 	})
