@@ -307,13 +307,16 @@ class VM {
       this.phases[name] = ms(now - t);
       t = now;
     };
+    mark('init');
     this.call('_initialize');
     lap('initialize');
+    mark('vmstart');
     this.root = this.nextId++;
     this.call('proxy_on_context_create', this.root, 0);
     const started = this.call('proxy_on_vm_start', this.root, 0);
     lap('vm_start');
     if (!started) return false;
+    mark('configure');
     const configured = !!this.call('proxy_on_configure', this.root, this.opts.pluginConfig.length);
     lap('configure');
     return configured;
@@ -354,6 +357,12 @@ class VM {
 
 function ms(ns) { return Number(ns) / 1e6; }
 
+// markPhases is set by a job's phase_markers: mark then writes a line "@@PHASE name" before
+// each start-up step and request, so that a V8 trace written to the same output (for example
+// --trace-wasm-compilation-times, read by scripts/v8-compile-phases.sh) can be split by step.
+let markPhases = false;
+function mark(name) { if (markPhases) console.log('@@PHASE ' + name); }
+
 // cpuMS is the process's CPU time so far (user and system, every thread), in milliseconds. On
 // a shared machine a step's CPU time moves far less than its wall time, which waits for the
 // cores other processes hold.
@@ -361,6 +370,7 @@ function cpuMS() { const u = process.cpuUsage(); return (u.user + u.system) / 10
 
 function main() {
   const job = JSON.parse(fs.readFileSync(0, 'utf8'));
+  markPhases = !!job.phase_markers;
   const shared = new SharedData();
   const metrics = new Map();
   const logs = [];
@@ -402,6 +412,7 @@ function main() {
       (job.requests || []).forEach((r, i) => {
         const s = process.hrtime.bigint();
         const cs = cpuMS();
+        mark('request' + i);
         const res = workers[r.worker || 0].request(r);
         if (i === 0) {
           out.first_request_ms = ms(process.hrtime.bigint() - s);

@@ -61,6 +61,9 @@ type Job struct {
 	Workers  int       `json:"workers,omitempty"`
 	Requests []Request `json:"requests,omitempty"`
 	Bench    *Bench    `json:"bench,omitempty"`
+	// PhaseMarkers makes the host write "@@PHASE name" before each start-up step (init,
+	// vmstart, configure) and each request (request0, ...), to split a V8 trace by step.
+	PhaseMarkers bool `json:"phase_markers,omitempty"`
 }
 
 // Response is what the client received for one request.
