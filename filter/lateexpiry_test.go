@@ -21,20 +21,9 @@ import (
 // ten dropped at the next request), and the key's next request would take a third batch.
 func TestLateBatchAfterTTLIsDropped(t *testing.T) {
 	srv := redistest.Start(t)
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]`
 	for _, parts := range []int{1, 4} {
 		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
-			loadScripts(srv)
-			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, rules), 1, 1)
-			url := srv.WebdisURL()
-			y := l.vms[0].rules[1]
-			require.Equal(t, "y", y.rule.Name)
-			dropped := func() uint64 {
-				n, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
-				require.NoError(t, err)
-				return n
-			}
+			l, url, y, dropped := newLateBatchFleet(t, srv, parts)
 
 			id, calls := l.startReset(t, 0, hdr("x-k", "A"), hdr("x-y", "late"))
 			l.now += int64(50 * time.Millisecond)
@@ -53,13 +42,8 @@ func TestLateBatchAfterTTLIsDropped(t *testing.T) {
 			require.EqualValues(t, 9, fresh.units)
 			require.EqualValues(t, 10, dropped(), "the expired late batch is dropped, all of it, at once")
 
-			before := yTokens(t, srv, "late")
-			l.now += int64(time.Millisecond)
-			ok, _ = l.doRelayed(t, 0, url, hdr("x-k", "C"), hdr("x-y", "late"))
-			require.True(t, ok)
-			require.Equal(t, before, yTokens(t, srv, "late"), "the next request spends the live lease")
-			require.EqualValues(t, 8, fresh.units)
-			require.EqualValues(t, 10, dropped())
+			requireNextSpendsLiveLease(t, l, srv, fresh)
+			require.EqualValues(t, 10, dropped(), "nothing more is dropped")
 		})
 	}
 }
@@ -71,19 +55,9 @@ func TestLateBatchAfterTTLIsDropped(t *testing.T) {
 // once; the live lease is kept and admits the key's next request with no call.
 func TestSlowBatchAfterTTLIsDropped(t *testing.T) {
 	srv := redistest.Start(t)
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]`
 	for _, parts := range []int{1, 4} {
 		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
-			loadScripts(srv)
-			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, rules), 1, 1)
-			url := srv.WebdisURL()
-			y := l.vms[0].rules[1]
-			dropped := func() uint64 {
-				n, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
-				require.NoError(t, err)
-				return n
-			}
+			l, url, y, dropped := newLateBatchFleet(t, srv, parts)
 
 			l.cur = 0
 			id := l.host.InitializeHttpContext()
@@ -107,12 +81,44 @@ func TestSlowBatchAfterTTLIsDropped(t *testing.T) {
 			require.EqualValues(t, 9, fresh.units)
 			require.EqualValues(t, 9, dropped(), "the expired batch's nine other units are dropped at once")
 
-			before := yTokens(t, srv, "late")
-			l.now += int64(time.Millisecond)
-			ok, _ = l.doRelayed(t, 0, url, hdr("x-k", "C"), hdr("x-y", "late"))
-			require.True(t, ok)
-			require.Equal(t, before, yTokens(t, srv, "late"), "the next request spends the live lease")
-			require.EqualValues(t, 8, fresh.units)
+			requireNextSpendsLiveLease(t, l, srv, fresh)
+			require.EqualValues(t, 9, dropped(), "nothing more is dropped")
 		})
 	}
+}
+
+// lateBatchRules are the two global rules of the late-batch tests: x, which every request
+// passes (continue), and y, whose key "late" takes lease batches of ten units that expire 100
+// ms after their call is sent.
+const lateBatchRules = `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
+	`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]`
+
+// newLateBatchFleet starts one VM on lateBatchRules against srv with parts partitions, and
+// returns it with webdis's URL, rule y and a reader of y's dropped-units counter.
+func newLateBatchFleet(t *testing.T, srv *redistest.Server, parts int) (*leaseVMs, string, *ruleState, func() uint64) {
+	t.Helper()
+	loadScripts(srv)
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, lateBatchRules), 1, 1)
+	y := l.vms[0].rules[1]
+	require.Equal(t, "y", y.rule.Name)
+	dropped := func() uint64 {
+		n, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+		require.NoError(t, err)
+		return n
+	}
+	return l, srv.WebdisURL(), y, dropped
+}
+
+// requireNextSpendsLiveLease checks the closing promise of the late-batch tests: after the
+// late answer, the key's next request is admitted from the live lease fresh with no call to
+// Redis (y's stored tokens do not move), and the lease has one unit less.
+func requireNextSpendsLiveLease(t *testing.T, l *leaseVMs, srv *redistest.Server, fresh *heldLease) {
+	t.Helper()
+	before := yTokens(t, srv, "late")
+	units := fresh.units
+	l.now += int64(time.Millisecond)
+	ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", "C"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, before, yTokens(t, srv, "late"), "the next request spends the live lease")
+	require.EqualValues(t, units-1, fresh.units)
 }
