@@ -2,7 +2,7 @@ package sharedstate
 
 import (
 	"bytes"
-	"hash/maphash"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/sha"
@@ -30,9 +30,13 @@ func Digest(key []byte) [DigestSize]byte {
 // either: sharedstate/redis hashes long Redis keys with plain SHA-256 of its own, so that
 // every proxy agrees on them.
 //
-// The cache is direct-mapped: an entry is chosen by a seeded maphash of the key (about 0.1 us)
-// and holds one key with its digest; a different key mapping to the same entry replaces it.
-// Lookups compare the whole key, so a hit always returns the key's own digest; an attacker who
+// The cache is direct-mapped: an entry is chosen by SipHash-2-4 of the key under a secret of
+// the cache's own (drawn like LoadSecret's), and holds one key with its digest. SipHash is the
+// keyed hash the Table already computes, so a VM's first request compiles one hash function
+// for both, where a seeded hash/maphash was a third (with the runtime's memhash) beside
+// SHA-256 and SipHash, about 1 KB more for V8 to compile (issue 14); it costs about what
+// maphash did. The secret keeps clients from choosing keys that share an entry; a different
+// key mapping to the same entry replaces it. Lookups compare the whole key, so a hit always returns the key's own digest; an attacker who
 // floods distinct keys only turns hits into misses, which cost what every lookup cost before
 // plus a copy of the key. Keys longer than maxCachedKey are not cached, which bounds memory at
 // about entries * (maxCachedKey + 48) bytes; entries reuse their key buffers, so the cache
@@ -41,7 +45,8 @@ func Digest(key []byte) [DigestSize]byte {
 // A DigestCache is not safe for concurrent use: share it only among the Tables of one VM (a
 // VM is single-threaded).
 type DigestCache struct {
-	seed    maphash.Seed
+	// k0, k1 is the SipHash-2-4 key that chooses a key's entry.
+	k0, k1  uint64
 	entries []digestEntry
 	// last is the entry found or filled last. Rules that share a key look it up one after
 	// another, and comparing with it first saves hashing the key again.
@@ -72,10 +77,13 @@ const maxCachedKey = 128
 // static memory (staticDigest) instead of the Go heap; any later one allocates them.
 func NewDigestCache(size int) *DigestCache {
 	size = max(size, 1)
+	var entries []digestEntry
 	if size <= len(staticDigest) && staticDigestTaken.CompareAndSwap(false, true) {
-		return &DigestCache{seed: maphash.MakeSeed(), entries: staticDigest[:size]}
+		entries = staticDigest[:size]
+	} else {
+		entries = make([]digestEntry, size)
 	}
-	return &DigestCache{seed: maphash.MakeSeed(), entries: make([]digestEntry, size)}
+	return &DigestCache{k0: rand.Uint64(), k1: rand.Uint64(), entries: entries}
 }
 
 // staticDigestEntries is the size of the static entries the process's first DigestCache
@@ -136,7 +144,7 @@ func (c *DigestCache) entry(key []byte) *digestEntry {
 	if e := c.last; e != nil && bytes.Equal(e.key, key) {
 		return e
 	}
-	e := &c.entries[maphash.Bytes(c.seed, key)%uint64(len(c.entries))]
+	e := &c.entries[sipHash24(c.k0, c.k1, key)%uint64(len(c.entries))]
 	c.last = e
 	if e.used && bytes.Equal(e.key, key) {
 		return e
