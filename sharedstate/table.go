@@ -79,7 +79,7 @@ const movedHeader = slotHeader + 4
 const claimSize = slotHeader + 8 + 8
 
 // claimTTL is how long a claim holds its slot against other keys, and wins over a claim of its
-// key written later in another slot (see verify). A claim lives for the few store operations
+// key written later in another slot (see create). A claim lives for the few store operations
 // between its write and its conversion into a live slot; one older than this (by the reader's
 // clock) was left by a VM that stopped in between, and counts as free for another key, so a
 // slot is never blocked for good. A lookup of the claim's own key adopts it whatever its age
@@ -545,7 +545,7 @@ type forward struct {
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	var s scan // scan's, filled in place: returning it would copy the struct
-	if err := t.scanWith(&s, g, h, p, true, -1); err != nil {
+	if err := t.scanWith(&s, g, h, p, scanPlace, -1); err != nil {
 		return err
 	}
 	if !s.found && s.pending {
@@ -729,7 +729,12 @@ func (t *Table) create(p *Pending) error {
 			lost, err = t.touchForward(p)
 		}
 		if err == nil && !lost {
-			lost, err = t.verify(p)
+			// Step 2 is scanWith's loop (scanVerify), which this request ran to find the
+			// claim's slot: one loop for both is less code for V8 to compile on a new key's
+			// first request, which runs both (the loop was a function of its own, verify).
+			var s scan
+			err = t.scanWith(&s, newGeometry(p.geo), p.h, p, scanVerify, -1)
+			lost = s.found
 		}
 		if err != nil || lost {
 			err = t.release(p, name, cas, err)
@@ -809,39 +814,7 @@ func (t *Table) touchForward(p *Pending) (lost bool, err error) {
 	return true, nil
 }
 
-// verify reads the key's slots other than p's claim, and reports whether another copy of the
-// key wins over the claim (see create). It releases the claims that the claim wins over.
-func (t *Table) verify(p *Pending) (lost bool, err error) {
-	g := newGeometry(p.geo)
-	b, start := g.choices(p.h)
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
-	}
-	before := true // the slot being read comes before the claim in the lookups' order
-	for j := range BucketSlots {
-		for c := range n {
-			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
-			if idx == p.idx {
-				before = false
-				continue
-			}
-			v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-			if isNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return true, err
-			}
-			if lost, err := t.verifyCopy(p, idx, before, v, vcas); lost || err != nil {
-				return lost, err
-			}
-		}
-	}
-	return false, nil
-}
-
-// verifyCopy is verify's part for slot idx of p's geometry, written and read as v (cas number
+// verifyCopy is create's step 2 (scanWith with scanVerify) for slot idx of p's geometry, written and read as v (cas number
 // vcas): when it holds the key, it reports whether that copy wins over p's claim, and
 // otherwise releases it if it is a claim, reading it again after a lost race. before tells
 // that the slot comes before the claim in the lookups' order. The slots of a fresh table were
@@ -941,16 +914,32 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
 	var s scan
-	err := t.scanWith(&s, g, h, p, place, -1)
+	mode := scanFind
+	if place {
+		mode = scanPlace
+	}
+	err := t.scanWith(&s, g, h, p, mode, -1)
 	return s, err
 }
+
+// How scanWith reads a key's slots.
+const (
+	scanFind   = iota // look for the key
+	scanPlace         // look for the key, and for where a new key would go
+	scanVerify        // look for copies of the key that win over p's claim (create's step 2)
+)
 
 // scanWith is scan with the count of created slots when it is known (created >= 0): read
 // before every slot that this pass reads. It fills *s (from its zero value) rather than
 // return a scan, and makes its second pass as a loop rather than a call: copying the struct
 // out at each return, and the call, made up a good part of the code a first request
 // compiles.
-func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, created int64) error {
+//
+// With scanVerify it is create's step 2 (the same slots in the same order, but p's own): a
+// written slot is left to verifyCopy, and s.found set when a copy there wins over p's claim
+// (the scan stops there; claims that p's wins over are released). One loop for both is less
+// code for V8 to compile on the first request of a new key, which runs both.
+func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, mode int, created int64) error {
 	for {
 		*s = scan{}
 		b, start := g.choices(h)
@@ -962,12 +951,17 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 		var load [Choices]int
 		var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 		var cas, casWritten [Choices]uint32
+		before := true // with scanVerify: the slot comes before p's claim in the lookups' order
 		for j := range BucketSlots {
 			for c := range n {
 				idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
 				var v []byte
 				var vcas uint32
 				var err error
+				if mode == scanVerify && idx == p.idx {
+					before = false
+					continue
+				}
 				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
 					// decide read this slot just before: the same read, not a second one.
 					v, vcas, err = f.v, f.cas, f.err
@@ -984,6 +978,14 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 				if err != nil {
 					return err
 				}
+				if mode == scanVerify {
+					lost, err := t.verifyCopy(p, idx, before, v, vcas)
+					if lost || err != nil {
+						s.found = lost
+						return err
+					}
+					continue
+				}
 				switch t.classify(s, v, idx, vcas, p) {
 				case slotIsKey:
 					return nil
@@ -999,7 +1001,7 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 				load[c]++
 			}
 		}
-		if !place {
+		if mode != scanPlace {
 			return nil
 		}
 		order := [Choices]int{0, 1}

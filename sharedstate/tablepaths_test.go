@@ -180,9 +180,9 @@ func TestLostClaimStillCountsItsSlot(t *testing.T) {
 
 // Of two fresh claims of one key, the one first in the order lookups read the slots wins (see
 // create): a claimant that finds such a claim before its own gives way, releases its own
-// claim and decides again, adopting the winner. verify tells verifyCopy whether a slot comes
-// before the claim; were that lost, each claimant would release the other's claim and both
-// conversions could fail. Here the key's emptier bucket is its first, whose starting slot is
+// claim and decides again, adopting the winner. The scan of create's step 2 tells verifyCopy
+// whether a slot comes before the claim; were that lost, each claimant would release the
+// other's claim and both conversions could fail. Here the key's emptier bucket is its first, whose starting slot is
 // taken, so the key is placed at the bucket's next slot, after the second bucket's starting
 // slot in read order; right after the claim, another worker claims that free starting slot.
 func TestEarlierClaimWins(t *testing.T) {
