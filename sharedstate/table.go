@@ -458,9 +458,6 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 	return t.Commit(p)
 }
 
-// errMoveLost means writing a forward lost a race; the lookup starts again.
-var errMoveLost = errors.New("sharedstate: moving a key lost a race")
-
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 //
 // It first reads the slot where the common case, an established key, lives: live, not
@@ -485,19 +482,9 @@ func (t *Table) decide(p *Pending) error {
 		return t.run(p, v[slotHeader:])
 	}
 	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
-	for {
-		err := t.decideIn(p, t.cur, h, nil, 0)
-		t.first = firstRead{}
-		// decideIn returns errMoveLost itself, never wrapped: comparing it directly keeps
-		// errors.Is out of the code a fresh VM compiles for its first request.
-		if err != errMoveLost {
-			return err
-		}
-		p.Retries++
-		if p.Retries >= t.attempts {
-			return ErrAttemptsExhausted
-		}
-	}
+	err = t.decideIn(p, g, h, nil, 0)
+	t.first = firstRead{}
+	return err
 }
 
 // hasDigest reports whether v, at least DigestSize bytes long, starts with d. It compares two
@@ -634,10 +621,17 @@ func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from 
 			p.fwd = appendForward(p.fwd[:0], p.digest, g.maxKeys, o.state)
 			if err := t.store.Set(t.name(old.maxKeys, o.idx), p.fwd, o.cas); err != nil {
 				p.fwd = p.fwd[:0]
-				if errors.Is(err, ErrCasMismatch) {
-					return errMoveLost
+				if !errors.Is(err, ErrCasMismatch) {
+					return err
 				}
-				return err
+				// The key changed: look it up again from the start, at most Attempts times in
+				// all. (This retry was decide's loop; here, a new key's first request does not
+				// compile it.)
+				p.Retries++
+				if p.Retries >= t.attempts {
+					return ErrAttemptsExhausted
+				}
+				return t.decideIn(p, t.cur, h, nil, 0)
 			}
 			p.fwdGeo, p.fwdIdx = old.maxKeys, o.idx
 			p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
