@@ -483,7 +483,7 @@ func (t *Table) decide(p *Pending) error {
 	}
 	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
 	err = t.decideIn(p, g, h, nil, 0)
-	t.first = firstRead{}
+	t.first.ok = false // only the flag: clearing the rest is write barriers' code, for nothing
 	return err
 }
 
@@ -497,7 +497,9 @@ func hasDigest(v []byte, d *[DigestSize]byte) bool {
 		binary.LittleEndian.Uint64(v[8:]) == binary.LittleEndian.Uint64(d[8:])
 }
 
-// firstRead is one read of a key's first slot (see decide).
+// firstRead is one read of a key's first slot (see decide). It is valid while ok is set; the
+// other fields are left as they are when ok is cleared (v, a small buffer of the store's, is
+// kept until the next read replaces it).
 type firstRead struct {
 	ok       bool
 	geo, idx uint32
@@ -969,7 +971,7 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, mode int, cr
 				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
 					// decide read this slot just before: the same read, not a second one.
 					v, vcas, err = f.v, f.cas, f.err
-					*f = firstRead{}
+					f.ok = false
 				} else {
 					v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
 				}
