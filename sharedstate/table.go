@@ -403,11 +403,8 @@ type Pending struct {
 // Decide reads the key's state and decides whether n events may pass at now. Only a key that
 // moves to the current geometry writes (its forward, see Table); the decision is not written.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
-	// The key's hash is made here, once per decision: a retry in Commit decides again on the
-	// same digest, and the cache gives rules that share the key one hash between them.
-	p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
 	p.now, p.n, p.Retries, p.Claimed = now, n, 0, false
-	return t.decide(p)
+	return t.decide(p, key, true)
 }
 
 // Commit writes an allowed decision with compare-and-swap. When another worker wrote the slot
@@ -444,7 +441,7 @@ func (t *Table) recommit(p *Pending, err error) error {
 	if p.Retries >= t.attempts {
 		return ErrAttemptsExhausted
 	}
-	if err := t.decide(p); err != nil {
+	if err := t.decide(p, nil, false); err != nil {
 		return err
 	}
 	return t.Commit(p)
@@ -470,8 +467,17 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
 // once each and in the same order either way. (The fast path was a function of its own,
 // decideFirst; one function is less code for V8 to compile on a first request.)
-func (t *Table) decide(p *Pending) error {
-	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
+//
+// With hash, it first makes the digest of key and its hash (Decide); without, it decides
+// again on p's (Commit after a lost race). Decide is a wrapper small enough to be inlined, so
+// that V8 compiles one function for both.
+func (t *Table) decide(p *Pending, key []byte, hash bool) error {
+	if hash {
+		// The key's hash is made here, once per decision: a retry in Commit decides again on
+		// the same digest, and the cache gives rules that share the key one hash between them.
+		p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
+	}
+	h := p.h // SipHash-2-4 of p.digest under the table's secret
 	g := t.cur
 	b, start := g.choices(h)
 	idx := b[0]*BucketSlots + start[0]
