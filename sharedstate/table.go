@@ -1137,11 +1137,17 @@ func claimStale(v []byte, now int64) bool {
 func (t *Table) run(p *Pending, state []byte) error {
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
-	// The header is built whole: two appends with their growth checks instead of three.
-	var header [slotHeader]byte
-	copy(header[:], p.digest[:])
-	header[DigestSize] = slotLive
-	p.value = append(append(p.value[:0], header[:]...), next...)
+	// The value is sized once and filled in place: one check of its capacity instead of an
+	// append's growth check for the header and another for the state.
+	size := slotHeader + len(next)
+	if cap(p.value) < size {
+		p.value = make([]byte, size, max(size, 64))
+	}
+	v := p.value[:size]
+	copy(v, p.digest[:])
+	v[DigestSize] = slotLive
+	copy(v[slotHeader:], next)
+	p.value = v
 	return nil
 }
 
