@@ -261,7 +261,9 @@ type Table struct {
 
 	// names caches slot names (see name). It is allocated by Warm or on first use, and never
 	// grows.
-	names []nameEntry
+	// An array behind a pointer, not a slice: an index below nameCacheSize needs no bounds
+	// check.
+	names *[nameCacheSize]nameEntry
 	// first is the read of a key's first slot that decide made and did not decide on,
 	// for the full lookup that follows to take instead of reading the slot again.
 	first firstRead
@@ -1206,9 +1208,14 @@ func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, i
 // the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
 // sees. Tables that may never see a request (a rarely used override's) are left cold: warming
 // every one would cost their cache's memory in every VM whether used or not.
+//
+// It is not inlined: slotName calls it only for a table that was not warmed, which the
+// filter's are, so their first request does not compile the allocation.
+//
+//go:noinline
 func (t *Table) Warm() {
 	if t.names == nil {
-		t.names = make([]nameEntry, nameCacheSize)
+		t.names = new([nameCacheSize]nameEntry)
 	}
 }
 
@@ -1222,7 +1229,7 @@ func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true)
 // once: both look the name up in the cache first, and build it in the scratch buffer when it
 // is not there; name then keeps a copy in the cache (allocating the cache first if needed).
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
-	if keep {
+	if keep && t.names == nil {
 		t.Warm()
 	}
 	if t.names != nil {
@@ -1232,7 +1239,10 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	}
 	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
 	if !keep {
-		return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
+		// The slice's pointer and length read as a string's: what unsafe.String makes, without
+		// its checks of the pointer and length (code that runs for nothing: appendName's
+		// result is never nil and its length never negative).
+		return *(*string)(unsafe.Pointer(&t.scratch))
 	}
 	e := &t.names[nameSlot(geo, idx)]
 	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
