@@ -332,7 +332,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.trimBlanks",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.parseSlow",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.forwardedFor",
-		"github.com/ratelimit-wasm/ratelimit/algorithms.(*bucket).resume",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.(*TokenBucket).stored",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.(*params).locate",
 	} {
 		// A function that is not in the module (renamed, or inlined into its callers, where
