@@ -992,15 +992,11 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, mode int, cr
 				if err != nil {
 					return err
 				}
-				if mode == scanVerify {
-					lost, err := t.verifyCopy(p, idx, before, v, vcas)
-					if lost || err != nil {
-						s.found = lost
-						return err
-					}
-					continue
+				k, err := t.classify(s, v, idx, vcas, p, mode, before)
+				if err != nil {
+					return err
 				}
-				switch t.classify(s, v, idx, vcas, p) {
+				switch k {
 				case slotIsKey:
 					return nil
 				case slotIsFree:
@@ -1066,10 +1062,22 @@ const (
 // in s the key found there or a claim of the key. It is out of line, so that the first
 // request of a fresh table, whose slots were never written, compiles none of it.
 //
+// With scanVerify (before: the slot comes before p's claim) it is verifyCopy's caller: a copy
+// that wins over p's claim is reported as the key found (s.found), which ends the scan. One
+// call for both keeps a call site out of scanWith's loop.
+//
 //go:noinline
-func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
+func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending, mode int, before bool) (int, error) {
+	if mode == scanVerify {
+		lost, err := t.verifyCopy(p, idx, before, v, cas)
+		if lost || err != nil {
+			s.found = lost
+			return slotIsKey, err
+		}
+		return slotIsActive, nil
+	}
 	if s.match(v, idx, cas, p) {
-		return slotIsKey
+		return slotIsKey, nil
 	}
 	if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
 		// Another worker is creating the key here. Keep looking: a live copy, if there is
@@ -1082,12 +1090,12 @@ func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
 		if !s.pending {
 			s.pending, s.claimAt, s.claimCas = true, idx, cas
 		}
-		return slotIsActive
+		return slotIsActive, nil
 	}
 	if t.slotFree(v, p.now) {
-		return slotIsFree
+		return slotIsFree, nil
 	}
-	return slotIsActive
+	return slotIsActive, nil
 }
 
 // match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
