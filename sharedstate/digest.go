@@ -73,7 +73,7 @@ const maxCachedKey = 128
 
 // NewDigestCache returns a cache of size entries (at least 1).
 //
-// The process's first cache of at most staticDigestEntries entries takes its entries from
+// The process's first cache of at most StaticDigestEntries entries takes its entries from
 // static memory (staticDigest) instead of the Go heap; any later one allocates them.
 func NewDigestCache(size int) *DigestCache {
 	size = max(size, 1)
@@ -86,9 +86,11 @@ func NewDigestCache(size int) *DigestCache {
 	return &DigestCache{k0: rand.Uint64(), k1: rand.Uint64(), entries: entries}
 }
 
-// staticDigestEntries is the size of the static entries the process's first DigestCache
-// takes: the filter's cache size (1024 entries, 80 KB).
-const staticDigestEntries = 1024
+// StaticDigestEntries is the size of the static entries the process's first DigestCache
+// takes (1024 entries, 80 KB). The filter sizes its cache with it, so that the two cannot
+// drift apart: a filter cache larger than the static entries would allocate its entries on
+// the heap, silently, in every VM's configure (see staticDigest).
+const StaticDigestEntries = 1024
 
 // staticDigest holds the entries of the process's first DigestCache (a VM's first
 // configuration) in the module's zeroed static data. On the Go heap, 80 KB is one large
@@ -99,7 +101,7 @@ const staticDigestEntries = 1024
 // (issue 14). Static, the entries cost the same memory and no allocation; without them a
 // plain configuration and its first requests allocate less than the heap has free
 // (TestV8ValidConfigureCompilesNoColdCode, TestV8FirstRequestGrowsNoMemory).
-var staticDigest [staticDigestEntries]digestEntry
+var staticDigest [StaticDigestEntries]digestEntry
 
 // staticDigestTaken is set once a cache has taken staticDigest: a later cache (a
 // reconfiguration, another plugin of the VM, a parallel test natively) allocates its own,
