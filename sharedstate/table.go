@@ -451,8 +451,18 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 	return t.Commit(p)
 }
 
-// decide finds the key's slot (see Table) and runs the limiter on its state (decideIn, in the
-// current geometry).
+// decide finds the key's slot (see Table) and runs the limiter on its state.
+//
+// It first reads the slot where the common case, an established key, lives: live, not
+// forwarded, in the first slot a lookup reads (the starting slot of its first bucket in the
+// current geometry). It then decides exactly as decideIn would on that read, without the
+// bookkeeping of a full lookup, which costs about a quarter of a microsecond per rule in a
+// Wasm VM. A key is elsewhere when, as it was placed, its first bucket held more keys than its
+// second or its starting slot was taken: in a table 60% full, about 4 keys in 10
+// (TestDecideReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
+// t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
+// once each and in the same order either way. (The fast path was a function of its own,
+// decideFirst; one function is less code for V8 to compile on a first request.)
 //
 // With hash, it first makes the digest of key and its hash (Decide); without, it decides
 // again on p's (Commit after a lost race). Decide is a wrapper small enough to be inlined, so
@@ -463,7 +473,20 @@ func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 		// the same digest, and the cache gives rules that share the key one hash between them.
 		p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
 	}
-	return t.decideIn(p, t.cur, p.h, nil, 0)
+	h := p.h // SipHash-2-4 of p.digest under the table's secret
+	g := t.cur
+	b, start := g.choices(h)
+	idx := b[0]*BucketSlots + start[0]
+	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
+	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && hasDigest(v, &p.digest) {
+		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
+		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
+		return t.run(p, v[slotHeader:])
+	}
+	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
+	err = t.decideIn(p, g, h, nil, 0)
+	t.first.ok = false // only the flag: clearing the rest is write barriers' code, for nothing
+	return err
 }
 
 // hasDigest reports whether v, at least DigestSize bytes long, starts with d. It compares two
@@ -520,37 +543,11 @@ type forward struct {
 // layouts, overflow) is in decideElsewhere, out of line: Envoy's V8 compiles a function on its
 // first call, and a fresh VM's first request for a new key would otherwise compile all of it
 // for nothing.
-//
-// A lookup that no forward led to (from nil, hops 0: the current geometry) first reads the
-// slot where the common case, an established key, lives: live, not forwarded, in the first
-// slot a lookup reads (the starting slot of its first bucket). Found there, the key is decided
-// on that read, without the bookkeeping of a full lookup (scanWith), which costs about a
-// quarter of a microsecond per rule in a Wasm VM. A key is elsewhere when, as it was placed,
-// its first bucket held more keys than its second or its starting slot was taken: in a table
-// 60% full, about 4 keys in 10 (TestDecideReadsEachSlotOnce), fewer in an emptier one. Then
-// the read is kept in t.first, and the full lookup takes it as its own first read: the slots
-// are read once each and in the same order either way. (The fast path was decideFirst, then
-// part of decide; here it shares the decision's code with the full lookup's, less code for V8
-// to compile on a first request.)
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	var s scan // scan's, filled in place: returning it would copy the struct
-	if from == nil && hops == 0 {
-		b, start := g.choices(h)
-		idx := b[0]*BucketSlots + start[0]
-		v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-		if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && hasDigest(v, &p.digest) {
-			s.found, s.idx, s.cas, s.state = true, idx, cas, v[slotHeader:]
-		} else {
-			t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
-		}
-	}
-	if !s.found {
-		err := t.scanWith(&s, g, h, p, scanPlace, -1)
-		t.first.ok = false // only the flag: clearing the rest is write barriers' code, for nothing
-		if err != nil {
-			return err
-		}
+	if err := t.scanWith(&s, g, h, p, scanPlace, -1); err != nil {
+		return err
 	}
 	if !s.found && s.pending {
 		// Another worker is creating the key and no live copy exists: the request adopts that
