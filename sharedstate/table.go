@@ -418,10 +418,16 @@ func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
 	}
-	if err := t.create(p); err != nil {
-		return t.recommit(p, err)
+	var err error
+	if p.place {
+		err = t.create(p)
+	} else {
+		err = t.store.Set(t.name(p.geo, p.idx), p.value, p.cas)
 	}
-	return nil
+	if err == nil {
+		return nil
+	}
+	return t.recommit(p, err)
 }
 
 // recommit is Commit after a write that failed with err: after a lost race it decides again
@@ -704,16 +710,11 @@ func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from 
 //
 // A slot created by the claim is counted (countCreated) whether or not the claim wins: the
 // slot exists either way. It is counted by its claimant, never by an adopter.
-//
-// A key already in its slot (not p.place) is written by the same function, with its last
-// write alone: the compare-and-swap against the slot as the lookup read it. Commit makes one
-// call either way, which is less code for V8 to compile than a call of each kind.
 func (t *Table) create(p *Pending) error {
 	name := t.name(p.geo, p.idx)
 	cas := p.cas
 	var err error
-	claim := p.place && !p.adopt // this request writes a claim (step 1)
-	if claim {
+	if !p.adopt {
 		// Step 1.
 		copy(t.claim[:], p.digest[:])
 		t.claim[DigestSize] = slotClaim
@@ -736,12 +737,12 @@ func (t *Table) create(p *Pending) error {
 	if err == nil {
 		// Steps 2 and 3, on the claim written or adopted.
 		var lost bool
-		if p.place && len(p.fwd) != 0 {
+		if len(p.fwd) != 0 {
 			// Only a key created from a forward's copy has a forward to rewrite: the test is
 			// made here too, so that a new key's first request does not compile touchForward.
 			lost, err = t.touchForward(p)
 		}
-		if p.place && err == nil && !lost {
+		if err == nil && !lost {
 			// Step 2 is scanWith's loop (scanVerify), which this request ran to find the
 			// claim's slot: one loop for both is less code for V8 to compile on a new key's
 			// first request, which runs both (the loop was a function of its own, verify).
@@ -755,7 +756,7 @@ func (t *Table) create(p *Pending) error {
 			err = t.store.Set(name, p.value, cas)
 		}
 	}
-	if claim && p.fresh {
+	if !p.adopt && p.fresh {
 		// The slot exists now, whatever became of the claim: count it, last (this was a
 		// deferred call; a plain one keeps defer's code out of the first request's).
 		p.Claimed, p.Used = true, t.countCreated(p.geo)
