@@ -489,7 +489,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 
 // digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
 // at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
-const digestCacheSize = 1024
+const digestCacheSize = sharedstate.StaticDigestEntries
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
 // ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").

@@ -2,7 +2,7 @@ package sharedstate
 
 import (
 	"bytes"
-	"hash/maphash"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/sha"
@@ -30,18 +30,24 @@ func Digest(key []byte) [DigestSize]byte {
 // either: sharedstate/redis hashes long Redis keys with plain SHA-256 of its own, so that
 // every proxy agrees on them.
 //
-// The cache is direct-mapped: an entry is chosen by a seeded maphash of the key (about 0.1 us)
-// and holds one key with its digest; a different key mapping to the same entry replaces it.
-// Lookups compare the whole key, so a hit always returns the key's own digest; an attacker who
-// floods distinct keys only turns hits into misses, which cost what every lookup cost before
-// plus a copy of the key. Keys longer than maxCachedKey are not cached, which bounds memory at
+// The cache is direct-mapped: an entry is chosen by SipHash-2-4 of the key under a secret of
+// the cache's own (drawn like LoadSecret's), and holds one key with its digest. SipHash is the
+// keyed hash the Table already computes, so a VM's first request compiles one hash function
+// for both, where a seeded hash/maphash was a third (with the runtime's memhash) beside
+// SHA-256 and SipHash, about 1 KB more for V8 to compile (issue 14). In a Wasm VM it costs
+// what maphash did (natively, where maphash is the runtime's AES hash, about 10 ns more). The
+// secret keeps clients from choosing keys that share an entry; a different key mapping to the
+// same entry replaces it. Lookups compare the whole key, so a hit always returns the key's own
+// digest; an attacker who floods distinct keys only turns hits into misses, which cost what
+// every lookup cost before plus a copy of the key. Keys longer than maxCachedKey are not cached, which bounds memory at
 // about entries * (maxCachedKey + 48) bytes; entries reuse their key buffers, so the cache
 // stops allocating once warm.
 //
 // A DigestCache is not safe for concurrent use: share it only among the Tables of one VM (a
 // VM is single-threaded).
 type DigestCache struct {
-	seed    maphash.Seed
+	// k0, k1 is the SipHash-2-4 key that chooses a key's entry.
+	k0, k1  uint64
 	entries []digestEntry
 	// last is the entry found or filled last. Rules that share a key look it up one after
 	// another, and comparing with it first saves hashing the key again.
@@ -68,19 +74,24 @@ const maxCachedKey = 128
 
 // NewDigestCache returns a cache of size entries (at least 1).
 //
-// The process's first cache of at most staticDigestEntries entries takes its entries from
+// The process's first cache of at most StaticDigestEntries entries takes its entries from
 // static memory (staticDigest) instead of the Go heap; any later one allocates them.
 func NewDigestCache(size int) *DigestCache {
 	size = max(size, 1)
+	var entries []digestEntry
 	if size <= len(staticDigest) && staticDigestTaken.CompareAndSwap(false, true) {
-		return &DigestCache{seed: maphash.MakeSeed(), entries: staticDigest[:size]}
+		entries = staticDigest[:size]
+	} else {
+		entries = make([]digestEntry, size)
 	}
-	return &DigestCache{seed: maphash.MakeSeed(), entries: make([]digestEntry, size)}
+	return &DigestCache{k0: rand.Uint64(), k1: rand.Uint64(), entries: entries}
 }
 
-// staticDigestEntries is the size of the static entries the process's first DigestCache
-// takes: the filter's cache size (1024 entries, 80 KB).
-const staticDigestEntries = 1024
+// StaticDigestEntries is the size of the static entries the process's first DigestCache
+// takes (1024 entries, 80 KB). The filter sizes its cache with it, so that the two cannot
+// drift apart: a filter cache larger than the static entries would allocate its entries on
+// the heap, silently, in every VM's configure (see staticDigest).
+const StaticDigestEntries = 1024
 
 // staticDigest holds the entries of the process's first DigestCache (a VM's first
 // configuration) in the module's zeroed static data. On the Go heap, 80 KB is one large
@@ -91,7 +102,7 @@ const staticDigestEntries = 1024
 // (issue 14). Static, the entries cost the same memory and no allocation; without them a
 // plain configuration and its first requests allocate less than the heap has free
 // (TestV8ValidConfigureCompilesNoColdCode, TestV8FirstRequestGrowsNoMemory).
-var staticDigest [staticDigestEntries]digestEntry
+var staticDigest [StaticDigestEntries]digestEntry
 
 // staticDigestTaken is set once a cache has taken staticDigest: a later cache (a
 // reconfiguration, another plugin of the VM, a parallel test natively) allocates its own,
@@ -101,19 +112,33 @@ var staticDigestTaken atomic.Bool
 // Digest returns Digest(key), from the cache when key was seen recently. A nil cache computes
 // every digest.
 func (c *DigestCache) Digest(key []byte) [DigestSize]byte {
-	if c == nil || len(key) > maxCachedKey {
+	if c == nil {
 		return Digest(key)
 	}
-	return c.entry(key).digest
+	// The SipHash of the digest under the cache's own key comes along, made once per entry.
+	d, _ := c.digestHash(key, c.k0, c.k1)
+	return d
 }
 
 // digestHash returns Digest(key) and SipHash-2-4 of that digest under (k0, k1), both from
 // the cache when key was seen recently. A nil cache computes both every time.
+//
+// The lookup is written out here rather than in a function of its own, which Digest shared:
+// one call fewer, and one function fewer for V8 to compile on a VM's first request.
 func (c *DigestCache) digestHash(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
 	if c == nil || len(key) > maxCachedKey {
 		return digestHashUncached(key, k0, k1)
 	}
-	e := c.entry(key)
+	// The entry found or filled last first; then key's entry, filled (and its hash
+	// forgotten) when it holds another key.
+	e := c.last
+	if e == nil || !bytes.Equal(e.key, key) {
+		e = &c.entries[sipHash24(c.k0, c.k1, key)%uint64(len(c.entries))]
+		c.last = e
+		if !e.used || !bytes.Equal(e.key, key) {
+			e.used, e.digest, e.key, e.hashed = true, Digest(key), append(e.key[:0], key...), false
+		}
+	}
 	if !e.hashed || e.hk0 != k0 || e.hk1 != k1 {
 		e.h, e.hk0, e.hk1, e.hashed = sipHash24(k0, k1, e.digest[:]), k0, k1, true
 	}
@@ -128,19 +153,4 @@ func (c *DigestCache) digestHash(key []byte, k0, k1 uint64) (d [DigestSize]byte,
 func digestHashUncached(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
 	d = Digest(key)
 	return d, sipHash24(k0, k1, d[:])
-}
-
-// entry returns key's entry, filling it (and forgetting its hash) when it holds another key.
-// key is at most maxCachedKey long.
-func (c *DigestCache) entry(key []byte) *digestEntry {
-	if e := c.last; e != nil && bytes.Equal(e.key, key) {
-		return e
-	}
-	e := &c.entries[maphash.Bytes(c.seed, key)%uint64(len(c.entries))]
-	c.last = e
-	if e.used && bytes.Equal(e.key, key) {
-		return e
-	}
-	e.used, e.digest, e.key, e.hashed = true, Digest(key), append(e.key[:0], key...), false
-	return e
 }

@@ -79,7 +79,7 @@ const movedHeader = slotHeader + 4
 const claimSize = slotHeader + 8 + 8
 
 // claimTTL is how long a claim holds its slot against other keys, and wins over a claim of its
-// key written later in another slot (see verify). A claim lives for the few store operations
+// key written later in another slot (see create). A claim lives for the few store operations
 // between its write and its conversion into a live slot; one older than this (by the reader's
 // clock) was left by a VM that stopped in between, and counts as free for another key, so a
 // slot is never blocked for good. A lookup of the claim's own key adopts it whatever its age
@@ -261,7 +261,9 @@ type Table struct {
 
 	// names caches slot names (see name). It is allocated by Warm or on first use, and never
 	// grows.
-	names []nameEntry
+	// An array behind a pointer, not a slice: an index below nameCacheSize needs no bounds
+	// check.
+	names *[nameCacheSize]nameEntry
 	// first is the read of a key's first slot that decide made and did not decide on,
 	// for the full lookup that follows to take instead of reading the slot again.
 	first firstRead
@@ -403,11 +405,8 @@ type Pending struct {
 // Decide reads the key's state and decides whether n events may pass at now. Only a key that
 // moves to the current geometry writes (its forward, see Table); the decision is not written.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
-	// The key's hash is made here, once per decision: a retry in Commit decides again on the
-	// same digest, and the cache gives rules that share the key one hash between them.
-	p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
 	p.now, p.n, p.Retries, p.Claimed = now, n, 0, false
-	return t.decide(p)
+	return t.decide(p, key, true)
 }
 
 // Commit writes an allowed decision with compare-and-swap. When another worker wrote the slot
@@ -444,7 +443,7 @@ func (t *Table) recommit(p *Pending, err error) error {
 	if p.Retries >= t.attempts {
 		return ErrAttemptsExhausted
 	}
-	if err := t.decide(p); err != nil {
+	if err := t.decide(p, nil, false); err != nil {
 		return err
 	}
 	return t.Commit(p)
@@ -458,9 +457,6 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 	return t.Commit(p)
 }
 
-// errMoveLost means writing a forward lost a race; the lookup starts again.
-var errMoveLost = errors.New("sharedstate: moving a key lost a race")
-
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 //
 // It first reads the slot where the common case, an established key, lives: live, not
@@ -473,34 +469,45 @@ var errMoveLost = errors.New("sharedstate: moving a key lost a race")
 // t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
 // once each and in the same order either way. (The fast path was a function of its own,
 // decideFirst; one function is less code for V8 to compile on a first request.)
-func (t *Table) decide(p *Pending) error {
-	h := p.h // SipHash-2-4 of p.digest under the table's secret, made by Decide
+//
+// With hash, it first makes the digest of key and its hash (Decide); without, it decides
+// again on p's (Commit after a lost race). Decide is a wrapper small enough to be inlined, so
+// that V8 compiles one function for both.
+func (t *Table) decide(p *Pending, key []byte, hash bool) error {
+	if hash {
+		// The key's hash is made here, once per decision: a retry in Commit decides again on
+		// the same digest, and the cache gives rules that share the key one hash between them.
+		p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
+	}
+	h := p.h // SipHash-2-4 of p.digest under the table's secret
 	g := t.cur
 	b, start := g.choices(h)
 	idx := b[0]*BucketSlots + start[0]
 	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && [DigestSize]byte(v[:DigestSize]) == p.digest {
+	if err == nil && len(v) >= slotHeader && v[DigestSize] == slotLive && hasDigest(v, &p.digest) {
 		p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
 		return t.run(p, v[slotHeader:])
 	}
 	t.first = firstRead{ok: true, geo: g.maxKeys, idx: idx, v: v, cas: cas, err: err}
-	for {
-		err := t.decideIn(p, t.cur, h, nil, 0)
-		t.first = firstRead{}
-		// decideIn returns errMoveLost itself, never wrapped: comparing it directly keeps
-		// errors.Is out of the code a fresh VM compiles for its first request.
-		if err != errMoveLost {
-			return err
-		}
-		p.Retries++
-		if p.Retries >= t.attempts {
-			return ErrAttemptsExhausted
-		}
-	}
+	err = t.decideIn(p, g, h, nil, 0)
+	t.first.ok = false // only the flag: clearing the rest is write barriers' code, for nothing
+	return err
 }
 
-// firstRead is one read of a key's first slot (see decide).
+// hasDigest reports whether v, at least DigestSize bytes long, starts with d. It compares two
+// 8-byte words: Go's wasm backend compiles a comparison of [DigestSize]byte values as a copy
+// to the stack and a call of memequal, more code for V8 to compile in decide, which every
+// request runs, and more time.
+func hasDigest(v []byte, d *[DigestSize]byte) bool {
+	v = v[:DigestSize]
+	return binary.LittleEndian.Uint64(v) == binary.LittleEndian.Uint64(d[:8]) &&
+		binary.LittleEndian.Uint64(v[8:]) == binary.LittleEndian.Uint64(d[8:])
+}
+
+// firstRead is one read of a key's first slot (see decide). It is valid while ok is set; the
+// other fields are left as they are when ok is cleared (v, a small buffer of the store's, is
+// kept until the next read replaces it).
 type firstRead struct {
 	ok       bool
 	geo, idx uint32
@@ -545,7 +552,7 @@ type forward struct {
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	var s scan // scan's, filled in place: returning it would copy the struct
-	if err := t.scanWith(&s, g, h, p, true, -1); err != nil {
+	if err := t.scanWith(&s, g, h, p, scanPlace, -1); err != nil {
 		return err
 	}
 	if !s.found && s.pending {
@@ -624,10 +631,17 @@ func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from 
 			p.fwd = appendForward(p.fwd[:0], p.digest, g.maxKeys, o.state)
 			if err := t.store.Set(t.name(old.maxKeys, o.idx), p.fwd, o.cas); err != nil {
 				p.fwd = p.fwd[:0]
-				if errors.Is(err, ErrCasMismatch) {
-					return errMoveLost
+				if !errors.Is(err, ErrCasMismatch) {
+					return err
 				}
-				return err
+				// The key changed: look it up again from the start, at most Attempts times in
+				// all. (This retry was decide's loop; here, a new key's first request does not
+				// compile it.)
+				p.Retries++
+				if p.Retries >= t.attempts {
+					return ErrAttemptsExhausted
+				}
+				return t.decideIn(p, t.cur, h, nil, 0)
 			}
 			p.fwdGeo, p.fwdIdx = old.maxKeys, o.idx
 			p.geo, p.idx, p.cas, p.fresh, p.place, p.adopt = g.maxKeys, s.placeAt, s.placeCas, s.placeFresh, true, s.placeClaim
@@ -715,7 +729,7 @@ func (t *Table) create(p *Pending) error {
 		case isNotFound(err):
 			err = ErrCasMismatch
 		case err != nil:
-		case len(v) != claimSize || [claimSize]byte(v) != t.claim:
+		case string(v) != string(t.claim[:]):
 			// Released by a worker whose claim comes first: decide again.
 			err = ErrCasMismatch
 		}
@@ -729,7 +743,12 @@ func (t *Table) create(p *Pending) error {
 			lost, err = t.touchForward(p)
 		}
 		if err == nil && !lost {
-			lost, err = t.verify(p)
+			// Step 2 is scanWith's loop (scanVerify), which this request ran to find the
+			// claim's slot: one loop for both is less code for V8 to compile on a new key's
+			// first request, which runs both (the loop was a function of its own, verify).
+			var s scan
+			err = t.scanWith(&s, newGeometry(p.geo), p.h, p, scanVerify, -1)
+			lost = s.found
 		}
 		if err != nil || lost {
 			err = t.release(p, name, cas, err)
@@ -809,39 +828,7 @@ func (t *Table) touchForward(p *Pending) (lost bool, err error) {
 	return true, nil
 }
 
-// verify reads the key's slots other than p's claim, and reports whether another copy of the
-// key wins over the claim (see create). It releases the claims that the claim wins over.
-func (t *Table) verify(p *Pending) (lost bool, err error) {
-	g := newGeometry(p.geo)
-	b, start := g.choices(p.h)
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
-	}
-	before := true // the slot being read comes before the claim in the lookups' order
-	for j := range BucketSlots {
-		for c := range n {
-			idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
-			if idx == p.idx {
-				before = false
-				continue
-			}
-			v, vcas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-			if isNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return true, err
-			}
-			if lost, err := t.verifyCopy(p, idx, before, v, vcas); lost || err != nil {
-				return lost, err
-			}
-		}
-	}
-	return false, nil
-}
-
-// verifyCopy is verify's part for slot idx of p's geometry, written and read as v (cas number
+// verifyCopy is create's step 2 (scanWith with scanVerify) for slot idx of p's geometry, written and read as v (cas number
 // vcas): when it holds the key, it reports whether that copy wins over p's claim, and
 // otherwise releases it if it is a claim, reading it again after a lost race. before tells
 // that the slot comes before the claim in the lookups' order. The slots of a fresh table were
@@ -941,16 +928,32 @@ func (g geometry) choices(h uint64) (b [Choices]uint32, start [Choices]uint32) {
 // TestNewKeyRaceEveryInterleaving, "max_keys 1").
 func (t *Table) scan(g geometry, h uint64, p *Pending, place bool) (scan, error) {
 	var s scan
-	err := t.scanWith(&s, g, h, p, place, -1)
+	mode := scanFind
+	if place {
+		mode = scanPlace
+	}
+	err := t.scanWith(&s, g, h, p, mode, -1)
 	return s, err
 }
+
+// How scanWith reads a key's slots.
+const (
+	scanFind   = iota // look for the key
+	scanPlace         // look for the key, and for where a new key would go
+	scanVerify        // look for copies of the key that win over p's claim (create's step 2)
+)
 
 // scanWith is scan with the count of created slots when it is known (created >= 0): read
 // before every slot that this pass reads. It fills *s (from its zero value) rather than
 // return a scan, and makes its second pass as a loop rather than a call: copying the struct
 // out at each return, and the call, made up a good part of the code a first request
 // compiles.
-func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, created int64) error {
+//
+// With scanVerify it is create's step 2 (the same slots in the same order, but p's own): a
+// written slot is left to verifyCopy, and s.found set when a copy there wins over p's claim
+// (the scan stops there; claims that p's wins over are released). One loop for both is less
+// code for V8 to compile on the first request of a new key, which runs both.
+func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, mode int, created int64) error {
 	for {
 		*s = scan{}
 		b, start := g.choices(h)
@@ -962,16 +965,21 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 		var load [Choices]int
 		var free, freeWritten [Choices]int // position+1 of the first free (written) slot, in read order
 		var cas, casWritten [Choices]uint32
+		before := true // with scanVerify: the slot comes before p's claim in the lookups' order
 		for j := range BucketSlots {
 			for c := range n {
 				idx := b[c]*BucketSlots + (start[c]+uint32(j))%BucketSlots
 				var v []byte
 				var vcas uint32
 				var err error
+				if mode == scanVerify && idx == p.idx {
+					before = false
+					continue
+				}
 				if f := &t.first; f.ok && f.geo == g.maxKeys && f.idx == idx {
 					// decide read this slot just before: the same read, not a second one.
 					v, vcas, err = f.v, f.cas, f.err
-					*f = firstRead{}
+					f.ok = false
 				} else {
 					v, vcas, err = t.store.Get(t.transientName(g.maxKeys, idx))
 				}
@@ -984,7 +992,11 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 				if err != nil {
 					return err
 				}
-				switch t.classify(s, v, idx, vcas, p) {
+				k, err := t.classify(s, v, idx, vcas, p, mode, before)
+				if err != nil {
+					return err
+				}
+				switch k {
 				case slotIsKey:
 					return nil
 				case slotIsFree:
@@ -999,7 +1011,7 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, place bool, 
 				load[c]++
 			}
 		}
-		if !place {
+		if mode != scanPlace {
 			return nil
 		}
 		order := [Choices]int{0, 1}
@@ -1050,10 +1062,22 @@ const (
 // in s the key found there or a claim of the key. It is out of line, so that the first
 // request of a fresh table, whose slots were never written, compiles none of it.
 //
+// With scanVerify (before: the slot comes before p's claim) it is verifyCopy's caller: a copy
+// that wins over p's claim is reported as the key found (s.found), which ends the scan. One
+// call for both keeps a call site out of scanWith's loop.
+//
 //go:noinline
-func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
+func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending, mode int, before bool) (int, error) {
+	if mode == scanVerify {
+		lost, err := t.verifyCopy(p, idx, before, v, cas)
+		if lost || err != nil {
+			s.found = lost
+			return slotIsKey, err
+		}
+		return slotIsActive, nil
+	}
 	if s.match(v, idx, cas, p) {
-		return slotIsKey
+		return slotIsKey, nil
 	}
 	if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
 		// Another worker is creating the key here. Keep looking: a live copy, if there is
@@ -1066,12 +1090,12 @@ func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending) int {
 		if !s.pending {
 			s.pending, s.claimAt, s.claimCas = true, idx, cas
 		}
-		return slotIsActive
+		return slotIsActive, nil
 	}
 	if t.slotFree(v, p.now) {
-		return slotIsFree
+		return slotIsFree, nil
 	}
-	return slotIsActive
+	return slotIsActive, nil
 }
 
 // match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
@@ -1123,11 +1147,17 @@ func claimStale(v []byte, now int64) bool {
 func (t *Table) run(p *Pending, state []byte) error {
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
-	// The header is built whole: two appends with their growth checks instead of three.
-	var header [slotHeader]byte
-	copy(header[:], p.digest[:])
-	header[DigestSize] = slotLive
-	p.value = append(append(p.value[:0], header[:]...), next...)
+	// The value is sized once and filled in place: one check of its capacity instead of an
+	// append's growth check for the header and another for the state.
+	size := slotHeader + len(next)
+	if cap(p.value) < size {
+		p.value = make([]byte, size, max(size, 64))
+	}
+	v := p.value[:size]
+	copy(v, p.digest[:])
+	v[DigestSize] = slotLive
+	copy(v[slotHeader:], next)
+	p.value = v
 	return nil
 }
 
@@ -1186,9 +1216,14 @@ func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, i
 // the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
 // sees. Tables that may never see a request (a rarely used override's) are left cold: warming
 // every one would cost their cache's memory in every VM whether used or not.
+//
+// It is not inlined: slotName calls it only for a table that was not warmed, which the
+// filter's are, so their first request does not compile the allocation.
+//
+//go:noinline
 func (t *Table) Warm() {
 	if t.names == nil {
-		t.names = make([]nameEntry, nameCacheSize)
+		t.names = new([nameCacheSize]nameEntry)
 	}
 }
 
@@ -1202,7 +1237,7 @@ func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true)
 // once: both look the name up in the cache first, and build it in the scratch buffer when it
 // is not there; name then keeps a copy in the cache (allocating the cache first if needed).
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
-	if keep {
+	if keep && t.names == nil {
 		t.Warm()
 	}
 	if t.names != nil {
@@ -1212,7 +1247,10 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	}
 	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
 	if !keep {
-		return unsafe.String(unsafe.SliceData(t.scratch), len(t.scratch))
+		// The slice's pointer and length read as a string's: what unsafe.String makes, without
+		// its checks of the pointer and length (code that runs for nothing: appendName's
+		// result is never nil and its length never negative).
+		return *(*string)(unsafe.Pointer(&t.scratch))
 	}
 	e := &t.names[nameSlot(geo, idx)]
 	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}

@@ -180,11 +180,12 @@ func TestLostClaimStillCountsItsSlot(t *testing.T) {
 
 // Of two fresh claims of one key, the one first in the order lookups read the slots wins (see
 // create): a claimant that finds such a claim before its own gives way, releases its own
-// claim and decides again, adopting the winner. verify tells verifyCopy whether a slot comes
-// before the claim; were that lost, each claimant would release the other's claim and both
-// conversions could fail. Here the key's emptier bucket is its first, whose starting slot is
-// taken, so the key is placed at the bucket's next slot, after the second bucket's starting
-// slot in read order; right after the claim, another worker claims that free starting slot.
+// claim and decides again, adopting the winner. The scan of create's step 2 tells verifyCopy
+// whether a slot comes before the claim; were that lost, each claimant would release the
+// other's claim and both conversions could fail. Here the key's emptier bucket is its first,
+// whose starting slot is taken, so the key is placed at the bucket's next slot, after the
+// second bucket's starting slot in read order; right after the claim, another worker claims
+// that free starting slot. TestLaterClaimGivesWay is the other order.
 func TestEarlierClaimWins(t *testing.T) {
 	mem := NewMemory()
 	secret, err := LoadSecret(mem)
@@ -249,5 +250,70 @@ func TestEarlierClaimWins(t *testing.T) {
 	}
 	if p.Retries != 1 {
 		t.Fatalf("retries %d, want 1: the later claim gives way once", p.Retries)
+	}
+}
+
+// A claim that comes after this request's own in the order lookups read the slots gives way:
+// the request releases it and converts its own claim, deciding once (TestEarlierClaimWins is
+// the other order). In an empty table the key goes to the starting slot of its first bucket,
+// the first slot a lookup reads; right after its claim, another worker claims the starting
+// slot of the second bucket, the second slot read. Were create's step 2 to take every other
+// claim for an earlier one, this request would give way to that claim instead and decide
+// again, adopting it: no key counted twice, but the order of the protocol lost.
+func TestLaterClaimGivesWay(t *testing.T) {
+	mem := NewMemory()
+	secret, err := LoadSecret(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &claimHookStore{Memory: mem}
+	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
+	tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|l|", Slots: 100, Attempts: 8, Limiter: lim, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const now = int64(time.Hour)
+	var key []byte
+	var digest [DigestSize]byte
+	var b, start [Choices]uint32
+	for i := 0; ; i++ {
+		key = fmt.Appendf(nil, "client-%d", i)
+		var h uint64
+		digest, h = (*DigestCache)(nil).digestHash(key, tab.k0, tab.k1)
+		if b, start = tab.cur.choices(h); b[0] != b[1] {
+			break
+		}
+	}
+	ours, theirs := tab.name(100, b[0]*BucketSlots+start[0]), tab.name(100, b[1]*BucketSlots+start[1])
+	store.hook = func() {
+		claim := append(digest[:], slotClaim)
+		claim = binary.LittleEndian.AppendUint64(claim, uint64(now))
+		claim = binary.LittleEndian.AppendUint64(claim, tab.id+1)
+		if err := mem.Set(theirs, claim, createCAS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p Pending
+	if err := tab.AllowN(key, now, 1, &p); err != nil || !p.Decision.Allowed {
+		t.Fatalf("AllowN: %v, %+v", err, p.Decision)
+	}
+	if store.hook != nil {
+		t.Fatal("no claim was written: the test set nothing up")
+	}
+	kind := func(name string) byte {
+		v, _, err := mem.Get(name)
+		if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != digest {
+			t.Fatalf("slot %s = %x, %v: not the key's", name, v, err)
+		}
+		return v[DigestSize]
+	}
+	if k := kind(ours); k != slotLive {
+		t.Fatalf("the earlier claim's slot %s is of kind %d, want live", ours, k)
+	}
+	if k := kind(theirs); k != slotReleased {
+		t.Fatalf("the later claim's slot %s is of kind %d, want released", theirs, k)
+	}
+	if p.Retries != 0 {
+		t.Fatalf("retries %d, want 0: the earlier claim does not give way", p.Retries)
 	}
 }
