@@ -106,16 +106,48 @@ func (h *httpContext) decideRequest() types.Action {
 	h.startedAt = now
 	h.d = p.takeDecisions()
 
-	// Phase 1: decide every local rule, writing nothing; collect the global ones.
-	globals := 0
+	// Phase 1: decide every local rule, writing nothing. This loop serves the rules of the
+	// common case (local, without overrides or a lease block, with a key); at the first rule
+	// that needs more it hands the rest of the request to decideFrom. V8 in Envoy compiles a
+	// function on its first call: a VM's first request of a plain configuration compiles this
+	// loop alone, not the branches of the others.
 	var key []byte
 	var ok bool
 	var built *config.Rule // the rule key was built for
-	for _, r := range p.matched {
+	for i, r := range p.matched {
 		rs := p.rules[r.Index]
 		// Rules with the same key parts (one client limited over several windows) share
 		// the key built for the previous one: building it costs about a microsecond in a
 		// Wasm VM.
+		if built == nil || !r.SameKey(built) {
+			key, ok = r.AppendKey(p.key[:0], req)
+			p.key, built = key[:0], r
+		}
+		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+			return h.decideFrom(i, now, key, ok, built)
+		}
+		a := h.d.add(rs)
+		a.cost = r.Cost(req)
+		if h.decideShared(a, key, now, a.cost) {
+			return h.deny(a.rs, a.decision)
+		}
+	}
+	return h.finish()
+}
+
+// decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
+// rule: a rule without its key, an override, a lease block, a global rule (collected for the
+// request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
+// built for the rule built, and whether it was). It is kept out of line for the reason given
+// in decideRequest.
+//
+//go:noinline
+func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
+	p := h.plugin
+	req := &p.req
+	globals := 0
+	for _, r := range p.matched[i:] {
+		rs := p.rules[r.Index]
 		if built == nil || !r.SameKey(built) {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
@@ -141,16 +173,7 @@ func (h *httpContext) decideRequest() types.Action {
 			}
 			continue
 		}
-		// A rule without a lease block (most) is decided on the shared state directly: the
-		// dispatch in decideLocal is then a function V8 in Envoy need not compile on a VM's
-		// first request, and a call the request does not make.
-		var deny bool
-		if a.rs.lease == nil {
-			deny = h.decideShared(a, key, now, a.cost)
-		} else {
-			deny = h.decideLocal(a, key, now, a.cost)
-		}
-		if deny {
+		if h.decideLocal(a, key, now, a.cost) {
 			return h.deny(a.rs, a.decision)
 		}
 	}

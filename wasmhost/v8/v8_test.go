@@ -297,6 +297,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).admitted",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
+		// The request path's second pass: the general rule loop (overrides, lease blocks,
+		// global rules, rules without their key).
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
 		// The state layer's parts for keys a fresh table and a new key never meet: forwards
 		// and previous layouts, overflow, written slots, other copies and claims of the key,
 		// lost races, keys the digest cache does not keep.
