@@ -758,8 +758,8 @@ type rateLimitHeaders struct {
 // collector's write barrier, in code V8 in Envoy compiles on a VM's first request.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
-	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
-	var tightest *applied
+	rh.set = 0
+	var tightest, draft *applied
 	drafts := 0
 	for i := range rules {
 		a := &rules[i]
@@ -767,12 +767,16 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		if !a.decided || !rs.showsHeaders() {
 			continue
 		}
-		a.decision = clampWaits(a.decision, rs.maxWait)
+		// Bounded in place (clampWaits on a.decision): a copy of the whole decision out and
+		// back would be code of its own, compiled by V8 in Envoy on a VM's first request.
+		a.decision.RetryAfter = min(max(a.decision.RetryAfter, 0), rs.maxWait)
+		a.decision.ResetAfter = min(max(a.decision.ResetAfter, 0), rs.maxWait)
 		if rs.draft {
 			if drafts > 0 {
 				buf = append(buf, ", "...)
 			}
 			buf = rs.appendPolicy(buf)
+			draft = a
 			drafts++
 		}
 		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
@@ -780,36 +784,59 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		}
 	}
 	if drafts > 0 {
-		// The RateLimit items follow the policies.
+		// The RateLimit items follow the policies. The one rule's item is rendered here;
+		// several rules' items by a loop of their own, which a request with one draft rule
+		// (the usual case) does not run, nor V8 in Envoy compile.
 		rh.ends[0] = int32(len(buf))
-		n := 0
-		for i := range rules {
-			a := &rules[i]
-			rs := a.rs
-			if !a.decided || !rs.showsHeaders() || !rs.draft {
-				continue
-			}
-			if n > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
-			n++
+		if drafts == 1 {
+			buf = appendRateLimitItemAfter(append(buf, draft.rs.item...), draft.decision)
+		} else {
+			buf = appendRateLimitItems(buf, rules)
 		}
 		rh.ends[1] = int32(len(buf))
 		rh.set |= draftHeaders
 	}
 	if tightest != nil {
-		// One call site for the three values, not three: V8 in Envoy compiles this function
-		// on every VM's first request.
-		d := tightest.decision
-		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
-		for j, v := range legacy {
-			buf = appendInt(buf, v)
-			rh.ends[2+j] = int32(len(buf))
-		}
-		rh.set |= legacyHeaders
+		buf = rh.appendLegacy(buf, &tightest.decision)
 	}
 	rh.values = buf
+}
+
+// appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
+// buf and marks them present. It is kept out of render's line, because V8 in Envoy compiles a
+// function on its first call, and the default rate_limit_headers ("draft") has none of them.
+//
+//go:noinline
+func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
+	// One call site for the three values, not three.
+	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
+	for j, v := range legacy {
+		buf = appendInt(buf, v)
+		rh.ends[2+j] = int32(len(buf))
+	}
+	rh.set |= legacyHeaders
+	return buf
+}
+
+// appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
+// shows its headers, in order, joined by ", " (render, for more than one such rule).
+//
+//go:noinline
+func appendRateLimitItems(buf []byte, rules []applied) []byte {
+	n := 0
+	for i := range rules {
+		a := &rules[i]
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() || !rs.draft {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
+		n++
+	}
+	return buf
 }
 
 // add adds the headers to the current response.
