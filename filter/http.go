@@ -768,7 +768,7 @@ type rateLimitHeaders struct {
 // collector's write barrier, in code V8 in Envoy compiles on a VM's first request.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
-	rh.set = 0
+	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
 	var tightest, draft *applied
 	drafts := 0
 	for i := range rules {
