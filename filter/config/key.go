@@ -39,6 +39,27 @@ var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), strin
 // count is of the pairs of the query string whose decoded name is the part's name
 // ("?k=a&k=b" twice, "?k=a&%6B=b" too): frameworks differ in which of them they read.
 func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
+	if !r.RepeatsKeyPart(req) {
+		return nil, false
+	}
+	return r.duplicatePart(req)
+}
+
+// RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it. Every request
+// asks this of every matched rule, and nearly none has a repeated key header: the walk over
+// the key parts that AppendKey compiles anyway answers it, and V8 in Envoy (which compiles a
+// function on its first call) compiles no loop of its own for it on a VM's first request.
+func (r *Rule) RepeatsKeyPart(req Request) bool {
+	_, ok := r.walkKey(nil, req, walkDuplicate)
+	return !ok
+}
+
+// duplicatePart is DuplicatePart's search for the part, for a request that has one. It is
+// kept out of line, because V8 in Envoy compiles a function on its first call, and a request
+// without a repeated key header (a VM's first, nearly always) needs none of it.
+//
+//go:noinline
+func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
 		if kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
@@ -85,32 +106,50 @@ func queryCount(req Request, name string) int {
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
-	return r.walkKey(dst, req, true)
+	return r.walkKey(dst, req, walkBuild)
 }
 
 // keyAvailable reports whether AppendKey would succeed, without building the key, for a request
 // that DuplicatePart does not refuse.
 func (r *Rule) keyAvailable(req Request) bool {
-	_, ok := r.walkKey(nil, req, false)
+	_, ok := r.walkKey(nil, req, walkAvailable)
 	return ok
 }
 
-// walkKey is AppendKey when build is true and keyAvailable when it is false. The two are one
+// What walkKey does: build the key (AppendKey), check that it can be built (keyAvailable), or
+// look for a part whose header or query parameter is repeated under DuplicateReject
+// (DuplicatePart; the walk then reports ok when there is none).
+const (
+	walkBuild uint8 = iota
+	walkAvailable
+	walkDuplicate
+)
+
+// walkKey is AppendKey, keyAvailable or DuplicatePart's check, as mode says. They are one
 // function because they must agree on what each source holds, and because V8 in Envoy
-// compiles a function on its first call: every request asks both, and one copy of the walk
-// over the key parts is compiled instead of two.
-func (r *Rule) walkKey(dst []byte, req Request, build bool) ([]byte, bool) {
+// compiles a function on its first call: every request asks all three, and one copy of the
+// walk over the key parts is compiled instead of three.
+func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
 		kp, k := &r.Key[i], r.keyKind(i)
-		if !build && kp.HasDefault {
-			continue
+		switch mode {
+		case walkAvailable:
+			if kp.HasDefault {
+				continue
+			}
+		case walkDuplicate:
+			// Only a header or query part left at on_duplicate "reject" can be ambiguous
+			// (choose then answers partAmbiguous for several lines).
+			if k != kindHeader && k != kindQuery || kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
+				continue
+			}
 		}
 		v, ip, st := kp.lookup(k, req, r.trustedHops)
-		if !build {
-			// A repeated header counts as present: the rule applies, and the request is
-			// refused by DuplicatePart rather than let through to later rules.
-			if st == partMissing {
+		if mode != walkBuild {
+			// For keyAvailable a repeated header counts as present: the rule applies, and
+			// the request is refused by DuplicatePart rather than let through to later rules.
+			if st == partMissing && mode == walkAvailable || st == partAmbiguous && mode == walkDuplicate {
 				return dst, false
 			}
 			continue

@@ -13,8 +13,12 @@ func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
 	if !strings.HasPrefix(string(k), "prefix|") {
 		t.Fatalf("AppendKey clobbered dst: %q", k)
 	}
-	if _, dup := c.Rules[0].DuplicatePart(r); !dup && ok != c.Rules[0].keyAvailable(r) {
+	_, dup := c.Rules[0].DuplicatePart(r)
+	if !dup && ok != c.Rules[0].keyAvailable(r) {
 		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
+	}
+	if _, slow := c.Rules[0].duplicatePart(r); c.Rules[0].RepeatsKeyPart(r) != slow {
+		t.Errorf("RepeatsKeyPart = %v but duplicatePart found %v", !slow, slow)
 	}
 	if !ok && string(k) != "prefix|" {
 		t.Errorf("AppendKey failed but left %q", k)
@@ -434,6 +438,14 @@ func TestDuplicatePart(t *testing.T) {
 		}
 		if name != tc.want || dup != (tc.want != "") {
 			t.Errorf("%v %s: DuplicatePart = %q, %v; want %q", tc.req.lines, tc.req.path, name, dup, tc.want)
+		}
+		// The request path asks RepeatsKeyPart (the key walk) first and names the part with
+		// duplicatePart (a loop of its own): the two must agree both ways.
+		if got := r.RepeatsKeyPart(tc.req); got != (tc.want != "") {
+			t.Errorf("%v %s: RepeatsKeyPart = %v; want %v", tc.req.lines, tc.req.path, got, tc.want != "")
+		}
+		if _, slow := r.duplicatePart(tc.req); slow != (tc.want != "") {
+			t.Errorf("%v %s: duplicatePart found %v; want %v", tc.req.lines, tc.req.path, slow, tc.want != "")
 		}
 		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))

@@ -298,8 +298,14 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
 		// The request path's second pass: the general rule loop (overrides, lease blocks,
-		// global rules, rules without their key).
+		// global rules, rules without their key), adaptive and shaping admissions, several
+		// draft rules' items, the legacy headers, naming a repeated key part.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
+		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*rateLimitHeaders).appendLegacy",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).duplicatePart",
 		// The state layer's parts for keys a fresh table and a new key never meet: forwards
 		// and previous layouts, overflow, written slots, other copies and claims of the key,
 		// lost races, keys the digest cache does not keep.
