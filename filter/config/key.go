@@ -465,7 +465,11 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	if m != nil {
 		// When the request wrote the address in its canonical form, the unmasked key part is
 		// those bytes, copied rather than printed (see appendValue).
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok, text: text}
+		// Field by field, not *m = ClientIPCache{...}: that builds the whole cache aside,
+		// its 48-byte part included, and copies it back with a typed memmove, in code V8 in
+		// Envoy compiles on a VM's first request. The part's bytes are read only up to
+		// partLen, so they need no clearing.
+		m.valid, m.hops, m.ip, m.ok, m.text, m.partLen = true, trustedHops, ip, ok, text, 0
 	}
 	return ip, ok
 }
