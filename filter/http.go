@@ -360,28 +360,66 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // its rules before the local writes, so a local write that loses its race and turns into a
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
+	// This loop writes the rules of the common case: local, decided, without a lease take,
+	// neither adaptive nor shaping, written at the first attempt, allowed. At the first rule
+	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
+	// if it made it). V8 in Envoy compiles a function on its first call: a VM's first request
+	// of a plain configuration compiles this loop alone.
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		// The rule's state is read through one local: each a.rs would be a load of its own,
+		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+		rs := a.rs
+		if !a.decided || !a.local || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
+			return h.finishFrom(i, nil, false)
+		}
+		err := rs.table.Commit(&a.pending)
+		if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
+			return h.finishFrom(i, err, true)
+		}
+		if a.pending.Claimed && rs.stateTag == "" {
+			// A slot was created: publish the rule's fill as the shared counter has it (an
+			// override's table, which has a state tag, is not the rule's: see slotsUsed).
+			rs.m.slotsUsed.Record(int64(a.pending.Used))
+		}
+		// Written, without a lease take: the decision stands.
+		a.decision = a.pending.Decision
+		rs.m.allowed.Increment(1)
+	}
+	// The values are rendered into the context's own buffer, which a reused context keeps
+	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
+	h.headers.render(h.d.applied)
+	h.finished = true
+	h.plugin.giveDecisions(h)
+	return types.ActionContinue
+}
+
+// finishFrom is finish from its i-th rule on, for every kind of rule. When committed is set,
+// rule i's state has been written already (Table.Commit returned err). It is kept out of
+// line for the reason given in finish.
+//
+//go:noinline
+func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action {
 	p := h.plugin
 	shaping := false // an adaptive or shaping rule admitted the request
-	for i := range h.d.applied {
+	for ; i < len(h.d.applied); i++ {
 		a := &h.d.applied[i]
 		if !a.decided {
 			continue
 		}
-		// The rule's state is read through one local: each a.rs would be a load of its own,
-		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
 		rs := a.rs
 		if a.local {
-			err := rs.table.Commit(&a.pending)
+			if !committed {
+				err = rs.table.Commit(&a.pending)
+			}
+			committed = false
 			if a.pending.Retries > 0 {
 				rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
 			if a.pending.Claimed && rs.stateTag == "" {
-				// A slot was created: publish the rule's fill as the shared counter has it (an
-				// override's table, which has a state tag, is not the rule's: see slotsUsed).
 				rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
-				// Written, without a lease take: the decision stands (the common case).
 				a.decision = a.pending.Decision
 			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
 				return action
@@ -398,8 +436,6 @@ func (h *httpContext) finish() types.Action {
 		rs.m.allowed.Increment(1)
 		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
-	// The values are rendered into the context's own buffer, which a reused context keeps
-	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
 	if shaping {

@@ -298,10 +298,12 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
 		// The request path's second pass: the general rule loop (overrides, lease blocks,
-		// global rules, rules without their key), adaptive and shaping admissions, several
+		// global rules, rules without their key), the general write loop (lease takes, lost
+		// races, failures, shadow denials), adaptive and shaping admissions, several
 		// draft rules' items, the legacy headers, naming a repeated key part.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*rateLimitHeaders).appendLegacy",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
