@@ -38,14 +38,21 @@ type Request interface {
 // stops there, unless that rule has Continue set, in which case later rules are evaluated
 // too (so a request can be counted per client IP and per tenant). A rule applies when all
 // its match conditions hold and every key part without a default is present in the
-// request (see Rule.matches): a rule that cannot build its key for a request is skipped,
+// request: a rule that cannot build its key for a request is skipped,
 // and evaluation goes on, which lets a "per-tenant" rule fall through to a "per-IP" rule
 // for requests without a tenant.
 //
 // Match does not allocate when dst has room and the rules use no regular expressions.
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	for _, r := range c.Rules {
-		if !r.matches(req) {
+		// The rule applies when its conditions hold and its key can be built (AppendKey would
+		// return ok). This is written here rather than in a function of its own: V8 in Envoy
+		// compiles a function on its first call, and one more would be compiled on a VM's
+		// first request.
+		if r.Match.conditional() && !r.Match.matches(req) {
+			continue
+		}
+		if _, ok := r.walkKey(nil, req, walkAvailable); !ok {
 			continue
 		}
 		dst = append(dst, r)
@@ -54,12 +61,6 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 		}
 	}
 	return dst
-}
-
-// matches reports whether the rule applies to req: its conditions hold and its key can be
-// built (AppendKey would return ok).
-func (r *Rule) matches(req Request) bool {
-	return (!r.Match.conditional() || r.Match.matches(req)) && r.keyAvailable(req)
 }
 
 // conditional reports whether the match has any condition. Most rules have none, and V8 in
