@@ -230,7 +230,14 @@ func (r *request) VirtualHost() string {
 
 // SourceAddress returns the source.address property ("ip:port") of the downstream connection.
 func (r *request) SourceAddress() string {
-	return r.property(fetchedSource, &r.source, sourceAddressPath)
+	// r.property, written out: it is not inlined, and every rule keyed on the client IP reads
+	// the source address, so a VM's first request would compile it as a function of its own
+	// (V8 in Envoy compiles a function on its first call).
+	if r.fetched&fetchedSource == 0 {
+		r.fetched |= fetchedSource
+		r.source = property(sourceAddressPath)
+	}
+	return r.source
 }
 
 // property reads a host property into *dst the first time bit is asked for.
