@@ -171,7 +171,14 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 	if r.linesRead && sameString(r.linesName, name) {
 		return r.linesFirst, r.linesLast, r.lines
 	}
-	m, ok := r.headerMap()
+	// r.headerMap(), written out: it is not inlined, and a VM's first request would compile
+	// it as a function of its own (V8 in Envoy compiles a function on its first call).
+	if !r.mapRead {
+		var err error
+		r.hmap, err = abi.GetHttpRequestHeaderMap()
+		r.mapRead, r.mapOK = true, err == nil
+	}
+	m, ok := r.hmap, r.mapOK
 	if !ok || r.keepLines {
 		return r.cachedLines(name)
 	}
