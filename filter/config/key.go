@@ -492,6 +492,12 @@ type ClientIPCache struct {
 	partLen uint8
 }
 
+// Reset empties the cache for another request. Only its valid flag is cleared: ClientIP reads
+// nothing else before it has filled the cache for the request, and filling it sets every
+// other field that is read (text, partLen). Zeroing the whole cache, its 48-byte part
+// included, would be code of its own, with a call to clear it, on every request.
+func (m *ClientIPCache) Reset() { m.valid = false }
+
 // forwardedFor returns the source address to parse when X-Forwarded-For is trusted: its
 // trustedHops-th entry from the right when that entry is an IP address, else "" (the source
 // address is used). It is kept out of clientIP's line: most configurations trust no hop, and

@@ -350,6 +350,34 @@ func TestClientIPCache(t *testing.T) {
 	}
 }
 
+// One cache serves request after request, emptied by Reset in between (as the filter's request
+// does): every request gets the keys of a request without a cache, whatever the request
+// before it left there (an address written canonically, one whose key part was rendered, a
+// failed parse), and its own address is read once.
+func TestClientIPCacheReset(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"a","continue":true,"key":[{"source":"client_ip"}],`+tb+`},
+		{"name":"b","key":[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48,"default":"none"}],`+tb+`}]}`)
+	cached := &cachingRequest{}
+	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "[2001:DB8::8]:443", "garbage",
+		"198.51.100.7", "::ffff:10.1.2.3", "192.0.2.1:1234", "[2001:db8::7]:443"} {
+		plain := req().with(func(r *fakeRequest) { r.source = src })
+		cached.fakeRequest = req().with(func(r *fakeRequest) { r.source = src })
+		cached.cache.Reset()
+		cached.reads = 0
+		for _, r := range c.Rules {
+			k1, ok1 := r.AppendKey(nil, plain)
+			k2, ok2 := r.AppendKey(nil, cached)
+			if string(k1) != string(k2) || ok1 != ok2 {
+				t.Errorf("%s: rule %s: key %q, %v with the reused cache; %q, %v without", src, r.Name, k2, ok2, k1, ok1)
+			}
+		}
+		if cached.reads != 1 {
+			t.Errorf("%s: source address read %d times, want 1", src, cached.reads)
+		}
+	}
+}
+
 // Rules with identical key parts share a key group; any difference in a part separates them.
 func TestSameKey(t *testing.T) {
 	c := mustParse(t, `{"rules":[
