@@ -145,7 +145,29 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 				continue
 			}
 		}
-		v, ip, st := kp.lookup(k, req, r.trustedHops)
+		// What req holds for the part, as the request carries it (one accessor of the key
+		// sources for all three modes, so that they cannot disagree on what a source holds).
+		// A query parameter is still percent-encoded here (appendQueryPart decodes it), and a
+		// client IP is in ip rather than v. A header is its only line, or the first or last
+		// of several as the part's OnDuplicate says. The lookup and the writing below are
+		// written here rather than in functions of their own: V8 in Envoy compiles every
+		// function a VM's first request calls, and each function and call site is code of
+		// its own in Go's wasm backend.
+		var v string
+		var ip IP
+		var st partState
+		switch k {
+		case kindConst:
+			v, st = kp.Value, partFound
+		case kindHeader:
+			v, st = kp.choose(req.HeaderLines(kp.Name))
+		case kindClientIP:
+			var ok bool
+			ip, ok = ClientIP(req, r.trustedHops)
+			st = found(ok)
+		default:
+			v, st = kp.lookupOther(k, req)
+		}
 		if mode != walkBuild {
 			// For keyAvailable a repeated header counts as present: the rule applies, and
 			// the request is refused by DuplicatePart rather than let through to later rules.
@@ -155,14 +177,30 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 			continue
 		}
 		if st == partMissing && kp.HasDefault {
-			// The default is written as a constant part is: one call site of appendValue
-			// rather than a second copy of the writing here.
+			// The default is written as a constant part is: one writing of a value rather
+			// than a second copy of it.
 			k, v, st = kindConst, kp.Default, partFound
 		}
 		if st != partFound {
 			return dst[:start], false
 		}
-		dst = kp.appendValue(k, dst, req, v, ip)
+		// The value, length-prefixed.
+		switch k {
+		case kindQuery:
+			dst = appendQueryPart(dst, v)
+			continue
+		case kindClientIP:
+			// Most rules key on the whole address, and a request that wrote it in canonical
+			// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is
+			// written as a header's value is, by the one appendPart below.
+			m := req.ClientIPCache()
+			if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
+				dst = kp.appendIPValue(dst, req, ip)
+				continue
+			}
+			v = m.text
+		}
+		dst = appendPart(dst, v)
 	}
 	return dst, true
 }
@@ -181,27 +219,8 @@ const (
 	partAmbiguous
 )
 
-// lookup is the one accessor of the key sources: what req holds for the part, as the request
-// carries it. A query parameter is returned still percent-encoded (appendValue decodes it),
-// and a client IP is returned in ip rather than v. A header is its only line, or the first or
-// last of several as the part's OnDuplicate says. AppendKey and keyAvailable both read the
-// request through it, so the two cannot disagree on what a source holds.
-func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string, ip IP, st partState) {
-	switch k {
-	case kindConst:
-		return kp.Value, ip, partFound
-	case kindHeader:
-		v, st = kp.choose(req.HeaderLines(kp.Name))
-		return v, ip, st
-	case kindClientIP:
-		addr, ok := ClientIP(req, trustedHops)
-		return "", addr, found(ok)
-	}
-	v, st = kp.lookupOther(k, req)
-	return v, ip, st
-}
-
-// lookupOther is lookup for the sources other than a constant, a header and the client IP.
+// lookupOther is walkKey's lookup for the sources other than a constant, a header and the
+// client IP.
 // It is kept out of line: most rules key on those three, and V8 in Envoy compiles a function
 // on its first call, so a VM's first request for them does not compile the others.
 //
@@ -209,7 +228,7 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
 	switch k {
 	case kindQuery:
-		// A query parameter is returned still percent-encoded (appendValue decodes it); an
+		// A query parameter is returned still percent-encoded (appendQueryPart decodes it); an
 		// empty value ("?key=") is a value: the parameter is present.
 		return kp.choose(queryParams(req.Path(), kp.Name))
 	case kindMethod:
@@ -340,29 +359,10 @@ func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
-// appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
-// the part in req.
-func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, ip IP) []byte {
-	switch k {
-	case kindQuery:
-		return appendQueryPart(dst, v)
-	case kindClientIP:
-		// Most rules key on the whole address, and a request that wrote it in canonical
-		// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is written
-		// as a header's value is, by the one appendPart below.
-		m := req.ClientIPCache()
-		if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
-			return kp.appendIPValue(dst, req, ip)
-		}
-		v = m.text
-	}
-	return appendPart(dst, v)
-}
-
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
 // "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are kept out of appendValue's line: V8 in Envoy compiles a function on its
-// first call, and a header or canonical client IP part (nearly every rule's) needs neither.
+// appendIPValue are kept out of walkKey's line: V8 in Envoy compiles a function on its first
+// call, and a header or canonical client IP part (nearly every rule's) needs neither.
 //
 //go:noinline
 func appendQueryPart(dst []byte, v string) []byte {
@@ -464,7 +464,7 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	ip, text, ok := parseIPText(s)
 	if m != nil {
 		// When the request wrote the address in its canonical form, the unmasked key part is
-		// those bytes, copied rather than printed (see appendValue).
+		// those bytes, copied rather than printed (see walkKey).
 		// Field by field, not *m = ClientIPCache{...}: that builds the whole cache aside,
 		// its 48-byte part included, and copies it back with a typed memmove, in code V8 in
 		// Envoy compiles on a VM's first request. The part's bytes are read only up to
