@@ -653,13 +653,27 @@ func isGrpcRequest() bool {
 	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
 
-// OnHttpResponseHeaders adds the rate-limit headers decided on the request.
+// OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
+// rateLimitHeaders).
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
 		h.noteResponse()
 	}
-	h.headers.add()
+	// The headers are added here rather than by a function of their own: V8 in Envoy
+	// compiles every function a VM's first request calls, and each is code of its own.
+	rh := &h.headers
+	var start int32
+	for i, name := range rateLimitHeaderNames {
+		if rh.set&(1<<i) == 0 {
+			continue
+		}
+		end := rh.ends[i]
+		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
+			logAddFailure(name, err)
+		}
+		start = end
+	}
 	return types.ActionContinue
 }
 
@@ -896,24 +910,10 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	return buf
 }
 
-// add adds the headers to the current response.
-func (rh *rateLimitHeaders) add() {
-	var start int32
-	for i, name := range rateLimitHeaderNames {
-		if rh.set&(1<<i) == 0 {
-			continue
-		}
-		end := rh.ends[i]
-		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
-			logAddFailure(name, err)
-		}
-		start = end
-	}
-}
-
-// logAddFailure logs a response header the host refused to add. It is kept out of add's line
-// (a formatted log builds its arguments inline, a good part of add), because V8 in Envoy
-// compiles a function on its first call and a header that is added needs none of it.
+// logAddFailure logs a response header the host refused to add. It is kept out of line (a
+// formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
+// that adds the headers), because V8 in Envoy compiles a function on its first call and a
+// header that is added needs none of it.
 //
 //go:noinline
 func logAddFailure(name string, err error) {
