@@ -863,8 +863,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 			// appendRateLimitItemAfter, written out: one function fewer for V8 in Envoy to
 			// compile on a VM's first request.
 			d := &draft.decision
-			buf = append(appendInt(append(buf, draft.rs.item...), d.Remaining), ";t="...)
-			buf = appendInt(buf, ceilSeconds(int64(d.ResetAfter)))
+			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 		} else {
 			buf = appendRateLimitItems(buf, rules)
 		}
@@ -886,7 +885,7 @@ func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []b
 	// One call site for the three values, not three.
 	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 	for j, v := range legacy {
-		buf = appendInt(buf, v)
+		buf = appendInt(buf, "", v)
 		rh.ends[2+j] = int32(len(buf))
 	}
 	rh.set |= legacyHeaders
@@ -956,18 +955,19 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	dst = append(appendInt(dst, d.Remaining), ";t="...)
-	return appendInt(dst, ceilSeconds(int64(d.ResetAfter)))
+	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 }
 
-// appendInt appends the decimal form of v, as strconv.AppendInt(dst, v, 10) does. It is one
-// function for every number of the rate-limit headers rather than strconv.AppendInt inlined at
-// each: V8 in Envoy compiles a function on its first call, and every inlined copy would be
-// compiled again in each function of a VM's first request that renders a number.
+// appendInt appends prefix and then the decimal form of v, as
+// strconv.AppendInt(append(dst, prefix...), v, 10) does. It is one function for every number
+// of the rate-limit headers rather than strconv.AppendInt inlined at each, and it writes the
+// text before the number too: V8 in Envoy compiles a function on its first call, and every
+// inlined copy, like every append of its own, would be compiled again in each function of a
+// VM's first request that renders a number.
 //
 //go:noinline
-func appendInt(dst []byte, v int64) []byte {
-	return strconv.AppendInt(dst, v, 10)
+func appendInt(dst []byte, prefix string, v int64) []byte {
+	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while
