@@ -305,6 +305,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).appendNextPolicy",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItemAfter",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*rateLimitHeaders).appendLegacy",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
