@@ -5,10 +5,27 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
+// refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
+// part, for a request that matched several rules (decideRequest), and reports whether one
+// refused the request. It is kept out of line: V8 in Envoy compiles a function on its first
+// call, and most requests match one rule, whose check decideFrom makes.
+//
+//go:noinline
+func (h *httpContext) refuseDuplicateKeyHeader() bool {
+	p := h.plugin
+	for _, r := range p.matched {
+		if r.RepeatsKeyPart(&p.req) && h.duplicateKeyHeader(r) {
+			return true
+		}
+	}
+	return false
+}
+
 // duplicateKeyHeader answers 400 when the matched rule r keys on a header or query parameter
 // that the request carries more than once and the key part leaves on_duplicate at "reject"
-// (see config.Rule.DuplicatePart); decideRequest asks it for each matched rule that
-// config.Rule.RepeatsKeyPart names, before any rule is decided. Such a request has no
+// (see config.Rule.DuplicatePart); it is asked about each matched rule that
+// config.Rule.RepeatsKeyPart names, before any rule is decided (refuseDuplicateKeyHeader for
+// several matched rules, decideFrom for one). Such a request has no
 // unambiguous key: the filter would count one value while the upstream may read another, and
 // a client rotating the counted one would never reach its limit. A shadow rule never refuses
 // a request; it counts the request (in duplicate_header only) and skips it, like a request

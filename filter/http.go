@@ -105,13 +105,12 @@ func (h *httpContext) decideRequest() types.Action {
 		return types.ActionContinue
 	}
 	// A matched rule whose key header (or query parameter) the request repeats under
-	// on_duplicate "reject" refuses it (see duplicateKeyHeader). The check is written here,
-	// not in a function of its own: V8 in Envoy compiles every function a VM's first request
-	// calls, and a function's own prologue and frame outweigh this loop.
-	for _, r := range p.matched {
-		if r.RepeatsKeyPart(req) && h.duplicateKeyHeader(r) {
-			return types.ActionPause
-		}
+	// on_duplicate "reject" refuses it (see duplicateKeyHeader), before any rule is decided.
+	// With one matched rule (the usual case) the rule's key, built first thing below, fails
+	// for exactly such a request, and decideFrom then checks it; with several, every rule
+	// is checked here first, out of line.
+	if len(p.matched) > 1 && h.refuseDuplicateKeyHeader() {
+		return types.ActionPause
 	}
 	now := p.now()
 	h.startedAt = now
@@ -164,6 +163,13 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			p.key, built = key[:0], r
 		}
 		if !ok {
+			// A single matched rule's repeated key part is refused here (decideRequest
+			// checks several rules before deciding any). Nothing has been decided or
+			// counted yet: the request's working set goes back unused.
+			if len(p.matched) == 1 && r.RepeatsKeyPart(req) && h.duplicateKeyHeader(r) {
+				p.giveDecisions(h)
+				return types.ActionPause
+			}
 			rs.noKey(r, req)
 			continue
 		}

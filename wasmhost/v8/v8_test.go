@@ -304,6 +304,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refuseDuplicateKeyHeader",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).appendNextPolicy",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItemAfter",
