@@ -55,12 +55,27 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 		if _, ok := r.walkKey(nil, req, walkAvailable); !ok {
 			continue
 		}
-		dst = append(dst, r)
+		// Into dst's room (the filter's list has room for every rule), else by an append
+		// out of line: V8 in Envoy compiles a function on its first call, and an append's
+		// growth is code of its own.
+		if n := len(dst); n < cap(dst) {
+			dst = dst[:n+1]
+			dst[n] = r
+		} else {
+			dst = appendRule(dst, r)
+		}
 		if !r.Continue {
 			break
 		}
 	}
 	return dst
+}
+
+// appendRule is Match's append for a list without room.
+//
+//go:noinline
+func appendRule(dst []*Rule, r *Rule) []*Rule {
+	return append(dst, r)
 }
 
 // conditional reports whether the match has any condition. Most rules have none, and V8 in
