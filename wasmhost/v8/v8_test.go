@@ -300,11 +300,13 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		// The request path's second pass: the general rule loop (overrides, lease blocks,
 		// global rules, rules without their key), the general write loop (lease takes, lost
 		// races, failures, shadow denials), adaptive and shaping admissions, several
-		// draft rules' items, the legacy headers, naming a repeated key part.
+		// draft rules' items, the legacy headers, naming a repeated key part, checking several
+		// matched rules for one, a matched-rule list without room.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refuseDuplicateKeyHeader",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.appendRule",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).appendNextPolicy",
 		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItemAfter",
