@@ -301,7 +301,8 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		// global rules, rules without their key), the general write loop (lease takes, lost
 		// races, failures, shadow denials), adaptive and shaping admissions, several
 		// draft rules' items, the legacy headers, naming a repeated key part, checking several
-		// matched rules for one, a matched-rule list without room.
+		// matched rules for one, a matched-rule list without room, a new context, a filled
+		// header cache, a stream other than the last one created.
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
@@ -313,6 +314,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*rateLimitHeaders).appendLegacy",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).duplicatePart",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).newContext",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*request).clearHeaders",
+		"github.com/ratelimit-wasm/ratelimit/abi.lookupStreamMap",
 		// The state layer's parts for keys a fresh table and a new key never meet: forwards
 		// and previous layouts, overflow, written slots, other copies and claims of the key,
 		// lost races, keys the digest cache does not keep.
