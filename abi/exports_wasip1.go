@@ -163,6 +163,15 @@ func lookupStream(contextID uint32) (streamContext, bool) {
 	return s, ok
 }
 
+// lookupStreamMap is lookupStream's map lookup, for onStream: a stream other than the last
+// one created.
+//
+//go:noinline
+func lookupStreamMap(contextID uint32) (streamContext, bool) {
+	s, ok := streams[contextID]
+	return s, ok
+}
+
 //go:wasmexport proxy_on_vm_start
 func proxyOnVMStart(rootID, vmConfigSize uint32) (ok uint32) {
 	defer recoverExport("proxy_on_vm_start", rootID)
@@ -290,7 +299,18 @@ func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint3
 	defer recoverExport(streamExports[op], contextID)
 	// One return: the compiler writes the deferred call out at each return.
 	action = uint32(types.ActionContinue)
-	switch h := stream(contextID); {
+	// stream(contextID), with lookupStream's map lookup out of line (lookupStreamMap): a VM's
+	// first request, like nearly every request with one stream at a time, is the last stream
+	// created, and V8 in Envoy compiles a function on its first call.
+	s, ok := last, contextID == lastID && contextID != 0
+	if !ok {
+		s, ok = lookupStreamMap(contextID)
+	}
+	var h types.HttpContext
+	if ok {
+		active, h = contextID, s.http
+	}
+	switch {
 	case h == nil:
 	case op == opRequestHeaders:
 		action = uint32(h.OnHttpRequestHeaders(int(numHeaders), endOfStream != 0))

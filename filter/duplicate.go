@@ -3,33 +3,44 @@ package filter
 import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// refuseDuplicateKeyHeader answers 400 when a matched rule keys on a header or query parameter
-// that the request carries more than once and the key part leaves on_duplicate at "reject"
-// (see config.Rule.DuplicatePart). Such a request has no unambiguous key: the filter would
-// count one value while the upstream may read another, and a client rotating the counted one
-// would never reach its limit. A shadow rule never refuses a request; it counts the request
-// (in duplicate_header only) and skips it, like a request without its key header.
-func (h *httpContext) refuseDuplicateKeyHeader() (action types.Action, refused bool) {
-	p := h.plugin
-	for _, r := range p.matched {
-		if kp, dup := r.DuplicatePart(&p.req); dup && h.duplicateKeyHeader(r, kp) {
-			return types.ActionPause, true
-		}
-	}
-	return types.ActionContinue, false
-}
-
-// duplicateKeyHeader counts a matched rule's repeated key header or query parameter kp and,
-// for an enforced rule, answers the request with 400; it reports whether it did. It is a
-// function of its own, kept out of line, because V8 in Envoy compiles a function on its first
-// call: the check above runs on every request, the refusal (its message built byte by byte)
-// only on a request it refuses, so a VM's first ordinary request does not compile it.
+// refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
+// part, for a request that matched several rules (decideRequest), and reports whether one
+// refused the request. It is kept out of line: V8 in Envoy compiles a function on its first
+// call, and most requests match one rule, whose check decideFrom makes.
 //
 //go:noinline
-func (h *httpContext) duplicateKeyHeader(r *config.Rule, kp *config.KeyPart) (refused bool) {
+func (h *httpContext) refuseDuplicateKeyHeader() bool {
+	p := h.plugin
+	for _, r := range p.matched {
+		if r.RepeatsKeyPart(&p.req) && h.duplicateKeyHeader(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// duplicateKeyHeader answers 400 when the matched rule r keys on a header or query parameter
+// that the request carries more than once and the key part leaves on_duplicate at "reject"
+// (see config.Rule.DuplicatePart); it is asked about each matched rule that
+// config.Rule.RepeatsKeyPart names, before any rule is decided (refuseDuplicateKeyHeader for
+// several matched rules, decideFrom for one). Such a request has no
+// unambiguous key: the filter would count one value while the upstream may read another, and
+// a client rotating the counted one would never reach its limit. A shadow rule never refuses
+// a request; it counts the request (in duplicate_header only) and skips it, like a request
+// without its key header. It counts the repeated part and, for an enforced rule, answers the
+// request; it reports whether it did. It is a function of its own, kept out of line, because
+// V8 in Envoy compiles a function on its first call: the check runs on every request, the
+// refusal (its message built byte by byte) only on a request it refuses, so a VM's first
+// ordinary request does not compile it.
+//
+//go:noinline
+func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
+	kp, dup := r.DuplicatePart(&h.plugin.req)
+	if !dup {
+		return false
+	}
 	rs := h.plugin.rules[r.Index]
 	rs.m.duplicateHeader.Increment(1)
 	if r.Shadow {

@@ -88,7 +88,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
-	req.reset()
+	// req.reset(), spelt out: reset is not inlined, and a call of its own would be a
+	// function more that V8 in Envoy compiles on a VM's first request.
+	if len(req.headers) > 0 {
+		req.clearHeaders()
+	}
+	req.forget()
 	// Removing the shadow rules' request headers makes the filter read the header map again:
 	// each header's lines are then kept as first answered (see request.lines).
 	req.keepLines = len(p.shadowHeaders) > 0
@@ -99,19 +104,27 @@ func (h *httpContext) decideRequest() types.Action {
 	if len(p.matched) == 0 {
 		return types.ActionContinue
 	}
-	if action, refused := h.refuseDuplicateKeyHeader(); refused {
-		return action
+	// A matched rule whose key header (or query parameter) the request repeats under
+	// on_duplicate "reject" refuses it (see duplicateKeyHeader), before any rule is decided.
+	// With one matched rule (the usual case) the rule's key, built first thing below, fails
+	// for exactly such a request, and decideFrom then checks it; with several, every rule
+	// is checked here first, out of line.
+	if len(p.matched) > 1 && h.refuseDuplicateKeyHeader() {
+		return types.ActionPause
 	}
 	now := p.now()
 	h.startedAt = now
 	h.d = p.takeDecisions()
 
-	// Phase 1: decide every local rule, writing nothing; collect the global ones.
-	globals := 0
+	// Phase 1: decide every local rule, writing nothing. This loop serves the rules of the
+	// common case (local, without overrides or a lease block, with a key); at the first rule
+	// that needs more it hands the rest of the request to decideFrom. V8 in Envoy compiles a
+	// function on its first call: a VM's first request of a plain configuration compiles this
+	// loop alone, not the branches of the others.
 	var key []byte
 	var ok bool
 	var built *config.Rule // the rule key was built for
-	for _, r := range p.matched {
+	for i, r := range p.matched {
 		rs := p.rules[r.Index]
 		// Rules with the same key parts (one client limited over several windows) share
 		// the key built for the previous one: building it costs about a microsecond in a
@@ -120,7 +133,43 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
+		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+			return h.decideFrom(i, now, key, ok, built)
+		}
+		a := h.d.add(rs)
+		a.cost = r.Cost(req)
+		if h.decideShared(a, key, now, a.cost) {
+			return h.deny(a.rs, a.decision)
+		}
+	}
+	return h.finish()
+}
+
+// decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
+// rule: a rule without its key, an override, a lease block, a global rule (collected for the
+// request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
+// built for the rule built, and whether it was). It is kept out of line for the reason given
+// in decideRequest.
+//
+//go:noinline
+func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
+	p := h.plugin
+	req := &p.req
+	globals := 0
+	for _, r := range p.matched[i:] {
+		rs := p.rules[r.Index]
+		if built == nil || !r.SameKey(built) {
+			key, ok = r.AppendKey(p.key[:0], req)
+			p.key, built = key[:0], r
+		}
 		if !ok {
+			// A single matched rule's repeated key part is refused here (decideRequest
+			// checks several rules before deciding any). Nothing has been decided or
+			// counted yet: the request's working set goes back unused.
+			if len(p.matched) == 1 && r.RepeatsKeyPart(req) && h.duplicateKeyHeader(r) {
+				p.giveDecisions(h)
+				return types.ActionPause
+			}
 			rs.noKey(r, req)
 			continue
 		}
@@ -141,16 +190,7 @@ func (h *httpContext) decideRequest() types.Action {
 			}
 			continue
 		}
-		// A rule without a lease block (most) is decided on the shared state directly: the
-		// dispatch in decideLocal is then a function V8 in Envoy need not compile on a VM's
-		// first request, and a call the request does not make.
-		var deny bool
-		if a.rs.lease == nil {
-			deny = h.decideShared(a, key, now, a.cost)
-		} else {
-			deny = h.decideLocal(a, key, now, a.cost)
-		}
-		if deny {
+		if h.decideLocal(a, key, now, a.cost) {
 			return h.deny(a.rs, a.decision)
 		}
 	}
@@ -269,14 +309,17 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
-	if err := a.rs.table.Decide(key, now, cost, &a.pending); err != nil {
+	// The rule's state is read through one local: a.rs read again after the call would be a
+	// load and a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+	rs := a.rs
+	if err := rs.table.Decide(key, now, cost, &a.pending); err != nil {
 		return h.undecided(a, err)
 	}
 	if a.pending.Overflow {
-		a.rs.m.overflow.Increment(1)
+		rs.m.overflow.Increment(1)
 	}
 	a.decision, a.decided, a.local = a.pending.Decision, true, true
-	return !a.decision.Allowed && !a.rs.rule.Shadow
+	return !a.decision.Allowed && !rs.rule.Shadow
 }
 
 // undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
@@ -326,28 +369,66 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // its rules before the local writes, so a local write that loses its race and turns into a
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
+	// This loop writes the rules of the common case: local, decided, without a lease take,
+	// neither adaptive nor shaping, written at the first attempt, allowed. At the first rule
+	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
+	// if it made it). V8 in Envoy compiles a function on its first call: a VM's first request
+	// of a plain configuration compiles this loop alone.
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		// The rule's state is read through one local: each a.rs would be a load of its own,
+		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+		rs := a.rs
+		if !a.decided || !a.local || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
+			return h.finishFrom(i, nil, false)
+		}
+		err := rs.table.Commit(&a.pending)
+		if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
+			return h.finishFrom(i, err, true)
+		}
+		if a.pending.Claimed && rs.stateTag == "" {
+			// A slot was created: publish the rule's fill as the shared counter has it (an
+			// override's table, which has a state tag, is not the rule's: see slotsUsed).
+			rs.m.slotsUsed.Record(int64(a.pending.Used))
+		}
+		// Written, without a lease take: the decision stands.
+		a.decision = a.pending.Decision
+		rs.m.allowed.Increment(1)
+	}
+	// The values are rendered into the context's own buffer, which a reused context keeps
+	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
+	h.headers.render(h.d.applied)
+	h.finished = true
+	h.plugin.giveDecisions(h)
+	return types.ActionContinue
+}
+
+// finishFrom is finish from its i-th rule on, for every kind of rule. When committed is set,
+// rule i's state has been written already (Table.Commit returned err). It is kept out of
+// line for the reason given in finish.
+//
+//go:noinline
+func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action {
 	p := h.plugin
 	shaping := false // an adaptive or shaping rule admitted the request
-	for i := range h.d.applied {
+	for ; i < len(h.d.applied); i++ {
 		a := &h.d.applied[i]
 		if !a.decided {
 			continue
 		}
-		// The rule's state is read through one local: each a.rs would be a load of its own,
-		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
 		rs := a.rs
 		if a.local {
-			err := rs.table.Commit(&a.pending)
+			if !committed {
+				err = rs.table.Commit(&a.pending)
+			}
+			committed = false
 			if a.pending.Retries > 0 {
 				rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
 			if a.pending.Claimed && rs.stateTag == "" {
-				// A slot was created: publish the rule's fill as the shared counter has it (an
-				// override's table, which has a state tag, is not the rule's: see slotsUsed).
 				rs.m.slotsUsed.Record(int64(a.pending.Used))
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
-				// Written, without a lease take: the decision stands (the common case).
 				a.decision = a.pending.Decision
 			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
 				return action
@@ -364,17 +445,25 @@ func (h *httpContext) finish() types.Action {
 		rs.m.allowed.Increment(1)
 		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
-	// The values are rendered into the context's own buffer, which a reused context keeps
-	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if shaping {
+		return h.finishShaped()
+	}
+	p.giveDecisions(h)
+	return types.ActionContinue
+}
+
+// finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
+// (only they fill h.observed or hold a request). It is kept out of finish's line, because V8
+// in Envoy compiles a function on its first call, and most requests meet neither.
+//
+//go:noinline
+func (h *httpContext) finishShaped() types.Action {
+	p := h.plugin
 	// A shaping rule that admitted the request with a delay holds it until the latest release
 	// time among them; the tick resumes it.
-	var shaper *ruleState
-	var delay int64
-	if shaping {
-		shaper, delay = h.admitted()
-	}
+	shaper, delay := h.admitted()
 	p.giveDecisions(h)
 	if shaper != nil {
 		return h.hold(shaper, delay)
@@ -573,13 +662,27 @@ func isGrpcRequest() bool {
 	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
 
-// OnHttpResponseHeaders adds the rate-limit headers decided on the request.
+// OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
+// rateLimitHeaders).
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
 		h.noteResponse()
 	}
-	h.headers.add()
+	// The headers are added here rather than by a function of their own: V8 in Envoy
+	// compiles every function a VM's first request calls, and each is code of its own.
+	rh := &h.headers
+	var start int32
+	for i, name := range rateLimitHeaderNames {
+		if rh.set&(1<<i) == 0 {
+			continue
+		}
+		end := rh.ends[i]
+		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
+			logAddFailure(name, err)
+		}
+		start = end
+	}
 	return types.ActionContinue
 }
 
@@ -736,7 +839,7 @@ type rateLimitHeaders struct {
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
 	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
-	var tightest *applied
+	var tightest, draft *applied
 	drafts := 0
 	for i := range rules {
 		a := &rules[i]
@@ -744,12 +847,17 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		if !a.decided || !rs.showsHeaders() {
 			continue
 		}
-		a.decision = clampWaits(a.decision, rs.maxWait)
+		// Bounded in place (clampWaits on a.decision): a copy of the whole decision out and
+		// back would be code of its own, compiled by V8 in Envoy on a VM's first request.
+		a.decision.RetryAfter = min(max(a.decision.RetryAfter, 0), rs.maxWait)
+		a.decision.ResetAfter = min(max(a.decision.ResetAfter, 0), rs.maxWait)
 		if rs.draft {
-			if drafts > 0 {
-				buf = append(buf, ", "...)
+			if drafts == 0 {
+				buf = rs.appendPolicy(buf)
+			} else {
+				buf = rs.appendNextPolicy(buf)
 			}
-			buf = rs.appendPolicy(buf)
+			draft = a
 			drafts++
 		}
 		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
@@ -757,56 +865,77 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		}
 	}
 	if drafts > 0 {
-		// The RateLimit items follow the policies.
+		// The RateLimit items follow the policies. The one rule's item is rendered here;
+		// several rules' items by a loop of their own, which a request with one draft rule
+		// (the usual case) does not run, nor V8 in Envoy compile.
 		rh.ends[0] = int32(len(buf))
-		n := 0
-		for i := range rules {
-			a := &rules[i]
-			rs := a.rs
-			if !a.decided || !rs.showsHeaders() || !rs.draft {
-				continue
-			}
-			if n > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
-			n++
+		if drafts == 1 {
+			// appendRateLimitItemAfter, written out: one function fewer for V8 in Envoy to
+			// compile on a VM's first request.
+			d := &draft.decision
+			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
+		} else {
+			buf = appendRateLimitItems(buf, rules)
 		}
 		rh.ends[1] = int32(len(buf))
 		rh.set |= draftHeaders
 	}
 	if tightest != nil {
-		// One call site for the three values, not three: V8 in Envoy compiles this function
-		// on every VM's first request.
-		d := tightest.decision
-		legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
-		for j, v := range legacy {
-			buf = appendInt(buf, v)
-			rh.ends[2+j] = int32(len(buf))
-		}
-		rh.set |= legacyHeaders
+		buf = rh.appendLegacy(buf, &tightest.decision)
 	}
 	rh.values = buf
 }
 
-// add adds the headers to the current response.
-func (rh *rateLimitHeaders) add() {
-	var start int32
-	for i, name := range rateLimitHeaderNames {
-		if rh.set&(1<<i) == 0 {
-			continue
-		}
-		end := rh.ends[i]
-		if err := abi.AddHttpResponseHeaderBytes(name, rh.values[start:end]); err != nil {
-			logAddFailure(name, err)
-		}
-		start = end
+// appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
+// buf and marks them present. It is kept out of render's line, because V8 in Envoy compiles a
+// function on its first call, and the default rate_limit_headers ("draft") has none of them.
+//
+//go:noinline
+func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
+	// One call site for the three values, not three.
+	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
+	for j, v := range legacy {
+		buf = appendInt(buf, "", v)
+		rh.ends[2+j] = int32(len(buf))
 	}
+	rh.set |= legacyHeaders
+	return buf
 }
 
-// logAddFailure logs a response header the host refused to add. It is kept out of add's line
-// (a formatted log builds its arguments inline, a good part of add), because V8 in Envoy
-// compiles a function on its first call and a header that is added needs none of it.
+// appendNextPolicy appends the rule's RateLimit-Policy item after another's. It is kept out of
+// render's line: V8 in Envoy compiles a function on its first call, and most requests show
+// one rule's headers.
+//
+//go:noinline
+func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
+	return rs.appendPolicy(append(buf, ", "...))
+}
+
+// appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
+// shows its headers, in order, joined by ", " (render, for more than one such rule).
+//
+//go:noinline
+func appendRateLimitItems(buf []byte, rules []applied) []byte {
+	n := 0
+	for i := range rules {
+		a := &rules[i]
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() || !rs.draft {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
+		n++
+	}
+	return buf
+}
+
+// logAddFailure logs a response header the host refused to add. It is kept out of line (a
+// formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
+// that adds the headers), because V8 in Envoy compiles a function on its first call and a
+// header that is added needs none of it.
 //
 //go:noinline
 func logAddFailure(name string, err error) {
@@ -845,18 +974,19 @@ func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte 
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	dst = append(appendInt(dst, d.Remaining), ";t="...)
-	return appendInt(dst, ceilSeconds(int64(d.ResetAfter)))
+	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 }
 
-// appendInt appends the decimal form of v, as strconv.AppendInt(dst, v, 10) does. It is one
-// function for every number of the rate-limit headers rather than strconv.AppendInt inlined at
-// each: V8 in Envoy compiles a function on its first call, and every inlined copy would be
-// compiled again in each function of a VM's first request that renders a number.
+// appendInt appends prefix and then the decimal form of v, as
+// strconv.AppendInt(append(dst, prefix...), v, 10) does. It is one function for every number
+// of the rate-limit headers rather than strconv.AppendInt inlined at each, and it writes the
+// text before the number too: V8 in Envoy compiles a function on its first call, and every
+// inlined copy, like every append of its own, would be compiled again in each function of a
+// VM's first request that renders a number.
 //
 //go:noinline
-func appendInt(dst []byte, v int64) []byte {
-	return strconv.AppendInt(dst, v, 10)
+func appendInt(dst []byte, prefix string, v int64) []byte {
+	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while

@@ -668,6 +668,15 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}
+	return p.newContext(id)
+}
+
+// newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
+// than it has contexts. It is kept out of line: V8 in Envoy compiles a function on its first
+// call, and a VM's first request reuses the context configure made (see configure).
+//
+//go:noinline
+func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }
 

@@ -66,10 +66,31 @@ const (
 	fetchedSource
 )
 
+// reset forgets the last request.
 func (r *request) reset() {
+	if len(r.headers) > 0 {
+		r.clearHeaders()
+	}
+	r.forget()
+}
+
+// forget is reset for all but the header cache. Each cached attribute is marked unread
+// (fetched, linesRead, mapRead, the client IP cache's Reset) rather than cleared: each is
+// read only once its mark is set again, and clearing the strings and the map would be stores
+// with write barriers, in code V8 in Envoy compiles on a VM's first request. They keep the
+// last request's bytes (its header map and a few attributes) alive until they are replaced.
+func (r *request) forget() {
 	r.fetched = 0
-	r.method, r.path, r.route, r.vhost, r.source = "", "", "", "", ""
-	r.clientIP = config.ClientIPCache{}
+	r.clientIP.Reset()
+	r.linesRead, r.mapRead = false, false
+}
+
+// clearHeaders empties the header cache. It is kept out of reset's line: V8 in Envoy compiles
+// a function on its first call, and most configurations (a header key part reads the header
+// map, not this cache) never cache a header here.
+//
+//go:noinline
+func (r *request) clearHeaders() {
 	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
 	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
 	// Wasm VM for the one or two entries a request caches. The entries are cleared rather than
@@ -78,8 +99,6 @@ func (r *request) reset() {
 		r.headers[i] = cachedHeader{}
 	}
 	r.headers = r.headers[:0]
-	r.linesRead = false
-	r.forgetHeaderMap()
 }
 
 // Header returns a request header. Envoy's single-value lookup returns only the first of
@@ -154,7 +173,14 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 	if r.linesRead && sameString(r.linesName, name) {
 		return r.linesFirst, r.linesLast, r.lines
 	}
-	m, ok := r.headerMap()
+	// r.headerMap(), written out: it is not inlined, and a VM's first request would compile
+	// it as a function of its own (V8 in Envoy compiles a function on its first call).
+	if !r.mapRead {
+		var err error
+		r.hmap, err = abi.GetHttpRequestHeaderMap()
+		r.mapRead, r.mapOK = true, err == nil
+	}
+	m, ok := r.hmap, r.mapOK
 	if !ok || r.keepLines {
 		return r.cachedLines(name)
 	}
@@ -213,7 +239,14 @@ func (r *request) VirtualHost() string {
 
 // SourceAddress returns the source.address property ("ip:port") of the downstream connection.
 func (r *request) SourceAddress() string {
-	return r.property(fetchedSource, &r.source, sourceAddressPath)
+	// r.property, written out: it is not inlined, and every rule keyed on the client IP reads
+	// the source address, so a VM's first request would compile it as a function of its own
+	// (V8 in Envoy compiles a function on its first call).
+	if r.fetched&fetchedSource == 0 {
+		r.fetched |= fetchedSource
+		r.source = property(sourceAddressPath)
+	}
+	return r.source
 }
 
 // property reads a host property into *dst the first time bit is asked for.

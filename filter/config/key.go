@@ -39,6 +39,27 @@ var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), strin
 // count is of the pairs of the query string whose decoded name is the part's name
 // ("?k=a&k=b" twice, "?k=a&%6B=b" too): frameworks differ in which of them they read.
 func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
+	if !r.RepeatsKeyPart(req) {
+		return nil, false
+	}
+	return r.duplicatePart(req)
+}
+
+// RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it. Every request
+// asks this of every matched rule, and nearly none has a repeated key header: the walk over
+// the key parts that AppendKey compiles anyway answers it, and V8 in Envoy (which compiles a
+// function on its first call) compiles no loop of its own for it on a VM's first request.
+func (r *Rule) RepeatsKeyPart(req Request) bool {
+	_, ok := r.walkKey(nil, req, walkDuplicate)
+	return !ok
+}
+
+// duplicatePart is DuplicatePart's search for the part, for a request that has one. It is
+// kept out of line, because V8 in Envoy compiles a function on its first call, and a request
+// without a repeated key header (a VM's first, nearly always) needs none of it.
+//
+//go:noinline
+func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
 		if kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
@@ -85,45 +106,101 @@ func queryCount(req Request, name string) int {
 // (Config.Match already skips such rules, so after Match this only fails if the request
 // changed in between.) A rule with no key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
-	return r.walkKey(dst, req, true)
+	return r.walkKey(dst, req, walkBuild)
 }
 
 // keyAvailable reports whether AppendKey would succeed, without building the key, for a request
 // that DuplicatePart does not refuse.
 func (r *Rule) keyAvailable(req Request) bool {
-	_, ok := r.walkKey(nil, req, false)
+	_, ok := r.walkKey(nil, req, walkAvailable)
 	return ok
 }
 
-// walkKey is AppendKey when build is true and keyAvailable when it is false. The two are one
+// What walkKey does: build the key (AppendKey), check that it can be built (keyAvailable), or
+// look for a part whose header or query parameter is repeated under DuplicateReject
+// (DuplicatePart; the walk then reports ok when there is none).
+const (
+	walkBuild uint8 = iota
+	walkAvailable
+	walkDuplicate
+)
+
+// walkKey is AppendKey, keyAvailable or DuplicatePart's check, as mode says. They are one
 // function because they must agree on what each source holds, and because V8 in Envoy
-// compiles a function on its first call: every request asks both, and one copy of the walk
-// over the key parts is compiled instead of two.
-func (r *Rule) walkKey(dst []byte, req Request, build bool) ([]byte, bool) {
+// compiles a function on its first call: every request asks all three, and one copy of the
+// walk over the key parts is compiled instead of three.
+func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
 		kp, k := &r.Key[i], r.keyKind(i)
-		if !build && kp.HasDefault {
-			continue
+		switch mode {
+		case walkAvailable:
+			if kp.HasDefault {
+				continue
+			}
+		case walkDuplicate:
+			// Only a header or query part left at on_duplicate "reject" can be ambiguous
+			// (choose then answers partAmbiguous for several lines).
+			if k != kindHeader && k != kindQuery || kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
+				continue
+			}
 		}
-		v, ip, st := kp.lookup(k, req, r.trustedHops)
-		if !build {
-			// A repeated header counts as present: the rule applies, and the request is
-			// refused by DuplicatePart rather than let through to later rules.
-			if st == partMissing {
+		// What req holds for the part, as the request carries it (one accessor of the key
+		// sources for all three modes, so that they cannot disagree on what a source holds).
+		// A query parameter is still percent-encoded here (appendQueryPart decodes it), and a
+		// client IP is in ip rather than v. A header is its only line, or the first or last
+		// of several as the part's OnDuplicate says. The lookup and the writing below are
+		// written here rather than in functions of their own: V8 in Envoy compiles every
+		// function a VM's first request calls, and each function and call site is code of
+		// its own in Go's wasm backend.
+		var v string
+		var ip IP
+		var st partState
+		switch k {
+		case kindConst:
+			v, st = kp.Value, partFound
+		case kindHeader:
+			v, st = kp.choose(req.HeaderLines(kp.Name))
+		case kindClientIP:
+			var ok bool
+			ip, ok = ClientIP(req, r.trustedHops)
+			st = found(ok)
+		default:
+			v, st = kp.lookupOther(k, req)
+		}
+		if mode != walkBuild {
+			// For keyAvailable a repeated header counts as present: the rule applies, and
+			// the request is refused by DuplicatePart rather than let through to later rules.
+			if st == partMissing && mode == walkAvailable || st == partAmbiguous && mode == walkDuplicate {
 				return dst, false
 			}
 			continue
 		}
 		if st == partMissing && kp.HasDefault {
-			// The default is written as a constant part is: one call site of appendValue
-			// rather than a second copy of the writing here.
+			// The default is written as a constant part is: one writing of a value rather
+			// than a second copy of it.
 			k, v, st = kindConst, kp.Default, partFound
 		}
 		if st != partFound {
 			return dst[:start], false
 		}
-		dst = kp.appendValue(k, dst, req, v, ip)
+		// The value, length-prefixed.
+		switch k {
+		case kindQuery:
+			dst = appendQueryPart(dst, v)
+			continue
+		case kindClientIP:
+			// Most rules key on the whole address, and a request that wrote it in canonical
+			// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is
+			// written as a header's value is, by the one appendPart below.
+			m := req.ClientIPCache()
+			if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
+				dst = kp.appendIPValue(dst, req, ip)
+				continue
+			}
+			v = m.text
+		}
+		dst = appendPart(dst, v)
 	}
 	return dst, true
 }
@@ -142,27 +219,8 @@ const (
 	partAmbiguous
 )
 
-// lookup is the one accessor of the key sources: what req holds for the part, as the request
-// carries it. A query parameter is returned still percent-encoded (appendValue decodes it),
-// and a client IP is returned in ip rather than v. A header is its only line, or the first or
-// last of several as the part's OnDuplicate says. AppendKey and keyAvailable both read the
-// request through it, so the two cannot disagree on what a source holds.
-func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string, ip IP, st partState) {
-	switch k {
-	case kindConst:
-		return kp.Value, ip, partFound
-	case kindHeader:
-		v, st = kp.choose(req.HeaderLines(kp.Name))
-		return v, ip, st
-	case kindClientIP:
-		addr, ok := ClientIP(req, trustedHops)
-		return "", addr, found(ok)
-	}
-	v, st = kp.lookupOther(k, req)
-	return v, ip, st
-}
-
-// lookupOther is lookup for the sources other than a constant, a header and the client IP.
+// lookupOther is walkKey's lookup for the sources other than a constant, a header and the
+// client IP.
 // It is kept out of line: most rules key on those three, and V8 in Envoy compiles a function
 // on its first call, so a VM's first request for them does not compile the others.
 //
@@ -170,7 +228,7 @@ func (kp *KeyPart) lookup(k sourceKind, req Request, trustedHops int) (v string,
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
 	switch k {
 	case kindQuery:
-		// A query parameter is returned still percent-encoded (appendValue decodes it); an
+		// A query parameter is returned still percent-encoded (appendQueryPart decodes it); an
 		// empty value ("?key=") is a value: the parameter is present.
 		return kp.choose(queryParams(req.Path(), kp.Name))
 	case kindMethod:
@@ -279,13 +337,17 @@ func appendPart(dst []byte, v string) []byte {
 // always shorter than 100 bytes, and writing their one or two digits directly saves a call
 // to strconv per part, which costs about 0.1 us in a Wasm VM.
 func appendLen(dst []byte, n int) []byte {
-	switch {
-	case n < 10:
-		return append(dst, byte('0'+n), ':')
-	case n < 100:
-		return append(dst, byte('0'+n/10), byte('0'+n%10), ':')
+	if uint(n) >= 100 {
+		return appendLongLen(dst, n)
 	}
-	return appendLongLen(dst, n)
+	// One append for both lengths, not one each: V8 in Envoy compiles this function on a
+	// VM's first request, and each append is a growth path of its own in the compiled code.
+	b := [3]byte{byte('0' + n/10), byte('0' + n%10), ':'}
+	skip := 0
+	if n < 10 {
+		skip = 1
+	}
+	return append(dst, b[skip:]...)
 }
 
 // appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line: inlined,
@@ -297,29 +359,10 @@ func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
-// appendValue appends, length-prefixed, the value v (or the address ip) that lookup found for
-// the part in req.
-func (kp *KeyPart) appendValue(k sourceKind, dst []byte, req Request, v string, ip IP) []byte {
-	switch k {
-	case kindQuery:
-		return appendQueryPart(dst, v)
-	case kindClientIP:
-		// Most rules key on the whole address, and a request that wrote it in canonical
-		// form (the usual IPv4 case) has its text in the cache (see ClientIP): it is written
-		// as a header's value is, by the one appendPart below.
-		m := req.ClientIPCache()
-		if m == nil || m.text == "" || kp.prefixBits(ip) < ip.BitLen() {
-			return kp.appendIPValue(dst, req, ip)
-		}
-		v = m.text
-	}
-	return appendPart(dst, v)
-}
-
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
 // "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are kept out of appendValue's line: V8 in Envoy compiles a function on its
-// first call, and a header or canonical client IP part (nearly every rule's) needs neither.
+// appendIPValue are kept out of walkKey's line: V8 in Envoy compiles a function on its first
+// call, and a header or canonical client IP part (nearly every rule's) needs neither.
 //
 //go:noinline
 func appendQueryPart(dst []byte, v string) []byte {
@@ -421,8 +464,12 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	ip, text, ok := parseIPText(s)
 	if m != nil {
 		// When the request wrote the address in its canonical form, the unmasked key part is
-		// those bytes, copied rather than printed (see appendValue).
-		*m = ClientIPCache{valid: true, hops: trustedHops, ip: ip, ok: ok, text: text}
+		// those bytes, copied rather than printed (see walkKey).
+		// Field by field, not *m = ClientIPCache{...}: that builds the whole cache aside,
+		// its 48-byte part included, and copies it back with a typed memmove, in code V8 in
+		// Envoy compiles on a VM's first request. The part's bytes are read only up to
+		// partLen, so they need no clearing.
+		m.valid, m.hops, m.ip, m.ok, m.text, m.partLen = true, trustedHops, ip, ok, text, 0
 	}
 	return ip, ok
 }
@@ -444,6 +491,12 @@ type ClientIPCache struct {
 	part    [48]byte
 	partLen uint8
 }
+
+// Reset empties the cache for another request. Only its valid flag is cleared: ClientIP reads
+// nothing else before it has filled the cache for the request, and filling it sets every
+// other field that is read (text, partLen). Zeroing the whole cache, its 48-byte part
+// included, would be code of its own, with a call to clear it, on every request.
+func (m *ClientIPCache) Reset() { m.valid = false }
 
 // forwardedFor returns the source address to parse when X-Forwarded-For is trusted: its
 // trustedHops-th entry from the right when that entry is an IP address, else "" (the source

@@ -13,8 +13,12 @@ func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
 	if !strings.HasPrefix(string(k), "prefix|") {
 		t.Fatalf("AppendKey clobbered dst: %q", k)
 	}
-	if _, dup := c.Rules[0].DuplicatePart(r); !dup && ok != c.Rules[0].keyAvailable(r) {
+	_, dup := c.Rules[0].DuplicatePart(r)
+	if !dup && ok != c.Rules[0].keyAvailable(r) {
 		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
+	}
+	if _, slow := c.Rules[0].duplicatePart(r); c.Rules[0].RepeatsKeyPart(r) != slow {
+		t.Errorf("RepeatsKeyPart = %v but duplicatePart found %v", !slow, slow)
 	}
 	if !ok && string(k) != "prefix|" {
 		t.Errorf("AppendKey failed but left %q", k)
@@ -346,6 +350,34 @@ func TestClientIPCache(t *testing.T) {
 	}
 }
 
+// One cache serves request after request, emptied by Reset in between (as the filter's request
+// does): every request gets the keys of a request without a cache, whatever the request
+// before it left there (an address written canonically, one whose key part was rendered, a
+// failed parse), and its own address is read once.
+func TestClientIPCacheReset(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"a","continue":true,"key":[{"source":"client_ip"}],`+tb+`},
+		{"name":"b","key":[{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48,"default":"none"}],`+tb+`}]}`)
+	cached := &cachingRequest{}
+	for _, src := range []string{"192.0.2.1:1234", "[2001:db8::7]:443", "[2001:DB8::8]:443", "garbage",
+		"198.51.100.7", "::ffff:10.1.2.3", "192.0.2.1:1234", "[2001:db8::7]:443"} {
+		plain := req().with(func(r *fakeRequest) { r.source = src })
+		cached.fakeRequest = req().with(func(r *fakeRequest) { r.source = src })
+		cached.cache.Reset()
+		cached.reads = 0
+		for _, r := range c.Rules {
+			k1, ok1 := r.AppendKey(nil, plain)
+			k2, ok2 := r.AppendKey(nil, cached)
+			if string(k1) != string(k2) || ok1 != ok2 {
+				t.Errorf("%s: rule %s: key %q, %v with the reused cache; %q, %v without", src, r.Name, k2, ok2, k1, ok1)
+			}
+		}
+		if cached.reads != 1 {
+			t.Errorf("%s: source address read %d times, want 1", src, cached.reads)
+		}
+	}
+}
+
 // Rules with identical key parts share a key group; any difference in a part separates them.
 func TestSameKey(t *testing.T) {
 	c := mustParse(t, `{"rules":[
@@ -434,6 +466,14 @@ func TestDuplicatePart(t *testing.T) {
 		}
 		if name != tc.want || dup != (tc.want != "") {
 			t.Errorf("%v %s: DuplicatePart = %q, %v; want %q", tc.req.lines, tc.req.path, name, dup, tc.want)
+		}
+		// The request path asks RepeatsKeyPart (the key walk) first and names the part with
+		// duplicatePart (a loop of its own): the two must agree both ways.
+		if got := r.RepeatsKeyPart(tc.req); got != (tc.want != "") {
+			t.Errorf("%v %s: RepeatsKeyPart = %v; want %v", tc.req.lines, tc.req.path, got, tc.want != "")
+		}
+		if _, slow := r.duplicatePart(tc.req); slow != (tc.want != "") {
+			t.Errorf("%v %s: duplicatePart found %v; want %v", tc.req.lines, tc.req.path, slow, tc.want != "")
 		}
 		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))

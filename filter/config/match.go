@@ -25,8 +25,8 @@ type Request interface {
 	// SourceAddress returns the source.address property, "ip:port".
 	SourceAddress() string
 	// ClientIPCache returns where ClientIP keeps its result for this request, or nil to have
-	// it computed on every call. A request that returns a cache must zero it before it is
-	// used for another request. (A method rather than an optional interface because a type
+	// it computed on every call. A request that returns a cache must empty it (Reset, or
+	// zero it) before it is used for another request. (A method rather than an optional interface because a type
 	// assertion to an interface is a lookup in the runtime's itab table on every call in a
 	// Wasm build, which has no per-call-site cache for it.)
 	ClientIPCache() *ClientIPCache
@@ -38,17 +38,32 @@ type Request interface {
 // stops there, unless that rule has Continue set, in which case later rules are evaluated
 // too (so a request can be counted per client IP and per tenant). A rule applies when all
 // its match conditions hold and every key part without a default is present in the
-// request (see Rule.matches): a rule that cannot build its key for a request is skipped,
+// request: a rule that cannot build its key for a request is skipped,
 // and evaluation goes on, which lets a "per-tenant" rule fall through to a "per-IP" rule
 // for requests without a tenant.
 //
 // Match does not allocate when dst has room and the rules use no regular expressions.
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	for _, r := range c.Rules {
-		if !r.matches(req) {
+		// The rule applies when its conditions hold and its key can be built (AppendKey would
+		// return ok). This is written here rather than in a function of its own: V8 in Envoy
+		// compiles a function on its first call, and one more would be compiled on a VM's
+		// first request.
+		if r.Match.conditional() && !r.Match.matches(req) {
 			continue
 		}
-		dst = append(dst, r)
+		if _, ok := r.walkKey(nil, req, walkAvailable); !ok {
+			continue
+		}
+		// Into dst's room (the filter's list has room for every rule), else by an append
+		// out of line: V8 in Envoy compiles a function on its first call, and an append's
+		// growth is code of its own.
+		if n := len(dst); n < cap(dst) {
+			dst = dst[:n+1]
+			dst[n] = r
+		} else {
+			dst = appendRule(dst, r)
+		}
 		if !r.Continue {
 			break
 		}
@@ -56,10 +71,11 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	return dst
 }
 
-// matches reports whether the rule applies to req: its conditions hold and its key can be
-// built (AppendKey would return ok).
-func (r *Rule) matches(req Request) bool {
-	return (!r.Match.conditional() || r.Match.matches(req)) && r.keyAvailable(req)
+// appendRule is Match's append for a list without room.
+//
+//go:noinline
+func appendRule(dst []*Rule, r *Rule) []*Rule {
+	return append(dst, r)
 }
 
 // conditional reports whether the match has any condition. Most rules have none, and V8 in

@@ -297,6 +297,26 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).admitted",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
+		// The request path's second pass: the general rule loop (overrides, lease blocks,
+		// global rules, rules without their key), the general write loop (lease takes, lost
+		// races, failures, shadow denials), adaptive and shaping admissions, several
+		// draft rules' items, the legacy headers, naming a repeated key part, checking several
+		// matched rules for one, a matched-rule list without room, a new context, a filled
+		// header cache, a stream other than the last one created.
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideFrom",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishShaped",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).finishFrom",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).refuseDuplicateKeyHeader",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.appendRule",
+		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItems",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).appendNextPolicy",
+		"github.com/ratelimit-wasm/ratelimit/filter.appendRateLimitItemAfter",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*rateLimitHeaders).appendLegacy",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).duplicatePart",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).newContext",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*request).clearHeaders",
+		"github.com/ratelimit-wasm/ratelimit/abi.lookupStreamMap",
 		// The state layer's parts for keys a fresh table and a new key never meet: forwards
 		// and previous layouts, overflow, written slots, other copies and claims of the key,
 		// lost races, keys the digest cache does not keep.
