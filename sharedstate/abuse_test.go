@@ -576,29 +576,61 @@ func (s *reuseStore) Set(key string, value []byte, cas uint32) error {
 	return nil
 }
 
-// The decision of an established key allocates nothing: the hot path of every request.
+// The decision of an established key allocates nothing: the hot path of every request, for
+// keys whose slot names the Table's name cache holds (see Table.name). The cache is
+// direct-mapped, so two keys whose slots share an entry evict each other's name and each
+// write builds its name again, an allocation, by design. Which slots two keys take depends on
+// the secret: under a random one, this test's two keys shared an entry about once in 200 runs
+// (the one unexplained failure of go test ./sharedstate/ in issue 14). So the second key is
+// the first candidate whose slot has an entry of its own; under secret 62 the first candidate
+// shares the first key's entry, so that both branches of that choice run.
 func TestTableHotPathAllocatesNothing(t *testing.T) {
-	store := &reuseStore{entries: map[string]*reuseEntry{}}
-	tab := mustTable(t, store, 10000, mustLimiter(t, algorithms.Config{Algorithm: "gcra", Limit: 1_000_000, Window: time.Second}))
-	tab.digests = NewDigestCache(64)
-	keys := [][]byte{[]byte("12:192.0.2.1:acme"), []byte("12:192.0.2.2:acme")}
-	var p Pending
-	now := int64(0)
-	for _, k := range keys {
-		if err := tab.AllowN(k, now, 1, &p); err != nil {
+	random, err := LoadSecret(NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range [][SecretSize]byte{random, {62}, {63}} {
+		store := &reuseStore{entries: map[string]*reuseEntry{}}
+		lim := mustLimiter(t, algorithms.Config{Algorithm: "gcra", Limit: 1_000_000, Window: time.Second})
+		tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|r|", Slots: 10000, Attempts: 8, Limiter: lim, Secret: secret})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		now += 1000
-		for _, k := range keys {
-			if err := tab.AllowN(k, now, 1, &p); err != nil || !p.Decision.Allowed {
-				t.Fatal(err, p.Decision)
-			}
+		tab.digests = NewDigestCache(64)
+		var p Pending
+		now := int64(0)
+		first := []byte("12:192.0.2.1:acme")
+		if err := tab.AllowN(first, now, 1, &p); err != nil {
+			t.Fatal(err)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per decision of established keys", allocs/2)
+		firstEntry := nameSlot(p.geo, p.idx)
+		keys := [][]byte{first}
+		skipped := 0
+		for i := 2; len(keys) < 2; i++ {
+			k := fmt.Appendf(nil, "12:192.0.2.%d:acme", i)
+			if err := tab.AllowN(k, now, 1, &p); err != nil {
+				t.Fatal(err)
+			}
+			if nameSlot(p.geo, p.idx) == firstEntry {
+				skipped++
+				continue
+			}
+			keys = append(keys, k)
+		}
+		if secret == [SecretSize]byte{62} && skipped == 0 {
+			t.Fatal("under secret 62 no candidate shared the first key's name cache entry: the choice of keys is untested")
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			now += 1000
+			for _, k := range keys {
+				if err := tab.AllowN(k, now, 1, &p); err != nil || !p.Decision.Allowed {
+					t.Fatal(err, p.Decision)
+				}
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("secret %x: %v allocations per decision of established keys", secret, allocs/2)
+		}
 	}
 }
 

@@ -57,3 +57,36 @@ func TestDigestHashIsCachedPerKey(t *testing.T) {
 	_, h3 := c.digestHash(k, 7, 9)
 	require.Equal(t, h, h3)
 }
+
+// A DigestCache chooses a key's entry by SipHash-2-4 under a key of its own, drawn for each
+// cache: not a fixed key (which would let clients compute keys that share an entry and evict
+// each other's digests) and not the Table's secret. Digest, which goes through digestHash under
+// the cache's key, leaves an entry whose hash a Table's lookup under its own secret does not
+// take for its own.
+func TestDigestCacheIndexIsKeyedPerCache(t *testing.T) {
+	key := []byte("12:192.0.2.1:51:-")
+	entries := map[uint64]bool{}
+	seen := map[[2]uint64]bool{}
+	for range 64 {
+		c := NewDigestCache(StaticDigestEntries)
+		require.False(t, c.k0 == 0 && c.k1 == 0, "the cache's index key is zero")
+		require.False(t, seen[[2]uint64{c.k0, c.k1}], "two caches drew the same index key")
+		seen[[2]uint64{c.k0, c.k1}] = true
+		want := Digest(key)
+		require.Equal(t, want, c.Digest(key))
+		i := sipHash24(c.k0, c.k1, key) % uint64(len(c.entries))
+		require.Same(t, &c.entries[i], c.last, "the key's entry is not the one its keyed hash chooses")
+		require.Equal(t, want, c.entries[i].digest)
+		entries[i] = true
+		// A Table's lookup after Digest: the hash is under the Table's secret, not the cache's.
+		d, h := c.digestHash(key, 7, 9)
+		require.Equal(t, want, d)
+		require.Equal(t, sipHash24(7, 9, want[:]), h)
+		require.Equal(t, want, c.Digest(key))
+		_, h = c.digestHash(key, 7, 9)
+		require.Equal(t, sipHash24(7, 9, want[:]), h)
+	}
+	// With a fixed key every cache would put the key in one entry; 64 random keys over 1024
+	// entries put it in one entry with probability 1024^-63.
+	require.Greater(t, len(entries), 1, "every cache put the key in the same entry")
+}
