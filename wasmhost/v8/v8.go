@@ -121,27 +121,51 @@ func Run(job Job) (Result, error) {
 	return res, err
 }
 
+// Compiled is one module function V8 compiled.
+type Compiled struct {
+	// Index is the function's index in the module's function index space, as in its name
+	// section (wasmtest.FunctionNames).
+	Index uint32
+	// BodyBytes is the size of the function's body in the module, which TurboFan compiles in
+	// time roughly proportional to it (docs/BENCHMARKS.md: about 0.7 ms per KB on Node 20).
+	BodyBytes int
+	// Phase is the start-up step during which it was compiled ("init", "vmstart",
+	// "configure", "request0", ...) when the job set PhaseMarkers, and "" otherwise.
+	Phase string
+}
+
 // CompiledFunctions runs job like Run with V8's --trace-wasm-compilation-times and returns,
-// besides the result, the index of every module function V8 compiled (each once, on its
-// first call: Envoy's flags turn off the baseline compiler), in the order compiled. Indexes
-// are the module's function index space, as in its name section (wasmtest.FunctionNames).
-func CompiledFunctions(job Job) (Result, []uint32, error) {
+// besides the result, every module function V8 compiled (each once, on its first call:
+// Envoy's flags turn off the baseline compiler), in the order compiled.
+func CompiledFunctions(job Job) (Result, []Compiled, error) {
 	res, trace, err := runNode(job, "--trace-wasm-compilation-times")
 	if err != nil {
 		return res, nil, err
 	}
-	var compiled []uint32
+	var compiled []Compiled
+	phase := ""
 	for _, line := range strings.Split(string(trace), "\n") {
-		// "Compiled function 0x...#123 using TurboFan, took 1 ms and ... bodysize ..."
+		if name, ok := strings.CutPrefix(line, "@@PHASE "); ok {
+			phase = name
+			continue
+		}
+		// "Compiled function 0x...#123 using TurboFan, took 1 ms and ... bodysize 456 ..."
 		_, rest, ok := strings.Cut(line, "Compiled function ")
 		if !ok {
 			continue
 		}
 		_, rest, ok = strings.Cut(rest, "#")
-		num, _, ok2 := strings.Cut(rest, " ")
-		if i, err := strconv.ParseUint(num, 10, 32); ok && ok2 && err == nil {
-			compiled = append(compiled, uint32(i))
+		num, rest, ok2 := strings.Cut(rest, " ")
+		i, err := strconv.ParseUint(num, 10, 32)
+		if !ok || !ok2 || err != nil {
+			continue
 		}
+		c := Compiled{Index: uint32(i), Phase: phase}
+		if _, size, ok := strings.Cut(rest, "bodysize "); ok {
+			size, _, _ = strings.Cut(size, " ")
+			c.BodyBytes, _ = strconv.Atoi(strings.TrimRight(size, ","))
+		}
+		compiled = append(compiled, c)
 	}
 	return res, compiled, nil
 }
