@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,38 +100,10 @@ func TestReusedRequestMatchesAFreshOneNative(t *testing.T) {
 				}
 				rnd.Shuffle(len(s.Headers), func(i, j int) { s.Headers[i], s.Headers[j] = s.Headers[j], s.Headers[i] })
 
-				// What a fresh request gets: 400 from the first matched rule with a repeated
-				// key part, else 429 from the first rule whose key was seen (nothing charged),
-				// else through, every matched rule's key charged.
-				m := modelRequest{s}
-				matched := cfg.Match(m, nil)
-				want, wantRule := 0, ""
-				for _, r := range matched {
-					if _, dup := r.DuplicatePart(m); dup {
-						want, wantRule = 400, r.Name
-						break
-					}
-				}
-				var keys []string
-				for _, r := range matched {
-					if want != 0 {
-						break
-					}
-					key, ok := r.AppendKey(nil, m)
-					if !ok {
-						continue
-					}
-					if seen[r.Name+"|"+string(key)] {
-						want, wantRule = 429, r.Name
-						break
-					}
-					keys = append(keys, r.Name+"|"+string(key))
-				}
-				if want == 0 {
-					for _, k := range keys {
-						seen[k] = true
-					}
-				}
+				// What a fresh request gets (filtertest.FreshVerdict): 400 from the first
+				// matched rule with a repeated key part, else 429 from the first rule whose key
+				// was seen (nothing charged), else through, every matched rule's key charged.
+				want, wantRule := filtertest.FreshVerdict(cfg, modelRequest{s}, seen)
 
 				// The request, on the emulator; a fifth of the streams end without a response,
 				// a fifth stay open until a later request.

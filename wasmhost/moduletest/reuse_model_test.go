@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
@@ -102,37 +103,12 @@ func TestReusedRequestMatchesAFreshOneWasm(t *testing.T) {
 				}
 				rnd.Shuffle(len(req.Headers), func(i, j int) { req.Headers[i], req.Headers[j] = req.Headers[j], req.Headers[i] })
 
-				// What a fresh request gets: 400 from the first matched rule with a repeated
-				// key part, else 429 from the first rule whose key was seen (nothing charged),
-				// else through, every matched rule's key charged.
-				m := modelRequest{req}
-				matched := cfg.Match(m, nil)
-				want, wantRule := 200, ""
-				for _, r := range matched {
-					if _, dup := r.DuplicatePart(m); dup {
-						want, wantRule = 400, r.Name
-						break
-					}
-				}
-				var keys []string
-				for _, r := range matched {
-					if want != 200 {
-						break
-					}
-					key, ok := r.AppendKey(nil, m)
-					if !ok {
-						continue
-					}
-					if seen[r.Name+"|"+string(key)] {
-						want, wantRule = 429, r.Name
-						break
-					}
-					keys = append(keys, r.Name+"|"+string(key))
-				}
-				if want == 200 {
-					for _, k := range keys {
-						seen[k] = true
-					}
+				// What a fresh request gets (filtertest.FreshVerdict): 400 from the first
+				// matched rule with a repeated key part, else 429 from the first rule whose key
+				// was seen (nothing charged), else through (200), every matched rule's key charged.
+				want, wantRule := filtertest.FreshVerdict(cfg, modelRequest{req}, seen)
+				if want == 0 {
+					want = 200
 				}
 
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
