@@ -187,30 +187,10 @@ func TestLostClaimStillCountsItsSlot(t *testing.T) {
 // second bucket's starting slot in read order; right after the claim, another worker claims
 // that free starting slot. TestLaterClaimGivesWay is the other order.
 func TestEarlierClaimWins(t *testing.T) {
-	mem := NewMemory()
-	secret, err := LoadSecret(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := &claimHookStore{Memory: mem}
-	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
-	tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|e|", Slots: 100, Attempts: 8, Limiter: lim, Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClaimRace(t, "rl|e|")
+	mem, lim, tab, b, start := c.mem, c.lim, c.tab, c.b, c.start
 	const now = int64(time.Hour)
-	var key []byte
-	var digest [DigestSize]byte
-	var b, start [Choices]uint32
-	for i := 0; ; i++ {
-		key = fmt.Appendf(nil, "client-%d", i)
-		var h uint64
-		digest, h = (*DigestCache)(nil).digestHash(key, tab.k0, tab.k1)
-		if b, start = tab.cur.choices(h); b[0] != b[1] {
-			break
-		}
-	}
-	slot := func(c, j uint32) uint32 { return b[c]*BucketSlots + (start[c]+j)%BucketSlots }
+	slot := func(bk, j uint32) uint32 { return b[bk]*BucketSlots + (start[bk]+j)%BucketSlots }
 	_, active := lim.AllowN(nil, now, 1)
 	for i, idx := range []uint32{slot(0, 0), slot(1, 1), slot(1, 2)} {
 		d := Digest(fmt.Appendf(nil, "other-%d", i))
@@ -220,32 +200,11 @@ func TestEarlierClaimWins(t *testing.T) {
 		}
 	}
 	ours, theirs := tab.name(100, slot(0, 1)), tab.name(100, slot(1, 0))
-	store.hook = func() {
-		claim := append(digest[:], slotClaim)
-		claim = binary.LittleEndian.AppendUint64(claim, uint64(now))
-		claim = binary.LittleEndian.AppendUint64(claim, tab.id+1)
-		if err := mem.Set(theirs, claim, createCAS); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var p Pending
-	if err := tab.AllowN(key, now, 1, &p); err != nil || !p.Decision.Allowed {
-		t.Fatalf("AllowN: %v, %+v", err, p.Decision)
-	}
-	if store.hook != nil {
-		t.Fatal("no claim was written: the test set nothing up")
-	}
-	kind := func(name string) byte {
-		v, _, err := mem.Get(name)
-		if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != digest {
-			t.Fatalf("slot %s = %x, %v: not the key's", name, v, err)
-		}
-		return v[DigestSize]
-	}
-	if k := kind(ours); k != slotReleased {
+	p := c.decideWithClaimAt(t, theirs, now)
+	if k := c.kind(t, ours); k != slotReleased {
 		t.Fatalf("the later claim's slot %s is of kind %d, want released", ours, k)
 	}
-	if k := kind(theirs); k != slotLive {
+	if k := c.kind(t, theirs); k != slotLive {
 		t.Fatalf("the earlier claim's slot %s is of kind %d, want live (adopted)", theirs, k)
 	}
 	if p.Retries != 1 {
@@ -261,59 +220,88 @@ func TestEarlierClaimWins(t *testing.T) {
 // claim for an earlier one, this request would give way to that claim instead and decide
 // again, adopting it: no key counted twice, but the order of the protocol lost.
 func TestLaterClaimGivesWay(t *testing.T) {
-	mem := NewMemory()
-	secret, err := LoadSecret(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := &claimHookStore{Memory: mem}
-	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
-	tab, err := NewTable(TableConfig{Store: store, Prefix: "rl|l|", Slots: 100, Attempts: 8, Limiter: lim, Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClaimRace(t, "rl|l|")
+	tab, b, start := c.tab, c.b, c.start
 	const now = int64(time.Hour)
-	var key []byte
-	var digest [DigestSize]byte
-	var b, start [Choices]uint32
-	for i := 0; ; i++ {
-		key = fmt.Appendf(nil, "client-%d", i)
-		var h uint64
-		digest, h = (*DigestCache)(nil).digestHash(key, tab.k0, tab.k1)
-		if b, start = tab.cur.choices(h); b[0] != b[1] {
-			break
-		}
-	}
 	ours, theirs := tab.name(100, b[0]*BucketSlots+start[0]), tab.name(100, b[1]*BucketSlots+start[1])
-	store.hook = func() {
-		claim := append(digest[:], slotClaim)
-		claim = binary.LittleEndian.AppendUint64(claim, uint64(now))
-		claim = binary.LittleEndian.AppendUint64(claim, tab.id+1)
-		if err := mem.Set(theirs, claim, createCAS); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var p Pending
-	if err := tab.AllowN(key, now, 1, &p); err != nil || !p.Decision.Allowed {
-		t.Fatalf("AllowN: %v, %+v", err, p.Decision)
-	}
-	if store.hook != nil {
-		t.Fatal("no claim was written: the test set nothing up")
-	}
-	kind := func(name string) byte {
-		v, _, err := mem.Get(name)
-		if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != digest {
-			t.Fatalf("slot %s = %x, %v: not the key's", name, v, err)
-		}
-		return v[DigestSize]
-	}
-	if k := kind(ours); k != slotLive {
+	p := c.decideWithClaimAt(t, theirs, now)
+	if k := c.kind(t, ours); k != slotLive {
 		t.Fatalf("the earlier claim's slot %s is of kind %d, want live", ours, k)
 	}
-	if k := kind(theirs); k != slotReleased {
+	if k := c.kind(t, theirs); k != slotReleased {
 		t.Fatalf("the later claim's slot %s is of kind %d, want released", theirs, k)
 	}
 	if p.Retries != 0 {
 		t.Fatalf("retries %d, want 0: the earlier claim does not give way", p.Retries)
 	}
+}
+
+// claimRace is the set-up of the tests of two fresh claims of one key (TestEarlierClaimWins,
+// TestLaterClaimGivesWay): an empty table of 100 slots whose store lets a test write another
+// worker's claim right after the request's own, and a key whose two buckets differ.
+type claimRace struct {
+	mem      *Memory
+	store    *claimHookStore
+	lim      Limiter
+	tab      *Table
+	key      []byte
+	digest   [DigestSize]byte
+	b, start [Choices]uint32
+}
+
+// newClaimRace makes a claimRace whose table's names begin with prefix.
+func newClaimRace(t *testing.T, prefix string) *claimRace {
+	t.Helper()
+	c := &claimRace{mem: NewMemory()}
+	secret, err := LoadSecret(c.mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.store = &claimHookStore{Memory: c.mem}
+	c.lim = mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 5, Window: time.Minute})
+	c.tab, err = NewTable(TableConfig{Store: c.store, Prefix: prefix, Slots: 100, Attempts: 8, Limiter: c.lim, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		c.key = fmt.Appendf(nil, "client-%d", i)
+		var h uint64
+		c.digest, h = (*DigestCache)(nil).digestHash(c.key, c.tab.k0, c.tab.k1)
+		if c.b, c.start = c.tab.cur.choices(h); c.b[0] != c.b[1] {
+			return c
+		}
+	}
+}
+
+// decideWithClaimAt decides one request for the key at now, with another worker's fresh claim
+// of the key written into slot theirs right after the request's own claim, and fails the test
+// unless the request is admitted and the other claim was written.
+func (c *claimRace) decideWithClaimAt(t *testing.T, theirs string, now int64) Pending {
+	t.Helper()
+	c.store.hook = func() {
+		claim := append(c.digest[:], slotClaim)
+		claim = binary.LittleEndian.AppendUint64(claim, uint64(now))
+		claim = binary.LittleEndian.AppendUint64(claim, c.tab.id+1)
+		if err := c.mem.Set(theirs, claim, createCAS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p Pending
+	if err := c.tab.AllowN(c.key, now, 1, &p); err != nil || !p.Decision.Allowed {
+		t.Fatalf("AllowN: %v, %+v", err, p.Decision)
+	}
+	if c.store.hook != nil {
+		t.Fatal("no claim was written: the test set nothing up")
+	}
+	return p
+}
+
+// kind returns the kind of the key's slot called name, failing the test if it holds another key.
+func (c *claimRace) kind(t *testing.T, name string) byte {
+	t.Helper()
+	v, _, err := c.mem.Get(name)
+	if err != nil || len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != c.digest {
+		t.Fatalf("slot %s = %x, %v: not the key's", name, v, err)
+	}
+	return v[DigestSize]
 }
