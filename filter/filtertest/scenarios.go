@@ -117,6 +117,20 @@ var Scenarios = []Scenario{
 			// application/grpc-web is not gRPC over HTTP/2: its clients read HTTP statuses.
 			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web")},
 				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web+proto")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc+json")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+			// Envoy's test (Grpc::Common::hasGrpcContentType) is exactly application/grpc or a
+			// '+' suffix, compared case-sensitively: for anything else it ignores the grpc_status
+			// of a local reply and sends the HTTP response, so the filter must send that one
+			// whole, with its content-type and body, not an empty 429.
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpcx")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc;charset=utf-8")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`, WantHeaders: map[string]string{"content-type": "application/json"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "Application/gRPC")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
 		},
 	},
 	{
