@@ -650,16 +650,20 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the current request is gRPC: its content-type is
-// application/grpc, alone or with a suffix such as +proto (the gRPC over HTTP/2 spec), the
-// test Envoy's Grpc::Common::isGrpcRequestHeaders makes.
+// isGrpcRequest reports whether the current request is gRPC: its content-type is exactly
+// application/grpc, or that with a '+' suffix such as +proto (the gRPC over HTTP/2 spec),
+// compared case-sensitively. That is the test Envoy's Grpc::Common::hasGrpcContentType
+// makes, and it must be the same one: for a request Envoy does not take for gRPC, it ignores
+// the grpc_status of the local reply and sends the HTTP response as given, so a request the
+// filter took for gRPC alone (a ";charset=" parameter, say) would get a 429 without its
+// content-type or body.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
 		return false
 	}
 	rest := ct[len("application/grpc"):]
-	return rest == "" || rest[0] == '+' || rest[0] == ';'
+	return rest == "" || rest[0] == '+'
 }
 
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
