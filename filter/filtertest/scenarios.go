@@ -294,6 +294,30 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		// The legacy fields hold one rule. On a tie in remaining the rule that stays at that
+		// count longer is the more restrictive one: naming the other told a client with
+		// nothing left to come back after 1 s, where the minute rule denied it for 59 s more.
+		Name: "legacy headers: of two rules with nothing left, the one that refills later",
+		Config: `{"rate_limit_headers":"legacy","rules":[
+			{"name":"second","continue":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"minute","algorithm":"fixed_window","limit":1,"window":"1m"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-ratelimit-limit": "1", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "60"}},
+			{At: 1 * time.Second, Want: 429, WantBody: `"rule":"minute"`, WantHeaders: map[string]string{"retry-after": "59"}},
+		},
+	},
+	{
+		// The same tie the other way round: the later rule refills sooner, the first one
+		// must be named, whatever the order.
+		Name: "legacy headers: a tie in remaining names the later refill, in either order",
+		Config: `{"rate_limit_headers":"legacy","rules":[
+			{"name":"minute","continue":true,"algorithm":"fixed_window","limit":2,"window":"1m"},
+			{"name":"second","algorithm":"fixed_window","limit":2,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-ratelimit-limit": "2", "x-ratelimit-remaining": "1", "x-ratelimit-reset": "60"}},
+		},
+	},
+	{
 		Name: "X-Forwarded-For is trusted only as far as configured",
 		Config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
 			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,
