@@ -864,7 +864,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 			draft = a
 			drafts++
 		}
-		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
+		if rs.legacy && (tightest == nil || tighter(&a.decision, &tightest.decision)) {
 			tightest = a
 		}
 	}
@@ -888,6 +888,14 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		buf = rh.appendLegacy(buf, &tightest.decision)
 	}
 	rh.values = buf
+}
+
+// tighter reports whether the decision d is more restrictive than e, for the legacy fields,
+// which hold one rule: less remaining, or as much remaining for longer. Without the second
+// half a tie went to the first rule, and a client with nothing left under a 1 s rule and a
+// 1 min rule was told to come back after a second, to be denied for 59 more.
+func tighter(d, e *algorithms.Decision) bool {
+	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
 }
 
 // appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
