@@ -18,3 +18,21 @@ func TestMetricScenariosWasm(t *testing.T) {
 		})
 	}
 }
+
+// Two content-type lines of application/grpc reach the filter as Envoy's header map holds
+// them, folded into one "application/grpc,application/grpc" value, which Envoy's
+// Grpc::Common::hasGrpcContentType does not take for gRPC: Envoy would ignore a grpc_status
+// and send the HTTP denial, so the filter must send that one whole, with its content-type and
+// body. The native emulator keeps the lines apart, so this lives here alone.
+func TestGrpcFoldedContentTypeIsHTTPWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`, wasmOptions{})
+	grpc := [][2]string{hdr("content-type", "application/grpc")}
+	twice := [][2]string{hdr("content-type", "application/grpc"), hdr("content-type", "application/grpc")}
+	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: grpc},
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: grpc, Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: twice, Want: 429, WantGrpcStatus: -1,
+			WantBody: `"rule":"one"`, WantHeaders: map[string]string{"content-type": "application/json"}},
+	}})
+	require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
+}
