@@ -214,6 +214,9 @@ var invalidCases = []invalidCase{
 	}, schemaRejects},
 
 	// Deny like Envoy (issue 15).
+	// 0 is OK: a gRPC client would take the denial for a successful call without a reply.
+	{"grpc_status OK", `{"deny":{"grpc_status":0},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{"deny.grpc_status: 0 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
 	{"grpc_status not 8 or 14", `{"deny":{"grpc_status":9},"rules":[{"name":"r",` + tb + `}]}`,
 		[]string{"deny.grpc_status: 9 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
 	{"envoy_ratelimited_header type", `{"deny":{"envoy_ratelimited_header":"yes"},"rules":[{"name":"r",` + tb + `}]}`,
