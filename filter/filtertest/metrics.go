@@ -56,6 +56,33 @@ var MetricScenarios = []MetricScenario{
 			"ratelimit_requests_total;rule=real;decision=denied":       1,
 		},
 	},
+	{
+		// A repeated key header is refused by the first enforced rule that keys on it, and
+		// counted there; a shadow rule before it counts it too (in duplicate_header only,
+		// never in skipped), and a later rule, which never saw the request decided, nothing.
+		Scenario: Scenario{
+			Name: "a repeated key header is counted by the shadow rules before it and the rule that refuses it",
+			Config: `{"rules":[
+				{"name":"dry","continue":true,"shadow":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"first","continue":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"second","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"}]}`,
+			Steps: []Step{
+				{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b")}, Want: 400,
+					WantBody: `{"error":"duplicate_header","rule":"first"`},
+				{Headers: [][2]string{hdr("x-api-key", "a")}},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=dry;decision=duplicate_header":    1,
+			"ratelimit_requests_total;rule=dry;decision=skipped":             0,
+			"ratelimit_requests_total;rule=dry;decision=allowed":             1,
+			"ratelimit_requests_total;rule=first;decision=duplicate_header":  1,
+			"ratelimit_requests_total;rule=first;decision=denied":            0,
+			"ratelimit_requests_total;rule=first;decision=allowed":           1,
+			"ratelimit_requests_total;rule=second;decision=duplicate_header": 0,
+			"ratelimit_requests_total;rule=second;decision=allowed":          1,
+		},
+	},
 }
 
 // Check runs the scenario on d and then compares every counter, read by read.
