@@ -650,16 +650,20 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the current request is gRPC: its content-type is
-// application/grpc, alone or with a suffix such as +proto (the gRPC over HTTP/2 spec), the
-// test Envoy's Grpc::Common::isGrpcRequestHeaders makes.
+// isGrpcRequest reports whether the current request is gRPC: its content-type is exactly
+// application/grpc, or that with a '+' suffix such as +proto (the gRPC over HTTP/2 spec),
+// compared case-sensitively. That is the test Envoy's Grpc::Common::hasGrpcContentType
+// makes, and it must be the same one: for a request Envoy does not take for gRPC, it ignores
+// the grpc_status of the local reply and sends the HTTP response as given, so a request the
+// filter took for gRPC alone (a ";charset=" parameter, say) would get a 429 without its
+// content-type or body.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
 		return false
 	}
 	rest := ct[len("application/grpc"):]
-	return rest == "" || rest[0] == '+' || rest[0] == ';'
+	return rest == "" || rest[0] == '+'
 }
 
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
@@ -860,7 +864,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 			draft = a
 			drafts++
 		}
-		if rs.legacy && (tightest == nil || a.decision.Remaining < tightest.decision.Remaining) {
+		if rs.legacy && (tightest == nil || tighter(&a.decision, &tightest.decision)) {
 			tightest = a
 		}
 	}
@@ -884,6 +888,14 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		buf = rh.appendLegacy(buf, &tightest.decision)
 	}
 	rh.values = buf
+}
+
+// tighter reports whether the decision d is more restrictive than e, for the legacy fields,
+// which hold one rule: less remaining, or as much remaining for longer. Without the second
+// half a tie went to the first rule, and a client with nothing left under a 1 s rule and a
+// 1 min rule was told to come back after a second, to be denied for 59 more.
+func tighter(d, e *algorithms.Decision) bool {
+	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
 }
 
 // appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to

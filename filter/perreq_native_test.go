@@ -139,6 +139,11 @@ func TestPolicyRate(t *testing.T) {
 		{1, time.Millisecond, 1000, 1},
 		{1_000_000_000, 1001 * time.Millisecond, 1_000_000_000_000, 1001},
 		{1, 31*24*time.Hour + time.Millisecond, 1000, 2678400001},
+		{1, 7 * time.Millisecond, 1000, 7},
+		{1, 90 * time.Minute, 1, 5400},
+		{7, 90*time.Minute + 500*time.Millisecond, 2, 1543}, // 5400.5 s is 7 * 771.5 s
+		{1_000_000_000, time.Millisecond, 1_000_000_000_000, 1},
+		{1_000_000_000, 7 * time.Millisecond, 1_000_000_000_000, 7},
 	} {
 		q, w := policyRate(tc.limit, tc.window)
 		require.Equalf(t, [2]int64{tc.q, tc.w}, [2]int64{q, w}, "%d per %v", tc.limit, tc.window)

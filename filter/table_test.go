@@ -127,6 +127,8 @@ func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 	require.EqualValues(t, 1, m.Metric(t, "ratelimit_cas_exhausted_total;rule=hot"))
 	require.Zero(t, m.Metric(t, "ratelimit_store_errors_total;rule=hot"))
 	require.EqualValues(t, 1, m.Metric(t, "ratelimit_requests_total;rule=hot;decision=allowed"))
+	// The README's promise: a cas_exhausted denial is also counted as denied.
+	require.EqualValues(t, 1, m.Metric(t, "ratelimit_requests_total;rule=hot;decision=denied"))
 	require.GreaterOrEqual(t, racing.Lost, 8)
 	// A shadow rule never denies: it counts the lost races and lets the request through.
 	lose = false

@@ -77,6 +77,10 @@ var invalidCases = []invalidCase{
 	// Names.
 	{"name missing", `{"rules":[{` + tb + `}]}`, []string{"rules[0].name: required"}, schemaRejects},
 	{"name charset", `{"rules":[{"name":"a b",` + tb + `}]}`, []string{`rules[0].name: "a b" must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
+	// The rule name becomes a stat tag (";rule=<name>"): a ';' or '=' in it would forge
+	// another tag, or another rule's stat, through Envoy's tag extraction.
+	{"name forging a stat tag", `{"rules":[{"name":"x;decision=allowed",` + tb + `}]}`, []string{`rules[0].name: "x;decision=allowed" must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
+	{"name with '='", `{"rules":[{"name":"rule=x",` + tb + `}]}`, []string{`rules[0].name: "rule=x" must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name too long", `{"rules":[{"name":"` + strings.Repeat("n", 65) + `",` + tb + `}]}`, []string{`rules[0].name: "` + strings.Repeat("n", 64) + `"... must match ^[A-Za-z0-9_.-]{1,64}$`}, schemaRejects},
 	{"name duplicate", `{"rules":[{"name":"api",` + tb + `},{"name":"x",` + tb + `},{"name":"api",` + tb + `}]}`, []string{`rules[2].name: duplicate of rules[0].name "api"`}, schemaAccepts},
 	// Names that Prometheus cannot tell apart: the plugin and the check command both refuse
@@ -210,6 +214,9 @@ var invalidCases = []invalidCase{
 	}, schemaRejects},
 
 	// Deny like Envoy (issue 15).
+	// 0 is OK: a gRPC client would take the denial for a successful call without a reply.
+	{"grpc_status OK", `{"deny":{"grpc_status":0},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{"deny.grpc_status: 0 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
 	{"grpc_status not 8 or 14", `{"deny":{"grpc_status":9},"rules":[{"name":"r",` + tb + `}]}`,
 		[]string{"deny.grpc_status: 9 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
 	{"envoy_ratelimited_header type", `{"deny":{"envoy_ratelimited_header":"yes"},"rules":[{"name":"r",` + tb + `}]}`,

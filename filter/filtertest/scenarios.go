@@ -117,6 +117,20 @@ var Scenarios = []Scenario{
 			// application/grpc-web is not gRPC over HTTP/2: its clients read HTTP statuses.
 			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web")},
 				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc-web+proto")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc+json")},
+				Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+			// Envoy's test (Grpc::Common::hasGrpcContentType) is exactly application/grpc or a
+			// '+' suffix, compared case-sensitively: for anything else it ignores the grpc_status
+			// of a local reply and sends the HTTP response, so the filter must send that one
+			// whole, with its content-type and body, not an empty 429.
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpcx")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "application/grpc;charset=utf-8")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`, WantHeaders: map[string]string{"content-type": "application/json"}},
+			{Method: "POST", Path: "/pkg.Svc/Call", Headers: [][2]string{hdr("content-type", "Application/gRPC")},
+				Want: 429, WantGrpcStatus: -1, WantBody: `"rule":"one"`},
 		},
 	},
 	{
@@ -277,6 +291,30 @@ var Scenarios = []Scenario{
 			// Under "last", the last one is the key: rotating the first does not escape.
 			{Path: "/b?key=rnd1&key=real"},
 			{Path: "/b?key=rnd2&key=real", Want: 429, WantBody: `"rule":"last"`},
+		},
+	},
+	{
+		// The legacy fields hold one rule. On a tie in remaining the rule that stays at that
+		// count longer is the more restrictive one: naming the other told a client with
+		// nothing left to come back after 1 s, where the minute rule denied it for 59 s more.
+		Name: "legacy headers: of two rules with nothing left, the one that refills later",
+		Config: `{"rate_limit_headers":"legacy","rules":[
+			{"name":"second","continue":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"minute","algorithm":"fixed_window","limit":1,"window":"1m"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-ratelimit-limit": "1", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "60"}},
+			{At: 1 * time.Second, Want: 429, WantBody: `"rule":"minute"`, WantHeaders: map[string]string{"retry-after": "59"}},
+		},
+	},
+	{
+		// The same tie the other way round: the later rule refills sooner, the first one
+		// must be named, whatever the order.
+		Name: "legacy headers: a tie in remaining names the later refill, in either order",
+		Config: `{"rate_limit_headers":"legacy","rules":[
+			{"name":"minute","continue":true,"algorithm":"fixed_window","limit":2,"window":"1m"},
+			{"name":"second","algorithm":"fixed_window","limit":2,"window":"1s"}]}`,
+		Steps: []Step{
+			{WantHeaders: map[string]string{"x-ratelimit-limit": "2", "x-ratelimit-remaining": "1", "x-ratelimit-reset": "60"}},
 		},
 	},
 	{

@@ -1,0 +1,97 @@
+package filtertest
+
+import "testing"
+
+// MetricScenario is a Scenario with the counters it must leave behind: what an operator reads
+// in ratelimit_requests_total after those requests.
+type MetricScenario struct {
+	Scenario
+	// Counters are full stat names (as the filter defines them, before Envoy's tag
+	// extraction) and the value each must have after the steps.
+	Counters map[string]int64
+}
+
+// MetricScenarios are the counting rules of the README's Metrics section for requests that
+// several rules decide. Each one runs natively and against the compiled module.
+var MetricScenarios = []MetricScenario{
+	{
+		// A request that a later rule denies was let through by no rule: the earlier rule,
+		// which admitted it and is charged nothing for it, must not count it as allowed, or
+		// its allowed count would run ahead of what it charged. Each denial is counted once,
+		// by the rule that denied.
+		Scenario: Scenario{
+			Name: "a request a later rule denies is counted by that rule alone",
+			Config: `{"rules":[
+				{"name":"wide","continue":true,"algorithm":"fixed_window","limit":10,"window":"1h"},
+				{"name":"narrow","algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+			Steps: []Step{
+				{WantHeaders: map[string]string{"ratelimit": `"wide";r=9;t=3600, "narrow";r=0;t=3600`}},
+				{Want: 429, WantBody: `"rule":"narrow"`},
+				{Want: 429, WantBody: `"rule":"narrow"`},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=wide;decision=allowed":   1,
+			"ratelimit_requests_total;rule=wide;decision=denied":    0,
+			"ratelimit_requests_total;rule=narrow;decision=allowed": 1,
+			"ratelimit_requests_total;rule=narrow;decision=denied":  2,
+		},
+	},
+	{
+		// The same for a shadow rule: the third request, which "dry" would have denied, is
+		// denied by "real" and counted there alone, so "dry" counts one shadow denial, not
+		// two. Its shadow_denied says how many requests enforcing it would newly deny.
+		Scenario: Scenario{
+			Name: "shadow and enforced rules: shadow denials, allowed and denied",
+			Config: `{"rules":[
+				{"name":"dry","continue":true,"shadow":true,"algorithm":"fixed_window","limit":1,"window":"1h"},
+				{"name":"real","algorithm":"fixed_window","limit":2,"window":"1h"}]}`,
+			Steps: []Step{{}, {}, {Want: 429, WantBody: `"rule":"real"`}},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=dry;decision=allowed":       1,
+			"ratelimit_requests_total;rule=dry;decision=shadow_denied": 1,
+			"ratelimit_requests_total;rule=dry;decision=denied":        0,
+			"ratelimit_requests_total;rule=real;decision=allowed":      2,
+			"ratelimit_requests_total;rule=real;decision=denied":       1,
+		},
+	},
+	{
+		// A repeated key header is refused by the first enforced rule that keys on it, and
+		// counted there; a shadow rule before it counts it too (in duplicate_header only,
+		// never in skipped), and a later rule, which never saw the request decided, nothing.
+		Scenario: Scenario{
+			Name: "a repeated key header is counted by the shadow rules before it and the rule that refuses it",
+			Config: `{"rules":[
+				{"name":"dry","continue":true,"shadow":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"first","continue":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"second","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"}]}`,
+			Steps: []Step{
+				{Headers: [][2]string{hdr("x-api-key", "a"), hdr("x-api-key", "b")}, Want: 400,
+					WantBody: `{"error":"duplicate_header","rule":"first"`},
+				{Headers: [][2]string{hdr("x-api-key", "a")}},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=dry;decision=duplicate_header":    1,
+			"ratelimit_requests_total;rule=dry;decision=skipped":             0,
+			"ratelimit_requests_total;rule=dry;decision=allowed":             1,
+			"ratelimit_requests_total;rule=first;decision=duplicate_header":  1,
+			"ratelimit_requests_total;rule=first;decision=denied":            0,
+			"ratelimit_requests_total;rule=first;decision=allowed":           1,
+			"ratelimit_requests_total;rule=second;decision=duplicate_header": 0,
+			"ratelimit_requests_total;rule=second;decision=allowed":          1,
+		},
+	},
+}
+
+// Check runs the scenario on d and then compares every counter, read by read.
+func (ms MetricScenario) Check(t *testing.T, d Driver, read func(name string) int64) {
+	t.Helper()
+	Run(t, d, ms.Scenario)
+	for name, want := range ms.Counters {
+		if have := read(name); have != want {
+			t.Errorf("%s = %d, want %d", name, have, want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package moduletest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMetricScenariosWasm runs filtertest.MetricScenarios against the compiled module: the
+// requests, then the counters they leave in the host's stats.
+func TestMetricScenariosWasm(t *testing.T) {
+	for _, ms := range filtertest.MetricScenarios {
+		t.Run(ms.Name, func(t *testing.T) {
+			d := newWasm(t, ms.Config, wasmOptions{})
+			ms.Check(t, d, func(name string) int64 { return hostMetric(t, d.host, name) })
+			require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
+		})
+	}
+}
+
+// Two content-type lines of application/grpc reach the filter as Envoy's header map holds
+// them, folded into one "application/grpc,application/grpc" value, which Envoy's
+// Grpc::Common::hasGrpcContentType does not take for gRPC: Envoy would ignore a grpc_status
+// and send the HTTP denial, so the filter must send that one whole, with its content-type and
+// body. The native emulator keeps the lines apart, so this lives here alone.
+func TestGrpcFoldedContentTypeIsHTTPWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`, wasmOptions{})
+	grpc := [][2]string{hdr("content-type", "application/grpc")}
+	twice := [][2]string{hdr("content-type", "application/grpc"), hdr("content-type", "application/grpc")}
+	filtertest.Run(t, d, filtertest.Scenario{Steps: []step{
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: grpc},
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: grpc, Want: 429, WantGrpcStatus: 8, WantNoBody: true},
+		{Method: "POST", Path: "/pkg.Svc/Call", Headers: twice, Want: 429, WantGrpcStatus: -1,
+			WantBody: `"rule":"one"`, WantHeaders: map[string]string{"content-type": "application/json"}},
+	}})
+	require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
+}
+
+// A shadow rule's would-be denial goes upstream, and the upstream may answer with its own
+// rate-limit fields. The filter adds its rule's fields beside them (as Envoy's own rate-limit
+// filters add theirs, with addReferenceKey and copyFrom), so the client reads one RateLimit
+// list with both items, and it never adds a Retry-After to a response it did not deny: the
+// upstream's stays the one Retry-After, unchanged.
+func TestUpstreamRateLimitFieldsKeptBesideTheFiltersWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[{"name":"dry","shadow":true,"shadow_headers":true,
+		"algorithm":"fixed_window","limit":1,"window":"1m"}]}`, wasmOptions{})
+	upstream := &wasmhost.UpstreamResponse{Status: 429, Headers: [][2]string{
+		{"retry-after", "30"}, {"ratelimit", `"up";r=0;t=30`}, {"ratelimit-policy", `"up";q=10;w=60`}}}
+	for i, want := range []string{`"dry";r=0;t=60`, `"dry";r=0;t=60`} {
+		req := d.request(step{})
+		req.Upstream = upstream
+		res, err := d.host.Do(context.Background(), req)
+		require.NoError(t, err)
+		require.Nil(t, res.Local, "request %d: a shadow rule never denies", i)
+		var retry, rl, policy []string
+		for _, h := range res.ResponseHeaders {
+			switch h[0] {
+			case "retry-after":
+				retry = append(retry, h[1])
+			case "ratelimit":
+				rl = append(rl, h[1])
+			case "ratelimit-policy":
+				policy = append(policy, h[1])
+			}
+		}
+		require.Equal(t, []string{"30"}, retry, "request %d", i)
+		require.Equal(t, []string{`"up";r=0;t=30`, want}, rl, "request %d", i)
+		require.Equal(t, []string{`"up";q=10;w=60`, `"dry";q=1;w=60`}, policy, "request %d", i)
+	}
+	require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
+}
