@@ -586,13 +586,23 @@ func tellUpstream(r *config.Rule) {
 // failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
 // a second (the store may have recovered by then).
 func failureDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: rs.rule.Algorithm.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
+	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
+}
+
+// limitInForce is the limit a denial without a decision states: the configured limit, or for
+// an adaptive rule the limit its controller holds now (what RateLimit-Policy and the
+// ratelimit_adaptive_limit gauge state), not its max_limit.
+func limitInForce(rs *ruleState) int64 {
+	if rs.adaptive != nil {
+		return rs.adaptive.lim.limit
+	}
+	return rs.rule.Algorithm.Limit
 }
 
 // contentionDecision is what a denial after lost compare-and-swap races reports: nothing left
 // for now, try again in a second.
 func contentionDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: rs.rule.Algorithm.Limit, RetryAfter: 1e9, ResetAfter: 1e9}
+	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
 }
 
 // failOpenOrClosed applies failure_mode after a recovered panic.
