@@ -88,12 +88,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
-	// req.reset(), spelt out: reset is not inlined, and a call of its own would be a
-	// function more that V8 in Envoy compiles on a VM's first request.
-	if len(req.headers) > 0 {
-		req.clearHeaders()
-	}
-	req.forget()
+	req.reset()
 	// Removing the shadow rules' request headers makes the filter read the header map again:
 	// each header's lines are then kept as first answered (see request.lines).
 	req.keepLines = len(p.shadowHeaders) > 0

@@ -66,23 +66,17 @@ const (
 	fetchedSource
 )
 
-// reset forgets the last request.
+// reset forgets the last request. Each cached attribute is marked unread (fetched, linesRead,
+// mapRead, the client IP cache's Reset) rather than cleared: each is read only once its mark
+// is set again, and clearing the strings and the map would be stores with write barriers, in
+// code V8 in Envoy compiles on a VM's first request. They keep the last request's bytes (its
+// header map and a few attributes) alive until they are replaced.
 func (r *request) reset() {
 	if len(r.headers) > 0 {
 		r.clearHeaders()
 	}
-	r.forget()
-}
-
-// forget is reset for all but the header cache. Each cached attribute is marked unread
-// (fetched, linesRead, mapRead, the client IP cache's Reset) rather than cleared: each is
-// read only once its mark is set again, and clearing the strings and the map would be stores
-// with write barriers, in code V8 in Envoy compiles on a VM's first request. They keep the
-// last request's bytes (its header map and a few attributes) alive until they are replaced.
-func (r *request) forget() {
-	r.fetched = 0
+	r.fetched, r.linesRead, r.mapRead = 0, false, false
 	r.clientIP.Reset()
-	r.linesRead, r.mapRead = false, false
 }
 
 // clearHeaders empties the header cache. It is kept out of reset's line: V8 in Envoy compiles

@@ -55,7 +55,7 @@ func (m modelRequest) SourceAddress() string                { return m.s.SourceA
 func (m modelRequest) ClientIPCache() *config.ClientIPCache { return nil }
 
 // The filter keeps one request view per plugin and, between requests, marks what it cached
-// as unread rather than clearing it (request.forget, config.ClientIPCache.Reset). Request
+// as unread rather than clearing it (request.reset, config.ClientIPCache.Reset). Request
 // after request of every address shape (IPv4 and IPv6, with and without a port, IPv4-mapped,
 // with a zone, unparsable), with key headers, X-Forwarded-For lines and query parameters
 // present, absent and repeated, each request must be matched, keyed and refused exactly as a

@@ -58,7 +58,7 @@ func (m modelRequest) SourceAddress() string                { return m.r.SourceA
 func (m modelRequest) ClientIPCache() *config.ClientIPCache { return nil }
 
 // The compiled module keeps one request view per plugin and, between requests, marks what it
-// cached as unread rather than clearing it (the filter's request.forget,
+// cached as unread rather than clearing it (the filter's request.reset,
 // config.ClientIPCache.Reset). Request after request on one worker VM, of every address shape
 // (IPv4 and IPv6, with and without a port, IPv4-mapped, with a zone, unparsable), with key
 // headers, X-Forwarded-For and query parameters present, absent and repeated, each request
