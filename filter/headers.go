@@ -112,7 +112,14 @@ func maxWait(c algorithms.Config) duration.Duration {
 
 // clampWaits bounds a decision's durations to [0, limit] before they are rendered.
 func clampWaits(d algorithms.Decision, limit duration.Duration) algorithms.Decision {
+	clampWaitsIn(&d, limit)
+	return d
+}
+
+// clampWaitsIn is clampWaits on the decision in place: render bounds each rule's decision where
+// it lies, because a copy of the whole decision out and back would be code of its own, which
+// V8 in Envoy compiles on a VM's first request.
+func clampWaitsIn(d *algorithms.Decision, limit duration.Duration) {
 	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
 	d.ResetAfter = min(max(d.ResetAfter, 0), limit)
-	return d
 }

@@ -856,10 +856,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		if !a.decided || !rs.showsHeaders() {
 			continue
 		}
-		// Bounded in place (clampWaits on a.decision): a copy of the whole decision out and
-		// back would be code of its own, compiled by V8 in Envoy on a VM's first request.
-		a.decision.RetryAfter = min(max(a.decision.RetryAfter, 0), rs.maxWait)
-		a.decision.ResetAfter = min(max(a.decision.ResetAfter, 0), rs.maxWait)
+		clampWaitsIn(&a.decision, rs.maxWait)
 		if rs.draft {
 			if drafts == 0 {
 				buf = rs.appendPolicy(buf)
