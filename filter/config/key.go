@@ -451,17 +451,15 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 	// The address is parsed here rather than by a function of its own: one function, for
 	// both a request with a cache and one without, is compiled on a VM's first request (V8
 	// in Envoy compiles a function on its first call), and one call fewer is made.
-	//
-	// The address to parse is chosen first, so that one call site parses it: Go's wasm
-	// backend saves and restores the live values around every call site.
-	s := ""
+	var ip IP
+	var text string
+	ok := false
 	if trustedHops > 0 {
-		s = forwardedFor(req, trustedHops)
+		ip, text, ok = forwardedFor(req, trustedHops)
 	}
-	if s == "" {
-		s = req.SourceAddress()
+	if !ok {
+		ip, text, ok = parseIPText(req.SourceAddress())
 	}
-	ip, text, ok := parseIPText(s)
 	if m != nil {
 		// When the request wrote the address in its canonical form, the unmasked key part is
 		// those bytes, copied rather than printed (see walkKey).
@@ -498,21 +496,19 @@ type ClientIPCache struct {
 // included, would be code of its own, with a call to clear it, on every request.
 func (m *ClientIPCache) Reset() { m.valid = false }
 
-// forwardedFor returns the source address to parse when X-Forwarded-For is trusted: its
-// trustedHops-th entry from the right when that entry is an IP address, else "" (the source
-// address is used). It is kept out of clientIP's line: most configurations trust no hop, and
-// V8 in Envoy compiles a function on its first call.
+// forwardedFor parses the client address when X-Forwarded-For is trusted: its trustedHops-th
+// entry from the right, as parseIPText reports it; ok is false when there is no such entry or
+// it is not an IP address (the source address is used). It is kept out of ClientIP's line:
+// most configurations trust no hop, and V8 in Envoy compiles a function on its first call.
 //
 //go:noinline
-func forwardedFor(req Request, trustedHops int) string {
+func forwardedFor(req Request, trustedHops int) (ip IP, text string, ok bool) {
 	if xff, found := req.Header("x-forwarded-for"); found {
 		if entry, found := nthFromRight(xff, trustedHops); found {
-			if _, _, ok := parseIPText(entry); ok {
-				return entry
-			}
+			return parseIPText(entry)
 		}
 	}
-	return ""
+	return IP{}, "", false
 }
 
 // nthFromRight returns the n-th (1-based) comma-separated entry of s counted from the
