@@ -498,7 +498,8 @@ func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 // hasDigest reports whether v, at least DigestSize bytes long, starts with d. It compares two
 // 8-byte words: Go's wasm backend compiles a comparison of [DigestSize]byte values as a copy
 // to the stack and a call of memequal, more code for V8 to compile in decide, which every
-// request runs, and more time.
+// request runs, and more time. Every comparison of a slot's digest with a key's goes through
+// it.
 func hasDigest(v []byte, d *[DigestSize]byte) bool {
 	v = v[:DigestSize]
 	return binary.LittleEndian.Uint64(v) == binary.LittleEndian.Uint64(d[:8]) &&
@@ -846,7 +847,7 @@ func (t *Table) verifyCopy(p *Pending, idx uint32, before bool, v []byte, vcas u
 				return true, err
 			}
 		}
-		if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+		if len(v) < slotHeader || !hasDigest(v, &p.digest) {
 			return false, nil
 		}
 		var s scan
@@ -1079,7 +1080,7 @@ func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending, mode in
 	if s.match(v, idx, cas, p) {
 		return slotIsKey, nil
 	}
-	if len(v) >= claimSize && v[DigestSize] == slotClaim && [DigestSize]byte(v[:DigestSize]) == p.digest {
+	if len(v) >= claimSize && v[DigestSize] == slotClaim && hasDigest(v, &p.digest) {
 		// Another worker is creating the key here. Keep looking: a live copy, if there is
 		// one, wins over the claim (see create). The claim is adopted whatever its age:
 		// adopting it writes the slot by compare-and-swap against the claim, as taking it
@@ -1100,7 +1101,7 @@ func (t *Table) classify(s *scan, v []byte, idx, cas uint32, p *Pending, mode in
 
 // match records v, read from slot idx (cas), in s if it holds p's key: live, or a forward.
 func (s *scan) match(v []byte, idx, cas uint32, p *Pending) bool {
-	if len(v) < slotHeader || [DigestSize]byte(v[:DigestSize]) != p.digest {
+	if len(v) < slotHeader || !hasDigest(v, &p.digest) {
 		return false
 	}
 	switch {
