@@ -39,9 +39,9 @@ func Digest(key []byte) [DigestSize]byte {
 // secret keeps clients from choosing keys that share an entry; a different key mapping to the
 // same entry replaces it. Lookups compare the whole key, so a hit always returns the key's own
 // digest; an attacker who floods distinct keys only turns hits into misses, which cost what
-// every lookup cost before plus a copy of the key. Keys longer than maxCachedKey are not cached, which bounds memory at
-// about entries * (maxCachedKey + 48) bytes; entries reuse their key buffers, so the cache
-// stops allocating once warm.
+// every lookup cost before plus a copy of the key. Keys longer than maxCachedKey are not
+// cached, which bounds memory at about entries * (maxCachedKey + 48) bytes; entries reuse
+// their key buffers, so the cache stops allocating once warm.
 //
 // A DigestCache is not safe for concurrent use: share it only among the Tables of one VM (a
 // VM is single-threaded).

@@ -26,9 +26,9 @@ type Request interface {
 	SourceAddress() string
 	// ClientIPCache returns where ClientIP keeps its result for this request, or nil to have
 	// it computed on every call. A request that returns a cache must empty it (Reset, or
-	// zero it) before it is used for another request. (A method rather than an optional interface because a type
-	// assertion to an interface is a lookup in the runtime's itab table on every call in a
-	// Wasm build, which has no per-call-site cache for it.)
+	// zero it) before it is used for another request. (A method rather than an optional
+	// interface because a type assertion to an interface is a lookup in the runtime's itab
+	// table on every call in a Wasm build, which has no per-call-site cache for it.)
 	ClientIPCache() *ClientIPCache
 }
 
