@@ -46,9 +46,9 @@ func exhaust(t *testing.T, l Limiter, used, at int64) []byte {
 	return s
 }
 
-// TestConfigChangeIssueTable is the table of issue 10: a key used under one configuration,
-// then read under another a minute later, gets at most what the old configuration still
-// allows.
+// TestConfigChangeIssueTable is the configuration-change table: a key used under one
+// configuration, then read under another a minute later, gets at most what the old
+// configuration still allows.
 func TestConfigChangeIssueTable(t *testing.T) {
 	h := time.Hour
 	for _, row := range []struct {
