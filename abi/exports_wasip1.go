@@ -396,7 +396,7 @@ func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers ui
 	if c.caller != rootID {
 		// The stream may have been torn down while its callout was in flight: Envoy does not
 		// cancel the callout, so the response can arrive for a dead stream. Acting on it would
-		// touch a context the host no longer knows.
+		// touch a context the host has already deleted.
 		if _, alive := lookupStream(c.caller); !alive {
 			if c.always {
 				// Envoy calls this on the root context, which stays the effective one.

@@ -132,7 +132,7 @@ func (r *request) Header(name string) (string, bool) {
 
 // forgetHeaderMap drops the header map read so far, after the filter changed the request's
 // headers: the next read reads the host's map again. Headers already answered keep their
-// answers, as they did before the map was kept.
+// answers.
 func (r *request) forgetHeaderMap() {
 	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
 }
