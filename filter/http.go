@@ -945,7 +945,7 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	return buf
 }
 
-// logAddFailure logs a response header the host refused to add. It is kept out of line (a
+// logAddFailure logs a response header the host would not add. It is kept out of line (a
 // formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
 // that adds the headers; see doc.go): a header that is added needs none of it.
 //
