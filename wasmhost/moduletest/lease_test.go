@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Leases (issue 13) against the compiled module: the bound with several worker VMs on the
+// Leases against the compiled module: the bound with several worker VMs on the
 // virtual clock, shared-data writes per request, and the over-limit cache of a global rule
 // against real redis-server and webdis.
 
