@@ -71,7 +71,7 @@ func TestConfigChangeIssueTable(t *testing.T) {
 				t.Fatalf("allowed next: %d, want %d (R_old %d)", got, row.want, remainingAt(old, s, at))
 			}
 			// Without the change the old configuration would have allowed exactly this much
-			// too (the issue's rows all have R_old = want).
+			// too (every row has R_old = want).
 			if r := remainingAt(old, s, at); r != row.want {
 				t.Fatalf("R_old %d, want %d", r, row.want)
 			}

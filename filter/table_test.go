@@ -71,8 +71,8 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 	conf := func(algo string, maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,%s}]}`, maxKeys, algo)
 	}
-	// Ten exhausted clients: under the old formula (digest mod max_keys) a key kept its slot
-	// across 10000 -> 5000 only by chance (one in two), so some of them would be reset. The
+	// Ten exhausted clients: under a plain formula (digest mod max_keys) a key would keep its
+	// slot across 10000 -> 5000 only by chance (one in two), so some of them would be reset. The
 	// emulator module's moduletest also runs both configurations side by side.
 	const clients = 10
 	exhaust := func(t *testing.T, d driver) {
