@@ -90,7 +90,7 @@ const (
 
 type counterCore struct {
 	w, slice int64
-	lim      int64 // the limit (the ceiling for adaptive), which clamps decoded counts
+	lim      int64 // the limit (the ceiling for adaptive), used to clamp decoded counts
 }
 
 func (cc *counterCore) limit() int64 { return cc.lim }

@@ -314,7 +314,7 @@ func TestLeaseTakeLosingItsRaceFallsBackToExact(t *testing.T) {
 	rs.rival = func() {
 		var pending sharedstate.Pending
 		require.NoError(t, l.vms[1].rules[0].table.AllowN(nil, l.now, 6, &pending))
-		require.True(t, pending.Decision.Allowed) // 6 left: VM 0's batch of 8 does not fit
+		require.True(t, pending.Decision.Allowed) // 6 left: VM 0's batch of 8 no longer fits
 	}
 	require.True(t, l.do(0))
 	require.Nil(t, rs.rival, "the rival ran")

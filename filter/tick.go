@@ -28,7 +28,7 @@ type queued struct {
 
 // shapeMetrics are a shaping rule's queue metrics.
 type shapeMetrics struct {
-	queued   abi.MetricCounter   // requests paused, released later
+	queued   abi.MetricCounter   // requests paused to be released later
 	released abi.MetricCounter   // paused requests resumed on schedule
 	dropped  abi.MetricCounter   // paused requests whose stream ended before their release
 	delay    abi.MetricHistogram // time spent queued, milliseconds

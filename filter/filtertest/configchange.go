@@ -13,7 +13,7 @@ import (
 type ConfigChangeRow struct {
 	Name          string
 	Before, After string // the rule's algorithm fields before and after the change
-	Used          int    // requests before the configuration change; -1: until denied
+	Used          int    // requests before the change; -1: until denied
 	Want          int    // allowed after the change, a minute later, out of 20
 }
 

@@ -53,7 +53,7 @@ func TestConfigChangeTable(t *testing.T) {
 	}
 	for _, row := range []struct {
 		before algorithms.Config
-		used   int // requests admitted before the configuration change; -1: until denied
+		used   int // requests admitted before the change; -1: until denied
 		after  algorithms.Config
 		next   int // admitted after the change
 	}{

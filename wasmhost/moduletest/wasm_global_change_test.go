@@ -27,7 +27,7 @@ func TestGlobalWasmConfigChange(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		before, after string // the rule's algorithm fields
-		used          int    // requests admitted before the configuration change; -1: until denied
+		used          int    // requests admitted before the change; -1: until denied
 		idle          time.Duration
 		cost          string // the x-cost header after the change ("": 1)
 		next          int    // admitted after the change
