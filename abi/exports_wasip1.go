@@ -222,9 +222,9 @@ func proxyOnQueueReady(rootID, queueID uint32) {
 // proxy_on_done and proxy_on_delete reach this module for every stream, and for a stream that
 // is last (nearly always the case) they only compare and clear a few variables, which cannot
 // panic: that fast path runs without a deferred recover, and the rest, which can, is a
-// function of its own that defers one. V8 in Envoy compiles a function on its first call, and
-// a defer makes a function several times bigger, so a VM's first request compiles only the
-// small exports; the root paths are compiled when a plugin is done.
+// function of its own that defers one. A defer makes a function several times bigger, so a
+// VM's first request compiles only the small exports (see filter/doc.go); the root paths are
+// compiled when a plugin is done.
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {
@@ -279,8 +279,8 @@ func deleteContext(contextID uint32) {
 }
 
 // The stream callbacks every request calls (request headers, response headers, log) share one
-// dispatcher, onStream, with one deferred recover: V8 in Envoy compiles each function on its
-// first call, and one function with a defer is much smaller than three.
+// dispatcher, onStream, with one deferred recover: one function with a defer is much smaller
+// than three for V8 to compile on a VM's first request (see filter/doc.go).
 const (
 	opRequestHeaders = iota
 	opResponseHeaders
@@ -299,9 +299,9 @@ func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint3
 	defer recoverExport(streamExports[op], contextID)
 	// One return: the compiler writes the deferred call out at each return.
 	action = uint32(types.ActionContinue)
-	// stream(contextID), with lookupStream's map lookup out of line (lookupStreamMap): a VM's
-	// first request, like nearly every request with one stream at a time, is the last stream
-	// created, and V8 in Envoy compiles a function on its first call.
+	// stream(contextID), with lookupStream's map lookup out of line (lookupStreamMap, see
+	// filter/doc.go): a VM's first request, like nearly every request with one stream at a
+	// time, is the last stream created.
 	s, ok := last, contextID == lastID && contextID != 0
 	if !ok {
 		s, ok = lookupStreamMap(contextID)
@@ -396,7 +396,7 @@ func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers ui
 	if c.caller != rootID {
 		// The stream may have been torn down while its callout was in flight: Envoy does not
 		// cancel the callout, so the response can arrive for a dead stream. Acting on it would
-		// touch a context the host no longer knows.
+		// touch a context the host has already deleted.
 		if _, alive := lookupStream(c.caller); !alive {
 			if c.always {
 				// Envoy calls this on the root context, which stays the effective one.

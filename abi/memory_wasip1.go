@@ -7,9 +7,9 @@ import "unsafe"
 // pinned holds every buffer the host allocated through proxy_on_memory_allocate and the guest
 // has not yet taken. The host only learns a raw 32-bit address; that address does not keep the
 // Go object alive, so without this slice a garbage collection between the host's write and the
-// guest's read could hand the same memory to another object and corrupt the data (this was
-// measured, not guessed). The guest is single-threaded and the host allocates only while the
-// guest is inside a host call, so the slice is short: usually one entry.
+// guest's read could hand the same memory to another object and corrupt the data (an observed
+// failure, not a hypothetical one). The guest is single-threaded and the host allocates only
+// while the guest is inside a host call, so the slice is short: usually one entry.
 var pinned [][]byte
 
 // chunk is a block that small host buffers are carved from, chunk[:used] being handed out
@@ -73,9 +73,9 @@ func allocateLarge(n int) (addr uint32) {
 // allocator did not hand out (which a correct host never returns) is copied instead, so the
 // result never aliases memory the Go runtime does not own.
 //
-// It is kept out of line: inlined, it would be a copy in every host read, and V8 in Envoy
-// compiles each function on its first call, so a VM's first request would compile it again
-// in each read it makes for the first time (the configuration read compiles it once).
+// It is kept out of line (see filter/doc.go): inlined, it would be a copy in every host read,
+// which a VM's first request would compile again in each read it makes for the first time
+// (the configuration read compiles it once).
 //
 //go:noinline
 func take(addr, size uint32) []byte {
@@ -99,8 +99,8 @@ func take(addr, size uint32) []byte {
 // read completes a host read that returned status st and wrote its buffer's address and size
 // into retAddr and retSize: the buffer on success, readFailed's error otherwise. Every read
 // goes through it, one function out of line rather than the same check and two calls in each
-// read: V8 in Envoy compiles a function on its first call, and the configuration read has
-// compiled this one before any request reads a header or a property.
+// read (see filter/doc.go): the configuration read has compiled this one before any request
+// reads a header or a property.
 //
 //go:noinline
 func read(st uint32) ([]byte, error) {

@@ -28,7 +28,7 @@ import (
 // = 10: a sick upstream loses 10% of its allowance per interval (half in about 7 intervals),
 // and a recovered one climbs back from the floor to the ceiling in about 20. An interval with
 // fewer than MinSamples requests has too little evidence to blame the upstream and counts as
-// healthy, so a rule whose traffic stopped recovers its full limit. AIMD was chosen over a
+// healthy, so a rule whose traffic stopped recovers its full limit. AIMD is used rather than a
 // latency gradient because it needs no latency baseline, reacts to errors as well as to
 // latency, and its bounds are easy to reason about: the limit never leaves
 // [MinLimit, MaxLimit], and each step is bounded.

@@ -51,9 +51,9 @@ type Spec struct {
 
 // Accepts reports whether the algorithm accepts the optional field (a Field constant).
 //
-// It is kept out of line: validation and the config's parser ask it at a dozen places, and
-// its loop of string comparisons inlined at each is code that V8 in Envoy compiles in every
-// VM's configure.
+// It is kept out of line (see filter/doc.go): validation and the config's parser ask it at a
+// dozen places, and its loop of string comparisons inlined at each is code that every VM's
+// configure would compile.
 //
 //go:noinline
 func (s Spec) Accepts(field string) bool {
@@ -246,9 +246,9 @@ func cfgErr(field, format string, args ...any) error {
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
 // naming it; the first problem found is reported.
 //
-// The constructors it calls are kept out of its line: V8 in Envoy compiles a function on its
-// first call, so a configuration compiles the constructors of the algorithms it uses, not an
-// inlined copy of each algorithm's allocation and set-up in New.
+// The constructors it calls are kept out of its line (see filter/doc.go), so a configuration
+// compiles the constructors of the algorithms it uses, not an inlined copy of each
+// algorithm's allocation and set-up in New.
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
@@ -273,9 +273,8 @@ func New(c Config) (Limiter, error) {
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
-// knows. It is out of New's line: the filter runs New for every rule it configures, V8 in
-// Envoy compiles a function on its first call, and formatting these messages is code a valid
-// configuration never needs.
+// knows. It is out of New's line (see filter/doc.go): the filter runs New for every rule it
+// configures, and formatting these messages is code a valid configuration never needs.
 //
 //go:noinline
 func unknownAlgorithm(c Config) error {
@@ -312,9 +311,9 @@ func validateCommon(c Config, maxLimit int64) error {
 }
 
 // commonValid reports whether commonError finds nothing wrong with c, without building an
-// error: a valid configuration is the common case, and V8 in Envoy compiles a function on its
-// first call, so the error messages' formatting code (most of commonError) is compiled only
-// for a configuration that needs it. TestCommonValidAgreesWithCommonError checks the two agree.
+// error: a valid configuration is the common case, and the error messages' formatting code
+// (most of commonError) is compiled only for a configuration that needs it (see
+// filter/doc.go). TestCommonValidAgreesWithCommonError checks the two agree.
 func commonValid(c Config, maxLimit int64, spec Spec) bool {
 	return c.Limit > 0 && c.Limit <= maxLimit &&
 		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%duration.Millisecond == 0 &&
@@ -450,9 +449,9 @@ func checkExact(field, what, hint string, terms ...[2]int64) error {
 	return exactError(field, what, hint, terms)
 }
 
-// exactError is checkExact's error, out of its line: the filter checks every rule it
-// configures, V8 in Envoy compiles a function on its first call, and a valid configuration
-// never needs the estimate or its formatting.
+// exactError is checkExact's error, out of its line (see filter/doc.go): the filter checks
+// every rule it configures, and a valid configuration never needs the estimate or its
+// formatting.
 //
 //go:noinline
 func exactError(field, what, hint string, terms [][2]int64) error {

@@ -46,9 +46,9 @@ func exhaust(t *testing.T, l Limiter, used, at int64) []byte {
 	return s
 }
 
-// TestConfigChangeIssueTable is the table of issue 10: a key used under one configuration,
-// then read under another a minute later, gets at most what the old configuration still
-// allows.
+// TestConfigChangeIssueTable is the configuration-change table: a key used under one
+// configuration, then read under another a minute later, gets at most what the old
+// configuration still allows.
 func TestConfigChangeIssueTable(t *testing.T) {
 	h := time.Hour
 	for _, row := range []struct {
@@ -71,7 +71,7 @@ func TestConfigChangeIssueTable(t *testing.T) {
 				t.Fatalf("allowed next: %d, want %d (R_old %d)", got, row.want, remainingAt(old, s, at))
 			}
 			// Without the change the old configuration would have allowed exactly this much
-			// too (the issue's rows all have R_old = want).
+			// too (every row has R_old = want).
 			if r := remainingAt(old, s, at); r != row.want {
 				t.Fatalf("R_old %d, want %d", r, row.want)
 			}

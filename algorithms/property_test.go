@@ -482,7 +482,7 @@ func TestNoCrossAlgorithmDecode(t *testing.T) {
 }
 
 // v1Of renders a current-encoding state in the v1 encoding of its layout (the parameter block
-// removed), as the code before parameters were recorded wrote it.
+// removed), the layout that records no parameters and that the limiters still read.
 func v1Of(s []byte) []byte {
 	if len(s) < hdrSize {
 		return s

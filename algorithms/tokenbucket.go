@@ -166,9 +166,9 @@ func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 
 // stored locates a stored state (not empty) and returns its tokens refilled to now and the
 // instant they are evaluated at; or conv when the state was recorded under other parameters
-// or by another algorithm (see convert). It is kept out of AllowN's line: a fresh key needs
-// none of it, and V8 in Envoy compiles a function on its first call. It is one function for
-// locating and refilling (they were two calls in AllowN), so that AllowN holds fewer calls.
+// or by another algorithm (see convert). It is kept out of AllowN's line (see filter/doc.go):
+// a fresh key needs none of it. Locating and refilling are one function, so that AllowN
+// holds one call for them rather than two.
 //
 //go:noinline
 func (t *TokenBucket) stored(state []byte, now int64) (tokens, eff int64, conv bool) {
@@ -194,7 +194,7 @@ func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	now = clampNow(now)
 	// A fresh key (an empty state) starts full at now: only a stored state is located,
 	// decoded and refilled, out of AllowN's line, so that a VM's first request, usually for
-	// a new key, compiles none of it (V8 in Envoy compiles a function on its first call).
+	// a new key, compiles none of it (see filter/doc.go).
 	tokens, eff := t.b.capU, now
 	if len(state) != 0 {
 		var conv bool

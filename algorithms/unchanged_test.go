@@ -47,9 +47,8 @@ func decisionDigests() string {
 
 // TestDecisionsUnchanged checks that, with the configuration unchanged, every decision
 // (Allowed, Limit, Remaining, RetryAfter, ResetAfter, Delay) and every Idle answer is
-// bit-for-bit what the code before parameters were recorded gave:
-// testdata/decisions-v1.golden was written by this same function run against that code
-// (commit 7c15112, the parent of this change).
+// bit-for-bit as in testdata/decisions-v1.golden: this same function's output at commit
+// 7c15112, whose limiters wrote the v1 encoding (no recorded parameters).
 func TestDecisionsUnchanged(t *testing.T) {
 	want, err := os.ReadFile("testdata/decisions-v1.golden")
 	if err != nil {

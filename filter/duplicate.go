@@ -7,8 +7,8 @@ import (
 
 // refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
 // part, for a request that matched several rules (decideRequest), and reports whether one
-// refused the request. It is kept out of line: V8 in Envoy compiles a function on its first
-// call, and most requests match one rule, whose check decideFrom makes.
+// refused the request. It is kept out of line (see doc.go): most requests match one rule,
+// whose check decideFrom makes.
 //
 //go:noinline
 func (h *httpContext) refuseDuplicateKeyHeader() bool {
@@ -30,10 +30,9 @@ func (h *httpContext) refuseDuplicateKeyHeader() bool {
 // a client rotating the counted one would never reach its limit. A shadow rule never refuses
 // a request; it counts the request (in duplicate_header only) and skips it, like a request
 // without its key header. It counts the repeated part and, for an enforced rule, answers the
-// request; it reports whether it did. It is a function of its own, kept out of line, because
-// V8 in Envoy compiles a function on its first call: the check runs on every request, the
-// refusal (its message built byte by byte) only on a request it refuses, so a VM's first
-// ordinary request does not compile it.
+// request; it reports whether it did. It is a function of its own, kept out of line (see
+// doc.go): the check runs on every request, the refusal (its message built byte by byte) only
+// on a request it refuses, so a VM's first ordinary request does not compile it.
 //
 //go:noinline
 func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {

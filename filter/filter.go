@@ -1,14 +1,3 @@
-// Package filter is the rate-limiting HTTP filter: the proxy-wasm VM, plugin and HTTP
-// contexts that turn the configured rules into allow or deny decisions for each request.
-//
-// A request flows like this: the rules that apply are matched (filter/config), each builds its
-// key, each local rule decides against its slot in Envoy shared data (sharedstate, algorithms)
-// without writing anything, and only when no enforced rule denies are the new states written
-// with compare-and-swap. A denied request gets a local response (429 by default) with the
-// configured headers; an allowed one gets the rate-limit headers on its response
-// (draft-ietf-httpapi-ratelimit-headers-11, see headers.go). A request that carries a key
-// header of a matched rule more than once is refused with 400 before anything is decided
-// (see duplicate.go).
 package filter
 
 import (

@@ -212,8 +212,8 @@ func TestGlobalLeaseExactNearTheLimit(t *testing.T) {
 	}
 }
 
-// TestGlobalLeaseCalloutsPerRequest checks the target on a hot key below its limit: at
-// most 0.05 Redis callouts per request with a lease (batch 100: 0.01), one without.
+// TestGlobalLeaseCalloutsPerRequest checks what leases are for on a hot key below its limit:
+// at most 0.05 Redis callouts per request with a lease (batch 100: 0.01), one without.
 func TestGlobalLeaseCalloutsPerRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, c := range []struct {

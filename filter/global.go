@@ -601,8 +601,8 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	h.finishWhenAnswered(d)
 }
 
-// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives once the
-// request no longer waits for it: another rule denied it, or the stream is gone. What it says
+// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives after the
+// request stopped waiting for it: another rule denied it, or the stream is gone. What it says
 // of Redis is recorded (lateOutcome), and a lease batch that Redis committed is held as this
 // VM's lease (holdLateBatch). Everything else (an exact decision, a denied batch, an error)
 // committed nothing this VM can use.
@@ -620,7 +620,7 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 }
 
 // lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
-// once the request no longer waits for it: its stream is gone (the client reset it while the
+// after the request stopped waiting for it: its stream is gone (the client reset it while the
 // call was out). What it says of Redis is recorded (lateOutcome). The call decided every
 // global rule of the request all or nothing; when Redis committed it, every lease batch in it
 // is held as this VM's lease (holdLateBatch), as a partitioned rule's late batch is. An

@@ -75,8 +75,7 @@ func (rs *ruleState) appendPolicy(dst []byte) []byte {
 }
 
 // appendAdaptivePolicy is appendPolicy for an adaptive rule. It is kept out of appendPolicy's
-// line, because V8 in Envoy compiles a function on its first call, and a fixed limit's item
-// needs none of the rendering.
+// line (see doc.go): a fixed limit's item needs none of the rendering.
 //
 //go:noinline
 func (rs *ruleState) appendAdaptivePolicy(dst []byte) []byte {

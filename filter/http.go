@@ -83,8 +83,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 
 // decideRequest is OnHttpRequestHeaders without its deferred recover. The compiler writes the
 // deferred call out at every return of a function that defers one, and deciding has many
-// returns: kept apart, the recover is written once, which keeps the code V8 in Envoy compiles
-// for a VM's first request smaller.
+// returns: kept apart, the recover is written once, which keeps the code a VM's first request
+// compiles smaller (see doc.go).
 func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
@@ -113,9 +113,9 @@ func (h *httpContext) decideRequest() types.Action {
 
 	// Phase 1: decide every local rule, writing nothing. This loop serves the rules of the
 	// common case (local, without overrides or a lease block, with a key); at the first rule
-	// that needs more it hands the rest of the request to decideFrom. V8 in Envoy compiles a
-	// function on its first call: a VM's first request of a plain configuration compiles this
-	// loop alone, not the branches of the others.
+	// that needs more it hands the rest of the request to decideFrom, so that a VM's first
+	// request of a plain configuration compiles this loop alone, not the branches of the
+	// others (see doc.go).
 	var key []byte
 	var ok bool
 	var built *config.Rule // the rule key was built for
@@ -197,9 +197,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 
 // The functions below are the parts of OnHttpRequestHeaders that a request needs only for
 // some configurations (shadow request headers, overrides, global rules) or on a rare path (a
-// rule without its key). Each is a function of its own, kept out of line, because V8 in
-// Envoy compiles a function on its first call: kept inline they would be compiled with
-// OnHttpRequestHeaders on every VM's first request, whether its rules use them or not.
+// rule without its key). Each is a function of its own, kept out of line (see doc.go): kept
+// inline they would be compiled with OnHttpRequestHeaders on every VM's first request,
+// whether its rules use them or not.
 
 // removeShadowHeaders removes the shadow rules' request headers from the request.
 //
@@ -291,8 +291,8 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 }
 
 // decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
-// the units, else with a lease take. It is kept out of decideLocal's line, because V8 in Envoy
-// compiles a function on its first call, and most rules have no lease.
+// the units, else with a lease take. It is kept out of decideLocal's line (see doc.go): most
+// rules have no lease.
 //
 //go:noinline
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
@@ -305,7 +305,7 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
 	// The rule's state is read through one local: a.rs read again after the call would be a
-	// load and a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+	// load and a nil check of its own, in code a VM's first request compiles.
 	rs := a.rs
 	if err := rs.table.Decide(key, now, cost, &a.pending); err != nil {
 		return h.undecided(a, err)
@@ -319,8 +319,8 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 
 // undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
 // races or a store failure. It reports whether the request must be denied. It is kept out of
-// decideShared's line, because V8 in Envoy compiles a function on its first call, and a
-// decision that succeeds (a VM's first request, nearly always) needs none of it.
+// decideShared's line (see doc.go): a decision that succeeds (a VM's first request, nearly
+// always) needs none of it.
 //
 //go:noinline
 func (h *httpContext) undecided(a *applied, err error) (deny bool) {
@@ -367,12 +367,12 @@ func (h *httpContext) finish() types.Action {
 	// This loop writes the rules of the common case: local, decided, without a lease take,
 	// neither adaptive nor shaping, written at the first attempt, allowed. At the first rule
 	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
-	// if it made it). V8 in Envoy compiles a function on its first call: a VM's first request
-	// of a plain configuration compiles this loop alone.
+	// if it made it), so that a VM's first request of a plain configuration compiles this loop
+	// alone (see doc.go).
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		// The rule's state is read through one local: each a.rs would be a load of its own,
-		// with a nil check of its own, in code V8 in Envoy compiles on a VM's first request.
+		// with a nil check of its own, in code a VM's first request compiles.
 		rs := a.rs
 		if !a.decided || !a.local || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
 			return h.finishFrom(i, nil, false)
@@ -450,8 +450,8 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 }
 
 // finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
-// (only they fill h.observed or hold a request). It is kept out of finish's line, because V8
-// in Envoy compiles a function on its first call, and most requests meet neither.
+// (only they fill h.observed or hold a request). It is kept out of finish's line (see
+// doc.go): most requests meet neither.
 //
 //go:noinline
 func (h *httpContext) finishShaped() types.Action {
@@ -472,9 +472,9 @@ func (h *httpContext) finishShaped() types.Action {
 }
 
 // The functions below are the parts of finish that a request needs only for some rules (leases,
-// shaping, adaptive) or when a write fails. Each is kept out of line, because V8 in Envoy
-// compiles a function on its first call: inline, they would be compiled with finish on every
-// VM's first request, whether its rules use them or not.
+// shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
+// they would be compiled with finish on every VM's first request, whether its rules use them
+// or not.
 
 // settleCommit completes the write of the local rule r's decision a after Commit returned
 // err, or after a write made with a lease take: a take that lost its race is retried as an
@@ -533,8 +533,8 @@ func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
 
 // refused applies the decided rule a's refusal of the request: a shadow rule counts it and
 // tells the upstream; an enforced rule denies the request, and refused returns the action,
-// with denied set. It is kept out of finish's line, because V8 in Envoy compiles a function
-// on its first call, and a request every rule admits needs none of it.
+// with denied set. It is kept out of finish's line (see doc.go): a request every rule admits
+// needs none of it.
 //
 //go:noinline
 func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
@@ -678,8 +678,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if len(h.observed) > 0 {
 		h.noteResponse()
 	}
-	// The headers are added here rather than by a function of their own: V8 in Envoy
-	// compiles every function a VM's first request calls, and each is code of its own.
+	// The headers are added here rather than by a function of their own: a VM's first
+	// request compiles every function it calls (see doc.go), and each is code of its own.
 	rh := &h.headers
 	var start int32
 	for i, name := range rateLimitHeaderNames {
@@ -713,7 +713,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	defer recoverTo("OnHttpStreamDone", nil)
 	// Envoy logs a stream once; a second call must not offer the context for reuse twice.
 	// One return, not an early one for that case: the compiler writes the deferred call out
-	// at each return, and V8 in Envoy compiles this function on a VM's first request.
+	// at each return, and a VM's first request compiles this function.
 	if !h.done {
 		h.done = true
 		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
@@ -732,8 +732,8 @@ func (h *httpContext) OnHttpStreamDone() {
 
 // settleStream does the part of OnHttpStreamDone that only some streams need: one that ended
 // undecided, one that waits in a shaping queue, one an adaptive rule observes. It is kept out
-// of line, because V8 in Envoy compiles a function on its first call: inline, it would be
-// compiled with OnHttpStreamDone on every VM's first request, which needs none of it.
+// of line (see doc.go): inline, it would be compiled with OnHttpStreamDone on every VM's
+// first request, which needs none of it.
 //
 //go:noinline
 func (h *httpContext) settleStream() {
@@ -809,8 +809,8 @@ func (d *decisions) add(rs *ruleState) *applied {
 
 // grow appends an empty applied to the set. A set the plugin made has room for every rule (see
 // configure), so this runs only for one the garbage collector's side made (takeDecisions on an
-// empty free list); it is kept out of add's line, which OnHttpRequestHeaders inlines, because
-// V8 in Envoy compiles a function on its first call.
+// empty free list); it is kept out of add's line, which OnHttpRequestHeaders inlines (see
+// doc.go).
 //
 //go:noinline
 func (d *decisions) grow() {
@@ -844,7 +844,7 @@ type rateLimitHeaders struct {
 // policies; the legacy X-RateLimit-* fields can hold one, so they describe the most
 // restrictive rule (the one with the least remaining). It renders in place, not into a new
 // rateLimitHeaders copied to the context: that copy moves a slice under the garbage
-// collector's write barrier, in code V8 in Envoy compiles on a VM's first request.
+// collector's write barrier, in code a VM's first request compiles.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
 	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
@@ -873,11 +873,11 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 	if drafts > 0 {
 		// The RateLimit items follow the policies. The one rule's item is rendered here;
 		// several rules' items by a loop of their own, which a request with one draft rule
-		// (the usual case) does not run, nor V8 in Envoy compile.
+		// (the usual case) neither runs nor compiles.
 		rh.ends[0] = int32(len(buf))
 		if drafts == 1 {
-			// appendRateLimitItemAfter, written out: one function fewer for V8 in Envoy to
-			// compile on a VM's first request.
+			// appendRateLimitItemAfter, written out: one function fewer for a VM's first
+			// request to compile.
 			d := &draft.decision
 			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 		} else {
@@ -894,15 +894,15 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 
 // tighter reports whether the decision d is more restrictive than e, for the legacy fields,
 // which hold one rule: less remaining, or as much remaining for longer. Without the second
-// half a tie went to the first rule, and a client with nothing left under a 1 s rule and a
-// 1 min rule was told to come back after a second, to be denied for 59 more.
+// half a tie would go to the first rule, and a client with nothing left under a 1 s rule and
+// a 1 min rule would be told to come back after a second, to be denied for 59 more.
 func tighter(d, e *algorithms.Decision) bool {
 	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
 }
 
 // appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
-// buf and marks them present. It is kept out of render's line, because V8 in Envoy compiles a
-// function on its first call, and the default rate_limit_headers ("draft") has none of them.
+// buf and marks them present. It is kept out of render's line (see doc.go): the default
+// rate_limit_headers ("draft") has none of them.
 //
 //go:noinline
 func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
@@ -917,8 +917,7 @@ func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []b
 }
 
 // appendNextPolicy appends the rule's RateLimit-Policy item after another's. It is kept out of
-// render's line: V8 in Envoy compiles a function on its first call, and most requests show
-// one rule's headers.
+// render's line (see doc.go): most requests show one rule's headers.
 //
 //go:noinline
 func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
@@ -946,10 +945,9 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	return buf
 }
 
-// logAddFailure logs a response header the host refused to add. It is kept out of line (a
+// logAddFailure logs a response header the host would not add. It is kept out of line (a
 // formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
-// that adds the headers), because V8 in Envoy compiles a function on its first call and a
-// header that is added needs none of it.
+// that adds the headers; see doc.go): a header that is added needs none of it.
 //
 //go:noinline
 func logAddFailure(name string, err error) {
@@ -994,9 +992,9 @@ func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 // appendInt appends prefix and then the decimal form of v, as
 // strconv.AppendInt(append(dst, prefix...), v, 10) does. It is one function for every number
 // of the rate-limit headers rather than strconv.AppendInt inlined at each, and it writes the
-// text before the number too: V8 in Envoy compiles a function on its first call, and every
-// inlined copy, like every append of its own, would be compiled again in each function of a
-// VM's first request that renders a number.
+// text before the number too: every inlined copy, like every append of its own, would be
+// compiled again in each function of a VM's first request that renders a number (see
+// doc.go).
 //
 //go:noinline
 func appendInt(dst []byte, prefix string, v int64) []byte {

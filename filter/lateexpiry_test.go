@@ -14,7 +14,7 @@ import (
 // TestLateBatchAfterTTLIsDropped: a reset request's call for y's lease batch (ttl 100 ms,
 // redis.timeout 2 s) is answered only after the batch's ttl, counted from the call's send,
 // has passed; meanwhile a later request took and holds a fresh batch on the same key. The
-// late batch can no longer be spent (a lease's units expire ttl after the call's send), so
+// late batch cannot be spent any more (a lease's units expire ttl after the call's send), so
 // all ten units are counted as dropped at once, and the fresh lease is left alone: its nine
 // units still admit the key's next requests with no call. Holding the expired batch instead
 // would replace the live lease (dropping its nine units) with one that is already expired (its

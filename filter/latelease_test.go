@@ -100,7 +100,7 @@ func tokens(n int64) int64 { return n * int64(3600*time.Millisecond) }
 // fits), so the ten units are debited: the VM holds them as its lease on the key, the reset
 // request's own unit included (it spent none), and the key's next ten requests are admitted
 // for y with no unit asked of Redis. With partitions 1 this is lateAnswer (the request's one
-// call, all or nothing); before it, the batch was debited and neither spent nor counted. With
+// call, all or nothing): the batch is debited, so it must be spent or counted. With
 // partitions 4, lateShardAnswer, the same.
 func TestLateBatchIsHeld(t *testing.T) {
 	srv := redistest.Start(t)
@@ -196,8 +196,8 @@ func TestLateBatchOnOverflowIsDropped(t *testing.T) {
 }
 
 // TestLateAnswerIsMeasured: the answer to a reset request's call, 7 ms after its send, is a
-// round trip of Redis like any other and is recorded in ratelimit_redis_latency_us; before,
-// the slow answers clients gave up on were left out of the histogram.
+// round trip of Redis like any other and is recorded in ratelimit_redis_latency_us: leaving
+// out the slow answers clients gave up on would flatter the histogram.
 func TestLateAnswerIsMeasured(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, parts := range []int{1, 4} {
@@ -220,9 +220,9 @@ func TestLateAnswerIsMeasured(t *testing.T) {
 // TestLateAnswerFeedsBreaker: the breaker hears the answers of reset requests' calls. Two
 // late 503s (webdis: Redis unavailable) open it (threshold 2), counted as unavailable, and
 // the next request skips Redis; after the cooldown a probe request is reset too, and its late
-// success closes the breaker, so the request after it goes to Redis again. Before, a breaker
-// whose clients gave up before Redis answered never opened, and a probe whose client gave up
-// kept the breaker shut until the probe counted as lost.
+// success closes the breaker, so the request after it goes to Redis again. Otherwise a
+// breaker whose clients give up before Redis answers would never open, and a probe whose
+// client gave up would keep the breaker shut until the probe counted as lost.
 func TestLateAnswerFeedsBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, parts := range []int{1, 4} {

@@ -277,8 +277,8 @@ func (h *httpContext) refundLeases() {
 	}
 }
 
-// retakeExact decides a request whose lease take lost its compare-and-swap race and no longer
-// fits the fresh state: the request's cost alone is decided and written, so that a lease never
+// retakeExact decides a request whose lease take lost its compare-and-swap race and does not
+// fit the fresh state: the request's cost alone is decided and written, so that a lease never
 // denies what an exact decision admits.
 func (h *httpContext) retakeExact(a *applied) error {
 	a.take = a.cost

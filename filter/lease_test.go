@@ -187,7 +187,7 @@ func TestLeaseExactNearTheLimit(t *testing.T) {
 	}
 }
 
-// TestLeaseWritesPerRequest checks the target on a hot key below its limit: at most
+// TestLeaseWritesPerRequest checks what leases are for on a hot key below its limit: at most
 // 0.1 shared-data writes per request with a lease (here 0.01, batch 100), one per request
 // without.
 func TestLeaseWritesPerRequest(t *testing.T) {

@@ -36,9 +36,9 @@ func counterNative(d *nativeDriver, name string) uint64 {
 	return v
 }
 
-// Issue 11 item 7: ratelimit_redis_breaker_open counts the worker VMs whose breaker is open.
-// Recording 1 and 0 per worker made it say whatever the last worker said: with two workers
-// open and one closing again it read 0.
+// ratelimit_redis_breaker_open counts the worker VMs whose breaker is open. Recording 1 and 0
+// per worker would make it say whatever the last worker said: with two workers open and one
+// closing again it would read 0.
 func TestBreakerGaugeCountsOpenWorkersNative(t *testing.T) {
 	d := newNativeGlobal(t, "allow")
 	w1, w2 := nativeRedisWorker(t, 1), nativeRedisWorker(t, 1)
@@ -61,8 +61,8 @@ func TestBreakerGaugeCountsOpenWorkersNative(t *testing.T) {
 	require.Zero(t, gaugeNative(t, d, open))
 }
 
-// Issue 11 item 8: a callout that Envoy refuses at once with InternalFailure (the cluster has
-// no host) is an unavailable Redis, and feeds the breaker; it used to be counted as a reset.
+// A callout that Envoy refuses at once with InternalFailure (the cluster has no host) is an
+// unavailable Redis, and feeds the breaker; it is not counted as a reset.
 func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
 	d := newNativeGlobal(t, "allow")
 	w := nativeRedisWorker(t, 2)
@@ -77,7 +77,7 @@ func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_redis_resets_total"))
 }
 
-// Issue 11 item 3: an adaptive rule advertises the limit in force, not its configured
+// An adaptive rule advertises the limit in force, not its configured
 // maximum. The limit falls under upstream errors; every response's RateLimit-Policy must say
 // what the gauge says.
 func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
@@ -107,7 +107,7 @@ func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
 	require.Equal(t, `"ad";q=`+strconv.FormatInt(limit, 10)+`;w=1`, serve("200"))
 }
 
-// Issue 11 item 3: a Redis answer with an absurd retry-after (2^63-1 ns) is clamped to the
+// A Redis answer with an absurd retry-after (2^63-1 ns) is clamped to the
 // rule's longest wait (gcra 5 per minute: two minutes) instead of overflowing into
 // "Retry-After: -9223372035".
 func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
@@ -124,7 +124,7 @@ func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
 	require.Contains(t, string(resp.Data), `"retry_after":120`)
 }
 
-// policyRate's contract on the issue's examples and on windows of whole seconds.
+// policyRate's contract on windows of fractional seconds and on windows of whole seconds.
 func TestPolicyRate(t *testing.T) {
 	for _, tc := range []struct {
 		limit  int64
@@ -169,7 +169,7 @@ func BenchmarkAppendPolicyAdaptive(b *testing.B) {
 	}
 }
 
-// Issue 11 item 5: each refusal of a repeated key header is counted on the rule; a shadow
+// Each refusal of a repeated key header is counted on the rule; a shadow
 // rule counts it once, in duplicate_header, and skips the request instead of refusing it.
 func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	d := newNative(t, `{"rules":[
@@ -182,7 +182,7 @@ func TestDuplicateKeyHeaderMetricNative(t *testing.T) {
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=dry;decision=duplicate_header"))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_requests_total;rule=per-key;decision=allowed"), "the shadow rule's repetition let the request through")
 	// Counted once: a request is one decision of the rule, so the rule's decisions add up to
-	// the requests it saw (issue: it was counted in skipped as well).
+	// the requests it saw (not in skipped as well).
 	require.Zero(t, counterNative(d, "ratelimit_requests_total;rule=dry;decision=skipped"))
 }
 

@@ -177,8 +177,8 @@ func (p *plugin) configure(data []byte) error {
 	ticks, shadowHeader := false, false
 	for i, r := range cfg.Rules {
 		// The branches for adaptive, global, leased and shaping rules and every error path
-		// call functions of their own: V8 in Envoy compiles each function on its first call,
-		// so code that a configuration does not use costs it no compile time at start-up.
+		// call functions of their own, so that code a configuration does not use costs it no
+		// compile time at start-up (see doc.go).
 		lim := tableLimiter(r.Limiter)
 		var ad *adaptiveState
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
@@ -312,7 +312,7 @@ func setTickPeriod(rules []*ruleState) error {
 // path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
 // copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
 //
-// It is out of configure's line: inlined, it made configure larger than the two functions are
+// It is out of configure's line: inlined, it makes configure larger than the two functions are
 // apart (Go's wasm backend saves configure's many live values around each call it adds), and
 // V8 compiles configure whole on a VM's first configuration.
 //
@@ -343,8 +343,7 @@ func logReadFailure(err error) {
 }
 
 // logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
-// ruleError: V8 in Envoy compiles a function on its first call, and a valid configuration
-// never calls it.
+// ruleError (see doc.go): a valid configuration never calls it.
 //
 //go:noinline
 func logInvalid(err error) {
@@ -500,7 +499,7 @@ const digestCacheSize = sharedstate.StaticDigestEntries
 //
 // statName and defineCounter are not inlined: the filter defines its metrics once per
 // configure, from some thirty call sites, and inlined copies of their concatenations and
-// appends were most of defineMetrics' 17 KB in the module.
+// appends would be most of defineMetrics' 17 KB in the module.
 //
 //go:noinline
 func statName(metric, rule string, labels ...string) string {
@@ -524,8 +523,8 @@ func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	return m
 }
 
-// joinErrors is errors.Join out of line: the metric definitions call it only when a
-// definition failed, and V8 in Envoy compiles a function on its first call.
+// joinErrors is errors.Join out of line (see doc.go): the metric definitions call it only
+// when a definition failed.
 //
 //go:noinline
 func joinErrors(errs []error) error {
@@ -568,9 +567,8 @@ func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricC
 // decision the rule makes on a request, and the rule's other counters, gauges and histograms
 // with the rule as a label. Each keeps the meaning of the per-rule name it replaces (see the
 // README's metrics section). The counters every rule has are defined in a loop over
-// ruleCounters, and those of shaping and adaptive rules by functions of their own: V8 compiles
-// a function on its first call, and the unrolled definitions were 9 KB of code that every
-// configure compiled.
+// ruleCounters, and those of shaping and adaptive rules by functions of their own: unrolled,
+// the definitions would be 9 KB of code that every configure compiles (see doc.go).
 func (rs *ruleState) defineMetrics() error {
 	name := rs.rule.Name
 	var errs []error
@@ -596,7 +594,7 @@ func (rs *ruleState) defineMetrics() error {
 
 // defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
 // each definition's error to errs. One call site in defineMetrics instead of three: each is
-// code that V8 in Envoy compiles with defineMetrics in every VM's configure.
+// code that every VM's configure would compile with defineMetrics.
 //
 //go:noinline
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
@@ -672,8 +670,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 }
 
 // newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
-// than it has contexts. It is kept out of line: V8 in Envoy compiles a function on its first
-// call, and a VM's first request reuses the context configure made (see configure).
+// than it has contexts. It is kept out of line (see doc.go): a VM's first request reuses the
+// context configure made (see configure).
 //
 //go:noinline
 func (p *plugin) newContext(id uint32) *httpContext {

@@ -69,7 +69,7 @@ const (
 // reset forgets the last request. Each cached attribute is marked unread (fetched, linesRead,
 // mapRead, the client IP cache's Reset) rather than cleared: each is read only once its mark
 // is set again, and clearing the strings and the map would be stores with write barriers, in
-// code V8 in Envoy compiles on a VM's first request. They keep the last request's bytes (its
+// code a VM's first request compiles. They keep the last request's bytes (its
 // header map and a few attributes) alive until they are replaced.
 func (r *request) reset() {
 	if len(r.headers) > 0 {
@@ -79,9 +79,9 @@ func (r *request) reset() {
 	r.clientIP.Reset()
 }
 
-// clearHeaders empties the header cache. It is kept out of reset's line: V8 in Envoy compiles
-// a function on its first call, and most configurations (a header key part reads the header
-// map, not this cache) never cache a header here.
+// clearHeaders empties the header cache. It is kept out of reset's line (see doc.go): most
+// configurations (a header key part reads the header map, not this cache) never cache a
+// header here.
 //
 //go:noinline
 func (r *request) clearHeaders() {
@@ -132,7 +132,7 @@ func (r *request) Header(name string) (string, bool) {
 
 // forgetHeaderMap drops the header map read so far, after the filter changed the request's
 // headers: the next read reads the host's map again. Headers already answered keep their
-// answers, as they did before the map was kept.
+// answers.
 func (r *request) forgetHeaderMap() {
 	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
 }
@@ -168,7 +168,7 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 		return r.linesFirst, r.linesLast, r.lines
 	}
 	// r.headerMap(), written out: it is not inlined, and a VM's first request would compile
-	// it as a function of its own (V8 in Envoy compiles a function on its first call).
+	// it as a function of its own (see doc.go).
 	if !r.mapRead {
 		var err error
 		r.hmap, err = abi.GetHttpRequestHeaderMap()
@@ -186,8 +186,8 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 // cachedLines is HeaderLines keeping each header's answer in its headers entry, for a request
 // whose header map may be read again (keepLines) or that the host refused: a header answered
 // once then keeps its answer, and Header answers its first line from it. It is kept out of
-// HeaderLines' line, because V8 in Envoy compiles a function on its first call, and a VM's
-// first request of a configuration without shadow request headers needs none of it.
+// HeaderLines' line (see doc.go): a VM's first request of a configuration without shadow
+// request headers needs none of it.
 //
 //go:noinline
 func (r *request) cachedLines(name string) (first, last string, n int) {
@@ -235,7 +235,7 @@ func (r *request) VirtualHost() string {
 func (r *request) SourceAddress() string {
 	// r.property, written out: it is not inlined, and every rule keyed on the client IP reads
 	// the source address, so a VM's first request would compile it as a function of its own
-	// (V8 in Envoy compiles a function on its first call).
+	// (see doc.go).
 	if r.fetched&fetchedSource == 0 {
 		r.fetched |= fetchedSource
 		r.source = property(sourceAddressPath)

@@ -168,7 +168,7 @@ func TestHeaderLinesKeepTheirAnswers(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "1", v, "Header answers the first line kept")
 
-	// The map read again no longer holds those lines (the SDK's emulator removes the first):
+	// The map read again lacks those lines (the SDK's emulator removes the first):
 	// the answers above came from the kept ones, not from a scan.
 	var after request
 	require.NotEqual(t, [3]any{"1", "2", 2}, lines(&after, "x-a"))

@@ -62,8 +62,8 @@ func TestContextReuseBounded(t *testing.T) {
 }
 
 // An allowed request's rate-limit headers are rendered into its context's buffer, which a
-// reused context keeps: once that buffer is large enough, rendering allocates nothing (a
-// string per request did before).
+// reused context keeps: once that buffer is large enough, rendering allocates nothing (not a
+// string per request).
 func BenchmarkRenderRateLimitHeaders(b *testing.B) {
 	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","rate_limit_headers":"both","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
 	require.NoError(b, err)

@@ -14,9 +14,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// The key table's promises through the whole filter (issue 10 items 1 to 4, issue 11 item 2)
-// under proxytest; the emulator module's moduletest checks filtertest.TableCases against the
-// compiled module too.
+// The key table's promises through the whole filter under proxytest; the emulator module's
+// moduletest checks filtertest.TableCases against the compiled module too.
 
 type nativeTableDriver struct{ *nativeDriver }
 
@@ -59,8 +58,8 @@ var stops = map[*nativeDriver]func(){}
 // stop stops d's emulator so that another one can start.
 func stop(d *nativeDriver) { stops[d]() }
 
-// A max_keys change keeps each client's consumed allowance (issue 10's row: exhausted, max_keys
-// 10000 -> 5000, 5 of 5 allowed next, must be 0), for token_bucket, fixed_window and the
+// A max_keys change keeps each client's consumed allowance (exhausted, then max_keys 10000 ->
+// 5000: 0 of the next 5 allowed), for token_bucket, fixed_window and the
 // sliding log; old and new configurations run side by side on one shared store, as Envoy
 // runs old and new VMs during an update.
 func TestKeyTableMaxKeysChange(t *testing.T) {
@@ -72,8 +71,8 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 	conf := func(algo string, maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,%s}]}`, maxKeys, algo)
 	}
-	// Ten exhausted clients: under the old formula (digest mod max_keys) a key kept its slot
-	// across 10000 -> 5000 only by chance (one in two), so some of them would be reset. The
+	// Ten exhausted clients: under a plain formula (digest mod max_keys) a key would keep its
+	// slot across 10000 -> 5000 only by chance (one in two), so some of them would be reset. The
 	// emulator module's moduletest also runs both configurations side by side.
 	const clients = 10
 	exhaust := func(t *testing.T, d driver) {
@@ -111,7 +110,7 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 }
 
 // Losing every compare-and-swap race is contention, not a store failure: with the default
-// failure_mode ("allow") the request used to be admitted uncounted. It is denied now, with
+// failure_mode ("allow") the request is still not admitted uncounted: it is denied, with
 // Retry-After 1, counted in cas_exhausted_total and not in store_errors_total.
 func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 	racing := &storetest.Racing{Store: sharedstate.NewMemory()}
@@ -143,7 +142,7 @@ func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
 
 // A chain of max_keys changes, 100 -> 200 -> ... -> 800, keeps an exhausted client exhausted:
 // each configuration is asked once (denied, so it writes nothing and the key's state stays in
-// an older layout's forward). The fourth layout used to reset it.
+// an older layout's forward), however many layouts back, the fourth and later included.
 func TestKeyTableMaxKeysChainNative(t *testing.T) {
 	conf := func(maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)

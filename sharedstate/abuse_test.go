@@ -14,10 +14,10 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// These tests try the table as an adversary and as an operator would (issue 10): false
-// denials while the table fills, a targeted lock-out with colliding keys, a flood, and a
-// max_keys change. Each compares with the table as it was (legacyTable) where that shows what
-// the test guards against.
+// These tests try the table as an adversary and as an operator would: false denials while the
+// table fills, a targeted lock-out with colliding keys, a flood, and a max_keys change. Each
+// compares with an unkeyed, unbucketed table (legacyTable) where that shows what the test
+// guards against.
 
 const sec = int64(time.Second)
 
@@ -117,7 +117,7 @@ func fillCurve(t testing.TB, decide func(key []byte) (overflow, allowed bool), m
 }
 
 // With one-request clients, no new client is refused (or even counted in overflow) before the
-// table holds 90% of max_keys. The test prints the curve for the table as it was and as it is;
+// table holds 90% of max_keys. The test prints the curve for legacyTable and for Table;
 // the README's table comes from it:
 //
 //	go test -count=1 -run TestTableFalseDenialCurve -v ./sharedstate/
@@ -170,7 +170,7 @@ func TestTableFalseDenialCurve(t *testing.T) {
 	}
 }
 
-// legacyCollisions returns n keys whose home slot under the old formula (SHA-256 bytes
+// legacyCollisions returns n keys whose home slot under legacyTable's formula (SHA-256 bytes
 // [8:16] little-endian mod max_keys) is the victim's.
 func legacyCollisions(victim []byte, maxKeys uint64, n int) [][]byte {
 	home := func(k []byte) uint64 {
@@ -188,7 +188,7 @@ func legacyCollisions(victim []byte, maxKeys uint64, n int) [][]byte {
 	return keys
 }
 
-// The targeted lock-out of issue 10: four keys that collide with the victim's home slot take
+// A targeted lock-out: on legacyTable, four keys that collide with the victim's home slot take
 // its four probes, ten requests from a fifth drain the overflow slot, and the victim's first
 // request is denied. With keyed addressing the same 14 requests leave the victim alone.
 func TestTargetedAttackWithCollidingKeys(t *testing.T) {
@@ -230,9 +230,9 @@ func floodShareBound(overflowRequests, limit int) float64 {
 	return float64(overflowRequests) / float64(OverflowSlots*limit)
 }
 
-// A flood of 10,010 distinct keys on a 10/h rule with max_keys 10000 used to lock out every
-// new client (100 of 100). Now the table fills, a few flood keys and the new clients overflow
-// into slots spread by the keyed hash, and at most the documented share is denied.
+// A flood of 10,010 distinct keys on a 10/h rule with max_keys 10000 locks out every new
+// client of legacyTable (100 of 100). Table fills, a few flood keys and the new clients
+// overflow into slots spread by the keyed hash, and at most the documented share is denied.
 func TestFloodDeniesABoundedShare(t *testing.T) {
 	const maxKeys, limit = 10000, 10
 	cfg := algorithms.Config{Algorithm: "token_bucket", Limit: limit, Window: time.Hour}
@@ -316,8 +316,7 @@ func TestFloodBoundAcrossSizes(t *testing.T) {
 }
 
 // Changing max_keys keeps every key's consumed allowance: an exhausted client stays
-// exhausted (issue 10's row: 5 of 5 allowed next, must be 0), for every algorithm whose state
-// the row names.
+// exhausted (0 of the next 5 allowed), for token_bucket, fixed_window and the sliding log.
 func TestMaxKeysChangeKeepsExhaustion(t *testing.T) {
 	for _, cfg := range []algorithms.Config{
 		{Algorithm: "token_bucket", Limit: 5, Window: time.Hour},
@@ -441,7 +440,7 @@ func (r *racingStore) Set(key string, value []byte, cas uint32) error {
 	return r.Store.Set(key, value, cas)
 }
 
-// The cost of a decision, the table as it was and as it is, in one run:
+// The cost of a decision, legacyTable's and Table's, in one run:
 //
 //	go test -run '^$' -bench 'TableCost' -benchmem ./sharedstate/
 //
@@ -507,9 +506,9 @@ func (c *countingStore) Get(key string) ([]byte, uint32, error) {
 	return c.Store.Get(key)
 }
 
-// A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 used to
-// allocate a slot-name index of 4 MB each, issue 11): tables of 10 and of 1,000,000 keys that
-// served the same keys retain the same memory, within TableVMBytes.
+// A Table's memory in a VM does not grow with max_keys (a slot-name index sized by max_keys
+// would take 4 MB for each of 256 rules with max_keys 1e6): tables of 10 and of 1,000,000 keys
+// that served the same keys retain the same memory, within TableVMBytes.
 func TestTableVMMemoryIsIndependentOfMaxKeys(t *testing.T) {
 	cfg := algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Second}
 	retained := func(maxKeys uint32) float64 {
@@ -580,10 +579,9 @@ func (s *reuseStore) Set(key string, value []byte, cas uint32) error {
 // keys whose slot names the Table's name cache holds (see Table.name). The cache is
 // direct-mapped, so two keys whose slots share an entry evict each other's name and each
 // write builds its name again, an allocation, by design. Which slots two keys take depends on
-// the secret: under a random one, this test's two keys shared an entry about once in 200 runs
-// (the one unexplained failure of go test ./sharedstate/ in issue 14). So the second key is
-// the first candidate whose slot has an entry of its own; under secret 62 the first candidate
-// shares the first key's entry, so that both branches of that choice run.
+// the secret: under a random one, two fixed keys share an entry about once in 200 runs. So
+// the second key is the first candidate whose slot has an entry of its own; under secret 62
+// the first candidate shares the first key's entry, so that both branches of that choice run.
 func TestTableHotPathAllocatesNothing(t *testing.T) {
 	random, err := LoadSecret(NewMemory())
 	if err != nil {
@@ -634,8 +632,8 @@ func TestTableHotPathAllocatesNothing(t *testing.T) {
 	}
 }
 
-// A chain of max_keys changes keeps an exhausted key exhausted (the review's 100 -> 200 ->
-// 300 -> 400 lost it at the third change): as many changes as the rule remembers layouts,
+// A chain of max_keys changes keeps an exhausted key exhausted (100 -> 200 -> 300 -> 400, the
+// third change included): as many changes as the rule remembers layouts,
 // whether the key makes no request between them, or makes denied requests (which write
 // nothing, so its state stays in a forward's copy in an older layout, see Table).
 func TestMaxKeysChangeChainKeepsExhaustion(t *testing.T) {

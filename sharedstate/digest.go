@@ -33,9 +33,9 @@ func Digest(key []byte) [DigestSize]byte {
 // The cache is direct-mapped: an entry is chosen by SipHash-2-4 of the key under a secret of
 // the cache's own (drawn like LoadSecret's), and holds one key with its digest. SipHash is the
 // keyed hash the Table already computes, so a VM's first request compiles one hash function
-// for both, where a seeded hash/maphash was a third (with the runtime's memhash) beside
-// SHA-256 and SipHash, about 1 KB more for V8 to compile (issue 14). In a Wasm VM it costs
-// what maphash did (natively, where maphash is the runtime's AES hash, about 10 ns more). The
+// for both, where a seeded hash/maphash would be a third (with the runtime's memhash) beside
+// SHA-256 and SipHash, about 1 KB more for V8 to compile. In a Wasm VM it costs what maphash
+// does (natively, where maphash is the runtime's AES hash, about 10 ns more). The
 // secret keeps clients from choosing keys that share an entry; a different key mapping to the
 // same entry replaces it. Lookups compare the whole key, so a hit always returns the key's own
 // digest; an attacker who floods distinct keys only turns hits into misses, which cost what
@@ -96,10 +96,10 @@ const StaticDigestEntries = 1024
 // staticDigest holds the entries of the process's first DigestCache (a VM's first
 // configuration) in the module's zeroed static data. On the Go heap, 80 KB is one large
 // object (above 32 KB) that does not fit in the pages a fresh VM's heap has free, so
-// allocating it grew the heap in proxy_on_configure: the runtime's large-object path and the
-// page allocator's slow path (mallocgcLarge, mcache.allocLarge, pageAlloc.find, the
+// allocating it would grow the heap in proxy_on_configure: the runtime's large-object path
+// and the page allocator's slow path (mallocgcLarge, mcache.allocLarge, pageAlloc.find, the
 // scavenger), about 17 KB of code that V8 in Envoy compiles on first use, in a VM's start-up
-// (issue 14). Static, the entries cost the same memory and no allocation; without them a
+// (see filter/doc.go). Static, the entries cost the same memory and no allocation, and a
 // plain configuration and its first requests allocate less than the heap has free
 // (TestV8ValidConfigureCompilesNoColdCode, TestV8FirstRequestGrowsNoMemory).
 var staticDigest [StaticDigestEntries]digestEntry

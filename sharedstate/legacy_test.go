@@ -1,9 +1,9 @@
 package sharedstate
 
-// The key table as it was before slot addressing was keyed and bucketed: SHA-256 digest bytes
-// [8:16] little-endian mod max_keys, four consecutive probes, one overflow slot. It is kept in
-// the tests only, so that benchmarks compare both tables in one run and the attack tests can
-// compute keys that collide under the old formula.
+// legacyTable is a key table whose slot addressing is neither keyed nor bucketed: SHA-256
+// digest bytes [8:16] little-endian mod max_keys, four consecutive probes, one overflow slot.
+// It is a baseline in the tests only, so that benchmarks compare both tables in one run and
+// the attack tests can compute keys that collide under an unkeyed formula.
 
 import (
 	"encoding/binary"
@@ -40,7 +40,7 @@ type legacyTable struct {
 	// it has used before, and building the string costs an allocation every time. The bytes
 	// of every name built so far are in nameBytes, and names[i] is 1 + where slot i's name
 	// starts there (0: not built yet). Neither holds a pointer, so the garbage collector
-	// does not scan them: a []string with one entry per slot (10,000 by default) was a
+	// does not scan them: a []string with one entry per slot (10,000 by default) would be a
 	// large share of the collector's marking work on every cycle, which in a Wasm VM the
 	// requests pay for.
 	names     []uint32

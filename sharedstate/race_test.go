@@ -101,9 +101,9 @@ var raceKey = []byte("client-a")
 
 var raceCases = []raceCase{
 	{
-		// The regression: a key-less rule has max_keys 1. One worker reads the key's slots
-		// (none written), the other creates the key and counts the created slot, the first
-		// then reads the counter (full) and counts the key in an overflow slot: two copies.
+		// A key-less rule has max_keys 1. One worker reads the key's slots (none written),
+		// the other creates the key and counts the created slot, the first then reads the
+		// counter (full) and must not count the key in an overflow slot: two copies.
 		name: "max_keys 1, empty table", maxKeys: 1,
 		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 1, Window: time.Minute},
 	},

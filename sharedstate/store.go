@@ -106,8 +106,8 @@ func (m *Memory) next() uint32 {
 
 // isNotFound reports whether err is the store's "no such key". The host's answer is
 // ErrNotFound itself, which is compared first: errors.Is, which unwraps, is called only for
-// another error, so that V8 in Envoy (which compiles a function on its first call) does not
-// compile it for every VM's first read of a key. It is not inlined: its callers are on the
+// another error, so that every VM's first read of a key does not compile it (see
+// filter/doc.go). It is not inlined: its callers are on the
 // request path, where the comparison inlined at each of them would be more code to compile
 // than the call.
 //

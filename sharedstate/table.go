@@ -87,7 +87,7 @@ const claimSize = slotHeader + 8 + 8
 // a compare-and-swap against its claim and fails.
 const claimTTL = int64(duration.Second)
 
-// createCAS is the CAS number used to create a slot that did not exist. Envoy lets a Set of a
+// createCAS is the CAS number that creates a slot that did not exist. Envoy lets a Set of a
 // missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite a slot
 // another worker created in the meantime. Any non-zero cas avoids that; the largest one is
 // chosen because the only way it can still match is that the slot's CAS number is exactly
@@ -467,8 +467,8 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // second or its starting slot was taken: in a table 60% full, about 4 keys in 10
 // (TestDecideReadsEachSlotOnce), fewer in an emptier one. Then the read is kept in
 // t.first, and the full lookup takes it as its own first read (scanWith): the slots are read
-// once each and in the same order either way. (The fast path was a function of its own,
-// decideFirst; one function is less code for V8 to compile on a first request.)
+// once each and in the same order either way. The fast path is part of decide rather than a
+// function of its own: one function is less code for V8 to compile on a first request.
 //
 // With hash, it first makes the digest of key and its hash (Decide); without, it decides
 // again on p's (Commit after a lost race). Decide is a wrapper small enough to be inlined, so
@@ -547,9 +547,8 @@ type forward struct {
 //
 // It holds only what the common lookups run: of a key that lives in g, and of a new key with
 // room in g that has no previous layout to be looked for in. The rest (forwards, previous
-// layouts, overflow) is in decideElsewhere, out of line: Envoy's V8 compiles a function on its
-// first call, and a fresh VM's first request for a new key would otherwise compile all of it
-// for nothing.
+// layouts, overflow) is in decideElsewhere, out of line (see filter/doc.go): a fresh VM's
+// first request for a new key would otherwise compile all of it for nothing.
 func (t *Table) decideIn(p *Pending, g geometry, h uint64, from *forward, hops int) error {
 	p.Overflow, p.fresh, p.place, p.adopt, p.fwd = false, false, false, false, p.fwd[:0]
 	var s scan // scan's, filled in place: returning it would copy the struct
@@ -636,8 +635,8 @@ func (t *Table) decideElsewhere(p *Pending, g geometry, h uint64, s *scan, from 
 					return err
 				}
 				// The key changed: look it up again from the start, at most Attempts times in
-				// all. (This retry was decide's loop; here, a new key's first request does not
-				// compile it.)
+				// all. The retry is here rather than a loop in decide, so that a new key's
+				// first request does not compile it.
 				p.Retries++
 				if p.Retries >= t.attempts {
 					return ErrAttemptsExhausted
@@ -746,7 +745,7 @@ func (t *Table) create(p *Pending) error {
 		if err == nil && !lost {
 			// Step 2 is scanWith's loop (scanVerify), which this request ran to find the
 			// claim's slot: one loop for both is less code for V8 to compile on a new key's
-			// first request, which runs both (the loop was a function of its own, verify).
+			// first request, which runs both.
 			var s scan
 			err = t.scanWith(&s, newGeometry(p.geo), p.h, p, scanVerify, -1)
 			lost = s.found
@@ -758,8 +757,8 @@ func (t *Table) create(p *Pending) error {
 		}
 	}
 	if !p.adopt && p.fresh {
-		// The slot exists now, whatever became of the claim: count it, last (this was a
-		// deferred call; a plain one keeps defer's code out of the first request's).
+		// The slot exists now, whatever became of the claim: count it, last (a plain call,
+		// not a deferred one, keeps defer's code out of the first request's).
 		p.Claimed, p.Used = true, t.countCreated(p.geo)
 	}
 	return err
@@ -792,7 +791,7 @@ func appendForward(dst []byte, digest [DigestSize]byte, moved uint32, state []by
 }
 
 // touchForward rewrites, unchanged and by compare-and-swap, the forward whose copy p's state
-// started from (p.fwd; nothing when empty), and reports whether it was no longer that forward.
+// started from (p.fwd; nothing when empty), and reports whether the slot held another value.
 // It runs after the claim is written (or adopted), before the conversion. A lookup that found
 // no room for the key in the new layout writes the key's state into the forward's slot, by
 // compare-and-swap against a read of the forward that it made before its last look at the new
@@ -800,7 +799,7 @@ func appendForward(dst []byte, digest [DigestSize]byte, moved uint32, state []by
 // then the lookup's read of the forward came before this rewrite, so either its write lands
 // first and this finds a live slot where the forward was (the claim loses and the request is
 // decided again, on that state), or this rewrite lands first and that write fails. Without
-// it, both copies became live, each admitting on the same state
+// it, both copies would become live, each admitting on the same state
 // (TestMovedKeyFillingTableCountsOnce). The forward is compared by value, not by CAS number:
 // another claimant or adopter rewriting the same forward changes nothing.
 func (t *Table) touchForward(p *Pending) (lost bool, err error) {
@@ -945,9 +944,9 @@ const (
 )
 
 // scanWith is scan with the count of created slots when it is known (created >= 0): read
-// before every slot that this pass reads. It fills *s (from its zero value) rather than
-// return a scan, and makes its second pass as a loop rather than a call: copying the struct
-// out at each return, and the call, made up a good part of the code a first request
+// before every slot that this scan reads. It fills *s (from its zero value) rather than
+// return a scan, and makes its second scan as a loop rather than a call: copying the struct
+// out at each return, and the call, would make up a good part of the code a first request
 // compiles.
 //
 // With scanVerify it is create's step 2 (the same slots in the same order, but p's own): a
@@ -1045,7 +1044,7 @@ func (t *Table) scanWith(s *scan, g geometry, h uint64, p *Pending, mode int, cr
 		}
 		if counted && created >= int64(g.maxKeys) {
 			// The key goes to overflow because the table is full: read the slots again, after
-			// the count (a second pass of the loop, with the count known).
+			// the count (a second round of the loop, with the count known).
 			continue
 		}
 		return nil

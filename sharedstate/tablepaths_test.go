@@ -12,7 +12,7 @@ import (
 )
 
 // countHookStore runs hook once, at the first read of a counter of created slots: between a
-// lookup's first pass over the key's slots and its second (see scanWith).
+// lookup's first scan of the key's slots and its second (see scanWith).
 type countHookStore struct {
 	*Memory
 	hook func()
@@ -27,12 +27,12 @@ func (s *countHookStore) Get(key string) ([]byte, uint32, error) {
 	return s.Memory.Get(key)
 }
 
-// A full table's second pass over the key's slots decides on what it reads, not on what the
-// first pass read: scanWith fills the caller's scan in place and must clear it before each
-// pass. Here the first pass finds another worker's claim of the key and no room (the table is
+// A full table's second scan of the key's slots decides on what it reads, not on what the
+// first scan read: scanWith fills the caller's scan in place and must clear it before each
+// scan. Here the first scan finds another worker's claim of the key and no room (the table is
 // full), so the slots are read again after the count; in between, the claimant releases its
-// claim (it lost). The second pass sees a released slot, free for the key, and takes it. A
-// claim remembered from the first pass would instead be adopted with its old CAS number: the
+// claim (it lost). The second scan sees a released slot, free for the key, and takes it. A
+// claim remembered from the first scan would instead be adopted with its old CAS number: the
 // conversion fails, and with one attempt the request is denied as contention (a false 429).
 func TestSecondPassForgetsTheFirst(t *testing.T) {
 	mem := NewMemory()
@@ -124,9 +124,8 @@ func (s *claimHookStore) Get(key string) ([]byte, uint32, error) {
 // exists either way, and the count bounds how many slots a rule ever creates. Both ways a
 // claim can fail after it was written are tried: another worker's copy of the key turns up
 // (the claim loses, and the request is decided again on that copy), and the store fails the
-// read of the claim back (the request fails). The count was a deferred call, which ran on
-// every return after the claim; as a plain call at the end of create it must still run on
-// these paths.
+// read of the claim back (the request fails). The count is a plain call at the end of create,
+// not a deferred one, and must still run on these paths.
 func TestLostClaimStillCountsItsSlot(t *testing.T) {
 	for _, c := range []struct {
 		name     string

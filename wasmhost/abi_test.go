@@ -122,7 +122,7 @@ func TestProperties(t *testing.T) {
 	}
 	res = do(t, h, Request{Headers: [][2]string{{"x-op", "setprop"}}})
 	assert.Equal(t, "my-value/0", res.RequestHeader("x-prop"))
-	// In the response phase Envoy no longer holds the request headers.
+	// In the response phase Envoy has dropped the request headers.
 	assert.Equal(t, "2", res.Header("x-req-path-status"))
 }
 

@@ -23,8 +23,8 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	}
 	r.Limiter = lim
 	// A valid limiter's capacity is at least 1 (New checks limit > 0 and burst >= 0), so only
-	// a constant cost above 1 can exceed it; the check is out of line for the others (V8 in
-	// Envoy compiles a function on its first call, and most rules cost 1 per request).
+	// a constant cost above 1 can exceed it; the check is out of line for the others (see
+	// filter/doc.go; most rules cost 1 per request).
 	if r.CostSpec.Constant > 1 {
 		return checkCost(r)
 	}
@@ -48,8 +48,8 @@ func checkCost(r *Rule) (field, msg string) {
 }
 
 // algorithmError returns the field and message of algorithms.New's error. Like
-// costAboveCapacity, it is out of checkAlgorithm's line: V8 in Envoy compiles a function on
-// its first call, and a valid configuration calls neither.
+// costAboveCapacity, it is out of checkAlgorithm's line (see filter/doc.go): a valid
+// configuration calls neither.
 //
 //go:noinline
 func algorithmError(err error) (field, msg string) {

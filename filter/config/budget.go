@@ -83,8 +83,7 @@ func tableCost(domain string, r *Rule) TableCost {
 // each rule may be reasonable alone while their sum is not.
 //
 // It only sums the costs; the report of a configuration over budget is made by overBudget,
-// out of line: V8 in Envoy compiles a function on its first call, and every configuration
-// runs budget.
+// out of line (see filter/doc.go), since every configuration runs budget.
 func (p *parser) budget(path string, c *Config) {
 	var vm, shared int64
 	for _, r := range c.Rules {
@@ -131,8 +130,8 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 }
 
 // overrideCosts adds to tc the tables of the rule's overrides, whose prefix extends the rule's
-// prefix bytes. It is out of tableCost's line: V8 in Envoy compiles a function on its first
-// call, and most rules have no override.
+// prefix bytes. It is out of tableCost's line (see filter/doc.go): most rules have no
+// override.
 //
 //go:noinline
 func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {

@@ -41,8 +41,8 @@ func manyRules(n int, rule func(i int) string) string {
 	return b.String()
 }
 
-// bigKeysConfig is the first reproduction of issue 11 item 6: 256 rules of a million keys
-// each, all applying to every request.
+// bigKeysConfig is 256 rules of a million keys each, all applying to every request: the
+// largest key tables a configuration can ask for.
 func bigKeysConfig() string {
 	return manyRules(MaxRules, func(i int) string {
 		return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":1000000,"key":[{"source":"header","name":"x-k"}],%s}`, i, tb)
@@ -91,7 +91,7 @@ func TestBudgetRefusesHugeKeyTables(t *testing.T) {
 	require.Contains(t, msg, fmt.Sprintf("rules: the rules' key tables could hold %s in Envoy's shared data, above the budget of 512.0 MiB; largest: rules[100] %d keys x %d B = %s",
 		formatBytes(totalShared(t, bigKeysConfig())), entries, per, formatBytes(int64(entries*per))))
 	require.Contains(t, msg, "lower max_keys")
-	// A worker VM's share no longer grows with max_keys: a table keeps a fixed name cache.
+	// A worker VM's share does not grow with max_keys: a table keeps a fixed name cache.
 	require.NotContains(t, msg, "in every worker VM")
 
 	// Each rule alone is fine: the budget is about the sum.
@@ -239,8 +239,8 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// A value under a very long key used to carry that key into the path of every element below
-// it; paths are now built only for problems, and long keys are shortened in them.
+// A value under a very long key must not carry that key into the path of every element below
+// it: paths are built only for problems, and long keys are shortened in them.
 func TestLongKeyPaths(t *testing.T) {
 	long := strings.Repeat("k", 500_000)
 	data := `{"` + long + `":[` + strings.Repeat("0,", 200_000) + `0],"rules":[{"name":"r",` + tb + `}]}`

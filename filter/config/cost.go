@@ -20,8 +20,8 @@ func (r *Rule) Cost(req Request) int64 {
 }
 
 // headerCost is Cost for a cost header. It is kept out of line, so that Cost, small, is
-// inlined into its callers: most rules have a constant cost, and V8 in Envoy compiles a
-// function on its first call, so a VM's first request for them compiles none of this.
+// inlined into its callers: most rules have a constant cost, so a VM's first request for
+// them compiles none of this (see filter/doc.go).
 //
 //go:noinline
 func (cs *CostSpec) headerCost(req Request) int64 {

@@ -57,9 +57,8 @@ func parseDuration(orig string) (duration.Duration, string) {
 
 // simpleDuration parses the form nearly every configured duration has, an integer and one
 // unit ("1s", "500ms", "1d"), and reports false for anything else, which parseDurationFull
-// then parses (or explains). V8 in Envoy compiles a function on its first call, so the full
-// parser and its messages are compiled only for configurations that need them
-// (TestSimpleDurationAgrees).
+// then parses (or explains), so that the full parser and its messages are compiled only for
+// configurations that need them (see filter/doc.go; TestSimpleDurationAgrees).
 func simpleDuration(s string) (duration.Duration, bool) {
 	i, v := 0, uint64(0)
 	for ; i < len(s) && i < 18 && isDigit(s[i]); i++ {

@@ -3,8 +3,9 @@ package config
 import "testing"
 
 // TestParseDurationValidAllocatesNothing checks that a valid duration builds no error
-// message: quoting the text for a message that is thrown away made V8 compile strconv's
-// quoting during every valid configuration's proxy_on_configure (issue 14's start-up work).
+// message: quoting the text for a message that is thrown away would make V8 compile
+// strconv's quoting during every valid configuration's proxy_on_configure (see
+// filter/doc.go).
 func TestParseDurationValidAllocatesNothing(t *testing.T) {
 	for _, s := range []string{"1s", "1m30s", "250ms", "1.5d", "-5s"} {
 		if n := testing.AllocsPerRun(100, func() {

@@ -213,7 +213,7 @@ var invalidCases = []invalidCase{
 		"redis.breaker.failures: must be between 1 and 1000, got 0",
 	}, schemaRejects},
 
-	// Deny like Envoy (issue 15).
+	// Deny like Envoy.
 	// 0 is OK: a gRPC client would take the denial for a successful call without a reply.
 	{"grpc_status OK", `{"deny":{"grpc_status":0},"rules":[{"name":"r",` + tb + `}]}`,
 		[]string{"deny.grpc_status: 0 is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)"}, schemaRejects},
@@ -224,7 +224,7 @@ var invalidCases = []invalidCase{
 	{"x-envoy-ratelimited as a deny header", `{"deny":{"headers":{"X-Envoy-RateLimited":"true"}},"rules":[{"name":"r",` + tb + `}]}`,
 		[]string{`deny.headers.X-Envoy-RateLimited: cannot be set here: set by the filter; see "envoy_ratelimited_header"`}, schemaRejects},
 
-	// Shadow options only on shadow rules (issue 15).
+	// Shadow options only on shadow rules.
 	{"shadow_headers on an enforced rule", oneRule(tb + `,"shadow_headers":true`),
 		[]string{`rules[0].shadow_headers: only allowed with "shadow": true`}, schemaAccepts},
 	{"shadow_request_header on an enforced rule", oneRule(tb + `,"shadow_request_header":"x-would-deny"`),
@@ -232,7 +232,7 @@ var invalidCases = []invalidCase{
 	{"shadow_request_header not a header name", oneRule(tb + `,"shadow":true,"shadow_request_header":"x y"`),
 		[]string{`rules[0].shadow_request_header: "x y" is not a valid header name`}, schemaRejects},
 
-	// Per-value overrides (issue 15).
+	// Per-value overrides.
 	{"overrides without a key", oneRule(tb + `,"overrides":[{"exact":"a","limit":5}]`),
 		[]string{`rules[0].overrides: needs a "key": an override gives key values their own limit`}, schemaAccepts},
 	{"override without exact or prefix", oneRule(tb + `,"key":[{"source":"header","name":"k"}],"overrides":[{"limit":5}]`),

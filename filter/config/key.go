@@ -47,16 +47,16 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 
 // RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it. Every request
 // asks this of every matched rule, and nearly none has a repeated key header: the walk over
-// the key parts that AppendKey compiles anyway answers it, and V8 in Envoy (which compiles a
-// function on its first call) compiles no loop of its own for it on a VM's first request.
+// the key parts that AppendKey compiles anyway answers it, so that a VM's first request
+// compiles no loop of its own for it (see filter/doc.go).
 func (r *Rule) RepeatsKeyPart(req Request) bool {
 	_, ok := r.walkKey(nil, req, walkDuplicate)
 	return !ok
 }
 
 // duplicatePart is DuplicatePart's search for the part, for a request that has one. It is
-// kept out of line, because V8 in Envoy compiles a function on its first call, and a request
-// without a repeated key header (a VM's first, nearly always) needs none of it.
+// kept out of line (see filter/doc.go): a request without a repeated key header (a VM's
+// first, nearly always) needs none of it.
 //
 //go:noinline
 func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
@@ -80,8 +80,7 @@ func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 }
 
 // queryCount returns how many query parameters of req are called name. It is kept out of
-// DuplicatePart's line, because V8 in Envoy compiles a function on its first call, and most
-// rules key on no query parameter.
+// DuplicatePart's line (see filter/doc.go): most rules key on no query parameter.
 //
 //go:noinline
 func queryCount(req Request, name string) int {
@@ -126,9 +125,9 @@ const (
 )
 
 // walkKey is AppendKey, keyAvailable or DuplicatePart's check, as mode says. They are one
-// function because they must agree on what each source holds, and because V8 in Envoy
-// compiles a function on its first call: every request asks all three, and one copy of the
-// walk over the key parts is compiled instead of three.
+// function because they must agree on what each source holds, and because every request asks
+// all three: one copy of the walk over the key parts is compiled instead of three (see
+// filter/doc.go).
 func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
@@ -150,9 +149,9 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 		// A query parameter is still percent-encoded here (appendQueryPart decodes it), and a
 		// client IP is in ip rather than v. A header is its only line, or the first or last
 		// of several as the part's OnDuplicate says. The lookup and the writing below are
-		// written here rather than in functions of their own: V8 in Envoy compiles every
-		// function a VM's first request calls, and each function and call site is code of
-		// its own in Go's wasm backend.
+		// written here rather than in functions of their own: a VM's first request compiles
+		// every function it calls (see filter/doc.go), and each function and call site is
+		// code of its own in Go's wasm backend.
 		var v string
 		var ip IP
 		var st partState
@@ -221,8 +220,8 @@ const (
 
 // lookupOther is walkKey's lookup for the sources other than a constant, a header and the
 // client IP.
-// It is kept out of line: most rules key on those three, and V8 in Envoy compiles a function
-// on its first call, so a VM's first request for them does not compile the others.
+// It is kept out of line (see filter/doc.go): most rules key on those three, so a VM's first
+// request for them does not compile the others.
 //
 //go:noinline
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
@@ -277,8 +276,8 @@ const (
 
 // kindOf maps a Source to its kind. It is kept out of line: keyKind, inlined on the request
 // path wherever a key part's kind is needed, calls it only for a Rule the parser did not make,
-// and its string switch inlined at each of those places would be code that V8 in Envoy
-// compiles on every VM's first request (a function is compiled on its first call).
+// and its string switch inlined at each of those places would be code that every VM's first
+// request compiles (see filter/doc.go).
 //
 //go:noinline
 func kindOf(s Source) sourceKind {
@@ -350,9 +349,9 @@ func appendLen(dst []byte, n int) []byte {
 	return append(dst, b[skip:]...)
 }
 
-// appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line: inlined,
-// strconv.AppendInt is most of appendLen, and V8 in Envoy compiles a function on its first
-// call, so a VM's first request with short parts compiles none of it.
+// appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line (see
+// filter/doc.go): inlined, strconv.AppendInt would be most of appendLen, and a VM's first
+// request with short parts compiles none of it.
 //
 //go:noinline
 func appendLongLen(dst []byte, n int) []byte {
@@ -361,8 +360,8 @@ func appendLongLen(dst []byte, n int) []byte {
 
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
 // "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are kept out of walkKey's line: V8 in Envoy compiles a function on its first
-// call, and a header or canonical client IP part (nearly every rule's) needs neither.
+// appendIPValue are kept out of walkKey's line (see filter/doc.go): a header or canonical
+// client IP part (nearly every rule's) needs neither.
 //
 //go:noinline
 func appendQueryPart(dst []byte, v string) []byte {
@@ -449,8 +448,8 @@ func ClientIP(req Request, trustedHops int) (IP, bool) {
 		return m.ip, m.ok
 	}
 	// The address is parsed here rather than by a function of its own: one function, for
-	// both a request with a cache and one without, is compiled on a VM's first request (V8
-	// in Envoy compiles a function on its first call), and one call fewer is made.
+	// both a request with a cache and one without, is compiled on a VM's first request (see
+	// filter/doc.go), and one call fewer is made.
 	var ip IP
 	var text string
 	ok := false
@@ -498,8 +497,8 @@ func (m *ClientIPCache) Reset() { m.valid = false }
 
 // forwardedFor parses the client address when X-Forwarded-For is trusted: its trustedHops-th
 // entry from the right, as parseIPText reports it; ok is false when there is no such entry or
-// it is not an IP address (the source address is used). It is kept out of ClientIP's line:
-// most configurations trust no hop, and V8 in Envoy compiles a function on its first call.
+// it is not an IP address (the source address is used). It is kept out of ClientIP's line
+// (see filter/doc.go): most configurations trust no hop.
 //
 //go:noinline
 func forwardedFor(req Request, trustedHops int) (ip IP, text string, ok bool) {

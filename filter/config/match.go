@@ -46,9 +46,8 @@ type Request interface {
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 	for _, r := range c.Rules {
 		// The rule applies when its conditions hold and its key can be built (AppendKey would
-		// return ok). This is written here rather than in a function of its own: V8 in Envoy
-		// compiles a function on its first call, and one more would be compiled on a VM's
-		// first request.
+		// return ok). This is written here rather than in a function of its own, which a VM's
+		// first request would compile too (see filter/doc.go).
 		if r.Match.conditional() && !r.Match.matches(req) {
 			continue
 		}
@@ -56,8 +55,7 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 			continue
 		}
 		// Into dst's room (the filter's list has room for every rule), else by an append
-		// out of line: V8 in Envoy compiles a function on its first call, and an append's
-		// growth is code of its own.
+		// out of line (see filter/doc.go): an append's growth is code of its own.
 		if n := len(dst); n < cap(dst) {
 			dst = dst[:n+1]
 			dst[n] = r
@@ -78,9 +76,8 @@ func appendRule(dst []*Rule, r *Rule) []*Rule {
 	return append(dst, r)
 }
 
-// conditional reports whether the match has any condition. Most rules have none, and V8 in
-// Envoy compiles a function on its first call: asking first keeps Match.matches out of a VM's
-// first request for them.
+// conditional reports whether the match has any condition. Most rules have none: asking
+// first keeps Match.matches out of a VM's first request for them (see filter/doc.go).
 func (m *Match) conditional() bool {
 	return len(m.Routes) > 0 || len(m.Methods) > 0 || m.Path != nil || len(m.VirtualHosts) > 0 ||
 		len(m.Headers) > 0
@@ -171,9 +168,9 @@ func newStringSet(list []string) stringSet {
 	return s
 }
 
-// has reports whether x is in the set. It is kept out of line: Match.matches has four sets,
-// and four inlined copies (with the map lookup) would be code that V8 in Envoy compiles on
-// every VM's first request, for whichever conditions the rules use or not.
+// has reports whether x is in the set. It is kept out of line (see filter/doc.go):
+// Match.matches has four sets, and four inlined copies (with the map lookup) would be code
+// that every VM's first request compiles, for whichever conditions the rules use or not.
 //
 //go:noinline
 func (s *stringSet) has(x string) bool {

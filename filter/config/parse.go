@@ -24,8 +24,7 @@ import (
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
 	// The checks of the whole document and their messages are functions of their own, out of
-	// Parse's line: V8 in Envoy compiles a function on its first call, and a valid
-	// configuration needs none of the messages.
+	// Parse's line (see filter/doc.go): a valid configuration needs none of the messages.
 	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
 		if err := checkDocument(data); err != nil {
 			return nil, err
@@ -88,8 +87,8 @@ func hasPrintableASCII(data []byte) bool {
 
 // keyGroup returns the key group of the first of rules whose key is key, or group when none
 // is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
-// of config's line it is compiled by V8 in Envoy, which compiles a function on its first
-// call, only for a configuration of more than one rule.
+// of config's line it is compiled only for a configuration of more than one rule (see
+// filter/doc.go).
 //
 //go:noinline
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
@@ -119,9 +118,9 @@ func (p *parser) config(root *node) *Config {
 		MaxKeys:          defaultMaxKeys,
 	}
 	c.Deny = defaultDeny()
-	// A configuration of rules alone (the common minimal one) skips the top-level options:
-	// V8 in Envoy compiles a function on its first call, so options kept in a function of
-	// their own cost a configuration that sets none of them no compile time.
+	// A configuration of rules alone (the common minimal one) skips the top-level options,
+	// kept in a function of their own so that they cost a configuration that sets none of
+	// them no compile time (see filter/doc.go).
 	if len(root.members) != 1 || root.members[0].key != "rules" {
 		p.options(f, c)
 	}
@@ -164,8 +163,8 @@ func (p *parser) config(root *node) *Config {
 
 // duplicateName reports the name of the rule at rpath when rules[prev] has the same name
 // (prevName), or one that reads the same in a flat metric name. Like every message that
-// formats its values, it is out of config's line: V8 in Envoy compiles a function on its
-// first call, and a valid configuration never calls this one.
+// formats its values, it is out of config's line (see filter/doc.go): a valid configuration
+// never calls this one.
 //
 //go:noinline
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
@@ -365,8 +364,7 @@ var algorithmNames = func() []string {
 // but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
 // '.', '-' and '_' are one character: two such names would share their metrics. The earlier
 // rules are searched linearly (at most MaxRules, comparing without allocating), and out of
-// config's line: V8 in Envoy compiles a function on its first call, and a configuration of
-// one rule has no earlier rule.
+// config's line (see filter/doc.go): a configuration of one rule has no earlier rule.
 //
 //go:noinline
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
@@ -413,9 +411,9 @@ var ruleOptionFields = []string{
 // most rules do not set (see algorithm).
 var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "scope", "adaptive"}
 
-// hasAny reports whether object n has a member named in names. It is kept out of line: its
-// loops inlined in rule and algorithm were more code for V8 in Envoy to compile in every VM's
-// configure than one function.
+// hasAny reports whether object n has a member named in names. It is kept out of line (see
+// filter/doc.go): its loops inlined in rule and algorithm would be more code for every VM's
+// configure to compile than one function.
 //
 //go:noinline
 func hasAny(n *node, names []string) bool {
@@ -432,10 +430,9 @@ func hasAny(n *node, names []string) bool {
 // run on what could be read.
 //
 // The optional fields (ruleOptionFields) are read by functions of their own, called only when
-// the rule sets one of them: V8 in Envoy compiles a function on its first call, so a rule of a
-// name, a key and an algorithm costs no compile time for the readers of fields it does not
-// use. They are called in the order the fields were always read in, so that problems are
-// reported in the same order.
+// the rule sets one of them (see filter/doc.go), so a rule of a name, a key and an algorithm
+// costs no compile time for the readers of fields it does not use. They are called in one
+// fixed order, so that problems are reported in the same order whichever fields are set.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -576,8 +573,8 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 	// The parts for fields that most rules do not set (burst, variant, mode, max_delay,
 	// scope, adaptive) are functions of their own, called only when their fields are set or
-	// their algorithm needs them: V8 in Envoy compiles a function on its first call, so code
-	// for a field that a configuration does not use costs it no compile time at start-up.
+	// their algorithm needs them (see filter/doc.go), so code for a field that a
+	// configuration does not use costs it no compile time at start-up.
 	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
@@ -898,8 +895,8 @@ func (p *parser) constValue(f fields, kp *KeyPart) bool {
 }
 
 // requiredFor reports the missing name of a key part of source s at path. Like queryName, it
-// is out of keyPart's line: V8 in Envoy compiles a function on its first call, and most key
-// parts that have a name are headers that name it.
+// is out of keyPart's line (see filter/doc.go): most key parts that have a name are headers
+// that name it.
 //
 //go:noinline
 func (p *parser) requiredFor(path, s string) {
@@ -999,8 +996,8 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	valid := true
 	// The branches below switch on the source's kind, an integer, not on Source: each string
 	// comparison is a call in the Wasm module. A key part that sets only fields its source
-	// reads (the common case) skips the checks for the others: V8 in Envoy compiles a
-	// function on its first call, and unusedBy is one.
+	// reads (the common case) skips the checks for the others, and so the compile of unusedBy
+	// (see filter/doc.go).
 	kind := kindOf(kp.Source)
 	strict := !onlyMembers(n, keyPartUses(kind))
 	named := kind == kindHeader || kind == kindQuery
@@ -1275,8 +1272,8 @@ func defaultDeny() *Deny {
 
 // defaultBody is defaultDenyBody compiled, as compileBody compiles it
 // (TestDefaultBodyIsCompiled), written out so that a configuration without a deny body of its
-// own does not run compileBody: V8 in Envoy compiles a function on its first call. It is
-// statically initialised (no code runs for it) and only ever read.
+// own does not run compileBody (see filter/doc.go). It is statically initialised (no code
+// runs for it) and only ever read.
 var defaultBody = [...]bodyPart{
 	{lit: `{"error":"rate_limited","rule":"`}, {ph: phRule}, {lit: `","retry_after":`}, {ph: phRetryAfter}, {lit: `}`},
 }

@@ -22,10 +22,10 @@ type parser struct {
 
 // add records a problem at path, or only counts it once maxErrors are recorded.
 //
-// It is kept out of line (go:noinline): inlined at its ninety-odd call sites it copied an
+// It is kept out of line (go:noinline): inlined at its ninety-odd call sites it would copy an
 // append, an allocation and write barriers into every parsing function (about 69 KB of the
-// module), code that Envoy's V8 compiles with the function during every configure although a
-// valid configuration never runs it.
+// module), code that every configure would compile with those functions (see filter/doc.go)
+// although a valid configuration never runs it.
 //
 //go:noinline
 func (p *parser) add(path, msg string) {
@@ -53,8 +53,7 @@ func (p *parser) result() error {
 }
 
 // problems returns the collected problems, of which there are some, as an error. It is out
-// of result's line: V8 in Envoy compiles a function on its first call, and a valid
-// configuration has no problem.
+// of result's line (see filter/doc.go): a valid configuration has no problem.
 //
 //go:noinline
 func (p *parser) problems() error {
@@ -98,8 +97,8 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 }
 
 // unknownField reports the member key of the object at path as unknown, with a suggestion
-// from known when one is close. It is out of object's line: V8 in Envoy compiles a function
-// on its first call, and a valid configuration has no unknown field.
+// from known when one is close. It is out of object's line (see filter/doc.go): a valid
+// configuration has no unknown field.
 //
 //go:noinline
 func (p *parser) unknownField(path, key string, known []string) {
@@ -118,17 +117,17 @@ func (p *parser) unknownField(path, key string, known []string) {
 
 // wrongType reports a value at path of another JSON type than want ("an object", "a
 // string" ...) as "want <want>, got <value>". Every reader's type error goes through it, out
-// of the readers' lines: a valid configuration never calls it, so V8 in Envoy never compiles
-// the message's construction.
+// of the readers' lines (see filter/doc.go): a valid configuration never calls it, so never
+// compiles the message's construction.
 //
 //go:noinline
 func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
 }
 
-// contains reports whether list holds s. It is kept out of line: the parser's readers search
-// lists of names at several places, and one copy of the loop is less code for V8 in Envoy to
-// compile in every VM's configure than one inlined at each.
+// contains reports whether list holds s. It is kept out of line (see filter/doc.go): the
+// parser's readers search lists of names at several places, and one copy of the loop is less
+// code for every VM's configure to compile than one inlined at each.
 //
 //go:noinline
 func contains(list []string, s string) bool {
@@ -210,8 +209,8 @@ func (p *parser) boolean(path string, n *node) (bool, bool) {
 // rejected rather than rounded: "1.5 requests" is a mistake worth hearing about.
 //
 // A plain integer in range (up to 18 digits, see smallInteger) is read here; anything else,
-// including every problem, by anyInteger, out of line: V8 in Envoy compiles a function on its
-// first call, and every configuration reads an integer. anyInteger looks for the fraction and
+// including every problem, by anyInteger, out of line (see filter/doc.go): every
+// configuration reads an integer. anyInteger looks for the fraction and
 // exponent with strings.IndexByte, which the module runs from its start anyway, rather than
 // strings.ContainsAny, and makes the range message out of line too.
 func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
@@ -241,8 +240,8 @@ func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 
 // smallInteger parses the form nearly every configured integer has, 1 to 18 decimal digits
 // (which cannot overflow an int64), and reports false for anything else, which
-// strconv.ParseInt then parses: V8 in Envoy compiles a function on its first call, so
-// ParseInt's code is compiled only for configurations that need it (TestSmallIntegerAgrees).
+// strconv.ParseInt then parses, so that ParseInt's code is compiled only for configurations
+// that need it (see filter/doc.go; TestSmallIntegerAgrees).
 func smallInteger(s string) (int64, bool) {
 	if len(s) == 0 || len(s) > 18 {
 		return 0, false
@@ -439,8 +438,8 @@ func lowerASCII(s string) string {
 }
 
 // lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
-// its line: V8 in Envoy compiles a function on its first call, and names in configurations
-// are nearly always lower-case already.
+// its line (see filter/doc.go): names in configurations are nearly always lower-case
+// already.
 //
 //go:noinline
 func lowerSlow(s string) string {

@@ -7,9 +7,9 @@ import (
 )
 
 // A ConfigChangeRow exhausts (or uses) a key under one rule, then asks under the changed rule.
-// The rows are the ones that granted allowance before states recorded their parameters
-// (token-bucket units depended on gcd(limit, window), and a GCRA or meter state was read under
-// the new emission interval).
+// The rows are the changes that would grant allowance if a state did not record the parameters
+// it was written under (token-bucket units depend on gcd(limit, window), and a GCRA or meter
+// state would be read under the new emission interval).
 type ConfigChangeRow struct {
 	Name          string
 	Before, After string // the rule's algorithm fields before and after the change
@@ -33,7 +33,7 @@ func ConfigChangeRule(algo string) string {
 	return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],%s}]}`, algo)
 }
 
-// UseBefore sends the row's requests before the change through d.
+// UseBefore sends the row's requests before the configuration change through d.
 func (row ConfigChangeRow) UseBefore(t *testing.T, d Driver) {
 	for i := 0; row.Used < 0 || i < row.Used; i++ {
 		if d.Do(t, T0, XK("client")).Status != 0 {

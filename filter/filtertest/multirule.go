@@ -11,8 +11,8 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 )
 
-// A MultiRuleCase is one configuration of the repro in issue 11: 30 requests with x-k: A, then
-// one request for each of the keys B, C and D.
+// A MultiRuleCase is one configuration of a per-key rule and a per-route rule under 30
+// requests with x-k: A, then one request for each of the keys B, C and D.
 type MultiRuleCase struct {
 	Name  string
 	Rules string // the rules array
@@ -36,8 +36,8 @@ var MultiRuleCases = func() []MultiRuleCase {
 		return fmt.Sprintf(`{"name":"per-route","continue":%v,"algorithm":"fixed_window","limit":20,"window":"1h","scope":"global"}`, cont)
 	}
 	return []MultiRuleCase{
-		// The repro: 2 of A pass, 28 are denied by per-key and cost per-route nothing, so B, C
-		// and D pass and per-route has counted 5.
+		// 2 of A pass, 28 are denied by per-key and cost per-route nothing, so B, C and D
+		// pass and per-route has counted 5.
 		{"key rule first", "[" + perKey("global", true, false) + "," + perRoute(false) + "]", 2, "per-key", 15},
 		{"route rule first", "[" + perRoute(true) + "," + perKey("global", false, false) + "]", 2, "per-key", 15},
 		// A local key rule decides first; its denial sends no callout at all.

@@ -70,8 +70,8 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// Issue 15: a shadow rule's headers reached clients, which slowed down for a limit
-		// nobody enforces, and the upstream was never told of a would-be denial.
+		// A shadow rule's headers must not reach clients, which would slow down for a limit
+		// nobody enforces, and the upstream is told of a would-be denial.
 		Name: "shadow rule never denies, sends clients no headers, tells the upstream of a would-be denial",
 		Config: `{"rules":[{"name":"dry","shadow":true,"shadow_request_header":"x-ratelimit-shadow-denied",
 			"algorithm":"fixed_window","limit":1,"window":"1s"}]}`,
@@ -100,7 +100,7 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// Issue 15: Envoy's rate-limit filters mark a denial with x-envoy-ratelimited (the
+		// Envoy's rate-limit filters mark a denial with x-envoy-ratelimited (the
 		// router's envoy-ratelimited retry policy reads it) and answer gRPC clients with a
 		// grpc-status rather than an HTTP 429 with a JSON body.
 		Name:   "deny like Envoy: x-envoy-ratelimited on 429, gRPC gets RESOURCE_EXHAUSTED without a body",
@@ -134,7 +134,7 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// Issue 15: envoyproxy/ratelimit users give descriptor values their own limit (API-key
+		// As envoyproxy/ratelimit users do, descriptor values get their own limit (API-key
 		// tiers, an unlimited internal key).
 		Name: "per-value overrides: an exact key and a prefix have their own limits, an unlimited key none",
 		Config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
@@ -217,8 +217,8 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// Issue 11: the policy used to round the window to whole seconds (5 per 500ms was
-		// q=5;w=1, 3 per 1.5s was q=3;w=1). q/w must be the rule's rate exactly.
+		// The policy must not round the window to whole seconds (5 per 500ms as q=5;w=1, 3 per
+		// 1.5s as q=3;w=1): q/w is the rule's rate exactly.
 		Name: "RateLimit-Policy states each rule's rate exactly",
 		Config: `{"rules":[
 			{"name":"half","continue":true,"algorithm":"fixed_window","limit":5,"window":"500ms"},
@@ -234,9 +234,9 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// Issue 11: keyed on x-api-key, a request with two x-api-key headers was keyed on the
-		// first while the upstream could read the other; rotating the first got 10 of 10
-		// through a limit of 3. A repeated key header is now refused with 400.
+		// Keyed on x-api-key, a request with two x-api-key headers keyed on the first while
+		// the upstream reads the other would let a client rotating the first through any
+		// limit. A repeated key header is refused with 400.
 		Name: "a repeated key header is refused, not keyed on one of its values",
 		Config: `{"rules":[{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],
 			"algorithm":"fixed_window","limit":3,"window":"1h"}]}`,
@@ -271,9 +271,9 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		// A repeated query parameter is the same ambiguity as a repeated header: the first
-		// was keyed on, so "?key=rnd&key=real" rotated past the limit of an upstream that
-		// reads the last. Refused with 400 by default; on_duplicate picks the one to key on.
+		// A repeated query parameter is the same ambiguity as a repeated header: keyed on the
+		// first, "?key=rnd&key=real" would rotate past the limit of an upstream that reads
+		// the last. Refused with 400 by default; on_duplicate picks the one to key on.
 		Name: "a repeated key query parameter is refused, or keyed on the one on_duplicate names",
 		Config: `{"rules":[
 			{"name":"per-key","match":{"path":{"prefix":"/a"}},"key":[{"source":"query","name":"key"}],

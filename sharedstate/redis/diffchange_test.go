@@ -161,7 +161,7 @@ func TestDifferentialConfigChange(t *testing.T) {
 }
 
 // conversionInstant is tc = max(now, the instant the configuration recorded in st evaluates
-// it at), as the Go engineer specified it: max(now, last) for the buckets, now for GCRA,
+// it at), as package algorithms specifies it: max(now, last) for the buckets, now for GCRA,
 // max(now, ws) for the windows (a stored window newer than now's is the one counted; the
 // sliding counter's estimate is then taken at its start), max(now, newest) for a log that
 // holds a timestamp.
@@ -294,8 +294,8 @@ func luaStateString(t *testing.T, srv *redistest.Server, key string) string {
 	}
 }
 
-// TestDifferentialV1Window reads window keys in the encoding before parameters were recorded
-// (no cfg field, read under the rule's current parameters) after the rule's window changed:
+// TestDifferentialV1Window reads window keys in the v1 encoding (no cfg field, read under the
+// rule's current parameters) after the rule's window changed:
 // a stored window start that is not a multiple of the new window does not decode, in Go and in
 // the script alike (a fresh key), and one that is keeps its count. Go and the script must then
 // agree on every decision that follows.

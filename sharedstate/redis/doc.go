@@ -111,8 +111,8 @@
 //
 // State layouts. Every state records the parameters it was written under, cfg =
 // "<code>:<limit>:<window ns>:<capacity>"; v is the Go version byte in decimal plus one, so
-// it never matches the encoding from before parameters were recorded (v = the Go version
-// byte, no cfg), which is still read, under the rule's current parameters, as it was then:
+// it never matches the v1 encoding, which records no parameters (v = the Go version byte, no
+// cfg) and is still read, under the rule's current parameters:
 //
 //	token_bucket            hash  v=18 cfg t=<tokens, 1/wg units> l=<last, Unix ns>
 //	leaky_bucket (meter)    hash  v=34 cfg lv=<level, 1/wg units> l=<last, Unix ns>

@@ -497,7 +497,7 @@ func TestTTL(t *testing.T) {
 
 // TestForeignState checks that a key of a Redis type no script writes, or holding fields that
 // do not decode, is a fresh key, as state with an unknown version byte is in Go; and that a key
-// in the encoding from before parameters were recorded is read as it was then.
+// in the v1 encoding (no cfg) is read under the rule's current parameters.
 func TestForeignState(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
@@ -535,7 +535,7 @@ func TestForeignState(t *testing.T) {
 		}
 	}
 
-	// The encoding before parameters were recorded, read under the rule's current parameters.
+	// The v1 encoding (no cfg), read under the rule's current parameters.
 	win := now - now%int64(time.Hour)
 	for _, old := range []struct {
 		cfg   algorithms.Config

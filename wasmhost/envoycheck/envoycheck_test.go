@@ -77,8 +77,8 @@ static_resources:
 
 const normalised = "          normalize_path: true\n          merge_slashes: true"
 
-// The issue's typo: "public_api" for the route "public-api" silently turned the limit off.
-// It is an error, with a suggestion.
+// A typo, "public_api" for the route "public-api", would silently turn the limit off. It is
+// an error, with a suggestion.
 func TestRouteTypoIsAnError(t *testing.T) {
 	rep := Bytes([]byte(bootstrap(`{"rules":[{"name":"api","match":{"routes":["public_api"]},
 		"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)))
@@ -144,7 +144,7 @@ func TestInvalidBootstrapIsAnError(t *testing.T) {
 	}
 }
 
-// Each warning the issue lists, on a configuration that is valid but probably wrong, and
+// Each warning, on a configuration that is valid but probably wrong, and
 // none on the same rules written as meant.
 func TestWarnings(t *testing.T) {
 	for _, c := range []struct {

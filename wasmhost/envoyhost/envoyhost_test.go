@@ -124,8 +124,8 @@ func TestServer(t *testing.T) {
 	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
-	// The bootstrap's stdout access log gets one line per request, in Envoy's default format
-	// (issue 15), the filter's 429s included.
+	// The bootstrap's stdout access log gets one line per request, in Envoy's default format,
+	// the filter's 429s included.
 	defer func() {
 		lines := strings.Split(strings.TrimSpace(accessLog.String()), "\n")
 		assert.Len(t, lines, 9, accessLog.String())
@@ -170,8 +170,8 @@ func TestServer(t *testing.T) {
 	assert.Equal(t, "LIVE\n", body)
 	_, hdr, body = get(t, admin+"/stats/prometheus")
 	assert.Contains(t, hdr.Get("content-type"), "text/plain")
-	// The bootstrap's stats_tags turn the rule and the decision into labels (issue 15), one
-	// family for every rule's decisions.
+	// The bootstrap's stats_tags turn the rule and the decision into labels, one family for
+	// every rule's decisions.
 	assert.Contains(t, body, "# TYPE ratelimit_requests_total counter\n")
 	assert.Equal(t, 1, strings.Count(body, "# TYPE ratelimit_requests_total "), body)
 	assert.Contains(t, body, `ratelimit_requests_total{rule="a-limit",decision="allowed"} 2`+"\n")

@@ -13,9 +13,9 @@ import (
 // streams, the host tears the streams down, and only then does webdis answer each call 503.
 // The VM hears both failures (every Redis call is sent with abi.DispatchHttpCallAlways, and
 // the filter records a gone stream's answer, lateOutcome): they are counted as unavailable
-// and open the breaker, so the next request skips Redis at once. Before, the answers were
-// dropped with their streams: clients that give up before Redis answers never opened the
-// breaker, and every request kept waiting for Redis. Package filter tests the same natively,
+// and open the breaker, so the next request skips Redis at once. Dropped with their streams,
+// the answers of clients that give up before Redis answers would never open the breaker, and
+// every request would keep waiting for Redis. Package filter tests the same natively,
 // and that a late success closes the breaker (TestLateAnswerFeedsBreaker).
 func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
 	srv := redistest.Start(t)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Leases (issue 13) against the compiled module: the bound with several worker VMs on the
+// Leases against the compiled module: the bound with several worker VMs on the
 // virtual clock, shared-data writes per request, and the over-limit cache of a global rule
 // against real redis-server and webdis.
 
@@ -76,9 +76,9 @@ func TestLeaseBoundWasm(t *testing.T) {
 	require.Positive(t, taken)
 }
 
-// TestLeaseWritesPerRequestWasm checks the issue's target on the module: a hot local key below
-// its limit costs at most 0.1 shared-data writes per request with a lease, on 8 worker VMs,
-// with no compare-and-swap exhausted; without the lease one write per request.
+// TestLeaseWritesPerRequestWasm checks what leases are for, on the module: a hot local key
+// below its limit costs at most 0.1 shared-data writes per request with a lease, on 8 worker
+// VMs, with no compare-and-swap exhausted; without the lease one write per request.
 func TestLeaseWritesPerRequestWasm(t *testing.T) {
 	for _, c := range []struct {
 		lease  string

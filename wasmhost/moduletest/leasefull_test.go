@@ -12,8 +12,8 @@ import (
 // 4,096 distinct keys, each of which takes a batch the VM holds, so the VM's lease map for the
 // rule is full (maxHeld) and none of its leases has expired. Another client's key, which the
 // VM does not hold, is then decided exactly and admits its whole limit, 20 of 25 requests.
-// Before, each of its requests debited a batch of ten that the full map could not hold, and
-// the key admitted two. Package filter tests the same natively
+// A batch of ten debited for each of its requests, which the full map cannot hold, would let
+// the key admit two. Package filter tests the same natively
 // (TestLocalLeaseMapFullDecidesExactly, and TestLeaseMapFullDecidesExactly for global rules).
 func TestLeaseWasmMapFullDecidesExactly(t *testing.T) {
 	rules := `{"rules":[{"name":"u","key":[{"source":"header","name":"x-u"}],"algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`

@@ -141,8 +141,8 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 // tears the stream down, and only then does the answer arrive. Redis committed the call, and
 // the VM holds the batch as its lease on the key (the filter sends its Redis calls with
 // abi.DispatchHttpCallAlways and takes the gone stream's answer on the root context): the
-// key's next ten requests cost no call. Before, the batch was debited and
-// neither spent nor counted. Package filter tests the same natively (TestLateBatchIsHeld).
+// key's next ten requests cost no call: the batch is debited, so it must be spent or counted.
+// Package filter tests the same natively (TestLateBatchIsHeld).
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")

@@ -8,9 +8,9 @@ import (
 )
 
 // The module's size is mostly what the linker keeps, and a standard package can be kept by a
-// use that looks harmless: an embed.FS kept time's formatting through io/fs.FileInfo, a
-// sort.Slice kept reflection's Swapper and a quicksort per shape, an errors.As kept
-// reflection's assignability checks (issue 14, docs/BENCHMARKS.md "Size, fourth pass"). The
+// use that looks harmless: an embed.FS keeps time's formatting through io/fs.FileInfo, a
+// sort.Slice keeps reflection's Swapper and a quicksort per shape, an errors.As keeps
+// reflection's assignability checks (docs/BENCHMARKS.md). The
 // test reads the function names of the compiled module (its name section) and fails when one
 // of those comes back.
 func TestModuleLinksNoUnusedStdlib(t *testing.T) {

@@ -7,14 +7,13 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
-// TestModuleLinksNoTableInitialisers checks, in the compiled module's name section, that the
-// package initialisers issue 14 moved out stay out: package unicode's map initialisers
+// TestModuleLinksNoTableInitialisers checks, in the compiled module's name section, that no
+// package initialiser builds a table map: package unicode's map initialisers
 // (unicode.Categories, Scripts, FoldCategory, FoldScript, CategoryAliases: about 62 KB of
 // code, linked when anything reads those maps; internal/regexp looks its \p{Name} tables up
 // through a generated switch instead), the regexp copy's own table maps and filter/config's
-// (units, placeholders, reserved headers: switches too). Envoy's V8
-// compiles each function on its first call, so an initialiser's code is compiled and run in
-// every VM's _initialize.
+// (units, placeholders, reserved headers: switches too). An initialiser's code is compiled
+// and run in every VM's _initialize (see filter/doc.go).
 func TestModuleLinksNoTableInitialisers(t *testing.T) {
 	names, err := functionNames(wasmtest.BuildModule(t))
 	if err != nil {

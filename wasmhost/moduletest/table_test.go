@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The key table's promises through the whole filter (issue 10 items 1 to 4, issue 11 item 2)
-// against the compiled module; package filter runs filtertest.TableCases natively.
+// The key table's promises through the whole filter against the compiled module; package
+// filter runs filtertest.TableCases natively.
 
 type wasmTableDriver struct{ *wasmDriver }
 
@@ -33,8 +33,8 @@ func TestKeyTable(t *testing.T) {
 	}
 }
 
-// A max_keys change keeps each client's consumed allowance (issue 10's row: exhausted, max_keys
-// 10000 -> 5000, 5 of 5 allowed next, must be 0), for token_bucket, fixed_window and the
+// A max_keys change keeps each client's consumed allowance (exhausted, then max_keys 10000 ->
+// 5000: 0 of the next 5 allowed), for token_bucket, fixed_window and the
 // sliding log; old and new configurations run side by side on one shared store, as Envoy
 // runs old and new VMs during an update.
 func TestKeyTableMaxKeysChange(t *testing.T) {
@@ -46,8 +46,8 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 	conf := func(algo string, maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,%s}]}`, maxKeys, algo)
 	}
-	// Ten exhausted clients: under the old formula (digest mod max_keys) a key kept its slot
-	// across 10000 -> 5000 only by chance (one in two), so some of them would be reset.
+	// Ten exhausted clients: under a plain formula (digest mod max_keys) a key would keep its
+	// slot across 10000 -> 5000 only by chance (one in two), so some of them would be reset.
 	const clients = 10
 	exhaust := func(t *testing.T, d driver) {
 		for c := range clients {
@@ -142,7 +142,8 @@ func TestKeyTableContentionWasm(t *testing.T) {
 
 // A chain of max_keys changes, 100 -> 200 -> ... -> 800, keeps an exhausted client exhausted
 // in the compiled module: each configuration is asked once (denied, so it writes nothing and
-// the key's state stays in an older layout's forward). The fourth layout used to reset it.
+// the key's state stays in an older layout's forward), however many layouts back, the fourth
+// and later included.
 func TestKeyTableMaxKeysChainWasm(t *testing.T) {
 	conf := func(maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)

@@ -166,8 +166,9 @@ func TestLargestAdmittedConfigConfiguresQuickly(t *testing.T) {
 	require.Less(t, perVM, bound)
 }
 
-// The three expensive configurations of issue 11 are refused by the compiled module at
-// configure time, quickly, with the JSON path and the numbers in Envoy's log.
+// Expensive configurations (huge key tables, many costly regexes, huge documents) are refused
+// by the compiled module at configure time, quickly, with the JSON path and the numbers in
+// Envoy's log.
 func TestCostlyConfigsRefusedWasm(t *testing.T) {
 	mod := wasmtest.BuildModule(t)
 	warm, err := wasmhost.New(context.Background(), mod, wasmhost.Options{VMID: "ratelimit",

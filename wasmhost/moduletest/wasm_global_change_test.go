@@ -13,8 +13,8 @@ import (
 // allowance on a global rule, through the compiled module: a key is used under one
 // configuration by one proxy, then the plugin is reconfigured (a new host whose worker VMs
 // load the changed configuration, on the same Redis, as Envoy does on an xDS update), and the
-// new configuration admits exactly what the conversion leaves (issue 10, the table of
-// "Configuration changes" in the README). Windows are an hour or more, so nothing refills
+// new configuration admits exactly what the conversion leaves (the table of "Configuration
+// changes" in the README). Windows are an hour or more, so nothing refills
 // noticeably while the test runs (one token of 11/h takes 327 s).
 //
 // The last row is the amendment for idle keys: a key the old configuration finds back at its

@@ -872,7 +872,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 
 // TestGlobalWasmDeadStream tears a request down while its callout is in flight (the downstream
 // gave up before a slow webdis answered). The answer still arrives at the root context, for a
-// stream that no longer exists: it must be handled without a trap (it decides nothing, and is
+// stream that is gone: it must be handled without a trap (it decides nothing, and is
 // measured like every answer), and the worker must go on serving requests, including while the
 // late answer is pending.
 func TestGlobalWasmDeadStream(t *testing.T) {

@@ -30,7 +30,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Every line of a refused configuration carries the level (issue 15): the filter logs each
+// Every line of a refused configuration carries the level: the filter logs each
 // problem as an entry of its own, so none is a bare continuation line in Envoy's log.
 func TestInvalidConfigEveryLineHasLevel(t *testing.T) {
 	var logs lockedBuffer
@@ -53,7 +53,7 @@ func TestInvalidConfigEveryLineHasLevel(t *testing.T) {
 	require.Equal(t, 2, problems, "each problem on a line of its own:\n%s", logs.String())
 }
 
-// A configure warning is logged once per process, not once per worker VM (issue 15).
+// A configure warning is logged once per process, not once per worker VM.
 func TestConfigureWarningOncePerProcess(t *testing.T) {
 	d := newWasm(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
 		"adaptive":{"min_limit":5,"max_limit":100,"target_latency":"100ms","interval":"200ms"}}]}`,

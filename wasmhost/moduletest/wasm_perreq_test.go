@@ -26,10 +26,10 @@ func doOn(t testing.TB, h *wasmhost.Host, worker int) outcome {
 	return outcomeOf(res)
 }
 
-// Issue 11 item 7, against the compiled module: with two worker VMs, each with its own breaker,
+// Against the compiled module: with two worker VMs, each with its own breaker,
 // ratelimit_redis_breaker_open counts the workers that are open. When one of two open workers
-// closes, the gauge must still say one is open (the per-worker 1/0 it replaced read 0), and a
-// VM retired with its breaker open takes its share with it.
+// closes, the gauge must still say one is open (a per-worker 1 or 0 would read 0), and a VM
+// retired with its breaker open takes its share with it.
 func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	srv := redistest.Start(t)
 	const cooldown = 200 * time.Millisecond
@@ -86,7 +86,7 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 	require.Zero(t, h.Stats().Traps)
 }
 
-// Issue 11 item 8, against the compiled module: a webdis cluster without hosts makes Envoy fail
+// Against the compiled module: a webdis cluster without hosts makes Envoy fail
 // proxy_http_call at once with InternalFailure, and no answer ever comes. Each failure mode
 // applies at once, the failure is counted as unavailable (not as a reset), and it feeds the
 // breaker, which then stops trying.
@@ -117,7 +117,7 @@ func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
 	}
 }
 
-// Issue 11 item 3, against the compiled module: an adaptive rule whose limit fell to 117
+// Against the compiled module: an adaptive rule whose limit fell to 117
 // advertises q=117, not its configured 200. The controller in shared data is set to 117 (as
 // by the controller's own update, at the scenarios' fixed instant, so no interval elapses and
 // the limit stays); every worker VM adopts it on its next tick.
@@ -147,7 +147,7 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 	require.Zero(t, d.host.Stats().Traps)
 }
 
-// Issue 11 item 3, against the compiled module: a webdis answer with a retry-after of 2^63-1
+// Against the compiled module: a webdis answer with a retry-after of 2^63-1
 // ns (well-formed, absurd) is clamped to the rule's longest wait, two minutes for gcra 5 per
 // minute, in Retry-After, RateLimit and the deny body.
 func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
@@ -165,7 +165,7 @@ func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
 	require.Zero(t, h.Stats().Traps)
 }
 
-// Issue 11 item 5, against the compiled module with the host's header map: a repeated
+// Against the compiled module with the host's header map: a repeated
 // x-api-key (one entry per line, as Envoy keeps it) is refused and counted; a repeated
 // user-agent, which Envoy folds into one "a,b" value before the filter sees it (and sends
 // upstream as that one value), is keyed on that value and not refused.

@@ -150,7 +150,7 @@ func BenchmarkV8Start(b *testing.B) {
 // traffic: the filter allocates at configure what its first requests need (each table's slot
 // name cache), so that the Go heap's first growth, and the page allocator's slow path that V8
 // compiles for it, happen in proxy_on_configure and not in the first request
-// (docs/BENCHMARKS.md, "Start-up, fifth pass").
+// (docs/BENCHMARKS.md).
 func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	res := run(t, Job{Module: module(t, "."), Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
@@ -162,10 +162,10 @@ func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
 }
 
 // What a valid configure and the first request run is what V8 compiles before the first
-// response (docs/BENCHMARKS.md, "Start-up, fifth pass" and "sixth pass"): for a one-rule configuration with no
-// top-level options, overrides, lease, shaping, adaptive or global rule, none of the code kept
-// out of line for those is compiled, nor the runtime's itab construction (an interface to
-// interface conversion), nor strings.Map and strings.ToLower (ASCII loops do their work).
+// response (see filter/doc.go): for a one-rule configuration with no top-level options,
+// overrides, lease, shaping, adaptive or global rule, none of the code kept out of line for
+// those is compiled, nor the runtime's itab construction (an interface to interface
+// conversion), nor strings.Map and strings.ToLower (ASCII loops do their work).
 func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 	mod := module(t, ".")
 	wasm, err := os.ReadFile(mod)
@@ -245,8 +245,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"runtime.mallocgcLarge",
 		"runtime.(*mcache).allocLarge",
 		"runtime.(*pageAlloc).find",
-		// The seventh pass (configure): the parser's messages, the readers of options a rule
-		// does not set, the checks of several rules, and the rare forms of values.
+		// Configure's parts for other configurations: the parser's messages, the readers of
+		// options a rule does not set, the checks of several rules, and the rare forms of
+		// values.
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).unknownField",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).wrongType",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).notOneOf",
@@ -297,7 +298,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).admitted",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
-		// The request path's second pass: the general rule loop (overrides, lease blocks,
+		// The request path's general loops: the general rule loop (overrides, lease blocks,
 		// global rules, rules without their key), the general write loop (lease takes, lost
 		// races, failures, shadow denials), adaptive and shaping admissions, several
 		// draft rules' items, the legacy headers, naming a repeated key part, checking several
@@ -361,7 +362,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		require.False(t, got[wasmtest.LinkerName(fn)], "a valid one-rule configure or its first request compiled %s", fn)
 	}
 	// The digest cache indexes with the state layer's SipHash: a first request compiles no
-	// third hash function (hash/maphash and its runtime hash were about 1 KB).
+	// third hash function (hash/maphash and its runtime hash would be about 1 KB).
 	for name := range got {
 		require.False(t, strings.HasPrefix(name, wasmtest.LinkerName("hash/maphash.")), "a valid one-rule configure or its first request compiled %s", name)
 	}
@@ -370,9 +371,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 // firstRequestCompileBudget is the most function body bytes a fresh VM's first request may
 // make V8 compile, for the one-rule configuration of BenchmarkV8Start. V8 under Envoy's flags
 // compiles each function with TurboFan on its first call, about 0.7 ms per KB on Node 20
-// (docs/BENCHMARKS.md), so the first request's latency is mostly this: 57,802 bytes took
-// 40-41 ms, and issue 14's 50 ms would be crossed near 71 KB. The budget leaves the margin
-// to that line in place and, unlike wall time, does not depend on the machine's load.
+// (docs/BENCHMARKS.md), so the first request's latency is mostly this: 57,802 bytes take
+// 40-41 ms, and 50 ms would be crossed near 71 KB. The budget keeps a margin below that line
+// and, unlike wall time, does not depend on the machine's load.
 const firstRequestCompileBudget = 64_000
 
 // TestV8FirstRequestCompileBudget holds the first request to firstRequestCompileBudget and

@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
-// Trying your own plugin configuration (issue 15): the host run with -config serves an admin
+// Trying your own plugin configuration: the host run with -config serves an admin
 // interface like the envoy.yaml mode, and /stats/prometheus carries the rule and decision as
 // labels while the host runs, not only at shutdown.
 func TestPluginConfigModeServesAdmin(t *testing.T) {

@@ -604,7 +604,7 @@ func onHTTPCallResponse(root, token, nh, nb, nt uint32) {
 	addHeader(0, "x-callout-n", strconv.Itoa(int(nh))+"/"+strconv.Itoa(int(nb))+"/"+strconv.Itoa(int(nt)))
 	addHeader(0, "x-callout-get-status", strconv.Itoa(int(code))+":"+string(load(mp, ms)))
 	proxyContinueStream(0)
-	// After continue Envoy no longer holds the request headers.
+	// After continue Envoy has dropped the request headers.
 	r := addHeader(0, "x-after-continue", "1")
 	logf(1, "add after continue: "+strconv.Itoa(int(r)))
 }
