@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The documentation cites tests by name (to run, or as the proof of a promise); a renamed or
@@ -57,6 +58,66 @@ func TestDocsCiteExistingTests(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("%s cites %s, which no test file defines", doc, name)
+			}
+		}
+	}
+}
+
+// The README and the docs link to each other, to files of the repository and to sections by
+// their anchors; a renamed file or heading leaves a reader with a link to nothing. Every
+// relative link of the README and docs must name a file that exists, and an anchor must be a
+// heading of that file (GitHub's anchor: the heading lower-cased, punctuation other than '-'
+// and '_' dropped, spaces as '-'). Links inside code blocks are not links and are skipped.
+func TestDocsLinksResolve(t *testing.T) {
+	docs, _ := filepath.Glob("docs/*.md")
+	docs = append(docs, "README.md", "wasmhost/README.md")
+	codeRe := regexp.MustCompile("(?s)```.*?```")
+	headingRe := regexp.MustCompile(`(?m)^#+ (.*)$`)
+	linkRe := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	anchor := func(heading string) string {
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		return b.String()
+	}
+	anchors := func(file string) map[string]bool {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		for _, m := range headingRe.FindAllStringSubmatch(codeRe.ReplaceAllString(string(b), ""), -1) {
+			set[anchor(m[1])] = true
+		}
+		return set
+	}
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range linkRe.FindAllStringSubmatch(codeRe.ReplaceAllString(string(b), ""), -1) {
+			link := m[1]
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			path, frag, _ := strings.Cut(link, "#")
+			target := doc
+			if path != "" {
+				target = filepath.Join(filepath.Dir(doc), path)
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s links to %s, which does not exist", doc, link)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(target, ".md") && !anchors(target)[frag] {
+				t.Errorf("%s links to %s, which is no heading of %s", doc, link, target)
 			}
 		}
 	}
