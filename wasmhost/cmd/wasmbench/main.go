@@ -46,6 +46,9 @@ func main() {
 // its own unless built with timeduration (the module is built without it).
 var buildTags = "timeduration"
 
+// The test binaries are built with -trimpath, as the module is (see the Makefile), so that
+// they share the standard library's wasip1 packages in Go's build cache with it.
+
 // runIn builds the test binary of the package in directory pkg for wasip1 and runs it with
 // args, its output going to out, and returns its exit code.
 func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, error) {
@@ -59,7 +62,7 @@ func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, 
 	if err != nil {
 		return 0, err
 	}
-	build := exec.Command("go", "test", "-c", "-tags", buildTags, "-o", bin, ".")
+	build := exec.Command("go", "test", "-c", "-trimpath", "-tags", buildTags, "-o", bin, ".")
 	build.Dir = wd
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	build.Stdout, build.Stderr = out, out
