@@ -12,6 +12,7 @@ import (
 // old and new VMs during an update (the rows are filtertest.ConfigChangeRows, which package
 // filter runs natively).
 func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
+	t.Parallel()
 	for _, row := range filtertest.ConfigChangeRows {
 		t.Run(row.Name, func(t *testing.T) {
 			shared := wasmhost.NewSharedData()

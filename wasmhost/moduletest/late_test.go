@@ -18,6 +18,7 @@ import (
 // every request would keep waiting for Redis. Package filter tests the same natively,
 // and that a late success closes the breaker (TestLateAnswerFeedsBreaker).
 func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "EVAL")
 	rules := "[" + globalRule("g", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"

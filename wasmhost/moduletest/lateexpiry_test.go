@@ -18,6 +18,7 @@ import (
 // nine units dropped) and the next request would drop the expired ten and take a third batch.
 // Package filter tests the same natively (TestLateBatchAfterTTLIsDropped).
 func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"100ms"}`)

@@ -85,6 +85,7 @@ func resetMany(t *testing.T, h *wasmhost.Host, n int, calls func() int64, want i
 // worker. A sixth hostile late answer then opens the breaker (threshold 6 consecutive
 // failures), proving the five were heard.
 func TestGlobalWasmLateHostileAnswers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
 	bodies := [][]byte{

@@ -16,6 +16,7 @@ import (
 // lease_units_dropped at once and no lease is taken. Package filter tests the same natively
 // (TestLateBatchOnOverflowIsDropped).
 func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"max_keys":4,"lease":{"batch":10,"ttl":"1m"}`)

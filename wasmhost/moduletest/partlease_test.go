@@ -100,6 +100,7 @@ func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() 
 // abi.DispatchHttpCallAlways): the key's next ten requests cost no call for y. Package filter
 // tests the same natively (TestPartitionedLateBatchIsHeld).
 func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%7Brl%3Ay%3A")
 	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
@@ -144,6 +145,7 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 // key's next ten requests cost no call: the batch is debited, so it must be spent or counted.
 // Package filter tests the same natively (TestLateBatchIsHeld).
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)

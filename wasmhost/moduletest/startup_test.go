@@ -15,6 +15,7 @@ import (
 // (units, placeholders, reserved headers: switches too). An initialiser's code is compiled
 // and run in every VM's _initialize (see filter/doc.go).
 func TestModuleLinksNoTableInitialisers(t *testing.T) {
+	t.Parallel()
 	names, err := functionNames(wasmtest.BuildModule(t))
 	if err != nil {
 		t.Fatal(err)
