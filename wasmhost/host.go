@@ -12,8 +12,8 @@
 package wasmhost
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -175,7 +175,7 @@ func noDefaultUserAgent(h http.Header) {
 
 // moduleRuntime is the wazero runtime of every Host of the process that uses one
 // compilation cache, with the host modules instantiated once and the modules
-// compiled in it by the SHA-256 of their bytes. wazero decodes and validates a
+// compiled in it. wazero decodes and validates a
 // module on every CompileModule, found in the cache or not (about 45 ms of CPU
 // for the filter's 4 MB module, more than starting a VM); a Host of a module
 // the process already runs skips that. Each Host's VMs are anonymous module
@@ -184,12 +184,16 @@ func noDefaultUserAgent(h http.Header) {
 type moduleRuntime struct {
 	rt wazero.Runtime
 
-	mu       sync.Mutex
-	compiled map[[sha256.Size]byte]*compiledModule
+	mu sync.Mutex
+	// compiled holds the modules by their length; a module is found by comparing
+	// its bytes (a memory compare, cheaper than hashing them on every New).
+	compiled map[int][]*compiledModule
 }
 
-// compiledModule is a module compiled once, or the error compiling it gave.
+// compiledModule is a module (a copy of its bytes) compiled once, or the error
+// compiling it gave.
 type compiledModule struct {
+	wasm []byte
 	once sync.Once
 	cm   wazero.CompiledModule
 	err  error
@@ -210,7 +214,7 @@ func runtimeFor(cache wazero.CompilationCache) (*moduleRuntime, error) {
 	ctx := context.Background()
 	// V8 caps a Wasm memory at 1 GiB (16384 pages); so does this host.
 	cfg := wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache).WithMemoryLimitPages(16384)
-	r := &moduleRuntime{rt: wazero.NewRuntimeWithConfig(ctx, cfg), compiled: map[[sha256.Size]byte]*compiledModule{}}
+	r := &moduleRuntime{rt: wazero.NewRuntimeWithConfig(ctx, cfg), compiled: map[int][]*compiledModule{}}
 	if err := instantiateHostModules(ctx, r.rt); err != nil {
 		_ = r.rt.Close(ctx)
 		return nil, err
@@ -221,15 +225,20 @@ func runtimeFor(cache wazero.CompilationCache) (*moduleRuntime, error) {
 
 // compile returns wasm compiled in the runtime, compiling it on first use.
 func (r *moduleRuntime) compile(wasm []byte) (wazero.CompiledModule, error) {
-	sum := sha256.Sum256(wasm)
 	r.mu.Lock()
-	c, ok := r.compiled[sum]
-	if !ok {
-		c = &compiledModule{}
-		r.compiled[sum] = c
+	var c *compiledModule
+	for _, o := range r.compiled[len(wasm)] {
+		if bytes.Equal(o.wasm, wasm) {
+			c = o
+			break
+		}
+	}
+	if c == nil {
+		c = &compiledModule{wasm: bytes.Clone(wasm)}
+		r.compiled[len(wasm)] = append(r.compiled[len(wasm)], c)
 	}
 	r.mu.Unlock()
-	c.once.Do(func() { c.cm, c.err = r.rt.CompileModule(context.Background(), wasm) })
+	c.once.Do(func() { c.cm, c.err = r.rt.CompileModule(context.Background(), c.wasm) })
 	return c.cm, c.err
 }
 
