@@ -55,7 +55,8 @@ var TableCases = []TableCase{
 	{
 		// Issue 10's flood: 10,010 distinct keys on a 10/h rule with max_keys 10000 made 100
 		// of 100 new clients get 429. Now at most the documented share R / (64 x limit) is
-		// denied, R being the overflowing requests (the key_overflow_total metric).
+		// denied, R being the overflowing requests (the key_overflow_total metric); a new
+		// client takes the slot of a flood key that spent 1 of its 10, so none overflows.
 		Name:   "Flood",
 		Config: tableConfig,
 		Check: func(t *testing.T, d TableDriver) {
@@ -74,8 +75,10 @@ var TableCases = []TableCase{
 			if float64(denied) > bound {
 				t.Fatalf("%d denied, above the bound %.1f", denied, bound)
 			}
-			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 10000 {
-				t.Fatalf("key_slots_used %d, want 10000", used)
+			// A new key may use a free slot of two groups only: when both are full it takes the
+			// slot of a key that spent little, so the last slots of a few groups stay unused.
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used < 9800 || used > 10000 {
+				t.Fatalf("key_slots_used %d, want 9,800 to 10,000", used)
 			}
 		},
 	},
