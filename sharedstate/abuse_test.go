@@ -98,15 +98,18 @@ func TestLoadSecret(t *testing.T) {
 // fillCurve sends one request from each of maxKeys*11/10 new clients and returns, per 5% of
 // max_keys already stored, how many new clients arrived and how many of them were counted in
 // overflow and denied. One-request clients stay active for the whole run (10 per hour).
-func fillCurve(t testing.TB, decide func(key []byte) (overflow, allowed bool), maxKeys int) (arrived, overflowed, denied [22]int) {
+func fillCurve(t testing.TB, decide func(key []byte) (overflow, allowed, evicted bool), maxKeys int) (arrived, overflowed, denied, evicted [22]int) {
 	stored := 0
 	for i := range maxKeys * 11 / 10 {
 		bin := min(stored*20/maxKeys, 21)
-		ov, ok := decide(fmt.Appendf(nil, "2:%d:client-%d", i%7, i))
+		ov, ok, ev := decide(fmt.Appendf(nil, "2:%d:client-%d", i%7, i))
 		arrived[bin]++
-		if ov {
+		switch {
+		case ov:
 			overflowed[bin]++
-		} else {
+		case ev:
+			evicted[bin]++
+		default:
 			stored++
 		}
 		if !ok {
@@ -116,40 +119,42 @@ func fillCurve(t testing.TB, decide func(key []byte) (overflow, allowed bool), m
 	return
 }
 
-// With one-request clients, no new client is refused (or even counted in overflow) before the
-// table holds 90% of max_keys. The test prints the curve for the table as it was and as it is;
-// the README's table comes from it:
+// With one-request clients (each stays active), no new client is refused, counted in overflow
+// or given the slot of another client before the table holds 90% of max_keys. Past that a new
+// client whose two groups are full takes the slot of the client that spent least (here: one
+// of its ten), an eviction, instead of overflowing. The test prints the curve for the table
+// as it was and as it is; docs/key-table.md's table comes from it:
 //
 //	go test -count=1 -run TestTableFalseDenialCurve -v ./sharedstate/
 func TestTableFalseDenialCurve(t *testing.T) {
 	const maxKeys = 10000
 	cfg := algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}
-	var results [2][3][22]int
+	var results [2][4][22]int
 	for v, name := range []string{"legacy", "table"} {
 		store := NewMemory()
 		lim := mustLimiter(t, cfg)
-		var decide func([]byte) (bool, bool)
+		var decide func([]byte) (bool, bool, bool)
 		if name == "legacy" {
 			tab, p := mustLegacy(t, store, maxKeys, lim), &legacyPending{}
-			decide = func(k []byte) (bool, bool) {
+			decide = func(k []byte) (bool, bool, bool) {
 				if err := tab.AllowN(k, 0, 1, p); err != nil {
 					t.Fatal(err)
 				}
-				return p.Overflow, p.Decision.Allowed
+				return p.Overflow, p.Decision.Allowed, false
 			}
 		} else {
 			tab, p := mustTable(t, store, maxKeys, lim), &Pending{}
-			decide = func(k []byte) (bool, bool) {
+			decide = func(k []byte) (bool, bool, bool) {
 				if err := tab.AllowN(k, 0, 1, p); err != nil {
 					t.Fatal(err)
 				}
-				return p.Overflow, p.Decision.Allowed
+				return p.Overflow, p.Decision.Allowed, p.Evicted
 			}
 		}
-		results[v][0], results[v][1], results[v][2] = fillCurve(t, decide, maxKeys)
+		results[v][0], results[v][1], results[v][2], results[v][3] = fillCurve(t, decide, maxKeys)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| table already holding | before: new clients, overflowed, denied | now: new clients, overflowed, denied |\n|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| table already holding | before: new clients, overflowed, denied | now: new clients, overflowed, denied, evicted another |\n|---|---|---|\n")
 	for bin := range 22 {
 		if results[1][0][bin] == 0 && results[0][0][bin] == 0 {
 			continue
@@ -158,14 +163,14 @@ func TestTableFalseDenialCurve(t *testing.T) {
 		if bin >= 20 {
 			label = "100% (full)"
 		}
-		fmt.Fprintf(&b, "| %s | %d, %d, %d | %d, %d, %d |\n", label, results[0][0][bin], results[0][1][bin], results[0][2][bin],
-			results[1][0][bin], results[1][1][bin], results[1][2][bin])
+		fmt.Fprintf(&b, "| %s | %d, %d, %d | %d, %d, %d, %d |\n", label, results[0][0][bin], results[0][1][bin], results[0][2][bin],
+			results[1][0][bin], results[1][1][bin], results[1][2][bin], results[1][3][bin])
 	}
 	t.Log(b.String())
 	for bin := range 18 { // up to 90%
-		if results[1][1][bin] != 0 || results[1][2][bin] != 0 {
-			t.Errorf("at %d-%d%% fill: %d new clients overflowed, %d denied; want none before 90%%",
-				bin*5, bin*5+5, results[1][1][bin], results[1][2][bin])
+		if results[1][1][bin] != 0 || results[1][2][bin] != 0 || results[1][3][bin] != 0 {
+			t.Errorf("at %d-%d%% fill: %d new clients overflowed, %d denied, %d evicted another; want none before 90%%",
+				bin*5, bin*5+5, results[1][1][bin], results[1][2][bin], results[1][3][bin])
 		}
 	}
 }
@@ -664,5 +669,113 @@ func TestMaxKeysChangeChainKeepsExhaustion(t *testing.T) {
 	}
 	if maxGeometries < 8 {
 		t.Fatalf("maxGeometries %d: at least 8 layouts (7 changes within a window) are promised", maxGeometries)
+	}
+}
+
+// A flood that spends little per key cannot keep new clients out of a full table, and a key
+// that spent its allowance keeps its slot through it. On a 1,000-key table at 10 per hour,
+// 1,800 flood keys each send two requests a minute apart; then 100 new clients arrive. At
+// least 95 must be admitted (each takes the slot of a flood key, which regains the 2 it
+// spent, or less: what Pending.Granted reports), and a key that spent its 10 before the flood
+// is still denied after it.
+func TestFloodCannotLockOutNewClients(t *testing.T) {
+	const maxKeys, limit = 1000, 10
+	cfg := algorithms.Config{Algorithm: "token_bucket", Limit: limit, Window: time.Hour}
+	tab, p := mustTable(t, NewMemory(), maxKeys, mustLimiter(t, cfg)), &Pending{}
+	allow := func(key string, at int64) bool {
+		t.Helper()
+		if err := tab.AllowN([]byte(key), at, 1, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Decision.Allowed
+	}
+	for range limit {
+		if !allow("spent-before", 0) {
+			t.Fatal("setup: the key's own allowance was denied")
+		}
+	}
+	// The flood's first requests over a minute, each key's second one a minute after its first.
+	const flood = 1800
+	evictions, granted, maxGrant := 0, int64(0), int64(0)
+	step := int64(time.Minute) / flood
+	for round := range 2 {
+		for i := range flood {
+			allow(fmt.Sprintf("flood-%d", i), sec+int64(round)*int64(time.Minute)+int64(i)*step)
+			if p.Evicted {
+				evictions++
+				granted += p.Granted
+				maxGrant = max(maxGrant, p.Granted)
+			}
+		}
+	}
+	now := 3 * int64(time.Minute)
+	admitted := 0
+	for i := range 100 {
+		if allow(fmt.Sprintf("new-client-%d", i), now) {
+			admitted++
+		}
+	}
+	t.Logf("%d flood requests: %d evictions granting %d units (at most %d at once); %d of 100 new clients admitted",
+		2*flood, evictions, granted, maxGrant, admitted)
+	if admitted < 95 {
+		t.Errorf("%d of 100 new clients admitted, want at least 95", admitted)
+	}
+	if maxGrant >= limit {
+		t.Errorf("an eviction granted %d units: a key that spent its allowance was evicted", maxGrant)
+	}
+	if allow("spent-before", now) {
+		t.Error("the key that spent its allowance before the flood was admitted after it")
+	}
+}
+
+// What it costs to keep new clients out of a full table: a flood must hold nearly every slot
+// with a key that spent its whole allowance, max_keys x limit requests per window (the bound
+// stated in docs/key-table.md). On a 1,000-key table at 10 per hour: 1,000 flood keys that
+// each spent 9 (9,000 requests) leave every new client a slot; 1,000 that each spent 10
+// (10,000 requests) push new clients into the overflow slots, where OverflowSlots x limit
+// more requests would be needed to deny them all (at most the share floodShareBound says is
+// denied).
+func TestFloodCostToLockOut(t *testing.T) {
+	const maxKeys, limit = 1000, 10
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: limit, Window: time.Hour}
+	for _, spend := range []int{limit - 1, limit} {
+		tab, p := mustTable(t, NewMemory(), maxKeys, mustLimiter(t, cfg)), &Pending{}
+		requests, overflowRequests := 0, 0
+		// One flood key per slot, each spending its share at once.
+		for i := range maxKeys {
+			for range spend {
+				if err := tab.AllowN(fmt.Appendf(nil, "flood-%d", i), 0, 1, p); err != nil {
+					t.Fatal(err)
+				}
+				requests++
+				if p.Overflow {
+					overflowRequests++
+				}
+			}
+		}
+		overflowed, denied := 0, 0
+		for i := range 100 {
+			if err := tab.AllowN(fmt.Appendf(nil, "new-client-%d", i), sec, 1, p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Overflow {
+				overflowed++
+			}
+			if !p.Decision.Allowed {
+				denied++
+			}
+		}
+		bound := 100 * floodShareBound(overflowRequests, limit)
+		t.Logf("flood keys spending %d of %d (%d requests, %d in overflow): %d of 100 new clients in overflow, %d denied (bound %.1f)",
+			spend, limit, requests, overflowRequests, overflowed, denied, bound)
+		switch {
+		case spend < limit && overflowed > 0:
+			t.Errorf("a flood spending %d of %d per key pushed %d new clients into overflow, want none", spend, limit, overflowed)
+		case spend == limit && overflowed < 80:
+			t.Errorf("a flood spending every key's whole allowance pushed only %d of 100 new clients into overflow", overflowed)
+		}
+		if float64(denied) > bound {
+			t.Errorf("%d new clients denied, above the overflow slots' bound %.1f", denied, bound)
+		}
 	}
 }
