@@ -38,7 +38,7 @@ const fingerprintSize = 8
 const Choices = 2
 
 // groupBias is how many more free slots a key's second group must have than its first for a
-// new key to go there. The first group holds the key's home slot, the one slot a lookup reads
+// new key to go there, while the first has more than groupBias free. The first group holds the key's home slot, the one slot a lookup reads
 // before any index (see Table); keeping more keys in their first group keeps more of them
 // at home, at the cost of a slightly less even fill (TestTableFalseDenialCurve).
 const groupBias = 2
@@ -176,7 +176,7 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // # Placing a new key
 //
 // A new key goes to the group with more free (never used) slots, the first unless the second
-// has more than groupBias more or the first has none, and there to its home slot if that is free or holds an idle
+// has more than groupBias more, or more when the first has groupBias or fewer left, and there to its home slot if that is free or holds an idle
 // key (back at full allowance: forgetting it grants nothing), else to the group's first free
 // slot. Placing it writes the group's index (compare-and-swap against the index read) and then
 // the slot: two writes. Slots are never emptied, so a group's free count only falls: two
@@ -671,7 +671,7 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	// A new key: the group with more free slots (see Table).
 	target := &gs[0]
-	if free0, free1 := gs[0].size-gs[0].used, gs[1].size-gs[1].used; n > 1 && (free1 > free0+groupBias || free0 == 0 && free1 > 0) {
+	if free0, free1 := gs[0].size-gs[0].used, gs[1].size-gs[1].used; n > 1 && (free1 > free0+groupBias || free0 <= groupBias && free1 > free0) {
 		target = &gs[1]
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
