@@ -566,7 +566,9 @@ func (rs *ruleState) placed(p *sharedstate.Pending) {
 	}
 	if p.Evicted {
 		rs.m.evictions.Increment(1)
-		rs.m.evictionGranted.Increment(uint64(p.Granted))
+		if p.Granted > 0 {
+			rs.m.evictionGranted.Increment(uint64(p.Granted))
+		}
 	}
 }
 
