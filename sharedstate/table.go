@@ -666,8 +666,10 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			return t.decideOwn(p, g.maxKeys, idx, v, cas, err == nil)
 		}
 	}
-	if found, err := t.decidePast(p); found || err != nil {
-		return err
+	if len(t.prev) > 0 {
+		if found, err := t.decidePast(p); found || err != nil {
+			return err
+		}
 	}
 	// A new key: the group with more free slots (see Table).
 	target := &gs[0]
@@ -742,7 +744,12 @@ func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32, fou
 }
 
 // decidePast looks the key up in the previous geometries that may still hold active state,
-// newest first, and decides it where it is found active. It reports whether it decided.
+// newest first, and decides it where it is found active. It reports whether it decided. It is
+// out of line, like chooseVictim and overflow: a table that never changed max_keys, and a new
+// key of a table that is not full, do not compile them (V8 in Envoy compiles a function on
+// its first call).
+//
+//go:noinline
 func (t *Table) decidePast(p *Pending) (bool, error) {
 	fp := fingerprint(&p.digest)
 	for i := range t.prev {
@@ -843,6 +850,8 @@ func (t *Table) grantOf(state []byte, now int64) (int64, bool) {
 }
 
 // overflow decides the key in its overflow slot.
+//
+//go:noinline
 func (t *Table) overflow(p *Pending, h uint64) error {
 	p.Overflow = true
 	p.geo, p.idx = 0, overflowIndex(h)
