@@ -381,10 +381,8 @@ func (h *httpContext) finish() types.Action {
 		if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
 			return h.finishFrom(i, err, true)
 		}
-		if a.pending.Claimed && rs.stateTag == "" {
-			// A slot was created: publish the rule's fill as the shared counter has it (an
-			// override's table, which has a state tag, is not the rule's: see slotsUsed).
-			rs.m.slotsUsed.Record(int64(a.pending.Used))
+		if a.pending.Claimed || a.pending.Evicted {
+			rs.placed(&a.pending)
 		}
 		// Written, without a lease take: the decision stands.
 		a.decision = a.pending.Decision
@@ -420,8 +418,8 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 			if a.pending.Retries > 0 {
 				rs.m.casRetries.Increment(uint64(a.pending.Retries))
 			}
-			if a.pending.Claimed && rs.stateTag == "" {
-				rs.m.slotsUsed.Record(int64(a.pending.Used))
+			if a.pending.Claimed || a.pending.Evicted {
+				rs.placed(&a.pending)
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
 				a.decision = a.pending.Decision

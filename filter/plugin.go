@@ -97,13 +97,16 @@ type ruleMetrics struct {
 	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
 	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
 	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
-	// slotsUsed is the number of the rule's key slots that hold or have held a key, as the
-	// shared counter every worker updates says (see sharedstate.Table.Used); its maximum is
-	// the rule's max_keys. Workers record the shared value, never one of their own, so the
-	// process-wide gauge is right whichever worker recorded last. Only the rule's own table
-	// is recorded: an override's keys live in a table of the override's, which shares the
-	// rule's metrics but not this gauge (two tables' fills in one gauge would read as
-	// whichever was created last).
+	// evictions counts keys whose slot went to a new key (see sharedstate.Table), and
+	// evictionGranted what those keys may spend again because of it, in units of the rule's
+	// limit (0 for a key that was idle).
+	evictions       abi.MetricCounter
+	evictionGranted abi.MetricCounter
+	// slotsUsed is the number of the rule's key slots that hold or have held a key; its
+	// maximum is the rule's max_keys. Every worker adds the slots it places a key in for the
+	// first time, and Envoy's gauge is process-wide, so it adds up all workers' (see placed).
+	// Only the rule's own table is counted: an override's keys live in a table of the
+	// override's, which shares the rule's metrics but not this gauge.
 	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
@@ -203,6 +206,7 @@ func (p *plugin) configure(data []byte) error {
 			Limiter:  lim,
 			Digests:  digests,
 			Secret:   secret,
+			Now:      p.now(),
 		})
 		if err != nil {
 			return ruleError(i, "", err)
@@ -544,12 +548,33 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_store_errors_total", ""},
 	{"ratelimit_key_overflow_total", ""},
 	{"ratelimit_cas_exhausted_total", ""},
+	{"ratelimit_key_evictions_total", ""},
+	{"ratelimit_key_eviction_granted_total", ""},
+}
+
+// placed records in the rule's metrics what a commit that placed a key (p.Claimed or
+// p.Evicted) did: a slot used for the first time adds one to the rule's fill, unless the
+// table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
+// what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
+// most requests place no key.
+//
+//go:noinline
+func (rs *ruleState) placed(p *sharedstate.Pending) {
+	if p.Claimed && rs.stateTag == "" {
+		rs.m.slotsUsed.Add(1)
+	}
+	if p.Evicted {
+		rs.m.evictions.Increment(1)
+		if p.Granted > 0 {
+			rs.m.evictionGranted.Increment(uint64(p.Granted))
+		}
+	}
 }
 
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
-		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted}
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted}
 }
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
@@ -577,9 +602,7 @@ func (rs *ruleState) defineMetrics() error {
 	}
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
 	rs.m.slotsUsed = g
-	if err == nil {
-		g.Record(int64(rs.table.Used()))
-	} else {
+	if err != nil {
 		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)

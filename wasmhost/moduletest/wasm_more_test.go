@@ -265,7 +265,9 @@ func TestHostCallsPerRequest(t *testing.T) {
 // the rate limiter with one matching rule, and with five. The five rules share one key, as
 // rules counting one client over several windows do; "5rules-distinct" gives each its own.
 // "1rule-new-client" sends every request from another address, so that no key is seen twice
-// (every key digest is computed, every slot is new).
+// (every key digest is computed, every slot is new); "1rule-new-client-full" does so on a rule
+// with max_keys 1000 whose table is full of idle keys after the first thousand (every new key
+// takes another's slot). shared-reads/op and shared-writes/op count the shared-data calls.
 //
 //	go test ./filter/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
@@ -292,6 +294,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},
 		{"1rule-new-client", ".", `{"rules":[` + rule(0, "") + `]}`, true},
+		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + rule(0, "") + `]}`, true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -325,6 +328,8 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 			b.ReportMetric(float64(each[len(each)/2]), "guest-p50-ns/op")
 			b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
 			b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
+			b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-start.HostCalls["env.proxy_get_shared_data"])/float64(b.N), "shared-reads/op")
+			b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-start.HostCalls["env.proxy_set_shared_data"])/float64(b.N), "shared-writes/op")
 			b.ReportMetric(float64(end.AllocatorCalls-start.AllocatorCalls)/float64(b.N), "allocator-calls/op")
 		})
 	}

@@ -318,14 +318,14 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).newContext",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*request).clearHeaders",
 		"github.com/ratelimit-wasm/ratelimit/abi.lookupStreamMap",
-		// The state layer's parts for keys a fresh table and a new key never meet: forwards
-		// and previous layouts, overflow, written slots, other copies and claims of the key,
-		// lost races, keys the digest cache does not keep.
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decideElsewhere",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).classify",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).verifyCopy",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).touchForward",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).release",
+		// The state layer's parts for keys a fresh table and a new key never meet: previous
+		// layouts, full groups and evictions, overflow, lost races, keys the digest cache
+		// does not keep.
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decidePast",
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).touchGeometry",
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).chooseVictim",
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).grantOf",
+		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).overflow",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).recommit",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.digestHashUncached",
 		// The request path's parts a plain allowed request never needs: undecided, queued,
