@@ -5,17 +5,20 @@ import (
 	"math/bits"
 )
 
-// sipHash24 is SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012)
-// of msg under the 128-bit key k0 || k1 (each half little-endian), with its 64-bit output.
+// sipHash128 is SipHash-2-4 with its 128-bit output (Aumasson and Bernstein, "SipHash: a fast
+// short-input PRF", 2012, and the reference implementation's 128-bit mode) of msg under the
+// 128-bit key k0 || k1 (each half little-endian). The output's bytes are lo then hi, each
+// little-endian.
 //
-// It addresses slots: a keyed pseudorandom function of the key digest, so that which slots a
-// key may use cannot be computed without the secret, and colliding keys cannot be searched
-// for offline. SipHash was designed for exactly this (hash-flooding resistant table indexing),
-// costs a few dozen additions, rotations and xors for a 16-byte input, and allocates nothing.
-// The test vectors of the paper's reference implementation are in siphash_test.go.
-func sipHash24(k0, k1 uint64, msg []byte) uint64 {
+// It makes a key's digest (see keyDigest): a keyed pseudorandom function, so that without the
+// key nobody can compute a key's digest, find two keys with the same digest, or tell which
+// slots a key may use. SipHash was designed for exactly this (hash-flooding resistant table
+// indexing); for a 25-byte key it is 16 rounds of additions, rotations and xors on 64-bit
+// words, which a Wasm VM runs natively, and allocates nothing. The test vectors of the
+// reference implementation are in siphash_test.go.
+func sipHash128(k0, k1 uint64, msg []byte) (lo, hi uint64) {
 	v0 := k0 ^ 0x736f6d6570736575
-	v1 := k1 ^ 0x646f72616e646f6d
+	v1 := k1 ^ 0x646f72616e646f6d ^ 0xee
 	v2 := k0 ^ 0x6c7967656e657261
 	v3 := k1 ^ 0x7465646279746573
 	n := len(msg)
@@ -36,11 +39,16 @@ func sipHash24(k0, k1 uint64, msg []byte) uint64 {
 	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
 	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
 	v0 ^= m
-	v2 ^= 0xff
+	v2 ^= 0xee
 	for range 4 {
 		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
 	}
-	return v0 ^ v1 ^ v2 ^ v3
+	lo = v0 ^ v1 ^ v2 ^ v3
+	v1 ^= 0xdd
+	for range 4 {
+		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	}
+	return lo, v0 ^ v1 ^ v2 ^ v3
 }
 
 // sipRound is one SipRound of the SipHash specification.

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -87,7 +86,7 @@ const SecretSize = 16
 // can never admit a request beyond the limit.
 var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
 
-// nameCacheSize is the number of slot names a Table keeps per VM (see Table.name).
+// nameCacheSize is the number of slot names a Table keeps per VM (see Table.slotName).
 const nameCacheSize = 256
 
 // TableVMBytes is an upper bound of what one Table holds in a VM's memory, whatever its
@@ -225,16 +224,19 @@ type Table struct {
 	prefix   string
 	attempts int
 	limiter  Limiter
-	digests  *DigestCache
 	k0, k1   uint64
 
 	cur  geometry
 	prev []pastGeometry
+	// curSlot and curIndex begin the names of the current geometry's slots and indexes: the
+	// prefix, max_keys and '.' or '#' (see appendName), so that building a name formats one
+	// number, not two.
+	curSlot, curIndex string
 	// horizon is how long after its last write a previous geometry is still searched (see
 	// Table); 0: always.
 	horizon int64
 
-	// names caches slot names (see name). It is allocated by Warm or on first use, and never
+	// names caches slot names (see slotName). It is allocated by Warm or on first use, and never
 	// grows. An array behind a pointer, not a slice: an index below nameCacheSize needs no
 	// bounds check.
 	names *[nameCacheSize]nameEntry
@@ -303,8 +305,6 @@ type TableConfig struct {
 	Attempts int
 	// Limiter is the rule's algorithm.
 	Limiter Limiter
-	// Digests, when set, caches key digests; the Tables of one VM can share one.
-	Digests *DigestCache
 	// Secret keys the slot addressing (see LoadSecret). Every VM of a process must use the
 	// same one; the zero value works but is public, so clients could predict slots.
 	Secret [SecretSize]byte
@@ -327,9 +327,11 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
-	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
+	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
 		cur: newGeometry(c.Slots)}
+	t.curSlot = string(strconv.AppendUint([]byte(c.Prefix), uint64(c.Slots), 10)) + "."
+	t.curIndex = t.curSlot[:len(t.curSlot)-1] + "#"
 	prev, err := t.registerGeometry(c.Now)
 	if err != nil {
 		return nil, err
@@ -486,16 +488,17 @@ func (t *Table) Commit(p *Pending) error {
 		return nil
 	}
 	if p.place {
-		// The index's name is a string of its own: a Store's Set may keep it (Memory's map
-		// does), and placements are rare enough for the allocation.
-		if err := t.store.Set(strings.Clone(t.indexName(p.geo, p.ixGroup)), p.ixValue, p.ixCas); err != nil {
+		if err := t.store.Set(t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas); err != nil {
 			return t.recommit(p, err)
 		}
 		// The entry is the key's now, whatever becomes of the slot's write: a retry finds it.
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
 	}
-	if err := t.store.Set(t.name(p.geo, p.idx), p.value, p.cas); err != nil {
+	// The slot's name is cached for the writes of a key that was there already (see name); a
+	// key placed now is written under the name built in the scratch buffer, so that a client
+	// seen once costs no allocation and takes no cache entry from a key that returns.
+	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
 		return t.recommit(p, err)
 	}
 	if p.past != 0 {
@@ -540,9 +543,9 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // again on p's (Commit after a lost race).
 func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 	if hash {
-		// The key's hash is made here, once per decision: a retry in Commit decides again on
-		// the same digest, and the cache gives rules that share the key one hash between them.
-		p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
+		// The key's digest and hash are made here, once per decision: a retry in Commit
+		// decides again on the same digest.
+		p.digest, p.h = keyDigest(t.k0, t.k1, key)
 	}
 	p.Overflow, p.place, p.past = false, false, 0
 	g := t.cur
@@ -594,11 +597,13 @@ type group struct {
 	cas  uint32
 	size uint32
 	used uint32 // slots whose entry is set
+	at   int32  // the first slot whose entry is the fingerprint looked for, or -1
 }
 
-// readGroup reads the index of group b of g.
-func (t *Table) readGroup(g geometry, b uint32) (group, error) {
-	gr := group{b: b, size: g.size(b), cas: createCAS}
+// readGroup reads the index of group b of g and looks for fingerprint fp in it, counting the
+// used slots in the same pass.
+func (t *Table) readGroup(g geometry, b uint32, fp uint64) (group, error) {
+	gr := group{b: b, size: g.size(b), cas: createCAS, at: -1}
 	v, cas, err := t.store.Get(t.indexName(g.maxKeys, b))
 	if isNotFound(err) {
 		return gr, nil
@@ -611,9 +616,13 @@ func (t *Table) readGroup(g geometry, b uint32) (group, error) {
 		return gr, nil
 	}
 	gr.ix = v
-	for i := range gr.size {
-		if binary.LittleEndian.Uint64(v[i*fingerprintSize:]) != 0 {
+	for i := 0; i+fingerprintSize <= len(v); i += fingerprintSize {
+		e := binary.LittleEndian.Uint64(v[i:])
+		if e != 0 {
 			gr.used++
+		}
+		if e == fp && gr.at < 0 {
+			gr.at = int32(i / fingerprintSize)
 		}
 	}
 	return gr, nil
@@ -625,16 +634,6 @@ func (gr *group) entry(i uint32) uint64 {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(gr.ix[i*fingerprintSize:])
-}
-
-// find returns the slot whose entry is fp.
-func (gr *group) find(fp uint64) (uint32, bool) {
-	for i := range gr.size {
-		if gr.entry(i) == fp {
-			return i, true
-		}
-	}
-	return 0, false
 }
 
 // lookup decides a key that decide did not find live in its home slot: through the indexes
@@ -651,10 +650,11 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	for c := range n {
 		var err error
-		if gs[c], err = t.readGroup(g, b[c]); err != nil {
+		if gs[c], err = t.readGroup(g, b[c], fp); err != nil {
 			return err
 		}
-		if i, ok := gs[c].find(fp); ok {
+		if gs[c].at >= 0 {
+			i := uint32(gs[c].at)
 			idx := b[c]*GroupSlots + i
 			if c == 0 && i == home {
 				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas, hr.found)
@@ -762,15 +762,14 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 			if c == 1 && b[1] == b[0] {
 				break
 			}
-			gr, err := t.readGroup(pg.geometry, b[c])
+			gr, err := t.readGroup(pg.geometry, b[c], fp)
 			if err != nil {
 				return false, err
 			}
-			at, ok := gr.find(fp)
-			if !ok {
+			if gr.at < 0 {
 				continue
 			}
-			idx := b[c]*GroupSlots + at
+			idx := b[c]*GroupSlots + uint32(gr.at)
 			v, cas, err := t.store.Get(t.transientName(pg.maxKeys, idx))
 			if isNotFound(err) {
 				break
@@ -878,6 +877,11 @@ func overflowIndex(h uint64) uint32 {
 
 // run applies the limiter to state and prepares the value to write: digest, kind, state.
 func (t *Table) run(p *Pending, state []byte) error {
+	if state == nil && cap(p.value) > slotHeader {
+		// A fresh key: the limiter encodes its first state (an empty state is a fresh key)
+		// in place, where the value will hold it, rather than in a buffer of its own.
+		state = p.value[slotHeader:slotHeader]
+	}
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
 	// The value is sized once and filled in place: one check of its capacity instead of an
@@ -899,7 +903,7 @@ func (t *Table) run(p *Pending, state []byte) error {
 func (t *Table) Used() uint32 {
 	var n uint32
 	for b := range t.cur.groups {
-		gr, err := t.readGroup(t.cur, b)
+		gr, err := t.readGroup(t.cur, b, 1)
 		if err == nil {
 			n += gr.used
 		}
@@ -914,18 +918,21 @@ func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 // buffer (valid until the next name is built, so for a Get only): prefix, max_keys, '#' and
 // the group number.
 func (t *Table) indexName(geo, b uint32) string {
-	t.scratch = append(t.scratch[:0], t.prefix...)
-	t.scratch = strconv.AppendUint(t.scratch, uint64(geo), 10)
-	t.scratch = append(t.scratch, '#')
+	if geo == t.cur.maxKeys && t.curIndex != "" {
+		t.scratch = append(t.scratch[:0], t.curIndex...)
+	} else {
+		t.scratch = append(t.scratch[:0], t.prefix...)
+		t.scratch = strconv.AppendUint(t.scratch, uint64(geo), 10)
+		t.scratch = append(t.scratch, '#')
+	}
 	t.scratch = strconv.AppendUint(t.scratch, uint64(b), 10)
 	return *(*string)(unsafe.Pointer(&t.scratch))
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
-// Get, which does not keep its key: the cached name when the slot's name is in the cache (an
-// established key's slot, written on every request, is), otherwise the name built in the
-// Table's scratch buffer, valid until the next call. Building it costs two number
-// formattings, which a Wasm VM would pay on every request's read.
+// store call, which does not keep its key: the cached name when the slot's name is in the
+// cache (an established key's slot, read and written on every request, is), otherwise the
+// name built in the Table's scratch buffer, valid until the next name is built.
 func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
@@ -945,15 +952,14 @@ func (t *Table) Warm() {
 	}
 }
 
-// name returns the name of slot idx of geometry geo (0: overflow slot idx) as a string of its
-// own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
-// of an established key is written on every request, and building its name would cost an
-// allocation each time. The cache does not grow with max_keys.
-func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true) }
-
-// slotName is name (keep) and transientName (not keep) in one function, for V8 to compile
-// once: both look the name up in the cache first, and build it in the scratch buffer when it
-// is not there; name then keeps a copy in the cache (allocating the cache first if needed).
+// slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
+// call (see transientName), and with keep also puts it in the Table's name cache, allocating
+// the cache first if needed. Names are cached in a direct-mapped cache of nameCacheSize
+// entries, which does not grow with max_keys: the slot of an established key is read and
+// written on every request, and its name is then found rather than built (a number formatted,
+// about as costly in a Wasm VM as the rest of the lookup). Caching a name costs a string of
+// its own, an allocation: Commit caches the names of keys that were in their slot already,
+// not of keys it places, most of which (one request per client) never come back.
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	if keep && t.names == nil {
 		t.Warm()
@@ -963,7 +969,11 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 			return e.name
 		}
 	}
-	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	if geo == t.cur.maxKeys && t.curSlot != "" {
+		t.scratch = strconv.AppendUint(append(t.scratch[:0], t.curSlot...), uint64(idx), 10)
+	} else {
+		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	}
 	if !keep {
 		// The slice's pointer and length read as a string's: what unsafe.String makes, without
 		// its checks of the pointer and length (code that runs for nothing: appendName's
