@@ -371,13 +371,13 @@ var schedCases = []schedCase{
 			{64, 0, schedKeys(schedKey, schedKey)}, {64, 0, schedKeys("client-b", schedKey)}, {64, 0, schedKeys("client-c", "client-d", schedKey)},
 		},
 		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
-			// The key's first group holds groupBias more keys than its second: one more key
-			// there, or one fewer in the second, changes the group a new key goes to.
+			// The key's first group has exactly firstGroupFree free slots: one more key there
+			// changes the group a new key goes to (see firstGroupFree).
 			g, b, home, _ := layoutOf(secret, 64, schedKey)
 			if b[0] == b[1] {
 				return
 			}
-			for i := range uint32(groupBias) {
+			for i := range g.size(b[0]) - firstGroupFree {
 				d := digestUnder(secret, fmt.Sprintf("filler-%d", i))
 				putEntry(t, store, schedPrefix, g, b[0], (home+1+i)%g.size(b[0]), d, liveValue(d, spent(lim, 1, 0)))
 			}

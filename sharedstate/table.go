@@ -36,11 +36,17 @@ const fingerprintSize = 8
 // Choices is the number of groups a key may live in.
 const Choices = 2
 
-// groupBias is how many more free slots a key's second group must have than its first for a
-// new key to go there, while the first has more than groupBias free. The first group holds the key's home slot, the one slot a lookup reads
-// before any index (see Table); keeping more keys in their first group keeps more of them
-// at home, at the cost of a slightly less even fill (TestTableFalseDenialCurve).
-const groupBias = 2
+// firstGroupFree is how many free slots a key's first group must have for a new key to go
+// there without looking at its second group (see Table). Slots are never emptied, so while
+// the first group has that many free, no key of it can have gone to its second group: a
+// lookup that does not find the key in the first group's index stops there, and a new key
+// costs one index read instead of two. Below it, a new key goes to the group with more free
+// slots. With 10, the table fills as evenly as with a choice between the two groups for every
+// key (no eviction before 90% of max_keys in TestTableFalseDenialCurve; in a model of 200
+// fills of 10,000 keys, the first eviction came at 92.7% at the earliest against 91.2% with
+// the choice for every key), and over a fill from empty to full a third of the new keys read
+// the second index.
+const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
 // in one of them, chosen by the keyed hash, so a flood that drains some overflow slots leaves
@@ -91,9 +97,10 @@ const nameCacheSize = 256
 
 // TableVMBytes is an upper bound of what one Table holds in a VM's memory, whatever its
 // max_keys: the name cache (nameCacheSize names of at most 64+1+10+1+10 bytes, plus their
-// string and index headers), the scratch buffers and the struct itself. It does not grow with
+// string and index headers), the slot name buffer, the two index name buffers and the current
+// geometry's two name prefixes, the probe buffer and the struct itself. It does not grow with
 // the number of keys.
-const TableVMBytes = nameCacheSize*(86+16+8) + 2*512 + 256
+const TableVMBytes = nameCacheSize*(86+16+8) + 4*512 + 256
 
 // SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
 // costs: its slot name (the rule's prefix, the geometry and the slot number) and its value
@@ -240,9 +247,14 @@ type Table struct {
 	// grows. An array behind a pointer, not a slice: an index below nameCacheSize needs no
 	// bounds check.
 	names *[nameCacheSize]nameEntry
-	// scratch holds the name of the entry being read or written: the store keeps no key, so
-	// reads and index writes need no string of their own.
-	scratch []byte
+	// slot holds the last slot name built for a store call, which keeps no key (see Store),
+	// and index the last two index names (a lookup reads the indexes of two groups, then
+	// writes one of them): a name needs no string of its own, and a request that reads and
+	// then writes the same slot or index builds its name once. indexNext is the one of index
+	// that the next index name is built in.
+	slot      nameBuf
+	index     [Choices]nameBuf
+	indexNext uint8
 	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf).
 	probe []byte
 }
@@ -496,7 +508,7 @@ func (t *Table) Commit(p *Pending) error {
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
 	}
 	// The slot's name is cached for the writes of a key that was there already (see name); a
-	// key placed now is written under the name built in the scratch buffer, so that a client
+	// key placed now is written under the name in the slot name buffer, so that a client
 	// seen once costs no allocation and takes no cache entry from a key that returns.
 	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
 		return t.recommit(p, err)
@@ -598,12 +610,14 @@ type group struct {
 	size uint32
 	used uint32 // slots whose entry is set
 	at   int32  // the first slot whose entry is the fingerprint looked for, or -1
+	free int32  // the first free slot from the key's home on (wrapping around), or -1
 }
 
-// readGroup reads the index of group b of g and looks for fingerprint fp in it, counting the
-// used slots in the same pass.
-func (t *Table) readGroup(g geometry, b uint32, fp uint64) (group, error) {
+// readGroup reads the index of group b of g and, in one pass over it, looks for fingerprint
+// fp, counts the used slots and finds the first free slot from slot home on.
+func (t *Table) readGroup(g geometry, b uint32, fp uint64, home uint32) (group, error) {
 	gr := group{b: b, size: g.size(b), cas: createCAS, at: -1}
+	gr.free = int32(home % gr.size)
 	v, cas, err := t.store.Get(t.indexName(g.maxKeys, b))
 	if isNotFound(err) {
 		return gr, nil
@@ -616,15 +630,28 @@ func (t *Table) readGroup(g geometry, b uint32, fp uint64) (group, error) {
 		return gr, nil
 	}
 	gr.ix = v
-	for i := 0; i+fingerprintSize <= len(v); i += fingerprintSize {
-		e := binary.LittleEndian.Uint64(v[i:])
-		if e != 0 {
-			gr.used++
-		}
-		if e == fp && gr.at < 0 {
-			gr.at = int32(i / fingerprintSize)
+	from, first, free := gr.free, int32(-1), uint32(0)
+	gr.free = -1
+	// The slice advances by one entry per step: the loads need no bounds check of their own.
+	for i := int32(0); len(v) >= fingerprintSize; i++ {
+		e := binary.LittleEndian.Uint64(v)
+		v = v[fingerprintSize:]
+		if e == 0 {
+			free++
+			if first < 0 {
+				first = i
+			}
+			if gr.free < 0 && i >= from {
+				gr.free = i
+			}
+		} else if e == fp && gr.at < 0 {
+			gr.at = i
 		}
 	}
+	if gr.free < 0 {
+		gr.free = first
+	}
+	gr.used = gr.size - free
 	return gr, nil
 }
 
@@ -650,7 +677,7 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	for c := range n {
 		var err error
-		if gs[c], err = t.readGroup(g, b[c], fp); err != nil {
+		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil {
 			return err
 		}
 		if gs[c].at >= 0 {
@@ -665,15 +692,22 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			}
 			return t.decideOwn(p, g.maxKeys, idx, v, cas, err == nil)
 		}
+		if gs[0].size-gs[0].used >= firstGroupFree {
+			// The first group has had this many free slots ever since the key could have been
+			// placed: it is not in the second (see firstGroupFree).
+			n = 1
+			break
+		}
 	}
 	if len(t.prev) > 0 {
 		if found, err := t.decidePast(p); found || err != nil {
 			return err
 		}
 	}
-	// A new key: the group with more free slots (see Table).
+	// A new key: its first group while that has firstGroupFree free slots, else the group with
+	// more (see Table). n is 1 when the second group was not read.
 	target := &gs[0]
-	if free0, free1 := gs[0].size-gs[0].used, gs[1].size-gs[1].used; n > 1 && (free1 > free0+groupBias || free0 <= groupBias && free1 > free0) {
+	if n > 1 && gs[1].size-gs[1].used > gs[0].size-gs[0].used {
 		target = &gs[1]
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
@@ -693,13 +727,8 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			}
 		}
 	}
-	if !ok && target.used < target.size {
-		for j := range target.size {
-			if i := (home + j) % target.size; target.entry(i) == 0 {
-				at, ok, p.fresh = i, true, true
-				break
-			}
-		}
+	if !ok && target.free >= 0 {
+		at, ok, p.fresh = uint32(target.free), true, true
 		// A slot never used was never written by this table; createCAS fails if an earlier
 		// version of the table left a value there, and the retry writes against its CAS.
 		p.idx, p.cas = target.b*GroupSlots+at, createCAS
@@ -762,11 +791,14 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 			if c == 1 && b[1] == b[0] {
 				break
 			}
-			gr, err := t.readGroup(pg.geometry, b[c], fp)
+			gr, err := t.readGroup(pg.geometry, b[c], fp, 0)
 			if err != nil {
 				return false, err
 			}
 			if gr.at < 0 {
+				if c == 0 && gr.size-gr.used >= firstGroupFree {
+					break // not in the second group either (see firstGroupFree)
+				}
 				continue
 			}
 			idx := b[c]*GroupSlots + uint32(gr.at)
@@ -903,7 +935,7 @@ func (t *Table) run(p *Pending, state []byte) error {
 func (t *Table) Used() uint32 {
 	var n uint32
 	for b := range t.cur.groups {
-		gr, err := t.readGroup(t.cur, b, 1)
+		gr, err := t.readGroup(t.cur, b, 1, 0)
 		if err == nil {
 			n += gr.used
 		}
@@ -914,25 +946,49 @@ func (t *Table) Used() uint32 {
 // MaxKeys returns the number of keys the table holds.
 func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 
-// indexName returns the name of group b's index in geometry geo, built in the Table's scratch
-// buffer (valid until the next name is built, so for a Get only): prefix, max_keys, '#' and
-// the group number.
+// nameBuf is a name built for a store call and the entry it names: slot or group idx of
+// geometry geo.
+type nameBuf struct {
+	b        []byte
+	geo, idx uint32
+	built    bool
+}
+
+// holds reports whether the buffer holds the name of entry idx of geometry geo.
+func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
+
+// string returns the name, sharing the buffer's bytes: valid until the next name is built.
+// The slice's pointer and length read as a string's: what unsafe.String makes, without its
+// checks of the pointer and length (code that runs for nothing: a built name is never empty).
+func (n *nameBuf) string() string { return *(*string)(unsafe.Pointer(&n.b)) }
+
+// indexName returns the name of group b's index in geometry geo for a store call (valid until
+// two more index names are built): prefix, max_keys, '#' and the group number.
 func (t *Table) indexName(geo, b uint32) string {
-	if geo == t.cur.maxKeys && t.curIndex != "" {
-		t.scratch = append(t.scratch[:0], t.curIndex...)
-	} else {
-		t.scratch = append(t.scratch[:0], t.prefix...)
-		t.scratch = strconv.AppendUint(t.scratch, uint64(geo), 10)
-		t.scratch = append(t.scratch, '#')
+	for i := range t.index {
+		if t.index[i].holds(geo, b) {
+			return t.index[i].string()
+		}
 	}
-	t.scratch = strconv.AppendUint(t.scratch, uint64(b), 10)
-	return *(*string)(unsafe.Pointer(&t.scratch))
+	n := &t.index[t.indexNext%Choices]
+	t.indexNext++
+	if geo == t.cur.maxKeys && t.curIndex != "" {
+		n.b = append(n.b[:0], t.curIndex...)
+	} else {
+		n.b = append(n.b[:0], t.prefix...)
+		n.b = strconv.AppendUint(n.b, uint64(geo), 10)
+		n.b = append(n.b, '#')
+	}
+	n.b = strconv.AppendUint(n.b, uint64(b), 10)
+	n.geo, n.idx, n.built = geo, b, true
+	return n.string()
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
 // store call, which does not keep its key: the cached name when the slot's name is in the
 // cache (an established key's slot, read and written on every request, is), otherwise the
-// name built in the Table's scratch buffer, valid until the next name is built.
+// name last built, or built now, in the Table's slot name buffer, valid until the next slot
+// name is built.
 func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
@@ -969,19 +1025,20 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 			return e.name
 		}
 	}
-	if geo == t.cur.maxKeys && t.curSlot != "" {
-		t.scratch = strconv.AppendUint(append(t.scratch[:0], t.curSlot...), uint64(idx), 10)
-	} else {
-		t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	n := &t.slot
+	if !n.holds(geo, idx) {
+		if geo == t.cur.maxKeys && t.curSlot != "" {
+			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
+		} else {
+			n.b = appendName(n.b[:0], t.prefix, geo, idx)
+		}
+		n.geo, n.idx, n.built = geo, idx, true
 	}
 	if !keep {
-		// The slice's pointer and length read as a string's: what unsafe.String makes, without
-		// its checks of the pointer and length (code that runs for nothing: appendName's
-		// result is never nil and its length never negative).
-		return *(*string)(unsafe.Pointer(&t.scratch))
+		return n.string()
 	}
 	e := &t.names[nameSlot(geo, idx)]
-	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
+	*e = nameEntry{geo: geo, idx: idx, name: string(n.b)}
 	return e.name
 }
 
