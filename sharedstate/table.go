@@ -19,9 +19,10 @@ type Limiter interface {
 	Idle(state []byte, now int64) bool
 }
 
-// DigestSize is the length of the key digest stored in front of every slot's state. 128 bits of
-// SHA-256 make a collision between two client-chosen keys infeasible, which matters because a
-// collision would let one client spend another's allowance.
+// DigestSize is the length of the key digest stored in front of every slot's state (see
+// keyDigest). 128 bits of a keyed pseudorandom function make a collision between two
+// client-chosen keys infeasible, which matters because a collision would let one client spend
+// another's allowance.
 const DigestSize = 16
 
 // GroupSlots is the number of slots a group holds at most. A key may live in any slot of two
@@ -160,11 +161,11 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 //
 // # Addressing
 //
-// A key is known by its digest (the first 16 bytes of SHA-256 of the key, stored in front of
-// its state; see Digest). Where it may live is decided by SipHash-2-4 of the digest under a
-// secret that every VM of the process shares and no client sees (LoadSecret): the 64-bit
-// output picks two groups and a home slot in the first. Without the secret nobody can compute
-// which keys share slots, so colliding keys cannot be searched for offline.
+// A key is known by its digest (SipHash-2-4's 128-bit output of the key under a secret that
+// every VM of the process shares and no client sees, LoadSecret; stored in front of its state;
+// see keyDigest). The digest's second half decides where the key may live: it picks two groups
+// and a home slot in the first. Without the secret nobody can compute digests or which keys
+// share slots, so colliding keys cannot be searched for offline.
 //
 // The max_keys slots are split into ceil(max_keys / GroupSlots) groups of nearly equal size.
 // Each group has an index: one shared-data entry listing, per slot, the fingerprint (first 8
@@ -172,8 +173,9 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // the authority on which key owns a slot; the slot holds the key's digest and state.
 //
 // A lookup reads the key's home slot first: a key placed there is decided with that one read.
-// Otherwise it reads the first group's index, then the second's, and the slot the index
-// names: at most four reads. A slot that the index gives to the key but that does not hold
+// Otherwise it reads the first group's index, then, unless the first group has firstGroupFree
+// free slots (then the key cannot be in the second, see below), the second's, and the slot the
+// index names: at most four reads. A slot that the index gives to the key but that does not hold
 // its digest yet (its placement is being written by another worker, which may be paused) is
 // the key's, with a fresh state: the request writes it by compare-and-swap against what it
 // read, and of all the workers doing so only one succeeds, the others decide again on its
@@ -181,18 +183,20 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 //
 // # Placing a new key
 //
-// A new key goes to the group with more free (never used) slots, the first unless the second
-// has more than groupBias more, or more when the first has groupBias or fewer left, and there to its home slot if that is free or holds an idle
-// key (back at full allowance: forgetting it grants nothing), else to the group's first free
-// slot. Placing it writes the group's index (compare-and-swap against the index read) and then
-// the slot: two writes. Slots are never emptied, so a group's free count only falls: two
-// workers placing the same key read the two groups in some order, and if each chose another
-// group, one of them read its group after the other's write and saw the key, or its write
-// fails (TestNewKeyRaceRandomSchedules checks this in every schedule it runs). So a key has at
-// most one index entry in the table, and only its owner's lookups read its slot, except
-// the home slot, read before any index: it is taken as the key's only while it holds the
-// key's digest, and a key can only come to hold its home slot through its index, so no key
-// is decided in two places.
+// A new key goes to its first group while that has firstGroupFree free (never used) slots, else
+// to the group with more (the first on a tie), and there to its home slot if that is free or
+// holds an idle key (back at full allowance: forgetting it grants nothing), else to the group's
+// first free slot after the home slot. Placing it writes the group's index (compare-and-swap
+// against the index read) and then the slot: two writes. Slots are never emptied, so a group's
+// free count only falls: two workers placing the same key read the two groups in some order,
+// and if each chose another group, one of them read its group after the other's write and saw
+// the key, or its write fails (TestNewKeyRaceRandomSchedules checks this in every schedule it
+// runs). For the same reason a lookup may skip the second group while the first has
+// firstGroupFree free slots: a worker that put the key in the second group saw fewer in the
+// first, and there are no more now. So a key has at most one index entry in the table, and only
+// its owner's lookups read its slot, except the home slot, read before any index: it is taken
+// as the key's only while it holds the key's digest, and a key can only come to hold its home
+// slot through its index, so no key is decided in two places.
 //
 // # A full table
 //
