@@ -89,7 +89,7 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
 		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloornew", `{}`, true},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true},
 		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`, false},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"1rule-new-client", ".", `{"rules":[` + benchRule(0) + `]}`, true},
