@@ -262,4 +262,17 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
+// A route that answers by itself says so, so the banner of `make run` does not suggest that
+// its requests reach the upstream.
+func TestDescribeDirectResponse(t *testing.T) {
+	c, err := envoyconf.Load(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  path-parameters safe_regex .*;[^/]*/.*\n                   answered by the proxy with 400 (direct_response), after the filter's rules\n"
+	if got := Describe(c); !strings.Contains(got, want) {
+		t.Errorf("missing %q in\n%s", want, got)
+	}
+}
+
 func envoyconfParse(yaml string) (*envoyconf.Config, error) { return envoyconf.Parse([]byte(yaml)) }
