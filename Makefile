@@ -26,9 +26,12 @@ vet:
 	GOOS=wasip1 GOARCH=wasm $(GO) vet -tags timeduration $(WASM_PKGS)
 	GOOS=wasip1 GOARCH=wasm $(GO) vet . ./internal/duration/ ./internal/strfmt/
 
-# Checks an Envoy bootstrap before a deploy (Envoy's API rules, every filter configuration,
-# rules against the listener's routes, warnings); exit status 1 on an error, for CI:
+# Checks an Envoy bootstrap (or a plugin configuration file) before a deploy (Envoy's API
+# rules, every filter configuration, rules against the listener's routes, warnings):
 #   make check ENVOY=path/to/envoy.yaml
+# The command exits 1 on an error and 2 on a usage error; make then exits 2, its status for
+# any failed recipe, and names the command's status on its last line ("Error 1"). A CI job
+# that needs the command's own status runs `go run ./wasmhost/cmd/ratelimit-host check FILE`.
 ENVOY ?= envoy.yaml
 check:
 	$(GO) run ./wasmhost/cmd/ratelimit-host check $(ENVOY)
