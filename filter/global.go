@@ -417,13 +417,23 @@ func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 	c.countFailure(err)
 	b := c.breakerOf(part)
 	wasOpen := b.openUntil != 0
-	if b.failure(now) {
+	opened := b.failure(now)
+	if opened {
 		if part >= 0 && !wasOpen {
 			c.openParts++
 		}
 		c.gauge.set(part < 0 || c.openParts > 0)
-		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q for %v",
+	}
+	// The first failure in a row, then every power of two of them, and the breaker's opening
+	// (not its reopening after each failed probe, which would log once per cooldown for as
+	// long as Redis is down): an outage is in the log at once, without a line per request.
+	switch {
+	case opened && !wasOpen:
+		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); the breaker opens: global rules apply failure_mode %q for %v",
 			b.failures, err, part, string(c.cfg.FailureMode), c.cfg.Breaker.Cooldown)
+	case b.failures&(b.failures-1) == 0:
+		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q",
+			b.failures, err, part, string(c.cfg.FailureMode))
 	}
 }
 
