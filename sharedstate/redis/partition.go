@@ -61,8 +61,17 @@ func AppendSecretKey(dst []byte, prefix, domain string) []byte {
 	return append(dst, secretSuffix...)
 }
 
-// secretScript is lua/secret.lua as Redis runs it, made on first use.
-var secretScript = sync.OnceValue(func() *Script { return newScript("partition-secret", luaSecret) })
+// secretSource is lua/secret.lua as Redis runs it, escaped for webdis, made on first use by
+// escapedSecret.
+var (
+	secretOnce   sync.Once
+	secretSource []byte
+)
+
+func escapedSecret() []byte {
+	secretOnce.Do(func() { secretSource = escape(nil, newScript("partition-secret", luaSecret).Source) })
+	return secretSource
+}
 
 // AppendSecretCall appends the webdis request body of the call that reads the partition
 // secret stored under key (AppendSecretKey), storing candidate there first when Redis holds
@@ -77,7 +86,7 @@ var secretScript = sync.OnceValue(func() *Script { return newScript("partition-s
 // without persistence, an eviction), the value every proxy uses is stored again.
 func AppendSecretCall(dst, key []byte, candidate *Secret) []byte {
 	dst = append(dst, "EVAL/"...)
-	dst = append(dst, secretScript().escapedSource()...)
+	dst = append(dst, escapedSecret()...)
 	dst = append(dst, "/1/"...)
 	dst = Escape(dst, key)
 	dst = append(dst, '/')
@@ -104,54 +113,37 @@ func ParseSecret(status int, body []byte) (Secret, error) {
 	default:
 		return s, &StatusError{Status: status}
 	}
-	p := parser{b: body}
-	p.space()
-	if !p.byte('{') {
-		return s, p.malformed("want an object")
+	const head, tail = `{"EVAL":"`, `"}`
+	if len(body) != len(head)+2*SecretSize+len(tail) || string(body[:len(head)]) != head ||
+		string(body[len(body)-len(tail):]) != tail {
+		return s, secretReplyError(body)
 	}
-	p.space()
-	if key, ok := p.rawString(); !ok || string(key) != "EVAL" {
-		return s, p.malformed("want the key EVAL")
-	}
-	p.space()
-	if !p.byte(':') {
-		return s, p.malformed("want ':'")
-	}
-	p.space()
-	if p.byte('[') {
-		// An error reply: [false,"message"].
-		p.space()
-		msg := ""
-		if p.literal("false") {
-			p.space()
-			if p.byte(',') {
-				p.space()
-				msg, _ = p.string()
-			}
-		}
-		return s, &Error{Message: msg}
-	}
-	v, ok := p.rawString()
-	if !ok || len(v) != 2*SecretSize {
-		return s, p.malformed("want 32 hex digits")
-	}
+	hexDigits := body[len(head) : len(head)+2*SecretSize]
 	for i := range s {
-		hi, ok1 := lowerHexDigit(v[2*i])
-		lo, ok2 := lowerHexDigit(v[2*i+1])
+		hi, ok1 := lowerHexDigit(hexDigits[2*i])
+		lo, ok2 := lowerHexDigit(hexDigits[2*i+1])
 		if !ok1 || !ok2 {
-			return s, p.malformed("want 32 hex digits")
+			return s, malformed("want 32 lower-case hex digits")
 		}
 		s[i] = hi<<4 | lo
 	}
-	p.space()
-	if !p.byte('}') {
-		return s, p.malformed("want '}'")
-	}
-	p.space()
-	if p.i != len(p.b) {
-		return s, p.malformed("trailing data")
-	}
 	return s, nil
+}
+
+// secretReplyError is the error of an answer to a secret call that is not a secret: Redis's
+// error ({"EVAL":[false,"<message>"]}), or ErrMalformed. It is out of ParseSecret's line: an
+// answer is nearly always the secret.
+//
+//go:noinline
+func secretReplyError(body []byte) error {
+	const head = `{"EVAL":[false,`
+	if len(body) > len(head) && string(body[:len(head)]) == head {
+		p := parser{b: body, i: len(head)}
+		if msg, ok := p.string(); ok && string(body[p.i:]) == "]}" {
+			return &Error{Message: msg}
+		}
+	}
+	return malformed("want {\"EVAL\":\"<32 hex digits>\"}")
 }
 
 func lowerHexDigit(c byte) (byte, bool) {

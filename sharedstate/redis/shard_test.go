@@ -205,8 +205,15 @@ func TestPartitionSecret(t *testing.T) {
 			t.Errorf("ParseSecret(%d, %q) accepted it", bad.status, bad.body)
 		}
 	}
-	if s, err := redis.ParseSecret(200, []byte(` { "EVAL" : "000102030405060708090a0b0c0d0e0f" } `)); err != nil || s != (redis.Secret{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+	if s, err := redis.ParseSecret(200, []byte(`{"EVAL":"000102030405060708090a0b0c0d0e0f"}`)); err != nil || s != (redis.Secret{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
 		t.Errorf("ParseSecret: %x, %v", s, err)
+	}
+	var rerr *redis.Error
+	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false,"ERR x \"y\""]}`)); !errors.As(err, &rerr) || rerr.Message != `ERR x "y"` {
+		t.Errorf("an error reply: %v", err)
+	}
+	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false,"ERR x"]} `)); !errors.Is(err, redis.ErrMalformed) {
+		t.Errorf("an error reply with trailing data: %v", err)
 	}
 }
 
