@@ -37,6 +37,12 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 		for range workers {
 			p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: store}
 			require.NoError(t, p.configure([]byte(config)))
+			if p.redis != nil && len(p.redis.parts) > 0 {
+				// The VMs know the partition secret from the start, so that each request
+				// makes the calls its rules need and no more (reading the secret is tested on
+				// its own: partitionsecret_test.go).
+				p.redis.learnSecret(fleetSecret, l.now)
+			}
 			l.vms = append(l.vms, p)
 		}
 	}

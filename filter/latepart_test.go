@@ -21,20 +21,21 @@ import (
 func TestLateAnswersFeedTheirPartitionsBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	loadScripts(srv)
+	rules := `[{"name":"a","scope":"global","continue":true,"key":[{"source":"header","name":"x-a"}],"algorithm":"token_bucket","limit":100,"window":"1m"},` +
+		`{"name":"b","scope":"global","key":[{"source":"header","name":"x-b"}],"algorithm":"token_bucket","limit":100,"window":"1m"}]`
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4, Failures: 1, Cooldown: "10s",
+		FailureMode: "allow"}, rules), 1, 1)
+	secret := fleetSecret
 	// Keys of a and b in different partitions: a's descriptor is "1:A" (x-a: A).
-	pa := redis.Partition([]byte("1:A"), 4)
+	pa := redis.Partition(&secret, []byte("1:A"), 4)
 	kb := ""
 	for i := range 100 {
-		if k := fmt.Sprint(i); redis.Partition([]byte(fmt.Sprintf("%d:%s", len(k), k)), 4) != pa {
+		if k := fmt.Sprint(i); redis.Partition(&secret, []byte(fmt.Sprintf("%d:%s", len(k), k)), 4) != pa {
 			kb = k
 			break
 		}
 	}
 	require.NotEmpty(t, kb)
-	rules := `[{"name":"a","scope":"global","continue":true,"key":[{"source":"header","name":"x-a"}],"algorithm":"token_bucket","limit":100,"window":"1m"},` +
-		`{"name":"b","scope":"global","key":[{"source":"header","name":"x-b"}],"algorithm":"token_bucket","limit":100,"window":"1m"}]`
-	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4, Failures: 1, Cooldown: "10s",
-		FailureMode: "allow"}, rules), 1, 1)
 	metric := func(name string) uint64 {
 		n, _ := l.host.GetCounterMetric(name)
 		return n

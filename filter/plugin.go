@@ -240,8 +240,8 @@ func (p *plugin) configure(data []byte) error {
 	if shadowHeader {
 		p.shadowHeaders = shadowHeaderNames(cfg, p.shadowHeaders)
 	}
-	if ticks {
-		if err := setTickPeriod(rules); err != nil {
+	if partitioned := client != nil && len(client.parts) > 0; ticks || partitioned {
+		if err := setTickPeriod(rules, partitioned); err != nil {
 			return err
 		}
 	}
@@ -295,11 +295,16 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 }
 
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
-// controllers need.
+// controllers need, and, with partitions (partitioned), the partition secret's refresh.
 //
 //go:noinline
-func setTickPeriod(rules []*ruleState) error {
-	if period := tickPeriod(rules); period > 0 {
+func setTickPeriod(rules []*ruleState, partitioned bool) error {
+	period := tickPeriod(rules)
+	if period == 0 && partitioned {
+		// Only the partition secret's refresh needs the timer (see refreshSecret).
+		period = duration.Duration(secretRefresh)
+	}
+	if period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / duration.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}

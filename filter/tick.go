@@ -81,10 +81,14 @@ func tickPeriod(rules []*ruleState) duration.Duration {
 	return period
 }
 
-// OnTick releases due shaped requests and updates adaptive limits.
+// OnTick releases due shaped requests, updates adaptive limits and, with redis.partitions,
+// reads the partition secret again when it is due (refreshSecret).
 func (p *plugin) OnTick() {
 	defer recoverTo("OnTick", nil)
 	now := p.now()
+	if p.redis != nil && len(p.redis.parts) > 0 {
+		p.refreshSecret(now)
+	}
 	p.releaseDue(now)
 	for _, rs := range p.rules {
 		if rs.adaptive != nil {

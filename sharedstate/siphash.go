@@ -43,6 +43,10 @@ func sipHash24(k0, k1 uint64, msg []byte) uint64 {
 	return v0 ^ v1 ^ v2 ^ v3
 }
 
+// SipHash24 is SipHash-2-4 of msg under the 128-bit key k0 || k1, for other packages that
+// need a keyed hash clients cannot compute (package redis chooses a key's partition with it).
+func SipHash24(k0, k1 uint64, msg []byte) uint64 { return sipHash24(k0, k1, msg) }
+
 // sipRound is one SipRound of the SipHash specification.
 func sipRound(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 	v0 += v1

@@ -18,7 +18,8 @@ import (
 	"strings"
 )
 
-// files maps each constant to its file, in the order Source concatenates them.
+// files maps each constant to its file, in the order Source concatenates them (luaSecret,
+// last, is a script of its own: see partition.go).
 var files = []struct{ name, file string }{
 	{"luaLib", "lua/lib.lua"},
 	{"luaWindow", "lua/window.lua"},
@@ -28,6 +29,7 @@ var files = []struct{ name, file string }{
 	{"luaSlidingWindowLog", "lua/sliding_window_log.lua"},
 	{"luaGCRA", "lua/gcra.lua"},
 	{"luaMain", "lua/main.lua"},
+	{"luaSecret", "lua/secret.lua"},
 }
 
 func main() {

@@ -13,6 +13,7 @@ func TestLuaConstantsAreTheFiles(t *testing.T) {
 		"lib.lua": luaLib, "window.lua": luaWindow, "bucket.lua": luaBucket,
 		"fixed_window.lua": luaFixedWindow, "sliding_window_counter.lua": luaSlidingWindowCounter,
 		"sliding_window_log.lua": luaSlidingWindowLog, "gcra.lua": luaGCRA, "main.lua": luaMain,
+		"secret.lua": luaSecret,
 	}
 	files, err := filepath.Glob("lua/*.lua")
 	if err != nil || len(files) != len(consts) {

@@ -180,7 +180,7 @@ func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
 // slot only, wherever the partition lives. The rule as a whole holds at most
 // partitions*ceil(maxKeys/partitions) live keys (below maxKeys+partitions), and a new key goes
 // to its partition's overflow key when that partition is full, which, with keys hashed
-// uniformly, starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
+// uniformly (a keyed hash: see Partition), starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
 // Items of a partitioned rule must carry their partition (Item.Part).
 func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name string) *Rule {
 	partitions = max(1, min(partitions, MaxPartitions))
@@ -226,8 +226,8 @@ type Item struct {
 	Key    []byte
 	N      int64
 	Shadow bool
-	// Part is the key's partition, Partition(descriptor, Rule.Partitions()): which key set
-	// and overflow key bound it. It is 0 for a rule of one partition.
+	// Part is the key's partition, Partition(secret, descriptor, Rule.Partitions()): which
+	// key set and overflow key bound it. It is 0 for a rule of one partition.
 	Part int
 }
 
