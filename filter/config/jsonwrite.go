@@ -159,8 +159,9 @@ func appendAnyMap(b []byte, m map[string]any) []byte {
 }
 
 // appendJSONString writes s as a JSON string with jsontext's minimal escaping (RFC 8785):
-// '"', '\\' and control characters escaped, everything else as it is. Invalid UTF-8 is written
-// as U+FFFD, as Parse reads it; jsontext reports it with an error that is of no use here.
+// quotes, backslashes and control characters escaped, everything else as it is. Invalid
+// UTF-8 is written as U+FFFD, as Parse reads it; jsontext reports it with an error that is of
+// no use here.
 func appendJSONString(b []byte, s string) []byte {
 	b, _ = jsontext.AppendQuote(b, s)
 	return b
