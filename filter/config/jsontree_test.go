@@ -42,7 +42,8 @@ func (n *node) plain() any {
 // accepts as one value (but for nesting deeper than maxDepth), every document it accepts
 // without duplicate keys decodes to the same values (escapes, surrogates, invalid UTF-8,
 // numbers), every error but the nesting bound gives a byte offset in the document (which
-// Parse turns into a line and a column), and it never panics.
+// Parse turns into a line and a column), it leaves the document as it was (the tokenizer reads
+// it in place) and it never panics.
 func FuzzDecodeTree(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `[]`, `{"a":[1,-2.5e+3,true,false,null,"x"]}`, ` { "a" : { "b" : [ ] } } `,
@@ -57,7 +58,11 @@ func FuzzDecodeTree(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dups := 0
+		orig := bytes.Clone(data)
 		n, jerr := decodeTree(data, func(string, string) { dups++ })
+		if !bytes.Equal(data, orig) {
+			t.Fatalf("decodeTree changed the document %q to %q", orig, data)
+		}
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.UseNumber()
 		var want any
