@@ -31,9 +31,9 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	p := new(parser)
-	root, err := decodeTree(data, p.duplicateKey)
-	if err != nil {
-		return nil, p.invalidJSON(data, err)
+	root, jerr := decodeTree(data, p.duplicateKey)
+	if jerr != nil {
+		return nil, p.invalidJSON(data, jerr)
 	}
 	cfg := p.config(root)
 	if err := p.result(); err != nil {
@@ -64,12 +64,12 @@ func (p *parser) duplicateKey(path, key string) {
 	p.add(path, "duplicate key")
 }
 
-// invalidJSON returns the problems found so far with decodeTree's error err last, located
-// by line and column in data (see checkDocument).
+// invalidJSON returns the problems found so far with decodeTree's error err last, at its
+// path and located by line and column in data (see checkDocument).
 //
 //go:noinline
-func (p *parser) invalidJSON(data []byte, err error) error {
-	p.add("", withLineColumn(data, err.Error()))
+func (p *parser) invalidJSON(data []byte, err *jsonError) error {
+	p.add(err.Path, withLineColumn(data, err.Msg))
 	return p.result()
 }
 

@@ -279,7 +279,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.overrideCosts",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.lowerSlow",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.joinQuotedKey",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.unquoteString",
+		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).fail",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.exactError",
 		"github.com/ratelimit-wasm/ratelimit/filter.joinErrors",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineOptionMetrics",
