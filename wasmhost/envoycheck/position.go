@@ -159,8 +159,9 @@ func valueLineColumn(text []byte, off int) (line, col int) {
 	return bytes.Count(text[:off], []byte("\n")) + 1, utf8.RuneCount(text[start:off]) + 1
 }
 
-// locate rewrites one line of the parser's error for the file: a syntax error's "at byte N
-// (line L, column C)" (the parenthesis is optional) becomes "at line L', column C'" of the
+// locate rewrites one line of the parser's error for the file: a syntax error's "invalid JSON
+// at byte N (line L, column C)" (after the path of the value it was found in; the parenthesis
+// is optional) becomes "at line L', column C'" of the
 // file, and a message that starts with a JSON path gets the file's position of the path's
 // field (or of its closest enclosing value that exists) in front. Anything else is returned
 // unchanged.
@@ -168,8 +169,9 @@ func (e *embedded) locate(msg string) string {
 	if e == nil {
 		return msg
 	}
-	if i := strings.Index(msg, "byte "); i >= 0 && strings.HasPrefix(msg, "invalid JSON") {
-		j := i + len("byte ")
+	const syntax = "invalid JSON at byte "
+	if i := strings.Index(msg, syntax); i >= 0 {
+		j := i + len(syntax)
 		k := j
 		for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
 			k++
@@ -184,11 +186,7 @@ func (e *embedded) locate(msg string) string {
 				rest = rest[end+1:]
 			}
 		}
-		start := i
-		if strings.HasSuffix(msg[:i], "at ") {
-			start -= len("at ")
-		}
-		return msg[:start] + "at " + e.where(off) + " (byte " + strconv.Itoa(off) + " of the configuration)" + rest
+		return msg[:i] + "invalid JSON at " + e.where(off) + " (byte " + strconv.Itoa(off) + " of the configuration)" + rest
 	}
 	path, _, ok := strings.Cut(msg, ": ")
 	if !ok || path == "" || strings.ContainsAny(path, " \t") {
