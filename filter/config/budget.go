@@ -1,9 +1,9 @@
 package config
 
 import (
+	"regexp/syntax"
 	"strings"
 
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )

@@ -2,14 +2,14 @@ package config
 
 import (
 	"bytes"
+	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
