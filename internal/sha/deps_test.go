@@ -16,10 +16,6 @@ import (
 // package's own JSON scanner and writer. reflect itself stays in the list (encoding/binary
 // imports it) but only a few hundred bytes of it are linked.
 //
-// Nor net/netip: with the unique package it brings, about 140 KB of the .wasm and an
-// initialiser run at every VM start; the client-IP key has its own parser and printer
-// (filter/config.IP, fuzzed against net/netip).
-//
 // Nor time, nor what it brings: syscall (whose initialisers query the stdio flags, the
 // preopened directories and the environment), internal/godebug, os, and io/fs and embed (io/fs
 // imports time). Their initialisers and first calls were about 60 functions and 23 KB of code
@@ -37,7 +33,6 @@ func TestModuleLinksNoHeavyPackages(t *testing.T) {
 		switch {
 		case pkg == "crypto" || strings.HasPrefix(pkg, "crypto/"),
 			pkg == "fmt", pkg == "encoding/json", pkg == "encoding/hex", pkg == "runtime/debug",
-			pkg == "net/netip",
 			pkg == "time", pkg == "syscall", pkg == "internal/godebug", pkg == "os",
 			pkg == "io/fs", pkg == "embed":
 			t.Errorf("the module links %s", pkg)
