@@ -31,10 +31,10 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 		{"time.Time.appendFormat", "time formatting (an embed.FS links it through io/fs.FileInfo's ModTime)"},
 		{"time.Time.String", "time formatting"},
 		{"embed.FS.ReadFile", "an embed.FS (embed the files as strings)"},
-		{"sort.Slice", "sort.Slice (the configuration's lists are short: insertionSort)"},
-		{"sort.SliceStable", "sort.SliceStable (insertionSort)"},
+		{"sort.Slice", "sort.Slice (reflection's Swapper: use sort.Stable or sort.Sort with a sort.Interface)"},
+		{"sort.SliceStable", "sort.SliceStable (reflection's Swapper: use sort.Stable with a sort.Interface)"},
 		{"internal/reflectlite.Swapper", "reflection's Swapper (sort.Slice)"},
-		{"slices.pdqsortOrdered[go.shape.string]", "a quicksort of strings (slices.Sort; sortStrings)"},
+		{"slices.pdqsortOrdered[go.shape.string]", "a quicksort of strings of its own (slices.Sort, sort.Strings: use sort.Sort(sort.StringSlice), whose quicksort the module has)"},
 		{"internal/reflectlite.implements", "reflection's assignability checks (errors.As; errors.AsType)"},
 	} {
 		if names[linkerName(c.fn)] {
