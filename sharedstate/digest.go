@@ -2,15 +2,14 @@ package sharedstate
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"math/rand/v2"
 	"sync/atomic"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // Digest returns the digest a key is stored under.
 func Digest(key []byte) [DigestSize]byte {
-	sum := sha.Sum256(key)
+	sum := sha256.Sum256(key)
 	var d [DigestSize]byte
 	copy(d[:], sum[:DigestSize])
 	return d

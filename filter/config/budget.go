@@ -1,9 +1,10 @@
 package config
 
 import (
+	"regexp/syntax"
+	"sort"
 	"strings"
 
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
@@ -101,18 +102,13 @@ func (p *parser) budget(path string, c *Config) {
 //
 //go:noinline
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
-	type cost struct {
-		index int
-		TableCost
-	}
-	costs := make([]cost, 0, len(c.Rules))
+	costs := make([]ruleCost, 0, len(c.Rules))
 	for _, r := range c.Rules {
-		costs = append(costs, cost{r.Index, tableCost(c.Domain, r)})
+		costs = append(costs, ruleCost{r.Index, tableCost(c.Domain, r)})
 	}
-	report := func(total, budget int64, where string, of func(cost) int64) {
-		sorted := append([]cost(nil), costs...)
-		insertionSort(len(sorted), func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) },
-			func(i, j int) { sorted[i], sorted[j] = sorted[j], sorted[i] })
+	report := func(total, budget int64, where string, of func(ruleCost) int64) {
+		sorted := append([]ruleCost(nil), costs...)
+		sort.Stable(largestFirst{sorted, of})
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
 			top = append(top, strfmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
@@ -122,10 +118,10 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 			formatBytes(total), where, formatBytes(budget), strings.Join(top, ", "))
 	}
 	if vm > maxVMTableBytes {
-		report(vm, maxVMTableBytes, "in every worker VM", func(c cost) int64 { return c.VMBytes })
+		report(vm, maxVMTableBytes, "in every worker VM", func(c ruleCost) int64 { return c.VMBytes })
 	}
 	if shared > maxSharedDataBytes {
-		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c cost) int64 { return c.SharedBytes })
+		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c ruleCost) int64 { return c.SharedBytes })
 	}
 }
 
@@ -162,6 +158,23 @@ func formatBytes(n int64) string {
 	}
 	return strfmt.Sprintf("%d B", n)
 }
+
+// ruleCost is one rule's key-table cost, as overBudget reports it.
+type ruleCost struct {
+	index int
+	TableCost
+}
+
+// largestFirst orders rule costs largest first by of (sort.Stable keeps equal costs in rule
+// order).
+type largestFirst struct {
+	c  []ruleCost
+	of func(ruleCost) int64
+}
+
+func (l largestFirst) Len() int           { return len(l.c) }
+func (l largestFirst) Less(i, j int) bool { return l.of(l.c[i]) > l.of(l.c[j]) }
+func (l largestFirst) Swap(i, j int)      { l.c[i], l.c[j] = l.c[j], l.c[i] }
 
 // regexProgram returns the number of instructions of src's compiled RE2 program, or an
 // error when src does not parse.

@@ -13,9 +13,10 @@
 package config
 
 import (
+	"regexp"
+
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
 )
 
 // Bounds on the size of a configuration. They keep a mistaken or hostile config from

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"sort"
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -116,7 +117,7 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	sort.Sort(sort.StringSlice(keys))
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {
@@ -137,7 +138,7 @@ func appendAnyMap(b []byte, m map[string]any) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	sort.Sort(sort.StringSlice(keys))
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {

@@ -2,14 +2,15 @@ package config
 
 import (
 	"bytes"
+	"regexp"
+	"regexp/syntax"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
@@ -1393,9 +1394,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				}
 				d.Headers = append(d.Headers, Header{Name: name, Value: v})
 			}
-			h := d.Headers
-			insertionSort(len(h), func(i, j int) bool { return h[i].Name < h[j].Name },
-				func(i, j int) { h[i], h[j] = h[j], h[i] })
+			sort.Stable(headersByName(d.Headers))
 		}
 	}
 	if !valid {
@@ -1403,6 +1402,13 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 	}
 	return &d
 }
+
+// headersByName orders a denial's headers by name.
+type headersByName []Header
+
+func (h headersByName) Len() int           { return len(h) }
+func (h headersByName) Less(i, j int) bool { return h[i].Name < h[j].Name }
+func (h headersByName) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 
 // The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
 const (

@@ -1,9 +1,8 @@
 package redis
 
 import (
+	"crypto/sha256"
 	"strconv"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
@@ -111,7 +110,7 @@ func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int
 	if rawDescriptor(descriptor) {
 		return append(dst, descriptor...)
 	}
-	sum := sha.Sum256(descriptor)
+	sum := sha256.Sum256(descriptor)
 	dst = append(dst, '#')
 	for _, c := range sum[:16] {
 		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])

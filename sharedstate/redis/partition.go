@@ -69,7 +69,7 @@ var (
 )
 
 func escapedSecret() []byte {
-	secretOnce.Do(func() { secretSource = escape(nil, newScript("partition-secret", luaSecret).Source) })
+	secretOnce.Do(func() { secretSource = escape(nil, luaSecretScript) })
 	return secretSource
 }
 
