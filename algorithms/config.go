@@ -2,10 +2,10 @@ package algorithms
 
 import (
 	"math/bits"
+	"strconv"
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Algorithm names, as the JSON config spells them.
@@ -239,8 +239,8 @@ type ConfigError struct {
 // Error renders "field: message".
 func (e *ConfigError) Error() string { return e.Field + ": " + e.Message }
 
-func cfgErr(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Message: strfmt.Sprintf(format, args...)}
+func cfgErr(field, msg string) error {
+	return &ConfigError{Field: field, Message: msg}
 }
 
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
@@ -280,11 +280,11 @@ func New(c Config) (Limiter, error) {
 func unknownAlgorithm(c Config) error {
 	switch c.Algorithm {
 	case AlgSlidingWindow:
-		return cfgErr("variant", "unknown %q (want %q or %q)", c.Variant, VariantCounter, VariantLog)
+		return cfgErr("variant", "unknown "+strconv.Quote(c.Variant)+" (want "+strconv.Quote(VariantCounter)+" or "+strconv.Quote(VariantLog)+")")
 	case "":
-		return cfgErr("algorithm", "missing (want one of %s)", algorithmList())
+		return cfgErr("algorithm", "missing (want one of "+algorithmList()+")")
 	}
-	return cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList())
+	return cfgErr("algorithm", "unknown "+strconv.Quote(c.Algorithm)+" (want one of "+algorithmList()+")")
 }
 
 // algorithmList names every algorithm, for error messages. It is built when an error needs
@@ -331,28 +331,29 @@ func commonValid(c Config, maxLimit int64, spec Spec) bool {
 //go:noinline
 func commonError(c Config, maxLimit int64, spec Spec) error {
 	if c.Limit <= 0 {
-		return cfgErr("limit", "must be > 0, got %d", c.Limit)
+		return cfgErr("limit", "must be > 0, got "+strconv.FormatInt(c.Limit, 10))
 	}
 	if c.Limit > maxLimit {
 		if maxLimit == LogLimitCeiling {
-			return cfgErr("limit", "must be <= %d for the sliding window log (its state stores one timestamp per event), got %d; use the counter variant for larger limits", maxLimit, c.Limit)
+			return cfgErr("limit", "must be <= "+strconv.FormatInt(maxLimit, 10)+" for the sliding window log (its state stores one timestamp per event), got "+
+				strconv.FormatInt(c.Limit, 10)+"; use the counter variant for larger limits")
 		}
-		return cfgErr("limit", "must be <= %d, got %d", maxLimit, c.Limit)
+		return cfgErr("limit", "must be <= "+strconv.FormatInt(maxLimit, 10)+", got "+strconv.FormatInt(c.Limit, 10))
 	}
 	if err := validateWindow("window", c.Window); err != nil {
 		return err
 	}
 	if !spec.Accepts(FieldBurst) && c.Burst != 0 {
-		return cfgErr("burst", "not used by %s, must be 0 or absent, got %d", c.Algorithm, c.Burst)
+		return cfgErr("burst", "not used by "+c.Algorithm+", must be 0 or absent, got "+strconv.FormatInt(c.Burst, 10))
 	}
 	if spec.Accepts(FieldBurst) && (c.Burst < 0 || c.Burst > LimitCeiling) {
-		return cfgErr("burst", "must be in [0, %d] (0 means limit), got %d", int64(LimitCeiling), c.Burst)
+		return cfgErr("burst", "must be in [0, "+strconv.Itoa(LimitCeiling)+"] (0 means limit), got "+strconv.FormatInt(c.Burst, 10))
 	}
 	if c.Variant != "" && !spec.Accepts(FieldVariant) {
-		return cfgErr("variant", "only sliding_window has variants, got %q for %s", c.Variant, c.Algorithm)
+		return cfgErr("variant", "only sliding_window has variants, got "+strconv.Quote(c.Variant)+" for "+c.Algorithm)
 	}
 	if !spec.Accepts(FieldMaxDelay) && c.MaxDelay != 0 {
-		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for %s, got %v", c.Algorithm, c.MaxDelay)
+		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for "+c.Algorithm+", got "+c.MaxDelay.String())
 	}
 	if !spec.Accepts(FieldAdaptive) {
 		switch {
@@ -378,19 +379,19 @@ func commonError(c Config, maxLimit int64, spec Spec) error {
 }
 
 func notAdaptive(field string, c Config) error {
-	return cfgErr(field, "only adaptive uses it, must be absent for %s", c.Algorithm)
+	return cfgErr(field, "only adaptive uses it, must be absent for "+c.Algorithm)
 }
 
 func validateWindow(field string, w duration.Duration) error {
 	switch {
 	case w < MinWindow:
-		return cfgErr(field, "must be >= %v, got %v", MinWindow, w)
+		return cfgErr(field, "must be >= "+MinWindow.String()+", got "+w.String())
 	case w > MaxWindow:
-		return cfgErr(field, "must be <= %v (31 days), got %v", MaxWindow, w)
+		return cfgErr(field, "must be <= "+MaxWindow.String()+" (31 days), got "+w.String())
 	case w%duration.Millisecond != 0:
 		// Whole milliseconds keep window alignment exact in the Lua port (see the package
 		// documentation) and make Window/10^6 an integer for the sliding window counter.
-		return cfgErr(field, "must be a whole number of milliseconds, got %v", w)
+		return cfgErr(field, "must be a whole number of milliseconds, got "+w.String())
 	}
 	return nil
 }
@@ -459,6 +460,6 @@ func exactError(field, what, hint string, terms [][2]int64) error {
 	for _, t := range terms {
 		est += float64(t[0]) * float64(t[1])
 	}
-	return cfgErr(field, "%s = %.4g exceeds 2^53 = %d, the largest integer the exact arithmetic (and its Lua port) can hold; %s",
-		what, est, int64(MaxExact), hint)
+	return cfgErr(field, what+" = "+strconv.FormatFloat(est, 'g', 4, 64)+" exceeds 2^53 = "+strconv.FormatInt(MaxExact, 10)+
+		", the largest integer the exact arithmetic (and its Lua port) can hold; "+hint)
 }

@@ -118,10 +118,10 @@ func (l *LeakyBucket) init(c Config) error {
 		return err
 	}
 	if c.MaxDelay < 0 {
-		return cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got %v", c.MaxDelay)
+		return cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got "+c.MaxDelay.String())
 	}
 	if c.MaxDelay > MaxWindow {
-		return cfgErr("max_delay", "must be <= %v (31 days), got %v", MaxWindow, c.MaxDelay)
+		return cfgErr("max_delay", "must be <= "+MaxWindow.String()+" (31 days), got "+c.MaxDelay.String())
 	}
 	b, err := newBucket(c)
 	if err != nil {

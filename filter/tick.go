@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -165,7 +166,7 @@ func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	case err == nil:
 		ad.signals = algorithms.Signals{}
 		if limit != ad.lim.limit {
-			abi.LogInfof("ratelimit: rule %q: adaptive limit %d -> %d", rs.rule.Name, ad.lim.limit, limit)
+			abi.LogInfo("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": adaptive limit " + strconv.FormatInt(ad.lim.limit, 10) + " -> " + strconv.FormatInt(limit, 10))
 		}
 		ad.lim.limit = limit
 		ad.gauge.Record(limit)

@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -40,10 +39,6 @@ func (p *parser) add(path, msg string) {
 // counted.
 func (p *parser) full() bool { return len(p.errs) >= maxErrors }
 
-func (p *parser) addf(path, format string, args ...any) {
-	p.add(path, strfmt.Sprintf(format, args...))
-}
-
 // result returns the collected problems as an error, or nil.
 func (p *parser) result() error {
 	if len(p.errs) == 0 {
@@ -59,7 +54,7 @@ func (p *parser) result() error {
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
-		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
+		errs = append(errs[:len(errs):len(errs)], &Error{Msg: "... and " + strconv.Itoa(p.dropped) + " more problems"})
 	}
 	return errs
 }
@@ -193,7 +188,7 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 //
 //go:noinline
 func (p *parser) tooLong(path string, n, maxLen int) {
-	p.addf(path, "is %d bytes long; the maximum is %d", n, maxLen)
+	p.add(path, "is "+strconv.Itoa(n)+" bytes long; the maximum is "+strconv.Itoa(maxLen))
 }
 
 // boolean reads true or false.
@@ -383,9 +378,9 @@ func (p *parser) itemCount(path string, count, lo, hi int) {
 	case count < lo && lo == 1:
 		p.add(path, "must not be empty")
 	case count < lo:
-		p.addf(path, "has %d items; the minimum is %d", count, lo)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the minimum is "+strconv.Itoa(lo))
 	default:
-		p.addf(path, "has %d items; the maximum is %d", count, hi)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the maximum is "+strconv.Itoa(hi))
 	}
 }
 

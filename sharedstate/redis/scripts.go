@@ -8,7 +8,6 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/sha"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // The Lua files are Go string constants (lua.go, written by gen_lua.go), not embedded: package
@@ -73,7 +72,12 @@ func newScript(name string, sources ...string) *Script {
 	}
 	src := b.String()
 	sum := sha.Sum1([]byte(src))
-	return &Script{Name: name, Source: src, SHA: strfmt.Sprintf("%x", sum[:])}
+	const hexDigits = "0123456789abcdef"
+	sha := make([]byte, 0, 2*len(sum))
+	for _, c := range sum {
+		sha = append(sha, hexDigits[c>>4], hexDigits[c&15])
+	}
+	return &Script{Name: name, Source: src, SHA: string(sha)}
 }
 
 func (s *Script) escapedSource() []byte {
@@ -156,7 +160,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	case *algorithms.GCRA:
 		code = codeGCRA
 	default:
-		return nil, strfmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
+		return nil, errors.New("redis: no script for algorithm " + strconv.Quote(c.Algorithm))
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
 	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil
