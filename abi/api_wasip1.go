@@ -250,11 +250,10 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
-// two, as it also reads the monotonic clock (and links package time into the module). Should
-// the host fail the call (Envoy's never does for the real-time clock), the last good reading
-// stands: the limiters see a clock that stalls rather than one at 0 (the Unix epoch). The Go
-// runtime's own clock reads, time.Now's included, abort the VM instead ("clock_time_get
-// failed").
+// two, as it also reads the monotonic clock. Should the host fail the call (Envoy's never does
+// for the real-time clock), the last good reading stands: the limiters see a clock that
+// stalls rather than one at 0 (the Unix epoch). The Go runtime's own clock reads, time.Now's
+// included, abort the VM instead ("clock_time_get failed").
 func WallClockNanos() int64 {
 	var t uint64
 	if wasiClockTimeGet(clockRealtime, 0, &t) != 0 {

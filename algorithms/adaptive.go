@@ -5,8 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"time"
 )
 
 // Adaptive is adaptive: a limit that moves between MinLimit and MaxLimit with the health of
@@ -90,7 +89,7 @@ type Signals struct {
 	// Errors is how many of them failed (for example 5xx responses, resets, timeouts).
 	Errors int64
 	// LatencySum is the sum of their latencies.
-	LatencySum duration.Duration
+	LatencySum time.Duration
 }
 
 // Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
@@ -99,7 +98,7 @@ func (s Signals) Add(o Signals) Signals {
 	return Signals{
 		Requests:   satAdd(s.Requests, o.Requests),
 		Errors:     satAdd(s.Errors, o.Errors),
-		LatencySum: duration.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
+		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
 	}
 }
 

@@ -4,8 +4,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"time"
 )
 
 // Algorithm names, as the JSON config spells them.
@@ -104,10 +103,10 @@ const (
 const (
 	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
 	// request rate limiting and would let very high rates overflow the scaled arithmetic.
-	MinWindow = duration.Millisecond
+	MinWindow = time.Millisecond
 	// MaxWindow is the longest accepted window (31 days, so monthly quotas fit). Windows and
 	// delays stay below 2^52 ns, leaving room for sums of two of them below 2^53.
-	MaxWindow = 31 * 24 * duration.Hour
+	MaxWindow = 31 * 24 * time.Hour
 	// LimitCeiling bounds Limit, Burst, MinLimit and MaxLimit. Counts then fit in 32 bits and
 	// the sliding-window-counter products (3 * limit * 10^6) stay below 2^53.
 	LimitCeiling = 1_000_000_000
@@ -138,7 +137,7 @@ type Config struct {
 	Limit int64
 	// Window is the period Limit applies to: a whole number of milliseconds in
 	// [MinWindow, MaxWindow].
-	Window duration.Duration
+	Window time.Duration
 	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
 	// Limit. Other algorithms reject it.
 	Burst int64
@@ -148,7 +147,7 @@ type Config struct {
 	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
 	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
 	// full queue (Burst*Window/Limit) behave like that time.
-	MaxDelay duration.Duration
+	MaxDelay time.Duration
 
 	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
 	MinLimit int64
@@ -156,14 +155,14 @@ type Config struct {
 	MaxLimit int64
 	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
 	// 0 turns the latency signal off.
-	TargetLatency duration.Duration
+	TargetLatency time.Duration
 	// ErrorThreshold (adaptive): an interval whose error ratio (errors/requests) exceeds it is
 	// unhealthy; a fraction in [0, 1], 0 turns the error signal off. It is used with a
 	// resolution of one part per million.
 	ErrorThreshold float64
 	// AdjustInterval (adaptive) is the minimum time between two limit adjustments; signals
 	// reported in between are accumulated. 0 means Window.
-	AdjustInterval duration.Duration
+	AdjustInterval time.Duration
 	// MinSamples (adaptive) is the number of requests an interval needs before it can be judged
 	// unhealthy; quieter intervals count as healthy. 0 means DefaultMinSamples.
 	MinSamples int64
@@ -197,12 +196,12 @@ type Decision struct {
 	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
 	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
 	// the request can never be allowed (see Unsatisfiable).
-	RetryAfter duration.Duration
+	RetryAfter time.Duration
 	// ResetAfter is the time until the key is back to its full allowance.
-	ResetAfter duration.Duration
+	ResetAfter time.Duration
 	// Delay is set by the leaky-bucket shaper only: the request is allowed, but must be
 	// released after Delay so that the released stream leaves at the leak rate.
-	Delay duration.Duration
+	Delay time.Duration
 }
 
 // Unsatisfiable reports whether the request was denied because it can never be allowed:
@@ -316,7 +315,7 @@ func validateCommon(c Config, maxLimit int64) error {
 // filter/doc.go). TestCommonValidAgreesWithCommonError checks the two agree.
 func commonValid(c Config, maxLimit int64, spec Spec) bool {
 	return c.Limit > 0 && c.Limit <= maxLimit &&
-		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%duration.Millisecond == 0 &&
+		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%time.Millisecond == 0 &&
 		(spec.Accepts(FieldBurst) || c.Burst == 0) &&
 		(!spec.Accepts(FieldBurst) || c.Burst >= 0 && c.Burst <= LimitCeiling) &&
 		(c.Variant == "" || spec.Accepts(FieldVariant)) &&
@@ -382,13 +381,13 @@ func notAdaptive(field string, c Config) error {
 	return cfgErr(field, "only adaptive uses it, must be absent for "+c.Algorithm)
 }
 
-func validateWindow(field string, w duration.Duration) error {
+func validateWindow(field string, w time.Duration) error {
 	switch {
 	case w < MinWindow:
 		return cfgErr(field, "must be >= "+MinWindow.String()+", got "+w.String())
 	case w > MaxWindow:
 		return cfgErr(field, "must be <= "+MaxWindow.String()+" (31 days), got "+w.String())
-	case w%duration.Millisecond != 0:
+	case w%time.Millisecond != 0:
 		// Whole milliseconds keep window alignment exact in the Lua port (see the package
 		// documentation) and make Window/10^6 an integer for the sliding window counter.
 		return cfgErr(field, "must be a whole number of milliseconds, got "+w.String())
@@ -422,7 +421,7 @@ func (c Config) CapacityField() string {
 // with g = gcd(Limit, Window in ns). Measuring an amount of events in units of 1/wg of an event
 // makes the refill exactly lg units per nanosecond, so buckets need no division on refill
 // and no rounding at all.
-func rateScale(limit int64, window duration.Duration) (lg, wg int64) {
+func rateScale(limit int64, window time.Duration) (lg, wg int64) {
 	g := GCD(limit, int64(window))
 	return limit / g, int64(window) / g
 }

@@ -1,6 +1,6 @@
 package algorithms
 
-import "github.com/ratelimit-wasm/ratelimit/internal/duration"
+import "time"
 
 // LeakyBucket is leaky_bucket. It has two modes.
 //
@@ -339,7 +339,7 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 
 // maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
 // drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
-func (l *LeakyBucket) maxDelayEffective() duration.Duration {
+func (l *LeakyBucket) maxDelayEffective() time.Duration {
 	if !l.shaper {
 		return 0
 	}

@@ -3,10 +3,10 @@ package filter
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -74,7 +74,7 @@ type redisClient struct {
 // secretRefresh is how often a VM reads the partition secret again (refreshSecret): the time
 // within which proxies agree again after Redis lost the secret and one of them stored
 // another.
-const secretRefresh = 60 * int64(duration.Second)
+const secretRefresh = 60 * int64(time.Second)
 
 // partition returns the partition of descriptor key: 0 without partitions.
 func (c *redisClient) partition(key []byte) int {

@@ -5,11 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -66,9 +66,9 @@ type ruleState struct {
 	draft, legacy bool
 	m             ruleMetrics
 
-	shape    *shapeMetrics     // set for leaky_bucket rules in mode "shape"
-	adaptive *adaptiveState    // set for adaptive rules
-	maxWait  duration.Duration // the longest wait a decision may report (see maxWait)
+	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
+	adaptive *adaptiveState // set for adaptive rules
+	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 
 	// redisRule is the prepared script arguments of a global rule (or of one of its
 	// overrides); nil for a local rule.
@@ -303,10 +303,10 @@ func setTickPeriod(rules []*ruleState, partitioned bool) error {
 	period := tickPeriod(rules)
 	if period == 0 && partitioned {
 		// Only the partition secret's refresh needs the timer (see refreshSecret).
-		period = duration.Duration(secretRefresh)
+		period = time.Duration(secretRefresh)
 	}
 	if period > 0 {
-		if err := abi.SetTickPeriodMilliSeconds(uint32(period / duration.Millisecond)); err != nil {
+		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}

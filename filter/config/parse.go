@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
 	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
@@ -236,7 +236,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if tn, tpath := f.get("timeout"); tn != nil {
-		if d, ok := p.duration(tpath, tn, duration.Millisecond, 10*duration.Second); ok {
+		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
 			r.Timeout = d
 		}
 	}
@@ -267,7 +267,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 				}
 			}
 			if n, path := bf.get("cooldown"); n != nil {
-				if d, ok := p.duration(path, n, 100*duration.Millisecond, 10*duration.Minute); ok {
+				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
 					r.Breaker.Cooldown = d
 				}
 			}
@@ -724,7 +724,7 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		if dn, dpath := f.get("max_delay"); dn == nil {
 			p.add(dpath, `required when mode is "shape"`)
 			valid = false
-		} else if d, ok := p.duration(dpath, dn, duration.Millisecond, maxShapingDelay); ok {
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
 			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
 		} else {
 			valid = false
@@ -800,7 +800,7 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		}
 	}
 	if n, fpath := f.get("target_latency"); n != nil {
-		ac.TargetLatency, ok = p.duration(fpath, n, duration.Millisecond, 60*duration.Second)
+		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
 		valid = valid && ok
 	}
 	if n, fpath := f.get("error_threshold"); n != nil {
@@ -808,7 +808,7 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		valid = valid && ok
 	}
 	if n, fpath := f.get("interval"); n != nil {
-		ac.AdjustInterval, ok = p.duration(fpath, n, 100*duration.Millisecond, duration.Hour)
+		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
 		valid = valid && ok
 	}
 	if valid && ac.MinLimit > ac.MaxLimit {

@@ -4,9 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -286,7 +285,7 @@ func rangeMsg(lo, hi string, open bool, got string) string {
 }
 
 // duration reads a duration string in [lo, hi].
-func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (duration.Duration, bool) {
+func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
 	if n.kind != kindString {
 		p.wrongType(path, `a duration string like "1s"`, n)
 		return 0, false
@@ -307,7 +306,7 @@ func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (durat
 // [lo, hi]. It is out of duration's line (see wrongType).
 //
 //go:noinline
-func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
+func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
 		return
@@ -316,9 +315,9 @@ func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
 }
 
 // fmtBound writes a duration bound the way a person would type it.
-func fmtBound(d duration.Duration) string {
-	if d >= 24*duration.Hour && d%(24*duration.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*duration.Hour)), 10) + "d"
+func fmtBound(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
 	s := d.String()
 	// "1m0s" reads better as "1m", and "1h0m0s" as "1h".

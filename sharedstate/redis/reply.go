@@ -3,11 +3,11 @@ package redis
 import (
 	"errors"
 	"strconv"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
@@ -286,8 +286,8 @@ func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 		Allowed:    allowed == 1,
 		Limit:      lim,
 		Remaining:  remaining,
-		RetryAfter: duration.Duration(min(retry, algorithms.MaxExact)),
-		ResetAfter: duration.Duration(min(reset, algorithms.MaxExact)),
+		RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
+		ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
 	}, Overflow: overflow == 1}, nil
 }
 

@@ -41,17 +41,12 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 			t.Errorf("the module links %s: %s", c.fn, c.why)
 		}
 	}
-	// No function of package time or of what it brings (internal/sha's
-	// TestModuleLinksNoHeavyPackages says why): a package's initialiser alone would show.
-	// time.now is the runtime's own (runtime/timestub.go names its time_now so for package
-	// time to link to), present with or without package time.
+	// No function of package os, io/fs or embed (internal/sha's TestModuleLinksNoHeavyPackages
+	// says why): a package's initialiser alone would show.
 	for name := range names {
-		if name == "time.now" {
-			continue
-		}
-		for _, pkg := range []string{"time", "syscall", "internal/godebug", "os", "io/fs", "embed"} {
+		for _, pkg := range []string{"os", "io/fs", "embed"} {
 			if strings.HasPrefix(name, linkerName(pkg)+".") {
-				t.Errorf("the module links %s (package %s): use internal/duration and abi.WallClockNanos", name, pkg)
+				t.Errorf("the module links %s (package %s)", name, pkg)
 			}
 		}
 	}
