@@ -23,8 +23,7 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(ALL_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet -tags timeduration $(WASM_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet . ./internal/duration/ ./internal/strfmt/
+	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
 
 # Checks an Envoy bootstrap (or a plugin configuration file) before a deploy (Envoy's API
 # rules, every filter configuration, rules against the listener's routes, warnings):

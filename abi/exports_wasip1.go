@@ -78,7 +78,7 @@ func recoverExport(name string, contextID uint32) {
 }
 
 // stack returns the calling goroutine's stack trace, as runtime/debug.Stack does; that
-// package imports fmt, which the module does not link (see internal/strfmt).
+// package imports fmt, which the module does not link.
 func stack() []byte {
 	buf := make([]byte, 1024)
 	for {

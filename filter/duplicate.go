@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"strconv"
+
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
@@ -56,7 +58,7 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 		what...), ` more than once; send it once"}`...)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
-		abi.LogErrorf("ratelimit: rule %q: sending the local response: %v", r.Name, err)
+		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
 	}
 	return true
 }

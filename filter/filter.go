@@ -45,7 +45,14 @@ func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
 // layer unannounced, and the request it happened on follows the configured failure mode.
 func recoverTo(where string, onPanic func()) {
 	if r := recover(); r != nil {
-		abi.LogErrorf("ratelimit: recovered panic in %s: %v", where, r)
+		what := "a value that is neither an error nor a string"
+		switch v := r.(type) {
+		case error:
+			what = v.Error()
+		case string:
+			what = v
+		}
+		abi.LogError("ratelimit: recovered panic in " + where + ": " + what)
 		if onPanic != nil {
 			onPanic()
 		}

@@ -2,11 +2,11 @@ package filter
 
 import (
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -74,7 +74,7 @@ type redisClient struct {
 // secretRefresh is how often a VM reads the partition secret again (refreshSecret): the time
 // within which proxies agree again after Redis lost the secret and one of them stored
 // another.
-const secretRefresh = 60 * int64(duration.Second)
+const secretRefresh = 60 * int64(time.Second)
 
 // partition returns the partition of descriptor key: 0 without partitions.
 func (c *redisClient) partition(key []byte) int {
@@ -386,14 +386,14 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 	}
 	if h.finish() == types.ActionContinue {
 		if err := abi.ResumeHttpRequest(); err != nil {
-			abi.LogWarnf("ratelimit: resuming the request: %v", err)
+			abi.LogWarn("ratelimit: resuming the request: " + err.Error())
 		}
 	}
 }
 
 var (
 	errCalloutReset = errors.New("callout reset")
-	errNoHosts      = strfmt.Wrap(redis.ErrUnavailable, ": the cluster has no host (proxy_http_call failed with InternalFailure)")
+	errNoHosts      = &wrappedError{err: redis.ErrUnavailable, suffix: ": the cluster has no host (proxy_http_call failed with InternalFailure)"}
 )
 
 // sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once
@@ -429,11 +429,12 @@ func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 	// long as Redis is down): an outage is in the log at once, without a line per request.
 	switch {
 	case opened && !wasOpen:
-		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); the breaker opens: global rules apply failure_mode %q for %v",
-			b.failures, err, part, string(c.cfg.FailureMode), c.cfg.Breaker.Cooldown)
+		abi.LogWarn("ratelimit: redis failed " + strconv.Itoa(b.failures) + " times in a row (last: " + err.Error() + "; partition " +
+			strconv.Itoa(part) + ", -1: all); the breaker opens: global rules apply failure_mode " +
+			strconv.Quote(string(c.cfg.FailureMode)) + " for " + c.cfg.Breaker.Cooldown.String())
 	case b.failures&(b.failures-1) == 0:
-		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q",
-			b.failures, err, part, string(c.cfg.FailureMode))
+		abi.LogWarn("ratelimit: redis failed " + strconv.Itoa(b.failures) + " times in a row (last: " + err.Error() + "; partition " +
+			strconv.Itoa(part) + ", -1: all); global rules apply failure_mode " + strconv.Quote(string(c.cfg.FailureMode)))
 	}
 }
 
@@ -471,12 +472,12 @@ func (c *redisClient) partSuccess(part int) {
 	}
 	if part < 0 || len(c.parts) == 0 {
 		c.gauge.set(false)
-		abi.LogInfof("ratelimit: redis answers again; global rules use it")
+		abi.LogInfo("ratelimit: redis answers again; global rules use it")
 		return
 	}
 	c.openParts--
 	c.gauge.set(c.openParts > 0)
-	abi.LogInfof("ratelimit: redis answers again for partition %d", part)
+	abi.LogInfo("ratelimit: redis answers again for partition " + strconv.Itoa(part))
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
@@ -635,7 +636,7 @@ func (c *redisClient) secretReply(numHeaders, bodySize, numTrailers int) (redis.
 // partitions under it (as after Redis lost them).
 func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 	if c.secretKnown && s != c.secret {
-		abi.LogWarnf("ratelimit: the partition secret in Redis is not the one this VM used (Redis lost it, and another proxy stored its own); global keys move to their partitions under the stored one")
+		abi.LogWarn("ratelimit: the partition secret in Redis is not the one this VM used (Redis lost it, and another proxy stored its own); global keys move to their partitions under the stored one")
 	}
 	c.secret, c.secretKnown, c.secretDue = s, true, now+secretRefresh
 }

@@ -2,10 +2,10 @@ package filter
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // The rate-limit response headers follow draft-ietf-httpapi-ratelimit-headers-11 (May 2026):
@@ -26,27 +26,27 @@ import (
 // whole number of seconds over which the rate admits a whole number of events: w = window / g
 // and q = limit * 1s / g with g = gcd(limit * 1s, window), so 5 per 500ms is q=10;w=1, 3 per
 // 1.5s is q=2;w=1 and 7 per 1300ms is q=70;w=13.
-func policyRate(limit int64, window duration.Duration) (q, w int64) {
+func policyRate(limit int64, window time.Duration) (q, w int64) {
 	limit = max(limit, 0)
 	if window <= 0 {
 		return limit, 1
 	}
-	if window%duration.Second == 0 {
-		return limit, int64(window / duration.Second)
+	if window%time.Second == 0 {
+		return limit, int64(window / time.Second)
 	}
 	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger
 	// one cannot come from a valid configuration, and is rounded to whole seconds rather than
 	// overflowed.
 	if limit > algorithms.LimitCeiling {
-		return limit, max(1, int64(window/duration.Second))
+		return limit, max(1, int64(window/time.Second))
 	}
-	a, b := limit*int64(duration.Second), int64(window)
+	a, b := limit*int64(time.Second), int64(window)
 	g := algorithms.GCD(a, b)
 	return a / g, b / g
 }
 
 // appendPolicyItem renders one quota policy item of the RateLimit-Policy field.
-func appendPolicyItem(dst []byte, name string, limit int64, window duration.Duration) []byte {
+func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
 	q, w := policyRate(limit, window)
 	dst = append(dst, '"')
 	dst = append(dst, name...)
@@ -96,7 +96,7 @@ func (rs *ruleState) policyString() string {
 // bound the limiters keep every duration under. A longer wait comes from a corrupt or hostile
 // answer or from an overflow, and is clamped, not rendered: a webdis answer with a retry-after
 // of 2^63-1 ns once produced "Retry-After: -9223372035".
-func maxWait(c algorithms.Config) duration.Duration {
+func maxWait(c algorithms.Config) time.Duration {
 	limit := max(c.Limit, c.MinLimit, 1)
 	capacity := max(c.Burst, c.Limit, c.MaxLimit, 1)
 	// One window more than the capacity takes to refill, because a sliding window counter
@@ -106,11 +106,11 @@ func maxWait(c algorithms.Config) duration.Duration {
 	if w <= 0 || windows > algorithms.MaxExact/int64(w) {
 		return algorithms.MaxExact
 	}
-	return min(duration.Duration(windows)*w+max(c.MaxDelay, 0), algorithms.MaxExact)
+	return min(time.Duration(windows)*w+max(c.MaxDelay, 0), algorithms.MaxExact)
 }
 
 // clampWaits bounds a decision's durations to [0, limit] before they are rendered.
-func clampWaits(d algorithms.Decision, limit duration.Duration) algorithms.Decision {
+func clampWaits(d algorithms.Decision, limit time.Duration) algorithms.Decision {
 	clampWaitsIn(&d, limit)
 	return d
 }
@@ -118,7 +118,7 @@ func clampWaits(d algorithms.Decision, limit duration.Duration) algorithms.Decis
 // clampWaitsIn is clampWaits on the decision in place: render bounds each rule's decision where
 // it lies, because a copy of the whole decision out and back would be code of its own, which
 // V8 in Envoy compiles on a VM's first request.
-func clampWaitsIn(d *algorithms.Decision, limit duration.Duration) {
+func clampWaitsIn(d *algorithms.Decision, limit time.Duration) {
 	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
 	d.ResetAfter = min(max(d.ResetAfter, 0), limit)
 }

@@ -208,7 +208,7 @@ func (p *plugin) removeShadowHeaders() {
 	for _, name := range p.shadowHeaders {
 		// A client's own copy would read to the upstream as a shadow rule's verdict.
 		if err := abi.RemoveHttpRequestHeader(name); err != nil {
-			abi.LogDebugf("ratelimit: removing request header %s: %v", name, err)
+			abi.LogDebug("ratelimit: removing request header " + name + ": " + err.Error())
 		}
 	}
 	// A header map read while matching still holds the client's copies: a header first read
@@ -572,7 +572,7 @@ func tellUpstream(r *config.Rule) {
 		return
 	}
 	if err := abi.AddHttpRequestHeader(r.ShadowRequestHeader, r.Name); err != nil {
-		abi.LogDebugf("ratelimit: rule %q: adding request header %s: %v", r.Name, r.ShadowRequestHeader, err)
+		abi.LogDebug("ratelimit: rule " + strconv.Quote(r.Name) + ": adding request header " + r.ShadowRequestHeader + ": " + err.Error())
 	}
 }
 
@@ -648,7 +648,7 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 		body = r.Deny.AppendBody(nil, r.Name, retry)
 	}
 	if err := abi.SendHttpResponse(uint32(r.Deny.Status), headers, body, grpcStatus); err != nil {
-		abi.LogErrorf("ratelimit: rule %q: sending the local response: %v", r.Name, err)
+		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
 	}
 	return types.ActionPause
 }
@@ -949,7 +949,7 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 //
 //go:noinline
 func logAddFailure(name string, err error) {
-	abi.LogDebugf("ratelimit: adding response header %s: %v", name, err)
+	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
 }
 
 // appendRuleHeaders renders the rate-limit headers of one rule's decision (a denial).

@@ -1,10 +1,11 @@
 package filter
 
 import (
+	"time"
+
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
@@ -102,7 +103,7 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	}
 	h.units -= cost
 	a.decision = algorithms.Decision{Allowed: true, Limit: h.limit,
-		Remaining: h.remaining + h.units, ResetAfter: duration.Duration(max(0, h.resetAt-now))}
+		Remaining: h.remaining + h.units, ResetAfter: time.Duration(max(0, h.resetAt-now))}
 	a.decided, a.leased = true, h
 	return true
 }
@@ -206,8 +207,8 @@ func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, 
 	if !ok || now >= e.until || cost < e.cost {
 		return algorithms.Decision{}, false
 	}
-	return algorithms.Decision{Limit: e.limit, RetryAfter: duration.Duration(e.until - now),
-		ResetAfter: duration.Duration(max(e.resetAt, e.until) - now)}, true
+	return algorithms.Decision{Limit: e.limit, RetryAfter: time.Duration(e.until - now),
+		ResetAfter: time.Duration(max(e.resetAt, e.until) - now)}, true
 }
 
 // record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.

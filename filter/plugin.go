@@ -5,12 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -67,9 +66,9 @@ type ruleState struct {
 	draft, legacy bool
 	m             ruleMetrics
 
-	shape    *shapeMetrics     // set for leaky_bucket rules in mode "shape"
-	adaptive *adaptiveState    // set for adaptive rules
-	maxWait  duration.Duration // the longest wait a decision may report (see maxWait)
+	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
+	adaptive *adaptiveState // set for adaptive rules
+	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 
 	// redisRule is the prepared script arguments of a global rule (or of one of its
 	// overrides); nil for a local rule.
@@ -131,23 +130,25 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	// in Envoy would compile in every VM's start for this line alone.
 	var buf [20]byte
 	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
-	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
+	if abi.DebugEnabled() {
+		logEffectiveConfig(p.cfg)
+	}
 	return types.OnPluginStartStatusOK
 }
 
-// effectiveConfig renders a configuration as its effective JSON (config.Config.MarshalJSON:
+// logEffectiveConfig logs a configuration as its effective JSON (config.Config.MarshalJSON:
 // defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
-// logging sees what is enforced rather than what was typed. It is a fmt.Stringer so that the
-// JSON is only built when the debug level is enabled.
-type effectiveConfig struct{ c *config.Config }
-
-// String returns the configuration's effective JSON.
-func (e effectiveConfig) String() string {
-	b, err := e.c.MarshalJSON()
+// logging sees what is enforced rather than what was typed. It runs only when the debug
+// level is enabled, and out of OnPluginStart's line like logInvalid.
+//
+//go:noinline
+func logEffectiveConfig(c *config.Config) {
+	b, err := c.MarshalJSON()
 	if err != nil {
-		return "(unavailable: " + err.Error() + ")"
+		abi.LogDebug("ratelimit: effective configuration: (unavailable: " + err.Error() + ")")
+		return
 	}
-	return string(b)
+	abi.LogDebug("ratelimit: effective configuration: " + string(b))
 }
 
 func (p *plugin) configure(data []byte) error {
@@ -302,10 +303,10 @@ func setTickPeriod(rules []*ruleState, partitioned bool) error {
 	period := tickPeriod(rules)
 	if period == 0 && partitioned {
 		// Only the partition secret's refresh needs the timer (see refreshSecret).
-		period = duration.Duration(secretRefresh)
+		period = time.Duration(secretRefresh)
 	}
 	if period > 0 {
-		if err := abi.SetTickPeriodMilliSeconds(uint32(period / duration.Millisecond)); err != nil {
+		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
@@ -348,7 +349,7 @@ func (p *plugin) warm() {
 //
 //go:noinline
 func logReadFailure(err error) {
-	abi.LogCriticalf("ratelimit: reading the plugin configuration: %v", err)
+	abi.LogCritical("ratelimit: reading the plugin configuration: " + err.Error())
 }
 
 // logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
@@ -359,25 +360,38 @@ func logInvalid(err error) {
 	// One log call per line: Envoy prefixes a message with its level and source once, so the
 	// second and later problems of one multi-line message would carry neither.
 	for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
-		abi.LogCriticalf("ratelimit: %s", line)
+		abi.LogCritical("ratelimit: " + line)
 	}
 }
 
 // ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
-// a function of its own, not inlined, so that configure carries no formatting code on its
-// valid path (see configure).
+// a function of its own, not inlined, so that configure carries no error-building code on
+// its valid path (see configure).
 //
 //go:noinline
 func ruleError(i int, what string, err error) error {
-	return strfmt.Errorf("rules[%d]%s: %w", i, what, err)
+	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
 
 // wrapError wraps err as prefix + err's message, out of configure's line like ruleError.
 //
 //go:noinline
 func wrapError(prefix string, err error) error {
-	return strfmt.Errorf("%s%w", prefix, err)
+	return &wrappedError{prefix: prefix, err: err}
 }
+
+// wrappedError is err's message between prefix and suffix; it wraps err, so errors.Is and
+// errors.AsType see through it. The message is put together when it is asked for: a
+// package-level wrappedError (errNoHosts) costs no string concatenation in the package
+// initialiser, which V8 compiles and runs in every VM's start.
+type wrappedError struct {
+	prefix string
+	err    error
+	suffix string
+}
+
+func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suffix }
+func (e *wrappedError) Unwrap() error { return e.err }
 
 // prepareAdaptive builds an adaptive rule's controller state and the limiter its table
 // uses (the controller's current limit over the algorithm), and warns when min_limit is below
@@ -476,7 +490,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Secret:   secret,
 		})
 		if err != nil {
-			return nil, strfmt.Errorf("[%d]: %w", j, err)
+			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
@@ -487,7 +501,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			// slots): overrides count toward the rule's max_keys in Redis, and a key that
 			// finds its partition full is decided on the rule's overflow key.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
-				return nil, strfmt.Errorf("[%d]: %w", j, err)
+				return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
 		}
 		out[j] = st
@@ -729,8 +743,8 @@ func (p *plugin) storeFailure(rs *ruleState, err error) {
 		if rs.rule.Shadow {
 			mode = "allow" // a shadow rule never denies, whatever failure_mode says
 		}
-		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
-			rs.rule.Name, p.failures, mode, err)
+		abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": state update failed (" + strconv.FormatUint(p.failures, 10) +
+			" so far), applying failure_mode " + strconv.Quote(mode) + ": " + err.Error())
 	}
 }
 
@@ -750,9 +764,9 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		warnOnce(store, strfmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
-			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
-			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
+		warnOnce(store, "ratelimit: rule "+strconv.Quote(r.Name)+": adaptive min_limit "+strconv.FormatInt(c.MinLimit, 10)+
+			" is below "+strconv.FormatInt(floor, 10)+", the lowest limit the controller can hold with window "+c.Window.String()+
+			" and interval "+c.AdjustInterval.String()+" (it needs "+strconv.FormatInt(samples, 10)+" requests per interval to judge the upstream)")
 	}
 }
 
@@ -773,7 +787,7 @@ func warnOnce(store sharedstate.Store, msg string) {
 	})
 	// A store that fails cannot keep the mark: better a repeated warning than none.
 	if (err == nil && created) || (err != nil && !errors.Is(err, sharedstate.ErrAttemptsExhausted)) {
-		abi.LogWarnf("%s", msg)
+		abi.LogWarn(msg)
 	}
 }
 

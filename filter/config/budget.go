@@ -3,9 +3,9 @@ package config
 import (
 	"regexp/syntax"
 	"sort"
+	"strconv"
 	"strings"
 
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
@@ -111,11 +111,11 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 		sort.Stable(largestFirst{sorted, of})
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
-			top = append(top, strfmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
-				rc.Slots, of(rc)/rc.Slots, formatBytes(of(rc))))
+			top = append(top, joinIndex(path, rc.index)+" "+strconv.FormatInt(rc.Slots, 10)+" keys x "+
+				strconv.FormatInt(of(rc)/rc.Slots, 10)+" B = "+formatBytes(of(rc)))
 		}
-		p.addf(path, "the rules' key tables could hold %s %s, above the budget of %s; largest: %s (lower max_keys, or use fewer keyed rules)",
-			formatBytes(total), where, formatBytes(budget), strings.Join(top, ", "))
+		p.add(path, "the rules' key tables could hold "+formatBytes(total)+" "+where+", above the budget of "+formatBytes(budget)+
+			"; largest: "+strings.Join(top, ", ")+" (lower max_keys, or use fewer keyed rules)")
 	}
 	if vm > maxVMTableBytes {
 		report(vm, maxVMTableBytes, "in every worker VM", func(c ruleCost) int64 { return c.VMBytes })
@@ -150,13 +150,13 @@ func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {
 func formatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
-		return strfmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
 	case n >= 1<<20:
-		return strfmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 	case n >= 1<<10:
-		return strfmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
 	}
-	return strfmt.Sprintf("%d B", n)
+	return strconv.FormatInt(n, 10) + " B"
 }
 
 // ruleCost is one rule's key-table cost, as overBudget reports it.
@@ -209,7 +209,8 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 	over := p.regexInsts > MaxRegexProgramTotal
 	p.regexInsts += n
 	if n > maxRegexProgram {
-		p.addf(path, "compiles to %d RE2 instructions; the maximum is %d (a counted repetition such as {100} repeats its operand's program that many times)", n, maxRegexProgram)
+		p.add(path, "compiles to "+strconv.Itoa(n)+" RE2 instructions; the maximum is "+strconv.Itoa(maxRegexProgram)+
+			" (a counted repetition such as {100} repeats its operand's program that many times)")
 		return false
 	}
 	if over {
@@ -217,7 +218,8 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 		return false
 	}
 	if p.regexInsts > MaxRegexProgramTotal {
-		p.addf(path, "the config's regular expressions compile to %d RE2 instructions so far; the maximum for all of them together is %d", p.regexInsts, MaxRegexProgramTotal)
+		p.add(path, "the config's regular expressions compile to "+strconv.Itoa(p.regexInsts)+
+			" RE2 instructions so far; the maximum for all of them together is "+strconv.Itoa(MaxRegexProgramTotal))
 		return false
 	}
 	return true

@@ -8,9 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
@@ -50,7 +50,7 @@ func Parse(data []byte) (*Config, error) {
 func checkDocument(data []byte) error {
 	var p parser
 	if len(data) > MaxConfigBytes {
-		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
+		p.add("", "config is "+strconv.Itoa(len(data))+" bytes; the maximum is "+strconv.Itoa(MaxConfigBytes))
 		return p.result()
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -170,10 +170,10 @@ func (p *parser) config(root *node) *Config {
 //go:noinline
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
-		p.addf(rpath+".name", "duplicate of rules[%d].name %s", prev, strconv.Quote(name))
+		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
 	} else {
-		p.addf(rpath+".name", "%s and rules[%d].name %s differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
-			strconv.Quote(name), prev, strconv.Quote(prevName))
+		p.add(rpath+".name", strconv.Quote(name)+" and rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(prevName)+
+			" differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one")
 	}
 }
 
@@ -182,7 +182,7 @@ func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 //
 //go:noinline
 func (p *parser) redisRequired(first int) {
-	p.addf("redis", `required because rules[%d] has scope "global"`, first)
+	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
 
 func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
@@ -237,7 +237,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if tn, tpath := f.get("timeout"); tn != nil {
-		if d, ok := p.duration(tpath, tn, duration.Millisecond, 10*duration.Second); ok {
+		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
 			r.Timeout = d
 		}
 	}
@@ -268,7 +268,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 				}
 			}
 			if n, path := bf.get("cooldown"); n != nil {
-				if d, ok := p.duration(path, n, 100*duration.Millisecond, 10*duration.Minute); ok {
+				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
 					r.Breaker.Cooldown = d
 				}
 			}
@@ -725,7 +725,7 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		if dn, dpath := f.get("max_delay"); dn == nil {
 			p.add(dpath, `required when mode is "shape"`)
 			valid = false
-		} else if d, ok := p.duration(dpath, dn, duration.Millisecond, maxShapingDelay); ok {
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
 			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
 		} else {
 			valid = false
@@ -768,7 +768,7 @@ func (p *parser) adaptiveLimit(f fields, ac *algorithms.Config, lpath string, li
 	ac.Limit = ac.MaxLimit // the default starting limit: no shedding until signals say so
 	if limit > 0 {
 		if limit < ac.MinLimit || limit > ac.MaxLimit {
-			p.addf(lpath, "must be between adaptive.min_limit (%d) and adaptive.max_limit (%d), got %d", ac.MinLimit, ac.MaxLimit, limit)
+			p.add(lpath, "must be between adaptive.min_limit ("+strconv.FormatInt(ac.MinLimit, 10)+") and adaptive.max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(limit, 10))
 			return false
 		}
 		ac.Limit = limit
@@ -801,7 +801,7 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		}
 	}
 	if n, fpath := f.get("target_latency"); n != nil {
-		ac.TargetLatency, ok = p.duration(fpath, n, duration.Millisecond, 60*duration.Second)
+		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
 		valid = valid && ok
 	}
 	if n, fpath := f.get("error_threshold"); n != nil {
@@ -809,11 +809,11 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		valid = valid && ok
 	}
 	if n, fpath := f.get("interval"); n != nil {
-		ac.AdjustInterval, ok = p.duration(fpath, n, 100*duration.Millisecond, duration.Hour)
+		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
 		valid = valid && ok
 	}
 	if valid && ac.MinLimit > ac.MaxLimit {
-		p.addf(joinKey(path, "min_limit"), "must be <= max_limit (%d), got %d", ac.MaxLimit, ac.MinLimit)
+		p.add(joinKey(path, "min_limit"), "must be <= max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(ac.MinLimit, 10))
 		valid = false
 	}
 	if valid && ac.TargetLatency == 0 && ac.ErrorThreshold == 0 {
@@ -856,7 +856,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
 			cs.Default = v
 			if cs.Max > 0 && v > cs.Max {
-				p.addf(dpath, "must be <= max (%d), got %d", cs.Max, v)
+				p.add(dpath, "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(v, 10))
 				valid = false
 			}
 		} else {
@@ -1129,7 +1129,7 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 // whole value: an unanchored "/admin" would also match "/public/admin-docs".
 func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 	if len(src) > maxRegexLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(src), maxRegexLen)
+		p.tooLong(path, len(src), maxRegexLen)
 		return nil, false
 	}
 	// Parse the source alone first so that a syntax error quotes what the user wrote,
@@ -1347,7 +1347,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		if v, ok := p.intField(gpath, gn, 0, 16); !ok {
 			valid = false
 		} else if v != grpcResourceExhausted && v != grpcUnavailable {
-			p.addf(gpath, "%d is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)", v)
+			p.add(gpath, strconv.Itoa(v)+" is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)")
 			valid = false
 		} else {
 			d.GrpcStatus = v
@@ -1358,7 +1358,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			p.add(hpath, "want an object of header names to values, got "+hn.describe())
 			valid = false
 		} else if len(hn.members) > maxDenyHeaders {
-			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), maxDenyHeaders)
+			p.add(hpath, "has "+strconv.Itoa(len(hn.members))+" headers; the maximum is "+strconv.Itoa(maxDenyHeaders))
 			valid = false
 		} else {
 			d.Headers = nil

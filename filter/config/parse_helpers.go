@@ -4,10 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -40,10 +38,6 @@ func (p *parser) add(path, msg string) {
 // counted.
 func (p *parser) full() bool { return len(p.errs) >= maxErrors }
 
-func (p *parser) addf(path, format string, args ...any) {
-	p.add(path, strfmt.Sprintf(format, args...))
-}
-
 // result returns the collected problems as an error, or nil.
 func (p *parser) result() error {
 	if len(p.errs) == 0 {
@@ -59,7 +53,7 @@ func (p *parser) result() error {
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
-		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
+		errs = append(errs[:len(errs):len(errs)], &Error{Msg: "... and " + strconv.Itoa(p.dropped) + " more problems"})
 	}
 	return errs
 }
@@ -193,7 +187,7 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 //
 //go:noinline
 func (p *parser) tooLong(path string, n, maxLen int) {
-	p.addf(path, "is %d bytes long; the maximum is %d", n, maxLen)
+	p.add(path, "is "+strconv.Itoa(n)+" bytes long; the maximum is "+strconv.Itoa(maxLen))
 }
 
 // boolean reads true or false.
@@ -291,7 +285,7 @@ func rangeMsg(lo, hi string, open bool, got string) string {
 }
 
 // duration reads a duration string in [lo, hi].
-func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (duration.Duration, bool) {
+func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
 	if n.kind != kindString {
 		p.wrongType(path, `a duration string like "1s"`, n)
 		return 0, false
@@ -312,7 +306,7 @@ func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (durat
 // [lo, hi]. It is out of duration's line (see wrongType).
 //
 //go:noinline
-func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
+func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
 		return
@@ -321,9 +315,9 @@ func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
 }
 
 // fmtBound writes a duration bound the way a person would type it.
-func fmtBound(d duration.Duration) string {
-	if d >= 24*duration.Hour && d%(24*duration.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*duration.Hour)), 10) + "d"
+func fmtBound(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
 	s := d.String()
 	// "1m0s" reads better as "1m", and "1h0m0s" as "1h".
@@ -383,9 +377,9 @@ func (p *parser) itemCount(path string, count, lo, hi int) {
 	case count < lo && lo == 1:
 		p.add(path, "must not be empty")
 	case count < lo:
-		p.addf(path, "has %d items; the minimum is %d", count, lo)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the minimum is "+strconv.Itoa(lo))
 	default:
-		p.addf(path, "has %d items; the maximum is %d", count, hi)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the maximum is "+strconv.Itoa(hi))
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from the Lua
@@ -133,7 +132,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	case *algorithms.GCRA:
 		code = codeGCRA
 	default:
-		return nil, strfmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
+		return nil, errors.New("redis: no script for algorithm " + strconv.Quote(c.Algorithm))
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
 	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil

@@ -43,9 +43,8 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 			t.Errorf("the module links %s: %s", c.fn, c.why)
 		}
 	}
-	// No file is embedded. (Package time, with syscall, os and io/fs, is linked: crypto/sha256
-	// brings them, see the root package's TestModuleLinksNoHeavyPackages; but only their
-	// initialisers and what the FIPS 140 module calls, not time's clock or formatting.)
+	// No file is embedded. (Package time is linked for durations, and with crypto/sha256 come
+	// syscall, os and io/fs: see the root package's TestModuleLinksNoHeavyPackages.)
 	for name := range names {
 		if strings.HasPrefix(name, linkerName("embed")+".") {
 			t.Errorf("the module links %s (package embed): write the file as a Go constant", name)
