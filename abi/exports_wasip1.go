@@ -4,6 +4,7 @@ package abi
 
 import (
 	"runtime"
+	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -72,7 +73,7 @@ func registerCallout(token uint32, cb func(int, int, int), always bool) {
 // with FAIL_RELOAD), so every export defers this.
 func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
-		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(stack())
+		msg := "panic in " + name + " (context " + strconv.FormatUint(uint64(contextID), 10) + "): " + anyString(r) + "\n" + string(stack())
 		logAt(levelError, msg)
 	}
 }
@@ -87,19 +88,6 @@ func stack() []byte {
 			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
-	}
-}
-
-func utoa(v uint32) string {
-	var b [10]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
 	}
 }
 
