@@ -6,9 +6,17 @@
 // without writing anything, and only when no enforced rule denies are the new states written
 // with compare-and-swap. A denied request gets a local response (429 by default) with the
 // configured headers; an allowed one gets the rate-limit headers on its response
-// (draft-ietf-httpapi-ratelimit-headers-11, see headers.go). A request that carries a key
+// (draft-ietf-httpapi-ratelimit-headers-11, see respond.go). A request that carries a key
 // header of a matched rule more than once is refused with 400 before anything is decided
-// (see duplicate.go).
+// (see request.go).
+//
+// The files follow that path, each calling only into the ones after it: http.go (the stream's
+// callbacks), plugin.go (the plugin's callbacks, configure, the metric definitions, the
+// contexts), request.go (reading the request, matching the rules, building their keys),
+// global.go (the Redis call: building it, sending it, its answer), decide.go (the local
+// decisions and their writes), respond.go (denials, local responses, the rate-limit headers),
+// tick.go (the shaping queue, adaptive limits), lease.go (leases, the over-limit cache),
+// breaker.go, decisions.go (a request's working set) and filter.go (the VM context).
 //
 // Cold code is kept out of line. Envoy runs the module on V8 without its baseline compiler
 // (--no-liftoff), so V8 compiles each Wasm function with TurboFan on its first call, at about

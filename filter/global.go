@@ -96,95 +96,39 @@ type redisMetrics struct {
 	latency     abi.MetricHistogram // callout round trip, microseconds
 }
 
-func newRedisClient(cfg *config.Redis) (*redisClient, error) {
-	c := &redisClient{
-		cfg: cfg,
-		headers: [][2]string{
-			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
-			{"content-type", "application/x-www-form-urlencoded"},
-		},
-		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
-			probeWait: int64(cfg.Timeout)},
-	}
-	if cfg.Partitions > 1 {
-		c.parts = make([]breaker, cfg.Partitions)
-		for i := range c.parts {
-			c.parts[i] = c.breaker
+// prepareGlobal prepares the part a of the matched global rule r in the request. It reports
+// denied, with the action to return, when the rule's over-limit cache denies the request (the
+// local response is then sent), and callout when the rule needs the request's Redis call (not
+// when this VM's lease admitted it).
+//
+//go:noinline
+func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
+	rs := a.rs
+	a.key = append(append(a.key[:0], rs.stateTag...), key...)
+	if rs.overLimit != nil && !r.Shadow {
+		if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
+			rs.lease.m.overLimitHit.Increment(1)
+			return h.deny(rs, d), true, false
 		}
 	}
-	var errs []error
-	counter := func(name string) abi.MetricCounter {
-		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
+	if h.leaseGlobal(a, now) {
+		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
 	}
-	c.m = redisMetrics{
-		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
-		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
-		resets: counter("resets"), noscript: counter("noscript"),
-	}
-	var err error
-	c.gauge, err = defineBreakerGauge()
-	errs = append(errs, err)
-	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
-	errs = append(errs, err)
-	return c, errors.Join(errs...)
+	return types.ActionContinue, false, true
 }
 
-// breaker keeps a dead Redis from costing every request a timeout. After threshold consecutive
-// failures it opens for cooldown: global rules go straight to their failure mode. Then one
-// request probes Redis; its success closes the breaker, its failure opens it again. Each worker
-// VM has its own breaker and learns about an outage from its own callouts.
+// decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
+// if none of the enforced ones denies; the request waits for the answer.
 //
-// Every answer reaches the breaker, also one that arrives after the probing request's stream
-// was torn down (the client went away): the calls are dispatched so that a gone stream's
-// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
-// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
-// timeout, which the host enforces on every callout, counts as lost, and the next request
-// sends another one; without that, the worker would skip Redis for good.
-//
-// The probe is a request, not a callout: every global rule of the probing request is sent.
-// Were its other rules skipped, a failure mode that denies would end the request at once, and
-// the probe would decide nothing for it, on every probe.
-type breaker struct {
-	threshold int
-	cooldown  int64
-	probeWait int64 // the callout timeout
-	failures  int
-	openUntil int64 // 0: closed; while probing, when the probe counts as lost
-	probing   bool
-	prober    uint32 // the stream that probes (context ids are never reused)
-}
-
-// allow reports whether stream may send a callout at now.
-func (b *breaker) allow(now int64, stream uint32) bool {
-	switch {
-	case b.openUntil == 0:
-		return true
-	case b.probing && b.prober == stream:
-		return true
-	case now < b.openUntil:
-		return false
-	default:
-		b.probing, b.prober = true, stream
-		b.openUntil = now + max(b.cooldown, b.probeWait)
-		return true
+//go:noinline
+func (h *httpContext) decideGlobal(now int64) types.Action {
+	if deny, a := h.askRedis(now); deny {
+		return h.deny(a.rs, a.decision)
 	}
-}
-
-// success records an answered callout and reports whether the breaker was open.
-func (b *breaker) success() (closed bool) {
-	wasOpen := b.openUntil != 0
-	b.failures, b.openUntil, b.probing = 0, 0, false
-	return wasOpen
-}
-
-// failure records a failed callout and reports whether the breaker opened because of it.
-func (b *breaker) failure(now int64) (opened bool) {
-	b.failures++
-	if b.probing || (b.openUntil == 0 && b.failures >= b.threshold) {
-		b.openUntil, b.probing = now+b.cooldown, false
-		return true
+	if h.d.outstanding > 0 {
+		return types.ActionPause
 	}
-	return false
+	return h.finish()
 }
 
 // askRedis sends the request's one callout for all of its global rules, or applies the Redis
@@ -389,6 +333,29 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 			abi.LogWarn("ratelimit: resuming the request: " + err.Error())
 		}
 	}
+}
+
+// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
+// every denied batch replaced by the request's own cost: the first call committed nothing
+// (all or nothing), so the second decides the whole request again, exactly. It reports
+// whether the call was sent; if not, the failure is counted and the caller applies the
+// failure mode.
+func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
+	for i := range d.applied {
+		a := &d.applied[i]
+		if a.inCall() {
+			if a.batchDenied() {
+				a.take = a.cost
+			}
+			a.decided = false
+		}
+	}
+	err := h.sendCallout(now, false)
+	if err == nil {
+		return true
+	}
+	h.noteFailure(now, sendError(err))
+	return false
 }
 
 var (
@@ -920,6 +887,15 @@ func calloutStatus() int {
 		return 0
 	}
 	return atoi(s)
+}
+
+// atoi parses a status code; anything else is 0.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per

@@ -136,6 +136,33 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	return types.OnPluginStartStatusOK
 }
 
+// OnTick releases due shaped requests, updates adaptive limits and, with redis.partitions,
+// reads the partition secret again when it is due (refreshSecret).
+func (p *plugin) OnTick() {
+	defer recoverTo("OnTick", nil)
+	now := p.now()
+	if p.redis != nil && len(p.redis.parts) > 0 {
+		p.refreshSecret(now)
+	}
+	p.releaseDue(now)
+	for _, rs := range p.rules {
+		if rs.adaptive != nil {
+			p.updateAdaptive(rs, now)
+		}
+	}
+}
+
+// OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
+// retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
+// and a VM that went away with its breaker open would otherwise count as open for good.
+func (p *plugin) OnPluginDone() bool {
+	defer recoverTo("OnPluginDone", nil)
+	if p.redis != nil {
+		p.redis.gauge.set(false)
+	}
+	return true
+}
+
 // logEffectiveConfig logs a configuration as its effective JSON (config.Config.MarshalJSON:
 // defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
 // logging sees what is enforced rather than what was typed. It runs only when the debug
@@ -391,6 +418,7 @@ type wrappedError struct {
 }
 
 func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suffix }
+
 func (e *wrappedError) Unwrap() error { return e.err }
 
 // prepareAdaptive builds an adaptive rule's controller state and the limiter its table
@@ -415,6 +443,39 @@ func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.
 		return nil, err
 	}
 	return g.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name), nil
+}
+
+func newRedisClient(cfg *config.Redis) (*redisClient, error) {
+	c := &redisClient{
+		cfg: cfg,
+		headers: [][2]string{
+			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
+			{"content-type", "application/x-www-form-urlencoded"},
+		},
+		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
+			probeWait: int64(cfg.Timeout)},
+	}
+	if cfg.Partitions > 1 {
+		c.parts = make([]breaker, cfg.Partitions)
+		for i := range c.parts {
+			c.parts[i] = c.breaker
+		}
+	}
+	var errs []error
+	counter := func(name string) abi.MetricCounter {
+		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
+	}
+	c.m = redisMetrics{
+		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
+		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
+		resets: counter("resets"), noscript: counter("noscript"),
+	}
+	var err error
+	c.gauge, err = defineBreakerGauge()
+	errs = append(errs, err)
+	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
+	errs = append(errs, err)
+	return c, errors.Join(errs...)
 }
 
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
@@ -571,25 +632,6 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_key_eviction_granted_total", ""},
 }
 
-// placed records in the rule's metrics what a commit that placed a key (p.Claimed or
-// p.Evicted) did: a slot used for the first time adds one to the rule's fill, unless the
-// table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
-// what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
-// most requests place no key.
-//
-//go:noinline
-func (rs *ruleState) placed(p *sharedstate.Pending) {
-	if p.Claimed && rs.stateTag == "" {
-		rs.m.slotsUsed.Add(1)
-	}
-	if p.Evicted {
-		rs.m.evictions.Increment(1)
-		if p.Granted > 0 {
-			rs.m.evictionGranted.Increment(uint64(p.Granted))
-		}
-	}
-}
-
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
@@ -732,21 +774,6 @@ func (p *plugin) recycleContext(h *httpContext) {
 // maxFreeContexts bounds the contexts a VM keeps for reuse: as many as streams usually end
 // between two new ones, and little memory when a burst of concurrent streams is over.
 const maxFreeContexts = 64
-
-// storeFailure logs a failed state update: the first one, then every power of two, so a
-// broken store is visible in the logs without logging every request.
-func (p *plugin) storeFailure(rs *ruleState, err error) {
-	p.failures++
-	rs.m.storeErrors.Increment(1)
-	if p.failures&(p.failures-1) == 0 {
-		mode := string(p.cfg.FailureMode)
-		if rs.rule.Shadow {
-			mode = "allow" // a shadow rule never denies, whatever failure_mode says
-		}
-		abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": state update failed (" + strconv.FormatUint(p.failures, 10) +
-			" so far), applying failure_mode " + strconv.Quote(mode) + ": " + err.Error())
-	}
-}
 
 // warnAdaptiveFloor logs when an adaptive rule's min_limit is below what its controller can
 // reach: an interval with fewer than MinSamples completed requests counts as healthy, so a

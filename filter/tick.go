@@ -82,22 +82,6 @@ func tickPeriod(rules []*ruleState) time.Duration {
 	return period
 }
 
-// OnTick releases due shaped requests, updates adaptive limits and, with redis.partitions,
-// reads the partition secret again when it is due (refreshSecret).
-func (p *plugin) OnTick() {
-	defer recoverTo("OnTick", nil)
-	now := p.now()
-	if p.redis != nil && len(p.redis.parts) > 0 {
-		p.refreshSecret(now)
-	}
-	p.releaseDue(now)
-	for _, rs := range p.rules {
-		if rs.adaptive != nil {
-			p.updateAdaptive(rs, now)
-		}
-	}
-}
-
 // enqueue pauses the stream until release.
 func (p *plugin) enqueue(h *httpContext, rs *ruleState, now, release int64) {
 	p.queue = append(p.queue, queued{h: h, release: release, enqueued: now, rs: rs})

@@ -68,3 +68,15 @@ func TestShadowRuleStoreFailureNeverDenies(t *testing.T) {
 		})
 	}
 }
+
+// A shadow global rule never denies, also when Redis fails under redis.failure_mode "deny":
+// the failure is counted and the request goes on.
+func TestShadowGlobalRuleNeverDeniesOnRedisFailure(t *testing.T) {
+	cfg := `{"redis":{"cluster":"webdis","timeout":"40ms","failure_mode":"deny"},
+	"rules":[{"name":"g","scope":"global","shadow":true,"key":[{"source":"header","name":"x-api-key"}],
+	"algorithm":"gcra","limit":5,"window":"1m"}]}`
+	d := newNative(t, cfg)
+	id, callout := d.startGlobal(t, "a")
+	d.host.CallOnHttpCallResponse(callout, nil, nil, nil) // a reset
+	require.Nil(t, d.host.GetSentLocalResponse(id), "a shadow rule denied on a Redis failure")
+}

@@ -350,3 +350,30 @@ func TestGlobalOverLimitCachePartitioned(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 5, hits)
 }
+
+// The over-limit cache keeps a denial only as long as the rule's longest meaningful wait: a
+// hostile or broken answer with a retry-after of 2^53 ns (about 104 days) is clamped like the
+// Retry-After header, so a day later the key goes to Redis again instead of staying locked
+// out on this worker.
+func TestOverLimitCacheClampsTheWait(t *testing.T) {
+	cfg := `{"redis":{"cluster":"webdis","timeout":"40ms","failure_mode":"allow"},
+	"rules":[{"name":"g","scope":"global","lease":{"batch":10},"key":[{"source":"header","name":"x-api-key"}],
+	"algorithm":"gcra","limit":5,"window":"1m"}]}`
+	d := newNative(t, cfg)
+	id, callout := d.startGlobal(t, "a")
+	// The first call asks for a batch; Redis denies it, and the filter asks again for the
+	// request's own cost (see leaseGlobal), which Redis denies too.
+	for range 2 {
+		if d.host.GetSentLocalResponse(id) != nil {
+			break
+		}
+		d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
+			nil, []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,9007199254740992,9007199254740992,0]}`))
+		c := d.host.GetCalloutAttributesFromContext(id)
+		callout = c[len(c)-1].CalloutID
+	}
+	require.NotNil(t, d.host.GetSentLocalResponse(id))
+	*d.now = d.now.Add(24 * time.Hour)
+	id2, _ := d.startGlobal(t, "a")
+	require.Nil(t, d.host.GetSentLocalResponse(id2), "a day later the key is still denied from the cache")
+}

@@ -11,6 +11,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A configuration change never hands a client allowance it did not have: each row of
+// filtertest.ConfigChangeRows exhausts (or uses) a key under one rule, then asks under the
+// changed rule on the same store. The emulator module's moduletest runs the same rows against
+// the compiled module on one shared data.
+func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
+	for _, row := range filtertest.ConfigChangeRows {
+		t.Run(row.Name, func(t *testing.T) {
+			store := sharedstate.NewMemory()
+			d := newNativeWithStore(t, filtertest.ConfigChangeRule(row.Before), store)
+			row.UseBefore(t, d)
+			stop(d)
+			d = newNativeWithStore(t, filtertest.ConfigChangeRule(row.After), store)
+			defer stop(d)
+			row.CheckAfter(t, d)
+		})
+	}
+}
+
 // After a configuration change, the headers of a key written under the old parameters are
 // those of the new rule: RateLimit's r never exceeds the new capacity nor falls below 0, and
 // its t, X-RateLimit-Reset and Retry-After never exceed the new rule's longest wait (two of its
