@@ -54,8 +54,8 @@ var TableCases = []TableCase{
 		},
 	},
 	{
-		// A flood: 10,010 distinct keys on a 10/h rule with max_keys 10000. At most the documented share R / (64 x limit) is
-		// denied, R being the overflowing requests (the key_overflow_total metric); a new
+		// A flood: 10,010 distinct keys on a 10/h rule with max_keys 10000. At most the
+		// documented share R / (64 x limit) is denied, R being the overflowing requests (the key_overflow_total metric); a new
 		// client takes the slot of a flood key that spent 1 of its 10, so none overflows.
 		Name:   "Flood",
 		Config: tableConfig,
