@@ -50,8 +50,6 @@ const (
 )
 
 // newFixedWindow is kept out of New's line (see New).
-//
-//go:noinline
 func newFixedWindow(c Config) (*FixedWindow, error) {
 	f := new(FixedWindow)
 	if err := f.init(c); err != nil {

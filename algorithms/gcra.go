@@ -71,8 +71,6 @@ const (
 )
 
 // newGCRA is kept out of New's line (see New).
-//
-//go:noinline
 func newGCRA(c Config) (*GCRA, error) {
 	g := new(GCRA)
 	if err := g.init(c); err != nil {

@@ -101,8 +101,6 @@ const (
 )
 
 // newLeakyBucket is kept out of New's line (see New).
-//
-//go:noinline
 func newLeakyBucket(c Config) (*LeakyBucket, error) {
 	l := new(LeakyBucket)
 	if err := l.init(c); err != nil {

@@ -72,8 +72,6 @@ const (
 )
 
 // newSlidingWindowLog is kept out of New's line (see New).
-//
-//go:noinline
 func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
 	l := new(SlidingWindowLog)
 	if err := l.init(c); err != nil {
