@@ -70,7 +70,6 @@ const (
 	gcraSizeV1 = 9
 )
 
-// newGCRA is kept out of New's line (see New).
 func newGCRA(c Config) (*GCRA, error) {
 	g := new(GCRA)
 	if err := g.init(c); err != nil {

@@ -100,7 +100,6 @@ const (
 	shaperSizeV1 = 13
 )
 
-// newLeakyBucket is kept out of New's line (see New).
 func newLeakyBucket(c Config) (*LeakyBucket, error) {
 	l := new(LeakyBucket)
 	if err := l.init(c); err != nil {

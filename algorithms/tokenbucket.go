@@ -91,7 +91,6 @@ func newBucket(c Config) (bucket, error) {
 	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
 }
 
-// newTokenBucket is kept out of New's line (see New).
 func newTokenBucket(c Config) (*TokenBucket, error) {
 	t := new(TokenBucket)
 	if err := t.init(c); err != nil {
