@@ -153,8 +153,6 @@ func lookupStream(contextID uint32) (streamContext, bool) {
 
 // lookupStreamMap is lookupStream's map lookup, for onStream: a stream other than the last
 // one created.
-//
-//go:noinline
 func lookupStreamMap(contextID uint32) (streamContext, bool) {
 	s, ok := streams[contextID]
 	return s, ok
@@ -223,8 +221,6 @@ func proxyOnDone(contextID uint32) (done uint32) {
 }
 
 // rootDone is proxy_on_done for a context other than the last stream.
-//
-//go:noinline
 func rootDone(contextID uint32) (done uint32) {
 	done = 1
 	defer recoverExport("proxy_on_done", contextID)
@@ -255,8 +251,6 @@ func proxyOnDelete(contextID uint32) {
 }
 
 // deleteContext is proxy_on_delete for a context other than the last stream.
-//
-//go:noinline
 func deleteContext(contextID uint32) {
 	defer recoverExport("proxy_on_delete", contextID)
 	delete(streams, contextID)
@@ -281,8 +275,6 @@ var streamExports = [...]string{"proxy_on_request_headers", "proxy_on_response_h
 // onStream runs the stream callback op of stream contextID, with the export's numHeaders and
 // endOfStream (0 for proxy_on_log), and returns the action (0, Continue, for proxy_on_log, an
 // unknown stream or a recovered panic).
-//
-//go:noinline
 func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint32) {
 	defer recoverExport(streamExports[op], contextID)
 	// One return: the compiler writes the deferred call out at each return.

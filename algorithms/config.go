@@ -244,10 +244,6 @@ func cfgErr(field, msg string) error {
 
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
 // naming it; the first problem found is reported.
-//
-// The constructors it calls are kept out of its line (see filter/doc.go), so a configuration
-// compiles the constructors of the algorithms it uses, not an inlined copy of each
-// algorithm's allocation and set-up in New.
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:

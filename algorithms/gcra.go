@@ -70,9 +70,6 @@ const (
 	gcraSizeV1 = 9
 )
 
-// newGCRA is kept out of New's line (see New).
-//
-//go:noinline
 func newGCRA(c Config) (*GCRA, error) {
 	g := new(GCRA)
 	if err := g.init(c); err != nil {

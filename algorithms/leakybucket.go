@@ -100,9 +100,6 @@ const (
 	shaperSizeV1 = 13
 )
 
-// newLeakyBucket is kept out of New's line (see New).
-//
-//go:noinline
 func newLeakyBucket(c Config) (*LeakyBucket, error) {
 	l := new(LeakyBucket)
 	if err := l.init(c); err != nil {

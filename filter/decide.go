@@ -26,8 +26,6 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 // decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
 // the units, else with a lease take. It is kept out of decideLocal's line (see doc.go): most
 // rules have no lease.
-//
-//go:noinline
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
 	if a.rs.lease.spend(a, key, now, cost) {
 		return false
@@ -85,8 +83,6 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 // races or a store failure. It reports whether the request must be denied. It is kept out of
 // decideShared's line (see doc.go): a decision that succeeds (a VM's first request, nearly
 // always) needs none of it.
-//
-//go:noinline
 func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	p := h.plugin
 	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
@@ -163,8 +159,6 @@ func (h *httpContext) finish() types.Action {
 // finishFrom is finish from its i-th rule on, for every kind of rule. When committed is set,
 // rule i's state has been written already (Table.Commit returned err). It is kept out of
 // line for the reason given in finish.
-//
-//go:noinline
 func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action {
 	p := h.plugin
 	shaping := false // an adaptive or shaping rule admitted the request
@@ -214,8 +208,6 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 // finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
 // (only they fill h.observed or hold a request). It is kept out of finish's line (see
 // doc.go): most requests meet neither.
-//
-//go:noinline
 func (h *httpContext) finishShaped() types.Action {
 	p := h.plugin
 	// A shaping rule that admitted the request with a delay holds it until the latest release
@@ -243,8 +235,6 @@ func (h *httpContext) finishShaped() types.Action {
 // exact decision, lost races and store failures are handled, and an admitted take is
 // recorded in the VM's lease. It reports denied, with the action to return, when the request
 // is denied, and skip when the rule ends up with no decision of its own to apply.
-//
-//go:noinline
 func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
 	p := h.plugin
 	if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
@@ -275,8 +265,6 @@ func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (actio
 // has admitted it: an adaptive rule is to observe the request's outcome, and the request is
 // held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
 // when no shaping rule delays the request).
-//
-//go:noinline
 func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
@@ -297,8 +285,6 @@ func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
 // tells the upstream; an enforced rule denies the request, and refused returns the action,
 // with denied set. It is kept out of finish's line (see doc.go): a request every rule admits
 // needs none of it.
-//
-//go:noinline
 func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	r := a.rs.rule
 	if r.Shadow {
@@ -311,8 +297,6 @@ func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 
 // hold queues the admitted request until the shaping rule shaper releases it, delay from now;
 // the tick resumes it.
-//
-//go:noinline
 func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
 	now := h.plugin.now()
 	h.plugin.enqueue(h, shaper, now, now+delay)
@@ -324,8 +308,6 @@ func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
 // local_ratelimit request_headers_to_add_when_not_enforced does). The value is the rule's
 // name; several shadow rules naming one header add one line each. It is kept out of finish's
 // line, which calls it only for a shadow rule's denial (see settleCommit).
-//
-//go:noinline
 func tellUpstream(r *config.Rule) {
 	if r.ShadowRequestHeader == "" {
 		return
@@ -340,8 +322,6 @@ func tellUpstream(r *config.Rule) {
 // table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
 // what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
 // most requests place no key.
-//
-//go:noinline
 func (rs *ruleState) placed(p *sharedstate.Pending) {
 	if p.Claimed && rs.stateTag == "" {
 		rs.m.slotsUsed.Add(1)

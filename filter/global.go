@@ -100,8 +100,6 @@ type redisMetrics struct {
 // denied, with the action to return, when the rule's over-limit cache denies the request (the
 // local response is then sent), and callout when the rule needs the request's Redis call (not
 // when this VM's lease admitted it).
-//
-//go:noinline
 func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
 	rs := a.rs
 	a.key = append(append(a.key[:0], rs.stateTag...), key...)
@@ -119,8 +117,6 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 
 // decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
 // if none of the enforced ones denies; the request waits for the answer.
-//
-//go:noinline
 func (h *httpContext) decideGlobal(now int64) types.Action {
 	if deny, a := h.askRedis(now); deny {
 		return h.deny(a.rs, a.decision)
@@ -526,8 +522,6 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 // are sent when it arrives (onSecretAnswer). When the breaker is open or the call cannot be
 // sent, every global rule of the request applies the failure mode, as when Redis fails. The
 // candidate offered is a fresh random secret, stored only if Redis holds none.
-//
-//go:noinline
 func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.breaker.allow(now, h.id) {
@@ -614,8 +608,6 @@ func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 // proxy stored another first, that one is adopted here). It needs no request and delays
 // none; a failure is counted by kind and leaves the VM's secret as it is (the breaker hears
 // of Redis from requests). Nothing is sent while the breaker is open.
-//
-//go:noinline
 func (p *plugin) refreshSecret(now int64) {
 	c := p.redis
 	if !c.secretKnown || now < c.secretDue || c.breaker.openUntil != 0 {

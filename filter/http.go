@@ -63,8 +63,6 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // noteResponse records when the upstream answered and with what status, for the adaptive
 // rules that observe the request. It is kept out of OnHttpResponseHeaders's line for the
 // reason settleStream is.
-//
-//go:noinline
 func (h *httpContext) noteResponse() {
 	h.respondedAt = h.plugin.now()
 	if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
@@ -99,8 +97,6 @@ func (h *httpContext) OnHttpStreamDone() {
 // undecided, one that waits in a shaping queue, one an adaptive rule observes. It is kept out
 // of line (see doc.go): inline, it would be compiled with OnHttpStreamDone on every VM's
 // first request, which needs none of it.
-//
-//go:noinline
 func (h *httpContext) settleStream() {
 	if !h.finished && h.d != nil {
 		// The client went away before the request was decided (it never reached the

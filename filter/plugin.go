@@ -167,8 +167,6 @@ func (p *plugin) OnPluginDone() bool {
 // defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
 // logging sees what is enforced rather than what was typed. It runs only when the debug
 // level is enabled, and out of OnPluginStart's line like logInvalid.
-//
-//go:noinline
 func logEffectiveConfig(c *config.Config) {
 	b, err := c.MarshalJSON()
 	if err != nil {
@@ -280,8 +278,6 @@ func (p *plugin) configure(data []byte) error {
 // prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in globals[i].
 // Like the functions below, it is a function of its own for a part of configure that only
 // some configurations need (see configure).
-//
-//go:noinline
 func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
 	g, err := redisRule(cfg, r, r.Algorithm)
 	if err != nil {
@@ -292,8 +288,6 @@ func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *confi
 }
 
 // prepareShape gives a shaping rule its metrics' state.
-//
-//go:noinline
 func (rs *ruleState) prepareShape() {
 	rs.shape = &shapeMetrics{}
 }
@@ -324,8 +318,6 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
 // controllers need, and, with partitions (partitioned), the partition secret's refresh.
-//
-//go:noinline
 func setTickPeriod(rules []*ruleState, partitioned bool) error {
 	period := tickPeriod(rules)
 	if period == 0 && partitioned {
@@ -352,8 +344,6 @@ func setTickPeriod(rules []*ruleState, partitioned bool) error {
 // It is out of configure's line: inlined, it makes configure larger than the two functions are
 // apart (Go's wasm backend saves configure's many live values around each call it adds), and
 // V8 compiles configure whole on a VM's first configuration.
-//
-//go:noinline
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
@@ -373,16 +363,12 @@ func (p *plugin) warm() {
 
 // logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
 // like logInvalid.
-//
-//go:noinline
 func logReadFailure(err error) {
 	abi.LogCritical("ratelimit: reading the plugin configuration: " + err.Error())
 }
 
 // logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
 // ruleError (see doc.go): a valid configuration never calls it.
-//
-//go:noinline
 func logInvalid(err error) {
 	// One log call per line: Envoy prefixes a message with its level and source once, so the
 	// second and later problems of one multi-line message would carry neither.
@@ -394,15 +380,11 @@ func logInvalid(err error) {
 // ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
 // a function of its own, not inlined, so that configure carries no error-building code on
 // its valid path (see configure).
-//
-//go:noinline
 func ruleError(i int, what string, err error) error {
 	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
 
 // wrapError wraps err as prefix + err's message, out of configure's line like ruleError.
-//
-//go:noinline
 func wrapError(prefix string, err error) error {
 	return &wrappedError{prefix: prefix, err: err}
 }
@@ -424,8 +406,6 @@ func (e *wrappedError) Unwrap() error { return e.err }
 // prepareAdaptive builds an adaptive rule's controller state and the limiter its table
 // uses (the controller's current limit over the algorithm), and warns when min_limit is below
 // what the controller can hold.
-//
-//go:noinline
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 	warnAdaptiveFloor(r, p.sharedStore())
@@ -584,8 +564,6 @@ const digestCacheSize = sharedstate.StaticDigestEntries
 // statName and defineCounter are not inlined: the filter defines its metrics once per
 // configure, from some thirty call sites, and inlined copies of their concatenations and
 // appends would be most of defineMetrics' 17 KB in the module.
-//
-//go:noinline
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -640,8 +618,6 @@ func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
 // not empty (see statName), and appends the error to errs like defineCounter.
-//
-//go:noinline
 func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricCounter {
 	if decision != "" {
 		return defineCounter(statName(metric, rule, "decision", decision), errs)
@@ -679,8 +655,6 @@ func (rs *ruleState) defineMetrics() error {
 // defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
 // each definition's error to errs. One call site in defineMetrics instead of three: each is
 // code that every VM's configure would compile with defineMetrics.
-//
-//go:noinline
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.lease != nil {
 		errs = rs.defineLeaseCounters(errs)
@@ -696,8 +670,6 @@ func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 
 // defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending
 // each definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 	name := rs.rule.Name
 	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
@@ -708,8 +680,6 @@ func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 
 // defineShapeMetrics defines a shaping rule's counters and delay histogram, appending each
 // definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 	name := rs.rule.Name
 	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
@@ -722,8 +692,6 @@ func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 
 // defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current
 // limit, appending the definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
 	rs.adaptive.gauge = g
@@ -756,8 +724,6 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 // newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
 // than it has contexts. It is kept out of line (see doc.go): a VM's first request reuses the
 // context configure made (see configure).
-//
-//go:noinline
 func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }

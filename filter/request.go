@@ -84,8 +84,6 @@ func (r *request) reset() {
 // clearHeaders empties the header cache. It is kept out of reset's line (see doc.go): most
 // configurations (a header key part reads the header map, not this cache) never cache a
 // header here.
-//
-//go:noinline
 func (r *request) clearHeaders() {
 	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
 	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
@@ -190,8 +188,6 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 // once then keeps its answer, and Header answers its first line from it. It is kept out of
 // HeaderLines' line (see doc.go): a VM's first request of a configuration without shadow
 // request headers needs none of it.
-//
-//go:noinline
 func (r *request) cachedLines(name string) (first, last string, n int) {
 	c := r.cached(name)
 	if !c.linesRead {
@@ -342,8 +338,6 @@ func (h *httpContext) decideRequest() types.Action {
 // request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
 // built for the rule built, and whether it was). It is kept out of line for the reason given
 // in decideRequest.
-//
-//go:noinline
 func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req
@@ -399,8 +393,6 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 // whether its rules use them or not.
 
 // removeShadowHeaders removes the shadow rules' request headers from the request.
-//
-//go:noinline
 func (p *plugin) removeShadowHeaders() {
 	for _, name := range p.shadowHeaders {
 		// A client's own copy would read to the upstream as a shadow rule's verdict.
@@ -415,8 +407,6 @@ func (p *plugin) removeShadowHeaders() {
 
 // noKey counts a matched rule that has no key for the request (skipped). A shadow rule's
 // repeated key header or query parameter was counted once already, in duplicate_header.
-//
-//go:noinline
 func (rs *ruleState) noKey(r *config.Rule, req *request) {
 	if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
 		rs.m.skipped.Increment(1)
@@ -425,8 +415,6 @@ func (rs *ruleState) noKey(r *config.Rule, req *request) {
 
 // overrideFor returns the state of the override of rs that key selects, rs itself when none
 // does, or nil for an unlimited override (the request is then counted as allowed by the rule).
-//
-//go:noinline
 func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 	j := r.OverrideFor(key)
 	if j < 0 {
@@ -443,8 +431,6 @@ func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 // part, for a request that matched several rules (decideRequest), and reports whether one
 // refused the request. It is kept out of line (see doc.go): most requests match one rule,
 // whose check decideFrom makes.
-//
-//go:noinline
 func (h *httpContext) refuseDuplicateKeyHeader() bool {
 	p := h.plugin
 	for _, r := range p.matched {
@@ -467,8 +453,6 @@ func (h *httpContext) refuseDuplicateKeyHeader() bool {
 // request; it reports whether it did. It is a function of its own, kept out of line (see
 // doc.go): the check runs on every request, the refusal (its message built byte by byte) only
 // on a request it refuses, so a VM's first ordinary request does not compile it.
-//
-//go:noinline
 func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 	kp, dup := r.DuplicatePart(&h.plugin.req)
 	if !dup {

@@ -195,8 +195,6 @@ func tighter(d, e *algorithms.Decision) bool {
 // appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
 // buf and marks them present. It is kept out of render's line (see doc.go): the default
 // rate_limit_headers ("draft") has none of them.
-//
-//go:noinline
 func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
 	// One call site for the three values, not three.
 	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
@@ -218,8 +216,6 @@ func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
 
 // appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
 // shows its headers, in order, joined by ", " (render, for more than one such rule).
-//
-//go:noinline
 func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	n := 0
 	for i := range rules {
@@ -287,8 +283,6 @@ func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 // text before the number too: every inlined copy, like every append of its own, would be
 // compiled again in each function of a VM's first request that renders a number (see
 // doc.go).
-//
-//go:noinline
 func appendInt(dst []byte, prefix string, v int64) []byte {
 	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }

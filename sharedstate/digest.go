@@ -147,8 +147,6 @@ func (c *DigestCache) digestHash(key []byte, k0, k1 uint64) (d [DigestSize]byte,
 // digestHashUncached returns Digest(key) and SipHash-2-4 of it under (k0, k1), computed. It is out
 // of line: the filter's tables share a cache, and keys longer than maxCachedKey are rare, so
 // a first request does not compile it.
-//
-//go:noinline
 func digestHashUncached(key []byte, k0, k1 uint64) (d [DigestSize]byte, h uint64) {
 	d = Digest(key)
 	return d, sipHash24(k0, k1, d[:])

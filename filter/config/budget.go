@@ -99,8 +99,6 @@ func (p *parser) budget(path string, c *Config) {
 
 // overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
 // and shared bytes in Envoy's shared data, each with its largest tables (see budget).
-//
-//go:noinline
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	costs := make([]ruleCost, 0, len(c.Rules))
 	for _, r := range c.Rules {
@@ -128,8 +126,6 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 // overrideCosts adds to tc the tables of the rule's overrides, whose prefix extends the rule's
 // prefix bytes. It is out of tableCost's line (see filter/doc.go): most rules have no
 // override.
-//
-//go:noinline
 func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {
 	// Each limited override has a table of its own under "<domain>|<rule>|<tag>|" (see
 	// Override.Slots).

@@ -77,8 +77,6 @@ func simpleDuration(s string) (time.Duration, bool) {
 }
 
 // parseDurationFull is parseDuration for any input.
-//
-//go:noinline
 func parseDurationFull(orig string) (time.Duration, string) {
 	s := orig
 	neg := false

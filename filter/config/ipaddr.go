@@ -51,6 +51,4 @@ func parseIPText(s string) (ip netip.Addr, text string, ok bool) {
 
 // trimBlanks strips the blanks around an address. It is kept out of line: V8 in Envoy
 // compiles a function on its first call, and a source address has no blanks.
-//
-//go:noinline
 func trimBlanks(s string) string { return strings.Trim(s, " \t") }

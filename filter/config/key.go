@@ -58,8 +58,6 @@ func (r *Rule) RepeatsKeyPart(req Request) bool {
 // duplicatePart is DuplicatePart's search for the part, for a request that has one. It is
 // kept out of line (see filter/doc.go): a request without a repeated key header (a VM's
 // first, nearly always) needs none of it.
-//
-//go:noinline
 func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
@@ -82,8 +80,6 @@ func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 
 // queryCount returns how many query parameters of req are called name. It is kept out of
 // DuplicatePart's line (see filter/doc.go): most rules key on no query parameter.
-//
-//go:noinline
 func queryCount(req Request, name string) int {
 	_, _, n := queryParams(req.Path(), name)
 	return n
@@ -223,8 +219,6 @@ const (
 // client IP.
 // It is kept out of line (see filter/doc.go): most rules key on those three, so a VM's first
 // request for them does not compile the others.
-//
-//go:noinline
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
 	switch k {
 	case kindQuery:
@@ -353,8 +347,6 @@ func appendLen(dst []byte, n int) []byte {
 // appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line (see
 // filter/doc.go): inlined, strconv.AppendInt would be most of appendLen, and a VM's first
 // request with short parts compiles none of it.
-//
-//go:noinline
 func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
@@ -363,8 +355,6 @@ func appendLongLen(dst []byte, n int) []byte {
 // "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
 // appendIPValue are kept out of walkKey's line (see filter/doc.go): a header or canonical
 // client IP part (nearly every rule's) needs neither.
-//
-//go:noinline
 func appendQueryPart(dst []byte, v string) []byte {
 	dst = appendLen(dst, unescapedLen(v))
 	return appendUnescaped(dst, v)
@@ -373,8 +363,6 @@ func appendQueryPart(dst []byte, v string) []byte {
 // appendIPValue appends the client IP part for an address the request did not write in
 // canonical form, or masked to a prefix: the whole address is rendered once per request, into
 // the cache (rather than once per rule), a prefix (or an address without a cache) into dst.
-//
-//go:noinline
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip netip.Addr) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 		if m.partLen != 0 {
@@ -501,8 +489,6 @@ func (m *ClientIPCache) Reset() { m.valid = false }
 // entry from the right, as parseIPText reports it; ok is false when there is no such entry or
 // it is not an IP address (the source address is used). It is kept out of ClientIP's line
 // (see filter/doc.go): most configurations trust no hop.
-//
-//go:noinline
 func forwardedFor(req Request, trustedHops int) (ip netip.Addr, text string, ok bool) {
 	if xff, found := req.Header("x-forwarded-for"); found {
 		if entry, found := nthFromRight(xff, trustedHops); found {

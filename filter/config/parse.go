@@ -45,8 +45,6 @@ func Parse(data []byte) (*Config, error) {
 
 // checkDocument returns the problem of a document that is too large or empty (only white
 // space), or nil.
-//
-//go:noinline
 func checkDocument(data []byte) error {
 	var p parser
 	if len(data) > MaxConfigBytes {
@@ -67,8 +65,6 @@ func (p *parser) duplicateKey(path, key string) {
 
 // invalidJSON returns the problems found so far with decodeTree's error err last, at its
 // path and located by line and column in data (see checkDocument).
-//
-//go:noinline
 func (p *parser) invalidJSON(data []byte, err *jsonError) error {
 	p.add(err.Path, withLineColumn(data, err.Msg))
 	return p.result()
@@ -90,8 +86,6 @@ func hasPrintableASCII(data []byte) bool {
 // is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
 // of config's line it is compiled only for a configuration of more than one rule (see
 // filter/doc.go).
-//
-//go:noinline
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 	for _, prev := range rules {
 		if slices.Equal(prev.Key, key) {
@@ -166,8 +160,6 @@ func (p *parser) config(root *node) *Config {
 // (prevName), or one that reads the same in a flat metric name. Like every message that
 // formats its values, it is out of config's line (see filter/doc.go): a valid configuration
 // never calls this one.
-//
-//go:noinline
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
 		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
@@ -179,8 +171,6 @@ func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 
 // redisRequired reports the missing redis section that rules[first], a global rule, needs
 // (out of line like duplicateName).
-//
-//go:noinline
 func (p *parser) redisRequired(first int) {
 	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
@@ -300,8 +290,6 @@ var ruleFields = []string{
 
 // options parses the configuration's top-level fields other than "rules" into c (see
 // config, which calls it only when there are any).
-//
-//go:noinline
 func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
@@ -366,8 +354,6 @@ var algorithmNames = func() []string {
 // '.', '-' and '_' are one character: two such names would share their metrics. The earlier
 // rules are searched linearly (at most MaxRules, comparing without allocating), and out of
 // config's line (see filter/doc.go): a configuration of one rule has no earlier rule.
-//
-//go:noinline
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -415,8 +401,6 @@ var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "s
 // hasAny reports whether object n has a member named in names. It is kept out of line (see
 // filter/doc.go): its loops inlined in rule and algorithm would be more code for every VM's
 // configure to compile than one function.
-//
-//go:noinline
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
 		if contains(names, m.key) {
@@ -482,15 +466,11 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 
 // badName reports s, at path, as no valid name (out of rule's line, like the readers of
 // options).
-//
-//go:noinline
 func (p *parser) badName(path, s string) {
 	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
@@ -503,8 +483,6 @@ func (p *parser) ruleConditions(f fields, r *Rule) {
 }
 
 // ruleCostShadow reads the rule's cost and shadow options into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleCostShadow(f fields, r *Rule) {
 	if cn, cpath := f.get("cost"); cn != nil {
 		if cs, ok := p.cost(cpath, cn); ok {
@@ -520,8 +498,6 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 }
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	if vn, vpath := f.get("max_keys"); vn != nil {
 		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
@@ -542,8 +518,6 @@ func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 
 // ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
 // both need (see rule).
-//
-//go:noinline
 func (p *parser) ruleAttachments(f fields, r *Rule) {
 	if on, opath := f.get("overrides"); on != nil {
 		p.overrides(opath, on, r)
@@ -629,8 +603,6 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 // addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
 // of algorithm's line.
-//
-//go:noinline
 func (p *parser) addAt(path, fpath, msg string) {
 	p.add(path+"."+fpath, msg)
 }
@@ -638,8 +610,6 @@ func (p *parser) addAt(path, fpath, msg string) {
 // algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
 // (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
 // whether they are valid. A field that the algorithm does not use is a problem.
-//
-//go:noinline
 func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
 	ac := &r.Algorithm
 	alg := ac.Algorithm
@@ -689,8 +659,6 @@ func (p *parser) notFor(f fields, field, why string) bool {
 }
 
 // variant reads the sliding window's variant into ac, and reports whether it is valid.
-//
-//go:noinline
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
 	if vn, vpath := f.get("variant"); vn != nil {
@@ -705,8 +673,6 @@ func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 
 // mode reads the rule's mode and, for a shaping rule, max_delay into r (called when either
 // is set; without them the rule meters), and reports whether they are valid.
-//
-//go:noinline
 func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 	valid := true
 	ac := &r.Algorithm
@@ -737,8 +703,6 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 }
 
 // scope reads the rule's scope, at path, into r.
-//
-//go:noinline
 func (p *parser) scope(path string, n *node, r *Rule, spec algorithms.Spec) {
 	if s, ok := p.enum(path, n, "local", "global"); ok {
 		r.Scope = Scope(s)
@@ -754,8 +718,6 @@ func (p *parser) scope(path string, n *node, r *Rule, spec algorithms.Spec) {
 // adaptiveLimit reads an adaptive rule's adaptive section into ac and sets its starting limit
 // (limit, read from lpath, when set). It reports false when the rule cannot be checked
 // further.
-//
-//go:noinline
 func (p *parser) adaptiveLimit(f fields, ac *algorithms.Config, lpath string, limit int64) bool {
 	an, apath := f.get("adaptive")
 	if an == nil {
@@ -875,8 +837,6 @@ var keySources = []string{
 
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
 // is valid; a const part has no default. It is out of keyPart's line, like queryName.
-//
-//go:noinline
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	valid := true
 	vn, vpath := f.get("value")
@@ -898,15 +858,11 @@ func (p *parser) constValue(f fields, kp *KeyPart) bool {
 // requiredFor reports the missing name of a key part of source s at path. Like queryName, it
 // is out of keyPart's line (see filter/doc.go): most key parts that have a name are headers
 // that name it.
-//
-//go:noinline
 func (p *parser) requiredFor(path, s string) {
 	p.add(path, "required for source "+strconv.Quote(s))
 }
 
 // queryName reads the name of a query parameter, at path, which must not be empty.
-//
-//go:noinline
 func (p *parser) queryName(path string, n *node) (string, bool) {
 	name, ok := p.str(path, n, 256)
 	if !ok {
@@ -921,8 +877,6 @@ func (p *parser) queryName(path string, n *node) (string, bool) {
 
 // unusedBy reports the key part's field when it is set, as not used by source s, and
 // whether it was set.
-//
-//go:noinline
 func (p *parser) unusedBy(f fields, field, s string) bool {
 	fn, fpath := f.get(field)
 	if fn == nil {

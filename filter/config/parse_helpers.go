@@ -48,8 +48,6 @@ func (p *parser) result() error {
 
 // problems returns the collected problems, of which there are some, as an error. It is out
 // of result's line (see filter/doc.go): a valid configuration has no problem.
-//
-//go:noinline
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
@@ -93,8 +91,6 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 // unknownField reports the member key of the object at path as unknown, with a suggestion
 // from known when one is close. It is out of object's line (see filter/doc.go): a valid
 // configuration has no unknown field.
-//
-//go:noinline
 func (p *parser) unknownField(path, key string, known []string) {
 	if p.full() {
 		// The problem would not be reported; skip the edit distances, which for an object
@@ -113,8 +109,6 @@ func (p *parser) unknownField(path, key string, known []string) {
 // string" ...) as "want <want>, got <value>". Every reader's type error goes through it, out
 // of the readers' lines (see filter/doc.go): a valid configuration never calls it, so never
 // compiles the message's construction.
-//
-//go:noinline
 func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
 }
@@ -122,8 +116,6 @@ func (p *parser) wrongType(path, want string, n *node) {
 // contains reports whether list holds s. It is kept out of line (see filter/doc.go): the
 // parser's readers search lists of names at several places, and one copy of the loop is less
 // code for every VM's configure to compile than one inlined at each.
-//
-//go:noinline
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -184,8 +176,6 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 
 // tooLong reports a string of n bytes, at path, longer than maxLen (out of str's line, see
 // wrongType).
-//
-//go:noinline
 func (p *parser) tooLong(path string, n, maxLen int) {
 	p.add(path, "is "+strconv.Itoa(n)+" bytes long; the maximum is "+strconv.Itoa(maxLen))
 }
@@ -217,8 +207,6 @@ func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
 // anyInteger is integer for any value other than a plain integer in range: an integer of
 // more digits or in another form, or a problem to report. It is out of integer's line (see
 // smallInteger).
-//
-//go:noinline
 func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	if n.kind != kindNumber || strings.IndexByte(n.s, '.') >= 0 || strings.IndexByte(n.s, 'e') >= 0 || strings.IndexByte(n.s, 'E') >= 0 {
 		p.wrongType(path, "an integer", n)
@@ -251,8 +239,6 @@ func smallInteger(s string) (int64, bool) {
 }
 
 // outOfRange reports an integer n, at path, that is not in [lo, hi].
-//
-//go:noinline
 func (p *parser) outOfRange(path string, n *node, lo, hi int64) {
 	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), hi == math.MaxInt64, n.describe()))
 }
@@ -304,8 +290,6 @@ func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Dura
 
 // durationRange reports a duration d, read from s at path, that is not positive or not in
 // [lo, hi]. It is out of duration's line (see wrongType).
-//
-//go:noinline
 func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
@@ -345,8 +329,6 @@ func (p *parser) enum(path string, n *node, allowed ...string) (string, bool) {
 
 // notOneOf reports s, at path, as none of allowed, with a suggestion when one is close. It
 // is out of enum's line (see wrongType).
-//
-//go:noinline
 func (p *parser) notOneOf(path, s string, allowed []string) {
 	msg := quote(s) + " is not one of " + strings.Join(allowed, ", ")
 	if sug := suggest(strings.ReplaceAll(s, "-", "_"), allowed); sug != "" {
@@ -434,8 +416,6 @@ func lowerASCII(s string) string {
 // lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
 // its line (see filter/doc.go): names in configurations are nearly always lower-case
 // already.
-//
-//go:noinline
 func lowerSlow(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {

@@ -133,8 +133,6 @@ func ParseSecret(status int, body []byte) (Secret, error) {
 // secretReplyError is the error of an answer to a secret call that is not a secret: Redis's
 // error ({"EVAL":[false,"<message>"]}), or ErrMalformed. It is out of ParseSecret's line: an
 // answer is nearly always the secret.
-//
-//go:noinline
 func secretReplyError(body []byte) error {
 	const head = `{"EVAL":[false,`
 	if len(body) > len(head) && string(body[:len(head)]) == head {

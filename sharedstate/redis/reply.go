@@ -307,8 +307,6 @@ func (e *malformedError) Unwrap() error { return ErrMalformed }
 
 // malformed and parser.malformed are not inlined: they are called from some twenty places,
 // only for a reply that is not what the scripts return.
-//
-//go:noinline
 func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
@@ -318,7 +316,6 @@ type parser struct {
 	i int
 }
 
-//go:noinline
 func (p *parser) malformed(why string) error {
 	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
