@@ -14,9 +14,9 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// These tests try the table as an adversary and as an operator would (issue 10): false
+// These tests try the table as an adversary and as an operator would: false
 // denials while the table fills, a targeted lock-out with colliding keys, a flood, and a
-// max_keys change. Each compares with the table as it was (legacyTable) where that shows what
+// max_keys change. Each compares with an unkeyed, unbucketed baseline table (legacyTable) where that shows what
 // the test guards against.
 
 const sec = int64(time.Second)
@@ -193,7 +193,7 @@ func legacyCollisions(victim []byte, maxKeys uint64, n int) [][]byte {
 	return keys
 }
 
-// The targeted lock-out of issue 10: four keys that collide with the victim's home slot take
+// A targeted lock-out: four keys that collide with the victim's home slot take
 // its four probes, ten requests from a fifth drain the overflow slot, and the victim's first
 // request is denied. With keyed addressing the same 14 requests leave the victim alone.
 func TestTargetedAttackWithCollidingKeys(t *testing.T) {
@@ -321,7 +321,7 @@ func TestFloodBoundAcrossSizes(t *testing.T) {
 }
 
 // Changing max_keys keeps every key's consumed allowance: an exhausted client stays
-// exhausted (issue 10's row: 5 of 5 allowed next, must be 0), for every algorithm whose state
+// exhausted (5 of 5 spent: 0 allowed next), for every algorithm whose state
 // the row names.
 func TestMaxKeysChangeKeepsExhaustion(t *testing.T) {
 	for _, cfg := range []algorithms.Config{
@@ -512,8 +512,8 @@ func (c *countingStore) Get(key string) ([]byte, uint32, error) {
 	return c.Store.Get(key)
 }
 
-// A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 used to
-// allocate a slot-name index of 4 MB each, issue 11): tables of 10 and of 1,000,000 keys that
+// A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 must not
+// each allocate a slot-name index of megabytes): tables of 10 and of 1,000,000 keys that
 // served the same keys retain the same memory, within TableVMBytes.
 func TestTableVMMemoryIsIndependentOfMaxKeys(t *testing.T) {
 	cfg := algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Second}
@@ -638,8 +638,8 @@ func TestTableHotPathAllocatesNothing(t *testing.T) {
 	}
 }
 
-// A chain of max_keys changes keeps an exhausted key exhausted (the review's 100 -> 200 ->
-// 300 -> 400 lost it at the third change): as many changes as the rule remembers layouts,
+// A chain of max_keys changes keeps an exhausted key exhausted (for example 100 -> 200 ->
+// 300 -> 400): as many changes as the rule remembers layouts,
 // whether the key makes no request between them, or makes denied requests (which write
 // nothing, so its state stays in a forward's copy in an older layout, see Table).
 func TestMaxKeysChangeChainKeepsExhaustion(t *testing.T) {

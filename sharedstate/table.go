@@ -401,8 +401,6 @@ func (t *Table) registerGeometry(now int64) ([]pastGeometry, error) {
 // touchGeometry records that previous geometry i was written at now, when the record's time is
 // more than a quarter of the horizon old: a key kept active there stays found (see Table).
 // Losing the record's races only leaves the time as another worker wrote it.
-//
-//go:noinline
 func (t *Table) touchGeometry(i int, now int64) {
 	pg := &t.prev[i]
 	if t.horizon == 0 || pg.written == 0 || now-pg.written < t.horizon/4 {
@@ -526,8 +524,6 @@ func (t *Table) Commit(p *Pending) error {
 // recommit is Commit after a write that failed with err: after a lost race it decides again
 // and commits that decision (at most Attempts times in all, counting recursions). It is out
 // of line, so that a request whose write succeeds does not compile it.
-//
-//go:noinline
 func (t *Table) recommit(p *Pending, err error) error {
 	if !errors.Is(err, ErrCasMismatch) {
 		return err
@@ -670,8 +666,6 @@ func (gr *group) entry(i uint32) uint64 {
 // lookup decides a key that decide did not find live in its home slot: through the indexes
 // of its groups in the current geometry, then in the previous geometries, and otherwise as a
 // new key placed in the current geometry (or counted in overflow).
-//
-//go:noinline
 func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, hr homeRead) error {
 	fp := fingerprint(&p.digest)
 	var gs [Choices]group
@@ -781,8 +775,6 @@ func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32, fou
 // out of line, like chooseVictim and overflow: a table that never changed max_keys, and a new
 // key of a table that is not full, do not compile them (V8 in Envoy compiles a function on
 // its first call).
-//
-//go:noinline
 func (t *Table) decidePast(p *Pending) (bool, error) {
 	fp := fingerprint(&p.digest)
 	for i := range t.prev {
@@ -885,8 +877,6 @@ func (t *Table) grantOf(state []byte, now int64) (int64, bool) {
 }
 
 // overflow decides the key in its overflow slot.
-//
-//go:noinline
 func (t *Table) overflow(p *Pending, h uint64) error {
 	p.Overflow = true
 	p.geo, p.idx = 0, overflowIndex(h)
@@ -1004,8 +994,6 @@ func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, i
 //
 // It is not inlined: slotName calls it only for a table that was not warmed, which the
 // filter's are, so their first request does not compile the allocation.
-//
-//go:noinline
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = new([nameCacheSize]nameEntry)

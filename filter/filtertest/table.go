@@ -17,8 +17,9 @@ type TableDriver interface {
 	Metric(t *testing.T, name string) int64
 }
 
-// A TableCase is one of the key table's promises through the whole filter (issue 10 items 1
-// to 4, issue 11 item 2), run natively under proxytest and against the compiled module.
+// A TableCase is one of the key table's promises through the whole filter (false denials,
+// targeted lock-out, floods, max_keys changes), run natively under proxytest and against the
+// compiled module.
 type TableCase struct {
 	Name    string
 	Config  string
@@ -32,9 +33,9 @@ const tableConfig = `{"rules":[{"name":"k","key":[{"source":"header","name":"x-k
 // TableCases are the key table's promises that both drivers check alike.
 var TableCases = []TableCase{
 	{
-		// Issue 10's targeted lock-out: four keys colliding with the victim's home slot take
-		// its probes, ten requests from a fifth drain the overflow slot, and the victim's
-		// first request was denied (Retry-After 360). With keyed addressing it is allowed.
+		// A targeted lock-out: four keys colliding with the victim's home slot under unkeyed
+		// addressing, and ten requests from a fifth to drain the overflow slot. With keyed
+		// addressing the victim's first request is allowed.
 		Name:   "TargetedAttack",
 		Config: tableConfig,
 		Check: func(t *testing.T, d TableDriver) {
@@ -53,9 +54,8 @@ var TableCases = []TableCase{
 		},
 	},
 	{
-		// Issue 10's flood: 10,010 distinct keys on a 10/h rule with max_keys 10000 made 100
-		// of 100 new clients get 429. Now at most the documented share R / (64 x limit) is
-		// denied, R being the overflowing requests (the key_overflow_total metric); a new
+		// A flood: 10,010 distinct keys on a 10/h rule with max_keys 10000. At most the
+		// documented share R / (64 x limit) is denied, R being the overflowing requests (the key_overflow_total metric); a new
 		// client takes the slot of a flood key that spent 1 of its 10, so none overflows.
 		Name:   "Flood",
 		Config: tableConfig,
