@@ -149,6 +149,11 @@ func run() error {
 		if !ok || name == "" || u == "" {
 			return fmt.Errorf("-cluster %q: want name=url", c)
 		}
+		// Without -envoy there is no cluster definition to supply the scheme: a bare
+		// host:port would fail every callout with 503, so it is refused here.
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("-cluster %q: want name=url with a scheme, e.g. %s=http://%s", c, name, u)
+		}
 		clusterMap[name] = u
 	}
 	if err := checkRedisCluster(pluginConfig, clusterMap); err != nil {
