@@ -34,10 +34,13 @@ vet:
 # With PREVIOUS=deployed.yaml it also says what the change does to each rule's live state
 # (kept, converted without grant, reset: docs/config-changes.md):
 #   make check PREVIOUS=old.yaml ENVOY=new.yaml
+# With STRICT=1 it passes -strict, so warnings (and, with PREVIOUS, resets) fail it too:
+#   make check ENVOY=new.yaml STRICT=1
 ENVOY ?= envoy.yaml
 PREVIOUS ?=
+STRICT ?=
 check:
-	$(GO) run ./wasmhost/cmd/ratelimit-host check $(if $(PREVIOUS),-previous $(PREVIOUS)) $(ENVOY)
+	$(GO) run ./wasmhost/cmd/ratelimit-host check $(if $(STRICT),-strict) $(if $(PREVIOUS),-previous $(PREVIOUS)) $(ENVOY)
 
 # The bootstraps the repository ships must pass the check, warnings included.
 SHIPPED_ENVOY := envoy.yaml e2e/envoy-failure-modes.yaml e2e/redis-cluster/envoy-filter.yaml

@@ -143,13 +143,9 @@ func run() error {
 			return err
 		}
 	}
-	clusterMap := map[string]string{}
-	for _, c := range clusters {
-		name, u, ok := strings.Cut(c, "=")
-		if !ok || name == "" || u == "" {
-			return fmt.Errorf("-cluster %q: want name=url", c)
-		}
-		clusterMap[name] = u
+	clusterMap, err := clusterURLs(clusters)
+	if err != nil {
+		return err
 	}
 	if err := checkRedisCluster(pluginConfig, clusterMap); err != nil {
 		return err
@@ -248,6 +244,24 @@ func run() error {
 	err = h.Close(shutCtx)
 	printMetrics(h, store)
 	return err
+}
+
+// clusterURLs reads the -cluster flags of the plugin-configuration mode, each name=url.
+// Without -envoy there is no cluster definition to supply the scheme: a bare host:port would
+// fail every callout with 503, so it is refused.
+func clusterURLs(flags []string) (map[string]string, error) {
+	urls := map[string]string{}
+	for _, c := range flags {
+		name, u, ok := strings.Cut(c, "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("-cluster %q: want name=url", c)
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return nil, fmt.Errorf("-cluster %q: want name=url with a scheme, e.g. %s=http://%s", c, name, u)
+		}
+		urls[name] = u
+	}
+	return urls, nil
 }
 
 // checkRedisCluster refuses a plugin configuration whose global rules would call a cluster

@@ -110,3 +110,19 @@ func TestPluginConfigModeRefusesGlobalRulesWithoutCluster(t *testing.T) {
 		t.Fatalf("a configuration the filter refuses is the filter's to report: %v", err)
 	}
 }
+
+// Without -envoy, a -cluster value is the URL callouts go to; a bare host:port would fail every
+// callout, so it is refused with the form to give instead.
+func TestPluginConfigModeClusterNeedsAScheme(t *testing.T) {
+	urls, err := clusterURLs([]string{"webdis=http://127.0.0.1:7379"})
+	if err != nil || urls["webdis"] != "http://127.0.0.1:7379" {
+		t.Fatalf("name=url: %v %v", urls, err)
+	}
+	_, err = clusterURLs([]string{"webdis=127.0.0.1:7379"})
+	if err == nil || !strings.Contains(err.Error(), "webdis=http://127.0.0.1:7379") {
+		t.Fatalf("name=host:port: %v", err)
+	}
+	if _, err := clusterURLs([]string{"webdis"}); err == nil {
+		t.Fatal("a value without '=' was accepted")
+	}
+}
