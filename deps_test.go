@@ -37,10 +37,9 @@ func wasipDeps(t *testing.T, pkgs ...string) map[string]bool {
 // nanoseconds: the .wasm +239 KB, +22.5 KB (48 functions, 4.7%) of what V8 compiles in the
 // first VM's _initialize, the first request unchanged.
 //
-// crypto/sha256 is linked on purpose (the shared-data key digests, sharedstate.Digest, and
-// the hashed long Redis keys), and with it Go's FIPS 140 module and, through the module's
-// self-check and DRBG, time, syscall, os, io/fs and internal/godebug, whose initialisers run
-// in every VM's _initialize. Measured side by side against a hand-written SHA-256 (GOOS=wasip1
+// crypto/sha256 is linked on purpose (the hashed long Redis keys), and with it Go's FIPS 140
+// module and, through the module's self-check and DRBG, time, syscall, os, io/fs and
+// internal/godebug, whose initialisers run in every VM's _initialize. Measured side by side against a hand-written SHA-256 (GOOS=wasip1
 // GOARCH=wasm go build -buildmode=c-shared; scripts/v8-compile-phases.sh): the .wasm
 // 4,157,814 -> 4,649,837 bytes (+492 KB), the code V8 compiles in _initialize 441 -> 503 KB,
 // on the first request 70.6 -> 74.4 KB. Those packages are allowed only as crypto/sha256's

@@ -189,8 +189,6 @@ func (p *plugin) configure(data []byte) error {
 			return wrapError("redis: defining metrics: ", err)
 		}
 	}
-	// One digest cache for every rule of this VM: rules often count the same descriptor.
-	digests := sharedstate.NewDigestCache(digestCacheSize)
 	store := p.store
 	if store == nil {
 		store = sharedstate.Host{}
@@ -230,7 +228,6 @@ func (p *plugin) configure(data []byte) error {
 			Slots:    slots,
 			Attempts: cfg.CASAttempts,
 			Limiter:  lim,
-			Digests:  digests,
 			Secret:   secret,
 			Now:      p.now(),
 		})
@@ -251,7 +248,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rs.redisRule = globals[i]
 		if len(r.Overrides) > 0 {
-			if err := rs.setOverrides(i, cfg, store, digests, secret); err != nil {
+			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
 				return err
 			}
 		}
@@ -295,8 +292,8 @@ func (rs *ruleState) prepareShape() {
 // setOverrides prepares the overrides of rules[i].
 //
 //go:noinline
-func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) error {
-	o, err := prepareOverrides(rs, cfg, store, digests, secret)
+func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
+	o, err := prepareOverrides(rs, cfg, store, secret)
 	if err != nil {
 		return ruleError(i, ".overrides", err)
 	}
@@ -508,7 +505,7 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 // "<tag><key>" under the rule's name in Redis. The metrics are the rule's: an override changes a limit, not
 // what the rule's counters mean.
 func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
-	digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
 	r := rs.rule
 	if len(r.Overrides) == 0 {
 		return nil, nil
@@ -527,7 +524,6 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Slots:    uint32(o.Slots(r)),
 			Attempts: cfg.CASAttempts,
 			Limiter:  tableLimiter(o.Limiter),
-			Digests:  digests,
 			Secret:   secret,
 		})
 		if err != nil {
@@ -549,10 +545,6 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 	}
 	return out, nil
 }
-
-// digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
-// at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
-const digestCacheSize = sharedstate.StaticDigestEntries
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
 // ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").

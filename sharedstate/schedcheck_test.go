@@ -25,6 +25,8 @@ type sched struct {
 	on    bool   // off while the tables are created
 	steps int
 	log   []string // with schedLog: every operation and its outcome
+	// secret is the store's slot-addressing secret, with which the log names the keys.
+	secret [SecretSize]byte
 }
 
 // schedLog makes runSched log every store operation (for replaying a failing seed).
@@ -108,7 +110,7 @@ func (st *schedStore) Get(key string) ([]byte, uint32, error) {
 	st.s.step(st.who)
 	v, cas, err := st.Store.Get(key)
 	if schedLog && st.s.on {
-		st.s.log = append(st.s.log, fmt.Sprintf("w%d Get %s -> %s cas %d %v", st.who, key, slotString(v), cas, err))
+		st.s.log = append(st.s.log, fmt.Sprintf("w%d Get %s -> %s cas %d %v", st.who, key, slotString(st.s.secret, v), cas, err))
 	}
 	return v, cas, err
 }
@@ -117,19 +119,19 @@ func (st *schedStore) Set(key string, value []byte, cas uint32) error {
 	st.s.step(st.who)
 	err := st.Store.Set(key, value, cas)
 	if schedLog && st.s.on {
-		st.s.log = append(st.s.log, fmt.Sprintf("w%d Set %s = %s cas %d -> %v", st.who, key, slotString(value), cas, err))
+		st.s.log = append(st.s.log, fmt.Sprintf("w%d Set %s = %s cas %d -> %v", st.who, key, slotString(st.s.secret, value), cas, err))
 	}
 	return err
 }
 
 // slotString describes a slot or index value for the log.
-func slotString(v []byte) string {
+func slotString(secret [SecretSize]byte, v []byte) string {
 	if len(v) < slotHeader || v[DigestSize] != slotLive {
 		return fmt.Sprintf("%x", v)
 	}
 	who := "client-?"
 	for _, k := range []string{schedKey, "client-b", "client-c", "client-d"} {
-		if d := Digest([]byte(k)); [DigestSize]byte(v[:DigestSize]) == d {
+		if d := digestUnder(secret, k); [DigestSize]byte(v[:DigestSize]) == d {
 			who = k
 		}
 	}
@@ -193,6 +195,7 @@ func runSched(t testing.TB, c schedCase, seed uint64, pick func(waiting []int, l
 		c.setup(t, mem, secret, lim)
 	}
 	s := newSched(len(c.workers))
+	s.secret = secret
 	tabs := make([]*Table, len(c.workers))
 	for w, wk := range c.workers {
 		tabs[w], err = NewTable(TableConfig{Store: &schedStore{Store: mem, who: w, s: s}, Prefix: schedPrefix,
@@ -368,14 +371,14 @@ var schedCases = []schedCase{
 			{64, 0, schedKeys(schedKey, schedKey)}, {64, 0, schedKeys("client-b", schedKey)}, {64, 0, schedKeys("client-c", "client-d", schedKey)},
 		},
 		setup: func(t testing.TB, store Store, secret [SecretSize]byte, lim Limiter) {
-			// The key's first group holds groupBias more keys than its second: one more key
-			// there, or one fewer in the second, changes the group a new key goes to.
+			// The key's first group has exactly firstGroupFree free slots: one more key there
+			// changes the group a new key goes to (see firstGroupFree).
 			g, b, home, _ := layoutOf(secret, 64, schedKey)
 			if b[0] == b[1] {
 				return
 			}
-			for i := range uint32(groupBias) {
-				d := Digest(fmt.Appendf(nil, "filler-%d", i))
+			for i := range g.size(b[0]) - firstGroupFree {
+				d := digestUnder(secret, fmt.Sprintf("filler-%d", i))
 				putEntry(t, store, schedPrefix, g, b[0], (home+1+i)%g.size(b[0]), d, liveValue(d, spent(lim, 1, 0)))
 			}
 		},
@@ -403,7 +406,7 @@ var schedCases = []schedCase{
 			// The key's index entry, for its home slot, which still holds client-b's state:
 			// a worker that placed the key stopped before writing the slot.
 			g, b, home, d := layoutOf(secret, 5, schedKey)
-			other := Digest([]byte("client-b"))
+			other := digestUnder(secret, "client-b")
 			putEntry(t, store, schedPrefix, g, b[0], home, other, liveValue(other, spent(lim, 2, 0)))
 			putEntry(t, store, schedPrefix, g, b[0], home, d, nil)
 		},

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -20,9 +19,10 @@ type Limiter interface {
 	Idle(state []byte, now int64) bool
 }
 
-// DigestSize is the length of the key digest stored in front of every slot's state. 128 bits of
-// SHA-256 make a collision between two client-chosen keys infeasible, which matters because a
-// collision would let one client spend another's allowance.
+// DigestSize is the length of the key digest stored in front of every slot's state (see
+// keyDigest). 128 bits of a keyed pseudorandom function make a collision between two
+// client-chosen keys infeasible, which matters because a collision would let one client spend
+// another's allowance.
 const DigestSize = 16
 
 // GroupSlots is the number of slots a group holds at most. A key may live in any slot of two
@@ -37,11 +37,17 @@ const fingerprintSize = 8
 // Choices is the number of groups a key may live in.
 const Choices = 2
 
-// groupBias is how many more free slots a key's second group must have than its first for a
-// new key to go there, while the first has more than groupBias free. The first group holds the key's home slot, the one slot a lookup reads
-// before any index (see Table); keeping more keys in their first group keeps more of them
-// at home, at the cost of a slightly less even fill (TestTableFalseDenialCurve).
-const groupBias = 2
+// firstGroupFree is how many free slots a key's first group must have for a new key to go
+// there without looking at its second group (see Table). Slots are never emptied, so while
+// the first group has that many free, no key of it can have gone to its second group: a
+// lookup that does not find the key in the first group's index stops there, and a new key
+// costs one index read instead of two. Below it, a new key goes to the group with more free
+// slots. With 10, the table fills as evenly as with a choice between the two groups for every
+// key (no eviction before 90% of max_keys in TestTableFalseDenialCurve; in a model of 200
+// fills of 10,000 keys, the first eviction came at 92.7% at the earliest against 91.2% with
+// the choice for every key), and over a fill from empty to full a third of the new keys read
+// the second index.
+const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
 // in one of them, chosen by the keyed hash, so a flood that drains some overflow slots leaves
@@ -87,14 +93,15 @@ const SecretSize = 16
 // can never admit a request beyond the limit.
 var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
 
-// nameCacheSize is the number of slot names a Table keeps per VM (see Table.name).
+// nameCacheSize is the number of slot names a Table keeps per VM (see Table.slotName).
 const nameCacheSize = 256
 
 // TableVMBytes is an upper bound of what one Table holds in a VM's memory, whatever its
 // max_keys: the name cache (nameCacheSize names of at most 64+1+10+1+10 bytes, plus their
-// string and index headers), the scratch buffers and the struct itself. It does not grow with
+// string and index headers), the slot name buffer, the two index name buffers and the current
+// geometry's two name prefixes, the probe buffer and the struct itself. It does not grow with
 // the number of keys.
-const TableVMBytes = nameCacheSize*(86+16+8) + 2*512 + 256
+const TableVMBytes = nameCacheSize*(86+16+8) + 4*512 + 256
 
 // SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
 // costs: its slot name (the rule's prefix, the geometry and the slot number) and its value
@@ -154,11 +161,11 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 //
 // # Addressing
 //
-// A key is known by its digest (the first 16 bytes of SHA-256 of the key, stored in front of
-// its state; see Digest). Where it may live is decided by SipHash-2-4 of the digest under a
-// secret that every VM of the process shares and no client sees (LoadSecret): the 64-bit
-// output picks two groups and a home slot in the first. Without the secret nobody can compute
-// which keys share slots, so colliding keys cannot be searched for offline.
+// A key is known by its digest (SipHash-2-4's 128-bit output of the key under a secret that
+// every VM of the process shares and no client sees, LoadSecret; stored in front of its state;
+// see keyDigest). The digest's second half decides where the key may live: it picks two groups
+// and a home slot in the first. Without the secret nobody can compute digests or which keys
+// share slots, so colliding keys cannot be searched for offline.
 //
 // The max_keys slots are split into ceil(max_keys / GroupSlots) groups of nearly equal size.
 // Each group has an index: one shared-data entry listing, per slot, the fingerprint (first 8
@@ -166,8 +173,9 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 // the authority on which key owns a slot; the slot holds the key's digest and state.
 //
 // A lookup reads the key's home slot first: a key placed there is decided with that one read.
-// Otherwise it reads the first group's index, then the second's, and the slot the index
-// names: at most four reads. A slot that the index gives to the key but that does not hold
+// Otherwise it reads the first group's index, then, unless the first group has firstGroupFree
+// free slots (then the key cannot be in the second, see below), the second's, and the slot the
+// index names: at most four reads. A slot that the index gives to the key but that does not hold
 // its digest yet (its placement is being written by another worker, which may be paused) is
 // the key's, with a fresh state: the request writes it by compare-and-swap against what it
 // read, and of all the workers doing so only one succeeds, the others decide again on its
@@ -175,18 +183,20 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 //
 // # Placing a new key
 //
-// A new key goes to the group with more free (never used) slots, the first unless the second
-// has more than groupBias more, or more when the first has groupBias or fewer left, and there to its home slot if that is free or holds an idle
-// key (back at full allowance: forgetting it grants nothing), else to the group's first free
-// slot. Placing it writes the group's index (compare-and-swap against the index read) and then
-// the slot: two writes. Slots are never emptied, so a group's free count only falls: two
-// workers placing the same key read the two groups in some order, and if each chose another
-// group, one of them read its group after the other's write and saw the key, or its write
-// fails (TestNewKeyRaceRandomSchedules checks this in every schedule it runs). So a key has at
-// most one index entry in the table, and only its owner's lookups read its slot, except
-// the home slot, read before any index: it is taken as the key's only while it holds the
-// key's digest, and a key can only come to hold its home slot through its index, so no key
-// is decided in two places.
+// A new key goes to its first group while that has firstGroupFree free (never used) slots, else
+// to the group with more (the first on a tie), and there to its home slot if that is free or
+// holds an idle key (back at full allowance: forgetting it grants nothing), else to the group's
+// first free slot after the home slot. Placing it writes the group's index (compare-and-swap
+// against the index read) and then the slot: two writes. Slots are never emptied, so a group's
+// free count only falls: two workers placing the same key read the two groups in some order,
+// and if each chose another group, one of them read its group after the other's write and saw
+// the key, or its write fails (TestNewKeyRaceRandomSchedules checks this in every schedule it
+// runs). For the same reason a lookup may skip the second group while the first has
+// firstGroupFree free slots: a worker that put the key in the second group saw fewer in the
+// first, and there are no more now. So a key has at most one index entry in the table, and only
+// its owner's lookups read its slot, except the home slot, read before any index: it is taken
+// as the key's only while it holds the key's digest, and a key can only come to hold its home
+// slot through its index, so no key is decided in two places.
 //
 // # A full table
 //
@@ -225,22 +235,30 @@ type Table struct {
 	prefix   string
 	attempts int
 	limiter  Limiter
-	digests  *DigestCache
 	k0, k1   uint64
 
 	cur  geometry
 	prev []pastGeometry
+	// curSlot and curIndex begin the names of the current geometry's slots and indexes: the
+	// prefix, max_keys and '.' or '#' (see appendName), so that building a name formats one
+	// number, not two.
+	curSlot, curIndex string
 	// horizon is how long after its last write a previous geometry is still searched (see
 	// Table); 0: always.
 	horizon int64
 
-	// names caches slot names (see name). It is allocated by Warm or on first use, and never
+	// names caches slot names (see slotName). It is allocated by Warm or on first use, and never
 	// grows. An array behind a pointer, not a slice: an index below nameCacheSize needs no
 	// bounds check.
 	names *[nameCacheSize]nameEntry
-	// scratch holds the name of the entry being read or written: the store keeps no key, so
-	// reads and index writes need no string of their own.
-	scratch []byte
+	// slot holds the last slot name built for a store call, which keeps no key (see Store),
+	// and index the last two index names (a lookup reads the indexes of two groups, then
+	// writes one of them): a name needs no string of its own, and a request that reads and
+	// then writes the same slot or index builds its name once. indexNext is the one of index
+	// that the next index name is built in.
+	slot      nameBuf
+	index     [Choices]nameBuf
+	indexNext uint8
 	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf).
 	probe []byte
 }
@@ -303,8 +321,6 @@ type TableConfig struct {
 	Attempts int
 	// Limiter is the rule's algorithm.
 	Limiter Limiter
-	// Digests, when set, caches key digests; the Tables of one VM can share one.
-	Digests *DigestCache
 	// Secret keys the slot addressing (see LoadSecret). Every VM of a process must use the
 	// same one; the zero value works but is public, so clients could predict slots.
 	Secret [SecretSize]byte
@@ -327,9 +343,11 @@ func NewTable(c TableConfig) (*Table, error) {
 	case c.Attempts < 1:
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
-	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter, digests: c.Digests,
+	t := &Table{store: c.Store, prefix: c.Prefix, attempts: c.Attempts, limiter: c.Limiter,
 		k0: binary.LittleEndian.Uint64(c.Secret[:8]), k1: binary.LittleEndian.Uint64(c.Secret[8:]),
 		cur: newGeometry(c.Slots)}
+	t.curSlot = string(strconv.AppendUint([]byte(c.Prefix), uint64(c.Slots), 10)) + "."
+	t.curIndex = t.curSlot[:len(t.curSlot)-1] + "#"
 	prev, err := t.registerGeometry(c.Now)
 	if err != nil {
 		return nil, err
@@ -484,16 +502,17 @@ func (t *Table) Commit(p *Pending) error {
 		return nil
 	}
 	if p.place {
-		// The index's name is a string of its own: a Store's Set may keep it (Memory's map
-		// does), and placements are rare enough for the allocation.
-		if err := t.store.Set(strings.Clone(t.indexName(p.geo, p.ixGroup)), p.ixValue, p.ixCas); err != nil {
+		if err := t.store.Set(t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas); err != nil {
 			return t.recommit(p, err)
 		}
 		// The entry is the key's now, whatever becomes of the slot's write: a retry finds it.
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
 	}
-	if err := t.store.Set(t.name(p.geo, p.idx), p.value, p.cas); err != nil {
+	// The slot's name is cached for the writes of a key that was there already (see name); a
+	// key placed now is written under the name in the slot name buffer, so that a client
+	// seen once costs no allocation and takes no cache entry from a key that returns.
+	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
 		return t.recommit(p, err)
 	}
 	if p.past != 0 {
@@ -536,9 +555,9 @@ func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
 // again on p's (Commit after a lost race).
 func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 	if hash {
-		// The key's hash is made here, once per decision: a retry in Commit decides again on
-		// the same digest, and the cache gives rules that share the key one hash between them.
-		p.digest, p.h = t.digests.digestHash(key, t.k0, t.k1)
+		// The key's digest and hash are made here, once per decision: a retry in Commit
+		// decides again on the same digest.
+		p.digest, p.h = keyDigest(t.k0, t.k1, key)
 	}
 	p.Overflow, p.place, p.past = false, false, 0
 	g := t.cur
@@ -590,11 +609,15 @@ type group struct {
 	cas  uint32
 	size uint32
 	used uint32 // slots whose entry is set
+	at   int32  // the first slot whose entry is the fingerprint looked for, or -1
+	free int32  // the first free slot from the key's home on (wrapping around), or -1
 }
 
-// readGroup reads the index of group b of g.
-func (t *Table) readGroup(g geometry, b uint32) (group, error) {
-	gr := group{b: b, size: g.size(b), cas: createCAS}
+// readGroup reads the index of group b of g and, in one pass over it, looks for fingerprint
+// fp, counts the used slots and finds the first free slot from slot home on.
+func (t *Table) readGroup(g geometry, b uint32, fp uint64, home uint32) (group, error) {
+	gr := group{b: b, size: g.size(b), cas: createCAS, at: -1}
+	gr.free = int32(home % gr.size)
 	v, cas, err := t.store.Get(t.indexName(g.maxKeys, b))
 	if isNotFound(err) {
 		return gr, nil
@@ -607,11 +630,28 @@ func (t *Table) readGroup(g geometry, b uint32) (group, error) {
 		return gr, nil
 	}
 	gr.ix = v
-	for i := range gr.size {
-		if binary.LittleEndian.Uint64(v[i*fingerprintSize:]) != 0 {
-			gr.used++
+	from, first, free := gr.free, int32(-1), uint32(0)
+	gr.free = -1
+	// The slice advances by one entry per step: the loads need no bounds check of their own.
+	for i := int32(0); len(v) >= fingerprintSize; i++ {
+		e := binary.LittleEndian.Uint64(v)
+		v = v[fingerprintSize:]
+		if e == 0 {
+			free++
+			if first < 0 {
+				first = i
+			}
+			if gr.free < 0 && i >= from {
+				gr.free = i
+			}
+		} else if e == fp && gr.at < 0 {
+			gr.at = i
 		}
 	}
+	if gr.free < 0 {
+		gr.free = first
+	}
+	gr.used = gr.size - free
 	return gr, nil
 }
 
@@ -621,16 +661,6 @@ func (gr *group) entry(i uint32) uint64 {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(gr.ix[i*fingerprintSize:])
-}
-
-// find returns the slot whose entry is fp.
-func (gr *group) find(fp uint64) (uint32, bool) {
-	for i := range gr.size {
-		if gr.entry(i) == fp {
-			return i, true
-		}
-	}
-	return 0, false
 }
 
 // lookup decides a key that decide did not find live in its home slot: through the indexes
@@ -645,10 +675,11 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	for c := range n {
 		var err error
-		if gs[c], err = t.readGroup(g, b[c]); err != nil {
+		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil {
 			return err
 		}
-		if i, ok := gs[c].find(fp); ok {
+		if gs[c].at >= 0 {
+			i := uint32(gs[c].at)
 			idx := b[c]*GroupSlots + i
 			if c == 0 && i == home {
 				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas, hr.found)
@@ -659,15 +690,22 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			}
 			return t.decideOwn(p, g.maxKeys, idx, v, cas, err == nil)
 		}
+		if gs[0].size-gs[0].used >= firstGroupFree {
+			// The first group has had this many free slots ever since the key could have been
+			// placed: it is not in the second (see firstGroupFree).
+			n = 1
+			break
+		}
 	}
 	if len(t.prev) > 0 {
 		if found, err := t.decidePast(p); found || err != nil {
 			return err
 		}
 	}
-	// A new key: the group with more free slots (see Table).
+	// A new key: its first group while that has firstGroupFree free slots, else the group with
+	// more (see Table). n is 1 when the second group was not read.
 	target := &gs[0]
-	if free0, free1 := gs[0].size-gs[0].used, gs[1].size-gs[1].used; n > 1 && (free1 > free0+groupBias || free0 <= groupBias && free1 > free0) {
+	if n > 1 && gs[1].size-gs[1].used > gs[0].size-gs[0].used {
 		target = &gs[1]
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
@@ -687,13 +725,8 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			}
 		}
 	}
-	if !ok && target.used < target.size {
-		for j := range target.size {
-			if i := (home + j) % target.size; target.entry(i) == 0 {
-				at, ok, p.fresh = i, true, true
-				break
-			}
-		}
+	if !ok && target.free >= 0 {
+		at, ok, p.fresh = uint32(target.free), true, true
 		// A slot never used was never written by this table; createCAS fails if an earlier
 		// version of the table left a value there, and the retry writes against its CAS.
 		p.idx, p.cas = target.b*GroupSlots+at, createCAS
@@ -754,15 +787,17 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 			if c == 1 && b[1] == b[0] {
 				break
 			}
-			gr, err := t.readGroup(pg.geometry, b[c])
+			gr, err := t.readGroup(pg.geometry, b[c], fp, 0)
 			if err != nil {
 				return false, err
 			}
-			at, ok := gr.find(fp)
-			if !ok {
+			if gr.at < 0 {
+				if c == 0 && gr.size-gr.used >= firstGroupFree {
+					break // not in the second group either (see firstGroupFree)
+				}
 				continue
 			}
-			idx := b[c]*GroupSlots + at
+			idx := b[c]*GroupSlots + uint32(gr.at)
 			v, cas, err := t.store.Get(t.transientName(pg.maxKeys, idx))
 			if isNotFound(err) {
 				break
@@ -868,6 +903,11 @@ func overflowIndex(h uint64) uint32 {
 
 // run applies the limiter to state and prepares the value to write: digest, kind, state.
 func (t *Table) run(p *Pending, state []byte) error {
+	if state == nil && cap(p.value) > slotHeader {
+		// A fresh key: the limiter encodes its first state (an empty state is a fresh key)
+		// in place, where the value will hold it, rather than in a buffer of its own.
+		state = p.value[slotHeader:slotHeader]
+	}
 	d, next := t.limiter.AllowN(state, p.now, p.n)
 	p.Decision = d
 	// The value is sized once and filled in place: one check of its capacity instead of an
@@ -889,7 +929,7 @@ func (t *Table) run(p *Pending, state []byte) error {
 func (t *Table) Used() uint32 {
 	var n uint32
 	for b := range t.cur.groups {
-		gr, err := t.readGroup(t.cur, b)
+		gr, err := t.readGroup(t.cur, b, 1, 0)
 		if err == nil {
 			n += gr.used
 		}
@@ -900,22 +940,49 @@ func (t *Table) Used() uint32 {
 // MaxKeys returns the number of keys the table holds.
 func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 
-// indexName returns the name of group b's index in geometry geo, built in the Table's scratch
-// buffer (valid until the next name is built, so for a Get only): prefix, max_keys, '#' and
-// the group number.
+// nameBuf is a name built for a store call and the entry it names: slot or group idx of
+// geometry geo.
+type nameBuf struct {
+	b        []byte
+	geo, idx uint32
+	built    bool
+}
+
+// holds reports whether the buffer holds the name of entry idx of geometry geo.
+func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
+
+// string returns the name, sharing the buffer's bytes: valid until the next name is built.
+// The slice's pointer and length read as a string's: what unsafe.String makes, without its
+// checks of the pointer and length (code that runs for nothing: a built name is never empty).
+func (n *nameBuf) string() string { return *(*string)(unsafe.Pointer(&n.b)) }
+
+// indexName returns the name of group b's index in geometry geo for a store call (valid until
+// two more index names are built): prefix, max_keys, '#' and the group number.
 func (t *Table) indexName(geo, b uint32) string {
-	t.scratch = append(t.scratch[:0], t.prefix...)
-	t.scratch = strconv.AppendUint(t.scratch, uint64(geo), 10)
-	t.scratch = append(t.scratch, '#')
-	t.scratch = strconv.AppendUint(t.scratch, uint64(b), 10)
-	return *(*string)(unsafe.Pointer(&t.scratch))
+	for i := range t.index {
+		if t.index[i].holds(geo, b) {
+			return t.index[i].string()
+		}
+	}
+	n := &t.index[t.indexNext%Choices]
+	t.indexNext++
+	if geo == t.cur.maxKeys && t.curIndex != "" {
+		n.b = append(n.b[:0], t.curIndex...)
+	} else {
+		n.b = append(n.b[:0], t.prefix...)
+		n.b = strconv.AppendUint(n.b, uint64(geo), 10)
+		n.b = append(n.b, '#')
+	}
+	n.b = strconv.AppendUint(n.b, uint64(b), 10)
+	n.geo, n.idx, n.built = geo, b, true
+	return n.string()
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
-// Get, which does not keep its key: the cached name when the slot's name is in the cache (an
-// established key's slot, written on every request, is), otherwise the name built in the
-// Table's scratch buffer, valid until the next call. Building it costs two number
-// formattings, which a Wasm VM would pay on every request's read.
+// store call, which does not keep its key: the cached name when the slot's name is in the
+// cache (an established key's slot, read and written on every request, is), otherwise the
+// name last built, or built now, in the Table's slot name buffer, valid until the next slot
+// name is built.
 func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
@@ -933,15 +1000,14 @@ func (t *Table) Warm() {
 	}
 }
 
-// name returns the name of slot idx of geometry geo (0: overflow slot idx) as a string of its
-// own, for a Set. Names are cached in a direct-mapped cache of nameCacheSize entries: the slot
-// of an established key is written on every request, and building its name would cost an
-// allocation each time. The cache does not grow with max_keys.
-func (t *Table) name(geo, idx uint32) string { return t.slotName(geo, idx, true) }
-
-// slotName is name (keep) and transientName (not keep) in one function, for V8 to compile
-// once: both look the name up in the cache first, and build it in the scratch buffer when it
-// is not there; name then keeps a copy in the cache (allocating the cache first if needed).
+// slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
+// call (see transientName), and with keep also puts it in the Table's name cache, allocating
+// the cache first if needed. Names are cached in a direct-mapped cache of nameCacheSize
+// entries, which does not grow with max_keys: the slot of an established key is read and
+// written on every request, and its name is then found rather than built (a number formatted,
+// about as costly in a Wasm VM as the rest of the lookup). Caching a name costs a string of
+// its own, an allocation: Commit caches the names of keys that were in their slot already,
+// not of keys it places, most of which (one request per client) never come back.
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	if keep && t.names == nil {
 		t.Warm()
@@ -951,15 +1017,20 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 			return e.name
 		}
 	}
-	t.scratch = appendName(t.scratch[:0], t.prefix, geo, idx)
+	n := &t.slot
+	if !n.holds(geo, idx) {
+		if geo == t.cur.maxKeys && t.curSlot != "" {
+			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
+		} else {
+			n.b = appendName(n.b[:0], t.prefix, geo, idx)
+		}
+		n.geo, n.idx, n.built = geo, idx, true
+	}
 	if !keep {
-		// The slice's pointer and length read as a string's: what unsafe.String makes, without
-		// its checks of the pointer and length (code that runs for nothing: appendName's
-		// result is never nil and its length never negative).
-		return *(*string)(unsafe.Pointer(&t.scratch))
+		return n.string()
 	}
 	e := &t.names[nameSlot(geo, idx)]
-	*e = nameEntry{geo: geo, idx: idx, name: string(t.scratch)}
+	*e = nameEntry{geo: geo, idx: idx, name: string(n.b)}
 	return e.name
 }
 

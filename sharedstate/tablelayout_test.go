@@ -11,9 +11,15 @@ import (
 func layoutOf(secret [SecretSize]byte, maxKeys uint32, key string) (g geometry, b [Choices]uint32, home uint32, d [DigestSize]byte) {
 	g = newGeometry(maxKeys)
 	k0, k1 := binary.LittleEndian.Uint64(secret[:8]), binary.LittleEndian.Uint64(secret[8:])
-	d = Digest([]byte(key))
-	b, home = g.choices(sipHash24(k0, k1, d[:]))
+	d, h := keyDigest(k0, k1, []byte(key))
+	b, home = g.choices(h)
 	return g, b, home, d
+}
+
+// digestUnder returns key's digest in a table under secret.
+func digestUnder(secret [SecretSize]byte, key string) [DigestSize]byte {
+	_, _, _, d := layoutOf(secret, 1, key)
+	return d
 }
 
 // putEntry writes digest d as the owner of slot pos of group b in geometry g's index (other
@@ -47,6 +53,6 @@ func liveValue(d [DigestSize]byte, state []byte) []byte {
 func putOther(t testing.TB, store Store, secret [SecretSize]byte, prefix string, maxKeys uint32, key, other string, j uint32, state []byte) {
 	t.Helper()
 	g, b, home, _ := layoutOf(secret, maxKeys, key)
-	d := Digest([]byte(other))
+	d := digestUnder(secret, other)
 	putEntry(t, store, prefix, g, b[0], (home+j)%g.size(b[0]), d, liveValue(d, state))
 }

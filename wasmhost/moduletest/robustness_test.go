@@ -209,7 +209,10 @@ func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.
 // "1rule-new-client" sends every request from another address, so that no key is seen twice
 // (every key digest is computed, every slot is new); "1rule-new-client-full" does so on a rule
 // with max_keys 1000 whose table is full of idle keys after the first thousand (every new key
-// takes another's slot). shared-reads/op and shared-writes/op count the shared-data calls.
+// takes another's slot). "hostfloor-new-client" is the host-call floor of a new client
+// (wasmhost/testdata/hostfloor configured with {"new_client":true}): the difference between it
+// and "1rule-new-client" is the filter's own computation for a new client. shared-reads/op
+// and shared-writes/op count the shared-data calls.
 //
 //	go test ./filter/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
@@ -232,6 +235,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
 		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true},
 		{"1rule", ".", `{"rules":[` + rule(0, "") + `]}`, false},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false},

@@ -74,18 +74,26 @@ func benchRule(i int) string {
 // median of 5 rounds' means of b.N requests after a warm-up; guest-p50-ns/op: the median
 // request of all rounds, the statistic the wazero benchmark reports), for the pass-through module, the host-call floor
 // (wasmhost/testdata/hostfloor: the 1-rule request's host calls and nothing else) and the
-// filter with 1 and 5 rules, as in wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count,
-// e.g. -benchtime 20000x: each run is one Node process.
+// filter with 1 and 5 rules, and with 1 rule for a new client on every request (on a table of
+// the default max_keys, and on one of 1,000 keys, full after the warm-up), as in
+// wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count, e.g. -benchtime
+// 20000x: each run is one Node process.
 func BenchmarkV8GuestPerRequest(b *testing.B) {
 	five := make([]string, 5)
 	for i := range five {
 		five[i] = benchRule(i)
 	}
-	cases := []struct{ name, pkg, config string }{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`},
-		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`},
+	cases := []struct {
+		name, pkg, config string
+		newClients        bool
+	}{
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true},
+		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`, false},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
+		{"1rule-new-client", ".", `{"rules":[` + benchRule(0) + `]}`, true},
+		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + benchRule(0) + `]}`, true},
 	}
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	for _, c := range cases {
@@ -93,7 +101,7 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 			mod := module(b, c.pkg)
 			b.ResetTimer()
 			res := run(b, Job{Module: mod, Config: c.config, Workers: 1,
-				Bench: &Bench{Request: req, Warmup: 2000, Rounds: 5, N: b.N}})
+				Bench: &Bench{Request: req, Warmup: 2000, Rounds: 5, N: b.N, NewClients: c.newClients}})
 			require.True(b, res.Configured)
 			require.Positive(b, res.GuestP50NS, "host.js reported no per-request median")
 			b.ReportMetric(res.GuestNS, "guest-ns/op")
@@ -239,7 +247,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.shadowHeaderNames",
 		"github.com/ratelimit-wasm/ratelimit/filter.setTickPeriod",
 		// The large-object path: a plain configuration and its first request allocate no large
-		// object, the digest cache's 80 KB being static (sharedstate.NewDigestCache). (The Go
+		// object. (The Go
 		// heap's second growth, runtime.(*pageAlloc).find and the scavenger, about 11 KB, is
 		// compiled in configure: the standard packages' initialisers, unicode's table maps for
 		// regexp, netip's unique handles and crypto/sha256's FIPS module, leave less of
@@ -312,15 +320,13 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).DuplicatePart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Rule).duplicatePart",
 		// The state layer's parts for keys a fresh table and a new key never meet: previous
-		// layouts, full groups and evictions, overflow, lost races, keys the digest cache
-		// does not keep.
+		// layouts, full groups and evictions, overflow, lost races.
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).decidePast",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).touchGeometry",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).chooseVictim",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).grantOf",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).overflow",
 		"github.com/ratelimit-wasm/ratelimit/sharedstate.(*Table).recommit",
-		"github.com/ratelimit-wasm/ratelimit/sharedstate.digestHashUncached",
 		// The request path's parts a plain allowed request never needs: undecided, queued,
 		// observed and refused streams, key sources other than constants, headers and the client
 		// IP, rules with conditions, long lengths.
@@ -351,10 +357,12 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		require.True(t, linked[wasmtest.LinkerName(fn)], "%s is not a function of the module", fn)
 		require.False(t, got[wasmtest.LinkerName(fn)], "a valid one-rule configure or its first request compiled %s", fn)
 	}
-	// The digest cache indexes with the state layer's SipHash: a first request compiles no
-	// third hash function (hash/maphash and its runtime hash would be about 1 KB).
+	// A key's digest is the state layer's SipHash: a first request compiles no other hash
+	// function (SHA-256, linked for long Redis keys; hash/maphash and its runtime hash).
 	for name := range got {
-		require.False(t, strings.HasPrefix(name, wasmtest.LinkerName("hash/maphash.")), "a valid one-rule configure or its first request compiled %s", name)
+		for _, prefix := range []string{"hash/maphash.", "crypto/sha256.Sum256", "crypto/internal/fips140/sha256.block"} {
+			require.False(t, strings.HasPrefix(name, wasmtest.LinkerName(prefix)), "a valid one-rule configure or its first request compiled %s", name)
+		}
 	}
 }
 
