@@ -1,6 +1,10 @@
 package sharedstate
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/dchest/siphash"
+)
 
 // keyDigest returns the digest key is stored under in a table keyed with (k0, k1) (see Table),
 // and the key's addressing hash h: SipHash-2-4's 128-bit output of the key under the table's
@@ -21,7 +25,7 @@ import "encoding/binary"
 // The digest is the same in every worker VM of a process (they share the secret) and changes
 // with the process: shared data does not outlive it either.
 func keyDigest(k0, k1 uint64, key []byte) (d [DigestSize]byte, h uint64) {
-	lo, hi := sipHash128(k0, k1, key)
+	lo, hi := siphash.Hash128(k0, k1, key)
 	binary.LittleEndian.PutUint64(d[:8], lo)
 	binary.LittleEndian.PutUint64(d[8:], hi)
 	return d, hi

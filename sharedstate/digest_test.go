@@ -1,6 +1,8 @@
 package sharedstate
 
 import (
+	"github.com/dchest/siphash"
+
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -19,7 +21,7 @@ func TestKeyDigestIsTheKeysSipHash128(t *testing.T) {
 	for _, s := range [][2]uint64{{1, 2}, {3, 4}, {1, 5}} {
 		for _, k := range keys {
 			d, h := keyDigest(s[0], s[1], []byte(k))
-			lo, hi := sipHash128(s[0], s[1], []byte(k))
+			lo, hi := siphash.Hash128(s[0], s[1], []byte(k))
 			require.Equal(t, lo, binary.LittleEndian.Uint64(d[:8]), "key %q", k)
 			require.Equal(t, hi, binary.LittleEndian.Uint64(d[8:]), "key %q", k)
 			require.Equal(t, hi, h, "key %q", k)

@@ -1,11 +1,11 @@
 package redis
 
 import (
+	"github.com/dchest/siphash"
+
 	"encoding/binary"
 	"math/rand/v2"
 	"sync"
-
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
 // SecretSize is the size of a partition secret in bytes.
@@ -43,7 +43,7 @@ func Partition(secret *Secret, descriptor []byte, partitions int) int {
 	}
 	k0 := binary.LittleEndian.Uint64(secret[:8])
 	k1 := binary.LittleEndian.Uint64(secret[8:])
-	return int(sharedstate.SipHash24(k0, k1, descriptor) % uint64(min(partitions, MaxPartitions)))
+	return int(siphash.Hash(k0, k1, descriptor) % uint64(min(partitions, MaxPartitions)))
 }
 
 // secretSuffix ends the key of the partition secret. It starts with '#' and is not 32 hex

@@ -1,6 +1,8 @@
 package redis_test
 
 import (
+	"github.com/dchest/siphash"
+
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
@@ -114,10 +115,10 @@ func TestPartitionIsKeyed(t *testing.T) {
 	// partitions (at most MaxPartitions); it is part of the key layout.
 	k0, k1 := binary.LittleEndian.Uint64(testSecret[:8]), binary.LittleEndian.Uint64(testSecret[8:])
 	for _, d := range append(hostile(), []byte(""), []byte("203.0.113.7")) {
-		if got, want := redis.Partition(&testSecret, d, 1000), int(sharedstate.SipHash24(k0, k1, d)%1000); got != want {
+		if got, want := redis.Partition(&testSecret, d, 1000), int(siphash.Hash(k0, k1, d)%1000); got != want {
 			t.Fatalf("Partition(%q, 1000) = %d, SipHash-2-4 mod 1000 = %d", trunc(d), got, want)
 		}
-		if got, want := redis.Partition(&testSecret, d, 1<<20), int(sharedstate.SipHash24(k0, k1, d)%redis.MaxPartitions); got != want {
+		if got, want := redis.Partition(&testSecret, d, 1<<20), int(siphash.Hash(k0, k1, d)%redis.MaxPartitions); got != want {
 			t.Fatalf("Partition(%q, 1<<20) = %d, want %d (at most MaxPartitions)", trunc(d), got, want)
 		}
 	}
