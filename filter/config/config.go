@@ -239,7 +239,7 @@ type Rule struct {
 	// Lease is the rule's lease block, nil without one (every request decided on the state).
 	Lease *Lease
 
-	// trustedHops is copied from the Config so AppendKey can find the client IP.
+	// trustedHops is the Config's value, kept on the rule so AppendKey can find the client IP.
 	trustedHops int
 	// keyKinds holds the kind of each key part's Source, set by the parser (see sourceKind).
 	keyKinds []sourceKind
