@@ -22,21 +22,30 @@ $(WASM): $(GO_SRCS)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
 	@ls -l $@
 
-# The wasip1 vets take -trimpath like the build, so that the packages they compile for their
+# The wasip1 vet takes -trimpath like the build, so that the packages it compiles for their
 # type information are the build's, from Go's build cache.
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(ALL_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath -tags timeduration $(WASM_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath . ./internal/duration/ ./internal/strfmt/
+	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath $(WASM_PKGS)
 
-# Checks an Envoy bootstrap before a deploy (Envoy's API rules, every filter configuration,
-# rules against the listener's routes, warnings); exit status 1 on an error, for CI:
+# Checks an Envoy bootstrap (or a plugin configuration file) before a deploy (Envoy's API
+# rules, every filter configuration, rules against the listener's routes, warnings):
 #   make check ENVOY=path/to/envoy.yaml
+# The command exits 1 on an error and 2 on a usage error; make then exits 2, its status for
+# any failed recipe, and names the command's status on its last line ("Error 1"). A CI job
+# that needs the command's own status runs `go run ./wasmhost/cmd/ratelimit-host check FILE`.
+# With PREVIOUS=deployed.yaml it also says what the change does to each rule's live state
+# (kept, converted without grant, reset: docs/config-changes.md):
+#   make check PREVIOUS=old.yaml ENVOY=new.yaml
+# With STRICT=1 it passes -strict, so warnings (and, with PREVIOUS, resets) fail it too:
+#   make check ENVOY=new.yaml STRICT=1
 ENVOY ?= envoy.yaml
+PREVIOUS ?=
+STRICT ?=
 check:
-	$(GO) run ./wasmhost/cmd/ratelimit-host check $(ENVOY)
+	$(GO) run ./wasmhost/cmd/ratelimit-host check $(if $(STRICT),-strict) $(if $(PREVIOUS),-previous $(PREVIOUS)) $(ENVOY)
 
 # The bootstraps the repository ships must pass the check, warnings included.
 SHIPPED_ENVOY := envoy.yaml e2e/envoy-failure-modes.yaml e2e/redis-cluster/envoy-filter.yaml

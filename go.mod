@@ -3,6 +3,8 @@ module github.com/ratelimit-wasm/ratelimit
 go 1.26.0
 
 require (
+	github.com/dchest/siphash v1.2.3
+	github.com/go-json-experiment/json v1.27.2
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/stretchr/testify v1.12.1
 	github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0

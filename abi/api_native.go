@@ -206,20 +206,21 @@ func (g MetricGauge) Value() int64 { return g.m.Value() }
 // Record adds one observation to the histogram.
 func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }
 
-// LogDebugf logs at debug level.
-func LogDebugf(format string, args ...any) { proxywasm.LogDebugf(format, args...) }
+// DebugEnabled reports whether the host logs debug messages; the SDK's emulator keeps every
+// level.
+func DebugEnabled() bool { return true }
+
+// LogDebug logs msg at debug level.
+func LogDebug(msg string) { proxywasm.LogDebug(msg) }
 
 // LogInfo logs msg at info level.
 func LogInfo(msg string) { proxywasm.LogInfo(msg) }
 
-// LogInfof logs at info level.
-func LogInfof(format string, args ...any) { proxywasm.LogInfof(format, args...) }
+// LogWarn logs msg at warn level.
+func LogWarn(msg string) { proxywasm.LogWarn(msg) }
 
-// LogWarnf logs at warn level.
-func LogWarnf(format string, args ...any) { proxywasm.LogWarnf(format, args...) }
+// LogError logs msg at error level.
+func LogError(msg string) { proxywasm.LogError(msg) }
 
-// LogErrorf logs at error level.
-func LogErrorf(format string, args ...any) { proxywasm.LogErrorf(format, args...) }
-
-// LogCriticalf logs at critical level.
-func LogCriticalf(format string, args ...any) { proxywasm.LogCriticalf(format, args...) }
+// LogCritical logs msg at critical level.
+func LogCritical(msg string) { proxywasm.LogCritical(msg) }

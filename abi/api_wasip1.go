@@ -4,9 +4,8 @@ package abi
 
 import (
 	"errors"
+	"strconv"
 	"unsafe"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Host status codes of ABI 0.2.1.
@@ -61,7 +60,7 @@ func statusFailure(st uint32) error {
 	case statusUnimplemented:
 		return ErrUnimplemented
 	default:
-		return strfmt.Errorf("host returned status %d", st)
+		return errors.New("host returned status " + strconv.FormatUint(uint64(st), 10))
 	}
 }
 
@@ -251,11 +250,10 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
-// two, as it also reads the monotonic clock (and links package time into the module). Should
-// the host fail the call (Envoy's never does for the real-time clock), the last good reading
-// stands: the limiters see a clock that stalls rather than one at 0 (the Unix epoch). The Go
-// runtime's own clock reads, time.Now's included, abort the VM instead ("clock_time_get
-// failed").
+// two, as it also reads the monotonic clock. Should the host fail the call (Envoy's never does
+// for the real-time clock), the last good reading stands: the limiters see a clock that
+// stalls rather than one at 0 (the Unix epoch). The Go runtime's own clock reads, time.Now's
+// included, abort the VM instead ("clock_time_get failed").
 func WallClockNanos() int64 {
 	var t uint64
 	if wasiClockTimeGet(clockRealtime, 0, &t) != 0 {
@@ -362,37 +360,33 @@ func logAt(level uint32, msg string) {
 	hostLog(level, stringPtr(msg), uint32(len(msg)))
 }
 
-// LogDebugf logs at debug level.
-func LogDebugf(format string, args ...any) {
+// DebugEnabled reports whether the host logs debug messages, so that a caller can skip
+// building a costly one.
+func DebugEnabled() bool { return enabled(levelDebug) }
+
+// LogDebug logs msg at debug level.
+func LogDebug(msg string) {
 	if enabled(levelDebug) {
-		logAt(levelDebug, strfmt.Sprintf(format, args...))
+		logAt(levelDebug, msg)
 	}
 }
 
-// LogInfo logs msg at info level. Unlike LogInfof it formats nothing, so a message that
-// needs no formatting does not make V8 compile the formatter.
+// LogInfo logs msg at info level.
 func LogInfo(msg string) {
 	if enabled(levelInfo) {
 		logAt(levelInfo, msg)
 	}
 }
 
-// LogInfof logs at info level.
-func LogInfof(format string, args ...any) {
-	if enabled(levelInfo) {
-		logAt(levelInfo, strfmt.Sprintf(format, args...))
-	}
-}
-
-// LogWarnf logs at warn level.
-func LogWarnf(format string, args ...any) {
+// LogWarn logs msg at warn level.
+func LogWarn(msg string) {
 	if enabled(levelWarn) {
-		logAt(levelWarn, strfmt.Sprintf(format, args...))
+		logAt(levelWarn, msg)
 	}
 }
 
-// LogErrorf logs at error level.
-func LogErrorf(format string, args ...any) { logAt(levelError, strfmt.Sprintf(format, args...)) }
+// LogError logs msg at error level.
+func LogError(msg string) { logAt(levelError, msg) }
 
-// LogCriticalf logs at critical level.
-func LogCriticalf(format string, args ...any) { logAt(levelCritical, strfmt.Sprintf(format, args...)) }
+// LogCritical logs msg at critical level.
+func LogCritical(msg string) { logAt(levelCritical, msg) }

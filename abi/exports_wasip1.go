@@ -4,6 +4,7 @@ package abi
 
 import (
 	"runtime"
+	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -72,13 +73,13 @@ func registerCallout(token uint32, cb func(int, int, int), always bool) {
 // with FAIL_RELOAD), so every export defers this.
 func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
-		msg := "panic in " + name + " (context " + utoa(contextID) + "): " + anyString(r) + "\n" + string(stack())
+		msg := "panic in " + name + " (context " + strconv.FormatUint(uint64(contextID), 10) + "): " + anyString(r) + "\n" + string(stack())
 		logAt(levelError, msg)
 	}
 }
 
 // stack returns the calling goroutine's stack trace, as runtime/debug.Stack does; that
-// package imports fmt, which the module does not link (see internal/strfmt).
+// package imports fmt, which the module does not link.
 func stack() []byte {
 	buf := make([]byte, 1024)
 	for {
@@ -87,19 +88,6 @@ func stack() []byte {
 			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
-	}
-}
-
-func utoa(v uint32) string {
-	var b [10]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
 	}
 }
 
@@ -165,8 +153,6 @@ func lookupStream(contextID uint32) (streamContext, bool) {
 
 // lookupStreamMap is lookupStream's map lookup, for onStream: a stream other than the last
 // one created.
-//
-//go:noinline
 func lookupStreamMap(contextID uint32) (streamContext, bool) {
 	s, ok := streams[contextID]
 	return s, ok
@@ -235,8 +221,6 @@ func proxyOnDone(contextID uint32) (done uint32) {
 }
 
 // rootDone is proxy_on_done for a context other than the last stream.
-//
-//go:noinline
 func rootDone(contextID uint32) (done uint32) {
 	done = 1
 	defer recoverExport("proxy_on_done", contextID)
@@ -267,8 +251,6 @@ func proxyOnDelete(contextID uint32) {
 }
 
 // deleteContext is proxy_on_delete for a context other than the last stream.
-//
-//go:noinline
 func deleteContext(contextID uint32) {
 	defer recoverExport("proxy_on_delete", contextID)
 	delete(streams, contextID)
@@ -293,8 +275,6 @@ var streamExports = [...]string{"proxy_on_request_headers", "proxy_on_response_h
 // onStream runs the stream callback op of stream contextID, with the export's numHeaders and
 // endOfStream (0 for proxy_on_log), and returns the action (0, Continue, for proxy_on_log, an
 // unknown stream or a recovered panic).
-//
-//go:noinline
 func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint32) {
 	defer recoverExport(streamExports[op], contextID)
 	// One return: the compiler writes the deferred call out at each return.

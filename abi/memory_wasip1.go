@@ -76,8 +76,6 @@ func allocateLarge(n int) (addr uint32) {
 // It is kept out of line (see filter/doc.go): inlined, it would be a copy in every host read,
 // which a VM's first request would compile again in each read it makes for the first time
 // (the configuration read compiles it once).
-//
-//go:noinline
 func take(addr, size uint32) []byte {
 	if size == 0 || addr == 0 {
 		unpinAll()
@@ -101,8 +99,6 @@ func take(addr, size uint32) []byte {
 // goes through it, one function out of line rather than the same check and two calls in each
 // read (see filter/doc.go): the configuration read has compiled this one before any request
 // reads a header or a property.
-//
-//go:noinline
 func read(st uint32) ([]byte, error) {
 	if st != statusOK {
 		return nil, readFailed(st)
@@ -113,8 +109,6 @@ func read(st uint32) ([]byte, error) {
 // readFailed unpins every buffer after a host read that failed with status st, and returns
 // st's error. It is one function for every read, out of line, so that no read carries this
 // path's code (see take).
-//
-//go:noinline
 func readFailed(st uint32) error {
 	unpinAll()
 	return statusError(st)

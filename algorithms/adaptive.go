@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"strconv"
+	"time"
 )
 
 // Adaptive is adaptive: a limit that moves between MinLimit and MaxLimit with the health of
@@ -89,7 +89,7 @@ type Signals struct {
 	// Errors is how many of them failed (for example 5xx responses, resets, timeouts).
 	Errors int64
 	// LatencySum is the sum of their latencies.
-	LatencySum duration.Duration
+	LatencySum time.Duration
 }
 
 // Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
@@ -98,7 +98,7 @@ func (s Signals) Add(o Signals) Signals {
 	return Signals{
 		Requests:   satAdd(s.Requests, o.Requests),
 		Errors:     satAdd(s.Errors, o.Errors),
-		LatencySum: duration.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
+		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
 	}
 }
 
@@ -122,7 +122,7 @@ const (
 // controller methods. New(c) returns the same value as a Limiter.
 func NewAdaptive(c Config) (*Adaptive, error) {
 	if c.Algorithm != AlgAdaptive {
-		return nil, cfgErr("algorithm", "NewAdaptive needs %q, got %q", AlgAdaptive, c.Algorithm)
+		return nil, cfgErr("algorithm", "NewAdaptive needs "+strconv.Quote(AlgAdaptive)+", got "+strconv.Quote(c.Algorithm))
 	}
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return nil, err
@@ -133,25 +133,28 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	}
 	switch {
 	case c.MinLimit < 1:
-		return nil, cfgErr("min_limit", "must be >= 1, got %d", c.MinLimit)
+		return nil, cfgErr("min_limit", "must be >= 1, got "+strconv.FormatInt(c.MinLimit, 10))
 	case a.maxL > LimitCeiling:
-		return nil, cfgErr("max_limit", "must be <= %d, got %d", int64(LimitCeiling), a.maxL)
+		return nil, cfgErr("max_limit", "must be <= "+strconv.Itoa(LimitCeiling)+", got "+strconv.FormatInt(a.maxL, 10))
 	case c.MinLimit > c.Limit:
-		return nil, cfgErr("min_limit", "must be <= limit (%d), got %d", c.Limit, c.MinLimit)
+		return nil, cfgErr("min_limit", "must be <= limit ("+strconv.FormatInt(c.Limit, 10)+"), got "+strconv.FormatInt(c.MinLimit, 10))
 	case c.MaxLimit != 0 && c.MaxLimit < c.Limit:
-		return nil, cfgErr("max_limit", "must be >= limit (%d), got %d", c.Limit, c.MaxLimit)
+		return nil, cfgErr("max_limit", "must be >= limit ("+strconv.FormatInt(c.Limit, 10)+"), got "+strconv.FormatInt(c.MaxLimit, 10))
 	case c.TargetLatency < 0:
-		return nil, cfgErr("target_latency", "must be >= 0 (0 turns the latency signal off), got %v", c.TargetLatency)
+		return nil, cfgErr("target_latency", "must be >= 0 (0 turns the latency signal off), got "+c.TargetLatency.String())
 	case math.IsNaN(c.ErrorThreshold) || c.ErrorThreshold < 0 || c.ErrorThreshold > 1:
-		return nil, cfgErr("error_threshold", "must be a fraction in [0, 1] (0 turns the error signal off), got %v", c.ErrorThreshold)
+		return nil, cfgErr("error_threshold", "must be a fraction in [0, 1] (0 turns the error signal off), got "+
+			strconv.FormatFloat(c.ErrorThreshold, 'g', -1, 64))
 	case c.TargetLatency == 0 && c.ErrorThreshold == 0:
 		return nil, cfgErr("target_latency", "adaptive needs a health signal: set target_latency, error_threshold or both")
 	case c.MinSamples < 0:
-		return nil, cfgErr("min_samples", "must be >= 0 (0 means %d), got %d", DefaultMinSamples, c.MinSamples)
+		return nil, cfgErr("min_samples", "must be >= 0 (0 means "+strconv.Itoa(DefaultMinSamples)+"), got "+strconv.FormatInt(c.MinSamples, 10))
 	case c.IncreaseStep < 0 || c.IncreaseStep > LimitCeiling:
-		return nil, cfgErr("increase_step", "must be in [0, %d] (0 means max_limit/20), got %d", int64(LimitCeiling), c.IncreaseStep)
+		return nil, cfgErr("increase_step", "must be in [0, "+strconv.Itoa(LimitCeiling)+"] (0 means max_limit/20), got "+
+			strconv.FormatInt(c.IncreaseStep, 10))
 	case math.IsNaN(c.DecreaseFactor) || c.DecreaseFactor < 0 || c.DecreaseFactor >= 1:
-		return nil, cfgErr("decrease_factor", "must be in (0, 1) (0 means %v), got %v", DefaultDecreaseFactor, c.DecreaseFactor)
+		return nil, cfgErr("decrease_factor", "must be in (0, 1) (0 means "+strconv.FormatFloat(DefaultDecreaseFactor, 'g', -1, 64)+
+			"), got "+strconv.FormatFloat(c.DecreaseFactor, 'g', -1, 64))
 	}
 	if c.AdjustInterval != 0 {
 		if err := validateWindow("adjust_interval", c.AdjustInterval); err != nil {

@@ -2,8 +2,7 @@ package algorithms
 
 import (
 	"encoding/binary"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"time"
 )
 
 // Version bytes. Each algorithm and layout has its own so that a state written by one is never
@@ -81,4 +80,4 @@ func outBuf(state []byte, size, max int) []byte {
 	return make([]byte, size, max)
 }
 
-func dur(ns int64) duration.Duration { return duration.Duration(ns) }
+func dur(ns int64) time.Duration { return time.Duration(ns) }

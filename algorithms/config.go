@@ -2,10 +2,9 @@ package algorithms
 
 import (
 	"math/bits"
+	"strconv"
 	"strings"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
+	"time"
 )
 
 // Algorithm names, as the JSON config spells them.
@@ -104,10 +103,10 @@ const (
 const (
 	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
 	// request rate limiting and would let very high rates overflow the scaled arithmetic.
-	MinWindow = duration.Millisecond
+	MinWindow = time.Millisecond
 	// MaxWindow is the longest accepted window (31 days, so monthly quotas fit). Windows and
 	// delays stay below 2^52 ns, leaving room for sums of two of them below 2^53.
-	MaxWindow = 31 * 24 * duration.Hour
+	MaxWindow = 31 * 24 * time.Hour
 	// LimitCeiling bounds Limit, Burst, MinLimit and MaxLimit. Counts then fit in 32 bits and
 	// the sliding-window-counter products (3 * limit * 10^6) stay below 2^53.
 	LimitCeiling = 1_000_000_000
@@ -138,7 +137,7 @@ type Config struct {
 	Limit int64
 	// Window is the period Limit applies to: a whole number of milliseconds in
 	// [MinWindow, MaxWindow].
-	Window duration.Duration
+	Window time.Duration
 	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
 	// Limit. Other algorithms reject it.
 	Burst int64
@@ -148,7 +147,7 @@ type Config struct {
 	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
 	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
 	// full queue (Burst*Window/Limit) behave like that time.
-	MaxDelay duration.Duration
+	MaxDelay time.Duration
 
 	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
 	MinLimit int64
@@ -156,14 +155,14 @@ type Config struct {
 	MaxLimit int64
 	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
 	// 0 turns the latency signal off.
-	TargetLatency duration.Duration
+	TargetLatency time.Duration
 	// ErrorThreshold (adaptive): an interval whose error ratio (errors/requests) exceeds it is
 	// unhealthy; a fraction in [0, 1], 0 turns the error signal off. It is used with a
 	// resolution of one part per million.
 	ErrorThreshold float64
 	// AdjustInterval (adaptive) is the minimum time between two limit adjustments; signals
 	// reported in between are accumulated. 0 means Window.
-	AdjustInterval duration.Duration
+	AdjustInterval time.Duration
 	// MinSamples (adaptive) is the number of requests an interval needs before it can be judged
 	// unhealthy; quieter intervals count as healthy. 0 means DefaultMinSamples.
 	MinSamples int64
@@ -197,12 +196,12 @@ type Decision struct {
 	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
 	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
 	// the request can never be allowed (see Unsatisfiable).
-	RetryAfter duration.Duration
+	RetryAfter time.Duration
 	// ResetAfter is the time until the key is back to its full allowance.
-	ResetAfter duration.Duration
+	ResetAfter time.Duration
 	// Delay is set by the leaky-bucket shaper only: the request is allowed, but must be
 	// released after Delay so that the released stream leaves at the leak rate.
-	Delay duration.Duration
+	Delay time.Duration
 }
 
 // Unsatisfiable reports whether the request was denied because it can never be allowed:
@@ -239,16 +238,12 @@ type ConfigError struct {
 // Error renders "field: message".
 func (e *ConfigError) Error() string { return e.Field + ": " + e.Message }
 
-func cfgErr(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Message: strfmt.Sprintf(format, args...)}
+func cfgErr(field, msg string) error {
+	return &ConfigError{Field: field, Message: msg}
 }
 
 // New validates c and returns the limiter it describes. Every bad field yields a *ConfigError
 // naming it; the first problem found is reported.
-//
-// The constructors it calls are kept out of its line (see filter/doc.go), so a configuration
-// compiles the constructors of the algorithms it uses, not an inlined copy of each
-// algorithm's allocation and set-up in New.
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
@@ -280,11 +275,11 @@ func New(c Config) (Limiter, error) {
 func unknownAlgorithm(c Config) error {
 	switch c.Algorithm {
 	case AlgSlidingWindow:
-		return cfgErr("variant", "unknown %q (want %q or %q)", c.Variant, VariantCounter, VariantLog)
+		return cfgErr("variant", "unknown "+strconv.Quote(c.Variant)+" (want "+strconv.Quote(VariantCounter)+" or "+strconv.Quote(VariantLog)+")")
 	case "":
-		return cfgErr("algorithm", "missing (want one of %s)", algorithmList())
+		return cfgErr("algorithm", "missing (want one of "+algorithmList()+")")
 	}
-	return cfgErr("algorithm", "unknown %q (want one of %s)", c.Algorithm, algorithmList())
+	return cfgErr("algorithm", "unknown "+strconv.Quote(c.Algorithm)+" (want one of "+algorithmList()+")")
 }
 
 // algorithmList names every algorithm, for error messages. It is built when an error needs
@@ -316,7 +311,7 @@ func validateCommon(c Config, maxLimit int64) error {
 // filter/doc.go). TestCommonValidAgreesWithCommonError checks the two agree.
 func commonValid(c Config, maxLimit int64, spec Spec) bool {
 	return c.Limit > 0 && c.Limit <= maxLimit &&
-		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%duration.Millisecond == 0 &&
+		c.Window >= MinWindow && c.Window <= MaxWindow && c.Window%time.Millisecond == 0 &&
 		(spec.Accepts(FieldBurst) || c.Burst == 0) &&
 		(!spec.Accepts(FieldBurst) || c.Burst >= 0 && c.Burst <= LimitCeiling) &&
 		(c.Variant == "" || spec.Accepts(FieldVariant)) &&
@@ -331,28 +326,29 @@ func commonValid(c Config, maxLimit int64, spec Spec) bool {
 //go:noinline
 func commonError(c Config, maxLimit int64, spec Spec) error {
 	if c.Limit <= 0 {
-		return cfgErr("limit", "must be > 0, got %d", c.Limit)
+		return cfgErr("limit", "must be > 0, got "+strconv.FormatInt(c.Limit, 10))
 	}
 	if c.Limit > maxLimit {
 		if maxLimit == LogLimitCeiling {
-			return cfgErr("limit", "must be <= %d for the sliding window log (its state stores one timestamp per event), got %d; use the counter variant for larger limits", maxLimit, c.Limit)
+			return cfgErr("limit", "must be <= "+strconv.FormatInt(maxLimit, 10)+" for the sliding window log (its state stores one timestamp per event), got "+
+				strconv.FormatInt(c.Limit, 10)+"; use the counter variant for larger limits")
 		}
-		return cfgErr("limit", "must be <= %d, got %d", maxLimit, c.Limit)
+		return cfgErr("limit", "must be <= "+strconv.FormatInt(maxLimit, 10)+", got "+strconv.FormatInt(c.Limit, 10))
 	}
 	if err := validateWindow("window", c.Window); err != nil {
 		return err
 	}
 	if !spec.Accepts(FieldBurst) && c.Burst != 0 {
-		return cfgErr("burst", "not used by %s, must be 0 or absent, got %d", c.Algorithm, c.Burst)
+		return cfgErr("burst", "not used by "+c.Algorithm+", must be 0 or absent, got "+strconv.FormatInt(c.Burst, 10))
 	}
 	if spec.Accepts(FieldBurst) && (c.Burst < 0 || c.Burst > LimitCeiling) {
-		return cfgErr("burst", "must be in [0, %d] (0 means limit), got %d", int64(LimitCeiling), c.Burst)
+		return cfgErr("burst", "must be in [0, "+strconv.Itoa(LimitCeiling)+"] (0 means limit), got "+strconv.FormatInt(c.Burst, 10))
 	}
 	if c.Variant != "" && !spec.Accepts(FieldVariant) {
-		return cfgErr("variant", "only sliding_window has variants, got %q for %s", c.Variant, c.Algorithm)
+		return cfgErr("variant", "only sliding_window has variants, got "+strconv.Quote(c.Variant)+" for "+c.Algorithm)
 	}
 	if !spec.Accepts(FieldMaxDelay) && c.MaxDelay != 0 {
-		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for %s, got %v", c.Algorithm, c.MaxDelay)
+		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for "+c.Algorithm+", got "+c.MaxDelay.String())
 	}
 	if !spec.Accepts(FieldAdaptive) {
 		switch {
@@ -378,19 +374,19 @@ func commonError(c Config, maxLimit int64, spec Spec) error {
 }
 
 func notAdaptive(field string, c Config) error {
-	return cfgErr(field, "only adaptive uses it, must be absent for %s", c.Algorithm)
+	return cfgErr(field, "only adaptive uses it, must be absent for "+c.Algorithm)
 }
 
-func validateWindow(field string, w duration.Duration) error {
+func validateWindow(field string, w time.Duration) error {
 	switch {
 	case w < MinWindow:
-		return cfgErr(field, "must be >= %v, got %v", MinWindow, w)
+		return cfgErr(field, "must be >= "+MinWindow.String()+", got "+w.String())
 	case w > MaxWindow:
-		return cfgErr(field, "must be <= %v (31 days), got %v", MaxWindow, w)
-	case w%duration.Millisecond != 0:
+		return cfgErr(field, "must be <= "+MaxWindow.String()+" (31 days), got "+w.String())
+	case w%time.Millisecond != 0:
 		// Whole milliseconds keep window alignment exact in the Lua port (see the package
 		// documentation) and make Window/10^6 an integer for the sliding window counter.
-		return cfgErr(field, "must be a whole number of milliseconds, got %v", w)
+		return cfgErr(field, "must be a whole number of milliseconds, got "+w.String())
 	}
 	return nil
 }
@@ -421,7 +417,7 @@ func (c Config) CapacityField() string {
 // with g = gcd(Limit, Window in ns). Measuring an amount of events in units of 1/wg of an event
 // makes the refill exactly lg units per nanosecond, so buckets need no division on refill
 // and no rounding at all.
-func rateScale(limit int64, window duration.Duration) (lg, wg int64) {
+func rateScale(limit int64, window time.Duration) (lg, wg int64) {
 	g := GCD(limit, int64(window))
 	return limit / g, int64(window) / g
 }
@@ -459,6 +455,6 @@ func exactError(field, what, hint string, terms [][2]int64) error {
 	for _, t := range terms {
 		est += float64(t[0]) * float64(t[1])
 	}
-	return cfgErr(field, "%s = %.4g exceeds 2^53 = %d, the largest integer the exact arithmetic (and its Lua port) can hold; %s",
-		what, est, int64(MaxExact), hint)
+	return cfgErr(field, what+" = "+strconv.FormatFloat(est, 'g', 4, 64)+" exceeds 2^53 = "+strconv.FormatInt(MaxExact, 10)+
+		", the largest integer the exact arithmetic (and its Lua port) can hold; "+hint)
 }

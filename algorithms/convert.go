@@ -2,8 +2,7 @@ package algorithms
 
 import (
 	"encoding/binary"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"time"
 )
 
 // This file holds what every algorithm shares for configuration changes: the parameter block
@@ -33,7 +32,7 @@ const (
 // capacity (its controller changes it, so only its window is compared).
 type params struct{ limCap, window, maxDelay uint64 }
 
-func makeParams(limit, capacity int64, window, maxDelay duration.Duration) params {
+func makeParams(limit, capacity int64, window, maxDelay time.Duration) params {
 	return params{limCap: uint64(limit) | uint64(capacity)<<32, window: uint64(window), maxDelay: uint64(maxDelay)}
 }
 

@@ -46,10 +46,10 @@ func exhaust(t *testing.T, l Limiter, used, at int64) []byte {
 	return s
 }
 
-// TestConfigChangeIssueTable is the configuration-change table: a key used under one
+// TestConfigChangeKeepsTheOldAllowance is the configuration-change table: a key used under one
 // configuration, then read under another a minute later, gets at most what the old
 // configuration still allows.
-func TestConfigChangeIssueTable(t *testing.T) {
+func TestConfigChangeKeepsTheOldAllowance(t *testing.T) {
 	h := time.Hour
 	for _, row := range []struct {
 		before, after Config

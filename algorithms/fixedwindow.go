@@ -49,9 +49,6 @@ const (
 	fixedSizeV1 = 13
 )
 
-// newFixedWindow is kept out of New's line (see New).
-//
-//go:noinline
 func newFixedWindow(c Config) (*FixedWindow, error) {
 	f := new(FixedWindow)
 	if err := f.init(c); err != nil {

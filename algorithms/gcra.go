@@ -1,5 +1,7 @@
 package algorithms
 
+import "strconv"
+
 // GCRA is gcra, the Generic Cell Rate Algorithm of ITU-T I.371 (its virtual-scheduling form):
 // one theoretical arrival time (TAT) per key encodes the whole state, in integer nanoseconds,
 // extended to requests of n cells.
@@ -68,9 +70,6 @@ const (
 	gcraSizeV1 = 9
 )
 
-// newGCRA is kept out of New's line (see New).
-//
-//go:noinline
 func newGCRA(c Config) (*GCRA, error) {
 	g := new(GCRA)
 	if err := g.init(c); err != nil {
@@ -87,7 +86,7 @@ func (g *GCRA) init(c Config) error {
 	}
 	t := int64(c.Window) / c.Limit
 	if t < 1 {
-		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got %d per %v", c.Limit, c.Window)
+		return cfgErr("limit", "gcra needs window/limit >= 1ns (its emission interval), got "+strconv.FormatInt(c.Limit, 10)+" per "+c.Window.String())
 	}
 	b := c.Capacity()
 	if err := checkExact(c.CapacityField(), "emission interval * (burst + 1)",

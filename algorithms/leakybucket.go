@@ -1,6 +1,6 @@
 package algorithms
 
-import "github.com/ratelimit-wasm/ratelimit/internal/duration"
+import "time"
 
 // LeakyBucket is leaky_bucket. It has two modes.
 //
@@ -100,9 +100,6 @@ const (
 	shaperSizeV1 = 13
 )
 
-// newLeakyBucket is kept out of New's line (see New).
-//
-//go:noinline
 func newLeakyBucket(c Config) (*LeakyBucket, error) {
 	l := new(LeakyBucket)
 	if err := l.init(c); err != nil {
@@ -118,10 +115,10 @@ func (l *LeakyBucket) init(c Config) error {
 		return err
 	}
 	if c.MaxDelay < 0 {
-		return cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got %v", c.MaxDelay)
+		return cfgErr("max_delay", "must be >= 0 (0 turns shaping off), got "+c.MaxDelay.String())
 	}
 	if c.MaxDelay > MaxWindow {
-		return cfgErr("max_delay", "must be <= %v (31 days), got %v", MaxWindow, c.MaxDelay)
+		return cfgErr("max_delay", "must be <= "+MaxWindow.String()+" (31 days), got "+c.MaxDelay.String())
 	}
 	b, err := newBucket(c)
 	if err != nil {
@@ -339,7 +336,7 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 
 // maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
 // drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
-func (l *LeakyBucket) maxDelayEffective() duration.Duration {
+func (l *LeakyBucket) maxDelayEffective() time.Duration {
 	if !l.shaper {
 		return 0
 	}

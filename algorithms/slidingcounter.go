@@ -95,9 +95,6 @@ type counterCore struct {
 
 func (cc *counterCore) limit() int64 { return cc.lim }
 
-// newSlidingWindowCounter is kept out of New's line (see New).
-//
-//go:noinline
 func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 	s := new(SlidingWindowCounter)
 	if err := s.init(c); err != nil {

@@ -71,9 +71,6 @@ const (
 	logHeaderV1 = 19
 )
 
-// newSlidingWindowLog is kept out of New's line (see New).
-//
-//go:noinline
 func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
 	l := new(SlidingWindowLog)
 	if err := l.init(c); err != nil {

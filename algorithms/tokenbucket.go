@@ -91,9 +91,6 @@ func newBucket(c Config) (bucket, error) {
 	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
 }
 
-// newTokenBucket is kept out of New's line (see New).
-//
-//go:noinline
 func newTokenBucket(c Config) (*TokenBucket, error) {
 	t := new(TokenBucket)
 	if err := t.init(c); err != nil {
@@ -169,8 +166,6 @@ func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 // or by another algorithm (see convert). It is kept out of AllowN's line (see filter/doc.go):
 // a fresh key needs none of it. Locating and refilling are one function, so that AllowN
 // holds one call for them rather than two.
-//
-//go:noinline
 func (t *TokenBucket) stored(state []byte, now int64) (tokens, eff int64, conv bool) {
 	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
 	if conv {

@@ -12,7 +12,9 @@ require (
 require (
 	cel.dev/expr v0.25.1 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
+	github.com/dchest/siphash v1.2.3 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
+	github.com/go-json-experiment/json v1.27.2 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/tetratelabs/proxy-wasm-go-sdk v0.24.0 // indirect
 	github.com/tetratelabs/wazero v1.12.0 // indirect

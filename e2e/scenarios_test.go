@@ -356,8 +356,20 @@ func loginSpellings(t *testing.T, e target) {
 		"/login", "/login/", "/LOGIN", "/Login/", "/login;x=1", "/login;jsessionid=0?next=/",
 		"/%6Cogin", "/%6c%6F%67%69%6E", "//login", "/api/../login", "/internal/../login",
 		"/internal/%2e%2e/login",
+		// Suffixes an upstream drops, trims or reads as a format, a path parameter or a
+		// fragment.
+		"/login.json", "/login.html", "/login%2e", "/login%20", "/login%09", "/login~",
+		"/login%3Bjsessionid=1", "/login%23", "/LOGIN.JSON",
 	} {
 		denied(path, do(t, "POST", p+path, "x-login-user", user))
+	}
+	// A NUL fails the proxy's path normalisation, and path parameters in a segment other
+	// than the last (which servlet containers strip, reading "/..;/" as "/../") meet a
+	// route that refuses them: the proxy answers 400 itself, and the upstream sees nothing.
+	for _, path := range []string{"/login%00", "/;x/login", "/.;/login", "/api/..;/login"} {
+		if r := do(t, "POST", p+path, "x-login-user", user); r.status != http.StatusBadRequest || r.fromUpstream() {
+			t.Fatalf("POST %s: %d %s; want a 400 from the proxy", path, r.status, r.body)
+		}
 	}
 	// An encoded slash is answered by the proxy itself with a redirect to the path every
 	// party reads alike; following it meets the log-in limits too.

@@ -1,6 +1,66 @@
 package filter
 
-import "github.com/ratelimit-wasm/ratelimit/abi"
+import (
+	"github.com/ratelimit-wasm/ratelimit/abi"
+)
+
+// breaker keeps a dead Redis from costing every request a timeout. After threshold consecutive
+// failures it opens for cooldown: global rules go straight to their failure mode. Then one
+// request probes Redis; its success closes the breaker, its failure opens it again. Each worker
+// VM has its own breaker and learns about an outage from its own callouts.
+//
+// Every answer reaches the breaker, also one that arrives after the probing request's stream
+// was torn down (the client went away): the calls are dispatched so that a gone stream's
+// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
+// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
+// timeout, which the host enforces on every callout, counts as lost, and the next request
+// sends another one; without that, the worker would skip Redis for good.
+//
+// The probe is a request, not a callout: every global rule of the probing request is sent.
+// Were its other rules skipped, a failure mode that denies would end the request at once, and
+// the probe would decide nothing for it, on every probe.
+type breaker struct {
+	threshold int
+	cooldown  int64
+	probeWait int64 // the callout timeout
+	failures  int
+	openUntil int64 // 0: closed; while probing, when the probe counts as lost
+	probing   bool
+	prober    uint32 // the stream that probes (context ids are never reused)
+}
+
+// allow reports whether stream may send a callout at now.
+func (b *breaker) allow(now int64, stream uint32) bool {
+	switch {
+	case b.openUntil == 0:
+		return true
+	case b.probing && b.prober == stream:
+		return true
+	case now < b.openUntil:
+		return false
+	default:
+		b.probing, b.prober = true, stream
+		b.openUntil = now + max(b.cooldown, b.probeWait)
+		return true
+	}
+}
+
+// success records an answered callout and reports whether the breaker was open.
+func (b *breaker) success() (closed bool) {
+	wasOpen := b.openUntil != 0
+	b.failures, b.openUntil, b.probing = 0, 0, false
+	return wasOpen
+}
+
+// failure records a failed callout and reports whether the breaker opened because of it.
+func (b *breaker) failure(now int64) (opened bool) {
+	b.failures++
+	if b.probing || (b.openUntil == 0 && b.failures >= b.threshold) {
+		b.openUntil, b.probing = now+b.cooldown, false
+		return true
+	}
+	return false
+}
 
 // breakerGauge publishes the state of this worker VM's breaker in process-wide metrics.
 //
@@ -42,15 +102,4 @@ func (g *breakerGauge) set(open bool) {
 		return
 	}
 	g.open.Add(-1)
-}
-
-// OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
-// retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
-// and a VM that went away with its breaker open would otherwise count as open for good.
-func (p *plugin) OnPluginDone() bool {
-	defer recoverTo("OnPluginDone", nil)
-	if p.redis != nil {
-		p.redis.gauge.set(false)
-	}
-	return true
 }

@@ -2,10 +2,11 @@ package filter
 
 import (
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -35,6 +36,13 @@ import (
 // per other global rule, never an extra admission). Each partition has its own breaker, so a
 // shard that fails sends only its own keys to the failure mode. A lease batch one rule's call
 // commits after another rule denied the request is held as the VM's lease (lateShardAnswer).
+//
+// Which partition holds a key is a keyed hash of the key (redis.Partition) under a secret that
+// every proxy reads from Redis (redis.AppendSecretCall): a VM's first partitioned requests ask
+// for it first (askSecret, one more round trip; the first proxy to ask stores its candidate,
+// every other reads that one), and the VM then keeps it, reading it again on its tick every
+// secretRefresh (refreshSecret) so that proxies agree again within that time should Redis
+// lose it.
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -53,6 +61,27 @@ type redisClient struct {
 	// is.
 	parts     []breaker
 	openParts int
+
+	// With partitions, secret is the key of the hash that places a key in its partition
+	// (redis.Partition), known once secretKnown; secretDue is when the tick reads it again.
+	// The one breaker above guards the calls that read it (the secret is in the domain's
+	// slot, in no partition).
+	secret      redis.Secret
+	secretKnown bool
+	secretDue   int64
+}
+
+// secretRefresh is how often a VM reads the partition secret again (refreshSecret): the time
+// within which proxies agree again after Redis lost the secret and one of them stored
+// another.
+const secretRefresh = 60 * int64(time.Second)
+
+// partition returns the partition of descriptor key: 0 without partitions.
+func (c *redisClient) partition(key []byte) int {
+	if c.cfg.Partitions <= 1 {
+		return 0
+	}
+	return redis.Partition(&c.secret, key, c.cfg.Partitions)
 }
 
 type redisMetrics struct {
@@ -67,95 +96,35 @@ type redisMetrics struct {
 	latency     abi.MetricHistogram // callout round trip, microseconds
 }
 
-func newRedisClient(cfg *config.Redis) (*redisClient, error) {
-	c := &redisClient{
-		cfg: cfg,
-		headers: [][2]string{
-			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
-			{"content-type", "application/x-www-form-urlencoded"},
-		},
-		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
-			probeWait: int64(cfg.Timeout)},
-	}
-	if cfg.Partitions > 1 {
-		c.parts = make([]breaker, cfg.Partitions)
-		for i := range c.parts {
-			c.parts[i] = c.breaker
+// prepareGlobal prepares the part a of the matched global rule r in the request. It reports
+// denied, with the action to return, when the rule's over-limit cache denies the request (the
+// local response is then sent), and callout when the rule needs the request's Redis call (not
+// when this VM's lease admitted it).
+func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
+	rs := a.rs
+	a.key = append(append(a.key[:0], rs.stateTag...), key...)
+	if rs.overLimit != nil && !r.Shadow {
+		if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
+			rs.lease.m.overLimitHit.Increment(1)
+			return h.deny(rs, d), true, false
 		}
 	}
-	var errs []error
-	counter := func(name string) abi.MetricCounter {
-		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
+	if h.leaseGlobal(a, now) {
+		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
 	}
-	c.m = redisMetrics{
-		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
-		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
-		resets: counter("resets"), noscript: counter("noscript"),
-	}
-	var err error
-	c.gauge, err = defineBreakerGauge()
-	errs = append(errs, err)
-	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
-	errs = append(errs, err)
-	return c, errors.Join(errs...)
+	return types.ActionContinue, false, true
 }
 
-// breaker keeps a dead Redis from costing every request a timeout. After threshold consecutive
-// failures it opens for cooldown: global rules go straight to their failure mode. Then one
-// request probes Redis; its success closes the breaker, its failure opens it again. Each worker
-// VM has its own breaker and learns about an outage from its own callouts.
-//
-// Every answer reaches the breaker, also one that arrives after the probing request's stream
-// was torn down (the client went away): the calls are dispatched so that a gone stream's
-// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
-// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
-// timeout, which the host enforces on every callout, counts as lost, and the next request
-// sends another one; without that, the worker would skip Redis for good.
-//
-// The probe is a request, not a callout: every global rule of the probing request is sent.
-// Were its other rules skipped, a failure mode that denies would end the request at once, and
-// the probe would decide nothing for it, on every probe.
-type breaker struct {
-	threshold int
-	cooldown  int64
-	probeWait int64 // the callout timeout
-	failures  int
-	openUntil int64 // 0: closed; while probing, when the probe counts as lost
-	probing   bool
-	prober    uint32 // the stream that probes (context ids are never reused)
-}
-
-// allow reports whether stream may send a callout at now.
-func (b *breaker) allow(now int64, stream uint32) bool {
-	switch {
-	case b.openUntil == 0:
-		return true
-	case b.probing && b.prober == stream:
-		return true
-	case now < b.openUntil:
-		return false
-	default:
-		b.probing, b.prober = true, stream
-		b.openUntil = now + max(b.cooldown, b.probeWait)
-		return true
+// decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
+// if none of the enforced ones denies; the request waits for the answer.
+func (h *httpContext) decideGlobal(now int64) types.Action {
+	if deny, a := h.askRedis(now); deny {
+		return h.deny(a.rs, a.decision)
 	}
-}
-
-// success records an answered callout and reports whether the breaker was open.
-func (b *breaker) success() (closed bool) {
-	wasOpen := b.openUntil != 0
-	b.failures, b.openUntil, b.probing = 0, 0, false
-	return wasOpen
-}
-
-// failure records a failed callout and reports whether the breaker opened because of it.
-func (b *breaker) failure(now int64) (opened bool) {
-	b.failures++
-	if b.probing || (b.openUntil == 0 && b.failures >= b.threshold) {
-		b.openUntil, b.probing = now+b.cooldown, false
-		return true
+	if h.d.outstanding > 0 {
+		return types.ActionPause
 	}
-	return false
+	return h.finish()
 }
 
 // askRedis sends the request's one callout for all of its global rules, or applies the Redis
@@ -195,12 +164,12 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 			continue
 		}
 		start := len(c.keys)
+		part := c.partition(a.key)
 		if withKeys {
-			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
+			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
 		}
 		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(),
-			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)],
-			Part: redis.Partition(a.key, c.cfg.Partitions)})
+			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
 	}
 	end := 0
 	for i := range c.items {
@@ -229,13 +198,19 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 // (lateAnswer, lateShardAnswer).
 func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
-	h.calledOut = true
 	if full {
 		c.body = redis.AppendEval(c.body[:0], items)
 	} else {
 		c.body = redis.AppendEvalSHA(c.body[:0], items)
 	}
+	return h.send(now, answer)
+}
+
+// send sends the call in the client's body for the request, as dispatch describes.
+func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
+	c := h.plugin.redis
+	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
+	h.calledOut = true
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
 	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout,
@@ -351,14 +326,37 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 	}
 	if h.finish() == types.ActionContinue {
 		if err := abi.ResumeHttpRequest(); err != nil {
-			abi.LogWarnf("ratelimit: resuming the request: %v", err)
+			abi.LogWarn("ratelimit: resuming the request: " + err.Error())
 		}
 	}
 }
 
+// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
+// every denied batch replaced by the request's own cost: the first call committed nothing
+// (all or nothing), so the second decides the whole request again, exactly. It reports
+// whether the call was sent; if not, the failure is counted and the caller applies the
+// failure mode.
+func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
+	for i := range d.applied {
+		a := &d.applied[i]
+		if a.inCall() {
+			if a.batchDenied() {
+				a.take = a.cost
+			}
+			a.decided = false
+		}
+	}
+	err := h.sendCallout(now, false)
+	if err == nil {
+		return true
+	}
+	h.noteFailure(now, sendError(err))
+	return false
+}
+
 var (
 	errCalloutReset = errors.New("callout reset")
-	errNoHosts      = strfmt.Wrap(redis.ErrUnavailable, ": the cluster has no host (proxy_http_call failed with InternalFailure)")
+	errNoHosts      = &wrappedError{err: redis.ErrUnavailable, suffix: ": the cluster has no host (proxy_http_call failed with InternalFailure)"}
 )
 
 // sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once
@@ -379,6 +377,32 @@ func (h *httpContext) noteFailure(now int64, err error) { h.noteFailureIn(now, -
 // unpartitioned request), which feeds that partition's breaker.
 func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 	c := h.plugin.redis
+	c.countFailure(err)
+	b := c.breakerOf(part)
+	wasOpen := b.openUntil != 0
+	opened := b.failure(now)
+	if opened {
+		if part >= 0 && !wasOpen {
+			c.openParts++
+		}
+		c.gauge.set(part < 0 || c.openParts > 0)
+	}
+	// The first failure in a row, then every power of two of them, and the breaker's opening
+	// (not its reopening after each failed probe, which would log once per cooldown for as
+	// long as Redis is down): an outage is in the log at once, without a line per request.
+	switch {
+	case opened && !wasOpen:
+		abi.LogWarn("ratelimit: redis failed " + strconv.Itoa(b.failures) + " times in a row (last: " + err.Error() + "; partition " +
+			strconv.Itoa(part) + ", -1: all); the breaker opens: global rules apply failure_mode " +
+			strconv.Quote(string(c.cfg.FailureMode)) + " for " + c.cfg.Breaker.Cooldown.String())
+	case b.failures&(b.failures-1) == 0:
+		abi.LogWarn("ratelimit: redis failed " + strconv.Itoa(b.failures) + " times in a row (last: " + err.Error() + "; partition " +
+			strconv.Itoa(part) + ", -1: all); global rules apply failure_mode " + strconv.Quote(string(c.cfg.FailureMode)))
+	}
+}
+
+// countFailure counts a failed Redis call by kind.
+func (c *redisClient) countFailure(err error) {
 	se, isStatus := errors.AsType[*redis.StatusError](err) // not errors.As, which links reflection
 	switch {
 	case isStatus && se.Status == 504:
@@ -391,16 +415,6 @@ func (h *httpContext) noteFailureIn(now int64, part int, err error) {
 		c.m.malformed.Increment(1)
 	default:
 		c.m.resets.Increment(1)
-	}
-	b := c.breakerOf(part)
-	wasOpen := b.openUntil != 0
-	if b.failure(now) {
-		if part >= 0 && !wasOpen {
-			c.openParts++
-		}
-		c.gauge.set(part < 0 || c.openParts > 0)
-		abi.LogWarnf("ratelimit: redis failed %d times in a row (last: %v; partition %d, -1: all); global rules apply failure_mode %q for %v",
-			b.failures, err, part, string(c.cfg.FailureMode), c.cfg.Breaker.Cooldown)
 	}
 }
 
@@ -421,12 +435,12 @@ func (c *redisClient) partSuccess(part int) {
 	}
 	if part < 0 || len(c.parts) == 0 {
 		c.gauge.set(false)
-		abi.LogInfof("ratelimit: redis answers again; global rules use it")
+		abi.LogInfo("ratelimit: redis answers again; global rules use it")
 		return
 	}
 	c.openParts--
 	c.gauge.set(c.openParts > 0)
-	abi.LogInfof("ratelimit: redis answers again for partition %d", part)
+	abi.LogInfo("ratelimit: redis answers again for partition " + strconv.Itoa(part))
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
@@ -476,6 +490,9 @@ func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 // denied now, and by which rule.
 func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
+	if !c.secretKnown {
+		return h.askSecret(now)
+	}
 	items := h.globalItems(true)
 	j := 0
 	for i := range h.d.applied {
@@ -497,6 +514,127 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 		}
 	}
 	return false, nil
+}
+
+// askSecret sends the call that reads the partition secret (redis.AppendSecretCall) for a
+// request whose rules' calls cannot be addressed without it: a VM's first partitioned
+// requests, until one of them has the answer. The request waits for it, and its rules' calls
+// are sent when it arrives (onSecretAnswer). When the breaker is open or the call cannot be
+// sent, every global rule of the request applies the failure mode, as when Redis fails. The
+// candidate offered is a fresh random secret, stored only if Redis holds none.
+func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
+	c := h.plugin.redis
+	if !c.breaker.allow(now, h.id) {
+		c.m.skipped.Increment(1)
+		return h.redisFailed(now)
+	}
+	candidate := redis.NewSecret()
+	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, h.plugin.cfg.Domain)
+	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &candidate)
+	d := h.d
+	if err := h.send(now, func(numHeaders, bodySize, numTrailers int) {
+		h.onSecretAnswer(d, numHeaders, bodySize, numTrailers)
+	}); err != nil {
+		h.noteFailure(now, sendError(err))
+		return h.redisFailed(now)
+	}
+	return false, nil
+}
+
+// onSecretAnswer handles the answer to a request's secret call (askSecret). Whoever asked,
+// an answered secret is the VM's from then on, and what the answer says of Redis reaches the
+// one breaker; the request, if it still waits, then sends its rules' calls (askShards), or
+// applies the failure mode when Redis failed.
+func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
+	p := h.plugin
+	c := p.redis
+	waiting := !h.done && !h.finished && h.d == d
+	defer recoverTo("onSecretAnswer", func() {
+		if waiting && h.failOpenOrClosed() == types.ActionContinue {
+			_ = abi.ResumeHttpRequest()
+		}
+	})
+	now := p.now()
+	if us := (now - d.sentAt) / 1000; us >= 0 {
+		c.m.latency.Record(uint64(us))
+	}
+	secret, err := c.secretReply(numHeaders, bodySize, numTrailers)
+	if err == nil {
+		c.partSuccess(-1)
+		c.learnSecret(secret, now)
+	} else {
+		h.noteFailure(now, err)
+	}
+	if !waiting {
+		return
+	}
+	var deny bool
+	var by *applied
+	if err == nil {
+		deny, by = h.askShards(now)
+	} else {
+		deny, by = h.redisFailed(now)
+	}
+	if deny {
+		h.deny(by.rs, by.decision)
+		return
+	}
+	h.finishWhenAnswered(d)
+}
+
+// secretReply parses the answer to a secret call. A call the host failed (reset, timeout) is
+// errCalloutReset.
+func (c *redisClient) secretReply(numHeaders, bodySize, numTrailers int) (redis.Secret, error) {
+	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+		return redis.Secret{}, errCalloutReset
+	}
+	return redis.ParseSecret(calloutStatus(), calloutBody(bodySize, 0))
+}
+
+// learnSecret adopts the partition secret Redis answered with at now. Another secret than
+// the one the VM had means that Redis lost it and another proxy stored its own: the stored one
+// is the one every proxy adopts within secretRefresh, and this VM's keys move to their
+// partitions under it (as after Redis lost them).
+func (c *redisClient) learnSecret(s redis.Secret, now int64) {
+	if c.secretKnown && s != c.secret {
+		abi.LogWarn("ratelimit: the partition secret in Redis is not the one this VM used (Redis lost it, and another proxy stored its own); global keys move to their partitions under the stored one")
+	}
+	c.secret, c.secretKnown, c.secretDue = s, true, now+secretRefresh
+}
+
+// refreshSecret reads the partition secret again, from the VM's tick, once secretRefresh has
+// passed since the VM last learnt or asked for it, offering the secret the VM uses as the
+// candidate: should Redis have lost it, the value the proxies use is stored again (or, if a
+// proxy stored another first, that one is adopted here). It needs no request and delays
+// none; a failure is counted by kind and leaves the VM's secret as it is (the breaker hears
+// of Redis from requests). Nothing is sent while the breaker is open.
+func (p *plugin) refreshSecret(now int64) {
+	c := p.redis
+	if !c.secretKnown || now < c.secretDue || c.breaker.openUntil != 0 {
+		return
+	}
+	c.secretDue = now + secretRefresh
+	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain)
+	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &c.secret)
+	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
+	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
+		defer recoverTo("refreshSecret", nil)
+		at := p.now()
+		if us := (at - now) / 1000; us >= 0 {
+			c.m.latency.Record(uint64(us))
+		}
+		secret, err := c.secretReply(numHeaders, bodySize, numTrailers)
+		if err != nil {
+			c.countFailure(err)
+			return
+		}
+		c.learnSecret(secret, at)
+	})
+	if err != nil {
+		c.countFailure(sendError(err))
+		return
+	}
+	c.m.calls.Increment(1)
 }
 
 // sendShardCallout sends the call of one global rule, d.applied[i], whose item is items[0]:
@@ -551,7 +689,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			// nothing: the request's own cost is decided again, by this rule's call alone.
 			a.rs.lease.saw(a.key, a.sentAt, a.decision)
 			a.take, a.decided = a.cost, false
-			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
+			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
 			item[0].Key, item[0].N = c.keys, a.cost
 			err := h.sendShardCallout(now, i, item[:], false)
 			if err == nil {
@@ -581,7 +719,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		// This shard lost the script: send it in full once, as onRedisAnswer does; an
 		// answer to the full script is never NOSCRIPT again.
 		c.m.noscript.Increment(1)
-		c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, a.key)
+		c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
 		item[0].Key = c.keys
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
@@ -695,7 +833,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	c := h.plugin.redis
 	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
-		Part: redis.Partition(a.key, c.cfg.Partitions)}}
+		Part: c.partition(a.key)}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}
@@ -741,6 +879,15 @@ func calloutStatus() int {
 		return 0
 	}
 	return atoi(s)
+}
+
+// atoi parses a status code; anything else is 0.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per

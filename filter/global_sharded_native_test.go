@@ -140,7 +140,10 @@ func TestGlobalNativePartitioned(t *testing.T) {
 				require.Contains(t, o.Body, `"rule":"per-route"`)
 			}
 			// per-route's one key is on one shard, in its partition's slot, and holds its limit.
-			key := string(redis.AppendPartKey(nil, "rl", "rl", "per-route", 64, nil))
+			secret := storedSecret(t, func(key string) string {
+				return srv.Shards[srv.ShardOf(key)].MustDo("GET", key).(string)
+			})
+			key := string(redis.AppendPartKey(nil, "rl", "rl", "per-route", 64, redis.Partition(&secret, nil, 64), nil))
 			sh := srv.ShardOf(key)
 			require.GreaterOrEqual(t, sh, 0, "per-route's key %s is on no shard", key)
 			require.Equal(t, "20", srv.Shards[sh].MustDo("HGET", key, "c"))
@@ -202,7 +205,7 @@ func TestGlobalNativePartitionedNoScript(t *testing.T) {
 	o, calls := d.doRelayedAll(t, srv.WebdisURL(), hdr("x-k", "a"))
 	require.Equal(t, 0, o.Status)
 	require.Equal(t, `"g";r=4;t=12`, o.Headers["ratelimit"])
-	require.Equal(t, 2, calls, "EVALSHA, then EVAL")
+	require.Equal(t, 3, calls, "the partition secret (the VM's first request), then EVALSHA, then EVAL")
 	n, err := d.host.GetCounterMetric("ratelimit_redis_noscript_total")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)

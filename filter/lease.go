@@ -1,10 +1,11 @@
 package filter
 
 import (
+	"time"
+
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
@@ -102,7 +103,7 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	}
 	h.units -= cost
 	a.decision = algorithms.Decision{Allowed: true, Limit: h.limit,
-		Remaining: h.remaining + h.units, ResetAfter: duration.Duration(max(0, h.resetAt-now))}
+		Remaining: h.remaining + h.units, ResetAfter: time.Duration(max(0, h.resetAt-now))}
 	a.decided, a.leased = true, h
 	return true
 }
@@ -206,8 +207,8 @@ func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, 
 	if !ok || now >= e.until || cost < e.cost {
 		return algorithms.Decision{}, false
 	}
-	return algorithms.Decision{Limit: e.limit, RetryAfter: duration.Duration(e.until - now),
-		ResetAfter: duration.Duration(max(e.resetAt, e.until) - now)}, true
+	return algorithms.Decision{Limit: e.limit, RetryAfter: time.Duration(e.until - now),
+		ResetAfter: time.Duration(max(e.resetAt, e.until) - now)}, true
 }
 
 // record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.
@@ -229,37 +230,6 @@ func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Dec
 	}
 	c.denied[string(key)] = overLimit{until: sentAt + int64(d.RetryAfter),
 		resetAt: sentAt + int64(d.ResetAfter), limit: d.Limit, cost: cost}
-}
-
-// decideLease decides a leased rule's request that the VM's lease could not admit: it asks the
-// shared state for a batch (see leaseState.size) and, if the batch is denied, for the request's
-// cost alone, so that a lease never denies what an exact decision admits. The take is written
-// by finish like any local decision, and recorded in the lease there (leaseState.taken).
-func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
-	l := a.rs.lease
-	n := l.size(key, cost)
-	a.key = append(a.key[:0], key...)
-	if n > cost {
-		if err := a.rs.table.Decide(key, now, n, &a.pending); err == nil && a.pending.Decision.Allowed {
-			if a.pending.Overflow {
-				// A key without a slot of its own shares an overflow slot: no lease there.
-				return h.decideExact(a, key, now, cost)
-			}
-			a.decision, a.decided, a.local, a.take = a.pending.Decision, true, true, n
-			return false
-		}
-	}
-	deny = h.decideExact(a, key, now, cost)
-	if a.decided && a.local {
-		a.take = cost // record the remaining allowance for the next batch's size
-	}
-	return deny
-}
-
-// decideExact decides the request's cost alone on the shared state.
-func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool {
-	a.take = 0
-	return h.decideShared(a, key, now, cost)
 }
 
 // refundLeases gives back to their leases the units of a request that a rule denied after a
@@ -357,27 +327,4 @@ func (h *httpContext) recordTakes(d *decisions, now int64) {
 			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, overflow)
 		}
 	}
-}
-
-// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
-// every denied batch replaced by the request's own cost: the first call committed nothing
-// (all or nothing), so the second decides the whole request again, exactly. It reports
-// whether the call was sent; if not, the failure is counted and the caller applies the
-// failure mode.
-func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
-	for i := range d.applied {
-		a := &d.applied[i]
-		if a.inCall() {
-			if a.batchDenied() {
-				a.take = a.cost
-			}
-			a.decided = false
-		}
-	}
-	err := h.sendCallout(now, false)
-	if err == nil {
-		return true
-	}
-	h.noteFailure(now, sendError(err))
-	return false
 }

@@ -334,7 +334,7 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 	require.NoError(t, err)
 	r := p.rules[0].rule
 	table, err := sharedstate.NewTable(sharedstate.TableConfig{Store: store, Prefix: p.cfg.Domain + "|" + r.Name + "|",
-		Slots: 1, Attempts: p.cfg.CASAttempts, Limiter: r.Limiter, Digests: sharedstate.NewDigestCache(16), Secret: secret})
+		Slots: 1, Attempts: p.cfg.CASAttempts, Limiter: r.Limiter, Secret: secret})
 	require.NoError(t, err)
 	return table
 }

@@ -5,12 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -67,9 +66,9 @@ type ruleState struct {
 	draft, legacy bool
 	m             ruleMetrics
 
-	shape    *shapeMetrics     // set for leaky_bucket rules in mode "shape"
-	adaptive *adaptiveState    // set for adaptive rules
-	maxWait  duration.Duration // the longest wait a decision may report (see maxWait)
+	shape    *shapeMetrics  // set for leaky_bucket rules in mode "shape"
+	adaptive *adaptiveState // set for adaptive rules
+	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 
 	// redisRule is the prepared script arguments of a global rule (or of one of its
 	// overrides); nil for a local rule.
@@ -97,13 +96,16 @@ type ruleMetrics struct {
 	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
 	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
 	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
-	// slotsUsed is the number of the rule's key slots that hold or have held a key, as the
-	// shared counter every worker updates says (see sharedstate.Table.Used); its maximum is
-	// the rule's max_keys. Workers record the shared value, never one of their own, so the
-	// process-wide gauge is right whichever worker recorded last. Only the rule's own table
-	// is recorded: an override's keys live in a table of the override's, which shares the
-	// rule's metrics but not this gauge (two tables' fills in one gauge would read as
-	// whichever was created last).
+	// evictions counts keys whose slot went to a new key (see sharedstate.Table), and
+	// evictionGranted what those keys may spend again because of it, in units of the rule's
+	// limit (0 for a key that was idle).
+	evictions       abi.MetricCounter
+	evictionGranted abi.MetricCounter
+	// slotsUsed is the number of the rule's key slots that hold or have held a key; its
+	// maximum is the rule's max_keys. Every worker adds the slots it places a key in for the
+	// first time, and Envoy's gauge is process-wide, so it adds up all workers' (see placed).
+	// Only the rule's own table is counted: an override's keys live in a table of the
+	// override's, which shares the rule's metrics but not this gauge.
 	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
@@ -128,23 +130,50 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	// in Envoy would compile in every VM's start for this line alone.
 	var buf [20]byte
 	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
-	abi.LogDebugf("ratelimit: effective configuration: %s", effectiveConfig{p.cfg})
+	if abi.DebugEnabled() {
+		logEffectiveConfig(p.cfg)
+	}
 	return types.OnPluginStartStatusOK
 }
 
-// effectiveConfig renders a configuration as its effective JSON (config.Config.MarshalJSON:
-// defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
-// logging sees what is enforced rather than what was typed. It is a fmt.Stringer so that the
-// JSON is only built when the debug level is enabled.
-type effectiveConfig struct{ c *config.Config }
-
-// String returns the configuration's effective JSON.
-func (e effectiveConfig) String() string {
-	b, err := e.c.MarshalJSON()
-	if err != nil {
-		return "(unavailable: " + err.Error() + ")"
+// OnTick releases due shaped requests, updates adaptive limits and, with redis.partitions,
+// reads the partition secret again when it is due (refreshSecret).
+func (p *plugin) OnTick() {
+	defer recoverTo("OnTick", nil)
+	now := p.now()
+	if p.redis != nil && len(p.redis.parts) > 0 {
+		p.refreshSecret(now)
 	}
-	return string(b)
+	p.releaseDue(now)
+	for _, rs := range p.rules {
+		if rs.adaptive != nil {
+			p.updateAdaptive(rs, now)
+		}
+	}
+}
+
+// OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
+// retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
+// and a VM that went away with its breaker open would otherwise count as open for good.
+func (p *plugin) OnPluginDone() bool {
+	defer recoverTo("OnPluginDone", nil)
+	if p.redis != nil {
+		p.redis.gauge.set(false)
+	}
+	return true
+}
+
+// logEffectiveConfig logs a configuration as its effective JSON (config.Config.MarshalJSON:
+// defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
+// logging sees what is enforced rather than what was typed. It runs only when the debug
+// level is enabled, and out of OnPluginStart's line like logInvalid.
+func logEffectiveConfig(c *config.Config) {
+	b, err := c.MarshalJSON()
+	if err != nil {
+		abi.LogDebug("ratelimit: effective configuration: (unavailable: " + err.Error() + ")")
+		return
+	}
+	abi.LogDebug("ratelimit: effective configuration: " + string(b))
 }
 
 func (p *plugin) configure(data []byte) error {
@@ -160,8 +189,6 @@ func (p *plugin) configure(data []byte) error {
 			return wrapError("redis: defining metrics: ", err)
 		}
 	}
-	// One digest cache for every rule of this VM: rules often count the same descriptor.
-	digests := sharedstate.NewDigestCache(digestCacheSize)
 	store := p.store
 	if store == nil {
 		store = sharedstate.Host{}
@@ -201,8 +228,8 @@ func (p *plugin) configure(data []byte) error {
 			Slots:    slots,
 			Attempts: cfg.CASAttempts,
 			Limiter:  lim,
-			Digests:  digests,
 			Secret:   secret,
+			Now:      p.now(),
 		})
 		if err != nil {
 			return ruleError(i, "", err)
@@ -221,7 +248,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rs.redisRule = globals[i]
 		if len(r.Overrides) > 0 {
-			if err := rs.setOverrides(i, cfg, store, digests, secret); err != nil {
+			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
 				return err
 			}
 		}
@@ -236,8 +263,8 @@ func (p *plugin) configure(data []byte) error {
 	if shadowHeader {
 		p.shadowHeaders = shadowHeaderNames(cfg, p.shadowHeaders)
 	}
-	if ticks {
-		if err := setTickPeriod(rules); err != nil {
+	if partitioned := client != nil && len(client.parts) > 0; ticks || partitioned {
+		if err := setTickPeriod(rules, partitioned); err != nil {
 			return err
 		}
 	}
@@ -248,8 +275,6 @@ func (p *plugin) configure(data []byte) error {
 // prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in globals[i].
 // Like the functions below, it is a function of its own for a part of configure that only
 // some configurations need (see configure).
-//
-//go:noinline
 func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
 	g, err := redisRule(cfg, r, r.Algorithm)
 	if err != nil {
@@ -260,8 +285,6 @@ func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *confi
 }
 
 // prepareShape gives a shaping rule its metrics' state.
-//
-//go:noinline
 func (rs *ruleState) prepareShape() {
 	rs.shape = &shapeMetrics{}
 }
@@ -269,8 +292,8 @@ func (rs *ruleState) prepareShape() {
 // setOverrides prepares the overrides of rules[i].
 //
 //go:noinline
-func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) error {
-	o, err := prepareOverrides(rs, cfg, store, digests, secret)
+func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
+	o, err := prepareOverrides(rs, cfg, store, secret)
 	if err != nil {
 		return ruleError(i, ".overrides", err)
 	}
@@ -291,12 +314,15 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 }
 
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
-// controllers need.
-//
-//go:noinline
-func setTickPeriod(rules []*ruleState) error {
-	if period := tickPeriod(rules); period > 0 {
-		if err := abi.SetTickPeriodMilliSeconds(uint32(period / duration.Millisecond)); err != nil {
+// controllers need, and, with partitions (partitioned), the partition secret's refresh.
+func setTickPeriod(rules []*ruleState, partitioned bool) error {
+	period := tickPeriod(rules)
+	if period == 0 && partitioned {
+		// Only the partition secret's refresh needs the timer (see refreshSecret).
+		period = time.Duration(secretRefresh)
+	}
+	if period > 0 {
+		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
@@ -315,8 +341,6 @@ func setTickPeriod(rules []*ruleState) error {
 // It is out of configure's line: inlined, it makes configure larger than the two functions are
 // apart (Go's wasm backend saves configure's many live values around each call it adds), and
 // V8 compiles configure whole on a VM's first configuration.
-//
-//go:noinline
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
@@ -336,45 +360,49 @@ func (p *plugin) warm() {
 
 // logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
 // like logInvalid.
-//
-//go:noinline
 func logReadFailure(err error) {
-	abi.LogCriticalf("ratelimit: reading the plugin configuration: %v", err)
+	abi.LogCritical("ratelimit: reading the plugin configuration: " + err.Error())
 }
 
 // logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
 // ruleError (see doc.go): a valid configuration never calls it.
-//
-//go:noinline
 func logInvalid(err error) {
 	// One log call per line: Envoy prefixes a message with its level and source once, so the
 	// second and later problems of one multi-line message would carry neither.
 	for _, line := range strings.Split("invalid configuration: "+err.Error(), "\n") {
-		abi.LogCriticalf("ratelimit: %s", line)
+		abi.LogCritical("ratelimit: " + line)
 	}
 }
 
 // ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
-// a function of its own, not inlined, so that configure carries no formatting code on its
-// valid path (see configure).
-//
-//go:noinline
+// a function of its own, not inlined, so that configure carries no error-building code on
+// its valid path (see configure).
 func ruleError(i int, what string, err error) error {
-	return strfmt.Errorf("rules[%d]%s: %w", i, what, err)
+	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
 
 // wrapError wraps err as prefix + err's message, out of configure's line like ruleError.
-//
-//go:noinline
 func wrapError(prefix string, err error) error {
-	return strfmt.Errorf("%s%w", prefix, err)
+	return &wrappedError{prefix: prefix, err: err}
 }
+
+// wrappedError is err's message between prefix and suffix; it wraps err, so errors.Is and
+// errors.AsType see through it. The message is put together when it is asked for: a
+// package-level wrappedError (errNoHosts) costs no string concatenation in the package
+// initialiser, which V8 compiles and runs in every VM's start.
+type wrappedError struct {
+	prefix string
+	err    error
+	suffix string
+}
+
+func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suffix }
+
+func (e *wrappedError) Unwrap() error { return e.err }
 
 // prepareAdaptive builds an adaptive rule's controller state and the limiter its table
 // uses (the controller's current limit over the algorithm), and warns when min_limit is below
 // what the controller can hold.
-//
-//go:noinline
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 	warnAdaptiveFloor(r, p.sharedStore())
@@ -392,6 +420,39 @@ func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.
 		return nil, err
 	}
 	return g.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name), nil
+}
+
+func newRedisClient(cfg *config.Redis) (*redisClient, error) {
+	c := &redisClient{
+		cfg: cfg,
+		headers: [][2]string{
+			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
+			{"content-type", "application/x-www-form-urlencoded"},
+		},
+		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
+			probeWait: int64(cfg.Timeout)},
+	}
+	if cfg.Partitions > 1 {
+		c.parts = make([]breaker, cfg.Partitions)
+		for i := range c.parts {
+			c.parts[i] = c.breaker
+		}
+	}
+	var errs []error
+	counter := func(name string) abi.MetricCounter {
+		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
+	}
+	c.m = redisMetrics{
+		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
+		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
+		resets: counter("resets"), noscript: counter("noscript"),
+	}
+	var err error
+	c.gauge, err = defineBreakerGauge()
+	errs = append(errs, err)
+	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
+	errs = append(errs, err)
+	return c, errors.Join(errs...)
 }
 
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
@@ -444,7 +505,7 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 // "<tag><key>" under the rule's name in Redis. The metrics are the rule's: an override changes a limit, not
 // what the rule's counters mean.
 func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
-	digests *sharedstate.DigestCache, secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
 	r := rs.rule
 	if len(r.Overrides) == 0 {
 		return nil, nil
@@ -463,11 +524,10 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			Slots:    uint32(o.Slots(r)),
 			Attempts: cfg.CASAttempts,
 			Limiter:  tableLimiter(o.Limiter),
-			Digests:  digests,
 			Secret:   secret,
 		})
 		if err != nil {
-			return nil, strfmt.Errorf("[%d]: %w", j, err)
+			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
@@ -478,17 +538,13 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			// slots): overrides count toward the rule's max_keys in Redis, and a key that
 			// finds its partition full is decided on the rule's overflow key.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
-				return nil, strfmt.Errorf("[%d]: %w", j, err)
+				return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
 		}
 		out[j] = st
 	}
 	return out, nil
 }
-
-// digestCacheSize is the number of key digests each VM remembers (see sharedstate.DigestCache):
-// at most about 1024 * 176 bytes, enough for the active clients of a busy worker.
-const digestCacheSize = sharedstate.StaticDigestEntries
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
 // ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").
@@ -500,8 +556,6 @@ const digestCacheSize = sharedstate.StaticDigestEntries
 // statName and defineCounter are not inlined: the filter defines its metrics once per
 // configure, from some thirty call sites, and inlined copies of their concatenations and
 // appends would be most of defineMetrics' 17 KB in the module.
-//
-//go:noinline
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -544,18 +598,18 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_store_errors_total", ""},
 	{"ratelimit_key_overflow_total", ""},
 	{"ratelimit_cas_exhausted_total", ""},
+	{"ratelimit_key_evictions_total", ""},
+	{"ratelimit_key_eviction_granted_total", ""},
 }
 
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
-		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted}
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted}
 }
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
 // not empty (see statName), and appends the error to errs like defineCounter.
-//
-//go:noinline
 func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricCounter {
 	if decision != "" {
 		return defineCounter(statName(metric, rule, "decision", decision), errs)
@@ -577,9 +631,7 @@ func (rs *ruleState) defineMetrics() error {
 	}
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_key_slots_used", name))
 	rs.m.slotsUsed = g
-	if err == nil {
-		g.Record(int64(rs.table.Used()))
-	} else {
+	if err != nil {
 		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
@@ -595,8 +647,6 @@ func (rs *ruleState) defineMetrics() error {
 // defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
 // each definition's error to errs. One call site in defineMetrics instead of three: each is
 // code that every VM's configure would compile with defineMetrics.
-//
-//go:noinline
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.lease != nil {
 		errs = rs.defineLeaseCounters(errs)
@@ -612,8 +662,6 @@ func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 
 // defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending
 // each definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 	name := rs.rule.Name
 	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
@@ -624,8 +672,6 @@ func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 
 // defineShapeMetrics defines a shaping rule's counters and delay histogram, appending each
 // definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 	name := rs.rule.Name
 	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
@@ -638,8 +684,6 @@ func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 
 // defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current
 // limit, appending the definition's error to errs.
-//
-//go:noinline
 func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
 	rs.adaptive.gauge = g
@@ -672,8 +716,6 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 // newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
 // than it has contexts. It is kept out of line (see doc.go): a VM's first request reuses the
 // context configure made (see configure).
-//
-//go:noinline
 func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }
@@ -691,21 +733,6 @@ func (p *plugin) recycleContext(h *httpContext) {
 // between two new ones, and little memory when a burst of concurrent streams is over.
 const maxFreeContexts = 64
 
-// storeFailure logs a failed state update: the first one, then every power of two, so a
-// broken store is visible in the logs without logging every request.
-func (p *plugin) storeFailure(rs *ruleState, err error) {
-	p.failures++
-	rs.m.storeErrors.Increment(1)
-	if p.failures&(p.failures-1) == 0 {
-		mode := string(p.cfg.FailureMode)
-		if rs.rule.Shadow {
-			mode = "allow" // a shadow rule never denies, whatever failure_mode says
-		}
-		abi.LogWarnf("ratelimit: rule %q: state update failed (%d so far), applying failure_mode %q: %v",
-			rs.rule.Name, p.failures, mode, err)
-	}
-}
-
 // warnAdaptiveFloor logs when an adaptive rule's min_limit is below what its controller can
 // reach: an interval with fewer than MinSamples completed requests counts as healthy, so a
 // limit that admits fewer than that per interval climbs back up by itself. The configuration
@@ -722,9 +749,9 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	// Admitted per interval = limit x interval / window; the floor solves that for samples.
 	floor := (samples*int64(c.Window) + int64(c.AdjustInterval) - 1) / int64(c.AdjustInterval)
 	if c.MinLimit < floor {
-		warnOnce(store, strfmt.Sprintf("ratelimit: rule %q: adaptive min_limit %d is below %d, the lowest limit the controller "+
-			"can hold with window %v and interval %v (it needs %d requests per interval to judge the upstream)",
-			r.Name, c.MinLimit, floor, c.Window, c.AdjustInterval, samples))
+		warnOnce(store, "ratelimit: rule "+strconv.Quote(r.Name)+": adaptive min_limit "+strconv.FormatInt(c.MinLimit, 10)+
+			" is below "+strconv.FormatInt(floor, 10)+", the lowest limit the controller can hold with window "+c.Window.String()+
+			" and interval "+c.AdjustInterval.String()+" (it needs "+strconv.FormatInt(samples, 10)+" requests per interval to judge the upstream)")
 	}
 }
 
@@ -745,7 +772,7 @@ func warnOnce(store sharedstate.Store, msg string) {
 	})
 	// A store that fails cannot keep the mark: better a repeated warning than none.
 	if (err == nil && created) || (err != nil && !errors.Is(err, sharedstate.ErrAttemptsExhausted)) {
-		abi.LogWarnf("%s", msg)
+		abi.LogWarn(msg)
 	}
 }
 

@@ -1,10 +1,12 @@
 package filter
 
 import (
+	"strconv"
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // request is the filter's view of the current request, implementing config.Request over
@@ -82,8 +84,6 @@ func (r *request) reset() {
 // clearHeaders empties the header cache. It is kept out of reset's line (see doc.go): most
 // configurations (a header key part reads the header map, not this cache) never cache a
 // header here.
-//
-//go:noinline
 func (r *request) clearHeaders() {
 	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
 	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
@@ -188,8 +188,6 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 // once then keeps its answer, and Header answers its first line from it. It is kept out of
 // HeaderLines' line (see doc.go): a VM's first request of a configuration without shadow
 // request headers needs none of it.
-//
-//go:noinline
 func (r *request) cachedLines(name string) (first, last string, n int) {
 	c := r.cached(name)
 	if !c.linesRead {
@@ -274,4 +272,209 @@ func property(path abi.PropertyPath) string {
 // call of runtime.memequal in a Wasm VM.
 func sameString(a, b string) bool {
 	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
+}
+
+// decideRequest is OnHttpRequestHeaders without its deferred recover. The compiler writes the
+// deferred call out at every return of a function that defers one, and deciding has many
+// returns: kept apart, the recover is written once, which keeps the code a VM's first request
+// compiles smaller (see doc.go).
+func (h *httpContext) decideRequest() types.Action {
+	p := h.plugin
+	req := &p.req
+	req.reset()
+	// Removing the shadow rules' request headers makes the filter read the header map again:
+	// each header's lines are then kept as first answered (see request.lines).
+	req.keepLines = len(p.shadowHeaders) > 0
+	p.matched = p.cfg.Match(req, p.matched[:0])
+	if len(p.shadowHeaders) > 0 {
+		p.removeShadowHeaders()
+	}
+	if len(p.matched) == 0 {
+		return types.ActionContinue
+	}
+	// A matched rule whose key header (or query parameter) the request repeats under
+	// on_duplicate "reject" refuses it (see duplicateKeyHeader), before any rule is decided.
+	// With one matched rule (the usual case) the rule's key, built first thing below, fails
+	// for exactly such a request, and decideFrom then checks it; with several, every rule
+	// is checked here first, out of line.
+	if len(p.matched) > 1 && h.refuseDuplicateKeyHeader() {
+		return types.ActionPause
+	}
+	now := p.now()
+	h.startedAt = now
+	h.d = p.takeDecisions()
+
+	// Phase 1: decide every local rule, writing nothing. This loop serves the rules of the
+	// common case (local, without overrides or a lease block, with a key); at the first rule
+	// that needs more it hands the rest of the request to decideFrom, so that a VM's first
+	// request of a plain configuration compiles this loop alone, not the branches of the
+	// others (see doc.go).
+	var key []byte
+	var ok bool
+	var built *config.Rule // the rule key was built for
+	for i, r := range p.matched {
+		rs := p.rules[r.Index]
+		// Rules with the same key parts (one client limited over several windows) share
+		// the key built for the previous one: building it costs about a microsecond in a
+		// Wasm VM.
+		if built == nil || !r.SameKey(built) {
+			key, ok = r.AppendKey(p.key[:0], req)
+			p.key, built = key[:0], r
+		}
+		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+			return h.decideFrom(i, now, key, ok, built)
+		}
+		a := h.d.add(rs)
+		a.cost = r.Cost(req)
+		if h.decideShared(a, key, now, a.cost) {
+			return h.deny(a.rs, a.decision)
+		}
+	}
+	return h.finish()
+}
+
+// decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
+// rule: a rule without its key, an override, a lease block, a global rule (collected for the
+// request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
+// built for the rule built, and whether it was). It is kept out of line for the reason given
+// in decideRequest.
+func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
+	p := h.plugin
+	req := &p.req
+	globals := 0
+	for _, r := range p.matched[i:] {
+		rs := p.rules[r.Index]
+		if built == nil || !r.SameKey(built) {
+			key, ok = r.AppendKey(p.key[:0], req)
+			p.key, built = key[:0], r
+		}
+		if !ok {
+			// A single matched rule's repeated key part is refused here (decideRequest
+			// checks several rules before deciding any). Nothing has been decided or
+			// counted yet: the request's working set goes back unused.
+			if len(p.matched) == 1 && r.RepeatsKeyPart(req) && h.duplicateKeyHeader(r) {
+				p.giveDecisions(h)
+				return types.ActionPause
+			}
+			rs.noKey(r, req)
+			continue
+		}
+		if rs.overrides != nil {
+			if rs = rs.overrideFor(r, key); rs == nil {
+				continue // an unlimited override: the rule lets the request through untouched
+			}
+		}
+		a := h.d.add(rs)
+		a.cost = r.Cost(req)
+		if r.Scope == config.ScopeGlobal {
+			action, denied, callout := h.prepareGlobal(a, r, key, now)
+			if denied {
+				return action
+			}
+			if callout {
+				globals++
+			}
+			continue
+		}
+		if h.decideLocal(a, key, now, a.cost) {
+			return h.deny(a.rs, a.decision)
+		}
+	}
+	if globals == 0 {
+		return h.finish()
+	}
+	return h.decideGlobal(now)
+}
+
+// The functions below are the parts of OnHttpRequestHeaders that a request needs only for
+// some configurations (shadow request headers, overrides, global rules) or on a rare path (a
+// rule without its key). Each is a function of its own, kept out of line (see doc.go): kept
+// inline they would be compiled with OnHttpRequestHeaders on every VM's first request,
+// whether its rules use them or not.
+
+// removeShadowHeaders removes the shadow rules' request headers from the request.
+func (p *plugin) removeShadowHeaders() {
+	for _, name := range p.shadowHeaders {
+		// A client's own copy would read to the upstream as a shadow rule's verdict.
+		if err := abi.RemoveHttpRequestHeader(name); err != nil {
+			abi.LogDebug("ratelimit: removing request header " + name + ": " + err.Error())
+		}
+	}
+	// A header map read while matching still holds the client's copies: a header first read
+	// from now on must be the request as it now is, as a host call would answer.
+	p.req.forgetHeaderMap()
+}
+
+// noKey counts a matched rule that has no key for the request (skipped). A shadow rule's
+// repeated key header or query parameter was counted once already, in duplicate_header.
+func (rs *ruleState) noKey(r *config.Rule, req *request) {
+	if _, dup := r.DuplicatePart(req); !dup || !r.Shadow {
+		rs.m.skipped.Increment(1)
+	}
+}
+
+// overrideFor returns the state of the override of rs that key selects, rs itself when none
+// does, or nil for an unlimited override (the request is then counted as allowed by the rule).
+func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
+	j := r.OverrideFor(key)
+	if j < 0 {
+		return rs
+	}
+	if rs.overrides[j] == nil {
+		rs.m.allowed.Increment(1)
+		return nil
+	}
+	return rs.overrides[j]
+}
+
+// refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
+// part, for a request that matched several rules (decideRequest), and reports whether one
+// refused the request. It is kept out of line (see doc.go): most requests match one rule,
+// whose check decideFrom makes.
+func (h *httpContext) refuseDuplicateKeyHeader() bool {
+	p := h.plugin
+	for _, r := range p.matched {
+		if r.RepeatsKeyPart(&p.req) && h.duplicateKeyHeader(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// duplicateKeyHeader answers 400 when the matched rule r keys on a header or query parameter
+// that the request carries more than once and the key part leaves on_duplicate at "reject"
+// (see config.Rule.DuplicatePart); it is asked about each matched rule that
+// config.Rule.RepeatsKeyPart names, before any rule is decided (refuseDuplicateKeyHeader for
+// several matched rules, decideFrom for one). Such a request has no
+// unambiguous key: the filter would count one value while the upstream may read another, and
+// a client rotating the counted one would never reach its limit. A shadow rule never refuses
+// a request; it counts the request (in duplicate_header only) and skips it, like a request
+// without its key header. It counts the repeated part and, for an enforced rule, answers the
+// request; it reports whether it did. It is a function of its own, kept out of line (see
+// doc.go): the check runs on every request, the refusal (its message built byte by byte) only
+// on a request it refuses, so a VM's first ordinary request does not compile it.
+func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
+	kp, dup := r.DuplicatePart(&h.plugin.req)
+	if !dup {
+		return false
+	}
+	rs := h.plugin.rules[r.Index]
+	rs.m.duplicateHeader.Increment(1)
+	if r.Shadow {
+		return false
+	}
+	h.finished = true
+	errName, field, what := "duplicate_header", "header", " header"
+	if kp.Source == config.SourceQuery {
+		errName, field, what = "duplicate_query_parameter", "parameter", " query parameter"
+	}
+	body := append(append(append(append(append(append(append([]byte(nil),
+		`{"error":"`...), errName...), `","rule":"`...), r.Name...), `","`...), field...), `":"`...)
+	body = append(append(append(append(append(body, kp.Name...), `","message":"the request carries the `...), kp.Name...),
+		what...), ` more than once; send it once"}`...)
+	headers := [][2]string{{"content-type", "application/json"}}
+	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
+		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
+	}
+	return true
 }

@@ -2,10 +2,11 @@ package filter
 
 import (
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
@@ -62,35 +63,23 @@ func (l *adaptiveLimiter) Idle(state []byte, now int64) bool { return l.a.Idle(s
 // tickPeriod picks the timer period: fine enough that a shaped request leaves within a
 // quarter of its emission interval of its release time, and that an adaptive rule's signals
 // reach the controller several times per interval; bounded to [1ms, 1s].
-func tickPeriod(rules []*ruleState) duration.Duration {
-	period := duration.Duration(0)
-	consider := func(d duration.Duration) {
-		d = max(duration.Millisecond, min(d, duration.Second))
+func tickPeriod(rules []*ruleState) time.Duration {
+	period := time.Duration(0)
+	consider := func(d time.Duration) {
+		d = max(time.Millisecond, min(d, time.Second))
 		if period == 0 || d < period {
 			period = d
 		}
 	}
 	for _, rs := range rules {
 		if rs.shape != nil {
-			consider(rs.rule.Algorithm.Window / duration.Duration(rs.rule.Algorithm.Limit) / 4)
+			consider(rs.rule.Algorithm.Window / time.Duration(rs.rule.Algorithm.Limit) / 4)
 		}
 		if rs.adaptive != nil {
 			consider(rs.rule.Algorithm.AdjustInterval / 4)
 		}
 	}
 	return period
-}
-
-// OnTick releases due shaped requests and updates adaptive limits.
-func (p *plugin) OnTick() {
-	defer recoverTo("OnTick", nil)
-	now := p.now()
-	p.releaseDue(now)
-	for _, rs := range p.rules {
-		if rs.adaptive != nil {
-			p.updateAdaptive(rs, now)
-		}
-	}
 }
 
 // enqueue pauses the stream until release.
@@ -161,7 +150,7 @@ func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	case err == nil:
 		ad.signals = algorithms.Signals{}
 		if limit != ad.lim.limit {
-			abi.LogInfof("ratelimit: rule %q: adaptive limit %d -> %d", rs.rule.Name, ad.lim.limit, limit)
+			abi.LogInfo("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": adaptive limit " + strconv.FormatInt(ad.lim.limit, 10) + " -> " + strconv.FormatInt(limit, 10))
 		}
 		ad.lim.limit = limit
 		ad.gauge.Record(limit)
@@ -181,9 +170,9 @@ func (h *httpContext) observe(now int64) {
 			s.Errors++
 		}
 		if h.respondedAt > 0 {
-			s.LatencySum += duration.Duration(max(0, h.respondedAt-h.startedAt))
+			s.LatencySum += time.Duration(max(0, h.respondedAt-h.startedAt))
 		} else {
-			s.LatencySum += duration.Duration(max(0, now-h.startedAt))
+			s.LatencySum += time.Duration(max(0, now-h.startedAt))
 		}
 	}
 	h.observed = h.observed[:0]

@@ -1,77 +1,64 @@
-package sharedstate_test
+package sharedstate
 
 import (
-	"bytes"
+	"github.com/dchest/siphash"
+
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/stretchr/testify/require"
 )
 
-// The digest is the first 16 bytes of SHA-256: slots written by any version of the filter are
-// found by every other.
-func TestDigestIsSHA256Prefix(t *testing.T) {
-	for _, k := range []string{"", "a", "11:192.0.2.1", string(bytes.Repeat([]byte{0xff}, 300))} {
-		sum := sha256.Sum256([]byte(k))
-		require.Equal(t, [sharedstate.DigestSize]byte(sum[:sharedstate.DigestSize]), sharedstate.Digest([]byte(k)))
+// A key's digest is SipHash-2-4-128 of the key under the table's secret, its two halves
+// little-endian, and the key's addressing hash is its second half: the same key under the same
+// secret always has the same digest, and under another secret (another process) another one.
+func TestKeyDigestIsTheKeysSipHash128(t *testing.T) {
+	keys := []string{"", "a", "11:192.0.2.1", "12:192.0.2.1:55554:acme", strings.Repeat("\xff", 300)}
+	seen := map[[DigestSize]byte]string{}
+	for _, s := range [][2]uint64{{1, 2}, {3, 4}, {1, 5}} {
+		for _, k := range keys {
+			d, h := keyDigest(s[0], s[1], []byte(k))
+			lo, hi := siphash.Hash128(s[0], s[1], []byte(k))
+			require.Equal(t, lo, binary.LittleEndian.Uint64(d[:8]), "key %q", k)
+			require.Equal(t, hi, binary.LittleEndian.Uint64(d[8:]), "key %q", k)
+			require.Equal(t, hi, h, "key %q", k)
+			again, _ := keyDigest(s[0], s[1], []byte(k))
+			require.Equal(t, d, again)
+			_, dup := seen[d]
+			require.False(t, dup, "key %q under %v has the digest of %s", k, s, seen[d])
+			seen[d] = k
+		}
 	}
+	require.Zero(t, testing.AllocsPerRun(100, func() { keyDigest(1, 2, []byte(keys[3])) }))
 }
 
-// A cache always returns the key's own digest, whether the key is cached, was evicted by
-// another key in its entry, is too long to cache, or is the empty key; a nil cache computes.
-func TestDigestCacheReturnsTheKeysDigest(t *testing.T) {
-	c := sharedstate.NewDigestCache(8) // few entries: keys keep replacing each other
-	var nilCache *sharedstate.DigestCache
-	keys := [][]byte{{}, []byte("a"), bytes.Repeat([]byte("x"), 129), bytes.Repeat([]byte("y"), 128)}
-	for i := range 200 {
-		keys = append(keys, fmt.Appendf(nil, "%d:192.0.2.%d", i%7, i))
+// What a key's digest costs, side by side with SHA-256 of the key (the digest of earlier
+// versions of the table), on a key of the module's per-request benchmark and on a 1 KiB one.
+// In Wasm, as the filter runs it:
+//
+//	go run ./wasmhost/cmd/wasmbench ./sharedstate -test.run '^$' -test.bench KeyDigest
+func BenchmarkKeyDigest(b *testing.B) {
+	for _, key := range [][]byte{[]byte("12:192.0.2.1:55554:acme"), []byte(strings.Repeat("k", 1024))} {
+		b.Run(fmt.Sprint("siphash128/", len(key)), func(b *testing.B) {
+			b.ReportAllocs()
+			var h uint64
+			for b.Loop() {
+				_, x := keyDigest(0x0706050403020100, 0x0f0e0d0c0b0a0908, key)
+				h += x
+			}
+			_ = h
+		})
+		b.Run(fmt.Sprint("sha256/", len(key)), func(b *testing.B) {
+			b.ReportAllocs()
+			var h byte
+			for b.Loop() {
+				sum := sha256.Sum256(key)
+				h += sum[0]
+			}
+			_ = h
+		})
 	}
-	for round := range 3 {
-		for i, k := range keys {
-			want := sharedstate.Digest(k)
-			require.Equal(t, want, c.Digest(k), "round %d key %d", round, i)
-			require.Equal(t, want, c.Digest(k), "round %d key %d again", round, i)
-			require.Equal(t, want, nilCache.Digest(k))
-		}
-	}
-	// The cache keeps its own copy of a key: a caller reusing its buffer changes nothing.
-	buf := []byte("client-1")
-	d1 := c.Digest(buf)
-	copy(buf, "client-2")
-	require.Equal(t, sharedstate.Digest([]byte("client-2")), c.Digest(buf))
-	require.Equal(t, d1, c.Digest([]byte("client-1")))
-}
-
-func BenchmarkDigest(b *testing.B) {
-	key := []byte("12:192.0.2.1:55554:acme")
-	b.Run("sha256", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = sharedstate.Digest(key)
-		}
-	})
-	b.Run("cache-hit", func(b *testing.B) {
-		c := sharedstate.NewDigestCache(1024)
-		other := []byte("12:192.0.2.2:55554:acme")
-		b.ReportAllocs()
-		for b.Loop() {
-			// Alternating keys, so that each lookup hashes the key (rules sharing one key
-			// look it up back to back, which is cheaper still).
-			_ = c.Digest(key)
-			_ = c.Digest(other)
-		}
-	})
-	b.Run("cache-miss", func(b *testing.B) {
-		c := sharedstate.NewDigestCache(1024)
-		keys := make([][]byte, 4096)
-		for i := range keys {
-			keys[i] = fmt.Appendf(nil, "12:10.0.%d.%d:55554:acme", i/256, i%256)
-		}
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			_ = c.Digest(keys[i%len(keys)])
-		}
-	})
 }

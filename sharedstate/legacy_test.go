@@ -6,6 +6,7 @@ package sharedstate
 // the attack tests can compute keys that collide under an unkeyed formula.
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"strconv"
@@ -35,7 +36,6 @@ type legacyTable struct {
 	slots    uint32
 	attempts int
 	limiter  Limiter
-	digests  *DigestCache
 	// names caches the slot key strings, built on first use: a request's slot is usually one
 	// it has used before, and building the string costs an allocation every time. The bytes
 	// of every name built so far are in nameBytes, and names[i] is 1 + where slot i's name
@@ -60,8 +60,6 @@ type legacyTableConfig struct {
 	Attempts int
 	// Limiter is the rule's algorithm.
 	Limiter Limiter
-	// Digests, when set, caches key digests; the Tables of one VM can share one.
-	Digests *DigestCache
 }
 
 // newLegacyTable returns a Table for c.
@@ -77,7 +75,7 @@ func newLegacyTable(c legacyTableConfig) (*legacyTable, error) {
 		return nil, errors.New("sharedstate: attempts must be at least 1")
 	}
 	return &legacyTable{store: c.Store, prefix: c.Prefix, slots: c.Slots, attempts: c.Attempts, limiter: c.Limiter,
-		digests: c.Digests, overflow: c.Prefix + "overflow"}, nil
+		overflow: c.Prefix + "overflow"}, nil
 }
 
 // legacyPending is a decision that has been made but not yet written. Deciding every rule of a request
@@ -100,7 +98,8 @@ type legacyPending struct {
 
 // Decide reads the key's state and decides whether n events may pass at now. Nothing is written.
 func (t *legacyTable) Decide(key []byte, now, n int64, p *legacyPending) error {
-	p.digest = t.digests.Digest(key)
+	sum := sha256.Sum256(key)
+	p.digest = [DigestSize]byte(sum[:DigestSize])
 	p.now, p.n, p.Retries = now, n, 0
 	return t.decide(p)
 }

@@ -1,9 +1,9 @@
 package sharedstate
 
 import (
-	"encoding/binary"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,34 +101,26 @@ var raceKey = []byte("client-a")
 
 var raceCases = []raceCase{
 	{
-		// A key-less rule has max_keys 1. One worker reads the key's slots (none written),
-		// the other creates the key and counts the created slot, the first then reads the
-		// counter (full) and must not count the key in an overflow slot: two copies.
+		// A key-less rule has max_keys 1: one group of one slot.
 		name: "max_keys 1, empty table", maxKeys: 1,
 		cfg: algorithms.Config{Algorithm: "fixed_window", Limit: 1, Window: time.Minute},
 	},
 	{
-		// Two workers whose clocks are a nanosecond apart see the key's first slot held by
-		// another key that goes idle in between: the earlier worker places the new key in
-		// the next slot, the later one in the first slot, and both writes succeed.
+		// Two workers whose clocks are a nanosecond apart see the key's home slot held by
+		// another key that goes idle in between: one places the new key in a free slot, the
+		// other in the home slot, evicting the idle key; the index decides which.
 		name: "a neighbour goes idle between the workers' reads", maxKeys: 5,
 		cfg: algorithms.Config{Algorithm: "token_bucket", Limit: 1, Window: time.Hour},
 		now: [2]int64{int64(time.Hour), int64(time.Hour) - 1},
 		setup: func(t *testing.T, store Store, secret [SecretSize]byte, lim Limiter) {
-			g := newGeometry(5)
-			k0, k1 := binary.LittleEndian.Uint64(secret[:8]), binary.LittleEndian.Uint64(secret[8:])
-			d := Digest(raceKey)
-			b, start := g.choices(sipHash24(k0, k1, d[:]))
-			other := Digest([]byte("client-b"))
-			_, state := lim.AllowN(nil, 0, 1) // spent at 0: idle again at exactly one hour
-			v := append(append(other[:], slotLive), state...)
-			if err := store.Set(string(appendName(nil, "rl|race|", 5, b[0]*BucketSlots+start[0])), v, 0); err != nil {
-				t.Fatal(err)
-			}
+			// client-b spent its token at 0, in the key's home slot: idle again at exactly one
+			// hour.
+			_, state := lim.AllowN(nil, 0, 1)
+			putOther(t, store, secret, "rl|race|", 5, string(raceKey), "client-b", 0, state)
 		},
 	},
 	{
-		name: "two buckets, empty table", maxKeys: 1000,
+		name: "two groups, empty table", maxKeys: 1000,
 		cfg: algorithms.Config{Algorithm: "gcra", Limit: 1, Window: time.Hour},
 	},
 }
@@ -200,8 +192,8 @@ func runRace(t *testing.T, c raceCase, i, j int) (admitted, exhausted int, ops [
 // their reads and writes interleave: every schedule with two context switches is run. No
 // schedule denies a request as contention either: in these schedules each worker's write can
 // lose at most the few races the other's one request causes, far fewer than its attempts, so
-// exhausting them would mean a worker waited on the other (a paused claimant, for one; see
-// create).
+// exhausting them would mean a worker waited on the other (a paused placer, for one; see
+// TestPausedPlacerBlocksNobody).
 func TestNewKeyRaceEveryInterleaving(t *testing.T) {
 	for _, c := range raceCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,149 +229,66 @@ func TestNewKeyRaceEveryInterleaving(t *testing.T) {
 	}
 }
 
-// claimAt writes a claim of raceKey, made at clock at by another table, in the key's first
-// slot of a max_keys 5 table (one bucket).
-func claimAt(t *testing.T, store Store, tab *Table, at int64) {
-	t.Helper()
-	d := Digest(raceKey)
-	b, start := tab.cur.choices(sipHash24(tab.k0, tab.k1, d[:]))
-	v := append(d[:], slotClaim)
-	v = binary.LittleEndian.AppendUint64(v, uint64(at))
-	v = binary.LittleEndian.AppendUint64(v, tab.id+1)
-	if err := store.Set(string(appendName(nil, tab.prefix, tab.cur.maxKeys, b[0]*BucketSlots+start[0])), v, 0); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A lookup that meets another worker's claim of its key, and no live copy, adopts the claim:
-// its decision is written into the claim's slot (no other slot is created, and the claimant's
-// count of created slots is not counted again), and the next request decides on that state.
-func TestLookupAdoptsAFreshClaim(t *testing.T) {
+// A worker paused between writing a new key's index entry and its slot delays nobody: the
+// next request finds the entry, takes the slot as the key's with a fresh state (it does not
+// hold the key's digest yet), and writes it; the paused worker's slot write then fails and it
+// decides again on that state. The key admits exactly its limit.
+func TestPausedPlacerBlocksNobody(t *testing.T) {
 	mem := NewMemory()
-	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))
-	claimAt(t, mem, tab, 0)
-	before := mem.Len()
+	lim := mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
+	hs := &holdSlotStore{Store: mem, held: make(chan struct{}), resume: make(chan struct{})}
+	paused := mustTable(t, hs, 5, lim)
+	other := mustTable(t, mem, 5, lim)
+	hs.on = true
+	done := make(chan error, 1)
+	var pp Pending
+	go func() { done <- paused.AllowN(raceKey, 0, 1, &pp) }()
+	<-hs.held
 	var p Pending
-	for i := range 2 {
-		if err := tab.AllowN(raceKey, claimTTL, 1, &p); err != nil || !p.Decision.Allowed || p.Decision.Remaining != int64(9-i) {
-			t.Fatalf("request %d: %v, %+v, want allowed with %d remaining", i, err, p.Decision, 9-i)
+	admitted := 0
+	for range 3 {
+		if err := other.AllowN(raceKey, 0, 1, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Decision.Allowed {
+			admitted++
+		}
+		if p.Overflow || p.Retries != 0 {
+			t.Fatalf("request while the placer is paused: overflow %v, retries %d", p.Overflow, p.Retries)
 		}
 	}
-	if mem.Len() != before || p.Overflow || tab.Used() != 0 {
-		t.Fatalf("the claim's slot was not the one written: %d new entries, overflow %v, created %d", mem.Len()-before, p.Overflow, tab.Used())
+	close(hs.resume)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
-	d := Digest(raceKey)
-	b, start := tab.cur.choices(sipHash24(tab.k0, tab.k1, d[:]))
-	v, _, err := mem.Get(string(appendName(nil, tab.prefix, tab.cur.maxKeys, b[0]*BucketSlots+start[0])))
-	if err != nil || len(v) < slotHeader || v[DigestSize] != slotLive {
-		t.Fatalf("the claimed slot holds %v (%v), want the key's live state", v, err)
+	if pp.Decision.Allowed {
+		admitted++
+	}
+	if admitted != 2 {
+		t.Fatalf("%d admitted, want the limit, 2", admitted)
+	}
+	if !pp.Claimed || pp.Retries != 1 {
+		t.Fatalf("the paused placer: claimed %v, retries %d; want its entry counted and one lost race", pp.Claimed, pp.Retries)
 	}
 }
 
-// pausingStore pauses its worker at the first Set of a claim, until the test lets it go.
-type pausingStore struct {
+// holdSlotStore holds its worker just before its first write of a slot (after the index
+// entry), until the test lets it go.
+type holdSlotStore struct {
 	Store
-	paused, resume chan struct{}
-	once           sync.Once
+	held, resume chan struct{}
+	once         sync.Once
+	on           bool // off while the tables are made
 }
 
-func (s *pausingStore) Set(key string, value []byte, cas uint32) error {
-	err := s.Store.Set(key, value, cas)
-	if len(value) == claimSize && value[DigestSize] == slotClaim {
+func (s *holdSlotStore) Set(key string, value []byte, cas uint32) error {
+	if s.on && !strings.Contains(key, "#") {
 		s.once.Do(func() {
-			close(s.paused)
+			close(s.held)
 			<-s.resume
 		})
 	}
-	return err
-}
-
-// A worker paused between writing its claim of a new key and converting it (in Envoy, a
-// worker thread the kernel descheduled) must not make other workers' requests for that key
-// fail: they adopt the claim and are decided, and the claimant, resumed, decides again on the
-// state they wrote. The key lives in one slot, and exactly the limit is admitted. Before
-// adoption, the other worker spent all its attempts waiting for the claim and was denied as
-// contention (ErrAttemptsExhausted).
-func TestPausedClaimantBlocksNobody(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		maxKeys uint32
-		cfg     algorithms.Config
-	}{
-		{"fixed window, one bucket", 5, algorithms.Config{Algorithm: "fixed_window", Limit: 3, Window: time.Hour}},
-		{"gcra, two buckets", 1000, algorithms.Config{Algorithm: "gcra", Limit: 3, Window: time.Hour}},
-		{"leaky bucket, max_keys 1", 1, algorithms.Config{Algorithm: "leaky_bucket", Limit: 3, Window: time.Hour}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			mem := NewMemory()
-			secret, err := LoadSecret(mem)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lim := mustLimiter(t, c.cfg)
-			ps := &pausingStore{Store: mem, paused: make(chan struct{}), resume: make(chan struct{})}
-			newTab := func(s Store) *Table {
-				tab, err := NewTable(TableConfig{Store: s, Prefix: "rl|pause|", Slots: c.maxKeys, Attempts: 8, Limiter: lim, Secret: secret})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return tab
-			}
-			claimant, other := newTab(ps), newTab(mem)
-			done := make(chan error, 1)
-			var cp Pending
-			go func() { done <- claimant.AllowN(raceKey, 0, 1, &cp) }()
-			<-ps.paused
-			admitted := 0
-			var p Pending
-			if err := other.AllowN(raceKey, 0, 1, &p); err != nil {
-				t.Fatalf("the other worker's request, with the claimant paused: %v", err)
-			}
-			if p.Decision.Allowed {
-				admitted++
-			}
-			close(ps.resume)
-			if err := <-done; err != nil {
-				t.Fatalf("the claimant's request: %v", err)
-			}
-			if cp.Decision.Allowed {
-				admitted++
-			}
-			if cp.Retries == 0 {
-				t.Fatal("the claimant's conversion succeeded over the adopter's: the key was written twice")
-			}
-			// The key lives in one place: the rest of the limit, then denials.
-			for i := range 3 {
-				if err := newTab(mem).AllowN(raceKey, 0, 1, &p); err != nil {
-					t.Fatal(err)
-				}
-				if p.Decision.Allowed {
-					admitted++
-				}
-				t.Logf("request %d: %+v", i+3, p.Decision)
-			}
-			if admitted != 3 {
-				t.Fatalf("%d of 5 requests admitted, want the limit, 3", admitted)
-			}
-		})
-	}
-}
-
-// A claim older than claimTTL was left by a VM that stopped between writing and settling it:
-// it blocks nobody, and the key is created there (its lookup adopts the claim).
-func TestStaleClaimBlocksNobody(t *testing.T) {
-	mem := NewMemory()
-	tab := mustTable(t, mem, 5, mustLimiter(t, algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}))
-	claimAt(t, mem, tab, 0)
-	var p Pending
-	for i := range 2 {
-		if err := tab.AllowN(raceKey, claimTTL+1, 1, &p); err != nil || !p.Decision.Allowed || p.Decision.Remaining != int64(8-i)+1 {
-			t.Fatalf("request %d: %v, %+v", i, err, p.Decision)
-		}
-	}
-	if p.Overflow || tab.Used() != 0 {
-		t.Fatalf("the stale claim's slot was not reused: overflow %v, created %d", p.Overflow, tab.Used())
-	}
+	return s.Store.Set(key, value, cas)
 }
 
 // Many workers creating the same new keys at once, while other keys are being created around

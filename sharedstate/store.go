@@ -10,6 +10,7 @@ package sharedstate
 
 import (
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
@@ -30,8 +31,8 @@ var (
 //   - CAS numbers come from one counter shared by all keys and are never 0.
 //
 // The value Get returns belongs to the caller. Neither method may keep the key string after it
-// returns (the host copies it): Table passes names built in a reused buffer to Get. Nor may Set
-// keep the value: Table writes claims, releases and counts of created slots from buffers it
+// returns (the host copies it): Table passes names built in a buffer it reuses for the next
+// name to both. Nor may Set keep the value: Table writes slots and indexes from buffers it
 // reuses for the next write.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
@@ -53,7 +54,7 @@ func (Host) Set(key string, value []byte, cas uint32) error {
 // that run outside a proxy-wasm host. It is safe for concurrent use.
 type Memory struct {
 	mu      sync.Mutex
-	entries map[string]memoryEntry
+	entries map[string]*memoryEntry
 	nextCas uint32
 }
 
@@ -63,7 +64,7 @@ type memoryEntry struct {
 }
 
 // NewMemory returns an empty Memory store.
-func NewMemory() *Memory { return &Memory{entries: map[string]memoryEntry{}, nextCas: 1} }
+func NewMemory() *Memory { return &Memory{entries: map[string]*memoryEntry{}, nextCas: 1} }
 
 // Get returns a copy of the value stored at key and its CAS number.
 func (m *Memory) Get(key string) ([]byte, uint32, error) {
@@ -76,14 +77,20 @@ func (m *Memory) Get(key string) ([]byte, uint32, error) {
 	return append([]byte(nil), e.value...), e.cas, nil
 }
 
-// Set stores a copy of value at key under Envoy's CAS rules.
+// Set stores a copy of value at key under Envoy's CAS rules. A new key is stored as a copy of
+// its own: the caller may reuse the key's bytes.
 func (m *Memory) Set(key string, value []byte, cas uint32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.entries[key]; ok && cas != 0 && cas != e.cas {
+	e, ok := m.entries[key]
+	if ok && cas != 0 && cas != e.cas {
 		return ErrCasMismatch
 	}
-	m.entries[key] = memoryEntry{value: append([]byte(nil), value...), cas: m.next()}
+	if !ok {
+		e = &memoryEntry{}
+		m.entries[strings.Clone(key)] = e
+	}
+	e.value, e.cas = append([]byte(nil), value...), m.next()
 	return nil
 }
 

@@ -94,31 +94,39 @@ func TestTableExactUnderConcurrency(t *testing.T) {
 }
 
 // The table never creates more than max_keys slots, however many distinct keys arrive, and
-// keys that find no slot are counted in an overflow slot instead of evicting an active key.
-func TestTableIsBoundedAndNeverEvictsActiveKeys(t *testing.T) {
+// keys that find no slot are counted in an overflow slot instead of evicting a key that has
+// spent its allowance.
+func TestTableIsBoundedAndNeverEvictsSpentKeys(t *testing.T) {
 	store := sharedstate.NewMemory()
 	tab := newTable(t, store, 8, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Minute})
 	var p sharedstate.Pending
-	// Fill: 200 distinct keys, each spending one of its two requests.
+	// Fill: 200 distinct keys, each spending one of its two requests and then, once the table
+	// is full, the other (its slot is kept: it has spent everything).
 	overflowed := 0
 	for i := range 200 {
 		require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", i), 0, 1, &p))
 		if p.Overflow {
 			overflowed++
 		}
+		if i == 7 {
+			for j := range 8 {
+				require.NoError(t, tab.AllowN(fmt.Appendf(nil, "k%d", j), 0, 1, &p))
+				require.False(t, p.Overflow)
+			}
+		}
 	}
 	require.Equal(t, 8, countSlots(store, "rl|test|8."), "slots created")
 	require.EqualValues(t, 8, tab.Used())
 	require.LessOrEqual(t, countSlots(store, "rl|test|o."), sharedstate.OverflowSlots)
 	require.Equal(t, 200-8, overflowed)
-	// Every placed key still has exactly its second request: nothing was evicted or reset.
+	// Every placed key is still denied: nothing was evicted or reset.
 	placed := 0
 	for i := range 200 {
 		require.NoError(t, tab.Decide(fmt.Appendf(nil, "k%d", i), 1, 1, &p))
 		if !p.Overflow {
 			placed++
-			require.True(t, p.Decision.Allowed, "key k%d", i)
-			require.EqualValues(t, 0, p.Decision.Remaining, "key k%d", i)
+			require.Less(t, i, 8, "key k%d took a slot of a key that spent its allowance", i)
+			require.False(t, p.Decision.Allowed, "key k%d", i)
 		}
 	}
 	require.Equal(t, 8, placed)
@@ -128,7 +136,7 @@ func TestTableIsBoundedAndNeverEvictsActiveKeys(t *testing.T) {
 func countSlots(store *sharedstate.Memory, prefix string) int {
 	n := 0
 	for _, k := range store.Keys() {
-		if strings.HasPrefix(k, prefix) && !strings.HasSuffix(k, ".used") {
+		if strings.HasPrefix(k, prefix) {
 			n++
 		}
 	}
@@ -156,9 +164,8 @@ func TestTableSurvivesCorruptState(t *testing.T) {
 		[]byte("0123456789abcdef\x01\xff\xff\xff"), []byte("0123456789abcdef\x07\xff\xff\xff")} {
 		store := sharedstate.NewMemory()
 		tab := newTable(t, store, 1, tokenBucket10)
-		for i := range sharedstate.BucketSlots {
-			require.NoError(t, store.Set(fmt.Sprintf("rl|test|1.%d", i), junk, 0))
-		}
+		require.NoError(t, store.Set("rl|test|1.0", junk, 0))
+		require.NoError(t, store.Set("rl|test|1#0", junk, 0))
 		var p sharedstate.Pending
 		require.NoError(t, tab.AllowN([]byte("a"), 0, 1, &p))
 		require.True(t, p.Decision.Allowed)
@@ -193,9 +200,10 @@ func BenchmarkTableAllowN(b *testing.B) {
 	}
 }
 
-// Slot names are the prefix, the geometry (max_keys), a dot and the slot number; overflow
-// slots "o." and their number; besides them a rule has its geometry record and the counter of
-// created slots, and the process its secret. Nothing else is ever written.
+// Slot names are the prefix, the geometry (max_keys), a dot and the slot number; group indexes
+// the prefix, the geometry, '#' and the group number; overflow slots "o." and their number;
+// besides them a rule has its record of geometries, and the process its secret. Nothing else
+// is ever written.
 func TestSlotKeys(t *testing.T) {
 	store := sharedstate.NewMemory()
 	tab := newTable(t, store, 5000, algorithms.Config{Algorithm: "fixed_window", Limit: 5, Window: time.Minute})
@@ -206,15 +214,19 @@ func TestSlotKeys(t *testing.T) {
 		require.False(t, p.Overflow)
 		require.EqualValues(t, 3, p.Decision.Remaining, "key k%d", i)
 	}
-	buckets := (5000*3/2 + sharedstate.BucketSlots - 1) / sharedstate.BucketSlots
+	groups := (5000 + sharedstate.GroupSlots - 1) / sharedstate.GroupSlots
 	slots := 0
 	for _, k := range store.Keys() {
 		switch {
-		case k == sharedstate.SecretKey, k == "rl|test|geometry", k == "rl|test|5000.used":
+		case k == sharedstate.SecretKey, k == "rl|test|geometries":
+		case strings.HasPrefix(k, "rl|test|5000#"):
+			n, err := strconv.Atoi(strings.TrimPrefix(k, "rl|test|5000#"))
+			require.NoError(t, err, k)
+			require.Less(t, n, groups)
 		case strings.HasPrefix(k, "rl|test|5000."):
 			n, err := strconv.Atoi(strings.TrimPrefix(k, "rl|test|5000."))
 			require.NoError(t, err, k)
-			require.Less(t, n, buckets*sharedstate.BucketSlots)
+			require.Less(t, n, groups*sharedstate.GroupSlots)
 			slots++
 		default:
 			t.Fatalf("unexpected key %q", k)

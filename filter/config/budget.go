@@ -1,10 +1,11 @@
 package config
 
 import (
+	"regexp/syntax"
+	"sort"
+	"strconv"
 	"strings"
 
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
@@ -98,42 +99,33 @@ func (p *parser) budget(path string, c *Config) {
 
 // overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
 // and shared bytes in Envoy's shared data, each with its largest tables (see budget).
-//
-//go:noinline
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
-	type cost struct {
-		index int
-		TableCost
-	}
-	costs := make([]cost, 0, len(c.Rules))
+	costs := make([]ruleCost, 0, len(c.Rules))
 	for _, r := range c.Rules {
-		costs = append(costs, cost{r.Index, tableCost(c.Domain, r)})
+		costs = append(costs, ruleCost{r.Index, tableCost(c.Domain, r)})
 	}
-	report := func(total, budget int64, where string, of func(cost) int64) {
-		sorted := append([]cost(nil), costs...)
-		insertionSort(len(sorted), func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) },
-			func(i, j int) { sorted[i], sorted[j] = sorted[j], sorted[i] })
+	report := func(total, budget int64, where string, of func(ruleCost) int64) {
+		sorted := append([]ruleCost(nil), costs...)
+		sort.Stable(largestFirst{sorted, of})
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
-			top = append(top, strfmt.Sprintf("%s %d keys x %d B = %s", joinIndex(path, rc.index),
-				rc.Slots, of(rc)/rc.Slots, formatBytes(of(rc))))
+			top = append(top, joinIndex(path, rc.index)+" "+strconv.FormatInt(rc.Slots, 10)+" keys x "+
+				strconv.FormatInt(of(rc)/rc.Slots, 10)+" B = "+formatBytes(of(rc)))
 		}
-		p.addf(path, "the rules' key tables could hold %s %s, above the budget of %s; largest: %s (lower max_keys, or use fewer keyed rules)",
-			formatBytes(total), where, formatBytes(budget), strings.Join(top, ", "))
+		p.add(path, "the rules' key tables could hold "+formatBytes(total)+" "+where+", above the budget of "+formatBytes(budget)+
+			"; largest: "+strings.Join(top, ", ")+" (lower max_keys, or use fewer keyed rules)")
 	}
 	if vm > maxVMTableBytes {
-		report(vm, maxVMTableBytes, "in every worker VM", func(c cost) int64 { return c.VMBytes })
+		report(vm, maxVMTableBytes, "in every worker VM", func(c ruleCost) int64 { return c.VMBytes })
 	}
 	if shared > maxSharedDataBytes {
-		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c cost) int64 { return c.SharedBytes })
+		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c ruleCost) int64 { return c.SharedBytes })
 	}
 }
 
 // overrideCosts adds to tc the tables of the rule's overrides, whose prefix extends the rule's
 // prefix bytes. It is out of tableCost's line (see filter/doc.go): most rules have no
 // override.
-//
-//go:noinline
 func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {
 	// Each limited override has a table of its own under "<domain>|<rule>|<tag>|" (see
 	// Override.Slots).
@@ -154,14 +146,31 @@ func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {
 func formatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
-		return strfmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
 	case n >= 1<<20:
-		return strfmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 	case n >= 1<<10:
-		return strfmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
 	}
-	return strfmt.Sprintf("%d B", n)
+	return strconv.FormatInt(n, 10) + " B"
 }
+
+// ruleCost is one rule's key-table cost, as overBudget reports it.
+type ruleCost struct {
+	index int
+	TableCost
+}
+
+// largestFirst orders rule costs largest first by of (sort.Stable keeps equal costs in rule
+// order).
+type largestFirst struct {
+	c  []ruleCost
+	of func(ruleCost) int64
+}
+
+func (l largestFirst) Len() int           { return len(l.c) }
+func (l largestFirst) Less(i, j int) bool { return l.of(l.c[i]) > l.of(l.c[j]) }
+func (l largestFirst) Swap(i, j int)      { l.c[i], l.c[j] = l.c[j], l.c[i] }
 
 // regexProgram returns the number of instructions of src's compiled RE2 program, or an
 // error when src does not parse.
@@ -196,7 +205,8 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 	over := p.regexInsts > MaxRegexProgramTotal
 	p.regexInsts += n
 	if n > maxRegexProgram {
-		p.addf(path, "compiles to %d RE2 instructions; the maximum is %d (a counted repetition such as {100} repeats its operand's program that many times)", n, maxRegexProgram)
+		p.add(path, "compiles to "+strconv.Itoa(n)+" RE2 instructions; the maximum is "+strconv.Itoa(maxRegexProgram)+
+			" (a counted repetition such as {100} repeats its operand's program that many times)")
 		return false
 	}
 	if over {
@@ -204,7 +214,8 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 		return false
 	}
 	if p.regexInsts > MaxRegexProgramTotal {
-		p.addf(path, "the config's regular expressions compile to %d RE2 instructions so far; the maximum for all of them together is %d", p.regexInsts, MaxRegexProgramTotal)
+		p.add(path, "the config's regular expressions compile to "+strconv.Itoa(p.regexInsts)+
+			" RE2 instructions so far; the maximum for all of them together is "+strconv.Itoa(MaxRegexProgramTotal))
 		return false
 	}
 	return true

@@ -13,9 +13,10 @@
 package config
 
 import (
+	"regexp"
+	"time"
+
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
 )
 
 // Bounds on the size of a configuration. They keep a mistaken or hostile config from
@@ -34,7 +35,7 @@ const (
 	maxBodyLen      = 8 << 10
 	maxCost         = 1_000_000
 	MaxKeysPerRule  = 1_000_000
-	maxShapingDelay = 60 * duration.Second
+	maxShapingDelay = 60 * time.Second
 )
 
 // Defaults applied when a field is absent.
@@ -44,11 +45,11 @@ const (
 	defaultMaxKeys          = 10000
 	defaultDenyStatus       = 429
 	defaultDenyBody         = `{"error":"rate_limited","rule":"%RULE%","retry_after":%RETRY_AFTER%}`
-	defaultRedisTimeout     = 50 * duration.Millisecond
+	defaultRedisTimeout     = 50 * time.Millisecond
 	defaultKeyPrefix        = "rl"
 	defaultBreakerFails     = 5
-	defaultCooldown         = 5 * duration.Second
-	defaultAdaptiveInterval = duration.Second
+	defaultCooldown         = 5 * time.Second
+	defaultAdaptiveInterval = time.Second
 	defaultErrorThreshold   = 0.05
 )
 
@@ -142,12 +143,12 @@ type Config struct {
 
 // Redis configures the Redis (webdis over HTTP callouts) store used by global rules.
 type Redis struct {
-	Cluster     string            // Envoy cluster that reaches webdis
-	Authority   string            // :authority of the callout; defaults to Cluster
-	Timeout     duration.Duration // per callout
-	KeyPrefix   string            // prepended to every Redis key
-	FailureMode RedisFailureMode  // what a global rule does when Redis cannot answer
-	Breaker     Breaker           // when to stop asking a failing Redis, and for how long
+	Cluster     string           // Envoy cluster that reaches webdis
+	Authority   string           // :authority of the callout; defaults to Cluster
+	Timeout     time.Duration    // per callout
+	KeyPrefix   string           // prepended to every Redis key
+	FailureMode RedisFailureMode // what a global rule does when Redis cannot answer
+	Breaker     Breaker          // when to stop asking a failing Redis, and for how long
 
 	// Partitions is how many hash tags each global rule's keys are spread over (1..1024,
 	// default 1). 1: every key of the domain is on one slot and a request's global rules are
@@ -161,7 +162,7 @@ type Redis struct {
 // Redis is not called for Cooldown and the failure mode applies at once.
 type Breaker struct {
 	Failures int
-	Cooldown duration.Duration
+	Cooldown time.Duration
 }
 
 // Header is one response header name (lower-case) and value.
@@ -238,7 +239,7 @@ type Rule struct {
 	// Lease is the rule's lease block, nil without one (every request decided on the state).
 	Lease *Lease
 
-	// trustedHops is copied from the Config so AppendKey can find the client IP.
+	// trustedHops is the Config's value, kept on the rule so AppendKey can find the client IP.
 	trustedHops int
 	// keyKinds holds the kind of each key part's Source, set by the parser (see sourceKind).
 	keyKinds []sourceKind

@@ -2,8 +2,7 @@ package config
 
 import (
 	"strconv"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
+	"time"
 )
 
 // Durations use Go's time.ParseDuration syntax ("300ms", "1.5s", "1m30s", "24h") plus a
@@ -19,21 +18,21 @@ import (
 func durationUnit(unit string) (uint64, bool) {
 	switch unit {
 	case "ns":
-		return uint64(duration.Nanosecond), true
+		return uint64(time.Nanosecond), true
 	case "us",
 		"µs", // U+00B5 micro sign
 		"μs": // U+03BC Greek small letter mu
-		return uint64(duration.Microsecond), true
+		return uint64(time.Microsecond), true
 	case "ms":
-		return uint64(duration.Millisecond), true
+		return uint64(time.Millisecond), true
 	case "s":
-		return uint64(duration.Second), true
+		return uint64(time.Second), true
 	case "m":
-		return uint64(duration.Minute), true
+		return uint64(time.Minute), true
 	case "h":
-		return uint64(duration.Hour), true
+		return uint64(time.Hour), true
 	case "d":
-		return uint64(24 * duration.Hour), true
+		return uint64(24 * time.Hour), true
 	}
 	return 0, false
 }
@@ -48,7 +47,7 @@ func notADuration(orig string) string {
 // parseDuration parses a duration the way the config does: Go syntax plus "d" (24h). It
 // returns the duration, or a non-empty message describing the problem without a JSON path
 // (Parse adds the path).
-func parseDuration(orig string) (duration.Duration, string) {
+func parseDuration(orig string) (time.Duration, string) {
 	if d, ok := simpleDuration(orig); ok {
 		return d, ""
 	}
@@ -59,7 +58,7 @@ func parseDuration(orig string) (duration.Duration, string) {
 // unit ("1s", "500ms", "1d"), and reports false for anything else, which parseDurationFull
 // then parses (or explains), so that the full parser and its messages are compiled only for
 // configurations that need them (see filter/doc.go; TestSimpleDurationAgrees).
-func simpleDuration(s string) (duration.Duration, bool) {
+func simpleDuration(s string) (time.Duration, bool) {
 	i, v := 0, uint64(0)
 	for ; i < len(s) && i < 18 && isDigit(s[i]); i++ {
 		v = v*10 + uint64(s[i]-'0')
@@ -74,13 +73,11 @@ func simpleDuration(s string) (duration.Duration, bool) {
 	if v > uint64(1<<63-1)/unit {
 		return 0, false
 	}
-	return duration.Duration(v * unit), true
+	return time.Duration(v * unit), true
 }
 
 // parseDurationFull is parseDuration for any input.
-//
-//go:noinline
-func parseDurationFull(orig string) (duration.Duration, string) {
+func parseDurationFull(orig string) (time.Duration, string) {
 	s := orig
 	neg := false
 	if s != "" && (s[0] == '-' || s[0] == '+') {
@@ -163,9 +160,9 @@ func parseDurationFull(orig string) (duration.Duration, string) {
 		}
 	}
 	if neg {
-		return -duration.Duration(total), ""
+		return -time.Duration(total), ""
 	}
-	return duration.Duration(total), ""
+	return time.Duration(total), ""
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
@@ -186,6 +183,6 @@ func isNumberLike(s string) bool {
 }
 
 // formatDuration renders a duration so that parseDuration reads it back exactly.
-func formatDuration(d duration.Duration) string {
+func formatDuration(d time.Duration) string {
 	return d.String()
 }

@@ -112,9 +112,9 @@ type jsonAdaptive struct {
 
 // MarshalJSON writes the effective configuration (defaults filled in, per-rule overrides
 // resolved) in the config's own schema. Parse reads it back to an equivalent Config. The
-// JSON is written by hand (jsonwrite.go) rather than by encoding/json, which would link
-// reflect and fmt into the module; it is byte for byte what json.Marshal writes for the
-// same structs (TestEncodeAsEncodingJSON).
+// JSON is written member by member (jsonwrite.go) rather than by encoding/json, which would
+// link reflect and fmt into the module; it holds what json.Marshal writes for the same
+// structs, strings escaped minimally (FuzzEncodeAsEncodingJSON).
 func (c *Config) MarshalJSON() ([]byte, error) {
 	jc := c.encode()
 	return jc.appendJSON(make([]byte, 0, 512)), nil

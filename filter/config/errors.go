@@ -9,8 +9,9 @@ import (
 const maxErrors = 100
 
 // Error is one problem found in a configuration. Path is the JSON path of the offending
-// value, written the way a person reads it ("rules[2].match.path.regex"); it is empty for
-// problems with the document as a whole, such as invalid JSON. Msg says what is wrong.
+// value, written the way a person reads it ("rules[2].match.path.regex"), or for a syntax
+// error the value or object it is in; it is empty for problems with the document as a
+// whole, such as its size. Msg says what is wrong.
 type Error struct {
 	Path string
 	Msg  string

@@ -42,11 +42,12 @@ var invalidCases = []invalidCase{
 	// The document.
 	{"empty", ``, []string{"config is empty: at least one rule is required"}, schemaSkip},
 	{"whitespace", " \n", []string{"config is empty: at least one rule is required"}, schemaSkip},
-	{"truncated", `{"rules":[`, []string{"invalid JSON: unexpected end of input"}, schemaSkip},
-	{"syntax", `{"rules":[}`, []string{"invalid JSON at byte 10 (line 1, column 11): invalid character '}' looking for beginning of value"}, schemaSkip},
+	{"truncated", `{"rules":[`, []string{"rules[0]: invalid JSON at byte 10 (line 1, column 11): unexpected end of input"}, schemaSkip},
+	{"syntax", `{"rules":[}`, []string{"rules[0]: invalid JSON at byte 10 (line 1, column 11): invalid character '}' at start of value"}, schemaSkip},
 	{"trailing data", `{"rules":[{"name":"r",` + tb + `}]} {}`, []string{"invalid JSON: unexpected data after the top-level value, which ends at byte 76 (line 1, column 77)"}, schemaSkip},
 	{"not an object", `[]`, []string{"want an object, got an array"}, schemaRejects},
-	{"too deep", `{"x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, []string{"invalid JSON: nesting is deeper than 32 levels"}, schemaSkip},
+	{"too deep", `{"x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, []string{"x" + strings.Repeat("[0]", maxDepth) + ": invalid JSON: nesting is deeper than 32 levels"}, schemaSkip},
+	{"syntax in a rule", `{"rules":[{"name":"r",` + tb + `,"key":[{"source":"path"},]}]}`, []string{"rules[0].key[1]: invalid JSON at byte 98 (line 1, column 99): invalid character ',' at start of value"}, schemaSkip},
 	{"too large", `{"rules":[],"domain":"` + strings.Repeat("a", MaxConfigBytes) + `"}`, []string{"config is 1048600 bytes; the maximum is 1048576"}, schemaSkip},
 
 	// Top-level fields.

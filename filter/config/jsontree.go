@@ -1,16 +1,22 @@
 package config
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"strconv"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The config is decoded into this small tree, rather than straight into structs, because
-// the parser must name the JSON path of every problem: encoding/json's
-// DisallowUnknownFields and type errors carry no path we can rely on, and it silently keeps
-// the last of two duplicate keys, which would let `"limit": 10, "limit": 100000` slip by.
+// the parser must name the JSON path of every problem, report every duplicate key (a decoder
+// that keeps the last of two would let `"limit": 10, "limit": 100000` slip by) and report
+// problems in document order. The tokens come from jsontext (github.com/go-json-experiment/
+// json, the reference implementation of Go's encoding/json/v2 tokenizer), which checks the
+// syntax and unquotes strings without linking reflection or fmt. Go 1.26 has the same
+// package as encoding/json/jsontext only under GOEXPERIMENT=jsonv2, which every build and
+// test of the module would have to set; encoding/json's Decoder links reflect and fmt.
 
 // kind is the JSON type of a node.
 type kind uint8
@@ -45,28 +51,37 @@ const maxDepth = 32
 
 var errTooDeep = errors.New("nesting is deeper than 32 levels")
 
+// jsonError is decodeTree's error for a document that is not one JSON value: Path is where
+// in the document the problem was met (the value being read, or the object whose next
+// member was expected), Msg says what and, but for the nesting bound, at which byte.
+type jsonError struct {
+	Path string
+	Msg  string
+}
+
 // decodeTree parses data as exactly one JSON value. Duplicate object keys are reported
 // through dup with the path of the duplicate, and the first occurrence is kept.
 //
-// The syntax is first checked in one pass by encoding/json's scanner (copied in
-// jsonscan.go), without building anything, which keeps its error messages and byte offsets;
-// the tree is then built from the bytes known to be valid JSON. Building the tree from
-// json.Decoder's tokens instead cost about 4 us per token in a Wasm VM, over 2 s for a 1 MiB
-// document of small values.
-func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
-	end, err := scanValue(data)
-	if err != nil {
-		return nil, jsonError(err)
+// The decoder allows duplicate names and invalid UTF-8 itself: duplicates are found here,
+// so that each is reported with the other problems of the document rather than ending the
+// decoding at the first, and invalid UTF-8 is replaced by U+FFFD, as encoding/json reads it.
+func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
+	d := decoder{
+		dec: jsontext.NewDecoder(bytes.NewBuffer(data),
+			jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)),
+		dup: dup,
 	}
-	for i := end; i < len(data); i++ {
-		if !isSpace(data[i]) {
-			return nil, trailingData(end)
-		}
-	}
-	d := decoder{data: data[:end], dup: dup}
 	n, err := d.value(0)
 	if err != nil {
-		return nil, jsonError(err)
+		return nil, d.fail(err)
+	}
+	// The decoder reads a stream of values; the configuration is one, so anything but white
+	// space after it is refused.
+	end := int(d.dec.InputOffset())
+	for _, c := range data[end:] {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return nil, trailingData(end)
+		}
 	}
 	return n, nil
 }
@@ -75,55 +90,16 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, error) {
 // end. It is out of decodeTree's line: V8 in Envoy compiles a function on its first call.
 //
 //go:noinline
-func trailingData(end int) error {
-	return errors.New("invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end))
+func trailingData(end int) *jsonError {
+	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end)}
 }
 
-// errUnexpectedEnd is scanValue's error for input that ends before a value does (or holds
-// none), which json.Decoder reports as io.EOF or io.ErrUnexpectedEOF.
-var errUnexpectedEnd = errors.New("unexpected end of input")
-
-// scanValue checks that data starts with one valid JSON value (after optional whitespace)
-// and returns the offset just past it, as json.Decoder.Decode followed by InputOffset would:
-// a number ends at the first byte that cannot continue it, an object or array at its closing
-// bracket. A syntax error carries the 0-based offset of the offending byte.
-func scanValue(data []byte) (int, error) {
-	var s scanner
-	s.reset()
-	for i := 0; i < len(data); i++ {
-		c := data[i]
-		s.bytes++
-		switch s.step(&s, c) {
-		case scanEnd:
-			// The end is seen one byte late: the value ended before c.
-			return i, nil
-		case scanEndObject, scanEndArray:
-			// json.Decoder does not wait for the byte after a closing bracket that ends the
-			// top-level value; it feeds a space instead, and so does this.
-			if stateEndValue(&s, ' ') == scanEnd {
-				return i + 1, nil
-			}
-		case scanError:
-			se := s.err.(*syntaxError)
-			// The scanner counts the offending byte in the offset; report where it is
-			// (0-based), as the rest of the parser's messages do.
-			se.Offset--
-			return 0, se
-		}
-	}
-	if s.step(&s, ' ') == scanEnd {
-		return len(data), nil
-	}
-	return 0, errUnexpectedEnd
-}
-
-// decoder builds the tree from valid JSON. It keeps the path to the current value as a
-// stack of segments and renders it only when a duplicate key is reported: building every
+// decoder builds the tree from jsontext's tokens. It keeps the path to the current value as
+// a stack of segments and renders it only when a problem is reported: building every
 // value's path string up front would cost, for a value under a long key, the length of that
 // key again for every element below it, which a 1 MiB document can turn into gigabytes.
 type decoder struct {
-	data []byte
-	pos  int
+	dec  *jsontext.Decoder
 	dup  func(path, key string)
 	segs []segment
 }
@@ -148,83 +124,55 @@ func (d *decoder) path() string {
 	return path
 }
 
+// fail turns an error of value into decodeTree's, at the current path. jsontext's syntax
+// errors give the byte offset of the problem and say what it is; the JSON Pointer they also
+// carry is the path already known here, and the "jsontext: " prefix is left out. It is out
+// of line: V8 in Envoy compiles a function on its first call, and a valid configuration
+// has no syntax error.
+//
+//go:noinline
+func (d *decoder) fail(err error) *jsonError {
+	msg := "invalid JSON: " + err.Error()
+	if se, ok := errors.AsType[*jsontext.SyntacticError](err); ok && se.Err != nil {
+		what := se.Err.Error()
+		if se.Err == io.ErrUnexpectedEOF {
+			what = "unexpected end of input"
+		}
+		msg = "invalid JSON at byte " + strconv.FormatInt(se.ByteOffset, 10) + ": " + what
+	} else if err == io.EOF || err == io.ErrUnexpectedEOF {
+		msg = "invalid JSON: unexpected end of input"
+	}
+	return &jsonError{Path: d.path(), Msg: msg}
+}
+
 // indexAfter is the member count from which an object indexes its keys in a map. Below it
 // a linear scan is cheaper than hashing, and every object of a valid config is that small;
 // above it the map keeps duplicate detection linear in the document (a scan per key made
 // an object of 80,000 keys take seconds).
 const indexAfter = 16
 
-// jsonError makes the scanner's errors say where the problem is.
-func jsonError(err error) error {
-	// errors.AsType, not errors.As: errors.As links reflection's assignability checks
-	// (internal/reflectlite, about 20 KB of the module).
-	se, isSyntax := errors.AsType[*syntaxError](err)
-	switch {
-	case isSyntax:
-		return errors.New("invalid JSON at byte " + strconv.FormatInt(se.Offset, 10) + ": " + se.Error())
-	case err == errUnexpectedEnd:
-		return errors.New("invalid JSON: unexpected end of input")
-	default:
-		return &wrapError{msg: "invalid JSON: " + err.Error(), err: err}
-	}
-}
-
-// wrapError is an error with its own message that unwraps to the error it reports, as
-// fmt.Errorf with %w makes one (fmt is not linked into the module: see jsonscan.go).
-type wrapError struct {
-	msg string
-	err error
-}
-
-func (e *wrapError) Error() string { return e.msg }
-func (e *wrapError) Unwrap() error { return e.err }
-
-// skipSpace moves past JSON whitespace. It is kept out of line: value skips whitespace at
-// five places, and V8 in Envoy compiles value, with whatever is inlined into it, in every
-// VM's configure.
-//
-//go:noinline
-func (d *decoder) skipSpace() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
-	}
-}
-
-// next skips whitespace and returns the next byte without consuming it. The input is valid
-// JSON, so a value or a delimiter always follows where the grammar expects one.
-func (d *decoder) next() byte {
-	d.skipSpace()
-	return d.data[d.pos]
-}
-
 func (d *decoder) value(depth int) (*node, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
+	tok, err := d.dec.ReadToken()
+	if err != nil {
+		return nil, err
+	}
 	// One allocation site for every kind of value, rather than one per case: each call site
 	// is code that V8 in Envoy compiles with value in every VM's configure.
 	n := new(node)
-	switch c := d.next(); c {
+	switch tok.Kind() {
 	case '{':
-		d.pos++
 		n.kind = kindObject
 		var index map[string]struct{}
-		for d.next() != '}' {
-			if d.data[d.pos] == ',' {
-				d.pos++
-				d.skipSpace()
-			}
-			key, err := d.str()
+		// PeekKind is 0 at an error, which the next ReadToken returns.
+		for d.dec.PeekKind() != '}' {
+			name, err := d.dec.ReadToken()
 			if err != nil {
 				return nil, err
 			}
-			d.next() // the ':'
-			d.pos++
+			key := name.String()
 			d.segs = append(d.segs, segment{key: key})
 			val, err := d.value(depth + 1)
 			if err != nil {
@@ -242,15 +190,9 @@ func (d *decoder) value(depth int) (*node, error) {
 			}
 			d.segs = d.segs[:len(d.segs)-1]
 		}
-		d.pos++
-		return n, nil
 	case '[':
-		d.pos++
 		n.kind = kindArray
-		for d.next() != ']' {
-			if d.data[d.pos] == ',' {
-				d.pos++
-			}
+		for d.dec.PeekKind() != ']' {
 			d.segs = append(d.segs, segment{index: len(n.elems), isIndex: true})
 			val, err := d.value(depth + 1)
 			if err != nil {
@@ -259,75 +201,27 @@ func (d *decoder) value(depth int) (*node, error) {
 			d.segs = d.segs[:len(d.segs)-1]
 			n.elems = append(n.elems, val)
 		}
-		d.pos++
-		return n, nil
 	case '"':
-		s, err := d.str()
-		if err != nil {
-			return nil, err
-		}
-		n.kind, n.s = kindString, s
+		n.kind, n.s = kindString, tok.String()
+		return n, nil
 	case 't':
-		d.pos += len("true")
 		n.kind, n.b = kindBool, true
+		return n, nil
 	case 'f':
-		d.pos += len("false")
 		n.kind = kindBool
+		return n, nil
 	case 'n':
-		d.pos += len("null")
 		n.kind = kindNull
+		return n, nil
 	default: // a number: its literal text, as json.Number keeps it
-		start := d.pos
-		for d.pos < len(d.data) && strings.IndexByte("+-.0123456789eE", d.data[d.pos]) >= 0 {
-			d.pos++
-		}
-		n.kind, n.s = kindNumber, string(d.data[start:d.pos])
+		n.kind, n.s = kindNumber, tok.String()
+		return n, nil
+	}
+	// The closing '}' or ']' that PeekKind saw.
+	if _, err := d.dec.ReadToken(); err != nil {
+		return nil, err
 	}
 	return n, nil
-}
-
-// str reads the string that starts at the current position. A string of printable ASCII
-// without escapes is its own bytes; any other is decoded by encoding/json's unquoting (copied
-// in jsonscan.go), so that escapes, surrogate pairs and invalid UTF-8 (replaced by U+FFFD)
-// read exactly as encoding/json reads them.
-func (d *decoder) str() (string, error) {
-	start := d.pos
-	d.pos++ // the opening quote
-	plain := true
-	for {
-		c := d.data[d.pos]
-		if c == '"' {
-			break
-		}
-		if c == '\\' {
-			plain = false
-			d.pos += 2
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			plain = false
-		}
-		d.pos++
-	}
-	d.pos++ // the closing quote
-	if plain {
-		return string(d.data[start+1 : d.pos-1]), nil
-	}
-	return unquoteString(d.data[start:d.pos])
-}
-
-// unquoteString decodes a quoted string with escapes or non-ASCII bytes (see str), out of
-// str's line: V8 in Envoy compiles a function on its first call, and the strings of most
-// configurations are plain.
-//
-//go:noinline
-func unquoteString(quoted []byte) (string, error) {
-	b, ok := unquoteBytes(quoted)
-	if !ok {
-		// The scanner accepted the string, so this cannot happen; say so rather than panic.
-		return "", errors.New("a string the syntax check accepted could not be unquoted")
-	}
-	return string(b), nil
 }
 
 // duplicate reports key as a duplicate in the object at the current path (out of value's

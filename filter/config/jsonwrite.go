@@ -1,18 +1,18 @@
 package config
 
 import (
-	"math"
+	"sort"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
-// This file writes the effective configuration's JSON (encode.go) without encoding/json,
-// which would link reflect and fmt into the module (about 1.46 MB of the .wasm and a large
-// share of V8's start-up). Each struct writes its members in declaration order with the same
-// omitempty rules as its struct tags, strings are escaped as encoding/json escapes them (HTML
-// characters, U+2028 and U+2029, invalid UTF-8 as U+FFFD), floats are formatted as
-// encoding/json formats them and maps are written in key order. The struct tags stay: the
-// test marshals the same structs with encoding/json and compares the bytes.
+// This file writes the effective configuration's JSON (encode.go) with jsontext's string
+// quoting and number formatting, not with encoding/json's reflection: encoding/json would
+// link reflect and fmt into the module. Each struct writes its members in declaration order
+// with the same omitempty rules as its struct tags, and maps are written in key order, as
+// encoding/json writes them. The struct tags stay: the test marshals the same structs with
+// encoding/json and checks that both write the same values in the same order.
 
 // rawJSON is a member whose JSON is already written (a rule's cost).
 type rawJSON []byte
@@ -117,7 +117,7 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	sort.Sort(sort.StringSlice(keys))
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {
@@ -138,7 +138,7 @@ func appendAnyMap(b []byte, m map[string]any) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	sort.Sort(sort.StringSlice(keys))
 	w := beginObject(b)
 	for _, k := range keys {
 		if !w.first {
@@ -159,87 +159,13 @@ func appendAnyMap(b []byte, m map[string]any) []byte {
 	return w.end()
 }
 
-// appendJSONFloat formats f as encoding/json does: the shortest decimal that reads back
-// to f, in exponent form below 1e-6 and from 1e21, with a one-digit exponent where Go's
-// formatting would pad it to two (1e-07 -> 1e-7). NaN and infinities have no JSON form;
-// Parse never accepts them, and null keeps the output valid JSON should one appear.
-func appendJSONFloat(b []byte, f float64) []byte {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return append(b, "null"...)
-	}
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
+// appendJSONString writes s as a JSON string with jsontext's minimal escaping (RFC 8785):
+// quotes, backslashes and control characters escaped, everything else as it is. Invalid
+// UTF-8 is written as U+FFFD, as Parse reads it; jsontext reports it with an error that is of
+// no use here.
+func appendJSONString(b []byte, s string) []byte {
+	b, _ = jsontext.AppendQuote(b, s)
 	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString writes s as a JSON string, escaped as encoding/json's appendString
-// escapes with HTML escaping on (json.Marshal's default).
-func appendJSONString(dst []byte, src string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(src); {
-		if c := src[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, src[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				// Other control characters, and <, > and & (json.Marshal's HTML escaping).
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(src[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		// U+2028 and U+2029 are valid in JSON but end a line in JavaScript; encoding/json
-		// escapes them unconditionally.
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, src[start:]...)
-	return append(dst, '"')
 }
 
 func (jc *jsonConfig) appendJSON(b []byte) []byte {
@@ -393,7 +319,7 @@ func (a *jsonAdaptive) appendJSON(b []byte) []byte {
 	w.int("max_limit", a.MaxLimit)
 	w.strOmit("target_latency", a.TargetLatency)
 	w.key("error_threshold")
-	w.b = appendJSONFloat(w.b, a.ErrorThreshold)
+	w.b = jsontext.AppendFloat(w.b, a.ErrorThreshold, 64)
 	w.str("interval", a.Interval)
 	return w.end()
 }

@@ -254,60 +254,6 @@ func TestCost(t *testing.T) {
 	}
 }
 
-// parseIPv4 reports what parseIPText's fast path reads of s (it reports the address as s
-// writes it only then), for an s without blanks around it (the general path is given those).
-func parseIPv4(s string) (IP, bool) {
-	if strings.Trim(s, " \t") != s {
-		return IP{}, false
-	}
-	ip, text, ok := parseIPText(s)
-	return ip, ok && text != ""
-}
-
-// parseIPText's fast path: whatever it accepts, the general path accepts with the same
-// address.
-func checkParseIPv4(t *testing.T, s string) {
-	t.Helper()
-	ip, ok := parseIPv4(s)
-	if !ok {
-		return // the general path decides
-	}
-	if want, wantOK := parseAddr(s); !wantOK || ip != want {
-		t.Fatalf("parseIPv4(%q) = %v; the general path gives %v, %v", s, ip, want, wantOK)
-	}
-	// The text a key part copies instead of printing the address is what it would print.
-	if _, text, _ := parseIPText(s); text != ip.String() {
-		t.Fatalf("parseIPText(%q) text %q, the address prints %q", s, text, ip.String())
-	}
-}
-
-var ipv4Shapes = []string{
-	"192.0.2.1", "192.0.2.1:5555", "0.0.0.0", "255.255.255.255:65535", "1.2.3.4:0", "1.2.3.4:0080",
-	"1.2.3.4:65536", "1.2.3.4:", "1.2.3.4:+1", "1.2.3.4:-1", "256.1.1.1", "01.2.3.4", "1.2.3.04",
-	"1.2.3", "1.2.3.4.5", "1..2.3", "1.2.3.1234", ".1.2.3", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4::80",
-	"1.2.3.4:8a", "::ffff:1.2.3.4", "[1.2.3.4]:80", "", ":", "1.2.3.4:99999999999999999999",
-}
-
-func TestParseIPv4AgreesWithGeneralPath(t *testing.T) {
-	accepted := 0
-	for _, s := range ipv4Shapes {
-		checkParseIPv4(t, s)
-		if _, ok := parseIPv4(s); ok {
-			accepted++
-		}
-	}
-	if accepted != 6 {
-		t.Errorf("the fast path took %d of the well-formed shapes, want 6", accepted)
-	}
-}
-
-func FuzzParseIPv4(f *testing.F) {
-	for _, s := range ipv4Shapes {
-		f.Add(s)
-	}
-	f.Fuzz(checkParseIPv4)
-}
-
 // cachingRequest is a fakeRequest that keeps the client IP, as the filter's request does, and
 // counts how often the source address is read.
 type cachingRequest struct {

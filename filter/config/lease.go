@@ -1,8 +1,9 @@
 package config
 
 import (
+	"time"
+
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
 )
 
 // Lease is a rule's lease block: how many units a worker VM may reserve for a key at once and
@@ -16,7 +17,7 @@ type Lease struct {
 	Batch int64
 	// TTL is how long reserved units stay spendable; unspent units are then dropped
 	// (under-admission, never over).
-	TTL duration.Duration
+	TTL time.Duration
 }
 
 // Lease bounds. A batch of 1 is exact and pointless, so the smallest is 2; the longest ttl
@@ -24,8 +25,8 @@ type Lease struct {
 const (
 	MinLeaseBatch   = 2
 	MaxLeaseBatch   = 1_000_000
-	DefaultLeaseTTL = duration.Second
-	MaxLeaseTTL     = duration.Minute
+	DefaultLeaseTTL = time.Second
+	MaxLeaseTTL     = time.Minute
 )
 
 // leaseFields are the fields of a lease block.
@@ -51,7 +52,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 		valid = false
 	}
 	if tn, tpath := f.get("ttl"); tn != nil {
-		if d, ok := p.duration(tpath, tn, duration.Millisecond, MaxLeaseTTL); ok {
+		if d, ok := p.duration(tpath, tn, time.Millisecond, MaxLeaseTTL); ok {
 			l.TTL = d
 		} else {
 			valid = false

@@ -70,8 +70,6 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 }
 
 // appendRule is Match's append for a list without room.
-//
-//go:noinline
 func appendRule(dst []*Rule, r *Rule) []*Rule {
 	return append(dst, r)
 }
@@ -171,8 +169,6 @@ func newStringSet(list []string) stringSet {
 // has reports whether x is in the set. It is kept out of line (see filter/doc.go):
 // Match.matches has four sets, and four inlined copies (with the map lookup) would be code
 // that every VM's first request compiles, for whichever conditions the rules use or not.
-//
-//go:noinline
 func (s *stringSet) has(x string) bool {
 	if s.m != nil {
 		_, ok := s.m[x]

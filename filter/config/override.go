@@ -1,6 +1,7 @@
 package config
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 
@@ -143,14 +144,25 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 // would stop a longer prefix from moving ahead of a shorter one.
 func sortPrefixesLongestFirst(out []Override) {
 	var at []int // the positions of the prefixes
+	var prefixes []Override
 	for i := range out {
 		if out[i].Prefix {
 			at = append(at, i)
+			prefixes = append(prefixes, out[i])
 		}
 	}
-	insertionSort(len(at), func(i, j int) bool { return len(out[at[i]].Value) > len(out[at[j]].Value) },
-		func(i, j int) { out[at[i]], out[at[j]] = out[at[j]], out[at[i]] })
+	sort.Stable(longestFirst(prefixes))
+	for k, i := range at {
+		out[i] = prefixes[k]
+	}
 }
+
+// longestFirst orders overrides by the length of their value, longest first.
+type longestFirst []Override
+
+func (o longestFirst) Len() int           { return len(o) }
+func (o longestFirst) Less(i, j int) bool { return len(o[i].Value) > len(o[j].Value) }
+func (o longestFirst) Swap(i, j int)      { o[i], o[j] = o[j], o[i] }
 
 // override reads one override.
 func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {

@@ -2,14 +2,15 @@ package config
 
 import (
 	"bytes"
+	"regexp"
+	"regexp/syntax"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp"
-	"github.com/ratelimit-wasm/ratelimit/internal/regexp/syntax"
 )
 
 // Parse parses, validates and compiles a plugin configuration.
@@ -31,9 +32,9 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	p := new(parser)
-	root, err := decodeTree(data, p.duplicateKey)
-	if err != nil {
-		return nil, p.invalidJSON(data, err)
+	root, jerr := decodeTree(data, p.duplicateKey)
+	if jerr != nil {
+		return nil, p.invalidJSON(data, jerr)
 	}
 	cfg := p.config(root)
 	if err := p.result(); err != nil {
@@ -44,12 +45,10 @@ func Parse(data []byte) (*Config, error) {
 
 // checkDocument returns the problem of a document that is too large or empty (only white
 // space), or nil.
-//
-//go:noinline
 func checkDocument(data []byte) error {
 	var p parser
 	if len(data) > MaxConfigBytes {
-		p.addf("", "config is %d bytes; the maximum is %d", len(data), MaxConfigBytes)
+		p.add("", "config is "+strconv.Itoa(len(data))+" bytes; the maximum is "+strconv.Itoa(MaxConfigBytes))
 		return p.result()
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -64,12 +63,10 @@ func (p *parser) duplicateKey(path, key string) {
 	p.add(path, "duplicate key")
 }
 
-// invalidJSON returns the problems found so far with decodeTree's error err last, located
-// by line and column in data (see checkDocument).
-//
-//go:noinline
-func (p *parser) invalidJSON(data []byte, err error) error {
-	p.add("", withLineColumn(data, err.Error()))
+// invalidJSON returns the problems found so far with decodeTree's error err last, at its
+// path and located by line and column in data (see checkDocument).
+func (p *parser) invalidJSON(data []byte, err *jsonError) error {
+	p.add(err.Path, withLineColumn(data, err.Msg))
 	return p.result()
 }
 
@@ -89,8 +86,6 @@ func hasPrintableASCII(data []byte) bool {
 // is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
 // of config's line it is compiled only for a configuration of more than one rule (see
 // filter/doc.go).
-//
-//go:noinline
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 	for _, prev := range rules {
 		if slices.Equal(prev.Key, key) {
@@ -165,23 +160,19 @@ func (p *parser) config(root *node) *Config {
 // (prevName), or one that reads the same in a flat metric name. Like every message that
 // formats its values, it is out of config's line (see filter/doc.go): a valid configuration
 // never calls this one.
-//
-//go:noinline
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
-		p.addf(rpath+".name", "duplicate of rules[%d].name %s", prev, strconv.Quote(name))
+		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
 	} else {
-		p.addf(rpath+".name", "%s and rules[%d].name %s differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one",
-			strconv.Quote(name), prev, strconv.Quote(prevName))
+		p.add(rpath+".name", strconv.Quote(name)+" and rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(prevName)+
+			" differ only in '.', '-' and '_', which Prometheus names cannot tell apart; rename one")
 	}
 }
 
 // redisRequired reports the missing redis section that rules[first], a global rule, needs
 // (out of line like duplicateName).
-//
-//go:noinline
 func (p *parser) redisRequired(first int) {
-	p.addf("redis", `required because rules[%d] has scope "global"`, first)
+	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
 
 func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
@@ -236,7 +227,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	if tn, tpath := f.get("timeout"); tn != nil {
-		if d, ok := p.duration(tpath, tn, duration.Millisecond, 10*duration.Second); ok {
+		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
 			r.Timeout = d
 		}
 	}
@@ -267,7 +258,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 				}
 			}
 			if n, path := bf.get("cooldown"); n != nil {
-				if d, ok := p.duration(path, n, 100*duration.Millisecond, 10*duration.Minute); ok {
+				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
 					r.Breaker.Cooldown = d
 				}
 			}
@@ -299,8 +290,6 @@ var ruleFields = []string{
 
 // options parses the configuration's top-level fields other than "rules" into c (see
 // config, which calls it only when there are any).
-//
-//go:noinline
 func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
@@ -365,8 +354,6 @@ var algorithmNames = func() []string {
 // '.', '-' and '_' are one character: two such names would share their metrics. The earlier
 // rules are searched linearly (at most MaxRules, comparing without allocating), and out of
 // config's line (see filter/doc.go): a configuration of one rule has no earlier rule.
-//
-//go:noinline
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -414,8 +401,6 @@ var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "s
 // hasAny reports whether object n has a member named in names. It is kept out of line (see
 // filter/doc.go): its loops inlined in rule and algorithm would be more code for every VM's
 // configure to compile than one function.
-//
-//go:noinline
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
 		if contains(names, m.key) {
@@ -481,15 +466,11 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 
 // badName reports s, at path, as no valid name (out of rule's line, like the readers of
 // options).
-//
-//go:noinline
 func (p *parser) badName(path, s string) {
 	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
@@ -502,8 +483,6 @@ func (p *parser) ruleConditions(f fields, r *Rule) {
 }
 
 // ruleCostShadow reads the rule's cost and shadow options into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleCostShadow(f fields, r *Rule) {
 	if cn, cpath := f.get("cost"); cn != nil {
 		if cs, ok := p.cost(cpath, cn); ok {
@@ -519,8 +498,6 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 }
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
-//
-//go:noinline
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	if vn, vpath := f.get("max_keys"); vn != nil {
 		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
@@ -541,8 +518,6 @@ func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 
 // ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
 // both need (see rule).
-//
-//go:noinline
 func (p *parser) ruleAttachments(f fields, r *Rule) {
 	if on, opath := f.get("overrides"); on != nil {
 		p.overrides(opath, on, r)
@@ -628,8 +603,6 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 
 // addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
 // of algorithm's line.
-//
-//go:noinline
 func (p *parser) addAt(path, fpath, msg string) {
 	p.add(path+"."+fpath, msg)
 }
@@ -637,8 +610,6 @@ func (p *parser) addAt(path, fpath, msg string) {
 // algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
 // (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
 // whether they are valid. A field that the algorithm does not use is a problem.
-//
-//go:noinline
 func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
 	ac := &r.Algorithm
 	alg := ac.Algorithm
@@ -688,8 +659,6 @@ func (p *parser) notFor(f fields, field, why string) bool {
 }
 
 // variant reads the sliding window's variant into ac, and reports whether it is valid.
-//
-//go:noinline
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
 	if vn, vpath := f.get("variant"); vn != nil {
@@ -704,8 +673,6 @@ func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 
 // mode reads the rule's mode and, for a shaping rule, max_delay into r (called when either
 // is set; without them the rule meters), and reports whether they are valid.
-//
-//go:noinline
 func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 	valid := true
 	ac := &r.Algorithm
@@ -724,7 +691,7 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		if dn, dpath := f.get("max_delay"); dn == nil {
 			p.add(dpath, `required when mode is "shape"`)
 			valid = false
-		} else if d, ok := p.duration(dpath, dn, duration.Millisecond, maxShapingDelay); ok {
+		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
 			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
 		} else {
 			valid = false
@@ -736,8 +703,6 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 }
 
 // scope reads the rule's scope, at path, into r.
-//
-//go:noinline
 func (p *parser) scope(path string, n *node, r *Rule, spec algorithms.Spec) {
 	if s, ok := p.enum(path, n, "local", "global"); ok {
 		r.Scope = Scope(s)
@@ -753,8 +718,6 @@ func (p *parser) scope(path string, n *node, r *Rule, spec algorithms.Spec) {
 // adaptiveLimit reads an adaptive rule's adaptive section into ac and sets its starting limit
 // (limit, read from lpath, when set). It reports false when the rule cannot be checked
 // further.
-//
-//go:noinline
 func (p *parser) adaptiveLimit(f fields, ac *algorithms.Config, lpath string, limit int64) bool {
 	an, apath := f.get("adaptive")
 	if an == nil {
@@ -767,7 +730,7 @@ func (p *parser) adaptiveLimit(f fields, ac *algorithms.Config, lpath string, li
 	ac.Limit = ac.MaxLimit // the default starting limit: no shedding until signals say so
 	if limit > 0 {
 		if limit < ac.MinLimit || limit > ac.MaxLimit {
-			p.addf(lpath, "must be between adaptive.min_limit (%d) and adaptive.max_limit (%d), got %d", ac.MinLimit, ac.MaxLimit, limit)
+			p.add(lpath, "must be between adaptive.min_limit ("+strconv.FormatInt(ac.MinLimit, 10)+") and adaptive.max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(limit, 10))
 			return false
 		}
 		ac.Limit = limit
@@ -800,7 +763,7 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		}
 	}
 	if n, fpath := f.get("target_latency"); n != nil {
-		ac.TargetLatency, ok = p.duration(fpath, n, duration.Millisecond, 60*duration.Second)
+		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
 		valid = valid && ok
 	}
 	if n, fpath := f.get("error_threshold"); n != nil {
@@ -808,11 +771,11 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 		valid = valid && ok
 	}
 	if n, fpath := f.get("interval"); n != nil {
-		ac.AdjustInterval, ok = p.duration(fpath, n, 100*duration.Millisecond, duration.Hour)
+		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
 		valid = valid && ok
 	}
 	if valid && ac.MinLimit > ac.MaxLimit {
-		p.addf(joinKey(path, "min_limit"), "must be <= max_limit (%d), got %d", ac.MaxLimit, ac.MinLimit)
+		p.add(joinKey(path, "min_limit"), "must be <= max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(ac.MinLimit, 10))
 		valid = false
 	}
 	if valid && ac.TargetLatency == 0 && ac.ErrorThreshold == 0 {
@@ -855,7 +818,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
 			cs.Default = v
 			if cs.Max > 0 && v > cs.Max {
-				p.addf(dpath, "must be <= max (%d), got %d", cs.Max, v)
+				p.add(dpath, "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(v, 10))
 				valid = false
 			}
 		} else {
@@ -874,8 +837,6 @@ var keySources = []string{
 
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
 // is valid; a const part has no default. It is out of keyPart's line, like queryName.
-//
-//go:noinline
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	valid := true
 	vn, vpath := f.get("value")
@@ -897,15 +858,11 @@ func (p *parser) constValue(f fields, kp *KeyPart) bool {
 // requiredFor reports the missing name of a key part of source s at path. Like queryName, it
 // is out of keyPart's line (see filter/doc.go): most key parts that have a name are headers
 // that name it.
-//
-//go:noinline
 func (p *parser) requiredFor(path, s string) {
 	p.add(path, "required for source "+strconv.Quote(s))
 }
 
 // queryName reads the name of a query parameter, at path, which must not be empty.
-//
-//go:noinline
 func (p *parser) queryName(path string, n *node) (string, bool) {
 	name, ok := p.str(path, n, 256)
 	if !ok {
@@ -920,8 +877,6 @@ func (p *parser) queryName(path string, n *node) (string, bool) {
 
 // unusedBy reports the key part's field when it is set, as not used by source s, and
 // whether it was set.
-//
-//go:noinline
 func (p *parser) unusedBy(f fields, field, s string) bool {
 	fn, fpath := f.get(field)
 	if fn == nil {
@@ -1128,7 +1083,7 @@ func (p *parser) stringList(path string, n *node, max int, what string) []string
 // whole value: an unanchored "/admin" would also match "/public/admin-docs".
 func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 	if len(src) > maxRegexLen {
-		p.addf(path, "is %d bytes long; the maximum is %d", len(src), maxRegexLen)
+		p.tooLong(path, len(src), maxRegexLen)
 		return nil, false
 	}
 	// Parse the source alone first so that a syntax error quotes what the user wrote,
@@ -1346,7 +1301,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		if v, ok := p.intField(gpath, gn, 0, 16); !ok {
 			valid = false
 		} else if v != grpcResourceExhausted && v != grpcUnavailable {
-			p.addf(gpath, "%d is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)", v)
+			p.add(gpath, strconv.Itoa(v)+" is not allowed; use 8 (RESOURCE_EXHAUSTED) or 14 (UNAVAILABLE)")
 			valid = false
 		} else {
 			d.GrpcStatus = v
@@ -1357,7 +1312,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			p.add(hpath, "want an object of header names to values, got "+hn.describe())
 			valid = false
 		} else if len(hn.members) > maxDenyHeaders {
-			p.addf(hpath, "has %d headers; the maximum is %d", len(hn.members), maxDenyHeaders)
+			p.add(hpath, "has "+strconv.Itoa(len(hn.members))+" headers; the maximum is "+strconv.Itoa(maxDenyHeaders))
 			valid = false
 		} else {
 			d.Headers = nil
@@ -1393,9 +1348,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				}
 				d.Headers = append(d.Headers, Header{Name: name, Value: v})
 			}
-			h := d.Headers
-			insertionSort(len(h), func(i, j int) bool { return h[i].Name < h[j].Name },
-				func(i, j int) { h[i], h[j] = h[j], h[i] })
+			sort.Stable(headersByName(d.Headers))
 		}
 	}
 	if !valid {
@@ -1403,6 +1356,13 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 	}
 	return &d
 }
+
+// headersByName orders a denial's headers by name.
+type headersByName []Header
+
+func (h headersByName) Len() int           { return len(h) }
+func (h headersByName) Less(i, j int) bool { return h[i].Name < h[j].Name }
+func (h headersByName) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 
 // The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
 const (

@@ -4,10 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -40,10 +38,6 @@ func (p *parser) add(path, msg string) {
 // counted.
 func (p *parser) full() bool { return len(p.errs) >= maxErrors }
 
-func (p *parser) addf(path, format string, args ...any) {
-	p.add(path, strfmt.Sprintf(format, args...))
-}
-
 // result returns the collected problems as an error, or nil.
 func (p *parser) result() error {
 	if len(p.errs) == 0 {
@@ -54,12 +48,10 @@ func (p *parser) result() error {
 
 // problems returns the collected problems, of which there are some, as an error. It is out
 // of result's line (see filter/doc.go): a valid configuration has no problem.
-//
-//go:noinline
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
-		errs = append(errs[:len(errs):len(errs)], &Error{Msg: strfmt.Sprintf("... and %d more problems", p.dropped)})
+		errs = append(errs[:len(errs):len(errs)], &Error{Msg: "... and " + strconv.Itoa(p.dropped) + " more problems"})
 	}
 	return errs
 }
@@ -99,8 +91,6 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 // unknownField reports the member key of the object at path as unknown, with a suggestion
 // from known when one is close. It is out of object's line (see filter/doc.go): a valid
 // configuration has no unknown field.
-//
-//go:noinline
 func (p *parser) unknownField(path, key string, known []string) {
 	if p.full() {
 		// The problem would not be reported; skip the edit distances, which for an object
@@ -119,8 +109,6 @@ func (p *parser) unknownField(path, key string, known []string) {
 // string" ...) as "want <want>, got <value>". Every reader's type error goes through it, out
 // of the readers' lines (see filter/doc.go): a valid configuration never calls it, so never
 // compiles the message's construction.
-//
-//go:noinline
 func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
 }
@@ -128,8 +116,6 @@ func (p *parser) wrongType(path, want string, n *node) {
 // contains reports whether list holds s. It is kept out of line (see filter/doc.go): the
 // parser's readers search lists of names at several places, and one copy of the loop is less
 // code for every VM's configure to compile than one inlined at each.
-//
-//go:noinline
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -190,10 +176,8 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 
 // tooLong reports a string of n bytes, at path, longer than maxLen (out of str's line, see
 // wrongType).
-//
-//go:noinline
 func (p *parser) tooLong(path string, n, maxLen int) {
-	p.addf(path, "is %d bytes long; the maximum is %d", n, maxLen)
+	p.add(path, "is "+strconv.Itoa(n)+" bytes long; the maximum is "+strconv.Itoa(maxLen))
 }
 
 // boolean reads true or false.
@@ -223,8 +207,6 @@ func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
 // anyInteger is integer for any value other than a plain integer in range: an integer of
 // more digits or in another form, or a problem to report. It is out of integer's line (see
 // smallInteger).
-//
-//go:noinline
 func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	if n.kind != kindNumber || strings.IndexByte(n.s, '.') >= 0 || strings.IndexByte(n.s, 'e') >= 0 || strings.IndexByte(n.s, 'E') >= 0 {
 		p.wrongType(path, "an integer", n)
@@ -257,8 +239,6 @@ func smallInteger(s string) (int64, bool) {
 }
 
 // outOfRange reports an integer n, at path, that is not in [lo, hi].
-//
-//go:noinline
 func (p *parser) outOfRange(path string, n *node, lo, hi int64) {
 	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), hi == math.MaxInt64, n.describe()))
 }
@@ -291,7 +271,7 @@ func rangeMsg(lo, hi string, open bool, got string) string {
 }
 
 // duration reads a duration string in [lo, hi].
-func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (duration.Duration, bool) {
+func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
 	if n.kind != kindString {
 		p.wrongType(path, `a duration string like "1s"`, n)
 		return 0, false
@@ -310,9 +290,7 @@ func (p *parser) duration(path string, n *node, lo, hi duration.Duration) (durat
 
 // durationRange reports a duration d, read from s at path, that is not positive or not in
 // [lo, hi]. It is out of duration's line (see wrongType).
-//
-//go:noinline
-func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
+func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
 		return
@@ -321,9 +299,9 @@ func (p *parser) durationRange(path, s string, d, lo, hi duration.Duration) {
 }
 
 // fmtBound writes a duration bound the way a person would type it.
-func fmtBound(d duration.Duration) string {
-	if d >= 24*duration.Hour && d%(24*duration.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*duration.Hour)), 10) + "d"
+func fmtBound(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
 	s := d.String()
 	// "1m0s" reads better as "1m", and "1h0m0s" as "1h".
@@ -351,8 +329,6 @@ func (p *parser) enum(path string, n *node, allowed ...string) (string, bool) {
 
 // notOneOf reports s, at path, as none of allowed, with a suggestion when one is close. It
 // is out of enum's line (see wrongType).
-//
-//go:noinline
 func (p *parser) notOneOf(path, s string, allowed []string) {
 	msg := quote(s) + " is not one of " + strings.Join(allowed, ", ")
 	if sug := suggest(strings.ReplaceAll(s, "-", "_"), allowed); sug != "" {
@@ -383,9 +359,9 @@ func (p *parser) itemCount(path string, count, lo, hi int) {
 	case count < lo && lo == 1:
 		p.add(path, "must not be empty")
 	case count < lo:
-		p.addf(path, "has %d items; the minimum is %d", count, lo)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the minimum is "+strconv.Itoa(lo))
 	default:
-		p.addf(path, "has %d items; the maximum is %d", count, hi)
+		p.add(path, "has "+strconv.Itoa(count)+" items; the maximum is "+strconv.Itoa(hi))
 	}
 }
 
@@ -440,8 +416,6 @@ func lowerASCII(s string) string {
 // lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
 // its line (see filter/doc.go): names in configurations are nearly always lower-case
 // already.
-//
-//go:noinline
 func lowerSlow(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {

@@ -7,15 +7,16 @@ import (
 )
 
 // A syntax error in a multi-line configuration names the line and the column (in characters)
-// of the offending byte, as an editor shows them.
+// of the offending byte, as an editor shows them, and the path of the value it is in. The
+// offending byte of a trailing comma is the comma.
 func TestSyntaxErrorGivesLineAndColumn(t *testing.T) {
 	doc := "{\n  \"rules\": [\n    {\"name\": \"é\", }\n  ]\n}"
 	_, err := Parse([]byte(doc))
 	if err == nil {
 		t.Fatal("Parse accepted invalid JSON")
 	}
-	off := strings.Index(doc, "}\n  ]")
-	want := "invalid JSON at byte " + strconv.Itoa(off) + " (line 3, column 19): invalid character '}'"
+	off := strings.Index(doc, ", }")
+	want := "rules[0]: invalid JSON at byte " + strconv.Itoa(off) + " (line 3, column 17): invalid character ','"
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q does not contain %q", err, want)
 	}

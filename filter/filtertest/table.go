@@ -17,8 +17,9 @@ type TableDriver interface {
 	Metric(t *testing.T, name string) int64
 }
 
-// A TableCase is one of the key table's promises through the whole filter, run natively under
-// proxytest and against the compiled module.
+// A TableCase is one of the key table's promises through the whole filter (false denials,
+// targeted lock-out, floods, max_keys changes), run natively under proxytest and against the
+// compiled module.
 type TableCase struct {
 	Name    string
 	Config  string
@@ -32,9 +33,9 @@ const tableConfig = `{"rules":[{"name":"k","key":[{"source":"header","name":"x-k
 // TableCases are the key table's promises that both drivers check alike.
 var TableCases = []TableCase{
 	{
-		// A targeted lock-out: four keys colliding with the victim's home slot under an
-		// unkeyed slot formula would take its probes, and ten requests from a fifth drain the
-		// overflow slot. With keyed addressing the victim's first request is allowed.
+		// A targeted lock-out: four keys colliding with the victim's home slot under unkeyed
+		// addressing, and ten requests from a fifth to drain the overflow slot. With keyed
+		// addressing the victim's first request is allowed.
 		Name:   "TargetedAttack",
 		Config: tableConfig,
 		Check: func(t *testing.T, d TableDriver) {
@@ -53,9 +54,9 @@ var TableCases = []TableCase{
 		},
 	},
 	{
-		// A flood: 10,010 distinct keys on a 10/h rule with max_keys 10000. Of the new
-		// clients that follow, at most the documented share R / (64 x limit) is denied, R
-		// being the overflowing requests (the key_overflow_total metric).
+		// A flood: 10,010 distinct keys on a 10/h rule with max_keys 10000. At most the
+		// documented share R / (64 x limit) is denied, R being the overflowing requests (the key_overflow_total metric); a new
+		// client takes the slot of a flood key that spent 1 of its 10, so none overflows.
 		Name:   "Flood",
 		Config: tableConfig,
 		Check: func(t *testing.T, d TableDriver) {
@@ -74,8 +75,10 @@ var TableCases = []TableCase{
 			if float64(denied) > bound {
 				t.Fatalf("%d denied, above the bound %.1f", denied, bound)
 			}
-			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 10000 {
-				t.Fatalf("key_slots_used %d, want 10000", used)
+			// A new key may use a free slot of two groups only: when both are full it takes the
+			// slot of a key that spent little, so the last slots of a few groups stay unused.
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used < 9800 || used > 10000 {
+				t.Fatalf("key_slots_used %d, want 9,800 to 10,000", used)
 			}
 		},
 	},
@@ -158,8 +161,8 @@ func (headerRequest) SourceAddress() string                { return "192.0.2.1:5
 func (headerRequest) ClientIPCache() *config.ClientIPCache { return nil }
 
 // collidingValues returns n values of header x-k whose keys collide with the victim's under
-// an unkeyed slot formula a client can compute: SHA-256 bytes [8:16] little-endian mod
-// max_keys, the home slot of four consecutive probes.
+// the slot formula before keyed addressing: SHA-256 bytes [8:16] little-endian mod max_keys,
+// the home slot of four consecutive probes.
 func collidingValues(t *testing.T, cfg, victim string, maxKeys uint64, n int) []string {
 	c, err := config.Parse([]byte(cfg))
 	if err != nil {

@@ -52,8 +52,9 @@
 //     the keys of all of a request's global rules: one round trip per request, all-or-nothing
 //     across its rules (below). A domain is then served by one Redis server.
 //   - P > 1 partitions: <prefix>:{<domain>:<rule>:<p>}:<descriptor> (AppendPartKey), with
-//     p = FNV-1a-32(descriptor) mod P (Partition). One rule's keys spread over P slots and so
-//     over every shard, and each partition has its own key set and overflow key in its slot
+//     p = SipHash-2-4(secret, descriptor) mod P (Partition; the secret is below). One rule's
+//     keys spread over P slots and so over every shard, and each partition has its own key set
+//     and overflow key in its slot
 //     (Rule.Partitioned), so a call for one rule's key still touches one slot. The rules of
 //     one request are on different slots, so the filter sends one call per global rule, all
 //     at once: one round trip of latency, one call per rule, and each rule commits on its own.
@@ -71,6 +72,27 @@
 // clients active at once. Counting the keys of all partitions in one place would put every
 // new key's call back on one slot.
 //
+// The partition secret. Were the partition an unkeyed hash of the descriptor, anyone could
+// compute offline which clients share a partition and fill one partition's ceil(max_keys/P)
+// keys with clients of their own (15 requests for max_keys 640 and P 64), sending a named new
+// client of that partition to the overflow key. The partition is therefore SipHash-2-4 under a
+// 128-bit secret, which every proxy must share to place a key in the same partition. It lives
+// in Redis under <prefix>:{<domain>}:#partition-secret (AppendSecretKey), in the domain's slot:
+//
+//   - Before a VM knows it, a request with global rules first sends the secret call
+//     (AppendSecretCall, lua/secret.lua) with a random candidate and waits for it: one more
+//     round trip, on a VM's first requests only. The script returns the stored secret, or
+//     stores the candidate when there is none (or something that is not a secret), in one
+//     script, so of proxies that race to create it one stores its candidate and every one
+//     reads that one back.
+//   - When Redis cannot answer, the request's global rules apply redis.failure_mode, and the
+//     failure feeds the breaker, as for any call; the next request asks again.
+//   - A VM keeps the secret and reads it again every minute from its tick, offering its own as
+//     the candidate: if Redis lost it (a restart without persistence, an eviction), the value
+//     the proxies use is stored again, or, if a proxy that started meanwhile stored another
+//     first, every proxy adopts that one within a minute (a key whose partition changes
+//     starts afresh, as after Redis lost it). A failed refresh changes nothing.
+//
 // Changing the number of partitions moves every key to another name: the global counts start
 // afresh (the one configuration change that grants allowance, like a new key_prefix or
 // domain), so choose it when the store is set up, several times the number of shards
@@ -78,9 +100,9 @@
 //
 // # The script, time and state
 //
-// There is one script (lua/*.lua, concatenated): one set of functions per algorithm with a
-// global mode (token_bucket, leaky_bucket meter, sliding_window counter and log, fixed_window,
-// gcra) and a main part that runs a call. adaptive and the leaky-bucket shaper are local only.
+// There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
+// functions per algorithm with a global mode (token_bucket, leaky_bucket meter,
+// sliding_window counter and log, fixed_window, gcra) and a main part that runs a call. adaptive and the leaky-bucket shaper are local only.
 // Each algorithm is a line-by-line port of the arithmetic documented on its type in package
 // algorithms, and a differential test against a real redis-server demands identical decisions
 // from both on random sequences.

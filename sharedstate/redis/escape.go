@@ -1,9 +1,8 @@
 package redis
 
 import (
+	"crypto/sha256"
 	"strconv"
-
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
 )
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
@@ -86,34 +85,19 @@ const MaxRawDescriptor = 128
 // The key is raw bytes: pass it in a redis.Item (or to Rule.AppendEvalSHA), which escapes it
 // for webdis. AppendKey does not allocate when dst has room.
 func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byte {
-	return AppendPartKey(dst, prefix, domain, rule, 1, descriptor)
+	return AppendPartKey(dst, prefix, domain, rule, 1, 0, descriptor)
 }
 
 // MaxPartitions is the largest number of hash tags a rule's keys may be spread over (see
 // AppendPartKey); it matches the largest redis.partitions the configuration accepts.
 const MaxPartitions = 1024
 
-// Partition returns which of a rule's partitions (hash tags) holds the key of descriptor:
-// the 32-bit FNV-1a hash (Fowler, Noll, Vo) of the descriptor's bytes modulo partitions, or 0
-// when partitions <= 1. It is part of the key layout, so it must never change: a descriptor
-// moved to another partition would start from a fresh key.
-func Partition(descriptor []byte, partitions int) int {
-	if partitions <= 1 {
-		return 0
-	}
-	h := uint32(2166136261)
-	for _, c := range descriptor {
-		h ^= uint32(c)
-		h *= 16777619
-	}
-	return int(h % uint32(min(partitions, MaxPartitions)))
-}
-
 // AppendPartKey appends the Redis key of one rate-limit counter of a rule whose keys are
-// spread over partitions hash tags. With partitions <= 1 the key is AppendKey's, the hash tag
-// the domain, and every key of the domain is on one slot. With partitions > 1:
+// spread over partitions hash tags, in partition part (Partition of the descriptor under the
+// proxies' secret). With partitions <= 1 the key is AppendKey's, the hash tag the domain, and
+// every key of the domain is on one slot (part is ignored). With partitions > 1:
 //
-//	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = Partition(descriptor, partitions)
+//	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = part
 //	<prefix>:{<domain>:<rule>:<p>}:#<32 hex digits>
 //
 // so one rule's keys are spread over partitions slots (and so over the shards of a sharded
@@ -121,12 +105,12 @@ func Partition(descriptor []byte, partitions int) int {
 // the slot of the keys they bound, and one script call on one key stays on one slot. The
 // braces enclose ':' after the domain, which an escaped domain never contains, so no
 // partitioned key equals a key of the unpartitioned layout.
-func AppendPartKey(dst []byte, prefix, domain, rule string, partitions int, descriptor []byte) []byte {
-	dst = appendHead(dst, prefix, domain, rule, partitions, Partition(descriptor, partitions))
+func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int, descriptor []byte) []byte {
+	dst = appendHead(dst, prefix, domain, rule, partitions, part)
 	if rawDescriptor(descriptor) {
 		return append(dst, descriptor...)
 	}
-	sum := sha.Sum256(descriptor)
+	sum := sha256.Sum256(descriptor)
 	dst = append(dst, '#')
 	for _, c := range sum[:16] {
 		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])

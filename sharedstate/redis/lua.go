@@ -2,961 +2,679 @@
 
 package redis
 
-// The Lua files, byte for byte (see gen_lua.go for why they are not embedded).
-const (
-	// luaLib is lua/lib.lua.
-	luaLib = `-- lib.lua: helpers shared by every algorithm. scripts.go concatenates lib.lua, window.lua,
--- one file per algorithm and main.lua into one source with one SHA1.
---
--- Lua 5.1 numbers are IEEE doubles: integers are exact only up to 2^53. Unix-nanosecond
--- timestamps (about 1.8e18) are therefore never held in one number. They are kept as a pair
--- (s, n) = (whole seconds, nanoseconds 0..999999999), stored as their exact decimal string
--- (the int64 the Go code would hold), and only ever compared, moved by a bounded duration, or
--- subtracted; a difference is a plain number and exact whenever it is below 2^53 (104 days),
--- which is all the Go algorithms need (they only compare larger differences with bounds below
--- 2^53, and a rounded difference compares the same way).
---
--- Every number handed to redis.call is formatted with %d: Redis would format a Lua number
--- with %.17g, which turns large integers into exponent notation.
-
--- Redis 7 replicates scripts by their effects (the writes), which is what lets a script read
--- TIME and then write. Older servers need it switched on; from 7.0 the call is a no-op.
-if redis.replicate_commands then
-  redis.replicate_commands()
+// luaScript is the rate-limit script (Script.Source), assembled by gen_lua.go.
+const luaScript = `if redis.replicate_commands then
+redis.replicate_commands()
 end
-
 local E9 = 1000000000
--- MaxTime of package algorithms (2^62 ns) as a pair; now is clamped to [0, MaxTime].
 local MAX_S, MAX_N = 4611686018, 427387904
-
--- int parses a decimal integer argument or stored field; anything else (including the
--- forms tonumber would accept, such as hex, exponents or spaces) is nil.
 local function int(v)
-  if type(v) ~= 'string' or #v > 20 or not string.match(v, '^%-?%d+$') then
-    return nil
-  end
-  return tonumber(v)
+if type(v) ~= 'string' or #v > 20 or not string.match(v, '^%-?%d+$') then
+return nil
 end
-
--- ts parses a stored absolute timestamp (decimal Unix ns, at most 19 digits) into a pair.
+return tonumber(v)
+end
 local function ts(v)
-  if type(v) ~= 'string' or #v == 0 or #v > 19 or not string.match(v, '^%d+$') then
-    return nil
-  end
-  local l = #v
-  if l <= 9 then
-    return 0, tonumber(v)
-  end
-  return tonumber(string.sub(v, 1, l - 9)), tonumber(string.sub(v, l - 8))
+if type(v) ~= 'string' or #v == 0 or #v > 19 or not string.match(v, '^%d+$') then
+return nil
 end
-
--- tsfmt renders a pair as the decimal Unix-ns string ts reads back.
+local l = #v
+if l <= 9 then
+return 0, tonumber(v)
+end
+return tonumber(string.sub(v, 1, l - 9)), tonumber(string.sub(v, l - 8))
+end
 local function tsfmt(s, n)
-  if s > 0 then
-    return string.format('%d%09d', s, n)
-  end
-  return string.format('%d', n)
+if s > 0 then
+return string.format('%d%09d', s, n)
 end
-
--- tsadd returns the pair (s, n) moved by d ns, for an integer d with |d| <= 2^53. d is split
--- into whole seconds first, so no intermediate exceeds |d|: floor(d/1e9) is exact because the
--- quotient is below 2^24 and a non-integer quotient is at least 1e-9 from an integer, more
--- than its rounding error.
+return string.format('%d', n)
+end
 local function tsadd(s, n, d)
-  local q = math.floor(d / E9)
-  n = n + (d - q * E9)
-  s = s + q
-  if n >= E9 then
-    n = n - E9
-    s = s + 1
-  end
-  return s, n
+local q = math.floor(d / E9)
+n = n + (d - q * E9)
+s = s + q
+if n >= E9 then
+n = n - E9
+s = s + 1
 end
-
--- tsdiff returns a - b in ns: exact below 2^53 in magnitude, monotone (rounded) beyond.
+return s, n
+end
 local function tsdiff(as, an, bs, bn)
-  return (as - bs) * E9 + (an - bn)
+return (as - bs) * E9 + (an - bn)
 end
-
--- tsless reports a < b.
 local function tsless(as, an, bs, bn)
-  return as < bs or (as == bs and an < bn)
+return as < bs or (as == bs and an < bn)
 end
-
--- ceildiv is ceil(a/b) for a >= 0, b > 0 and a + b <= 2^53, written as the Go code writes it
--- (floor((a+b-1)/b)); the floor of a double quotient is exact under that bound (see package
--- algorithms).
 local function ceildiv(a, b)
-  return math.floor((a + b - 1) / b)
+return math.floor((a + b - 1) / b)
 end
-
 local function bad_args(what)
-  return redis.error_reply('ERR ratelimit: bad arguments (' .. what .. ')')
+return redis.error_reply('ERR ratelimit: bad arguments (' .. what .. ')')
 end
-
--- expire keeps a written key alive until it is back to its full allowance (reset_ns from now),
--- rounded up to whole milliseconds, plus TTL_MARGIN_MS. An expired key reads as fresh, which
--- is exactly the state it had reached by then, so expiry only frees memory.
--- It returns the TTL in milliseconds.
 local TTL_MARGIN_MS = 1000
 local function expire(key, reset_ns)
-  local ttl = ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS
-  redis.call('PEXPIRE', key, string.format('%d', ttl))
-  return ttl
+local ttl = ceildiv(reset_ns, 1000000) + TTL_MARGIN_MS
+redis.call('PEXPIRE', key, string.format('%d', ttl))
+return ttl
 end
-
--- gcd of two positive integers below 2^52. Lua 5.1 computes a % b as a - floor(a/b)*b; the
--- quotient of two such integers is never rounded across an integer (see ceildiv), and the
--- result is corrected into [0, b) anyway.
 local function gcd(a, b)
-  while b ~= 0 do
-    local r = a - math.floor(a / b) * b
-    if r < 0 then
-      r = r + b
-    elseif r >= b then
-      r = r - b
-    end
-    a, b = b, r
-  end
-  return a
+while b ~= 0 do
+local r = a - math.floor(a / b) * b
+if r < 0 then
+r = r + b
+elseif r >= b then
+r = r - b
 end
-
--- Algorithm codes, as scripts.go sends them and as a key records them.
+a, b = b, r
+end
+return a
+end
 local TOKEN_BUCKET, LEAKY_BUCKET, SW_COUNTER, SW_LOG, FIXED_WINDOW, GCRA = 1, 2, 3, 4, 5, 6
 local MAX_EXACT = 9007199254740992 -- 2^53
 local LIMIT_CEILING = 1000000000 -- algorithms.LimitCeiling
 local LOG_LIMIT_CEILING = 1024 -- algorithms.LogLimitCeiling
 local MAX_WINDOW = 2678400000000000 -- algorithms.MaxWindow (31 days) in ns
-
--- params validates one rule's parameters (algorithm code, limit, window in ns, capacity) and
--- derives what its algorithm computes with, under the bounds package algorithms enforces, so
--- the arithmetic stays exact. It returns nil for parameters Go would refuse: the current rule's
--- come from a validated configuration, and a stored key's are checked again because Redis
--- contents are not trusted. str is the canonical form a key records ("code:limit:window:cap");
--- two parameter sets are equal exactly when their str are.
 local function params(code, limit, W, cap)
-  if code == nil or limit == nil or W == nil or cap == nil or limit < 1 or limit > LIMIT_CEILING
-    or cap < 1 or cap > LIMIT_CEILING or W < 1000000 or W > MAX_WINDOW or W % 1000000 ~= 0 then
-    return nil
-  end
-  local P = {code = code, limit = limit, W = W, cap = cap}
-  if code == TOKEN_BUCKET or code == LEAKY_BUCKET then
-    local g = gcd(limit, W)
-    P.lg, P.wg = limit / g, W / g
-    P.capU = cap * P.wg
-    if P.capU + P.wg + 2 * P.lg > MAX_EXACT then
-      return nil
-    end
-  elseif code == GCRA then
-    P.T = math.floor(W / limit)
-    if P.T < 1 or P.T * (cap + 1) > MAX_EXACT then
-      return nil
-    end
-    P.tau = P.T * cap
-  elseif code == SW_COUNTER or code == SW_LOG or code == FIXED_WINDOW then
-    -- Windows have no burst: their capacity is the limit.
-    if cap ~= limit or (code == SW_LOG and limit > LOG_LIMIT_CEILING) then
-      return nil
-    end
-    P.wms = W / 1000000
-  else
-    return nil
-  end
-  P.str = string.format('%d:%d:%d:%d', code, limit, W, cap)
-  return P
+if code == nil or limit == nil or W == nil or cap == nil or limit < 1 or limit > LIMIT_CEILING
+or cap < 1 or cap > LIMIT_CEILING or W < 1000000 or W > MAX_WINDOW or W % 1000000 ~= 0 then
+return nil
 end
-
--- parse_params reads the parameters a key recorded (see params); nil when malformed.
+local P = {code = code, limit = limit, W = W, cap = cap}
+if code == TOKEN_BUCKET or code == LEAKY_BUCKET then
+local g = gcd(limit, W)
+P.lg, P.wg = limit / g, W / g
+P.capU = cap * P.wg
+if P.capU + P.wg + 2 * P.lg > MAX_EXACT then
+return nil
+end
+elseif code == GCRA then
+P.T = math.floor(W / limit)
+if P.T < 1 or P.T * (cap + 1) > MAX_EXACT then
+return nil
+end
+P.tau = P.T * cap
+elseif code == SW_COUNTER or code == SW_LOG or code == FIXED_WINDOW then
+if cap ~= limit or (code == SW_LOG and limit > LOG_LIMIT_CEILING) then
+return nil
+end
+P.wms = W / 1000000
+else
+return nil
+end
+P.str = string.format('%d:%d:%d:%d', code, limit, W, cap)
+return P
+end
 local function parse_params(s)
-  if type(s) ~= 'string' or #s > 80 then
-    return nil
-  end
-  local c, l, w, b = string.match(s, '^(%d+):(%d+):(%d+):(%d+)$')
-  if c == nil then
-    return nil
-  end
-  local P = params(int(c), int(l), int(w), int(b))
-  if P == nil or P.str ~= s then
-    return nil
-  end
-  return P
+if type(s) ~= 'string' or #s > 80 then
+return nil
 end
-`
-	// luaWindow is lua/window.lua.
-	luaWindow = `-- window.lua: clock alignment shared by fixed_window and the sliding window counter.
-
--- window_start returns start(now) = now - (now mod W) as a pair, for a window of wms whole
--- milliseconds. now mod W is computed exactly from the millisecond count, which is below 2^53:
--- now mod W = ((s*1000 + floor(ns/1e6)) mod wms)*1e6 + ns mod 1e6.
+local c, l, w, b = string.match(s, '^(%d+):(%d+):(%d+):(%d+)$')
+if c == nil then
+return nil
+end
+local P = params(int(c), int(l), int(w), int(b))
+if P == nil or P.str ~= s then
+return nil
+end
+return P
+end
 local function window_start(now_s, now_n, wms)
-  local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
-  local r = (now_ms % wms) * 1000000 + now_n % 1000000
-  return tsadd(now_s, now_n, -r)
+local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+local r = (now_ms % wms) * 1000000 + now_n % 1000000
+return tsadd(now_s, now_n, -r)
 end
-
--- aligned reports whether a stored window start is a multiple of the window, as every start
--- the scripts write is. A start that is not (a key in the encoding before parameters were
--- recorded, read under a changed window, or a corrupt one) does not decode: the Go windows
--- treat it as a fresh key, and the roll logic relies on aligned starts.
 local function aligned(ws_s, ws_n, wms)
-  local a_s, a_n = window_start(ws_s, ws_n, wms)
-  return a_s == ws_s and a_n == ws_n
+local a_s, a_n = window_start(ws_s, ws_n, wms)
+return a_s == ws_s and a_n == ws_n
 end
-`
-	// luaBucket is lua/bucket.lua.
-	luaBucket = `-- bucket.lua: the exact continuous bucket shared by token_bucket and the leaky_bucket meter
--- (algorithms.TokenBucket and algorithms.LeakyBucket with MaxDelay == 0). The two are one
--- machine seen from opposite sides: the token bucket stores tokens, the meter stores its
--- level = capU - tokens. The arithmetic follows the TokenBucket doc comment line by line.
---
--- Amounts are in units of 1/wg token, where g = gcd(limit, window ns), lg = limit/g and
--- wg = window/g, so one nanosecond refills exactly lg units.
--- state    hash {v = "18" (token bucket) or "34" (meter), cfg = parameters,
---               t = tokens or lv = level (units), l = last (Unix ns)}
---          (v = "17" / "33" without cfg is the encoding before parameters were recorded)
---
--- Every algorithm file defines the same four functions, collected in ALG by main.lua:
---   decode(fields, P)          the state in a stored hash (HMGET order of main.lua), or nil
---   decide(st, P, n, now, key)  allowed, remaining, retry_ns, reset_ns, new state; st nil is
---                               a fresh key; nothing is written
---   peek(st, P, now, key)      for a configuration change: R_old (the Remaining of a decision
---                               for 0 events), the instant the state was evaluated at (tc),
---                               and whether algorithms' Idle finds the state idle; nil when
---                               the state does not decode (a fresh key)
---   from(P, C, tc)             the state of a key that consumed C at tc (conversion)
---   write(key, P, st, stale)   stores a new state (stale: delete the key first)
-
 local function bucket_decode(f, P)
-  local v = int(f[P.code == TOKEN_BUCKET and 3 or 4])
-  local ls, ln = ts(f[5])
-  if v == nil or ls == nil or tsless(MAX_S, MAX_N, ls, ln) then
-    return nil
-  end
-  v = math.min(math.max(v, 0), P.capU)
-  if P.code == LEAKY_BUCKET then
-    v = P.capU - v
-  end
-  return {tokens = v, l_s = ls, l_n = ln}
+local v = int(f[P.code == TOKEN_BUCKET and 3 or 4])
+local ls, ln = ts(f[5])
+if v == nil or ls == nil or tsless(MAX_S, MAX_N, ls, ln) then
+return nil
 end
-
+v = math.min(math.max(v, 0), P.capU)
+if P.code == LEAKY_BUCKET then
+v = P.capU - v
+end
+return {tokens = v, l_s = ls, l_n = ln}
+end
 local function bucket_decide(st, P, n, now_s, now_n)
-  local capU, lg, wg = P.capU, P.lg, P.wg
-  -- fresh: tokens = capU, last = now (so eff = now)
-  local tokens, eff_s, eff_n = capU, now_s, now_n
-  if st then
-    local ls, ln = st.l_s, st.l_n
-    tokens = st.tokens
-    -- eff = max(now, last): a stale call is evaluated at last.
-    if tsless(now_s, now_n, ls, ln) then
-      eff_s, eff_n = ls, ln
-    end
-    local deficit = capU - tokens
-    if deficit > 0 then
-      -- elapsed may be huge after a long idle period; it is only compared with fill.
-      local elapsed = tsdiff(eff_s, eff_n, ls, ln)
-      if elapsed >= ceildiv(deficit, lg) then
-        tokens = capU
-      else
-        tokens = tokens + elapsed * lg
-      end
-    end
-  end
-
-  local skew = tsdiff(eff_s, eff_n, now_s, now_n)
-  local allowed, retry = false, 0
-  if n <= 0 or n > P.cap then
-    -- unsatisfiable: RetryAfter 0, nothing stored
-  elseif tokens >= n * wg then
-    tokens = tokens - n * wg
-    allowed = true
-  else
-    retry = skew + ceildiv(n * wg - tokens, lg)
-  end
-  local reset = skew + ceildiv(capU - tokens, lg)
-  return allowed, math.floor(tokens / wg), retry, reset, {tokens = tokens, l_s = eff_s, l_n = eff_n}
+local capU, lg, wg = P.capU, P.lg, P.wg
+local tokens, eff_s, eff_n = capU, now_s, now_n
+if st then
+local ls, ln = st.l_s, st.l_n
+tokens = st.tokens
+if tsless(now_s, now_n, ls, ln) then
+eff_s, eff_n = ls, ln
 end
-
--- R_old is floor(tokens/wg) after the refill to eff = max(now, last), the conversion instant
--- is eff, and the bucket is idle when full (TokenBucket.Idle; for the meter, LeakyBucket.Idle:
--- the level is 0).
+local deficit = capU - tokens
+if deficit > 0 then
+local elapsed = tsdiff(eff_s, eff_n, ls, ln)
+if elapsed >= ceildiv(deficit, lg) then
+tokens = capU
+else
+tokens = tokens + elapsed * lg
+end
+end
+end
+local skew = tsdiff(eff_s, eff_n, now_s, now_n)
+local allowed, retry = false, 0
+if n <= 0 or n > P.cap then
+elseif tokens >= n * wg then
+tokens = tokens - n * wg
+allowed = true
+else
+retry = skew + ceildiv(n * wg - tokens, lg)
+end
+local reset = skew + ceildiv(capU - tokens, lg)
+return allowed, math.floor(tokens / wg), retry, reset, {tokens = tokens, l_s = eff_s, l_n = eff_n}
+end
 local function bucket_peek(st, P, now_s, now_n)
-  local _, R, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
-  return R, new.l_s, new.l_n, new.tokens == P.capU
+local _, R, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
+return R, new.l_s, new.l_n, new.tokens == P.capU
 end
-
--- A key with R = cap - C whole tokens left at tc: tokens = R, last = tc; for the meter the
--- same thing is level = C.
 local function bucket_from(P, C, tc_s, tc_n)
-  return {tokens = (P.cap - C) * P.wg, l_s = tc_s, l_n = tc_n}
+return {tokens = (P.cap - C) * P.wg, l_s = tc_s, l_n = tc_n}
 end
-
 local function bucket_write(key, P, st, stale)
-  if stale then
-    redis.call('DEL', key)
-  end
-  local l = tsfmt(st.l_s, st.l_n)
-  if P.code == TOKEN_BUCKET then
-    redis.call('HSET', key, 'v', '18', 'cfg', P.str, 't', string.format('%d', st.tokens), 'l', l)
-  else
-    redis.call('HSET', key, 'v', '34', 'cfg', P.str, 'lv', string.format('%d', P.capU - st.tokens), 'l', l)
-  end
+if stale then
+redis.call('DEL', key)
 end
-`
-	// luaFixedWindow is lua/fixed_window.lua.
-	luaFixedWindow = `-- fixed_window.lua: algorithms.FixedWindow, following its doc comment line by line.
---
--- state    hash {v = "82", cfg = parameters, ws = window start (Unix ns, a multiple of W),
---               c = count}   (v = "81" without cfg: the encoding before parameters were recorded)
-
+local l = tsfmt(st.l_s, st.l_n)
+if P.code == TOKEN_BUCKET then
+redis.call('HSET', key, 'v', '18', 'cfg', P.str, 't', string.format('%d', st.tokens), 'l', l)
+else
+redis.call('HSET', key, 'v', '34', 'cfg', P.str, 'lv', string.format('%d', P.capU - st.tokens), 'l', l)
+end
+end
 local function fw_decode(f, P)
-  local ws_s, ws_n = ts(f[6])
-  local c = int(f[8])
-  if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
-    return nil
-  end
-  return {ws_s = ws_s, ws_n = ws_n, c = c}
+local ws_s, ws_n = ts(f[6])
+local c = int(f[8])
+if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
+return nil
 end
-
+return {ws_s = ws_s, ws_n = ws_n, c = c}
+end
 local function fw_decide(st, P, n, now_s, now_n)
-  local limit, W = P.limit, P.W
-  local w_s, w_n = window_start(now_s, now_n, P.wms)
-  local count = 0
-  if st then
-    if tsless(w_s, w_n, st.ws_s, st.ws_n) then
-      -- a stale call counts against the newer window
-      w_s, w_n = st.ws_s, st.ws_n
-      count = math.min(math.max(st.c, 0), limit)
-    elseif w_s == st.ws_s and w_n == st.ws_n then
-      count = math.min(math.max(st.c, 0), limit)
-    end
-  end
-
-  local wrel = tsdiff(w_s, w_n, now_s, now_n)
-  local allowed, retry = false, 0
-  if n <= 0 or n > limit then
-    -- unsatisfiable: RetryAfter 0, nothing stored
-  elseif count + n <= limit then
-    count = count + n
-    allowed = true
-  else
-    retry = wrel + W
-  end
-  local reset = 0
-  if count > 0 then
-    reset = wrel + W
-  end
-  return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+local limit, W = P.limit, P.W
+local w_s, w_n = window_start(now_s, now_n, P.wms)
+local count = 0
+if st then
+if tsless(w_s, w_n, st.ws_s, st.ws_n) then
+w_s, w_n = st.ws_s, st.ws_n
+count = math.min(math.max(st.c, 0), limit)
+elseif w_s == st.ws_s and w_n == st.ws_n then
+count = math.min(math.max(st.c, 0), limit)
 end
-
--- R_old is limit - count in now's window (a newer stored window counts), the conversion
--- instant is max(now, that window's start), and the key is idle when that count is 0
--- (FixedWindow.Idle).
+end
+local wrel = tsdiff(w_s, w_n, now_s, now_n)
+local allowed, retry = false, 0
+if n <= 0 or n > limit then
+elseif count + n <= limit then
+count = count + n
+allowed = true
+else
+retry = wrel + W
+end
+local reset = 0
+if count > 0 then
+reset = wrel + W
+end
+return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+end
 local function fw_peek(st, P, now_s, now_n)
-  local _, R, _, _, new = fw_decide(st, P, 0, now_s, now_n)
-  local at_s, at_n = now_s, now_n
-  if tsless(now_s, now_n, new.ws_s, new.ws_n) then
-    at_s, at_n = new.ws_s, new.ws_n
-  end
-  return R, at_s, at_n, new.c == 0
+local _, R, _, _, new = fw_decide(st, P, 0, now_s, now_n)
+local at_s, at_n = now_s, now_n
+if tsless(now_s, now_n, new.ws_s, new.ws_n) then
+at_s, at_n = new.ws_s, new.ws_n
 end
-
--- A key that consumed C at tc: count = C in the window that contains tc.
+return R, at_s, at_n, new.c == 0
+end
 local function fw_from(P, C, tc_s, tc_n)
-  local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-  return {ws_s = w_s, ws_n = w_n, c = C}
+local w_s, w_n = window_start(tc_s, tc_n, P.wms)
+return {ws_s = w_s, ws_n = w_n, c = C}
 end
-
 local function fw_write(key, P, st, stale)
-  if stale then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+if stale then
+redis.call('DEL', key)
 end
-`
-	// luaSlidingWindowCounter is lua/sliding_window_counter.lua.
-	luaSlidingWindowCounter = `-- sliding_window_counter.lua: algorithms.SlidingWindowCounter, following its doc comment line
--- by line: estimate = prev*(1 - elapsed/W) + cur, with the weight quantised to S = 10^6
--- slices per window. A slice is W/10^6 ns, which is exactly window_ms ns.
---
--- state    hash {v = "50", cfg = parameters, ws = start of the window cur counts (Unix ns),
---               p = prev, c = cur}   (v = "49" without cfg: the encoding before parameters
---               were recorded)
-
+redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+end
 local function swc_decode(f, P)
-  local ws_s, ws_n = ts(f[6])
-  local p, c = int(f[7]), int(f[8])
-  if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
-    return nil
-  end
-  return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
+local ws_s, ws_n = ts(f[6])
+local p, c = int(f[7]), int(f[8])
+if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
+return nil
 end
-
+return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
+end
 local function swc_decide(st, P, n, now_s, now_n)
-  local L, W, slice = P.limit, P.W, P.wms
-  local S = 1000000
-  local w_s, w_n = window_start(now_s, now_n, slice)
-  local eff_s, eff_n = now_s, now_n
-  local prev, cur = 0, 0
-  if st then
-    local ws_s, ws_n = st.ws_s, st.ws_n
-    local next_s, next_n = tsadd(ws_s, ws_n, W)
-    if tsless(w_s, w_n, ws_s, ws_n) then
-      -- a stale call counts against the newer window
-      w_s, w_n, eff_s, eff_n = ws_s, ws_n, ws_s, ws_n
-      prev, cur = st.p, st.c
-    elseif w_s == ws_s and w_n == ws_n then
-      prev, cur = st.p, st.c
-    elseif w_s == next_s and w_n == next_n then
-      prev, cur = st.c, 0
-    end
-  end
-
-  local e = math.floor(tsdiff(eff_s, eff_n, w_s, w_n) / slice)
-  local est = prev * (S - e) + cur * S
-  local wrel = tsdiff(w_s, w_n, now_s, now_n)
-
-  -- retry_rel returns the earliest instant at which n passes, relative to now.
-  local function retry_rel()
-    if cur + n <= L and prev > 0 then
-      local m = S - math.floor((L - cur - n) * S / prev)
-      if m < S then
-        return wrel + m * slice
-      end
-    end
-    local nxt = wrel + W
-    if cur == 0 then
-      return nxt
-    end
-    local m = S - math.floor((L - n) * S / cur)
-    if m <= 0 then
-      return nxt
-    elseif m < S then
-      return nxt + m * slice
-    end
-    return nxt + W
-  end
-
-  local allowed, retry = false, 0
-  if n <= 0 or n > L then
-    -- unsatisfiable: RetryAfter 0, nothing stored
-  elseif est + n * S <= L * S then
-    cur = cur + n
-    est = est + n * S
-    allowed = true
-  else
-    retry = retry_rel()
-  end
-  local reset = 0
-  if cur > 0 then
-    reset = wrel + 2 * W
-  elseif prev > 0 then
-    reset = wrel + W
-  end
-  return allowed, math.floor(math.max(0, L * S - est) / S), retry, reset,
-    {ws_s = w_s, ws_n = w_n, p = prev, c = cur}
+local L, W, slice = P.limit, P.W, P.wms
+local S = 1000000
+local w_s, w_n = window_start(now_s, now_n, slice)
+local eff_s, eff_n = now_s, now_n
+local prev, cur = 0, 0
+if st then
+local ws_s, ws_n = st.ws_s, st.ws_n
+local next_s, next_n = tsadd(ws_s, ws_n, W)
+if tsless(w_s, w_n, ws_s, ws_n) then
+w_s, w_n, eff_s, eff_n = ws_s, ws_n, ws_s, ws_n
+prev, cur = st.p, st.c
+elseif w_s == ws_s and w_n == ws_n then
+prev, cur = st.p, st.c
+elseif w_s == next_s and w_n == next_n then
+prev, cur = st.c, 0
 end
-
--- R_old is floor(max(0, L*S - est) / S) at the estimate's instant eff (now, or the stored
--- window's start when that window is newer than now's), which is the conversion instant, and
--- the key is idle when both counters are 0 once rolled to now (SlidingWindowCounter.Idle).
+end
+local e = math.floor(tsdiff(eff_s, eff_n, w_s, w_n) / slice)
+local est = prev * (S - e) + cur * S
+local wrel = tsdiff(w_s, w_n, now_s, now_n)
+local function retry_rel()
+if cur + n <= L and prev > 0 then
+local m = S - math.floor((L - cur - n) * S / prev)
+if m < S then
+return wrel + m * slice
+end
+end
+local nxt = wrel + W
+if cur == 0 then
+return nxt
+end
+local m = S - math.floor((L - n) * S / cur)
+if m <= 0 then
+return nxt
+elseif m < S then
+return nxt + m * slice
+end
+return nxt + W
+end
+local allowed, retry = false, 0
+if n <= 0 or n > L then
+elseif est + n * S <= L * S then
+cur = cur + n
+est = est + n * S
+allowed = true
+else
+retry = retry_rel()
+end
+local reset = 0
+if cur > 0 then
+reset = wrel + 2 * W
+elseif prev > 0 then
+reset = wrel + W
+end
+return allowed, math.floor(math.max(0, L * S - est) / S), retry, reset,
+{ws_s = w_s, ws_n = w_n, p = prev, c = cur}
+end
 local function swc_peek(st, P, now_s, now_n)
-  local _, R, _, _, new = swc_decide(st, P, 0, now_s, now_n)
-  local at_s, at_n = now_s, now_n
-  if tsless(now_s, now_n, new.ws_s, new.ws_n) then
-    at_s, at_n = new.ws_s, new.ws_n
-  end
-  return R, at_s, at_n, new.p == 0 and new.c == 0
+local _, R, _, _, new = swc_decide(st, P, 0, now_s, now_n)
+local at_s, at_n = now_s, now_n
+if tsless(now_s, now_n, new.ws_s, new.ws_n) then
+at_s, at_n = new.ws_s, new.ws_n
 end
-
--- A key that consumed C at tc: cur = C in the window that contains tc, prev = 0.
+return R, at_s, at_n, new.p == 0 and new.c == 0
+end
 local function swc_from(P, C, tc_s, tc_n)
-  local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-  return {ws_s = w_s, ws_n = w_n, p = 0, c = C}
+local w_s, w_n = window_start(tc_s, tc_n, P.wms)
+return {ws_s = w_s, ws_n = w_n, p = 0, c = C}
 end
-
 local function swc_write(key, P, st, stale)
-  if stale then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
-    'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+if stale then
+redis.call('DEL', key)
 end
-`
-	// luaSlidingWindowLog is lua/sliding_window_log.lua.
-	luaSlidingWindowLog = `-- sliding_window_log.lua: algorithms.SlidingWindowLog, following its doc comment line by line:
--- the timestamp of every admitted event of the last window, oldest first.
---
--- state    a list: the header "p<parameters>", then the absolute timestamps (decimal Unix ns),
---          oldest first; n events admitted together are n equal entries. (A list without the
---          header, all timestamps, is the encoding before parameters were recorded.) It is a
---          list rather than a hash so that dropping expired events (LTRIM) and admitting
---          (RPUSH) touch only the ends, and a denial reads only the entries it needs. Limit is
---          at most 1024 (algorithms.LogLimitCeiling).
---
--- The decoded state is a view, never a copy: {off = index of the first timestamp, count =
--- number of timestamps} reads the list lazily; {mem = C} is a converted key that holds C
--- timestamps equal to the decision time and exists only in the script until it is written.
-
--- swl_load reads the list at key: the view and the parameters it records, or nil (fresh) for
--- an unreadable header or, without a header, when the rule is not a log (the old encoding is
--- read with the current parameters, as before).
+redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
+'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+end
 local function swl_load(key, P, count)
-  local head = redis.call('LINDEX', key, 0)
-  if type(head) == 'string' and string.sub(head, 1, 1) == 'p' then
-    local Q = parse_params(string.sub(head, 2))
-    if Q == nil or Q.code ~= SW_LOG then
-      return nil
-    end
-    return {off = 1, count = count - 1}, Q
-  end
-  if P.code ~= SW_LOG then
-    return nil
-  end
-  return {off = 0, count = count}, P
+local head = redis.call('LINDEX', key, 0)
+if type(head) == 'string' and string.sub(head, 1, 1) == 'p' then
+local Q = parse_params(string.sub(head, 2))
+if Q == nil or Q.code ~= SW_LOG then
+return nil
 end
-
+return {off = 1, count = count - 1}, Q
+end
+if P.code ~= SW_LOG then
+return nil
+end
+return {off = 0, count = count}, P
+end
 local function swl_decide(st, P, n, now_s, now_n, key)
-  local L, W = P.limit, P.W
-  local count, off, mem = 0, 0, false
-  local eff_s, eff_n = now_s, now_n
-  local new_s, new_n -- newest stored timestamp
-  local dropped, first_s, first_n = 0, nil, nil
-  local valid = true
-  if st and st.mem then
-    -- A converted key: C timestamps equal to tc (at or after now), so eff = max(now, tc) when
-    -- C > 0, and now when the log is empty, as for the Go log.
-    mem, count = true, st.mem
-    new_s, new_n, first_s, first_n = st.tc_s, st.tc_n, st.tc_s, st.tc_n
-    if count > 0 and tsless(now_s, now_n, st.tc_s, st.tc_n) then
-      eff_s, eff_n = st.tc_s, st.tc_n
-    end
-  elseif st then
-    count, off = st.count, st.off
-  end
-  if count > 0 and not mem then
-    new_s, new_n = ts(redis.call('LINDEX', key, -1))
-    if new_s == nil or tsless(MAX_S, MAX_N, new_s, new_n) then
-      valid = false
-    else
-      -- eff = max(now, newest): a stale call is evaluated at newest.
-      if tsless(now_s, now_n, new_s, new_n) then
-        eff_s, eff_n = new_s, new_n
-      end
-      -- Drop the leading timestamps t <= eff - W, reading the list in chunks from the front
-      -- until the first live one.
-      local cut_s, cut_n = tsadd(eff_s, eff_n, -W)
-      local i = 0
-      while valid and dropped == i and i < count do
-        local chunk = redis.call('LRANGE', key, off + i, off + i + 31)
-        if #chunk == 0 then
-          break
-        end
-        for _, v in ipairs(chunk) do
-          local t_s, t_n = ts(v)
-          if t_s == nil then
-            valid = false
-            break
-          end
-          if tsless(cut_s, cut_n, t_s, t_n) then
-            first_s, first_n = t_s, t_n
-            break
-          end
-          dropped = dropped + 1
-        end
-        i = i + #chunk
-      end
-    end
-  end
-  if not valid then
-    -- An unreadable log is a fresh key; it is rewritten from scratch on the next admission.
-    count, dropped, eff_s, eff_n = 0, 0, now_s, now_n
-  end
-  local live = count - dropped
-  local new = {eff_s = eff_s, eff_n = eff_n, off = off, dropped = dropped, live = live, n = n,
-    rewrite = mem or live == 0 or not valid, had = st ~= nil, valid = valid}
-
-  if n <= 0 or n > L then
-    -- unsatisfiable: RetryAfter 0, nothing stored
-    local reset = 0
-    if live > 0 then
-      reset = tsdiff(new_s, new_n, now_s, now_n) + W
-    end
-    return false, math.max(0, L - live), 0, reset, new
-  end
-
-  if live + n > L then
-    -- Denied: the k-th oldest live timestamp must leave the window first. The state is not
-    -- changed (expired entries stay until the next admission, as in the Go code).
-    local k = live + n - L
-    local t_s, t_n = first_s, first_n
-    if k > 1 and not mem then
-      t_s, t_n = ts(redis.call('LINDEX', key, off + dropped + k - 1))
-      if t_s == nil then
-        t_s, t_n = new_s, new_n
-      end
-    end
-    local retry = tsdiff(t_s, t_n, now_s, now_n) + W
-    local reset = tsdiff(new_s, new_n, now_s, now_n) + W
-    return false, math.max(0, L - live), retry, reset, new
-  end
-
-  return true, L - (live + n), 0, tsdiff(eff_s, eff_n, now_s, now_n) + W, new
+local L, W = P.limit, P.W
+local count, off, mem = 0, 0, false
+local eff_s, eff_n = now_s, now_n
+local new_s, new_n -- newest stored timestamp
+local dropped, first_s, first_n = 0, nil, nil
+local valid = true
+if st and st.mem then
+mem, count = true, st.mem
+new_s, new_n, first_s, first_n = st.tc_s, st.tc_n, st.tc_s, st.tc_n
+if count > 0 and tsless(now_s, now_n, st.tc_s, st.tc_n) then
+eff_s, eff_n = st.tc_s, st.tc_n
 end
-
--- R_old is max(0, L - live) at max(now, newest), which is the conversion instant, and the
--- key is idle when no timestamp is left in the window (SlidingWindowLog.Idle: newest + W <=
--- now). An unreadable log is nil: a fresh key, as the Go code treats a state that does not
--- decode.
+elseif st then
+count, off = st.count, st.off
+end
+if count > 0 and not mem then
+new_s, new_n = ts(redis.call('LINDEX', key, -1))
+if new_s == nil or tsless(MAX_S, MAX_N, new_s, new_n) then
+valid = false
+else
+if tsless(now_s, now_n, new_s, new_n) then
+eff_s, eff_n = new_s, new_n
+end
+local cut_s, cut_n = tsadd(eff_s, eff_n, -W)
+local i = 0
+while valid and dropped == i and i < count do
+local chunk = redis.call('LRANGE', key, off + i, off + i + 31)
+if #chunk == 0 then
+break
+end
+for _, v in ipairs(chunk) do
+local t_s, t_n = ts(v)
+if t_s == nil then
+valid = false
+break
+end
+if tsless(cut_s, cut_n, t_s, t_n) then
+first_s, first_n = t_s, t_n
+break
+end
+dropped = dropped + 1
+end
+i = i + #chunk
+end
+end
+end
+if not valid then
+count, dropped, eff_s, eff_n = 0, 0, now_s, now_n
+end
+local live = count - dropped
+local new = {eff_s = eff_s, eff_n = eff_n, off = off, dropped = dropped, live = live, n = n,
+rewrite = mem or live == 0 or not valid, had = st ~= nil, valid = valid}
+if n <= 0 or n > L then
+local reset = 0
+if live > 0 then
+reset = tsdiff(new_s, new_n, now_s, now_n) + W
+end
+return false, math.max(0, L - live), 0, reset, new
+end
+if live + n > L then
+local k = live + n - L
+local t_s, t_n = first_s, first_n
+if k > 1 and not mem then
+t_s, t_n = ts(redis.call('LINDEX', key, off + dropped + k - 1))
+if t_s == nil then
+t_s, t_n = new_s, new_n
+end
+end
+local retry = tsdiff(t_s, t_n, now_s, now_n) + W
+local reset = tsdiff(new_s, new_n, now_s, now_n) + W
+return false, math.max(0, L - live), retry, reset, new
+end
+return true, L - (live + n), 0, tsdiff(eff_s, eff_n, now_s, now_n) + W, new
+end
 local function swl_peek(st, P, now_s, now_n, key)
-  local _, R, _, _, new = swl_decide(st, P, 0, now_s, now_n, key)
-  if not new.valid then
-    return nil
-  end
-  return R, new.eff_s, new.eff_n, new.live == 0
+local _, R, _, _, new = swl_decide(st, P, 0, now_s, now_n, key)
+if not new.valid then
+return nil
 end
-
--- A key that consumed C at tc: C entries stamped tc.
+return R, new.eff_s, new.eff_n, new.live == 0
+end
 local function swl_from(P, C, tc_s, tc_n)
-  return {mem = C, tc_s = tc_s, tc_n = tc_n}
+return {mem = C, tc_s = tc_s, tc_n = tc_n}
 end
-
--- swl_write stores an admission: the expired prefix goes, n copies of eff are appended, and
--- the header records the parameters. A converted, empty or unreadable log is rewritten whole.
 local function swl_write(key, P, st, stale)
-  local stamp = tsfmt(st.eff_s, st.eff_n)
-  local add = {}
-  if st.rewrite then
-    if st.had or stale then
-      redis.call('DEL', key)
-    end
-    add[1] = 'p' .. P.str
-    -- A converted key's C entries are stamped tc, which is eff when C > 0.
-    for j = 1, st.live + st.n do
-      add[j + 1] = stamp
-    end
-    redis.call('RPUSH', key, unpack(add))
-  else
-    -- RPUSH first: the expired prefix and the header are at the front, so the indexes LTRIM
-    -- uses do not move, and the first write is one that Redis checks against maxmemory.
-    for j = 1, st.n do
-      add[j] = stamp
-    end
-    redis.call('RPUSH', key, unpack(add))
-    redis.call('LTRIM', key, st.off + st.dropped, -1)
-    redis.call('LPUSH', key, 'p' .. P.str)
-  end
+local stamp = tsfmt(st.eff_s, st.eff_n)
+local add = {}
+if st.rewrite then
+if st.had or stale then
+redis.call('DEL', key)
 end
-`
-	// luaGCRA is lua/gcra.lua.
-	luaGCRA = `-- gcra.lua: algorithms.GCRA (the virtual scheduling algorithm of ITU-T I.371), following its
--- doc comment line by line. T = window / limit (emission interval, ns), tau = T * burst.
---
--- state    hash {v = "98", cfg = parameters, tat = theoretical arrival time (Unix ns)}
---          (v = "97" without cfg: the encoding before parameters were recorded)
-
--- The largest TAT a state may hold: MaxTime + 2^53 ns.
+add[1] = 'p' .. P.str
+for j = 1, st.live + st.n do
+add[j + 1] = stamp
+end
+redis.call('RPUSH', key, unpack(add))
+else
+for j = 1, st.n do
+add[j] = stamp
+end
+redis.call('RPUSH', key, unpack(add))
+redis.call('LTRIM', key, st.off + st.dropped, -1)
+redis.call('LPUSH', key, 'p' .. P.str)
+end
+end
 local MAXTAT_S, MAXTAT_N = 4620693217, 682128896
-
 local function gcra_decode(f, P)
-  local t_s, t_n = ts(f[9])
-  if t_s == nil or tsless(MAXTAT_S, MAXTAT_N, t_s, t_n) then
-    return nil
-  end
-  return {tat_s = t_s, tat_n = t_n}
+local t_s, t_n = ts(f[9])
+if t_s == nil or tsless(MAXTAT_S, MAXTAT_N, t_s, t_n) then
+return nil
 end
-
+return {tat_s = t_s, tat_n = t_n}
+end
 local function gcra_decide(st, P, n, now_s, now_n)
-  local T, B, tau = P.T, P.cap, P.tau
-  -- base = max(TAT, now), kept relative to now (it is at most tau plus clock skew ahead).
-  local base_s, base_n = now_s, now_n
-  if st and tsless(now_s, now_n, st.tat_s, st.tat_n) then
-    base_s, base_n = st.tat_s, st.tat_n
-  end
-  local brel = tsdiff(base_s, base_n, now_s, now_n)
-
-  local allowed, retry, remaining, reset = false, 0, 0, 0
-  local new
-  if n <= 0 or n > B then
-    -- unsatisfiable: RetryAfter 0, nothing stored
-    remaining = math.floor(math.max(0, tau - brel) / T)
-    reset = brel
-  else
-    local allow_at = brel + n * T - tau
-    if allow_at > 0 then
-      retry = allow_at
-      remaining = math.floor(math.max(0, tau - brel) / T)
-      reset = brel
-    else
-      allowed = true
-      remaining = math.floor(-allow_at / T)
-      reset = brel + n * T
-      local t_s, t_n = tsadd(base_s, base_n, n * T)
-      new = {tat_s = t_s, tat_n = t_n}
-    end
-  end
-  return allowed, remaining, retry, reset, new
+local T, B, tau = P.T, P.cap, P.tau
+local base_s, base_n = now_s, now_n
+if st and tsless(now_s, now_n, st.tat_s, st.tat_n) then
+base_s, base_n = st.tat_s, st.tat_n
 end
-
--- R_old is floor(max(0, now + tau - max(TAT, now)) / T), evaluated at now itself (GCRA keeps
--- no "last seen" instant), and the key is idle when TAT <= now (GCRA.Idle).
+local brel = tsdiff(base_s, base_n, now_s, now_n)
+local allowed, retry, remaining, reset = false, 0, 0, 0
+local new
+if n <= 0 or n > B then
+remaining = math.floor(math.max(0, tau - brel) / T)
+reset = brel
+else
+local allow_at = brel + n * T - tau
+if allow_at > 0 then
+retry = allow_at
+remaining = math.floor(math.max(0, tau - brel) / T)
+reset = brel
+else
+allowed = true
+remaining = math.floor(-allow_at / T)
+reset = brel + n * T
+local t_s, t_n = tsadd(base_s, base_n, n * T)
+new = {tat_s = t_s, tat_n = t_n}
+end
+end
+return allowed, remaining, retry, reset, new
+end
 local function gcra_peek(st, P, now_s, now_n)
-  local _, R = gcra_decide(st, P, 0, now_s, now_n)
-  return R, now_s, now_n, not tsless(now_s, now_n, st.tat_s, st.tat_n)
+local _, R = gcra_decide(st, P, 0, now_s, now_n)
+return R, now_s, now_n, not tsless(now_s, now_n, st.tat_s, st.tat_n)
 end
-
--- A key that consumed C at tc: TAT = tc + C * T.
 local function gcra_from(P, C, tc_s, tc_n)
-  local t_s, t_n = tsadd(tc_s, tc_n, C * P.T)
-  return {tat_s = t_s, tat_n = t_n}
+local t_s, t_n = tsadd(tc_s, tc_n, C * P.T)
+return {tat_s = t_s, tat_n = t_n}
 end
-
 local function gcra_write(key, P, st, stale)
-  if stale then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
+if stale then
+redis.call('DEL', key)
 end
-`
-	// luaMain is lua/main.lua.
-	luaMain = `-- main.lua: one call decides every global rule of one request and commits only if none of the
--- enforced ones denies, so a request denied by one rule is charged nothing on the others.
---
--- KEYS     per rule: its key; for a rule with a key bound (max_keys > 0) then also the rule's
---          key set and its overflow key (all keys distinct)
--- ARGV     per rule, in the order of KEYS, seven integers:
---            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity,
---            max_keys (0: unbounded)
---          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
---          filter never sends it; Redis' TIME is used instead).
--- reply    {now_s, now_ns, committed (0|1), then per rule:
---            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, overflow (0|1)}
---          flat, because webdis turns a nested table into null.
---
--- Every rule is decided on the state as read, nothing written; then, if no enforced rule
--- denies, every rule that admitted (shadow ones included) writes its new state and TTL. A
--- shadow rule's denial blocks nothing, and a denied rule never writes. This is what the local
--- path does (filter/http.go finish()).
---
--- Configuration changes never grant allowance: a key records the parameters it was written
--- under, and a key read under other parameters is first converted (see convert below, which
--- is algorithms.consumption). R_old is the Remaining the old parameters' algorithm reports at
--- now (a decision for 0 events), and the key becomes the new algorithm's state of a key with
--- R = min(R_old, capacity) left (the whole capacity when the old algorithm finds the key
--- idle), the consumption C = capacity - R made at tc = max(now, the instant the old algorithm
--- evaluated the key at) (see each algorithm's peek and from functions).
---
--- Key bound: a rule with max_keys > 0 keeps at most max_keys live keys. Its key set (a sorted
--- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
--- can be dropped and the live ones counted. A key that does not exist yet, while the rule has
--- max_keys live keys, is decided on the rule's overflow key instead: a flood of new keys is
--- limited together as one client, and no key of an active client is ever evicted.
-
+redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
+end
 local ALG = {
-  [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write},
-  [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write},
-  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
-  [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
-  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
-  [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write},
+[TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
+write = bucket_write},
+[LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
+write = bucket_write},
+[SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
+[SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
+[FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
+[GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write},
 }
--- The hash version of each encoding that records its parameters, and of the one before.
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
-  ['82'] = FIXED_WINDOW, ['98'] = GCRA}
+['82'] = FIXED_WINDOW, ['98'] = GCRA}
 local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] = SW_COUNTER,
-  ['81'] = FIXED_WINDOW, ['97'] = GCRA}
-
--- load reads the state at key for a rule with parameters P. It returns the decoded state and
--- the parameters it was written under, or nil for a fresh key (missing, unreadable, or of a
--- foreign type), and whether the key holds anything that a write must delete first (another
--- layout or type).
+['81'] = FIXED_WINDOW, ['97'] = GCRA}
 local function load(key, P)
-  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
-  if type(f) == 'table' and f.err then
-    -- Not a hash: a sliding-window log, or a type no script writes.
-    local count = redis.pcall('LLEN', key)
-    if type(count) ~= 'number' then
-      return nil, nil, true
-    end
-    local st, Q = swl_load(key, P, count)
-    return st, Q, st == nil or P.code ~= SW_LOG
-  end
-  if f[1] == false then
-    return nil, nil, false
-  end
-  local code, Q = HASH_VERSION[f[1]], nil
-  if code ~= nil then
-    Q = parse_params(f[2])
-    if Q == nil or Q.code ~= code then
-      return nil, nil, true
-    end
-  elseif OLD_HASH_VERSION[f[1]] == P.code then
-    -- The encoding before parameters were recorded is read as it was then: under the rule's
-    -- current parameters.
-    Q = P
-  else
-    return nil, nil, true
-  end
-  local st = ALG[Q.code].decode(f, Q)
-  if st == nil then
-    return nil, nil, true
-  end
-  return st, Q, Q.code ~= P.code
+local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
+if type(f) == 'table' and f.err then
+local count = redis.pcall('LLEN', key)
+if type(count) ~= 'number' then
+return nil, nil, true
 end
-
--- now_at returns the decision time as a pair: Redis' own clock (TIME), so that every proxy
--- sees one clock whatever its own skew, or, when ARGV[i] and ARGV[i+1] are present, that
--- explicit (seconds, nanoseconds) instant. The explicit form exists for the tests only (they
--- must cover hours of simulated time and time going backwards). nil when malformed.
+local st, Q = swl_load(key, P, count)
+return st, Q, st == nil or P.code ~= SW_LOG
+end
+if f[1] == false then
+return nil, nil, false
+end
+local code, Q = HASH_VERSION[f[1]], nil
+if code ~= nil then
+Q = parse_params(f[2])
+if Q == nil or Q.code ~= code then
+return nil, nil, true
+end
+elseif OLD_HASH_VERSION[f[1]] == P.code then
+Q = P
+else
+return nil, nil, true
+end
+local st = ALG[Q.code].decode(f, Q)
+if st == nil then
+return nil, nil, true
+end
+return st, Q, Q.code ~= P.code
+end
 local function now_at(i)
-  local s, n
-  if ARGV[i] ~= nil then
-    s, n = int(ARGV[i]), int(ARGV[i + 1])
-    if s == nil or n == nil or n < 0 or n >= E9 then
-      return nil
-    end
-  else
-    local t = redis.call('TIME')
-    s, n = tonumber(t[1]), tonumber(t[2]) * 1000
-  end
-  if s < 0 then
-    return 0, 0
-  end
-  if s > MAX_S or (s == MAX_S and n > MAX_N) then
-    return MAX_S, MAX_N
-  end
-  return s, n
+local s, n
+if ARGV[i] ~= nil then
+s, n = int(ARGV[i]), int(ARGV[i + 1])
+if s == nil or n == nil or n < 0 or n >= E9 then
+return nil
 end
-
--- convert returns the state st, recorded under the parameters Q, as the state of P's algorithm
--- of a key with R = min(R_old, cap) left, whose consumption C = cap - R was made at
--- tc = max(now, the instant Q's algorithm evaluated st at); R = cap when Q's algorithm finds
--- st idle (it consumed nothing still counted: without this a raised capacity would deny a
--- request costing more than the old capacity for as long as each request does, a denial
--- writing nothing). nil (a fresh key) when st does not decode. This is
--- algorithms.consumption.
+else
+local t = redis.call('TIME')
+s, n = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+if s < 0 then
+return 0, 0
+end
+if s > MAX_S or (s == MAX_S and n > MAX_N) then
+return MAX_S, MAX_N
+end
+return s, n
+end
 local function convert(st, Q, P, now_s, now_n, key)
-  local R, at_s, at_n, idle = ALG[Q.code].peek(st, Q, now_s, now_n, key)
-  if R == nil then
-    return nil
-  end
-  if idle then
-    R = P.cap
-  end
-  local tc_s, tc_n = now_s, now_n
-  if tsless(now_s, now_n, at_s, at_n) then
-    tc_s, tc_n = at_s, at_n
-  end
-  return ALG[P.code].from(P, P.cap - math.min(math.max(R, 0), P.cap), tc_s, tc_n)
+local R, at_s, at_n, idle = ALG[Q.code].peek(st, Q, now_s, now_n, key)
+if R == nil then
+return nil
 end
-
--- Parse the rules: seven arguments each, and one key or three.
+if idle then
+R = P.cap
+end
+local tc_s, tc_n = now_s, now_n
+if tsless(now_s, now_n, at_s, at_n) then
+tc_s, tc_n = at_s, at_n
+end
+return ALG[P.code].from(P, P.cap - math.min(math.max(R, 0), P.cap), tc_s, tc_n)
+end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-  if i + 7 > #ARGV then
-    return bad_args('count')
-  end
-  local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
-  local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
-    return bad_args('config')
-  end
-  local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
-  k = k + 1
-  if bound > 0 then
-    r.set, r.over = KEYS[k], KEYS[k + 1]
-    k = k + 2
-    if r.over == nil then
-      return bad_args('count')
-    end
-  end
-  for _, key in ipairs({r.key, r.set, r.over}) do
-    if seen[key] then
-      return bad_args('duplicate key')
-    end
-    seen[key] = true
-  end
-  rules[#rules + 1] = r
-  i = i + 7
+if i + 7 > #ARGV then
+return bad_args('count')
+end
+local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
+if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+return bad_args('config')
+end
+local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+k = k + 1
+if bound > 0 then
+r.set, r.over = KEYS[k], KEYS[k + 1]
+k = k + 2
+if r.over == nil then
+return bad_args('count')
+end
+end
+for _, key in ipairs({r.key, r.set, r.over}) do
+if seen[key] then
+return bad_args('duplicate key')
+end
+seen[key] = true
+end
+rules[#rules + 1] = r
+i = i + 7
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
-  return bad_args('count')
+return bad_args('count')
 end
 local now_s, now_n = now_at(i + 1)
 if now_s == nil then
-  return bad_args('now')
+return bad_args('now')
 end
 local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
-
--- Decide every rule; nothing is written yet.
 local out = {now_s, now_n, 0}
 local commit = true
 for _, r in ipairs(rules) do
-  local P, key = r.P, r.key
-  if r.bound > 0 then
-    if redis.call('EXISTS', key) == 0 then
-      -- A new key: admitted to the key set only while the rule has fewer than max_keys live
-      -- keys (members whose expiry is after now). A key set of another type is not ours; it
-      -- is replaced when the call commits. Nothing is written here: see the commit below.
-      local live = redis.pcall('ZCOUNT', r.set, '(' .. string.format('%d', now_ms), '+inf')
-      if type(live) ~= 'number' then
-        live, r.badset = 0, true
-      end
-      if live >= r.bound then
-        key, r.overflow = r.over, true
-      else
-        r.created = true
-      end
-    end
-    r.track = not r.overflow
-  end
-  r.used = key
-  local st, Q, stale = load(key, P)
-  if st ~= nil and Q.str ~= P.str then
-    st = convert(st, Q, P, now_s, now_n, key)
-  end
-  local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
-  r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
-  if not allowed and not r.shadow then
-    commit = false
-  end
-  local o = #out
-  out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
-  out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
+local P, key = r.P, r.key
+if r.bound > 0 then
+if redis.call('EXISTS', key) == 0 then
+local live = redis.pcall('ZCOUNT', r.set, '(' .. string.format('%d', now_ms), '+inf')
+if type(live) ~= 'number' then
+live, r.badset = 0, true
 end
-
--- lifetime_ms bounds the TTL of a key of P: a reset is at most twice the window (the sliding
--- counter) or the time a bucket takes to fill (capacity * window / limit, at most 2^53 for the
--- parameters params accepts), plus the margin.
+if live >= r.bound then
+key, r.overflow = r.over, true
+else
+r.created = true
+end
+end
+r.track = not r.overflow
+end
+r.used = key
+local st, Q, stale = load(key, P)
+if st ~= nil and Q.str ~= P.str then
+st = convert(st, Q, P, now_s, now_n, key)
+end
+local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
+r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
+if not allowed and not r.shadow then
+commit = false
+end
+local o = #out
+out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
+out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
+end
 local function lifetime_ms(P)
-  return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
+return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
 end
-
--- Commit: every rule that admitted writes its state and TTL, and a bounded rule records the
--- key's expiry in its key set, which outlives every member; a new key also drops the expired
--- members. Redis checks maxmemory at a script's first command that can grow memory, and lets
--- every later write through, so the decisions above write nothing and the first write here is
--- an algorithm's HSET or RPUSH (only replacing a key of another layout deletes it first).
 if commit then
-  for _, r in ipairs(rules) do
-    if r.allowed then
-      ALG[r.P.code].write(r.used, r.P, r.new, r.stale)
-      local ttl = expire(r.used, r.reset)
-      if r.track then
-        if r.badset then
-          redis.call('DEL', r.set)
-        elseif r.created then
-          redis.call('ZREMRANGEBYSCORE', r.set, '-inf', string.format('%d', now_ms))
-        end
-        redis.call('ZADD', r.set, string.format('%d', now_ms + ttl), r.key)
-        redis.call('PEXPIRE', r.set, string.format('%d', ttl + 2 * lifetime_ms(r.P)))
-      end
-    end
-  end
-  out[3] = 1
+for _, r in ipairs(rules) do
+if r.allowed then
+ALG[r.P.code].write(r.used, r.P, r.new, r.stale)
+local ttl = expire(r.used, r.reset)
+if r.track then
+if r.badset then
+redis.call('DEL', r.set)
+elseif r.created then
+redis.call('ZREMRANGEBYSCORE', r.set, '-inf', string.format('%d', now_ms))
+end
+redis.call('ZADD', r.set, string.format('%d', now_ms + ttl), r.key)
+redis.call('PEXPIRE', r.set, string.format('%d', ttl + 2 * lifetime_ms(r.P)))
+end
+end
+end
+out[3] = 1
 end
 return out
 `
-)
+
+// luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
+const luaScriptSHA1 = "98c2919f0636303506c9389245dccf939b7f6d47"
+
+// luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
+const luaSecretScript = `local v = redis.call('GET', KEYS[1])
+if type(v) == 'string' and #v == 32 and not string.find(v, '[^0-9a-f]') then
+return v
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+`

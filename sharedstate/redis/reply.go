@@ -3,12 +3,11 @@ package redis
 import (
 	"errors"
 	"strconv"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/duration"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
 // Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
@@ -287,23 +286,28 @@ func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 		Allowed:    allowed == 1,
 		Limit:      lim,
 		Remaining:  remaining,
-		RetryAfter: duration.Duration(min(retry, algorithms.MaxExact)),
-		ResetAfter: duration.Duration(min(reset, algorithms.MaxExact)),
+		RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
+		ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
 	}, Overflow: overflow == 1}, nil
 }
 
 // errForeignReply is the malformed answer that carries another limit than the rule's.
-var errForeignReply = strfmt.Wrap(ErrMalformed, ": the answer carries another rule's limit")
+var errForeignReply = &malformedError{"the answer carries another rule's limit"}
 
 // maxReplySec keeps sec*1e9 + nsec inside int64; the scripts clamp their clock to 2^62 ns.
 const maxReplySec = (1<<63 - 1 - 999_999_999) / 1_000_000_000
 
+// malformedError is ErrMalformed with why the answer is malformed; errors.Is(err,
+// ErrMalformed) holds for it. Its message is put together when it is asked for, so the
+// package-level errForeignReply costs the package initialiser no string concatenation.
+type malformedError struct{ why string }
+
+func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
+func (e *malformedError) Unwrap() error { return ErrMalformed }
+
 // malformed and parser.malformed are not inlined: they are called from some twenty places,
-// only for a reply that is not what the scripts return, and each inlined copy boxed its
-// arguments for Errorf (most of ParseReplies' 15 KB in the module).
-//
-//go:noinline
-func malformed(why string) error { return strfmt.Errorf("%w: %s", ErrMalformed, why) }
+// only for a reply that is not what the scripts return.
+func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
 // It rejects everything else instead of interpreting it.
@@ -312,9 +316,8 @@ type parser struct {
 	i int
 }
 
-//go:noinline
 func (p *parser) malformed(why string) error {
-	return strfmt.Errorf("%w: %s at byte %d", ErrMalformed, why, p.i)
+	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
 
 func (p *parser) space() {

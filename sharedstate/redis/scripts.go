@@ -3,25 +3,21 @@ package redis
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
-	"github.com/ratelimit-wasm/ratelimit/internal/sha"
-	"github.com/ratelimit-wasm/ratelimit/internal/strfmt"
 )
 
-// The Lua files are Go string constants (lua.go, written by gen_lua.go), not embedded: package
-// embed imports io/fs, which imports time, and time's dependencies are start-up work in every
-// VM on Envoy's V8 (an embed.FS would also keep time's formatting code; wasmhost/moduletest's
-// TestModuleLinksNoUnusedStdlib and internal/sha's TestModuleLinksNoHeavyPackages check).
+// The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from the Lua
+// files of lua/), not embedded and not hashed here: package embed imports io/fs, which imports
+// time, and time's dependencies are start-up work in every VM on Envoy's V8 (an embed.FS would
+// also keep time's formatting code; wasmhost/moduletest's TestModuleLinksNoUnusedStdlib and
+// the root package's TestModuleLinksNoHeavyPackages check), and the SHA-1 would link
+// crypto/sha1 for a name known before the module is built.
 //
 //go:generate go run gen_lua.go
 
-// Script is the Lua script as Redis runs it. It is assembled and its SHA computed once, on
-// first use rather than when the package is initialised: a package initialiser runs in every
-// VM's _initialize, where on V8 each function it calls is first compiled (start-up latency
-// that a configuration without global rules never needs).
+// Script is the Lua script as Redis runs it.
 type Script struct {
 	// Name is "ratelimit".
 	Name string
@@ -39,41 +35,21 @@ type Script struct {
 // The one script: every algorithm with a global (Redis) mode is a set of functions in it, so
 // that one call can decide several rules of different algorithms together. The adaptive
 // limiter and the leaky-bucket shaper have no global mode: the adaptive limit is tuned from
-// each proxy's own signals, and a shaper's delays are local by nature.
+// each proxy's own signals, and a shaper's delays are local by nature. The variable is
+// initialised statically (constants only): no code runs for it in a VM's _initialize.
 var (
-	script = sync.OnceValue(func() *Script {
-		return newScript("ratelimit", luaLib, luaWindow, luaBucket, luaFixedWindow,
-			luaSlidingWindowCounter, luaSlidingWindowLog, luaGCRA, luaMain)
-	})
+	ratelimitScript     = Script{Name: "ratelimit", Source: luaScript, SHA: luaScriptSHA1}
 	errNoGlobalAdaptive = errors.New("redis: the adaptive algorithm is local only: its limit is tuned from each proxy's own latency and errors")
 	errNoGlobalShaper   = errors.New("redis: a leaky_bucket with max_delay (shaping) is local only: delays cannot be applied across proxies; use max_delay 0 (the admission meter) for a global rule")
 )
+
+// script returns the one script.
+func script() *Script { return &ratelimitScript }
 
 // Scripts returns the scripts (today exactly one), for tools and tests that load them ahead of
 // time (SCRIPT LOAD) or inspect them.
 func Scripts() []*Script {
 	return []*Script{script()}
-}
-
-// newScript concatenates the sources in order, without comment lines, blank lines and
-// indentation, and computes the SHA1 that EVALSHA names the result by.
-func newScript(name string, sources ...string) *Script {
-	var b strings.Builder
-	for _, src := range sources {
-		for _, line := range strings.Split(src, "\n") {
-			line = strings.TrimSpace(line)
-			// The scripts use no long strings or block comments, so a line that starts with
-			// "--" is a whole comment line; trailing comments are kept, which is harmless.
-			if line == "" || strings.HasPrefix(line, "--") {
-				continue
-			}
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-	}
-	src := b.String()
-	sum := sha.Sum1([]byte(src))
-	return &Script{Name: name, Source: src, SHA: strfmt.Sprintf("%x", sum[:])}
 }
 
 func (s *Script) escapedSource() []byte {
@@ -156,7 +132,7 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	case *algorithms.GCRA:
 		code = codeGCRA
 	default:
-		return nil, strfmt.Errorf("redis: no script for algorithm %q", c.Algorithm)
+		return nil, errors.New("redis: no script for algorithm " + strconv.Quote(c.Algorithm))
 	}
 	base := renderArgs(code, c.Limit, int64(c.Window), capacity)
 	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil
@@ -180,7 +156,7 @@ func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
 // slot only, wherever the partition lives. The rule as a whole holds at most
 // partitions*ceil(maxKeys/partitions) live keys (below maxKeys+partitions), and a new key goes
 // to its partition's overflow key when that partition is full, which, with keys hashed
-// uniformly, starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
+// uniformly (a keyed hash: see Partition), starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
 // Items of a partitioned rule must carry their partition (Item.Part).
 func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name string) *Rule {
 	partitions = max(1, min(partitions, MaxPartitions))
@@ -226,8 +202,8 @@ type Item struct {
 	Key    []byte
 	N      int64
 	Shadow bool
-	// Part is the key's partition, Partition(descriptor, Rule.Partitions()): which key set
-	// and overflow key bound it. It is 0 for a rule of one partition.
+	// Part is the key's partition, Partition(secret, descriptor, Rule.Partitions()): which
+	// key set and overflow key bound it. It is 0 for a rule of one partition.
 	Part int
 }
 

@@ -86,7 +86,8 @@ func measure(t *testing.T, url string, rule *redis.Rule, parts int) {
 	bodies := make([][]byte, 10000)
 	for i := range bodies {
 		d := []byte("198.51.100." + strconv.Itoa(i))
-		it := redis.Item{Rule: rule, N: 1, Part: redis.Partition(d, parts), Key: redis.AppendPartKey(nil, "rl", "d", "r", parts, d)}
+		p := redis.Partition(&testSecret, d, parts)
+		it := redis.Item{Rule: rule, N: 1, Part: p, Key: redis.AppendPartKey(nil, "rl", "d", "r", parts, p, d)}
 		bodies[i] = redis.AppendEvalSHA(nil, []redis.Item{it})
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}

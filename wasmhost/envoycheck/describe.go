@@ -39,6 +39,9 @@ func Describe(c *envoyconf.Config) string {
 					name = "(unnamed)"
 				}
 				fmt.Fprintf(&b, "  %-14s %s\n", name, match)
+				if rt.Direct != nil {
+					fmt.Fprintf(&b, "                   answered by the proxy with %d (direct_response), after the filter's rules\n", rt.Direct.Status)
+				}
 				if rt.FilterDisabled {
 					b.WriteString("                   not rate limited: the filter is disabled on this route\n")
 					continue

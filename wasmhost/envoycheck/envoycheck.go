@@ -14,12 +14,14 @@ package envoycheck
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
+	"go.yaml.in/yaml/v3"
 )
 
 // Report is the outcome of a check. A configuration with errors must not be deployed;
@@ -27,6 +29,9 @@ import (
 type Report struct {
 	Errors   []string
 	Warnings []string
+	// Plugin is set when the file was a plugin configuration alone, not a bootstrap: the
+	// route and virtual-host names its rules select, and its redis cluster, were not checked.
+	Plugin bool
 }
 
 // OK reports whether the check found no errors (warnings allowed).
@@ -40,27 +45,70 @@ func (r *Report) warnf(format string, args ...any) {
 	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
 }
 
-// File checks the bootstrap at path.
+// File checks the file at path: a bootstrap, or a plugin configuration alone (see Bytes).
 func File(path string) *Report {
-	c, err := envoyconf.Load(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return &Report{Errors: []string{err.Error()}}
 	}
-	return Config(c)
+	if IsPluginConfig(data, path) {
+		return Plugin(data)
+	}
+	c, err := envoyconf.Parse(data)
+	if err != nil {
+		return &Report{Errors: []string{path + ": " + err.Error()}}
+	}
+	return checkBootstrap(c, parseSource(data))
 }
 
-// Bytes checks a bootstrap given as YAML.
+// Bytes checks a bootstrap given as YAML, or a plugin configuration alone (the JSON that
+// `ratelimit-host -config` serves and configuration.value holds) when IsPluginConfig says
+// the data is one.
 func Bytes(data []byte) *Report {
+	if IsPluginConfig(data, "") {
+		return Plugin(data)
+	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
 		return &Report{Errors: []string{err.Error()}}
 	}
-	return Config(c)
+	return checkBootstrap(c, parseSource(data))
+}
+
+// IsPluginConfig reports whether data (from a file called name, "" when none) is a plugin
+// configuration rather than a bootstrap: a JSON or YAML object with a "rules" member, which
+// no bootstrap has, or a file named *.json that does not parse (the plugin's parser then
+// reports the syntax error at the file's own line and column).
+func IsPluginConfig(data []byte, name string) bool {
+	var top map[string]any
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return strings.HasSuffix(name, ".json")
+	}
+	_, ok := top["rules"]
+	return ok
+}
+
+// Plugin checks a plugin configuration alone: the filter's parser, and the rules' checks that
+// need no bootstrap. Route and virtual-host names and the redis cluster cannot be checked
+// without the bootstrap that will carry the configuration; Report.Plugin says so.
+func Plugin(data []byte) *Report {
+	r := &Report{Plugin: true}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		addParseErrors(r, "", err, wholeFile(data))
+		return r
+	}
+	checkRules(r, "", cfg, nil)
+	return r
 }
 
 // Config checks a parsed bootstrap. Every listener with the filter is checked on its own:
 // its routes are the only ones its rules can see.
-func Config(c *envoyconf.Config) *Report {
+func Config(c *envoyconf.Config) *Report { return checkBootstrap(c, nil) }
+
+// checkBootstrap is Config with the bootstrap's YAML source, when known, to locate errors inside a
+// plugin configuration by the file's line and column.
+func checkBootstrap(c *envoyconf.Config, src *yamlSource) *Report {
 	r := &Report{}
 	filters := 0
 	for _, l := range c.Listeners {
@@ -68,7 +116,7 @@ func Config(c *envoyconf.Config) *Report {
 			continue
 		}
 		filters++
-		checkListener(r, c, l)
+		checkListener(r, c, l, src)
 	}
 	if filters == 0 {
 		r.errorf("no listener runs the Wasm filter (%s)", envoyconf.TypeWasmFilter)
@@ -76,19 +124,30 @@ func Config(c *envoyconf.Config) *Report {
 	return r
 }
 
+// addParseErrors reports the parser's error, one problem per line, each after where (when not
+// empty) and located in the file by embedded (when known).
+func addParseErrors(r *Report, where string, err error, embedded *embedded) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		line = embedded.locate(line)
+		if where != "" {
+			line = where + ": " + line
+		}
+		r.Errors = append(r.Errors, line)
+	}
+}
+
 // checkListener parses the listener's filter configuration and cross-checks its rules
 // against the listener's routes and connection manager, and its redis section against the
 // bootstrap's clusters.
-func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener) {
+func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener, src *yamlSource) {
 	where := "listener " + strconv.Quote(l.Name) + ", plugin " + strconv.Quote(l.Filter.PluginName)
 	cfg, err := config.Parse(l.Filter.PluginConfig)
 	if err != nil {
 		// Each of the parser's lines is one problem with its JSON path.
-		for _, line := range strings.Split(err.Error(), "\n") {
-			if line = strings.TrimSpace(line); line != "" {
-				r.errorf("%s: %s", where, line)
-			}
-		}
+		addParseErrors(r, where, err, src.find(l.Filter.PluginConfig))
 		return
 	}
 	if cfg.Redis != nil && c.Clusters[cfg.Redis.Cluster] == nil {
@@ -124,25 +183,32 @@ func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener) {
 	}
 	sort.Strings(routeNames)
 	sort.Strings(vhostNames)
+	checkRules(r, where, cfg, &listenerRoutes{listener: l, routes: routes, vhosts: vhosts,
+		routeNames: routeNames, vhostNames: vhostNames})
+}
+
+// listenerRoutes is what a listener offers its rules: routes by name, virtual hosts, and its
+// connection manager's path settings.
+type listenerRoutes struct {
+	listener               *envoyconf.Listener
+	routes                 map[string]*envoyconf.Route
+	vhosts                 map[string]bool
+	routeNames, vhostNames []string
+}
+
+// checkRules checks the rules of a plugin configuration, against the listener's routes when
+// lr is not nil (a bootstrap), or alone (a plugin configuration file).
+func checkRules(r *Report, where string, cfg *config.Config, lr *listenerRoutes) {
+	prefix := where
+	if prefix != "" {
+		prefix += ": "
+	}
 	var catchAll *config.Rule // an earlier rule that applies to every request and stops evaluation
 	for _, rule := range cfg.Rules {
-		at := fmt.Sprintf("%s: rules[%d] (%q)", where, rule.Index, rule.Name)
+		at := fmt.Sprintf("%srules[%d] (%q)", prefix, rule.Index, rule.Name)
 		m := &rule.Match
-		for i, name := range m.Routes {
-			if _, ok := routes[name]; !ok {
-				r.errorf("%s: match.routes[%d]: %q is no route of this listener%s; the rule would never apply",
-					at, i, name, didYouMean(name, routeNames))
-			}
-		}
-		for i, name := range m.VirtualHosts {
-			if !vhosts[name] {
-				r.errorf("%s: match.virtual_hosts[%d]: %q is no virtual host of this listener%s; the rule would never apply",
-					at, i, name, didYouMean(name, vhostNames))
-			}
-		}
-		if len(m.Routes) > 0 && allDisabled(m.Routes, routes) {
-			r.warnf("%s: can never apply: the filter is disabled on every route it names (%s)",
-				at, strings.Join(m.Routes, ", "))
+		if lr != nil {
+			checkRuleRoutes(r, at, rule, lr)
 		}
 		if catchAll != nil {
 			r.warnf("%s: can never apply: rules[%d] (%q) applies to every request before it and has no \"continue\": true",
@@ -150,9 +216,9 @@ func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener) {
 		} else if matchesEverything(rule) && !rule.Continue {
 			catchAll = rule
 		}
-		if m.Path != nil && (!l.NormalizePath || !l.MergeSlashes) {
+		if lr != nil && m.Path != nil && (!lr.listener.NormalizePath || !lr.listener.MergeSlashes) {
 			r.warnf("%s: matches paths, but the connection manager has normalize_path: %v, merge_slashes: %v: "+
-				"/api/../login or //login would escape the rule; set both to true", at, l.NormalizePath, l.MergeSlashes)
+				"/api/../login or //login would escape the rule; set both to true", at, lr.listener.NormalizePath, lr.listener.MergeSlashes)
 		}
 		for i, kp := range rule.Key {
 			if kp.Source == config.SourceClientIP && (kp.IPv6Prefix == 0 || kp.IPv6Prefix == 128) {
@@ -164,6 +230,27 @@ func checkListener(r *Report, c *envoyconf.Config, l *envoyconf.Listener) {
 			r.warnf("%s: a shadow rule with shadow_headers: clients that honour its rate-limit headers slow down "+
 				"for a limit nobody enforces", at)
 		}
+	}
+}
+
+// checkRuleRoutes checks the routes and virtual hosts a rule names against the listener's.
+func checkRuleRoutes(r *Report, at string, rule *config.Rule, lr *listenerRoutes) {
+	m := &rule.Match
+	for i, name := range m.Routes {
+		if _, ok := lr.routes[name]; !ok {
+			r.errorf("%s: match.routes[%d]: %q is no route of this listener%s; the rule would never apply",
+				at, i, name, didYouMean(name, lr.routeNames))
+		}
+	}
+	for i, name := range m.VirtualHosts {
+		if !lr.vhosts[name] {
+			r.errorf("%s: match.virtual_hosts[%d]: %q is no virtual host of this listener%s; the rule would never apply",
+				at, i, name, didYouMean(name, lr.vhostNames))
+		}
+	}
+	if len(m.Routes) > 0 && allDisabled(m.Routes, lr.routes) {
+		r.warnf("%s: can never apply: the filter is disabled on every route it names (%s)",
+			at, strings.Join(m.Routes, ", "))
 	}
 }
 

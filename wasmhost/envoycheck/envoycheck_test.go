@@ -234,6 +234,19 @@ func TestCheckCommandExitStatus(t *testing.T) {
 	if out, err := exec.Command(bin, "check", repoFile("envoy.yaml")).CombinedOutput(); err != nil {
 		t.Fatalf("check of the shipped envoy.yaml: %v\n%s", err, out)
 	}
+	// A plugin configuration alone: 0 when the filter accepts it, 1 when it does not.
+	example := repoFile("filter/config/testdata/examples/global-redis.json")
+	if out, err := exec.Command(bin, "check", example).CombinedOutput(); err != nil || !strings.Contains(string(out), "a plugin configuration alone") {
+		t.Fatalf("check of %s: %v\n%s", example, err, out)
+	}
+	badPath := filepath.Join(dir, "plugin.json")
+	if err := os.WriteFile(badPath, []byte(`{"rules":[{"name":"a","algorithm":"token_bucket","limt":5,"window":"1s"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "check", badPath).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "rules[0].limt: unknown field") {
+		t.Fatalf("check of a bad plugin configuration: %v, want exit status 1\n%s", err, out)
+	}
 }
 
 // Describe lists each route with the rules that can apply to it, from the bootstrap itself.
@@ -258,6 +271,19 @@ func TestDescribe(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)
 		}
+	}
+}
+
+// A route that answers by itself says so, so the banner of `make run` does not suggest that
+// its requests reach the upstream.
+func TestDescribeDirectResponse(t *testing.T) {
+	c, err := envoyconf.Load(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  path-parameters safe_regex .*;[^/]*/.*\n                   answered by the proxy with 400 (direct_response), after the filter's rules\n"
+	if got := Describe(c); !strings.Contains(got, want) {
+		t.Errorf("missing %q in\n%s", want, got)
 	}
 }
 

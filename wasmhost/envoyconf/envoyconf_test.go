@@ -101,11 +101,15 @@ func TestEnvoyYAML(t *testing.T) {
 	for _, r := range l.VirtualHosts[0].Routes {
 		names = append(names, r.Name)
 		require.Equal(t, "default", r.VirtualHost)
+		require.Equal(t, r.Name == "internal", r.FilterDisabled, r.Name)
+		if r.Name == "path-parameters" {
+			require.Equal(t, &DirectResponse{Status: 400}, r.Direct)
+			continue
+		}
 		require.Equal(t, "upstream", r.Cluster)
 		require.Equal(t, DefaultRouteTimeout, r.Timeout)
-		require.Equal(t, r.Name == "internal", r.FilterDisabled, r.Name)
 	}
-	require.Equal(t, []string{"login", "public-api", "internal", "global", "default"}, names)
+	require.Equal(t, []string{"path-parameters", "login", "public-api", "internal", "global", "default"}, names)
 
 	require.Equal(t, "upstream:8080", c.Clusters["upstream"].Address)
 	require.Equal(t, "webdis:7379", c.Clusters["webdis"].Address)
@@ -131,6 +135,22 @@ func TestRoutingEnvoyYAML(t *testing.T) {
 		{"POST", "/%6c%6f%67%69%6e/", "login"},
 		{"POST", "/internal/../login", "login"},
 		{"POST", "/internal/%2e%2e/login", "login"},
+		// Suffixes that upstreams drop, trim or read as a format, a path parameter or a
+		// fragment.
+		{"POST", "/login.json", "login"},
+		{"POST", "/login.html", "login"},
+		{"POST", "/login%2e", "login"},
+		{"POST", "/login.", "login"},
+		{"POST", "/login%20", "login"},
+		{"POST", "/login%09", "login"},
+		{"POST", "/login~", "login"},
+		{"POST", "/login%7E", "login"},
+		{"POST", "/login%3Bjsessionid=1", "login"},
+		{"POST", "/login%23", "login"},
+		{"POST", "/login%2523", "login"},
+		{"POST", "/LOGIN.JSON", "login"},
+		{"POST", "/login::$DATA", "login"},
+		{"POST", "/login%%36%66", "login"},
 		// Other paths that merely start like it do not.
 		{"POST", "/loginx", "default"},
 		{"POST", "/login-help", "default"},
@@ -147,12 +167,30 @@ func TestRoutingEnvoyYAML(t *testing.T) {
 		{"POST", "//login", "login"},
 		{"POST", "/./login", "login"},
 	} {
-		r := httptest.NewRequest(tc.method, "http://example.com"+tc.target, nil)
+		// Match reads the method and headers from the request, the path from its argument
+		// (the request line's target may not parse as a URL: "%%36").
+		r := httptest.NewRequest(tc.method, "http://example.com/", nil)
 		path, verdict := l.NormalizeRequest(tc.target)
 		require.Equal(t, PathContinue, verdict, tc.target)
 		rt := l.Match(r, path)
 		require.NotNil(t, rt, "%s %s", tc.method, tc.target)
 		require.Equal(t, tc.route, rt.Name, "%s %s", tc.method, tc.target)
+	}
+	// A NUL fails the normalisation: Envoy answers 400 before any route. Path parameters in
+	// a segment other than the last (which servlet containers strip, reading "/..;/" as
+	// "/../") are answered 400 by a route of their own.
+	for _, target := range []string{"/login%00", "/login%00.json"} {
+		_, verdict := l.NormalizeRequest(target)
+		require.Equal(t, PathReject, verdict, target)
+	}
+	for _, target := range []string{"/;x/login", "/.;/login", "/api/..;/login", "/login;a/b", "/%3B/login;x/"} {
+		path, verdict := l.NormalizeRequest(target)
+		require.Equal(t, PathContinue, verdict, target)
+		rt := l.Match(httptest.NewRequest("POST", "http://example.com/", nil), path)
+		require.NotNil(t, rt, target)
+		require.Equal(t, "path-parameters", rt.Name, target)
+		require.NotNil(t, rt.Direct, target)
+		require.Equal(t, 400, rt.Direct.Status, target)
 	}
 	// An encoded slash is redirected to the path every party reads alike, which lands on
 	// the log-in route; it never reaches the internal route unlimited.
@@ -371,9 +409,26 @@ func TestNormalize(t *testing.T) {
 		"/x/%2E%2e/login":     "/login",
 		"/x/.%2e/login":       "/login",
 		"/login?a=%6C":        "/login?a=%6C",
+		// A '%' that starts no escape stays a literal percent sign: decoding the escape
+		// after it must not make it start one.
+		"/l%%36%66gin": "/l%256fgin",
+		"/%%300":       "/%2500",
+		"/%4%31":       "/%2541",
+		"/%%2e":        "/%.",
+		"/a%zz%41":     "/a%zzA",
+		// Bytes a path may not hold are percent-encoded.
+		"/login{x}|^`\"<>": "/login%7Bx%7D%7C%5E%60%22%3C%3E",
+		"/caf\xc3\xa9":     "/caf%C3%A9",
 	} {
 		require.Equal(t, want, l.Normalize(in), in)
 	}
+	// A NUL fails the normalisation: Envoy answers 400.
+	for _, in := range []string{"/login%00", "/login%00.json", "/a\x00b", "/x/%2e%2e/login%00?a=1"} {
+		_, verdict := l.NormalizeRequest(in)
+		require.Equal(t, PathReject, verdict, "%q", in)
+	}
+	_, verdict := (&Listener{MergeSlashes: true}).NormalizeRequest("/login%00")
+	require.Equal(t, PathContinue, verdict, "without normalize_path a NUL is not looked at")
 	require.Equal(t, "//a/../b", (&Listener{}).Normalize("//a/../b"), "both switches off")
 	require.Equal(t, "/%6Cogin", (&Listener{MergeSlashes: true}).Normalize("/%6Cogin"), "decoding is part of normalize_path")
 }

@@ -213,12 +213,15 @@ func (l *Listener) Normalize(path string) string {
 //     "~") are decoded, so "/%6Cogin" is "/login"; backslashes become slashes; dot segments
 //     are removed (RFC 3986 section 5.2.4), ".." never climbing above the root. Other
 //     percent-encodings are kept as written, and letter case is not changed (Envoy does not
-//     case-normalise paths).
+//     case-normalise paths). A NUL, raw or as %00, fails the normalisation ("Fails on
+//     characters disallowed in URLs (e.g. NULLs)", Envoy's documentation of
+//     normalize_path_rfc_3986), and Envoy answers 400. A '%' that starts no valid escape is
+//     kept, and when decoding an escape right after it would make it start one ("%%36%66"
+//     would become "%6f", which an upstream that decodes once more reads as "o"), the '%' is
+//     written as "%25" instead, as the canonicaliser does, so that the result means what the
+//     request did. Bytes a path may not hold as they are (controls, space, '"', '<', '>',
+//     '^', '`', '{', '|', '}', DEL and non-ASCII) are percent-encoded.
 //  3. merge_slashes: runs of slashes become one.
-//
-// The canonicaliser also percent-encodes bytes a path may not hold (controls, spaces,
-// non-ASCII); HTTP/1 request lines that carry them are refused before this point by the
-// wazero host's HTTP server, so that part is not reproduced.
 func (l *Listener) NormalizeRequest(path string) (string, PathVerdict) {
 	p, query := path, ""
 	if i := strings.IndexByte(path, '?'); i >= 0 {
@@ -239,7 +242,11 @@ func (l *Listener) NormalizeRequest(path string) (string, PathVerdict) {
 		}
 	}
 	if l.NormalizePath {
-		p = removeDotSegments(strings.ReplaceAll(decodeUnreserved(p), `\`, "/"))
+		decoded, ok := decodeUnreserved(p)
+		if !ok {
+			return path, PathReject
+		}
+		p = removeDotSegments(strings.ReplaceAll(decoded, `\`, "/"))
 	}
 	if l.MergeSlashes {
 		for strings.Contains(p, "//") {
@@ -281,26 +288,90 @@ func unescapeSlashes(p string) string {
 }
 
 // decodeUnreserved decodes percent-encoded unreserved characters (RFC 3986 section 2.3),
-// which mean the same encoded or not (section 6.2.2.2).
-func decodeUnreserved(p string) string {
-	if strings.IndexByte(p, '%') < 0 {
-		return p
+// which mean the same encoded or not (section 6.2.2.2), and keeps every other escape as
+// written. ok is false when p holds a NUL, raw or encoded: Envoy's normalisation fails on it.
+//
+// A '%' that starts no valid escape is kept. When the escape decoded right after it makes it
+// start one after all ("%%30" + "0" would leave "%00"), the '%' is written as "%25", so the
+// result never holds an escape the request did not (see NormalizeRequest).
+func decodeUnreserved(p string) (out string, ok bool) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return p, false
 	}
-	var b strings.Builder
+	if strings.IndexFunc(p, func(r rune) bool { return r == '%' || r > 0x7F || mustEscape(byte(r)) }) < 0 {
+		return p, true
+	}
+	b := make([]byte, 0, len(p))
+	stray := -1 // where in b the last '%' that started no valid escape was written
 	for i := 0; i < len(p); i++ {
-		if p[i] == '%' && i+2 < len(p) {
-			hi, ok1 := unhex(p[i+1])
-			lo, ok2 := unhex(p[i+2])
-			if c := hi<<4 | lo; ok1 && ok2 && isUnreserved(c) {
-				b.WriteByte(c)
-				i += 2
-				continue
+		if p[i] != '%' {
+			if mustEscape(p[i]) {
+				b = append(b, '%', upperHex[p[i]>>4], upperHex[p[i]&0x0F])
+			} else {
+				b = append(b, p[i])
 			}
+			continue
 		}
-		b.WriteByte(p[i])
+		c, valid := escapeAt(p, i)
+		switch {
+		case !valid:
+			stray = len(b)
+			b = append(b, '%')
+		case c == 0:
+			return p, false
+		case isUnreserved(c):
+			b = append(b, c)
+			i += 2
+			if stray >= 0 && stray >= len(b)-3 {
+				b = escapeStray(b, stray, p[i+1:])
+			}
+		default:
+			b = append(b, p[i:i+3]...)
+			i += 2
+		}
 	}
-	return b.String()
+	return string(b), true
 }
+
+// escapeAt reports the byte that the escape at p[i] (a '%') encodes, and whether p[i:i+3] is
+// a valid escape at all.
+func escapeAt(p string, i int) (byte, bool) {
+	if i+2 >= len(p) {
+		return 0, false
+	}
+	hi, ok1 := unhex(p[i+1])
+	lo, ok2 := unhex(p[i+2])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+// escapeStray handles a character just decoded into b within two bytes of stray, the index of
+// a '%' that started no valid escape in the input. If that '%', with the bytes after it (the
+// decoded one, and the input's next byte, rest[0], when only one follows it in b), now reads
+// as a valid escape, the '%' becomes "%25" so that it stays a literal percent sign. The
+// input's next byte is only looked at here; the caller still copies it.
+func escapeStray(b []byte, stray int, rest string) []byte {
+	tail := string(b[stray:])
+	if len(tail) == 2 {
+		if len(rest) == 0 {
+			return b
+		}
+		tail += rest[:1]
+	}
+	if _, valid := escapeAt(tail, 0); !valid {
+		return b
+	}
+	// b[stray:] is '%' and one or two characters; "%25" takes the '%''s place.
+	after := append([]byte(nil), b[stray+1:]...)
+	b = append(b[:stray], '%', '2', '5')
+	return append(b, after...)
+}
+
+// mustEscape reports whether the canonicaliser writes byte c of a path percent-encoded.
+func mustEscape(c byte) bool {
+	return c <= ' ' || c >= 0x7F || strings.IndexByte("\"<>^`{|}", c) >= 0
+}
+
+const upperHex = "0123456789ABCDEF"
 
 func unhex(c byte) (byte, bool) {
 	switch {

@@ -989,7 +989,7 @@ func TestGlobalWasmMetrics(t *testing.T) {
 // BenchmarkGlobalWasm measures what a global rule adds to a request over the same rule kept
 // local: one HTTP callout to webdis and one script in Redis, through the wazero host. Besides
 // ns/op (wall time per request, the round trip included) it reports guest-ns/op (time spent in
-// the VM, i.e. the filter's own CPU cost), callouts/op and the request latency's p50-us. The
+// the VM, i.e. the filter's own CPU cost), callouts/op and the request latency's p50-us and p99-us. The
 // same run measures a global rule with a lease block ("global-leased": one callout per batch
 // of 100) and one raw EVALSHA through webdis without the proxy ("raw-evalsha", the
 // round trip a global decision costs at the least), and the filter with no rule that applies
@@ -1050,7 +1050,7 @@ func BenchmarkGlobalWasm(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(h.Stats().GuestTime-guest0)/float64(b.N), "guest-ns/op")
 			b.ReportMetric(float64(redisMetric(h, "ratelimit_redis_calls_total")-calls0)/float64(b.N), "callouts/op")
-			reportP50(b, lat)
+			reportLatency(b, lat)
 			for _, m := range redisErrorMetrics {
 				if v := redisMetric(h, m); v != 0 {
 					b.Fatalf("%s = %d", m, v)
@@ -1093,11 +1093,12 @@ func benchRawEvalSHA(b *testing.B, srv *redistest.Server) {
 	}
 	b.StopTimer()
 	b.ReportMetric(1, "callouts/op")
-	reportP50(b, lat)
+	reportLatency(b, lat)
 }
 
-// reportP50 reports the median of the latencies, in microseconds.
-func reportP50(b *testing.B, lat []time.Duration) {
+// reportLatency reports the median and the 99th percentile of the latencies, in microseconds.
+func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1000, "p50-us")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1000, "p99-us")
 }

@@ -49,11 +49,11 @@ func (p *pluginContext) OnPluginStart(size int) types.OnPluginStartStatus {
 	if size > 0 {
 		data, err := abi.GetPluginConfiguration()
 		if err != nil {
-			abi.LogErrorf("placeholder: reading configuration: %v", err)
+			abi.LogError("placeholder: reading configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
 		if err := json.Unmarshal(data, &p.cfg); err != nil {
-			abi.LogErrorf("placeholder: configuration: %v", err)
+			abi.LogError("placeholder: configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
 	}
@@ -61,11 +61,11 @@ func (p *pluginContext) OnPluginStart(size int) types.OnPluginStartStatus {
 	p.requests, err1 = abi.DefineCounterMetric("placeholder_requests_total")
 	p.ticks, err2 = abi.DefineCounterMetric("placeholder_ticks_total")
 	if err := errors.Join(err1, err2); err != nil {
-		abi.LogErrorf("placeholder: defining metrics: %v", err)
+		abi.LogError("placeholder: defining metrics: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
 	if err := abi.SetTickPeriodMilliSeconds(100); err != nil {
-		abi.LogErrorf("placeholder: tick period: %v", err)
+		abi.LogError("placeholder: tick period: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
 	return types.OnPluginStartStatusOK
@@ -73,7 +73,7 @@ func (p *pluginContext) OnPluginStart(size int) types.OnPluginStartStatus {
 
 func (p *pluginContext) OnTick() {
 	if _, err := Increment(TicksKey); err != nil {
-		abi.LogWarnf("placeholder: tick: %v", err)
+		abi.LogWarn("placeholder: tick: " + err.Error())
 		return
 	}
 	p.ticks.Increment(1)
@@ -124,7 +124,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	switch path {
 	case "/deny":
 		if err := abi.SendHttpResponse(429, [][2]string{{"x-placeholder", "denied"}}, []byte("denied\n"), -1); err != nil {
-			abi.LogErrorf("placeholder: local response: %v", err)
+			abi.LogError("placeholder: local response: " + err.Error())
 		}
 		return types.ActionPause
 	case "/callout":
@@ -132,12 +132,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	n, err := Increment(RequestsKey)
 	if err != nil {
-		abi.LogWarnf("placeholder: request counter: %v", err)
+		abi.LogWarn("placeholder: request counter: " + err.Error())
 		return types.ActionContinue
 	}
 	h.plugin.requests.Increment(1)
 	if err := abi.AddHttpRequestHeader("x-request-count", strconv.FormatUint(n, 10)); err != nil {
-		abi.LogWarnf("placeholder: adding header: %v", err)
+		abi.LogWarn("placeholder: adding header: " + err.Error())
 	}
 	return types.ActionContinue
 }
@@ -150,9 +150,9 @@ func (h *httpContext) callout() types.Action {
 	headers := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", authority}}
 	_, err := abi.DispatchHttpCall(h.plugin.cfg.Cluster, headers, nil, nil, 1000, h.onCalloutResponse)
 	if err != nil {
-		abi.LogWarnf("placeholder: callout: %v", err)
+		abi.LogWarn("placeholder: callout: " + err.Error())
 		if err := abi.SendHttpResponse(503, [][2]string{{"x-placeholder", "callout-failed"}}, []byte("callout failed\n"), -1); err != nil {
-			abi.LogErrorf("placeholder: local response: %v", err)
+			abi.LogError("placeholder: local response: " + err.Error())
 		}
 	}
 	return types.ActionPause
@@ -161,23 +161,23 @@ func (h *httpContext) callout() types.Action {
 func (h *httpContext) onCalloutResponse(numHeaders, bodySize, numTrailers int) {
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		if err := abi.SendHttpResponse(503, [][2]string{{"x-placeholder", "callout-reset"}}, []byte("callout reset\n"), -1); err != nil {
-			abi.LogErrorf("placeholder: local response: %v", err)
+			abi.LogError("placeholder: local response: " + err.Error())
 		}
 		return
 	}
 	// A response without :status shows as an empty x-callout-status.
 	status, _ := abi.GetHttpCallResponseHeader(":status")
 	if err := abi.AddHttpRequestHeader("x-callout-status", status); err != nil {
-		abi.LogWarnf("placeholder: adding header: %v", err)
+		abi.LogWarn("placeholder: adding header: " + err.Error())
 	}
 	if err := abi.ResumeHttpRequest(); err != nil {
-		abi.LogWarnf("placeholder: resuming: %v", err)
+		abi.LogWarn("placeholder: resuming: " + err.Error())
 	}
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if err := abi.AddHttpResponseHeader("x-placeholder", "ok"); err != nil {
-		abi.LogWarnf("placeholder: adding response header: %v", err)
+		abi.LogWarn("placeholder: adding response header: " + err.Error())
 	}
 	return types.ActionContinue
 }

@@ -42,12 +42,15 @@ type Request struct {
 }
 
 // Bench asks for guest time per request: Warmup requests, then Rounds rounds of N requests,
-// each round's guest time per request recorded.
+// each round's guest time per request recorded. With NewClients, every request (warm-up
+// included) comes from another source address, 10.a.b.c, so that no key is seen twice while
+// Warmup + Rounds*N <= 2^24.
 type Bench struct {
-	Request Request `json:"request"`
-	Warmup  int     `json:"warmup"`
-	Rounds  int     `json:"rounds"`
-	N       int     `json:"n"`
+	Request    Request `json:"request"`
+	Warmup     int     `json:"warmup"`
+	Rounds     int     `json:"rounds"`
+	N          int     `json:"n"`
+	NewClients bool    `json:"new_clients,omitempty"`
 }
 
 // Job is what one Node process does: load Module, then either only instantiate and run

@@ -10,15 +10,25 @@ import (
 )
 
 // checkUsage is the check subcommand's help.
-const checkUsage = `usage: ratelimit-host check [-strict] envoy.yaml...
+const checkUsage = `usage: ratelimit-host check [-strict] [-previous OLD] envoy.yaml|plugin.json...
 
 Checks each Envoy bootstrap before a deploy: Envoy's API rules, every filter configuration,
 route and virtual-host names in rules against the listener's routes, and warnings for rules
 that can never apply, path rules without path normalisation, per-IP keys without an IPv6
-prefix and shadow rules whose headers reach clients.
+prefix and shadow rules whose headers reach clients. An error inside a filter configuration is
+reported at the bootstrap's line and column. A plugin configuration alone (the JSON file that
+-config serves: an object with "rules") is checked too, without the names of routes, virtual
+hosts and the redis cluster, which only a bootstrap defines.
+
+With -previous OLD (a bootstrap or a plugin configuration, the one deployed now), it also says
+what deploying each file instead does to every rule's live state: kept, converted without
+grant (each client keeps what it used, at most the new capacity), reset (its clients start
+afresh with their whole allowance: a warning), new or removed. docs/config-changes.md has the
+table of what causes each.
 
 Exit status: 0 when every file is fine (warnings are printed), 1 when any file has an error
-(or, with -strict, a warning), 2 on a usage error.
+(or, with -strict, a warning), 2 on a usage error. (make check exits 2 on any failure: make's
+own status; its last line, "Error 1", is this command's.)
 `
 
 // runCheck is the check subcommand; it returns the process's exit status.
@@ -26,6 +36,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	strict := fs.Bool("strict", false, "treat warnings as errors")
+	previous := fs.String("previous", "", "the configuration deployed now: say what each file does to its rules' state")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -37,6 +48,14 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	status := 0
 	for _, path := range fs.Args() {
 		rep := envoycheck.File(path)
+		if *previous != "" && rep.OK() {
+			changes, crep := envoycheck.Changes(*previous, path)
+			for _, c := range changes {
+				fmt.Fprintf(stdout, "%s: change: %s\n", path, c)
+			}
+			rep.Errors = append(rep.Errors, crep.Errors...)
+			rep.Warnings = append(rep.Warnings, crep.Warnings...)
+		}
 		for _, e := range rep.Errors {
 			fmt.Fprintf(stdout, "%s: error: %s\n", path, e)
 		}
@@ -47,6 +66,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		case !rep.OK() || (*strict && len(rep.Warnings) > 0):
 			fmt.Fprintf(stdout, "%s: FAILED (%d errors, %d warnings)\n", path, len(rep.Errors), len(rep.Warnings))
 			status = 1
+		case rep.Plugin:
+			fmt.Fprintf(stdout, "%s: ok (%d warnings; a plugin configuration alone: route, virtual-host and cluster names not checked)\n",
+				path, len(rep.Warnings))
 		default:
 			fmt.Fprintf(stdout, "%s: ok (%d warnings)\n", path, len(rep.Warnings))
 		}

@@ -28,7 +28,9 @@
 // Every request goes through the filter on one of -workers VMs (round robin);
 // requests the filter lets through are forwarded to -upstream (or to a
 // bundled echo server with -echo). Callouts reach the clusters given with
-// -cluster name=url. Ctrl-C (SIGINT) or SIGTERM shuts down cleanly.
+// -cluster name=url; a plugin configuration with global rules whose
+// redis.cluster has none is refused. Ctrl-C (SIGINT) or SIGTERM shuts down
+// cleanly.
 package main
 
 import (
@@ -43,10 +45,12 @@ import (
 	"os/signal"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	echoserver "github.com/ratelimit-wasm/ratelimit/wasmhost/echo"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
@@ -139,13 +143,12 @@ func run() error {
 			return err
 		}
 	}
-	clusterMap := map[string]string{}
-	for _, c := range clusters {
-		name, u, ok := strings.Cut(c, "=")
-		if !ok || name == "" || u == "" {
-			return fmt.Errorf("-cluster %q: want name=url", c)
-		}
-		clusterMap[name] = u
+	clusterMap, err := clusterURLs(clusters)
+	if err != nil {
+		return err
+	}
+	if err := checkRedisCluster(pluginConfig, clusterMap); err != nil {
+		return err
 	}
 	var routeTable []wasmhost.Route
 	for _, r := range routes {
@@ -241,6 +244,47 @@ func run() error {
 	err = h.Close(shutCtx)
 	printMetrics(h, store)
 	return err
+}
+
+// clusterURLs reads the -cluster flags of the plugin-configuration mode, each name=url.
+// Without -envoy there is no cluster definition to supply the scheme: a bare host:port would
+// fail every callout with 503, so it is refused.
+func clusterURLs(flags []string) (map[string]string, error) {
+	urls := map[string]string{}
+	for _, c := range flags {
+		name, u, ok := strings.Cut(c, "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("-cluster %q: want name=url", c)
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return nil, fmt.Errorf("-cluster %q: want name=url with a scheme, e.g. %s=http://%s", c, name, u)
+		}
+		urls[name] = u
+	}
+	return urls, nil
+}
+
+// checkRedisCluster refuses a plugin configuration whose global rules would call a cluster
+// that no -cluster flag gives an address: every callout to it would fail at once, and every
+// global rule would answer with its failure mode on every request, silently. A configuration
+// the filter refuses is left to the filter, whose errors name the bad fields.
+func checkRedisCluster(pluginConfig []byte, clusters map[string]string) error {
+	cfg, err := config.Parse(pluginConfig)
+	if err != nil || cfg.Redis == nil {
+		return nil
+	}
+	var global []string
+	for _, r := range cfg.Rules {
+		if r.Scope == config.ScopeGlobal {
+			global = append(global, strconv.Quote(r.Name))
+		}
+	}
+	if len(global) == 0 || clusters[cfg.Redis.Cluster] != "" {
+		return nil
+	}
+	return fmt.Errorf("-config: redis.cluster %q has no address: every call to Redis would fail, and the global rules (%s) "+
+		"would answer with their failure mode on every request; give -cluster %s=http://host:port (webdis)",
+		cfg.Redis.Cluster, strings.Join(global, ", "), cfg.Redis.Cluster)
 }
 
 // filterStatsTags are envoy.yaml's stats_config.stats_tags: the filter's stat names carry the

@@ -84,3 +84,42 @@ func TestPluginConfigModeServesAdmin(t *testing.T) {
 		t.Errorf("/ready: %d %q", code, body)
 	}
 }
+
+// In -config mode a global rule whose redis.cluster has no -cluster address would answer with
+// its failure mode on every request: the host refuses to start, and says which flag to give.
+func TestPluginConfigModeRefusesGlobalRulesWithoutCluster(t *testing.T) {
+	global := []byte(`{"redis":{"cluster":"webdis"},"rules":[
+		{"name":"g","scope":"global","algorithm":"token_bucket","limit":5,"window":"1s","continue":true},
+		{"name":"l","algorithm":"token_bucket","limit":5,"window":"1s"}]}`)
+	err := checkRedisCluster(global, map[string]string{"other": "http://127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), `redis.cluster "webdis" has no address`) ||
+		!strings.Contains(err.Error(), `global rules ("g")`) || !strings.Contains(err.Error(), "-cluster webdis=") {
+		t.Fatalf("a global rule without its cluster: %v", err)
+	}
+	if err := checkRedisCluster(global, map[string]string{"webdis": "http://127.0.0.1:7379"}); err != nil {
+		t.Fatalf("with -cluster webdis=...: %v", err)
+	}
+	local := []byte(`{"redis":{"cluster":"webdis"},"rules":[{"name":"l","algorithm":"token_bucket","limit":5,"window":"1s"}]}`)
+	if err := checkRedisCluster(local, nil); err != nil {
+		t.Fatalf("no global rule: %v", err)
+	}
+	if err := checkRedisCluster([]byte(`{"rules":[{"name":"x","limt":1}]}`), nil); err != nil {
+		t.Fatalf("a configuration the filter refuses is the filter's to report: %v", err)
+	}
+}
+
+// Without -envoy, a -cluster value is the URL callouts go to; a bare host:port would fail every
+// callout, so it is refused with the form to give instead.
+func TestPluginConfigModeClusterNeedsAScheme(t *testing.T) {
+	urls, err := clusterURLs([]string{"webdis=http://127.0.0.1:7379"})
+	if err != nil || urls["webdis"] != "http://127.0.0.1:7379" {
+		t.Fatalf("name=url: %v %v", urls, err)
+	}
+	_, err = clusterURLs([]string{"webdis=127.0.0.1:7379"})
+	if err == nil || !strings.Contains(err.Error(), "webdis=http://127.0.0.1:7379") {
+		t.Fatalf("name=host:port: %v", err)
+	}
+	if _, err := clusterURLs([]string{"webdis"}); err == nil {
+		t.Fatal("a value without '=' was accepted")
+	}
+}

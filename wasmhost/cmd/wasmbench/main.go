@@ -41,14 +41,6 @@ func main() {
 	os.Exit(code)
 }
 
-// buildTags are the build tags of the test binaries. The product's tests pass time.Duration
-// values where the product takes internal/duration's Duration, which on wasip1 is a type of
-// its own unless built with timeduration (the module is built without it).
-var buildTags = "timeduration"
-
-// The test binaries are built with -trimpath, as the module is (see the Makefile), so that
-// they share the standard library's wasip1 packages in Go's build cache with it.
-
 // runIn builds the test binary of the package in directory pkg for wasip1 and runs it with
 // args, its output going to out, and returns its exit code.
 func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, error) {
@@ -62,7 +54,9 @@ func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, 
 	if err != nil {
 		return 0, err
 	}
-	build := exec.Command("go", "test", "-c", "-trimpath", "-tags", buildTags, "-o", bin, ".")
+	// -trimpath as the module is built (see the Makefile), so that the test binary shares the
+	// standard library's wasip1 packages in Go's build cache with it.
+	build := exec.Command("go", "test", "-c", "-trimpath", "-o", bin, ".")
 	build.Dir = wd
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	build.Stdout, build.Stderr = out, out

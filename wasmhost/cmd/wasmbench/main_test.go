@@ -31,21 +31,3 @@ func TestRunsAPackagesBenchmarksInWasm(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, code, out.String())
 }
-
-// internal/duration's tests pass in Wasm built as the module is, without the build tag
-// timeduration: there Duration is the module's own int64 type, whose constants and String
-// must be time's (natively the package only aliases time.Duration).
-func TestDurationInWasmAsTime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a test binary for wasip1")
-	}
-	defer func(tags string) { buildTags = tags }(buildTags)
-	buildTags = ""
-	var out bytes.Buffer
-	code, err := runIn(context.Background(), filepath.Join(wasmtest.ModuleRoot(), "internal", "duration"),
-		[]string{"-test.v", "-test.run", "TestDurationAsTime|TestFormatMatchesTime"}, &out)
-	require.NoError(t, err)
-	require.Zero(t, code, out.String())
-	require.Contains(t, out.String(), "--- PASS: TestDurationAsTime")
-	require.Contains(t, out.String(), "--- PASS: TestFormatMatchesTime")
-}

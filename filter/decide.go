@@ -1,0 +1,335 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// decideLocal decides a rule on this proxy's shared data, from a lease block if the rule has
+// one (decideRequest calls decideShared directly for a rule without). It reports whether the
+// request must be denied now (an enforced denial, contention, or a store failure under failure_mode
+// "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
+func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
+	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
+	// rule exists to observe exact decisions, so it takes no lease, as on the global path.
+	if a.rs.lease != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
+		return h.decideLeased(a, key, now, cost)
+	}
+	return h.decideShared(a, key, now, cost)
+}
+
+// decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
+// the units, else with a lease take. It is kept out of decideLocal's line (see doc.go): most
+// rules have no lease.
+func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
+	if a.rs.lease.spend(a, key, now, cost) {
+		return false
+	}
+	return h.decideLease(a, key, now, cost)
+}
+
+// decideLease decides a leased rule's request that the VM's lease could not admit: it asks the
+// shared state for a batch (see leaseState.size) and, if the batch is denied, for the request's
+// cost alone, so that a lease never denies what an exact decision admits. The take is written
+// by finish like any local decision, and recorded in the lease there (leaseState.taken).
+func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
+	l := a.rs.lease
+	n := l.size(key, cost)
+	a.key = append(a.key[:0], key...)
+	if n > cost {
+		if err := a.rs.table.Decide(key, now, n, &a.pending); err == nil && a.pending.Decision.Allowed {
+			if a.pending.Overflow {
+				// A key without a slot of its own shares an overflow slot: no lease there.
+				return h.decideExact(a, key, now, cost)
+			}
+			a.decision, a.decided, a.local, a.take = a.pending.Decision, true, true, n
+			return false
+		}
+	}
+	deny = h.decideExact(a, key, now, cost)
+	if a.decided && a.local {
+		a.take = cost // record the remaining allowance for the next batch's size
+	}
+	return deny
+}
+
+// decideExact decides the request's cost alone on the shared state.
+func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool {
+	a.take = 0
+	return h.decideShared(a, key, now, cost)
+}
+
+// decideShared decides a rule on the key's state in shared data, without a lease.
+func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
+	// The rule's state is read through one local: a.rs read again after the call would be a
+	// load and a nil check of its own, in code a VM's first request compiles.
+	rs := a.rs
+	if err := rs.table.Decide(key, now, cost, &a.pending); err != nil {
+		return h.undecided(a, err)
+	}
+	if a.pending.Overflow {
+		rs.m.overflow.Increment(1)
+	}
+	a.decision, a.decided, a.local = a.pending.Decision, true, true
+	return !a.decision.Allowed && !rs.rule.Shadow
+}
+
+// undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
+// races or a store failure. It reports whether the request must be denied. It is kept out of
+// decideShared's line (see doc.go): a decision that succeeds (a VM's first request, nearly
+// always) needs none of it.
+func (h *httpContext) undecided(a *applied, err error) (deny bool) {
+	p := h.plugin
+	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+		return h.contention(a)
+	}
+	p.storeFailure(a.rs, err)
+	// A shadow rule never denies, not even under failure_mode "deny": it only counts the
+	// failure (store_errors_total), like its other decisions.
+	if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
+		a.decision = failureDecision(a.rs)
+		return true
+	}
+	return false
+}
+
+// contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
+// not a store failure, and failure_mode does not apply: admitting the request would admit it
+// uncounted, beyond the limit. An enforced rule denies it (counted in cas_exhausted, with a
+// Retry-After of one second: the race is over by then); a shadow rule only counts it. It
+// reports whether the request must be denied.
+func (h *httpContext) contention(a *applied) (deny bool) {
+	a.rs.m.casExhausted.Increment(1)
+	a.decided = false
+	if a.rs.rule.Shadow {
+		return false
+	}
+	a.decision = contentionDecision(a.rs)
+	return true
+}
+
+// finish writes the local decisions (phase 2) and lets the request through, or denies it if a
+// write that lost a race turned into a denial. Global rules are all decided by now.
+//
+// A write that lost a race decides again on the fresh state; if that becomes a denial, the
+// rules already written keep their charge. That only happens when another worker took the last
+// allowance between this request's read and its write, and it errs on the side of the limit:
+// it can over-count one request, never admit one too many. The same holds for global rules:
+// local rules are decided before the callout (a local denial sends none), but Redis commits
+// its rules before the local writes, so a local write that loses its race and turns into a
+// denial leaves the global rules charged.
+func (h *httpContext) finish() types.Action {
+	// This loop writes the rules of the common case: local, decided, without a lease take,
+	// neither adaptive nor shaping, written at the first attempt, allowed. At the first rule
+	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
+	// if it made it), so that a VM's first request of a plain configuration compiles this loop
+	// alone (see doc.go).
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		// The rule's state is read through one local: each a.rs would be a load of its own,
+		// with a nil check of its own, in code a VM's first request compiles.
+		rs := a.rs
+		if !a.decided || !a.local || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
+			return h.finishFrom(i, nil, false)
+		}
+		err := rs.table.Commit(&a.pending)
+		if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
+			return h.finishFrom(i, err, true)
+		}
+		if a.pending.Claimed || a.pending.Evicted {
+			rs.placed(&a.pending)
+		}
+		// Written, without a lease take: the decision stands.
+		a.decision = a.pending.Decision
+		rs.m.allowed.Increment(1)
+	}
+	// The values are rendered into the context's own buffer, which a reused context keeps
+	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
+	h.headers.render(h.d.applied)
+	h.finished = true
+	h.plugin.giveDecisions(h)
+	return types.ActionContinue
+}
+
+// finishFrom is finish from its i-th rule on, for every kind of rule. When committed is set,
+// rule i's state has been written already (Table.Commit returned err). It is kept out of
+// line for the reason given in finish.
+func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action {
+	p := h.plugin
+	shaping := false // an adaptive or shaping rule admitted the request
+	for ; i < len(h.d.applied); i++ {
+		a := &h.d.applied[i]
+		if !a.decided {
+			continue
+		}
+		rs := a.rs
+		if a.local {
+			if !committed {
+				err = rs.table.Commit(&a.pending)
+			}
+			committed = false
+			if a.pending.Retries > 0 {
+				rs.m.casRetries.Increment(uint64(a.pending.Retries))
+			}
+			if a.pending.Claimed || a.pending.Evicted {
+				rs.placed(&a.pending)
+			}
+			if err == nil && a.take <= 0 && a.take <= a.cost {
+				a.decision = a.pending.Decision
+			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
+				return action
+			} else if skip {
+				continue
+			}
+		}
+		if !a.decision.Allowed {
+			if action, denied := h.refused(a); denied {
+				return action
+			}
+			continue
+		}
+		rs.m.allowed.Increment(1)
+		shaping = shaping || rs.adaptive != nil || rs.shape != nil
+	}
+	h.headers.render(h.d.applied)
+	h.finished = true
+	if shaping {
+		return h.finishShaped()
+	}
+	p.giveDecisions(h)
+	return types.ActionContinue
+}
+
+// finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
+// (only they fill h.observed or hold a request). It is kept out of finish's line (see
+// doc.go): most requests meet neither.
+func (h *httpContext) finishShaped() types.Action {
+	p := h.plugin
+	// A shaping rule that admitted the request with a delay holds it until the latest release
+	// time among them; the tick resumes it.
+	shaper, delay := h.admitted()
+	p.giveDecisions(h)
+	if shaper != nil {
+		return h.hold(shaper, delay)
+	}
+	if len(h.observed) > 0 {
+		// The request goes upstream now: the latency adaptive rules judge starts here, not at
+		// its arrival, so that time spent waiting for Redis is not taken for a slow upstream.
+		h.startedAt = p.now()
+	}
+	return types.ActionContinue
+}
+
+// The functions below are the parts of finish that a request needs only for some rules (leases,
+// shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
+// they would be compiled with finish on every VM's first request, whether its rules use them
+// or not.
+
+// settleCommit completes the write of the local rule r's decision a after Commit returned
+// err, or after a write made with a lease take: a take that lost its race is retried as an
+// exact decision, lost races and store failures are handled, and an admitted take is
+// recorded in the VM's lease. It reports denied, with the action to return, when the request
+// is denied, and skip when the rule ends up with no decision of its own to apply.
+func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
+	p := h.plugin
+	if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
+		err = h.retakeExact(a)
+	}
+	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
+		if h.contention(a) {
+			return h.deny(a.rs, a.decision), true, false
+		}
+		return types.ActionContinue, false, true
+	}
+	if err != nil {
+		p.storeFailure(a.rs, err)
+		a.decided = false
+		if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
+			return h.deny(a.rs, failureDecision(a.rs)), true, false
+		}
+		return types.ActionContinue, false, true
+	}
+	a.decision = a.pending.Decision
+	if a.take > 0 && a.decision.Allowed {
+		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.take, a.cost, a.decision)
+	}
+	return types.ActionContinue, false, false
+}
+
+// admitted notes the admissions of the request's adaptive and shaping rules, once every rule
+// has admitted it: an adaptive rule is to observe the request's outcome, and the request is
+// held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
+// when no shaping rule delays the request).
+func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if !a.decided || !a.decision.Allowed {
+			continue
+		}
+		if a.rs.adaptive != nil {
+			h.observed = append(h.observed, a.rs)
+		}
+		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+			shaper, delay = a.rs, int64(a.decision.Delay)
+		}
+	}
+	return shaper, delay
+}
+
+// refused applies the decided rule a's refusal of the request: a shadow rule counts it and
+// tells the upstream; an enforced rule denies the request, and refused returns the action,
+// with denied set. It is kept out of finish's line (see doc.go): a request every rule admits
+// needs none of it.
+func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
+	r := a.rs.rule
+	if r.Shadow {
+		a.rs.m.shadowDenied.Increment(1)
+		tellUpstream(r)
+		return types.ActionContinue, false
+	}
+	return h.deny(a.rs, a.decision), true
+}
+
+// hold queues the admitted request until the shaping rule shaper releases it, delay from now;
+// the tick resumes it.
+func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
+	now := h.plugin.now()
+	h.plugin.enqueue(h, shaper, now, now+delay)
+	return types.ActionPause
+}
+
+// tellUpstream adds the shadow rule's request header, if it has one, to the request that goes
+// upstream, so the upstream learns that the rule would have denied it (as Envoy's
+// local_ratelimit request_headers_to_add_when_not_enforced does). The value is the rule's
+// name; several shadow rules naming one header add one line each. It is kept out of finish's
+// line, which calls it only for a shadow rule's denial (see settleCommit).
+func tellUpstream(r *config.Rule) {
+	if r.ShadowRequestHeader == "" {
+		return
+	}
+	if err := abi.AddHttpRequestHeader(r.ShadowRequestHeader, r.Name); err != nil {
+		abi.LogDebug("ratelimit: rule " + strconv.Quote(r.Name) + ": adding request header " + r.ShadowRequestHeader + ": " + err.Error())
+	}
+}
+
+// placed records in the rule's metrics what a commit that placed a key (p.Claimed or
+// p.Evicted) did: a slot used for the first time adds one to the rule's fill, unless the
+// table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
+// what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
+// most requests place no key.
+func (rs *ruleState) placed(p *sharedstate.Pending) {
+	if p.Claimed && rs.stateTag == "" {
+		rs.m.slotsUsed.Add(1)
+	}
+	if p.Evicted {
+		rs.m.evictions.Increment(1)
+		if p.Granted > 0 {
+			rs.m.evictionGranted.Increment(uint64(p.Granted))
+		}
+	}
+}

@@ -1,0 +1,414 @@
+package filter
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// deny sends the rule's local response. The rule's denied counter is incremented here and only
+// here, so every denial is counted exactly once.
+func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
+	h.finished = true
+	d = clampWaits(d, rs.maxWait)
+	h.refundLeases()
+	h.plugin.giveDecisions(h)
+	rs.m.denied.Increment(1)
+	r := rs.rule
+	retry := ceilSeconds(int64(d.RetryAfter))
+	grpc := isGrpcRequest()
+	headers := make([][2]string, 0, 5+len(r.Deny.Headers))
+	if !grpc {
+		headers = append(headers, [2]string{"content-type", r.Deny.ContentType})
+	}
+	if r.Deny.EnvoyRateLimited {
+		headers = append(headers, [2]string{"x-envoy-ratelimited", "true"})
+	}
+	if r.RateLimitHeaders != config.HeadersNone {
+		if d.RetryAfter > 0 {
+			headers = append(headers, [2]string{"retry-after", strconv.FormatInt(retry, 10)})
+		}
+		headers = appendRuleHeaders(headers, r.RateLimitHeaders, rs, d)
+	}
+	for _, hd := range r.Deny.Headers {
+		headers = append(headers, [2]string{hd.Name, hd.Value})
+	}
+	// A gRPC client reads grpc-status, not the HTTP status or a body: Envoy answers it with a
+	// trailers-only response carrying the status given here, as its own rate-limit filters do.
+	body, grpcStatus := []byte(nil), int32(-1)
+	if grpc {
+		grpcStatus = int32(r.Deny.GrpcStatus)
+	} else {
+		body = r.Deny.AppendBody(nil, r.Name, retry)
+	}
+	if err := abi.SendHttpResponse(uint32(r.Deny.Status), headers, body, grpcStatus); err != nil {
+		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
+	}
+	return types.ActionPause
+}
+
+// isGrpcRequest reports whether the current request is gRPC: its content-type is exactly
+// application/grpc, or that with a '+' suffix such as +proto (the gRPC over HTTP/2 spec),
+// compared case-sensitively. That is the test Envoy's Grpc::Common::hasGrpcContentType
+// makes, and it must be the same one: for a request Envoy does not take for gRPC, it ignores
+// the grpc_status of the local reply and sends the HTTP response as given, so a request the
+// filter took for gRPC alone (a ";charset=" parameter, say) would get a 429 without its
+// content-type or body.
+func isGrpcRequest() bool {
+	ct, err := abi.GetHttpRequestHeader("content-type")
+	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
+		return false
+	}
+	rest := ct[len("application/grpc"):]
+	return rest == "" || rest[0] == '+'
+}
+
+// failOpenOrClosed applies failure_mode after a recovered panic.
+func (h *httpContext) failOpenOrClosed() types.Action {
+	p := h.plugin
+	h.finished = true
+	if p.cfg != nil && p.cfg.FailureMode == config.FailDeny && len(p.rules) > 0 {
+		rs := p.rules[0]
+		if h.d != nil && len(h.d.applied) > 0 {
+			rs = h.d.applied[0].rs
+		}
+		return h.deny(rs, failureDecision(rs))
+	}
+	return types.ActionContinue
+}
+
+// failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
+// a second (the store may have recovered by then).
+func failureDecision(rs *ruleState) algorithms.Decision {
+	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
+}
+
+// limitInForce is the limit a denial without a decision states: the configured limit, or for
+// an adaptive rule the limit its controller holds now (what RateLimit-Policy and the
+// ratelimit_adaptive_limit gauge state), not its max_limit.
+func limitInForce(rs *ruleState) int64 {
+	if rs.adaptive != nil {
+		return rs.adaptive.lim.limit
+	}
+	return rs.rule.Algorithm.Limit
+}
+
+// contentionDecision is what a denial after lost compare-and-swap races reports: nothing left
+// for now, try again in a second.
+func contentionDecision(rs *ruleState) algorithms.Decision {
+	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
+}
+
+// showsHeaders reports whether the rule's decisions reach clients as rate-limit headers: an
+// enforced rule's always, a shadow rule's only when it opts in (shadow_headers), since a
+// client that honours them would slow down for a limit nobody enforces.
+func (rs *ruleState) showsHeaders() bool { return !rs.rule.Shadow || rs.rule.ShadowHeaders }
+
+// rateLimitHeaderNames are the names of the rate-limit response headers, in the order they
+// are added: the IETF draft fields, then the legacy ones.
+var rateLimitHeaderNames = [...]string{"ratelimit-policy", "ratelimit",
+	"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+
+// Bits of rateLimitHeaders.set: which of rateLimitHeaderNames are present.
+const (
+	draftHeaders  = 0b00011
+	legacyHeaders = 0b11100
+)
+
+// rateLimitHeaders are the rate-limit headers of an allowed request, rendered when the request
+// is decided and added to its response. The names are constants and the values share one
+// buffer, cut at ends, where a list of name and value pairs would cost an allocation for the
+// list and one per value; the buffer belongs to the stream's context and is reused with it
+// (see recycleContext), so a steady stream of requests allocates nothing for its headers.
+type rateLimitHeaders struct {
+	values []byte
+	ends   [len(rateLimitHeaderNames)]int32 // where each present header's value ends in values
+	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
+}
+
+// render renders the response headers of an allowed request into rh, whose value buffer it
+// reuses. The IETF draft fields list every rule that applied, as the draft allows several
+// policies; the legacy X-RateLimit-* fields can hold one, so they describe the most
+// restrictive rule (the one with the least remaining). It renders in place, not into a new
+// rateLimitHeaders copied to the context: that copy moves a slice under the garbage
+// collector's write barrier, in code a VM's first request compiles.
+func (rh *rateLimitHeaders) render(rules []applied) {
+	buf := rh.values[:0]
+	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
+	var tightest, draft *applied
+	drafts := 0
+	for i := range rules {
+		a := &rules[i]
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() {
+			continue
+		}
+		clampWaitsIn(&a.decision, rs.maxWait)
+		if rs.draft {
+			if drafts == 0 {
+				buf = rs.appendPolicy(buf)
+			} else {
+				buf = rs.appendNextPolicy(buf)
+			}
+			draft = a
+			drafts++
+		}
+		if rs.legacy && (tightest == nil || tighter(&a.decision, &tightest.decision)) {
+			tightest = a
+		}
+	}
+	if drafts > 0 {
+		// The RateLimit items follow the policies. The one rule's item is rendered here;
+		// several rules' items by a loop of their own, which a request with one draft rule
+		// (the usual case) neither runs nor compiles.
+		rh.ends[0] = int32(len(buf))
+		if drafts == 1 {
+			// appendRateLimitItemAfter, written out: one function fewer for a VM's first
+			// request to compile.
+			d := &draft.decision
+			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
+		} else {
+			buf = appendRateLimitItems(buf, rules)
+		}
+		rh.ends[1] = int32(len(buf))
+		rh.set |= draftHeaders
+	}
+	if tightest != nil {
+		buf = rh.appendLegacy(buf, &tightest.decision)
+	}
+	rh.values = buf
+}
+
+// tighter reports whether the decision d is more restrictive than e, for the legacy fields,
+// which hold one rule: less remaining, or as much remaining for longer. Without the second
+// half a tie would go to the first rule, and a client with nothing left under a 1 s rule and
+// a 1 min rule would be told to come back after a second, to be denied for 59 more.
+func tighter(d, e *algorithms.Decision) bool {
+	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
+}
+
+// appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
+// buf and marks them present. It is kept out of render's line (see doc.go): the default
+// rate_limit_headers ("draft") has none of them.
+func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
+	// One call site for the three values, not three.
+	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
+	for j, v := range legacy {
+		buf = appendInt(buf, "", v)
+		rh.ends[2+j] = int32(len(buf))
+	}
+	rh.set |= legacyHeaders
+	return buf
+}
+
+// appendNextPolicy appends the rule's RateLimit-Policy item after another's. It is kept out of
+// render's line (see doc.go): most requests show one rule's headers.
+//
+//go:noinline
+func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
+	return rs.appendPolicy(append(buf, ", "...))
+}
+
+// appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
+// shows its headers, in order, joined by ", " (render, for more than one such rule).
+func appendRateLimitItems(buf []byte, rules []applied) []byte {
+	n := 0
+	for i := range rules {
+		a := &rules[i]
+		rs := a.rs
+		if !a.decided || !rs.showsHeaders() || !rs.draft {
+			continue
+		}
+		if n > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = appendRateLimitItemAfter(append(buf, rs.item...), a.decision)
+		n++
+	}
+	return buf
+}
+
+// logAddFailure logs a response header the host would not add. It is kept out of line (a
+// formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
+// that adds the headers; see doc.go): a header that is added needs none of it.
+//
+//go:noinline
+func logAddFailure(name string, err error) {
+	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
+}
+
+// appendRuleHeaders renders the rate-limit headers of one rule's decision (a denial).
+func appendRuleHeaders(dst [][2]string, mode config.HeadersMode, rs *ruleState, d algorithms.Decision) [][2]string {
+	if mode == config.HeadersDraft || mode == config.HeadersBoth {
+		dst = append(dst,
+			[2]string{"ratelimit-policy", rs.policyString()},
+			[2]string{"ratelimit", string(appendRateLimitItem(nil, rs.rule.Name, d))})
+	}
+	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
+		dst = appendLegacy(dst, d)
+	}
+	return dst
+}
+
+func appendLegacy(dst [][2]string, d algorithms.Decision) [][2]string {
+	return append(dst,
+		[2]string{"x-ratelimit-limit", strconv.FormatInt(d.Limit, 10)},
+		[2]string{"x-ratelimit-remaining", strconv.FormatInt(d.Remaining, 10)},
+		[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
+}
+
+// appendRateLimitItem renders one item of the IETF draft RateLimit field: remaining quota r
+// and seconds t until the quota is fully available again.
+func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	dst = append(dst, `";r=`...)
+	return appendRateLimitItemAfter(dst, d)
+}
+
+// appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
+// remaining quota and the seconds until it is fully available again.
+func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
+	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
+}
+
+// appendInt appends prefix and then the decimal form of v, as
+// strconv.AppendInt(append(dst, prefix...), v, 10) does. It is one function for every number
+// of the rate-limit headers rather than strconv.AppendInt inlined at each, and it writes the
+// text before the number too: every inlined copy, like every append of its own, would be
+// compiled again in each function of a VM's first request that renders a number (see
+// doc.go).
+func appendInt(dst []byte, prefix string, v int64) []byte {
+	return strconv.AppendInt(append(dst, prefix...), v, 10)
+}
+
+// ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while
+// 300 ms remain would retry too early and be denied again. The callers clamp to the rule's
+// longest wait first (see maxWait); the bound here only keeps the rounding from overflowing
+// whatever it is given.
+func ceilSeconds(ns int64) int64 {
+	if ns <= 0 {
+		return 0
+	}
+	return (min(ns, algorithms.MaxExact) + 1e9 - 1) / 1e9
+}
+
+// The rate-limit response headers follow draft-ietf-httpapi-ratelimit-headers-11 (May 2026):
+// RateLimit-Policy is a Structured Fields list of quota policy items, a String naming the
+// policy with the parameters q (quota) and w (window in whole seconds), and RateLimit a list
+// of service limit items, the same String with r (available quota) and t (seconds within
+// which no more than r may be used). Rule names are [A-Za-z0-9_.-], so they never need
+// escaping inside a String.
+
+// policyRate returns the q and w of a policy that admits limit events per window: whole
+// numbers, w in seconds, with q/w exactly limit/window. The draft's window has no sub-second
+// precision, so rounding the window (or the quota) would advertise another rate: 5 per 500ms
+// read as q=5;w=1 is half the real rate, and 3 per 1.5s read as q=3;w=1 more than the real one,
+// so a client pacing itself to it is denied.
+//
+// A window of whole seconds is stated as configured (q=100;w=60 for 100 per minute): the quota
+// per window is then exact and tells the client the window too. Otherwise w is the smallest
+// whole number of seconds over which the rate admits a whole number of events: w = window / g
+// and q = limit * 1s / g with g = gcd(limit * 1s, window), so 5 per 500ms is q=10;w=1, 3 per
+// 1.5s is q=2;w=1 and 7 per 1300ms is q=70;w=13.
+func policyRate(limit int64, window time.Duration) (q, w int64) {
+	limit = max(limit, 0)
+	if window <= 0 {
+		return limit, 1
+	}
+	if window%time.Second == 0 {
+		return limit, int64(window / time.Second)
+	}
+	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger
+	// one cannot come from a valid configuration, and is rounded to whole seconds rather than
+	// overflowed.
+	if limit > algorithms.LimitCeiling {
+		return limit, max(1, int64(window/time.Second))
+	}
+	a, b := limit*int64(time.Second), int64(window)
+	g := algorithms.GCD(a, b)
+	return a / g, b / g
+}
+
+// appendPolicyItem renders one quota policy item of the RateLimit-Policy field.
+func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
+	q, w := policyRate(limit, window)
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	dst = append(dst, `";q=`...)
+	dst = strconv.AppendInt(dst, q, 10)
+	dst = append(dst, ";w="...)
+	return strconv.AppendInt(dst, w, 10)
+}
+
+// policyItem renders the rule's RateLimit-Policy item for its configured limit, once, at
+// configure time.
+func policyItem(r *config.Rule) string {
+	return string(appendPolicyItem(nil, r.Name, r.Algorithm.Limit, r.Algorithm.Window))
+}
+
+// appendPolicy appends the rule's RateLimit-Policy item for the limit in force. A fixed
+// limit's item is rendered once at configure time; an adaptive rule's limit moves with the
+// upstream's health, and advertising its configured maximum while it admits fewer would
+// mislead the client, so its item is rendered from the current limit, into the caller's
+// buffer, without allocating.
+func (rs *ruleState) appendPolicy(dst []byte) []byte {
+	if rs.adaptive != nil {
+		return rs.appendAdaptivePolicy(dst)
+	}
+	return append(dst, rs.policy...)
+}
+
+// appendAdaptivePolicy is appendPolicy for an adaptive rule. It is kept out of appendPolicy's
+// line (see doc.go): a fixed limit's item needs none of the rendering.
+//
+//go:noinline
+func (rs *ruleState) appendAdaptivePolicy(dst []byte) []byte {
+	return appendPolicyItem(dst, rs.rule.Name, rs.adaptive.lim.limit, rs.rule.Algorithm.Window)
+}
+
+// policyString is appendPolicy for a denial's header list.
+func (rs *ruleState) policyString() string {
+	if rs.adaptive != nil {
+		return string(rs.appendPolicy(nil))
+	}
+	return rs.policy
+}
+
+// maxWait returns the longest wait a decision of the rule can meaningfully report: the time
+// the rule takes to restore its whole capacity (the window, times burst/limit when the burst
+// is larger, and one window more), plus the longest shaping delay, and never more than algorithms.MaxExact, the
+// bound the limiters keep every duration under. A longer wait comes from a corrupt or hostile
+// answer or from an overflow, and is clamped, not rendered: a webdis answer with a retry-after
+// of 2^63-1 ns once produced "Retry-After: -9223372035".
+func maxWait(c algorithms.Config) time.Duration {
+	limit := max(c.Limit, c.MinLimit, 1)
+	capacity := max(c.Burst, c.Limit, c.MaxLimit, 1)
+	// One window more than the capacity takes to refill, because a sliding window counter
+	// weighs the previous window too.
+	windows := (capacity+limit-1)/limit + 1
+	w := min(c.Window, algorithms.MaxWindow)
+	if w <= 0 || windows > algorithms.MaxExact/int64(w) {
+		return algorithms.MaxExact
+	}
+	return min(time.Duration(windows)*w+max(c.MaxDelay, 0), algorithms.MaxExact)
+}
+
+// clampWaits bounds a decision's durations to [0, limit] before they are rendered.
+func clampWaits(d algorithms.Decision, limit time.Duration) algorithms.Decision {
+	clampWaitsIn(&d, limit)
+	return d
+}
+
+// clampWaitsIn is clampWaits on the decision in place: render bounds each rule's decision where
+// it lies, because a copy of the whole decision out and back would be code of its own, which
+// V8 in Envoy compiles on a VM's first request.
+func clampWaitsIn(d *algorithms.Decision, limit time.Duration) {
+	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
+	d.ResetAfter = min(max(d.ResetAfter, 0), limit)
+}

@@ -1,0 +1,155 @@
+package envoycheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// changesOf writes two configurations and returns Changes from the first to the second.
+func changesOf(t *testing.T, name, old, cur string) ([]RuleChange, *Report) {
+	t.Helper()
+	dir := t.TempDir()
+	o, n := filepath.Join(dir, "old-"+name), filepath.Join(dir, "new-"+name)
+	if err := os.WriteFile(o, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n, []byte(cur), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Changes(o, n)
+}
+
+// kinds renders each rule's change as "name=kind".
+func kinds(changes []RuleChange) string {
+	var s []string
+	for _, c := range changes {
+		s = append(s, c.Rule+"="+string(c.Kind))
+	}
+	return strings.Join(s, " ")
+}
+
+// The kinds wasmhost/moduletest's TestCheckPreviousMatchesTheModule does not run through the
+// module: rules added and removed, a rename among them, the key part default and on_duplicate,
+// adaptive rules, domain and key_prefix across local and global rules, vm_id and listeners in
+// bootstraps.
+func TestChanges(t *testing.T) {
+	rule := func(name, extra string) string {
+		return `{"name":"` + name + `","key":[{"source":"header","name":"x-k"` + extra + `}],"algorithm":"gcra","limit":3,"window":"1h","continue":true}`
+	}
+	for _, c := range []struct {
+		name, old, cur, want string
+		warnings             int
+	}{
+		{"added, removed and renamed",
+			`{"rules":[` + rule("a", "") + `,` + rule("b", `,"default":"x"`) + `]}`,
+			`{"rules":[` + rule("a", "") + `,` + rule("c", `,"on_duplicate":"first"`) + `,` + rule("b2", `,"default":"x"`) + `]}`,
+			"a=kept c=new b2=reset b=removed", 1},
+		{"default and on_duplicate",
+			`{"rules":[` + rule("a", `,"default":"x"`) + `,` + rule("b", "") + `]}`,
+			`{"rules":[` + rule("a", `,"default":"y"`) + `,` + rule("b", `,"on_duplicate":"last"`) + `]}`,
+			"a=reset b=kept", 1},
+		{"adaptive: the controller's limits are its own, the window is the state's",
+			`{"rules":[{"name":"a","algorithm":"adaptive","limit":50,"window":"1s","adaptive":{"min_limit":10,"max_limit":100},"continue":true},{"name":"b","algorithm":"adaptive","limit":50,"window":"1s","adaptive":{"min_limit":10,"max_limit":100}}]}`,
+			`{"rules":[{"name":"a","algorithm":"adaptive","limit":60,"window":"1s","adaptive":{"min_limit":20,"max_limit":200},"continue":true},{"name":"b","algorithm":"adaptive","limit":50,"window":"2s","adaptive":{"min_limit":10,"max_limit":100}}]}`,
+			"a=kept b=converted without grant", 0},
+		{"domain resets local and global rules, key_prefix global ones",
+			`{"redis":{"cluster":"w"},"rules":[` + rule("l", "") + `,{"name":"g","scope":"global","algorithm":"gcra","limit":3,"window":"1h"}]}`,
+			`{"domain":"other","redis":{"cluster":"w"},"rules":[` + rule("l", "") + `,{"name":"g","scope":"global","algorithm":"gcra","limit":3,"window":"1h"}]}`,
+			"l=reset g=reset", 2},
+		{"key_prefix",
+			`{"redis":{"cluster":"w"},"rules":[` + rule("l", "") + `,{"name":"g","scope":"global","algorithm":"gcra","limit":3,"window":"1h"}]}`,
+			`{"redis":{"cluster":"w","key_prefix":"x"},"rules":[` + rule("l", "") + `,{"name":"g","scope":"global","algorithm":"gcra","limit":3,"window":"1h"}]}`,
+			"l=kept g=reset", 1},
+		{"override prefix respelt, override removed",
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"prefix":"free-","limit":5},{"exact":"vip","limit":50}]}]}`,
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"prefix":"free","limit":5}]}]}`,
+			"a=reset", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			changes, rep := changesOf(t, "plugin.json", c.old, c.cur)
+			if !rep.OK() {
+				t.Fatalf("errors: %q", rep.Errors)
+			}
+			if got := kinds(changes); got != c.want {
+				t.Errorf("changes %s, want %s\n%v", got, c.want, changes)
+			}
+			if len(rep.Warnings) != c.warnings {
+				t.Errorf("%d warnings, want one per reset (%d): %q", len(rep.Warnings), c.warnings, rep.Warnings)
+			}
+		})
+	}
+
+	// Bootstraps: listeners pair by name; a vm_id change resets the local rules (another
+	// shared-data namespace) and keeps the global ones.
+	two := func(vmID string) string {
+		b := bootstrap(`{"redis":{"cluster":"upstream"},"rules":[{"name":"l","algorithm":"gcra","limit":3,"window":"1h","continue":true},
+			{"name":"g","scope":"global","algorithm":"gcra","limit":3,"window":"1h"}]}`, normalised)
+		return strings.Replace(b, "vm_id: ratelimit", "vm_id: "+vmID, 1)
+	}
+	changes, rep := changesOf(t, "envoy.yaml", two("ratelimit"), two("other"))
+	if got := kinds(changes); got != "l=reset g=kept" || len(rep.Warnings) != 1 {
+		t.Errorf("vm_id: %s, warnings %q", got, rep.Warnings)
+	}
+	if !strings.HasPrefix(changes[0].String(), `listener "main", plugin "ratelimit": rule "l": reset (vm_id "ratelimit" -> "other"`) {
+		t.Errorf("%s", changes[0])
+	}
+	renamed := strings.Replace(two("ratelimit"), "- name: main\n    address", "- name: other\n    address", 1)
+	changes, _ = changesOf(t, "envoy.yaml", two("ratelimit"), renamed)
+	if got := kinds(changes); got != "l=kept g=kept" {
+		t.Errorf("one filter configuration on each side pairs whatever the listener's name: %s", got)
+	}
+	// A file that cannot be compared is an error.
+	if _, rep := changesOf(t, "plugin.json", `{"rules":[{"name":"a","limt":1}]}`, `{"rules":[`+rule("a", "")+`]}`); rep.OK() {
+		t.Error("an old configuration the filter refuses was compared")
+	}
+}
+
+// check -previous prints each rule's change, a warning on each reset (which -strict fails),
+// and make check PREVIOUS=... passes it on.
+func TestCheckPreviousCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	dir := t.TempDir()
+	shipped, err := os.ReadFile(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := strings.Replace(string(shipped), `"scope": "global"`, `"scope": "local"`, 1)
+	if flipped == string(shipped) {
+		t.Fatal("envoy.yaml no longer has the global rule this test flips")
+	}
+	newPath := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(newPath, []byte(flipped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "ratelimit-host")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ratelimit-host").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "check", "-previous", repoFile("envoy.yaml"), newPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("check -previous: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`change: listener "ingress", plugin "ratelimit": rule "login-per-ip": kept`,
+		`change: listener "ingress", plugin "ratelimit": rule "global-per-key": reset (scope global -> local`,
+		`warning: listener "ingress", plugin "ratelimit": rule "global-per-key": reset`,
+		`ok (1 warnings)`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = exec.Command(bin, "check", "-strict", "-previous", repoFile("envoy.yaml"), newPath).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("check -strict -previous with a reset: %v, want exit status 1\n%s", err, out)
+	}
+	out, err = exec.Command("make", "-s", "-C", repoFile("."), "check", "PREVIOUS=envoy.yaml", "ENVOY="+newPath).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `rule "global-per-key": reset`) {
+		t.Fatalf("make check PREVIOUS=...: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,67 @@
+package moduletest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The host-call floor guest (wasmhost/testdata/hostfloor) makes, per request, exactly the
+// host calls of the filter's 1-rule benchmark request, one for one, and as many allocator
+// calls: the difference between the two in BenchmarkGuestPerRequest is the filter's own
+// computation. The filter's calls are listed here too, so that a change to them shows.
+func TestHostFloorMakesTheFilterCalls(t *testing.T) {
+	t.Parallel()
+	rule := `{"name":"r0","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+		"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`
+	filterCalls, filterAllocs := callsPerRequest(t, ".", `{"rules":[`+rule+`]}`, 1000)
+	floorCalls, floorAllocs := callsPerRequest(t, "./wasmhost/testdata/hostfloor", `{}`, 1000)
+	require.Equal(t, map[string]float64{
+		"env.proxy_get_header_map_pairs":        1,
+		"env.proxy_get_property":                1,
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             1,
+		"env.proxy_set_shared_data":             1,
+		"env.proxy_increment_metric":            1,
+		"env.proxy_add_header_map_value":        2,
+	}, filterCalls)
+	require.Equal(t, filterCalls, floorCalls)
+	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
+	require.Equal(t, filterAllocs, floorAllocs)
+}
+
+// The host calls of requests that the benchmark's request does not show: a request no rule
+// matches reads what the rule's conditions need and nothing else (no clock, no shared data);
+// a rule with a header key part reads the whole header map once and answers its conditions'
+// headers (:method, :path, another header) from it, with no single-header read.
+func TestHostCallsPerRequest(t *testing.T) {
+	t.Parallel()
+	const alg = `"algorithm":"token_bucket","limit":1000000000,"window":"1s"`
+	req := benchRequest()
+	req.Headers = append(req.Headers, [2]string{"x-plan", "free"})
+	for _, tc := range []struct {
+		name, config string
+		limited      bool
+		want         map[string]float64
+		allocs       float64
+	}{
+		{"no rule matches", `{"rules":[{"name":"r","match":{"path":{"prefix":"/other"}},"key":[{"source":"client_ip"}],` + alg + `}]}`,
+			false, map[string]float64{"env.proxy_get_header_map_value": 1}, 1},
+		{"conditions from the header map", `{"rules":[{"name":"r","match":{"methods":["GET"],"path":{"prefix":"/api"},
+			"headers":[{"name":"x-plan","exact":"free"}]},"key":[{"source":"header","name":"x-tenant"}],` + alg + `}]}`,
+			true, map[string]float64{
+				"env.proxy_get_header_map_pairs":        1,
+				"wasi_snapshot_preview1.clock_time_get": 1,
+				"env.proxy_get_shared_data":             1,
+				"env.proxy_set_shared_data":             1,
+				"env.proxy_increment_metric":            1,
+				"env.proxy_add_header_map_value":        2,
+			}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, req, tc.limited)
+			require.Equal(t, tc.want, calls)
+			require.Equal(t, tc.allocs, allocs)
+		})
+	}
+}
