@@ -143,11 +143,13 @@ func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
 
 // heldBack is a relay in front of webdis that holds back the calls whose body contains tag
 // while hold is set, until release is closed: the test decides that one rule's answer arrives
-// after the request has ended. Every call still reaches the real webdis.
+// after the request has ended. Every call still reaches the real webdis. held counts the calls
+// it has held back.
 type heldBack struct {
 	webdis  string
 	tag     string
 	hold    atomic.Bool
+	held    atomic.Int64
 	release chan struct{}
 }
 
@@ -158,6 +160,7 @@ func (r *heldBack) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if r.hold.Load() && bytes.Contains(body, []byte(r.tag)) {
+		r.held.Add(1)
 		<-r.release
 	}
 	resp, err := http.Post(strings.TrimSuffix(r.webdis, "/")+"/", req.Header.Get("content-type"), bytes.NewReader(body))
@@ -195,13 +198,14 @@ func xyLeaseRules(yOpts string) string {
 }
 
 // holdAndReset sends a request with headers while relay holds its Redis call back, and waits
-// until the call is out (calls counts the module's Redis calls). The returned reset is the
-// client resetting the stream: it returns once the host has torn the stream down. The held
-// call is answered when the test closes relay.release.
+// until the call is out (calls counts the module's Redis calls) and the relay holds it, so
+// that the test may clear relay.hold at once. The returned reset is the client resetting the
+// stream: it returns once the host has torn the stream down. The held call is answered when
+// the test closes relay.release.
 func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() int64, headers ...[2]string) (reset func()) {
 	t.Helper()
 	relay.hold.Store(true)
-	before := calls()
+	before, heldBefore := calls(), relay.held.Load()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
@@ -210,6 +214,7 @@ func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() 
 		done <- err
 	}()
 	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
+	eventually(t, "the relay holds the call", func() bool { return relay.held.Load() == heldBefore+1 })
 	return func() {
 		t.Helper()
 		cancel()
