@@ -6,6 +6,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // Benchmarks of the host itself, with the placeholder module as the guest (the rate limiter's
@@ -92,7 +93,7 @@ func BenchmarkInstantiateInitialize(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		v := &vm{h: h, idx: -2, nextID: 1, streams: map[uint32]*stream{}, quit: make(chan struct{})}
-		v.ctx = context.WithValue(context.Background(), vmKey{}, v)
+		v.ctx = experimental.WithMemoryAllocator(context.WithValue(context.Background(), vmKey{}, v), memoryAllocator)
 		mod, err := h.rt.InstantiateModule(v.ctx, h.cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 		if err != nil {
 			b.Fatal(err)

@@ -178,31 +178,44 @@ func buildHostTable() hostTable {
 	return t
 }
 
-// instantiateHostModules registers the host modules in a runtime. Every
-// function is a stack-based api.GoModuleFunc: reflection-based host functions
-// cost about twice as much per call.
-func instantiateHostModules(ctx context.Context, rt wazero.Runtime, table hostTable) error {
-	byModule := map[string][]*hostFunc{}
-	for _, f := range table {
-		byModule[f.module] = append(byModule[f.module], f)
+// hostFuncNames names every host function ("module.name"), sorted: the order
+// of each Host's funcs.
+var hostFuncNames = func() []string {
+	names := make([]string, 0, 64)
+	for name := range buildHostTable() {
+		names = append(names, name)
 	}
-	mods := make([]string, 0, len(byModule))
-	for m := range byModule {
-		mods = append(mods, m)
-	}
-	sort.Strings(mods)
-	for _, m := range mods {
-		b := rt.NewHostModuleBuilder(m)
-		for _, f := range byModule[m] {
-			b.NewFunctionBuilder().
-				WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
-					v := vmFromContext(ctx)
-					v.enter(f)
-					f.fn(v, stack)
-				}), f.params, f.results).
-				Export(f.name)
+	sort.Strings(names)
+	return names
+}()
+
+// instantiateHostModules registers the host modules in a runtime shared by
+// Hosts: the function at hostFuncNames[i] calls the funcs[i] of the Host of the
+// calling VM. Every function is a stack-based api.GoModuleFunc:
+// reflection-based host functions cost about twice as much per call.
+func instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
+	table := buildHostTable()
+	byModule := map[string]wazero.HostModuleBuilder{}
+	var mods []string
+	for i, name := range hostFuncNames {
+		f := table[name]
+		b, ok := byModule[f.module]
+		if !ok {
+			b = rt.NewHostModuleBuilder(f.module)
+			byModule[f.module] = b
+			mods = append(mods, f.module)
 		}
-		if _, err := b.Instantiate(ctx); err != nil {
+		b.NewFunctionBuilder().
+			WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+				v := vmFromContext(ctx)
+				f := v.h.funcs[i]
+				v.enter(f)
+				f.fn(v, stack)
+			}), f.params, f.results).
+			Export(f.name)
+	}
+	for _, m := range mods {
+		if _, err := byModule[m].Instantiate(ctx); err != nil {
 			return fmt.Errorf("wasmhost: instantiating host module %s: %w", m, err)
 		}
 	}

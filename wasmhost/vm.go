@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // vmKey carries the *vm in the context passed to every call into a VM, which
@@ -112,7 +113,7 @@ func (h *Host) newVM(ctx context.Context, idx int) (*vm, error) {
 		tasks:   make(chan func(), 1024),
 		quit:    make(chan struct{}),
 	}
-	v.ctx = context.WithValue(context.Background(), vmKey{}, v)
+	v.ctx = experimental.WithMemoryAllocator(context.WithValue(context.Background(), vmKey{}, v), memoryAllocator)
 	name := fmt.Sprintf("worker %d", idx)
 	if idx < 0 {
 		name = "canary"

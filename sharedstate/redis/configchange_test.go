@@ -44,6 +44,7 @@ func burst(t *testing.T, c *webdisClient, rule *redis.Rule, key string, n, now i
 
 // TestConfigChangeTable is the table of the specification, row by row.
 func TestConfigChangeTable(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -106,8 +107,8 @@ func cfgString(c algorithms.Config) string {
 // min(R_old, capacity_new) at the instant of the change, where R_old is what the old
 // configuration reports as remaining then; and, with a cost of 3 per request, a third of that.
 func TestConfigChangeEveryPair(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
 	cfgs := []algorithms.Config{
 		{Algorithm: "token_bucket", Limit: 10, Window: time.Hour},
@@ -134,29 +135,34 @@ func TestConfigChangeEveryPair(t *testing.T) {
 	}
 	t0 := int64(1_764_480_000_000_000_000) + int64(17*time.Minute)
 	t1 := t0 + int64(7*time.Minute) + 12345
+	// One subtest per old configuration, in parallel, each on keys of its own.
 	for i, a := range cfgs {
-		for j, b := range cfgs {
-			if i == j {
-				continue
-			}
-			for _, used := range []int{0, 3, 1000} {
-				for _, cost := range []int64{1, 3} {
-					key := fmt.Sprintf("pair:{t}:%d:%d:%d:%d", i, j, used, cost)
-					burst(t, c, rules[i], key, 1, t0, used)
-					rOld := decide(t, c, rules[i], key, 0, t1).Remaining
-					want := int(min(rOld, capacity(b)) / cost)
-					if used == 0 {
-						// Nothing was ever stored: a fresh key has the full allowance under any
-						// configuration.
-						want = int(capacity(b) / cost)
-					}
-					if got := burst(t, c, rules[j], key, cost, t1, 100); got != want {
-						t.Errorf("%s (used %d) -> %s at cost %d: %d admitted, want %d (R_old %d)",
-							cfgName(a), used, cfgName(b), cost, got, want, rOld)
+		t.Run(cfgName(a), func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, srv.WebdisURL())
+			for j, b := range cfgs {
+				if i == j {
+					continue
+				}
+				for _, used := range []int{0, 3, 1000} {
+					for _, cost := range []int64{1, 3} {
+						key := fmt.Sprintf("pair:{t}:%d:%d:%d:%d", i, j, used, cost)
+						burst(t, c, rules[i], key, 1, t0, used)
+						rOld := decide(t, c, rules[i], key, 0, t1).Remaining
+						want := int(min(rOld, capacity(b)) / cost)
+						if used == 0 {
+							// Nothing was ever stored: a fresh key has the full allowance under
+							// any configuration.
+							want = int(capacity(b) / cost)
+						}
+						if got := burst(t, c, rules[j], key, cost, t1, 100); got != want {
+							t.Errorf("%s (used %d) -> %s at cost %d: %d admitted, want %d (R_old %d)",
+								cfgName(a), used, cfgName(b), cost, got, want, rOld)
+						}
 					}
 				}
 			}
-		}
+		})
 	}
 }
 
@@ -165,6 +171,7 @@ func TestConfigChangeEveryPair(t *testing.T) {
 // differential tests compare every decision with Go's), and the state is not rewritten by a
 // denial.
 func TestConfigUnchangedKeepsState(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,8 +56,8 @@ const (
 // the old configuration finds the key idle), and after every admission identical stored
 // states (the same recorded parameters and the same fields).
 func TestDifferentialConfigChange(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
 	limiters := make([]algorithms.Limiter, len(changeConfigs))
 	for i, cfg := range changeConfigs {
@@ -66,13 +67,24 @@ func TestDifferentialConfigChange(t *testing.T) {
 		}
 		limiters[i] = lim
 	}
-	var conversions, idleConversions, staleConversions, admitted int
+	// The pairs run in parallel, each on keys of its own; the counts are checked once all of
+	// them have finished.
+	var conversions, idleConversions, staleConversions, admitted atomic.Int64
+	t.Cleanup(func() {
+		t.Logf("%d conversions (%d of idle keys, %d at tc > now), %d admissions with their states compared",
+			conversions.Load(), idleConversions.Load(), staleConversions.Load(), admitted.Load())
+		if conversions.Load() == 0 || idleConversions.Load() == 0 || staleConversions.Load() == 0 {
+			t.Errorf("weak test: %d conversions, %d idle, %d stale", conversions.Load(), idleConversions.Load(), staleConversions.Load())
+		}
+	})
 	for i, a := range changeConfigs {
 		for j, b := range changeConfigs {
 			if i == j {
 				continue
 			}
 			t.Run(cfgName(a)+"->"+cfgName(b), func(t *testing.T) {
+				t.Parallel()
+				c := newClient(t, srv.WebdisURL())
 				for s := range 3 {
 					mode := (i + j + s) % changeModes
 					r := rand.New(rand.NewPCG(uint64(i*100+j), uint64(s)))
@@ -92,7 +104,7 @@ func TestDifferentialConfigChange(t *testing.T) {
 							last = d.do(now, nextN(r, changeConfigs[ci]))
 							if last.Allowed {
 								recorded = ci
-								admitted++
+								admitted.Add(1)
 								compareStates(t, srv, key, d.state)
 							}
 						}
@@ -116,17 +128,17 @@ func TestDifferentialConfigChange(t *testing.T) {
 						want := capacity(changeConfigs[to])
 						if recorded >= 0 && recorded != to {
 							old := limiters[recorded]
-							conversions++
+							conversions.Add(1)
 							rOld := peek(old, d.state, now).Remaining
 							switch {
 							case old.Idle(d.state, now):
-								idleConversions++
+								idleConversions.Add(1)
 							default:
 								want = min(rOld, want)
 							}
 							tc := conversionInstant(d.state, now)
 							if tc > now {
-								staleConversions++
+								staleConversions.Add(1)
 							}
 							if cfg := changeConfigs[to]; cfg.Algorithm == "gcra" {
 								// GCRA compares its schedule TAT = tc + C*T with now itself, so
@@ -152,11 +164,6 @@ func TestDifferentialConfigChange(t *testing.T) {
 				}
 			})
 		}
-	}
-	t.Logf("%d conversions (%d of idle keys, %d at tc > now), %d admissions with their states compared",
-		conversions, idleConversions, staleConversions, admitted)
-	if conversions == 0 || idleConversions == 0 || staleConversions == 0 {
-		t.Errorf("weak test: %d conversions, %d idle, %d stale", conversions, idleConversions, staleConversions)
 	}
 }
 
@@ -256,9 +263,9 @@ func goStateString(st []byte) (string, error) {
 // list (the header "p<parameters>" and the timestamps).
 func luaStateString(t *testing.T, srv *redistest.Server, key string) string {
 	t.Helper()
-	switch typ := srv.MustDo("TYPE", key); typ {
+	switch typ := mustDo(t, srv, "TYPE", key); typ {
 	case "hash":
-		arr, _ := srv.MustDo("HGETALL", key).([]any)
+		arr, _ := mustDo(t, srv, "HGETALL", key).([]any)
 		f := map[string]string{}
 		for k := 0; k+1 < len(arr); k += 2 {
 			f[fmt.Sprint(arr[k])] = fmt.Sprint(arr[k+1])
@@ -280,7 +287,7 @@ func luaStateString(t *testing.T, srv *redistest.Server, key string) string {
 		}
 		return f["cfg"] + " " + fields
 	case "list":
-		arr, _ := srv.MustDo("LRANGE", key, "0", "-1").([]any)
+		arr, _ := mustDo(t, srv, "LRANGE", key, "0", "-1").([]any)
 		if len(arr) == 0 {
 			return "empty list"
 		}
@@ -300,6 +307,7 @@ func luaStateString(t *testing.T, srv *redistest.Server, key string) string {
 // the script alike (a fresh key), and one that is keeps its count. Go and the script must then
 // agree on every decision that follows.
 func TestDifferentialV1Window(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)

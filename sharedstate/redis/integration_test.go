@@ -117,6 +117,17 @@ func loadScripts(t testing.TB, srv *redistest.Server) {
 	}
 }
 
+// mustDo is srv.Do that fails t, for subtests running in parallel on one server (srv.MustDo
+// fails the test that started the server).
+func mustDo(t testing.TB, srv *redistest.Server, args ...string) any {
+	t.Helper()
+	v, err := srv.Do(args...)
+	if err != nil {
+		t.Fatalf("%q: %v", args, err)
+	}
+	return v
+}
+
 func cfgName(c algorithms.Config) string {
 	name := c.Algorithm
 	if c.Variant != "" {
@@ -271,14 +282,15 @@ func nextN(r *rand.Rand, cfg algorithms.Config) int64 {
 }
 
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	runDifferential(t, srv.WebdisURL())
 }
 
 // runDifferential is TestDifferential against the store behind the webdis at url (one Redis,
-// or shards behind a sharding proxy).
+// or shards behind a sharding proxy). The configurations run in parallel, each on keys of its
+// own and over a connection of its own.
 func runDifferential(t *testing.T, url string) {
-	c := newClient(t, url)
 	starts := []struct {
 		name string
 		at   int64
@@ -290,6 +302,8 @@ func runDifferential(t *testing.T, url string) {
 	const steps = 400
 	for ci, cfg := range diffConfigs {
 		t.Run(cfgName(cfg), func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, url)
 			for si, st := range starts {
 				seq := steps
 				if si > 0 {
@@ -315,6 +329,7 @@ func runDifferential(t *testing.T, url string) {
 // TestDifferentialRealClock runs without the clock override: the scripts read Redis' TIME,
 // and the Go limiter is given the instant each reply reports.
 func TestDifferentialRealClock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	for i, cfg := range []algorithms.Config{
@@ -353,6 +368,7 @@ func TestDifferentialRealClock(t *testing.T) {
 }
 
 func TestNoScriptFallback(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	for _, cfg := range []algorithms.Config{
@@ -389,6 +405,7 @@ func TestNoScriptFallback(t *testing.T) {
 // or added), exactly the expected key exists with exactly those bytes, and nothing else was
 // written.
 func TestInjection(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -443,6 +460,7 @@ func TestInjection(t *testing.T) {
 // full allowance, rounded up to milliseconds, plus one second), that a denial leaves it alone,
 // and that a key really expires.
 func TestTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -499,6 +517,7 @@ func TestTTL(t *testing.T) {
 // do not decode, is a fresh key, as state with an unknown version byte is in Go; and that a key
 // in the v1 encoding (no cfg) is read under the rule's current parameters.
 func TestForeignState(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -568,6 +587,7 @@ func TestForeignState(t *testing.T) {
 // TestBadArguments checks that the script refuses argument lists the encoder never produces,
 // instead of deciding on them.
 func TestBadArguments(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -608,6 +628,7 @@ func TestBadArguments(t *testing.T) {
 
 // TestFaults checks the codec on what a broken Redis path really answers.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -664,6 +685,7 @@ const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha 
 // logged in as a Redis user with the recommended ACL, so the documented setup is known to work
 // and to refuse anything else.
 func TestLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartWith(t, redistest.Options{
 		RedisArgs: append([]string{"--user", "default"}, strings.Fields(leastPrivilege)...),
 		Webdis: map[string]any{
@@ -722,6 +744,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 // webdis that changes any of it is noticed. Each case is a raw body (not escaped) and what
 // reached Redis.
 func TestWebdisQuirks(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	keyed := []struct {

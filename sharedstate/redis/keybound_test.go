@@ -30,6 +30,7 @@ func callOne(t *testing.T, c *webdisClient, it redis.Item) redis.Answer {
 }
 
 func TestKeyBound(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -92,6 +93,7 @@ func TestKeyBound(t *testing.T) {
 // what a key set costs per member. The README's sizing table comes from its log; the bounds
 // fail the test if a change makes keys much larger.
 func TestKeySizes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)

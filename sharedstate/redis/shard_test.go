@@ -132,6 +132,7 @@ func TestPartitionIsKeyed(t *testing.T) {
 // one; a proxy that knows the secret stores it again when Redis lost it; a value that is not
 // a secret is replaced. The answer parser refuses anything but a secret.
 func TestPartitionSecret(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	sharded := redistest.StartSharded(t, 3)
 	for _, tc := range []struct {
@@ -229,6 +230,7 @@ func partItem(rule *redis.Rule, domain, name, desc string) redis.Item {
 // a third new key of one partition goes to that partition's overflow key while another
 // partition still admits keys of its own.
 func TestPartitionedKeyBound(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
@@ -263,6 +265,7 @@ func TestPartitionedKeyBound(t *testing.T) {
 // with each partition's key set beside its keys; the counts are logged as the measurement the
 // docs cite.
 func TestShardedSpread(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	c := newClient(t, srv.WebdisURL())
 	// A window of an hour keeps every key alive until the checks below: with a window of a
@@ -308,6 +311,7 @@ func TestShardedSpread(t *testing.T) {
 // TestShardDown: with one shard stopped, only the calls for keys on it fail (so only those
 // keys fall to the filter's failure mode); every other key is still decided.
 func TestShardDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	c := newClient(t, srv.WebdisURL())
 	rule := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 1000, Window: time.Second}).Partitioned(64, 1000, "rl", "d", "r")
@@ -347,6 +351,7 @@ func TestShardDown(t *testing.T) {
 // TestShardedDifferential is TestDifferential through the sharded store: every key of the
 // differential is one hash tag, so each call runs on one shard, with the same decisions.
 func TestShardedDifferential(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	runDifferential(t, srv.WebdisURL())
 }

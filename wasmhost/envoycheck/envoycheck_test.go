@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
 // repoFile is a file of the repository, relative to its root.
@@ -221,10 +223,7 @@ func TestCheckCommandExitStatus(t *testing.T) {
 	if err := os.WriteFile(typoPath, []byte(typo), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "ratelimit-host")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ratelimit-host").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := wasmtest.BuildCommand(t, "./wasmhost/cmd/ratelimit-host")
 	out, err := exec.Command(bin, "check", typoPath).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("check of the typo: %v, want exit status 1\n%s", err, out)

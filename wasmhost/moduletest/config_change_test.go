@@ -18,6 +18,7 @@ import (
 // old and new VMs during an update (the rows are filtertest.ConfigChangeRows, which package
 // filter runs natively).
 func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
+	t.Parallel()
 	for _, row := range filtertest.ConfigChangeRows {
 		t.Run(row.Name, func(t *testing.T) {
 			shared := wasmhost.NewSharedData()
@@ -57,6 +58,7 @@ func (c changeConfig) json() string {
 // same state, its next request is admitted exactly when check said "reset", and denied when
 // it said "kept" or "converted without grant".
 func TestCheckPreviousMatchesTheModule(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	g := changeConfig{scope: "global"}
 	rows := []struct {

@@ -14,6 +14,7 @@ import (
 // response-side callback when it is released (its rate-limit headers show it), and the worker
 // must go on serving new streams afterwards.
 func TestOverlappingStreamsOnOneWorker(t *testing.T) {
+	t.Parallel()
 	const k = 5
 	h, clock := virtualHost(t, shapeConfig("burst", 20, k, time.Second), 1, nil)
 	flights := sendQueuedOneByOne(t, h, "burst", k, 1)

@@ -17,6 +17,7 @@ import (
 // (filtertest.MultiRuleCases) natively.
 
 func TestGlobalWasmDeniedRequestChargesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, tc := range filtertest.MultiRuleCases {
 		t.Run(tc.Name, func(t *testing.T) {
@@ -44,6 +45,7 @@ func TestGlobalWasmDeniedRequestChargesNothing(t *testing.T) {
 // with different domains and the same rule name count separately, and proxies of one domain
 // share their counts.
 func TestGlobalWasmDomainNamespacesKeys(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rules := `[{"name":"shared","key":[{"source":"header","name":"x-user"}],"algorithm":"gcra","limit":2,"window":"1h","scope":"global"}]`
 	withDomain := func(domain string) string {
@@ -72,6 +74,7 @@ func TestGlobalWasmDomainNamespacesKeys(t *testing.T) {
 // share the rule's overflow key (and are counted in key_overflow), while the clients that
 // already have a key keep it.
 func TestGlobalWasmKeyBound(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rules := `[{"name":"bounded","max_keys":2,"key":[{"source":"header","name":"x-user"}],
 		"algorithm":"gcra","limit":3,"window":"1h","scope":"global"}]`

@@ -32,6 +32,7 @@ func resetShards(t *testing.T, srv *redistest.Sharded) {
 }
 
 func TestGlobalWasmShardedDeniedRequestChargesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	for _, tc := range filtertest.MultiRuleCases {
 		t.Run(tc.Name, func(t *testing.T) {
@@ -63,6 +64,7 @@ func shardKeys(srv *redistest.Sharded, rule string) []int {
 // proxies, each client limited to 3 per hour across both; the clients' keys are on all three
 // shards.
 func TestGlobalWasmPartitionedSpreads(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	resetShards(t, srv)
 	rules := `[{"name":"hot","key":[{"source":"header","name":"x-user"}],"algorithm":"gcra","limit":3,"window":"1h","scope":"global"}]`
@@ -92,6 +94,7 @@ func TestGlobalWasmPartitionedSpreads(t *testing.T) {
 // TestGlobalWasmPartitionedShardDown: one shard stopped, the keys on it fall to the failure
 // mode (deny) and the keys on the other shards are still decided by Redis.
 func TestGlobalWasmPartitionedShardDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	resetShards(t, srv)
 	rules := `[{"name":"g","key":[{"source":"header","name":"x-user"}],"algorithm":"gcra","limit":100,"window":"1m","scope":"global"}]`
@@ -131,6 +134,7 @@ func TestGlobalWasmPartitionedShardDown(t *testing.T) {
 // gives it: each client has exactly one key, in that partition, and its limit (3 an hour)
 // holds over all four VMs.
 func TestGlobalWasmPartitionSecretAgreed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartSharded(t, 3)
 	resetShards(t, srv)
 	rules := `[{"name":"hot","key":[{"source":"header","name":"x-user"}],"algorithm":"gcra","limit":3,"window":"1h","scope":"global"}]`

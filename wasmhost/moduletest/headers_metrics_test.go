@@ -12,6 +12,7 @@ import (
 // TestMetricScenariosWasm runs filtertest.MetricScenarios against the compiled module: the
 // requests, then the counters they leave in the host's stats.
 func TestMetricScenariosWasm(t *testing.T) {
+	t.Parallel()
 	for _, ms := range filtertest.MetricScenarios {
 		t.Run(ms.Name, func(t *testing.T) {
 			d := newWasm(t, ms.Config, wasmOptions{})
@@ -27,6 +28,7 @@ func TestMetricScenariosWasm(t *testing.T) {
 // and send the HTTP denial, so the filter must send that one whole, with its content-type and
 // body. The native emulator keeps the lines apart, so this lives here alone.
 func TestGrpcFoldedContentTypeIsHTTPWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[{"name":"one","algorithm":"fixed_window","limit":1,"window":"1s"}]}`, wasmOptions{})
 	grpc := [][2]string{hdr("content-type", "application/grpc")}
 	twice := [][2]string{hdr("content-type", "application/grpc"), hdr("content-type", "application/grpc")}
@@ -45,6 +47,7 @@ func TestGrpcFoldedContentTypeIsHTTPWasm(t *testing.T) {
 // list with both items, and it never adds a Retry-After to a response it did not deny: the
 // upstream's stays the one Retry-After, unchanged.
 func TestUpstreamRateLimitFieldsKeptBesideTheFiltersWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[{"name":"dry","shadow":true,"shadow_headers":true,
 		"algorithm":"fixed_window","limit":1,"window":"1m"}]}`, wasmOptions{})
 	upstream := &wasmhost.UpstreamResponse{Status: 429, Headers: [][2]string{

@@ -11,6 +11,7 @@ import (
 // calls: the difference between the two in BenchmarkGuestPerRequest is the filter's own
 // computation. The filter's calls are listed here too, so that a change to them shows.
 func TestHostFloorMakesTheFilterCalls(t *testing.T) {
+	t.Parallel()
 	rule := `{"name":"r0","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
 		"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`
 	filterCalls, filterAllocs := callsPerRequest(t, ".", `{"rules":[`+rule+`]}`, 1000)
@@ -34,6 +35,7 @@ func TestHostFloorMakesTheFilterCalls(t *testing.T) {
 // a rule with a header key part reads the whole header map once and answers its conditions'
 // headers (:method, :path, another header) from it, with no single-header read.
 func TestHostCallsPerRequest(t *testing.T) {
+	t.Parallel()
 	const alg = `"algorithm":"token_bucket","limit":1000000000,"window":"1s"`
 	req := benchRequest()
 	req.Headers = append(req.Headers, [2]string{"x-plan", "free"})

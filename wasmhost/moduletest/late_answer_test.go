@@ -27,6 +27,7 @@ import (
 // every request would keep waiting for Redis. Package filter tests the same natively,
 // and that a late success closes the breaker (TestLateAnswerFeedsBreaker).
 func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "EVAL")
 	rules := "[" + globalRule("g", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
@@ -70,6 +71,7 @@ func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
 // nine units dropped) and the next request would drop the expired ten and take a third batch.
 // Package filter tests the same natively (TestLateBatchAfterTTLIsDropped).
 func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"100ms"}`)
@@ -114,6 +116,7 @@ func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
 // lease_units_dropped at once and no lease is taken. Package filter tests the same natively
 // (TestLateBatchOnOverflowIsDropped).
 func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"max_keys":4,"lease":{"batch":10,"ttl":"1m"}`)
@@ -140,11 +143,13 @@ func TestGlobalWasmLateBatchOnOverflowIsDropped(t *testing.T) {
 
 // heldBack is a relay in front of webdis that holds back the calls whose body contains tag
 // while hold is set, until release is closed: the test decides that one rule's answer arrives
-// after the request has ended. Every call still reaches the real webdis.
+// after the request has ended. Every call still reaches the real webdis. held counts the calls
+// it has held back.
 type heldBack struct {
 	webdis  string
 	tag     string
 	hold    atomic.Bool
+	held    atomic.Int64
 	release chan struct{}
 }
 
@@ -155,6 +160,7 @@ func (r *heldBack) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if r.hold.Load() && bytes.Contains(body, []byte(r.tag)) {
+		r.held.Add(1)
 		<-r.release
 	}
 	resp, err := http.Post(strings.TrimSuffix(r.webdis, "/")+"/", req.Header.Get("content-type"), bytes.NewReader(body))
@@ -192,13 +198,14 @@ func xyLeaseRules(yOpts string) string {
 }
 
 // holdAndReset sends a request with headers while relay holds its Redis call back, and waits
-// until the call is out (calls counts the module's Redis calls). The returned reset is the
-// client resetting the stream: it returns once the host has torn the stream down. The held
-// call is answered when the test closes relay.release.
+// until the call is out (calls counts the module's Redis calls) and the relay holds it, so
+// that the test may clear relay.hold at once. The returned reset is the client resetting the
+// stream: it returns once the host has torn the stream down. The held call is answered when
+// the test closes relay.release.
 func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() int64, headers ...[2]string) (reset func()) {
 	t.Helper()
 	relay.hold.Store(true)
-	before := calls()
+	before, heldBefore := calls(), relay.held.Load()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
@@ -207,6 +214,7 @@ func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() 
 		done <- err
 	}()
 	eventually(t, "the request's call is out", func() bool { return calls() == before+1 })
+	eventually(t, "the relay holds the call", func() bool { return relay.held.Load() == heldBefore+1 })
 	return func() {
 		t.Helper()
 		cancel()
@@ -222,6 +230,7 @@ func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() 
 // abi.DispatchHttpCallAlways): the key's next ten requests cost no call for y. Package filter
 // tests the same natively (TestPartitionedLateBatchIsHeld).
 func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%7Brl%3Ay%3A")
 	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
@@ -266,6 +275,7 @@ func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
 // key's next ten requests cost no call: the batch is debited, so it must be spent or counted.
 // Package filter tests the same natively (TestLateBatchIsHeld).
 func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
 	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)
@@ -371,6 +381,7 @@ func resetMany(t *testing.T, h *wasmhost.Host, n int, calls func() int64, want i
 // worker. A sixth hostile late answer then opens the breaker (threshold 6 consecutive
 // failures), proving the five were heard.
 func TestGlobalWasmLateHostileAnswers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
 	bodies := [][]byte{

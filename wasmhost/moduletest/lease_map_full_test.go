@@ -16,6 +16,7 @@ import (
 // the key admit two. Package filter tests the same natively
 // (TestLocalLeaseMapFullDecidesExactly, and TestLeaseMapFullDecidesExactly for global rules).
 func TestLeaseWasmMapFullDecidesExactly(t *testing.T) {
+	t.Parallel()
 	rules := `{"rules":[{"name":"u","key":[{"source":"header","name":"x-u"}],"algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`
 	h, _ := virtualHost(t, rules, 1, nil)
 	taken := func() int64 { v, _ := h.Metric("ratelimit_lease_taken_total;rule=u"); return v }

@@ -14,6 +14,7 @@ import (
 // goes back to y's lease: the key's next nine requests spend the lease, and only the tenth
 // takes a new batch. Package filter tests the same natively (TestResetGivesLeaseUnitsBack).
 func TestGlobalWasmResetGivesLeaseUnitsBack(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	relay, front := startHeldBack(t, srv.WebdisURL(), "resetme")
 	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)

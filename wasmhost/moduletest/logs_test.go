@@ -33,6 +33,7 @@ func (l *lockedBuffer) String() string {
 // Every line of a refused configuration carries the level: the filter logs each
 // problem as an entry of its own, so none is a bare continuation line in Envoy's log.
 func TestInvalidConfigEveryLineHasLevel(t *testing.T) {
+	t.Parallel()
 	var logs lockedBuffer
 	_, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 		VMID: "ratelimit",
@@ -55,6 +56,7 @@ func TestInvalidConfigEveryLineHasLevel(t *testing.T) {
 
 // A configure warning is logged once per process, not once per worker VM.
 func TestConfigureWarningOncePerProcess(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
 		"adaptive":{"min_limit":5,"max_limit":100,"target_latency":"100ms","interval":"200ms"}}]}`,
 		wasmOptions{workers: 4})

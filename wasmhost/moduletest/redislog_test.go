@@ -11,6 +11,7 @@ import (
 // power of two of them (filter's TestRedisFailuresLoggedFirstThenPowersOfTwo runs the same
 // natively, with the breaker too).
 func TestGlobalWasmRedisFailuresLoggedFirstThenPowersOfTwo(t *testing.T) {
+	t.Parallel()
 	rules := `[{"name":"g","key":[{"source":"header","name":"x-user"}],"algorithm":"gcra","limit":5,"window":"1m","scope":"global"}]`
 	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "allow"}, rules), redistest.GarbageServer(t, 503, nil), 1)
 	for range 20 {

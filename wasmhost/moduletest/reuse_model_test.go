@@ -66,6 +66,7 @@ func (m modelRequest) ClientIPCache() *config.ClientIPCache { return nil }
 // rule allows one request per key, so anything left over from the request before shows as a
 // wrong status. The native twin is filter's TestReusedRequestMatchesAFreshOneNative.
 func TestReusedRequestMatchesAFreshOneWasm(t *testing.T) {
+	t.Parallel()
 	sources, xffs := filtertest.ReuseSources, filtertest.ReuseForwardedFor
 	wasm := wasmtest.BuildModule(t)
 	for _, hops := range []int{0, 1, 2} {

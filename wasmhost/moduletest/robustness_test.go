@@ -18,6 +18,7 @@ import (
 // Exactness under concurrency: 4 worker VMs take concurrent requests on one hot key of a token
 // bucket of N. Exactly N are admitted: none lost to a compare-and-swap race, none extra.
 func TestExactUnderConcurrencyWasm(t *testing.T) {
+	t.Parallel()
 	const n, requests = 100, 300
 	d := newWasm(t, fmt.Sprintf(`{"cas_attempts":64,"rules":[{"name":"hot","algorithm":"token_bucket","limit":%d,"window":"1h"}]}`, n),
 		wasmOptions{workers: 4})
@@ -63,6 +64,7 @@ func assertNoErr(t *testing.T, err error) bool {
 
 // Bad input never crashes the VM: every hostile request gets an ordinary decision.
 func TestBadInputWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"trusted_hops":2,"rules":[{"name":"keyed","key":[{"source":"client_ip"},
 		{"source":"header","name":"x-tenant","default":"none"},{"source":"query","name":"k","default":""}],
 		"algorithm":"sliding_window","variant":"log","limit":3,"window":"1m",
@@ -99,6 +101,7 @@ func TestBadInputWasm(t *testing.T) {
 // Corrupt bytes planted in every slot of a rule are read as fresh keys: no panic, no trap, and
 // the limit still holds from there on.
 func TestCorruptSharedDataWasm(t *testing.T) {
+	t.Parallel()
 	shared := wasmhost.NewSharedData()
 	d := newWasm(t, `{"rules":[{"name":"c","max_keys":4,"key":[{"source":"client_ip"}],
 		"algorithm":"gcra","limit":2,"window":"1m"}]}`, wasmOptions{shared: shared})
@@ -125,6 +128,7 @@ func TestCorruptSharedDataWasm(t *testing.T) {
 // An invalid configuration is refused at configure time with the path of the bad field, and
 // the plugin does not start.
 func TestInvalidConfigRefusedWasm(t *testing.T) {
+	t.Parallel()
 	_, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{
 		VMID:         "ratelimit",
 		PluginConfig: []byte(`{"rules":[{"name":"a","algorithm":"fixed_window","limit":1,"window":"10"}]}`),

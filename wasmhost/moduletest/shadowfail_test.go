@@ -14,6 +14,7 @@ import (
 // (Envoy's shared data does not fail like this; the host's fault hook stands for any failure
 // a future host might report.)
 func TestShadowRuleStoreFailureNeverDeniesWasm(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		write bool // fail writes only; otherwise reads and writes

@@ -14,6 +14,7 @@ import (
 // test reads the function names of the compiled module (its name section) and fails when one
 // of those comes back.
 func TestModuleLinksNoUnusedStdlib(t *testing.T) {
+	t.Parallel()
 	names, err := functionNames(wasmtest.BuildModule(t))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // regexp/syntax reads package unicode's maps (Categories, Scripts, ...) for \p{Name}, which
 // links their initialisers (unicode.map.init.*, regexp_syntax.map.init.*).
 func TestModuleLinksNoTableInitialisers(t *testing.T) {
+	t.Parallel()
 	names, err := functionNames(wasmtest.BuildModule(t))
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ func (d wasmTableDriver) Metric(t *testing.T, name string) int64 {
 }
 
 func TestKeyTable(t *testing.T) {
+	t.Parallel()
 	for _, c := range filtertest.TableCases {
 		t.Run(c.Name, func(t *testing.T) {
 			d := newWasm(t, c.Config, wasmOptions{workers: c.Workers})
@@ -38,6 +39,7 @@ func TestKeyTable(t *testing.T) {
 // sliding log; old and new configurations run side by side on one shared store, as Envoy
 // runs old and new VMs during an update.
 func TestKeyTableMaxKeysChange(t *testing.T) {
+	t.Parallel()
 	algos := map[string]string{
 		"token_bucket":       `"algorithm":"token_bucket","limit":5,"window":"1h"`,
 		"fixed_window":       `"algorithm":"fixed_window","limit":5,"window":"1h"`,
@@ -98,6 +100,7 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 //
 //	go test -count=1 -run TestKeyTableContentionWasm -v ./wasmhost/moduletest/
 func TestKeyTableContentionWasm(t *testing.T) {
+	t.Parallel()
 	const limit, requests, parallel = 2000, 8000, 32
 	d := newWasm(t, fmt.Sprintf(`{"rules":[{"name":"hot","algorithm":"token_bucket","limit":%d,"window":"1h"}]}`, limit),
 		wasmOptions{workers: 8})
@@ -145,6 +148,7 @@ func TestKeyTableContentionWasm(t *testing.T) {
 // the key's state stays in an older layout's forward), however many layouts back, the fourth
 // and later included.
 func TestKeyTableMaxKeysChainWasm(t *testing.T) {
+	t.Parallel()
 	conf := func(maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)
 	}

@@ -98,6 +98,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // instant is exact: 0, 60, 108, 156, 204, 252, 300, 360, 408, 456 ms, and request i (on worker
 // i mod 4) is the one released at the i-th.
 func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
+	t.Parallel()
 	const workers, k = 4, 10
 	h, clock := virtualHost(t, shapeConfig("burst", 20, k, time.Second), workers, nil)
 	// The requests arrive at one instant, one after another, each on the next worker in turn
@@ -145,6 +146,7 @@ func TestShapeVirtualBurstLeavesAtRate(t *testing.T) {
 // with Retry-After, as are the rest. With burst 2 the queue holds 2, and the 4th request is
 // denied at once although max_delay would allow it.
 func TestShapeVirtualBoundsDenyAtOnce(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		burst    int
@@ -213,6 +215,7 @@ func headerOf(pairs [][2]string, name string) string {
 // limit can only move if the workers' signals are added up). The upstream answers at once
 // (healthy) or after 30 ms against a 20 ms target (slow), or answers 503 at once (failing).
 func TestAdaptiveVirtualFollowsTheUpstream(t *testing.T) {
+	t.Parallel()
 	const (
 		gauge    = "ratelimit_adaptive_limit;rule=ad"
 		workers  = 4

@@ -152,6 +152,7 @@ func expectedKey(rule, value string) string {
 // between them, however the requests interleave, because every decision is one atomic script
 // in the one Redis.
 func TestGlobalWasmTwoProxiesShareOneLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// With the scripts loaded, every decision is exactly one callout.
 	loadScripts(t, srv)
@@ -395,6 +396,7 @@ type fault struct {
 // clock: the request is decided exactly when the clock reaches the timeout
 // (TestGlobalWasmCalloutTimeoutRealTime is its real-time smoke test).
 func TestGlobalWasmFailureModes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	const timeout = 300 * time.Millisecond
 	faults := []fault{
@@ -548,6 +550,7 @@ func TestGlobalWasmCalloutTimeoutRealTime(t *testing.T) {
 // EVALSHA is answered NOSCRIPT, the filter resends it once as EVAL (which loads the script
 // again), and the request is decided by Redis as if nothing happened.
 func TestGlobalWasmNoScript(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rules := "[" + globalRule("ns", `"algorithm":"fixed_window","limit":10,"window":"1h"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 1)
@@ -804,6 +807,7 @@ func TestGlobalWasmBreakerProbeWithTwoRules(t *testing.T) {
 // rule's hash tag, holding exactly the value (the key is computed independently here), and a
 // decision carrying the rule's real limit, which a shifted argument would replace.
 func TestGlobalWasmInjection(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	const rule = "inj"
 	rules := "[" + globalRule(rule, `"algorithm":"token_bucket","limit":7,"window":"1h"`, true) + "]"
@@ -914,6 +918,7 @@ func TestGlobalWasmDeadStream(t *testing.T) {
 // and the latency histogram. A callout that cannot even be sent (the cluster is unknown to
 // the host) is one failure, counted once.
 func TestGlobalWasmMetrics(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rules := "[" + globalRule("m", `"algorithm":"gcra","limit":100,"window":"1h"`, false) + "]"
 	cfg := globalConfig(redisOpts{FailureMode: "allow"}, rules)

@@ -13,6 +13,7 @@ import (
 // own limits, by the compiled module against real webdis and Redis. Two proxies share each
 // override's count, as they share the rule's.
 func TestGlobalWasmOverrides(t *testing.T) {
+	t.Parallel()
 	// Unpartitioned, and with the rule's keys spread over 16 hash tags (redis.partitions):
 	// an override's keys must stay in the slots of the rule's key sets.
 	for _, parts := range []int{0, 16} {

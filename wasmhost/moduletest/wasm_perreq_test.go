@@ -31,6 +31,7 @@ func doOn(t testing.TB, h *wasmhost.Host, worker int) outcome {
 // closes, the gauge must still say one is open (a per-worker 1 or 0 would read 0), and a VM
 // retired with its breaker open takes its share with it.
 func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	const cooldown = 200 * time.Millisecond
 	rules := "[" + globalRule("gauge", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
@@ -91,6 +92,7 @@ func TestGlobalWasmBreakerGaugeAcrossWorkers(t *testing.T) {
 // applies at once, the failure is counted as unavailable (not as a reset), and it feeds the
 // breaker, which then stops trying.
 func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode string
 		want int // 0: continued
@@ -122,6 +124,7 @@ func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
 // by the controller's own update, at the scenarios' fixed instant, so no interval elapses and
 // the limit stays); every worker VM adopts it on its next tick.
 func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
+	t.Parallel()
 	const rule = `{"name":"ad","algorithm":"adaptive","window":"1s",
 		"adaptive":{"min_limit":10,"max_limit":200,"target_latency":"100ms","interval":"1s"}}`
 	shared := wasmhost.NewSharedData()
@@ -151,6 +154,7 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 // ns (well-formed, absurd) is clamped to the rule's longest wait, two minutes for gcra 5 per
 // minute, in Retry-After, RateLimit and the deny body.
 func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
+	t.Parallel()
 	url := redistest.GarbageServer(t, 200,
 		[]byte(`{"EVALSHA":[1764504000,0,0,0,5,0,9223372036854775807,9223372036854775807,0]}`))
 	rules := "[" + globalRule("g", `"algorithm":"gcra","limit":5,"window":"1m"`, false) + "]"
@@ -170,6 +174,7 @@ func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
 // user-agent, which Envoy folds into one "a,b" value before the filter sees it (and sends
 // upstream as that one value), is keyed on that value and not refused.
 func TestDuplicateKeyHeaderWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[
 		{"name":"ua","continue":true,"key":[{"source":"header","name":"user-agent"}],"algorithm":"fixed_window","limit":1,"window":"1m"},
 		{"name":"per-key","key":[{"source":"header","name":"x-api-key"}],"algorithm":"fixed_window","limit":3,"window":"1m"}]}`,
@@ -195,6 +200,7 @@ func TestDuplicateKeyHeaderWasm(t *testing.T) {
 // A shadow rule's repeated key header is counted once, in duplicate_header, and not also in
 // skipped: the rule's decisions add up to the requests it saw.
 func TestShadowDuplicateKeyHeaderCountedOnceWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[
 		{"name":"dry","shadow":true,"key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":5,"window":"1m"}]}`,
 		wasmOptions{})

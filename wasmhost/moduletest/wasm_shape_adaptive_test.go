@@ -355,15 +355,22 @@ func TestShapeWasmClientResetWhileQueued(t *testing.T) {
 		return hostMetric(t, h, "ratelimit_requests_total"+m+";decision=allowed")+
 			hostMetric(t, h, "ratelimit_requests_total"+m+";decision=denied") == k
 	}, 5*time.Second, time.Millisecond, "the shaping rule must decide every request")
-	queuedN := hostMetric(t, h, "ratelimit_shape_queued_total"+m)
-	require.Eventually(t, func() bool {
-		n := 0
+	// A request's decision is counted before, in the same callback, it is counted as queued:
+	// the queued count is read once every request has returned or been counted as queued, so
+	// that the read does not fall between the two counts of the last decision.
+	returnedN := func() int64 {
+		n := int64(0)
 		for i := range b.returned {
 			if b.returned[i].Load() {
 				n++
 			}
 		}
-		return int64(n) >= k-queuedN
+		return n
+	}
+	var queuedN int64
+	require.Eventually(t, func() bool {
+		queuedN = hostMetric(t, h, "ratelimit_shape_queued_total"+m)
+		return returnedN()+queuedN >= k
 	}, 5*time.Second, time.Millisecond, "the requests that were not queued must return")
 	var victims []int
 	for i := k - 1; i >= 0 && len(victims) < cancels; i-- {

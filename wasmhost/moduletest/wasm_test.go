@@ -114,6 +114,7 @@ func outcomeOf(res *wasmhost.Result) outcome {
 }
 
 func TestScenariosWasm(t *testing.T) {
+	t.Parallel()
 	for _, sc := range filtertest.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
 			d := newWasm(t, sc.Config, wasmOptions{})

@@ -3,9 +3,11 @@
 //
 // Modules are built with
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath
 //
-// into build/cache/ under the repository root, named by a hash of exactly the
+// as `make build` builds the shipped module, so the tests run the same bytes
+// and share the compiled packages in Go's build cache with it. They go into
+// build/cache/ under the repository root, named by a hash of exactly the
 // files that go into the build (as listed by go list -deps), so a test run
 // rebuilds only when the guest's sources changed. A file lock keeps parallel
 // test binaries (go test ./... runs packages in parallel) from building the
@@ -61,6 +63,21 @@ func BuildGuest(t testing.TB, pkg string) []byte {
 	return b
 }
 
+// A target is what a build produces: a wasip1 reactor, or a command for this machine.
+type target struct {
+	env   []string // GOOS and GOARCH
+	flags []string // go build flags
+	ext   string   // the file name's extension
+}
+
+var (
+	// reactor is how every module is built: the flags of the Makefile's build of the shipped
+	// module.
+	reactor = target{env: []string{"GOOS=wasip1", "GOARCH=wasm"}, flags: []string{"-buildmode=c-shared", "-trimpath"}, ext: ".wasm"}
+	// command is a program of the repository built to run on this machine.
+	command = target{env: []string{"GOOS=" + runtime.GOOS, "GOARCH=" + runtime.GOARCH}}
+)
+
 var (
 	memoMu sync.Mutex
 	memo   = map[string]string{}
@@ -69,15 +86,33 @@ var (
 // BuildFile builds pkg (relative to the repository root) if needed and
 // returns the path of the cached .wasm file.
 func BuildFile(pkg string) (string, error) {
+	return build(reactor, pkg)
+}
+
+// BuildCommand builds the command in pkg (relative to the repository root, e.g.
+// "./wasmhost/cmd/ratelimit-host") for this machine if needed and returns the path of the
+// cached binary: the tests of several packages that run a command link it once between them,
+// and again only when its sources change. It fails the test on error.
+func BuildCommand(t testing.TB, pkg string) string {
+	t.Helper()
+	path, err := build(command, pkg)
+	if err != nil {
+		t.Fatalf("wasmtest: %v", err)
+	}
+	return path
+}
+
+func build(tg target, pkg string) (string, error) {
 	memoMu.Lock()
 	defer memoMu.Unlock()
-	if p, ok := memo[pkg]; ok {
+	key := strings.Join(tg.env, " ") + " " + pkg
+	if p, ok := memo[key]; ok {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
 	root := ModuleRoot()
-	sum, err := sourceHash(root, pkg)
+	sum, err := sourceHash(root, tg, pkg)
 	if err != nil {
 		return "", err
 	}
@@ -89,9 +124,9 @@ func BuildFile(pkg string) (string, error) {
 	if name == "" {
 		name = "ratelimit"
 	}
-	out := filepath.Join(dir, fmt.Sprintf("%s-%s.wasm", name, sum[:16]))
+	out := filepath.Join(dir, fmt.Sprintf("%s-%s%s", name, sum[:16], tg.ext))
 	if _, err := os.Stat(out); err == nil {
-		memo[pkg] = out
+		memo[key] = out
 		return out, nil
 	}
 	unlock, err := lockFile(filepath.Join(dir, ".lock"))
@@ -100,32 +135,32 @@ func BuildFile(pkg string) (string, error) {
 	}
 	defer unlock()
 	if _, err := os.Stat(out); err == nil { // another process built it meanwhile
-		memo[pkg] = out
+		memo[key] = out
 		return out, nil
 	}
 	tmp := out + ".tmp"
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", tmp, pkg)
+	cmd := exec.Command("go", append(append([]string{"build"}, tg.flags...), "-o", tmp, pkg)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	cmd.Env = append(os.Environ(), tg.env...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
 		_ = os.Remove(tmp)
-		return "", fmt.Errorf("GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared %s: %v\n%s", pkg, err, buf.String())
+		return "", fmt.Errorf("%s go build %s %s: %v\n%s", strings.Join(tg.env, " "), strings.Join(tg.flags, " "), pkg, err, buf.String())
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return "", err
 	}
-	memo[pkg] = out
-	pruneStale(dir, name, out)
+	memo[key] = out
+	pruneStale(dir, name, tg.ext, out)
 	return out, nil
 }
 
 // pruneStale removes builds of the same package from older sources, so the
 // cache does not grow with every edit. Files younger than ten minutes stay:
 // another test binary may still be about to read them.
-func pruneStale(dir, name, keep string) {
-	old, _ := filepath.Glob(filepath.Join(dir, name+"-*.wasm"))
+func pruneStale(dir, name, ext, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, name+"-"+strings.Repeat("?", 16)+ext))
 	for _, f := range old {
 		if f == keep {
 			continue
@@ -136,13 +171,14 @@ func pruneStale(dir, name, keep string) {
 	}
 }
 
-// sourceHash hashes the Go toolchain version and every non-standard file
-// the wasip1 build of pkg uses (Go files, embedded files, go.mod, go.sum).
-func sourceHash(root, pkg string) (string, error) {
+// sourceHash hashes the Go toolchain version, the target and every
+// non-standard file its build of pkg uses (Go files, embedded files, and the
+// root's go.mod, go.sum, go.work and go.work.sum).
+func sourceHash(root string, tg target, pkg string) (string, error) {
 	cmd := exec.Command("go", "list", "-deps",
 		"-f", `{{if not .Standard}}{{.Dir}}{{range .GoFiles}}|{{.}}{{end}}{{range .CgoFiles}}|{{.}}{{end}}{{range .EmbedFiles}}|{{.}}{{end}}{{end}}`, pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	cmd.Env = append(os.Environ(), tg.env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	listing, err := cmd.Output()
@@ -159,11 +195,13 @@ func sourceHash(root, pkg string) (string, error) {
 			files = append(files, filepath.Join(parts[0], f))
 		}
 	}
-	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
+	for _, f := range []string{"go.mod", "go.sum", "go.work", "go.work.sum"} {
+		files = append(files, filepath.Join(root, f))
+	}
 	sort.Strings(files)
 	h := sha256.New()
 	ver, _ := exec.Command("go", "env", "GOVERSION").Output()
-	fmt.Fprintf(h, "%s\x00%s\x00", bytes.TrimSpace(ver), pkg)
+	fmt.Fprintf(h, "%s\x00%q\x00%q\x00%s\x00", bytes.TrimSpace(ver), tg.env, tg.flags, pkg)
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {

@@ -30,10 +30,7 @@ func TestPluginConfigModeServesAdmin(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"rules":[{"name":"mine","algorithm":"fixed_window","limit":1,"window":"1m"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "ratelimit-host")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := wasmtest.BuildCommand(t, "./wasmhost/cmd/ratelimit-host")
 	cmd := exec.Command(bin, "-wasm", wasm, "-config", cfg, "-echo", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
