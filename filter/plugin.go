@@ -714,8 +714,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 }
 
 // newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
-// than it has contexts. It is kept out of line (see doc.go): a VM's first request reuses the
-// context configure made (see configure).
+// than it has contexts. A VM's first request reuses the context configure made (see
+// configure).
 func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }

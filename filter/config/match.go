@@ -166,9 +166,7 @@ func newStringSet(list []string) stringSet {
 	return s
 }
 
-// has reports whether x is in the set. It is kept out of line (see filter/doc.go):
-// Match.matches has four sets, and four inlined copies (with the map lookup) would be code
-// that every VM's first request compiles, for whichever conditions the rules use or not.
+// has reports whether x is in the set.
 func (s *stringSet) has(x string) bool {
 	if s.m != nil {
 		_, ok := s.m[x]
