@@ -249,7 +249,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	switch {
 	case err == nil:
 		c.partSuccess(-1)
-		// The answers come in rule order; the first enforced denial is the request's.
+		// The answers come in rule order.
 		var denied *applied
 		retake := false
 		j := 0
@@ -276,8 +276,8 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
 				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
-			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
-				denied = a
+			if !a.decision.Allowed && !a.rs.rule.Shadow && (denied == nil || longerWait(a, denied)) {
+				denied = a // the enforced denial with the longest wait is the request's
 			}
 		}
 		if denied != nil {

@@ -327,7 +327,7 @@ func (h *httpContext) decideRequest() types.Action {
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if h.decideShared(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i, now, key, built)
 		}
 	}
 	return h.finish()
@@ -342,7 +342,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 	p := h.plugin
 	req := &p.req
 	globals := 0
-	for _, r := range p.matched[i:] {
+	for j, r := range p.matched[i:] {
 		rs := p.rules[r.Index]
 		if built == nil || !r.SameKey(built) {
 			key, ok = r.AppendKey(p.key[:0], req)
@@ -377,7 +377,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			continue
 		}
 		if h.decideLocal(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i+j, now, key, built)
 		}
 	}
 	if globals == 0 {
