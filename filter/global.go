@@ -273,7 +273,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				retake = true
 				continue
 			}
-			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !c.answers[j-1].Overflow {
 				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if !a.decision.Allowed && !a.rs.rule.Shadow && (denied == nil || longerWait(a, denied)) {
@@ -701,7 +701,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				return
 			}
 		} else {
-			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !answer.Overflow {
 				// Counted from the request's start, which is no later than this call's send
 				// (a resend after a denied batch is sent later), so the cache never outlasts
 				// Redis's answer.
