@@ -39,6 +39,7 @@ type plugin struct {
 	// context allocated per request is smaller, and the header cache's slice is reused.
 	req     request
 	matched []*config.Rule
+	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
 	key     []byte
 	free    []*decisions
 	// contexts are finished stream contexts kept for reuse (see recycleContext).
@@ -355,6 +356,7 @@ func (p *plugin) warm() {
 	}
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
+		p.skipped = make([]*config.Rule, 0, len(p.rules))
 	}
 }
 

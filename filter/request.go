@@ -285,7 +285,11 @@ func (h *httpContext) decideRequest() types.Action {
 	// Removing the shadow rules' request headers makes the filter read the header map again:
 	// each header's lines are then kept as first answered (see request.lines).
 	req.keepLines = len(p.shadowHeaders) > 0
-	p.matched = p.cfg.Match(req, p.matched[:0])
+	p.skipped = p.skipped[:0]
+	p.matched = p.cfg.MatchSkipped(req, p.matched[:0], &p.skipped)
+	if len(p.skipped) > 0 {
+		p.countSkipped()
+	}
 	if len(p.shadowHeaders) > 0 {
 		p.removeShadowHeaders()
 	}
@@ -403,6 +407,17 @@ func (p *plugin) removeShadowHeaders() {
 	// A header map read while matching still holds the client's copies: a header first read
 	// from now on must be the request as it now is, as a host call would answer.
 	p.req.forgetHeaderMap()
+}
+
+// countSkipped counts, in each rule's skipped, the rules whose conditions held for the request
+// but whose key it lacks (config.Config.MatchSkipped). It is kept out of line (see doc.go):
+// most requests carry every key part.
+//
+//go:noinline
+func (p *plugin) countSkipped() {
+	for _, r := range p.skipped {
+		p.rules[r.Index].m.skipped.Increment(1)
+	}
 }
 
 // noKey counts a matched rule that has no key for the request (skipped). A shadow rule's
