@@ -370,12 +370,11 @@ func tellUpstream(r *config.Rule) {
 }
 
 // placed records in the rule's metrics what a commit that placed a key (p.Claimed or
-// p.Evicted) did: a slot used for the first time adds one to the rule's fill, unless the
-// table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
-// what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
+// p.Evicted) did: a slot used for the first time adds one to the rule's fill (an override's
+// table is over the rule's slots, see slotsUsed); an eviction is counted with what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
 // most requests place no key.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
-	if p.Claimed && rs.stateTag == "" {
+	if p.Claimed {
 		rs.m.slotsUsed.Add(1)
 	}
 	if p.Evicted {

@@ -102,7 +102,7 @@ type redisMetrics struct {
 // when this VM's lease admitted it).
 func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
 	rs := a.rs
-	a.key = append(append(a.key[:0], rs.stateTag...), key...)
+	a.key = append(a.key[:0], key...)
 	if rs.overLimit != nil && !r.Shadow {
 		if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
 			rs.lease.m.overLimitHit.Increment(1)
