@@ -110,6 +110,9 @@ type ruleMetrics struct {
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
 	duplicateHeader abi.MetricCounter
+	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
+	// for the rule was longer than max_key_bytes.
+	keyTooLong abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -635,6 +638,7 @@ func (rs *ruleState) defineMetrics() error {
 		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
+	rs.m.keyTooLong = defineRuleCounter("ratelimit_requests_total", name, "key_too_long", &errs)
 	if rs.lease != nil || rs.shape != nil || rs.adaptive != nil {
 		errs = rs.defineOptionMetrics(errs)
 	}
