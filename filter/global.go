@@ -209,18 +209,20 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 // send sends the call in the client's body for the request, as dispatch describes.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
-	h.calledOut = true
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	d := h.d
 	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout,
 		func(numHeaders, bodySize, numTrailers int) {
 			d.outstanding--
+			h.callouts--
 			answer(numHeaders, bodySize, numTrailers)
 		})
 	if err != nil {
 		return err
 	}
+	// The callback holds h until it has run: the context must outlive the stream until then
+	// (see OnHttpStreamDone).
+	h.callouts++
 	c.m.calls.Increment(1)
 	d.sentAt = now
 	d.outstanding++

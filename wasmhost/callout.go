@@ -40,6 +40,19 @@ type calloutResponse struct {
 	reset    bool
 }
 
+// sendOutbound starts the callouts the guest dispatched during the call into it that has just
+// returned. Envoy's proxy_http_call creates the request and returns; the request leaves when
+// the worker's event loop runs again, after the guest's callback. Starting each callout from
+// within proxy_http_call instead would count the goroutine it starts (and the other threads it
+// wakes, which compete for the CPU with the rest of the callback) in the guest's time.
+func (v *vm) sendOutbound() {
+	for i, c := range v.outbound {
+		v.h.startCallout(c)
+		v.outbound[i] = nil
+	}
+	v.outbound = v.outbound[:0]
+}
+
 // startCallout performs the request in a goroutine and delivers the
 // response on the VM's loop to the root context. The goroutine is bounded by
 // the callout timeout and by Close (the base context).

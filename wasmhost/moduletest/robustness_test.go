@@ -170,15 +170,15 @@ func benchRequest() wasmhost.Request {
 // calls, each divided by n. Every request must be let through with rate-limit headers.
 func callsPerRequest(t *testing.T, module, config string, n int) (map[string]float64, float64) {
 	t.Helper()
-	return callsPerRequestOf(t, module, config, n, benchRequest(), true)
+	return callsPerRequestOf(t, module, config, n, benchRequest(), true, nil)
 }
 
 // callsPerRequestOf is callsPerRequest for any request let through, with (limited) or
-// without rate-limit headers.
-func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool) (map[string]float64, float64) {
+// without rate-limit headers, in a host with the given clusters.
+func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool, clusters map[string]string) (map[string]float64, float64) {
 	t.Helper()
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(t, module), wasmhost.Options{
-		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(), Clusters: clusters,
 	})
 	require.NoError(t, err)
 	defer h.Close(context.Background())
