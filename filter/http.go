@@ -23,6 +23,10 @@ type httpContext struct {
 	// and may run after the stream ended, so a context is reused only once every callout it
 	// sent has answered (nearly always before the stream ends: the request waits for them).
 	callouts int
+	// asked is the working set of the request's call to Redis in flight (sendCallout), and
+	// redisAnswer that call's callback, answerRedis, made once for the context.
+	asked       *decisions
+	redisAnswer func(numHeaders, bodySize, numTrailers int)
 
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState

@@ -709,7 +709,7 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		// (TestNewHttpContextResetsEveryField fails when a field is added and not reset here).
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
-		h.finished, h.done, h.queued, h.callouts = false, false, false, 0
+		h.finished, h.done, h.queued, h.callouts, h.asked = false, false, false, 0, nil
 		h.observed = h.observed[:0]
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h

@@ -117,6 +117,8 @@ func TestNewHttpContextResetsEveryField(t *testing.T) {
 		case "observed":
 			require.Empty(t, h2.observed)
 			require.Same(t, observedBuf, &h2.observed[:1][0], "the observed buffer is kept")
+		case "redisAnswer":
+			require.NotNil(t, h2.redisAnswer, "the callback, bound to the context, is kept")
 		case "headers":
 			require.Empty(t, h2.headers.values)
 			require.Same(t, valuesBuf, &h2.headers.values[:1][0], "the header value buffer is kept")

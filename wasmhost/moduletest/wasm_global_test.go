@@ -1,24 +1,20 @@
 package moduletest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
-	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -988,185 +984,4 @@ func TestGlobalWasmMetrics(t *testing.T) {
 		require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_resets_total"), "each failure counted once")
 		require.Zero(t, h.Stats().Traps)
 	})
-}
-
-// BenchmarkGlobalWasm measures what a global rule adds to a request over the same rule kept
-// local: one HTTP callout to webdis and one script in Redis, through the wazero host, one worker
-// VM, one hot key below its limit. Each case reports the request's latency (p50-us, p99-us: the
-// whole request through the host, the round trip included), the median request's guest time
-// (guest-p50-ns/op: time inside calls into the VM, the host functions it calls included; the
-// mean, guest-ns/op, takes in every preemption and collection), host calls and callouts per
-// request. The same run measures, side by side:
-//
-//   - "no-rule": the filter with no rule that applies, the request alone;
-//   - "local": the global rule kept local;
-//   - "raw-evalsha": one EVALSHA through webdis from Go's HTTP client, no proxy: the round trip
-//     a global decision costs at the least;
-//   - "callout-floor": wasmhost/testdata/hostfloor configured with {"global":true}, which makes
-//     the global request's host calls (the callout included, with the same EVALSHA body) and
-//     computes nothing: its guest time is what the host calls cost, the host's callout
-//     plumbing included, and its added latency is the host's plumbing and the round trip;
-//   - "global", "global-3-rules" and "global-leased" (a lease block: one callout per batch of
-//     100).
-//
-// The cases after the baselines report added-p50-us (their p50 less no-rule's) and x-raw-evalsha
-// (that over raw-evalsha's p50), and x-local-guest (their guest p50 over local's); "global"
-// reports own-guest-p50-ns, its guest p50 less the callout floor's: the filter's own work for a
-// global rule, building the call and parsing the answer.
-//
-//	go test ./wasmhost/moduletest/ -run '^$' -bench GlobalWasm -benchtime 2000x
-func BenchmarkGlobalWasm(b *testing.B) {
-	srv := redistest.Start(b)
-	rules := func(scope string, n int, lease string) string {
-		var rs []string
-		for i := range n {
-			// continue: true on all but the last, so every rule applies to the request.
-			rs = append(rs, fmt.Sprintf(`{"name":"bench%d","key":[{"source":"header","name":"x-user"}],
-				"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q,"continue":%v%s}`,
-				i, scope, i < n-1, lease))
-		}
-		if n == 0 {
-			// The filter with a rule that never matches: the cost of the request alone.
-			rs = append(rs, `{"name":"never","match":{"path":{"exact":"/never"}},"algorithm":"token_bucket","limit":1,"window":"1h"}`)
-		}
-		return globalConfig(redisOpts{FailureMode: "deny"}, "["+strings.Join(rs, ",")+"]")
-	}
-	var noRule, local, raw, floor globalFigures
-	for _, bc := range []struct {
-		name, module, config string
-		figures              *globalFigures
-	}{
-		{"no-rule", ".", rules("", 0, ""), &noRule},
-		{"local", ".", rules("local", 1, ""), &local},
-		{"raw-evalsha", "", "", &raw},
-		{"callout-floor", "./wasmhost/testdata/hostfloor", `{"global":true}`, &floor},
-		{"global", ".", rules("global", 1, ""), nil},
-		{"global-3-rules", ".", rules("global", 3, ""), nil},
-		{"global-leased", ".", rules("global", 1, `,"lease":{"batch":100}`), nil},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			var f globalFigures
-			if bc.module == "" {
-				f = benchRawEvalSHA(b, srv)
-			} else {
-				f = benchGlobalRequests(b, bc.module, bc.config, srv.WebdisURL())
-			}
-			if bc.figures != nil {
-				*bc.figures = f
-			}
-			if bc.figures == &noRule || bc.figures == &raw || noRule.p50 == 0 || raw.p50 == 0 || local.guestP50 == 0 {
-				return
-			}
-			added := f.p50 - noRule.p50
-			b.ReportMetric(float64(added.Nanoseconds())/1000, "added-p50-us")
-			b.ReportMetric(float64(added)/float64(raw.p50), "x-raw-evalsha")
-			b.ReportMetric(float64(f.guestP50)/float64(local.guestP50), "x-local-guest")
-			if bc.name == "global" && floor.guestP50 > 0 {
-				b.ReportMetric(float64(f.guestP50-floor.guestP50), "own-guest-p50-ns")
-			}
-		})
-	}
-}
-
-// globalFigures are what BenchmarkGlobalWasm compares across its cases: a request's median
-// latency and median guest time.
-type globalFigures struct{ p50, guestP50 time.Duration }
-
-// benchGlobalRequests serves b.N requests of one hot key through one worker VM of module
-// configured with config, its "webdis" cluster at webdisURL, and reports their latency, guest
-// time, host calls and callouts (see BenchmarkGlobalWasm). Every request must be let through.
-func benchGlobalRequests(b *testing.B, module, config, webdisURL string) globalFigures {
-	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, module), wasmhost.Options{
-		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
-		Clusters: map[string]string{"webdis": webdisURL},
-	})
-	require.NoError(b, err)
-	defer h.Close(context.Background())
-	req := globalRequest(hdr("x-user", "bench"))
-	ctx := context.Background()
-	// Warm up: load the script into Redis and the connection pool.
-	for range 10 {
-		if _, err := h.Do(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
-	calls0 := redisMetric(h, "ratelimit_redis_calls_total")
-	start := h.Stats()
-	lat := make([]time.Duration, 0, 4096)
-	guest := make([]time.Duration, 0, 4096)
-	last := start.GuestTime
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		res, err := h.Do(ctx, req)
-		if err != nil || res.Local != nil {
-			b.Fatalf("request failed: %v %+v", err, res.Local)
-		}
-		lat = append(lat, time.Since(t0))
-		now := h.GuestTime()
-		guest, last = append(guest, now-last), now
-	}
-	b.StopTimer()
-	end := h.Stats()
-	slices.Sort(guest)
-	f := globalFigures{p50: reportLatency(b, lat), guestP50: guest[len(guest)/2]}
-	b.ReportMetric(float64(f.guestP50), "guest-p50-ns/op")
-	b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
-	b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
-	b.ReportMetric(float64(end.HostCalls["env.proxy_http_call"]-start.HostCalls["env.proxy_http_call"])/float64(b.N), "callouts/op")
-	if calls := redisMetric(h, "ratelimit_redis_calls_total") - calls0; module == "." && calls != end.HostCalls["env.proxy_http_call"]-start.HostCalls["env.proxy_http_call"] {
-		b.Fatalf("the filter counted %d callouts, the host %d", calls, end.HostCalls["env.proxy_http_call"]-start.HostCalls["env.proxy_http_call"])
-	}
-	for _, m := range redisErrorMetrics {
-		if v := redisMetric(h, m); v != 0 {
-			b.Fatalf("%s = %d", m, v)
-		}
-	}
-	return f
-}
-
-// benchRawEvalSHA measures one EVALSHA of a token bucket through webdis over loopback HTTP,
-// as the host's callouts reach it, with no proxy in between.
-func benchRawEvalSHA(b *testing.B, srv *redistest.Server) globalFigures {
-	rule, err := redis.NewRule(algorithms.Config{Algorithm: "token_bucket", Limit: 1_000_000_000, Window: time.Hour})
-	require.NoError(b, err)
-	key := redis.AppendKey(nil, "rl", "rl", "raw", []byte("bench"))
-	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: callDeadline}
-	post := func(body []byte) {
-		resp, err := hc.Post(strings.TrimSuffix(srv.WebdisURL(), "/")+redis.Path, redis.ContentType, bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("webdis answered %d", resp.StatusCode)
-		}
-	}
-	post(rule.AppendEval(nil, key, 1)) // load the script
-	body := make([]byte, 0, 512)
-	lat := make([]time.Duration, 0, 4096)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		body = rule.AppendEvalSHA(body[:0], key, 1)
-		post(body)
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	b.ReportMetric(1, "callouts/op")
-	return globalFigures{p50: reportLatency(b, lat)}
-}
-
-// reportLatency reports the median and the 99th percentile of the latencies, in microseconds,
-// and returns the median.
-func reportLatency(b *testing.B, lat []time.Duration) time.Duration {
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1000, "p50-us")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1000, "p99-us")
-	return lat[len(lat)/2]
 }
