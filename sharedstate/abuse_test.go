@@ -502,15 +502,20 @@ func BenchmarkTableCost(b *testing.B) {
 	}
 }
 
-// countingStore counts reads.
+// countingStore counts reads and writes.
 type countingStore struct {
 	Store
-	reads int
+	reads, writes int
 }
 
 func (c *countingStore) Get(key string) ([]byte, uint32, error) {
 	c.reads++
 	return c.Store.Get(key)
+}
+
+func (c *countingStore) Set(key string, value []byte, cas uint32) error {
+	c.writes++
+	return c.Store.Set(key, value, cas)
 }
 
 // A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 must not
