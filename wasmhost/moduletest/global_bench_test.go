@@ -191,16 +191,7 @@ func (s *benchSamples) report(b *testing.B, prefix string) time.Duration {
 // cluster at webdisURL, and warms it up: the script is loaded into Redis and the connection
 // pool holds a connection.
 func newGlobalBenchHost(b *testing.B, module, config, webdisURL string) *wasmhost.Host {
-	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, module), wasmhost.Options{
-		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
-		Clusters: map[string]string{"webdis": webdisURL},
-	})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = h.Close(context.Background()) })
-	for range 10 {
-		timedRequest(b, h)
-	}
-	return h
+	return startBenchHost(b, wasmtest.BuildGuest(b, module), config, webdisURL)
 }
 
 // newTaggedBenchHost is newGlobalBenchHost for the module wasm with a custom section named
@@ -210,7 +201,11 @@ func newTaggedBenchHost(b *testing.B, wasm []byte, tag, config, webdisURL string
 	// A custom section (id 0): its size, its name, and a byte of content (wazero does not
 	// read a custom section without content).
 	section := append(append([]byte{byte(len(tag))}, tag...), 0)
-	wasm = append(append(slices.Clip(wasm), 0, byte(len(section))), section...)
+	return startBenchHost(b, append(append(slices.Clip(wasm), 0, byte(len(section))), section...), config, webdisURL)
+}
+
+// startBenchHost is newGlobalBenchHost for the module wasm.
+func startBenchHost(b *testing.B, wasm []byte, config, webdisURL string) *wasmhost.Host {
 	h, err := wasmhost.New(context.Background(), wasm, wasmhost.Options{
 		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
 		Clusters: map[string]string{"webdis": webdisURL},
