@@ -96,7 +96,7 @@ func TestSettleStepsSlidingWindowCounter(t *testing.T) {
 	runUsageSteps(t, mustNew(t, Config{Algorithm: AlgSlidingWindow, Limit: 10, Window: 10 * time.Second}), []usageStep{
 		{at: 0, n: 5, allowed: true},
 		{at: 0, settle: true, n: 3, allowed: true}, // used 8
-		{at: 0, n: 3, retry: 11250 * ms}, // 8 of cur weigh less than 7 at 11.25s
+		{at: 0, n: 3, retry: 11250 * ms},           // 8 of cur weigh less than 7 at 11.25s
 		// In the next window the reservation is prev's: its refund comes off prev.
 		{at: 10 * time.Second, settle: true, n: -8, reservedAt: 0, allowed: true},
 		{at: 10 * time.Second, n: 10, allowed: true},
