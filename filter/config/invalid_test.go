@@ -145,7 +145,7 @@ var invalidCases = []invalidCase{
 	{"adaptive no signal", oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":1,"max_limit":5,"error_threshold":0}`), []string{"rules[0].adaptive: needs target_latency or a non-zero error_threshold: with neither signal the limit never moves"}, schemaAccepts},
 
 	// Cost.
-	{"cost string", oneRule(tb + `,"cost":"2"`), []string{`rules[0].cost: want an integer or an object {header, default, max}, got "2"`}, schemaRejects},
+	{"cost string", oneRule(tb + `,"cost":"2"`), []string{`rules[0].cost: want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "2"`}, schemaRejects},
 	{"cost zero", oneRule(tb + `,"cost":0`), []string{"rules[0].cost: must be between 1 and 1000000, got 0"}, schemaRejects},
 	{"cost header without max", oneRule(tb + `,"cost":{"header":"x-cost"}`), []string{"rules[0].cost.max: required: it bounds what one request can cost and is charged for invalid values"}, schemaRejects},
 	{"cost default above max", oneRule(tb + `,"cost":{"header":"x-cost","max":5,"default":6}`), []string{"rules[0].cost.default: must be <= max (5), got 6"}, schemaAccepts},
