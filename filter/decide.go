@@ -152,6 +152,9 @@ func (h *httpContext) finish() types.Action {
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if h.plugin.usage {
+		h.openReservations()
+	}
 	h.plugin.giveDecisions(h)
 	return types.ActionContinue
 }
@@ -198,6 +201,9 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 	}
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if p.usage {
+		h.openReservations()
+	}
 	if shaping {
 		return h.finishShaped()
 	}

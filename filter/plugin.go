@@ -50,6 +50,11 @@ type plugin struct {
 	// a client's copy from every request, so that the upstream hears of a would-be denial
 	// from the filter alone.
 	shadowHeaders []string
+
+	// usage is set when a rule has a usage cost; usageFree keeps finished streams' usage
+	// state for reuse (see usage.go).
+	usage     bool
+	usageFree []*usageStream
 }
 
 // ruleState is everything the filter keeps per configured rule.
@@ -81,6 +86,7 @@ type ruleState struct {
 	// (locally its table's prefix sets its keys apart); empty for the rule's own state.
 	stateTag  string
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
+	usage     *usageRule      // set for rules with a usage cost (see usage.go)
 	overLimit *overLimitCache // set for global rules with a lease block
 }
 
@@ -201,7 +207,7 @@ func (p *plugin) configure(data []byte) error {
 	}
 	// ticks is set when a rule needs the plugin's tick (shaping, adaptive), shadowHeader when
 	// a rule names a shadow request header.
-	ticks, shadowHeader := false, false
+	ticks, shadowHeader, usage := false, false, false
 	for i, r := range cfg.Rules {
 		// The branches for adaptive, global, leased and shaping rules and every error path
 		// call functions of their own, so that code a configuration does not use costs it no
@@ -212,6 +218,7 @@ func (p *plugin) configure(data []byte) error {
 			ad, lim = p.prepareAdaptive(cfg, r, a)
 			ticks = true
 		}
+		lim, ur := usageTableLimiter(r, lim, nil)
 		if r.Scope == config.ScopeGlobal {
 			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
 				return err
@@ -247,6 +254,12 @@ func (p *plugin) configure(data []byte) error {
 			return ruleError(i, ": defining metrics", err)
 		}
 		rs.redisRule = globals[i]
+		if ur != nil {
+			if err := rs.prepareUsage(ur); err != nil {
+				return ruleError(i, ": defining metrics", err)
+			}
+			usage = true
+		}
 		if len(r.Overrides) > 0 {
 			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
 				return err
@@ -258,6 +271,7 @@ func (p *plugin) configure(data []byte) error {
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.usage = usage
 	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
 	if shadowHeader {
@@ -518,19 +532,20 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
+		lim, ur := usageTableLimiter(&or, tableLimiter(o.Limiter), rs.usageMetrics())
 		table, err := sharedstate.NewTable(sharedstate.TableConfig{
 			Store:    store,
 			Prefix:   cfg.Domain + "|" + r.Name + "|" + o.StateTag + "|",
 			Slots:    uint32(o.Slots(r)),
 			Attempts: cfg.CASAttempts,
-			Limiter:  tableLimiter(o.Limiter),
+			Limiter:  lim,
 			Secret:   secret,
 		})
 		if err != nil {
 			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
-			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag, usage: ur}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			// The override's keys are the rule's keys with its tag in front, in the rule's
@@ -706,7 +721,7 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
 		h.finished, h.done, h.queued, h.calledOut = false, false, false, false
-		h.observed = h.observed[:0]
+		h.observed, h.usage = h.observed[:0], nil
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}

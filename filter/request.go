@@ -321,7 +321,7 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.usage != nil {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)
@@ -375,6 +375,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 				globals++
 			}
 			continue
+		}
+		if rs.usage != nil {
+			a.key = append(a.key[:0], key...) // kept for the settlement (see usage.go)
 		}
 		if h.decideLocal(a, key, now, a.cost) {
 			return h.deny(a.rs, a.decision)
