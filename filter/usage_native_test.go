@@ -52,7 +52,9 @@ func (d usageDriver) respond(id uint32, contentType string, hdrs [][2]string, ch
 	d.host.CompleteHttpContext(id)
 }
 
-func (d usageDriver) counter(name string) uint64 { return counterNative(d.nativeDriver, name+";rule=llm-minute") }
+func (d usageDriver) counter(name string) uint64 {
+	return counterNative(d.nativeDriver, name+";rule=llm-minute")
+}
 
 func openAIBody(total int) string {
 	return `{"id":"x","choices":[{"message":{"content":"hello"}}],"usage":{"prompt_tokens":1,"completion_tokens":` +

@@ -39,14 +39,14 @@ type usageScanner struct {
 	litLeft int // letters of true, false or null left to read
 
 	// The event-stream lexer.
-	lineStart bool   // at the start of a line
+	lineStart bool // at the start of a line
 	field     [5]byte
-	fieldLen  int    // bytes of the line's field name read, until ':'
-	inData    bool   // the line is a "data" line: its value goes to the tokenizer
-	skipSpace bool   // one space after "data:" is dropped
-	dataLines int    // data lines in the current event
-	lastCR    bool   // the previous byte was '\r' (a "\r\n" is one line end)
-	broken    bool   // the current document is not JSON: skip to its end
+	fieldLen  int  // bytes of the line's field name read, until ':'
+	inData    bool // the line is a "data" line: its value goes to the tokenizer
+	skipSpace bool // one space after "data:" is dropped
+	dataLines int  // data lines in the current event
+	lastCR    bool // the previous byte was '\r' (a "\r\n" is one line end)
+	broken    bool // the current document is not JSON: skip to its end
 }
 
 // The limits of the scanner: pointers and the depth whose paths it follows (deeper levels
@@ -61,13 +61,13 @@ const (
 type scanState uint8
 
 const (
-	stValue     scanState = iota // expecting a value
-	stAfter                      // after a value: ',' or a closing bracket
-	stKey                        // expecting a key (or '}' right after '{')
-	stColon                      // after a key
-	stString                     // inside a string
-	stNumber                     // inside a number
-	stLiteral                    // inside true, false or null
+	stValue   scanState = iota // expecting a value
+	stAfter                    // after a value: ',' or a closing bracket
+	stKey                      // expecting a key (or '}' right after '{')
+	stColon                    // after a key
+	stString                   // inside a string
+	stNumber                   // inside a number
+	stLiteral                  // inside true, false or null
 )
 
 // Per-pointer outcomes in found.
