@@ -218,7 +218,10 @@ func (p *plugin) configure(data []byte) error {
 			ad, lim = p.prepareAdaptive(cfg, r, a)
 			ticks = true
 		}
-		lim, ur := usageTableLimiter(r, lim, nil)
+		var ur *usageRule
+		if r.CostSpec.Usage != nil {
+			lim, ur = usageTableLimiter(r, lim, nil)
+		}
 		if r.Scope == config.ScopeGlobal {
 			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
 				return err
@@ -370,7 +373,18 @@ func (p *plugin) warm() {
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
 	}
+	// Whether the allocations above grow the heap depends on where the module's data ends;
+	// a throwaway block of heapHeadroom bytes grows it now if less than that is free, so the
+	// first requests find free pages (TestV8FirstRequestGrowsNoMemory).
+	headroom = make([]byte, heapHeadroom)
+	headroom = nil
 }
+
+// heapHeadroom is the free heap a configured VM leaves its first requests, and headroom the
+// block that makes sure of it (a package variable, so that the allocation is not elided).
+const heapHeadroom = 24 << 10
+
+var headroom []byte
 
 // logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
 // like logInvalid.

@@ -377,7 +377,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			continue
 		}
 		if rs.usage != nil {
-			a.key = append(a.key[:0], key...) // kept for the settlement (see usage.go)
+			a.keepKey(key) // for the settlement (see usage.go)
 		}
 		if h.decideLocal(a, key, now, a.cost) {
 			return h.deny(a.rs, a.decision)

@@ -61,9 +61,18 @@ func (u *usageLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, 
 	return algorithms.Decision{Allowed: ok}, out
 }
 
+// keepKey keeps the key a usage rule was decided on, for its settlement. It is out of
+// decideFrom's line (see doc.go).
+//
+//go:noinline
+func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
+
 // usageTableLimiter returns the key-table limiter of a rule r whose limiter is lim, and its
 // usage machinery (nil for a rule without a usage cost). m is the rule's metrics, nil for the
-// rule itself (defined later by defineUsageMetrics).
+// rule itself (defined later by defineUsageMetrics). It is kept out of configure's line (see
+// doc.go).
+//
+//go:noinline
 func usageTableLimiter(r *config.Rule, lim sharedstate.Limiter, m *usageMetrics) (sharedstate.Limiter, *usageRule) {
 	if r.CostSpec.Usage == nil {
 		return lim, nil
