@@ -11,7 +11,7 @@ import "strconv"
 // text/event-stream, whose events' "data:" lines are each event's JSON document (the lines
 // of one event joined by newlines, as the SSE specification says). Across documents and
 // events, the last value found at each pointer wins; the values of several pointers are
-// summed. A value at a pointer that is not a non-negative integer (null, a string, a
+// summed, and the usage is reported only when every pointer has a value. A value at a pointer that is not a non-negative integer (null, a string, a
 // fraction, an object) makes the pointer invalid until a later document gives it a number.
 // A document that is not JSON ("data: [DONE]") is skipped up to its end.
 type usageScanner struct {
@@ -88,21 +88,18 @@ func (s *usageScanner) startDocument() {
 	s.mask[0] = uint8(1<<len(s.ptrs) - 1)
 }
 
-// usage returns the sum of the pointers' last values, and whether it is a reported usage: at
-// least one pointer has a value and none is invalid.
+// usage returns the sum of the pointers' last values, and whether it is a reported usage:
+// every pointer has a value. A body that reports only part of a sum (another API's shape)
+// must not be charged that part.
 func (s *usageScanner) usage() (int64, bool) {
 	var sum int64
-	any := false
 	for i := range s.ptrs {
-		switch s.found[i] {
-		case ptrInvalid:
+		if s.found[i] != ptrValue {
 			return 0, false
-		case ptrValue:
-			sum += s.vals[i]
-			any = true
 		}
+		sum += s.vals[i]
 	}
-	return sum, any
+	return sum, len(s.ptrs) > 0
 }
 
 // write scans one chunk of the body.

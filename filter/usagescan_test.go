@@ -69,6 +69,7 @@ func TestUsageScanner(t *testing.T) {
 		{"anthropic sse", []string{"/message/usage/input_tokens", "/usage/output_tokens"}, true, anthropicSSE, 40, true},
 		{"gemini", []string{"/usageMetadata/totalTokenCount"}, false, `{"candidates":[],"usageMetadata":{"promptTokenCount":3,"totalTokenCount":9}}`, 9, true},
 		{"absent", []string{"/usage/total_tokens"}, false, `{"choices":[]}`, 0, false},
+		{"part of a sum", []string{"/message/usage/input_tokens", "/usage/output_tokens"}, false, `{"usage":{"input_tokens":5,"output_tokens":5}}`, 0, false},
 		{"null", []string{"/usage/total_tokens"}, false, `{"usage":{"total_tokens":null}}`, 0, false},
 		{"string", []string{"/usage/total_tokens"}, false, `{"usage":{"total_tokens":"12"}}`, 0, false},
 		{"fraction", []string{"/usage/total_tokens"}, false, `{"usage":{"total_tokens":1.5}}`, 0, false},

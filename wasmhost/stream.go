@@ -43,6 +43,16 @@ type UpstreamResponse struct {
 	Headers  [][2]string // the other headers; pseudo-headers here are ignored
 	Body     []byte      // delivered in one proxy_on_response_body chunk when non-empty
 	Trailers [][2]string // delivered by proxy_on_response_trailers when non-empty
+	// Chunks, when Body is empty, is a body that streams: each chunk is delivered in a
+	// proxy_on_response_body of its own, the last one with end_of_stream (unless Trailers
+	// follow or Cut is set), ChunkDelay apart on the host's time (Options.VirtualClock when
+	// set). A client whose ctx ends between two chunks goes away mid-stream, as a downstream
+	// reset does in Envoy. Only Do honours ChunkDelay; ServeRoute delivers them at once.
+	Chunks     [][]byte
+	ChunkDelay time.Duration
+	// Cut makes the upstream reset the stream after its last chunk: the body never ends
+	// (no end_of_stream), and Result.Truncated is set.
+	Cut bool
 	// Delay is how long the upstream takes to answer, on the host's time
 	// (Options.VirtualClock when set): Do holds the response back that long
 	// after the request continued. Only Do honours it.
@@ -84,6 +94,9 @@ type Result struct {
 	// Reset is true when the guest closed the stream (proxy_close_stream):
 	// the downstream sees a reset, not a response.
 	Reset bool
+	// Truncated is true when the upstream reset a streamed body before its end
+	// (UpstreamResponse.Cut): the downstream got the headers and part of the body.
+	Truncated bool
 	// Failed is true when the VM failed during (or before) this stream.
 	Failed bool
 }
@@ -122,6 +135,7 @@ const (
 
 type streamEvent struct {
 	needUpstream bool
+	needChunk    bool    // a streamed body waits for its next chunk (UpstreamResponse.ChunkDelay)
 	request      *Result // snapshot when needUpstream
 	done         bool
 	result       *Result
@@ -153,6 +167,15 @@ type stream struct {
 	events chan streamEvent
 	result Result
 	done   bool
+
+	// A streamed response body (UpstreamResponse.Chunks): the chunks, how many were
+	// released to the filter and delivered, the body delivered so far, the delay between
+	// two chunks, and whether the upstream cuts the stream after the last.
+	chunks              [][]byte
+	released, delivered int
+	sent                []byte
+	chunkDelay          time.Duration
+	cut                 bool
 }
 
 // dir is the direction the stream is in: streamRequest until the upstream answers, then
@@ -254,6 +277,20 @@ func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc) (*Res
 		case ev := <-s.events:
 			if ev.done {
 				return ev.result, ev.err
+			}
+			if ev.needChunk {
+				if err := h.sleep(ctx, s.chunkDelay); err != nil {
+					v.abortAndWait(s, err)
+					return nil, err
+				}
+				if !v.post(ctx, func() { v.releaseChunk(s) }) {
+					v.abortAndWait(s, ctx.Err())
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					return nil, ErrClosed
+				}
+				continue
 			}
 			resp, err := upstream(ctx, ev.request)
 			if err != nil {
@@ -386,13 +423,19 @@ func (v *vm) advance(s *stream) {
 		case phRequestHeaders, phResponseHeaders:
 			d := s.dir()
 			hm := s.maps[headersMap(d)]
-			eos := len(s.body[d]) == 0 && s.maps[trailersMap(d)] == nil
+			eos := len(s.body[d]) == 0 && s.maps[trailersMap(d)] == nil && (d == streamRequest || s.chunks == nil)
 			s.avail[headersMap(d)] = true
 			r, ok := v.callback(filterCallbacks[d][cbHeaders], v.fn.filter[d][cbHeaders], s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
 			s.phase++ // to the body
 			v.afterFilterCall(s, ok, uint32(r), headersMap(d), -1)
 		case phRequestBody, phResponseBody:
 			d := s.dir()
+			if d == streamResponse && s.chunks != nil {
+				if !v.nextChunk(s) {
+					return
+				}
+				continue
+			}
 			s.phase++ // to the trailers
 			if len(s.body[d]) == 0 {
 				continue
@@ -496,10 +539,56 @@ func (v *vm) respond(s *stream, resp *UpstreamResponse) {
 	}
 	s.maps[MapResponseHeaders] = hm
 	s.body[1] = resp.Body
+	if len(resp.Body) == 0 && len(resp.Chunks) > 0 {
+		s.chunks, s.chunkDelay, s.cut = resp.Chunks, resp.ChunkDelay, resp.Cut
+		s.released = 1
+		if resp.ChunkDelay <= 0 {
+			s.released = len(resp.Chunks)
+		}
+	}
 	if len(resp.Trailers) > 0 {
 		s.maps[MapResponseTrailers] = newHeaderMap(resp.Trailers)
 	}
 	s.phase = phResponseHeaders
+	v.advance(s)
+	v.settle()
+}
+
+// nextChunk delivers the next released chunk of a streamed response body to the filter, and
+// reports whether the stream can go on at once: false when it waits for the next chunk (an
+// event asks the caller of Do to release it after ChunkDelay) or was cut. After the last chunk
+// the stream goes on to the trailers, or ends cut.
+func (v *vm) nextChunk(s *stream) bool {
+	if s.delivered == len(s.chunks) {
+		if s.cut {
+			s.result.Truncated = true
+			v.finish(s)
+			return false
+		}
+		s.phase++ // to the trailers
+		return true
+	}
+	if s.delivered >= s.released {
+		s.events <- streamEvent{needChunk: true}
+		return false
+	}
+	c := s.chunks[s.delivered]
+	s.delivered++
+	s.body[1] = c
+	s.sent = append(s.sent, c...)
+	eos := s.delivered == len(s.chunks) && !s.cut && s.maps[MapResponseTrailers] == nil
+	s.bodyAvail[1] = true
+	r, ok := v.callback(filterCallbacks[1][cbBody], v.fn.filter[1][cbBody], s.id, uint64(s.id), uint64(len(c)), boolArg(eos))
+	v.afterFilterCall(s, ok, uint32(r), -1, 1)
+	return true
+}
+
+// releaseChunk lets the next chunk of a streamed body reach the filter (see nextChunk).
+func (v *vm) releaseChunk(s *stream) {
+	if s.done {
+		return
+	}
+	s.released++
 	v.advance(s)
 	v.settle()
 }
@@ -599,6 +688,9 @@ func (v *vm) teardown(s *stream, err error) {
 		res.ResponseHeaders = hm.pairs()
 		res.Status, _ = strconv.Atoi(headerValue(res.ResponseHeaders, ":status"))
 		res.ResponseBody = append([]byte(nil), s.body[1]...)
+		if s.chunks != nil && !s.localSent {
+			res.ResponseBody = s.sent
+		}
 	}
 	if res.RequestHeaders == nil && s.maps[MapRequestHeaders] != nil {
 		res.RequestHeaders = s.maps[MapRequestHeaders].pairs()
