@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/fakellm"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -202,5 +204,56 @@ func TestUsageConcurrentStreamsWasm(t *testing.T) {
 		res, err := d.host.Do(context.Background(), llmRequest("openai", "shared", fakellm.Reply{Stream: true}))
 		require.NoError(t, err)
 		require.NotNil(t, res.Local, "a key %d below its reservation is denied", reserve-left)
+	}
+}
+
+// BenchmarkGuestPerChunk measures the guest time one streamed 1 KB body chunk costs: a
+// stream of an SSE reply with 64 content events of about 1 KB, less the same stream without
+// them, per event (medians of each). passthrough is a filter that does nothing; 1rule the
+// filter with a rule without a usage cost (the chunk only crosses the ABI); 1rule-usage the
+// filter with a usage rule, which reads and scans every chunk.
+func BenchmarkGuestPerChunk(b *testing.B) {
+	const events = 64
+	usage := `{"rules":[{"name":"u","algorithm":"token_bucket","limit":1000000000,"window":"1s",` +
+		`"cost":{"reserve":1,"usage":{"json":["/usage/total_tokens"]},"max":1000}}]}`
+	cases := []struct{ name, module, config string }{
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
+		{"1rule", ".", `{"rules":[{"name":"r","algorithm":"token_bucket","limit":1000000000,"window":"1s"}]}`},
+		{"1rule-usage", ".", usage},
+	}
+	full := fakellm.Reply{Shape: fakellm.OpenAI, Stream: true, Input: 1, Output: 1, Words: events, ChunkBytes: 1000}.Chunks()
+	base := full[len(full)-2:] // the usage event and [DONE]
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, c.module), wasmhost.Options{
+				Workers: 1, VMID: "bench", PluginConfig: []byte(c.config), SharedData: wasmhost.NewSharedData(),
+			})
+			require.NoError(b, err)
+			defer h.Close(context.Background())
+			stream := func(chunks [][]byte) time.Duration {
+				req := benchRequest()
+				req.Upstream.Headers = [][2]string{{"content-type", "text/event-stream"}}
+				req.Upstream.Chunks = chunks
+				before := h.GuestTime()
+				res, err := h.Do(context.Background(), req)
+				if err != nil || res.Local != nil {
+					b.Fatal(err, res.Local)
+				}
+				return h.GuestTime() - before
+			}
+			median := func(d []time.Duration) time.Duration {
+				slices.Sort(d)
+				return d[len(d)/2]
+			}
+			var bases []time.Duration
+			for range 200 {
+				bases = append(bases, stream(base))
+			}
+			var fulls []time.Duration
+			for b.Loop() {
+				fulls = append(fulls, stream(full))
+			}
+			b.ReportMetric(float64(median(fulls)-median(bases))/events, "guest-ns/chunk")
+		})
 	}
 }
