@@ -123,21 +123,56 @@ func TestUsageStreamsWasm(t *testing.T) {
 	require.Zero(t, metric(t, d, "ratelimit_usage_open;rule=openai"))
 }
 
-// Fifty streams at once on one key, spread over four workers, with random usages, cuts and
-// client aborts. While they are open the reservations never exceed the capacity (at most
-// capacity/reserve streams at once), the usage of the admitted streams exceeds the capacity by
-// at most F × (max − reserve) with F the streams in flight at once, and once all have ended
-// the key has been charged exactly the reported usage plus the on_missing charges.
+// Fifty streams at once on one key, on each of two proxies (two hosts, each with its own
+// shared data, as two Envoys) of four workers, with random usages, cuts and client aborts.
+// On each proxy, while they are open the reservations never exceed the capacity (at most
+// capacity/reserve streams at once), the usage of the admitted streams exceeds the capacity
+// by at most F × (max − reserve) with F the streams in flight at once, and once all have
+// ended the key has been charged exactly the reported usage plus the on_missing charges.
+// Local rules count per proxy: the bound of two proxies is twice one's.
 func TestUsageConcurrentStreamsWasm(t *testing.T) {
 	const capacity, reserve, maxUsage = 3000, 100, 400
-	d := newWasm(t, `{"rules":[`+usageRule("openai", capacity, reserve, maxUsage, []string{"/usage/total_tokens"}, "max")+`]}`,
-		wasmOptions{workers: 4})
-	r := rand.New(rand.NewPCG(1, 2))
+	config := `{"rules":[` + usageRule("openai", capacity, reserve, maxUsage, []string{"/usage/total_tokens"}, "max") + `]}`
+	proxies := []*wasmDriver{newWasm(t, config, wasmOptions{workers: 4}), newWasm(t, config, wasmOptions{workers: 4})}
+	var wg sync.WaitGroup
+	type result struct{ admitted, charged, used int }
+	results := make([]result, len(proxies))
+	maxOpen := make([]int64, len(proxies))
+	for p, d := range proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[p].admitted, results[p].charged, results[p].used, maxOpen[p] = concurrentStreams(d, uint64(p), capacity, reserve, maxUsage)
+		}()
+	}
+	wg.Wait()
+	for p, d := range proxies {
+		r := results[p]
+		t.Logf("proxy %d: admitted %d of 50, at most %d at once; charged %d", p, r.admitted, maxOpen[p], r.charged)
+		require.LessOrEqual(t, maxOpen[p], int64(capacity/reserve), "the open reservations fit the capacity")
+		require.LessOrEqual(t, r.used, capacity+capacity/reserve*(maxUsage-reserve),
+			"usage above the capacity is bounded by the streams in flight")
+		require.EqualValues(t, r.charged, metric(t, d, "ratelimit_usage_settled_total;rule=openai"))
+		require.Zero(t, metric(t, d, "ratelimit_usage_settle_failures_total;rule=openai"))
+		require.Zero(t, metric(t, d, "ratelimit_usage_open;rule=openai"))
+		if left := capacity - r.charged; left >= reserve {
+			require.Equal(t, left-reserve, remaining(t, d, "openai", "shared"), "charged exactly the usage and the on_missing charges")
+		} else {
+			res, err := d.host.Do(context.Background(), llmRequest("openai", "shared", fakellm.Reply{Stream: true}))
+			require.NoError(t, err)
+			require.NotNil(t, res.Local, "a key %d below its reservation is denied", reserve-left)
+		}
+	}
+}
+
+// concurrentStreams runs 50 streams at once on one key of d (see
+// TestUsageConcurrentStreamsWasm) and returns how many were admitted, what they were charged
+// and used, and the most reservations seen open at once.
+func concurrentStreams(d *wasmDriver, seed uint64, capacity, reserve, maxUsage int) (admitted, charged, used int, maxOpen int64) {
+	r := rand.New(rand.NewPCG(seed, 2))
 	var (
-		mu               sync.Mutex
-		charged, usedAll int
-		admitted         int
-		streams, aborts  sync.WaitGroup
+		mu              sync.Mutex
+		streams, aborts sync.WaitGroup
 	)
 	abortCtx, abortAll := context.WithCancel(context.Background())
 	defer abortAll()
@@ -169,10 +204,9 @@ func TestUsageConcurrentStreamsWasm(t *testing.T) {
 			defer mu.Unlock()
 			admitted++
 			charged += charge
-			usedAll += usage
+			used += usage
 		}()
 	}
-	var maxOpen int64
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -191,20 +225,7 @@ func TestUsageConcurrentStreamsWasm(t *testing.T) {
 	abortAll()
 	aborts.Wait()
 	<-sampled
-	t.Logf("admitted %d of 50, at most %d at once; charged %d", admitted, maxOpen, charged)
-	require.LessOrEqual(t, maxOpen, int64(capacity/reserve), "the open reservations fit the capacity")
-	require.LessOrEqual(t, usedAll, capacity+capacity/reserve*(maxUsage-reserve),
-		"usage above the capacity is bounded by the streams in flight")
-	require.EqualValues(t, charged, metric(t, d, "ratelimit_usage_settled_total;rule=openai"))
-	require.Zero(t, metric(t, d, "ratelimit_usage_settle_failures_total;rule=openai"))
-	require.Zero(t, metric(t, d, "ratelimit_usage_open;rule=openai"))
-	if left := capacity - charged; left >= reserve {
-		require.Equal(t, left-reserve, remaining(t, d, "openai", "shared"), "charged exactly the usage and the on_missing charges")
-	} else {
-		res, err := d.host.Do(context.Background(), llmRequest("openai", "shared", fakellm.Reply{Stream: true}))
-		require.NoError(t, err)
-		require.NotNil(t, res.Local, "a key %d below its reservation is denied", reserve-left)
-	}
+	return admitted, charged, used, maxOpen
 }
 
 // BenchmarkGuestPerChunk measures the guest time one streamed 1 KB body chunk costs: a
