@@ -278,3 +278,41 @@ func BenchmarkGuestPerChunk(b *testing.B) {
 		})
 	}
 }
+
+// Response bodies of any shape, cut anywhere, never fail the VM: every stream gets its
+// response unchanged and is settled (a body without a valid usage charges on_missing).
+func TestUsageHostileBodiesWasm(t *testing.T) {
+	d := newWasm(t, `{"rules":[`+usageRule("openai", 1000000000, 1, 1000, []string{"/usage/total_tokens", "/a/0/b~1c"}, "reserve")+`]}`,
+		wasmOptions{workers: 2})
+	r := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"data:", "data: ", "{", "}", "[", "]", `"usage"`, `"total_tokens"`, ":", ",", "\n", "\r\n", "\n\n",
+		`"\u00`, `\`, `"`, "123", "-1", "1e9", "null", "true", `"a"`, `"b/c"`, ": comment", "event: x", "\xff\xfe", "[DONE]"}
+	for i := range 300 {
+		var chunks [][]byte
+		for range 1 + r.IntN(6) {
+			var c []byte
+			for range r.IntN(40) {
+				c = append(c, pieces[r.IntN(len(pieces))]...)
+			}
+			chunks = append(chunks, c)
+		}
+		ct := "application/json"
+		if i%2 == 0 {
+			ct = "text/event-stream"
+		}
+		req := llmRequest("openai", "k", fakellm.Reply{})
+		req.Upstream.Headers = [][2]string{{"content-type", ct}}
+		req.Upstream.Chunks, req.Upstream.Cut = chunks, i%7 == 0
+		res, err := d.host.Do(context.Background(), req)
+		require.NoError(t, err)
+		require.False(t, res.Failed, "the VM failed")
+		require.Nil(t, res.Local)
+		var whole []byte
+		for _, c := range chunks {
+			whole = append(whole, c...)
+		}
+		require.Equal(t, string(whole), string(res.ResponseBody))
+	}
+	require.Zero(t, metric(t, d, "ratelimit_usage_open;rule=openai"))
+	require.Zero(t, metric(t, d, "ratelimit_usage_settle_failures_total;rule=openai"))
+}
