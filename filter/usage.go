@@ -37,6 +37,9 @@ type usageRule struct {
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed abi.MetricCounter
 	open                                               abi.MetricGauge
+	// failures counts this VM's settlements of the rule that could not be written, so that
+	// the first and then every power of two are logged.
+	failures uint64
 }
 
 // usageLimiter is the limiter a usage rule's key table decides with: the rule's limiter, and
@@ -319,7 +322,9 @@ func (h *httpContext) settleUsage() {
 		}
 		if err := res.rs.settle(ur, res, now, delta); err != nil {
 			ur.m.failed.Increment(1)
-			p.settleFailure(res.rs, err)
+			if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
+				p.settleFailure(res.rs, ur.m.failures, err)
+			}
 		}
 	}
 	p.giveUsageStream(u)
@@ -335,12 +340,13 @@ func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) e
 	return rs.table.Commit(&ur.pending)
 }
 
-// settleFailure logs a settlement that could not be written: a store failure, or every
-// compare-and-swap attempt lost.
+// settleFailure logs a settlement that could not be written (a store failure, or every
+// compare-and-swap attempt lost), the n-th of the rule on this VM.
 //
 //go:noinline
-func (p *plugin) settleFailure(rs *ruleState, err error) {
-	abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": settling a usage cost: " + err.Error())
+func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
+	abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
+		strconv.FormatUint(n, 10) + " so far): " + err.Error())
 }
 
 // usageMetrics returns the rule's usage metrics, for its overrides; nil without a usage cost.

@@ -2,8 +2,11 @@ package filter
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -152,4 +155,35 @@ func TestUsageOverrideNative(t *testing.T) {
 	require.False(t, ok)
 	_, ok = d.open("x-api-key", "plain")
 	require.True(t, ok, "the rule's own keys are untouched")
+}
+
+// A settlement that shared data refuses is counted and logged, and the stream still ends
+// normally; the reservation stays charged.
+func TestUsageSettleFailureNative(t *testing.T) {
+	store := &failingStore{Memory: sharedstate.NewMemory()}
+	d := usageDriver{newNativeWithStore(t, usageConfig, store), t}
+	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte("llm")))
+	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte("10.0.0.1:5000")))
+	for range 3 {
+		id, ok := d.open("x-api-key", "k")
+		require.True(t, ok)
+		store.failSet = true
+		d.respond(id, "application/json", nil, []string{openAIBody(5)}, true)
+		store.failSet = false
+	}
+	require.EqualValues(t, 3, d.counter("ratelimit_usage_settle_failures_total"))
+	require.EqualValues(t, 3*25, d.counter("ratelimit_usage_refunded_total"))
+	require.Zero(t, gaugeNative(t, d.nativeDriver, "ratelimit_usage_open;rule=llm-minute"))
+	var warned int
+	for _, l := range d.host.GetWarnLogs() {
+		if strings.Contains(l, "settlement was not written") {
+			warned++
+		}
+	}
+	require.Equal(t, 2, warned, "the first and the second failure are logged, the third is not")
+	// The three reservations of 30 stay charged: 10 are left.
+	_, ok := d.open("x-api-key", "k", "x-max-tokens", "11")
+	require.False(t, ok)
+	_, ok = d.open("x-api-key", "k", "x-max-tokens", "10")
+	require.True(t, ok)
 }
