@@ -1,27 +1,33 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
-func pointers(ps ...string) [][]string {
-	var out [][]string
-	for _, p := range ps {
-		toks := strings.Split(p[1:], "/")
-		for i, t := range toks {
-			toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
-		}
-		out = append(out, toks)
+// pointers returns the usage spec of a rule whose usage is the JSON pointers ps.
+func pointers(ps ...string) *config.UsageSpec {
+	q := make([]string, len(ps))
+	for i, p := range ps {
+		q[i] = strconv.Quote(p)
 	}
-	return out
+	c, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s",` +
+		`"cost":{"reserve":1,"max":10,"usage":{"json":[` + strings.Join(q, ",") + `]}}}]}`))
+	if err != nil {
+		panic(err)
+	}
+	return c.Rules[0].CostSpec.Usage
 }
 
-// scanIn feeds body to a scanner in chunks of size n (the whole body at once when n is 0).
-func scanIn(ptrs [][]string, sse bool, body string, n int) (int64, bool) {
+// scanIn feeds body to a scanner of spec in chunks of size n (the whole body at once when n
+// is 0).
+func scanIn(spec *config.UsageSpec, sse bool, body string, n int) (int64, bool) {
 	var s usageScanner
-	s.reset(ptrs, sse)
+	s.reset(spec.Pointers, sse)
 	if n == 0 {
 		n = len(body) + 1
 	}
@@ -83,9 +89,9 @@ func TestUsageScanner(t *testing.T) {
 		{"deep paths are skipped", []string{"/x"}, false, strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40) + `{"x":8}`, 8, true},
 		{"too deep is skipped", []string{"/x"}, false, strings.Repeat(`[`, 70) + strings.Repeat("]", 70), 0, false},
 	} {
-		ptrs := pointers(tc.ptrs...)
-		for _, n := range []int{0, 1, 2, 7, 1024} {
-			got, ok := scanIn(ptrs, tc.sse, tc.body, n)
+		spec := pointers(tc.ptrs...)
+		for _, n := range []int{0, 1, 2, 7, 9, 1024} {
+			got, ok := scanIn(spec, tc.sse, tc.body, n)
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("%s (chunks of %d): got %d %v, want %d %v", tc.name, n, got, ok, tc.want, tc.ok)
 			}
@@ -104,12 +110,14 @@ func FuzzUsageScanner(f *testing.F) {
 	f.Add([]byte(openAISSE), true)
 	f.Add([]byte(anthropicSSE), true)
 	f.Add([]byte(openAIJSON), false)
-	ptrs := pointers("/usage/total_tokens", "/message/usage/input_tokens", "/usage/output_tokens", "/0/1")
+	spec := pointers("/usage/total_tokens", "/message/usage/input_tokens", "/usage/output_tokens", "/0/1")
 	f.Fuzz(func(t *testing.T, body []byte, sse bool) {
-		whole, ok := scanIn(ptrs, sse, string(body), 0)
+		whole, ok := scanIn(spec, sse, string(body), 0)
 		// Chunking never changes what is found.
-		if got, gok := scanIn(ptrs, sse, string(body), 3); got != whole || gok != ok {
-			t.Fatalf("chunks of 3: %d %v, whole: %d %v", got, gok, whole, ok)
+		for _, n := range []int{1, 3, 9} {
+			if got, gok := scanIn(spec, sse, string(body), n); got != whole || gok != ok {
+				t.Fatalf("chunks of %d: %d %v, whole: %d %v", n, got, gok, whole, ok)
+			}
 		}
 	})
 }
