@@ -110,7 +110,7 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 		// router runs at once.
 		rq := &Result{Continued: true, RequestHeaders: requestHeaders(&req).kv, RequestBody: body}
 		up, _ := router(r.Context(), rq)
-		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
+		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.wholeBody()}
 	} else {
 		res, err = h.run(r.Context(), &req, router)
 		if err != nil {
@@ -164,6 +164,9 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
 	}
 	defer resp.Body.Close()
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return h.forwardStream(resp, start)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, h.opts.MaxBodyBytes+1))
 	if err != nil {
 		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
@@ -175,6 +178,35 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 		return routerReply(500, "Internal Server Error")
 	}
 	out := &UpstreamResponse{Status: resp.StatusCode, Body: body, Headers: headerPairs(resp.Header)}
+	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
+	out.Trailers = headerPairs(resp.Trailer)
+	return out
+}
+
+// forwardStream is forward for an event stream: the body is read as the upstream writes it,
+// and each read becomes a chunk of its own (UpstreamResponse.Chunks), so that the filter sees
+// the stream in the pieces Envoy would hand it. The response is still buffered whole before
+// the filter runs, within MaxBodyBytes.
+func (h *Host) forwardStream(resp *http.Response, start time.Time) *UpstreamResponse {
+	var chunks [][]byte
+	total := int64(0)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if total += int64(n); total > h.opts.MaxBodyBytes {
+				return routerReply(500, "Internal Server Error")
+			}
+			chunks = append(chunks, append([]byte(nil), buf[:n]...))
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+		}
+	}
+	out := &UpstreamResponse{Status: resp.StatusCode, Chunks: chunks, Headers: headerPairs(resp.Header)}
 	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
 	out.Trailers = headerPairs(resp.Trailer)
 	return out

@@ -47,7 +47,9 @@ type UpstreamResponse struct {
 	// proxy_on_response_body of its own, the last one with end_of_stream (unless Trailers
 	// follow or Cut is set), ChunkDelay apart on the host's time (Options.VirtualClock when
 	// set). A client whose ctx ends between two chunks goes away mid-stream, as a downstream
-	// reset does in Envoy. Only Do honours ChunkDelay; ServeRoute delivers them at once.
+	// reset does in Envoy. Only Do honours ChunkDelay. ServeRoute hands the filter a
+	// text/event-stream response in the pieces the upstream's body was read in, at once
+	// once the upstream has finished it.
 	Chunks     [][]byte
 	ChunkDelay time.Duration
 	// Cut makes the upstream reset the stream after its last chunk: the body never ends
@@ -57,6 +59,18 @@ type UpstreamResponse struct {
 	// (Options.VirtualClock when set): Do holds the response back that long
 	// after the request continued. Only Do honours it.
 	Delay time.Duration
+}
+
+// wholeBody returns the response's body: Body, or its Chunks joined.
+func (u *UpstreamResponse) wholeBody() []byte {
+	if len(u.Body) > 0 || len(u.Chunks) == 0 {
+		return u.Body
+	}
+	var b []byte
+	for _, c := range u.Chunks {
+		b = append(b, c...)
+	}
+	return b
 }
 
 // LocalResponse is a response Envoy generated instead of the upstream's:
