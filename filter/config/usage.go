@@ -191,8 +191,12 @@ func checkUsage(r *Rule) (field, msg string) {
 	if r.Scope == ScopeGlobal {
 		return "cost", `a usage cost is settled in this proxy's shared data when the stream ends: not for "scope": "global"`
 	}
-	if r.CostSpec.Header == "" && r.CostSpec.Constant > r.Algorithm.Capacity() {
-		return "cost.reserve", costAboveCapacity(r.CostSpec.Constant, r.Algorithm.Capacity(), r.Algorithm.CapacityField())
+	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
+	switch cs := r.CostSpec; {
+	case cs.Header == "" && cs.Constant > capacity:
+		return "cost.reserve", costAboveCapacity(cs.Constant, capacity, from)
+	case cs.Header != "" && cs.Max > capacity:
+		return "cost.reserve.max", maxCostAboveCapacity(cs.Max, capacity, from)
 	}
 	return "", ""
 }
