@@ -43,9 +43,11 @@ type usageMetrics struct {
 }
 
 // usageLimiter is the limiter a usage rule's key table decides with: the rule's limiter, and
-// while settling is set, algorithms.Settle of delta for a reservation admitted at at. A Table
-// runs its limiter inside its compare-and-swap loop, so a settlement reuses the table's slot
-// lookup, its retries after lost races and its placement of a key that lost its slot. A VM is
+// while settling is set, for a decision of 0 units, algorithms.Settle of delta for a
+// reservation admitted at at. A Table runs its limiter inside its compare-and-swap loop, so a
+// settlement reuses the table's slot lookup, its retries after lost races and its placement
+// of a key that lost its slot; what else the table asks its limiter meanwhile (what evicting
+// another key would grant it, a decision of 1) is answered by the rule's limiter. A VM is
 // single-threaded: settling is set only for the duration of one settlement.
 type usageLimiter struct {
 	sharedstate.Limiter
@@ -57,7 +59,7 @@ type usageLimiter struct {
 // AllowN decides with the rule's limiter, or settles (see usageLimiter). A settlement with
 // nothing to write reads as a denial, which Table.Commit does not write.
 func (u *usageLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, []byte) {
-	if !u.settling {
+	if !u.settling || n != 0 {
 		return u.Limiter.AllowN(state, now, n)
 	}
 	out, ok := algorithms.Settle(u.alg, state, now, u.at, u.delta)
@@ -334,7 +336,7 @@ func (h *httpContext) settleUsage() {
 func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) error {
 	ur.lim.settling, ur.lim.at, ur.lim.delta = true, res.at, delta
 	defer func() { ur.lim.settling = false }()
-	if err := rs.table.Decide(res.key, now, delta, &ur.pending); err != nil {
+	if err := rs.table.Decide(res.key, now, 0, &ur.pending); err != nil {
 		return err
 	}
 	return rs.table.Commit(&ur.pending)
