@@ -171,9 +171,9 @@ type streamEvent struct {
 	status  int
 	headers [][2]string
 	out     []byte
-	done         bool
-	result       *Result
-	err          error
+	done    bool
+	result  *Result
+	err     error
 }
 
 // stream is one HTTP stream's state on its VM; only the VM's loop touches it.
