@@ -45,6 +45,9 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
+	// unsampled counts the requests without an x-request-id that a rule with an
+	// enforce_percent below 100 decided (see requestSample).
+	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
 	// a client's copy from every request, so that the upstream hears of a would-be denial
@@ -82,6 +85,9 @@ type ruleState struct {
 	stateTag  string
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	overLimit *overLimitCache // set for global rules with a lease block
+	// unenforced is the rule's state for the requests it does not enforce, set when its
+	// enforce_percent is below 100 (see enforce.go).
+	unenforced *ruleState
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -254,6 +260,9 @@ func (p *plugin) configure(data []byte) error {
 		}
 		if r.ShadowRequestHeader != "" {
 			shadowHeader = true
+		}
+		if r.EnforcePPM < config.EnforceAll {
+			rs.unenforced = rs.unenforcedTwin()
 		}
 		rules[i] = rs
 	}

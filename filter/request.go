@@ -321,7 +321,7 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)
@@ -342,6 +342,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 	p := h.plugin
 	req := &p.req
 	globals := 0
+	sample := int64(-1) // the request's enforcement sample, once taken (see enforce.go)
 	for _, r := range p.matched[i:] {
 		rs := p.rules[r.Index]
 		if built == nil || !r.SameKey(built) {
@@ -358,6 +359,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			}
 			rs.noKey(r, req)
 			continue
+		}
+		if rs.unenforced != nil {
+			rs = p.enforcing(rs, &sample)
 		}
 		if rs.overrides != nil {
 			if rs = rs.overrideFor(r, key); rs == nil {
