@@ -147,6 +147,9 @@ func (h *httpContext) finish() types.Action {
 		// Written, without a lease take: the decision stands.
 		a.decision = a.pending.Decision
 		rs.m.allowed.Increment(1)
+		if a.decision.Remaining < rs.nearRemaining {
+			rs.m.nearLimit.Increment(1)
+		}
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
@@ -194,6 +197,7 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 			continue
 		}
 		rs.m.allowed.Increment(1)
+		rs.countNearLimit(&a.decision)
 		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
 	h.headers.render(h.d.applied)

@@ -85,6 +85,9 @@ type ruleState struct {
 	stateTag  string
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	overLimit *overLimitCache // set for global rules with a lease block
+	// nearRemaining is the remaining allowance below which an admission is near the limit
+	// (see near.go).
+	nearRemaining int64
 	// unenforced is the rule's state for the requests it does not enforce, set when its
 	// enforce_percent is below 100 (see enforce.go).
 	unenforced *ruleState
@@ -116,6 +119,8 @@ type ruleMetrics struct {
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
 	duplicateHeader abi.MetricCounter
+	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
+	nearLimit abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -240,7 +245,8 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return ruleError(i, "", err)
 		}
-		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad,
+			nearRemaining: nearRemaining(r)}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.prepareShape()
@@ -539,7 +545,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
-			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag, nearRemaining: nearRemaining(&or)}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			// The override's keys are the rule's keys with its tag in front, in the rule's
@@ -609,12 +615,13 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_cas_exhausted_total", ""},
 	{"ratelimit_key_evictions_total", ""},
 	{"ratelimit_key_eviction_granted_total", ""},
+	{"ratelimit_near_limit_total", ""},
 }
 
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
-		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted}
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted, &m.nearLimit}
 }
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is

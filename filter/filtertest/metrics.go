@@ -141,6 +141,35 @@ var MetricScenarios = []MetricScenario{
 			"ratelimit_requests_total;rule=dry;decision=shadow_denied":     1,
 		},
 	},
+	{
+		// near_limit counts the admissions that leave more than near_limit_ratio of the
+		// capacity used: with the default 0.8 and a limit of 10, the 9th and 10th requests
+		// (used 9 and 10 > 8); with 0.5 and a burst of 8, the 5th to 8th (used 5 to 8 > 4). A
+		// denial is not near the limit, it is over it.
+		Scenario: Scenario{
+			Name: "near_limit: admissions above near_limit_ratio of the capacity",
+			Config: `{"rules":[
+				{"name":"window","continue":true,"algorithm":"fixed_window","limit":10,"window":"1h"},
+				{"name":"bucket","near_limit_ratio":0.5,"algorithm":"token_bucket","limit":4,"window":"1h","burst":8}]}`,
+			Steps: []Step{{}, {}, {}, {}, {}, {}, {}, {},
+				{Want: 429, WantBody: `"rule":"bucket"`}},
+		},
+		Counters: map[string]int64{
+			"ratelimit_near_limit_total;rule=window": 0,
+			"ratelimit_near_limit_total;rule=bucket": 4,
+		},
+	},
+	{
+		Scenario: Scenario{
+			Name:   "near_limit: the default ratio 0.8 of a limit of 10",
+			Config: `{"rules":[{"name":"window","algorithm":"fixed_window","limit":10,"window":"1h"}]}`,
+			Steps:  []Step{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {Want: 429}},
+		},
+		Counters: map[string]int64{
+			"ratelimit_near_limit_total;rule=window":                2,
+			"ratelimit_requests_total;rule=window;decision=allowed": 10,
+		},
+	},
 }
 
 // Check runs the scenario on d and then compares every counter, read by read.
