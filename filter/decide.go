@@ -155,6 +155,9 @@ func (h *httpContext) finish() types.Action {
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if h.plugin.cfg.FilterState {
+		h.setContinuedState()
+	}
 	h.plugin.giveDecisions(h)
 	return types.ActionContinue
 }
@@ -202,6 +205,9 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 	}
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if p.cfg.FilterState {
+		h.setContinuedState()
+	}
 	if shaping {
 		return h.finishShaped()
 	}

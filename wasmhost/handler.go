@@ -59,6 +59,10 @@ type RouteTarget struct {
 	// envoy.config.route.v3.FilterConfig{disabled: true} does: the request
 	// goes straight to the router.
 	FilterDisabled bool
+	// OnResult, when set, is called with what happened to the stream before the response is
+	// written (an access log reads the filter state and the upstream request from it). It is
+	// not called when the filter could not run the stream.
+	OnResult func(*Result)
 }
 
 // ServeRoute serves one downstream request the way Envoy does once the
@@ -120,6 +124,9 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 			http.Error(w, "wasmhost: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+	}
+	if t.OnResult != nil {
+		t.OnResult(res)
 	}
 	if res.Reset {
 		// Aborting the handler is net/http's way to reset the stream.

@@ -146,6 +146,10 @@ type Config struct {
 	// names; each Rule carries its effective value.
 	EnforcePercent float64
 	NearLimitRatio float64
+	// FilterState makes the filter set the deciding rule and the decision of every decided
+	// request as stream properties, which Envoy keeps in the request's filter state for its
+	// access log (see the filter's filterstate.go).
+	FilterState bool
 	// Rules in config order, which is evaluation order.
 	Rules []*Rule
 }

@@ -21,6 +21,7 @@ type jsonConfig struct {
 	MaxKeys          int        `json:"max_keys"`
 	Redis            *jsonRedis `json:"redis,omitempty"`
 	Rules            []jsonRule `json:"rules"`
+	FilterState      bool       `json:"filter_state,omitempty"`
 }
 
 type jsonDeny struct {
@@ -136,6 +137,7 @@ func (c *Config) encode() jsonConfig {
 		Deny:             encodeDeny(c.Deny),
 		MaxKeys:          c.MaxKeys,
 		Rules:            make([]jsonRule, 0, len(c.Rules)),
+		FilterState:      c.FilterState,
 	}
 	if r := c.Redis; r != nil {
 		jr := &jsonRedis{

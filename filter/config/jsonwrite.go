@@ -191,6 +191,7 @@ func (jc *jsonConfig) appendJSON(b []byte) []byte {
 	}
 	w.key("rules")
 	w.b = appendArray(w.b, jc.Rules, (*jsonRule).appendJSON)
+	w.boolOmit("filter_state", jc.FilterState)
 	return w.end()
 }
 

@@ -97,7 +97,7 @@ func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 
 var topLevelFields = []string{
 	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
-	"deny", "max_keys", "redis", "rules", "enforce_percent", "near_limit_ratio",
+	"deny", "max_keys", "redis", "rules", "enforce_percent", "near_limit_ratio", "filter_state",
 }
 
 func (p *parser) config(root *node) *Config {
@@ -349,6 +349,9 @@ func (p *parser) options(f fields, c *Config) {
 		if v, ok := p.float(path, n, 0, 1); ok {
 			c.NearLimitRatio = v
 		}
+	}
+	if n, path := f.get("filter_state"); n != nil {
+		c.FilterState, _ = p.boolean(path, n)
 	}
 }
 

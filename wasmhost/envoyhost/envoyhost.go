@@ -7,7 +7,8 @@
 //
 // What Envoy does that a Server does not: TLS, HTTP/2 and HTTP/3 downstream, load balancing
 // and health checking (a cluster is its first endpoint), retries, access log formats other
-// than Envoy's default and access log filters, appending the
+// than text formats given inline (command operators: see accesslog.go) and access log
+// filters, appending the
 // peer to X-Forwarded-For under use_remote_address (the filter keys on source.address, which
 // is the peer here as in Envoy), FAIL_OPEN and FAIL_RELOAD (see Notes), and the periodic
 // stats flush (histograms are always current).
@@ -151,10 +152,17 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 		}
 		s.hosts = append(s.hosts, h)
 		ln := &listener{conf: lc, host: h, upstreams: upstreams}
-		for _, path := range lc.AccessLogs {
-			al, err := openAccessLog(path, opts)
+		for i, path := range lc.AccessLogs {
+			format := ""
+			if i < len(lc.AccessLogFormats) {
+				format = lc.AccessLogFormats[i]
+			}
+			al, unknown, err := openAccessLog(path, format, opts)
 			if err != nil {
 				return nil, fmt.Errorf("envoyhost: listener %s: access log: %w", lc.Name, err)
+			}
+			for _, op := range unknown {
+				s.notes = append(s.notes, fmt.Sprintf("listener %s: access_log[%d]: %%%s%% is not rendered by the wazero host; it prints \"-\"", lc.Name, i, op))
 			}
 			ln.accessLog = append(ln.accessLog, al)
 		}
@@ -205,12 +213,13 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 // path (or answer 400 or 307 as path_with_escaped_slashes_action says), pick the route (no route: the filter still runs and the router answers 404), then
 // the filter unless the route disables it, then the route's cluster or direct response.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var entry *logEntry
 	if len(l.accessLog) > 0 {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-		start := time.Now()
+		entry = &logEntry{start: time.Now(), r: r, rec: rec}
 		defer func() {
 			for _, al := range l.accessLog {
-				al.write(start, r, rec)
+				al.write(entry)
 			}
 		}()
 		w = rec
@@ -255,6 +264,15 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.Direct = d
 		} else {
 			t.Upstream = l.upstreams[rt.Cluster]
+		}
+	}
+	if entry != nil {
+		entry.route, entry.cluster = t.Route.Name, t.Route.Cluster
+		t.OnResult = func(res *wasmhost.Result) {
+			entry.res = res
+			if res.Continued && t.Direct == nil && t.Upstream != nil {
+				entry.upstream = t.Upstream.Host
+			}
 		}
 	}
 	l.host.ServeRoute(w, r, t)

@@ -43,6 +43,12 @@ static_resources:
           - name: envoy.access_loggers.stdout
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
+          - name: envoy.access_loggers.stderr
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog
+              log_format:
+                text_format_source:
+                  inline_string: "%RESPONSE_CODE% %ROUTE_NAME% rule=%FILTER_STATE(wasm.ratelimit.rule:PLAIN)% decision=%FILTER_STATE(wasm.ratelimit.decision:PLAIN)% %UPSTREAM_CLUSTER% 100%% %REQ(X-REQUEST-ID):8%\n"
           normalize_path: true
           route_config:
             virtual_hosts:
@@ -76,7 +82,7 @@ static_resources:
                 configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: |
-                    {"rules": [
+                    {"filter_state": true, "rules": [
                       {"name": "a-limit", "match": {"routes": ["a"]}, "algorithm": "fixed_window", "limit": 2, "window": "1h"},
                       {"name": "b-limit", "match": {"routes": ["b"]}, "algorithm": "fixed_window", "limit": 1, "window": "1h"},
                       {"name": "no-route", "match": {"path": {"prefix": "/nowhere"}}, "algorithm": "fixed_window", "limit": 1, "window": "1h"}
@@ -120,16 +126,26 @@ func TestServer(t *testing.T) {
 	_, err = Start(ctx, cfg, Options{Bind: "127.0.0.1", EphemeralPorts: true})
 	require.ErrorContains(t, err, "/nonexistent/ratelimit.wasm", "without Options.Wasm the configured file is read")
 
-	var accessLog lockedBuffer
-	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog})
+	var accessLog, formatted lockedBuffer
+	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog, Stderr: &formatted})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	// The bootstrap's stdout access log gets one line per request, in Envoy's default format,
-	// the filter's 429s included.
+	// the filter's 429s included: the request id the connection manager gave the request, and
+	// for a forwarded request the upstream's service time and address.
 	defer func() {
 		lines := strings.Split(strings.TrimSpace(accessLog.String()), "\n")
 		assert.Len(t, lines, 9, accessLog.String())
-		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "-" "Go-http-client/1.1" "-" "127.0.0.1:\d+" "-"$`, lines[2])
+		uuid := `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 200 - 0 \d+ \d+ \d+ "-" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "127.0.0.1:\d+"$`, lines[0])
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "-" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "-"$`, lines[2])
+		// The stderr log's format reads the filter's decision from the filter state, as
+		// Envoy's %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% does; "%%" is a '%', ":8" cuts.
+		flines := strings.Split(strings.TrimSpace(formatted.String()), "\n")
+		assert.Len(t, flines, 9, formatted.String())
+		assert.Regexp(t, `^200 a rule=a-limit decision=allowed a 100% [0-9a-f]{8}$`, flines[0])
+		assert.Regexp(t, `^429 a rule=a-limit decision=denied a 100% [0-9a-f]{8}$`, flines[2])
+		assert.Regexp(t, `^200 b rule=- decision=- b 100% `, flines[3], "the filter is disabled on route b")
 	}()
 	base, admin := s.URL("main"), s.AdminURL()
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), base)
