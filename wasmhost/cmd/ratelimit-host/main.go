@@ -22,6 +22,11 @@
 //
 //	go run ./wasmhost/cmd/ratelimit-host check envoy.yaml
 //
+// The import subcommand converts an envoyproxy/ratelimit configuration into a plugin
+// configuration (see import.go):
+//
+//	go run ./wasmhost/cmd/ratelimit-host import ratelimit-config.yaml > plugin.json
+//
 // The routes subcommand prints each route of a bootstrap with the rules that can apply to it
 // (the banner of `make run`).
 //
@@ -66,6 +71,9 @@ func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(runCheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "import" {
+		os.Exit(runImport(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "routes" {
 		os.Exit(runRoutes(os.Args[2:], os.Stdout, os.Stderr))
