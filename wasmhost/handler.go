@@ -114,7 +114,7 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 		// router runs at once.
 		rq := &Result{Continued: true, RequestHeaders: requestHeaders(&req).kv, RequestBody: body}
 		up, _ := router(r.Context(), rq)
-		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
+		res = &Result{Continued: true, RequestHeaders: rq.RequestHeaders, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
 	} else {
 		res, err = h.run(r.Context(), &req, router)
 		if err != nil {

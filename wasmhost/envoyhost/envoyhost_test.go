@@ -2,6 +2,7 @@ package envoyhost
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,7 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: main
+          use_remote_address: true
           access_log:
           - name: envoy.access_loggers.stdout
             typed_config:
@@ -135,17 +137,17 @@ func TestServer(t *testing.T) {
 	// for a forwarded request the upstream's service time and address.
 	defer func() {
 		lines := strings.Split(strings.TrimSpace(accessLog.String()), "\n")
-		assert.Len(t, lines, 9, accessLog.String())
+		assert.Len(t, lines, 10, accessLog.String())
 		uuid := `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
-		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 200 - 0 \d+ \d+ \d+ "-" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "127.0.0.1:\d+"$`, lines[0])
-		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "-" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "-"$`, lines[2])
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 200 - 0 \d+ \d+ \d+ "127.0.0.1" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "127.0.0.1:\d+"$`, lines[0])
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "127.0.0.1" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "-"$`, lines[2])
 		// The stderr log's format reads the filter's decision from the filter state, as
 		// Envoy's %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% does; "%%" is a '%', ":8" cuts.
 		flines := strings.Split(strings.TrimSpace(formatted.String()), "\n")
-		assert.Len(t, flines, 9, formatted.String())
+		assert.Len(t, flines, 10, formatted.String())
 		assert.Regexp(t, `^200 a rule=a-limit decision=allowed a 100% [0-9a-f]{8}$`, flines[0])
 		assert.Regexp(t, `^429 a rule=a-limit decision=denied a 100% [0-9a-f]{8}$`, flines[2])
-		assert.Regexp(t, `^200 b rule=- decision=- b 100% `, flines[3], "the filter is disabled on route b")
+		assert.Regexp(t, `^200 b rule=- decision=- b 100% [0-9a-f]{8}$`, flines[3], "the filter is disabled on route b")
 	}()
 	base, admin := s.URL("main"), s.AdminURL()
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), base)
@@ -162,13 +164,24 @@ func TestServer(t *testing.T) {
 	code, _, _ := get(t, base+"/a/x")
 	require.Equal(t, 429, code)
 
-	// Route b: the filter is disabled, so its limit of 1 never applies.
+	// Route b: the filter is disabled, so its limit of 1 never applies. Under
+	// use_remote_address the connection manager appends the peer to X-Forwarded-For.
 	for i := 0; i < 3; i++ {
 		code, hdr, body := get(t, base+"/b/y")
 		require.Equal(t, 200, code)
 		require.Contains(t, body, `"upstream": "echo"`)
+		require.Contains(t, body, `"x-forwarded-for": "127.0.0.1"`)
 		require.Empty(t, hdr.Get("ratelimit"))
 	}
+	req, err := http.NewRequest("GET", base+"/b/y", nil)
+	require.NoError(t, err)
+	req.Header.Add("X-Forwarded-For", "203.0.113.1")
+	req.Header.Add("X-Forwarded-For", "198.51.100.2")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	xff, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(xff), `"x-forwarded-for": "203.0.113.1, 198.51.100.2, 127.0.0.1"`)
 
 	// A direct response, and Envoy's 404 for no route, with the filter still deciding.
 	code, hdr, body := get(t, base+"/teapot")
@@ -198,6 +211,54 @@ func TestServer(t *testing.T) {
 	assert.Contains(t, body, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\n")
 	code, _, _ = get(t, admin+"/nope")
 	assert.Equal(t, 404, code)
+
+	// /stats?filter=REGEX keeps the stats whose names the regular expression matches.
+	_, _, body = get(t, admin+"/stats?filter=a-limit;decision=(allowed|denied)$")
+	assert.Equal(t, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\nratelimit_requests_total;rule=a-limit;decision=denied: 1\n", body)
+	code, _, _ = get(t, admin+"/stats?filter=(")
+	assert.Equal(t, 400, code)
+	// /clusters lists each cluster's endpoint; /server_info the state, uptime and concurrency.
+	_, _, body = get(t, admin+"/clusters")
+	assert.Regexp(t, `(?m)^a::127\.0\.0\.1:\d+::health_flags::healthy$`, body)
+	assert.Regexp(t, `(?m)^b::127\.0\.0\.1:\d+::health_flags::healthy$`, body)
+	_, _, body = get(t, admin+"/server_info")
+	var info struct {
+		State   string `json:"state"`
+		Options struct {
+			Concurrency int `json:"concurrency"`
+		} `json:"command_line_options"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &info), body)
+	assert.Equal(t, "LIVE", info.State)
+	assert.Equal(t, 2, info.Options.Concurrency)
+	// /config_dump shows the filter configurations in force, as given and as the filter reads
+	// them (defaults filled in).
+	_, _, body = get(t, admin+"/config_dump")
+	var dump struct {
+		Configs []struct {
+			Filters []struct {
+				Listener, Name, Configuration string
+				Effective                     struct {
+					FilterState bool `json:"filter_state"`
+					Rules       []struct {
+						Name    string `json:"name"`
+						MaxKeys int    `json:"max_keys"`
+					} `json:"rules"`
+				} `json:"effective_configuration"`
+			} `json:"filters"`
+		} `json:"configs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &dump), body)
+	require.Len(t, dump.Configs, 1)
+	require.Len(t, dump.Configs[0].Filters, 1)
+	f := dump.Configs[0].Filters[0]
+	assert.Equal(t, "main", f.Listener)
+	assert.Equal(t, "rl", f.Name)
+	assert.Contains(t, f.Configuration, `"a-limit"`)
+	assert.True(t, f.Effective.FilterState)
+	assert.Equal(t, "a-limit", f.Effective.Rules[0].Name)
+	assert.Equal(t, 10000, f.Effective.Rules[0].MaxKeys)
+	assert.Equal(t, s.Addr("main")[strings.LastIndexByte(s.Addr("main"), ':'):], base[strings.LastIndexByte(base, ':'):])
 }
 
 // The connection manager's path handling happens before routing and before the filter: the
