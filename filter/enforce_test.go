@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,4 +50,30 @@ func TestEnforcePercentEdges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEnforcePercentGlobalNative checks a global rule's unenforced denials against a real
+// Redis: a denial on a request outside the share lets the request through as a shadow rule's
+// would, and the request's other global rule, decided in the same call, is charged for it; an
+// enforced denial charges that rule nothing. Samples as in filtertest.MetricScenarios: "e" and
+// "f" are inside 50%, "a" and "b" outside.
+func TestEnforcePercentGlobalNative(t *testing.T) {
+	srv := redistest.Start(t)
+	filtertest.WaitForHourWindow(t, srv)
+	d := newNative(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, `[
+		{"name":"g","continue":true,"enforce_percent":50,"algorithm":"fixed_window","limit":1,"window":"1h","scope":"global"},
+		{"name":"route","algorithm":"fixed_window","limit":100,"window":"1h","scope":"global"}]`))
+	for i, s := range []struct {
+		id        string
+		status    int
+		routeLeft string
+	}{{"e", 0, "99"}, {"a", 0, "98"}, {"f", 429, ""}, {"b", 0, "97"}} {
+		got := d.doRelayed(t, srv.WebdisURL(), hdr("x-request-id", s.id))
+		require.Equal(t, s.status, got.Status, "request %d (%s)", i, s.id)
+		if s.status == 0 {
+			require.Contains(t, got.Headers["ratelimit"], `"route";r=`+s.routeLeft+`;`, "request %d (%s)", i, s.id)
+		}
+	}
+	require.Equal(t, uint64(2), counterNative(d, "ratelimit_requests_total;rule=g;decision=shadow_denied"))
+	require.Equal(t, uint64(1), counterNative(d, "ratelimit_requests_total;rule=g;decision=denied"))
 }
