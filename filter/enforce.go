@@ -41,13 +41,15 @@ func (p *plugin) requestSample() uint32 {
 
 // enforcing returns the state the request is decided on for rs, a rule with an
 // enforce_percent below 100: rs itself when the rule enforces the request, else its
-// unenforced twin. sample holds the request's sample once it has been taken (-1 before), so
-// that every rule of a request reads one sample.
-func (p *plugin) enforcing(rs *ruleState, sample *int64) *ruleState {
-	if *sample < 0 {
-		*sample = int64(p.requestSample())
+// unenforced twin. The request's sample is taken once and kept with the request, so that
+// every rule of a request reads one sample.
+func (p *plugin) enforcing(rs *ruleState) *ruleState {
+	r := &p.req
+	if r.fetched&fetchedSample == 0 {
+		r.fetched |= fetchedSample
+		r.sample = p.requestSample()
 	}
-	if uint32(*sample) < rs.rule.EnforcePPM {
+	if r.sample < rs.rule.EnforcePPM {
 		return rs
 	}
 	return rs.unenforced

@@ -14,6 +14,7 @@ import (
 // for it: each host call crosses the VM boundary, and most rules need two or three attributes.
 type request struct {
 	fetched uint8
+	sample  uint32 // the request's enforcement sample, once fetchedSample is set
 	method  string
 	path    string
 	route   string
@@ -66,6 +67,7 @@ const (
 	fetchedRoute
 	fetchedVHost
 	fetchedSource
+	fetchedSample // the enforcement sample (see enforce.go)
 )
 
 // reset forgets the last request. Each cached attribute is marked unread (fetched, linesRead,
@@ -285,7 +287,11 @@ func (h *httpContext) decideRequest() types.Action {
 	// Removing the shadow rules' request headers makes the filter read the header map again:
 	// each header's lines are then kept as first answered (see request.lines).
 	req.keepLines = len(p.shadowHeaders) > 0
-	p.matched = p.cfg.Match(req, p.matched[:0])
+	p.skipped = p.skipped[:0]
+	p.matched = p.cfg.MatchSkipped(req, p.matched[:0], &p.skipped)
+	if len(p.skipped) > 0 {
+		p.countSkipped()
+	}
 	if len(p.shadowHeaders) > 0 {
 		p.removeShadowHeaders()
 	}
@@ -321,29 +327,28 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil {
+		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if h.decideShared(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i, now, key, built)
 		}
 	}
 	return h.finish()
 }
 
 // decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
-// rule: a rule without its key, an override, a lease block, a global rule (collected for the
-// request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
+// rule: a rule without its key or with a key longer than max_key_bytes, an override, a lease
+// block, a global rule (collected for the request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
 // built for the rule built, and whether it was). It is kept out of line for the reason given
 // in decideRequest.
 func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req
 	globals := 0
-	sample := int64(-1) // the request's enforcement sample, once taken (see enforce.go)
-	for _, r := range p.matched[i:] {
+	for j, r := range p.matched[i:] {
 		rs := p.rules[r.Index]
 		if built == nil || !r.SameKey(built) {
 			key, ok = r.AppendKey(p.key[:0], req)
@@ -360,8 +365,14 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			rs.noKey(r, req)
 			continue
 		}
+		if len(key) > p.cfg.MaxKeyBytes {
+			if h.keyTooLong(r, len(key)) {
+				return types.ActionPause
+			}
+			continue
+		}
 		if rs.unenforced != nil {
-			rs = p.enforcing(rs, &sample)
+			rs = p.enforcing(rs)
 		}
 		if rs.overrides != nil {
 			if rs = rs.overrideFor(r, key); rs == nil {
@@ -381,7 +392,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			continue
 		}
 		if h.decideLocal(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i+j, now, key, built)
 		}
 	}
 	if globals == 0 {
@@ -407,6 +418,17 @@ func (p *plugin) removeShadowHeaders() {
 	// A header map read while matching still holds the client's copies: a header first read
 	// from now on must be the request as it now is, as a host call would answer.
 	p.req.forgetHeaderMap()
+}
+
+// countSkipped counts, in each rule's skipped, the rules whose conditions held for the request
+// but whose key it lacks (config.Config.MatchSkipped). It is kept out of line (see doc.go):
+// most requests carry every key part.
+//
+//go:noinline
+func (p *plugin) countSkipped() {
+	for _, r := range p.skipped {
+		p.rules[r.Index].m.skipped.Increment(1)
+	}
 }
 
 // noKey counts a matched rule that has no key for the request (skipped). A shadow rule's
@@ -478,6 +500,36 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 		what...), ` more than once; send it once"}`...)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
+		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
+	}
+	return true
+}
+
+// keyTooLong answers 431 for a request whose key for the matched rule r is n bytes, longer
+// than max_key_bytes, and reports whether it did; a shadow rule only counts the request and
+// skips it. Refusing the request bounds what a key costs whatever a client sends: the key is
+// neither digested nor stored, and no rule of the request is charged (the rules decided before
+// r are dropped as a denial drops them). Keying on a prefix of the value would merge every
+// client whose values share it (bearer tokens of one issuer share long prefixes), and keying
+// on a hash of the whole value would still cost time in proportion to its length (SipHash of
+// 60 KiB takes about 40 us in a Wasm VM, where a short key's whole request takes a few). It
+// is kept out of line (see doc.go): no ordinary request calls it.
+func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
+	p := h.plugin
+	p.rules[r.Index].m.keyTooLong.Increment(1)
+	if r.Shadow {
+		return false
+	}
+	h.finished = true
+	h.refundLeases()
+	p.giveDecisions(h)
+	limit := strconv.Itoa(p.cfg.MaxKeyBytes)
+	body := append(append(append(append(append(append(append([]byte(nil),
+		`{"error":"key_too_long","rule":"`...), r.Name...), `","max_key_bytes":`...), limit...),
+		`,"message":"the request's key for this rule is `...), strconv.Itoa(n)...), ` bytes, more than `...)
+	body = append(append(body, limit...), `; send shorter key headers or parameters"}`...)
+	headers := [][2]string{{"content-type", "application/json"}}
+	if err := abi.SendHttpResponse(431, headers, body, -1); err != nil {
 		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
 	}
 	return true

@@ -97,7 +97,7 @@ func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 
 var topLevelFields = []string{
 	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
-	"deny", "max_keys", "redis", "rules", "enforce_percent", "near_limit_ratio", "filter_state",
+	"deny", "max_keys", "max_key_bytes", "redis", "rules", "enforce_percent", "near_limit_ratio", "filter_state",
 }
 
 func (p *parser) config(root *node) *Config {
@@ -111,6 +111,7 @@ func (p *parser) config(root *node) *Config {
 		CASAttempts:      defaultCASAttempts,
 		RateLimitHeaders: HeadersDraft,
 		MaxKeys:          defaultMaxKeys,
+		MaxKeyBytes:      defaultMaxKeyBytes,
 		EnforcePercent:   100,
 		NearLimitRatio:   DefaultNearLimitRatio,
 	}
@@ -332,6 +333,11 @@ func (p *parser) options(f fields, c *Config) {
 			c.MaxKeys = v
 		}
 	}
+	if n, path := f.get("max_key_bytes"); n != nil {
+		if v, ok := p.intField(path, n, MinKeyBytes, MaxKeyBytes); ok {
+			c.MaxKeyBytes = v
+		}
+	}
 	if n, path := f.get("deny"); n != nil {
 		if d := p.deny(path, n, c.Deny); d != nil {
 			c.Deny = d
@@ -414,9 +420,7 @@ var ruleOptionFields = []string{
 // most rules do not set (see algorithm).
 var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "scope", "adaptive"}
 
-// hasAny reports whether object n has a member named in names. It is kept out of line (see
-// filter/doc.go): its loops inlined in rule and algorithm would be more code for every VM's
-// configure to compile than one function.
+// hasAny reports whether object n has a member named in names.
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
 		if contains(names, m.key) {
