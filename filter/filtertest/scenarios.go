@@ -375,4 +375,18 @@ var Scenarios = []Scenario{
 			{WantFilterState: map[string]string{"ratelimit.rule": "narrow", "ratelimit.decision": "allowed"}},
 		},
 	},
+	{
+		// A denial states the longest wait among the rules that deny the request and enforce
+		// the denial on it: "a" is outside the hour rule's 50%, so its denial tells the client
+		// the second rule's wait; "f" is inside, so the hour's.
+		Name: "enforce_percent: an unenforced denial states no wait",
+		Config: `{"rules":[
+			{"name":"second","continue":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"hour","enforce_percent":50,"algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-request-id", "g")}},
+			{Headers: [][2]string{hdr("x-request-id", "a")}, Want: 429, WantBody: `"rule":"second"`, WantHeaders: map[string]string{"retry-after": "1"}},
+			{Headers: [][2]string{hdr("x-request-id", "f")}, Want: 429, WantBody: `"rule":"hour"`, WantHeaders: map[string]string{"retry-after": "3600"}},
+		},
+	},
 }
