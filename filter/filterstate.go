@@ -50,9 +50,16 @@ func (h *httpContext) setContinuedState() {
 // that refuses them is logged at debug level: the decision stands.
 func setFilterState(rule, decision string) {
 	if err := abi.SetProperty(ruleProperty, rule); err != nil {
-		logAddFailure(ruleProperty, err)
+		logSetFailure(ruleProperty, err)
 	}
 	if err := abi.SetProperty(decisionProperty, decision); err != nil {
-		logAddFailure(decisionProperty, err)
+		logSetFailure(decisionProperty, err)
 	}
+}
+
+// logSetFailure logs a property the host would not set.
+//
+//go:noinline
+func logSetFailure(name string, err error) {
+	abi.LogDebug("ratelimit: setting property " + name + ": " + err.Error())
 }
