@@ -58,8 +58,6 @@ func setFilterState(rule, decision string) {
 }
 
 // logSetFailure logs a property the host would not set.
-//
-//go:noinline
 func logSetFailure(name string, err error) {
 	abi.LogDebug("ratelimit: setting property " + name + ": " + err.Error())
 }
