@@ -143,6 +143,11 @@ func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(p
 // WallClockNanos returns the wall clock in Unix nanoseconds.
 func WallClockNanos() int64 { return time.Now().UnixNano() }
 
+// SetProperty sets a property of the current stream (see the wasip1 build's SetProperty).
+func SetProperty(path, value string) error {
+	return proxywasm.SetProperty([]string{path}, []byte(value))
+}
+
 // GetPropertyString reads a host property as a string.
 func GetPropertyString(path []string) (string, error) {
 	b, err := proxywasm.GetProperty(path)

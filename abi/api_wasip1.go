@@ -267,6 +267,13 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
+// SetProperty sets a property of the current stream: Envoy keeps it in the stream's filter
+// state under "wasm." and the path (a property path of one segment is the name itself), where
+// its access log reads it with %FILTER_STATE(wasm.<path>:PLAIN)%.
+func SetProperty(path, value string) error {
+	return statusError(hostSetProperty(stringPtr(path), uint32(len(path)), stringPtr(value), uint32(len(value))))
+}
+
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
 // two, as it also reads the monotonic clock. Should the host fail the call (Envoy's never does
 // for the real-time clock), the last good reading stands: the limiters see a clock that

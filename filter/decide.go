@@ -50,6 +50,9 @@ func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule
 			continue
 		}
 		rs := p.rules[r.Index]
+		if rs.unenforced != nil && p.enforcing(rs) != rs {
+			continue // a denial the rule does not enforce on this request states no wait
+		}
 		if rs.overrides != nil {
 			if rs = rs.overrideFor(r, key); rs == nil {
 				continue
@@ -199,11 +202,17 @@ func (h *httpContext) finish() types.Action {
 		// Written, without a lease take: the decision stands.
 		a.decision = a.pending.Decision
 		rs.m.allowed.Increment(1)
+		if a.decision.Remaining < rs.nearRemaining {
+			rs.m.nearLimit.Increment(1)
+		}
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if h.plugin.cfg.FilterState {
+		h.setContinuedState()
+	}
 	if h.plugin.usage {
 		h.openReservations()
 	}
@@ -249,10 +258,14 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 			continue
 		}
 		rs.m.allowed.Increment(1)
+		rs.countNearLimit(&a.decision)
 		shaping = shaping || rs.adaptive != nil || rs.shape != nil
 	}
 	h.headers.render(h.d.applied)
 	h.finished = true
+	if p.cfg.FilterState {
+		h.setContinuedState()
+	}
 	if p.usage {
 		h.openReservations()
 	}

@@ -46,6 +46,9 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
+	// unsampled counts the requests without an x-request-id that a rule with an
+	// enforce_percent below 100 decided (see requestSample).
+	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
 	// a client's copy from every request, so that the upstream hears of a would-be denial
@@ -87,6 +90,12 @@ type ruleState struct {
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	usage     *usageRule      // set for rules with a usage cost (see usage.go)
 	overLimit *overLimitCache // set for global rules with a lease block
+	// nearRemaining is the remaining allowance below which an admission is near the limit
+	// (see near.go).
+	nearRemaining int64
+	// unenforced is the rule's state for the requests it does not enforce, set when its
+	// enforce_percent is below 100 (see enforce.go).
+	unenforced *ruleState
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -117,6 +126,8 @@ type ruleMetrics struct {
 	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
 	// for the rule was longer than max_key_bytes.
 	keyTooLong abi.MetricCounter
+	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
+	nearLimit abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -245,7 +256,8 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return ruleError(i, "", err)
 		}
-		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad,
+			nearRemaining: nearRemaining(r)}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.prepareShape()
@@ -271,6 +283,9 @@ func (p *plugin) configure(data []byte) error {
 		}
 		if r.ShadowRequestHeader != "" {
 			shadowHeader = true
+		}
+		if r.EnforcePPM < config.EnforceAll {
+			rs.unenforced = rs.unenforcedTwin()
 		}
 		rules[i] = rs
 	}
@@ -575,7 +590,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		table.AlsoWrittenBy(writers...)
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
-			maxWait: maxWait(o.Algorithm), usage: ur}
+			maxWait: maxWait(o.Algorithm), nearRemaining: nearRemaining(&or), usage: ur}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			// The override's keys are the rule's keys, bounded by the rule's max_keys in
@@ -644,12 +659,13 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_cas_exhausted_total", ""},
 	{"ratelimit_key_evictions_total", ""},
 	{"ratelimit_key_eviction_granted_total", ""},
+	{"ratelimit_near_limit_total", ""},
 }
 
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
-		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted}
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted, &m.nearLimit}
 }
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is

@@ -59,6 +59,10 @@ type RouteTarget struct {
 	// envoy.config.route.v3.FilterConfig{disabled: true} does: the request
 	// goes straight to the router.
 	FilterDisabled bool
+	// OnResult, when set, is called with what happened to the stream before the response is
+	// written (an access log reads the filter state and the upstream request from it). It is
+	// not called when the filter could not run the stream.
+	OnResult func(*Result)
 }
 
 // ServeRoute serves one downstream request the way Envoy does once the
@@ -110,7 +114,7 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 		// router runs at once.
 		rq := &Result{Continued: true, RequestHeaders: requestHeaders(&req).kv, RequestBody: body}
 		up, _ := router(r.Context(), rq)
-		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.wholeBody()}
+		res = &Result{Continued: true, RequestHeaders: rq.RequestHeaders, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.wholeBody()}
 	} else {
 		res, err = h.run(r.Context(), &req, router, &responseSink{w: w})
 		if err != nil {
@@ -120,6 +124,9 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 			http.Error(w, "wasmhost: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+	}
+	if t.OnResult != nil {
+		t.OnResult(res)
 	}
 	if res.Reset {
 		// Aborting the handler is net/http's way to reset the stream.

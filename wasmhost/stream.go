@@ -128,6 +128,10 @@ type Result struct {
 	StreamedBytes   int
 	// Failed is true when the VM failed during (or before) this stream.
 	Failed bool
+	// FilterState holds what the filter set with proxy_set_property, by path: Envoy keeps
+	// each in the stream's filter state under "wasm." and the path, where its access log's
+	// %FILTER_STATE(wasm.<path>:PLAIN)% reads it.
+	FilterState map[string][]byte
 }
 
 // Header returns the first value of a response header.
@@ -803,6 +807,7 @@ func (v *vm) teardown(s *stream, err error) {
 	if res.RequestHeaders == nil && s.maps[MapRequestHeaders] != nil {
 		res.RequestHeaders = s.maps[MapRequestHeaders].pairs()
 	}
+	res.FilterState = s.properties
 	select {
 	case s.events <- streamEvent{done: true, result: &res, err: err}:
 	default:

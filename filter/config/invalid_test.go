@@ -240,7 +240,16 @@ var invalidCases = []invalidCase{
 	{"shadow_headers on an enforced rule", oneRule(tb + `,"shadow_headers":true`),
 		[]string{`rules[0].shadow_headers: only allowed with "shadow": true`}, schemaAccepts},
 	{"shadow_request_header on an enforced rule", oneRule(tb + `,"shadow_request_header":"x-would-deny"`),
-		[]string{`rules[0].shadow_request_header: only allowed with "shadow": true`}, schemaAccepts},
+		[]string{`rules[0].shadow_request_header: only allowed with "shadow": true or an enforce_percent below 100`}, schemaAccepts},
+	{"enforce_percent on a shadow rule", oneRule(tb + `,"shadow":true,"enforce_percent":50`),
+		[]string{`rules[0].enforce_percent: not allowed with "shadow": true, which enforces no denial`}, schemaAccepts},
+	{"enforce_percent and near_limit_ratio out of range", `{"enforce_percent":101,"near_limit_ratio":-0.1,"rules":[{"name":"r",` + tb + `,"enforce_percent":"50","near_limit_ratio":1.5}]}`,
+		[]string{
+			"enforce_percent: must be between 0 and 100, got 101",
+			"near_limit_ratio: must be between 0 and 1, got -0.1",
+			`rules[0].enforce_percent: want a number, got "50"`,
+			"rules[0].near_limit_ratio: must be between 0 and 1, got 1.5",
+		}, schemaRejects},
 	{"shadow_request_header not a header name", oneRule(tb + `,"shadow":true,"shadow_request_header":"x y"`),
 		[]string{`rules[0].shadow_request_header: "x y" is not a valid header name`}, schemaRejects},
 
