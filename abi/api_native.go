@@ -114,6 +114,11 @@ func GetHttpCallResponseHeader(key string) (string, error) {
 	return "", ErrNotFound
 }
 
+// GetHttpResponseBody returns part of the response body chunk being delivered.
+func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
+	return proxywasm.GetHttpResponseBody(start, maxSize)
+}
+
 // GetHttpCallResponseBody returns part of the callout response body being delivered.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)

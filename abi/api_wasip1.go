@@ -25,6 +25,7 @@ const (
 	mapRequestHeaders      = 0
 	mapResponseHeaders     = 2
 	mapCalloutResponseHdrs = 6
+	bufferResponseBody     = 1
 	bufferCalloutResponse  = 4
 	bufferVMConfiguration  = 6
 	bufferPluginConfig     = 7
@@ -213,6 +214,12 @@ var (
 // ErrNotFound. Reading one value is much cheaper than decoding the whole map.
 func GetHttpCallResponseHeader(key string) (string, error) {
 	return getMapValue(mapCalloutResponseHdrs, key)
+}
+
+// GetHttpResponseBody returns up to maxSize bytes from start of the response body chunk being
+// delivered to OnHttpResponseBody.
+func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
+	return getBuffer(bufferResponseBody, start, maxSize)
 }
 
 // GetHttpCallResponseBody returns up to maxSize bytes from start of the callout response body.

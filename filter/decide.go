@@ -213,6 +213,9 @@ func (h *httpContext) finish() types.Action {
 	if h.plugin.cfg.FilterState {
 		h.setContinuedState()
 	}
+	if h.plugin.usage {
+		h.openReservations()
+	}
 	h.plugin.giveDecisions(h)
 	return types.ActionContinue
 }
@@ -262,6 +265,9 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 	h.finished = true
 	if p.cfg.FilterState {
 		h.setContinuedState()
+	}
+	if p.usage {
+		h.openReservations()
 	}
 	if shaping {
 		return h.finishShaped()

@@ -327,7 +327,7 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil {
+		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil || rs.usage != nil {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)
@@ -390,6 +390,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 				globals++
 			}
 			continue
+		}
+		if rs.usage != nil {
+			a.keepKey(key) // for the settlement (see usage.go)
 		}
 		if h.decideLocal(a, key, now, a.cost) {
 			return h.denyLocal(i+j, now, key, built)

@@ -295,6 +295,9 @@ type CostSpec struct {
 	Header   string
 	Default  int64 // cost when the header is absent
 	Max      int64 // cost when the header is invalid or larger than Max
+	// Usage, when set, makes the cost above a reservation, settled by the usage the
+	// response reports (see UsageSpec).
+	Usage *UsageSpec
 }
 
 // KeyPart is one descriptor part of a rule's key.

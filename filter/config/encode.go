@@ -233,7 +233,9 @@ func encodeRule(r *Rule) jsonRule {
 			jr.Adaptive.TargetLatency = "" // absent: the latency signal is off
 		}
 	}
-	if cs := r.CostSpec; cs.Header == "" {
+	if cs := r.CostSpec; cs.Usage != nil {
+		jr.Cost = appendUsageCost(nil, cs)
+	} else if cs.Header == "" {
 		jr.Cost = rawJSON(strconv.FormatInt(cs.Constant, 10))
 	} else {
 		// The members in key order, as encoding/json writes a map.

@@ -156,7 +156,7 @@ var invalidCases = []invalidCase{
 		[]string{"rules[0].cost.max: a request with the header at 6 (or an invalid value) would never be admitted: the rule allows at most 5 (adaptive.max_limit); lower max to at most that"}, schemaAccepts},
 	{"override below a cost header's max", oneRule(tb + `,"cost":{"header":"x-cost","max":5},"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","limit":2}]`),
 		[]string{"rules[0].overrides[0].cost.max: a request with the header at 5 (or an invalid value) would never be admitted: the rule allows at most 2 (limit); lower max to at most that"}, schemaAccepts},
-	{"cost string", oneRule(tb + `,"cost":"2"`), []string{`rules[0].cost: want an integer or an object {header, default, max}, got "2"`}, schemaRejects},
+	{"cost string", oneRule(tb + `,"cost":"2"`), []string{`rules[0].cost: want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "2"`}, schemaRejects},
 	{"cost zero", oneRule(tb + `,"cost":0`), []string{"rules[0].cost: must be between 1 and 1000000, got 0"}, schemaRejects},
 	{"cost header without max", oneRule(tb + `,"cost":{"header":"x-cost"}`), []string{"rules[0].cost.max: required: it bounds what one request can cost and is charged for invalid values"}, schemaRejects},
 	{"cost default above max", oneRule(tb + `,"cost":{"header":"x-cost","max":5,"default":6}`), []string{"rules[0].cost.default: must be <= max (5), got 6"}, schemaAccepts},

@@ -69,6 +69,9 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	case r.Mode == ModeShape:
 		p.add(path, `not supported in mode "shape": the shaper schedules each request's release`)
 		valid = false
+	case r.CostSpec.Usage != nil:
+		p.add(path, "not with a usage cost: a request's units are settled on the rule's state when its stream ends")
+		valid = false
 	}
 	if !valid {
 		return nil

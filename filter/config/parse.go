@@ -817,8 +817,11 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		return CostSpec{Constant: v}, ok
 	}
 	if n.kind != kindObject {
-		p.add(path, "want an integer or an object {header, default, max}, got "+n.describe())
+		p.add(path, "want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "+n.describe())
 		return CostSpec{}, false
+	}
+	if isUsageCost(n) {
+		return p.usageCost(path, n)
 	}
 	f, _ := p.object(path, n, costFields...)
 	cs := CostSpec{Constant: 1, Default: 1}
