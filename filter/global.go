@@ -168,7 +168,7 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 		if withKeys {
 			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
 		}
-		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(),
+		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost,
 			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
 	}
 	end := 0
@@ -832,7 +832,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 // timeout) is errCalloutReset. onShardAnswer and lateShardAnswer read it alike.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	c := h.plugin.redis
-	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
+	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
 		Part: c.partition(a.key)}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
@@ -859,7 +859,12 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	}
 	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer.Overflow || now >= sentAt+l.ttl {
+	if answer.Overflow {
+		// Decided on the overflow key for the request's cost alone, which nobody spent.
+		l.m.dropped.Increment(uint64(a.cost))
+		return
+	}
+	if now >= sentAt+l.ttl {
 		l.m.dropped.Increment(uint64(a.take))
 		return
 	}
@@ -870,7 +875,7 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 		l.m.dropped.Increment(uint64(a.cost))
 		return
 	}
-	l.refund(held, a.cost)
+	l.refund(held, a.cost, now)
 }
 
 func calloutStatus() int {

@@ -459,8 +459,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 //
 //go:noinline
 func (rs *ruleState) prepareLease() {
-	rs.lease = newLeaseState(rs.rule.Lease)
-	if rs.rule.Scope == config.ScopeGlobal {
+	if rs.rule.Scope != config.ScopeGlobal {
+		rs.lease = newLeaseState(rs.rule.Lease, rs.table)
+		return
+	}
+	rs.lease = newLeaseState(rs.rule.Lease, nil)
+	{
 		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 	}
 }

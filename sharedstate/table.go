@@ -483,11 +483,20 @@ type Pending struct {
 	grant   int64
 	// past is 1 + the previous geometry the key was decided in (0: the current one).
 	past int
+
+	// Reserved is what a Take reserved beyond the request's cost (see lease.go).
+	Reserved int64
+	// op is the operation run makes (opAllow: AllowN; see lease.go for the others), with
+	// its arguments, and scratch the copy of the state a Take decides its batch on.
+	op                      uint8
+	reserve, share, takenAt int64
+	scratch                 []byte
 }
 
 // Decide reads the key's state and decides whether n events may pass at now. It writes nothing.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
+	p.op, p.Reserved = opAllow, 0
 	return t.decide(p, key, true)
 }
 
@@ -908,7 +917,13 @@ func (t *Table) run(p *Pending, state []byte) error {
 		// in place, where the value will hold it, rather than in a buffer of its own.
 		state = p.value[slotHeader:slotHeader]
 	}
-	d, next := t.limiter.AllowN(state, p.now, p.n)
+	var d algorithms.Decision
+	var next []byte
+	if p.op == opAllow {
+		d, next = t.limiter.AllowN(state, p.now, p.n)
+	} else {
+		d, next = t.runLease(p, state)
+	}
 	p.Decision = d
 	// The value is sized once and filled in place: one check of its capacity instead of an
 	// append's growth check for the header and another for the state.

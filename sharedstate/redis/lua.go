@@ -577,15 +577,15 @@ end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-if i + 7 > #ARGV then
+if i + 8 > #ARGV then
 return bad_args('count')
 end
-local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+local n, shadow, bound, own = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7]), int(ARGV[i + 8])
 local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 or own == nil then
 return bad_args('config')
 end
-local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+local r = {P = P, n = n, own = math.min(own, n), shadow = shadow == 1, bound = bound, key = KEYS[k]}
 k = k + 1
 if bound > 0 then
 r.set, r.over = KEYS[k], KEYS[k + 1]
@@ -601,7 +601,7 @@ end
 seen[key] = true
 end
 rules[#rules + 1] = r
-i = i + 7
+i = i + 8
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
 return bad_args('count')
@@ -622,7 +622,7 @@ if type(live) ~= 'number' then
 live, r.badset = 0, true
 end
 if live >= r.bound then
-key, r.overflow = r.over, true
+key, r.overflow, r.n = r.over, true, r.own
 else
 r.created = true
 end
@@ -668,7 +668,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "98c2919f0636303506c9389245dccf939b7f6d47"
+const luaScriptSHA1 = "1e271697be6e78f50f6115101924212aebfcf928"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

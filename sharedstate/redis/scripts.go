@@ -201,6 +201,10 @@ type Item struct {
 	Rule   *Rule
 	Key    []byte
 	N      int64
+	// Cost is the request's own cost when N is a lease's batch (more than the cost), 0
+	// otherwise. A key the script decides on the rule's overflow key is decided for Cost
+	// alone: a lease batch is never taken there (see lua/main.lua).
+	Cost   int64
 	Shadow bool
 	// Part is the key's partition, Partition(secret, descriptor, Rule.Partitions()): which
 	// key set and overflow key bound it. It is 0 for a rule of one partition.
@@ -209,7 +213,7 @@ type Item struct {
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
 //
-//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/...
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/...
 //
 // where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
 // by the rule's key set and overflow key.
@@ -266,6 +270,12 @@ func appendTail(dst []byte, items []Item) []byte {
 			dst = append(dst, "/0"...)
 		}
 		dst = append(dst, it.Rule.args...)
+		dst = append(dst, '/')
+		if it.Cost > 0 && it.Cost < it.N {
+			dst = strconv.AppendInt(dst, it.Cost, 10)
+		} else {
+			dst = strconv.AppendInt(dst, it.N, 10)
+		}
 	}
 	return dst
 }

@@ -3,9 +3,10 @@
 --
 -- KEYS     per rule: its key; for a rule with a key bound (max_keys > 0) then also the rule's
 --          key set and its overflow key (all keys distinct)
--- ARGV     per rule, in the order of KEYS, seven integers:
---            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity,
---            max_keys (0: unbounded)
+-- ARGV     per rule, in the order of KEYS, eight integers:
+--            n (the cost, or a lease's batch), shadow (0 or 1), algorithm code, limit,
+--            window (ns), capacity, max_keys (0: unbounded), own (the request's own cost, at
+--            most n: n less a lease's reserve)
 --          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
 --          filter never sends it; Redis' TIME is used instead).
 -- reply    {now_s, now_ns, committed (0|1), then per rule:
@@ -29,7 +30,9 @@
 -- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
 -- can be dropped and the live ones counted. A key that does not exist yet, while the rule has
 -- max_keys live keys, is decided on the rule's overflow key instead: a flood of new keys is
--- limited together as one client, and no key of an active client is ever evicted.
+-- limited together as one client, and no key of an active client is ever evicted. A lease's
+-- batch is never taken on the overflow key: there the rule is decided for its own cost, so
+-- the overflowing clients together get what one client gets.
 
 local ALG = {
   [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
@@ -135,15 +138,15 @@ end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-  if i + 7 > #ARGV then
+  if i + 8 > #ARGV then
     return bad_args('count')
   end
-  local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+  local n, shadow, bound, own = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7]), int(ARGV[i + 8])
   local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 or own == nil then
     return bad_args('config')
   end
-  local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+  local r = {P = P, n = n, own = math.min(own, n), shadow = shadow == 1, bound = bound, key = KEYS[k]}
   k = k + 1
   if bound > 0 then
     r.set, r.over = KEYS[k], KEYS[k + 1]
@@ -159,7 +162,7 @@ while k <= #KEYS do
     seen[key] = true
   end
   rules[#rules + 1] = r
-  i = i + 7
+  i = i + 8
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
   return bad_args('count')
@@ -185,7 +188,7 @@ for _, r in ipairs(rules) do
         live, r.badset = 0, true
       end
       if live >= r.bound then
-        key, r.overflow = r.over, true
+        key, r.overflow, r.n = r.over, true, r.own
       else
         r.created = true
       end
