@@ -57,7 +57,10 @@ const maxHeld = 4096
 type leaseState struct {
 	batch int64
 	ttl   int64
-	held  map[string]*heldLease
+	// capacity is the rule's capacity (burst, or limit): a global rule's first take of a key
+	// reserves at most 1/leaseShare of it.
+	capacity int64
+	held     map[string]*heldLease
 	// order holds the leases in the order they were taken, from order[head] on: their expiry
 	// times are in the same order (every take's expiry is its take's time plus ttl), so the
 	// expired ones are found at the front, at a bounded cost per take (expire).
@@ -95,8 +98,9 @@ type heldLease struct {
 	remaining, limit, resetAt int64
 }
 
-func newLeaseState(l *config.Lease, table *sharedstate.Table) *leaseState {
-	return &leaseState{batch: l.Batch, ttl: int64(l.TTL), held: map[string]*heldLease{}, table: table}
+func newLeaseState(r *config.Rule, table *sharedstate.Table) *leaseState {
+	return &leaseState{batch: r.Lease.Batch, ttl: int64(r.Lease.TTL), capacity: r.Algorithm.Capacity(),
+		held: map[string]*heldLease{}, table: table}
 }
 
 // defineLeaseMetrics defines a leased rule's counters with the rule metrics' helper def.
@@ -155,9 +159,9 @@ func (l *leaseState) release(h *heldLease, now int64) {
 // batch-cost, and at most what this VM is expected to spend within ttl, which is its
 // arrivals since its previous take (that take's cost and every unit spent from its lease)
 // at the rate they came. A key this VM does not hold has no history: the reserve is then
-// batch-cost, left to the shared state's cap (Table.Take). A global rule's take is also
-// capped here by 1/leaseShare of the remaining allowance its previous take saw, and a key it
-// does not hold reserves nothing (the call has no such cap). A key this VM does not hold
+// batch-cost, left to the shared state's cap (Table.Take). A global rule's take is capped
+// here instead, the call having no such cap: by 1/leaseShare of the remaining allowance its
+// previous take saw, or of the capacity for a key it does not hold. A key this VM does not hold
 // while its map is full of unexpired leases reserves nothing: the reserve could not be held,
 // and a flood of distinct keys must not make every other key debit a batch per request.
 func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
@@ -165,8 +169,11 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 	h := l.held[string(key)]
 	if h == nil {
 		l.expire(now)
-		if len(l.held) >= maxHeld || l.table == nil {
+		if len(l.held) >= maxHeld {
 			return 0
+		}
+		if l.table == nil {
+			want = min(want, l.capacity/leaseShare)
 		}
 		return max(want, 0)
 	}

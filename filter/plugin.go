@@ -460,10 +460,10 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 //go:noinline
 func (rs *ruleState) prepareLease() {
 	if rs.rule.Scope != config.ScopeGlobal {
-		rs.lease = newLeaseState(rs.rule.Lease, rs.table)
+		rs.lease = newLeaseState(rs.rule, rs.table)
 		return
 	}
-	rs.lease = newLeaseState(rs.rule.Lease, nil)
+	rs.lease = newLeaseState(rs.rule, nil)
 	{
 		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 	}
