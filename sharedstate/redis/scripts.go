@@ -198,9 +198,9 @@ func (r *Rule) Limit() int64 { return r.limit }
 // of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
 // stop the call from committing the others.
 type Item struct {
-	Rule   *Rule
-	Key    []byte
-	N      int64
+	Rule *Rule
+	Key  []byte
+	N    int64
 	// Cost is the request's own cost when N is a lease's batch (more than the cost), 0
 	// otherwise. A key the script decides on the rule's overflow key is decided for Cost
 	// alone: a lease batch is never taken there (see lua/main.lua).
