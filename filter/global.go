@@ -263,6 +263,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
 				a.rs.m.overflow.Increment(1)
+				a.overflowed()
 			}
 			j++
 			if a.batchDenied() {
@@ -683,6 +684,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		a.decision, a.decided = answer.Decision, true
 		if answer.Overflow {
 			a.rs.m.overflow.Increment(1)
+			a.overflowed()
 		}
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
