@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,6 +84,61 @@ func TestLeaseAdmitsTrafficInTurn(t *testing.T) {
 			for _, workers := range []int{4, 8} {
 				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
 					checkLeaseAdmits(t, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 200, step: 10 * time.Millisecond})
+				})
+			}
+		}
+	}
+}
+
+// globalAdmitted runs tr on a global rule named hot, on one proxy of tr.workers worker VMs
+// and a real Redis, with the lease block lease (none when empty).
+func (tr leaseTraffic) globalAdmitted(t *testing.T, srv *redistest.Server, name, lease string) (admitted int) {
+	t.Run(name, func(t *testing.T) {
+		srv.MustDo("FLUSHALL")
+		loadScripts(srv)
+		rules := `[{"name":"hot","scope":"global",` + tr.algo + lease + `}]`
+		l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, tr.workers)
+		for i := range tr.n {
+			if ok, _ := l.doRelayed(t, i%tr.workers, srv.WebdisURL()); ok {
+				admitted++
+			}
+			l.now += int64(tr.step)
+		}
+	})
+	return admitted
+}
+
+// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule.
+func checkGlobalLeaseAdmits(t *testing.T, srv *redistest.Server, tr leaseTraffic) {
+	exact := tr.globalAdmitted(t, srv, "exact", "")
+	leased := tr.globalAdmitted(t, srv, "leased", fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch))
+	t.Logf("exact %d, leased %d", exact, leased)
+	require.GreaterOrEqual(t, leased*100, exact*95, "the lease admits at least 95%% of the exact decision's %d", exact)
+	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
+}
+
+// TestGlobalLeaseAdmitsPacedTraffic is TestLeaseAdmitsPacedTraffic for global rules.
+func TestGlobalLeaseAdmitsPacedTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, algo := range leaseAdmitAlgos(100, "1m") {
+		for _, batch := range []int{10, 100} {
+			for _, workers := range []int{1, 4} {
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
+					checkGlobalLeaseAdmits(t, srv, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 1200, step: 100 * time.Millisecond})
+				})
+			}
+		}
+	}
+}
+
+// TestGlobalLeaseAdmitsTrafficInTurn is TestLeaseAdmitsTrafficInTurn for global rules.
+func TestGlobalLeaseAdmitsTrafficInTurn(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, algo := range leaseAdmitAlgos(100, "1h") {
+		for _, batch := range []int{50, 100} {
+			for _, workers := range []int{4, 8} {
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
+					checkGlobalLeaseAdmits(t, srv, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 200, step: 10 * time.Millisecond})
 				})
 			}
 		}
