@@ -246,14 +246,14 @@ func TestNewRule(t *testing.T) {
 			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
 		}
 		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters, then the
-		// request's own cost (3: no lease batch).
-		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args + "/3"
+		// request's own cost (3: no lease batch) and no give-back (0 units, at 0).
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args + "/3/0/0"
 		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
 			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
 		}
 		eval := string(r.AppendEval(nil, key, 3))
 		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
-		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args+"/3" {
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args+"/3/0/0" {
 			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
 		}
 		checkEscaped(t, []byte(r.Script().Source), []byte(src))

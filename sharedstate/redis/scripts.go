@@ -204,8 +204,12 @@ type Item struct {
 	// Cost is the request's own cost when N is a lease's batch (more than the cost), 0
 	// otherwise. A key the script decides on the rule's overflow key is decided for Cost
 	// alone: a lease batch is never taken there (see lua/main.lua).
-	Cost   int64
-	Shadow bool
+	Cost int64
+	// GiveBack is how many unspent units of a lease on Key the call gives back to the key's
+	// state before deciding (0: none), units debited by a take that Redis decided at GivenAt
+	// (Unix ns); see lua/main.lua and algorithms.Returner.
+	GiveBack, GivenAt int64
+	Shadow            bool
 	// Part is the key's partition, Partition(secret, descriptor, Rule.Partitions()): which
 	// key set and overflow key bound it. It is 0 for a rule of one partition.
 	Part int
@@ -213,7 +217,7 @@ type Item struct {
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
 //
-//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/...
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
 //
 // where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
 // by the rule's key set and overflow key.
@@ -275,6 +279,14 @@ func appendTail(dst []byte, items []Item) []byte {
 			dst = strconv.AppendInt(dst, it.Cost, 10)
 		} else {
 			dst = strconv.AppendInt(dst, it.N, 10)
+		}
+		if it.GiveBack > 0 {
+			dst = append(dst, '/')
+			dst = strconv.AppendInt(dst, it.GiveBack, 10)
+			dst = append(dst, '/')
+			dst = strconv.AppendInt(dst, max(it.GivenAt, 0), 10)
+		} else {
+			dst = append(dst, "/0/0"...)
 		}
 	}
 	return dst
