@@ -169,7 +169,7 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
 		}
 		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost,
-			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
+			GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
 	}
 	end := 0
 	for i := range c.items {
@@ -259,6 +259,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				continue
 			}
 			a.decision, a.decided = c.answers[j].Decision, true
+			a.gaveBack()
 			if c.answers[j].Overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
@@ -682,6 +683,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	case err == nil:
 		c.partSuccess(item[0].Part)
 		a.decision, a.decided = answer.Decision, true
+		a.gaveBack()
 		if answer.Overflow {
 			a.rs.m.overflow.Increment(1)
 			a.overflowed()
@@ -710,7 +712,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer.Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
@@ -871,6 +873,9 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 		return
 	}
 	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if held != nil {
+		held.at = answer.Now
+	}
 	if held == nil {
 		// No room in the VM's lease map: taken dropped the reserve, and the request's own
 		// cost, which nobody spent, goes with it.

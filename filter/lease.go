@@ -7,6 +7,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
@@ -40,8 +41,10 @@ import (
 // exactly. A batch Redis denies is decided again for the request's cost alone, in a second
 // call (retakeGlobal), so again no exact admission is denied. The script decides a batch that
 // lands on the rule's overflow key for the request's cost alone (no lease there). Unspent
-// units of a global lease are dropped and counted: giving them back would cost a callout. The
-// rule also keeps an over-limit cache (overLimitCache).
+// units of a global lease are given back by the key's next take on this VM, in its call
+// (redis.Item.GiveBack, named by the instant Redis decided their take at); units of a key
+// this VM forgets first (expire) are dropped and counted, since giving them back on their
+// own would cost a callout. The rule also keeps an over-limit cache (overLimitCache).
 
 // leaseShare is the number of holders a take assumes may take at once: a take reserves at
 // most 1/leaseShare of the key's remaining allowance, so that eight worker VMs (a typical
@@ -90,8 +93,11 @@ type heldLease struct {
 	units   int64 // reserved, unspent units
 	expires int64 // when units are given back
 	// takenAt is the take's instant and used the units requests spent since (the take's own
-	// cost included): the key's demand on this VM.
-	takenAt, used int64
+	// cost included): the key's demand on this VM. at is the take's instant on the shared
+	// state's clock, which a give-back names: takenAt for a local rule, Redis' for a global one.
+	takenAt, used, at int64
+	// give holds a global lease's unspent units until the key's next take gives them back.
+	give int64
 	// remaining is the key's remaining allowance after the last take (the shared state's
 	// Decision.Remaining, not counting units); limit and resetAt are that decision's Limit
 	// and now + ResetAfter.
@@ -138,21 +144,34 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	return true
 }
 
-// release gives h's unspent units back to the key's state (a local rule), or drops them (a
-// global rule, or a state that takes nothing back), at now.
+// release gives h's unspent units back to the key's state at now: a local rule's with one
+// shared-data write (dropped and counted when the state takes nothing back); a global rule's
+// wait in h.give for the key's next take on this VM (leaseGlobal).
 func (l *leaseState) release(h *heldLease, now int64) {
 	n := h.units
 	if n <= 0 {
 		return
 	}
 	h.units = 0
-	if l.table != nil {
-		if err := l.table.GiveBack([]byte(h.key), now, h.takenAt, n, &l.give); err == nil && l.give.Decision.Allowed {
-			l.m.returned.Increment(uint64(n))
-			return
-		}
+	if l.table == nil {
+		h.give += n
+		return
+	}
+	if err := l.table.GiveBack([]byte(h.key), now, h.at, n, &l.give); err == nil && l.give.Decision.Allowed {
+		l.m.returned.Increment(uint64(n))
+		return
 	}
 	l.m.dropped.Increment(uint64(n))
+}
+
+// forget drops the units h still holds or waits to give back, counting them: h is no longer
+// the key's lease on this VM.
+func (l *leaseState) forget(h *heldLease, now int64) {
+	l.release(h, now)
+	if h.give > 0 {
+		l.m.dropped.Increment(uint64(h.give))
+		h.give = 0
+	}
 }
 
 // reserve returns how many units beyond cost a take for key at now may reserve: at most
@@ -208,21 +227,21 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 			// No room (the map filled while the take was out): the reserve was debited and
 			// cannot be held, so it goes back.
 			if n > cost {
-				l.release(&heldLease{key: string(key), units: n - cost, takenAt: now}, now)
+				l.forget(&heldLease{key: string(key), units: n - cost, takenAt: now, at: now}, now)
 			}
 			return d, nil
 		}
-	} else if old.units > 0 {
+	} else if old.units > 0 || old.give > 0 {
 		// Units left from an earlier take (too few for a request, or raced by a request
 		// paused on Redis) go back.
-		l.release(old, now)
+		l.forget(old, now)
 	}
 	// A fresh lease, never the old one reused: a request paused on Redis may still hold the
 	// old one and refund its units there when another rule denies it; refunded into a lease
 	// taken since, they would add to the new batch and its ttl, beyond the stated bound. A
 	// refund into a replaced lease is given back instead (refund). Takes are rare (about one
 	// per batch), so the allocation stays off the spend path.
-	h := &heldLease{units: n - cost, expires: now + l.ttl, takenAt: now, used: cost,
+	h := &heldLease{units: n - cost, expires: now + l.ttl, takenAt: now, at: now, used: cost,
 		remaining: d.Remaining, limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
 	if old != nil {
 		h.key = old.key
@@ -252,7 +271,7 @@ func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 		h.units += cost
 		return
 	}
-	l.release(&heldLease{key: h.key, units: cost, takenAt: h.takenAt}, now)
+	l.forget(&heldLease{key: h.key, units: cost, takenAt: h.takenAt, at: h.at}, now)
 }
 
 // expire forgets the leases whose ttl has passed, from the oldest, giving their units back:
@@ -268,7 +287,7 @@ func (l *leaseState) expire(now int64) {
 		l.order[l.head] = nil
 		l.head++
 		if l.held[h.key] == h {
-			l.release(h, now)
+			l.forget(h, now)
 			delete(l.held, h.key)
 		}
 	}
@@ -389,7 +408,23 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 		return true
 	}
 	a.take = l.size(a.key, now, a.cost)
+	if h := l.held[string(a.key)]; h != nil {
+		// The units the VM still holds for the key (too few for the request) or has not given
+		// back yet (expired) go back in the take's call.
+		l.release(h, now)
+		a.give, a.givenAt, h.give = h.give, h.at, 0
+	}
 	return false
+}
+
+// gaveBack notes that the rule's item in a Redis call that Redis answered gave back the units
+// it carried (applied.give): they are counted, and a call sent again for the request carries
+// none.
+func (a *applied) gaveBack() {
+	if a.give > 0 {
+		a.rs.lease.m.returned.Increment(uint64(a.give))
+		a.give = 0
+	}
 }
 
 // saw records a key's remaining allowance as Redis reported it on a denied batch, so that the
@@ -406,8 +441,8 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 // arrives (at now) when its ttl has already passed are dropped: they could not be spent, and
 // held they would replace the key's live lease, whose units a later take has debited, with an
 // expired one.
-func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, overflow bool) (algorithms.Decision, *heldLease) {
-	if overflow {
+func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Answer) (algorithms.Decision, *heldLease) {
+	if answer.Overflow {
 		return a.decision, nil
 	}
 	if now >= sentAt+l.ttl {
@@ -416,7 +451,11 @@ func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, overflow bool) (
 		}
 		return a.decision, nil
 	}
-	return l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	d, h := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if h != nil {
+		h.at = answer.Now
+	}
+	return d, h
 }
 
 // recordTakes records, once the request's one Redis call has committed (answered at now), the
@@ -429,10 +468,13 @@ func (h *httpContext) recordTakes(d *decisions, now int64) {
 		if !a.inCall() {
 			continue
 		}
-		overflow := j < len(answers) && answers[j].Overflow
+		var answer redis.Answer
+		if j < len(answers) {
+			answer = answers[j]
+		}
 		j++
 		if a.take > 0 && a.decided && a.decision.Allowed {
-			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, overflow)
+			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, answer)
 		}
 	}
 }

@@ -311,8 +311,8 @@ func TestGlobalLeaseDeniedBatchChargesNothing(t *testing.T) {
 }
 
 // TestGlobalLeaseMetrics checks the lease metrics of a global rule, under the rule's labelled
-// names: a take that reserved units counts lease_taken, units left when the ttl passes count
-// lease_units_dropped.
+// names: a take that reserved units counts lease_taken, units left when the ttl passes are
+// given back in the key's next take's call and count lease_units_returned, none dropped.
 func TestGlobalLeaseMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	algo := `"algorithm":"token_bucket","limit":1000,"window":"1h"`
@@ -328,30 +328,12 @@ func TestGlobalLeaseMetrics(t *testing.T) {
 	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, taken)
+	returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, returned, "10 taken, 3 spent")
 	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
 	require.NoError(t, err)
-	require.EqualValues(t, 7, dropped, "10 taken, 3 spent")
-}
-
-// TestGlobalLeaseShadowRuleTakesNone checks that a shadow global rule ignores its lease block
-// (its denials block nothing, so a denied batch could not be decided again in the same call):
-// every request asks Redis for its own cost, and no take is counted.
-func TestGlobalLeaseShadowRuleTakesNone(t *testing.T) {
-	srv := redistest.Start(t)
-	rules := `[{"name":"hot","scope":"global","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1h",
-		"lease":{"batch":100}}]`
-	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, 1)
-	calls := 0
-	for range 10 {
-		ok, n := l.doRelayed(t, 0, srv.WebdisURL())
-		require.True(t, ok)
-		calls += n
-	}
-	noscript, _ := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
-	require.Equal(t, 10, calls-int(noscript))
-	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
-	require.NoError(t, err)
-	require.Zero(t, taken)
+	require.Zero(t, dropped)
 }
 
 // TestGlobalOverLimitCachePartitioned checks the over-limit cache with redis.partitions 4,

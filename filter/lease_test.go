@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
@@ -348,15 +349,13 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 	return table
 }
 
-// A shadow rule observes exact decisions: with a lease block it still reads and writes the
-// key's state on every request (one write per request), as without one.
-func TestLeaseShadowLocalRuleTakesNone(t *testing.T) {
-	l := newLeaseVMs(t, `{"rules":[{"name":"hot","shadow":true,"algorithm":"token_bucket","limit":1000000,"window":"1s","lease":{"batch":100}}]}`, 2)
-	before := l.writes()
-	const reqs = 200
-	for i := range reqs {
-		l.now += int64(time.Microsecond)
-		require.True(t, l.do(i%2))
+// A shadow rule observes exact decisions and takes no lease: a lease block on one, local or
+// global, is refused when the plugin is configured, with the block's JSON path.
+func TestLeaseOnShadowRuleRefused(t *testing.T) {
+	for _, scope := range []string{"local", "global"} {
+		rules := `[{"name":"hot","scope":"` + scope + `","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1s","lease":{"batch":100}}]`
+		p := &plugin{id: 1, now: func() int64 { return t0.UnixNano() }, store: sharedstate.NewMemory()}
+		err := p.configure([]byte(filtertest.GlobalConfig(filtertest.RedisOpts{}, rules)))
+		require.ErrorContains(t, err, "rules[0].lease: not supported on a shadow rule", scope)
 	}
-	require.GreaterOrEqual(t, l.writes()-before, int64(reqs), "a shadow rule spent from a lease")
 }

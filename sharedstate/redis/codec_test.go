@@ -379,8 +379,8 @@ func TestParseReplies(t *testing.T) {
 	// The shadow rule denies, the enforced one admits: committed.
 	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`), items, out)
 	if err != nil || now != 7_000_000_008 || !committed ||
-		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}}) ||
-		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true}) {
+		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}, Now: now}) ||
+		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true, Now: now}) {
 		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
 	}
 	// The enforced rule denies: not committed.
