@@ -41,7 +41,7 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
 	reserve := a.rs.lease.reserve(key, now, cost)
 	a.key = append(a.key[:0], key...)
-	if err := a.rs.table.Take(key, now, cost, reserve, leaseShare, &a.pending); err != nil {
+	if err := a.rs.table.Take(key, now, cost, reserve, &a.pending); err != nil {
 		a.take = 0
 		return h.undecided(a, err)
 	}

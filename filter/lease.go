@@ -46,10 +46,9 @@ import (
 // this VM forgets first (expire) are dropped and counted, since giving them back on their
 // own would cost a callout. The rule also keeps an over-limit cache (overLimitCache).
 
-// leaseShare is the number of holders a take assumes may take at once: a take reserves at
-// most 1/leaseShare of the key's remaining allowance, so that eight worker VMs (a typical
-// Envoy --concurrency) taking at once reserve at most all of it.
-const leaseShare = 8
+// leaseShare is the number of holders a take assumes may take at once (see
+// sharedstate.LeaseShare).
+const leaseShare = sharedstate.LeaseShare
 
 // maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache), so a
 // flood of distinct keys cannot grow a VM's memory: a key that finds the map full of

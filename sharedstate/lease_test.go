@@ -35,7 +35,7 @@ func TestTakeReservesAShareOfWhatRemains(t *testing.T) {
 	}
 	for i, c := range cases {
 		var p Pending
-		if err := tab.Take([]byte("k"), now, c.cost, c.reserve, 8, &p); err != nil {
+		if err := tab.Take([]byte("k"), now, c.cost, c.reserve, &p); err != nil {
 			t.Fatal(err)
 		}
 		if err := tab.Commit(&p); err != nil {
@@ -53,10 +53,10 @@ func TestTakeReservesAShareOfWhatRemains(t *testing.T) {
 	if err := tab.AllowN([]byte("k"), now, 67, &p); err != nil || !p.Decision.Allowed {
 		t.Fatal(err, p.Decision)
 	}
-	if err := tab.Take([]byte("k"), now, 3, 50, 8, &p); err != nil || !p.Decision.Allowed || p.Reserved != 0 {
+	if err := tab.Take([]byte("k"), now, 3, 50, &p); err != nil || !p.Decision.Allowed || p.Reserved != 0 {
 		t.Fatalf("%v %+v reserved %d", err, p.Decision, p.Reserved)
 	}
-	if err := tab.Take([]byte("k"), now, 4, 50, 8, &p); err != nil || p.Decision.Allowed {
+	if err := tab.Take([]byte("k"), now, 4, 50, &p); err != nil || p.Decision.Allowed {
 		t.Fatalf("a take of 4 with 3 left: %v %+v", err, p.Decision)
 	}
 	// GiveBack: 10 units back into the window they were taken in.
@@ -92,7 +92,7 @@ func TestTakeReservesNothingInAnOverflowSlot(t *testing.T) {
 	overflowed := 0
 	for i := range 20 {
 		key := []byte(fmt.Sprint("client", i))
-		if err := tab.Take(key, now, 1, 10, 8, &p); err != nil {
+		if err := tab.Take(key, now, 1, 10, &p); err != nil {
 			t.Fatal(err)
 		}
 		if p.Overflow {

@@ -259,7 +259,8 @@ type Table struct {
 	slot      nameBuf
 	index     [Choices]nameBuf
 	indexNext uint8
-	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf).
+	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf),
+	// and of the state a lease take decides its batch on (see runLease).
 	probe []byte
 }
 
@@ -486,11 +487,10 @@ type Pending struct {
 
 	// Reserved is what a Take reserved beyond the request's cost (see lease.go).
 	Reserved int64
-	// op is the operation run makes (opAllow: AllowN; see lease.go for the others), with
-	// its arguments, and scratch the copy of the state a Take decides its batch on.
-	op                      uint8
-	reserve, share, takenAt int64
-	scratch                 []byte
+	// op is the operation run makes (opAllow: AllowN; see lease.go for the others), and arg
+	// its argument: a Take's most reserve, a GiveBack's instant of the take.
+	op  uint8
+	arg int64
 }
 
 // Decide reads the key's state and decides whether n events may pass at now. It writes nothing.
