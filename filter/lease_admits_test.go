@@ -41,53 +41,48 @@ func (tr leaseTraffic) admitted(t *testing.T, name, lease string) (admitted int)
 	return admitted
 }
 
-// checkLeaseAdmits runs tr with and without a lease of tr.batch (default ttl, 1s) and checks
-// the bounds.
-func checkLeaseAdmits(t *testing.T, tr leaseTraffic) {
-	exact := tr.admitted(t, "exact", "")
-	leased := tr.admitted(t, "leased", fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch))
+// requireLeaseAdmits checks the leased admissions of tr against the exact ones.
+func requireLeaseAdmits(t *testing.T, tr leaseTraffic, exact, leased int) {
+	t.Helper()
 	t.Logf("exact %d, leased %d", exact, leased)
 	require.GreaterOrEqual(t, leased*100, exact*95, "the lease admits at least 95%% of the exact decision's %d", exact)
 	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
 }
 
-// leaseAdmitAlgos are the algorithms a lease applies to, at limit per window.
-func leaseAdmitAlgos(limit int, window string) map[string]string {
-	m := map[string]string{}
+// leaseBlock is a lease block of tr's batch, with the default ttl (1s).
+func (tr leaseTraffic) leaseBlock() string { return fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch) }
+
+// eachLeaseTraffic runs check as a subtest for every algorithm a lease applies to at limit per
+// window, every batch and every number of workers: n requests, one every step.
+func eachLeaseTraffic(t *testing.T, limit int, window string, batches, workers []int, n int, step time.Duration, check func(*testing.T, leaseTraffic)) {
 	for _, a := range []string{"token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_window"} {
-		m[a] = fmt.Sprintf(`"algorithm":%q,"limit":%d,"window":%q`, a, limit, window)
+		for _, batch := range batches {
+			for _, w := range workers {
+				tr := leaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":%d,"window":%q`, a, limit, window),
+					batch: batch, workers: w, n: n, step: step}
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", a, batch, w), func(t *testing.T) { check(t, tr) })
+			}
+		}
 	}
-	return m
+}
+
+// checkLeaseAdmits runs tr on local rules with and without a lease and checks the bounds.
+func checkLeaseAdmits(t *testing.T, tr leaseTraffic) {
+	requireLeaseAdmits(t, tr, tr.admitted(t, "exact", ""), tr.admitted(t, "leased", tr.leaseBlock()))
 }
 
 // TestLeaseAdmitsPacedTraffic: one request every 100 ms for two minutes, limit 100 per minute,
 // over 1 and 4 worker VMs, batch 10 and 100. Units a worker cannot spend within the ttl must
 // neither be reserved nor lost.
 func TestLeaseAdmitsPacedTraffic(t *testing.T) {
-	for name, algo := range leaseAdmitAlgos(100, "1m") {
-		for _, batch := range []int{10, 100} {
-			for _, workers := range []int{1, 4} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
-					checkLeaseAdmits(t, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 1200, step: 100 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachLeaseTraffic(t, 100, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond, checkLeaseAdmits)
 }
 
 // TestLeaseAdmitsTrafficInTurn: 200 requests in turn over 4 and 8 worker VMs, one every 10 ms,
 // limit 100 per hour, batch 50 and 100: no worker may hold the window while the others are
 // denied.
 func TestLeaseAdmitsTrafficInTurn(t *testing.T) {
-	for name, algo := range leaseAdmitAlgos(100, "1h") {
-		for _, batch := range []int{50, 100} {
-			for _, workers := range []int{4, 8} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
-					checkLeaseAdmits(t, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 200, step: 10 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachLeaseTraffic(t, 100, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond, checkLeaseAdmits)
 }
 
 // globalAdmitted runs tr on a global rule named hot, on one proxy of tr.workers worker VMs
@@ -108,39 +103,21 @@ func (tr leaseTraffic) globalAdmitted(t *testing.T, srv *redistest.Server, name,
 	return admitted
 }
 
-// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule.
-func checkGlobalLeaseAdmits(t *testing.T, srv *redistest.Server, tr leaseTraffic) {
-	exact := tr.globalAdmitted(t, srv, "exact", "")
-	leased := tr.globalAdmitted(t, srv, "leased", fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch))
-	t.Logf("exact %d, leased %d", exact, leased)
-	require.GreaterOrEqual(t, leased*100, exact*95, "the lease admits at least 95%% of the exact decision's %d", exact)
-	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
+// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule on srv.
+func checkGlobalLeaseAdmits(srv *redistest.Server) func(*testing.T, leaseTraffic) {
+	return func(t *testing.T, tr leaseTraffic) {
+		requireLeaseAdmits(t, tr, tr.globalAdmitted(t, srv, "exact", ""), tr.globalAdmitted(t, srv, "leased", tr.leaseBlock()))
+	}
 }
 
 // TestGlobalLeaseAdmitsPacedTraffic is TestLeaseAdmitsPacedTraffic for global rules.
 func TestGlobalLeaseAdmitsPacedTraffic(t *testing.T) {
 	srv := redistest.Start(t)
-	for name, algo := range leaseAdmitAlgos(100, "1m") {
-		for _, batch := range []int{10, 100} {
-			for _, workers := range []int{1, 4} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
-					checkGlobalLeaseAdmits(t, srv, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 1200, step: 100 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachLeaseTraffic(t, 100, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond, checkGlobalLeaseAdmits(srv))
 }
 
 // TestGlobalLeaseAdmitsTrafficInTurn is TestLeaseAdmitsTrafficInTurn for global rules.
 func TestGlobalLeaseAdmitsTrafficInTurn(t *testing.T) {
 	srv := redistest.Start(t)
-	for name, algo := range leaseAdmitAlgos(100, "1h") {
-		for _, batch := range []int{50, 100} {
-			for _, workers := range []int{4, 8} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", name, batch, workers), func(t *testing.T) {
-					checkGlobalLeaseAdmits(t, srv, leaseTraffic{algo: algo, batch: batch, workers: workers, n: 200, step: 10 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachLeaseTraffic(t, 100, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond, checkGlobalLeaseAdmits(srv))
 }

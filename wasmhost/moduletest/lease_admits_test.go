@@ -43,34 +43,31 @@ func checkWasmLeaseAdmits(t *testing.T, tr wasmLeaseTraffic) {
 	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
 }
 
+// eachWasmLeaseTraffic runs checkWasmLeaseAdmits as a subtest for a token bucket and a fixed
+// window at limit per window, every batch and every number of workers: n requests, one every
+// step.
+func eachWasmLeaseTraffic(t *testing.T, window string, batches, workers []int, n int, step time.Duration) {
+	for _, algo := range []string{"token_bucket", "fixed_window"} {
+		for _, batch := range batches {
+			for _, w := range workers {
+				tr := wasmLeaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":100,"window":%q`, algo, window),
+					batch: batch, workers: w, n: n, step: step}
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", algo, batch, w), func(t *testing.T) { checkWasmLeaseAdmits(t, tr) })
+			}
+		}
+	}
+}
+
 // TestLeaseAdmitsPacedTrafficWasm: one request every 100 ms for two minutes, limit 100 per
 // minute, on 1 and 4 worker VMs, batch 10 and 100.
 func TestLeaseAdmitsPacedTrafficWasm(t *testing.T) {
 	t.Parallel()
-	for _, algo := range []string{"token_bucket", "fixed_window"} {
-		for _, batch := range []int{10, 100} {
-			for _, workers := range []int{1, 4} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", algo, batch, workers), func(t *testing.T) {
-					checkWasmLeaseAdmits(t, wasmLeaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":100,"window":"1m"`, algo),
-						batch: batch, workers: workers, n: 1200, step: 100 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachWasmLeaseTraffic(t, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond)
 }
 
 // TestLeaseAdmitsTrafficInTurnWasm: 200 requests in turn over 4 and 8 worker VMs, one every
 // 10 ms, limit 100 per hour, batch 50 and 100.
 func TestLeaseAdmitsTrafficInTurnWasm(t *testing.T) {
 	t.Parallel()
-	for _, algo := range []string{"token_bucket", "fixed_window"} {
-		for _, batch := range []int{50, 100} {
-			for _, workers := range []int{4, 8} {
-				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", algo, batch, workers), func(t *testing.T) {
-					checkWasmLeaseAdmits(t, wasmLeaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":100,"window":"1h"`, algo),
-						batch: batch, workers: workers, n: 200, step: 10 * time.Millisecond})
-				})
-			}
-		}
-	}
+	eachWasmLeaseTraffic(t, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond)
 }
