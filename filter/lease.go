@@ -219,9 +219,11 @@ func (l *leaseState) size(key []byte, now, cost int64) int64 {
 // spent, which is what an exact decision would have reported; and the lease, so that the
 // request's cost can be given back to it if a later rule denies the request.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
+	// Every take looks for expired leases (at a bounded cost, see expire), so that their units
+	// go back soon after their ttl even when no new key comes.
+	l.expire(now)
 	old := l.held[string(key)]
 	if old == nil {
-		l.expire(now)
 		if len(l.held) >= maxHeld {
 			// No room (the map filled while the take was out): the reserve was debited and
 			// cannot be held, so it goes back.
