@@ -851,12 +851,12 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 // like any other take, so it is held as this VM's lease on the key, the request's own cost
 // included (the request spent none of it, as when refundLeases gives a denied request's units
 // back): the units are spent by the key's next requests within ttl of the call's send, or
-// dropped and counted then, as every lease's are. Ignoring the answer would leave the batch
-// debited in Redis and neither spent nor counted. A batch decided on the rule's overflow key
-// gives no lease, so all of it is counted as dropped at once; so is a batch whose answer
-// arrives (at now) when its ttl has already passed: held, it could not be spent, and it would
-// replace the key's live lease, whose units a later take has debited. The caller has checked
-// that a asked for a batch (a.take > a.cost) on a leased rule.
+// given back after it, as every lease's are. Ignoring the answer would leave the batch
+// debited in Redis and neither spent nor counted. On the rule's overflow key the script
+// decided the request's cost alone, which gives no lease and is counted as dropped at once;
+// so is a batch whose answer arrives (at now) when its ttl has already passed: held, it could
+// not be spent, and it would replace the key's live lease, whose units a later take has
+// debited. The caller has checked that a asked for a batch (a.take > a.cost) on a leased rule.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return

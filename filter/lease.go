@@ -396,9 +396,10 @@ func (a *applied) batchDenied() bool {
 
 // leaseGlobal admits the request for a global rule from this VM's lease on the key when it
 // holds enough unexpired units (no callout for the rule), and reports whether it did.
-// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size). Shadow rules
-// take no lease: their denials block nothing, so a batch Redis denies would not be decided
-// again in the same all-or-nothing call, and the rule is there to observe exact decisions.
+// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size), and the units
+// the item gives back. Shadow rules take no lease (configure refuses a lease block on one):
+// their denials block nothing, so a batch Redis denies would not be decided again in the same
+// all-or-nothing call, and the rule is there to observe exact decisions.
 func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	l := a.rs.lease
 	if l == nil || a.rs.rule.Shadow {
