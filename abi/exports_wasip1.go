@@ -151,13 +151,6 @@ func lookupStream(contextID uint32) (streamContext, bool) {
 	return s, ok
 }
 
-// lookupStreamMap is lookupStream's map lookup, for onStream: a stream other than the last
-// one created.
-func lookupStreamMap(contextID uint32) (streamContext, bool) {
-	s, ok := streams[contextID]
-	return s, ok
-}
-
 //go:wasmexport proxy_on_vm_start
 func proxyOnVMStart(rootID, vmConfigSize uint32) (ok uint32) {
 	defer recoverExport("proxy_on_vm_start", rootID)
@@ -279,13 +272,7 @@ func onStream(op uint8, contextID, numHeaders, endOfStream uint32) (action uint3
 	defer recoverExport(streamExports[op], contextID)
 	// One return: the compiler writes the deferred call out at each return.
 	action = uint32(types.ActionContinue)
-	// stream(contextID), with lookupStream's map lookup out of line (lookupStreamMap, see
-	// filter/doc.go): a VM's first request, like nearly every request with one stream at a
-	// time, is the last stream created.
-	s, ok := last, contextID == lastID && contextID != 0
-	if !ok {
-		s, ok = lookupStreamMap(contextID)
-	}
+	s, ok := lookupStream(contextID)
 	var h types.HttpContext
 	if ok {
 		active, h = contextID, s.http

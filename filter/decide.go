@@ -23,6 +23,58 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 	return h.decideShared(a, key, now, cost)
 }
 
+// denyLocal denies the request that a local rule denied in phase 1: that rule is the last of
+// h.d.applied, and p.matched[i] is the rule it applies for; key is the key built for the rule
+// built. Before the local response is sent, every later matched local rule that is enforced
+// is decided too, exactly and without writing (a denied request is charged nothing), so that
+// the response states the longest wait among the enforced rules that deny the request: a
+// client that waits what the first denial said would otherwise be denied again by a rule with
+// a longer wait. Global rules are not asked (a request a local rule denies sends no Redis
+// call). It is kept out of line (see doc.go): an admitted request needs none of it.
+//
+//go:noinline
+func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
+	p := h.plugin
+	req := &p.req
+	ok := true
+	longest := len(h.d.applied) - 1
+	for _, r := range p.matched[i+1:] {
+		if r.Scope == config.ScopeGlobal || r.Shadow {
+			continue
+		}
+		if !r.SameKey(built) {
+			key, ok = r.AppendKey(p.key[:0], req)
+			p.key, built = key[:0], r
+		}
+		if !ok {
+			continue
+		}
+		rs := p.rules[r.Index]
+		if rs.overrides != nil {
+			if rs = rs.overrideFor(r, key); rs == nil {
+				continue
+			}
+		}
+		a := h.d.add(rs)
+		a.cost = r.Cost(req)
+		if rs.table.Decide(key, now, a.cost, &a.pending) != nil {
+			continue // contention or a store failure: the rule states no wait of its own
+		}
+		a.decision = a.pending.Decision
+		if !a.decision.Allowed && longerWait(a, &h.d.applied[longest]) {
+			longest = len(h.d.applied) - 1
+		}
+	}
+	a := &h.d.applied[longest]
+	return h.deny(a.rs, a.decision)
+}
+
+// longerWait reports whether the denial a states a longer wait than the denial b, as the
+// client would see them (each bounded by its rule's longest wait, see clampWaits).
+func longerWait(a, b *applied) bool {
+	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
+}
+
 // decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
 // the units, else with a lease take. It is kept out of decideLocal's line (see doc.go): most
 // rules have no lease.
@@ -309,12 +361,11 @@ func tellUpstream(r *config.Rule) {
 }
 
 // placed records in the rule's metrics what a commit that placed a key (p.Claimed or
-// p.Evicted) did: a slot used for the first time adds one to the rule's fill, unless the
-// table is an override's (it has a state tag, see slotsUsed); an eviction is counted with
-// what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
+// p.Evicted) did: a slot used for the first time adds one to the rule's fill (an override's
+// table is over the rule's slots, see slotsUsed); an eviction is counted with what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
 // most requests place no key.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
-	if p.Claimed && rs.stateTag == "" {
+	if p.Claimed {
 		rs.m.slotsUsed.Add(1)
 	}
 	if p.Evicted {

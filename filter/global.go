@@ -102,7 +102,7 @@ type redisMetrics struct {
 // when this VM's lease admitted it).
 func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
 	rs := a.rs
-	a.key = append(append(a.key[:0], rs.stateTag...), key...)
+	a.key = append(a.key[:0], key...)
 	if rs.overLimit != nil && !r.Shadow {
 		if d, hit := rs.overLimit.hit(a.key, now, a.cost); hit {
 			rs.lease.m.overLimitHit.Increment(1)
@@ -249,7 +249,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 	switch {
 	case err == nil:
 		c.partSuccess(-1)
-		// The answers come in rule order; the first enforced denial is the request's.
+		// The answers come in rule order.
 		var denied *applied
 		retake := false
 		j := 0
@@ -275,11 +275,11 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				retake = true
 				continue
 			}
-			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !c.answers[j-1].Overflow {
 				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
-			if denied == nil && !a.decision.Allowed && !a.rs.rule.Shadow {
-				denied = a
+			if !a.decision.Allowed && !a.rs.rule.Shadow && (denied == nil || longerWait(a, denied)) {
+				denied = a // the enforced denial with the longest wait is the request's
 			}
 		}
 		if denied != nil {
@@ -705,7 +705,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				return
 			}
 		} else {
-			if a.rs.overLimit != nil && !a.rs.rule.Shadow {
+			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !answer.Overflow {
 				// Counted from the request's start, which is no later than this call's send
 				// (a resend after a denied batch is sent later), so the cache never outlasts
 				// Redis's answer.

@@ -61,3 +61,11 @@ func (d *nativeDriver) doRelayed(t *testing.T, url string, headers ...[2]string)
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
 	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))}
 }
+
+// A request that several global rules deny states the longest wait among the enforced ones
+// (filtertest.CheckLongestWait); moduletest runs the same case against the compiled module.
+func TestGlobalNativeDenialStatesTheLongestWait(t *testing.T) {
+	srv := redistest.Start(t)
+	d := newNative(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, filtertest.LongestWaitRules))
+	filtertest.CheckLongestWait(t, func() outcome { return d.doRelayed(t, srv.WebdisURL()) })
+}

@@ -307,6 +307,9 @@ func (l *leaseState) expire(now int64) {
 // other traffic can only push it later, and every algorithm with a global mode needs at
 // least as long for a larger cost. The instant is counted from when the callout was sent,
 // before Redis decided, so the cache never outlasts Redis's own answer (on clocks that agree).
+// A denial decided on the rule's overflow key (the key had no key of its own in Redis) is not
+// the key's and is not kept: the key may get a key of its own as soon as one expires, and is
+// then decided on that.
 type overLimitCache struct {
 	denied map[string]overLimit
 }

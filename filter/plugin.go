@@ -39,6 +39,7 @@ type plugin struct {
 	// context allocated per request is smaller, and the header cache's slice is reused.
 	req     request
 	matched []*config.Rule
+	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
 	key     []byte
 	free    []*decisions
 	// contexts are finished stream contexts kept for reuse (see recycleContext).
@@ -75,11 +76,9 @@ type ruleState struct {
 	redisRule *redis.Rule
 	// overrides are the states of rule.Overrides, by index; nil for an unlimited one. An
 	// override's state is the rule's with its own limit (rule is a copy of the rule with the
-	// override's Algorithm and Limiter), table and Redis arguments, and the rule's metrics.
+	// override's Algorithm and Limiter) and Redis arguments, a table over the rule's slots
+	// with the override's limiter, and the rule's metrics.
 	overrides []*ruleState
-	// stateTag is the override's config.Override.StateTag, put before its keys in Redis
-	// (locally its table's prefix sets its keys apart); empty for the rule's own state.
-	stateTag  string
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	overLimit *overLimitCache // set for global rules with a lease block
 }
@@ -104,8 +103,7 @@ type ruleMetrics struct {
 	// slotsUsed is the number of the rule's key slots that hold or have held a key; its
 	// maximum is the rule's max_keys. Every worker adds the slots it places a key in for the
 	// first time, and Envoy's gauge is process-wide, so it adds up all workers' (see placed).
-	// Only the rule's own table is counted: an override's keys live in a table of the
-	// override's, which shares the rule's metrics but not this gauge.
+	// An override's keys are the rule's, in the rule's slots: they are counted here too.
 	slotsUsed abi.MetricGauge
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
@@ -355,6 +353,7 @@ func (p *plugin) warm() {
 	}
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
+		p.skipped = make([]*config.Rule, 0, len(p.rules))
 	}
 }
 
@@ -504,16 +503,29 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	return nil
 }
 
-// prepareOverrides builds the state of each of the rule's overrides: a table of its own under
-// "<domain>|<rule>|<tag>|" and, for a global rule, the override's script arguments, keyed
-// "<tag><key>" under the rule's name in Redis. The metrics are the rule's: an override changes a limit, not
-// what the rule's counters mean.
+// prepareOverrides builds the state of each of the rule's overrides. A key's state belongs to
+// the rule and the key, whichever limit applies (see config.Override): an override decides
+// the rule's keys in the rule's slots, through a table over them ("<domain>|<rule>|", the
+// rule's max_keys) with the override's limiter, and for a global rule with the override's
+// script arguments on the rule's keys in Redis. A state written under other parameters (the
+// rule's, or another override's, before a configuration change) is converted without grant,
+// here as after any parameter change. The metrics are the rule's: an override changes a
+// limit, not what the rule's counters mean.
 func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
 	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
 	r := rs.rule
 	if len(r.Overrides) == 0 {
 		return nil, nil
 	}
+	// Every limiter that writes the rule's slots: each table keeps searching the slots of
+	// earlier max_keys values for as long as any of them keeps a state active.
+	writers := []sharedstate.Limiter{tableLimiter(r.Limiter)}
+	for j := range r.Overrides {
+		if o := &r.Overrides[j]; !o.Unlimited {
+			writers = append(writers, tableLimiter(o.Limiter))
+		}
+	}
+	rs.table.AlsoWrittenBy(writers...)
 	out := make([]*ruleState, len(r.Overrides))
 	for j := range r.Overrides {
 		o := &r.Overrides[j]
@@ -524,8 +536,8 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
 		table, err := sharedstate.NewTable(sharedstate.TableConfig{
 			Store:    store,
-			Prefix:   cfg.Domain + "|" + r.Name + "|" + o.StateTag + "|",
-			Slots:    uint32(o.Slots(r)),
+			Prefix:   cfg.Domain + "|" + r.Name + "|",
+			Slots:    uint32(r.MaxKeys), // an override needs a key, so the rule has one
 			Attempts: cfg.CASAttempts,
 			Limiter:  tableLimiter(o.Limiter),
 			Secret:   secret,
@@ -533,14 +545,14 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		if err != nil {
 			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
+		table.AlsoWrittenBy(writers...)
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
-			maxWait: maxWait(o.Algorithm), stateTag: o.StateTag}
+			maxWait: maxWait(o.Algorithm)}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
-			// The override's keys are the rule's keys with its tag in front, in the rule's
-			// hash tags, so they are bounded by the rule's key sets (which must share their
-			// slots): overrides count toward the rule's max_keys in Redis, and a key that
-			// finds its partition full is decided on the rule's overflow key.
+			// The override's keys are the rule's keys, bounded by the rule's max_keys in
+			// Redis: a key that finds the rule (or its partition) full is decided on the
+			// rule's overflow key, under the override's parameters.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
 				return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
@@ -718,8 +730,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 }
 
 // newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
-// than it has contexts. It is kept out of line (see doc.go): a VM's first request reuses the
-// context configure made (see configure).
+// than it has contexts. A VM's first request reuses the context configure made (see
+// configure).
 func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }

@@ -285,7 +285,11 @@ func (h *httpContext) decideRequest() types.Action {
 	// Removing the shadow rules' request headers makes the filter read the header map again:
 	// each header's lines are then kept as first answered (see request.lines).
 	req.keepLines = len(p.shadowHeaders) > 0
-	p.matched = p.cfg.Match(req, p.matched[:0])
+	p.skipped = p.skipped[:0]
+	p.matched = p.cfg.MatchSkipped(req, p.matched[:0], &p.skipped)
+	if len(p.skipped) > 0 {
+		p.countSkipped()
+	}
 	if len(p.shadowHeaders) > 0 {
 		p.removeShadowHeaders()
 	}
@@ -327,7 +331,7 @@ func (h *httpContext) decideRequest() types.Action {
 		a := h.d.add(rs)
 		a.cost = r.Cost(req)
 		if h.decideShared(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i, now, key, built)
 		}
 	}
 	return h.finish()
@@ -342,7 +346,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 	p := h.plugin
 	req := &p.req
 	globals := 0
-	for _, r := range p.matched[i:] {
+	for j, r := range p.matched[i:] {
 		rs := p.rules[r.Index]
 		if built == nil || !r.SameKey(built) {
 			key, ok = r.AppendKey(p.key[:0], req)
@@ -377,7 +381,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			continue
 		}
 		if h.decideLocal(a, key, now, a.cost) {
-			return h.deny(a.rs, a.decision)
+			return h.denyLocal(i+j, now, key, built)
 		}
 	}
 	if globals == 0 {
@@ -403,6 +407,17 @@ func (p *plugin) removeShadowHeaders() {
 	// A header map read while matching still holds the client's copies: a header first read
 	// from now on must be the request as it now is, as a host call would answer.
 	p.req.forgetHeaderMap()
+}
+
+// countSkipped counts, in each rule's skipped, the rules whose conditions held for the request
+// but whose key it lacks (config.Config.MatchSkipped). It is kept out of line (see doc.go):
+// most requests carry every key part.
+//
+//go:noinline
+func (p *plugin) countSkipped() {
+	for _, r := range p.skipped {
+		p.rules[r.Index].m.skipped.Increment(1)
+	}
 }
 
 // noKey counts a matched rule that has no key for the request (skipped). A shadow rule's

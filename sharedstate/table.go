@@ -360,6 +360,24 @@ func NewTable(c TableConfig) (*Table, error) {
 	return t, nil
 }
 
+// AlsoWrittenBy tells the table that the limiters ls write its slots too, under parameters of
+// their own (a rule's overrides decide the rule's keys in the rule's slots): a previous
+// geometry is then searched for as long as the slowest of them keeps a state active, not only
+// the table's own limiter.
+func (t *Table) AlsoWrittenBy(ls ...Limiter) {
+	if len(t.prev) == 0 || t.horizon == 0 {
+		return
+	}
+	for _, l := range ls {
+		h := idleHorizon(l)
+		if h == 0 {
+			t.horizon = 0 // one of them could not be measured: search always
+			return
+		}
+		t.horizon = max(t.horizon, h)
+	}
+}
+
 // geometriesKey is the name of the rule's record of geometries: per geometry, newest first, its
 // max_keys (4 bytes LE) and when it was last written (8 bytes LE, 0 for the current one).
 func (t *Table) geometriesKey() string { return t.prefix + "geometries" }

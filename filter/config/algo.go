@@ -23,26 +23,33 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	}
 	r.Limiter = lim
 	// A valid limiter's capacity is at least 1 (New checks limit > 0 and burst >= 0), so only
-	// a constant cost above 1 can exceed it; the check is out of line for the others (see
-	// filter/doc.go; most rules cost 1 per request).
-	if r.CostSpec.Constant > 1 {
+	// a cost above 1 (a constant, or a cost header's max) can exceed it; the check is out of
+	// line for the others (see filter/doc.go; most rules cost 1 per request).
+	if r.CostSpec.Constant > 1 || r.CostSpec.Max > 1 {
 		return checkCost(r)
 	}
 	return "", ""
 }
 
-// checkCost checks the rule's constant cost against its limiter's capacity (see
-// checkAlgorithm). A constant cost above the capacity would deny every request: algorithms
-// reports such a request as unsatisfiable. That is always a mistake in the config, not a
-// policy. (Adaptive is left out: its capacity moves, and a cost header is bounded by max.)
+// checkCost checks the rule's cost against its limiter's capacity (see checkAlgorithm): a
+// constant cost, or a cost header's max (what a request with the header at its largest, or
+// with an invalid value, is charged). A request costing more than the capacity is never
+// admitted: algorithms reports it as unsatisfiable, a denial without a Retry-After, since no
+// wait helps. That is always a mistake in the config, not a policy. An adaptive rule's
+// capacity moves with its controller; the bound is then its max_limit, above which no
+// request is ever admitted.
 //
 //go:noinline
 func checkCost(r *Rule) (field, msg string) {
-	if r.CostSpec.Header == "" && r.Algorithm.Algorithm != algorithms.AlgAdaptive {
-		capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
-		if r.CostSpec.Constant > capacity {
-			return "cost", costAboveCapacity(r.CostSpec.Constant, capacity, from)
-		}
+	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
+	if r.Algorithm.Algorithm == algorithms.AlgAdaptive && r.Algorithm.MaxLimit > 0 {
+		capacity, from = max(r.Algorithm.MaxLimit, r.Algorithm.Limit), "adaptive.max_limit"
+	}
+	switch {
+	case r.CostSpec.Header == "" && r.CostSpec.Constant > capacity:
+		return "cost", costAboveCapacity(r.CostSpec.Constant, capacity, from)
+	case r.CostSpec.Header != "" && r.CostSpec.Max > capacity:
+		return "cost.max", maxCostAboveCapacity(r.CostSpec.Max, capacity, from)
 	}
 	return "", ""
 }
@@ -65,6 +72,15 @@ func algorithmError(err error) (field, msg string) {
 func costAboveCapacity(cost, capacity int64, from string) string {
 	return "every request costs " + strconv.FormatInt(cost, 10) +
 		", more than the rule ever allows (" + from + " " + strconv.FormatInt(capacity, 10) + ")"
+}
+
+// maxCostAboveCapacity is the message for a cost header's max above the rule's capacity.
+//
+//go:noinline
+func maxCostAboveCapacity(cost, capacity int64, from string) string {
+	return "a request with the header at " + strconv.FormatInt(cost, 10) +
+		" (or an invalid value) would never be admitted: the rule allows at most " +
+		strconv.FormatInt(capacity, 10) + " (" + from + "); lower max to at most that"
 }
 
 // algorithmField maps a field name of algorithms.Config errors to the rule's JSON path.

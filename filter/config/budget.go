@@ -69,14 +69,11 @@ func tableCost(domain string, r *Rule) TableCost {
 	// The table's prefix is "<domain>|<rule>|" (see the filter's plugin).
 	prefix := len(domain) + len(r.Name) + 2
 	entries := slots + sharedstate.OverflowSlots + tableBookkeeping
-	tc := TableCost{
-		Slots:       entries,
-		VMBytes:     sharedstate.TableVMBytes,
-		SharedBytes: entries * int64(sharedstate.SharedBytesPerKey(prefix, state)),
-	}
+	tc := TableCost{Slots: entries, VMBytes: sharedstate.TableVMBytes}
 	if len(r.Overrides) > 0 {
-		tc = overrideCosts(tc, r, prefix)
+		tc, state = overrideCosts(tc, r, state)
 	}
+	tc.SharedBytes = entries * int64(sharedstate.SharedBytesPerKey(prefix, state))
 	return tc
 }
 
@@ -123,23 +120,22 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	}
 }
 
-// overrideCosts adds to tc the tables of the rule's overrides, whose prefix extends the rule's
-// prefix bytes. It is out of tableCost's line (see filter/doc.go): most rules have no
-// override.
-func overrideCosts(tc TableCost, r *Rule, prefix int) TableCost {
-	// Each limited override has a table of its own under "<domain>|<rule>|<tag>|" (see
-	// Override.Slots).
+// overrideCosts adds to tc what the rule's overrides cost, and returns the largest state the
+// rule's slots may hold, state being the rule's own. It is out of tableCost's line (see
+// filter/doc.go): most rules have no override.
+func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
+	// A limited override decides the rule's keys in the rule's slots (see Override), through a
+	// table object of its own in each VM; its states, written under its parameters, may be
+	// larger than the rule's (a sliding log's grows with its limit).
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
 		if o.Unlimited || o.Limiter == nil {
 			continue
 		}
-		n := int64(o.Slots(r)) + sharedstate.OverflowSlots + tableBookkeeping
-		tc.Slots += n
 		tc.VMBytes += sharedstate.TableVMBytes
-		tc.SharedBytes += n * int64(sharedstate.SharedBytesPerKey(prefix+len(o.StateTag)+1, o.Limiter.StateSize()))
+		state = max(state, o.Limiter.StateSize())
 	}
-	return tc
+	return tc, state
 }
 
 // formatBytes renders a size in binary units with one decimal.

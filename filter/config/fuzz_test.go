@@ -93,7 +93,7 @@ func FuzzParse(f *testing.F) {
 // every key source. Keys must always decode back to exactly the values they were built
 // from, so no two distinct requests can share a key by accident.
 func FuzzAppendKey(f *testing.F) {
-	c, err := Parse([]byte(`{"trusted_hops":2,"rules":[{"name":"r","algorithm":"gcra","limit":10,"window":"1s",
+	c, err := Parse([]byte(`{"trusted_hops":2,"rules":[{"name":"r","algorithm":"gcra","limit":100,"window":"1s",
 		"cost":{"header":"x-cost","max":100},
 		"key":[{"source":"header","name":"x-a"},{"source":"header","name":"x-b","default":"none"},
 		       {"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":48,"default":"noip"},

@@ -145,6 +145,14 @@ var invalidCases = []invalidCase{
 	{"adaptive no signal", oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":1,"max_limit":5,"error_threshold":0}`), []string{"rules[0].adaptive: needs target_latency or a non-zero error_threshold: with neither signal the limit never moves"}, schemaAccepts},
 
 	// Cost.
+	{"cost header max above capacity", oneRule(`"algorithm":"token_bucket","limit":10,"window":"1s","cost":{"header":"x-cost","max":20}`),
+		[]string{"rules[0].cost.max: a request with the header at 20 (or an invalid value) would never be admitted: the rule allows at most 10 (limit); lower max to at most that"}, schemaAccepts},
+	{"cost header max above burst", oneRule(`"algorithm":"gcra","limit":10,"burst":3,"window":"1s","cost":{"header":"x-cost","max":4,"default":1}`),
+		[]string{"rules[0].cost.max: a request with the header at 4 (or an invalid value) would never be admitted: the rule allows at most 3 (burst); lower max to at most that"}, schemaAccepts},
+	{"cost header max above adaptive max_limit", oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":1,"max_limit":5,"target_latency":"1s"},"cost":{"header":"x-cost","max":6}`),
+		[]string{"rules[0].cost.max: a request with the header at 6 (or an invalid value) would never be admitted: the rule allows at most 5 (adaptive.max_limit); lower max to at most that"}, schemaAccepts},
+	{"override below a cost header's max", oneRule(tb + `,"cost":{"header":"x-cost","max":5},"key":[{"source":"header","name":"k"}],"overrides":[{"exact":"a","limit":2}]`),
+		[]string{"rules[0].overrides[0].cost.max: a request with the header at 5 (or an invalid value) would never be admitted: the rule allows at most 2 (limit); lower max to at most that"}, schemaAccepts},
 	{"cost string", oneRule(tb + `,"cost":"2"`), []string{`rules[0].cost: want an integer or an object {header, default, max}, got "2"`}, schemaRejects},
 	{"cost zero", oneRule(tb + `,"cost":0`), []string{"rules[0].cost: must be between 1 and 1000000, got 0"}, schemaRejects},
 	{"cost header without max", oneRule(tb + `,"cost":{"header":"x-cost"}`), []string{"rules[0].cost.max: required: it bounds what one request can cost and is charged for invalid values"}, schemaRejects},

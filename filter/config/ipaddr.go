@@ -49,6 +49,5 @@ func parseIPText(s string) (ip netip.Addr, text string, ok bool) {
 	return ip.Unmap().WithZone(""), "", true
 }
 
-// trimBlanks strips the blanks around an address. It is kept out of line: V8 in Envoy
-// compiles a function on its first call, and a source address has no blanks.
+// trimBlanks strips the blanks around an address.
 func trimBlanks(s string) string { return strings.Trim(s, " \t") }

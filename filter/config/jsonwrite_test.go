@@ -30,7 +30,7 @@ func encodeSeeds(tb testing.TB) [][]byte {
 			`"match":{"headers":[{"name":"x","exact":"<>"},{"name":"y","present":false,"invert":true}],"path":{"prefix":"/a&b"}},`+
 			`"algorithm":"token_bucket","limit":5,"window":"1s"}]}`),
 		[]byte("{\"rules\":[{\"name\":\"r\",\"description\":\"\xff\xfe bad\",\"key\":[{\"source\":\"const\",\"value\":\"\xc3\"}],"+
-			"\"algorithm\":\"fixed_window\",\"limit\":5,\"window\":\"1m\",\"cost\":{\"header\":\"x-cost\",\"default\":2,\"max\":9}}]}"))
+			"\"algorithm\":\"fixed_window\",\"limit\":9,\"window\":\"1m\",\"cost\":{\"header\":\"x-cost\",\"default\":2,\"max\":9}}]}"))
 	return seeds
 }
 

@@ -344,9 +344,7 @@ func appendLen(dst []byte, n int) []byte {
 	return append(dst, b[skip:]...)
 }
 
-// appendLongLen is appendLen for a part of 100 bytes or more. It is kept out of line (see
-// filter/doc.go): inlined, strconv.AppendInt would be most of appendLen, and a VM's first
-// request with short parts compiles none of it.
+// appendLongLen is appendLen for a part of 100 bytes or more.
 func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }

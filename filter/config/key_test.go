@@ -210,7 +210,7 @@ func TestCost(t *testing.T) {
 	if got := c.Rules[0].Cost(req("x-cost: 1")); got != 3 {
 		t.Errorf("constant cost = %d", got)
 	}
-	c = mustParse(t, oneRule(tb+`,"cost":{"header":"X-Cost","default":2,"max":50}`))
+	c = mustParse(t, oneRule(`"algorithm":"token_bucket","limit":50,"window":"1s","cost":{"header":"X-Cost","default":2,"max":50}`))
 	r := c.Rules[0]
 	cases := []struct {
 		header string // "" = absent

@@ -44,6 +44,14 @@ type Request interface {
 //
 // Match does not allocate when dst has room and the rules use no regular expressions.
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
+	return c.MatchSkipped(req, dst, nil)
+}
+
+// MatchSkipped is Match that also appends to *skipped, when skipped is not nil, each rule
+// whose conditions hold but whose key cannot be built (a key part without a default is
+// missing): the rule skips the request, which its skipped count records. It does not
+// allocate when dst and *skipped have room and the rules use no regular expressions.
+func (c *Config) MatchSkipped(req Request, dst []*Rule, skipped *[]*Rule) []*Rule {
 	for _, r := range c.Rules {
 		// The rule applies when its conditions hold and its key can be built (AppendKey would
 		// return ok). This is written here rather than in a function of its own, which a VM's
@@ -52,6 +60,9 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 			continue
 		}
 		if _, ok := r.walkKey(nil, req, walkAvailable); !ok {
+			if skipped != nil {
+				*skipped = appendRule(*skipped, r)
+			}
 			continue
 		}
 		// Into dst's room (the filter's list has room for every rule), else by an append
@@ -166,9 +177,7 @@ func newStringSet(list []string) stringSet {
 	return s
 }
 
-// has reports whether x is in the set. It is kept out of line (see filter/doc.go):
-// Match.matches has four sets, and four inlined copies (with the map lookup) would be code
-// that every VM's first request compiles, for whichever conditions the rules use or not.
+// has reports whether x is in the set.
 func (s *stringSet) has(x string) bool {
 	if s.m != nil {
 		_, ok := s.m[x]

@@ -126,3 +126,35 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		t.Fatalf("bench request matched no rule")
 	}
 }
+
+// MatchSkipped reports the rules whose conditions hold but whose key the request lacks, and
+// goes on past them; a rule whose conditions fail, or whose missing part has a default, is not
+// skipped.
+func TestMatchSkipped(t *testing.T) {
+	c := mustParse(t, `{"rules":[
+		{"name":"posts","continue":true,"match":{"methods":["POST"]},"key":[{"source":"header","name":"x-t"}],`+tb+`},
+		{"name":"tenant","continue":true,"key":[{"source":"header","name":"x-t"}],`+tb+`},
+		{"name":"defaulted","continue":true,"key":[{"source":"header","name":"x-t","default":"none"}],`+tb+`},
+		{"name":"all",`+tb+`}]}`)
+	var skipped []*Rule
+	matched := c.MatchSkipped(req(), nil, &skipped)
+	names := func(rs []*Rule) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	if got := names(matched); len(got) != 2 || got[0] != "defaulted" || got[1] != "all" {
+		t.Errorf("matched %v, want [defaulted all]", got)
+	}
+	if got := names(skipped); len(got) != 1 || got[0] != "tenant" {
+		t.Errorf("skipped %v, want [tenant]", got)
+	}
+	skipped = skipped[:0]
+	if c.MatchSkipped(req("x-t: a"), nil, &skipped); len(skipped) != 0 {
+		t.Errorf("skipped %v with the key part present", names(skipped))
+	}
+	if got := names(c.Match(req(), nil)); len(got) != 2 {
+		t.Errorf("Match %v", got)
+	}
+}

@@ -20,9 +20,11 @@ var overrideFields = []string{"part", "exact", "prefix", "limit", "window", "bur
 // limit, window and burst change. A request matches at most one override of a rule: an exact
 // value first, then the longest matching prefix (Rule.OverrideFor).
 //
-// An override's keys are counted apart from the rule's (its own key table locally, keys of
-// its own in Redis), so a key's state always belongs to one limit: StateTag is what sets them
-// apart, a string that no key the rule builds can begin with.
+// A key's state belongs to the rule and the key, whichever limit applies to it: the override
+// only changes the parameters it is decided under. A state written under other parameters (the
+// rule's, or another override's, before a configuration change) is converted like after any
+// parameter change (package algorithms, "Configuration changes"), so adding, removing or
+// re-spelling an override never grants a key allowance.
 type Override struct {
 	// Part is the index in the rule's Key of the part whose value is compared.
 	Part int
@@ -35,20 +37,10 @@ type Override struct {
 	// Algorithm and Limiter are the rule's, with the override's limit, window and burst.
 	Algorithm algorithms.Config
 	Limiter   algorithms.Limiter
-	// StateTag is "!" then "=" (exact) or "^" (prefix), then, for a part other than the first,
-	// the part's index and "|", then the value length-prefixed like a key part. Keys begin with a digit (a part's length) or are empty, and the length prefix
-	// makes two tags differ before either ends, so a tag namespaces the override's state.
-	StateTag string
-}
-
-// Slots returns the number of keys the override's table of rule r needs: one for an exact
-// value of a rule keyed on that part alone, the rule's max_keys otherwise (a prefix, or other
-// key parts beside the compared one, make many keys).
-func (o *Override) Slots(r *Rule) int {
-	if !o.Prefix && len(r.Key) == 1 {
-		return 1
-	}
-	return r.MaxKeys
+	// Tag identifies the override: "!" then "=" (exact) or "^" (prefix), then, for a part
+	// other than the first, the part's index and "|", then the value length-prefixed like a
+	// key part. Two overrides with one tag match the same requests (a duplicate).
+	Tag string
 }
 
 // OverrideFor returns the index in r.Overrides of the override that applies to a request
@@ -124,11 +116,11 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 	for i, e := range elems {
 		epath := joinIndex(path, i)
 		if o, ok := p.override(epath, e, r); ok {
-			if prev, dup := seen[o.StateTag+"|"+strconv.Itoa(o.Part)]; dup {
+			if prev, dup := seen[o.Tag+"|"+strconv.Itoa(o.Part)]; dup {
 				p.add(epath, "duplicate of "+prev)
 				continue
 			}
-			seen[o.StateTag+"|"+strconv.Itoa(o.Part)] = epath
+			seen[o.Tag+"|"+strconv.Itoa(o.Part)] = epath
 			out = append(out, o)
 		}
 	}
@@ -258,11 +250,10 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		tag = "!^"
 	}
 	if o.Part > 0 {
-		// Overrides of different key parts with the same value must not share a namespace.
-		// Part 0 keeps the tag it always had, so existing state stays where it is.
+		// Overrides of different key parts with the same value are different overrides.
 		tag += strconv.Itoa(o.Part) + "|"
 	}
-	o.StateTag = string(appendPart([]byte(tag), o.Value))
+	o.Tag = string(appendPart([]byte(tag), o.Value))
 	if o.Unlimited {
 		return o, true
 	}

@@ -398,9 +398,7 @@ var ruleOptionFields = []string{
 // most rules do not set (see algorithm).
 var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "scope", "adaptive"}
 
-// hasAny reports whether object n has a member named in names. It is kept out of line (see
-// filter/doc.go): its loops inlined in rule and algorithm would be more code for every VM's
-// configure to compile than one function.
+// hasAny reports whether object n has a member named in names.
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
 		if contains(names, m.key) {

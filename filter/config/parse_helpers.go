@@ -113,9 +113,7 @@ func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
 }
 
-// contains reports whether list holds s. It is kept out of line (see filter/doc.go): the
-// parser's readers search lists of names at several places, and one copy of the loop is less
-// code for every VM's configure to compile than one inlined at each.
+// contains reports whether list holds s.
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {

@@ -83,6 +83,33 @@ var MetricScenarios = []MetricScenario{
 			"ratelimit_requests_total;rule=second;decision=allowed":          1,
 		},
 	},
+	{
+		// A rule whose conditions hold but whose key part (without a default) the request
+		// lacks skips it, and counts it as skipped; evaluation goes on to the next rule. A
+		// rule whose conditions do not hold counts nothing.
+		Scenario: Scenario{
+			Name: "a rule without its key part counts the request as skipped",
+			Config: `{"rules":[
+				{"name":"posts","continue":true,"match":{"methods":["POST"]},"key":[{"source":"header","name":"x-tenant"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"per-tenant","continue":true,"key":[{"source":"header","name":"x-tenant"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"dry","continue":true,"shadow":true,"key":[{"source":"header","name":"x-tenant"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"per-ip","key":[{"source":"client_ip"}],"algorithm":"fixed_window","limit":5,"window":"1h"}]}`,
+			Steps: []Step{
+				{WantHeaders: map[string]string{"ratelimit": `"per-ip";r=4;t=3600`}},
+				{},
+				{Headers: [][2]string{hdr("x-tenant", "a")}},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=posts;decision=skipped":      0,
+			"ratelimit_requests_total;rule=per-tenant;decision=skipped": 2,
+			"ratelimit_requests_total;rule=per-tenant;decision=allowed": 1,
+			"ratelimit_requests_total;rule=dry;decision=skipped":        2,
+			"ratelimit_requests_total;rule=dry;decision=allowed":        1,
+			"ratelimit_requests_total;rule=per-ip;decision=skipped":     0,
+			"ratelimit_requests_total;rule=per-ip;decision=allowed":     3,
+		},
+	},
 }
 
 // Check runs the scenario on d and then compares every counter, read by read.

@@ -318,6 +318,22 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		// A request that several enforced rules deny states the longest of their waits: a
+		// client that came back when the first denying rule said would be denied again by
+		// the other. A shadow rule's wait is not stated.
+		Name: "two rules deny: Retry-After is the longer wait, a shadow rule's left out",
+		Config: `{"rules":[
+			{"name":"day","continue":true,"shadow":true,"algorithm":"fixed_window","limit":1,"window":"24h"},
+			{"name":"second","continue":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"hour","algorithm":"fixed_window","limit":2,"window":"1h"}]}`,
+		Steps: []Step{
+			{},
+			{At: 100 * ms, Want: 429, WantBody: `"rule":"second"`, WantHeaders: map[string]string{"retry-after": "1"}},
+			{At: 1000 * ms},
+			{At: 1100 * ms, Want: 429, WantBody: `"rule":"hour"`, WantHeaders: map[string]string{"retry-after": "3599"}},
+		},
+	},
+	{
 		Name: "X-Forwarded-For is trusted only as far as configured",
 		Config: `{"trusted_hops":1,"rules":[{"name":"xff","key":[{"source":"client_ip"}],
 			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`,

@@ -117,10 +117,9 @@ var TableCases = []TableCase{
 		},
 	},
 	{
-		// key_slots_used is the fill of the rule's own table, out of its max_keys: the keys
-		// an override decides live in the override's table, and creating one of them does not
-		// overwrite the gauge with that table's fill.
-		Name: "SlotsUsedIsTheRulesOwn",
+		// key_slots_used is the fill of the rule's table, out of its max_keys: a key an
+		// override decides is the rule's key, in the rule's slots, and counts like the others.
+		Name: "SlotsUsedCountsOverrideKeys",
 		Config: `{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":8,
 		"algorithm":"fixed_window","limit":5,"window":"1h","overrides":[{"exact":"vip","limit":50}]}]}`,
 		Check: func(t *testing.T, d TableDriver) {
@@ -129,8 +128,8 @@ var TableCases = []TableCase{
 					t.Fatalf("key %s: status %d", k, o.Status)
 				}
 			}
-			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 3 {
-				t.Fatalf("key_slots_used %d after three keys of the rule and one of its override, want 3", used)
+			if used := d.Metric(t, "ratelimit_key_slots_used;rule=k"); used != 4 {
+				t.Fatalf("key_slots_used %d after three keys of the rule and one of its override, want 4", used)
 			}
 		},
 	},

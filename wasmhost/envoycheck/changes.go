@@ -14,16 +14,15 @@ import (
 
 // What a configuration change does to the state the filter keeps (`check -previous OLD NEW`):
 // for each rule of the new configuration, whether the clients' counts are kept, converted to
-// the new parameters without granting allowance, or reset (every client of the rule, or of
-// one of its overrides, starts with a full allowance). docs/config-changes.md is the table of
-// what causes each; this file encodes it from where the filter keeps state:
+// the new parameters without granting allowance, or reset (every client of the rule, or some
+// of them, starts with a full allowance). docs/config-changes.md is the table of what causes
+// each; this file encodes it from where the filter keeps state:
 //
-//   - local rules: Envoy's shared data of the vm_id, under "<domain>|<rule>|" (and
-//     "<domain>|<rule>|<override tag>|" for an override), each key's state under its
-//     descriptor, which the key parts build;
+//   - local rules: Envoy's shared data of the vm_id, under "<domain>|<rule>|", each key's
+//     state under its descriptor, which the key parts build;
 //   - global rules: Redis, under <key_prefix>:{<domain>}:<rule>:<descriptor> (with partitions,
-//     <key_prefix>:{<domain>:<rule>:<p>}:<descriptor>, p chosen among redis.partitions),
-//     overrides under "<tag><descriptor>";
+//     <key_prefix>:{<domain>:<rule>:<p>}:<descriptor>, p chosen among redis.partitions);
+//   - an override's clients are the rule's keys, decided under the override's parameters;
 //   - every state records the algorithm and parameters it was written under, and a state read
 //     under others is converted (package algorithms, "Configuration changes"), so parameter
 //     changes never grant allowance; max_keys changes keep the keys (sharedstate remembers
@@ -269,14 +268,11 @@ func compareRule(or, nr *config.Rule) RuleChange {
 		c.Kind = ChangeConverted
 		c.Reasons = append(c.Reasons, why)
 	}
-	resets, converted := overrideChanges(or, nr)
-	if len(resets) > 0 {
-		c.Kind = ChangeReset
-		c.Reasons = append(c.Reasons, resets...)
-	} else if len(converted) > 0 {
+	notes, converted := overrideChanges(or, nr)
+	if len(converted) > 0 && c.Kind == ChangeKept {
 		c.Kind = ChangeConverted
-		c.Reasons = append(c.Reasons, converted...)
 	}
+	c.Reasons = append(append(c.Reasons, converted...), notes...)
 	return c
 }
 
@@ -376,17 +372,21 @@ func algoName(c algorithms.Config) string {
 	return c.Algorithm
 }
 
-// overrideChanges compares a rule's overrides. An override keeps its clients' state apart
-// from the rule's, under a tag made of the value it matches (Override.StateTag): an override
-// added, removed or matching another value moves the clients it matches (or matched) to
-// another state, which they start afresh; an override kept with other parameters converts its
-// clients' state. Unlimited overrides keep no state, but their clients start afresh when they
-// become limited again.
-func overrideChanges(or, nr *config.Rule) (resets, converted []string) {
+// overrideChanges compares a rule's overrides. A key's state belongs to the rule and the key,
+// whichever limit applies to it: an override only changes the parameters its clients are
+// decided under. An override added, removed, re-spelt or given other parameters converts its
+// clients' state to the parameters that now apply, without grant, when they differ from those
+// it had; an unlimited override leaves its clients' state as it was, and they are decided from
+// it, converted, when they are limited again. No override change resets a state.
+//
+// The parameters an added override's clients had are taken to be the rule's; a client that an
+// override of the old configuration matched had that override's, and is converted from them
+// just as well: a conversion never grants, whatever it converts from.
+func overrideChanges(or, nr *config.Rule) (notes, converted []string) {
 	tags := func(r *config.Rule) map[string]*config.Override {
 		m := map[string]*config.Override{}
 		for i := range r.Overrides {
-			m[r.Overrides[i].StateTag] = &r.Overrides[i]
+			m[r.Overrides[i].Tag] = &r.Overrides[i]
 		}
 		return m
 	}
@@ -401,22 +401,31 @@ func overrideChanges(or, nr *config.Rule) (resets, converted []string) {
 		}
 	}
 	sort.Strings(names)
+	convert := func(what string, from, to algorithms.Config) {
+		if why := paramsChange(from, to); why != "" {
+			converted = append(converted, fmt.Sprintf("%s: %s", what, why))
+		}
+	}
 	for _, tag := range names {
 		o, n := ot[tag], nt[tag]
 		switch {
+		case o == nil && n.Unlimited:
+			notes = append(notes, fmt.Sprintf("override %s added, unlimited: its clients are no longer limited, and keep their state for when they are again", overrideString(n)))
 		case o == nil:
-			resets = append(resets, fmt.Sprintf("override %s added: the clients it matches start afresh under its limit", overrideString(n)))
+			convert(fmt.Sprintf("override %s added", overrideString(n)), or.Algorithm, n.Algorithm)
+		case n == nil && o.Unlimited:
+			converted = append(converted, fmt.Sprintf("override %s (unlimited) removed: its clients are limited again, from the state they had, converted without grant", overrideString(o)))
 		case n == nil:
-			resets = append(resets, fmt.Sprintf("override %s removed: the clients it matched start afresh under the rule's limit", overrideString(o)))
-		case o.Unlimited != n.Unlimited:
-			resets = append(resets, fmt.Sprintf("override %s unlimited %v -> %v: its clients start afresh", overrideString(n), o.Unlimited, n.Unlimited))
+			convert(fmt.Sprintf("override %s removed, its clients back under the rule", overrideString(o)), o.Algorithm, nr.Algorithm)
+		case n.Unlimited && !o.Unlimited:
+			notes = append(notes, fmt.Sprintf("override %s made unlimited: its clients are no longer limited, and keep their state for when they are again", overrideString(n)))
+		case o.Unlimited && !n.Unlimited:
+			converted = append(converted, fmt.Sprintf("override %s limited again: its clients are decided from the state they had, converted without grant", overrideString(n)))
 		case !n.Unlimited:
-			if why := paramsChange(o.Algorithm, n.Algorithm); why != "" {
-				converted = append(converted, fmt.Sprintf("override %s: %s", overrideString(n), why))
-			}
+			convert(fmt.Sprintf("override %s", overrideString(n)), o.Algorithm, n.Algorithm)
 		}
 	}
-	return resets, converted
+	return notes, converted
 }
 
 func overrideString(o *config.Override) string {

@@ -66,7 +66,15 @@ func TestChanges(t *testing.T) {
 		{"override prefix respelt, override removed",
 			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"prefix":"free-","limit":5},{"exact":"vip","limit":50}]}]}`,
 			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"prefix":"free","limit":5}]}]}`,
-			"a=reset", 1},
+			"a=converted without grant", 0},
+		{"override with the rule's parameters added, unlimited override added",
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h"}]}`,
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"exact":"x","limit":10},{"exact":"y","unlimited":true}]}]}`,
+			"a=kept", 0},
+		{"unlimited override limited again",
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"exact":"y","unlimited":true}]}]}`,
+			`{"rules":[{"name":"a","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":10,"window":"1h","overrides":[{"exact":"y","limit":10}]}]}`,
+			"a=converted without grant", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			changes, rep := changesOf(t, "plugin.json", c.old, c.cur)

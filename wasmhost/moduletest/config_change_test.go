@@ -80,7 +80,11 @@ func TestCheckPreviousMatchesTheModule(t *testing.T) {
 		{"global key_prefix", g, changeConfig{scope: "global", keyPrefix: "rl2"}, envoycheck.ChangeReset},
 		{"global partitions", g, changeConfig{scope: "global", partitions: 4}, envoycheck.ChangeReset},
 		{"local rule, redis key_prefix", changeConfig{}, changeConfig{keyPrefix: "rl2"}, envoycheck.ChangeKept},
-		{"override added", changeConfig{}, changeConfig{extra: `,"overrides":[{"exact":"client","limit":3}]`}, envoycheck.ChangeReset},
+		{"override added", changeConfig{}, changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
+		{"global override added", g, changeConfig{scope: "global", extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
+		{"override re-spelt", changeConfig{extra: `,"overrides":[{"prefix":"cl","limit":3}]`},
+			changeConfig{extra: `,"overrides":[{"prefix":"client","limit":5}]`}, envoycheck.ChangeConverted},
+		{"override removed", changeConfig{extra: `,"overrides":[{"exact":"client","limit":3,"window":"2h"}]`}, changeConfig{}, envoycheck.ChangeConverted},
 		{"override limit", changeConfig{extra: `,"overrides":[{"exact":"client","limit":3}]`},
 			changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
 	}

@@ -96,3 +96,16 @@ func TestGlobalWasmKeyBound(t *testing.T) {
 		"rl:{rl}:bounded:#keys", "rl:{rl}:bounded:#overflow"}, srv.Keys())
 	requireNoRedisFailures(t, h)
 }
+
+// A request that several global rules deny states the longest wait among the enforced ones
+// (filtertest.CheckLongestWait, which package filter runs natively too).
+func TestGlobalWasmDenialStatesTheLongestWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	h := newGlobalHost(t, globalConfig(redisOpts{}, filtertest.LongestWaitRules), srv.WebdisURL(), 1)
+	filtertest.CheckLongestWait(t, func() outcome {
+		o, _ := doTimed(t, h)
+		return o
+	})
+	requireNoRedisFailures(t, h)
+}

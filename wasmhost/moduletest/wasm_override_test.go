@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/stretchr/testify/require"
@@ -44,12 +45,42 @@ func globalOverrides(t *testing.T, partitions int) {
 	require.Equal(t, 2, admitted("plain", 6), "an ordinary key has the rule's limit")
 	require.Equal(t, 4, admitted("gold", 8), "the exact override admits its own limit, across both proxies")
 	require.Equal(t, 10, admitted("svc-a", 10), "an unlimited override is never limited")
-	// The override's key in Redis is its own: the plain key "gold" of the rule is untouched.
+	// A key's state belongs to the rule and the key: the override decides the rule's own key
+	// for "gold", under its parameters.
 	if partitions == 0 {
-		require.EqualValues(t, 0, srv.MustDo("EXISTS", expectedKey("tiers", "gold")))
+		require.EqualValues(t, 1, srv.MustDo("EXISTS", expectedKey("tiers", "gold")))
 	}
 	for _, p := range proxies {
 		requireNoRedisFailures(t, p)
 		requireCleanLogs(t, p)
+	}
+}
+
+// An override changes the parameters a key is decided under, not where its state is: the
+// configurations of filtertest.OverrideChangeConfigs, applied in turn to one shared data (local)
+// or one Redis (global), admit free-alice 10 in all, as package filter checks natively.
+func TestOverrideChangeNeverGrantsAllowanceWasm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, algo := range filtertest.OverrideChangeAlgorithms {
+		t.Run("local "+algo, func(t *testing.T) {
+			shared := wasmhost.NewSharedData()
+			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("local", algo), func(t *testing.T, rules string) func() bool {
+				d := newWasm(t, `{"rules":`+rules+`}`, wasmOptions{shared: shared})
+				return func() bool {
+					return d.Do(t, filtertest.T0, step{Headers: [][2]string{hdr("x-k", "free-alice")}}).Status == 0
+				}
+			})
+		})
+		t.Run("global "+algo, func(t *testing.T) {
+			srv.MustDo("FLUSHALL")
+			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("global", algo), func(t *testing.T, rules string) func() bool {
+				h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 2)
+				return func() bool {
+					o, _ := doTimed(t, h, hdr("x-k", "free-alice"))
+					return o.Status == 0
+				}
+			})
+		})
 	}
 }
