@@ -186,17 +186,28 @@ func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, tr
 // dispatchHTTPCall makes the proxy_http_call of both and registers its callback.
 func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
-	hdr := encodeHeaders(headers)
-	trl := encodeHeaders(trailers)
-	var token uint32
+	// The headers and trailers are encoded into one buffer kept for the next call, and the
+	// token is written into a variable of the package (as retAddr is): the host copies what
+	// it needs before proxy_http_call returns, and a buffer and a token of the call's own
+	// would be three allocations per call.
+	calloutBuf = appendHeaders(calloutBuf[:0], headers)
+	n := len(calloutBuf)
+	calloutBuf = appendHeaders(calloutBuf, trailers)
+	hdr, trl := calloutBuf[:n], calloutBuf[n:]
 	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &token)
+		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
 	if st != statusOK {
 		return 0, statusError(st)
 	}
-	registerCallout(token, callback, always)
-	return token, nil
+	registerCallout(calloutToken, callback, always)
+	return calloutToken, nil
 }
+
+// calloutBuf and calloutToken are dispatchHTTPCall's encoded headers and the host's token.
+var (
+	calloutBuf   []byte
+	calloutToken uint32
+)
 
 // GetHttpCallResponseHeader returns one header of the callout response being delivered, or
 // ErrNotFound. Reading one value is much cheaper than decoding the whole map.

@@ -9,12 +9,17 @@ import (
 // count N, then N pairs of u32 key and value lengths, then each key and value followed by a NUL
 // byte. An empty map is still four bytes (a zero count), because hosts (and the SDK's
 // emulator) treat a zero-length map buffer differently from an empty map.
-func encodeHeaders(pairs [][2]string) []byte {
+func encodeHeaders(pairs [][2]string) []byte { return appendHeaders(nil, pairs) }
+
+// appendHeaders appends the encoding of pairs (see encodeHeaders) to dst.
+func appendHeaders(dst []byte, pairs [][2]string) []byte {
 	size := 4
 	for _, p := range pairs {
 		size += 8 + len(p[0]) + 1 + len(p[1]) + 1
 	}
-	buf := make([]byte, size)
+	start := len(dst)
+	dst = append(dst, make([]byte, size)...) // grows dst without a slice of its own
+	buf := dst[start:]
 	binary.LittleEndian.PutUint32(buf, uint32(len(pairs)))
 	lens := buf[4:]
 	data := buf[4+8*len(pairs):]
@@ -29,7 +34,7 @@ func encodeHeaders(pairs [][2]string) []byte {
 		data[n] = 0
 		data = data[n+1:]
 	}
-	return buf
+	return dst
 }
 
 // decodeHeaders parses the proxy-wasm map encoding. It never trusts the lengths it reads: a

@@ -55,6 +55,8 @@ func setNonZero(t *testing.T, f reflect.Value) {
 		f.Set(reflect.New(f.Type().Elem()))
 	case reflect.Slice:
 		f.Set(reflect.MakeSlice(f.Type(), 1, 8))
+	case reflect.Func:
+		f.Set(reflect.MakeFunc(f.Type(), func([]reflect.Value) []reflect.Value { return nil }))
 	case reflect.Struct:
 		for i := range f.NumField() {
 			setNonZero(t, f.Field(i))

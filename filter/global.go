@@ -181,12 +181,23 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 }
 
 // sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
-// script when full is set (after NOSCRIPT).
+// script when full is set (after NOSCRIPT). A request has one such call in flight at a time
+// (it is sent again only from its answer), so the call's working set is kept in the context
+// (asked), and its callback is made once per context rather than as a closure per call, which
+// would be an allocation on every global request.
 func (h *httpContext) sendCallout(now int64, full bool) error {
-	d := h.d
-	return h.dispatch(now, h.globalItems(true), full, func(numHeaders, bodySize, numTrailers int) {
-		h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
-	})
+	if h.redisAnswer == nil {
+		h.redisAnswer = h.answerRedis
+	}
+	h.asked = h.d
+	return h.dispatch(now, h.globalItems(true), full, h.redisAnswer)
+}
+
+// answerRedis is the callback of sendCallout's call, for the working set that sent it.
+func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
+	d := h.asked
+	h.answered(d)
+	h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 }
 
 // dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
@@ -206,25 +217,29 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 	return h.send(now, answer)
 }
 
-// send sends the call in the client's body for the request, as dispatch describes.
+// send sends the call in the client's body for the request, as dispatch describes. answer
+// must call h.answered with the request's working set before anything else.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	// The callback below holds h: the context must outlive the stream (see OnHttpStreamDone).
-	h.calledOut = true
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	d := h.d
-	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout,
-		func(numHeaders, bodySize, numTrailers int) {
-			d.outstanding--
-			answer(numHeaders, bodySize, numTrailers)
-		})
-	if err != nil {
+	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout, answer); err != nil {
 		return err
 	}
 	c.m.calls.Increment(1)
+	d := h.d
 	d.sentAt = now
 	d.outstanding++
+	// The callback holds h until it has run: the context must outlive the stream until then
+	// (see OnHttpStreamDone).
+	h.callouts++
 	return nil
+}
+
+// answered notes that a call the request with working set d sent has answered: d waits for
+// one call fewer, and the context is held by one callback fewer.
+func (h *httpContext) answered(d *decisions) {
+	d.outstanding--
+	h.callouts--
 }
 
 // onRedisAnswer handles the answer to the request's callout. It runs from the root context with
@@ -535,6 +550,7 @@ func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &candidate)
 	d := h.d
 	if err := h.send(now, func(numHeaders, bodySize, numTrailers int) {
+		h.answered(d)
 		h.onSecretAnswer(d, numHeaders, bodySize, numTrailers)
 	}); err != nil {
 		h.noteFailure(now, sendError(err))
@@ -644,6 +660,7 @@ func (p *plugin) refreshSecret(now int64) {
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
 	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
+		h.answered(d)
 		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
 	})
 	if err == nil {

@@ -19,9 +19,14 @@ type httpContext struct {
 	finished, done bool
 	// queued is set while a shaping rule holds the request in the plugin's queue.
 	queued bool
-	// calledOut is set once a callout was dispatched (or tried) for the stream: its callback
-	// holds the context, and may run after the stream ended, so the context is never reused.
-	calledOut bool
+	// callouts counts the stream's callouts in flight: each one's callback holds the context,
+	// and may run after the stream ended, so a context is reused only once every callout it
+	// sent has answered (nearly always before the stream ends: the request waits for them).
+	callouts int
+	// asked is the working set of the request's call to Redis in flight (sendCallout), and
+	// redisAnswer that call's callback, answerRedis, made once for the context.
+	asked       *decisions
+	redisAnswer func(numHeaders, bodySize, numTrailers int)
 
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState
@@ -87,7 +92,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		// a callout's callback, which may answer after the stream ended, and the shaping
 		// queue, which dequeue has just emptied of it: a context without either is the
 		// plugin's again.
-		if !h.calledOut && !h.queued {
+		if h.callouts == 0 && !h.queued {
 			h.plugin.recycleContext(h)
 		}
 	}

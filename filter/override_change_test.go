@@ -19,7 +19,9 @@ func TestOverrideChangeNeverGrantsAllowance(t *testing.T) {
 			store := sharedstate.NewMemory()
 			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("local", algo), func(t *testing.T, rules string) func() bool {
 				d := newNativeWithStore(t, `{"rules":`+rules+`}`, store)
-				return func() bool { return d.Do(t, filtertest.T0, filtertest.Step{Headers: [][2]string{hdr("x-k", "free-alice")}}).Status == 0 }
+				return func() bool {
+					return d.Do(t, filtertest.T0, filtertest.Step{Headers: [][2]string{hdr("x-k", "free-alice")}}).Status == 0
+				}
 			})
 		})
 	}

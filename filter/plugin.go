@@ -108,6 +108,9 @@ type ruleMetrics struct {
 	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
 	// carried the rule's key header more than once.
 	duplicateHeader abi.MetricCounter
+	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
+	// for the rule was longer than max_key_bytes.
+	keyTooLong abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -651,6 +654,7 @@ func (rs *ruleState) defineMetrics() error {
 		errs = append(errs, err)
 	}
 	rs.m.duplicateHeader = defineRuleCounter("ratelimit_requests_total", name, "duplicate_header", &errs)
+	rs.m.keyTooLong = defineRuleCounter("ratelimit_requests_total", name, "key_too_long", &errs)
 	if rs.lease != nil || rs.shape != nil || rs.adaptive != nil {
 		errs = rs.defineOptionMetrics(errs)
 	}
@@ -721,7 +725,7 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		// (TestNewHttpContextResetsEveryField fails when a field is added and not reset here).
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
-		h.finished, h.done, h.queued, h.calledOut = false, false, false, false
+		h.finished, h.done, h.queued, h.callouts, h.asked = false, false, false, 0, nil
 		h.observed = h.observed[:0]
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h

@@ -10,7 +10,8 @@ import (
 )
 
 // A finished stream's context serves the next stream, reset to a new context's fields, unless
-// a callout's callback still holds it; a second done call offers it only once.
+// a callout's callback still holds it (a callout that answered holds it no more); a second
+// done call offers it only once.
 func TestContextReuse(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
 	require.NoError(t, err)
@@ -27,7 +28,8 @@ func TestContextReuse(t *testing.T) {
 	h2 := p.NewHttpContext(2).(*httpContext)
 	require.Same(t, h, h2, "the finished context is reused")
 	require.Equal(t, uint32(2), h2.id)
-	require.False(t, h2.finished || h2.done || h2.calledOut || h2.queued)
+	require.False(t, h2.finished || h2.done || h2.queued)
+	require.Zero(t, h2.callouts)
 	require.Zero(t, h2.status)
 	require.Zero(t, h2.headers.set)
 	require.Empty(t, h2.observed)
@@ -36,14 +38,20 @@ func TestContextReuse(t *testing.T) {
 	require.Empty(t, h2.headers.values)
 	require.Same(t, p, h2.plugin)
 
-	// A stream that dispatched a callout keeps its context: the answer may come after the
+	// A stream with a callout in flight keeps its context: the answer may come after the
 	// stream ended, and must find that stream's context, not a later stream's.
-	h2.calledOut, h2.finished = true, true
+	h2.callouts, h2.finished = 1, true
 	h2.OnHttpStreamDone()
 	require.Empty(t, p.contexts)
 	h3 := p.NewHttpContext(3).(*httpContext)
 	require.NotSame(t, h2, h3)
 	require.Equal(t, uint32(2), h2.id, "the old context is untouched")
+
+	// A stream whose callouts have all answered (the request waited for them) is done with
+	// them: its context is reused.
+	h3.finished = true
+	h3.OnHttpStreamDone()
+	require.Same(t, h3, p.NewHttpContext(4).(*httpContext))
 }
 
 func TestContextReuseBounded(t *testing.T) {
@@ -109,6 +117,8 @@ func TestNewHttpContextResetsEveryField(t *testing.T) {
 		case "observed":
 			require.Empty(t, h2.observed)
 			require.Same(t, observedBuf, &h2.observed[:1][0], "the observed buffer is kept")
+		case "redisAnswer":
+			require.NotNil(t, h2.redisAnswer, "the callback, bound to the context, is kept")
 		case "headers":
 			require.Empty(t, h2.headers.values)
 			require.Same(t, valuesBuf, &h2.headers.values[:1][0], "the header value buffer is kept")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -501,15 +502,20 @@ func BenchmarkTableCost(b *testing.B) {
 	}
 }
 
-// countingStore counts reads.
+// countingStore counts reads and writes.
 type countingStore struct {
 	Store
-	reads int
+	reads, writes int
 }
 
 func (c *countingStore) Get(key string) ([]byte, uint32, error) {
 	c.reads++
 	return c.Store.Get(key)
+}
+
+func (c *countingStore) Set(key string, value []byte, cas uint32) error {
+	c.writes++
+	return c.Store.Set(key, value, cas)
 }
 
 // A Table's memory in a VM does not grow with max_keys (256 rules with max_keys 1e6 must not
@@ -724,6 +730,57 @@ func TestFloodCannotLockOutNewClients(t *testing.T) {
 	}
 	if allow("spent-before", now) {
 		t.Error("the key that spent its allowance before the flood was admitted after it")
+	}
+}
+
+// The flood economics of the README and docs/key-table.md, with numbers: a flood that keeps a
+// share f of a full table's slots fully spent shuts out about f^2 of new clients (both of a new
+// key's candidates must hold a fully spent key), at a cost of f x max_keys x limit requests
+// per window. On a 10,000-key table at 10 per hour, flood keys spend their 10 in f x 10,000
+// slots, and 20,000 other keys spending 1 each fill every other slot (a new key takes a free
+// slot of its two groups first, and the one-request keys take each other's slots); then 500
+// new clients arrive, for f = 0.5, 0.7 and 0.9. The share sent to overflow is within 0.1 of
+// f^2 (more than four standard deviations of 500 draws), and the flood sent f x 100,000
+// requests.
+func TestFloodEconomicsFormula(t *testing.T) {
+	const maxKeys, limit, clients = 10000, 10, 500
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: limit, Window: time.Hour}
+	for _, f := range []float64{0.5, 0.7, 0.9} {
+		tab, p := mustTable(t, NewMemory(), maxKeys, mustLimiter(t, cfg)), &Pending{}
+		flooded := int(f * maxKeys)
+		requests := 0
+		for i := range flooded + 2*maxKeys {
+			spend := 1
+			if i < flooded {
+				spend = limit
+			}
+			for range spend {
+				if err := tab.AllowN(fmt.Appendf(nil, "key-%d", i), 0, 1, p); err != nil {
+					t.Fatal(err)
+				}
+				if i < flooded {
+					requests++
+				}
+			}
+		}
+		overflowed := 0
+		for i := range clients {
+			if err := tab.AllowN(fmt.Appendf(nil, "new-client-%d", i), sec, 1, p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Overflow {
+				overflowed++
+			}
+		}
+		share := float64(overflowed) / clients
+		t.Logf("f = %.1f: the flood sent %d requests (f x max_keys x limit = %.0f); %d slots used; %.3f of new clients shut out, f^2 = %.3f",
+			f, requests, f*maxKeys*limit, tab.Used(), share, f*f)
+		if want := int(f * maxKeys * limit); requests != want {
+			t.Errorf("f = %.1f: the flood sent %d requests, want %d", f, requests, want)
+		}
+		if math.Abs(share-f*f) > 0.1 {
+			t.Errorf("f = %.1f: %.3f of new clients shut out, want f^2 = %.3f within 0.1", f, share, f*f)
+		}
 	}
 }
 

@@ -71,3 +71,35 @@ func TestDecideReadsEachSlotOnce(t *testing.T) {
 		t.Fatalf("fast %d, slow %d: both paths must be taken", fast, slow)
 	}
 }
+
+// A new key costs at most 4 shared-data reads and 2 writes, from an empty table to a full one
+// and past it, where new keys take the slots of keys that spent less (a key decided in an
+// overflow slot reads one slot more: it is counted apart, and must stay rare). 12,000
+// one-request keys arrive on a 10,000-key table.
+func TestNewKeyReadsAndWrites(t *testing.T) {
+	const maxKeys = 10000
+	store := &countingStore{Store: NewMemory()}
+	tab := mustTable(t, store, maxKeys, mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}))
+	var p Pending
+	maxReads, maxWrites, overflowed, reads := 0, 0, 0, 0
+	for i := range maxKeys * 6 / 5 {
+		store.reads, store.writes = 0, 0
+		if err := tab.AllowN(fmt.Appendf(nil, "key-%d", i), 0, 1, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Overflow {
+			overflowed++
+			continue
+		}
+		reads += store.reads
+		maxReads, maxWrites = max(maxReads, store.reads), max(maxWrites, store.writes)
+	}
+	t.Logf("new keys: at most %d reads and %d writes, %.2f reads on average; %d decided in overflow slots",
+		maxReads, maxWrites, float64(reads)/float64(maxKeys*6/5-overflowed), overflowed)
+	if maxReads > 4 || maxWrites > 2 {
+		t.Errorf("a new key made %d reads and %d writes, want at most 4 and 2", maxReads, maxWrites)
+	}
+	if overflowed > maxKeys/100 {
+		t.Errorf("%d of %d new keys decided in overflow slots", overflowed, maxKeys*6/5)
+	}
+}

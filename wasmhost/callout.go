@@ -40,19 +40,47 @@ type calloutResponse struct {
 	reset    bool
 }
 
-// startCallout performs the request in a goroutine and delivers the
-// response on the VM's loop to the root context. The goroutine is bounded by
-// the callout timeout and by Close (the base context).
+// sendOutbound starts the callouts the guest dispatched during the call into it that has just
+// returned. Envoy's proxy_http_call creates the request and returns; the request leaves when
+// the worker's event loop runs again, after the guest's callback. Starting each callout from
+// within proxy_http_call instead would count the goroutine it starts (and the other threads it
+// wakes, which compete for the CPU with the rest of the callback) in the guest's time.
+func (v *vm) sendOutbound() {
+	for i, c := range v.outbound {
+		v.h.startCallout(c)
+		v.outbound[i] = nil
+	}
+	v.outbound = v.outbound[:0]
+}
+
+// startCallout performs the request on a callout worker and delivers the response on the VM's
+// loop to the root context: an idle worker takes it, or a new one starts when none is idle. A
+// worker that has performed a callout waits for the next one rather than ending: a goroutine
+// started per callout would grow its stack through net/http's calls anew each time, and that
+// is time on every global request's path. There are as many workers as callouts were ever in
+// flight at once; each performs one at a time, bounded by the callout timeout, and ends at Close.
 func (h *Host) startCallout(c *callout) {
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		resp := h.performCallout(c)
-		if resp == nil {
-			return // the host is closing
+	select {
+	case h.callouts <- c:
+	default:
+		h.wg.Add(1)
+		go h.calloutWorker(c)
+	}
+}
+
+// calloutWorker performs c, then every callout it is handed, until the host closes.
+func (h *Host) calloutWorker(c *callout) {
+	defer h.wg.Done()
+	for {
+		if resp := h.performCallout(c); resp != nil {
+			c.v.post(h.baseCtx, func() { c.v.deliverCallout(c.token, resp) })
 		}
-		c.v.post(h.baseCtx, func() { c.v.deliverCallout(c.token, resp) })
-	}()
+		select {
+		case c = <-h.callouts:
+		case <-h.baseCtx.Done():
+			return
+		}
+	}
 }
 
 func (h *Host) performCallout(c *callout) *calloutResponse {

@@ -523,7 +523,7 @@ func hHTTPCall(v *vm, stack []uint64) {
 		body: append([]byte(nil), body...), trailers: tp,
 		timeout: time.Duration(timeoutMs) * time.Millisecond,
 	}
-	v.h.startCallout(call)
+	v.outbound = append(v.outbound, call)
 	v.mem.WriteUint32Le(tokenPtr, token)
 	ret(stack, StatusOK)
 }

@@ -138,6 +138,9 @@ type Host struct {
 	client  *http.Client
 	envList []string // "k=v", sorted
 
+	// callouts hands a callout to an idle callout worker (see startCallout).
+	callouts chan *callout
+
 	vmMu sync.Mutex
 	live []*vm // every open VM, canary included (for the watchdog)
 
@@ -312,6 +315,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		closed:  make(chan struct{}),
 		client:  newHTTPClient(),
 	}
+	h.callouts = make(chan *callout)
 	for i, name := range hostFuncNames {
 		h.funcs[i] = h.table[name]
 	}

@@ -82,6 +82,7 @@ type vm struct {
 	dirty     []*stream // streams with deferred actions to apply
 
 	nextToken  uint32
+	outbound   []*callout       // callouts the running guest call dispatched (see sendOutbound)
 	callout    *calloutResponse // the response being delivered, if any
 	statusCode uint32
 	statusMsg  string
@@ -286,6 +287,9 @@ func (v *vm) timedInvoke(f api.Function, params ...uint64) (uint64, error) {
 		v.callStart.Store(0)
 	}
 	v.busy.Add(time.Now().UnixNano() - start)
+	if len(v.outbound) > 0 {
+		v.sendOutbound()
+	}
 	if v.stdio[0].Len() > 0 || v.stdio[1].Len() > 0 {
 		v.emitStdio(1, true)
 		v.emitStdio(2, true)

@@ -38,11 +38,18 @@ const (
 	maxShapingDelay = 60 * time.Second
 )
 
+// The range of max_key_bytes (see Config.MaxKeyBytes).
+const (
+	MinKeyBytes = 16
+	MaxKeyBytes = 64 << 10
+)
+
 // Defaults applied when a field is absent.
 const (
 	defaultDomain           = "rl"
 	defaultCASAttempts      = 8
 	defaultMaxKeys          = 10000
+	defaultMaxKeyBytes      = 1024
 	defaultDenyStatus       = 429
 	defaultDenyBody         = `{"error":"rate_limited","rule":"%RULE%","retry_after":%RETRY_AFTER%}`
 	defaultRedisTimeout     = 50 * time.Millisecond
@@ -135,6 +142,12 @@ type Config struct {
 	Deny *Deny
 	// MaxKeys is the default number of distinct keys per rule; each Rule carries its own.
 	MaxKeys int
+	// MaxKeyBytes bounds the length of a rule's key for a request (Rule.AppendKey's bytes: the
+	// parts' values with their length prefixes). A longer key is refused with 431 before the
+	// rule is decided (a shadow rule skips the request instead), so that what a request costs
+	// does not grow with the length of the values a client sends: the key's digest, its copy
+	// and, for a global rule, its Redis key and SHA-256 are all bounded by it.
+	MaxKeyBytes int
 	// Redis configures global rules; nil when the config has no redis section.
 	Redis *Redis
 	// Rules in config order, which is evaluation order.

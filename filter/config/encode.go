@@ -19,6 +19,7 @@ type jsonConfig struct {
 	TrustedHops      int        `json:"trusted_hops"`
 	Deny             *jsonDeny  `json:"deny"`
 	MaxKeys          int        `json:"max_keys"`
+	MaxKeyBytes      int        `json:"max_key_bytes"`
 	Redis            *jsonRedis `json:"redis,omitempty"`
 	Rules            []jsonRule `json:"rules"`
 }
@@ -130,6 +131,7 @@ func (c *Config) encode() jsonConfig {
 		TrustedHops:      c.TrustedHops,
 		Deny:             encodeDeny(c.Deny),
 		MaxKeys:          c.MaxKeys,
+		MaxKeyBytes:      c.MaxKeyBytes,
 		Rules:            make([]jsonRule, 0, len(c.Rules)),
 	}
 	if r := c.Redis; r != nil {

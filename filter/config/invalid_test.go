@@ -66,6 +66,9 @@ var invalidCases = []invalidCase{
 	{"trusted_hops negative", `{"trusted_hops":-1,"rules":[{"name":"r",` + tb + `}]}`, []string{"trusted_hops: must be between 0 and 16, got -1"}, schemaRejects},
 	{"max_keys zero", `{"max_keys":0,"rules":[{"name":"r",` + tb + `}]}`, []string{"max_keys: must be between 1 and 1000000, got 0"}, schemaRejects},
 	{"max_keys huge", `{"max_keys":99999999999999999999,"rules":[{"name":"r",` + tb + `}]}`, []string{"max_keys: must be between 1 and 1000000, got 99999999999999999999"}, schemaRejects},
+	{"max_key_bytes small", `{"max_key_bytes":15,"rules":[{"name":"r",` + tb + `}]}`, []string{"max_key_bytes: must be between 16 and 65536, got 15"}, schemaRejects},
+	{"max_key_bytes large", `{"max_key_bytes":65537,"rules":[{"name":"r",` + tb + `}]}`, []string{"max_key_bytes: must be between 16 and 65536, got 65537"}, schemaRejects},
+	{"max_key_bytes type", `{"max_key_bytes":"1KiB","rules":[{"name":"r",` + tb + `}]}`, []string{`max_key_bytes: want an integer, got "1KiB"`}, schemaRejects},
 
 	// The rules list.
 	{"rules missing", `{}`, []string{"rules: required: at least one rule"}, schemaRejects},

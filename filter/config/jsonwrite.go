@@ -178,6 +178,7 @@ func (jc *jsonConfig) appendJSON(b []byte) []byte {
 	w.key("deny")
 	w.b = jc.Deny.appendJSON(w.b)
 	w.int("max_keys", int64(jc.MaxKeys))
+	w.int("max_key_bytes", int64(jc.MaxKeyBytes))
 	if jc.Redis != nil {
 		w.key("redis")
 		w.b = jc.Redis.appendJSON(w.b)

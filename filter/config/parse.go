@@ -97,7 +97,7 @@ func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 
 var topLevelFields = []string{
 	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
-	"deny", "max_keys", "redis", "rules",
+	"deny", "max_keys", "max_key_bytes", "redis", "rules",
 }
 
 func (p *parser) config(root *node) *Config {
@@ -111,6 +111,7 @@ func (p *parser) config(root *node) *Config {
 		CASAttempts:      defaultCASAttempts,
 		RateLimitHeaders: HeadersDraft,
 		MaxKeys:          defaultMaxKeys,
+		MaxKeyBytes:      defaultMaxKeyBytes,
 	}
 	c.Deny = defaultDeny()
 	// A configuration of rules alone (the common minimal one) skips the top-level options,
@@ -327,6 +328,11 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("max_keys"); n != nil {
 		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
 			c.MaxKeys = v
+		}
+	}
+	if n, path := f.get("max_key_bytes"); n != nil {
+		if v, ok := p.intField(path, n, MinKeyBytes, MaxKeyBytes); ok {
+			c.MaxKeyBytes = v
 		}
 	}
 	if n, path := f.get("deny"); n != nil {

@@ -15,7 +15,7 @@ import (
 func TestParseDefaults(t *testing.T) {
 	c := mustParse(t, `{"rules":[{"name":"r","algorithm":"sliding_window","limit":10,"window":"1s"}]}`)
 	if c.Domain != "rl" || c.FailureMode != FailAllow || c.CASAttempts != 8 ||
-		c.RateLimitHeaders != HeadersDraft || c.TrustedHops != 0 || c.MaxKeys != 10000 || c.Redis != nil {
+		c.RateLimitHeaders != HeadersDraft || c.TrustedHops != 0 || c.MaxKeys != 10000 || c.MaxKeyBytes != 1024 || c.Redis != nil {
 		t.Errorf("top-level defaults: %+v", c)
 	}
 	d := c.Deny
@@ -47,7 +47,7 @@ func TestParseEverything(t *testing.T) {
 	}
 	c := mustParse(t, string(data))
 	if c.Domain != "full.example" || c.FailureMode != FailDeny || c.CASAttempts != 4 ||
-		c.RateLimitHeaders != HeadersLegacy || c.TrustedHops != 1 || c.MaxKeys != 20000 {
+		c.RateLimitHeaders != HeadersLegacy || c.TrustedHops != 1 || c.MaxKeys != 20000 || c.MaxKeyBytes != 4096 {
 		t.Errorf("top level: %+v", c)
 	}
 	if c.Deny.ContentType != "application/problem+json" || len(c.Deny.Headers) != 1 ||

@@ -1,6 +1,9 @@
 package filtertest
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // MetricScenario is a Scenario with the counters it must leave behind: what an operator reads
 // in ratelimit_requests_total after those requests.
@@ -108,6 +111,36 @@ var MetricScenarios = []MetricScenario{
 			"ratelimit_requests_total;rule=dry;decision=allowed":        1,
 			"ratelimit_requests_total;rule=per-ip;decision=skipped":     0,
 			"ratelimit_requests_total;rule=per-ip;decision=allowed":     3,
+		},
+	},
+	{
+		// A key longer than max_key_bytes (64 here: "62:" and 62 bytes are 65) is refused
+		// with 431 by the first enforced rule whose key it is, and counted there; a shadow
+		// rule before it counts it and skips it, and a rule decided before it is charged
+		// nothing ("first" has 4 of 5 left after the request that follows). A key of
+		// exactly 64 bytes is decided.
+		Scenario: Scenario{
+			Name: "a key longer than max_key_bytes is refused and charges no rule",
+			Config: `{"max_key_bytes":64,"rules":[
+				{"name":"dry","continue":true,"shadow":true,"key":[{"source":"header","name":"x-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"first","continue":true,"key":[{"source":"client_ip"}],"algorithm":"fixed_window","limit":5,"window":"1h"},
+				{"name":"per-key","key":[{"source":"header","name":"x-key"}],"algorithm":"fixed_window","limit":5,"window":"1h"}]}`,
+			Steps: []Step{
+				{Headers: [][2]string{hdr("x-key", strings.Repeat("k", 62))}, Want: 431,
+					WantBody: `{"error":"key_too_long","rule":"per-key","max_key_bytes":64,"message":"the request's key for this rule is 65 bytes, more than 64`},
+				{Headers: [][2]string{hdr("x-key", strings.Repeat("k", 61))},
+					WantHeaders: map[string]string{"ratelimit": `"first";r=4;t=3600, "per-key";r=4;t=3600`}},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=dry;decision=key_too_long":     1,
+			"ratelimit_requests_total;rule=dry;decision=skipped":          0,
+			"ratelimit_requests_total;rule=dry;decision=allowed":          1,
+			"ratelimit_requests_total;rule=first;decision=key_too_long":   0,
+			"ratelimit_requests_total;rule=first;decision=allowed":        1,
+			"ratelimit_requests_total;rule=per-key;decision=key_too_long": 1,
+			"ratelimit_requests_total;rule=per-key;decision=denied":       0,
+			"ratelimit_requests_total;rule=per-key;decision=allowed":      1,
 		},
 	},
 }

@@ -83,6 +83,49 @@ var TableCases = []TableCase{
 		},
 	},
 	{
+		// A flood that spends little per key cannot keep new clients out, and cannot free the
+		// slot of a key that spent its allowance: on a 1,000-key table at 10 per hour, 1,800
+		// flood keys each send two requests a minute apart; at least 95 of the 100 new clients
+		// that follow are admitted, every eviction grants back at most the 2 units its key
+		// spent (ratelimit_key_eviction_granted_total over ratelimit_key_evictions_total), and
+		// a key that spent its 10 before the flood is still denied after it.
+		Name: "FloodOfTwoRequestKeys",
+		Config: `{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":1000,
+		"algorithm":"token_bucket","limit":10,"window":"1h"}]}`,
+		Check: func(t *testing.T, d TableDriver) {
+			for range 10 {
+				if o := d.Do(t, T0, XK("spent-before")); o.Status != 0 {
+					t.Fatalf("setup: the key's own allowance was denied: %+v", o)
+				}
+			}
+			const flood = 1800
+			for round := range 2 {
+				for i := range flood {
+					at := T0.Add(time.Second + time.Duration(round)*time.Minute + time.Duration(i)*time.Minute/flood)
+					d.Do(t, at, XK(fmt.Sprintf("flood-%d", i)))
+				}
+			}
+			now := T0.Add(3 * time.Minute)
+			admitted := 0
+			for i := range 100 {
+				if d.Do(t, now, XK(fmt.Sprintf("new-client-%d", i))).Status == 0 {
+					admitted++
+				}
+			}
+			evictions, granted := d.Metric(t, "ratelimit_key_evictions_total;rule=k"), d.Metric(t, "ratelimit_key_eviction_granted_total;rule=k")
+			t.Logf("%d of 100 new clients admitted; %d evictions granted %d units", admitted, evictions, granted)
+			if admitted < 95 {
+				t.Errorf("%d of 100 new clients admitted, want at least 95", admitted)
+			}
+			if evictions == 0 || granted > 2*evictions {
+				t.Errorf("%d evictions granted %d units: want evictions, each granting at most the 2 units its key spent", evictions, granted)
+			}
+			if o := d.Do(t, now, XK("spent-before")); o.Status != 429 {
+				t.Errorf("the key that spent its allowance before the flood, after it: %+v, want 429", o)
+			}
+		},
+	},
+	{
 		// Every overflow decision is counted, the denied ones too, and the fill gauge says how
 		// many of max_keys slots the rule has created, as all workers see it.
 		Name: "OverflowMetricAndFill",

@@ -3,6 +3,7 @@ package moduletest
 import (
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,6 +28,35 @@ func TestHostFloorMakesTheFilterCalls(t *testing.T) {
 	}, filterCalls)
 	require.Equal(t, filterCalls, floorCalls)
 	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
+	require.Equal(t, filterAllocs, floorAllocs)
+}
+
+// The callout floor (wasmhost/testdata/hostfloor with {"global":true}) makes, per request,
+// exactly the host calls of BenchmarkGlobalWasm's request with one global rule, callout
+// included, and as many allocator calls: the difference between the two in the benchmark is
+// the filter's own work for a global rule.
+func TestCalloutFloorMakesTheFilterCalls(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clusters := map[string]string{"webdis": srv.WebdisURL()}
+	rule := `[{"name":"bench0","key":[{"source":"header","name":"x-user"}],"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":"global"}]`
+	req := globalRequest(hdr("x-user", "bench"))
+	filterCalls, filterAllocs := callsPerRequestOf(t, ".", globalConfig(redisOpts{}, rule), 200, req, true, clusters)
+	floorCalls, floorAllocs := callsPerRequestOf(t, "./wasmhost/testdata/hostfloor", `{"global":true}`, 200, req, true, clusters)
+	require.Equal(t, map[string]float64{
+		"env.proxy_get_header_map_pairs":        1,
+		"wasi_snapshot_preview1.clock_time_get": 2,
+		"env.proxy_http_call":                   1,
+		"env.proxy_increment_metric":            2,
+		"env.proxy_set_effective_context":       1,
+		"env.proxy_record_metric":               1,
+		"env.proxy_get_header_map_value":        1,
+		"env.proxy_get_buffer_bytes":            1,
+		"env.proxy_continue_stream":             1,
+		"env.proxy_add_header_map_value":        5,
+	}, filterCalls)
+	require.Equal(t, filterCalls, floorCalls)
+	require.Equal(t, 3.0, filterAllocs, "the header map, the answer's status and its body")
 	require.Equal(t, filterAllocs, floorAllocs)
 }
 
@@ -59,7 +89,7 @@ func TestHostCallsPerRequest(t *testing.T) {
 			}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, req, tc.limited)
+			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, req, tc.limited, nil)
 			require.Equal(t, tc.want, calls)
 			require.Equal(t, tc.allocs, allocs)
 		})

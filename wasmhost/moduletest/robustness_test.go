@@ -91,8 +91,9 @@ func TestBadInputWasm(t *testing.T) {
 		cancel()
 		require.NoError(t, err, "request %d", i)
 		o := outcomeOf(res)
-		// 400: the repeated key parameter k is ambiguous (on_duplicate "reject").
-		require.Contains(t, []int{0, 400, 429}, o.Status, "request %d: %+v", i, o)
+		// 400: the repeated key parameter k is ambiguous (on_duplicate "reject"); 431: the
+		// key is longer than max_key_bytes.
+		require.Contains(t, []int{0, 400, 429, 431}, o.Status, "request %d: %+v", i, o)
 	}
 	require.Zero(t, d.host.Stats().Traps)
 	require.Empty(t, errorLogs(d.host))
@@ -169,15 +170,15 @@ func benchRequest() wasmhost.Request {
 // calls, each divided by n. Every request must be let through with rate-limit headers.
 func callsPerRequest(t *testing.T, module, config string, n int) (map[string]float64, float64) {
 	t.Helper()
-	return callsPerRequestOf(t, module, config, n, benchRequest(), true)
+	return callsPerRequestOf(t, module, config, n, benchRequest(), true, nil)
 }
 
 // callsPerRequestOf is callsPerRequest for any request let through, with (limited) or
-// without rate-limit headers.
-func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool) (map[string]float64, float64) {
+// without rate-limit headers, in a host with the given clusters.
+func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.Request, limited bool, clusters map[string]string) (map[string]float64, float64) {
 	t.Helper()
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(t, module), wasmhost.Options{
-		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(), Clusters: clusters,
 	})
 	require.NoError(t, err)
 	defer h.Close(context.Background())
@@ -218,7 +219,7 @@ func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.
 // and "1rule-new-client" is the filter's own computation for a new client. shared-reads/op
 // and shared-writes/op count the shared-data calls.
 //
-//	go test ./filter/ -run '^$' -bench GuestPerRequest -benchtime 5000x
+//	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
 	rule := func(i int, key string) string {
 		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[%s{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
@@ -248,39 +249,93 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, c.module), wasmhost.Options{
-				Workers: 1, VMID: "bench", PluginConfig: []byte(c.config), SharedData: wasmhost.NewSharedData(),
-			})
-			require.NoError(b, err)
-			defer h.Close(context.Background())
 			req := benchRequest()
-			ctx := context.Background()
-			start := h.Stats()
-			// Each request's guest time too: on a shared machine a mean takes in every
-			// preemption of the benchmark's thread, while the median request ran undisturbed,
-			// so guest-p50-ns/op compares builds of the module with far less noise.
-			each := make([]time.Duration, 0, 1024)
-			last := start.GuestTime
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if c.newClients {
-					req.SourceAddress = sources[i%len(sources)]
-				}
-				res, err := h.Do(ctx, req)
-				if err != nil || res.Local != nil {
-					b.Fatal(err, res.Local)
-				}
-				now := h.GuestTime()
-				each, last = append(each, now-last), now
+			var next func(int, *wasmhost.Request)
+			if c.newClients {
+				next = func(i int, req *wasmhost.Request) { req.SourceAddress = sources[i%len(sources)] }
 			}
-			end := h.Stats()
-			slices.Sort(each)
-			b.ReportMetric(float64(each[len(each)/2]), "guest-p50-ns/op")
-			b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
-			b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
-			b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-start.HostCalls["env.proxy_get_shared_data"])/float64(b.N), "shared-reads/op")
-			b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-start.HostCalls["env.proxy_set_shared_data"])/float64(b.N), "shared-writes/op")
-			b.ReportMetric(float64(end.AllocatorCalls-start.AllocatorCalls)/float64(b.N), "allocator-calls/op")
+			benchGuest(b, c.module, c.config, req, next, 0)
 		})
+	}
+}
+
+// benchGuest serves b.N requests req through one worker VM of module configured with config
+// and reports the guest's cost per request; it returns the median request's guest time.
+// next, when set, changes the request before each one is served. Every request must be let
+// through (status 0) or answered locally with status.
+func benchGuest(b *testing.B, module, config string, req wasmhost.Request, next func(int, *wasmhost.Request), status int) time.Duration {
+	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, module), wasmhost.Options{
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+	})
+	require.NoError(b, err)
+	defer h.Close(context.Background())
+	ctx := context.Background()
+	start := h.Stats()
+	// Each request's guest time too: on a shared machine a mean takes in every preemption of
+	// the benchmark's thread, while the median request ran undisturbed, so guest-p50-ns/op
+	// compares builds of the module with far less noise.
+	each := make([]time.Duration, 0, 1024)
+	last := start.GuestTime
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if next != nil {
+			next(i, &req)
+		}
+		res, err := h.Do(ctx, req)
+		if err != nil || (res.Local == nil) != (status == 0) || res.Local != nil && res.Local.Status != status {
+			b.Fatal(err, res.Local)
+		}
+		now := h.GuestTime()
+		each, last = append(each, now-last), now
+	}
+	end := h.Stats()
+	slices.Sort(each)
+	p50 := each[len(each)/2]
+	b.ReportMetric(float64(p50), "guest-p50-ns/op")
+	b.ReportMetric(float64(end.GuestTime-start.GuestTime)/float64(b.N), "guest-ns/op")
+	b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(start.HostCalls))/float64(b.N), "host-calls/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-start.HostCalls["env.proxy_get_shared_data"])/float64(b.N), "shared-reads/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-start.HostCalls["env.proxy_set_shared_data"])/float64(b.N), "shared-writes/op")
+	b.ReportMetric(float64(end.AllocatorCalls-start.AllocatorCalls)/float64(b.N), "allocator-calls/op")
+	return p50
+}
+
+// BenchmarkGuestPerRequestKeyLength measures what the length of a key costs: the same rules
+// keyed on a header whose value is 16 bytes and then 60 KiB (Envoy's default limit on a
+// request's headers), with one rule and with five (each its own key: a constant part and the
+// header). "60KiB" is refused with 431 (longer than the default max_key_bytes); "60KiB-decided"
+// raises max_key_bytes to 65536 so that the long key is decided, as every key was without the
+// bound. The long key's cases report their median guest time over the short key's, measured
+// in the same run (x-16B).
+//
+//	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequestKeyLength -benchtime 5000x
+func BenchmarkGuestPerRequestKeyLength(b *testing.B) {
+	rule := func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"const","value":"%d"},{"source":"header","name":"x-key"}],
+			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, i)
+	}
+	five := make([]string, 5)
+	for i := range five {
+		five[i] = rule(i)
+	}
+	for _, rules := range []struct {
+		name, rules string
+	}{{"1rule", rule(0)}, {"5rules", strings.Join(five, ",")}} {
+		var short time.Duration
+		for _, length := range []struct {
+			name, options string
+			bytes, status int
+		}{{"16B", "", 16, 0}, {"60KiB", "", 60 << 10, 431}, {"60KiB-decided", `"max_key_bytes":65536,`, 60 << 10, 0}} {
+			b.Run(rules.name+"/"+length.name, func(b *testing.B) {
+				req := benchRequest()
+				req.Headers = [][2]string{{"x-key", strings.Repeat("k", length.bytes)}}
+				p50 := benchGuest(b, ".", `{`+length.options+`"rules":[`+rules.rules+`]}`, req, nil, length.status)
+				if length.bytes == 16 {
+					short = p50
+				} else if short > 0 {
+					b.ReportMetric(float64(p50)/float64(short), "x-16B")
+				}
+			})
+		}
 	}
 }

@@ -1,20 +1,17 @@
 package moduletest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
@@ -811,7 +808,10 @@ func TestGlobalWasmInjection(t *testing.T) {
 	srv := redistest.Start(t)
 	const rule = "inj"
 	rules := "[" + globalRule(rule, `"algorithm":"token_bucket","limit":7,"window":"1h"`, true) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 2)
+	// max_key_bytes above the longest value, 4,096 bytes and its length prefix: long values
+	// reach Redis, hashed.
+	config := strings.Replace(globalConfig(redisOpts{FailureMode: "deny"}, rules), "{", `{"max_key_bytes":8192,`, 1)
+	h := newGlobalHost(t, config, srv.WebdisURL(), 2)
 	values := []string{
 		"plain",
 		"a/b",
@@ -984,121 +984,4 @@ func TestGlobalWasmMetrics(t *testing.T) {
 		require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_resets_total"), "each failure counted once")
 		require.Zero(t, h.Stats().Traps)
 	})
-}
-
-// BenchmarkGlobalWasm measures what a global rule adds to a request over the same rule kept
-// local: one HTTP callout to webdis and one script in Redis, through the wazero host. Besides
-// ns/op (wall time per request, the round trip included) it reports guest-ns/op (time spent in
-// the VM, i.e. the filter's own CPU cost), callouts/op and the request latency's p50-us and p99-us. The
-// same run measures a global rule with a lease block ("global-leased": one callout per batch
-// of 100) and one raw EVALSHA through webdis without the proxy ("raw-evalsha", the
-// round trip a global decision costs at the least), and the filter with no rule that applies
-// ("no-rule"), so
-// the latency a leased global rule adds, p50(global-leased) - p50(no-rule), can be compared
-// with a raw EVALSHA's p50 side by side.
-//
-//	go test ./wasmhost/moduletest/ -run '^$' -bench GlobalWasm -benchtime 2000x
-func BenchmarkGlobalWasm(b *testing.B) {
-	srv := redistest.Start(b)
-	for _, bc := range []struct {
-		name  string
-		scope string
-		rules int
-		lease string
-	}{{"no-rule", "", 0, ""}, {"local", "local", 1, ""}, {"global", "global", 1, ""},
-		{"global-3-rules", "global", 3, ""}, {"global-leased", "global", 1, `,"lease":{"batch":100}`},
-		{"raw-evalsha", "", -1, ""}} {
-		b.Run(bc.name, func(b *testing.B) {
-			if bc.rules < 0 {
-				benchRawEvalSHA(b, srv)
-				return
-			}
-			var rs []string
-			for i := range bc.rules {
-				// continue: true on all but the last, so every rule applies to the request.
-				rs = append(rs, fmt.Sprintf(`{"name":"bench%d","key":[{"source":"header","name":"x-user"}],
-					"algorithm":"token_bucket","limit":1000000000,"window":"1h","scope":%q,"continue":%v%s}`,
-					i, bc.scope, i < bc.rules-1, bc.lease))
-			}
-			if bc.rules == 0 {
-				// The filter with a rule that never matches: the cost of the request alone.
-				rs = append(rs, `{"name":"never","match":{"path":{"exact":"/never"}},"algorithm":"token_bucket","limit":1,"window":"1h"}`)
-			}
-			rules := "[" + strings.Join(rs, ",") + "]"
-			h := newGlobalHost(b, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 1)
-			req := globalRequest(hdr("x-user", "bench"))
-			ctx := context.Background()
-			// Warm up: load the script into Redis and the connection pool.
-			for range 10 {
-				if _, err := h.Do(ctx, req); err != nil {
-					b.Fatal(err)
-				}
-			}
-			calls0 := redisMetric(h, "ratelimit_redis_calls_total")
-			guest0 := h.Stats().GuestTime
-			lat := make([]time.Duration, 0, 4096)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				res, err := h.Do(ctx, req)
-				if err != nil || res.Local != nil {
-					b.Fatalf("request failed: %v %+v", err, res.Local)
-				}
-				lat = append(lat, time.Since(start))
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(h.Stats().GuestTime-guest0)/float64(b.N), "guest-ns/op")
-			b.ReportMetric(float64(redisMetric(h, "ratelimit_redis_calls_total")-calls0)/float64(b.N), "callouts/op")
-			reportLatency(b, lat)
-			for _, m := range redisErrorMetrics {
-				if v := redisMetric(h, m); v != 0 {
-					b.Fatalf("%s = %d", m, v)
-				}
-			}
-		})
-	}
-}
-
-// benchRawEvalSHA measures one EVALSHA of a token bucket through webdis over loopback HTTP,
-// as the host's callouts reach it, with no proxy in between.
-func benchRawEvalSHA(b *testing.B, srv *redistest.Server) {
-	rule, err := redis.NewRule(algorithms.Config{Algorithm: "token_bucket", Limit: 1_000_000_000, Window: time.Hour})
-	require.NoError(b, err)
-	key := redis.AppendKey(nil, "rl", "rl", "raw", []byte("bench"))
-	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: callDeadline}
-	post := func(body []byte) {
-		resp, err := hc.Post(strings.TrimSuffix(srv.WebdisURL(), "/")+redis.Path, redis.ContentType, bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("webdis answered %d", resp.StatusCode)
-		}
-	}
-	post(rule.AppendEval(nil, key, 1)) // load the script
-	body := make([]byte, 0, 512)
-	lat := make([]time.Duration, 0, 4096)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		body = rule.AppendEvalSHA(body[:0], key, 1)
-		post(body)
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	b.ReportMetric(1, "callouts/op")
-	reportLatency(b, lat)
-}
-
-// reportLatency reports the median and the 99th percentile of the latencies, in microseconds.
-func reportLatency(b *testing.B, lat []time.Duration) {
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1000, "p50-us")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1000, "p99-us")
 }

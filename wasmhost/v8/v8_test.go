@@ -110,6 +110,49 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 	}
 }
 
+// BenchmarkV8GuestPerRequestKeyLength is wasmhost/moduletest's BenchmarkGuestPerRequestKeyLength
+// on V8: one rule and five keyed on a header of 16 bytes, then of 60 KiB, refused with 431
+// (longer than the default max_key_bytes), then decided ("60KiB-decided", max_key_bytes 65536).
+// The long key's cases report their median request's guest time over the short key's, in the
+// same run (x-16B). Run with a fixed count, e.g. -benchtime 5000x: each case is one Node
+// process.
+func BenchmarkV8GuestPerRequestKeyLength(b *testing.B) {
+	rule := func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"const","value":"%d"},{"source":"header","name":"x-key"}],`+
+			`"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, i)
+	}
+	five := make([]string, 5)
+	for i := range five {
+		five[i] = rule(i)
+	}
+	mod := module(b, ".")
+	for _, rules := range []struct {
+		name, rules string
+	}{{"1rule", rule(0)}, {"5rules", strings.Join(five, ",")}} {
+		var short float64
+		for _, length := range []struct {
+			name, options string
+			bytes         int
+		}{{"16B", "", 16}, {"60KiB", "", 60 << 10}, {"60KiB-decided", `"max_key_bytes":65536,`, 60 << 10}} {
+			b.Run(rules.name+"/"+length.name, func(b *testing.B) {
+				req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555",
+					Headers: [][2]string{{"x-key", strings.Repeat("k", length.bytes)}}}
+				res := run(b, Job{Module: mod, Config: `{` + length.options + `"rules":[` + rules.rules + `]}`, Workers: 1,
+					Bench: &Bench{Request: req, Warmup: 500, Rounds: 5, N: b.N}})
+				require.True(b, res.Configured)
+				require.Positive(b, res.GuestP50NS, "host.js reported no per-request median")
+				b.ReportMetric(res.GuestNS, "guest-ns/op")
+				b.ReportMetric(res.GuestP50NS, "guest-p50-ns/op")
+				if length.bytes == 16 {
+					short = res.GuestP50NS
+				} else if short > 0 {
+					b.ReportMetric(res.GuestP50NS/short, "x-16B")
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkV8Start reports, per fresh Node process, the first VM's start on V8: for an empty
 // Go reactor instantiate + _initialize; for the filter instantiate + _initialize + root
 // context + proxy_on_vm_start + proxy_on_configure (a 1-rule configuration), and the filter's

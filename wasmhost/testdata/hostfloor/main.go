@@ -14,6 +14,17 @@
 // 256-byte index, writes the index and the slot, and increments two counters (the rule's
 // allowed requests and its used slots).
 //
+// With {"global":true} it makes the host calls of a request with one global rule (the
+// GlobalWasm benchmark's, the filter configured with rate_limit_headers "both"): it reads the
+// header map and the clock and sends the callout to the cluster "webdis" with the body the
+// filter sends for that rule (one EVALSHA, built once at start), increments the calls counter,
+// and on the answer reads the clock, records the latency, reads the answer's :status and body,
+// counts the request as allowed and resumes it; its response gets the five rate-limit
+// headers. Its guest time is what those host calls cost, the host's callout plumbing
+// included; the filter's time beyond it is its own work of building the call and parsing the
+// answer. An answer that is not a script's result is answered 502, so that a benchmark of it
+// fails rather than measure a failure.
+//
 // It keeps one stream context and serves one stream at a time, which is all the benchmarks
 // ask of it.
 package main
@@ -24,6 +35,8 @@ import (
 	"unsafe"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -36,6 +49,12 @@ type plugin struct {
 	allowed, used abi.MetricCounter
 	newClient     bool
 	stream        stream
+	// global is set by {"global":true}: calls counts the callouts, latency records their
+	// round trips, and body is the callout's body.
+	global  bool
+	calls   abi.MetricCounter
+	latency abi.MetricHistogram
+	body    []byte
 }
 
 // OnPluginStart defines the counters, as the filter defines its rules' counters at configure
@@ -52,7 +71,34 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 		}
 		p.newClient = true
 	}
+	if cfg, _ := abi.GetPluginConfiguration(); bytes.Contains(cfg, []byte(`"global":true`)) {
+		if !p.startGlobal() {
+			return types.OnPluginStartStatusFailed
+		}
+	}
 	return types.OnPluginStartStatusOK
+}
+
+// startGlobal defines the global mode's metrics and builds its callout's body: the filter's
+// for the benchmark's rule ("bench0", a token bucket of 10^9 per hour keyed on x-user, the
+// default max_keys and domain, key prefix "rl"), for the key "bench".
+func (p *plugin) startGlobal() bool {
+	var err error
+	if p.calls, err = abi.DefineCounterMetric("ratelimit_redis_calls_total"); err != nil {
+		return false
+	}
+	if p.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us"); err != nil {
+		return false
+	}
+	r, err := redis.NewRule(algorithms.Config{Algorithm: "token_bucket", Limit: 1_000_000_000, Window: 3600_000_000_000})
+	if err != nil {
+		return false
+	}
+	r = r.Partitioned(1, 10000, "rl", "rl", "bench0")
+	key := redis.AppendPartKey(nil, "rl", "rl", "bench0", 1, 0, []byte("5:bench"))
+	p.body = redis.AppendEvalSHA(nil, []redis.Item{{Rule: r, Key: key, N: 1}})
+	p.global = true
+	return true
 }
 
 func (p *plugin) NewHttpContext(uint32) types.HttpContext { return &p.stream }
@@ -83,6 +129,9 @@ const (
 // OnHttpRequestHeaders makes the request's host calls; their results are not used.
 func (s *stream) OnHttpRequestHeaders(int, bool) types.Action {
 	_, _ = abi.GetHttpRequestHeaderMap()
+	if s.plugin.global {
+		return s.callOut()
+	}
 	addr, _ := abi.GetPropertyString(sourceAddress)
 	_ = abi.WallClockNanos()
 	if s.plugin.newClient {
@@ -128,10 +177,51 @@ func (s *stream) slotName(addr string) string {
 	return unsafe.String(unsafe.SliceData(s.name), len(s.name))
 }
 
-// OnHttpResponseHeaders adds the two rate-limit headers of an allowed request.
+// callOut sends the global mode's callout and pauses the request until its answer, which
+// counts the request as allowed and resumes it.
+func (s *stream) callOut() types.Action {
+	p := s.plugin
+	sent := abi.WallClockNanos()
+	if _, err := abi.DispatchHttpCallAlways("webdis", calloutHeaders, p.body, nil, 2000, func(_, bodySize, _ int) {
+		p.latency.Record(uint64((abi.WallClockNanos() - sent) / 1000))
+		status, _ := abi.GetHttpCallResponseHeader(":status")
+		body, _ := abi.GetHttpCallResponseBody(0, bodySize)
+		if status != "200" || !bytes.HasPrefix(body, []byte(`{"EVALSHA":[`)) {
+			_ = abi.SendHttpResponse(502, nil, body, -1)
+			return
+		}
+		p.allowed.Increment(1)
+		_ = abi.ResumeHttpRequest()
+	}); err != nil {
+		_ = abi.SendHttpResponse(502, nil, []byte(err.Error()), -1)
+		return types.ActionPause
+	}
+	p.calls.Increment(1)
+	return types.ActionPause
+}
+
+// calloutHeaders are the filter's callout headers for the cluster "webdis" with the
+// authority "webdis.test".
+var calloutHeaders = [][2]string{{":method", "POST"}, {":path", redis.Path}, {":authority", "webdis.test"},
+	{"content-type", redis.ContentType}}
+
+// The legacy rate-limit headers of the global mode's allowed request.
+var (
+	legacyLimit     = []byte("1000000000")
+	legacyRemaining = []byte("999999999")
+	legacyReset     = []byte("1")
+)
+
+// OnHttpResponseHeaders adds the two rate-limit headers of an allowed request, and in the
+// global mode the three legacy ones too.
 func (s *stream) OnHttpResponseHeaders(int, bool) types.Action {
 	_ = abi.AddHttpResponseHeaderBytes("ratelimit-policy", policy)
 	_ = abi.AddHttpResponseHeaderBytes("ratelimit", item)
+	if s.plugin.global {
+		_ = abi.AddHttpResponseHeaderBytes("x-ratelimit-limit", legacyLimit)
+		_ = abi.AddHttpResponseHeaderBytes("x-ratelimit-remaining", legacyRemaining)
+		_ = abi.AddHttpResponseHeaderBytes("x-ratelimit-reset", legacyReset)
+	}
 	return types.ActionContinue
 }
 
