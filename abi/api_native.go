@@ -114,6 +114,11 @@ func GetHttpCallResponseHeader(key string) (string, error) {
 	return "", ErrNotFound
 }
 
+// GetHttpResponseBody returns part of the response body chunk being delivered.
+func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
+	return proxywasm.GetHttpResponseBody(start, maxSize)
+}
+
 // GetHttpCallResponseBody returns part of the callout response body being delivered.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)
@@ -137,6 +142,11 @@ func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(p
 
 // WallClockNanos returns the wall clock in Unix nanoseconds.
 func WallClockNanos() int64 { return time.Now().UnixNano() }
+
+// SetProperty sets a property of the current stream (see the wasip1 build's SetProperty).
+func SetProperty(path, value string) error {
+	return proxywasm.SetProperty([]string{path}, []byte(value))
+}
 
 // GetPropertyString reads a host property as a string.
 func GetPropertyString(path []string) (string, error) {

@@ -25,6 +25,7 @@ const (
 	mapRequestHeaders      = 0
 	mapResponseHeaders     = 2
 	mapCalloutResponseHdrs = 6
+	bufferResponseBody     = 1
 	bufferCalloutResponse  = 4
 	bufferVMConfiguration  = 6
 	bufferPluginConfig     = 7
@@ -215,6 +216,12 @@ func GetHttpCallResponseHeader(key string) (string, error) {
 	return getMapValue(mapCalloutResponseHdrs, key)
 }
 
+// GetHttpResponseBody returns up to maxSize bytes from start of the response body chunk being
+// delivered to OnHttpResponseBody.
+func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
+	return getBuffer(bufferResponseBody, start, maxSize)
+}
+
 // GetHttpCallResponseBody returns up to maxSize bytes from start of the callout response body.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return getBuffer(bufferCalloutResponse, start, maxSize)
@@ -258,6 +265,13 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 	b, err := read(hostGetProperty(stringPtr(string(path)), uint32(len(path)), &retAddr, &retSize))
 	// The bytes belong to this call alone, so the string shares them instead of copying.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
+}
+
+// SetProperty sets a property of the current stream: Envoy keeps it in the stream's filter
+// state under "wasm." and the path (a property path of one segment is the name itself), where
+// its access log reads it with %FILTER_STATE(wasm.<path>:PLAIN)%.
+func SetProperty(path, value string) error {
+	return statusError(hostSetProperty(stringPtr(path), uint32(len(path)), stringPtr(value), uint32(len(value))))
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes

@@ -34,6 +34,9 @@ func hostRemoveHeaderMapValue(mapType uint32, key *byte, keySize uint32) uint32
 //go:wasmimport env proxy_get_property
 func hostGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uint32) uint32
 
+//go:wasmimport env proxy_set_property
+func hostSetProperty(path *byte, pathSize uint32, value *byte, valueSize uint32) uint32
+
 //go:wasmimport env proxy_get_shared_data
 func hostGetSharedData(key *byte, keySize uint32, retData *uint32, retSize *uint32, cas *uint32) uint32
 

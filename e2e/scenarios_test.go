@@ -22,6 +22,8 @@ import (
 //	internal    filter disabled on the route
 //	global      5 a minute per x-api-key in Redis (token_bucket), rule global-per-key
 //	default     5 per 10 s per IP, shadow (never enforced), rule default-shadow
+//	llm         tokens per x-api-key: 2,000 a minute, 20,000 a day, charged by the usage the
+//	            response reports (rules llm-tokens-per-minute, llm-tokens-per-day)
 var scenarios = []struct {
 	name string
 	run  func(t *testing.T, e target)
@@ -35,6 +37,7 @@ var scenarios = []struct {
 	{"Redis down: each failure mode", redisDown},
 	{"metrics in /stats/prometheus", prometheusMetrics},
 	{"the log-in limits cannot be escaped by spelling the path differently", loginSpellings},
+	{"LLM token limits charge the usage the response reports", llmTokens},
 }
 
 // runScenarios runs the list against one target.

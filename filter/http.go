@@ -28,6 +28,10 @@ type httpContext struct {
 	asked       *decisions
 	redisAnswer func(numHeaders, bodySize, numTrailers int)
 
+	// usage holds the stream's open reservations of usage costs (see usage.go); nil for
+	// most streams.
+	usage *usageStream
+
 	// observed lists the adaptive rules that admitted the request; its outcome feeds them.
 	observed               []*ruleState
 	startedAt, respondedAt int64
@@ -43,10 +47,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
 // rateLimitHeaders).
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
 		h.noteResponse()
+	}
+	if h.usage != nil {
+		h.usageHeaders(endOfStream)
 	}
 	// The headers are added here rather than by a function of their own: a VM's first
 	// request compiles every function it calls (see doc.go), and each is code of its own.
@@ -84,7 +91,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	// at each return, and a VM's first request compiles this function.
 	if !h.done {
 		h.done = true
-		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 {
+		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 || h.usage != nil {
 			h.settleStream()
 		}
 		// Envoy calls nothing of a stream's after proxy_on_log but proxy_on_done and
@@ -116,5 +123,8 @@ func (h *httpContext) settleStream() {
 	}
 	if len(h.observed) > 0 {
 		h.observe(h.plugin.now())
+	}
+	if h.usage != nil {
+		h.settleUsage()
 	}
 }

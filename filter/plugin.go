@@ -46,11 +46,19 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
+	// unsampled counts the requests without an x-request-id that a rule with an
+	// enforce_percent below 100 decided (see requestSample).
+	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
 	// a client's copy from every request, so that the upstream hears of a would-be denial
 	// from the filter alone.
 	shadowHeaders []string
+
+	// usage is set when a rule has a usage cost; usageFree keeps finished streams' usage
+	// state for reuse (see usage.go).
+	usage     bool
+	usageFree []*usageStream
 }
 
 // ruleState is everything the filter keeps per configured rule.
@@ -80,7 +88,14 @@ type ruleState struct {
 	// with the override's limiter, and the rule's metrics.
 	overrides []*ruleState
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
+	usage     *usageRule      // set for rules with a usage cost (see usage.go)
 	overLimit *overLimitCache // set for global rules with a lease block
+	// nearRemaining is the remaining allowance below which an admission is near the limit
+	// (see near.go).
+	nearRemaining int64
+	// unenforced is the rule's state for the requests it does not enforce, set when its
+	// enforce_percent is below 100 (see enforce.go).
+	unenforced *ruleState
 }
 
 // ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
@@ -111,6 +126,8 @@ type ruleMetrics struct {
 	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
 	// for the rule was longer than max_key_bytes.
 	keyTooLong abi.MetricCounter
+	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
+	nearLimit abi.MetricCounter
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
@@ -202,7 +219,7 @@ func (p *plugin) configure(data []byte) error {
 	}
 	// ticks is set when a rule needs the plugin's tick (shaping, adaptive), shadowHeader when
 	// a rule names a shadow request header.
-	ticks, shadowHeader := false, false
+	ticks, shadowHeader, usage := false, false, false
 	for i, r := range cfg.Rules {
 		// The branches for adaptive, global, leased and shaping rules and every error path
 		// call functions of their own, so that code a configuration does not use costs it no
@@ -212,6 +229,10 @@ func (p *plugin) configure(data []byte) error {
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
 			ad, lim = p.prepareAdaptive(cfg, r, a)
 			ticks = true
+		}
+		var ur *usageRule
+		if r.CostSpec.Usage != nil {
+			lim, ur = usageTableLimiter(r, lim, nil)
 		}
 		if r.Scope == config.ScopeGlobal {
 			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
@@ -235,7 +256,8 @@ func (p *plugin) configure(data []byte) error {
 		if err != nil {
 			return ruleError(i, "", err)
 		}
-		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad}
+		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad,
+			nearRemaining: nearRemaining(r)}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.prepareShape()
@@ -248,6 +270,12 @@ func (p *plugin) configure(data []byte) error {
 			return ruleError(i, ": defining metrics", err)
 		}
 		rs.redisRule = globals[i]
+		if ur != nil {
+			if err := rs.prepareUsage(ur); err != nil {
+				return ruleError(i, ": defining metrics", err)
+			}
+			usage = true
+		}
 		if len(r.Overrides) > 0 {
 			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
 				return err
@@ -256,9 +284,13 @@ func (p *plugin) configure(data []byte) error {
 		if r.ShadowRequestHeader != "" {
 			shadowHeader = true
 		}
+		if r.EnforcePPM < config.EnforceAll {
+			rs.unenforced = rs.unenforcedTwin()
+		}
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.usage = usage
 	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
 	if shadowHeader {
@@ -358,7 +390,18 @@ func (p *plugin) warm() {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
 		p.skipped = make([]*config.Rule, 0, len(p.rules))
 	}
+	// Whether the allocations above grow the heap depends on where the module's data ends;
+	// a throwaway block of heapHeadroom bytes grows it now if less than that is free, so the
+	// first requests find free pages (TestV8FirstRequestGrowsNoMemory).
+	headroom = make([]byte, heapHeadroom)
+	headroom = nil
 }
+
+// heapHeadroom is the free heap a configured VM leaves its first requests, and headroom the
+// block that makes sure of it (a package variable, so that the allocation is not elided).
+const heapHeadroom = 24 << 10
+
+var headroom []byte
 
 // logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
 // like logInvalid.
@@ -461,8 +504,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 //
 //go:noinline
 func (rs *ruleState) prepareLease() {
-	rs.lease = newLeaseState(rs.rule.Lease)
-	if rs.rule.Scope == config.ScopeGlobal {
+	if rs.rule.Scope != config.ScopeGlobal {
+		rs.lease = newLeaseState(rs.rule, rs.table)
+		return
+	}
+	rs.lease = newLeaseState(rs.rule, nil)
+	{
 		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 	}
 }
@@ -533,12 +580,13 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
+		lim, ur := usageTableLimiter(&or, tableLimiter(o.Limiter), rs.usageMetrics())
 		table, err := sharedstate.NewTable(sharedstate.TableConfig{
 			Store:    store,
 			Prefix:   cfg.Domain + "|" + r.Name + "|",
 			Slots:    uint32(r.MaxKeys), // an override needs a key, so the rule has one
 			Attempts: cfg.CASAttempts,
-			Limiter:  tableLimiter(o.Limiter),
+			Limiter:  lim,
 			Secret:   secret,
 		})
 		if err != nil {
@@ -546,7 +594,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		table.AlsoWrittenBy(writers...)
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
-			maxWait: maxWait(o.Algorithm)}
+			maxWait: maxWait(o.Algorithm), nearRemaining: nearRemaining(&or), usage: ur}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
 			// The override's keys are the rule's keys, bounded by the rule's max_keys in
@@ -615,12 +663,13 @@ var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_cas_exhausted_total", ""},
 	{"ratelimit_key_evictions_total", ""},
 	{"ratelimit_key_eviction_granted_total", ""},
+	{"ratelimit_near_limit_total", ""},
 }
 
 // counters returns pointers to the counters named by ruleCounters, in its order.
 func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 	return [...]*abi.MetricCounter{&m.allowed, &m.denied, &m.shadowDenied, &m.skipped,
-		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted}
+		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted, &m.nearLimit}
 }
 
 // defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
@@ -722,7 +771,7 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
 		h.finished, h.done, h.queued, h.callouts, h.asked = false, false, false, 0, nil
-		h.observed = h.observed[:0]
+		h.observed, h.usage = h.observed[:0], nil
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}

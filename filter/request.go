@@ -14,6 +14,7 @@ import (
 // for it: each host call crosses the VM boundary, and most rules need two or three attributes.
 type request struct {
 	fetched uint8
+	sample  uint32 // the request's enforcement sample, once fetchedSample is set
 	method  string
 	path    string
 	route   string
@@ -66,6 +67,7 @@ const (
 	fetchedRoute
 	fetchedVHost
 	fetchedSource
+	fetchedSample // the enforcement sample (see enforce.go)
 )
 
 // reset forgets the last request. Each cached attribute is marked unread (fetched, linesRead,
@@ -325,7 +327,7 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal {
+		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil || rs.usage != nil {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)
@@ -369,6 +371,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			}
 			continue
 		}
+		if rs.unenforced != nil {
+			rs = p.enforcing(rs)
+		}
 		if rs.overrides != nil {
 			if rs = rs.overrideFor(r, key); rs == nil {
 				continue // an unlimited override: the rule lets the request through untouched
@@ -385,6 +390,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 				globals++
 			}
 			continue
+		}
+		if rs.usage != nil {
+			a.keepKey(key) // for the settlement (see usage.go)
 		}
 		if h.decideLocal(a, key, now, a.cost) {
 			return h.denyLocal(i+j, now, key, built)

@@ -20,6 +20,9 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	h.plugin.giveDecisions(h)
 	rs.m.denied.Increment(1)
 	r := rs.rule
+	if h.plugin.cfg.FilterState {
+		setFilterState(r.Name, stateDenied)
+	}
 	retry := ceilSeconds(int64(d.RetryAfter))
 	grpc := isGrpcRequest()
 	headers := make([][2]string, 0, 5+len(r.Deny.Headers))

@@ -61,12 +61,14 @@ func (d *nativeDriver) Do(t *testing.T, at time.Time, s step) outcome {
 	defer d.host.CompleteHttpContext(id)
 	if resp := d.host.GetSentLocalResponse(id); resp != nil {
 		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers),
-			Body: string(resp.Data), GrpcStatus: int(resp.GRPCStatus)}
+			Body: string(resp.Data), GrpcStatus: int(resp.GRPCStatus), FilterState: filterStateNative(d.host, s.WantFilterState)}
 	}
 	require.Equal(t, types.ActionContinue, action, "request paused without a local response")
+	state := filterStateNative(d.host, s.WantFilterState)
 	upstream := filtertest.HeaderMap(d.host.GetCurrentRequestHeaders(id))
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id)), Upstream: upstream, GrpcStatus: -1}
+	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id)), Upstream: upstream, GrpcStatus: -1,
+		FilterState: state}
 }
 
 func TestScenariosNative(t *testing.T) {
@@ -82,4 +84,17 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// filterStateNative reads the properties named in want from the emulator. The emulator keeps
+// one set of properties for every stream and cannot unset one, so a step can only ask for
+// values the filter sets on that step.
+func filterStateNative(host proxytest.HostEmulator, want map[string]string) map[string]string {
+	state := map[string]string{}
+	for name := range want {
+		if v, err := host.GetProperty([]string{name}); err == nil {
+			state[name] = string(v)
+		}
+	}
+	return state
 }

@@ -59,6 +59,10 @@ type RouteTarget struct {
 	// envoy.config.route.v3.FilterConfig{disabled: true} does: the request
 	// goes straight to the router.
 	FilterDisabled bool
+	// OnResult, when set, is called with what happened to the stream before the response is
+	// written (an access log reads the filter state and the upstream request from it). It is
+	// not called when the filter could not run the stream.
+	OnResult func(*Result)
 }
 
 // ServeRoute serves one downstream request the way Envoy does once the
@@ -110,9 +114,9 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 		// router runs at once.
 		rq := &Result{Continued: true, RequestHeaders: requestHeaders(&req).kv, RequestBody: body}
 		up, _ := router(r.Context(), rq)
-		res = &Result{Continued: true, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.Body}
+		res = &Result{Continued: true, RequestHeaders: rq.RequestHeaders, Status: up.Status, ResponseHeaders: up.Headers, ResponseBody: up.wholeBody()}
 	} else {
-		res, err = h.run(r.Context(), &req, router)
+		res, err = h.run(r.Context(), &req, router, &responseSink{w: w})
 		if err != nil {
 			if r.Context().Err() != nil {
 				return // the client went away
@@ -121,19 +125,53 @@ func (h *Host) ServeRoute(w http.ResponseWriter, r *http.Request, t RouteTarget)
 			return
 		}
 	}
+	if t.OnResult != nil {
+		t.OnResult(res)
+	}
 	if res.Reset {
 		// Aborting the handler is net/http's way to reset the stream.
 		panic(http.ErrAbortHandler)
 	}
-	for _, p := range res.ResponseHeaders {
+	if res.StreamedHeaders {
+		// A live body: the headers and the body so far went out as the filter passed them.
+		if res.Truncated {
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = w.Write(res.ResponseBody[res.StreamedBytes:])
+		return
+	}
+	addResponseHeaders(w, res.ResponseHeaders)
+	w.Header().Set("Content-Length", strconv.Itoa(len(res.ResponseBody)))
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.ResponseBody)
+}
+
+// addResponseHeaders adds a response's headers to w, but for pseudo-headers and hop-by-hop
+// ones.
+func addResponseHeaders(w http.ResponseWriter, headers [][2]string) {
+	for _, p := range headers {
 		if strings.HasPrefix(p[0], ":") || hopByHop[p[0]] {
 			continue
 		}
 		w.Header().Add(p[0], p[1])
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(res.ResponseBody)))
-	w.WriteHeader(res.Status)
-	_, _ = w.Write(res.ResponseBody)
+}
+
+// responseSink writes a response with a live body to the client as the filter passes it
+// (see UpstreamResponse.Live), flushing each piece.
+type responseSink struct{ w http.ResponseWriter }
+
+func (d *responseSink) pass(status int, headers [][2]string, body []byte) {
+	if headers != nil {
+		addResponseHeaders(d.w, headers)
+		d.w.WriteHeader(status)
+	}
+	if len(body) > 0 {
+		_, _ = d.w.Write(body)
+	}
+	if f, ok := d.w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (h *Host) matchRoute(path string) *Route {
@@ -150,7 +188,12 @@ func (h *Host) matchRoute(path string) *Route {
 // filter's response callbacks because the router comes after the filter.
 func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeout time.Duration) *UpstreamResponse {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	live := false // a live body owns cancel (see forwardStream)
+	defer func() {
+		if !live {
+			cancel()
+		}
+	}()
 	req, err := outgoingRequest(ctx, upstream.String(), rq.RequestHeaders, rq.RequestBody, hopByHop)
 	if err != nil {
 		return routerReply(503, fmt.Sprintf("upstream connect error or disconnect/reset before headers. reset reason: %v", err))
@@ -162,6 +205,10 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 			return routerReply(504, "upstream request timeout")
 		}
 		return routerReply(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		live = true
+		return forwardStream(resp, start, cancel)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, h.opts.MaxBodyBytes+1))
@@ -178,6 +225,28 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
 	out.Trailers = headerPairs(resp.Trailer)
 	return out
+}
+
+// forwardStream is forward for an event stream: its body is live (UpstreamResponse.Live),
+// handed to the filter as the upstream writes it and to the client as the filter passes it,
+// as Envoy streams it. Closing the body ends the upstream request (cancel).
+func forwardStream(resp *http.Response, start time.Time, cancel context.CancelFunc) *UpstreamResponse {
+	out := &UpstreamResponse{Status: resp.StatusCode, Headers: headerPairs(resp.Header),
+		Live: &liveBody{ReadCloser: resp.Body, cancel: cancel}}
+	out.Headers = append(out.Headers, [2]string{"x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10)})
+	return out
+}
+
+// liveBody is an upstream's live body, whose Close also ends its request's context.
+type liveBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *liveBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // headerPairs flattens an http.Header into pairs with lower-cased names (as Envoy's codecs

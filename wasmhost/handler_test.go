@@ -126,3 +126,54 @@ func TestHandlerResponseOverBodyLimit(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, strings.Repeat("x", 17), body)
 }
+
+// An upstream's text/event-stream passes through the filter to the client as it is written:
+// the client reads the first event while the upstream still holds the second back, and a
+// client that goes away mid-stream ends the upstream request.
+func TestHandlerStreamsEventStreams(t *testing.T) {
+	release := make(chan struct{})
+	upstreamDone := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(upstreamDone)
+		w.Header().Set("content-type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+			_, _ = io.WriteString(w, "data: two\n\n")
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	h := newTestHost(t, wasmtest.BuildGuest(t, placeholderModule), Options{Workers: 1, VMID: "handler-stream"})
+	proxy := httptest.NewServer(h.Handler(u))
+	defer proxy.Close()
+
+	resp, err := proxy.Client().Get(proxy.URL + "/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "ok", resp.Header.Get("x-placeholder"), "the headers went through the filter")
+	first := make([]byte, len("data: one\n\n"))
+	_, err = io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	assert.Equal(t, "data: one\n\n", string(first), "the first event arrives before the upstream wrote the second")
+	close(release)
+	rest, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "data: two\n\n", string(rest))
+	<-upstreamDone
+
+	// A client that goes away mid-stream.
+	release2 := make(chan struct{})
+	defer close(release2)
+	upstreamDone = make(chan struct{})
+	release = release2
+	resp, err = proxy.Client().Get(proxy.URL + "/events")
+	require.NoError(t, err)
+	_, err = io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	resp.Body.Close()
+	proxy.CloseClientConnections()
+	<-upstreamDone // the upstream saw its request end
+}

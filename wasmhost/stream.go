@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -43,10 +44,43 @@ type UpstreamResponse struct {
 	Headers  [][2]string // the other headers; pseudo-headers here are ignored
 	Body     []byte      // delivered in one proxy_on_response_body chunk when non-empty
 	Trailers [][2]string // delivered by proxy_on_response_trailers when non-empty
+	// Chunks, when Body is empty, is a body that streams: each chunk is delivered in a
+	// proxy_on_response_body of its own, the last one with end_of_stream (unless Trailers
+	// follow or Cut is set), ChunkDelay apart on the host's time (Options.VirtualClock when
+	// set). A client whose ctx ends between two chunks goes away mid-stream, as a downstream
+	// reset does in Envoy. Only Do honours ChunkDelay.
+	Chunks     [][]byte
+	ChunkDelay time.Duration
+	// Cut makes the upstream reset the stream after its last chunk: the body never ends
+	// (no end_of_stream), and Result.Truncated is set.
+	Cut bool
+	// Live, when set (and Body and Chunks are not), is a body read as it arrives, each Read
+	// a chunk of its own; Do's caller (or ServeRoute's client) is handed each chunk as the
+	// filter passes it (see downstream). A read error other than io.EOF cuts the stream.
+	// run closes it.
+	Live io.ReadCloser
 	// Delay is how long the upstream takes to answer, on the host's time
 	// (Options.VirtualClock when set): Do holds the response back that long
 	// after the request continued. Only Do honours it.
 	Delay time.Duration
+}
+
+// wholeBody returns the response's body: Body, its Chunks joined, or its Live body read to
+// the end (and closed).
+func (u *UpstreamResponse) wholeBody() []byte {
+	if len(u.Body) == 0 && len(u.Chunks) == 0 && u.Live != nil {
+		b, _ := io.ReadAll(u.Live)
+		u.Live.Close()
+		return b
+	}
+	if len(u.Body) > 0 || len(u.Chunks) == 0 {
+		return u.Body
+	}
+	var b []byte
+	for _, c := range u.Chunks {
+		b = append(b, c...)
+	}
+	return b
 }
 
 // LocalResponse is a response Envoy generated instead of the upstream's:
@@ -84,8 +118,20 @@ type Result struct {
 	// Reset is true when the guest closed the stream (proxy_close_stream):
 	// the downstream sees a reset, not a response.
 	Reset bool
+	// Truncated is true when the upstream reset a streamed body before its end
+	// (UpstreamResponse.Cut): the downstream got the headers and part of the body.
+	Truncated bool
+	// StreamedHeaders and StreamedBytes say what of the response was handed to a downstream
+	// while a live body streamed (UpstreamResponse.Live): the headers, and the first
+	// StreamedBytes of ResponseBody.
+	StreamedHeaders bool
+	StreamedBytes   int
 	// Failed is true when the VM failed during (or before) this stream.
 	Failed bool
+	// FilterState holds what the filter set with proxy_set_property, by path: Envoy keeps
+	// each in the stream's filter state under "wasm." and the path, where its access log's
+	// %FILTER_STATE(wasm.<path>:PLAIN)% reads it.
+	FilterState map[string][]byte
 }
 
 // Header returns the first value of a response header.
@@ -122,10 +168,16 @@ const (
 
 type streamEvent struct {
 	needUpstream bool
+	needChunk    bool    // a streamed body waits for its next chunk (UpstreamResponse.ChunkDelay)
 	request      *Result // snapshot when needUpstream
-	done         bool
-	result       *Result
-	err          error
+	// With needChunk, for a live body: what the filter passed downstream since the last
+	// event, the response headers first (status and pairs, once), then body bytes.
+	status  int
+	headers [][2]string
+	out     []byte
+	done    bool
+	result  *Result
+	err     error
 }
 
 // stream is one HTTP stream's state on its VM; only the VM's loop touches it.
@@ -153,6 +205,19 @@ type stream struct {
 	events chan streamEvent
 	result Result
 	done   bool
+
+	// A streamed response body (UpstreamResponse.Chunks): the chunks, how many were
+	// released to the filter and delivered, the body delivered so far, the delay between
+	// two chunks, and whether the upstream cuts the stream after the last.
+	chunks              [][]byte
+	released, delivered int
+	sent                []byte
+	cut                 bool
+	// A live body (UpstreamResponse.Live): whether it ended, and what was handed downstream
+	// so far (the headers, and sent[:outBytes]).
+	live, eof  bool
+	headersOut bool
+	outBytes   int
 }
 
 // dir is the direction the stream is in: streamRequest until the upstream answers, then
@@ -213,7 +278,7 @@ func (h *Host) Do(ctx context.Context, r Request) (*Result, error) {
 			return nil, err
 		}
 		return up, nil
-	})
+	}, nil)
 }
 
 // upstreamFunc produces the upstream response for a request that continued.
@@ -232,7 +297,14 @@ func (h *Host) pick(worker int) (*vm, error) {
 	return h.vms[worker], nil
 }
 
-func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc) (*Result, error) {
+// downstream receives what the filter passes of a response with a live body, as it passes it
+// (see UpstreamResponse.Live): the headers (status and pairs, once, before any body byte),
+// then body bytes. headers is nil when there are none to pass.
+type downstream interface {
+	pass(status int, headers [][2]string, body []byte)
+}
+
+func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc, down downstream) (*Result, error) {
 	select {
 	case <-h.closed:
 		return nil, ErrClosed
@@ -249,17 +321,56 @@ func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc) (*Res
 		}
 		return nil, ErrClosed
 	}
+	// The upstream response's pacing, kept on this goroutine: the delay between two chunks,
+	// or the live body it reads.
+	var delay time.Duration
+	var live io.ReadCloser
+	defer func() {
+		if live != nil {
+			live.Close()
+		}
+	}()
+	var buf []byte
 	for {
 		select {
 		case ev := <-s.events:
 			if ev.done {
 				return ev.result, ev.err
 			}
+			if ev.needChunk {
+				if down != nil && (ev.headers != nil || len(ev.out) > 0) {
+					down.pass(ev.status, ev.headers, ev.out)
+				}
+				var next func()
+				if live != nil {
+					if buf == nil {
+						buf = make([]byte, 32<<10)
+					}
+					n, err := live.Read(buf)
+					data := append([]byte(nil), buf[:n]...)
+					next = func() { v.pushChunk(s, data, err) }
+				} else {
+					if err := h.sleep(ctx, delay); err != nil {
+						v.abortAndWait(s, err)
+						return nil, err
+					}
+					next = func() { v.releaseChunk(s) }
+				}
+				if !v.post(ctx, next) {
+					v.abortAndWait(s, ctx.Err())
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					return nil, ErrClosed
+				}
+				continue
+			}
 			resp, err := upstream(ctx, ev.request)
 			if err != nil {
 				v.abortAndWait(s, err)
 				return nil, err
 			}
+			delay, live = resp.ChunkDelay, resp.Live
 			if !v.post(ctx, func() { v.respond(s, resp) }) {
 				v.abortAndWait(s, ctx.Err())
 				if ctx.Err() != nil {
@@ -386,13 +497,19 @@ func (v *vm) advance(s *stream) {
 		case phRequestHeaders, phResponseHeaders:
 			d := s.dir()
 			hm := s.maps[headersMap(d)]
-			eos := len(s.body[d]) == 0 && s.maps[trailersMap(d)] == nil
+			eos := len(s.body[d]) == 0 && s.maps[trailersMap(d)] == nil && (d == streamRequest || s.chunks == nil)
 			s.avail[headersMap(d)] = true
 			r, ok := v.callback(filterCallbacks[d][cbHeaders], v.fn.filter[d][cbHeaders], s.id, uint64(s.id), uint64(hm.size()), boolArg(eos))
 			s.phase++ // to the body
 			v.afterFilterCall(s, ok, uint32(r), headersMap(d), -1)
 		case phRequestBody, phResponseBody:
 			d := s.dir()
+			if d == streamResponse && s.chunks != nil {
+				if !v.nextChunk(s) {
+					return
+				}
+				continue
+			}
 			s.phase++ // to the trailers
 			if len(s.body[d]) == 0 {
 				continue
@@ -496,10 +613,93 @@ func (v *vm) respond(s *stream, resp *UpstreamResponse) {
 	}
 	s.maps[MapResponseHeaders] = hm
 	s.body[1] = resp.Body
+	switch {
+	case len(resp.Body) == 0 && len(resp.Chunks) > 0:
+		s.chunks, s.cut = resp.Chunks, resp.Cut
+		s.released = 1
+		if resp.ChunkDelay <= 0 {
+			s.released = len(resp.Chunks)
+		}
+	case len(resp.Body) == 0 && resp.Live != nil:
+		s.chunks, s.live = [][]byte{}, true
+	}
 	if len(resp.Trailers) > 0 {
 		s.maps[MapResponseTrailers] = newHeaderMap(resp.Trailers)
 	}
 	s.phase = phResponseHeaders
+	v.advance(s)
+	v.settle()
+}
+
+// nextChunk delivers the next released chunk of a streamed response body to the filter, and
+// reports whether the stream can go on at once: false when it waits for the next chunk (an
+// event asks the caller of Do to release it after ChunkDelay) or was cut. After the last chunk
+// the stream goes on to the trailers, or ends cut.
+func (v *vm) nextChunk(s *stream) bool {
+	if s.delivered == len(s.chunks) && (!s.live || s.eof) {
+		if s.cut {
+			s.result.Truncated = true
+			v.finish(s)
+			return false
+		}
+		s.phase++ // to the trailers
+		return true
+	}
+	if s.delivered >= s.released {
+		ev := streamEvent{needChunk: true}
+		if s.live {
+			ev.status, ev.headers, ev.out = s.passed()
+		}
+		s.events <- ev
+		return false
+	}
+	c := s.chunks[s.delivered]
+	s.delivered++
+	s.body[1] = c
+	s.sent = append(s.sent, c...)
+	eos := s.delivered == len(s.chunks) && !s.cut && s.maps[MapResponseTrailers] == nil && (!s.live || s.eof)
+	s.bodyAvail[1] = true
+	r, ok := v.callback(filterCallbacks[1][cbBody], v.fn.filter[1][cbBody], s.id, uint64(s.id), uint64(len(c)), boolArg(eos))
+	v.afterFilterCall(s, ok, uint32(r), -1, 1)
+	return true
+}
+
+// passed returns what the filter has passed downstream of a live body since the last call:
+// the response headers the first time (status and pairs), and the body bytes since.
+func (s *stream) passed() (status int, headers [][2]string, out []byte) {
+	if !s.headersOut {
+		s.headersOut = true
+		headers = s.maps[MapResponseHeaders].pairs()
+		status, _ = strconv.Atoi(headerValue(headers, ":status"))
+	}
+	out = s.sent[s.outBytes:]
+	s.outBytes = len(s.sent)
+	return status, headers, out
+}
+
+// pushChunk hands the filter the next piece of a live body, read with err (io.EOF: the body
+// ended; another error cuts the stream).
+func (v *vm) pushChunk(s *stream, data []byte, err error) {
+	if s.done {
+		return
+	}
+	if len(data) > 0 || err == io.EOF {
+		s.chunks = append(s.chunks, data) // an empty last chunk carries end_of_stream
+	}
+	if err != nil {
+		s.eof, s.cut = true, err != io.EOF
+	}
+	s.released = len(s.chunks)
+	v.advance(s)
+	v.settle()
+}
+
+// releaseChunk lets the next chunk of a streamed body reach the filter (see nextChunk).
+func (v *vm) releaseChunk(s *stream) {
+	if s.done {
+		return
+	}
+	s.released++
 	v.advance(s)
 	v.settle()
 }
@@ -599,10 +799,15 @@ func (v *vm) teardown(s *stream, err error) {
 		res.ResponseHeaders = hm.pairs()
 		res.Status, _ = strconv.Atoi(headerValue(res.ResponseHeaders, ":status"))
 		res.ResponseBody = append([]byte(nil), s.body[1]...)
+		if s.chunks != nil && !s.localSent {
+			res.ResponseBody = s.sent
+		}
+		res.StreamedHeaders, res.StreamedBytes = s.headersOut, s.outBytes
 	}
 	if res.RequestHeaders == nil && s.maps[MapRequestHeaders] != nil {
 		res.RequestHeaders = s.maps[MapRequestHeaders].pairs()
 	}
+	res.FilterState = s.properties
 	select {
 	case s.events <- streamEvent{done: true, result: &res, err: err}:
 	default:

@@ -22,6 +22,9 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 		return algorithmError(err)
 	}
 	r.Limiter = lim
+	if r.CostSpec.Usage != nil {
+		return checkUsage(r)
+	}
 	// A valid limiter's capacity is at least 1 (New checks limit > 0 and burst >= 0), so only
 	// a cost above 1 (a constant, or a cost header's max) can exceed it; the check is out of
 	// line for the others (see filter/doc.go; most rules cost 1 per request).

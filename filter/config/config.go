@@ -58,6 +58,11 @@ const (
 	defaultCooldown         = 5 * time.Second
 	defaultAdaptiveInterval = time.Second
 	defaultErrorThreshold   = 0.05
+	// DefaultNearLimitRatio is the share of a rule's capacity above which an admitted request
+	// counts as near the limit, as in envoyproxy/ratelimit (NEAR_LIMIT_RATIO).
+	DefaultNearLimitRatio = 0.8
+	// EnforceAll is Rule.EnforcePPM for a rule that enforces every denial.
+	EnforceAll = 1_000_000
 )
 
 // FailureMode says what to do with a request when the limiter's state cannot be read or
@@ -150,6 +155,14 @@ type Config struct {
 	MaxKeyBytes int
 	// Redis configures global rules; nil when the config has no redis section.
 	Redis *Redis
+	// EnforcePercent and NearLimitRatio are the defaults of the rules' fields of the same
+	// names; each Rule carries its effective value.
+	EnforcePercent float64
+	NearLimitRatio float64
+	// FilterState makes the filter set the deciding rule and the decision of every decided
+	// request as stream properties, which Envoy keeps in the request's filter state for its
+	// access log (see the filter's filterstate.go).
+	FilterState bool
 	// Rules in config order, which is evaluation order.
 	Rules []*Rule
 }
@@ -237,6 +250,15 @@ type Rule struct {
 	// ShadowRequestHeader, when set, is a request header (lower case) added to the request
 	// sent upstream, with the rule's name as value, when the shadow rule would have denied it.
 	ShadowRequestHeader string
+	// EnforcePercent is the percentage of requests (0 to 100) on which an enforced rule's
+	// denials are enforced; EnforcePPM is the same in parts per million, EnforceAll for every
+	// request. A request outside the share is decided as by a shadow rule (see the filter's
+	// enforce.go). 100 for a shadow rule, which enforces nothing anyway.
+	EnforcePercent float64
+	EnforcePPM     uint32
+	// NearLimitRatio is the share of the rule's capacity above which an admitted request is
+	// counted as near the limit (ratelimit_near_limit_total).
+	NearLimitRatio float64
 	// Overrides give key values of their own a limit of their own (see Override); exact
 	// values first in OverrideFor's search, prefixes longest first.
 	Overrides []Override
@@ -273,6 +295,9 @@ type CostSpec struct {
 	Header   string
 	Default  int64 // cost when the header is absent
 	Max      int64 // cost when the header is invalid or larger than Max
+	// Usage, when set, makes the cost above a reservation, settled by the usage the
+	// response reports (see UsageSpec).
+	Usage *UsageSpec
 }
 
 // KeyPart is one descriptor part of a rule's key.
@@ -337,4 +362,13 @@ type HeaderMatch struct {
 	Value  string          // for MatchExact, MatchPrefix and MatchRegex
 	Invert bool            // negate the result
 	re     *regexp.Regexp
+}
+
+// setEnforcement sets EnforcePPM from EnforcePercent, and a shadow rule's share to 100: it
+// enforces no denial whatever the top level says.
+func (r *Rule) setEnforcement() {
+	if r.Shadow {
+		r.EnforcePercent = 100
+	}
+	r.EnforcePPM = uint32(r.EnforcePercent*1e4 + 0.5)
 }

@@ -22,6 +22,7 @@ type jsonConfig struct {
 	MaxKeyBytes      int        `json:"max_key_bytes"`
 	Redis            *jsonRedis `json:"redis,omitempty"`
 	Rules            []jsonRule `json:"rules"`
+	FilterState      bool       `json:"filter_state,omitempty"`
 }
 
 type jsonDeny struct {
@@ -72,6 +73,11 @@ type jsonRule struct {
 	Deny                *jsonDeny      `json:"deny"`
 	RateLimitHeaders    string         `json:"rate_limit_headers"`
 	Lease               *jsonLease     `json:"lease,omitempty"`
+	// EnforcePercent and NearLimitRatio are written when they are not the defaults (100 and
+	// 0.8). The top level's values, which only give the rules their defaults, are not written:
+	// every rule carries its effective value, which reads back the same.
+	EnforcePercent *float64 `json:"enforce_percent,omitempty"`
+	NearLimitRatio *float64 `json:"near_limit_ratio,omitempty"`
 }
 
 type jsonOverride struct {
@@ -133,6 +139,7 @@ func (c *Config) encode() jsonConfig {
 		MaxKeys:          c.MaxKeys,
 		MaxKeyBytes:      c.MaxKeyBytes,
 		Rules:            make([]jsonRule, 0, len(c.Rules)),
+		FilterState:      c.FilterState,
 	}
 	if r := c.Redis; r != nil {
 		jr := &jsonRedis{
@@ -205,6 +212,12 @@ func encodeRule(r *Rule) jsonRule {
 	if l := r.Lease; l != nil {
 		jr.Lease = &jsonLease{Batch: l.Batch, TTL: formatDuration(l.TTL)}
 	}
+	if v := r.EnforcePercent; v != 100 && !r.Shadow {
+		jr.EnforcePercent = &v
+	}
+	if v := r.NearLimitRatio; v != DefaultNearLimitRatio {
+		jr.NearLimitRatio = &v
+	}
 	if a := r.Algorithm; a.MaxDelay > 0 {
 		jr.MaxDelay = formatDuration(a.MaxDelay)
 	}
@@ -220,7 +233,9 @@ func encodeRule(r *Rule) jsonRule {
 			jr.Adaptive.TargetLatency = "" // absent: the latency signal is off
 		}
 	}
-	if cs := r.CostSpec; cs.Header == "" {
+	if cs := r.CostSpec; cs.Usage != nil {
+		jr.Cost = appendUsageCost(nil, cs)
+	} else if cs.Header == "" {
 		jr.Cost = rawJSON(strconv.FormatInt(cs.Constant, 10))
 	} else {
 		// The members in key order, as encoding/json writes a map.

@@ -70,6 +70,13 @@ func (w *jsonWriter) boolOmit(name string, v bool) {
 	}
 }
 
+func (w *jsonWriter) floatPtrOmit(name string, v *float64) {
+	if v != nil {
+		w.key(name)
+		w.b = jsontext.AppendFloat(w.b, *v, 64)
+	}
+}
+
 func (w *jsonWriter) strPtrOmit(name string, v *string) {
 	if v != nil {
 		w.str(name, *v)
@@ -185,6 +192,7 @@ func (jc *jsonConfig) appendJSON(b []byte) []byte {
 	}
 	w.key("rules")
 	w.b = appendArray(w.b, jc.Rules, (*jsonRule).appendJSON)
+	w.boolOmit("filter_state", jc.FilterState)
 	return w.end()
 }
 
@@ -266,6 +274,8 @@ func (r *jsonRule) appendJSON(b []byte) []byte {
 		lw.str("ttl", r.Lease.TTL)
 		w.b = lw.end()
 	}
+	w.floatPtrOmit("enforce_percent", r.EnforcePercent)
+	w.floatPtrOmit("near_limit_ratio", r.NearLimitRatio)
 	return w.end()
 }
 

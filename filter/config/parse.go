@@ -97,7 +97,7 @@ func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 
 var topLevelFields = []string{
 	"$schema", "domain", "failure_mode", "cas_attempts", "rate_limit_headers", "trusted_hops",
-	"deny", "max_keys", "max_key_bytes", "redis", "rules",
+	"deny", "max_keys", "max_key_bytes", "redis", "rules", "enforce_percent", "near_limit_ratio", "filter_state",
 }
 
 func (p *parser) config(root *node) *Config {
@@ -112,6 +112,8 @@ func (p *parser) config(root *node) *Config {
 		RateLimitHeaders: HeadersDraft,
 		MaxKeys:          defaultMaxKeys,
 		MaxKeyBytes:      defaultMaxKeyBytes,
+		EnforcePercent:   100,
+		NearLimitRatio:   DefaultNearLimitRatio,
 	}
 	c.Deny = defaultDeny()
 	// A configuration of rules alone (the common minimal one) skips the top-level options,
@@ -137,6 +139,7 @@ func (p *parser) config(root *node) *Config {
 			continue
 		}
 		r.Index = i
+		r.setEnforcement()
 		if r.Name != "" && len(c.Rules) > 0 {
 			p.checkName(rpath, r.Name, c.Rules)
 		}
@@ -286,7 +289,7 @@ func isKeyPrefix(s string) bool {
 var ruleFields = []string{
 	"name", "description", "match", "key", "algorithm", "limit", "window", "burst", "variant",
 	"cost", "shadow", "shadow_headers", "shadow_request_header", "overrides", "continue", "scope", "mode", "max_delay", "adaptive", "max_keys", "deny",
-	"rate_limit_headers", "lease",
+	"rate_limit_headers", "lease", "enforce_percent", "near_limit_ratio",
 }
 
 // options parses the configuration's top-level fields other than "rules" into c (see
@@ -343,6 +346,19 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
+	if n, path := f.get("enforce_percent"); n != nil {
+		if v, ok := p.float(path, n, 0, 100); ok {
+			c.EnforcePercent = v
+		}
+	}
+	if n, path := f.get("near_limit_ratio"); n != nil {
+		if v, ok := p.float(path, n, 0, 1); ok {
+			c.NearLimitRatio = v
+		}
+	}
+	if n, path := f.get("filter_state"); n != nil {
+		c.FilterState, _ = p.boolean(path, n)
+	}
 }
 
 // algorithmNames lists the algorithms package algorithms describes (algorithms.Specs).
@@ -397,7 +413,7 @@ func sameFlat(a, b string) bool {
 // them, the common case, skips their readers (see rule).
 var ruleOptionFields = []string{
 	"description", "match", "cost", "shadow", "shadow_headers", "shadow_request_header",
-	"max_keys", "rate_limit_headers", "deny", "overrides", "lease",
+	"max_keys", "rate_limit_headers", "deny", "overrides", "lease", "enforce_percent", "near_limit_ratio",
 }
 
 // algorithmOptionFields are the algorithm's parameters other than limit and window, which
@@ -434,6 +450,8 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		MaxKeys:          c.MaxKeys,
 		Deny:             c.Deny,
 		RateLimitHeaders: c.RateLimitHeaders,
+		EnforcePercent:   c.EnforcePercent,
+		NearLimitRatio:   c.NearLimitRatio,
 		trustedHops:      c.TrustedHops,
 	}
 	options := hasAny(n, ruleOptionFields)
@@ -495,6 +513,9 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 	}
 	if bn, bpath := f.get("shadow"); bn != nil {
 		r.Shadow, _ = p.boolean(bpath, bn)
+	}
+	if f.has("enforce_percent") || f.has("near_limit_ratio") {
+		p.enforcement(f, r)
 	}
 	if f.has("shadow_headers") || f.has("shadow_request_header") {
 		p.shadowOptions(f, r)
@@ -796,8 +817,11 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		return CostSpec{Constant: v}, ok
 	}
 	if n.kind != kindObject {
-		p.add(path, "want an integer or an object {header, default, max}, got "+n.describe())
+		p.add(path, "want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "+n.describe())
 		return CostSpec{}, false
+	}
+	if isUsageCost(n) {
+		return p.usageCost(path, n)
 	}
 	f, _ := p.object(path, n, costFields...)
 	cs := CostSpec{Constant: 1, Default: 1}
@@ -1374,9 +1398,29 @@ const (
 	grpcUnavailable       = 14
 )
 
-// shadowOptions reads the fields that only a shadow rule may have: whether its rate-limit
-// headers reach clients, and the request header that tells the upstream of a would-be denial.
-// On an enforced rule they would mean nothing, so they are errors there rather than ignored.
+// enforcement reads the rule's enforce_percent and near_limit_ratio into r, after its shadow
+// flag: a shadow rule enforces nothing, so a share of enforcement is an error there.
+func (p *parser) enforcement(f fields, r *Rule) {
+	if n, path := f.get("enforce_percent"); n != nil {
+		if v, ok := p.float(path, n, 0, 100); ok {
+			r.EnforcePercent = v
+		}
+		if r.Shadow {
+			p.add(path, `not allowed with "shadow": true, which enforces no denial`)
+		}
+	}
+	if n, path := f.get("near_limit_ratio"); n != nil {
+		if v, ok := p.float(path, n, 0, 1); ok {
+			r.NearLimitRatio = v
+		}
+	}
+}
+
+// shadowOptions reads the fields of rules that let denials through: whether a shadow rule's
+// rate-limit headers reach clients, and the request header that tells the upstream of a
+// would-be denial (a shadow rule's, or one an enforce_percent below 100 did not enforce). On a
+// rule that enforces every denial they would mean nothing, so they are errors there rather
+// than ignored.
 func (p *parser) shadowOptions(f fields, r *Rule) {
 	if bn, bpath := f.get("shadow_headers"); bn != nil {
 		r.ShadowHeaders, _ = p.boolean(bpath, bn)
@@ -1388,8 +1432,8 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		s, ok := p.str(hpath, hn, 256)
 		switch {
 		case !ok:
-		case !r.Shadow:
-			p.add(hpath, `only allowed with "shadow": true`)
+		case !r.Shadow && r.EnforcePercent == 100:
+			p.add(hpath, `only allowed with "shadow": true or an enforce_percent below 100`)
 		case !isToken(s) || strings.HasPrefix(s, ":"):
 			p.add(hpath, quote(s)+" is not a valid header name")
 		default:

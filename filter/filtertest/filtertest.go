@@ -44,6 +44,9 @@ type Step struct {
 	// WantUpstreamHeaders are request headers the upstream must receive (for a continued
 	// request), "-" meaning "must be absent", as in WantHeaders.
 	WantUpstreamHeaders map[string]string
+	// WantFilterState are properties the filter must have set on the stream (what Envoy's
+	// access log reads as %FILTER_STATE(wasm.<name>:PLAIN)%), by name.
+	WantFilterState map[string]string
 }
 
 // Outcome is what a driver observed for one step.
@@ -56,6 +59,8 @@ type Outcome struct {
 	// Upstream are the request headers as the filter let them go upstream (continued
 	// requests only).
 	Upstream map[string]string
+	// FilterState are the properties the filter set on the stream, by name.
+	FilterState map[string]string
 }
 
 // Driver runs requests through one filter instance.
@@ -78,6 +83,7 @@ func Run(t *testing.T, d Driver, sc Scenario) {
 		}
 		checkHeaders(t, i, "header", s.WantHeaders, got.Headers)
 		checkHeaders(t, i, "upstream request header", s.WantUpstreamHeaders, got.Upstream)
+		checkHeaders(t, i, "filter state", s.WantFilterState, got.FilterState)
 		if s.WantBody != "" && !strings.Contains(got.Body, s.WantBody) {
 			t.Fatalf("step %d: body %q does not contain %q", i, got.Body, s.WantBody)
 		}

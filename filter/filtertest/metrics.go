@@ -87,6 +87,93 @@ var MetricScenarios = []MetricScenario{
 		},
 	},
 	{
+		// enforce_percent 50 enforces the rule's denials on the requests whose x-request-id
+		// hashes below half of [0, 10^6) (FNV-1a 64 modulo 10^6: "e" 129152, "f" 13785, "h"
+		// 295895; "a" 641996, "b" 526629, "c" 898418), and lets the others through as a shadow
+		// rule would: counted as shadow_denied, charged nothing, the upstream told. (Every
+		// request has an id here: the wazero host, like Envoy, gives one to a request without.)
+		Scenario: Scenario{
+			Name: "enforce_percent: denials enforced on the requests x-request-id selects, shadow denials on the others",
+			Config: `{"rules":[{"name":"rollout","enforce_percent":50,"shadow_request_header":"x-unenforced",
+				"algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+			Steps: []Step{
+				{Headers: [][2]string{hdr("x-request-id", "e")}, WantHeaders: map[string]string{"ratelimit": `"rollout";r=0;t=3600`},
+					WantUpstreamHeaders: map[string]string{"x-unenforced": "-"}},
+				{Headers: [][2]string{hdr("x-request-id", "a")}, WantHeaders: map[string]string{"ratelimit": `"rollout";r=0;t=3600`},
+					WantUpstreamHeaders: map[string]string{"x-unenforced": "rollout"}},
+				{Headers: [][2]string{hdr("x-request-id", "f")}, Want: 429, WantBody: `"rule":"rollout"`},
+				{Headers: [][2]string{hdr("x-request-id", "b")}, WantUpstreamHeaders: map[string]string{"x-unenforced": "rollout"}},
+				{Headers: [][2]string{hdr("x-request-id", "c")}, WantUpstreamHeaders: map[string]string{"x-unenforced": "rollout"}},
+				{Headers: [][2]string{hdr("x-request-id", "h")}, Want: 429},
+				{Headers: [][2]string{hdr("x-request-id", "a"), hdr("x-unenforced", "forged")}, WantUpstreamHeaders: map[string]string{"x-unenforced": "rollout"}},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=rollout;decision=allowed":       1,
+			"ratelimit_requests_total;rule=rollout;decision=denied":        2,
+			"ratelimit_requests_total;rule=rollout;decision=shadow_denied": 4,
+		},
+	},
+	{
+		// Every rule of a request reads the request's one sample: "c" (898418) is enforced by
+		// neither rule, "h" (295895) by "half" alone, "f" (13785) by both. A top-level
+		// enforce_percent is the default of the rules without their own; a shadow rule
+		// ignores it. A request an enforced denial stops is counted by that rule alone, as
+		// ever: the unenforced denial of "quarter" before it is not counted.
+		Scenario: Scenario{
+			Name: "enforce_percent: one sample per request for every rule, the top level as default",
+			Config: `{"enforce_percent":25,"rules":[
+				{"name":"quarter","continue":true,"algorithm":"fixed_window","limit":1,"window":"1h"},
+				{"name":"half","continue":true,"enforce_percent":50,"algorithm":"fixed_window","limit":1,"window":"1h"},
+				{"name":"dry","shadow":true,"algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+			Steps: []Step{
+				{Headers: [][2]string{hdr("x-request-id", "g")}},
+				{Headers: [][2]string{hdr("x-request-id", "c")}},
+				{Headers: [][2]string{hdr("x-request-id", "h")}, Want: 429, WantBody: `"rule":"half"`},
+				{Headers: [][2]string{hdr("x-request-id", "f")}, Want: 429, WantBody: `"rule":"quarter"`},
+			},
+		},
+		Counters: map[string]int64{
+			"ratelimit_requests_total;rule=quarter;decision=allowed":       1,
+			"ratelimit_requests_total;rule=quarter;decision=shadow_denied": 1,
+			"ratelimit_requests_total;rule=quarter;decision=denied":        1,
+			"ratelimit_requests_total;rule=half;decision=allowed":          1,
+			"ratelimit_requests_total;rule=half;decision=shadow_denied":    1,
+			"ratelimit_requests_total;rule=half;decision=denied":           1,
+			"ratelimit_requests_total;rule=dry;decision=allowed":           1,
+			"ratelimit_requests_total;rule=dry;decision=shadow_denied":     1,
+		},
+	},
+	{
+		// near_limit counts the admissions that leave more than near_limit_ratio of the
+		// capacity used: with the default 0.8 and a limit of 10, the 9th and 10th requests
+		// (used 9 and 10 > 8); with 0.5 and a burst of 8, the 5th to 8th (used 5 to 8 > 4). A
+		// denial is not near the limit, it is over it.
+		Scenario: Scenario{
+			Name: "near_limit: admissions above near_limit_ratio of the capacity",
+			Config: `{"rules":[
+				{"name":"window","continue":true,"algorithm":"fixed_window","limit":10,"window":"1h"},
+				{"name":"bucket","near_limit_ratio":0.5,"algorithm":"token_bucket","limit":4,"window":"1h","burst":8}]}`,
+			Steps: []Step{{}, {}, {}, {}, {}, {}, {}, {},
+				{Want: 429, WantBody: `"rule":"bucket"`}},
+		},
+		Counters: map[string]int64{
+			"ratelimit_near_limit_total;rule=window": 0,
+			"ratelimit_near_limit_total;rule=bucket": 4,
+		},
+	},
+	{
+		Scenario: Scenario{
+			Name:   "near_limit: the default ratio 0.8 of a limit of 10",
+			Config: `{"rules":[{"name":"window","algorithm":"fixed_window","limit":10,"window":"1h"}]}`,
+			Steps:  []Step{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {Want: 429}},
+		},
+		Counters: map[string]int64{
+			"ratelimit_near_limit_total;rule=window":                2,
+			"ratelimit_requests_total;rule=window;decision=allowed": 10,
+		},
+	},
+	{
 		// A rule whose conditions hold but whose key part (without a default) the request
 		// lacks skips it, and counts it as skipped; evaluation goes on to the next rule. A
 		// rule whose conditions do not hold counts nothing.

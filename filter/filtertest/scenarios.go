@@ -344,4 +344,49 @@ var Scenarios = []Scenario{
 			{Headers: [][2]string{hdr("x-forwarded-for", "203.0.113.10")}},
 		},
 	},
+	{
+		// With filter_state, a decided request carries its deciding rule and decision as
+		// properties, which Envoy's access log reads with %FILTER_STATE(wasm.<name>:PLAIN)%:
+		// the most restrictive of the rules that admitted it, the first that would have
+		// denied it (a shadow rule, or a denial enforce_percent left unenforced), or the rule
+		// that denied it.
+		Name: "filter_state: the deciding rule and the decision, for the access log",
+		Config: `{"filter_state":true,"rules":[
+			{"name":"wide","continue":true,"algorithm":"fixed_window","limit":10,"window":"1m"},
+			{"name":"dry","continue":true,"shadow":true,"algorithm":"fixed_window","limit":2,"window":"1m"},
+			{"name":"tight","enforce_percent":50,"algorithm":"fixed_window","limit":3,"window":"1m"}]}`,
+		Steps: []Step{
+			{WantFilterState: map[string]string{"ratelimit.rule": "dry", "ratelimit.decision": "allowed"}},
+			{WantFilterState: map[string]string{"ratelimit.rule": "dry", "ratelimit.decision": "allowed"}},
+			{WantFilterState: map[string]string{"ratelimit.rule": "dry", "ratelimit.decision": "shadow_denied"}},
+			// "a" is outside tight's 50%: tight would deny it, dry first.
+			{Headers: [][2]string{hdr("x-request-id", "a")}, WantFilterState: map[string]string{"ratelimit.rule": "dry", "ratelimit.decision": "shadow_denied"}},
+			// "f" is inside it: tight denies.
+			{Headers: [][2]string{hdr("x-request-id", "f")}, Want: 429, WantFilterState: map[string]string{"ratelimit.rule": "tight", "ratelimit.decision": "denied"}},
+		},
+	},
+	{
+		Name: "filter_state: the rule that admitted the request with the least remaining",
+		Config: `{"filter_state":true,"rules":[
+			{"name":"wide","continue":true,"algorithm":"fixed_window","limit":10,"window":"1m"},
+			{"name":"narrow","continue":true,"algorithm":"fixed_window","limit":5,"window":"1m"},
+			{"name":"other","algorithm":"fixed_window","limit":8,"window":"1m"}]}`,
+		Steps: []Step{
+			{WantFilterState: map[string]string{"ratelimit.rule": "narrow", "ratelimit.decision": "allowed"}},
+		},
+	},
+	{
+		// A denial states the longest wait among the rules that deny the request and enforce
+		// the denial on it: "a" is outside the hour rule's 50%, so its denial tells the client
+		// the second rule's wait; "f" is inside, so the hour's.
+		Name: "enforce_percent: an unenforced denial states no wait",
+		Config: `{"rules":[
+			{"name":"second","continue":true,"algorithm":"fixed_window","limit":1,"window":"1s"},
+			{"name":"hour","enforce_percent":50,"algorithm":"fixed_window","limit":1,"window":"1h"}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-request-id", "g")}},
+			{Headers: [][2]string{hdr("x-request-id", "a")}, Want: 429, WantBody: `"rule":"second"`, WantHeaders: map[string]string{"retry-after": "1"}},
+			{Headers: [][2]string{hdr("x-request-id", "f")}, Want: 429, WantBody: `"rule":"hour"`, WantHeaders: map[string]string{"retry-after": "3600"}},
+		},
+	},
 }

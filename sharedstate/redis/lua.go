@@ -189,6 +189,18 @@ else
 redis.call('HSET', key, 'v', '34', 'cfg', P.str, 'lv', string.format('%d', P.capU - st.tokens), 'l', l)
 end
 end
+local function bucket_giveback(st, P, g, _, _, now_s, now_n)
+local _, _, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
+if new.tokens >= P.capU then
+return nil
+end
+if g >= P.cap then
+new.tokens = P.capU
+else
+new.tokens = math.min(P.capU, new.tokens + g * P.wg)
+end
+return new
+end
 local function fw_decode(f, P)
 local ws_s, ws_n = ts(f[6])
 local c = int(f[8])
@@ -241,6 +253,15 @@ if stale then
 redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+end
+local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
+local c = math.min(math.max(st.c, 0), P.limit)
+local t_s, t_n = window_start(ta_s, ta_n, P.wms)
+local w_s, w_n = window_start(now_s, now_n, P.wms)
+if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
+return nil
+end
+return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g)}
 end
 local function swc_decode(f, P)
 local ws_s, ws_n = ts(f[6])
@@ -326,6 +347,19 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
 'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+end
+local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
+local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
+local t_s, t_n = window_start(ta_s, ta_n, P.wms)
+local p_s, p_n = tsadd(new.ws_s, new.ws_n, -P.W)
+if t_s == new.ws_s and t_n == new.ws_n and new.c > 0 then
+new.c = math.max(0, new.c - g)
+elseif t_s == p_s and t_n == p_n and new.p > 0 then
+new.p = math.max(0, new.p - g)
+else
+return nil
+end
+return new
 end
 local function swl_load(key, P, count)
 local head = redis.call('LINDEX', key, 0)
@@ -497,15 +531,31 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
 end
+local function gcra_giveback(st, P, g, _, _, now_s, now_n)
+if not tsless(now_s, now_n, st.tat_s, st.tat_n) then
+return nil
+end
+if g >= P.cap then
+return {tat_s = now_s, tat_n = now_n}
+end
+local t_s, t_n = tsadd(st.tat_s, st.tat_n, -g * P.T)
+if tsless(t_s, t_n, now_s, now_n) then
+t_s, t_n = now_s, now_n
+end
+return {tat_s = t_s, tat_n = t_n}
+end
 local ALG = {
 [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write},
+write = bucket_write, giveback = bucket_giveback},
 [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write},
-[SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
+write = bucket_write, giveback = bucket_giveback},
+[SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
+giveback = swc_giveback},
 [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
-[FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
-[GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write},
+[FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
+giveback = fw_giveback},
+[GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
+giveback = gcra_giveback},
 }
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
 ['82'] = FIXED_WINDOW, ['98'] = GCRA}
@@ -531,7 +581,8 @@ if Q == nil or Q.code ~= code then
 return nil, nil, true
 end
 elseif OLD_HASH_VERSION[f[1]] == P.code then
-Q = P
+local st = ALG[P.code].decode(f, P)
+return st, P, st == nil, st ~= nil
 else
 return nil, nil, true
 end
@@ -577,15 +628,21 @@ end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-if i + 7 > #ARGV then
+if i + 10 > #ARGV then
 return bad_args('count')
 end
-local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+local n, shadow, bound, own = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7]), int(ARGV[i + 8])
 local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+local give, ga_s, ga_n = int(ARGV[i + 9]), ts(ARGV[i + 10])
+if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 or own == nil
+or give == nil or ga_s == nil then
 return bad_args('config')
 end
-local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+if tsless(MAX_S, MAX_N, ga_s, ga_n) then
+ga_s, ga_n = MAX_S, MAX_N
+end
+local r = {P = P, n = n, own = math.min(own, n), shadow = shadow == 1, bound = bound, key = KEYS[k],
+give = give, ga_s = ga_s, ga_n = ga_n}
 k = k + 1
 if bound > 0 then
 r.set, r.over = KEYS[k], KEYS[k + 1]
@@ -601,7 +658,7 @@ end
 seen[key] = true
 end
 rules[#rules + 1] = r
-i = i + 7
+i = i + 10
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
 return bad_args('count')
@@ -622,7 +679,7 @@ if type(live) ~= 'number' then
 live, r.badset = 0, true
 end
 if live >= r.bound then
-key, r.overflow = r.over, true
+key, r.overflow, r.n = r.over, true, r.own
 else
 r.created = true
 end
@@ -630,9 +687,14 @@ end
 r.track = not r.overflow
 end
 r.used = key
-local st, Q, stale = load(key, P)
+local st, Q, stale, old = load(key, P)
 if st ~= nil and Q.str ~= P.str then
 st = convert(st, Q, P, now_s, now_n, key)
+elseif st ~= nil and not old and not r.overflow and r.give > 0 and ALG[P.code].giveback then
+r.gave = ALG[P.code].giveback(st, P, r.give, r.ga_s, r.ga_n, now_s, now_n)
+if r.gave then
+st = r.gave
+end
 end
 local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
 r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
@@ -664,11 +726,18 @@ end
 end
 out[3] = 1
 end
+for _, r in ipairs(rules) do
+if r.gave and not (commit and r.allowed) then
+ALG[r.P.code].write(r.used, r.P, r.gave, false)
+local _, _, _, reset = ALG[r.P.code].decide(r.gave, r.P, 0, now_s, now_n)
+expire(r.used, reset)
+end
+end
 return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "98c2919f0636303506c9389245dccf939b7f6d47"
+const luaScriptSHA1 = "c738a0cc51c783a4440178b915870e1a35e06113"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

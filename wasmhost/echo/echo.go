@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/fakellm"
 )
 
 // Reply is the JSON body the echo server answers with.
@@ -32,8 +35,15 @@ const maxBody = 1 << 20
 
 // Handler returns the echo handler. A query parameter status=NNN (200-599) sets the
 // response status, so that an upstream error can be demonstrated without another service.
+// The LLM API paths (/v1/chat/completions, /v1/messages) are answered by a fake LLM instead
+// (package fakellm), so that envoy.yaml's token limits can be tried.
 func Handler() http.Handler {
+	llm := fakellm.Handler{Delay: 50 * time.Millisecond}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/messages" {
+			llm.ServeHTTP(w, r)
+			return
+		}
 		n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, maxBody))
 		rep := Reply{
 			Upstream:  "echo",

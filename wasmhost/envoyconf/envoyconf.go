@@ -44,6 +44,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	streamaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -133,9 +134,14 @@ type Listener struct {
 	// constants); unset is Envoy's default, KEEP_UNCHANGED.
 	EscapedSlashes string
 	// AccessLogs are the connection manager's access logs the host writes: where each one
-	// goes ("/dev/stdout", "/dev/stderr" or a file path), one line per request in Envoy's
-	// default format.
+	// goes ("/dev/stdout", "/dev/stderr" or a file path), one line per request.
 	AccessLogs []string
+	// AccessLogFormats are the access logs' text formats, by the index of AccessLogs: the
+	// log_format's text_format_source inline string (or text_format), "" for Envoy's default.
+	AccessLogFormats []string
+	// UseRemoteAddress is the connection manager's use_remote_address: Envoy then appends the
+	// connection's peer to X-Forwarded-For.
+	UseRemoteAddress bool
 }
 
 // WasmFilter is the Wasm HTTP filter of a listener, with what the host needs to load the
@@ -406,24 +412,47 @@ func (c *Config) listener(l *listenerv3.Listener) (*Listener, error) {
 		ln.EscapedSlashes = a.String()
 	}
 	ln.StripPort = hcm.GetStripAnyHostPort() || hcm.GetStripMatchingHostPort()
+	ln.UseRemoteAddress = hcm.GetUseRemoteAddress().GetValue()
 	for i, al := range hcm.GetAccessLog() {
+		var format *corev3.SubstitutionFormatString
 		switch url := al.GetTypedConfig().GetTypeUrl(); url {
-		case typeStdoutAccessLog:
-			ln.AccessLogs = append(ln.AccessLogs, "/dev/stdout")
-		case typeStderrAccessLog:
-			ln.AccessLogs = append(ln.AccessLogs, "/dev/stderr")
+		case typeStdoutAccessLog, typeStderrAccessLog:
+			sl := &streamaccesslogv3.StdoutAccessLog{}
+			path := "/dev/stdout"
+			if url == typeStderrAccessLog {
+				el := &streamaccesslogv3.StderrAccessLog{}
+				if err := al.GetTypedConfig().UnmarshalTo(el); err != nil {
+					return nil, fmt.Errorf("http_connection_manager.access_log[%d]: %w", i, err)
+				}
+				format, path = el.GetLogFormat(), "/dev/stderr"
+			} else if err := al.GetTypedConfig().UnmarshalTo(sl); err != nil {
+				return nil, fmt.Errorf("http_connection_manager.access_log[%d]: %w", i, err)
+			} else {
+				format = sl.GetLogFormat()
+			}
+			ln.AccessLogs = append(ln.AccessLogs, path)
 		case typeFileAccessLog:
 			f := &fileaccesslogv3.FileAccessLog{}
 			if err := al.GetTypedConfig().UnmarshalTo(f); err != nil {
 				return nil, fmt.Errorf("http_connection_manager.access_log[%d]: %w", i, err)
 			}
 			ln.AccessLogs = append(ln.AccessLogs, f.GetPath())
-			if f.GetAccessLogFormat() != nil {
-				c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d]: the wazero host writes Envoy's default format, not this log_format", l.GetName(), i))
+			format = f.GetLogFormat()
+			if f.GetFormat() != "" {
+				format = &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: f.GetFormat()}}
 			}
 		default:
 			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d] (%s) is ignored", l.GetName(), i, url))
+			continue
 		}
+		text := format.GetTextFormatSource().GetInlineString()
+		if text == "" {
+			text = format.GetTextFormat()
+		}
+		if format != nil && text == "" {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d]: the wazero host writes text formats given inline only; this one is written in Envoy's default format", l.GetName(), i))
+		}
+		ln.AccessLogFormats = append(ln.AccessLogFormats, text)
 		if al.GetFilter() != nil {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("listener %s: access_log[%d].filter is ignored; every request is logged", l.GetName(), i))
 		}

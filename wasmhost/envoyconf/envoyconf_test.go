@@ -109,7 +109,7 @@ func TestEnvoyYAML(t *testing.T) {
 		require.Equal(t, "upstream", r.Cluster)
 		require.Equal(t, DefaultRouteTimeout, r.Timeout)
 	}
-	require.Equal(t, []string{"path-parameters", "login", "public-api", "internal", "global", "default"}, names)
+	require.Equal(t, []string{"path-parameters", "login", "public-api", "internal", "global", "llm", "default"}, names)
 
 	require.Equal(t, "upstream:8080", c.Clusters["upstream"].Address)
 	require.Equal(t, "webdis:7379", c.Clusters["webdis"].Address)
@@ -160,6 +160,7 @@ func TestRoutingEnvoyYAML(t *testing.T) {
 		{"GET", "/API/x", "default"},
 		{"GET", "/internal/health", "internal"},
 		{"GET", "/global/x", "global"},
+		{"POST", "/v1/chat/completions", "llm"},
 		{"GET", "/", "default"},
 		{"DELETE", "/anything/else", "default"},
 		// Normalisation happens before routing: these cannot dodge the login rule.

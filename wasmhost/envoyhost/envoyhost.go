@@ -7,10 +7,10 @@
 //
 // What Envoy does that a Server does not: TLS, HTTP/2 and HTTP/3 downstream, load balancing
 // and health checking (a cluster is its first endpoint), retries, access log formats other
-// than Envoy's default and access log filters, appending the
-// peer to X-Forwarded-For under use_remote_address (the filter keys on source.address, which
-// is the peer here as in Envoy), FAIL_OPEN and FAIL_RELOAD (see Notes), and the periodic
-// stats flush (histograms are always current).
+// than text formats given inline (command operators: see accesslog.go) and access log
+// filters, xff_num_trusted_hops (the filter keys on source.address, which is the peer here),
+// FAIL_OPEN and FAIL_RELOAD (see Notes), and the periodic stats flush (histograms are always
+// current). Under use_remote_address the peer is appended to X-Forwarded-For, as Envoy does.
 package envoyhost
 
 import (
@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,6 +68,8 @@ type Server struct {
 	servers   []*http.Server
 	live      atomic.Bool
 	notes     []string
+	started   time.Time
+	workers   int
 }
 
 // listener is one served Envoy listener.
@@ -87,7 +88,7 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 	if opts.Workers <= 0 {
 		opts.Workers = 2
 	}
-	s := &Server{cfg: cfg, shared: opts.SharedData, metrics: wasmhost.NewMetricStore()}
+	s := &Server{cfg: cfg, shared: opts.SharedData, metrics: wasmhost.NewMetricStore(), started: time.Now(), workers: opts.Workers}
 	// /stats/prometheus extracts the bootstrap's stats_tags as Envoy does.
 	tags := make([]wasmhost.TagSpecifier, len(cfg.StatsTags))
 	for i, t := range cfg.StatsTags {
@@ -151,10 +152,17 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 		}
 		s.hosts = append(s.hosts, h)
 		ln := &listener{conf: lc, host: h, upstreams: upstreams}
-		for _, path := range lc.AccessLogs {
-			al, err := openAccessLog(path, opts)
+		for i, path := range lc.AccessLogs {
+			format := ""
+			if i < len(lc.AccessLogFormats) {
+				format = lc.AccessLogFormats[i]
+			}
+			al, unknown, err := openAccessLog(path, format, opts)
 			if err != nil {
 				return nil, fmt.Errorf("envoyhost: listener %s: access log: %w", lc.Name, err)
+			}
+			for _, op := range unknown {
+				s.notes = append(s.notes, fmt.Sprintf("listener %s: access_log[%d]: %%%s%% is not rendered by the wazero host; it prints \"-\"", lc.Name, i, op))
 			}
 			ln.accessLog = append(ln.accessLog, al)
 		}
@@ -174,7 +182,7 @@ func Start(ctx context.Context, cfg *envoyconf.Config, opts Options) (*Server, e
 			return nil, fmt.Errorf("envoyhost: admin: %w", err)
 		}
 		s.adminAddr = ln.Addr().String()
-		s.serve(ln, http.HandlerFunc(s.serveAdmin))
+		s.serve(ln, s.adminHandler())
 	}
 	s.live.Store(true)
 	ok = true
@@ -205,12 +213,13 @@ func (s *Server) serve(ln net.Listener, h http.Handler) {
 // path (or answer 400 or 307 as path_with_escaped_slashes_action says), pick the route (no route: the filter still runs and the router answers 404), then
 // the filter unless the route disables it, then the route's cluster or direct response.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var entry *logEntry
 	if len(l.accessLog) > 0 {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-		start := time.Now()
+		entry = &logEntry{start: time.Now(), r: r, rec: rec}
 		defer func() {
 			for _, al := range l.accessLog {
-				al.write(start, r, rec)
+				al.write(entry)
 			}
 		}()
 		w = rec
@@ -235,6 +244,9 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTemporaryRedirect)
 		return
 	}
+	if l.conf.UseRemoteAddress {
+		appendForwardedFor(r)
+	}
 	t := wasmhost.RouteTarget{Path: path}
 	rt := l.conf.Match(r, path)
 	switch {
@@ -257,68 +269,32 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.Upstream = l.upstreams[rt.Cluster]
 		}
 	}
+	if entry != nil {
+		entry.route, entry.cluster = t.Route.Name, t.Route.Cluster
+		t.OnResult = func(res *wasmhost.Result) {
+			entry.res = res
+			if res.Continued && t.Direct == nil && t.Upstream != nil {
+				entry.upstream = t.Upstream.Host
+			}
+		}
+	}
 	l.host.ServeRoute(w, r, t)
 }
 
-// serveAdmin is the subset of Envoy's admin interface that tests and people use with this
-// filter.
-func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
-	serveAdmin(s.metrics, s.live.Load, w, r)
-}
-
-// AdminHandler serves the admin subset the envoy.yaml mode serves (/ready, /stats,
-// /stats/prometheus) over a metric store, for a host run without a bootstrap (the plugin
-// configuration mode of cmd/ratelimit-host). live says whether /ready answers LIVE.
-func AdminHandler(metrics *wasmhost.MetricStore, live func() bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveAdmin(metrics, live, w, r) })
-}
-
-func serveAdmin(metrics *wasmhost.MetricStore, live func() bool, w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/ready":
-		if live() {
-			_, _ = io.WriteString(w, "LIVE\n")
-			return
+// Addr returns the address a listener is bound to ("0.0.0.0:10000"), or "" for an unknown
+// name.
+func (s *Server) Addr(name string) string {
+	for _, l := range s.listeners {
+		if l.conf.Name == name {
+			return l.addr
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "DRAINING\n")
-	case "/stats/prometheus":
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = metrics.WritePrometheus(w)
-	case "/stats":
-		w.Header().Set("Content-Type", "text/plain")
-		WriteStats(w, metrics)
-	case "/":
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = io.WriteString(w, "ratelimit-wasm wazero host admin\n  /ready\n  /stats\n  /stats/prometheus\n")
-	default:
-		http.NotFound(w, r)
 	}
+	return ""
 }
 
-// WriteStats prints "name: value" lines sorted by name, like Envoy's /stats; a histogram
-// prints its count, sum and a few quantiles of the retained samples.
-func WriteStats(w io.Writer, metrics *wasmhost.MetricStore) {
-	ms := metrics.Metrics()
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
-	for _, m := range ms {
-		if m.Type != wasmhost.MetricHistogram {
-			fmt.Fprintf(w, "%s: %d\n", m.Name, m.Value)
-			continue
-		}
-		h, _ := metrics.Histogram(m.Name)
-		vals := append([]uint64(nil), h.Values...)
-		sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
-		q := func(p float64) string {
-			if len(vals) == 0 {
-				return "nan"
-			}
-			return fmt.Sprint(vals[int(p*float64(len(vals)-1))])
-		}
-		fmt.Fprintf(w, "%s: P0(%s) P50(%s) P90(%s) P99(%s) P100(%s) count(%d) sum(%d)\n",
-			m.Name, q(0), q(0.5), q(0.9), q(0.99), q(1), h.Count, h.Sum)
-	}
-}
+// AdminAddr returns the address the admin interface is bound to, or "" when the bootstrap has
+// none.
+func (s *Server) AdminAddr() string { return s.adminAddr }
 
 // URL returns the base URL ("http://host:port") a listener is served on, or "" for an
 // unknown name. A listener bound to all interfaces is reported on the loopback address.
@@ -390,4 +366,19 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appendForwardedFor appends the connection's peer to X-Forwarded-For, as Envoy's connection
+// manager does under use_remote_address: the lines a client sent are joined with ", " and the
+// peer's address (without its port) goes last, where a proxy behind this one trusts it.
+func appendForwardedFor(r *http.Request) {
+	peer := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		peer = host
+	}
+	xff := strings.Join(r.Header.Values("X-Forwarded-For"), ", ")
+	if xff != "" {
+		xff += ", "
+	}
+	r.Header.Set("X-Forwarded-For", xff+peer)
 }

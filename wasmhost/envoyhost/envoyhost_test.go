@@ -2,6 +2,7 @@ package envoyhost
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -39,10 +40,17 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: main
+          use_remote_address: true
           access_log:
           - name: envoy.access_loggers.stdout
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
+          - name: envoy.access_loggers.stderr
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog
+              log_format:
+                text_format_source:
+                  inline_string: "%RESPONSE_CODE% %ROUTE_NAME% rule=%FILTER_STATE(wasm.ratelimit.rule:PLAIN)% decision=%FILTER_STATE(wasm.ratelimit.decision:PLAIN)% %UPSTREAM_CLUSTER% 100%% %REQ(X-REQUEST-ID):8%\n"
           normalize_path: true
           route_config:
             virtual_hosts:
@@ -76,7 +84,7 @@ static_resources:
                 configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: |
-                    {"rules": [
+                    {"filter_state": true, "rules": [
                       {"name": "a-limit", "match": {"routes": ["a"]}, "algorithm": "fixed_window", "limit": 2, "window": "1h"},
                       {"name": "b-limit", "match": {"routes": ["b"]}, "algorithm": "fixed_window", "limit": 1, "window": "1h"},
                       {"name": "no-route", "match": {"path": {"prefix": "/nowhere"}}, "algorithm": "fixed_window", "limit": 1, "window": "1h"}
@@ -120,16 +128,26 @@ func TestServer(t *testing.T) {
 	_, err = Start(ctx, cfg, Options{Bind: "127.0.0.1", EphemeralPorts: true})
 	require.ErrorContains(t, err, "/nonexistent/ratelimit.wasm", "without Options.Wasm the configured file is read")
 
-	var accessLog lockedBuffer
-	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog})
+	var accessLog, formatted lockedBuffer
+	s, err := Start(ctx, cfg, Options{Wasm: wasmtest.BuildModule(t), Bind: "127.0.0.1", EphemeralPorts: true, Stdout: &accessLog, Stderr: &formatted})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close(context.Background())) }()
 	// The bootstrap's stdout access log gets one line per request, in Envoy's default format,
-	// the filter's 429s included.
+	// the filter's 429s included: the request id the connection manager gave the request, and
+	// for a forwarded request the upstream's service time and address.
 	defer func() {
 		lines := strings.Split(strings.TrimSpace(accessLog.String()), "\n")
-		assert.Len(t, lines, 9, accessLog.String())
-		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "-" "Go-http-client/1.1" "-" "127.0.0.1:\d+" "-"$`, lines[2])
+		assert.Len(t, lines, 10, accessLog.String())
+		uuid := `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 200 - 0 \d+ \d+ \d+ "127.0.0.1" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "127.0.0.1:\d+"$`, lines[0])
+		assert.Regexp(t, `^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /a/x HTTP/1.1" 429 - 0 \d+ \d+ - "127.0.0.1" "Go-http-client/1.1" "`+uuid+`" "127.0.0.1:\d+" "-"$`, lines[2])
+		// The stderr log's format reads the filter's decision from the filter state, as
+		// Envoy's %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% does; "%%" is a '%', ":8" cuts.
+		flines := strings.Split(strings.TrimSpace(formatted.String()), "\n")
+		assert.Len(t, flines, 10, formatted.String())
+		assert.Regexp(t, `^200 a rule=a-limit decision=allowed a 100% [0-9a-f]{8}$`, flines[0])
+		assert.Regexp(t, `^429 a rule=a-limit decision=denied a 100% [0-9a-f]{8}$`, flines[2])
+		assert.Regexp(t, `^200 b rule=- decision=- b 100% [0-9a-f]{8}$`, flines[3], "the filter is disabled on route b")
 	}()
 	base, admin := s.URL("main"), s.AdminURL()
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), base)
@@ -146,13 +164,24 @@ func TestServer(t *testing.T) {
 	code, _, _ := get(t, base+"/a/x")
 	require.Equal(t, 429, code)
 
-	// Route b: the filter is disabled, so its limit of 1 never applies.
+	// Route b: the filter is disabled, so its limit of 1 never applies. Under
+	// use_remote_address the connection manager appends the peer to X-Forwarded-For.
 	for i := 0; i < 3; i++ {
 		code, hdr, body := get(t, base+"/b/y")
 		require.Equal(t, 200, code)
 		require.Contains(t, body, `"upstream": "echo"`)
+		require.Contains(t, body, `"x-forwarded-for": "127.0.0.1"`)
 		require.Empty(t, hdr.Get("ratelimit"))
 	}
+	req, err := http.NewRequest("GET", base+"/b/y", nil)
+	require.NoError(t, err)
+	req.Header.Add("X-Forwarded-For", "203.0.113.1")
+	req.Header.Add("X-Forwarded-For", "198.51.100.2")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	xff, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(xff), `"x-forwarded-for": "203.0.113.1, 198.51.100.2, 127.0.0.1"`)
 
 	// A direct response, and Envoy's 404 for no route, with the filter still deciding.
 	code, hdr, body := get(t, base+"/teapot")
@@ -182,6 +211,54 @@ func TestServer(t *testing.T) {
 	assert.Contains(t, body, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\n")
 	code, _, _ = get(t, admin+"/nope")
 	assert.Equal(t, 404, code)
+
+	// /stats?filter=REGEX keeps the stats whose names the regular expression matches.
+	_, _, body = get(t, admin+"/stats?filter=a-limit;decision=(allowed|denied)$")
+	assert.Equal(t, "ratelimit_requests_total;rule=a-limit;decision=allowed: 2\nratelimit_requests_total;rule=a-limit;decision=denied: 1\n", body)
+	code, _, _ = get(t, admin+"/stats?filter=(")
+	assert.Equal(t, 400, code)
+	// /clusters lists each cluster's endpoint; /server_info the state, uptime and concurrency.
+	_, _, body = get(t, admin+"/clusters")
+	assert.Regexp(t, `(?m)^a::127\.0\.0\.1:\d+::health_flags::healthy$`, body)
+	assert.Regexp(t, `(?m)^b::127\.0\.0\.1:\d+::health_flags::healthy$`, body)
+	_, _, body = get(t, admin+"/server_info")
+	var info struct {
+		State   string `json:"state"`
+		Options struct {
+			Concurrency int `json:"concurrency"`
+		} `json:"command_line_options"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &info), body)
+	assert.Equal(t, "LIVE", info.State)
+	assert.Equal(t, 2, info.Options.Concurrency)
+	// /config_dump shows the filter configurations in force, as given and as the filter reads
+	// them (defaults filled in).
+	_, _, body = get(t, admin+"/config_dump")
+	var dump struct {
+		Configs []struct {
+			Filters []struct {
+				Listener, Name, Configuration string
+				Effective                     struct {
+					FilterState bool `json:"filter_state"`
+					Rules       []struct {
+						Name    string `json:"name"`
+						MaxKeys int    `json:"max_keys"`
+					} `json:"rules"`
+				} `json:"effective_configuration"`
+			} `json:"filters"`
+		} `json:"configs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &dump), body)
+	require.Len(t, dump.Configs, 1)
+	require.Len(t, dump.Configs[0].Filters, 1)
+	f := dump.Configs[0].Filters[0]
+	assert.Equal(t, "main", f.Listener)
+	assert.Equal(t, "rl", f.Name)
+	assert.Contains(t, f.Configuration, `"a-limit"`)
+	assert.True(t, f.Effective.FilterState)
+	assert.Equal(t, "a-limit", f.Effective.Rules[0].Name)
+	assert.Equal(t, 10000, f.Effective.Rules[0].MaxKeys)
+	assert.Equal(t, s.Addr("main")[strings.LastIndexByte(s.Addr("main"), ':'):], base[strings.LastIndexByte(base, ':'):])
 }
 
 // The connection manager's path handling happens before routing and before the filter: the

@@ -106,11 +106,16 @@ func (d *wasmDriver) Do(t *testing.T, at time.Time, s step) outcome {
 }
 
 func outcomeOf(res *wasmhost.Result) outcome {
+	state := map[string]string{}
+	for k, v := range res.FilterState {
+		state[k] = string(v)
+	}
 	if res.Local != nil {
 		return outcome{Status: res.Local.Status, Headers: filtertest.HeaderMap(res.Local.Headers),
-			Body: string(res.Local.Body), GrpcStatus: int(res.Local.GrpcStatus)}
+			Body: string(res.Local.Body), GrpcStatus: int(res.Local.GrpcStatus), FilterState: state}
 	}
-	return outcome{Headers: filtertest.HeaderMap(res.ResponseHeaders), Upstream: filtertest.HeaderMap(res.RequestHeaders), GrpcStatus: -1}
+	return outcome{Headers: filtertest.HeaderMap(res.ResponseHeaders), Upstream: filtertest.HeaderMap(res.RequestHeaders),
+		GrpcStatus: -1, FilterState: state}
 }
 
 func TestScenariosWasm(t *testing.T) {

@@ -116,6 +116,13 @@ class VM {
         const v = self.property(self.str(pp, pn));
         return v === undefined ? NOT_FOUND : self.give(v, vp, vs);
       },
+      proxy_set_property: (pp, pn, vp, vn) => {
+        // Envoy keeps a stream's properties in its filter state; the root context has none.
+        const s = self.stream;
+        if (!s) return NOT_FOUND;
+        (s.props = s.props || new Map()).set(self.str(pp, pn), self.str(vp, vn));
+        return OK;
+      },
       proxy_get_shared_data: (kp, kn, vp, vs, cp) => {
         const e = opts.shared.get(opts.vmId + '\0' + self.str(kp, kn));
         if (!e) return NOT_FOUND;

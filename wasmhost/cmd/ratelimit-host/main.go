@@ -22,6 +22,11 @@
 //
 //	go run ./wasmhost/cmd/ratelimit-host check envoy.yaml
 //
+// The import subcommand converts an envoyproxy/ratelimit configuration into a plugin
+// configuration (see import.go):
+//
+//	go run ./wasmhost/cmd/ratelimit-host import ratelimit-config.yaml > plugin.json
+//
 // The routes subcommand prints each route of a bootstrap with the rules that can apply to it
 // (the banner of `make run`).
 //
@@ -66,6 +71,9 @@ func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(runCheck(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "import" {
+		os.Exit(runImport(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "routes" {
 		os.Exit(runRoutes(os.Args[2:], os.Stdout, os.Stderr))
@@ -180,6 +188,7 @@ func run() error {
 	}
 
 	// The same labelled metrics as envoy.yaml's stats_config gives in Envoy.
+	started := time.Now()
 	store := wasmhost.NewMetricStore()
 	store.SetStatsTags(filterStatsTags)
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -219,12 +228,14 @@ func run() error {
 		if err != nil {
 			return errors.Join(fmt.Errorf("-admin: %w", err), h.Close(context.Background()))
 		}
-		admin := &http.Server{Handler: envoyhost.AdminHandler(store, func() bool { return ctx.Err() == nil }),
+		info := envoyhost.AdminInfo{Clusters: clusterMap, Workers: h.Workers(), Started: started,
+			Filters: []envoyhost.FilterInfo{{Listener: "listener", Name: "ratelimit", RootID: "ratelimit", VMID: *vmID, Configuration: pluginConfig}}}
+		admin := &http.Server{Handler: envoyhost.AdminHandler(store, func() bool { return ctx.Err() == nil }, info),
 			ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, admin)
 		go func() { _ = admin.Serve(al) }()
 		a := "http://" + al.Addr().String()
-		fmt.Printf("admin:\n  %s/stats/prometheus  %s/stats  %s/ready\n", a, a, a)
+		fmt.Printf("admin:\n  %s/stats/prometheus  %s/stats  %s/config_dump  %s/ready\n", a, a, a, a)
 	}
 	for _, r := range routeTable {
 		fmt.Printf("route %s* -> %s\n", r.PathPrefix, r.Name)
@@ -385,11 +396,12 @@ func runEnvoy(o envoyOptions) error {
 	}
 
 	fmt.Printf("ratelimit-host: serving %s with %d worker VM(s) per filter\n", o.path, o.workers)
+	// Each address as bound (0.0.0.0:10000 is every interface), with the URL to try it on.
 	for _, l := range cfg.Listeners {
-		fmt.Printf("  listener %-18s %s  (vm_id %s, root_id %s)\n", l.Name, srv.URL(l.Name), l.Filter.VMID, l.Filter.RootID)
+		fmt.Printf("  listener %-18s %s  bound %s  (vm_id %s, root_id %s)\n", l.Name, srv.URL(l.Name), srv.Addr(l.Name), l.Filter.VMID, l.Filter.RootID)
 	}
 	if a := srv.AdminURL(); a != "" {
-		fmt.Printf("  admin    %-18s %s/stats/prometheus  %s/ready\n", "", a, a)
+		fmt.Printf("  admin    %-18s %s/stats/prometheus  %s/ready  %s/config_dump  bound %s\n", "", a, a, a, srv.AdminAddr())
 	}
 	names := make([]string, 0, len(cfg.Clusters))
 	for name := range cfg.Clusters {

@@ -1,0 +1,249 @@
+package algorithms
+
+// A usage cost is known only after the response: a request is admitted with a reservation (an
+// ordinary AllowN of the reserved units), and when its stream ends the key's state is settled
+// by delta = usage - reservation. Settle applies that delta, as a pure function of the state,
+// the instant and the delta, like AllowN.
+//
+//   - delta < 0 is a refund: the units the request reserved and did not use go back.
+//   - delta > 0 is a debt: units beyond the reservation are taken, whatever the state holds.
+//     A bucket or GCRA key may go below empty; it is then denied until the debt is repaid at
+//     the rule's rate.
+//
+// # Arithmetic, per algorithm (the spec for the Lua port)
+//
+// Token bucket and leaky bucket meter (the bucket both share; the meter stores capU - tokens):
+// the bucket is first refilled to eff = max(now, last) as AllowN does. A balance below empty
+// is written as an empty-ish bucket whose last refill lies in the future: (tokens, last) with
+// last > now means tokens - (last - t)*lg units at any t <= last, which is what AllowN already
+// reads (a call before last is evaluated at last), so no decoder changes.
+//
+//	debt, u = delta*wg:
+//	    if tokens >= u: store (tokens - u, eff)
+//	    else: q = ceil((u - tokens) / lg); store (q*lg + tokens - u, eff + q)
+//	          -- but (0, max(eff, now + 2^52)) when eff + q > now + 2^52
+//	refund, u = -delta*wg:
+//	    if eff <= now: store (min(tokens + u, capU), eff)
+//	    elif floor(u/lg) < eff - now:            -- still in the future: last moves back
+//	        tokens = tokens + u mod lg; eff = eff - floor(u/lg)
+//	        if tokens >= lg and eff - 1 > now: tokens = tokens - lg; eff = eff - 1
+//	        store (min(tokens, capU), eff)
+//	    else: store (min(tokens + u - (eff - now)*lg, capU), now)
+//
+// The stored tokens of a debt are below lg <= wg (CheckUsage requires at most one unit per
+// nanosecond, lg <= wg), so no request passes before the debt is repaid.
+//
+// GCRA: with base = max(TAT, now),
+//
+//	delta > 0:   TAT' = min(base + delta*T, max(TAT, now + 2^52))
+//	delta < 0:   TAT' = max(TAT + delta*T, now)   when TAT > now; else unchanged (the key is full)
+//
+// Fixed window: the count of the current window w (after a stale call's roll, as in AllowN).
+// A debt is added to it, up to Limit (the window forgets what lies beyond, at its end). A
+// refund is taken off only when the reservation was counted in w (reservedAt in w); a
+// reservation counted in a window that has ended was forgotten with it.
+//
+//	delta > 0:   count = min(count + delta, L)
+//	delta < 0:   count = max(count + delta, 0)    when start(reservedAt) == w
+//
+// Sliding window counter: as the fixed window, for cur; a refund of a reservation counted in
+// the previous window comes off prev (prev = max(prev + delta, 0), when start(reservedAt) is
+// w - W).
+//
+// A state recorded under other parameters (the configuration changed while the stream was
+// open) is not settled: Settle returns ok false, and the caller writes nothing.
+
+// maxDebtAhead bounds how far ahead of now a debt may push a key's schedule (about 52 days):
+// debts of many streams settled while the key is denied add up, and a bucket's last refill
+// or a GCRA TAT must stay a valid timestamp (MaxTime, maxStamp). What lies beyond is forgiven.
+const maxDebtAhead = 1 << 52
+
+// Settle applies delta = usage - reservation to state at now, for a request whose
+// reservation was admitted at reservedAt (see above). It returns the state to store and
+// whether there is one: false when there is nothing to write (delta 0, a refund on a fresh
+// or full key, a state recorded under other parameters, or a limiter that takes no usage cost).
+// The returned slice aliases state when cap(state) is large enough, as AllowN's does.
+func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bool) {
+	if delta == 0 {
+		return state, false
+	}
+	now = clampNow(now)
+	switch l := lim.(type) {
+	case *TokenBucket:
+		return l.settle(state, now, delta)
+	case *LeakyBucket:
+		if !l.shaper {
+			return l.settle(state, now, delta)
+		}
+	case *GCRA:
+		return l.settle(state, now, delta)
+	case *FixedWindow:
+		return l.settle(state, now, reservedAt, delta)
+	case *SlidingWindowCounter:
+		return l.settle(state, now, reservedAt, delta)
+	}
+	return state, false
+}
+
+// CheckUsage reports whether a rule of configuration c can take a usage cost whose
+// settlements are at most max units: its algorithm must be able to give units back and take
+// them beyond its capacity, and its arithmetic must stay exact with max more units. The
+// error's Field is "algorithm", "variant", "max_delay" or "max" (the cost's).
+func CheckUsage(c Config, max int64) error {
+	switch {
+	case c.Algorithm == AlgAdaptive:
+		return cfgErr("algorithm", "adaptive takes no usage cost: its limit moves while reservations are open")
+	case c.Algorithm == AlgSlidingWindow && c.Variant == VariantLog:
+		return cfgErr("variant", `the sliding window "log" takes no usage cost: it records one timestamp per unit, and a unit known only after the response has no instant`)
+	case c.Algorithm == AlgLeakyBucket && c.MaxDelay > 0:
+		return cfgErr("max_delay", `a shaping leaky bucket takes no usage cost: a request's delay is fixed before its usage is known`)
+	}
+	if max < 1 || max > LimitCeiling {
+		return cfgErr("max", "must be in [1, 1000000000]")
+	}
+	switch c.Algorithm {
+	case AlgTokenBucket, AlgLeakyBucket:
+		lg, wg := rateScale(c.Limit, c.Window)
+		if lg > wg {
+			return cfgErr("limit", "a usage cost needs a rate of at most one unit per nanosecond (limit <= window in ns)")
+		}
+		return checkExact("max", "(capacity + max)*window/gcd(limit, window in ns) + 2*limit/gcd",
+			"lower the cost's max or the burst", [2]int64{c.Capacity() + max, wg}, [2]int64{2, lg})
+	case AlgGCRA:
+		t := int64(c.Window) / c.Limit
+		return checkExact("max", "(burst + max + 1)*window/limit", "lower the cost's max or the burst",
+			[2]int64{c.Capacity() + max + 1, t})
+	}
+	return nil
+}
+
+// settle is Settle for the token bucket.
+func (t *TokenBucket) settle(state []byte, now, delta int64) ([]byte, bool) {
+	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+	if conv {
+		return state, false
+	}
+	tokens, last, ok := t.b.decode(state, off)
+	if !ok && delta < 0 {
+		return state, false
+	}
+	tokens, eff := t.b.refill(tokens, last, ok, now)
+	if delta < 0 && tokens == t.b.capU && eff <= now {
+		return state, false // full: nothing to give back
+	}
+	tokens, eff = t.b.settle(tokens, eff, now, delta)
+	return encodeTB(state, &t.p, verTokenBucket2, tokens, eff), true
+}
+
+// settle is Settle for the leaky bucket meter, whose state holds the level capU - tokens.
+func (l *LeakyBucket) settle(state []byte, now, delta int64) ([]byte, bool) {
+	off, conv := l.locate(state)
+	if conv {
+		return state, false
+	}
+	level, last, ok := l.b.decode(state, off)
+	if !ok && delta < 0 {
+		return state, false
+	}
+	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
+	if delta < 0 && tokens == l.b.capU && eff <= now {
+		return state, false // empty: nothing to give back
+	}
+	tokens, eff = l.b.settle(tokens, eff, now, delta)
+	return encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-tokens, eff), true
+}
+
+// settle applies delta to tokens evaluated at eff; see the arithmetic above.
+func (b *bucket) settle(tokens, eff, now, delta int64) (int64, int64) {
+	if delta > 0 {
+		u := delta * b.wg
+		if tokens >= u {
+			return tokens - u, eff
+		}
+		q := ceilDiv(u-tokens, b.lg)
+		if eff+q > now+maxDebtAhead {
+			return 0, max(eff, now+maxDebtAhead)
+		}
+		return q*b.lg + tokens - u, eff + q
+	}
+	u := -delta * b.wg
+	if eff <= now {
+		return min(tokens+u, b.capU), eff
+	}
+	// A refund into a balance that lies in the future: last moves back by u/lg ns, and when
+	// it reaches now the balance is expressed at now.
+	if s, rem := u/b.lg, u%b.lg; s < eff-now {
+		tokens, eff = tokens+rem, eff-s
+		if tokens >= b.lg && eff-1 > now {
+			tokens, eff = tokens-b.lg, eff-1
+		}
+		return min(tokens, b.capU), eff
+	}
+	return min(tokens+u-(eff-now)*b.lg, b.capU), now
+}
+
+// settle is Settle for GCRA.
+func (g *GCRA) settle(state []byte, now, delta int64) ([]byte, bool) {
+	off, conv := g.locate(state)
+	if conv {
+		return state, false
+	}
+	tat, ok := g.decode(state, off)
+	if !ok {
+		tat = now
+	}
+	switch {
+	case delta > 0:
+		tat = min(max(tat, now)+delta*g.t, max(tat, now+maxDebtAhead))
+	case tat > now:
+		tat = max(tat+delta*g.t, now)
+	default:
+		return state, false
+	}
+	return g.encode(state, tat), true
+}
+
+// settle is Settle for the fixed window.
+func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
+	off, conv := f.locate(state)
+	if conv {
+		return state, false
+	}
+	w, count := f.load(state, off, now)
+	switch {
+	case delta > 0:
+		count = min(count+delta, f.limit)
+	case reservedAt-reservedAt%f.w == w && count > 0:
+		count = max(count+delta, 0)
+	default:
+		return state, false
+	}
+	return f.encode(state, w, count), true
+}
+
+// settle is Settle for the sliding window counter.
+func (s *SlidingWindowCounter) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
+	off, conv := s.locate(state)
+	if conv {
+		return state, false
+	}
+	limit := s.cc.limit()
+	var ws, prev, cur int64
+	ok := off != 0
+	if ok {
+		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
+	}
+	w, _, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
+	rw := reservedAt - reservedAt%s.cc.w
+	switch {
+	case delta > 0:
+		cur = min(cur+delta, limit)
+	case rw == w && cur > 0:
+		cur = max(cur+delta, 0)
+	case rw == w-s.cc.w && prev > 0:
+		prev = max(prev+delta, 0)
+	default:
+		return state, false
+	}
+	return s.encode(state, w, prev, cur), true
+}

@@ -1,0 +1,238 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
+
+// UsageSpec is a usage cost: what a request takes is known only from its response (the tokens
+// an LLM API reports). The request is decided with a reservation (the CostSpec's constant or
+// header, see Rule.Cost); when its stream ends the rule's state is settled by usage minus
+// reservation: a refund, or a debt (see algorithms.Settle).
+type UsageSpec struct {
+	// Header is the response header holding the usage (lower case), or "" when the usage is
+	// read from the response body with Pointers.
+	Header string
+	// Pointers are JSON pointers (RFC 6901) into the response body, each as its reference
+	// tokens, unescaped; the values they find are summed. Texts are the pointers as configured.
+	Pointers [][]string
+	Texts    []string
+	// Max bounds what one request is charged: a larger usage is charged Max.
+	Max int64
+	// OnMissing says what a request whose usage never arrives is charged: its reservation
+	// (UsageMissingReserve) or Max (UsageMissingMax).
+	OnMissing string
+}
+
+// What a request whose usage never arrives is charged (UsageSpec.OnMissing).
+const (
+	UsageMissingReserve = "reserve"
+	UsageMissingMax     = "max"
+)
+
+// Limits of a usage cost's configuration.
+const (
+	// MaxUsagePointers is the most JSON pointers one usage cost sums.
+	MaxUsagePointers = 8
+	// MaxUsagePointerLen bounds one pointer's text, and maxPointerTokens its reference
+	// tokens: the body scanner keeps one path of at most that depth per stream.
+	MaxUsagePointerLen = 256
+	maxPointerTokens   = 16
+)
+
+// MissingCharge returns what a request whose usage never arrived is charged, given its
+// reservation.
+func (u *UsageSpec) MissingCharge(reserve int64) int64 {
+	if u.OnMissing == UsageMissingMax {
+		return u.Max
+	}
+	return reserve
+}
+
+// Charge returns what a request that reported usage is charged: usage, at most Max.
+func (u *UsageSpec) Charge(usage int64) int64 { return min(max(usage, 0), u.Max) }
+
+var (
+	usageCostFields = []string{"reserve", "usage", "max", "on_missing"}
+	usageFields     = []string{"header", "json"}
+)
+
+// isUsageCost reports whether the cost object n is a usage cost (it has "reserve" or "usage")
+// rather than a cost header.
+func isUsageCost(n *node) bool {
+	return n.lookup("reserve") != nil || n.lookup("usage") != nil
+}
+
+// usageCost reads {reserve, usage, max, on_missing} at path: the reservation into the
+// returned CostSpec's constant or header fields, the rest into its Usage.
+func (p *parser) usageCost(path string, n *node) (CostSpec, bool) {
+	f, _ := p.object(path, n, usageCostFields...)
+	u := &UsageSpec{OnMissing: UsageMissingReserve}
+	cs := CostSpec{Constant: 1, Usage: u}
+	valid := true
+	if mn, mpath := f.get("max"); mn == nil {
+		p.add(mpath, "required: it bounds what one request is charged, and the overshoot while streams are open")
+		valid = false
+	} else if v, ok := p.integer(mpath, mn, 1, algorithms.LimitCeiling); ok {
+		u.Max = v
+	} else {
+		valid = false
+	}
+	if rn, rpath := f.get("reserve"); rn == nil {
+		p.add(rpath, "required: the units a request holds until its usage is known")
+		valid = false
+	} else if r, ok := p.cost(rpath, rn); ok {
+		cs.Constant, cs.Header, cs.Default, cs.Max = r.Constant, r.Header, r.Default, r.Max
+		if top := max(r.Constant, r.Max); u.Max > 0 && top > u.Max {
+			at := rpath
+			if r.Header != "" {
+				at = joinKey(rpath, "max")
+			}
+			p.add(at, "must be <= the cost's max ("+strconv.FormatInt(u.Max, 10)+"), got "+strconv.FormatInt(top, 10))
+			valid = false
+		}
+	} else {
+		valid = false
+	}
+	if un, upath := f.get("usage"); un == nil {
+		p.add(upath, `required: {"header": name} or {"json": [pointers]}`)
+		valid = false
+	} else {
+		valid = p.usageSource(upath, un, u) && valid
+	}
+	if on, opath := f.get("on_missing"); on != nil {
+		if s, ok := p.enum(opath, on, UsageMissingReserve, UsageMissingMax); ok {
+			u.OnMissing = s
+		} else {
+			valid = false
+		}
+	}
+	return cs, valid
+}
+
+// usageSource reads {header} or {json: [pointers]} into u.
+func (p *parser) usageSource(path string, n *node, u *UsageSpec) bool {
+	f, ok := p.object(path, n, usageFields...)
+	if !ok {
+		return false
+	}
+	hn, hpath := f.get("header")
+	jn, jpath := f.get("json")
+	switch {
+	case hn != nil && jn != nil:
+		p.add(path, `set one of "header" and "json", not both`)
+		return false
+	case hn != nil:
+		h, ok := p.headerName(hpath, hn)
+		u.Header = h
+		return ok
+	case jn == nil:
+		p.add(path, `needs "header" (a response header) or "json" (pointers into the response body)`)
+		return false
+	}
+	elems, ok := p.array(jpath, jn, 1, MaxUsagePointers)
+	if !ok {
+		return false
+	}
+	for i, e := range elems {
+		epath := joinIndex(jpath, i)
+		s, ok := p.str(epath, e, MaxUsagePointerLen)
+		if !ok {
+			return false
+		}
+		tokens, msg := parsePointer(s)
+		if msg != "" {
+			p.add(epath, quote(s)+" "+msg)
+			return false
+		}
+		u.Pointers = append(u.Pointers, tokens)
+		u.Texts = append(u.Texts, s)
+	}
+	return true
+}
+
+// parsePointer splits a JSON pointer (RFC 6901) into its reference tokens, unescaping ~1 and
+// ~0, or returns what is wrong with it. The whole document ("") is no usage.
+func parsePointer(s string) ([]string, string) {
+	if s == "" || s[0] != '/' {
+		return nil, `is no JSON pointer to a value: it must start with "/" (for example "/usage/total_tokens")`
+	}
+	parts := strings.Split(s[1:], "/")
+	if len(parts) > maxPointerTokens {
+		return nil, "has more than " + strconv.Itoa(maxPointerTokens) + " reference tokens"
+	}
+	for i, t := range parts {
+		for j := 0; j < len(t); j++ {
+			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
+				return nil, `has a "~" that is not "~0" or "~1"`
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+	}
+	return parts, ""
+}
+
+// checkUsage checks a usage cost against the rule's algorithm, once the limiter is built (see
+// checkAlgorithm): the algorithms that cannot give units back or take them beyond their
+// capacity refuse it, and the reservation must fit the capacity. It returns the offending
+// field relative to the rule and a message, or "".
+//
+//go:noinline
+func checkUsage(r *Rule) (field, msg string) {
+	if err := algorithms.CheckUsage(r.Algorithm, r.CostSpec.Usage.Max); err != nil {
+		field, msg := algorithmError(err)
+		if field == "max" {
+			return "cost.max", msg
+		}
+		return "cost", "a usage cost is not for this rule: " + field + ": " + msg
+	}
+	if r.Scope == ScopeGlobal {
+		return "cost", `a usage cost is settled in this proxy's shared data when the stream ends: not for "scope": "global"`
+	}
+	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
+	switch cs := r.CostSpec; {
+	case cs.Header == "" && cs.Constant > capacity:
+		return "cost.reserve", costAboveCapacity(cs.Constant, capacity, from)
+	case cs.Header != "" && cs.Max > capacity:
+		return "cost.reserve.max", maxCostAboveCapacity(cs.Max, capacity, from)
+	}
+	return "", ""
+}
+
+// appendUsageCost writes a usage cost's effective configuration, its members in key order.
+func appendUsageCost(b []byte, cs CostSpec) []byte {
+	u := cs.Usage
+	b = append(b, `{"max":`...)
+	b = strconv.AppendInt(b, u.Max, 10)
+	b = append(b, `,"on_missing":`...)
+	b = appendJSONString(b, u.OnMissing)
+	b = append(b, `,"reserve":`...)
+	if cs.Header == "" {
+		b = strconv.AppendInt(b, cs.Constant, 10)
+	} else {
+		b = append(b, `{"default":`...)
+		b = strconv.AppendInt(b, cs.Default, 10)
+		b = append(b, `,"header":`...)
+		b = appendJSONString(b, cs.Header)
+		b = append(b, `,"max":`...)
+		b = strconv.AppendInt(b, cs.Max, 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"usage":{`...)
+	if u.Header != "" {
+		b = append(b, `"header":`...)
+		b = appendJSONString(b, u.Header)
+	} else {
+		b = append(b, `"json":[`...)
+		for i, t := range u.Texts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, t)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}}"...)
+}

@@ -1,0 +1,360 @@
+package filter
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Usage costs: a rule whose cost is known only from the response (config.UsageSpec). The
+// request is decided like any other, with its reservation as cost (Rule.Cost). Once every
+// rule has admitted it, each usage rule's reservation is kept on the stream (openReservations);
+// the response is read as it passes, never held or changed: the usage header when the
+// response starts, the body's JSON pointers chunk by chunk (usageScanner). When the stream
+// ends, each reservation is settled on the key's state in shared data by usage minus
+// reservation (algorithms.Settle), through the rule's key table and its bounded
+// compare-and-swap, like a decision's write. A stream whose usage never arrived (the client
+// or the upstream went away before the body ended, no value at the pointers, a value that is
+// not a non-negative integer) is charged the cost's on_missing, and counted.
+
+// usageRule is a usage rule's (or one of its overrides') settlement machinery.
+type usageRule struct {
+	spec *config.UsageSpec
+	// lim is the limiter of the rule's key table: the rule's own, which settles instead of
+	// deciding while settling is set (see usageLimiter).
+	lim     *usageLimiter
+	m       *usageMetrics // the rule's, shared by its overrides
+	pending sharedstate.Pending
+}
+
+// usageMetrics are a usage rule's metrics (see defineUsageMetrics).
+type usageMetrics struct {
+	reserved, settled, refunded, debt, missing, failed abi.MetricCounter
+	open                                               abi.MetricGauge
+	// failures counts this VM's settlements of the rule that could not be written, so that
+	// the first and then every power of two are logged.
+	failures uint64
+}
+
+// usageLimiter is the limiter a usage rule's key table decides with: the rule's limiter, and
+// while settling is set, for a decision of 0 units, algorithms.Settle of delta for a
+// reservation admitted at at. A Table runs its limiter inside its compare-and-swap loop, so a
+// settlement reuses the table's slot lookup, its retries after lost races and its placement
+// of a key that lost its slot; what else the table asks its limiter meanwhile (what evicting
+// another key would grant it, a decision of 1) is answered by the rule's limiter. A VM is
+// single-threaded: settling is set only for the duration of one settlement.
+type usageLimiter struct {
+	sharedstate.Limiter
+	alg       algorithms.Limiter
+	settling  bool
+	at, delta int64
+}
+
+// AllowN decides with the rule's limiter, or settles (see usageLimiter). A settlement with
+// nothing to write reads as a denial, which Table.Commit does not write.
+func (u *usageLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, []byte) {
+	if !u.settling || n != 0 {
+		return u.Limiter.AllowN(state, now, n)
+	}
+	out, ok := algorithms.Settle(u.alg, state, now, u.at, u.delta)
+	return algorithms.Decision{Allowed: ok}, out
+}
+
+// keepKey keeps the key a usage rule was decided on, for its settlement. It is out of
+// decideFrom's line (see doc.go).
+//
+//go:noinline
+func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
+
+// usageTableLimiter returns the key-table limiter of a rule r whose limiter is lim, and its
+// usage machinery (nil for a rule without a usage cost). m is the rule's metrics, nil for the
+// rule itself (defined later by defineUsageMetrics). It is kept out of configure's line (see
+// doc.go).
+//
+//go:noinline
+func usageTableLimiter(r *config.Rule, lim sharedstate.Limiter, m *usageMetrics) (sharedstate.Limiter, *usageRule) {
+	if r.CostSpec.Usage == nil {
+		return lim, nil
+	}
+	if m == nil {
+		m = new(usageMetrics)
+	}
+	ul := &usageLimiter{Limiter: lim, alg: r.Limiter}
+	return ul, &usageRule{spec: r.CostSpec.Usage, lim: ul, m: m}
+}
+
+// defineUsageMetrics defines a usage rule's metrics, appending each definition's error to
+// errs.
+func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
+	m := ur.m
+	m.reserved = defineCounter(statName("ratelimit_usage_reserved_total", rule), &errs)
+	m.settled = defineCounter(statName("ratelimit_usage_settled_total", rule), &errs)
+	m.refunded = defineCounter(statName("ratelimit_usage_refunded_total", rule), &errs)
+	m.debt = defineCounter(statName("ratelimit_usage_debt_total", rule), &errs)
+	m.missing = defineCounter(statName("ratelimit_usage_missing_total", rule), &errs)
+	m.failed = defineCounter(statName("ratelimit_usage_settle_failures_total", rule), &errs)
+	g, err := abi.DefineGaugeMetric(statName("ratelimit_usage_open", rule))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	m.open = g
+	return errs
+}
+
+// prepareUsage sets up the usage machinery of a rule and of its overrides' states. It runs at
+// configure time, after the overrides are built.
+func (rs *ruleState) prepareUsage(ur *usageRule) error {
+	rs.usage = ur
+	if errs := ur.defineUsageMetrics(rs.rule.Name, nil); len(errs) > 0 {
+		return joinErrors(errs)
+	}
+	return nil
+}
+
+// reservation is one usage rule's open reservation on a stream.
+type reservation struct {
+	rs      *ruleState // the state decided on: the rule's, or its override's
+	key     []byte
+	reserve int64
+	at      int64 // when it was admitted
+	src     int   // its usage source in usageStream.srcs
+}
+
+// usageSource is where one usage spec's value comes from on a stream, and what was found.
+type usageSource struct {
+	spec     *config.UsageSpec
+	scan     usageScanner // for a spec that reads the body
+	value    int64        // the header's value
+	reported bool         // the header held a valid value
+}
+
+// usageStream is a stream's open reservations and what its response has reported so far.
+type usageStream struct {
+	open []reservation
+	srcs []usageSource
+	// body is set when a source reads the response body; ended once the response's last
+	// byte has passed (a stream that ends without it was cut short).
+	body, ended bool
+}
+
+// openReservations keeps the reservations of the request's admitted usage rules, once every
+// rule has admitted it (finish). It is kept out of finish's line (see doc.go).
+//
+//go:noinline
+func (h *httpContext) openReservations() {
+	var u *usageStream
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		ur := a.rs.usage
+		if ur == nil || !a.decided || !a.local || !a.decision.Allowed {
+			continue
+		}
+		if u == nil {
+			u = h.plugin.takeUsageStream()
+		}
+		src := u.source(ur.spec)
+		u.open = append(u.open, reservation{rs: a.rs, key: append([]byte(nil), a.key...),
+			reserve: a.cost, at: h.startedAt, src: src})
+		ur.m.reserved.Increment(uint64(a.cost))
+		ur.m.open.Add(1)
+	}
+	h.usage = u
+}
+
+// source returns the index of spec's source on the stream, adding it when no source of the
+// stream reads the same value.
+func (u *usageStream) source(spec *config.UsageSpec) int {
+	for i := range u.srcs {
+		if s := u.srcs[i].spec; s == spec || (s.Header == spec.Header && slices.Equal(s.Texts, spec.Texts)) {
+			return i
+		}
+	}
+	u.srcs = append(u.srcs, usageSource{spec: spec})
+	u.body = u.body || spec.Header == ""
+	return len(u.srcs) - 1
+}
+
+// takeUsageStream returns an empty usage stream, reusing one a finished stream left.
+func (p *plugin) takeUsageStream() *usageStream {
+	if n := len(p.usageFree); n > 0 {
+		u := p.usageFree[n-1]
+		p.usageFree = p.usageFree[:n-1]
+		return u
+	}
+	return new(usageStream)
+}
+
+// giveUsageStream keeps a finished stream's usage stream for reuse.
+func (p *plugin) giveUsageStream(u *usageStream) {
+	for i := range u.open {
+		u.open[i] = reservation{}
+	}
+	for i := range u.srcs {
+		u.srcs[i] = usageSource{}
+	}
+	u.open, u.srcs, u.body, u.ended = u.open[:0], u.srcs[:0], false, false
+	if len(p.usageFree) < maxFreeContexts {
+		p.usageFree = append(p.usageFree, u)
+	}
+}
+
+// usageHeaders reads what the response headers say: each header source's value, and whether
+// the body is an event stream. endOfStream: the response has no body.
+func (h *httpContext) usageHeaders(endOfStream bool) {
+	u := h.usage
+	sse := false
+	if u.body {
+		ct, _ := abi.GetHttpResponseHeader("content-type")
+		sse = strings.HasPrefix(strings.TrimSpace(strings.ToLower(ct)), "text/event-stream")
+	}
+	for i := range u.srcs {
+		s := &u.srcs[i]
+		if s.spec.Header == "" {
+			s.scan.reset(s.spec.Pointers, sse)
+			continue
+		}
+		if v, err := abi.GetHttpResponseHeader(s.spec.Header); err == nil {
+			s.value, s.reported = parseUsage(v)
+		}
+	}
+	if endOfStream {
+		h.endUsageBody()
+	}
+}
+
+// parseUsage reads a non-negative decimal integer (at most 18 digits), allowing surrounding
+// spaces and tabs.
+func parseUsage(s string) (int64, bool) {
+	s = strings.Trim(s, " \t")
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0 && s[0] != '+'
+}
+
+// OnHttpResponseBody scans a chunk of the response body for the usage of the stream's
+// reservations. The chunk is read and passed on at once: the client gets it unchanged and
+// without delay.
+func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if h.usage != nil {
+		h.usageBody(bodySize, endOfStream)
+	}
+	return types.ActionContinue
+}
+
+// usageBody is OnHttpResponseBody for a stream with reservations.
+func (h *httpContext) usageBody(bodySize int, endOfStream bool) {
+	defer recoverTo("OnHttpResponseBody", nil)
+	u := h.usage
+	if u.body && bodySize > 0 && !u.ended {
+		chunk, err := abi.GetHttpResponseBody(0, bodySize)
+		if err == nil {
+			for i := range u.srcs {
+				if u.srcs[i].spec.Header == "" {
+					u.srcs[i].scan.write(chunk)
+				}
+			}
+		}
+	}
+	if endOfStream {
+		h.endUsageBody()
+	}
+}
+
+// endUsageBody notes that the response ended normally.
+func (h *httpContext) endUsageBody() {
+	u := h.usage
+	if u.ended {
+		return
+	}
+	u.ended = true
+	for i := range u.srcs {
+		if u.srcs[i].spec.Header == "" {
+			u.srcs[i].scan.end()
+		}
+	}
+}
+
+// result returns the usage the source found, and whether it was reported: a header's valid
+// value, or the body's pointers for a response whose body ended.
+func (s *usageSource) result(ended bool) (int64, bool) {
+	if s.spec.Header != "" {
+		return s.value, s.reported
+	}
+	if !ended {
+		return 0, false
+	}
+	return s.scan.usage()
+}
+
+// settleUsage settles the stream's reservations when it ends (see the top of this file), and
+// gives the usage stream back.
+func (h *httpContext) settleUsage() {
+	p := h.plugin
+	u := h.usage
+	h.usage = nil
+	now := p.now()
+	for i := range u.open {
+		res := &u.open[i]
+		ur := res.rs.usage
+		usage, ok := u.srcs[res.src].result(u.ended)
+		charge := ur.spec.MissingCharge(res.reserve)
+		if ok {
+			charge = ur.spec.Charge(usage)
+		} else {
+			ur.m.missing.Increment(1)
+		}
+		ur.m.open.Add(-1)
+		ur.m.settled.Increment(uint64(charge))
+		delta := charge - res.reserve
+		switch {
+		case delta < 0:
+			ur.m.refunded.Increment(uint64(-delta))
+		case delta > 0:
+			ur.m.debt.Increment(uint64(delta))
+		default:
+			continue
+		}
+		if err := res.rs.settle(ur, res, now, delta); err != nil {
+			ur.m.failed.Increment(1)
+			if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
+				p.settleFailure(res.rs, ur.m.failures, err)
+			}
+		}
+	}
+	p.giveUsageStream(u)
+}
+
+// settle writes delta for the reservation res on its key's state.
+func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) error {
+	ur.lim.settling, ur.lim.at, ur.lim.delta = true, res.at, delta
+	defer func() { ur.lim.settling = false }()
+	if err := rs.table.Decide(res.key, now, 0, &ur.pending); err != nil {
+		return err
+	}
+	return rs.table.Commit(&ur.pending)
+}
+
+// settleFailure logs a settlement that could not be written (a store failure, or every
+// compare-and-swap attempt lost), the n-th of the rule on this VM.
+//
+//go:noinline
+func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
+	abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
+		strconv.FormatUint(n, 10) + " so far): " + err.Error())
+}
+
+// usageMetrics returns the rule's usage metrics, for its overrides; nil without a usage cost.
+func (rs *ruleState) usageMetrics() *usageMetrics {
+	if rs.usage == nil {
+		return nil
+	}
+	return rs.usage.m
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// importCase is one envoyproxy/ratelimit configuration of testdata/import (each written here
+// after an example of that project's README, from its documented format) and what its
+// conversion must hold.
+type importCase struct {
+	file string
+	args []string
+	// rules are the converted rules, each as "name: limit/window key=... match=... overrides=..."
+	// (see summarize).
+	rules       []string
+	unconverted []string // substrings of the lines listed as not converted, in order
+	notes       []string // substrings of notes that must be there
+}
+
+var importCases = []importCase{
+	{file: "values.yaml", rules: []string{
+		"table_orders: 200/1s match=table=orders",
+		"table_carts: 50/1s match=table=carts",
+	}, notes: []string{`descriptor key "table" is read from header:table (assumed; -key table=SOURCE to change)`}},
+	{file: "nested.yaml", args: []string{"-key", "recipient=query:to", "-key", "channel=header:x-channel"}, rules: []string{
+		"channel_sms_recipient: 3/1d key=query:to match=x-channel=sms",
+		"recipient: 20/1h key=query:to",
+	}},
+	{file: "specific.yaml", rules: []string{
+		"remote_address: 20/1s key=client_ip overrides=198.51.100.7:100/1s",
+	}, unconverted: []string{"descriptors[2].rate_limit.requests_per_unit: 0 (deny every request)"}},
+	{file: "levels.yaml", rules: []string{
+		"tenant_acme_api_key: 600/1m key=header:api_key match=tenant=acme",
+	}},
+	{file: "unlimited.yaml", rules: []string{
+		"partner: 60/1m key=header:partner overrides=trusted:unlimited",
+	}, notes: []string{"descriptors[0]: unlimited: no rule"}},
+	{file: "shadow.yaml", rules: []string{
+		"app_plan_free: 5/1s shadow key=header:app match=plan=free",
+		"app_plan_pro: 50/1s key=header:app match=plan=pro",
+	}},
+	{file: "replaces.yaml", rules: []string{
+		"alice_eu: 4/1s match=region=eu,account=alice,!zone=west",
+		"zone_west_account_alice: 12/1s match=zone=west,account=alice",
+	}},
+	{file: "detailed.yaml", rules: []string{
+		"report: 30/1m key=header:report overrides=monthly:2/1m",
+	}, unconverted: []string{"descriptors[0].detailed_metric: the filter's metrics are per rule"}},
+	{file: "wildcard.yaml", args: []string{"-key", "endpoint=path", "-local"}, rules: []string{
+		"endpoint__v2__: 120/1m local match=path^/v2/",
+	}},
+}
+
+// TestImportExamples converts each example, checks the rules it makes and what it lists as not
+// converted, and runs the result through check (-strict: not even a warning).
+func TestImportExamples(t *testing.T) {
+	for _, tc := range importCases {
+		t.Run(tc.file, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "plugin.json")
+			var stdout, stderr bytes.Buffer
+			args := append(append([]string{}, tc.args...), "-o", out, filepath.Join("testdata", "import", tc.file))
+			require.Equal(t, 0, runImport(args, &stdout, &stderr), stderr.String())
+			data, err := os.ReadFile(out)
+			require.NoError(t, err)
+			require.Equal(t, tc.rules, summarize(t, data), "%s", data)
+			var unconverted []string
+			for _, line := range strings.Split(stderr.String(), "\n") {
+				if _, what, ok := strings.Cut(line, ": not converted: "); ok {
+					unconverted = append(unconverted, what)
+				}
+			}
+			require.Len(t, unconverted, len(tc.unconverted), stderr.String())
+			for i, want := range tc.unconverted {
+				require.Contains(t, unconverted[i], want)
+			}
+			for _, want := range tc.notes {
+				require.Contains(t, stderr.String(), want)
+			}
+			var checkOut, checkErr bytes.Buffer
+			require.Equal(t, 0, runCheck([]string{"-strict", out}, &checkOut, &checkErr), "%s%s\n%s", checkOut.String(), checkErr.String(), data)
+		})
+	}
+}
+
+// A configuration of nothing the filter can express is refused, each problem named.
+func TestImportNothingConvertible(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, runImport([]string{filepath.Join("testdata", "import", "unconvertible.yaml")}, &stdout, &stderr))
+	require.Empty(t, stdout.String())
+	for _, want := range []string{
+		`not converted: descriptors[0].value: "192.0.2.1": the filter has no condition on a client_ip's value here`,
+		`not converted: descriptors[1].quota_mode: unknown field`,
+		`not converted: descriptors[1].rate_limit.unit: "month"`,
+		`not converted: descriptors[2].shadow_mode: the descriptor has no rate_limit`,
+		`error: no descriptor with a rate limit could be converted`,
+	} {
+		require.Contains(t, stderr.String(), want)
+	}
+	require.Equal(t, 2, runImport([]string{"-key", "x=cookie:y", "f.yaml"}, &stdout, &stderr))
+}
+
+// summarize renders each rule of a converted configuration on one line.
+func summarize(t *testing.T, data []byte) []string {
+	var c struct {
+		Rules []struct {
+			Name     string
+			Shadow   bool
+			Continue bool
+			Scope    string
+			Limit    int64
+			Window   string
+			Key      []struct{ Source, Name string }
+			Match    *struct {
+				Path    map[string]string
+				Headers []struct {
+					Name, Exact, Prefix string
+					Invert              bool
+				}
+			}
+			Overrides []struct {
+				Exact, Window string
+				Limit         int64
+				Unlimited     bool
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(data, &c))
+	var out []string
+	for _, r := range c.Rules {
+		require.True(t, r.Continue, r.Name)
+		s := r.Name + ": " + itoa(r.Limit) + "/" + r.Window
+		if r.Shadow {
+			s += " shadow"
+		}
+		if r.Scope != "global" {
+			s += " local"
+		}
+		var keys []string
+		for _, k := range r.Key {
+			if k.Name != "" {
+				keys = append(keys, k.Source+":"+k.Name)
+			} else {
+				keys = append(keys, k.Source)
+			}
+		}
+		if len(keys) > 0 {
+			s += " key=" + strings.Join(keys, ",")
+		}
+		if m := r.Match; m != nil {
+			var conds []string
+			for k, v := range m.Path {
+				if k == "prefix" {
+					conds = append(conds, "path^"+v)
+				} else {
+					conds = append(conds, "path="+v)
+				}
+			}
+			for _, h := range m.Headers {
+				c := h.Name + "=" + h.Exact + h.Prefix
+				if h.Invert {
+					c = "!" + c
+				}
+				conds = append(conds, c)
+			}
+			s += " match=" + strings.Join(conds, ",")
+		}
+		var ovs []string
+		for _, o := range r.Overrides {
+			if o.Unlimited {
+				ovs = append(ovs, o.Exact+":unlimited")
+			} else {
+				ovs = append(ovs, o.Exact+":"+itoa(o.Limit)+"/"+o.Window)
+			}
+		}
+		if len(ovs) > 0 {
+			s += " overrides=" + strings.Join(ovs, ",")
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
