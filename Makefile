@@ -10,6 +10,10 @@ ALL_PKGS := ./... ./wasmhost/... ./e2e/...
 # go test starts the packages in the order given, two at a time on two cores; the longest go
 # first, so that the short ones fill the other lane rather than a long one ending the run alone.
 TEST_PKGS := ./wasmhost/moduletest/ ./sharedstate/redis/ ./filter/ $(ALL_PKGS)
+# Every go command here runs with -trimpath: what it compiles (packages, vet results, test
+# binaries) is then cached by content alone, not by the directory of the clone, so a fresh clone
+# reuses a warm build cache, and the .wasm does not record where it was built.
+export GOFLAGS := -trimpath $(GOFLAGS)
 GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*' -not -path './wasmhost/*' -not -path './e2e/*') go.mod go.sum
 
 .PHONY: build test vet check check-shipped run bench clean e2e-envoy
@@ -19,16 +23,16 @@ build: $(WASM)
 $(WASM): $(GO_SRCS)
 	@mkdir -p build
 	@echo "building $(WASM) (the first build also compiles Go's standard library for wasip1)"
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ .
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $@ .
 	@ls -l $@
 
-# The wasip1 vet takes -trimpath like the build, so that the packages it compiles for their
-# type information are the build's, from Go's build cache.
+# The wasip1 vet compiles the packages for their type information as the build does, so it
+# finds them in Go's build cache.
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(ALL_PKGS)
-	GOOS=wasip1 GOARCH=wasm $(GO) vet -trimpath $(WASM_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
 
 # Checks an Envoy bootstrap (or a plugin configuration file) before a deploy (Envoy's API
 # rules, every filter configuration, rules against the listener's routes, warnings):

@@ -31,13 +31,24 @@ import (
 	"time"
 )
 
-// ModuleRoot returns the repository root (the directory holding go.mod).
+// ModuleRoot returns the repository root: the nearest directory above the working directory
+// (a test's package directory) that holds go.work. It does not ask the binary where its
+// source was, so that tests built with -trimpath (make test) find it too.
 func ModuleRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
+	dir, err := os.Getwd()
+	if err != nil {
 		return "."
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
 }
 
 // BuildModule returns the filter module built from the repository root
