@@ -305,3 +305,88 @@ func renderArgs(vals ...int64) string {
 	}
 	return string(b)
 }
+
+// Settlement is the settlement of one usage cost when its stream ends (algorithms.Settle):
+// Item's key (with its rule and partition) settled by Delta = usage - reservation, once.
+type Settlement struct {
+	Item Item
+	// Delta is usage - reservation: a refund below 0, a debt above.
+	Delta int64
+	// Overflow is set when the reservation was decided on the rule's overflow key (see
+	// Answer.Overflow): the settlement goes there too.
+	Overflow bool
+	// ID names the settlement: the script sets the key <Key>:#settled:<ID> (in the key's
+	// slot, with a short TTL) before writing, and a call that finds it writes nothing, so a
+	// settlement sent again is applied once. It must be unique per settlement of a key.
+	ID uint64
+}
+
+// AppendSettleSHA appends the webdis request body of one settlement call:
+//
+//	EVALSHA/<sha>/<number of keys>/<key>[/<key set>/<overflow key>]/<id key>/s/<delta>/<overflow>/<code>/<limit>/<window>/<capacity>/<max keys>
+//
+// The reply is that of a decision without rules, {now_s, now_ns, 1}; ParseSettle reads it.
+// Only the token bucket, the leaky bucket meter and GCRA settle (SettleAlgorithm); for
+// another rule the call writes nothing.
+func AppendSettleSHA(dst []byte, s *Settlement) []byte {
+	dst = append(dst, "EVALSHA/"...)
+	dst = append(dst, script().SHA...)
+	return appendSettleTail(dst, s)
+}
+
+// AppendSettle is the NOSCRIPT fallback of AppendSettleSHA (EVAL with the script's source).
+func AppendSettle(dst []byte, s *Settlement) []byte {
+	dst = append(dst, "EVAL/"...)
+	dst = append(dst, script().escapedSource()...)
+	return appendSettleTail(dst, s)
+}
+
+func appendSettleTail(dst []byte, s *Settlement) []byte {
+	r := s.Item.Rule
+	if r.bound > 0 {
+		dst = append(dst, "/4"...)
+	} else {
+		dst = append(dst, "/2"...)
+	}
+	dst = append(dst, '/')
+	dst = Escape(dst, s.Item.Key)
+	if r.bound > 0 {
+		p := s.Item.Part % len(r.boundKeys)
+		if p < 0 {
+			p += len(r.boundKeys)
+		}
+		dst = append(dst, r.boundKeys[p]...)
+	}
+	dst = append(dst, '/')
+	dst = Escape(dst, s.Item.Key)
+	dst = append(dst, "%3A%23settled%3A"...) // ":#settled:", escaped
+	dst = strconv.AppendUint(dst, s.ID, 16)
+	dst = append(dst, "/s/"...)
+	dst = strconv.AppendInt(dst, s.Delta, 10)
+	if s.Overflow {
+		dst = append(dst, "/1"...)
+	} else {
+		dst = append(dst, "/0"...)
+	}
+	return append(dst, r.args...)
+}
+
+// ParseSettle decodes webdis' answer to a settlement call (AppendSettleSHA or AppendSettle),
+// with the errors of ParseReplies; now is the instant Redis settled at.
+func ParseSettle(status int, body []byte) (now int64, err error) {
+	now, _, err = ParseReplies(status, body, nil, nil)
+	return now, err
+}
+
+// SettleAlgorithm reports whether the script settles a usage cost of a rule of configuration
+// c: the token bucket, the leaky bucket meter and GCRA. The fixed window and the sliding
+// window counter settle only locally.
+func SettleAlgorithm(c algorithms.Config) bool {
+	switch c.Algorithm {
+	case algorithms.AlgTokenBucket, algorithms.AlgGCRA:
+		return true
+	case algorithms.AlgLeakyBucket:
+		return c.MaxDelay == 0
+	}
+	return false
+}
