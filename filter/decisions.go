@@ -29,6 +29,9 @@ type applied struct {
 	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
 	// rule); the request's single call uses decisions.sentAt.
 	sentAt int64
+	// overflow is set when Redis decided a global rule on its overflow key (max_keys
+	// reached): a usage cost settles there too.
+	overflow bool
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -84,7 +87,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
 	a.key, a.cost = a.key[:0], 0
-	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
+	a.leased, a.take, a.spent, a.sentAt, a.overflow = nil, 0, false, 0, false
 	return a
 }
 

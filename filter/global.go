@@ -273,8 +273,8 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if !a.inCall() {
 				continue
 			}
-			a.decision, a.decided = c.answers[j].Decision, true
-			if c.answers[j].Overflow {
+			a.decision, a.decided, a.overflow = c.answers[j].Decision, true, c.answers[j].Overflow
+			if a.overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
 				a.rs.m.overflow.Increment(1)
@@ -697,8 +697,8 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided = answer.Decision, true
-		if answer.Overflow {
+		a.decision, a.decided, a.overflow = answer.Decision, true, answer.Overflow
+		if a.overflow {
 			a.rs.m.overflow.Increment(1)
 		}
 		if a.batchDenied() {
