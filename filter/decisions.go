@@ -30,8 +30,10 @@ type applied struct {
 	// rule); the request's single call uses decisions.sentAt.
 	sentAt int64
 	// overflow is set when Redis decided a global rule on its overflow key (max_keys
-	// reached): a usage cost settles there too.
+	// reached), and redisAt is the instant (Unix ns, Redis' clock) it decided at: a usage
+	// cost settles on that key, and a window refunds the window of that instant.
 	overflow bool
+	redisAt  int64
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -87,7 +89,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
 	a.key, a.cost = a.key[:0], 0
-	a.leased, a.take, a.spent, a.sentAt, a.overflow = nil, 0, false, 0, false
+	a.leased, a.take, a.spent, a.sentAt, a.overflow, a.redisAt = nil, 0, false, 0, false, 0
 	return a
 }
 

@@ -55,6 +55,7 @@ type redisClient struct {
 	keys    []byte // the Redis keys of one call, back to back
 	items   []redis.Item
 	answers []redis.Answer
+	at      int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
 
 	// parts holds one breaker per partition when redis.partitions > 1 (each partition lives
 	// on one shard), and openParts counts those that are open; the gauge says open while any
@@ -273,7 +274,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if !a.inCall() {
 				continue
 			}
-			a.decision, a.decided, a.overflow = c.answers[j].Decision, true, c.answers[j].Overflow
+			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
 			if a.overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
@@ -697,7 +698,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided, a.overflow = answer.Decision, true, answer.Overflow
+		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
 		if a.overflow {
 			a.rs.m.overflow.Increment(1)
 		}
@@ -840,7 +841,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 		c.answers = make([]redis.Answer, len(items))
 	}
 	c.answers = c.answers[:len(items)]
-	_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	return committed, err
 }
 
@@ -855,7 +856,7 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 		return item, answer, errCalloutReset
 	}
 	var answers [1]redis.Answer
-	_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
+	c.at, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
 	return item, answers[0], err
 }
 

@@ -125,7 +125,7 @@ type reservation struct {
 	rs      *ruleState // the state decided on: the rule's, or its override's
 	key     []byte
 	reserve int64
-	at      int64 // when it was admitted
+	at      int64 // when it was admitted (for a global rule, on Redis' clock)
 	src     int   // its usage source in usageStream.srcs
 	// global is set for a reservation Redis admitted: it settles with a script call
 	// (settleGlobal), on the key's partition part, or on the rule's overflow key when Redis
@@ -172,7 +172,7 @@ func (h *httpContext) openReservations() {
 		src := u.source(ur.spec)
 		res := reservation{rs: a.rs, key: append([]byte(nil), a.key...), reserve: a.cost, at: h.startedAt, src: src}
 		if global {
-			res.global, res.overflow, res.part = true, a.overflow, h.plugin.redis.partition(a.key)
+			res.global, res.overflow, res.part, res.at = true, a.overflow, h.plugin.redis.partition(a.key), a.redisAt
 		}
 		u.open = append(u.open, res)
 		ur.m.reserved.Increment(uint64(a.cost))
@@ -404,7 +404,7 @@ func (p *plugin) settleGlobal(res *reservation, delta int64, full bool) {
 	}
 	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, rs.rule.Name, c.cfg.Partitions, res.part, res.key)
 	s := redis.Settlement{Item: redis.Item{Rule: rs.redisRule, Key: c.keys, Part: res.part}, Delta: delta,
-		Overflow: res.overflow, ID: rand.Uint64()}
+		Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}
 	p.sendSettlement(&s, rs, full)
 }
 

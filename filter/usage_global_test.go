@@ -114,6 +114,10 @@ func TestUsageGlobalExact(t *testing.T) {
 			algorithms.Config{Algorithm: "gcra", Limit: 1000, Window: 3600e9, Burst: 100000}},
 		{`"algorithm":"leaky_bucket","limit":1000,"window":"1h","burst":100000`, "reserve",
 			algorithms.Config{Algorithm: "leaky_bucket", Limit: 1000, Window: 3600e9, Burst: 100000}},
+		{`"algorithm":"fixed_window","limit":100000,"window":"1h"`, "max",
+			algorithms.Config{Algorithm: "fixed_window", Limit: 100000, Window: 3600e9}},
+		{`"algorithm":"sliding_window","limit":100000,"window":"1h"`, "reserve",
+			algorithms.Config{Algorithm: "sliding_window", Limit: 100000, Window: 3600e9}},
 	} {
 		t.Run(tc.cfg.Algorithm, func(t *testing.T) {
 			loadScripts(srv)

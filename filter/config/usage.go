@@ -188,14 +188,6 @@ func checkUsage(r *Rule) (field, msg string) {
 		}
 		return "cost", "a usage cost is not for this rule: " + field + ": " + msg
 	}
-	if r.Scope == ScopeGlobal && r.Algorithm.Algorithm != algorithms.AlgTokenBucket &&
-		r.Algorithm.Algorithm != algorithms.AlgGCRA && r.Algorithm.Algorithm != algorithms.AlgLeakyBucket {
-		// The Redis script settles the token bucket, the leaky bucket meter and GCRA; the
-		// windows settle in shared data only (a refund needs the window its reservation was
-		// counted in, on Redis' clock).
-		return "cost", `a global usage cost settles in Redis for "token_bucket", "leaky_bucket" and "gcra" only, not for "` +
-			r.Algorithm.Algorithm + `": use one of those, or "scope": "local"`
-	}
 	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 	switch cs := r.CostSpec; {
 	case cs.Header == "" && cs.Constant > capacity:

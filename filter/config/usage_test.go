@@ -47,10 +47,6 @@ var usageInvalidCases = []invalidCase{
 		[]string{`rules[0].cost: a usage cost is not for this rule: algorithm: adaptive takes no usage cost: its limit moves while reservations are open`}, schemaAccepts},
 	{"usage with lease", oneRule(tb + `,"cost":{"reserve":5,"max":10,"usage":{"header":"x-usage"}},"lease":{"batch":10}`),
 		[]string{`rules[0].lease: not with a usage cost: a request's units are settled on the rule's state when its stream ends`}, schemaAccepts},
-	{"usage global fixed window", `{"redis":{"cluster":"webdis"},"rules":[{"name":"r","algorithm":"fixed_window","limit":10,"window":"1s","scope":"global","cost":{"reserve":5,"max":10,"usage":{"header":"x-usage"}}}]}`,
-		[]string{`rules[0].cost: a global usage cost settles in Redis for "token_bucket", "leaky_bucket" and "gcra" only, not for "fixed_window": use one of those, or "scope": "local"`}, schemaAccepts},
-	{"usage global sliding window", `{"redis":{"cluster":"webdis"},"rules":[{"name":"r","algorithm":"sliding_window","limit":10,"window":"1s","scope":"global","cost":{"reserve":5,"max":10,"usage":{"header":"x-usage"}}}]}`,
-		[]string{`rules[0].cost: a global usage cost settles in Redis for "token_bucket", "leaky_bucket" and "gcra" only, not for "sliding_window": use one of those, or "scope": "local"`}, schemaAccepts},
 	{"usage max inexact", oneRule(`"algorithm":"gcra","limit":1000,"window":"1h","cost":{"reserve":5,"max":1000000000,"usage":{"header":"x-usage"}}`),
 		[]string{"rules[0].cost.max: (burst + max + 1)*window/limit = 3.6e+18 exceeds 2^53 = 9007199254740992, the largest integer the exact arithmetic (and its Lua port) can hold; lower the cost's max or the burst"}, schemaAccepts},
 }
@@ -104,12 +100,14 @@ func TestParseUsage(t *testing.T) {
 	}
 }
 
-// TestParseUsageGlobal: a global rule of an algorithm the Redis script settles takes a usage
-// cost.
+// TestParseUsageGlobal: a global rule of every algorithm with a usage cost takes one (the
+// Redis script settles it).
 func TestParseUsageGlobal(t *testing.T) {
 	for _, alg := range []string{`"algorithm":"token_bucket","limit":1000,"window":"1m"`,
 		`"algorithm":"gcra","limit":1000,"window":"1m","burst":500`,
-		`"algorithm":"leaky_bucket","limit":1000,"window":"1m"`} {
+		`"algorithm":"leaky_bucket","limit":1000,"window":"1m"`,
+		`"algorithm":"fixed_window","limit":1000,"window":"1m"`,
+		`"algorithm":"sliding_window","limit":1000,"window":"1m"`} {
 		c, err := Parse([]byte(`{"redis":{"cluster":"webdis"},"rules":[{"name":"r",` + alg +
 			`,"scope":"global","cost":{"reserve":50,"max":400,"usage":{"json":["/usage/total_tokens"]}}}]}`))
 		if err != nil {

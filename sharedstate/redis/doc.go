@@ -109,8 +109,8 @@
 //
 // The same script settles a usage cost when its stream ends (Settlement, AppendSettleSHA;
 // lua/main.lua's settle): its first argument 's' selects the mode, and one key is settled by
-// delta = usage - reservation with algorithms.Settle's arithmetic (bucket_settle and
-// gcra_settle), once per settlement id. TestDifferentialSettle demands that Go and the script
+// delta = usage - reservation with algorithms.Settle's arithmetic (bucket_settle,
+// gcra_settle, fw_settle, swc_settle), once per settlement id. TestDifferentialSettle demands that Go and the script
 // agree on every decision after settlements.
 //
 // A call decides every rule on its state as read, writing nothing; then, only if no enforced

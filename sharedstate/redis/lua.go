@@ -292,6 +292,24 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
 end
+local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
+local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
+local count = b.c
+if delta > 0 then
+count = math.min(count + delta, P.limit)
+else
+local r_s, r_n = window_start(at_s, at_n, P.wms)
+if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
+return nil
+end
+count = math.max(count + delta, 0)
+end
+local reset = 0
+if count > 0 then
+reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
+end
+return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+end
 local function swc_decode(f, P)
 local ws_s, ws_n = ts(f[6])
 local p, c = int(f[7]), int(f[8])
@@ -376,6 +394,28 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
 'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+end
+local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
+local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
+local prev, cur = b.p, b.c
+local r_s, r_n = window_start(at_s, at_n, P.wms)
+local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
+if delta > 0 then
+cur = math.min(cur + delta, P.limit)
+elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
+cur = math.max(cur + delta, 0)
+elseif r_s == pw_s and r_n == pw_n and prev > 0 then
+prev = math.max(prev + delta, 0)
+else
+return nil
+end
+local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
+if cur > 0 then
+reset = wrel + 2 * P.W
+elseif prev > 0 then
+reset = wrel + P.W
+end
+return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
 end
 local function swl_load(key, P, count)
 local head = redis.call('LINDEX', key, 0)
@@ -581,9 +621,11 @@ local ALG = {
 write = bucket_write, settle = bucket_settle},
 [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
 write = bucket_write, settle = bucket_settle},
-[SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
+[SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
+settle = swc_settle},
 [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
-[FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
+[FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
+settle = fw_settle},
 [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
 settle = gcra_settle},
 }
@@ -659,17 +701,18 @@ return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + 
 end
 local SETTLE_ID_TTL_MS = 600000
 local function settle()
-local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[8])
-local P = params(int(ARGV[4]), int(ARGV[5]), int(ARGV[6]), int(ARGV[7]))
+local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
+local at_s, at_n = int(ARGV[4]), int(ARGV[5])
+local P = params(int(ARGV[6]), int(ARGV[7]), int(ARGV[8]), int(ARGV[9]))
 if delta == nil or P == nil or (overflow ~= 0 and overflow ~= 1) or bound == nil or bound < 0 then
 return bad_args('config')
 end
 local nk = bound > 0 and 4 or 2
-if #KEYS ~= nk or (#ARGV ~= 8 and #ARGV ~= 10) then
+if #KEYS ~= nk or (#ARGV ~= 10 and #ARGV ~= 12) then
 return bad_args('count')
 end
-local now_s, now_n = now_at(9)
-if now_s == nil then
+local now_s, now_n = now_at(11)
+if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
 return bad_args('now')
 end
 local out = {now_s, now_n, 1}
@@ -688,7 +731,7 @@ local st, Q, stale = load(key, P)
 if st ~= nil and Q.str ~= P.str then
 return out
 end
-local new, reset = A.settle(st, P, delta, now_s, now_n)
+local new, reset = A.settle(st, P, delta, now_s, now_n, at_s, at_n)
 if new == nil then
 return out
 end
@@ -796,7 +839,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "efa8cfded30ab645a7bc0243dbec2f9af0a0b05a"
+const luaScriptSHA1 = "eb45f012b6f0eceb108fbe9530b63400aa1e5089"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -315,6 +315,9 @@ type Settlement struct {
 	// Overflow is set when the reservation was decided on the rule's overflow key (see
 	// Answer.Overflow): the settlement goes there too.
 	Overflow bool
+	// ReservedAt is the instant Redis decided the reservation at (Reply.Now, the call's now):
+	// a window refunds only the window the reservation was counted in.
+	ReservedAt int64
 	// ID names the settlement: the script sets the key <Key>:#settled:<ID> (in the key's
 	// slot, with a short TTL) before writing, and a call that finds it writes nothing, so a
 	// settlement sent again is applied once. It must be unique per settlement of a key.
@@ -323,11 +326,11 @@ type Settlement struct {
 
 // AppendSettleSHA appends the webdis request body of one settlement call:
 //
-//	EVALSHA/<sha>/<number of keys>/<key>[/<key set>/<overflow key>]/<id key>/s/<delta>/<overflow>/<code>/<limit>/<window>/<capacity>/<max keys>
+//	EVALSHA/<sha>/<number of keys>/<key>[/<key set>/<overflow key>]/<id key>/s/<delta>/<overflow>/<reserved s>/<reserved ns>/<code>/<limit>/<window>/<capacity>/<max keys>
 //
 // The reply is that of a decision without rules, {now_s, now_ns, 1}; ParseSettle reads it.
-// Only the token bucket, the leaky bucket meter and GCRA settle (SettleAlgorithm); for
-// another rule the call writes nothing.
+// Every algorithm with a usage cost settles (not the sliding log, whose call writes
+// nothing).
 func AppendSettleSHA(dst []byte, s *Settlement) []byte {
 	dst = append(dst, "EVALSHA/"...)
 	dst = append(dst, script().SHA...)
@@ -368,6 +371,11 @@ func appendSettleTail(dst []byte, s *Settlement) []byte {
 	} else {
 		dst = append(dst, "/0"...)
 	}
+	at := max(s.ReservedAt, 0)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, at/1e9, 10)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, at%1e9, 10)
 	return append(dst, r.args...)
 }
 
@@ -376,17 +384,4 @@ func appendSettleTail(dst []byte, s *Settlement) []byte {
 func ParseSettle(status int, body []byte) (now int64, err error) {
 	now, _, err = ParseReplies(status, body, nil, nil)
 	return now, err
-}
-
-// SettleAlgorithm reports whether the script settles a usage cost of a rule of configuration
-// c: the token bucket, the leaky bucket meter and GCRA. The fixed window and the sliding
-// window counter settle only locally.
-func SettleAlgorithm(c algorithms.Config) bool {
-	switch c.Algorithm {
-	case algorithms.AlgTokenBucket, algorithms.AlgGCRA:
-		return true
-	case algorithms.AlgLeakyBucket:
-		return c.MaxDelay == 0
-	}
-	return false
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
-// settle sends one settlement of delta on the differ's key at now, with id, and applies the
+// settle sends one settlement of delta on the differ's key at now, for a reservation decided
+// at reservedAt, with id, and applies the
 // same settlement to the Go state when apply is set (a settlement sent again under the same
 // id must change nothing in Redis, so Go applies it once). A peek (a decision for 0 events)
 // right after compares what both now report.
-func (d *differ) settle(now, delta int64, id uint64, apply bool) {
+func (d *differ) settle(now, reservedAt, delta int64, id uint64, apply bool) {
 	d.t.Helper()
-	s := redis.Settlement{Item: redis.Item{Rule: d.rule, Key: d.key}, Delta: delta, ID: id}
+	s := redis.Settlement{Item: redis.Item{Rule: d.rule, Key: d.key}, Delta: delta, ReservedAt: reservedAt, ID: id}
 	d.buf = redis.AppendSettleSHAAt(d.buf[:0], &s, now)
 	status, body := d.c.post(d.buf)
 	at, err := redis.ParseSettle(status, body)
@@ -28,7 +29,7 @@ func (d *differ) settle(now, delta int64, id uint64, apply bool) {
 		d.t.Fatalf("settled at %d, asked for %d", at, now)
 	}
 	if apply {
-		if out, ok := algorithms.Settle(d.lim, slices.Clone(d.state), at, at, delta); ok {
+		if out, ok := algorithms.Settle(d.lim, slices.Clone(d.state), at, reservedAt, delta); ok {
 			d.state = append(d.state[:0], out...)
 		}
 	}
@@ -36,8 +37,8 @@ func (d *differ) settle(now, delta int64, id uint64, apply bool) {
 	d.do(now, 0)
 }
 
-// TestDifferentialSettle runs the differential sequences of the algorithms that settle a usage
-// cost in Redis, with settlements (refunds and debts, some far beyond the capacity, some sent
+// TestDifferentialSettle runs the differential sequences of the algorithms that take a usage
+// cost, with settlements (refunds and debts, some far beyond the capacity, some sent
 // twice) between the decisions: every decision after a settlement must be the Go limiter's
 // after algorithms.Settle of the same delta at the same instant.
 func TestDifferentialSettle(t *testing.T) {
@@ -46,9 +47,6 @@ func TestDifferentialSettle(t *testing.T) {
 	loadScripts(t, srv)
 	starts := []int64{1_764_480_000_123_456_789, algorithms.MaxTime - int64(2*60*60*1e9)}
 	for ci, cfg := range diffConfigs {
-		if !redis.SettleAlgorithm(cfg) {
-			continue
-		}
 		c := capacity(cfg)
 		maxUsage := 4 * c
 		if algorithms.CheckUsage(cfg, maxUsage) != nil {
@@ -83,10 +81,16 @@ func TestDifferentialSettle(t *testing.T) {
 					} else {
 						debts++
 					}
+					// The reservation was decided at one of the recent steps (in this
+					// window, the previous one, or earlier).
+					reservedAt := now
+					if len(d.history) > 0 {
+						reservedAt = d.history[max(0, len(d.history)-1-r.IntN(12))].now
+					}
 					id := r.Uint64()
-					d.settle(now, delta, id, true)
+					d.settle(now, reservedAt, delta, id, true)
 					if r.IntN(5) == 0 {
-						d.settle(now+r.Int64N(1000), delta, id, false) // sent again: applied once
+						d.settle(now+r.Int64N(1000), reservedAt, delta, id, false) // sent again: applied once
 					}
 					settled++
 				}

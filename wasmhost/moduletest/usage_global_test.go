@@ -49,7 +49,8 @@ func TestUsageGlobalStreamsWasm(t *testing.T) {
 	for _, tc := range []struct {
 		alg      string
 		capacity int
-	}{{"token_bucket", 3000}, {"token_bucket", 50000}, {"gcra", 3000}, {"gcra", 50000}} {
+	}{{"token_bucket", 3000}, {"token_bucket", 50000}, {"gcra", 3000}, {"gcra", 50000},
+		{"fixed_window", 50000}, {"sliding_window", 50000}} {
 		alg, capacity := tc.alg, tc.capacity
 		t.Run(alg+"/"+strconv.Itoa(capacity), func(t *testing.T) {
 			srv.MustDo("FLUSHALL")

@@ -36,9 +36,11 @@ local ALG = {
     write = bucket_write, settle = bucket_settle},
   [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
     write = bucket_write, settle = bucket_settle},
-  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write},
+  [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
+    settle = swc_settle},
   [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
-  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write},
+  [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
+    settle = fw_settle},
   [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
     settle = gcra_settle},
 }
@@ -143,9 +145,11 @@ end
 -- delta = usage - reservation, once.
 -- KEYS     the key; for a rule with a key bound (max_keys > 0) then its key set and overflow
 --          key; last, the settlement's id key (in the key's slot)
--- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), then
---          the rule's algorithm code, limit, window (ns), capacity, max_keys; then, for the
---          tests only, the instant as in a decision
+-- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), the
+--          instant the reservation was decided at (Unix seconds and nanoseconds, from its
+--          reply: the windows refund only the window it was counted in), then the rule's
+--          algorithm code, limit, window (ns), capacity, max_keys; then, for the tests only,
+--          the instant as in a decision
 -- reply    {now_s, now_ns, 1}
 -- The id key is set (NX, with a short TTL) before anything else: a settlement sent again (a
 -- retry after a lost answer) finds it and writes nothing. A key recorded under other
@@ -153,17 +157,18 @@ end
 -- refund on a fresh or full key; an algorithm without a settle function settles nothing.
 local SETTLE_ID_TTL_MS = 600000
 local function settle()
-  local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[8])
-  local P = params(int(ARGV[4]), int(ARGV[5]), int(ARGV[6]), int(ARGV[7]))
+  local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
+  local at_s, at_n = int(ARGV[4]), int(ARGV[5])
+  local P = params(int(ARGV[6]), int(ARGV[7]), int(ARGV[8]), int(ARGV[9]))
   if delta == nil or P == nil or (overflow ~= 0 and overflow ~= 1) or bound == nil or bound < 0 then
     return bad_args('config')
   end
   local nk = bound > 0 and 4 or 2
-  if #KEYS ~= nk or (#ARGV ~= 8 and #ARGV ~= 10) then
+  if #KEYS ~= nk or (#ARGV ~= 10 and #ARGV ~= 12) then
     return bad_args('count')
   end
-  local now_s, now_n = now_at(9)
-  if now_s == nil then
+  local now_s, now_n = now_at(11)
+  if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
     return bad_args('now')
   end
   local out = {now_s, now_n, 1}
@@ -182,7 +187,7 @@ local function settle()
   if st ~= nil and Q.str ~= P.str then
     return out
   end
-  local new, reset = A.settle(st, P, delta, now_s, now_n)
+  local new, reset = A.settle(st, P, delta, now_s, now_n, at_s, at_n)
   if new == nil then
     return out
   end
