@@ -88,35 +88,29 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 	return h.decideLease(a, key, now, cost)
 }
 
-// decideLease decides a leased rule's request that the VM's lease could not admit: it asks the
-// shared state for a batch (see leaseState.size) and, if the batch is denied, for the request's
-// cost alone, so that a lease never denies what an exact decision admits. The take is written
-// by finish like any local decision, and recorded in the lease there (leaseState.taken).
+// decideLease decides a leased rule's request that the VM's lease could not admit with a take
+// (sharedstate.Table.Take): the request's cost, and a reserve the shared state sizes (see
+// leaseState.reserve). A take that cannot reserve is the exact decision for the cost, so a
+// lease never denies what an exact decision admits. The take is written by finish like any
+// local decision, and recorded in the lease there (leaseState.taken).
 func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
-	l := a.rs.lease
-	n := l.size(key, cost)
+	reserve := a.rs.lease.reserve(key, now, cost)
 	a.key = append(a.key[:0], key...)
-	if n > cost {
-		if err := a.rs.table.Decide(key, now, n, &a.pending); err == nil && a.pending.Decision.Allowed {
-			if a.pending.Overflow {
-				// A key without a slot of its own shares an overflow slot: no lease there.
-				return h.decideExact(a, key, now, cost)
-			}
-			a.decision, a.decided, a.local, a.take = a.pending.Decision, true, true, n
-			return false
-		}
+	if err := a.rs.table.Take(key, now, cost, reserve, &a.pending); err != nil {
+		a.take = 0
+		return h.undecided(a, err)
 	}
-	deny = h.decideExact(a, key, now, cost)
-	if a.decided && a.local {
-		a.take = cost // record the remaining allowance for the next batch's size
+	if a.pending.Overflow {
+		// A key without a slot of its own shares an overflow slot, where Take reserves
+		// nothing: its decision is an exact one, counted as such.
+		a.take = 0
+		a.decision, a.decided, a.local = a.pending.Decision, true, true
+		a.rs.m.overflow.Increment(1)
+		return !a.decision.Allowed && !a.rs.rule.Shadow
 	}
-	return deny
-}
-
-// decideExact decides the request's cost alone on the shared state.
-func (h *httpContext) decideExact(a *applied, key []byte, now, cost int64) bool {
-	a.take = 0
-	return h.decideShared(a, key, now, cost)
+	// take > 0 marks a take, to be recorded in the lease when written (settleCommit).
+	a.decision, a.decided, a.local, a.take = a.pending.Decision, true, true, cost
+	return !a.decision.Allowed && !a.rs.rule.Shadow
 }
 
 // decideShared decides a rule on the key's state in shared data, without a lease.
@@ -308,9 +302,6 @@ func (h *httpContext) finishShaped() types.Action {
 // is denied, and skip when the rule ends up with no decision of its own to apply.
 func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
 	p := h.plugin
-	if err == nil && a.take > a.cost && !a.pending.Decision.Allowed {
-		err = h.retakeExact(a)
-	}
 	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 		if h.contention(a) {
 			return h.deny(a.rs, a.decision), true, false
@@ -327,7 +318,7 @@ func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (actio
 	}
 	a.decision = a.pending.Decision
 	if a.take > 0 && a.decision.Allowed {
-		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.take, a.cost, a.decision)
+		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.cost+a.pending.Reserved, a.cost, a.decision)
 	}
 	return types.ActionContinue, false, false
 }

@@ -26,6 +26,9 @@ type applied struct {
 	leased *heldLease
 	take   int64
 	spent  bool
+	// give is how many unspent units of the VM's expired lease on the key the rule's item in
+	// the Redis call gives back, units that a take decided at givenAt (Redis' clock) debited.
+	give, givenAt int64
 	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
 	// rule); the request's single call uses decisions.sentAt.
 	sentAt int64
@@ -89,7 +92,9 @@ func (d *decisions) add(rs *ruleState) *applied {
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
 	a.key, a.cost = a.key[:0], 0
-	a.leased, a.take, a.spent, a.sentAt, a.overflow, a.redisAt = nil, 0, false, 0, false, 0
+	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
+	a.give, a.givenAt = 0, 0
+	a.overflow, a.redisAt = false, 0
 	return a
 }
 

@@ -169,8 +169,8 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 		if withKeys {
 			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
 		}
-		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(),
-			Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
+		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost,
+			GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
 	}
 	end := 0
 	for i := range c.items {
@@ -275,10 +275,12 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				continue
 			}
 			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
+			a.gaveBack()
 			if a.overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
 				a.rs.m.overflow.Increment(1)
+				a.overflowed()
 			}
 			j++
 			if a.batchDenied() {
@@ -699,8 +701,10 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	case err == nil:
 		c.partSuccess(item[0].Part)
 		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
+		a.gaveBack()
 		if a.overflow {
 			a.rs.m.overflow.Increment(1)
+			a.overflowed()
 		}
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
@@ -726,7 +730,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 				a.rs.overLimit.record(a.key, h.startedAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
 			if a.take > 0 && a.decision.Allowed {
-				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer.Overflow)
+				a.decision, a.leased = a.rs.lease.takenGlobal(a, a.sentAt, now, answer)
 			}
 		}
 		if a.decided && !a.decision.Allowed && !a.rs.rule.Shadow {
@@ -850,7 +854,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 // timeout) is errCalloutReset. onShardAnswer and lateShardAnswer read it alike.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	c := h.plugin.redis
-	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Shadow: a.rs.rule.Shadow,
+	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
 		Part: c.partition(a.key)}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
@@ -865,30 +869,38 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 // like any other take, so it is held as this VM's lease on the key, the request's own cost
 // included (the request spent none of it, as when refundLeases gives a denied request's units
 // back): the units are spent by the key's next requests within ttl of the call's send, or
-// dropped and counted then, as every lease's are. Ignoring the answer would leave the batch
-// debited in Redis and neither spent nor counted. A batch decided on the rule's overflow key
-// gives no lease, so all of it is counted as dropped at once; so is a batch whose answer
-// arrives (at now) when its ttl has already passed: held, it could not be spent, and it would
-// replace the key's live lease, whose units a later take has debited. The caller has checked
-// that a asked for a batch (a.take > a.cost) on a leased rule.
+// given back after it, as every lease's are. Ignoring the answer would leave the batch
+// debited in Redis and neither spent nor counted. On the rule's overflow key the script
+// decided the request's cost alone, which gives no lease and is counted as dropped at once;
+// so is a batch whose answer arrives (at now) when its ttl has already passed: held, it could
+// not be spent, and it would replace the key's live lease, whose units a later take has
+// debited. The caller has checked that a asked for a batch (a.take > a.cost) on a leased rule.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer.Overflow || now >= sentAt+l.ttl {
+	if answer.Overflow {
+		// Decided on the overflow key for the request's cost alone, which nobody spent.
+		l.m.dropped.Increment(uint64(a.cost))
+		return
+	}
+	if now >= sentAt+l.ttl {
 		l.m.dropped.Increment(uint64(a.take))
 		return
 	}
 	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if held != nil {
+		held.at = answer.Now
+	}
 	if held == nil {
 		// No room in the VM's lease map: taken dropped the reserve, and the request's own
 		// cost, which nobody spent, goes with it.
 		l.m.dropped.Increment(uint64(a.cost))
 		return
 	}
-	l.refund(held, a.cost)
+	l.refund(held, a.cost, now)
 }
 
 func calloutStatus() int {

@@ -166,9 +166,10 @@ func TestLateBatchUncommittedIsNotHeld(t *testing.T) {
 }
 
 // TestLateBatchOnOverflowIsDropped: a reset request's batch (as in TestLateBatchIsHeld) that
-// Redis decided on y's overflow key, y's key bound being reached, gives the VM no lease; the
-// whole batch, the reset request's unit included, is counted in lease_units_dropped, as the
-// partitioned path counts it (TestPartitionedLateBatchOnOverflowIsDropped).
+// lands on y's overflow key, y's key bound being reached, is decided there for the request's
+// own cost alone (no lease on the overflow key) and gives the VM no lease; the reset request's
+// unit, which nobody spent, is counted in lease_units_dropped, as the partitioned path counts
+// it (TestPartitionedLateBatchOnOverflowIsDropped).
 func TestLateBatchOnOverflowIsDropped(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, parts := range []int{1, 4} {
@@ -191,7 +192,7 @@ func TestLateBatchOnOverflowIsDropped(t *testing.T) {
 
 			l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
 			require.Equal(t, overflowed, counter("ratelimit_key_overflow_total"), "a late answer is not counted as the rule's decision")
-			require.EqualValues(t, 10, counter("ratelimit_lease_units_dropped_total")-before, "the batch on the overflow key is dropped, all of it")
+			require.EqualValues(t, 1, counter("ratelimit_lease_units_dropped_total")-before, "the overflow key debited the request's own unit only")
 			require.Nil(t, l.vms[0].rules[1].lease.held[yKey], "no lease on an overflow key")
 		})
 	}

@@ -6,48 +6,72 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
 //
 // A local rule with a lease block debits a batch of units for a key from shared data with one
-// compare-and-swap, through the same Table.Decide and Table.Commit as an exact decision, and
-// keeps the units it did not spend on the request in this VM's memory (heldLease). Later
-// requests for the key on this VM spend them with no shared-data read or write, until they
-// run out or the lease's ttl passes; what is left then is dropped. Units are always debited
-// before they are spent, so over the long run nothing is admitted that the algorithm did not
-// admit; within an interval the excess over the algorithm's contract is at most what the
-// holders had reserved before it began, at most (lease holders x batch).
+// compare-and-swap (Table.Take, written by Table.Commit like an exact decision), and keeps the
+// units it did not spend on the request in this VM's memory (heldLease). Later requests for
+// the key on this VM spend them with no shared-data read or write, until they run out or the
+// lease's ttl passes; what is left then is given back to the key's state (Table.GiveBack,
+// algorithms.Returner). Units are always debited before they are spent, so over the long run
+// nothing is admitted that the algorithm did not admit; within an interval the excess over the
+// algorithm's contract is at most what the holders had reserved before it began, at most
+// (lease holders x batch).
 //
-// The batch adapts: a take asks for at most 1/leaseShare of the key's remaining allowance as
-// the previous take on this VM saw it, so that eight workers taking at once reserve at most
-// what remains; as the remaining allowance falls the batch falls to the request's own cost,
-// and decisions are exact again. A take whose batch is denied is decided again for the
-// request's cost alone, so a lease never denies a request an exact decision would admit.
+// A take's size: the request's cost plus a reserve of at most batch-cost units, and no more
+// than (a) what this VM is expected to spend within ttl, from the key's arrivals on this VM
+// since its previous take (leaseState.reserve), and (b) 1/leaseShare of the key's remaining
+// allowance after the cost, as the take reads it (Table.Take), so that leaseShare holders
+// taking at once reserve at most what remains. A key this VM does not hold yet reserves by (b)
+// alone. As the remaining allowance falls the reserve falls to 0 and decisions are exact
+// again; a take whose reserve does not fit is the exact decision for the cost, so a lease
+// never denies a request that an exact decision admits at the take.
 //
 // A global rule with a lease block does the same with Redis (leaseGlobal): a worker VM that
 // holds no units for the key asks Redis for a batch in the request's one script call, as the
 // rule's item (its cost is the batch), and spends the rest from VM memory; a request that
 // finds units sends no callout for the rule. The lease is per VM rather than per proxy in
 // shared data: a spend then costs no shared-data read or write either, and the holders of
-// the bound are proxies x worker VMs. A batch Redis denies is decided again for the request's
-// cost alone, in a second call (retakeGlobal), so again no exact admission is denied. The
-// rule also keeps an over-limit cache (overLimitCache).
+// the bound are proxies x worker VMs. Its reserve is bounded by (a) and by 1/leaseShare of the
+// remaining allowance the VM's previous take saw; a key this VM does not hold yet is decided
+// exactly. A batch Redis denies is decided again for the request's cost alone, in a second
+// call (retakeGlobal), so again no exact admission is denied. The script decides a batch that
+// lands on the rule's overflow key for the request's cost alone (no lease there). Unspent
+// units of a global lease are given back by the key's next take on this VM, in its call
+// (redis.Item.GiveBack, named by the instant Redis decided their take at); units of a key
+// this VM forgets first (expire) are dropped and counted, since giving them back on their
+// own would cost a callout. The rule also keeps an over-limit cache (overLimitCache).
 
-// leaseShare is the share of a key's remaining allowance one take may reserve: 1/8, so that
-// eight worker VMs (a typical Envoy --concurrency) taking at once reserve at most all of it.
-const leaseShare = 8
+// leaseShare is the number of holders a take assumes may take at once (see
+// sharedstate.LeaseShare).
+const leaseShare = sharedstate.LeaseShare
 
 // maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache), so a
-// flood of distinct keys cannot grow a VM's memory: a key that finds the map full after a
-// sweep of the expired ones is decided exactly.
+// flood of distinct keys cannot grow a VM's memory: a key that finds the map full of
+// unexpired leases is decided exactly.
 const maxHeld = 4096
 
 // leaseState is a leased rule's VM-local part.
 type leaseState struct {
 	batch int64
 	ttl   int64
-	held  map[string]*heldLease
+	// capacity is the rule's capacity (burst, or limit): a global rule's first take of a key
+	// reserves at most 1/leaseShare of it.
+	capacity int64
+	held     map[string]*heldLease
+	// order holds the leases in the order they were taken, from order[head] on: their expiry
+	// times are in the same order (every take's expiry is its take's time plus ttl), so the
+	// expired ones are found at the front, at a bounded cost per take (expire).
+	order []*heldLease
+	head  int
+	// table is a local rule's shared state, where unspent units are given back (nil for a
+	// global rule), and give the write that does it.
+	table *sharedstate.Table
+	give  sharedstate.Pending
 	m     leaseMetrics
 }
 
@@ -55,23 +79,33 @@ type leaseState struct {
 // (ratelimit_<rule>_<event>_total, see ruleState.defineMetrics).
 type leaseMetrics struct {
 	taken        abi.MetricCounter // takes that reserved units beyond the request's cost
-	dropped      abi.MetricCounter // reserved units dropped unspent (ttl passed, or too few for a request)
+	returned     abi.MetricCounter // reserved units given back to the key's state unspent
+	dropped      abi.MetricCounter // reserved units lost unspent (global rules; or the state took none back)
 	overLimitHit abi.MetricCounter // requests a global rule denied from its over-limit cache
 }
 
-// heldLease is what this VM knows of one key: the units it may still spend, until when, and
-// the key's allowance as the last take saw it (for the next batch size and the headers).
+// heldLease is what this VM knows of one key: the units it may still spend, until when, the
+// key's allowance as the last take saw it (for the next batch size and the headers), and
+// what this VM spent since (for the next batch size).
 type heldLease struct {
+	key     string
 	units   int64 // reserved, unspent units
-	expires int64 // when units are dropped
+	expires int64 // when units are given back
+	// takenAt is the take's instant and used the units requests spent since (the take's own
+	// cost included): the key's demand on this VM. at is the take's instant on the shared
+	// state's clock, which a give-back names: takenAt for a local rule, Redis' for a global one.
+	takenAt, used, at int64
+	// give holds a global lease's unspent units until the key's next take gives them back.
+	give int64
 	// remaining is the key's remaining allowance after the last take (the shared state's
 	// Decision.Remaining, not counting units); limit and resetAt are that decision's Limit
 	// and now + ResetAfter.
 	remaining, limit, resetAt int64
 }
 
-func newLeaseState(l *config.Lease) *leaseState {
-	return &leaseState{batch: l.Batch, ttl: int64(l.TTL), held: map[string]*heldLease{}}
+func newLeaseState(r *config.Rule, table *sharedstate.Table) *leaseState {
+	return &leaseState{batch: r.Lease.Batch, ttl: int64(r.Lease.TTL), capacity: r.Algorithm.Capacity(),
+		held: map[string]*heldLease{}, table: table}
 }
 
 // defineLeaseMetrics defines a leased rule's counters with the rule metrics' helper def.
@@ -81,81 +115,142 @@ func (rs *ruleState) defineLeaseMetrics(def func(event string) abi.MetricCounter
 	}
 	rs.lease.m = leaseMetrics{
 		taken:        def("lease_taken"),
+		returned:     def("lease_units_returned"),
 		dropped:      def("lease_units_dropped"),
 		overLimitHit: def("over_limit_cache_hits"),
 	}
 }
 
 // spend decides the request from the VM's lease on key, if it holds enough unexpired units,
-// and reports whether it did. Expired units, and units too few for the request, are dropped
-// here: they were debited, so dropping them only under-admits.
+// and reports whether it did. Expired units are given back here; units too few for the
+// request stay until the key's next take gives them back.
 func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	h := l.held[string(key)] // no allocation: the compiler converts for the lookup only
 	if h == nil {
 		return false
 	}
-	if h.units > 0 && (now >= h.expires || h.units < cost) {
-		l.m.dropped.Increment(uint64(h.units))
-		h.units = 0
+	if h.units > 0 && now >= h.expires {
+		l.release(h, now)
 	}
-	if h.units == 0 || cost <= 0 {
+	if h.units < cost || cost <= 0 {
 		return false
 	}
 	h.units -= cost
+	h.used += cost
 	a.decision = algorithms.Decision{Allowed: true, Limit: h.limit,
 		Remaining: h.remaining + h.units, ResetAfter: time.Duration(max(0, h.resetAt-now))}
 	a.decided, a.leased = true, h
 	return true
 }
 
-// size returns how many units a take for key should ask for: the request's cost plus a
-// reserve of at most batch-cost, and at most 1/leaseShare of the key's remaining allowance
-// as the last take saw it (a first take asks for the whole batch, and falls back to the
-// cost if that is denied). A key the VM does not hold while its map is full (maxHeld) asks
-// for the cost alone: the reserve could not be held (taken would find no room unless expired
-// leases can be swept, and the exact take's taken sweeps them for the key's next request), and
-// a flood of distinct keys must not make every other key debit a whole batch per request.
-func (l *leaseState) size(key []byte, cost int64) int64 {
-	want := l.batch
-	if h := l.held[string(key)]; h != nil {
-		want = min(want, h.remaining/leaseShare)
-	} else if len(l.held) >= maxHeld {
-		return cost
+// release gives h's unspent units back to the key's state at now: a local rule's with one
+// shared-data write (dropped and counted when the state takes nothing back); a global rule's
+// wait in h.give for the key's next take on this VM (leaseGlobal).
+func (l *leaseState) release(h *heldLease, now int64) {
+	n := h.units
+	if n <= 0 {
+		return
 	}
-	return max(want, cost)
+	h.units = 0
+	if l.table == nil {
+		h.give += n
+		return
+	}
+	if err := l.table.GiveBack([]byte(h.key), now, h.at, n, &l.give); err == nil && l.give.Decision.Allowed {
+		l.m.returned.Increment(uint64(n))
+		return
+	}
+	l.m.dropped.Increment(uint64(n))
 }
 
-// taken records a committed take of n units of which the request spent cost, with d the
-// decision the shared state made for all n (its Remaining counts them all). It returns the
-// request's decision: the key's remaining allowance as if the reserved units were not yet
+// forget drops the units h still holds or waits to give back, counting them: h is no longer
+// the key's lease on this VM.
+func (l *leaseState) forget(h *heldLease, now int64) {
+	l.release(h, now)
+	if h.give > 0 {
+		l.m.dropped.Increment(uint64(h.give))
+		h.give = 0
+	}
+}
+
+// reserve returns how many units beyond cost a take for key at now may reserve: at most
+// batch-cost, and at most what this VM is expected to spend within ttl, which is its
+// arrivals since its previous take (that take's cost and every unit spent from its lease)
+// at the rate they came. A key this VM does not hold has no history: the reserve is then
+// batch-cost, left to the shared state's cap (Table.Take). A global rule's take is capped
+// here instead, the call having no such cap: by 1/leaseShare of the remaining allowance its
+// previous take saw, or of the capacity for a key it does not hold. A key this VM does not hold
+// while its map is full of unexpired leases reserves nothing: the reserve could not be held,
+// and a flood of distinct keys must not make every other key debit a batch per request.
+func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
+	want := l.batch - cost
+	h := l.held[string(key)]
+	if h == nil {
+		l.expire(now)
+		if len(l.held) >= maxHeld {
+			return 0
+		}
+		if l.table == nil {
+			want = min(want, l.capacity/leaseShare)
+		}
+		return max(want, 0)
+	}
+	if l.table == nil {
+		want = min(want, h.remaining/leaseShare)
+	}
+	if dt := now - h.takenAt; dt < l.ttl {
+		// used arrived within dt: at that rate, ttl sees used*ttl/dt (float: no overflow).
+		want = min(want, int64(float64(h.used)*float64(l.ttl)/float64(max(dt, 1))))
+	} else {
+		want = min(want, h.used)
+	}
+	return max(want, 0)
+}
+
+// size returns how many units a global rule's take for key should ask Redis for: the
+// request's cost plus its reserve.
+func (l *leaseState) size(key []byte, now, cost int64) int64 {
+	return cost + l.reserve(key, now, cost)
+}
+
+// taken records a committed take at now of n units of which the request spent cost, with d
+// the decision the shared state made for all n (its Remaining counts them all). It returns
+// the request's decision: the key's remaining allowance as if the reserved units were not yet
 // spent, which is what an exact decision would have reported; and the lease, so that the
 // request's cost can be given back to it if a later rule denies the request.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
+	// Every take looks for expired leases (at a bounded cost, see expire), so that their units
+	// go back soon after their ttl even when no new key comes.
+	l.expire(now)
 	old := l.held[string(key)]
-	if old == nil && len(l.held) >= maxHeld {
-		l.sweep(now)
+	if old == nil {
 		if len(l.held) >= maxHeld {
 			// No room (the map filled while the take was out): the reserve was debited and
-			// cannot be held, so it is dropped.
+			// cannot be held, so it goes back.
 			if n > cost {
-				l.m.dropped.Increment(uint64(n - cost))
+				l.forget(&heldLease{key: string(key), units: n - cost, takenAt: now, at: now}, now)
 			}
 			return d, nil
 		}
-	}
-	if old != nil && old.units > 0 {
-		// Units left from an earlier take (raced by a request paused on Redis): dropped.
-		l.m.dropped.Increment(uint64(old.units))
-		old.units = 0
+	} else if old.units > 0 || old.give > 0 {
+		// Units left from an earlier take (too few for a request, or raced by a request
+		// paused on Redis) go back.
+		l.forget(old, now)
 	}
 	// A fresh lease, never the old one reused: a request paused on Redis may still hold the
 	// old one and refund its units there when another rule denies it; refunded into a lease
 	// taken since, they would add to the new batch and its ttl, beyond the stated bound. A
-	// refund into a replaced lease is lost instead (under-admission). Takes are rare (about
-	// one per batch), so the allocation stays off the spend path.
-	h := &heldLease{units: n - cost, expires: now + l.ttl, remaining: d.Remaining,
-		limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
-	l.held[string(key)] = h
+	// refund into a replaced lease is given back instead (refund). Takes are rare (about one
+	// per batch), so the allocation stays off the spend path.
+	h := &heldLease{units: n - cost, expires: now + l.ttl, takenAt: now, at: now, used: cost,
+		remaining: d.Remaining, limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
+	if old != nil {
+		h.key = old.key
+	} else {
+		h.key = string(key)
+	}
+	l.held[h.key] = h
+	l.order = append(l.order, h)
 	if n > cost {
 		l.m.taken.Increment(1)
 	}
@@ -165,23 +260,43 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 
 // refund gives a request's units back to the lease they came from, when another rule denied
 // the request after the lease admitted it. They are still debited in shared data and still
-// within the ttl they were taken for (refund keeps expires), so spending them later is sound;
-// a lease replaced meanwhile simply loses them (under-admission).
-func (l *leaseState) refund(h *heldLease, cost int64) {
-	if h != nil && l.held != nil {
-		h.units += cost
+// within the ttl they were taken for (refund keeps expires), so spending them later is sound.
+// Units of a lease that has been replaced or has expired meanwhile go back to the key's state
+// (release) instead.
+func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
+	if h == nil || l.held == nil {
+		return
 	}
+	h.used -= cost
+	if l.held[h.key] == h && now < h.expires {
+		h.units += cost
+		return
+	}
+	l.forget(&heldLease{key: h.key, units: cost, takenAt: h.takenAt, at: h.at}, now)
 }
 
-// sweep forgets every key whose lease has expired, counting its units as dropped.
-func (l *leaseState) sweep(now int64) {
-	for k, h := range l.held {
-		if now >= h.expires {
-			if h.units > 0 {
-				l.m.dropped.Increment(uint64(h.units))
-			}
-			delete(l.held, k)
+// expire forgets the leases whose ttl has passed, from the oldest, giving their units back:
+// each lease is visited once after its take, so a take costs a bounded amount on average
+// however many keys the VM holds. A lease replaced by a later take of its key is only
+// dropped from the order.
+func (l *leaseState) expire(now int64) {
+	for l.head < len(l.order) {
+		h := l.order[l.head]
+		if now < h.expires {
+			break
 		}
+		l.order[l.head] = nil
+		l.head++
+		if l.held[h.key] == h {
+			l.forget(h, now)
+			delete(l.held, h.key)
+		}
+	}
+	if l.head > 64 && l.head*2 > len(l.order) {
+		// Reuse the front of the slice: the live part moves down once it is the smaller half.
+		n := copy(l.order, l.order[l.head:])
+		clear(l.order[n:])
+		l.order, l.head = l.order[:n], 0
 	}
 }
 
@@ -204,6 +319,9 @@ type overLimit struct {
 	until, resetAt, limit, cost int64
 }
 
+// overLimitProbes is how many entries a full over-limit cache looks at to make room.
+const overLimitProbes = 16
+
 // hit reports whether the cache denies the request, and the denial to send.
 func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, bool) {
 	e, ok := c.denied[string(key)]
@@ -222,9 +340,16 @@ func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Dec
 		return
 	}
 	if _, ok := c.denied[string(key)]; !ok && len(c.denied) >= maxHeld {
+		// Full: a few entries are looked at (map iteration starts at a random one) and the
+		// expired among them forgotten, a bounded cost per denial however many keys the
+		// cache holds. A denial not cached is decided by Redis next time: exact still.
+		seen := 0
 		for k, e := range c.denied {
 			if sentAt >= e.until {
 				delete(c.denied, k)
+			}
+			if seen++; seen == overLimitProbes {
+				break
 			}
 		}
 		if len(c.denied) >= maxHeld {
@@ -244,18 +369,10 @@ func (h *httpContext) refundLeases() {
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		if a.leased != nil {
-			a.rs.lease.refund(a.leased, a.cost)
+			a.rs.lease.refund(a.leased, a.cost, h.plugin.now())
 			a.leased = nil
 		}
 	}
-}
-
-// retakeExact decides a request whose lease take lost its compare-and-swap race and does not
-// fit the fresh state: the request's cost alone is decided and written, so that a lease never
-// denies what an exact decision admits.
-func (h *httpContext) retakeExact(a *applied) error {
-	a.take = a.cost
-	return a.rs.table.AllowN(a.key, h.startedAt, a.cost, &a.pending)
 }
 
 // inCall reports whether the rule has a part in the request's Redis call: a global rule that
@@ -266,6 +383,13 @@ func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal &
 // cost.
 func (a *applied) callN() int64 { return max(a.take, a.cost) }
 
+// overflowed notes that Redis decided the rule on its overflow key, where the script decides
+// the request's own cost, never a lease's batch (redis.Item.Cost): the decision is the exact
+// one, and a denial there is not a denied batch to send again.
+func (a *applied) overflowed() {
+	a.take = min(a.take, a.cost)
+}
+
 // batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
 // an enforced rule: the request's own cost must then be decided again, since an exact
 // decision could admit it.
@@ -275,9 +399,10 @@ func (a *applied) batchDenied() bool {
 
 // leaseGlobal admits the request for a global rule from this VM's lease on the key when it
 // holds enough unexpired units (no callout for the rule), and reports whether it did.
-// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size). Shadow rules
-// take no lease: their denials block nothing, so a batch Redis denies would not be decided
-// again in the same all-or-nothing call, and the rule is there to observe exact decisions.
+// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size), and the units
+// the item gives back. Shadow rules take no lease (configure refuses a lease block on one):
+// their denials block nothing, so a batch Redis denies would not be decided again in the same
+// all-or-nothing call, and the rule is there to observe exact decisions.
 func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	l := a.rs.lease
 	if l == nil || a.rs.rule.Shadow {
@@ -287,8 +412,24 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 		a.spent = true
 		return true
 	}
-	a.take = l.size(a.key, a.cost)
+	a.take = l.size(a.key, now, a.cost)
+	if h := l.held[string(a.key)]; h != nil {
+		// The units the VM still holds for the key (too few for the request) or has not given
+		// back yet (expired) go back in the take's call.
+		l.release(h, now)
+		a.give, a.givenAt, h.give = h.give, h.at, 0
+	}
 	return false
+}
+
+// gaveBack notes that the rule's item in a Redis call that Redis answered gave back the units
+// it carried (applied.give): they are counted, and a call sent again for the request carries
+// none.
+func (a *applied) gaveBack() {
+	if a.give > 0 {
+		a.rs.lease.m.returned.Increment(uint64(a.give))
+		a.give = 0
+	}
 }
 
 // saw records a key's remaining allowance as Redis reported it on a denied batch, so that the
@@ -300,18 +441,26 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 // takenGlobal records a global rule's take that Redis committed at sentAt (units expire ttl
 // after the callout was sent, so never later than they would have from Redis's instant) and
 // returns the request's decision and lease, as taken does. A take decided on the rule's
-// overflow key (its key bound reached in Redis) keeps no units for the key: they are dropped.
-// So are the units of a take whose answer arrives (at now) when its ttl has already passed:
-// they could not be spent, and held they would replace the key's live lease, whose units a
-// later take has debited, with an expired one.
-func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, overflow bool) (algorithms.Decision, *heldLease) {
-	if overflow || now >= sentAt+l.ttl {
+// overflow key (its key bound reached in Redis) is decided by the script for the request's
+// cost alone (redis.Item.Cost): there is no lease there. The units of a take whose answer
+// arrives (at now) when its ttl has already passed are dropped: they could not be spent, and
+// held they would replace the key's live lease, whose units a later take has debited, with an
+// expired one.
+func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Answer) (algorithms.Decision, *heldLease) {
+	if answer.Overflow {
+		return a.decision, nil
+	}
+	if now >= sentAt+l.ttl {
 		if a.take > a.cost {
 			l.m.dropped.Increment(uint64(a.take - a.cost))
 		}
 		return a.decision, nil
 	}
-	return l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	d, h := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
+	if h != nil {
+		h.at = answer.Now
+	}
+	return d, h
 }
 
 // recordTakes records, once the request's one Redis call has committed (answered at now), the
@@ -324,10 +473,13 @@ func (h *httpContext) recordTakes(d *decisions, now int64) {
 		if !a.inCall() {
 			continue
 		}
-		overflow := j < len(answers) && answers[j].Overflow
+		var answer redis.Answer
+		if j < len(answers) {
+			answer = answers[j]
+		}
 		j++
 		if a.take > 0 && a.decided && a.decision.Allowed {
-			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, overflow)
+			a.decision, a.leased = a.rs.lease.takenGlobal(a, d.sentAt, now, answer)
 		}
 	}
 }

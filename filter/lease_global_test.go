@@ -49,6 +49,20 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 	return l
 }
 
+// addVM adds a worker VM of config, of a proxy of its own, to the fleet and returns its index:
+// a proxy whose rules share Redis keys with the fleet's (same domain, key prefix and rule
+// names), for example the same rule without its lease block.
+func (l *leaseVMs) addVM(t *testing.T, config string) int {
+	t.Helper()
+	p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: sharedstate.NewMemory()}
+	require.NoError(t, p.configure([]byte(config)))
+	if p.redis != nil && len(p.redis.parts) > 0 {
+		p.redis.learnSecret(fleetSecret, l.now)
+	}
+	l.vms = append(l.vms, p)
+	return len(l.vms) - 1
+}
+
 // doRelayed decides one request with the given headers on worker VM w, relaying its callouts
 // to webdis at url with the fake clock, and reports whether it was admitted and how many
 // callouts it made.
@@ -255,18 +269,27 @@ func TestGlobalLeaseCalloutsPerRequest(t *testing.T) {
 // TestGlobalLeaseDeniedBatchChargesNothing checks what all-or-nothing means with a lease: a
 // batch Redis denies fails the whole call, which writes nothing on the request's other global
 // rules, and a second call decides the request at its own cost. The leased rule (limit 5) asks
-// for 100 units first; the unleased one (limit 3) must then have been charged once per
-// admitted request, so exactly 3 pass. Had the denied batch's call charged it, 2 would. With
-// redis.partitions 4 each rule has its own call and only the leased rule's is sent again.
+// for 3 units first (1 + 16/8: the VM has not seen the key), of which another proxy, whose
+// rule has no lease, has left 2; the unleased rule (limit 2) must then have been charged once
+// per admitted request, so exactly 2 pass. Had the denied batch's call charged it, 1 would.
+// With redis.partitions 4 each rule has its own call and only the leased rule's is sent again.
 func TestGlobalLeaseDeniedBatchChargesNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	rules := `[{"name":"leased","scope":"global","algorithm":"fixed_window","limit":5,"window":"1h",
+	rules := `[{"name":"leased","scope":"global","algorithm":"fixed_window","limit":16,"window":"1h",
 		"continue":true,"lease":{"batch":100}},
-		{"name":"exact","scope":"global","algorithm":"fixed_window","limit":3,"window":"1h"}]`
+		{"name":"exact","scope":"global","algorithm":"fixed_window","limit":2,"window":"1h"}]`
+	unleased := `[{"name":"leased","scope":"global","algorithm":"fixed_window","limit":16,"window":"1h"}]`
 	for _, parts := range []int{0, 4} {
 		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) {
 			srv.MustDo("FLUSHALL")
 			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, rules), 1, 1)
+			other := l.addVM(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, unleased))
+			for range 14 {
+				ok, _ := l.doRelayed(t, other, srv.WebdisURL())
+				require.True(t, ok)
+			}
+			noscript0, err := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
+			require.NoError(t, err)
 			ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
 			require.True(t, ok, "the batch does not fit, the request's own cost does")
 			noscript, err := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
@@ -275,21 +298,21 @@ func TestGlobalLeaseDeniedBatchChargesNothing(t *testing.T) {
 			if parts > 0 {
 				want = 3 // each rule's call, then the leased rule's again
 			}
-			require.Equal(t, want, calls-int(noscript))
+			require.Equal(t, want, calls-int(noscript-noscript0))
 			admitted := 1
 			for range 5 {
 				if ok, _ := l.doRelayed(t, 0, srv.WebdisURL()); ok {
 					admitted++
 				}
 			}
-			require.Equal(t, 3, admitted)
+			require.Equal(t, 2, admitted)
 		})
 	}
 }
 
 // TestGlobalLeaseMetrics checks the lease metrics of a global rule, under the rule's labelled
-// names: a take that reserved units counts lease_taken, units left when the ttl passes count
-// lease_units_dropped.
+// names: a take that reserved units counts lease_taken, units left when the ttl passes are
+// given back in the key's next take's call and count lease_units_returned, none dropped.
 func TestGlobalLeaseMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	algo := `"algorithm":"token_bucket","limit":1000,"window":"1h"`
@@ -305,30 +328,12 @@ func TestGlobalLeaseMetrics(t *testing.T) {
 	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, taken)
+	returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, returned, "10 taken, 3 spent")
 	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
 	require.NoError(t, err)
-	require.EqualValues(t, 7, dropped, "10 taken, 3 spent")
-}
-
-// TestGlobalLeaseShadowRuleTakesNone checks that a shadow global rule ignores its lease block
-// (its denials block nothing, so a denied batch could not be decided again in the same call):
-// every request asks Redis for its own cost, and no take is counted.
-func TestGlobalLeaseShadowRuleTakesNone(t *testing.T) {
-	srv := redistest.Start(t)
-	rules := `[{"name":"hot","scope":"global","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1h",
-		"lease":{"batch":100}}]`
-	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, 1)
-	calls := 0
-	for range 10 {
-		ok, n := l.doRelayed(t, 0, srv.WebdisURL())
-		require.True(t, ok)
-		calls += n
-	}
-	noscript, _ := l.host.GetCounterMetric("ratelimit_redis_noscript_total")
-	require.Equal(t, 10, calls-int(noscript))
-	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
-	require.NoError(t, err)
-	require.Zero(t, taken)
+	require.Zero(t, dropped)
 }
 
 // TestGlobalOverLimitCachePartitioned checks the over-limit cache with redis.partitions 4,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
@@ -225,10 +226,10 @@ func writesPerRequest(t *testing.T, lease string, most float64) {
 	}
 }
 
-// TestLeaseTTLDropsUnspentUnits checks that units not spent within the ttl are dropped, not
-// spent later: a VM takes 10 units (spends 1), and after the ttl its next request debits the
-// shared state again.
-func TestLeaseTTLDropsUnspentUnits(t *testing.T) {
+// TestLeaseTTLGivesUnspentUnitsBack checks that units not spent within the ttl are not spent
+// later but given back to the key's state: a VM takes 10 units (spends 2), and after the ttl
+// its next request takes again, and the 8 unspent units are back in the shared state.
+func TestLeaseTTLGivesUnspentUnitsBack(t *testing.T) {
 	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]}`, 1)
 	w0 := l.writes()
 	require.True(t, l.do(0))
@@ -241,9 +242,17 @@ func TestLeaseTTLDropsUnspentUnits(t *testing.T) {
 	require.Greater(t, l.writes(), w1)
 	held := l.vms[0].rules[0].lease.held
 	require.Len(t, held, 1)
+	var units int64
 	for _, h := range held {
-		require.EqualValues(t, 9, h.units)
+		units = h.units
 	}
+	require.EqualValues(t, 2, units, "the new take reserves what the VM spent within the ttl")
+	returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
+	require.NoError(t, err)
+	require.EqualValues(t, 8, returned)
+	var pending sharedstate.Pending
+	require.NoError(t, l.vms[0].rules[0].table.Decide(nil, l.now, 1, &pending))
+	require.EqualValues(t, 1000-3-units-1, pending.Decision.Remaining, "3 spent, the new lease's units held, less the probe's own 1")
 }
 
 // TestLeaseRefundedWhenAnotherRuleDenies checks that a request a lease admitted for one rule
@@ -306,25 +315,26 @@ func (r *rivalStore) Set(key string, value []byte, cas uint32) error {
 }
 
 // TestLeaseTakeLosingItsRaceFallsBackToExact checks that a take whose write loses its race to
-// a worker that took most of what was left is decided again for the request alone: the
-// request is admitted, as an exact decision would admit it, and nothing more is debited.
+// a worker that took most of what was left is sized and decided again on the fresh state: the
+// request is admitted, as an exact decision would admit it, and the reserve is 1/8 of what the
+// fresh state leaves.
 func TestLeaseTakeLosingItsRaceFallsBackToExact(t *testing.T) {
 	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":8}}]}`, 2)
 	rs := &rivalStore{Store: l.store}
 	for _, p := range l.vms {
 		p.rules[0].table = mustTable(t, p, rs)
 	}
-	require.True(t, l.do(1)) // VM 1 takes 8: 12 left
+	require.True(t, l.do(1)) // VM 1 takes 1 + 19/8: 17 left
 	rs.rival = func() {
 		var pending sharedstate.Pending
 		require.NoError(t, l.vms[1].rules[0].table.AllowN(nil, l.now, 6, &pending))
-		require.True(t, pending.Decision.Allowed) // 6 left: VM 0's batch of 8 no longer fits
+		require.True(t, pending.Decision.Allowed) // 11 left: VM 0's take sized on 17 is too big
 	}
 	require.True(t, l.do(0))
 	require.Nil(t, rs.rival, "the rival ran")
 	var pending sharedstate.Pending
 	require.NoError(t, l.vms[1].rules[0].table.Decide(nil, l.now, 1, &pending))
-	require.EqualValues(t, 4, pending.Decision.Remaining, "20 - 8 - 6 - 1, less the probe's own 1")
+	require.EqualValues(t, 8, pending.Decision.Remaining, "20 - 3 - 6 - (1 + 10/8), less the probe's own 1")
 }
 
 // mustTable rebuilds p's first rule's key table on store, as configure built it.
@@ -339,15 +349,13 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 	return table
 }
 
-// A shadow rule observes exact decisions: with a lease block it still reads and writes the
-// key's state on every request (one write per request), as without one.
-func TestLeaseShadowLocalRuleTakesNone(t *testing.T) {
-	l := newLeaseVMs(t, `{"rules":[{"name":"hot","shadow":true,"algorithm":"token_bucket","limit":1000000,"window":"1s","lease":{"batch":100}}]}`, 2)
-	before := l.writes()
-	const reqs = 200
-	for i := range reqs {
-		l.now += int64(time.Microsecond)
-		require.True(t, l.do(i%2))
+// A shadow rule observes exact decisions and takes no lease: a lease block on one, local or
+// global, is refused when the plugin is configured, with the block's JSON path.
+func TestLeaseOnShadowRuleRefused(t *testing.T) {
+	for _, scope := range []string{"local", "global"} {
+		rules := `[{"name":"hot","scope":"` + scope + `","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1s","lease":{"batch":100}}]`
+		p := &plugin{id: 1, now: func() int64 { return t0.UnixNano() }, store: sharedstate.NewMemory()}
+		err := p.configure([]byte(filtertest.GlobalConfig(filtertest.RedisOpts{}, rules)))
+		require.ErrorContains(t, err, "rules[0].lease: not supported on a shadow rule", scope)
 	}
-	require.GreaterOrEqual(t, l.writes()-before, int64(reqs), "a shadow rule spent from a lease")
 }

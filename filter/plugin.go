@@ -504,8 +504,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 //
 //go:noinline
 func (rs *ruleState) prepareLease() {
-	rs.lease = newLeaseState(rs.rule.Lease)
-	if rs.rule.Scope == config.ScopeGlobal {
+	if rs.rule.Scope != config.ScopeGlobal {
+		rs.lease = newLeaseState(rs.rule, rs.table)
+		return
+	}
+	rs.lease = newLeaseState(rs.rule, nil)
+	{
 		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 	}
 }

@@ -259,7 +259,8 @@ type Table struct {
 	slot      nameBuf
 	index     [Choices]nameBuf
 	indexNext uint8
-	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf).
+	// probe holds a copy of a candidate's state while its eviction is weighed (see grantOf),
+	// and of the state a lease take decides its batch on (see runLease).
 	probe []byte
 }
 
@@ -501,11 +502,19 @@ type Pending struct {
 	grant   int64
 	// past is 1 + the previous geometry the key was decided in (0: the current one).
 	past int
+
+	// Reserved is what a Take reserved beyond the request's cost (see lease.go).
+	Reserved int64
+	// op is the operation run makes (opAllow: AllowN; see lease.go for the others), and arg
+	// its argument: a Take's most reserve, a GiveBack's instant of the take.
+	op  uint8
+	arg int64
 }
 
 // Decide reads the key's state and decides whether n events may pass at now. It writes nothing.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
+	p.op, p.Reserved = opAllow, 0
 	return t.decide(p, key, true)
 }
 
@@ -926,7 +935,13 @@ func (t *Table) run(p *Pending, state []byte) error {
 		// in place, where the value will hold it, rather than in a buffer of its own.
 		state = p.value[slotHeader:slotHeader]
 	}
-	d, next := t.limiter.AllowN(state, p.now, p.n)
+	var d algorithms.Decision
+	var next []byte
+	if p.op == opAllow {
+		d, next = t.limiter.AllowN(state, p.now, p.n)
+	} else {
+		d, next = t.runLease(p, state)
+	}
 	p.Decision = d
 	// The value is sized once and filled in place: one check of its capacity instead of an
 	// append's growth check for the header and another for the state.

@@ -35,7 +35,9 @@ var leaseFields = []string{"batch", "ttl"}
 // lease parses a rule's lease block. It refuses the block for the algorithms where reserving
 // units ahead is not sound: the sliding window log records one timestamp per event, so a
 // batch would be logged at the instant of the take rather than of each request; a shaper
-// schedules each request's release; the adaptive limit changes under the lease.
+// schedules each request's release; the adaptive limit changes under the lease. A shadow rule
+// exists to observe exact decisions and takes no lease, so a lease block there would be
+// ignored: it is refused.
 func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	f, ok := p.object(path, n, leaseFields...)
 	if !ok {
@@ -71,6 +73,9 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 		valid = false
 	case r.CostSpec.Usage != nil:
 		p.add(path, "not with a usage cost: a request's units are settled on the rule's state when its stream ends")
+		valid = false
+	case r.Shadow:
+		p.add(path, "not supported on a shadow rule: it observes exact decisions and takes no lease")
 		valid = false
 	}
 	if !valid {

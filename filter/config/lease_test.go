@@ -27,7 +27,7 @@ func TestLeaseParse(t *testing.T) {
 }
 
 // TestLeaseRefused checks the clear errors for the algorithms where reserving units ahead is
-// not sound, and for a malformed block.
+// not sound, for a shadow rule (which takes no lease), and for a malformed block.
 func TestLeaseRefused(t *testing.T) {
 	cases := []struct{ rule, want string }{
 		{`"algorithm":"sliding_window","variant":"log","limit":10,"window":"1s","lease":{"batch":2}`,
@@ -36,6 +36,8 @@ func TestLeaseRefused(t *testing.T) {
 			`rules[0].lease: not supported in mode "shape": the shaper schedules each request's release`},
 		{`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":10,"max_limit":100},"lease":{"batch":2}`,
 			`rules[0].lease: not supported by algorithm adaptive: its limit changes while units are reserved`},
+		{`"algorithm":"token_bucket","limit":10,"window":"1s","shadow":true,"lease":{"batch":2}`,
+			`rules[0].lease: not supported on a shadow rule: it observes exact decisions and takes no lease`},
 		{`"algorithm":"token_bucket","limit":10,"window":"1s","lease":{}`, `rules[0].lease.batch: required`},
 		{`"algorithm":"token_bucket","limit":10,"window":"1s","lease":{"batch":1}`, `rules[0].lease.batch: must be between 2 and 1000000, got 1`},
 		{`"algorithm":"token_bucket","limit":10,"window":"1s","lease":{"batch":2,"size":3}`, `rules[0].lease.size: unknown field`},

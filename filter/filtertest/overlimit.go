@@ -9,10 +9,14 @@ import "time"
 const OverflowCacheRules = `[{"name":"hot","scope":"global","max_keys":1,"lease":{"batch":2},
 	"key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":2,"window":"12s"}]`
 
-// The instants of the sequence, from a's first request: b asks at OverflowAt until the
-// overflow key denies it (its wait is then 6 s or more); a's key lives at most its reset
-// (12 s) and a second of Redis margin, so at FreedAt the key table has room again.
+// The instants of the sequence, from a's first request: a sends ARequests requests at once,
+// spending both of its units (a lease take reserves at most 1/8 of what remains, so each is
+// decided on its own), so that its key lives until OverflowAt and past it; b asks at
+// OverflowAt until the overflow key denies it (its wait is then 6 s or more); a's key lives at
+// most its reset (12 s) and a second of Redis margin, so at FreedAt the key table has room
+// again.
 const (
+	ARequests  = 2
 	OverflowAt = 9 * time.Second
 	FreedAt    = 14 * time.Second
 )

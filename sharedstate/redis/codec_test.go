@@ -245,14 +245,15 @@ func TestNewRule(t *testing.T) {
 		if r.Script().Name != c.name || r.Limit() != c.cfg.Limit {
 			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
 		}
-		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters.
-		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args
+		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters, then the
+		// request's own cost (3: no lease batch) and no give-back (0 units, at 0).
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args + "/3/0/0"
 		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
 			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
 		}
 		eval := string(r.AppendEval(nil, key, 3))
 		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
-		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args {
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args+"/3/0/0" {
 			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
 		}
 		checkEscaped(t, []byte(r.Script().Source), []byte(src))
@@ -378,8 +379,8 @@ func TestParseReplies(t *testing.T) {
 	// The shadow rule denies, the enforced one admits: committed.
 	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`), items, out)
 	if err != nil || now != 7_000_000_008 || !committed ||
-		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}}) ||
-		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true}) {
+		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}, Now: now}) ||
+		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true, Now: now}) {
 		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
 	}
 	// The enforced rule denies: not committed.

@@ -119,9 +119,15 @@
 // denied rule never writes. So a request denied by one global rule is charged nothing on the
 // others, and a flood of denied requests generates no writes and no replication traffic.
 //
-// Arguments after the keys are six integers per rule, in the order of the keys:
+// Arguments after the keys are ten integers per rule, in the order of the keys:
 //
 //	n (the cost)  shadow (0|1)  algorithm code  limit  window (ns)  capacity (burst, or limit)
+//	max_keys (0: unbounded)  own (the request's own cost: n less a lease's reserve)
+//	give (a lease's unspent units given back, 0: none)  given_at (Unix ns of their take)
+//
+// A key decided on the rule's overflow key is decided for own, not n: no lease there. Units
+// given back are returned to the key's state before the decision, as package algorithms'
+// GiveBack returns them (a differential test holds the two to the same results).
 //
 // with the codes 1 token_bucket, 2 leaky_bucket meter, 3 sliding_window counter, 4
 // sliding_window log, 5 fixed_window, 6 gcra. The script derives what each algorithm computes

@@ -238,6 +238,17 @@ end
 end
 local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
 return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+local function bucket_giveback(st, P, g, _, _, now_s, now_n)
+local _, _, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
+if new.tokens >= P.capU then
+return nil
+end
+if g >= P.cap then
+new.tokens = P.capU
+else
+new.tokens = math.min(P.capU, new.tokens + g * P.wg)
+end
+return new
 end
 local function fw_decode(f, P)
 local ws_s, ws_n = ts(f[6])
@@ -309,6 +320,14 @@ if count > 0 then
 reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
 end
 return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
+local c = math.min(math.max(st.c, 0), P.limit)
+local t_s, t_n = window_start(ta_s, ta_n, P.wms)
+local w_s, w_n = window_start(now_s, now_n, P.wms)
+if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
+return nil
+end
+return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g)}
 end
 local function swc_decode(f, P)
 local ws_s, ws_n = ts(f[6])
@@ -416,6 +435,18 @@ elseif prev > 0 then
 reset = wrel + P.W
 end
 return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
+local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
+local t_s, t_n = window_start(ta_s, ta_n, P.wms)
+local p_s, p_n = tsadd(new.ws_s, new.ws_n, -P.W)
+if t_s == new.ws_s and t_n == new.ws_n and new.c > 0 then
+new.c = math.max(0, new.c - g)
+elseif t_s == p_s and t_n == p_n and new.p > 0 then
+new.p = math.max(0, new.p - g)
+else
+return nil
+end
+return new
 end
 local function swl_load(key, P, count)
 local head = redis.call('LINDEX', key, 0)
@@ -615,19 +646,31 @@ else
 return nil
 end
 return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+local function gcra_giveback(st, P, g, _, _, now_s, now_n)
+if not tsless(now_s, now_n, st.tat_s, st.tat_n) then
+return nil
+end
+if g >= P.cap then
+return {tat_s = now_s, tat_n = now_n}
+end
+local t_s, t_n = tsadd(st.tat_s, st.tat_n, -g * P.T)
+if tsless(t_s, t_n, now_s, now_n) then
+t_s, t_n = now_s, now_n
+end
+return {tat_s = t_s, tat_n = t_n}
 end
 local ALG = {
 [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write, settle = bucket_settle},
+write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
 [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write, settle = bucket_settle},
+write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
 [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
-settle = swc_settle},
+giveback = swc_giveback, settle = swc_settle},
 [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
 [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
-settle = fw_settle},
+giveback = fw_giveback, settle = fw_settle},
 [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
-settle = gcra_settle},
+giveback = gcra_giveback, settle = gcra_settle},
 }
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
 ['82'] = FIXED_WINDOW, ['98'] = GCRA}
@@ -653,7 +696,8 @@ if Q == nil or Q.code ~= code then
 return nil, nil, true
 end
 elseif OLD_HASH_VERSION[f[1]] == P.code then
-Q = P
+local st = ALG[P.code].decode(f, P)
+return st, P, st == nil, st ~= nil
 else
 return nil, nil, true
 end
@@ -751,15 +795,21 @@ end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-if i + 7 > #ARGV then
+if i + 10 > #ARGV then
 return bad_args('count')
 end
-local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+local n, shadow, bound, own = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7]), int(ARGV[i + 8])
 local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+local give, ga_s, ga_n = int(ARGV[i + 9]), ts(ARGV[i + 10])
+if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 or own == nil
+or give == nil or ga_s == nil then
 return bad_args('config')
 end
-local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+if tsless(MAX_S, MAX_N, ga_s, ga_n) then
+ga_s, ga_n = MAX_S, MAX_N
+end
+local r = {P = P, n = n, own = math.min(own, n), shadow = shadow == 1, bound = bound, key = KEYS[k],
+give = give, ga_s = ga_s, ga_n = ga_n}
 k = k + 1
 if bound > 0 then
 r.set, r.over = KEYS[k], KEYS[k + 1]
@@ -775,7 +825,7 @@ end
 seen[key] = true
 end
 rules[#rules + 1] = r
-i = i + 7
+i = i + 10
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
 return bad_args('count')
@@ -796,7 +846,7 @@ if type(live) ~= 'number' then
 live, r.badset = 0, true
 end
 if live >= r.bound then
-key, r.overflow = r.over, true
+key, r.overflow, r.n = r.over, true, r.own
 else
 r.created = true
 end
@@ -804,9 +854,14 @@ end
 r.track = not r.overflow
 end
 r.used = key
-local st, Q, stale = load(key, P)
+local st, Q, stale, old = load(key, P)
 if st ~= nil and Q.str ~= P.str then
 st = convert(st, Q, P, now_s, now_n, key)
+elseif st ~= nil and not old and not r.overflow and r.give > 0 and ALG[P.code].giveback then
+r.gave = ALG[P.code].giveback(st, P, r.give, r.ga_s, r.ga_n, now_s, now_n)
+if r.gave then
+st = r.gave
+end
 end
 local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
 r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
@@ -835,11 +890,18 @@ end
 end
 out[3] = 1
 end
+for _, r in ipairs(rules) do
+if r.gave and not (commit and r.allowed) then
+ALG[r.P.code].write(r.used, r.P, r.gave, false)
+local _, _, _, reset = ALG[r.P.code].decide(r.gave, r.P, 0, now_s, now_n)
+expire(r.used, reset)
+end
+end
 return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "eb45f012b6f0eceb108fbe9530b63400aa1e5089"
+const luaScriptSHA1 = "027fcc22c5f9058c96eaa67f4efaf828b6584942"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -89,6 +89,9 @@ type Answer struct {
 	// Overflow is set when the rule had reached its key bound and the request, whose key was
 	// new, was decided on the rule's overflow key (see Rule.Bounded).
 	Overflow bool
+	// Now is the call's instant on Redis' clock (Unix ns), the one ParseReplies returns: a
+	// lease's units given back later name it as the instant of their take (Item.GivenAt).
+	Now int64
 }
 
 // Lengths of the flat array the script returns:
@@ -242,6 +245,9 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 			return 0, false, malformed("committed contradicts the decisions")
 		default:
 			now, committed = sec*1e9+nsec, c == 1
+			for i := range out[:len(items)] {
+				out[i].Now = now
+			}
 		}
 	}
 	p.space()

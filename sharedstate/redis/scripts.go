@@ -198,10 +198,18 @@ func (r *Rule) Limit() int64 { return r.limit }
 // of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
 // stop the call from committing the others.
 type Item struct {
-	Rule   *Rule
-	Key    []byte
-	N      int64
-	Shadow bool
+	Rule *Rule
+	Key  []byte
+	N    int64
+	// Cost is the request's own cost when N is a lease's batch (more than the cost), 0
+	// otherwise. A key the script decides on the rule's overflow key is decided for Cost
+	// alone: a lease batch is never taken there (see lua/main.lua).
+	Cost int64
+	// GiveBack is how many unspent units of a lease on Key the call gives back to the key's
+	// state before deciding (0: none), units debited by a take that Redis decided at GivenAt
+	// (Unix ns); see lua/main.lua and algorithms.Returner.
+	GiveBack, GivenAt int64
+	Shadow            bool
 	// Part is the key's partition, Partition(secret, descriptor, Rule.Partitions()): which
 	// key set and overflow key bound it. It is 0 for a rule of one partition.
 	Part int
@@ -209,7 +217,7 @@ type Item struct {
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
 //
-//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/...
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
 //
 // where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
 // by the rule's key set and overflow key.
@@ -266,6 +274,20 @@ func appendTail(dst []byte, items []Item) []byte {
 			dst = append(dst, "/0"...)
 		}
 		dst = append(dst, it.Rule.args...)
+		dst = append(dst, '/')
+		if it.Cost > 0 && it.Cost < it.N {
+			dst = strconv.AppendInt(dst, it.Cost, 10)
+		} else {
+			dst = strconv.AppendInt(dst, it.N, 10)
+		}
+		if it.GiveBack > 0 {
+			dst = append(dst, '/')
+			dst = strconv.AppendInt(dst, it.GiveBack, 10)
+			dst = append(dst, '/')
+			dst = strconv.AppendInt(dst, max(it.GivenAt, 0), 10)
+		} else {
+			dst = append(dst, "/0/0"...)
+		}
 	}
 	return dst
 }

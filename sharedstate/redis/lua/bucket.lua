@@ -150,4 +150,19 @@ local function bucket_settle(st, P, delta, now_s, now_n)
   end
   local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
   return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+
+-- A lease's give-back (algorithms.TokenBucket.GiveBack, LeakyBucket.GiveBack for the meter):
+-- g unspent units back, up to the capacity, after the refill to eff = max(now, last). nil when
+-- the bucket is full (nothing to take back).
+local function bucket_giveback(st, P, g, _, _, now_s, now_n)
+  local _, _, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
+  if new.tokens >= P.capU then
+    return nil
+  end
+  if g >= P.cap then
+    new.tokens = P.capU
+  else
+    new.tokens = math.min(P.capU, new.tokens + g * P.wg)
+  end
+  return new
 end

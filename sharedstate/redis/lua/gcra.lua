@@ -99,4 +99,19 @@ local function gcra_settle(st, P, delta, now_s, now_n)
     return nil
   end
   return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+
+-- A lease's give-back (algorithms.GCRA.GiveBack): TAT = max(now, TAT - g*T); nil when
+-- TAT <= now (nothing to take back).
+local function gcra_giveback(st, P, g, _, _, now_s, now_n)
+  if not tsless(now_s, now_n, st.tat_s, st.tat_n) then
+    return nil
+  end
+  if g >= P.cap then
+    return {tat_s = now_s, tat_n = now_n}
+  end
+  local t_s, t_n = tsadd(st.tat_s, st.tat_n, -g * P.T)
+  if tsless(t_s, t_n, now_s, now_n) then
+    t_s, t_n = now_s, now_n
+  end
+  return {tat_s = t_s, tat_n = t_n}
 end

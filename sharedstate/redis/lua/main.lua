@@ -3,9 +3,11 @@
 --
 -- KEYS     per rule: its key; for a rule with a key bound (max_keys > 0) then also the rule's
 --          key set and its overflow key (all keys distinct)
--- ARGV     per rule, in the order of KEYS, seven integers:
---            n (the cost), shadow (0 or 1), algorithm code, limit, window (ns), capacity,
---            max_keys (0: unbounded)
+-- ARGV     per rule, in the order of KEYS, ten integers:
+--            n (the cost, or a lease's batch), shadow (0 or 1), algorithm code, limit,
+--            window (ns), capacity, max_keys (0: unbounded), own (the request's own cost, at
+--            most n: n less a lease's reserve), give (units a lease gives back, 0: none),
+--            given_at (Unix ns: the instant of the take that debited them)
 --          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
 --          filter never sends it; Redis' TIME is used instead).
 -- reply    {now_s, now_ns, committed (0|1), then per rule:
@@ -29,20 +31,29 @@
 -- set) holds every key it wrote, scored with the key's expiry (Unix ms), so expired members
 -- can be dropped and the live ones counted. A key that does not exist yet, while the rule has
 -- max_keys live keys, is decided on the rule's overflow key instead: a flood of new keys is
--- limited together as one client, and no key of an active client is ever evicted.
+-- limited together as one client, and no key of an active client is ever evicted. A lease's
+-- batch is never taken on the overflow key: there the rule is decided for its own cost, so
+-- the overflowing clients together get what one client gets.
+--
+-- Give-back: a lease's unspent units (give > 0, debited by a take at given_at) are given back
+-- to the key's state before the rule is decided (see each algorithm's giveback, which is
+-- algorithms' GiveBack), when the key holds a state in the current encoding under the rule's
+-- parameters; nothing on the overflow key. The given-back state is written even when the call
+-- does not commit the request (it changes no decision already made, and the units would
+-- otherwise be lost); a call that gives nothing back writes nothing more.
 
 local ALG = {
   [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write, settle = bucket_settle},
+    write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
   [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write, settle = bucket_settle},
+    write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
   [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
-    settle = swc_settle},
+    giveback = swc_giveback, settle = swc_settle},
   [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
   [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
-    settle = fw_settle},
+    giveback = fw_giveback, settle = fw_settle},
   [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
-    settle = gcra_settle},
+    giveback = gcra_giveback, settle = gcra_settle},
 }
 -- The hash version of each encoding that records its parameters, and of the one before.
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
@@ -52,8 +63,8 @@ local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] =
 
 -- load reads the state at key for a rule with parameters P. It returns the decoded state and
 -- the parameters it was written under, or nil for a fresh key (missing, unreadable, or of a
--- foreign type), and whether the key holds anything that a write must delete first (another
--- layout or type).
+-- foreign type), whether the key holds anything that a write must delete first (another
+-- layout or type), and whether the state is in the encoding before parameters were recorded.
 local function load(key, P)
   local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
   if type(f) == 'table' and f.err then
@@ -77,7 +88,8 @@ local function load(key, P)
   elseif OLD_HASH_VERSION[f[1]] == P.code then
     -- The encoding before parameters were recorded is read as it was then: under the rule's
     -- current parameters.
-    Q = P
+    local st = ALG[P.code].decode(f, P)
+    return st, P, st == nil, st ~= nil
   else
     return nil, nil, true
   end
@@ -209,15 +221,21 @@ end
 local rules, seen = {}, {}
 local k, i = 1, 0
 while k <= #KEYS do
-  if i + 7 > #ARGV then
+  if i + 10 > #ARGV then
     return bad_args('count')
   end
-  local n, shadow, bound = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7])
+  local n, shadow, bound, own = int(ARGV[i + 1]), int(ARGV[i + 2]), int(ARGV[i + 7]), int(ARGV[i + 8])
   local P = params(int(ARGV[i + 3]), int(ARGV[i + 4]), int(ARGV[i + 5]), int(ARGV[i + 6]))
-  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 then
+  local give, ga_s, ga_n = int(ARGV[i + 9]), ts(ARGV[i + 10])
+  if n == nil or P == nil or (shadow ~= 0 and shadow ~= 1) or bound == nil or bound < 0 or own == nil
+    or give == nil or ga_s == nil then
     return bad_args('config')
   end
-  local r = {P = P, n = n, shadow = shadow == 1, bound = bound, key = KEYS[k]}
+  if tsless(MAX_S, MAX_N, ga_s, ga_n) then
+    ga_s, ga_n = MAX_S, MAX_N
+  end
+  local r = {P = P, n = n, own = math.min(own, n), shadow = shadow == 1, bound = bound, key = KEYS[k],
+    give = give, ga_s = ga_s, ga_n = ga_n}
   k = k + 1
   if bound > 0 then
     r.set, r.over = KEYS[k], KEYS[k + 1]
@@ -233,7 +251,7 @@ while k <= #KEYS do
     seen[key] = true
   end
   rules[#rules + 1] = r
-  i = i + 7
+  i = i + 10
 end
 if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
   return bad_args('count')
@@ -259,7 +277,7 @@ for _, r in ipairs(rules) do
         live, r.badset = 0, true
       end
       if live >= r.bound then
-        key, r.overflow = r.over, true
+        key, r.overflow, r.n = r.over, true, r.own
       else
         r.created = true
       end
@@ -267,9 +285,14 @@ for _, r in ipairs(rules) do
     r.track = not r.overflow
   end
   r.used = key
-  local st, Q, stale = load(key, P)
+  local st, Q, stale, old = load(key, P)
   if st ~= nil and Q.str ~= P.str then
     st = convert(st, Q, P, now_s, now_n, key)
+  elseif st ~= nil and not old and not r.overflow and r.give > 0 and ALG[P.code].giveback then
+    r.gave = ALG[P.code].giveback(st, P, r.give, r.ga_s, r.ga_n, now_s, now_n)
+    if r.gave then
+      st = r.gave
+    end
   end
   local allowed, remaining, retry, reset, new = ALG[P.code].decide(st, P, r.n, now_s, now_n, key)
   r.allowed, r.new, r.reset, r.stale = allowed, new, reset, stale
@@ -303,5 +326,14 @@ if commit then
     end
   end
   out[3] = 1
+end
+-- A give-back the commit did not write (the rule denied, or another rule did) is written on
+-- its own, with the TTL of the state it leaves.
+for _, r in ipairs(rules) do
+  if r.gave and not (commit and r.allowed) then
+    ALG[r.P.code].write(r.used, r.P, r.gave, false)
+    local _, _, _, reset = ALG[r.P.code].decide(r.gave, r.P, 0, now_s, now_n)
+    expire(r.used, reset)
+  end
 end
 return out

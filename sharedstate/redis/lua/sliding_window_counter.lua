@@ -131,4 +131,20 @@ local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
     reset = wrel + P.W
   end
   return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+
+-- A lease's give-back (algorithms.SlidingWindowCounter.GiveBack): after rolling to now,
+-- cur = max(0, cur - g) when the take (at ta) fell in now's window, prev = max(0, prev - g)
+-- when it fell in the window before; nil otherwise, or when that counter is 0.
+local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
+  local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
+  local t_s, t_n = window_start(ta_s, ta_n, P.wms)
+  local p_s, p_n = tsadd(new.ws_s, new.ws_n, -P.W)
+  if t_s == new.ws_s and t_n == new.ws_n and new.c > 0 then
+    new.c = math.max(0, new.c - g)
+  elseif t_s == p_s and t_n == p_n and new.p > 0 then
+    new.p = math.max(0, new.p - g)
+  else
+    return nil
+  end
+  return new
 end

@@ -1,0 +1,75 @@
+package sharedstate
+
+import "github.com/ratelimit-wasm/ratelimit/algorithms"
+
+// Lease operations: a lease (see the filter's lease.go) debits a batch of units for a key with
+// one write and spends them from a worker VM's memory. Take sizes the batch against the key's
+// state as read, and GiveBack returns the units a lease did not spend. Both are decided and
+// written like AllowN (Decide's placement, Commit's compare-and-swap and retries): a write
+// that loses its race runs the operation again on what is there now.
+
+// The operations run sets up instead of a plain AllowN.
+const (
+	opAllow = iota
+	opTake
+	opGiveBack
+)
+
+// Take decides a lease take on key at now: the request's own cost, and, when that is admitted
+// in the key's own slot, up to reserve more units, but no more than 1/LeaseShare of what
+// remains after the cost, so that LeaseShare holders taking at once reserve at most what
+// remains.
+// Pending.Reserved reports the units reserved beyond the cost; Decision is the decision for
+// cost + Reserved. A denial is the exact decision for the cost alone, so a take never denies
+// what AllowN admits. Commit writes it.
+func (t *Table) Take(key []byte, now, cost, reserve int64, p *Pending) error {
+	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, cost, 0, false, false, 0
+	p.op, p.arg, p.Reserved = opTake, reserve, 0
+	return t.decide(p, key, true)
+}
+
+// LeaseShare is the number of holders a lease take assumes may take at once: a take reserves
+// at most 1/LeaseShare of what the key has left, so that eight worker VMs (a typical Envoy
+// --concurrency) taking at once reserve at most all of it.
+const LeaseShare = 8
+
+// GiveBack returns n units that a take admitted at takenAt debited for key and that were never
+// spent (see algorithms.Returner), and writes the key's state. It writes nothing when the
+// algorithm takes nothing back, when the key has no state of its own (a fresh key, or one
+// counted in an overflow slot), or when the units no longer weigh in the state.
+func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
+	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
+	p.op, p.arg = opGiveBack, takenAt
+	if err := t.decide(p, key, true); err != nil {
+		return err
+	}
+	return t.Commit(p)
+}
+
+// runLease is run's limiter call for Take and GiveBack.
+func (t *Table) runLease(p *Pending, state []byte) (algorithms.Decision, []byte) {
+	p.Reserved = 0
+	if p.op == opGiveBack {
+		r, ok := t.limiter.(algorithms.Returner)
+		if !ok || len(state) == 0 || p.Overflow {
+			return algorithms.Decision{}, state
+		}
+		next, changed := r.GiveBack(state, p.now, p.arg, p.n)
+		return algorithms.Decision{Allowed: changed}, next
+	}
+	// AllowN may write its result over state: the batch is decided on a copy of what was read.
+	t.probe = append(t.probe[:0], state...)
+	d, next := t.limiter.AllowN(state, p.now, p.n)
+	if !d.Allowed || p.Overflow || p.arg <= 0 {
+		return d, next
+	}
+	extra := min(p.arg, d.Remaining/LeaseShare)
+	if extra <= 0 {
+		return d, next
+	}
+	if db, nb := t.limiter.AllowN(t.probe, p.now, p.n+extra); db.Allowed {
+		p.Reserved = extra
+		return db, nb
+	}
+	return d, next
+}
