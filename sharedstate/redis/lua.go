@@ -238,6 +238,7 @@ end
 end
 local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
 return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+end
 local function bucket_giveback(st, P, g, _, _, now_s, now_n)
 local _, _, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
 if new.tokens >= P.capU then
@@ -320,6 +321,7 @@ if count > 0 then
 reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
 end
 return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+end
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local c = math.min(math.max(st.c, 0), P.limit)
 local t_s, t_n = window_start(ta_s, ta_n, P.wms)
@@ -435,6 +437,7 @@ elseif prev > 0 then
 reset = wrel + P.W
 end
 return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+end
 local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
 local t_s, t_n = window_start(ta_s, ta_n, P.wms)
@@ -646,6 +649,7 @@ else
 return nil
 end
 return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+end
 local function gcra_giveback(st, P, g, _, _, now_s, now_n)
 if not tsless(now_s, now_n, st.tat_s, st.tat_n) then
 return nil
@@ -901,7 +905,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "027fcc22c5f9058c96eaa67f4efaf828b6584942"
+const luaScriptSHA1 = "79a52c69476d087f17987941c743674840381ad3"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -150,6 +150,7 @@ local function bucket_settle(st, P, delta, now_s, now_n)
   end
   local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
   return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+end
 
 -- A lease's give-back (algorithms.TokenBucket.GiveBack, LeakyBucket.GiveBack for the meter):
 -- g unspent units back, up to the capacity, after the refill to eff = max(now, last). nil when

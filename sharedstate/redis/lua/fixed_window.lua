@@ -90,6 +90,7 @@ local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
     reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
   end
   return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+end
 
 -- A lease's give-back (algorithms.FixedWindow.GiveBack): count = max(0, count - g), only while
 -- the stored window is the one the take fell in (at ta) and is not older than now's. nil

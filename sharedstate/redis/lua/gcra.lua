@@ -99,6 +99,7 @@ local function gcra_settle(st, P, delta, now_s, now_n)
     return nil
   end
   return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+end
 
 -- A lease's give-back (algorithms.GCRA.GiveBack): TAT = max(now, TAT - g*T); nil when
 -- TAT <= now (nothing to take back).

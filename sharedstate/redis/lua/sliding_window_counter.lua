@@ -131,6 +131,7 @@ local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
     reset = wrel + P.W
   end
   return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+end
 
 -- A lease's give-back (algorithms.SlidingWindowCounter.GiveBack): after rolling to now,
 -- cur = max(0, cur - g) when the take (at ta) fell in now's window, prev = max(0, prev - g)
