@@ -239,6 +239,17 @@ func AppendEval(dst []byte, items []Item) []byte {
 	return appendTail(dst, items)
 }
 
+// partKeys returns the escaped key set and overflow key of partition part of a rule with a
+// key bound. A part out of range (a caller's mistake) is taken modulo the partitions, so it
+// can never index past the keys.
+func (r *Rule) partKeys(part int) string {
+	p := part % len(r.boundKeys)
+	if p < 0 {
+		p += len(r.boundKeys)
+	}
+	return r.boundKeys[p]
+}
+
 func appendTail(dst []byte, items []Item) []byte {
 	nkeys := 0
 	for i := range items {
@@ -253,13 +264,7 @@ func appendTail(dst []byte, items []Item) []byte {
 		dst = append(dst, '/')
 		dst = Escape(dst, items[i].Key)
 		if r := items[i].Rule; r.bound > 0 {
-			// A part out of range (a caller's mistake) is taken modulo the partitions, so it
-			// can never index past the keys.
-			p := items[i].Part % len(r.boundKeys)
-			if p < 0 {
-				p += len(r.boundKeys)
-			}
-			dst = append(dst, r.boundKeys[p]...)
+			dst = append(dst, r.partKeys(items[i].Part)...)
 		}
 	}
 	for i := range items {
@@ -376,11 +381,7 @@ func appendSettleTail(dst []byte, s *Settlement) []byte {
 	dst = append(dst, '/')
 	dst = Escape(dst, s.Item.Key)
 	if r.bound > 0 {
-		p := s.Item.Part % len(r.boundKeys)
-		if p < 0 {
-			p += len(r.boundKeys)
-		}
-		dst = append(dst, r.boundKeys[p]...)
+		dst = append(dst, r.partKeys(s.Item.Part)...)
 	}
 	dst = append(dst, '/')
 	dst = Escape(dst, s.Item.Key)

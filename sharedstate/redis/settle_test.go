@@ -1,9 +1,11 @@
 package redis_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
@@ -99,5 +101,47 @@ func TestDifferentialSettle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSettleWritesNothing: a settlement writes nothing on a key recorded under other
+// parameters (the rule changed while the stream was open), and malformed settlement
+// arguments are refused.
+func TestSettleWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	c := newClient(t, srv.WebdisURL())
+	const now = 1_764_480_000_000_000_000
+	old := algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: 1e9}
+	cur := algorithms.Config{Algorithm: "token_bucket", Limit: 20, Window: 1e9}
+	key := []byte("settle:{x}:k")
+	c.mustCall(mustRule(t, old).AppendEvalSHAAt(nil, key, 3, now))
+	before := mustDo(t, srv, "HGETALL", string(key))
+	s := redis.Settlement{Item: redis.Item{Rule: mustRule(t, cur), Key: key}, Delta: 5, ReservedAt: now, ID: 1}
+	if _, err := redis.ParseSettle(c.post(redis.AppendSettleSHAAt(nil, &s, now))); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustDo(t, srv, "HGETALL", string(key)); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a key of other parameters was settled: %v, was %v", after, before)
+	}
+	// The same settlement under the key's own parameters is written.
+	s.Item.Rule, s.ID = mustRule(t, old), 2
+	if _, err := redis.ParseSettle(c.post(redis.AppendSettleSHAAt(nil, &s, now))); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustDo(t, srv, "HGETALL", string(key)); fmt.Sprint(after) == fmt.Sprint(before) {
+		t.Errorf("the settlement was not written: %v", after)
+	}
+	body := string(redis.AppendSettleSHAAt(nil, &s, now))
+	for _, bad := range []string{
+		strings.Replace(body, "/s/5/0/", "/s/x/0/", 1),
+		strings.Replace(body, "/s/5/0/", "/s/5/2/", 1),
+		strings.Replace(body, "/s/5/0/", "/s/5/0/-1/", 1),
+		strings.Replace(body, "/2/", "/1/", 1),
+	} {
+		if _, err := redis.ParseSettle(c.post([]byte(bad))); !errors.Is(err, redis.ErrRedis) {
+			t.Errorf("%.200s: %v, want a Redis error", bad, err)
+		}
 	}
 }
