@@ -747,7 +747,7 @@ end
 local function lifetime_ms(P)
 return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
 end
-local SETTLE_ID_TTL_MS = 600000
+local SETTLE_ID_TTL_MS = 60000
 local function settle()
 local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
 local at_s, at_n = int(ARGV[4]), int(ARGV[5])
@@ -905,7 +905,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "79a52c69476d087f17987941c743674840381ad3"
+const luaScriptSHA1 = "4cc2fcb4eb176c7d6150d6f6588dab3670207ef4"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -346,7 +346,7 @@ type Settlement struct {
 	// a window refunds only the window the reservation was counted in.
 	ReservedAt int64
 	// ID names the settlement: the script sets the key <Key>:#settled:<ID> (in the key's
-	// slot, with a short TTL) before writing, and a call that finds it writes nothing, so a
+	// slot, with a TTL of 60 s) before writing, and a call that finds it writes nothing, so a
 	// settlement sent again is applied once. It must be unique per settlement of a key.
 	ID uint64
 }

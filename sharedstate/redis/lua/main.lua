@@ -167,7 +167,7 @@ end
 -- retry after a lost answer) finds it and writes nothing. A key recorded under other
 -- parameters (the configuration changed while the stream was open) is not settled, nor is a
 -- refund on a fresh or full key; an algorithm without a settle function settles nothing.
-local SETTLE_ID_TTL_MS = 600000
+local SETTLE_ID_TTL_MS = 60000
 local function settle()
   local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
   local at_s, at_n = int(ARGV[4]), int(ARGV[5])
