@@ -24,11 +24,13 @@ func globalUsageConfig(alg string, capacity, reserve, max int, onMissing string)
 	return globalConfig(redisOpts{}, "["+rule+"]")
 }
 
-// settled waits until every call the proxy sent to webdis has answered (each answer is
-// recorded in ratelimit_redis_latency_us): the settlements are sent when their streams end,
-// and nothing waits for them.
+// settled waits until no reservation is open and every call the proxy sent to webdis has
+// answered (each answer is recorded in ratelimit_redis_latency_us): a stream's settlement is
+// sent when the host logs it, which may be after Do returned, and nothing waits for it.
 func settled(t *testing.T, h *wasmhost.Host) {
 	t.Helper()
+	require.Eventually(t, func() bool { v, _ := h.Metric("ratelimit_usage_open;rule=openai"); return v == 0 },
+		callDeadline, time.Millisecond)
 	require.Eventually(t, func() bool {
 		calls, _ := h.Metric("ratelimit_redis_calls_total")
 		lat, _ := h.Histogram("ratelimit_redis_latency_us")
@@ -77,7 +79,11 @@ func TestUsageGlobalStreamsWasm(t *testing.T) {
 				settled(t, d.host)
 				r := results[p]
 				admitted, charged, used = admitted+r.admitted, charged+r.charged, used+r.used
-				require.EqualValues(t, r.charged, metric(t, d, "ratelimit_usage_settled_total;rule=openai"))
+				require.Eventually(t, func() bool {
+					v, _ := d.host.Metric("ratelimit_usage_settled_total;rule=openai")
+					return v == int64(r.charged)
+				}, callDeadline, time.Millisecond, "settled_total never reached the charged %d", r.charged)
+				settled(t, d.host)
 				require.Zero(t, redisMetric(d.host, "ratelimit_usage_settle_failures_total;rule=openai"))
 				requireNoRedisFailures(t, d.host)
 				requireCleanLogs(t, d.host)
