@@ -69,8 +69,9 @@ $2
 Routes (generated from envoy.yaml) and their limits:
 $(routes)
 
-See a 429 with its headers (the 6th request is denied):
-  for i in \$(seq 6); do curl -si $PROXY/api/items | grep -iE '^(HTTP/|retry-after|ratelimit)|rate_limited'; echo; done
+See a 429 with its headers (5 requests per client IP, one more every 2 seconds: a quick loop
+of 8 is denied from about the 6th on):
+  for i in \$(seq 8); do curl -si $PROXY/api/items | grep -iE '^(HTTP/|retry-after|ratelimit)|rate_limited'; echo; done
 
 Then wait the retry-after seconds and try again, or look at the counters:
   curl -s $ADMIN/stats/prometheus | grep ^ratelimit_requests_total
@@ -111,7 +112,7 @@ if [ "$mode" = docker ]; then
     compose down --remove-orphans --timeout 5 || true
   }
   trap down EXIT
-  trap 'exit 130' INT TERM
+  trap 'exit 0' INT TERM  # Ctrl-C is how it stops: the EXIT trap cleans up
   compose up --build --detach
   if ! wait_ready "$ADMIN/ready" 60; then
     compose logs --tail 50 envoy || true
@@ -146,7 +147,7 @@ cleanup() {
   echo "run.sh: stopped."
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 0' INT TERM  # Ctrl-C is how it stops: the EXIT trap cleans up
 
 # The first build compiles the emulator module's dependencies (wazero, Envoy's API protos:
 # about a minute on 2 cores); -v names each package as it is compiled, so the wait shows

@@ -73,7 +73,9 @@ func (h *Host) calloutWorker(c *callout) {
 	defer h.wg.Done()
 	for {
 		if resp := h.performCallout(c); resp != nil {
-			c.v.post(h.baseCtx, func() { c.v.deliverCallout(c.token, resp) })
+			// The delivery runs later, on the VM's loop, after c names the next callout.
+			v, token := c.v, c.token
+			v.post(h.baseCtx, func() { v.deliverCallout(token, resp) })
 		}
 		select {
 		case c = <-h.callouts:

@@ -146,7 +146,7 @@ func TestCheckPreviousCommand(t *testing.T) {
 		`change: listener "ingress", plugin "ratelimit": rule "login-per-ip": kept`,
 		`change: listener "ingress", plugin "ratelimit": rule "global-per-key": reset (scope global -> local`,
 		`warning: listener "ingress", plugin "ratelimit": rule "global-per-key": reset`,
-		`ok (1 warnings)`,
+		`ok (1 warning)`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -56,9 +56,15 @@ func File(path string) *Report {
 	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
-		return &Report{Errors: []string{path + ": " + err.Error()}}
+		return &Report{Errors: []string{bootstrapError(err)}}
 	}
 	return checkBootstrap(c, parseSource(data))
+}
+
+// bootstrapError is the message of a bootstrap Envoy would refuse, without the Go package's
+// name (the command names the file before it).
+func bootstrapError(err error) string {
+	return strings.TrimPrefix(err.Error(), "envoyconf: ")
 }
 
 // Bytes checks a bootstrap given as YAML, or a plugin configuration alone (the JSON that
@@ -70,7 +76,7 @@ func Bytes(data []byte) *Report {
 	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
-		return &Report{Errors: []string{err.Error()}}
+		return &Report{Errors: []string{bootstrapError(err)}}
 	}
 	return checkBootstrap(c, parseSource(data))
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoycheck"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
@@ -64,13 +65,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		switch {
 		case !rep.OK() || (*strict && len(rep.Warnings) > 0):
-			fmt.Fprintf(stdout, "%s: FAILED (%d errors, %d warnings)\n", path, len(rep.Errors), len(rep.Warnings))
+			fmt.Fprintf(stdout, "%s: FAILED (%s, %s)\n", path, count(len(rep.Errors), "error"), count(len(rep.Warnings), "warning"))
 			status = 1
 		case rep.Plugin:
-			fmt.Fprintf(stdout, "%s: ok (%d warnings; a plugin configuration alone: route, virtual-host and cluster names not checked)\n",
-				path, len(rep.Warnings))
+			fmt.Fprintf(stdout, "%s: ok (%s; a plugin configuration alone: route, virtual-host and cluster names not checked)\n",
+				path, count(len(rep.Warnings), "warning"))
 		default:
-			fmt.Fprintf(stdout, "%s: ok (%d warnings)\n", path, len(rep.Warnings))
+			fmt.Fprintf(stdout, "%s: ok (%s)\n", path, count(len(rep.Warnings), "warning"))
 		}
 	}
 	return status
@@ -90,4 +91,12 @@ func runRoutes(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stdout, envoycheck.Describe(c))
 	return 0
+}
+
+// count is "1 error", "2 errors", "0 warnings".
+func count(n int, noun string) string {
+	if n != 1 {
+		noun += "s"
+	}
+	return strconv.Itoa(n) + " " + noun
 }
