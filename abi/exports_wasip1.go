@@ -36,8 +36,36 @@ var (
 )
 
 type rootContext struct {
-	plugin   types.PluginContext
-	callouts map[uint32]callout
+	plugin types.PluginContext
+	// callouts holds the callouts in flight but the one dispatched last, which is in
+	// lastCallout (lastToken 0: none, or it has been answered), as streams and last do: a
+	// worker that serves one request at a time has one callout in flight at a time, and it
+	// never enters the map.
+	callouts    map[uint32]callout
+	lastCallout callout
+	lastToken   uint32
+}
+
+// addCallout files callout c under token.
+func (r *rootContext) addCallout(token uint32, c callout) {
+	if r.lastToken != 0 {
+		r.callouts[r.lastToken] = r.lastCallout
+	}
+	r.lastCallout, r.lastToken = c, token
+}
+
+// takeCallout removes the callout filed under token and returns it, if there is one.
+func (r *rootContext) takeCallout(token uint32) (callout, bool) {
+	if token == r.lastToken && token != 0 {
+		c := r.lastCallout
+		r.lastCallout, r.lastToken = callout{}, 0
+		return c, true
+	}
+	c, ok := r.callouts[token]
+	if ok {
+		delete(r.callouts, token)
+	}
+	return c, ok
 }
 
 type streamContext struct {
@@ -63,8 +91,8 @@ func registerCallout(token uint32, cb func(int, int, int), always bool) {
 	if s, ok := lookupStream(active); ok {
 		rootID = s.root
 	}
-	if r, ok := roots[rootID]; ok {
-		r.callouts[token] = callout{callback: cb, caller: active, always: always}
+	if r, ok := rootOf(rootID); ok {
+		r.addCallout(token, callout{callback: cb, caller: active, always: always})
 	}
 }
 
@@ -140,6 +168,16 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 		}
 		last, lastID = streamContext{http: h, root: parentID}, contextID
 	}
+}
+
+// rootOf returns the root context rootID, if it exists: the one that created a stream last
+// without a map lookup.
+func rootOf(rootID uint32) (*rootContext, bool) {
+	if rootID == lastRootID && lastRoot != nil {
+		return lastRoot, true
+	}
+	r, ok := roots[rootID]
+	return r, ok
 }
 
 // lookupStream returns the stream contextID, if it exists.
@@ -351,15 +389,14 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) (action uint32) {
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
 	defer recoverExport("proxy_on_http_call_response", rootID)
-	r, ok := roots[rootID]
+	r, ok := rootOf(rootID)
 	if !ok {
 		return
 	}
-	c, ok := r.callouts[token]
+	c, ok := r.takeCallout(token)
 	if !ok {
 		return
 	}
-	delete(r.callouts, token)
 	if c.caller != rootID {
 		// The stream may have been torn down while its callout was in flight: Envoy does not
 		// cancel the callout, so the response can arrive for a dead stream. Acting on it would

@@ -311,8 +311,7 @@ type malformedError struct{ why string }
 func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
 func (e *malformedError) Unwrap() error { return ErrMalformed }
 
-// malformed and parser.malformed are not inlined: they are called from some twenty places,
-// only for a reply that is not what the scripts return.
+// malformed is the error of a reply that is not what the scripts return.
 func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.

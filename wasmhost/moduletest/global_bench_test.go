@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -39,11 +40,20 @@ import (
 //     100).
 //
 // "side-by-side" sends one request of no-rule, local, raw-evalsha, callout-floor and global in
-// turn, b.N times, so that the load of a shared machine weighs on all five alike, and reports
+// turn, b.N times, so that the load of a shared machine weighs on all five alike. Each case is
+// a module of its own there: the host compiles identical bytes once, and a case that runs the
+// code the case before it has just run (local after no-rule) runs it warm, a measured factor
+// of up to two in guest time, which no other case gets. It reports
 // the ratios the targets are stated in: global-added-p50-us (global's p50 less no-rule's) over
 // raw-evalsha's p50 (x-raw-evalsha; floor-x-raw-evalsha for the callout floor), and global's
 // guest p50 over local's (x-local-guest), with the filter's own part of it, global's guest p50
 // less the callout floor's (own-guest-p50-ns, own-x-local-guest).
+//
+// With RATELIMIT_GLOBAL_BASELINE naming another build of the module (a .wasm file, such as the
+// main branch's), side-by-side also sends each round one request through that build configured
+// as "global", just after this tree's global request in one round and just before it in the
+// next, and reports this tree's guest p50 and added p50 over the baseline's (x-baseline-guest,
+// x-baseline-added).
 //
 //	go test ./wasmhost/moduletest/ -run '^$' -bench GlobalWasm -benchtime 2000x
 func BenchmarkGlobalWasm(b *testing.B) {
@@ -101,17 +111,32 @@ func BenchmarkGlobalWasm(b *testing.B) {
 	b.Run("side-by-side", func(b *testing.B) {
 		hosts := make([]*wasmhost.Host, 4)
 		for i, bc := range []benchCase{noRule, local, floor, global} {
-			hosts[i] = newGlobalBenchHost(b, bc.module, bc.config, srv.WebdisURL())
+			hosts[i] = newTaggedBenchHost(b, wasmtest.BuildGuest(b, bc.module), bc.name, bc.config, srv.WebdisURL())
+		}
+		var baseline *wasmhost.Host
+		if file := os.Getenv("RATELIMIT_GLOBAL_BASELINE"); file != "" {
+			wasm, err := os.ReadFile(file)
+			require.NoError(b, err)
+			baseline = newTaggedBenchHost(b, wasm, "baseline", global.config, srv.WebdisURL())
 		}
 		raw := newRawEvalSHA(b, srv)
-		var none, loc, flo, glo, rs benchSamples
+		var none, loc, flo, glo, rs, base benchSamples
 		b.ResetTimer()
-		for range b.N {
+		for i := range b.N {
 			none.add(timedRequest(b, hosts[0]))
 			loc.add(timedRequest(b, hosts[1]))
 			rs.add(raw.call(), 0)
 			flo.add(timedRequest(b, hosts[2]))
-			glo.add(timedRequest(b, hosts[3]))
+			switch {
+			case baseline == nil:
+				glo.add(timedRequest(b, hosts[3]))
+			case i%2 == 0:
+				glo.add(timedRequest(b, hosts[3]))
+				base.add(timedRequest(b, baseline))
+			default:
+				base.add(timedRequest(b, baseline))
+				glo.add(timedRequest(b, hosts[3]))
+			}
 		}
 		b.StopTimer()
 		rawP50, noneP50 := rs.report(b, "raw-evalsha-"), none.report(b, "no-rule-")
@@ -123,6 +148,11 @@ func BenchmarkGlobalWasm(b *testing.B) {
 		b.ReportMetric(float64(added)/float64(rawP50), "x-raw-evalsha")
 		b.ReportMetric(float64(flo.p50()-noneP50)/float64(rawP50), "floor-x-raw-evalsha")
 		b.ReportMetric(float64(glo.guestP50())/float64(loc.guestP50()), "x-local-guest")
+		if baseline != nil {
+			base.report(b, "baseline-")
+			b.ReportMetric(float64(glo.guestP50())/float64(base.guestP50()), "x-baseline-guest")
+			b.ReportMetric(float64(added)/float64(base.p50()-noneP50), "x-baseline-added")
+		}
 		own := glo.guestP50() - flo.guestP50()
 		b.ReportMetric(float64(own), "own-guest-p50-ns")
 		b.ReportMetric(float64(own)/float64(loc.guestP50()), "own-x-local-guest")
@@ -161,7 +191,22 @@ func (s *benchSamples) report(b *testing.B, prefix string) time.Duration {
 // cluster at webdisURL, and warms it up: the script is loaded into Redis and the connection
 // pool holds a connection.
 func newGlobalBenchHost(b *testing.B, module, config, webdisURL string) *wasmhost.Host {
-	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, module), wasmhost.Options{
+	return startBenchHost(b, wasmtest.BuildGuest(b, module), config, webdisURL)
+}
+
+// newTaggedBenchHost is newGlobalBenchHost for the module wasm with a custom section named
+// tag appended, which makes it a module of its own: the host compiles it apart from every
+// other module, identical bytes included, so that no other case runs its code.
+func newTaggedBenchHost(b *testing.B, wasm []byte, tag, config, webdisURL string) *wasmhost.Host {
+	// A custom section (id 0): its size, its name, and a byte of content (wazero does not
+	// read a custom section without content).
+	section := append(append([]byte{byte(len(tag))}, tag...), 0)
+	return startBenchHost(b, append(append(slices.Clip(wasm), 0, byte(len(section))), section...), config, webdisURL)
+}
+
+// startBenchHost is newGlobalBenchHost for the module wasm.
+func startBenchHost(b *testing.B, wasm []byte, config, webdisURL string) *wasmhost.Host {
+	h, err := wasmhost.New(context.Background(), wasm, wasmhost.Options{
 		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
 		Clusters: map[string]string{"webdis": webdisURL},
 	})
