@@ -32,6 +32,11 @@ type applied struct {
 	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
 	// rule); the request's single call uses decisions.sentAt.
 	sentAt int64
+	// overflow is set when Redis decided a global rule on its overflow key (max_keys
+	// reached), and redisAt is the instant (Unix ns, Redis' clock) it decided at: a usage
+	// cost settles on that key, and a window refunds the window of that instant.
+	overflow bool
+	redisAt  int64
 }
 
 // decisions is the per-request working set. It is taken from the plugin's free list and given
@@ -89,6 +94,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	a.key, a.cost = a.key[:0], 0
 	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
 	a.give, a.givenAt = 0, 0
+	a.overflow, a.redisAt = false, 0
 	return a
 }
 

@@ -55,6 +55,7 @@ type redisClient struct {
 	keys    []byte // the Redis keys of one call, back to back
 	items   []redis.Item
 	answers []redis.Answer
+	at      int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
 
 	// parts holds one breaker per partition when redis.partitions > 1 (each partition lives
 	// on one shard), and openParts counts those that are open; the gauge says open while any
@@ -273,9 +274,9 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if !a.inCall() {
 				continue
 			}
-			a.decision, a.decided = c.answers[j].Decision, true
+			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
 			a.gaveBack()
-			if c.answers[j].Overflow {
+			if a.overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
 				a.rs.m.overflow.Increment(1)
@@ -699,9 +700,9 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided = answer.Decision, true
+		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
 		a.gaveBack()
-		if answer.Overflow {
+		if a.overflow {
 			a.rs.m.overflow.Increment(1)
 			a.overflowed()
 		}
@@ -844,7 +845,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 		c.answers = make([]redis.Answer, len(items))
 	}
 	c.answers = c.answers[:len(items)]
-	_, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	return committed, err
 }
 
@@ -859,7 +860,7 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 		return item, answer, errCalloutReset
 	}
 	var answers [1]redis.Answer
-	_, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
+	c.at, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
 	return item, answers[0], err
 }
 

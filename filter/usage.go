@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -122,8 +125,13 @@ type reservation struct {
 	rs      *ruleState // the state decided on: the rule's, or its override's
 	key     []byte
 	reserve int64
-	at      int64 // when it was admitted
+	at      int64 // when it was admitted (for a global rule, on Redis' clock)
 	src     int   // its usage source in usageStream.srcs
+	// global is set for a reservation Redis admitted: it settles with a script call
+	// (settleGlobal), on the key's partition part, or on the rule's overflow key when Redis
+	// decided it there.
+	global, overflow bool
+	part             int
 }
 
 // usageSource is where one usage spec's value comes from on a stream, and what was found.
@@ -152,15 +160,21 @@ func (h *httpContext) openReservations() {
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		ur := a.rs.usage
-		if ur == nil || !a.decided || !a.local || !a.decision.Allowed {
+		// A global rule Redis decided is not local; one decided on shared data under
+		// failure_mode "local" is, and settles there.
+		global := !a.local && a.rs.redisRule != nil && h.plugin.redis != nil
+		if ur == nil || !a.decided || (!a.local && !global) || !a.decision.Allowed {
 			continue
 		}
 		if u == nil {
 			u = h.plugin.takeUsageStream()
 		}
 		src := u.source(ur.spec)
-		u.open = append(u.open, reservation{rs: a.rs, key: append([]byte(nil), a.key...),
-			reserve: a.cost, at: h.startedAt, src: src})
+		res := reservation{rs: a.rs, key: append([]byte(nil), a.key...), reserve: a.cost, at: h.startedAt, src: src}
+		if global {
+			res.global, res.overflow, res.part, res.at = true, a.overflow, h.plugin.redis.partition(a.key), a.redisAt
+		}
+		u.open = append(u.open, res)
 		ur.m.reserved.Increment(uint64(a.cost))
 		ur.m.open.Add(1)
 	}
@@ -322,11 +336,12 @@ func (h *httpContext) settleUsage() {
 		default:
 			continue
 		}
+		if res.global {
+			p.settleGlobal(res, delta, false)
+			continue
+		}
 		if err := res.rs.settle(ur, res, now, delta); err != nil {
-			ur.m.failed.Increment(1)
-			if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
-				p.settleFailure(res.rs, ur.m.failures, err)
-			}
+			ur.settleFailed(p, res.rs, err)
 		}
 	}
 	p.giveUsageStream(u)
@@ -340,6 +355,15 @@ func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) e
 		return err
 	}
 	return rs.table.Commit(&ur.pending)
+}
+
+// settleFailed counts a settlement of the rule that could not be written, and logs the first
+// and then every power of two of them.
+func (ur *usageRule) settleFailed(p *plugin, rs *ruleState, err error) {
+	ur.m.failed.Increment(1)
+	if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
+		p.settleFailure(rs, ur.m.failures, err)
+	}
 }
 
 // settleFailure logs a settlement that could not be written (a store failure, or every
@@ -357,4 +381,71 @@ func (rs *ruleState) usageMetrics() *usageMetrics {
 		return nil
 	}
 	return rs.usage.m
+}
+
+// errBreakerOpen is the failure of a settlement not sent because the breaker is open.
+var errBreakerOpen = errors.New("redis: not sent: the breaker is open")
+
+// settleGlobal settles a reservation Redis admitted by delta, with one script call sent when
+// the stream ends (redis.AppendSettleSHA; the script sent in full when full is set, after
+// NOSCRIPT). Nothing waits for it: the stream is over, and its answer is handled on the root
+// context (abi.DispatchHttpCallAlways) with nothing of the stream. The call names the
+// settlement with a random id, so that Redis applies it once however often it is sent. A
+// call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while
+// the breaker is open is counted in the rule's settle failures, and by kind in the Redis
+// metrics; the units then stay as reserved. The breaker hears of Redis from requests only.
+func (p *plugin) settleGlobal(res *reservation, delta int64, full bool) {
+	c := p.redis
+	rs, ur := res.rs, res.rs.usage
+	if c.breakerOf(res.part).openUntil != 0 {
+		c.m.skipped.Increment(1)
+		ur.settleFailed(p, rs, errBreakerOpen)
+		return
+	}
+	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, rs.rule.Name, c.cfg.Partitions, res.part, res.key)
+	s := redis.Settlement{Item: redis.Item{Rule: rs.redisRule, Key: c.keys, Part: res.part}, Delta: delta,
+		Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}
+	p.sendSettlement(&s, rs, full)
+}
+
+// sendSettlement sends the settlement s of a rule of rs; see settleGlobal.
+func (p *plugin) sendSettlement(s *redis.Settlement, rs *ruleState, full bool) {
+	c := p.redis
+	if full {
+		c.body = redis.AppendSettle(c.body[:0], s)
+	} else {
+		c.body = redis.AppendSettleSHA(c.body[:0], s)
+	}
+	// The callback keeps the settlement (with a key of its own: c.keys is scratch) to send it
+	// again in full after NOSCRIPT, under the same id.
+	again := *s
+	again.Item.Key = append([]byte(nil), s.Item.Key...)
+	sentAt := p.now()
+	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
+	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
+		defer recoverTo("settleGlobal", nil)
+		if us := (p.now() - sentAt) / 1000; us >= 0 {
+			c.m.latency.Record(uint64(us))
+		}
+		err := errCalloutReset
+		if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
+			_, err = redis.ParseSettle(calloutStatus(), calloutBody(bodySize, 0))
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, redis.ErrNoScript) && !full:
+			c.m.noscript.Increment(1)
+			p.sendSettlement(&again, rs, true)
+		default:
+			c.countFailure(err)
+			rs.usage.settleFailed(p, rs, err)
+		}
+	})
+	if err != nil {
+		err = sendError(err)
+		c.countFailure(err)
+		rs.usage.settleFailed(p, rs, err)
+		return
+	}
+	c.m.calls.Increment(1)
 }

@@ -188,9 +188,6 @@ func checkUsage(r *Rule) (field, msg string) {
 		}
 		return "cost", "a usage cost is not for this rule: " + field + ": " + msg
 	}
-	if r.Scope == ScopeGlobal {
-		return "cost", `a usage cost is settled in this proxy's shared data when the stream ends: not for "scope": "global"`
-	}
 	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 	switch cs := r.CostSpec; {
 	case cs.Header == "" && cs.Constant > capacity:

@@ -47,8 +47,6 @@ var usageInvalidCases = []invalidCase{
 		[]string{`rules[0].cost: a usage cost is not for this rule: algorithm: adaptive takes no usage cost: its limit moves while reservations are open`}, schemaAccepts},
 	{"usage with lease", oneRule(tb + `,"cost":{"reserve":5,"max":10,"usage":{"header":"x-usage"}},"lease":{"batch":10}`),
 		[]string{`rules[0].lease: not with a usage cost: a request's units are settled on the rule's state when its stream ends`}, schemaAccepts},
-	{"usage global", `{"redis":{"cluster":"webdis"},"rules":[{"name":"r",` + tb + `,"scope":"global","cost":{"reserve":5,"max":10,"usage":{"header":"x-usage"}}}]}`,
-		[]string{`rules[0].cost: a usage cost is settled in this proxy's shared data when the stream ends: not for "scope": "global"`}, schemaAccepts},
 	{"usage max inexact", oneRule(`"algorithm":"gcra","limit":1000,"window":"1h","cost":{"reserve":5,"max":1000000000,"usage":{"header":"x-usage"}}`),
 		[]string{"rules[0].cost.max: (burst + max + 1)*window/limit = 3.6e+18 exceeds 2^53 = 9007199254740992, the largest integer the exact arithmetic (and its Lua port) can hold; lower the cost's max or the burst"}, schemaAccepts},
 }
@@ -99,5 +97,24 @@ func TestParseUsage(t *testing.T) {
 	}
 	if cs := c.Rules[0].CostSpec; cs.Constant != 4 || cs.Usage.Header != "x-usage-tokens" || cs.Usage.OnMissing != UsageMissingReserve || cs.Usage.MissingCharge(4) != 4 {
 		t.Errorf("cost %+v, usage %+v", cs, cs.Usage)
+	}
+}
+
+// TestParseUsageGlobal: a global rule of every algorithm with a usage cost takes one (the
+// Redis script settles it).
+func TestParseUsageGlobal(t *testing.T) {
+	for _, alg := range []string{`"algorithm":"token_bucket","limit":1000,"window":"1m"`,
+		`"algorithm":"gcra","limit":1000,"window":"1m","burst":500`,
+		`"algorithm":"leaky_bucket","limit":1000,"window":"1m"`,
+		`"algorithm":"fixed_window","limit":1000,"window":"1m"`,
+		`"algorithm":"sliding_window","limit":1000,"window":"1m"`} {
+		c, err := Parse([]byte(`{"redis":{"cluster":"webdis"},"rules":[{"name":"r",` + alg +
+			`,"scope":"global","cost":{"reserve":50,"max":400,"usage":{"json":["/usage/total_tokens"]}}}]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", alg, err)
+		}
+		if r := c.Rules[0]; r.Scope != ScopeGlobal || r.CostSpec.Usage == nil || r.CostSpec.Constant != 50 {
+			t.Errorf("%s: rule %+v", alg, r)
+		}
 	}
 }

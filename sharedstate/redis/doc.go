@@ -107,6 +107,12 @@
 // algorithms, and a differential test against a real redis-server demands identical decisions
 // from both on random sequences.
 //
+// The same script settles a usage cost when its stream ends (Settlement, AppendSettleSHA;
+// lua/main.lua's settle): its first argument 's' selects the mode, and one key is settled by
+// delta = usage - reservation with algorithms.Settle's arithmetic (bucket_settle,
+// gcra_settle, fw_settle, swc_settle), once per settlement id. TestDifferentialSettle demands that Go and the script
+// agree on every decision after settlements.
+//
 // A call decides every rule on its state as read, writing nothing; then, only if no enforced
 // (non-shadow) rule denies, every rule that admitted writes its new state (shadow rules
 // included, as in the filter's local path). A shadow rule's denial blocks nothing, and a

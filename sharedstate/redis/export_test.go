@@ -15,3 +15,8 @@ func (r *Rule) AppendEvalAt(dst, key []byte, n, now int64) []byte {
 func AppendEvalSHAItemsAt(dst []byte, items []Item, now int64) []byte {
 	return appendNow(AppendEvalSHA(dst, items), now)
 }
+
+// AppendSettleSHAAt is AppendSettleSHA with the test-only clock override.
+func AppendSettleSHAAt(dst []byte, s *Settlement, now int64) []byte {
+	return appendNow(AppendSettleSHA(dst, s), now)
+}

@@ -189,6 +189,56 @@ else
 redis.call('HSET', key, 'v', '34', 'cfg', P.str, 'lv', string.format('%d', P.capU - st.tokens), 'l', l)
 end
 end
+local DEBT_AHEAD = 4503599627370496 -- algorithms.maxDebtAhead, 2^52 ns
+local function bucket_settle(st, P, delta, now_s, now_n)
+if st == nil and delta < 0 then
+return nil
+end
+local capU, lg = P.capU, P.lg
+local _, _, _, _, b = bucket_decide(st, P, 0, now_s, now_n)
+local tokens, e_s, e_n = b.tokens, b.l_s, b.l_n
+local ahead = tsdiff(e_s, e_n, now_s, now_n) -- eff - now, at least 0
+if delta < 0 and tokens == capU and ahead <= 0 then
+return nil -- full: nothing to give back
+end
+if delta > 0 then
+local u = delta * P.wg
+if tokens >= u then
+tokens = tokens - u
+else
+local q = ceildiv(u - tokens, lg)
+if ahead + q > DEBT_AHEAD then
+tokens = 0
+if ahead < DEBT_AHEAD then
+e_s, e_n = tsadd(now_s, now_n, DEBT_AHEAD)
+end
+else
+tokens = q * lg + tokens - u
+e_s, e_n = tsadd(e_s, e_n, q)
+end
+end
+else
+local u = -delta * P.wg
+local s = math.floor(u / lg)
+local rem = u - s * lg
+if ahead <= 0 then
+tokens = math.min(tokens + u, capU)
+elseif s < ahead then
+tokens = tokens + rem
+e_s, e_n = tsadd(e_s, e_n, -s)
+if tokens >= lg and ahead - s - 1 > 0 then
+tokens = tokens - lg
+e_s, e_n = tsadd(e_s, e_n, -1)
+end
+tokens = math.min(tokens, capU)
+else
+tokens = math.min(tokens + u - ahead * lg, capU)
+e_s, e_n = now_s, now_n
+end
+end
+local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
+return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+end
 local function bucket_giveback(st, P, g, _, _, now_s, now_n)
 local _, _, _, _, new = bucket_decide(st, P, 0, now_s, now_n)
 if new.tokens >= P.capU then
@@ -253,6 +303,24 @@ if stale then
 redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+end
+local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
+local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
+local count = b.c
+if delta > 0 then
+count = math.min(count + delta, P.limit)
+else
+local r_s, r_n = window_start(at_s, at_n, P.wms)
+if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
+return nil
+end
+count = math.max(count + delta, 0)
+end
+local reset = 0
+if count > 0 then
+reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
+end
+return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
 end
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local c = math.min(math.max(st.c, 0), P.limit)
@@ -347,6 +415,28 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
 'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+end
+local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
+local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
+local prev, cur = b.p, b.c
+local r_s, r_n = window_start(at_s, at_n, P.wms)
+local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
+if delta > 0 then
+cur = math.min(cur + delta, P.limit)
+elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
+cur = math.max(cur + delta, 0)
+elseif r_s == pw_s and r_n == pw_n and prev > 0 then
+prev = math.max(prev + delta, 0)
+else
+return nil
+end
+local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
+if cur > 0 then
+reset = wrel + 2 * P.W
+elseif prev > 0 then
+reset = wrel + P.W
+end
+return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
 end
 local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
@@ -531,6 +621,35 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
 end
+local function gcra_settle(st, P, delta, now_s, now_n)
+local t_s, t_n = now_s, now_n
+if st then
+t_s, t_n = st.tat_s, st.tat_n
+end
+local n_s, n_n
+if delta > 0 then
+local b_s, b_n = t_s, t_n
+if tsless(t_s, t_n, now_s, now_n) then
+b_s, b_n = now_s, now_n
+end
+n_s, n_n = tsadd(b_s, b_n, delta * P.T)
+local c_s, c_n = tsadd(now_s, now_n, 4503599627370496)
+if tsless(c_s, c_n, t_s, t_n) then
+c_s, c_n = t_s, t_n
+end
+if tsless(c_s, c_n, n_s, n_n) then
+n_s, n_n = c_s, c_n
+end
+elseif tsless(now_s, now_n, t_s, t_n) then
+n_s, n_n = tsadd(t_s, t_n, delta * P.T)
+if tsless(n_s, n_n, now_s, now_n) then
+n_s, n_n = now_s, now_n
+end
+else
+return nil
+end
+return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+end
 local function gcra_giveback(st, P, g, _, _, now_s, now_n)
 if not tsless(now_s, now_n, st.tat_s, st.tat_n) then
 return nil
@@ -546,16 +665,16 @@ return {tat_s = t_s, tat_n = t_n}
 end
 local ALG = {
 [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write, giveback = bucket_giveback},
+write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
 [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-write = bucket_write, giveback = bucket_giveback},
+write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
 [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
-giveback = swc_giveback},
+giveback = swc_giveback, settle = swc_settle},
 [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
 [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
-giveback = fw_giveback},
+giveback = fw_giveback, settle = fw_settle},
 [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
-giveback = gcra_giveback},
+giveback = gcra_giveback, settle = gcra_settle},
 }
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
 ['82'] = FIXED_WINDOW, ['98'] = GCRA}
@@ -624,6 +743,58 @@ if tsless(now_s, now_n, at_s, at_n) then
 tc_s, tc_n = at_s, at_n
 end
 return ALG[P.code].from(P, P.cap - math.min(math.max(R, 0), P.cap), tc_s, tc_n)
+end
+local function lifetime_ms(P)
+return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
+end
+local SETTLE_ID_TTL_MS = 60000
+local function settle()
+local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
+local at_s, at_n = int(ARGV[4]), int(ARGV[5])
+local P = params(int(ARGV[6]), int(ARGV[7]), int(ARGV[8]), int(ARGV[9]))
+if delta == nil or P == nil or (overflow ~= 0 and overflow ~= 1) or bound == nil or bound < 0 then
+return bad_args('config')
+end
+local nk = bound > 0 and 4 or 2
+if #KEYS ~= nk or (#ARGV ~= 10 and #ARGV ~= 12) then
+return bad_args('count')
+end
+local now_s, now_n = now_at(11)
+if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
+return bad_args('now')
+end
+local out = {now_s, now_n, 1}
+if not redis.call('SET', KEYS[nk], '1', 'NX', 'PX', string.format('%d', SETTLE_ID_TTL_MS)) then
+return out
+end
+local key = KEYS[1]
+if overflow == 1 and bound > 0 then
+key = KEYS[3]
+end
+local A = ALG[P.code]
+if A.settle == nil or delta == 0 then
+return out
+end
+local st, Q, stale = load(key, P)
+if st ~= nil and Q.str ~= P.str then
+return out
+end
+local new, reset = A.settle(st, P, delta, now_s, now_n, at_s, at_n)
+if new == nil then
+return out
+end
+A.write(key, P, new, stale)
+local ttl = expire(key, reset)
+if bound > 0 and key == KEYS[1] then
+local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+if type(redis.pcall('ZADD', KEYS[2], string.format('%d', now_ms + ttl), key)) == 'number' then
+redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl + 2 * lifetime_ms(P)))
+end
+end
+return out
+end
+if ARGV[1] == 's' then
+return settle()
 end
 local rules, seen = {}, {}
 local k, i = 1, 0
@@ -705,9 +876,6 @@ local o = #out
 out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
 out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
 end
-local function lifetime_ms(P)
-return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
-end
 if commit then
 for _, r in ipairs(rules) do
 if r.allowed then
@@ -737,7 +905,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "c738a0cc51c783a4440178b915870e1a35e06113"
+const luaScriptSHA1 = "4cc2fcb4eb176c7d6150d6f6588dab3670207ef4"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -239,6 +239,17 @@ func AppendEval(dst []byte, items []Item) []byte {
 	return appendTail(dst, items)
 }
 
+// partKeys returns the escaped key set and overflow key of partition part of a rule with a
+// key bound. A part out of range (a caller's mistake) is taken modulo the partitions, so it
+// can never index past the keys.
+func (r *Rule) partKeys(part int) string {
+	p := part % len(r.boundKeys)
+	if p < 0 {
+		p += len(r.boundKeys)
+	}
+	return r.boundKeys[p]
+}
+
 func appendTail(dst []byte, items []Item) []byte {
 	nkeys := 0
 	for i := range items {
@@ -253,13 +264,7 @@ func appendTail(dst []byte, items []Item) []byte {
 		dst = append(dst, '/')
 		dst = Escape(dst, items[i].Key)
 		if r := items[i].Rule; r.bound > 0 {
-			// A part out of range (a caller's mistake) is taken modulo the partitions, so it
-			// can never index past the keys.
-			p := items[i].Part % len(r.boundKeys)
-			if p < 0 {
-				p += len(r.boundKeys)
-			}
-			dst = append(dst, r.boundKeys[p]...)
+			dst = append(dst, r.partKeys(items[i].Part)...)
 		}
 	}
 	for i := range items {
@@ -326,4 +331,80 @@ func renderArgs(vals ...int64) string {
 		b = strconv.AppendInt(b, v, 10)
 	}
 	return string(b)
+}
+
+// Settlement is the settlement of one usage cost when its stream ends (algorithms.Settle):
+// Item's key (with its rule and partition) settled by Delta = usage - reservation, once.
+type Settlement struct {
+	Item Item
+	// Delta is usage - reservation: a refund below 0, a debt above.
+	Delta int64
+	// Overflow is set when the reservation was decided on the rule's overflow key (see
+	// Answer.Overflow): the settlement goes there too.
+	Overflow bool
+	// ReservedAt is the instant Redis decided the reservation at (Reply.Now, the call's now):
+	// a window refunds only the window the reservation was counted in.
+	ReservedAt int64
+	// ID names the settlement: the script sets the key <Key>:#settled:<ID> (in the key's
+	// slot, with a TTL of 60 s) before writing, and a call that finds it writes nothing, so a
+	// settlement sent again is applied once. It must be unique per settlement of a key.
+	ID uint64
+}
+
+// AppendSettleSHA appends the webdis request body of one settlement call:
+//
+//	EVALSHA/<sha>/<number of keys>/<key>[/<key set>/<overflow key>]/<id key>/s/<delta>/<overflow>/<reserved s>/<reserved ns>/<code>/<limit>/<window>/<capacity>/<max keys>
+//
+// The reply is that of a decision without rules, {now_s, now_ns, 1}; ParseSettle reads it.
+// Every algorithm with a usage cost settles (not the sliding log, whose call writes
+// nothing).
+func AppendSettleSHA(dst []byte, s *Settlement) []byte {
+	dst = append(dst, "EVALSHA/"...)
+	dst = append(dst, script().SHA...)
+	return appendSettleTail(dst, s)
+}
+
+// AppendSettle is the NOSCRIPT fallback of AppendSettleSHA (EVAL with the script's source).
+func AppendSettle(dst []byte, s *Settlement) []byte {
+	dst = append(dst, "EVAL/"...)
+	dst = append(dst, script().escapedSource()...)
+	return appendSettleTail(dst, s)
+}
+
+func appendSettleTail(dst []byte, s *Settlement) []byte {
+	r := s.Item.Rule
+	if r.bound > 0 {
+		dst = append(dst, "/4"...)
+	} else {
+		dst = append(dst, "/2"...)
+	}
+	dst = append(dst, '/')
+	dst = Escape(dst, s.Item.Key)
+	if r.bound > 0 {
+		dst = append(dst, r.partKeys(s.Item.Part)...)
+	}
+	dst = append(dst, '/')
+	dst = Escape(dst, s.Item.Key)
+	dst = append(dst, "%3A%23settled%3A"...) // ":#settled:", escaped
+	dst = strconv.AppendUint(dst, s.ID, 16)
+	dst = append(dst, "/s/"...)
+	dst = strconv.AppendInt(dst, s.Delta, 10)
+	if s.Overflow {
+		dst = append(dst, "/1"...)
+	} else {
+		dst = append(dst, "/0"...)
+	}
+	at := max(s.ReservedAt, 0)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, at/1e9, 10)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, at%1e9, 10)
+	return append(dst, r.args...)
+}
+
+// ParseSettle decodes webdis' answer to a settlement call (AppendSettleSHA or AppendSettle),
+// with the errors of ParseReplies; now is the instant Redis settled at.
+func ParseSettle(status int, body []byte) (now int64, err error) {
+	now, _, err = ParseReplies(status, body, nil, nil)
+	return now, err
 }

@@ -96,6 +96,62 @@ local function bucket_write(key, P, st, stale)
   end
 end
 
+-- A settlement (algorithms.Settle, the token bucket's and the meter's): delta = usage -
+-- reservation applied to the bucket refilled to eff = max(now, last). A debt may leave the
+-- bucket below empty, written as tokens < lg with last in the future; a refund of a bucket
+-- whose last lies in the future moves last back. It returns the state to write and its reset
+-- (ns from now), or nil when there is nothing to write.
+local DEBT_AHEAD = 4503599627370496 -- algorithms.maxDebtAhead, 2^52 ns
+local function bucket_settle(st, P, delta, now_s, now_n)
+  if st == nil and delta < 0 then
+    return nil
+  end
+  local capU, lg = P.capU, P.lg
+  local _, _, _, _, b = bucket_decide(st, P, 0, now_s, now_n)
+  local tokens, e_s, e_n = b.tokens, b.l_s, b.l_n
+  local ahead = tsdiff(e_s, e_n, now_s, now_n) -- eff - now, at least 0
+  if delta < 0 and tokens == capU and ahead <= 0 then
+    return nil -- full: nothing to give back
+  end
+  if delta > 0 then
+    local u = delta * P.wg
+    if tokens >= u then
+      tokens = tokens - u
+    else
+      local q = ceildiv(u - tokens, lg)
+      if ahead + q > DEBT_AHEAD then
+        tokens = 0
+        if ahead < DEBT_AHEAD then
+          e_s, e_n = tsadd(now_s, now_n, DEBT_AHEAD)
+        end
+      else
+        tokens = q * lg + tokens - u
+        e_s, e_n = tsadd(e_s, e_n, q)
+      end
+    end
+  else
+    local u = -delta * P.wg
+    local s = math.floor(u / lg)
+    local rem = u - s * lg
+    if ahead <= 0 then
+      tokens = math.min(tokens + u, capU)
+    elseif s < ahead then
+      tokens = tokens + rem
+      e_s, e_n = tsadd(e_s, e_n, -s)
+      if tokens >= lg and ahead - s - 1 > 0 then
+        tokens = tokens - lg
+        e_s, e_n = tsadd(e_s, e_n, -1)
+      end
+      tokens = math.min(tokens, capU)
+    else
+      tokens = math.min(tokens + u - ahead * lg, capU)
+      e_s, e_n = now_s, now_n
+    end
+  end
+  local reset = tsdiff(e_s, e_n, now_s, now_n) + ceildiv(capU - tokens, lg)
+  return {tokens = tokens, l_s = e_s, l_n = e_n}, math.max(reset, 0)
+end
+
 -- A lease's give-back (algorithms.TokenBucket.GiveBack, LeakyBucket.GiveBack for the meter):
 -- g unspent units back, up to the capacity, after the refill to eff = max(now, last). nil when
 -- the bucket is full (nothing to take back).

@@ -68,6 +68,30 @@ local function fw_write(key, P, st, stale)
   redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
 end
 
+-- A settlement (algorithms.Settle for the fixed window), for a reservation counted at at: the
+-- count of now's window (a newer stored window counts, as in a decision) takes a debt up to
+-- the limit; a refund comes off it only when the reservation was counted in that window (a
+-- window that has ended forgot it). It returns the state to write and its reset (ns from
+-- now), or nil when there is nothing to write.
+local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
+  local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
+  local count = b.c
+  if delta > 0 then
+    count = math.min(count + delta, P.limit)
+  else
+    local r_s, r_n = window_start(at_s, at_n, P.wms)
+    if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
+      return nil
+    end
+    count = math.max(count + delta, 0)
+  end
+  local reset = 0
+  if count > 0 then
+    reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
+  end
+  return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+end
+
 -- A lease's give-back (algorithms.FixedWindow.GiveBack): count = max(0, count - g), only while
 -- the stored window is the one the take fell in (at ta) and is not older than now's. nil
 -- otherwise, or when the count is 0.

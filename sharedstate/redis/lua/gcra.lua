@@ -67,6 +67,40 @@ local function gcra_write(key, P, st, stale)
   redis.call('HSET', key, 'v', '98', 'cfg', P.str, 'tat', tsfmt(st.tat_s, st.tat_n))
 end
 
+-- A settlement (algorithms.Settle for GCRA): with base = max(TAT, now), a debt moves TAT to
+-- min(base + delta*T, max(TAT, now + 2^52)); a refund to max(TAT + delta*T, now) when TAT lies
+-- ahead of now (a full key has nothing to give back). It returns the state to write and its
+-- reset (ns from now), or nil when there is nothing to write.
+local function gcra_settle(st, P, delta, now_s, now_n)
+  local t_s, t_n = now_s, now_n
+  if st then
+    t_s, t_n = st.tat_s, st.tat_n
+  end
+  local n_s, n_n
+  if delta > 0 then
+    local b_s, b_n = t_s, t_n
+    if tsless(t_s, t_n, now_s, now_n) then
+      b_s, b_n = now_s, now_n
+    end
+    n_s, n_n = tsadd(b_s, b_n, delta * P.T)
+    local c_s, c_n = tsadd(now_s, now_n, 4503599627370496)
+    if tsless(c_s, c_n, t_s, t_n) then
+      c_s, c_n = t_s, t_n
+    end
+    if tsless(c_s, c_n, n_s, n_n) then
+      n_s, n_n = c_s, c_n
+    end
+  elseif tsless(now_s, now_n, t_s, t_n) then
+    n_s, n_n = tsadd(t_s, t_n, delta * P.T)
+    if tsless(n_s, n_n, now_s, now_n) then
+      n_s, n_n = now_s, now_n
+    end
+  else
+    return nil
+  end
+  return {tat_s = n_s, tat_n = n_n}, math.max(tsdiff(n_s, n_n, now_s, now_n), 0)
+end
+
 -- A lease's give-back (algorithms.GCRA.GiveBack): TAT = max(now, TAT - g*T); nil when
 -- TAT <= now (nothing to take back).
 local function gcra_giveback(st, P, g, _, _, now_s, now_n)

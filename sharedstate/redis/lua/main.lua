@@ -44,16 +44,16 @@
 
 local ALG = {
   [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write, giveback = bucket_giveback},
+    write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
   [LEAKY_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
-    write = bucket_write, giveback = bucket_giveback},
+    write = bucket_write, giveback = bucket_giveback, settle = bucket_settle},
   [SW_COUNTER] = {decode = swc_decode, decide = swc_decide, peek = swc_peek, from = swc_from, write = swc_write,
-    giveback = swc_giveback},
+    giveback = swc_giveback, settle = swc_settle},
   [SW_LOG] = {decide = swl_decide, peek = swl_peek, from = swl_from, write = swl_write},
   [FIXED_WINDOW] = {decode = fw_decode, decide = fw_decide, peek = fw_peek, from = fw_from, write = fw_write,
-    giveback = fw_giveback},
+    giveback = fw_giveback, settle = fw_settle},
   [GCRA] = {decode = gcra_decode, decide = gcra_decide, peek = gcra_peek, from = gcra_from, write = gcra_write,
-    giveback = gcra_giveback},
+    giveback = gcra_giveback, settle = gcra_settle},
 }
 -- The hash version of each encoding that records its parameters, and of the one before.
 local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_COUNTER,
@@ -146,6 +146,77 @@ local function convert(st, Q, P, now_s, now_n, key)
   return ALG[P.code].from(P, P.cap - math.min(math.max(R, 0), P.cap), tc_s, tc_n)
 end
 
+-- lifetime_ms bounds the TTL of a key of P: a reset is at most twice the window (the sliding
+-- counter) or the time a bucket takes to fill (capacity * window / limit, at most 2^53 for the
+-- parameters params accepts), plus the margin.
+local function lifetime_ms(P)
+  return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
+end
+
+-- Settlement of a usage cost when its stream ends (algorithms.Settle): one key settled by
+-- delta = usage - reservation, once.
+-- KEYS     the key; for a rule with a key bound (max_keys > 0) then its key set and overflow
+--          key; last, the settlement's id key (in the key's slot)
+-- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), the
+--          instant the reservation was decided at (Unix seconds and nanoseconds, from its
+--          reply: the windows refund only the window it was counted in), then the rule's
+--          algorithm code, limit, window (ns), capacity, max_keys; then, for the tests only,
+--          the instant as in a decision
+-- reply    {now_s, now_ns, 1}
+-- The id key is set (NX, with a short TTL) before anything else: a settlement sent again (a
+-- retry after a lost answer) finds it and writes nothing. A key recorded under other
+-- parameters (the configuration changed while the stream was open) is not settled, nor is a
+-- refund on a fresh or full key; an algorithm without a settle function settles nothing.
+local SETTLE_ID_TTL_MS = 60000
+local function settle()
+  local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
+  local at_s, at_n = int(ARGV[4]), int(ARGV[5])
+  local P = params(int(ARGV[6]), int(ARGV[7]), int(ARGV[8]), int(ARGV[9]))
+  if delta == nil or P == nil or (overflow ~= 0 and overflow ~= 1) or bound == nil or bound < 0 then
+    return bad_args('config')
+  end
+  local nk = bound > 0 and 4 or 2
+  if #KEYS ~= nk or (#ARGV ~= 10 and #ARGV ~= 12) then
+    return bad_args('count')
+  end
+  local now_s, now_n = now_at(11)
+  if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
+    return bad_args('now')
+  end
+  local out = {now_s, now_n, 1}
+  if not redis.call('SET', KEYS[nk], '1', 'NX', 'PX', string.format('%d', SETTLE_ID_TTL_MS)) then
+    return out
+  end
+  local key = KEYS[1]
+  if overflow == 1 and bound > 0 then
+    key = KEYS[3]
+  end
+  local A = ALG[P.code]
+  if A.settle == nil or delta == 0 then
+    return out
+  end
+  local st, Q, stale = load(key, P)
+  if st ~= nil and Q.str ~= P.str then
+    return out
+  end
+  local new, reset = A.settle(st, P, delta, now_s, now_n, at_s, at_n)
+  if new == nil then
+    return out
+  end
+  A.write(key, P, new, stale)
+  local ttl = expire(key, reset)
+  if bound > 0 and key == KEYS[1] then
+    local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+    if type(redis.pcall('ZADD', KEYS[2], string.format('%d', now_ms + ttl), key)) == 'number' then
+      redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl + 2 * lifetime_ms(P)))
+    end
+  end
+  return out
+end
+if ARGV[1] == 's' then
+  return settle()
+end
+
 -- Parse the rules: seven arguments each, and one key or three.
 local rules, seen = {}, {}
 local k, i = 1, 0
@@ -231,13 +302,6 @@ for _, r in ipairs(rules) do
   local o = #out
   out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
   out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
-end
-
--- lifetime_ms bounds the TTL of a key of P: a reset is at most twice the window (the sliding
--- counter) or the time a bucket takes to fill (capacity * window / limit, at most 2^53 for the
--- parameters params accepts), plus the margin.
-local function lifetime_ms(P)
-  return ceildiv(math.floor(math.max(2 * P.W, P.cap * P.W / P.limit)), 1000000) + TTL_MARGIN_MS
 end
 
 -- Commit: every rule that admitted writes its state and TTL, and a bounded rule records the

@@ -106,6 +106,33 @@ local function swc_write(key, P, st, stale)
     'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
 end
 
+-- A settlement (algorithms.Settle for the sliding window counter), for a reservation counted
+-- at at: as the fixed window's for cur (after the roll a decision makes), and a refund of a
+-- reservation counted in the previous window comes off prev. It returns the state to write
+-- and its reset (ns from now), or nil when there is nothing to write.
+local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
+  local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
+  local prev, cur = b.p, b.c
+  local r_s, r_n = window_start(at_s, at_n, P.wms)
+  local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
+  if delta > 0 then
+    cur = math.min(cur + delta, P.limit)
+  elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
+    cur = math.max(cur + delta, 0)
+  elseif r_s == pw_s and r_n == pw_n and prev > 0 then
+    prev = math.max(prev + delta, 0)
+  else
+    return nil
+  end
+  local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
+  if cur > 0 then
+    reset = wrel + 2 * P.W
+  elseif prev > 0 then
+    reset = wrel + P.W
+  end
+  return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+end
+
 -- A lease's give-back (algorithms.SlidingWindowCounter.GiveBack): after rolling to now,
 -- cur = max(0, cur - g) when the take (at ta) fell in now's window, prev = max(0, prev - g)
 -- when it fell in the window before; nil otherwise, or when that counter is 0.

@@ -1,0 +1,193 @@
+package filter
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Global rules with a usage cost, natively against a real redis-server and webdis on the fake
+// clock of newGlobalFleet: Redis admits each request with its reservation, and when the stream
+// ends one script call settles the key by usage minus reservation. The same runs against the
+// .wasm in wasmhost/moduletest/usage_test.go.
+
+// usageGlobalRule is the global rule "llm" of algo with a usage cost (reserve 100, at most
+// 400, from the x-usage response header), per x-api-key.
+func usageGlobalRule(algo, onMissing string) string {
+	return filtertest.GlobalConfig(filtertest.RedisOpts{}, `[{"name":"llm","scope":"global",`+
+		`"key":[{"source":"header","name":"x-api-key"}],`+algo+
+		`,"cost":{"reserve":100,"max":400,"on_missing":"`+onMissing+`","usage":{"header":"x-usage"}}}]`)
+}
+
+// globalStream is a stream of the fleet whose request Redis has decided.
+type globalStream struct {
+	id       uint32
+	h        *httpContext
+	admitted bool
+}
+
+// openGlobal starts a request for api key k on worker VM w, relaying its call to webdis at
+// url; the stream's context is the test's (as startReset does), so that it can end the
+// stream without deleting it and answer the settlement's call first.
+func (l *leaseVMs) openGlobal(t *testing.T, w int, url, k string) globalStream {
+	t.Helper()
+	l.cur = w
+	h := &httpContext{}
+	l.vms[w].contexts = append(l.vms[w].contexts, h)
+	id := l.host.InitializeHttpContext()
+	action := l.host.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/"}, {"x-api-key", k}}, false)
+	require.Equal(t, id, h.id)
+	for n := 0; action == types.ActionPause && l.host.GetSentLocalResponse(id) == nil; n++ {
+		calls := l.host.GetCalloutAttributesFromContext(id)
+		require.Greater(t, len(calls), n, "paused without a callout")
+		l.answerAt(t, url, calls[n])
+		action = l.host.GetCurrentHttpStreamAction(id)
+	}
+	return globalStream{id: id, h: h, admitted: l.host.GetSentLocalResponse(id) == nil}
+}
+
+// end answers the stream, when respond is set, with usage (a negative one: no x-usage
+// header); otherwise the stream ends as it is (cut short, or answered by the caller). It then ends, and its settlement call, if
+// any, is relayed to webdis at url (relay false: left unanswered) before the context is
+// deleted. It returns the number of settlement calls.
+func (l *leaseVMs) end(t *testing.T, s globalStream, url string, usage int64, respond, relay bool) int {
+	t.Helper()
+	before := len(l.host.GetCalloutAttributesFromContext(s.id))
+	if respond {
+		hdrs := [][2]string{{":status", "200"}}
+		if usage >= 0 {
+			hdrs = append(hdrs, [2]string{"x-usage", strconv.FormatInt(usage, 10)})
+		}
+		require.Equal(t, types.ActionContinue, l.host.CallOnResponseHeaders(s.id, hdrs, true))
+	}
+	// Envoy calls proxy_on_log with the stream effective; the emulator's effective context is
+	// the last one it called into, which may be another stream.
+	require.NoError(t, abi.SetEffectiveContext(s.id))
+	s.h.OnHttpStreamDone()
+	calls := l.host.GetCalloutAttributesFromContext(s.id)[before:]
+	if relay {
+		for _, c := range calls {
+			l.answerAt(t, url, c)
+		}
+	}
+	l.host.CompleteHttpContext(s.id)
+	return len(calls)
+}
+
+// remainingOf returns what Redis reports left on the key of api key k at the fleet's
+// instant, for a rule of cfg (a decision for 0 units, which writes nothing).
+func remainingOf(t *testing.T, srv *redistest.Server, l *leaseVMs, cfg algorithms.Config, k string) int64 {
+	t.Helper()
+	rule, err := redis.NewRule(cfg)
+	require.NoError(t, err)
+	keys := srv.MustDo("KEYS", "rl:{rl}:llm:*"+k).([]any)
+	require.Len(t, keys, 1)
+	body := rule.AppendEvalSHA(nil, []byte(keys[0].(string)), 0)
+	body = strconv.AppendInt(append(body, '/'), l.now/1e9, 10)
+	body = strconv.AppendInt(append(body, '/'), l.now%1e9, 10)
+	rep, err := redis.ParseReply(postWebdis(t, srv.WebdisURL(), body))
+	require.NoError(t, err)
+	return rep.Decision.Remaining
+}
+
+// TestUsageGlobalExact is the long-run exactness of a global usage cost: with random usages
+// (some beyond the reservation, some beyond max), responses without usage and client aborts,
+// on 2 proxies of 2 worker VMs with up to 8 streams open at once, what the key has been
+// charged in Redis is exactly the sum of the charged usages plus the on_missing charges.
+func TestUsageGlobalExact(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		algo, onMissing string
+		cfg             algorithms.Config
+	}{
+		{`"algorithm":"token_bucket","limit":1000,"window":"1h","burst":100000`, "reserve",
+			algorithms.Config{Algorithm: "token_bucket", Limit: 1000, Window: 3600e9, Burst: 100000}},
+		{`"algorithm":"gcra","limit":1000,"window":"1h","burst":100000`, "max",
+			algorithms.Config{Algorithm: "gcra", Limit: 1000, Window: 3600e9, Burst: 100000}},
+		{`"algorithm":"leaky_bucket","limit":1000,"window":"1h","burst":100000`, "reserve",
+			algorithms.Config{Algorithm: "leaky_bucket", Limit: 1000, Window: 3600e9, Burst: 100000}},
+		{`"algorithm":"fixed_window","limit":100000,"window":"1h"`, "max",
+			algorithms.Config{Algorithm: "fixed_window", Limit: 100000, Window: 3600e9}},
+		{`"algorithm":"sliding_window","limit":100000,"window":"1h"`, "reserve",
+			algorithms.Config{Algorithm: "sliding_window", Limit: 100000, Window: 3600e9}},
+	} {
+		t.Run(tc.cfg.Algorithm, func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, usageGlobalRule(tc.algo, tc.onMissing), 2, 2)
+			url := srv.WebdisURL()
+			r := rand.New(rand.NewPCG(7, uint64(len(tc.algo))))
+			var open []globalStream
+			charged, missing, settlements := int64(0), 0, 0
+			for i := 0; i < 120; i++ {
+				if len(open) < 8 && (len(open) == 0 || r.IntN(2) == 0) {
+					s := l.openGlobal(t, r.IntN(4), url, "k1")
+					require.True(t, s.admitted)
+					open = append(open, s)
+					continue
+				}
+				j := r.IntN(len(open))
+				s := open[j]
+				open = append(open[:j], open[j+1:]...)
+				usage, abort := r.Int64N(600), false
+				switch r.IntN(10) {
+				case 0:
+					usage = -1 // no usage header
+				case 1:
+					abort = true
+				}
+				l.cur = 0
+				n := l.end(t, s, url, usage, !abort, true)
+				charge := min(usage, 400)
+				if usage < 0 || abort {
+					missing++
+					charge = 100
+					if tc.onMissing == "max" {
+						charge = 400
+					}
+				}
+				if charge != 100 {
+					require.Equal(t, 1, n, "one settlement call: usage %d, abort %v", usage, abort)
+					settlements++
+				} else {
+					require.Zero(t, n, "nothing to settle")
+				}
+				charged += charge
+			}
+			charged += 100 * int64(len(open)) // still reserved
+			require.Equal(t, int64(100000)-charged, remainingOf(t, srv, l, tc.cfg, "k1"), "charged %d", charged)
+			require.NotZero(t, missing)
+			require.Greater(t, settlements, 20)
+			v, _ := l.host.GetCounterMetric("ratelimit_usage_settle_failures_total;rule=llm")
+			require.Zero(t, v)
+		})
+	}
+}
+
+// TestUsageGlobalDeadRedis: Redis is down when the stream ends. The client got its response
+// as usual, and the settlement's failure is counted; nothing waits for Redis.
+func TestUsageGlobalDeadRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	l := newGlobalFleet(t, usageGlobalRule(`"algorithm":"gcra","limit":1000,"window":"1h","burst":1000`, "reserve"), 1, 1)
+	url := srv.WebdisURL()
+	s := l.openGlobal(t, 0, url, "k2")
+	require.True(t, s.admitted)
+	srv.StopRedis()
+	t.Cleanup(srv.StartRedis)
+	require.Equal(t, types.ActionContinue, l.host.CallOnResponseHeaders(s.id, [][2]string{{":status", "200"}, {"x-usage", "250"}}, false))
+	require.Equal(t, types.ActionContinue, l.host.CallOnResponseBody(s.id, []byte("answer"), true))
+	require.Equal(t, "answer", string(l.host.GetCurrentResponseBody(s.id)))
+	require.Equal(t, 1, l.end(t, s, url, 0, false, true))
+	v, _ := l.host.GetCounterMetric("ratelimit_usage_settle_failures_total;rule=llm")
+	require.EqualValues(t, 1, v)
+	v, _ = l.host.GetCounterMetric("ratelimit_usage_debt_total;rule=llm")
+	require.EqualValues(t, 150, v)
+}

@@ -1,0 +1,147 @@
+package redis_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
+)
+
+// settle sends one settlement of delta on the differ's key at now, for a reservation decided
+// at reservedAt, with id, and applies the
+// same settlement to the Go state when apply is set (a settlement sent again under the same
+// id must change nothing in Redis, so Go applies it once). A peek (a decision for 0 events)
+// right after compares what both now report.
+func (d *differ) settle(now, reservedAt, delta int64, id uint64, apply bool) {
+	d.t.Helper()
+	s := redis.Settlement{Item: redis.Item{Rule: d.rule, Key: d.key}, Delta: delta, ReservedAt: reservedAt, ID: id}
+	d.buf = redis.AppendSettleSHAAt(d.buf[:0], &s, now)
+	status, body := d.c.post(d.buf)
+	at, err := redis.ParseSettle(status, body)
+	if err != nil {
+		d.t.Fatalf("%.160q: %v", d.buf, err)
+	}
+	if at != min(now, algorithms.MaxTime) {
+		d.t.Fatalf("settled at %d, asked for %d", at, now)
+	}
+	if apply {
+		if out, ok := algorithms.Settle(d.lim, slices.Clone(d.state), at, reservedAt, delta); ok {
+			d.state = append(d.state[:0], out...)
+		}
+	}
+	d.history = append(d.history, step{now: at, n: -delta})
+	d.do(now, 0)
+}
+
+// TestDifferentialSettle runs the differential sequences of the algorithms that take a usage
+// cost, with settlements (refunds and debts, some far beyond the capacity, some sent
+// twice) between the decisions: every decision after a settlement must be the Go limiter's
+// after algorithms.Settle of the same delta at the same instant.
+func TestDifferentialSettle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	starts := []int64{1_764_480_000_123_456_789, algorithms.MaxTime - int64(2*60*60*1e9)}
+	for ci, cfg := range diffConfigs {
+		c := capacity(cfg)
+		maxUsage := 4 * c
+		if algorithms.CheckUsage(cfg, maxUsage) != nil {
+			continue
+		}
+		t.Run(cfgName(cfg), func(t *testing.T) {
+			t.Parallel()
+			wc := newClient(t, srv.WebdisURL())
+			for si, at := range starts {
+				r := rand.New(rand.NewPCG(uint64(ci), 100+uint64(si)))
+				d := newDiffer(t, wc, cfg, fmt.Sprintf("settle:{%s}:%d", cfgName(cfg), si))
+				now := at
+				var last algorithms.Decision
+				settled, debts, refunds := 0, 0, 0
+				for i := 0; i < 300; i++ {
+					now = nextNow(r, now, cfg, last)
+					if r.IntN(3) > 0 {
+						last = d.do(now, nextN(r, cfg))
+						continue
+					}
+					var delta int64
+					switch p := r.IntN(10); {
+					case p < 4:
+						delta = -1 - r.Int64N(c)
+					case p < 8:
+						delta = 1 + r.Int64N(c)
+					default:
+						delta = 1 + r.Int64N(maxUsage)
+					}
+					if delta < 0 {
+						refunds++
+					} else {
+						debts++
+					}
+					// The reservation was decided at one of the recent steps (in this
+					// window, the previous one, or earlier).
+					reservedAt := now
+					if len(d.history) > 0 {
+						reservedAt = d.history[max(0, len(d.history)-1-r.IntN(12))].now
+					}
+					id := r.Uint64()
+					d.settle(now, reservedAt, delta, id, true)
+					if r.IntN(5) == 0 {
+						d.settle(now+r.Int64N(1000), reservedAt, delta, id, false) // sent again: applied once
+					}
+					settled++
+				}
+				if refunds == 0 || debts == 0 || d.counts.allowed == 0 || d.counts.denied == 0 {
+					t.Errorf("weak sequence: %d refunds, %d debts, %+v", refunds, debts, d.counts)
+				}
+			}
+		})
+	}
+}
+
+// TestSettleWritesNothing: a settlement writes nothing on a key recorded under other
+// parameters (the rule changed while the stream was open), and malformed settlement
+// arguments are refused.
+func TestSettleWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	c := newClient(t, srv.WebdisURL())
+	const now = 1_764_480_000_000_000_000
+	old := algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: 1e9}
+	cur := algorithms.Config{Algorithm: "token_bucket", Limit: 20, Window: 1e9}
+	key := []byte("settle:{x}:k")
+	c.mustCall(mustRule(t, old).AppendEvalSHAAt(nil, key, 3, now))
+	before := mustDo(t, srv, "HGETALL", string(key))
+	s := redis.Settlement{Item: redis.Item{Rule: mustRule(t, cur), Key: key}, Delta: 5, ReservedAt: now, ID: 1}
+	if _, err := redis.ParseSettle(c.post(redis.AppendSettleSHAAt(nil, &s, now))); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustDo(t, srv, "HGETALL", string(key)); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a key of other parameters was settled: %v, was %v", after, before)
+	}
+	// The same settlement under the key's own parameters is written.
+	s.Item.Rule, s.ID = mustRule(t, old), 2
+	if _, err := redis.ParseSettle(c.post(redis.AppendSettleSHAAt(nil, &s, now))); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustDo(t, srv, "HGETALL", string(key)); fmt.Sprint(after) == fmt.Sprint(before) {
+		t.Errorf("the settlement was not written: %v", after)
+	}
+	body := string(redis.AppendSettleSHAAt(nil, &s, now))
+	for _, bad := range []string{
+		strings.Replace(body, "/s/5/0/", "/s/x/0/", 1),
+		strings.Replace(body, "/s/5/0/", "/s/5/2/", 1),
+		strings.Replace(body, "/s/5/0/", "/s/5/0/-1/", 1),
+		strings.Replace(body, "/2/", "/1/", 1),
+	} {
+		if _, err := redis.ParseSettle(c.post([]byte(bad))); !errors.Is(err, redis.ErrRedis) {
+			t.Errorf("%.200s: %v, want a Redis error", bad, err)
+		}
+	}
+}
