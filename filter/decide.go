@@ -46,8 +46,8 @@ func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok {
-			continue
+		if !ok || len(key) > p.cfg.MaxKeyBytes {
+			continue // refused as too long when its rule's turn comes
 		}
 		rs := p.rules[r.Index]
 		if rs.unenforced != nil && p.enforcing(rs) != rs {
@@ -196,9 +196,7 @@ func (h *httpContext) finish() types.Action {
 		// Written, without a lease take: the decision stands.
 		a.decision = a.pending.Decision
 		rs.m.allowed.Increment(1)
-		if a.decision.Remaining < rs.nearRemaining {
-			rs.m.nearLimit.Increment(1)
-		}
+		rs.countNearLimit(&a.decision)
 	}
 	// The values are rendered into the context's own buffer, which a reused context keeps
 	// (see recycleContext), so that a steady stream of requests allocates nothing for them.

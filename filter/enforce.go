@@ -35,8 +35,8 @@ func (p *plugin) requestSample() uint32 {
 		h.Write([]byte(id))
 		return uint32(h.Sum64() % config.EnforceAll)
 	}
-	p.unsampled++
-	return uint32(p.unsampled * weylStep % config.EnforceAll)
+	p.unsampled = (p.unsampled + weylStep) % config.EnforceAll
+	return uint32(p.unsampled)
 }
 
 // enforcing returns the state the request is decided on for rs, a rule with an

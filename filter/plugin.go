@@ -509,9 +509,7 @@ func (rs *ruleState) prepareLease() {
 		return
 	}
 	rs.lease = newLeaseState(rs.rule, nil)
-	{
-		rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
-	}
+	rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 }
 
 // tableLimiter returns l as the limiter of a shared-state table. Converting one interface to

@@ -337,7 +337,7 @@ func (h *httpContext) settleUsage() {
 			continue
 		}
 		if res.global {
-			p.settleGlobal(res, delta, false)
+			p.settleGlobal(res, delta)
 			continue
 		}
 		if err := res.rs.settle(ur, res, now, delta); err != nil {
@@ -354,7 +354,13 @@ func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) e
 	if err := rs.table.Decide(res.key, now, 0, &ur.pending); err != nil {
 		return err
 	}
-	return rs.table.Commit(&ur.pending)
+	if err := rs.table.Commit(&ur.pending); err != nil {
+		return err
+	}
+	if ur.pending.Claimed || ur.pending.Evicted {
+		rs.placed(&ur.pending) // a debt on a key that had lost its slot places it again
+	}
+	return nil
 }
 
 // settleFailed counts a settlement of the rule that could not be written, and logs the first
@@ -387,17 +393,17 @@ func (rs *ruleState) usageMetrics() *usageMetrics {
 var errBreakerOpen = errors.New("redis: not sent: the breaker is open")
 
 // settleGlobal settles a reservation Redis admitted by delta, with one script call sent when
-// the stream ends (redis.AppendSettleSHA; the script sent in full when full is set, after
+// the stream ends (redis.AppendSettleSHA; sendSettlement sends the script in full after
 // NOSCRIPT). Nothing waits for it: the stream is over, and its answer is handled on the root
 // context (abi.DispatchHttpCallAlways) with nothing of the stream. The call names the
 // settlement with a random id, so that Redis applies it once however often it is sent. A
 // call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while
-// the breaker is open is counted in the rule's settle failures, and by kind in the Redis
+// the breaker is open (its cooldown not over) is counted in the rule's settle failures, and by kind in the Redis
 // metrics; the units then stay as reserved. The breaker hears of Redis from requests only.
-func (p *plugin) settleGlobal(res *reservation, delta int64, full bool) {
+func (p *plugin) settleGlobal(res *reservation, delta int64) {
 	c := p.redis
 	rs, ur := res.rs, res.rs.usage
-	if c.breakerOf(res.part).openUntil != 0 {
+	if c.breakerOf(res.part).openUntil > p.now() {
 		c.m.skipped.Increment(1)
 		ur.settleFailed(p, rs, errBreakerOpen)
 		return
@@ -405,7 +411,7 @@ func (p *plugin) settleGlobal(res *reservation, delta int64, full bool) {
 	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, rs.rule.Name, c.cfg.Partitions, res.part, res.key)
 	s := redis.Settlement{Item: redis.Item{Rule: rs.redisRule, Key: c.keys, Part: res.part}, Delta: delta,
 		Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}
-	p.sendSettlement(&s, rs, full)
+	p.sendSettlement(&s, rs, false)
 }
 
 // sendSettlement sends the settlement s of a rule of rs; see settleGlobal.

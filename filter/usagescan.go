@@ -3,6 +3,7 @@ package filter
 import (
 	"encoding/binary"
 	"strconv"
+	"unicode/utf8"
 )
 
 // usageScanner finds the values of a usage cost's JSON pointers in a response body as it
@@ -100,7 +101,7 @@ func (s *usageScanner) usage() (int64, bool) {
 		if s.found[i] != ptrValue {
 			return 0, false
 		}
-		sum += s.vals[i]
+		sum += s.vals[i] // at most 8 values of at most 18 digits: no overflow
 	}
 	return sum, len(s.ptrs) > 0
 }
@@ -514,23 +515,10 @@ func (s *usageScanner) escape(c byte) {
 		return
 	}
 	var buf [4]byte
-	for _, b := range appendRune(buf[:0], s.ucode) {
+	// A lone surrogate becomes U+FFFD, which no pointer token written as text holds.
+	for _, b := range utf8.AppendRune(buf[:0], s.ucode) {
 		s.keyByte(b)
 	}
-}
-
-// appendRune appends r in UTF-8; a lone surrogate becomes U+FFFD, which no pointer token
-// written as text holds in its place.
-func appendRune(b []byte, r rune) []byte {
-	switch {
-	case r < 0x80:
-		return append(b, byte(r))
-	case r < 0x800:
-		return append(b, 0xC0|byte(r>>6), 0x80|byte(r&0x3F))
-	case r >= 0xD800 && r < 0xE000:
-		r = 0xFFFD
-	}
-	return append(b, 0xE0|byte(r>>12), 0x80|byte(r>>6&0x3F), 0x80|byte(r&0x3F))
 }
 
 // keyByte compares one byte of a key with the pointers' tokens at its depth.

@@ -15,8 +15,8 @@ type Lease struct {
 	// Batch is the largest number of units one take reserves. The filter takes fewer as the
 	// key's remaining allowance falls, and exactly the request's cost near the limit.
 	Batch int64
-	// TTL is how long reserved units stay spendable; unspent units are then dropped
-	// (under-admission, never over).
+	// TTL is how long reserved units stay spendable; unspent units then go back to the key's
+	// state where the algorithm allows it (docs/leases.md states the bounds).
 	TTL time.Duration
 }
 
