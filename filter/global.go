@@ -258,9 +258,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		}
 	})
 	now := p.now()
-	if us := (now - d.sentAt) / 1000; us >= 0 {
-		c.m.latency.Record(uint64(us))
-	}
+	c.recordLatency(d.sentAt, now)
 	_, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
 	switch {
 	case err == nil:
@@ -436,6 +434,14 @@ func (c *redisClient) countFailure(err error) {
 	}
 }
 
+// recordLatency records a callout's round trip, sent at sentAt and answered at now, in
+// microseconds; a clock that went backwards records nothing.
+func (c *redisClient) recordLatency(sentAt, now int64) {
+	if us := (now - sentAt) / 1000; us >= 0 {
+		c.m.latency.Record(uint64(us))
+	}
+}
+
 // breakerOf returns the breaker of partition part, or the one breaker when part < 0 or the
 // rules are not partitioned.
 func (c *redisClient) breakerOf(part int) *breaker {
@@ -574,9 +580,7 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 		}
 	})
 	now := p.now()
-	if us := (now - d.sentAt) / 1000; us >= 0 {
-		c.m.latency.Record(uint64(us))
-	}
+	c.recordLatency(d.sentAt, now)
 	secret, err := c.secretReply(numHeaders, bodySize, numTrailers)
 	if err == nil {
 		c.partSuccess(-1)
@@ -639,9 +643,7 @@ func (p *plugin) refreshSecret(now int64) {
 	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("refreshSecret", nil)
 		at := p.now()
-		if us := (at - now) / 1000; us >= 0 {
-			c.m.latency.Record(uint64(us))
-		}
+		c.recordLatency(now, at)
 		secret, err := c.secretReply(numHeaders, bodySize, numTrailers)
 		if err != nil {
 			c.countFailure(err)
@@ -693,9 +695,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	})
 	now := p.now()
 	a := &d.applied[i]
-	if us := (now - a.sentAt) / 1000; us >= 0 {
-		c.m.latency.Record(uint64(us))
-	}
+	c.recordLatency(a.sentAt, now)
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	switch {
 	case err == nil:
@@ -818,9 +818,7 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64) {
 	c := h.plugin.redis
 	now = h.plugin.now()
-	if us := (now - sentAt) / 1000; us >= 0 {
-		c.m.latency.Record(uint64(us))
-	}
+	c.recordLatency(sentAt, now)
 	switch {
 	case err == nil, errors.Is(err, redis.ErrNoScript):
 		c.partSuccess(part)

@@ -430,9 +430,7 @@ func (p *plugin) sendSettlement(s *redis.Settlement, rs *ruleState, full bool) {
 	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
 	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("settleGlobal", nil)
-		if us := (p.now() - sentAt) / 1000; us >= 0 {
-			c.m.latency.Record(uint64(us))
-		}
+		c.recordLatency(sentAt, p.now())
 		err := errCalloutReset
 		if !abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 			_, err = redis.ParseSettle(calloutStatus(), calloutBody(bodySize, 0))
