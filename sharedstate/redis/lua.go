@@ -775,6 +775,19 @@ local A = ALG[P.code]
 if A.settle == nil or delta == 0 then
 return out
 end
+local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+local created = false
+if bound > 0 and key == KEYS[1] and redis.call('EXISTS', key) == 0 then
+local live = redis.pcall('ZCOUNT', KEYS[2], '(' .. string.format('%d', now_ms), '+inf')
+if type(live) == 'number' and live >= bound then
+if delta < 0 then
+return out
+end
+key = KEYS[3]
+else
+created = true
+end
+end
 local st, Q, stale = load(key, P)
 if st ~= nil and Q.str ~= P.str then
 return out
@@ -786,7 +799,9 @@ end
 A.write(key, P, new, stale)
 local ttl = expire(key, reset)
 if bound > 0 and key == KEYS[1] then
-local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+if created then
+redis.pcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now_ms))
+end
 if type(redis.pcall('ZADD', KEYS[2], string.format('%d', now_ms + ttl), key)) == 'number' then
 redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl + 2 * lifetime_ms(P)))
 end
@@ -905,7 +920,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "4cc2fcb4eb176c7d6150d6f6588dab3670207ef4"
+const luaScriptSHA1 = "1f92187e1be7dfd172643e24d240a28715ae07d8"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -334,7 +334,10 @@ func renderArgs(vals ...int64) string {
 }
 
 // Settlement is the settlement of one usage cost when its stream ends (algorithms.Settle):
-// Item's key (with its rule and partition) settled by Delta = usage - reservation, once.
+// Item's key (with its rule and partition) settled by Delta = usage - reservation, once. For a
+// rule with a key bound, a key that no longer exists (it expired or was evicted since the
+// reservation) is a new key, as in a decision: while the rule has max_keys live keys, a debt
+// is settled on the overflow key and a refund not at all, so the key set stays bounded.
 type Settlement struct {
 	Item Item
 	// Delta is usage - reservation: a refund below 0, a debt above.

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
@@ -143,5 +145,77 @@ func TestSettleWritesNothing(t *testing.T) {
 		if _, err := redis.ParseSettle(c.post([]byte(bad))); !errors.Is(err, redis.ErrRedis) {
 			t.Errorf("%.200s: %v, want a Redis error", bad, err)
 		}
+	}
+}
+
+// TestSettleKeyBound: a settlement on a key of a bounded rule that no longer exists (it
+// expired or was evicted while the stream was open) is treated as a new key, as a decision
+// treats it: while the rule has max_keys live keys, a debt goes to the overflow key and a
+// refund settles nothing, so the key set never holds more than max_keys live keys; below the
+// bound, the key is written and tracked, and the expired members leave the key set. It uses
+// Redis' own clock, because keys expire on it.
+func TestSettleKeyBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	c := newClient(t, srv.WebdisURL())
+	cfg := algorithms.Config{Algorithm: "gcra", Limit: 1, Window: time.Hour}
+	rule := mustRule(t, cfg).Bounded(3, "rl", "d", "s")
+	const set, over = "rl:{d}:s:#keys", "rl:{d}:s:#overflow"
+	key := func(name string) []byte { return redis.AppendKey(nil, "rl", "d", "s", []byte(name)) }
+	for i := range 3 {
+		if a := callOne(t, c, redis.Item{Rule: rule, Key: key("client-" + strconv.Itoa(i)), N: 1}); !a.Decision.Allowed || a.Overflow {
+			t.Fatalf("client %d, within the bound: %+v", i, a)
+		}
+	}
+	settle := func(r *redis.Rule, k []byte, delta int64, id uint64) {
+		t.Helper()
+		s := redis.Settlement{Item: redis.Item{Rule: r, Key: k}, Delta: delta, ReservedAt: time.Now().UnixNano(), ID: id}
+		if _, err := redis.ParseSettle(c.post(redis.AppendSettleSHA(nil, &s))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A debt on a key not in the full key set: charged on the overflow key.
+	gone := key("gone")
+	settle(rule, gone, 1, 1)
+	if n := srv.Int("ZCARD", set); n != 3 {
+		t.Errorf("a debt on a key outside the full key set: the set holds %d keys, want 3", n)
+	}
+	if srv.Int("EXISTS", string(gone)) != 0 || srv.Int("EXISTS", over) != 1 {
+		t.Errorf("the debt was not settled on the overflow key: %v", srv.Keys())
+	}
+	// A refund there settles nothing at all.
+	before := fmt.Sprint(mustDo(t, srv, "HGETALL", over))
+	settle(rule, key("gone-too"), -1, 2)
+	if n := srv.Int("ZCARD", set); n != 3 {
+		t.Errorf("a refund on a key outside the full key set: the set holds %d keys, want 3", n)
+	}
+	if after := fmt.Sprint(mustDo(t, srv, "HGETALL", over)); after != before || srv.Int("EXISTS", string(key("gone-too"))) != 0 {
+		t.Errorf("a refund on a key outside the full key set wrote: overflow %s, was %s; keys %v", after, before, srv.Keys())
+	}
+	// A key in the set keeps its own settlement.
+	own := key("client-0")
+	before = fmt.Sprint(mustDo(t, srv, "HGETALL", string(own)))
+	settle(rule, own, 1, 3)
+	if after := fmt.Sprint(mustDo(t, srv, "HGETALL", string(own))); after == before {
+		t.Errorf("a debt on a tracked key was not settled on it: %s", after)
+	}
+	if n := srv.Int("ZCARD", set); n != 3 {
+		t.Errorf("the key set holds %d keys after a tracked key's settlement, want 3", n)
+	}
+	// Below the bound (one live key, one expired member), a debt on a missing key writes it,
+	// tracks it, and drops the expired member.
+	small := mustRule(t, cfg).Bounded(2, "rl", "d", "t")
+	const smallSet = "rl:{d}:t:#keys"
+	callOne(t, c, redis.Item{Rule: small, Key: key("live"), N: 1})
+	mustDo(t, srv, "ZADD", smallSet, "1", "expired")
+	back := key("back")
+	settle(small, back, 1, 4)
+	if srv.Int("EXISTS", string(back)) != 1 {
+		t.Errorf("a debt below the bound did not write its key: %v", srv.Keys())
+	}
+	live := srv.Int("ZCOUNT", smallSet, "("+strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+	if n := srv.Int("ZCARD", smallSet); n != 2 || live != 2 {
+		t.Errorf("the key set holds %d members, %d live, want 2 live (the live key and the settled one)", n, live)
 	}
 }

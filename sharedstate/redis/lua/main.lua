@@ -167,6 +167,9 @@ end
 -- retry after a lost answer) finds it and writes nothing. A key recorded under other
 -- parameters (the configuration changed while the stream was open) is not settled, nor is a
 -- refund on a fresh or full key; an algorithm without a settle function settles nothing.
+-- A key that no longer exists (expired or evicted since the reservation) is a new key of a
+-- bounded rule, as in a decision: a debt on it is settled on the overflow key while the rule
+-- has max_keys live keys, so a settlement never grows the key set beyond the bound.
 local SETTLE_ID_TTL_MS = 60000
 local function settle()
   local delta, overflow, bound = int(ARGV[2]), int(ARGV[3]), int(ARGV[10])
@@ -195,6 +198,21 @@ local function settle()
   if A.settle == nil or delta == 0 then
     return out
   end
+  local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+  local created = false
+  if bound > 0 and key == KEYS[1] and redis.call('EXISTS', key) == 0 then
+    -- Live keys are the members whose expiry is after now; a key set of another type is not
+    -- counted (nor written below).
+    local live = redis.pcall('ZCOUNT', KEYS[2], '(' .. string.format('%d', now_ms), '+inf')
+    if type(live) == 'number' and live >= bound then
+      if delta < 0 then
+        return out
+      end
+      key = KEYS[3]
+    else
+      created = true
+    end
+  end
   local st, Q, stale = load(key, P)
   if st ~= nil and Q.str ~= P.str then
     return out
@@ -206,7 +224,9 @@ local function settle()
   A.write(key, P, new, stale)
   local ttl = expire(key, reset)
   if bound > 0 and key == KEYS[1] then
-    local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
+    if created then
+      redis.pcall('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now_ms))
+    end
     if type(redis.pcall('ZADD', KEYS[2], string.format('%d', now_ms + ttl), key)) == 'number' then
       redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl + 2 * lifetime_ms(P)))
     end
