@@ -336,6 +336,36 @@ func TestGlobalLeaseMetrics(t *testing.T) {
 	require.Zero(t, dropped)
 }
 
+// TestGlobalLeaseRefusedGiveBackDropped checks that units a global lease gives back count as
+// dropped, not returned, when the script applies nothing to the key's state: a fixed window's
+// units given back in a later window than their take's, a token bucket's given back once the
+// bucket has refilled.
+func TestGlobalLeaseRefusedGiveBackDropped(t *testing.T) {
+	for _, tc := range []struct{ name, algo string }{
+		{"window passed", `"algorithm":"fixed_window","limit":1000,"window":"1m"`},
+		{"bucket full", `"algorithm":"token_bucket","limit":100,"window":"1s"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, globalRule(tc.algo, `,"lease":{"batch":10,"ttl":"1s"}`)), 1, 1)
+			for range 3 {
+				ok, _ := l.doRelayed(t, 0, srv.WebdisURL())
+				require.True(t, ok)
+			}
+			l.now += int64(2 * time.Minute)
+			ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
+			require.True(t, ok)
+			require.Equal(t, 1, calls, "the lease expired: a new take, carrying its 7 units back")
+			returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
+			require.NoError(t, err)
+			require.Zero(t, returned)
+			dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
+			require.NoError(t, err)
+			require.EqualValues(t, 7, dropped, "10 taken, 3 spent, none taken back")
+		})
+	}
+}
+
 // TestGlobalOverLimitCachePartitioned checks the over-limit cache with redis.partitions 4,
 // where each rule has its own call: once Redis has denied the key, the next denials cost no
 // callout, and are counted as cache hits.
