@@ -273,7 +273,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				continue
 			}
 			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
-			a.gaveBack()
+			a.gaveBack(c.answers[j].GaveBack)
 			if a.overflow {
 				// The rule had reached its key bound in Redis and this new key was decided
 				// on the rule's overflow key.
@@ -701,7 +701,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	case err == nil:
 		c.partSuccess(item[0].Part)
 		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
-		a.gaveBack()
+		a.gaveBack(answer.GaveBack)
 		if a.overflow {
 			a.rs.m.overflow.Increment(1)
 			a.overflowed()

@@ -422,12 +422,18 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	return false
 }
 
-// gaveBack notes that the rule's item in a Redis call that Redis answered gave back the units
-// it carried (applied.give): they are counted, and a call sent again for the request carries
-// none.
-func (a *applied) gaveBack() {
+// gaveBack counts the units the rule's item carried back (applied.give) in a Redis call that
+// Redis answered: returned when the script applied them to the key's state (took, from
+// redis.Answer.GaveBack), dropped when it took nothing back (the overflow key, a state under
+// other parameters, a full bucket, a window other than the take's). Either way a call sent
+// again for the request carries none.
+func (a *applied) gaveBack(took bool) {
 	if a.give > 0 {
-		a.rs.lease.m.returned.Increment(uint64(a.give))
+		if took {
+			a.rs.lease.m.returned.Increment(uint64(a.give))
+		} else {
+			a.rs.lease.m.dropped.Increment(uint64(a.give))
+		}
 		a.give = 0
 	}
 }

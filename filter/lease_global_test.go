@@ -311,29 +311,43 @@ func TestGlobalLeaseDeniedBatchChargesNothing(t *testing.T) {
 }
 
 // TestGlobalLeaseMetrics checks the lease metrics of a global rule, under the rule's labelled
-// names: a take that reserved units counts lease_taken, units left when the ttl passes are
-// given back in the key's next take's call and count lease_units_returned, none dropped.
+// names: a take that reserved units counts lease_taken; units left when the ttl passes are
+// given back in the key's next take's call and count lease_units_returned when the script
+// applies them to the key's state, lease_units_dropped when it takes nothing back (a fixed
+// window's units given back in a later window than their take's, a token bucket's once the
+// bucket has refilled).
 func TestGlobalLeaseMetrics(t *testing.T) {
-	srv := redistest.Start(t)
-	algo := `"algorithm":"token_bucket","limit":1000,"window":"1h"`
-	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, globalRule(algo, `,"lease":{"batch":10,"ttl":"1s"}`)), 1, 1)
-	for range 3 {
-		ok, _ := l.doRelayed(t, 0, srv.WebdisURL())
-		require.True(t, ok)
+	for _, tc := range []struct {
+		name, algo        string
+		after             time.Duration
+		returned, dropped int
+	}{
+		{"taken back", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, 2 * time.Second, 7, 0},
+		{"window passed", `"algorithm":"fixed_window","limit":1000,"window":"1m"`, 2 * time.Minute, 0, 7},
+		{"bucket full", `"algorithm":"token_bucket","limit":100,"window":"1s"`, 2 * time.Second, 0, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, globalRule(tc.algo, `,"lease":{"batch":10,"ttl":"1s"}`)), 1, 1)
+			for range 3 {
+				ok, _ := l.doRelayed(t, 0, srv.WebdisURL())
+				require.True(t, ok)
+			}
+			l.now += int64(tc.after)
+			ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
+			require.True(t, ok)
+			require.Equal(t, 1, calls, "the lease expired: a new take, carrying its 7 units back")
+			taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
+			require.NoError(t, err)
+			require.EqualValues(t, 2, taken)
+			returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
+			require.NoError(t, err)
+			require.EqualValues(t, tc.returned, returned, "10 taken, 3 spent")
+			dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
+			require.NoError(t, err)
+			require.EqualValues(t, tc.dropped, dropped, "10 taken, 3 spent")
+		})
 	}
-	l.now += int64(2 * time.Second)
-	ok, calls := l.doRelayed(t, 0, srv.WebdisURL())
-	require.True(t, ok)
-	require.Equal(t, 1, calls, "the lease expired: a new take")
-	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "hot"))
-	require.NoError(t, err)
-	require.EqualValues(t, 2, taken)
-	returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "hot"))
-	require.NoError(t, err)
-	require.EqualValues(t, 7, returned, "10 taken, 3 spent")
-	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "hot"))
-	require.NoError(t, err)
-	require.Zero(t, dropped)
 }
 
 // TestGlobalOverLimitCachePartitioned checks the over-limit cache with redis.partitions 4,

@@ -391,7 +391,9 @@ func TestParseReplies(t *testing.T) {
 		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,0,20,0,9,10,0]}`,  // nothing denied, yet not committed
 		`{"EVALSHA":[7,8,1,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
 		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // overflow is not 0 or 1
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // gave back, for an item that gives nothing back
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,3,0,20,0,9,10,0]}`,  // gave back on the overflow key
+		`{"EVALSHA":[7,8,1,1,2,1,0,5,4,0,20,0,9,10,0]}`,  // flags is not 0, 1 or 2
 		`{"EVALSHA":[7,8,1,1,2,3,0,5,0,0,20,0,9,10,0]}`,  // remaining 3 of a limit of 2
 		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,21,9,10,0]}`, // remaining 21 of a limit of 20
 		`{"EVALSHA":[7,8,1,1,2,1,0,5,0]}`,                // one rule's answer for two
@@ -400,6 +402,15 @@ func TestParseReplies(t *testing.T) {
 		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", body, err)
 		}
+	}
+	// Flags 2: the item's give-back was applied.
+	giving := []redis.Item{{Rule: a, Key: []byte("a"), GiveBack: 3}, items[1]}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`), giving, out); err != nil ||
+		!out[0].GaveBack || out[0].Overflow || out[1].GaveBack {
+		t.Errorf("give-back applied: %v %+v", err, out)
+	}
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), giving, out); err != nil || out[0].GaveBack {
+		t.Errorf("give-back not applied: %v %+v", err, out)
 	}
 	// Remaining is bounded by the capacity, not the limit: a token bucket of limit 2 and
 	// burst 5 may report 4 remaining, and not 6.

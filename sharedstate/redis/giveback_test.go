@@ -69,14 +69,22 @@ func (d *differ) doGiveBack(ret algorithms.Returner, now, n, g, takenAt int64) (
 	d.t.Helper()
 	items := []redis.Item{{Rule: d.rule, Key: d.key, N: n, GiveBack: g, GivenAt: max(takenAt, 0)}}
 	d.buf = redis.AppendEvalSHAItemsAt(d.buf[:0], items, now)
-	rep, err := d.c.call(d.buf)
+	status, body := d.c.post(d.buf)
+	var answers [1]redis.Answer
+	_, _, err := redis.ParseReplies(status, body, items, answers[:])
 	if errors.Is(err, redis.ErrNoScript) {
 		d.t.Fatalf("script not loaded")
 	}
 	if err != nil {
-		d.t.Fatalf("%.120q: %v", d.buf, err)
+		d.t.Fatalf("%.120q: %v (status %d, body %.200q)", d.buf, err, status, body)
 	}
+	rep := answers[0]
 	given, changed := ret.GiveBack(slices.Clone(d.state), rep.Now, max(takenAt, 0), g)
+	if changed != rep.GaveBack {
+		// The filter counts the units returned or dropped from the script's answer.
+		d.t.Fatalf("give-back applied differs at step %d (now=%d n=%d, gave %d taken at %d): go %v, lua %v",
+			len(d.history), rep.Now, n, g, takenAt, changed, rep.GaveBack)
+	}
 	goD, newState := d.lim.AllowN(slices.Clone(given), rep.Now, n)
 	d.history = append(d.history, step{now: rep.Now, n: n, goD: goD, luaD: rep.Decision})
 	if goD != rep.Decision {

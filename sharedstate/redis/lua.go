@@ -889,7 +889,7 @@ commit = false
 end
 local o = #out
 out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
-out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
+out[o + 4], out[o + 5], out[o + 6] = retry, reset, (r.overflow and 1 or 0) + (r.gave and 2 or 0)
 end
 if commit then
 for _, r in ipairs(rules) do
@@ -920,7 +920,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "1f92187e1be7dfd172643e24d240a28715ae07d8"
+const luaScriptSHA1 = "9fe1b90ae64398028c1c00933e8d319294270213"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -89,6 +89,11 @@ type Answer struct {
 	// Overflow is set when the rule had reached its key bound and the request, whose key was
 	// new, was decided on the rule's overflow key (see Rule.Bounded).
 	Overflow bool
+	// GaveBack is set when the item's give-back (Item.GiveBack) was applied to the key's
+	// state. The script applies none on the overflow key, on a state it read under other
+	// parameters or in an older encoding, or where the algorithm takes nothing back (a full
+	// bucket, a window other than the take's; algorithms.Returner): those units are lost.
+	GaveBack bool
 	// Now is the call's instant on Redis' clock (Unix ns), the one ParseReplies returns: a
 	// lease's units given back later name it as the instant of their take (Item.GivenAt).
 	Now int64
@@ -96,7 +101,7 @@ type Answer struct {
 
 // Lengths of the flat array the script returns:
 // {now_s, now_ns, committed, then per rule: allowed, limit, remaining, retry_after_ns,
-// reset_after_ns, overflow}.
+// reset_after_ns, flags (1: overflow, 2: gave back)}.
 const (
 	replyHead    = 3
 	replyPerRule = 6
@@ -121,7 +126,7 @@ var anyRule = &Rule{}
 // status is the HTTP status, body the response body, and out (len(items) long) receives each
 // item's answer. A success is exactly
 //
-//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,overflow,...]}
+//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,flags,...]}
 //
 // (or "EVAL"), integers only, with one group of six per item; an error reply is
 // {"EVALSHA":[false,"<message>"]}, which webdis sends with status 200. now is the instant of
@@ -219,6 +224,9 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 					if err != nil {
 						return 0, false, err
 					}
+					if a.GaveBack && items[i].GiveBack <= 0 {
+						return 0, false, malformed("gave back for an item that gives nothing back")
+					}
 					out[i] = a
 					denied = denied || (!a.Decision.Allowed && !items[i].Shadow)
 				}
@@ -270,12 +278,13 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 // it would promise clients allowance nobody has. capacity 0 (ParseReply, which has no rule)
 // skips the check.
 func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
-	allowed, lim, remaining, retry, reset, overflow := v[0], v[1], v[2], v[3], v[4], v[5]
+	allowed, lim, remaining, retry, reset, flags := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
 		return Answer{}, malformed("allowed is not 0 or 1")
-	case overflow != 0 && overflow != 1:
-		return Answer{}, malformed("overflow is not 0 or 1")
+	case flags != 0 && flags != flagOverflow && flags != flagGaveBack:
+		// The script gives nothing back on the overflow key, so the two never come together.
+		return Answer{}, malformed("flags is not 0, 1 or 2")
 	case lim < 1 || remaining < 0 || retry < 0 || reset < 0:
 		return Answer{}, malformed("negative or zero field")
 	case allowed == 1 && retry != 0:
@@ -294,8 +303,14 @@ func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
 		Remaining:  remaining,
 		RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
 		ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
-	}, Overflow: overflow == 1}, nil
+	}, Overflow: flags == flagOverflow, GaveBack: flags == flagGaveBack}, nil
 }
+
+// The bits of a reply's flags.
+const (
+	flagOverflow = 1 // decided on the rule's overflow key
+	flagGaveBack = 2 // the item's give-back was applied to the key's state
+)
 
 // errForeignReply is the malformed answer that carries another limit than the rule's.
 var errForeignReply = &malformedError{"the answer carries another rule's limit"}

@@ -11,8 +11,10 @@
 --          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
 --          filter never sends it; Redis' TIME is used instead).
 -- reply    {now_s, now_ns, committed (0|1), then per rule:
---            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, overflow (0|1)}
---          flat, because webdis turns a nested table into null.
+--            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, flags}
+--          flat, because webdis turns a nested table into null. flags is the sum of 1 when the
+--          rule was decided on its overflow key and 2 when its give-back was applied to the
+--          key's state (a give-back the state takes nothing of is not: see Give-back below).
 --
 -- Every rule is decided on the state as read, nothing written; then, if no enforced rule
 -- denies, every rule that admitted (shadow ones included) writes its new state and TTL. A
@@ -38,9 +40,10 @@
 -- Give-back: a lease's unspent units (give > 0, debited by a take at given_at) are given back
 -- to the key's state before the rule is decided (see each algorithm's giveback, which is
 -- algorithms' GiveBack), when the key holds a state in the current encoding under the rule's
--- parameters; nothing on the overflow key. The given-back state is written even when the call
--- does not commit the request (it changes no decision already made, and the units would
--- otherwise be lost); a call that gives nothing back writes nothing more.
+-- parameters; nothing on the overflow key. The reply's flags say whether it was applied, so
+-- that the filter counts the units as returned or as dropped. The given-back state is written
+-- even when the call does not commit the request (it changes no decision already made, and the
+-- units would otherwise be lost); a call that gives nothing back writes nothing more.
 
 local ALG = {
   [TOKEN_BUCKET] = {decode = bucket_decode, decide = bucket_decide, peek = bucket_peek, from = bucket_from,
@@ -321,7 +324,7 @@ for _, r in ipairs(rules) do
   end
   local o = #out
   out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, P.limit, remaining
-  out[o + 4], out[o + 5], out[o + 6] = retry, reset, r.overflow and 1 or 0
+  out[o + 4], out[o + 5], out[o + 6] = retry, reset, (r.overflow and 1 or 0) + (r.gave and 2 or 0)
 end
 
 -- Commit: every rule that admitted writes its state and TTL, and a bounded rule records the
