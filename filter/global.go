@@ -48,6 +48,7 @@ import (
 type redisClient struct {
 	cfg     *config.Redis
 	headers [][2]string
+	timeout uint32 // redis.timeout in whole milliseconds, rounded up: a callout's timeout
 	breaker breaker
 	gauge   breakerGauge // publishes the breaker's state process-wide
 	m       redisMetrics
@@ -222,8 +223,7 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 // must call h.answered with the request's working set before anything else.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout, answer); err != nil {
+	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, answer); err != nil {
 		return err
 	}
 	c.m.calls.Increment(1)
@@ -639,8 +639,7 @@ func (p *plugin) refreshSecret(now int64) {
 	c.secretDue = now + secretRefresh
 	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain)
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &c.secret)
-	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
+	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("refreshSecret", nil)
 		at := p.now()
 		c.recordLatency(now, at)

@@ -474,6 +474,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
 			{"content-type", "application/x-www-form-urlencoded"},
 		},
+		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
 			probeWait: int64(cfg.Timeout)},
 	}

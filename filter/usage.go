@@ -427,8 +427,7 @@ func (p *plugin) sendSettlement(s *redis.Settlement, rs *ruleState, full bool) {
 	again := *s
 	again.Item.Key = append([]byte(nil), s.Item.Key...)
 	sentAt := p.now()
-	timeout := uint32((c.cfg.Timeout + 999_999) / 1_000_000)
-	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, timeout, func(numHeaders, bodySize, numTrailers int) {
+	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("settleGlobal", nil)
 		c.recordLatency(sentAt, p.now())
 		err := errCalloutReset
