@@ -230,10 +230,7 @@ func (p *plugin) configure(data []byte) error {
 			ad, lim = p.prepareAdaptive(cfg, r, a)
 			ticks = true
 		}
-		var ur *usageRule
-		if r.CostSpec.Usage != nil {
-			lim, ur = usageTableLimiter(r, lim, nil)
-		}
+		ur := newUsageRule(r, nil)
 		if r.Scope == config.ScopeGlobal {
 			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
 				return err
@@ -579,13 +576,13 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
-		lim, ur := usageTableLimiter(&or, tableLimiter(o.Limiter), rs.usageMetrics())
+		ur := newUsageRule(&or, rs.usageMetrics())
 		table, err := sharedstate.NewTable(sharedstate.TableConfig{
 			Store:    store,
 			Prefix:   cfg.Domain + "|" + r.Name + "|",
 			Slots:    uint32(r.MaxKeys), // an override needs a key, so the rule has one
 			Attempts: cfg.CASAttempts,
-			Limiter:  lim,
+			Limiter:  tableLimiter(o.Limiter),
 			Secret:   secret,
 		})
 		if err != nil {

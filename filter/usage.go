@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
-	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
@@ -28,10 +27,7 @@ import (
 
 // usageRule is a usage rule's (or one of its overrides') settlement machinery.
 type usageRule struct {
-	spec *config.UsageSpec
-	// lim is the limiter of the rule's key table: the rule's own, which settles instead of
-	// deciding while settling is set (see usageLimiter).
-	lim     *usageLimiter
+	spec    *config.UsageSpec
 	m       *usageMetrics // the rule's, shared by its overrides
 	pending sharedstate.Pending
 }
@@ -45,51 +41,25 @@ type usageMetrics struct {
 	failures uint64
 }
 
-// usageLimiter is the limiter a usage rule's key table decides with: the rule's limiter, and
-// while settling is set, for a decision of 0 units, algorithms.Settle of delta for a
-// reservation admitted at at. A Table runs its limiter inside its compare-and-swap loop, so a
-// settlement reuses the table's slot lookup, its retries after lost races and its placement
-// of a key that lost its slot; what else the table asks its limiter meanwhile (what evicting
-// another key would grant it, a decision of 1) is answered by the rule's limiter. A VM is
-// single-threaded: settling is set only for the duration of one settlement.
-type usageLimiter struct {
-	sharedstate.Limiter
-	alg       algorithms.Limiter
-	settling  bool
-	at, delta int64
-}
-
-// AllowN decides with the rule's limiter, or settles (see usageLimiter). A settlement with
-// nothing to write reads as a denial, which Table.Commit does not write.
-func (u *usageLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, []byte) {
-	if !u.settling || n != 0 {
-		return u.Limiter.AllowN(state, now, n)
-	}
-	out, ok := algorithms.Settle(u.alg, state, now, u.at, u.delta)
-	return algorithms.Decision{Allowed: ok}, out
-}
-
 // keepKey keeps the key a usage rule was decided on, for its settlement. It is out of
 // decideFrom's line (see doc.go).
 //
 //go:noinline
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
 
-// usageTableLimiter returns the key-table limiter of a rule r whose limiter is lim, and its
-// usage machinery (nil for a rule without a usage cost). m is the rule's metrics, nil for the
-// rule itself (defined later by defineUsageMetrics). It is kept out of configure's line (see
-// doc.go).
+// newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost. m
+// is the rule's metrics, nil for the rule itself (defined later by defineUsageMetrics). It is
+// kept out of configure's line (see doc.go).
 //
 //go:noinline
-func usageTableLimiter(r *config.Rule, lim sharedstate.Limiter, m *usageMetrics) (sharedstate.Limiter, *usageRule) {
+func newUsageRule(r *config.Rule, m *usageMetrics) *usageRule {
 	if r.CostSpec.Usage == nil {
-		return lim, nil
+		return nil
 	}
 	if m == nil {
 		m = new(usageMetrics)
 	}
-	ul := &usageLimiter{Limiter: lim, alg: r.Limiter}
-	return ul, &usageRule{spec: r.CostSpec.Usage, lim: ul, m: m}
+	return &usageRule{spec: r.CostSpec.Usage, m: m}
 }
 
 // defineUsageMetrics defines a usage rule's metrics, appending each definition's error to
@@ -347,14 +317,10 @@ func (h *httpContext) settleUsage() {
 	p.giveUsageStream(u)
 }
 
-// settle writes delta for the reservation res on its key's state.
+// settle writes delta for the reservation res on its key's state (the table's Settle: its
+// slot lookup, its retries after lost races, its placement of a key that lost its slot).
 func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) error {
-	ur.lim.settling, ur.lim.at, ur.lim.delta = true, res.at, delta
-	defer func() { ur.lim.settling = false }()
-	if err := rs.table.Decide(res.key, now, 0, &ur.pending); err != nil {
-		return err
-	}
-	if err := rs.table.Commit(&ur.pending); err != nil {
+	if err := rs.table.Settle(res.key, now, res.at, delta, &ur.pending); err != nil {
 		return err
 	}
 	if ur.pending.Claimed || ur.pending.Evicted {

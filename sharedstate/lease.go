@@ -2,10 +2,11 @@ package sharedstate
 
 import "github.com/ratelimit-wasm/ratelimit/algorithms"
 
-// Lease operations: a lease (see the filter's lease.go) debits a batch of units for a key with
-// one write and spends them from a worker VM's memory. Take sizes the batch against the key's
-// state as read, and GiveBack returns the units a lease did not spend. Both are decided and
-// written like AllowN (Decide's placement, Commit's compare-and-swap and retries): a write
+// Operations other than AllowN on a key's state. A lease (see the filter's lease.go) debits a
+// batch of units for a key with one write and spends them from a worker VM's memory: Take
+// sizes the batch against the key's state as read, and GiveBack returns the units a lease did
+// not spend. Settle charges a usage cost's settlement (algorithms.Settle). All are decided
+// and written like AllowN (Decide's placement, Commit's compare-and-swap and retries): a write
 // that loses its race runs the operation again on what is there now.
 
 // The operations run sets up instead of a plain AllowN.
@@ -13,6 +14,7 @@ const (
 	opAllow = iota
 	opTake
 	opGiveBack
+	opSettle
 )
 
 // Take decides a lease take on key at now: the request's own cost, and, when that is admitted
@@ -46,9 +48,30 @@ func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
 	return t.Commit(p)
 }
 
-// runLease is run's limiter call for Take and GiveBack.
+// Settle charges delta units (a refund when negative) to key's state for a reservation
+// admitted at reservedAt, with algorithms.Settle, and writes the state. A key that lost its
+// slot is placed again, as a decision places it. It writes nothing when the table's limiter
+// cannot settle or the settlement leaves the state as it is.
+func (t *Table) Settle(key []byte, now, reservedAt, delta int64, p *Pending) error {
+	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, delta, 0, false, false, 0
+	p.op, p.arg, p.Reserved = opSettle, reservedAt, 0
+	if err := t.decide(p, key, true); err != nil {
+		return err
+	}
+	return t.Commit(p)
+}
+
+// runLease is run's limiter call for Take, GiveBack and Settle.
 func (t *Table) runLease(p *Pending, state []byte) (algorithms.Decision, []byte) {
 	p.Reserved = 0
+	if p.op == opSettle {
+		lim, ok := t.limiter.(algorithms.Limiter)
+		if !ok {
+			return algorithms.Decision{}, state
+		}
+		next, changed := algorithms.Settle(lim, state, p.now, p.arg, p.n)
+		return algorithms.Decision{Allowed: changed}, next
+	}
 	if p.op == opGiveBack {
 		r, ok := t.limiter.(algorithms.Returner)
 		if !ok || len(state) == 0 || p.Overflow {

@@ -116,3 +116,41 @@ func TestTakeReservesNothingInAnOverflowSlot(t *testing.T) {
 		t.Fatal("no key overflowed")
 	}
 }
+
+// TestSettleChargesTheKeyState: Settle charges a usage settlement to the key's state through
+// the table, a refund and a debt, and writes nothing for a refund on a fresh key or a zero
+// delta.
+func TestSettleChargesTheKeyState(t *testing.T) {
+	lim := mustLimiter(t, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Hour})
+	tab := mustTable(t, NewMemory(), 16, lim)
+	now := int64(1_764_480_000) * int64(time.Second)
+	var p Pending
+	if err := tab.AllowN([]byte("k"), now, 40, &p); err != nil || !p.Decision.Allowed {
+		t.Fatal(err, p.Decision)
+	}
+	steps := []struct {
+		key      string
+		delta    int64
+		wantLeft int64
+	}{
+		{"k", -10, 70},     // a refund of 10 of the 40 reserved
+		{"k", 30, 40},      // a debt of 30 beyond them
+		{"k", 0, 40},       // nothing to settle
+		{"fresh", -5, 100}, // a refund on a key without state: nothing written
+	}
+	for i, s := range steps {
+		if err := tab.Settle([]byte(s.key), now, now, s.delta, &p); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := remaining(t, tab, s.key, now); got != s.wantLeft {
+			t.Errorf("step %d: %s has %d left, want %d", i, s.key, got, s.wantLeft)
+		}
+	}
+	// A debt beyond the capacity on a key without state: the key owes 20 and denies a request.
+	if err := tab.Settle([]byte("fresh"), now, now, 120, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Decide([]byte("fresh"), now, 1, &p); err != nil || p.Decision.Allowed {
+		t.Fatalf("after a debt of 120 on a capacity of 100: %v %+v", err, p.Decision)
+	}
+}

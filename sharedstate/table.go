@@ -506,7 +506,8 @@ type Pending struct {
 	// Reserved is what a Take reserved beyond the request's cost (see lease.go).
 	Reserved int64
 	// op is the operation run makes (opAllow: AllowN; see lease.go for the others), and arg
-	// its argument: a Take's most reserve, a GiveBack's instant of the take.
+	// its argument: a Take's most reserve, a GiveBack's instant of the take, a Settle's
+	// instant of the reservation.
 	op  uint8
 	arg int64
 }
