@@ -46,8 +46,9 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
-	// unsampled counts the requests without an x-request-id that a rule with an
-	// enforce_percent below 100 decided (see requestSample).
+	// unsampled is the sample of the last request without an x-request-id that a rule with
+	// an enforce_percent below 100 decided: n × weylStep mod config.EnforceAll for the n-th
+	// (see requestSample).
 	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
