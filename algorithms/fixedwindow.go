@@ -13,21 +13,25 @@ package algorithms
 //	state: ws (absolute window start), count
 //	w = now - (now mod W)
 //	fresh: ws = w, count = 0
-//	if w < ws: w = ws                 -- a stale call counts against the newer window
-//	elif w > ws: count = 0
+//	if w <= ws: w = ws                -- a stale call counts against the newer window
+//	else: count = max(0, count - min(k, count)*L), k = (w - ws)/W
 //	if n <= 0 or n > L: unsatisfiable (state unchanged)
 //	allowed = count + n <= L;  if allowed: count = count + n
-//	RetryAfter = w + W - now          when denied
-//	Remaining  = L - count
-//	ResetAfter = w + W - now if count > 0, else 0
+//	RetryAfter = w + ceil((count + n - L)/L)*W - now     when denied (count + n > L)
+//	Remaining  = max(0, L - count)
+//	ResetAfter = w + ceil(count/L)*W - now if count > 0, else 0
 //	store (w, count)
+//
+// Only a usage debt (see Settle) makes count exceed L: each window that passes repays L of
+// it, so a key that was charged 3L in one window is denied for the next two. Below L, the
+// roll is the plain reset to 0.
 //
 // # State layout (37 bytes)
 //
 //	[0]     0x53 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
 //	[25:33] ws,    int64 LE, Unix ns (a multiple of W)
-//	[33:37] count, uint32 LE
+//	[33:37] count, uint32 LE (at most debtCeiling)
 //
 // The v1 layout (13 bytes: 0x51, ws, count; no parameters) is still read, with the current
 // parameters, and rewritten in this layout by the next admitted request.
@@ -40,8 +44,8 @@ package algorithms
 //
 //	ws = tc - (tc mod W), count = C
 type FixedWindow struct {
-	limit, w int64
-	p        params
+	limit, w, ceil int64 // ceil: debtCeiling
+	p              params
 }
 
 const (
@@ -63,7 +67,8 @@ func (f *FixedWindow) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
-	*f = FixedWindow{limit: c.Limit, w: int64(c.Window), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	w := int64(c.Window)
+	*f = FixedWindow{limit: c.Limit, w: w, ceil: debtCeiling(c.Limit, w), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
 	return nil
 }
 
@@ -78,14 +83,11 @@ func (f *FixedWindow) load(state []byte, off int, now int64) (w, count int64) {
 	if ws < 0 || ws > MaxTime || ws%f.w != 0 {
 		return w, 0 // every start the limiter writes is aligned
 	}
-	switch {
-	case w < ws:
-		return ws, min(get32(state[off+8:]), f.limit)
-	case w == ws:
-		return w, min(get32(state[off+8:]), f.limit)
-	default:
-		return w, 0
+	count = min(get32(state[off+8:]), f.ceil)
+	if w <= ws {
+		return ws, count
 	}
+	return w, max(0, count-min((w-ws)/f.w, count)*f.limit)
 }
 
 func (f *FixedWindow) locate(state []byte) (off int, convert bool) {
@@ -109,11 +111,11 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 		count += n
 		d.Allowed = true
 	default:
-		d.RetryAfter = dur(w + f.w - now)
+		d.RetryAfter = dur(w + ceilDiv(count+n-f.limit, f.limit)*f.w - now)
 	}
-	d.Remaining = f.limit - count
+	d.Remaining = max(0, f.limit-count)
 	if count > 0 {
-		d.ResetAfter = dur(w + f.w - now)
+		d.ResetAfter = dur(w + ceilDiv(count, f.limit)*f.w - now)
 	}
 	if !store {
 		return d, state

@@ -108,11 +108,11 @@ func (s *SlidingWindowCounter) GiveBack(state []byte, now, takenAt, n int64) ([]
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
-	ws, prev, cur, ok := s.cc.decode(state[hdrSize:], s.cc.limit())
+	ws, prev, cur, ok := s.decode(state, hdrSize)
 	if !ok {
 		return state, false
 	}
-	w, _, prev, cur := s.cc.roll(ws, prev, cur, true, now)
+	w, _, prev, cur := s.roll(ws, prev, cur, true, now)
 	switch tw := takenAt - takenAt%s.cc.w; {
 	case tw == w && cur > 0:
 		cur = max(0, cur-n)

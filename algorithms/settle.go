@@ -7,8 +7,9 @@ package algorithms
 //
 //   - delta < 0 is a refund: the units the request reserved and did not use go back.
 //   - delta > 0 is a debt: units beyond the reservation are taken, whatever the state holds.
-//     A bucket or GCRA key may go below empty; it is then denied until the debt is repaid at
-//     the rule's rate.
+//     A bucket or GCRA key may go below empty, a window's count above its limit; the key is
+//     then denied until the debt is repaid at the rule's rate (a window repays its limit per
+//     window).
 //
 // # Arithmetic, per algorithm (the spec for the Lua port)
 //
@@ -38,17 +39,21 @@ package algorithms
 //	delta > 0:   TAT' = min(base + delta*T, max(TAT, now + 2^52))
 //	delta < 0:   TAT' = max(TAT + delta*T, now)   when TAT > now; else unchanged (the key is full)
 //
-// Fixed window: the count of the current window w (after a stale call's roll, as in AllowN).
-// A debt is added to it, up to Limit (the window forgets what lies beyond, at its end). A
-// refund is taken off only when the reservation was counted in w (reservedAt in w); a
-// reservation counted in a window that has ended was forgotten with it.
+// Fixed window: the count of the current window w (after the roll of a decision, which carries
+// a count beyond L into the following windows, L per window). A debt is added to it, whatever
+// its size, up to the debt ceiling; a refund is taken off it, down to 0, whichever window the
+// reservation was counted in. An ended window's admissions were decided with the reservation
+// counted and cannot be undone, so a refund of a reservation counted in an ended window comes
+// off the current count (a carried debt, or this window's own count): that keeps the charged
+// total equal to the usage, down to a count of 0, at the price of this window admitting up to
+// the refund beyond L.
 //
-//	delta > 0:   count = min(count + delta, L)
-//	delta < 0:   count = max(count + delta, 0)    when start(reservedAt) == w
+//	delta > 0:   count = min(count + delta, ceil)
+//	delta < 0:   count = max(count + delta, 0)
 //
 // Sliding window counter: as the fixed window, for cur; a refund of a reservation counted in
-// the previous window comes off prev (prev = max(prev + delta, 0), when start(reservedAt) is
-// w - W).
+// the previous window (start(reservedAt) == w - W) takes what cur cannot take off prev:
+// prev = max(prev + min(cur + delta, 0), 0).
 //
 // A state recorded under other parameters (the configuration changed while the stream was
 // open) is not settled: Settle returns ok false, and the caller writes nothing.
@@ -57,6 +62,13 @@ package algorithms
 // debts of many streams settled while the key is denied add up, and a bucket's last refill
 // or a GCRA TAT must stay a valid timestamp (MaxTime, maxStamp). What lies beyond is forgiven.
 const maxDebtAhead = 1 << 52
+
+// debtCeiling is the most a window key's count holds, its debt included: what the windows of
+// maxDebtAhead repay (at least two windows' worth), within the uint32 it is stored in. It
+// keeps every RetryAfter and ResetAfter below 2^53 ns. What lies beyond is forgiven.
+func debtCeiling(limit, w int64) int64 {
+	return min(1<<32-1, limit*max(2, maxDebtAhead/w))
+}
 
 // Settle applies delta = usage - reservation to state at now, for a request whose
 // reservation was admitted at reservedAt (see above). It returns the state to store and
@@ -78,7 +90,7 @@ func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bo
 	case *GCRA:
 		return l.settle(state, now, delta)
 	case *FixedWindow:
-		return l.settle(state, now, reservedAt, delta)
+		return l.settle(state, now, delta)
 	case *SlidingWindowCounter:
 		return l.settle(state, now, reservedAt, delta)
 	}
@@ -204,7 +216,7 @@ func (g *GCRA) settle(state []byte, now, delta int64) ([]byte, bool) {
 }
 
 // settle is Settle for the fixed window.
-func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
+func (f *FixedWindow) settle(state []byte, now, delta int64) ([]byte, bool) {
 	off, conv := f.locate(state)
 	if conv {
 		return state, false
@@ -212,8 +224,8 @@ func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte
 	w, count := f.load(state, off, now)
 	switch {
 	case delta > 0:
-		count = min(count+delta, f.limit)
-	case reservedAt-reservedAt%f.w == w && count > 0:
+		count = min(count+delta, f.ceil)
+	case count > 0:
 		count = max(count+delta, 0)
 	default:
 		return state, false
@@ -227,21 +239,17 @@ func (s *SlidingWindowCounter) settle(state []byte, now, reservedAt, delta int64
 	if conv {
 		return state, false
 	}
-	limit := s.cc.limit()
-	var ws, prev, cur int64
-	ok := off != 0
-	if ok {
-		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
-	}
-	w, _, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
-	rw := reservedAt - reservedAt%s.cc.w
+	ws, prev, cur, ok := s.decode(state, off)
+	w, _, prev, cur := s.roll(ws, prev, cur, ok, now)
+	inPrev := reservedAt-reservedAt%s.cc.w == w-s.cc.w
 	switch {
 	case delta > 0:
-		cur = min(cur+delta, limit)
-	case rw == w && cur > 0:
+		cur = min(cur+delta, s.ceil)
+	case cur > 0 || inPrev && prev > 0:
+		if inPrev {
+			prev = max(prev+min(cur+delta, 0), 0)
+		}
 		cur = max(cur+delta, 0)
-	case rw == w-s.cc.w && prev > 0:
-		prev = max(prev+delta, 0)
 	default:
 		return state, false
 	}

@@ -32,14 +32,14 @@ package algorithms
 //	fresh: ws = start(now), prev = cur = 0, where start(t) = t - (t mod W)
 //	w = start(now); eff = now
 //	if w < ws:  w = ws; eff = ws               -- a stale call counts against the newer window
-//	elif w == ws + W: prev, cur = cur, 0
-//	elif w > ws + W:  prev, cur = 0, 0
+//	elif w > ws: k = (w - ws)/W                -- k windows later; cur beyond L is carried:
+//	    prev = min(L, max(0, cur - min(k-1, cur)*L)); cur = max(0, cur - min(k, cur)*L)
 //	e   = floor((eff - w) / slice)             -- 0 <= e < S
 //	est = prev*(S - e) + cur*S                  -- the estimate, in units of 1/S event
 //	if n <= 0 or n > L: unsatisfiable (state unchanged)
 //	allowed = est + n*S <= L*S;  if allowed: cur = cur + n; est = est + n*S
 //	Remaining  = floor(max(0, L*S - est) / S)
-//	ResetAfter = w + 2W - now if cur > 0, else w + W - now if prev > 0, else 0
+//	ResetAfter = w + (ceil(cur/L) + 1)*W - now if cur > 0, else w + W - now if prev > 0, else 0
 //	store (w, prev, cur)
 //
 // RetryAfter, when denied, is the earliest instant at which the same request passes:
@@ -47,15 +47,17 @@ package algorithms
 //	if cur + n <= L and prev > 0:
 //	    m = S - floor((L - cur - n)*S / prev)       -- first slice where prev's weight is low enough
 //	    if m < S: retry = w + m*slice
-//	if not found, at the next window (prev' = cur, cur' = 0):
-//	    retry = w + W                                if cur == 0
-//	    m = S - floor((L - n)*S / cur)
-//	    retry = w + W                                if m <= 0
-//	    retry = w + W + m*slice                      if 0 < m < S
-//	    retry = w + 2W                               otherwise (n == L: wait until prev' is gone)
+//	if not found, in the first later window w + kW whose cur' leaves room for n, with
+//	k = ceil(max(cur + n - L, 1)/L) and (prev', cur') as the roll makes them there:
+//	    retry = w + kW                               if prev' == 0
+//	    m = S - floor((L - cur' - n)*S / prev')
+//	    retry = w + kW                               if m <= 0
+//	    retry = w + kW + m*slice                     if 0 < m < S
+//	    retry = w + (k+1)W                           otherwise (cur' + n == L: wait until prev' is gone)
 //	RetryAfter = retry - now
 //
-// The largest intermediate is 3*L*S <= 3*10^15 < 2^53.
+// The largest intermediate is 3*L*S <= 3*10^15 < 2^53. Only a usage debt (see Settle) makes
+// cur exceed L; below L the roll is the plain shift (prev, cur = cur, 0 one window later).
 //
 // # State layout (41 bytes)
 //
@@ -63,7 +65,7 @@ package algorithms
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
 //	[25:33] ws,   int64 LE, Unix ns (a multiple of W)
 //	[33:37] prev, uint32 LE
-//	[37:41] cur,  uint32 LE
+//	[37:41] cur,  uint32 LE (at most debtCeiling)
 //
 // The v1 layout (17 bytes: 0x31, ws, prev, cur; no parameters) is still read, with the
 // current parameters, and rewritten in this layout by the next admitted request.
@@ -76,8 +78,9 @@ package algorithms
 //
 //	ws = tc - (tc mod W), prev = 0, cur = C
 type SlidingWindowCounter struct {
-	cc counterCore
-	p  params
+	cc   counterCore
+	ceil int64 // debtCeiling
+	p    params
 }
 
 // counterSlices is S, the resolution of the previous window's weight.
@@ -93,8 +96,6 @@ type counterCore struct {
 	lim      int64 // the limit (the ceiling for adaptive), used to clamp decoded counts
 }
 
-func (cc *counterCore) limit() int64 { return cc.lim }
-
 func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 	s := new(SlidingWindowCounter)
 	if err := s.init(c); err != nil {
@@ -109,7 +110,8 @@ func (s *SlidingWindowCounter) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
-	*s = SlidingWindowCounter{cc: newCounterCore(c), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	*s = SlidingWindowCounter{cc: newCounterCore(c), ceil: debtCeiling(c.Limit, int64(c.Window)),
+		p: makeParams(c.Limit, c.Limit, c.Window, 0)}
 	return nil
 }
 
@@ -135,6 +137,17 @@ func (cc *counterCore) roll(ws, prev, cur int64, ok bool, now int64) (w, eff, p,
 	}
 }
 
+// roll is counterCore.roll with a cur beyond the limit (a usage debt) carried: each window
+// that passes takes up to L of it, into prev and then out.
+func (s *SlidingWindowCounter) roll(ws, prev, cur int64, ok bool, now int64) (w, eff, p, c int64) {
+	w, eff, p, c = s.cc.roll(ws, prev, cur, ok, now)
+	if ok && w > ws {
+		k, L := (w-ws)/s.cc.w, s.cc.lim
+		p, c = min(L, max(0, cur-min(k-1, cur)*L)), max(0, cur-min(k, cur)*L)
+	}
+	return w, eff, p, c
+}
+
 // decide applies n under limit to the rolled counters.
 func (cc *counterCore) decide(w, eff, prev, cur, now, n, limit int64) (d Decision, newCur int64, store bool) {
 	const S = counterSlices
@@ -155,7 +168,7 @@ func (cc *counterCore) decide(w, eff, prev, cur, now, n, limit int64) (d Decisio
 	d.Remaining = max(0, limit*S-est) / S
 	switch {
 	case cur > 0:
-		d.ResetAfter = dur(w + 2*cc.w - now)
+		d.ResetAfter = dur(w + (ceilDiv(cur, cc.lim)+1)*cc.w - now)
 	case prev > 0:
 		d.ResetAfter = dur(w + cc.w - now)
 	}
@@ -170,11 +183,15 @@ func (cc *counterCore) retryAt(w, prev, cur, n, limit int64) int64 {
 			return w + m*cc.slice
 		}
 	}
-	next := w + cc.w
-	if cur == 0 {
+	// The first later window whose carried cur leaves room for n (see roll; below the limit k
+	// is 1, prev is cur and cur is 0).
+	k, L := ceilDiv(max(cur+n-limit, 1), cc.lim), cc.lim
+	prev, cur = min(L, max(0, cur-(k-1)*L)), max(0, cur-k*L)
+	next := w + k*cc.w
+	if prev == 0 {
 		return next
 	}
-	m := S - (limit-n)*S/cur
+	m := S - (limit-cur-n)*S/prev
 	switch {
 	case m <= 0:
 		return next
@@ -201,14 +218,14 @@ func (cc *counterCore) decode(b []byte, limit int64) (ws, prev, cur int64, ok bo
 	return ws, min(get32(b[8:]), limit), min(get32(b[12:]), limit), true
 }
 
-// decode reads a state that is either in the current encoding with s's parameters or in the
-// v1 encoding; anything else (including a state to convert) is reported as not ok.
-func (s *SlidingWindowCounter) decode(state []byte, limit int64) (ws, prev, cur int64, ok bool) {
-	off, _ := s.locate(state)
+// decode reads the fields at state[off:] (off from locate; 0: a fresh key, not ok), with prev
+// clamped to the limit and cur to the debt ceiling.
+func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur int64, ok bool) {
 	if off == 0 {
 		return 0, 0, 0, false
 	}
-	return s.cc.decode(state[off:], limit)
+	ws, prev, cur, ok = s.cc.decode(state[off:], s.ceil)
+	return ws, min(prev, s.cc.lim), cur, ok
 }
 
 func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
@@ -218,18 +235,13 @@ func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	limit := s.cc.limit()
 	off, conv := s.locate(state)
 	if conv {
 		return s.convert(state, now, n)
 	}
-	var ws, prev, cur int64
-	ok := off != 0
-	if ok {
-		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
-	}
-	w, eff, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
-	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, limit)
+	ws, prev, cur, ok := s.decode(state, off)
+	w, eff, prev, cur := s.roll(ws, prev, cur, ok, now)
+	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, s.cc.lim)
 	if !store {
 		return d, state
 	}
@@ -261,12 +273,13 @@ func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bo
 	if len(state) != counterSize || !s.p.matches(state, verSlidingCount2) {
 		return 0, 0, false
 	}
-	ws, prev, cur, ok := s.cc.decode(state[hdrSize:], s.cc.lim)
+	ws, prev, cur, ok := s.decode(state, hdrSize)
 	if !ok {
 		return 0, 0, false
 	}
-	r, at = s.cc.remaining(ws, prev, cur, now, s.cc.lim)
-	return r, at, true
+	w, eff, prev, cur := s.roll(ws, prev, cur, true, now)
+	d, _, _ := s.cc.decide(w, eff, prev, cur, now, 0, s.cc.lim)
+	return d.Remaining, eff, true
 }
 
 // remaining is the Remaining a decision under limit reports for (ws, prev, cur) at now, before
@@ -283,9 +296,11 @@ func (s *SlidingWindowCounter) StateSize() int { return counterSize }
 // Idle implements Limiter: both counters are zero once rolled to now's window.
 func (s *SlidingWindowCounter) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
-	if _, conv := s.locate(state); conv {
+	off, conv := s.locate(state)
+	if conv {
 		return idleConverted(state, now, s.cc.lim)
 	}
-	ws, prev, cur, ok := s.decode(state, s.cc.limit())
-	return s.cc.idle(ws, prev, cur, ok, now)
+	ws, prev, cur, ok := s.decode(state, off)
+	_, _, p, c := s.roll(ws, prev, cur, ok, now)
+	return p == 0 && c == 0
 }
