@@ -99,6 +99,7 @@ if cap ~= limit or (code == SW_LOG and limit > LOG_LIMIT_CEILING) then
 return nil
 end
 P.wms = W / 1000000
+P.ceil = math.min(4294967295, limit * math.max(2, math.floor(4503599627370496 / W)))
 else
 return nil
 end
@@ -257,18 +258,19 @@ local c = int(f[8])
 if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
 return nil
 end
-return {ws_s = ws_s, ws_n = ws_n, c = c}
+return {ws_s = ws_s, ws_n = ws_n, c = math.min(math.max(c, 0), P.ceil)}
 end
 local function fw_decide(st, P, n, now_s, now_n)
 local limit, W = P.limit, P.W
 local w_s, w_n = window_start(now_s, now_n, P.wms)
 local count = 0
 if st then
-if tsless(w_s, w_n, st.ws_s, st.ws_n) then
+if not tsless(st.ws_s, st.ws_n, w_s, w_n) then
 w_s, w_n = st.ws_s, st.ws_n
-count = math.min(math.max(st.c, 0), limit)
-elseif w_s == st.ws_s and w_n == st.ws_n then
-count = math.min(math.max(st.c, 0), limit)
+count = st.c
+else
+local k = math.floor(tsdiff(w_s, w_n, st.ws_s, st.ws_n) / W)
+count = math.max(0, st.c - math.min(k, st.c) * limit)
 end
 end
 local wrel = tsdiff(w_s, w_n, now_s, now_n)
@@ -278,13 +280,13 @@ elseif count + n <= limit then
 count = count + n
 allowed = true
 else
-retry = wrel + W
+retry = wrel + ceildiv(count + n - limit, limit) * W
 end
 local reset = 0
 if count > 0 then
-reset = wrel + W
+reset = wrel + ceildiv(count, limit) * W
 end
-return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+return allowed, math.max(0, limit - count), retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
 end
 local function fw_peek(st, P, now_s, now_n)
 local _, R, _, _, new = fw_decide(st, P, 0, now_s, now_n)
@@ -304,26 +306,20 @@ redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
 end
-local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
-local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
-local count = b.c
+local function fw_settle(st, P, delta, now_s, now_n)
+local _, _, _, _, new = fw_decide(st, P, 0, now_s, now_n)
 if delta > 0 then
-count = math.min(count + delta, P.limit)
+new.c = math.min(new.c + delta, P.ceil)
+elseif new.c > 0 then
+new.c = math.max(new.c + delta, 0)
 else
-local r_s, r_n = window_start(at_s, at_n, P.wms)
-if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
 return nil
 end
-count = math.max(count + delta, 0)
-end
-local reset = 0
-if count > 0 then
-reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
-end
-return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+local _, _, _, reset = fw_decide(new, P, 0, now_s, now_n)
+return new, reset
 end
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
-local c = math.min(math.max(st.c, 0), P.limit)
+local c = math.min(st.c, P.limit)
 local t_s, t_n = window_start(ta_s, ta_n, P.wms)
 local w_s, w_n = window_start(now_s, now_n, P.wms)
 if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
@@ -337,7 +333,7 @@ local p, c = int(f[7]), int(f[8])
 if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
 return nil
 end
-return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
+return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.ceil)}
 end
 local function swc_decide(st, P, n, now_s, now_n)
 local L, W, slice = P.limit, P.W, P.wms
@@ -347,14 +343,15 @@ local eff_s, eff_n = now_s, now_n
 local prev, cur = 0, 0
 if st then
 local ws_s, ws_n = st.ws_s, st.ws_n
-local next_s, next_n = tsadd(ws_s, ws_n, W)
 if tsless(w_s, w_n, ws_s, ws_n) then
 w_s, w_n, eff_s, eff_n = ws_s, ws_n, ws_s, ws_n
 prev, cur = st.p, st.c
 elseif w_s == ws_s and w_n == ws_n then
 prev, cur = st.p, st.c
-elseif w_s == next_s and w_n == next_n then
-prev, cur = st.c, 0
+else
+local k = math.floor(tsdiff(w_s, w_n, ws_s, ws_n) / W)
+prev = math.min(L, math.max(0, st.c - math.min(k - 1, st.c) * L))
+cur = math.max(0, st.c - math.min(k, st.c) * L)
 end
 end
 local e = math.floor(tsdiff(eff_s, eff_n, w_s, w_n) / slice)
@@ -367,11 +364,13 @@ if m < S then
 return wrel + m * slice
 end
 end
-local nxt = wrel + W
-if cur == 0 then
+local k = ceildiv(math.max(cur + n - L, 1), L)
+local p, c = math.min(L, math.max(0, cur - (k - 1) * L)), math.max(0, cur - k * L)
+local nxt = wrel + k * W
+if p == 0 then
 return nxt
 end
-local m = S - math.floor((L - n) * S / cur)
+local m = S - math.floor((L - c - n) * S / p)
 if m <= 0 then
 return nxt
 elseif m < S then
@@ -390,7 +389,7 @@ retry = retry_rel()
 end
 local reset = 0
 if cur > 0 then
-reset = wrel + 2 * W
+reset = wrel + (ceildiv(cur, L) + 1) * W
 elseif prev > 0 then
 reset = wrel + W
 end
@@ -417,26 +416,22 @@ redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
 'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
 end
 local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
-local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
-local prev, cur = b.p, b.c
+local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
 local r_s, r_n = window_start(at_s, at_n, P.wms)
-local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
+local pw_s, pw_n = tsadd(new.ws_s, new.ws_n, -P.W)
+local in_prev = r_s == pw_s and r_n == pw_n
 if delta > 0 then
-cur = math.min(cur + delta, P.limit)
-elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
-cur = math.max(cur + delta, 0)
-elseif r_s == pw_s and r_n == pw_n and prev > 0 then
-prev = math.max(prev + delta, 0)
+new.c = math.min(new.c + delta, P.ceil)
+elseif new.c > 0 or (in_prev and new.p > 0) then
+if in_prev then
+new.p = math.max(new.p + math.min(new.c + delta, 0), 0)
+end
+new.c = math.max(new.c + delta, 0)
 else
 return nil
 end
-local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
-if cur > 0 then
-reset = wrel + 2 * P.W
-elseif prev > 0 then
-reset = wrel + P.W
-end
-return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+local _, _, _, reset = swc_decide(new, P, 0, now_s, now_n)
+return new, reset
 end
 local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
@@ -920,7 +915,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "9fe1b90ae64398028c1c00933e8d319294270213"
+const luaScriptSHA1 = "e26729e723e7c4fa343d7ffe09797657077fdddc"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

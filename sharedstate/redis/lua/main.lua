@@ -162,7 +162,7 @@ end
 --          key; last, the settlement's id key (in the key's slot)
 -- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), the
 --          instant the reservation was decided at (Unix seconds and nanoseconds, from its
---          reply: the windows refund only the window it was counted in), then the rule's
+--          reply: the sliding window counter refunds prev when it was counted there), then the rule's
 --          algorithm code, limit, window (ns), capacity, max_keys; then, for the tests only,
 --          the instant as in a decision
 -- reply    {now_s, now_ns, 1}

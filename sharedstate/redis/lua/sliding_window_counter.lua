@@ -12,7 +12,7 @@ local function swc_decode(f, P)
   if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
-  return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
+  return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.ceil)}
 end
 
 local function swc_decide(st, P, n, now_s, now_n)
@@ -23,15 +23,19 @@ local function swc_decide(st, P, n, now_s, now_n)
   local prev, cur = 0, 0
   if st then
     local ws_s, ws_n = st.ws_s, st.ws_n
-    local next_s, next_n = tsadd(ws_s, ws_n, W)
     if tsless(w_s, w_n, ws_s, ws_n) then
       -- a stale call counts against the newer window
       w_s, w_n, eff_s, eff_n = ws_s, ws_n, ws_s, ws_n
       prev, cur = st.p, st.c
     elseif w_s == ws_s and w_n == ws_n then
       prev, cur = st.p, st.c
-    elseif w_s == next_s and w_n == next_n then
-      prev, cur = st.c, 0
+    else
+      -- k windows later: cur beyond the limit (a usage debt) is carried, limit per window, into
+      -- prev and then out (below the limit: prev = cur one window later). A difference beyond
+      -- 2^53 rounds, but to a k that carries out any cur up to P.ceil.
+      local k = math.floor(tsdiff(w_s, w_n, ws_s, ws_n) / W)
+      prev = math.min(L, math.max(0, st.c - math.min(k - 1, st.c) * L))
+      cur = math.max(0, st.c - math.min(k, st.c) * L)
     end
   end
 
@@ -39,7 +43,8 @@ local function swc_decide(st, P, n, now_s, now_n)
   local est = prev * (S - e) + cur * S
   local wrel = tsdiff(w_s, w_n, now_s, now_n)
 
-  -- retry_rel returns the earliest instant at which n passes, relative to now.
+  -- retry_rel returns the earliest instant at which n passes, relative to now: in this window,
+  -- or in the first later one (k windows on) whose carried cur leaves room for n.
   local function retry_rel()
     if cur + n <= L and prev > 0 then
       local m = S - math.floor((L - cur - n) * S / prev)
@@ -47,11 +52,13 @@ local function swc_decide(st, P, n, now_s, now_n)
         return wrel + m * slice
       end
     end
-    local nxt = wrel + W
-    if cur == 0 then
+    local k = ceildiv(math.max(cur + n - L, 1), L)
+    local p, c = math.min(L, math.max(0, cur - (k - 1) * L)), math.max(0, cur - k * L)
+    local nxt = wrel + k * W
+    if p == 0 then
       return nxt
     end
-    local m = S - math.floor((L - n) * S / cur)
+    local m = S - math.floor((L - c - n) * S / p)
     if m <= 0 then
       return nxt
     elseif m < S then
@@ -72,7 +79,7 @@ local function swc_decide(st, P, n, now_s, now_n)
   end
   local reset = 0
   if cur > 0 then
-    reset = wrel + 2 * W
+    reset = wrel + (ceildiv(cur, L) + 1) * W
   elseif prev > 0 then
     reset = wrel + W
   end
@@ -107,30 +114,26 @@ local function swc_write(key, P, st, stale)
 end
 
 -- A settlement (algorithms.Settle for the sliding window counter), for a reservation counted
--- at at: as the fixed window's for cur (after the roll a decision makes), and a refund of a
--- reservation counted in the previous window comes off prev. It returns the state to write
--- and its reset (ns from now), or nil when there is nothing to write.
+-- at at: as the fixed window's for cur (after the roll a decision makes), and what cur cannot
+-- take of a refund of a reservation counted in the previous window comes off prev. It returns
+-- the state to write and its reset (ns from now), or nil when there is nothing to write.
 local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
-  local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
-  local prev, cur = b.p, b.c
+  local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
   local r_s, r_n = window_start(at_s, at_n, P.wms)
-  local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
+  local pw_s, pw_n = tsadd(new.ws_s, new.ws_n, -P.W)
+  local in_prev = r_s == pw_s and r_n == pw_n
   if delta > 0 then
-    cur = math.min(cur + delta, P.limit)
-  elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
-    cur = math.max(cur + delta, 0)
-  elseif r_s == pw_s and r_n == pw_n and prev > 0 then
-    prev = math.max(prev + delta, 0)
+    new.c = math.min(new.c + delta, P.ceil)
+  elseif new.c > 0 or (in_prev and new.p > 0) then
+    if in_prev then
+      new.p = math.max(new.p + math.min(new.c + delta, 0), 0)
+    end
+    new.c = math.max(new.c + delta, 0)
   else
     return nil
   end
-  local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
-  if cur > 0 then
-    reset = wrel + 2 * P.W
-  elseif prev > 0 then
-    reset = wrel + P.W
-  end
-  return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+  local _, _, _, reset = swc_decide(new, P, 0, now_s, now_n)
+  return new, reset
 end
 
 -- A lease's give-back (algorithms.SlidingWindowCounter.GiveBack): after rolling to now,
