@@ -39,20 +39,17 @@ package algorithms
 //	delta > 0:   TAT' = min(base + delta*T, max(TAT, now + 2^52))
 //	delta < 0:   TAT' = max(TAT + delta*T, now)   when TAT > now; else unchanged (the key is full)
 //
-// Fixed window: the count of the current window w (after the roll of a decision, which carries
-// a count beyond L into the following windows, L per window). A debt is added to it, whatever
-// its size, up to the debt ceiling; a refund is taken off it, down to 0, whichever window the
-// reservation was counted in. An ended window's admissions were decided with the reservation
-// counted and cannot be undone, so a refund of a reservation counted in an ended window comes
-// off the current count (a carried debt, or this window's own count): that keeps the charged
-// total equal to the usage, down to a count of 0, at the price of this window admitting up to
-// the refund beyond L.
+// Fixed window: the count of the current window w, after the roll of a decision (which carries
+// a count beyond L into the following windows). A debt is added to it up to the debt ceiling, a
+// refund taken off it down to 0, whichever window the reservation was counted in: an ended
+// window's admissions cannot be undone, and taking the refund off the current count keeps the
+// charged total equal to the usage (docs/usage-cost.md says why, and at what price).
 //
 //	delta > 0:   count = min(count + delta, ceil)
 //	delta < 0:   count = max(count + delta, 0)
 //
-// Sliding window counter: as the fixed window, for cur; a refund of a reservation counted in
-// the previous window (start(reservedAt) == w - W) takes what cur cannot take off prev:
+// Sliding window counter: as the fixed window, for cur; of a refund of a reservation counted in
+// the previous window (start(reservedAt) == w - W), what cur cannot take comes off prev:
 // prev = max(prev + min(cur + delta, 0), 0).
 //
 // A state recorded under other parameters (the configuration changed while the stream was
