@@ -323,3 +323,29 @@ func TestSettleDebtCeiling(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleDebtConverted: a window key in debt, read under a changed configuration, converts
+// without grant: nothing is left while the old configuration still carries the debt, and the
+// whole new limit once it is repaid.
+func TestSettleDebtConverted(t *testing.T) {
+	for _, alg := range []string{AlgFixedWindow, AlgSlidingWindow} {
+		w := int64(10 * time.Second)
+		state, _ := Settle(mustNew(t, Config{Algorithm: alg, Limit: 10, Window: dur(w)}), nil, t0, t0, 30)
+		cur := mustNew(t, Config{Algorithm: alg, Limit: 20, Window: dur(w)})
+		for _, at := range []int64{t0, t0 + w, t0 + 2*w} {
+			if d, _ := cur.AllowN(state, at, 1); d.Allowed || cur.Idle(state, at) {
+				t.Errorf("%s at +%v: a key in debt converted with allowance left (%+v)", alg, dur(at-t0), d)
+			}
+		}
+		at := t0 + 3*w
+		if alg == AlgSlidingWindow {
+			at += w // prev weighs the last window of the debt
+		}
+		if !cur.Idle(state, at) {
+			t.Errorf("%s: the repaid key is not idle", alg)
+		}
+		if d, _ := cur.AllowN(state, at, 20); !d.Allowed {
+			t.Errorf("%s: the repaid key was not converted to a fresh one (%+v)", alg, d)
+		}
+	}
+}

@@ -192,6 +192,32 @@ func TestSettleLongRunExactWindows(t *testing.T) {
 	}
 }
 
+// TestSettleDebtConverted: a window key in debt, read under a raised limit, converts without
+// grant in Redis as in Go (every decision is compared): nothing is left while the old
+// configuration still carries the debt, the whole new limit once it is repaid.
+func TestSettleDebtConverted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	wc := newClient(t, srv.WebdisURL())
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		W := int64(time.Hour)
+		key := "convert:{" + alg + "}"
+		old := newDiffer(t, wc, algorithms.Config{Algorithm: alg, Limit: 10, Window: time.Duration(W)}, key)
+		now := int64(1_764_480_000) * 1e9
+		now -= now % W
+		old.do(now, 5)
+		old.settle(now, now, 25, 1, true) // 30 counted
+		cur := newDiffer(t, wc, algorithms.Config{Algorithm: alg, Limit: 20, Window: time.Duration(W)}, key)
+		cur.state = old.state
+		for k := range int64(5) {
+			if d := cur.do(now+k*W, 20); d.Allowed != (k == 4 || k == 3 && alg == "fixed_window") {
+				t.Errorf("%s, %d windows on: %+v", alg, k, d)
+			}
+		}
+	}
+}
+
 // hash returns the integer fields of the hash at key.
 func hash(t *testing.T, srv *redistest.Server, key string) map[string]int64 {
 	t.Helper()
