@@ -420,7 +420,7 @@ func TestSlidingCounterApproximation(t *testing.T) {
 	state = nil
 	for i, cl := range randomCalls(r, c, 20000, 0) {
 		off, _ := sc.locate(state)
-		ws, prev, cur, ok := sc.decode(state, off)
+		ws, prev, cur, _, ok := sc.decode(state, off)
 		w, eff, prev, cur := sc.cc.roll(ws, prev, cur, ok, cl.at)
 		var d Decision
 		d, state = sc.AllowN(state, cl.at, cl.n)

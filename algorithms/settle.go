@@ -39,18 +39,20 @@ package algorithms
 //	delta > 0:   TAT' = min(base + delta*T, max(TAT, now + 2^52))
 //	delta < 0:   TAT' = max(TAT + delta*T, now)   when TAT > now; else unchanged (the key is full)
 //
-// Fixed window: the count of the current window w, after the roll of a decision (which carries
-// a count beyond L into the following windows). A debt is added to it up to the debt ceiling, a
-// refund taken off it down to 0, whichever window the reservation was counted in: an ended
-// window's admissions cannot be undone, and taking the refund off the current count keeps the
-// charged total equal to the usage (docs/usage-cost.md says why, and at what price).
+// Fixed window: the count and carry of the current window w, after the roll of a decision
+// (which carries a count beyond L into the following windows: carry is the part of count ended
+// windows charged). A settlement for a reservation counted in w changes count; one for a
+// reservation counted in an ended window (start(reservedAt) < w) changes the carry too, and a
+// refund then comes off the carry only: what that window counted within L was counted against
+// its admissions and is not given back, so the current window never admits beyond L.
 //
-//	delta > 0:   count = min(count + delta, ceil)
-//	delta < 0:   count = max(count + delta, 0)
+//	delta > 0:   count = min(count + delta, ceil);  if ended: carry = min(carry + delta, count)
+//	delta < 0:   if ended: x = min(-delta, carry); count = count - x; carry = carry - x
+//	             else:     count = max(count + delta, 0); carry = min(carry, count)
 //
-// Sliding window counter: as the fixed window, for cur; of a refund of a reservation counted in
-// the previous window (start(reservedAt) == w - W), what cur cannot take comes off prev:
-// prev = max(prev + min(cur + delta, 0), 0).
+// Sliding window counter: as the fixed window, for cur; and for a reservation counted in the
+// previous window (start(reservedAt) == w - W), what the carry cannot take of a refund comes
+// off prev: prev = max(prev + delta + x, 0).
 //
 // A state recorded under other parameters (the configuration changed while the stream was
 // open) is not settled: Settle returns ok false, and the caller writes nothing.
@@ -87,7 +89,7 @@ func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bo
 	case *GCRA:
 		return l.settle(state, now, delta)
 	case *FixedWindow:
-		return l.settle(state, now, delta)
+		return l.settle(state, now, reservedAt, delta)
 	case *SlidingWindowCounter:
 		return l.settle(state, now, reservedAt, delta)
 	}
@@ -213,21 +215,29 @@ func (g *GCRA) settle(state []byte, now, delta int64) ([]byte, bool) {
 }
 
 // settle is Settle for the fixed window.
-func (f *FixedWindow) settle(state []byte, now, delta int64) ([]byte, bool) {
+func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	off, conv := f.locate(state)
 	if conv {
 		return state, false
 	}
-	w, count := f.load(state, off, now)
+	w, count, carry := f.load(state, off, now)
+	ended := reservedAt-reservedAt%f.w < w
 	switch {
 	case delta > 0:
 		count = min(count+delta, f.ceil)
-	case count > 0:
+		if ended {
+			carry = min(carry+delta, count)
+		}
+	case !ended && count > 0:
 		count = max(count+delta, 0)
+		carry = min(carry, count)
+	case ended && carry > 0:
+		x := min(-delta, carry)
+		count, carry = count-x, carry-x
 	default:
 		return state, false
 	}
-	return f.encode(state, w, count), true
+	return f.encode(state, w, count, carry), true
 }
 
 // settle is Settle for the sliding window counter.
@@ -236,19 +246,27 @@ func (s *SlidingWindowCounter) settle(state []byte, now, reservedAt, delta int64
 	if conv {
 		return state, false
 	}
-	ws, prev, cur, ok := s.decode(state, off)
-	w, _, prev, cur := s.roll(ws, prev, cur, ok, now)
-	inPrev := reservedAt-reservedAt%s.cc.w == w-s.cc.w
+	ws, prev, cur, carry, ok := s.decode(state, off)
+	w, _, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
+	rw := reservedAt - reservedAt%s.cc.w
+	ended, inPrev := rw < w, rw == w-s.cc.w
 	switch {
 	case delta > 0:
 		cur = min(cur+delta, s.ceil)
-	case cur > 0 || inPrev && prev > 0:
-		if inPrev {
-			prev = max(prev+min(cur+delta, 0), 0)
+		if ended {
+			carry = min(carry+delta, cur)
 		}
+	case !ended && cur > 0:
 		cur = max(cur+delta, 0)
+		carry = min(carry, cur)
+	case carry > 0 || inPrev && prev > 0:
+		x := min(-delta, carry)
+		cur, carry = cur-x, carry-x
+		if inPrev {
+			prev = max(prev+delta+x, 0)
+		}
 	default:
 		return state, false
 	}
-	return s.encode(state, w, prev, cur), true
+	return s.encode(state, w, prev, cur, carry), true
 }

@@ -28,19 +28,20 @@ package algorithms
 // # Arithmetic (the spec for the Lua port)
 //
 //	S = 1000000, slice = W / S (ns), L = Limit
-//	state: ws (absolute start of the window "cur" counts), prev, cur
-//	fresh: ws = start(now), prev = cur = 0, where start(t) = t - (t mod W)
+//	state: ws (absolute start of the window "cur" counts), prev, cur, carry (the part of cur
+//	       ended windows charged)
+//	fresh: ws = start(now), prev = cur = carry = 0, where start(t) = t - (t mod W)
 //	w = start(now); eff = now
 //	if w < ws:  w = ws; eff = ws               -- a stale call counts against the newer window
 //	elif w > ws: k = (w - ws)/W                -- k windows later; cur beyond L is carried:
-//	    prev = min(L, max(0, cur - min(k-1, cur)*L)); cur = max(0, cur - min(k, cur)*L)
+//	    prev = min(L, max(0, cur - min(k-1, cur)*L)); cur = carry = max(0, cur - min(k, cur)*L)
 //	e   = floor((eff - w) / slice)             -- 0 <= e < S
 //	est = prev*(S - e) + cur*S                  -- the estimate, in units of 1/S event
 //	if n <= 0 or n > L: unsatisfiable (state unchanged)
 //	allowed = est + n*S <= L*S;  if allowed: cur = cur + n; est = est + n*S
 //	Remaining  = floor(max(0, L*S - est) / S)
 //	ResetAfter = w + (ceil(cur/L) + 1)*W - now if cur > 0, else w + W - now if prev > 0, else 0
-//	store (w, prev, cur)
+//	store (w, prev, cur, carry)
 //
 // RetryAfter, when denied, is the earliest instant at which the same request passes:
 //
@@ -57,15 +58,17 @@ package algorithms
 //	RetryAfter = retry - now
 //
 // The largest intermediate is 3*L*S <= 3*10^15 < 2^53. Only a usage debt (see Settle) makes
-// cur exceed L; below L the roll is the plain shift (prev, cur = cur, 0 one window later).
+// cur exceed L, or carry other than 0; below L the roll is the plain shift (prev, cur = cur, 0
+// one window later).
 //
-// # State layout (41 bytes)
+// # State layout (41 bytes, 45 with a carry)
 //
 //	[0]     0x33 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
 //	[25:33] ws,   int64 LE, Unix ns (a multiple of W)
 //	[33:37] prev, uint32 LE
 //	[37:41] cur,  uint32 LE (at most debtCeiling)
+//	[41:45] carry, uint32 LE (at most cur), only when it is not 0
 //
 // The v1 layout (17 bytes: 0x31, ws, prev, cur; no parameters) is still read, with the
 // current parameters, and rewritten in this layout by the next admitted request.
@@ -87,8 +90,9 @@ type SlidingWindowCounter struct {
 const counterSlices = 1_000_000
 
 const (
-	counterSize   = hdrSize + 16
-	counterSizeV1 = 17
+	counterSize      = hdrSize + 16
+	counterSizeCarry = counterSize + 4
+	counterSizeV1    = 17
 )
 
 type counterCore struct {
@@ -138,14 +142,15 @@ func (cc *counterCore) roll(ws, prev, cur int64, ok bool, now int64) (w, eff, p,
 }
 
 // roll is counterCore.roll with a cur beyond the limit (a usage debt) carried: each window
-// that passes takes up to L of it, into prev and then out.
-func (s *SlidingWindowCounter) roll(ws, prev, cur int64, ok bool, now int64) (w, eff, p, c int64) {
+// that passes takes up to L of it, into prev and then out. What it carries is the new carry.
+func (s *SlidingWindowCounter) roll(ws, prev, cur, carry int64, ok bool, now int64) (w, eff, p, c, cy int64) {
 	w, eff, p, c = s.cc.roll(ws, prev, cur, ok, now)
-	if ok && w > ws {
-		k, L := (w-ws)/s.cc.w, s.cc.lim
-		p, c = min(L, max(0, cur-min(k-1, cur)*L)), max(0, cur-min(k, cur)*L)
+	if !ok || w <= ws {
+		return w, eff, p, c, carry
 	}
-	return w, eff, p, c
+	k, L := (w-ws)/s.cc.w, s.cc.lim
+	p, c = min(L, max(0, cur-min(k-1, cur)*L)), max(0, cur-min(k, cur)*L)
+	return w, eff, p, c, c
 }
 
 // decide applies n under limit to the rolled counters.
@@ -219,16 +224,22 @@ func (cc *counterCore) decode(b []byte, limit int64) (ws, prev, cur int64, ok bo
 }
 
 // decode reads the fields at state[off:] (off from locate; 0: a fresh key, not ok), with prev
-// clamped to the limit and cur to the debt ceiling.
-func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur int64, ok bool) {
+// clamped to the limit, cur to the debt ceiling and carry to cur.
+func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur, carry int64, ok bool) {
 	if off == 0 {
-		return 0, 0, 0, false
+		return 0, 0, 0, 0, false
 	}
 	ws, prev, cur, ok = s.cc.decode(state[off:], s.ceil)
-	return ws, min(prev, s.cc.lim), cur, ok
+	if len(state) == counterSizeCarry {
+		carry = min(get32(state[counterSize:]), cur)
+	}
+	return ws, min(prev, s.cc.lim), cur, carry, ok
 }
 
 func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
+	if len(state) == counterSizeCarry && s.p.matches(state, verSlidingCount2) {
+		return hdrSize, false
+	}
 	return s.p.locate(state, verSlidingCount2, counterSize, verSlidingCount, counterSizeV1)
 }
 
@@ -239,21 +250,28 @@ func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decisio
 	if conv {
 		return s.convert(state, now, n)
 	}
-	ws, prev, cur, ok := s.decode(state, off)
-	w, eff, prev, cur := s.roll(ws, prev, cur, ok, now)
+	ws, prev, cur, carry, ok := s.decode(state, off)
+	w, eff, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
 	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, s.cc.lim)
 	if !store {
 		return d, state
 	}
-	return d, s.encode(state, w, prev, cur)
+	return d, s.encode(state, w, prev, cur, carry)
 }
 
-func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur int64) []byte {
-	out := outBuf(state, counterSize, counterSize)
+func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur, carry int64) []byte {
+	size := counterSize
+	if carry > 0 {
+		size = counterSizeCarry
+	}
+	out := outBuf(state, size, counterSizeCarry)
 	s.p.put(out, verSlidingCount2)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], prev)
 	put32(out[hdrSize+12:], cur)
+	if carry > 0 {
+		put32(out[counterSize:], carry)
+	}
 	return out
 }
 
@@ -261,23 +279,21 @@ func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur int64) []byte {
 func (s *SlidingWindowCounter) convert(state []byte, now, n int64) (Decision, []byte) {
 	var conv []byte
 	if c, tc, ok := consumption(state, now, s.cc.lim); ok {
-		conv = s.encode(nil, tc-tc%s.cc.w, 0, c)
+		conv = s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
 	}
 	d, out := s.AllowN(conv, now, n)
-	return finishConverted(state, d, out, counterSize)
+	return finishConverted(state, d, out, counterSizeCarry)
 }
 
 // peek reports Remaining at now and the instant the estimate was taken at, for a state in s's
 // current encoding with s's parameters.
 func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bool) {
-	if len(state) != counterSize || !s.p.matches(state, verSlidingCount2) {
+	off, _ := s.locate(state)
+	ws, prev, cur, _, ok := s.decode(state, off)
+	if off != hdrSize || !ok {
 		return 0, 0, false
 	}
-	ws, prev, cur, ok := s.decode(state, hdrSize)
-	if !ok {
-		return 0, 0, false
-	}
-	w, eff, prev, cur := s.roll(ws, prev, cur, true, now)
+	w, eff, prev, cur, _ := s.roll(ws, prev, cur, 0, true, now)
 	d, _, _ := s.cc.decide(w, eff, prev, cur, now, 0, s.cc.lim)
 	return d.Remaining, eff, true
 }
@@ -290,8 +306,8 @@ func (cc *counterCore) remaining(ws, prev, cur, now, limit int64) (r, at int64) 
 	return d.Remaining, eff
 }
 
-// StateSize implements Limiter: a SlidingWindowCounter state is always 41 bytes.
-func (s *SlidingWindowCounter) StateSize() int { return counterSize }
+// StateSize implements Limiter: a SlidingWindowCounter state is at most 45 bytes.
+func (s *SlidingWindowCounter) StateSize() int { return counterSizeCarry }
 
 // Idle implements Limiter: both counters are zero once rolled to now's window.
 func (s *SlidingWindowCounter) Idle(state []byte, now int64) bool {
@@ -300,7 +316,7 @@ func (s *SlidingWindowCounter) Idle(state []byte, now int64) bool {
 	if conv {
 		return idleConverted(state, now, s.cc.lim)
 	}
-	ws, prev, cur, ok := s.decode(state, off)
-	_, _, p, c := s.roll(ws, prev, cur, ok, now)
+	ws, prev, cur, _, ok := s.decode(state, off)
+	_, _, p, c, _ := s.roll(ws, prev, cur, 0, ok, now)
 	return p == 0 && c == 0
 }
