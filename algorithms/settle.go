@@ -72,7 +72,8 @@ func debtCeiling(limit, w int64) int64 {
 // Settle applies delta = usage - reservation to state at now, for a request whose
 // reservation was admitted at reservedAt (see above). It returns the state to store and
 // whether there is one: false when there is nothing to write (delta 0, a refund on a fresh
-// or full key, a state recorded under other parameters, or a limiter that takes no usage cost).
+// or full key or that a window's counts cannot take, a state recorded under other parameters,
+// or a limiter that takes no usage cost).
 // The returned slice aliases state when cap(state) is large enough, as AllowN's does.
 func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	if delta == 0 {
@@ -214,6 +215,25 @@ func (g *GCRA) settle(state []byte, now, delta int64) ([]byte, bool) {
 	return g.encode(state, tat), true
 }
 
+// settleCount applies delta to a window's count and carry (see the arithmetic above), for a
+// reservation counted in an ended window or not; rest is what the carry did not take of an
+// ended window's refund.
+func settleCount(count, carry, delta, ceil int64, ended bool) (c, cy, rest int64) {
+	switch {
+	case delta > 0:
+		count = min(count+delta, ceil)
+		if ended {
+			carry = min(carry+delta, count)
+		}
+		return count, carry, 0
+	case !ended:
+		count = max(count+delta, 0)
+		return count, min(carry, count), 0
+	}
+	x := min(-delta, carry)
+	return count - x, carry - x, -delta - x
+}
+
 // settle is Settle for the fixed window.
 func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	off, conv := f.locate(state)
@@ -221,23 +241,11 @@ func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte
 		return state, false
 	}
 	w, count, carry := f.load(state, off, now)
-	ended := reservedAt-reservedAt%f.w < w
-	switch {
-	case delta > 0:
-		count = min(count+delta, f.ceil)
-		if ended {
-			carry = min(carry+delta, count)
-		}
-	case !ended && count > 0:
-		count = max(count+delta, 0)
-		carry = min(carry, count)
-	case ended && carry > 0:
-		x := min(-delta, carry)
-		count, carry = count-x, carry-x
-	default:
+	c, cy, _ := settleCount(count, carry, delta, f.ceil, reservedAt-reservedAt%f.w < w)
+	if c == count && cy == carry {
 		return state, false
 	}
-	return f.encode(state, w, count, carry), true
+	return f.encode(state, w, c, cy), true
 }
 
 // settle is Settle for the sliding window counter.
@@ -249,24 +257,13 @@ func (s *SlidingWindowCounter) settle(state []byte, now, reservedAt, delta int64
 	ws, prev, cur, carry, ok := s.decode(state, off)
 	w, _, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
 	rw := reservedAt - reservedAt%s.cc.w
-	ended, inPrev := rw < w, rw == w-s.cc.w
-	switch {
-	case delta > 0:
-		cur = min(cur+delta, s.ceil)
-		if ended {
-			carry = min(carry+delta, cur)
-		}
-	case !ended && cur > 0:
-		cur = max(cur+delta, 0)
-		carry = min(carry, cur)
-	case carry > 0 || inPrev && prev > 0:
-		x := min(-delta, carry)
-		cur, carry = cur-x, carry-x
-		if inPrev {
-			prev = max(prev+delta+x, 0)
-		}
-	default:
+	c, cy, rest := settleCount(cur, carry, delta, s.ceil, rw < w)
+	p := prev
+	if rw == w-s.cc.w {
+		p = max(prev-rest, 0)
+	}
+	if c == cur && cy == carry && p == prev {
 		return state, false
 	}
-	return s.encode(state, w, prev, cur, carry), true
+	return s.encode(state, w, p, c, cy), true
 }

@@ -1,31 +1,35 @@
 -- fixed_window.lua: algorithms.FixedWindow, following its doc comment line by line.
 --
 -- state    hash {v = "82", cfg = parameters, ws = window start (Unix ns, a multiple of W),
---               c = count}   (v = "81" without cfg: the encoding before parameters were recorded)
+--               c = count, d = carry (absent: 0)}   (v = "81" without cfg: the encoding
+--               before parameters were recorded)
 
 local function fw_decode(f, P)
   local ws_s, ws_n = ts(f[6])
-  local c = int(f[8])
+  local c, d = int(f[8]), int(f[10]) or 0
   if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
-  return {ws_s = ws_s, ws_n = ws_n, c = math.min(math.max(c, 0), P.ceil)}
+  c = math.min(math.max(c, 0), P.ceil)
+  return {ws_s = ws_s, ws_n = ws_n, c = c, d = math.min(math.max(d, 0), c)}
 end
 
 local function fw_decide(st, P, n, now_s, now_n)
   local limit, W = P.limit, P.W
   local w_s, w_n = window_start(now_s, now_n, P.wms)
-  local count = 0
+  local count, carry = 0, 0
   if st then
     if not tsless(st.ws_s, st.ws_n, w_s, w_n) then
       -- the stored window, or a newer one a stale call counts against
       w_s, w_n = st.ws_s, st.ws_n
-      count = st.c
+      count, carry = st.c, st.d
     else
-      -- k windows later: a count beyond the limit (a usage debt) is repaid limit per window.
-      -- A difference beyond 2^53 rounds, but to a k that repays any count up to P.ceil.
+      -- k windows later: a count beyond the limit (a usage debt) is repaid limit per window,
+      -- and what is left is carried. A difference beyond 2^53 rounds, but to a k that repays
+      -- any count up to P.ceil.
       local k = math.floor(tsdiff(w_s, w_n, st.ws_s, st.ws_n) / W)
       count = math.max(0, st.c - math.min(k, st.c) * limit)
+      carry = count
     end
   end
 
@@ -43,7 +47,7 @@ local function fw_decide(st, P, n, now_s, now_n)
   if count > 0 then
     reset = wrel + ceildiv(count, limit) * W
   end
-  return allowed, math.max(0, limit - count), retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+  return allowed, math.max(0, limit - count), retry, reset, {ws_s = w_s, ws_n = w_n, c = count, d = carry}
 end
 
 -- R_old is limit - count in now's window (a newer stored window counts), the conversion
@@ -61,29 +65,29 @@ end
 -- A key that consumed C at tc: count = C in the window that contains tc.
 local function fw_from(P, C, tc_s, tc_n)
   local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-  return {ws_s = w_s, ws_n = w_n, c = C}
+  return {ws_s = w_s, ws_n = w_n, c = C, d = 0}
 end
 
 local function fw_write(key, P, st, stale)
   if stale then
     redis.call('DEL', key)
   end
-  redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+  redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c),
+    'd', string.format('%d', st.d))
 end
 
--- A settlement (algorithms.Settle for the fixed window): the count of now's window (after the
--- roll of a decision) takes a debt up to P.ceil, and a refund down to 0, whichever window the
--- reservation was counted in. It returns the state to write and its reset (ns from now), or
--- nil when there is nothing to write.
-local function fw_settle(st, P, delta, now_s, now_n)
+-- A settlement (algorithms.Settle for the fixed window), for a reservation counted at at: the
+-- count and carry of now's window (after the roll of a decision) as settle_counts makes them.
+-- It returns the state to write and its reset (ns from now), or nil when there is nothing to
+-- write.
+local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
   local _, _, _, _, new = fw_decide(st, P, 0, now_s, now_n)
-  if delta > 0 then
-    new.c = math.min(new.c + delta, P.ceil)
-  elseif new.c > 0 then
-    new.c = math.max(new.c + delta, 0)
-  else
+  local r_s, r_n = window_start(at_s, at_n, P.wms)
+  local c, d = settle_counts(new.c, new.d, delta, tsless(r_s, r_n, new.ws_s, new.ws_n), P.ceil)
+  if c == new.c and d == new.d then
     return nil
   end
+  new.c, new.d = c, d
   local _, _, _, reset = fw_decide(new, P, 0, now_s, now_n)
   return new, reset
 end
@@ -98,5 +102,5 @@ local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
   if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
     return nil
   end
-  return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g)}
+  return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g), d = 0}
 end

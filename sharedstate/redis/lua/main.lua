@@ -69,7 +69,7 @@ local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] =
 -- foreign type), whether the key holds anything that a write must delete first (another
 -- layout or type), and whether the state is in the encoding before parameters were recorded.
 local function load(key, P)
-  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
+  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat', 'd')
   if type(f) == 'table' and f.err then
     -- Not a hash: a sliding-window log, or a type no script writes.
     local count = redis.pcall('LLEN', key)
