@@ -162,8 +162,8 @@ end
 --          key; last, the settlement's id key (in the key's slot)
 -- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), the
 --          instant the reservation was decided at (Unix seconds and nanoseconds, from its
---          reply: the sliding window counter refunds prev when it was counted there), then
---          the rule's algorithm code, limit, window (ns), capacity, max_keys; then, for the
+--          reply: the windows settle a reservation of an ended window on the carried debt),
+--          then the rule's algorithm code, limit, window (ns), capacity, max_keys; then, for the
 --          tests only, the instant as in a decision
 -- reply    {now_s, now_ns, 1}
 -- The id key is set (NX, with a short TTL) before anything else: a settlement sent again (a
