@@ -228,7 +228,8 @@ func charged(t *testing.T, l Limiter, state []byte, now int64) int64 {
 // on_missing charges, below empty and beyond the limit included. The buckets stay at one
 // instant (no refill). The windows move on by 1 to 3 windows now and then, while their count
 // covers what those windows repay and the open reservations' refunds: each passed window has
-// then repaid exactly its limit, whatever window the refunds' reservations were counted in.
+// then repaid exactly its limit, and the refunds of the reservations counted before come off
+// the debt carried past it.
 func TestSettleLongRunExact(t *testing.T) {
 	configs := []Config{
 		{Algorithm: AlgTokenBucket, Limit: 1000, Window: time.Minute, Burst: 5000},

@@ -118,8 +118,9 @@ func isWindow(cfg algorithms.Config) bool {
 // windows, through the differ (every decision is also the Go limiter's): random reservations
 // settled with usages up to 4 times the limit, or on_missing charges, while time moves on by
 // 1 to 3 windows whenever the key's count covers what they repay and the open reservations'
-// refunds. What Redis has charged the key, its stored count plus the limit per passed window,
-// is then exactly the usage plus the on_missing charges.
+// refunds (which then come off the carried debt). What Redis has charged the key, its stored
+// count plus the limit per passed window, is then exactly the usage plus the on_missing
+// charges.
 func TestSettleLongRunExactWindows(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
