@@ -397,7 +397,8 @@ func (p *parser) integer() (int64, bool) {
 	var v uint64
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
 		d := uint64(p.b[p.i] - '0')
-		if v > (1<<63-d)/10 { // v*10+d would exceed 2^63
+		// v*10+d would exceed 2^63 (compared without a division per digit).
+		if v > 1<<63/10 || v == 1<<63/10 && d > 1<<63%10 {
 			return 0, false
 		}
 		v = v*10 + d
