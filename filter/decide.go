@@ -183,7 +183,7 @@ func (h *httpContext) finish() types.Action {
 		// The rule's state is read through one local: each a.rs would be a load of its own,
 		// with a nil check of its own, in code a VM's first request compiles.
 		rs := a.rs
-		if !a.decided || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
+		if !a.decided || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil || !a.local && !a.decision.Allowed {
 			return h.finishFrom(i, nil, false)
 		}
 		if a.local {
@@ -196,8 +196,6 @@ func (h *httpContext) finish() types.Action {
 			}
 			// Written, without a lease take: the decision stands.
 			a.decision = a.pending.Decision
-		} else if !a.decision.Allowed {
-			return h.finishFrom(i, nil, false)
 		}
 		rs.m.allowed.Increment(1)
 		rs.countNearLimit(&a.decision)

@@ -111,7 +111,7 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 			return h.deny(rs, d), true, false
 		}
 	}
-	if h.leaseGlobal(a, now) {
+	if rs.lease != nil && h.leaseGlobal(a, now) {
 		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
 	}
 	return types.ActionContinue, false, true
