@@ -177,7 +177,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 	}
 	// One pass over the integers: the head's three, then each item's six, checked and
 	// converted as soon as they are read.
-	for n := 0; ; n++ {
+	for n, i, j := 0, 0, 0; ; n++ { // element n, item i's value j
 		v, ok := p.integer()
 		switch {
 		case !ok:
@@ -189,14 +189,13 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		case n < replyHead:
 			head[n] = v
 		default:
-			j := (n - replyHead) % replyPerRule
 			rule[j] = v
-			if j == replyPerRule-1 {
-				it, a := &items[(n-replyHead)/replyPerRule], &out[(n-replyHead)/replyPerRule]
-				if err := answer(a, &rule, it); err != nil {
+			if j++; j == replyPerRule {
+				if err := answer(&out[i], &rule, &items[i]); err != nil {
 					return 0, false, err
 				}
-				denied = denied || (!a.Decision.Allowed && !it.Shadow)
+				denied = denied || (!out[i].Decision.Allowed && !items[i].Shadow)
+				i, j = i+1, 0
 			}
 		}
 		if c := p.next(); c == ']' && n+1 == want {
@@ -339,19 +338,26 @@ func (p *parser) malformed(why string) error {
 	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
 
-// space skips whitespace. It is kept out of line: inline, its loop would be copied at each of
-// the many places a reply may hold whitespace.
+// space skips whitespace. Every whitespace byte is at most ' ', so a reply without any (as
+// webdis writes it) costs a comparison here and no call.
+func (p *parser) space() {
+	if p.i < len(p.b) && p.b[p.i] <= ' ' {
+		p.skipSpace()
+	}
+}
+
+// skipSpace is space past its first check. It is kept out of line: inline, its loop would be
+// copied at each of the many places a reply may hold whitespace. It works on local copies of
+// the position and the bytes, stored back once, as integer does: in a Go Wasm function every
+// access through p is a load or a store of linear memory.
 //
 //go:noinline
-func (p *parser) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
+func (p *parser) skipSpace() {
+	b, i := p.b, p.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	p.i = i
 }
 
 // next skips whitespace and consumes the byte after it, which it returns (0 at the end).
@@ -391,29 +397,27 @@ func (p *parser) literal(s string) bool {
 // plain digits.
 func (p *parser) integer() (int64, bool) {
 	p.space()
-	start := p.i
-	neg := p.byte('-')
-	digits := p.i
+	b, i := p.b, p.i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	digits := i
 	var v uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		d := uint64(p.b[p.i] - '0')
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		d := uint64(b[i] - '0')
 		// v*10+d would exceed 2^63 (compared without a division per digit).
 		if v > 1<<63/10 || v == 1<<63/10 && d > 1<<63%10 {
 			return 0, false
 		}
 		v = v*10 + d
-		p.i++
 	}
-	n := p.i - digits
-	if n == 0 || (n > 1 && p.b[digits] == '0') {
-		p.i = start
+	if n := i - digits; n == 0 || n > 1 && b[digits] == '0' || !neg && v > 1<<63-1 {
 		return 0, false
 	}
+	p.i = i
 	if neg {
 		return -int64(v), true // v <= 2^63, so -v fits (and -2^63 wraps to itself)
-	}
-	if v > 1<<63-1 {
-		return 0, false
 	}
 	return int64(v), true
 }
