@@ -913,6 +913,9 @@ func calloutStatus() int {
 	if err != nil {
 		return 0
 	}
+	if s == "200" { // every answer of a script that ran: no number to parse
+		return 200
+	}
 	return atoi(s)
 }
 
