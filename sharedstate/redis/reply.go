@@ -319,9 +319,8 @@ type malformedError struct{ why string }
 func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
 func (e *malformedError) Unwrap() error { return ErrMalformed }
 
-// malformed is the error of a reply that is not what the scripts return. It is kept out of
-// line, as parser.malformed is: inline, every error of ParseReplies would be code of its own
-// on the path of the answers it accepts.
+// malformed is the error of a reply that is not what the scripts return. Out of line, like
+// parser.malformed: inline, each check would carry code that an accepted answer steps over.
 //
 //go:noinline
 func malformed(why string) error { return &malformedError{why} }
@@ -346,10 +345,9 @@ func (p *parser) space() {
 	}
 }
 
-// skipSpace is space past its first check. It is kept out of line: inline, its loop would be
-// copied at each of the many places a reply may hold whitespace. It works on local copies of
-// the position and the bytes, stored back once, as integer does: in a Go Wasm function every
-// access through p is a load or a store of linear memory.
+// skipSpace is space past its first check, out of line so that its loop is not copied at each
+// place a reply may hold whitespace. Like integer, it works on local copies of the position
+// and the bytes: in a Go Wasm function every access through p is a load or store of memory.
 //
 //go:noinline
 func (p *parser) skipSpace() {
@@ -392,9 +390,9 @@ func (p *parser) literal(s string) bool {
 	return false
 }
 
-// integer skips whitespace and reads a JSON integer: optional '-', then 0 or digits without a leading zero,
-// fitting an int64. Fractions and exponents are rejected: webdis writes Redis integers as
-// plain digits.
+// integer skips whitespace and reads a JSON integer: optional '-', then 0 or digits without a
+// leading zero, fitting an int64. Fractions and exponents are rejected: webdis writes Redis
+// integers as plain digits.
 func (p *parser) integer() (int64, bool) {
 	p.space()
 	b, i := p.b, p.i
