@@ -174,10 +174,10 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
 	// This loop writes the rules of the common case: decided, without a lease take, neither
-	// adaptive nor shaping, allowed (by Redis, or written locally at the first attempt). At the first rule
-	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
-	// if it made it), so that a VM's first request of a plain configuration compiles this loop
-	// alone (see doc.go).
+	// adaptive nor shaping, allowed (by Redis, or written locally at the first attempt). At the
+	// first rule that needs more it hands the rest of the request to finishFrom (after the
+	// rule's write, if it made it), so that a VM's first request of a plain configuration
+	// compiles this loop alone (see doc.go).
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		// The rule's state is read through one local: each a.rs would be a load of its own,
