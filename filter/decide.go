@@ -173,28 +173,30 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // its rules before the local writes, so a local write that loses its race and turns into a
 // denial leaves the global rules charged.
 func (h *httpContext) finish() types.Action {
-	// This loop writes the rules of the common case: local, decided, without a lease take,
-	// neither adaptive nor shaping, written at the first attempt, allowed. At the first rule
-	// that needs more it hands the rest of the request to finishFrom (after the rule's write,
-	// if it made it), so that a VM's first request of a plain configuration compiles this loop
-	// alone (see doc.go).
+	// This loop writes the rules of the common case: decided, without a lease take, neither
+	// adaptive nor shaping, allowed (by Redis, or written locally at the first attempt). At the
+	// first rule that needs more it hands the rest of the request to finishFrom (after the
+	// rule's write, if it made it), so that a VM's first request of a plain configuration
+	// compiles this loop alone (see doc.go).
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		// The rule's state is read through one local: each a.rs would be a load of its own,
 		// with a nil check of its own, in code a VM's first request compiles.
 		rs := a.rs
-		if !a.decided || !a.local || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil {
+		if !a.decided || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil || !a.local && !a.decision.Allowed {
 			return h.finishFrom(i, nil, false)
 		}
-		err := rs.table.Commit(&a.pending)
-		if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
-			return h.finishFrom(i, err, true)
+		if a.local {
+			err := rs.table.Commit(&a.pending)
+			if err != nil || a.pending.Retries > 0 || !a.pending.Decision.Allowed {
+				return h.finishFrom(i, err, true)
+			}
+			if a.pending.Claimed || a.pending.Evicted {
+				rs.placed(&a.pending)
+			}
+			// Written, without a lease take: the decision stands.
+			a.decision = a.pending.Decision
 		}
-		if a.pending.Claimed || a.pending.Evicted {
-			rs.placed(&a.pending)
-		}
-		// Written, without a lease take: the decision stands.
-		a.decision = a.pending.Decision
 		rs.m.allowed.Increment(1)
 		rs.countNearLimit(&a.decision)
 	}

@@ -111,7 +111,7 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 			return h.deny(rs, d), true, false
 		}
 	}
-	if h.leaseGlobal(a, now) {
+	if rs.lease != nil && h.leaseGlobal(a, now) {
 		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
 	}
 	return types.ActionContinue, false, true
@@ -151,7 +151,8 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 
 // globalItems lists the request's global rules as the items of one script call, in rule order.
 // The keys are built back to back in one buffer first, and sliced only once it has stopped
-// growing; withKeys false leaves them out (parsing an answer needs only the rules).
+// growing; withKeys false leaves them and their partitions out (parsing an answer needs only
+// the rules).
 func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
 
 // itemsOf is globalItems for the working set d, which a late answer (lateAnswer) still holds
@@ -165,13 +166,17 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 		if !a.inCall() {
 			continue
 		}
-		start := len(c.keys)
-		part := c.partition(a.key)
+		it := redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow}
 		if withKeys {
-			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+			start := len(c.keys)
+			it.Part = c.partition(a.key)
+			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, it.Part, a.key)
+			it.Key = c.keys[start:len(c.keys):len(c.keys)]
 		}
-		c.items = append(c.items, redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost,
-			GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Key: c.keys[start:len(c.keys):len(c.keys)], Part: part})
+		c.items = append(c.items, it)
+	}
+	if !withKeys {
+		return c.items
 	}
 	end := 0
 	for i := range c.items {
@@ -265,7 +270,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		c.partSuccess(-1)
 		// The answers come in rule order.
 		var denied *applied
-		retake := false
+		retake, takes := false, false
 		j := 0
 		for i := range d.applied {
 			a := &d.applied[i]
@@ -289,6 +294,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 				retake = true
 				continue
 			}
+			takes = takes || a.take > 0
 			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !c.answers[j-1].Overflow {
 				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
 			}
@@ -310,7 +316,9 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			}
 			break
 		}
-		h.recordTakes(d, now)
+		if takes {
+			h.recordTakes(d, now)
+		}
 	case errors.Is(err, redis.ErrNoScript) && !d.retried:
 		// Redis restarted or its script cache was flushed: send the script itself once,
 		// which also loads it for every later EVALSHA.
@@ -904,6 +912,9 @@ func calloutStatus() int {
 	s, err := abi.GetHttpCallResponseHeader(":status")
 	if err != nil {
 		return 0
+	}
+	if s == "200" { // every answer of a script that ran: no number to parse
+		return 200
 	}
 	return atoi(s)
 }

@@ -22,7 +22,6 @@ var calloutDropped = map[string]bool{"host": true, "content-length": true}
 type callout struct {
 	v        *vm
 	token    uint32
-	cluster  string
 	base     string
 	headers  *headerMap
 	body     []byte

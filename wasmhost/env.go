@@ -477,7 +477,7 @@ func hSetBufferBytes(v *vm, stack []uint64) {
 }
 
 func hHTTPCall(v *vm, stack []uint64) {
-	cluster, ok1 := v.str(u32(stack, 0), u32(stack, 1))
+	cluster, ok1 := v.bytes(u32(stack, 0), u32(stack, 1))
 	hdrBuf, ok2 := v.bytes(u32(stack, 2), u32(stack, 3))
 	body, ok3 := v.bytes(u32(stack, 4), u32(stack, 5))
 	trlBuf, ok4 := v.bytes(u32(stack, 6), u32(stack, 7))
@@ -495,14 +495,14 @@ func hHTTPCall(v *vm, stack []uint64) {
 		ret(stack, StatusBadArgument)
 		return
 	}
-	base, ok := v.h.opts.Clusters[cluster]
+	base, ok := v.h.opts.Clusters[string(cluster)] // looked up without a copy of the name
 	if !ok {
 		ret(stack, StatusBadArgument)
 		return
 	}
 	hp, _ := DecodePairs(hdrBuf)
 	headers := newHeaderMap(hp)
-	for _, k := range []string{":path", ":method", ":authority"} {
+	for _, k := range [...]string{":path", ":method", ":authority"} {
 		if _, ok := headers.get(k); !ok {
 			ret(stack, StatusBadArgument)
 			return
@@ -519,7 +519,7 @@ func hHTTPCall(v *vm, stack []uint64) {
 	v.nextToken += 4 // Envoy: kCalloutIncrement, the low bits encode the callout type
 	token := v.nextToken
 	call := &callout{
-		v: v, token: token, cluster: cluster, base: base, headers: headers,
+		v: v, token: token, base: base, headers: headers,
 		body: append([]byte(nil), body...), trailers: tp,
 		timeout: time.Duration(timeoutMs) * time.Millisecond,
 	}

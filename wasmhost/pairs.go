@@ -166,33 +166,29 @@ func EncodePairs(pairs [][2]string) []byte {
 // DecodePairs parses the proxy-wasm map encoding exactly like cpp-host's
 // PairsUtil::toPairs: any malformation, more than 1024 pairs or more than
 // 1 MiB yields an empty result (ok=false), never an error to the guest.
-// The returned strings are copies, so buf may be guest memory.
+// The returned strings are copies, so buf may be guest memory: one copy of
+// the whole buffer that they share, not one allocation per name and value.
 func DecodePairs(buf []byte) (pairs [][2]string, ok bool) {
 	if len(buf) > maxPairsBytes || len(buf) < 4 {
 		return nil, false
 	}
-	n := binary.LittleEndian.Uint32(buf)
+	n := int(binary.LittleEndian.Uint32(buf))
 	if n > maxPairsCount {
 		return nil, false
 	}
-	pos := 4
-	if pos+int(n)*8 > len(buf) {
+	pos := 4 + n*8 // the sizes come first, two per pair; the data after them
+	if pos > len(buf) {
 		return nil, false
 	}
-	sizes := make([][2]uint32, n)
-	for i := range sizes {
-		sizes[i][0] = binary.LittleEndian.Uint32(buf[pos:])
-		sizes[i][1] = binary.LittleEndian.Uint32(buf[pos+4:])
-		pos += 8
-	}
+	all := string(buf)
 	pairs = make([][2]string, n)
-	for i, s := range sizes {
-		for j := 0; j < 2; j++ {
-			l := int(s[j])
+	for i := range pairs {
+		for j := range 2 {
+			l := int(binary.LittleEndian.Uint32(buf[4+i*8+j*4:]))
 			if l < 0 || pos+l+1 > len(buf) || pos+l+1 < pos {
 				return nil, false
 			}
-			pairs[i][j] = string(buf[pos : pos+l])
+			pairs[i][j] = all[pos : pos+l]
 			pos += l
 			if buf[pos] != 0 {
 				return nil, false

@@ -341,6 +341,8 @@ func TestParseReply(t *testing.T) {
 		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,9223372036854775808,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,0,5,4,-9223372036854775809,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0]}x`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0],"GET":1}`, is(redis.ErrMalformed)},
 		{200, `{"GET":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},

@@ -142,168 +142,161 @@ var anyRule = &Rule{}
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
 func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
-	switch status {
-	case 200:
-	case 502:
-		return 0, false, err502
-	case 503:
-		return 0, false, err503
-	case 504:
-		return 0, false, err504
-	default:
-		return 0, false, &StatusError{Status: status}
+	if status != 200 {
+		return 0, false, statusError(status)
 	}
-	if len(out) < len(items) {
-		return 0, false, malformed("fewer decisions than items")
-	}
-	p := parser{b: body}
-	p.space()
-	if !p.byte('{') {
-		return 0, false, p.malformed("want an object")
-	}
-	p.space()
-	key, ok := p.rawString()
-	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") {
-		return 0, false, p.malformed("want the key EVALSHA or EVAL")
-	}
-	p.space()
-	if !p.byte(':') {
-		return 0, false, p.malformed("want ':'")
-	}
-	p.space()
-	if !p.byte('[') {
-		return 0, false, p.malformed("want an array")
-	}
-	p.space()
-
+	// Every malformed answer leaves through the one call at fail: a call site in a Go Wasm
+	// function is tens of instructions, which an accepted answer would step over.
 	var (
-		head [replyHead]int64
-		rule [replyPerRule]int64
-		n    int
-		rerr error
+		p      = parser{b: body}
+		why    string
+		key    []byte
+		ok     bool
+		head   [replyHead]int64
+		rule   [replyPerRule]int64
+		denied bool
+		want   = replyHead + replyPerRule*len(items)
 	)
-	want := replyHead + replyPerRule*len(items)
+	if len(out) < len(items) {
+		why = "fewer decisions than items"
+		goto fail
+	}
+	if p.next() != '{' {
+		why = "want an object"
+		goto fail
+	}
+	p.space()
+	key, ok = p.rawString()
+	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") || p.next() != ':' || p.next() != '[' {
+		why = `want {"EVALSHA":[ or {"EVAL":[`
+		goto fail
+	}
+	p.space()
 	if p.literal("false") {
-		// An error reply: [false,"message"], or [false] when webdis dropped a message that
-		// is not valid UTF-8.
-		p.space()
-		msg := ""
-		if p.byte(',') {
-			p.space()
-			msg, ok = p.string()
-			if !ok {
-				return 0, false, p.malformed("bad error message")
-			}
-			p.space()
-		}
-		if len(msg) >= 9 && msg[:9] == "NOSCRIPT " {
-			rerr = ErrNoScript
-		} else {
-			rerr = &Error{Message: msg}
-		}
-		if !p.byte(']') {
-			return 0, false, p.malformed("want ']' after the error")
-		}
-	} else {
-		denied := false
-		for {
-			v, ok := p.integer()
-			if !ok {
-				return 0, false, p.malformed("want an integer")
-			}
-			if n == want {
-				return 0, false, p.malformed("too many elements")
-			}
-			if n < replyHead {
-				head[n] = v
-			} else {
-				i, j := (n-replyHead)/replyPerRule, (n-replyHead)%replyPerRule
-				rule[j] = v
-				if j == replyPerRule-1 {
-					a, err := answer(rule, items[i].Rule.limit, items[i].Rule.capacity)
-					if err != nil {
-						return 0, false, err
-					}
-					if a.GaveBack && items[i].GiveBack <= 0 {
-						return 0, false, malformed("gave back for an item that gives nothing back")
-					}
-					out[i] = a
-					denied = denied || (!a.Decision.Allowed && !items[i].Shadow)
-				}
-			}
-			n++
-			p.space()
-			if p.byte(']') {
-				break
-			}
-			if !p.byte(',') {
-				return 0, false, p.malformed("want ',' or ']'")
-			}
-			p.space()
-		}
-		if n != want {
-			return 0, false, p.malformed("too few elements")
-		}
-		switch sec, nsec, c := head[0], head[1], head[2]; {
-		case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
-			return 0, false, malformed("time out of range")
-		case c != 0 && c != 1:
-			return 0, false, malformed("committed is not 0 or 1")
-		case (c == 1) == denied:
-			return 0, false, malformed("committed contradicts the decisions")
+		return 0, false, p.errorReply()
+	}
+	// One pass over the integers: the head's three, then each item's six, checked and
+	// converted as soon as they are read.
+	for n, i, j := 0, 0, 0; ; n++ { // element n, item i's value j
+		v, ok := p.integer()
+		switch {
+		case !ok:
+			why = "want an integer"
+			goto fail
+		case n == want:
+			why = "too many elements"
+			goto fail
+		case n < replyHead:
+			head[n] = v
 		default:
-			now, committed = sec*1e9+nsec, c == 1
-			for i := range out[:len(items)] {
-				out[i].Now = now
+			rule[j] = v
+			if j++; j == replyPerRule {
+				if err := answer(&out[i], &rule, &items[i]); err != nil {
+					return 0, false, err
+				}
+				denied = denied || (!out[i].Decision.Allowed && !items[i].Shadow)
+				i, j = i+1, 0
 			}
 		}
+		if c := p.next(); c == ']' && n+1 == want {
+			break
+		} else if c != ',' {
+			why = "want ',', or ']' after the last element"
+			goto fail
+		}
 	}
-	p.space()
-	if !p.byte('}') {
-		return 0, false, p.malformed("want '}'")
+	switch sec, nsec, c := head[0], head[1], head[2]; {
+	case p.next() != '}' || !p.end():
+		why = "want '}' and nothing after it"
+	case sec < 0 || sec > maxReplySec || nsec < 0 || nsec >= 1e9:
+		why = "time out of range"
+	case c != 0 && c != 1:
+		why = "committed is not 0 or 1"
+	case (c == 1) == denied:
+		why = "committed contradicts the decisions"
+	default:
+		now = sec*1e9 + nsec
+		for i := range out[:len(items)] {
+			out[i].Now = now
+		}
+		return now, c == 1, nil
 	}
-	p.space()
-	if p.i != len(p.b) {
-		return 0, false, p.malformed("trailing data")
-	}
-	if rerr != nil {
-		return 0, false, rerr
-	}
-	return now, committed, nil
+fail:
+	return 0, false, p.malformed(why)
 }
 
-// answer checks and converts one rule's six reply values. limit 0 accepts any limit. A
-// remaining above capacity (the rule's burst, or its limit) is malformed: no algorithm holds
-// more than its capacity, so such a reply did not come from the rule's script, and rendering
-// it would promise clients allowance nobody has. capacity 0 (ParseReply, which has no rule)
-// skips the check.
-func answer(v [replyPerRule]int64, limit, capacity int64) (Answer, error) {
+// statusError is the error of an HTTP status other than 200: a shared one for the statuses an
+// outage answers every request with.
+func statusError(status int) error {
+	switch status {
+	case 502:
+		return err502
+	case 503:
+		return err503
+	case 504:
+		return err504
+	}
+	return &StatusError{Status: status}
+}
+
+// errorReply reads the rest of an error reply after its "false": [false,"message"], or
+// [false] when webdis dropped a message that is not valid UTF-8, and the end of the object.
+// It returns ErrNoScript, an *Error, or ErrMalformed when the rest is not that.
+func (p *parser) errorReply() error {
+	msg, ok := "", true
+	c := p.next()
+	if c == ',' {
+		p.space()
+		if msg, ok = p.string(); !ok {
+			return p.malformed("bad error message")
+		}
+		c = p.next()
+	}
+	if c != ']' || p.next() != '}' || !p.end() {
+		return p.malformed("want ']}' after the error")
+	}
+	if len(msg) >= 9 && msg[:9] == "NOSCRIPT " {
+		return ErrNoScript
+	}
+	return &Error{Message: msg}
+}
+
+// answer checks one item's six reply values v and converts them into a. A limit other than
+// the item's rule's is a foreign reply (limit 0, ParseReply's rule, accepts any). A remaining
+// above capacity (the rule's burst, or its limit) is malformed: no algorithm holds more than
+// its capacity, so such a reply did not come from the rule's script, and rendering it would
+// promise clients allowance nobody has (capacity 0, ParseReply's rule, skips the check). So
+// is a give-back applied for an item that gives nothing back.
+func answer(a *Answer, v *[replyPerRule]int64, it *Item) error {
 	allowed, lim, remaining, retry, reset, flags := v[0], v[1], v[2], v[3], v[4], v[5]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Answer{}, malformed("allowed is not 0 or 1")
+		return malformed("allowed is not 0 or 1")
 	case flags != 0 && flags != flagOverflow && flags != flagGaveBack:
 		// The script gives nothing back on the overflow key, so the two never come together.
-		return Answer{}, malformed("flags is not 0, 1 or 2")
+		return malformed("flags is not 0, 1 or 2")
 	case lim < 1 || remaining < 0 || retry < 0 || reset < 0:
-		return Answer{}, malformed("negative or zero field")
+		return malformed("negative or zero field")
 	case allowed == 1 && retry != 0:
-		return Answer{}, malformed("allowed with a retry-after")
-	case limit != 0 && lim != limit:
-		return Answer{}, errForeignReply
-	case capacity != 0 && remaining > capacity:
-		return Answer{}, malformed("remaining above the rule's capacity")
+		return malformed("allowed with a retry-after")
+	case it.Rule.limit != 0 && lim != it.Rule.limit:
+		return errForeignReply
+	case it.Rule.capacity != 0 && remaining > it.Rule.capacity:
+		return malformed("remaining above the rule's capacity")
+	case flags == flagGaveBack && it.GiveBack <= 0:
+		return malformed("gave back for an item that gives nothing back")
 	}
 	// The scripts keep every duration at or below 2^53 ns, as the Go limiters do; a longer
 	// one is clamped here, so that no caller meets a wait it could overflow (2^63-1 ns
 	// rounded up to seconds once rendered as a negative Retry-After).
-	return Answer{Decision: algorithms.Decision{
+	*a = Answer{Decision: algorithms.Decision{
 		Allowed:    allowed == 1,
 		Limit:      lim,
 		Remaining:  remaining,
 		RetryAfter: time.Duration(min(retry, algorithms.MaxExact)),
 		ResetAfter: time.Duration(min(reset, algorithms.MaxExact)),
-	}, Overflow: flags == flagOverflow, GaveBack: flags == flagGaveBack}, nil
+	}, Overflow: flags == flagOverflow, GaveBack: flags == flagGaveBack}
+	return nil
 }
 
 // The bits of a reply's flags.
@@ -326,7 +319,10 @@ type malformedError struct{ why string }
 func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
 func (e *malformedError) Unwrap() error { return ErrMalformed }
 
-// malformed is the error of a reply that is not what the scripts return.
+// malformed is the error of a reply that is not what the scripts return. Out of line, like
+// parser.malformed: inline, each check would carry code that an accepted answer steps over.
+//
+//go:noinline
 func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
@@ -336,19 +332,46 @@ type parser struct {
 	i int
 }
 
+//go:noinline
 func (p *parser) malformed(why string) error {
 	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
 
+// space skips whitespace. Every whitespace byte is at most ' ', so a reply without any (as
+// webdis writes it) costs a comparison here and no call.
 func (p *parser) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
+	if p.i < len(p.b) && p.b[p.i] <= ' ' {
+		p.skipSpace()
 	}
+}
+
+// skipSpace is space past its first check, out of line so that its loop is not copied at each
+// place a reply may hold whitespace. Like integer, it works on local copies of the position
+// and the bytes: in a Go Wasm function every access through p is a load or store of memory.
+//
+//go:noinline
+func (p *parser) skipSpace() {
+	b, i := p.b, p.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	p.i = i
+}
+
+// next skips whitespace and consumes the byte after it, which it returns (0 at the end).
+func (p *parser) next() byte {
+	p.space()
+	if p.i == len(p.b) {
+		return 0
+	}
+	p.i++
+	return p.b[p.i-1]
+}
+
+// end skips whitespace and reports whether nothing follows.
+func (p *parser) end() bool {
+	p.space()
+	return p.i == len(p.b)
 }
 
 func (p *parser) byte(c byte) bool {
@@ -367,32 +390,32 @@ func (p *parser) literal(s string) bool {
 	return false
 }
 
-// integer reads a JSON integer: optional '-', then 0 or digits without a leading zero,
-// fitting an int64. Fractions and exponents are rejected: webdis writes Redis integers as
-// plain digits.
+// integer skips whitespace and reads a JSON integer: optional '-', then 0 or digits without a
+// leading zero, fitting an int64. Fractions and exponents are rejected: webdis writes Redis
+// integers as plain digits.
 func (p *parser) integer() (int64, bool) {
-	start := p.i
-	neg := p.byte('-')
-	digits := p.i
+	p.space()
+	b, i := p.b, p.i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	digits := i
 	var v uint64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		d := uint64(p.b[p.i] - '0')
-		if v > (1<<63-d)/10 { // v*10+d would exceed 2^63
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		d := uint64(b[i] - '0')
+		// v*10+d would exceed 2^63 (compared without a division per digit).
+		if v > 1<<63/10 || v == 1<<63/10 && d > 1<<63%10 {
 			return 0, false
 		}
 		v = v*10 + d
-		p.i++
 	}
-	n := p.i - digits
-	if n == 0 || (n > 1 && p.b[digits] == '0') {
-		p.i = start
+	if n := i - digits; n == 0 || n > 1 && b[digits] == '0' || !neg && v > 1<<63-1 {
 		return 0, false
 	}
+	p.i = i
 	if neg {
 		return -int64(v), true // v <= 2^63, so -v fits (and -2^63 wraps to itself)
-	}
-	if v > 1<<63-1 {
-		return 0, false
 	}
 	return int64(v), true
 }
