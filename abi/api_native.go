@@ -216,10 +216,6 @@ func (g MetricGauge) Value() int64 { return g.m.Value() }
 // Record adds one observation to the histogram.
 func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }
 
-// DebugEnabled reports whether the host logs debug messages; the SDK's emulator keeps every
-// level.
-func DebugEnabled() bool { return true }
-
 // LogDebug logs msg at debug level.
 func LogDebug(msg string) { proxywasm.LogDebug(msg) }
 

@@ -385,10 +385,6 @@ func logAt(level uint32, msg string) {
 	hostLog(level, stringPtr(msg), uint32(len(msg)))
 }
 
-// DebugEnabled reports whether the host logs debug messages, so that a caller can skip
-// building a costly one.
-func DebugEnabled() bool { return enabled(levelDebug) }
-
 // LogDebug logs msg at debug level.
 func LogDebug(msg string) {
 	if enabled(levelDebug) {

@@ -83,9 +83,3 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	}
 	return l
 }
-
-// jsonLease is a lease block in the effective configuration.
-type jsonLease struct {
-	Batch int64  `json:"batch"`
-	TTL   string `json:"ttl"`
-}
