@@ -53,13 +53,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	} else {
 		valid = false
 	}
-	if tn, tpath := f.get("ttl"); tn != nil {
-		if d, ok := p.duration(tpath, tn, time.Millisecond, MaxLeaseTTL); ok {
-			l.TTL = d
-		} else {
-			valid = false
-		}
-	}
+	valid = p.optDuration(f, "ttl", time.Millisecond, MaxLeaseTTL, &l.TTL) && valid
 	a := r.Algorithm
 	switch {
 	case a.Algorithm == algorithms.AlgAdaptive:

@@ -230,11 +230,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	if tn, tpath := f.get("timeout"); tn != nil {
-		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
-			r.Timeout = d
-		}
-	}
+	p.optDuration(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout)
 	if kn, kpath := f.get("key_prefix"); kn != nil {
 		if s, ok := p.str(kpath, kn, maxStringLen); ok {
 			if isKeyPrefix(s) {
@@ -244,11 +240,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	if pn, ppath := f.get("partitions"); pn != nil {
-		if v, ok := p.intField(ppath, pn, 1, 1024); ok {
-			r.Partitions = v
-		}
-	}
+	p.optInt(f, "partitions", 1, 1024, &r.Partitions)
 	if fn, fpath := f.get("failure_mode"); fn != nil {
 		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
 			r.FailureMode = RedisFailureMode(s)
@@ -256,16 +248,8 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	if bn, bpath := f.get("breaker"); bn != nil {
 		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
-			if n, path := bf.get("failures"); n != nil {
-				if v, ok := p.intField(path, n, 1, 1000); ok {
-					r.Breaker.Failures = v
-				}
-			}
-			if n, path := bf.get("cooldown"); n != nil {
-				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
-					r.Breaker.Cooldown = d
-				}
-			}
+			p.optInt(bf, "failures", 1, 1000, &r.Breaker.Failures)
+			p.optDuration(bf, "cooldown", 100*time.Millisecond, 10*time.Minute, &r.Breaker.Cooldown)
 		}
 	}
 	return r
@@ -313,31 +297,15 @@ func (p *parser) options(f fields, c *Config) {
 			c.FailureMode = FailureMode(s)
 		}
 	}
-	if n, path := f.get("cas_attempts"); n != nil {
-		if v, ok := p.intField(path, n, 1, 64); ok {
-			c.CASAttempts = v
-		}
-	}
+	p.optInt(f, "cas_attempts", 1, 64, &c.CASAttempts)
 	if n, path := f.get("rate_limit_headers"); n != nil {
 		if s, ok := p.headersMode(path, n); ok {
 			c.RateLimitHeaders = s
 		}
 	}
-	if n, path := f.get("trusted_hops"); n != nil {
-		if v, ok := p.intField(path, n, 0, 16); ok {
-			c.TrustedHops = v
-		}
-	}
-	if n, path := f.get("max_keys"); n != nil {
-		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
-			c.MaxKeys = v
-		}
-	}
-	if n, path := f.get("max_key_bytes"); n != nil {
-		if v, ok := p.intField(path, n, MinKeyBytes, MaxKeyBytes); ok {
-			c.MaxKeyBytes = v
-		}
-	}
+	p.optInt(f, "trusted_hops", 0, 16, &c.TrustedHops)
+	p.optInt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys)
+	p.optInt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes)
 	if n, path := f.get("deny"); n != nil {
 		if d := p.deny(path, n, c.Deny); d != nil {
 			c.Deny = d
@@ -346,16 +314,8 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
-	if n, path := f.get("enforce_percent"); n != nil {
-		if v, ok := p.float(path, n, 0, 100); ok {
-			c.EnforcePercent = v
-		}
-	}
-	if n, path := f.get("near_limit_ratio"); n != nil {
-		if v, ok := p.float(path, n, 0, 1); ok {
-			c.NearLimitRatio = v
-		}
-	}
+	p.optFloat(f, "enforce_percent", 0, 100, &c.EnforcePercent)
+	p.optFloat(f, "near_limit_ratio", 0, 1, &c.NearLimitRatio)
 	if n, path := f.get("filter_state"); n != nil {
 		c.FilterState, _ = p.boolean(path, n)
 	}
@@ -524,11 +484,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
-	if vn, vpath := f.get("max_keys"); vn != nil {
-		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
-			r.MaxKeys = v
-		}
-	}
+	p.optInt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys)
 	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
 		if m, ok := p.headersMode(vpath, vn); ok {
 			r.RateLimitHeaders = m
@@ -640,13 +596,7 @@ func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool 
 	alg := ac.Algorithm
 	valid := true
 	if spec.Accepts(algorithms.FieldBurst) {
-		if bn, bpath := f.get("burst"); bn != nil {
-			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
-				ac.Burst = v
-			} else {
-				valid = false
-			}
-		}
+		valid = p.optInt64(f, "burst", 1, algorithms.LimitCeiling, &ac.Burst)
 	} else if p.notFor(f, "burst", alg) {
 		valid = false
 	}
@@ -787,18 +737,9 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 			ac.MaxLimit = v
 		}
 	}
-	if n, fpath := f.get("target_latency"); n != nil {
-		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
-		valid = valid && ok
-	}
-	if n, fpath := f.get("error_threshold"); n != nil {
-		ac.ErrorThreshold, ok = p.float(fpath, n, 0, 1)
-		valid = valid && ok
-	}
-	if n, fpath := f.get("interval"); n != nil {
-		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
-		valid = valid && ok
-	}
+	valid = p.optDuration(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency) && valid
+	valid = p.optFloat(f, "error_threshold", 0, 1, &ac.ErrorThreshold) && valid
+	valid = p.optDuration(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval) && valid
 	if valid && ac.MinLimit > ac.MaxLimit {
 		p.add(joinKey(path, "min_limit"), "must be <= max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(ac.MinLimit, 10))
 		valid = false
@@ -1290,11 +1231,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		return nil
 	}
 	d := *parent
-	valid := true
-	if sn, spath := f.get("status"); sn != nil {
-		d.Status, ok = p.intField(spath, sn, 400, 599)
-		valid = valid && ok
-	}
+	valid := p.optInt(f, "status", 400, 599, &d.Status)
 	if bn, bpath := f.get("body"); bn != nil {
 		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
 			parts, msg := compileBody(s)
@@ -1409,11 +1346,7 @@ func (p *parser) enforcement(f fields, r *Rule) {
 			p.add(path, `not allowed with "shadow": true, which enforces no denial`)
 		}
 	}
-	if n, path := f.get("near_limit_ratio"); n != nil {
-		if v, ok := p.float(path, n, 0, 1); ok {
-			r.NearLimitRatio = v
-		}
-	}
+	p.optFloat(f, "near_limit_ratio", 0, 1, &r.NearLimitRatio)
 }
 
 // shadowOptions reads the fields of rules that let denials through: whether a shadow rule's
