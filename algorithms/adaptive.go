@@ -189,9 +189,6 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	return a, nil
 }
 
-// ControllerStateSize is the size of the controller state (41 bytes).
-func (a *Adaptive) ControllerStateSize() int { return ctrlSize }
-
 type ctrlState struct {
 	limit, last, requests, errors, latency int64
 }
@@ -241,12 +238,6 @@ func (a *Adaptive) Update(ctrlState []byte, s Signals, now int64) (limit int64, 
 	put64(out[25:], c.errors)
 	put64(out[33:], c.latency)
 	return c.limit, out
-}
-
-// Unhealthy reports whether accumulated signals make an interval unhealthy (see the type
-// documentation).
-func (a *Adaptive) Unhealthy(s Signals) bool {
-	return a.unhealthy(max(s.Requests, 0), max(s.Errors, 0), max(int64(s.LatencySum), 0))
 }
 
 func (a *Adaptive) unhealthy(requests, errors, latency int64) bool {

@@ -37,7 +37,7 @@ func TestAdaptiveUnhealthy(t *testing.T) {
 		{Signals{}, false}, {Signals{Requests: -5, Errors: 10}, false},
 		{Signals{Requests: math.MaxInt64, Errors: math.MaxInt64}, true},
 	} {
-		if got := a.Unhealthy(tc.s); got != tc.want {
+		if got := a.unhealthy(max(tc.s.Requests, 0), max(tc.s.Errors, 0), max(int64(tc.s.LatencySum), 0)); got != tc.want {
 			t.Errorf("Unhealthy(%+v) = %v, want %v", tc.s, got, tc.want)
 		}
 	}

@@ -181,8 +181,3 @@ func isNumberLike(s string) bool {
 	}
 	return digits
 }
-
-// formatDuration renders a duration so that parseDuration reads it back exactly.
-func formatDuration(d time.Duration) string {
-	return d.String()
-}

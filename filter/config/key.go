@@ -105,14 +105,7 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	return r.walkKey(dst, req, walkBuild)
 }
 
-// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
-// that DuplicatePart does not refuse.
-func (r *Rule) keyAvailable(req Request) bool {
-	_, ok := r.walkKey(nil, req, walkAvailable)
-	return ok
-}
-
-// What walkKey does: build the key (AppendKey), check that it can be built (keyAvailable), or
+// What walkKey does: build the key (AppendKey), check that it can be built (Match), or
 // look for a part whose header or query parameter is repeated under DuplicateReject
 // (DuplicatePart; the walk then reports ok when there is none).
 const (
@@ -121,7 +114,7 @@ const (
 	walkDuplicate
 )
 
-// walkKey is AppendKey, keyAvailable or DuplicatePart's check, as mode says. They are one
+// walkKey is AppendKey, Match's check or DuplicatePart's check, as mode says. They are one
 // function because they must agree on what each source holds, and because every request asks
 // all three: one copy of the walk over the key parts is compiled instead of three (see
 // filter/doc.go).
@@ -165,7 +158,7 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 			v, st = kp.lookupOther(k, req)
 		}
 		if mode != walkBuild {
-			// For keyAvailable a repeated header counts as present: the rule applies, and
+			// For walkAvailable a repeated header counts as present: the rule applies, and
 			// the request is refused by DuplicatePart rather than let through to later rules.
 			if st == partMissing && mode == walkAvailable || st == partAmbiguous && mode == walkDuplicate {
 				return dst, false
