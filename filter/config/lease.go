@@ -53,7 +53,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	} else {
 		valid = false
 	}
-	valid = p.optDuration(f, "ttl", time.Millisecond, MaxLeaseTTL, &l.TTL) && valid
+	valid = opt(f, "ttl", time.Millisecond, MaxLeaseTTL, &l.TTL, p.duration) && valid
 	a := r.Algorithm
 	switch {
 	case a.Algorithm == algorithms.AlgAdaptive:

@@ -163,7 +163,7 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		return Override{}, false
 	}
 	o := Override{Algorithm: r.Algorithm}
-	valid := p.optInt(f, "part", 0, len(r.Key)-1, &o.Part)
+	valid := opt(f, "part", 0, len(r.Key)-1, &o.Part, p.intField)
 	en, epath := f.get("exact")
 	pn, ppath := f.get("prefix")
 	switch {

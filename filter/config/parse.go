@@ -230,7 +230,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	p.optDuration(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout)
+	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
 	if kn, kpath := f.get("key_prefix"); kn != nil {
 		if s, ok := p.str(kpath, kn, maxStringLen); ok {
 			if isKeyPrefix(s) {
@@ -240,7 +240,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	p.optInt(f, "partitions", 1, 1024, &r.Partitions)
+	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
 	if fn, fpath := f.get("failure_mode"); fn != nil {
 		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
 			r.FailureMode = RedisFailureMode(s)
@@ -248,8 +248,8 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	if bn, bpath := f.get("breaker"); bn != nil {
 		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
-			p.optInt(bf, "failures", 1, 1000, &r.Breaker.Failures)
-			p.optDuration(bf, "cooldown", 100*time.Millisecond, 10*time.Minute, &r.Breaker.Cooldown)
+			opt(bf, "failures", 1, 1000, &r.Breaker.Failures, p.intField)
+			opt(bf, "cooldown", 100*time.Millisecond, 10*time.Minute, &r.Breaker.Cooldown, p.duration)
 		}
 	}
 	return r
@@ -297,15 +297,15 @@ func (p *parser) options(f fields, c *Config) {
 			c.FailureMode = FailureMode(s)
 		}
 	}
-	p.optInt(f, "cas_attempts", 1, 64, &c.CASAttempts)
+	opt(f, "cas_attempts", 1, 64, &c.CASAttempts, p.intField)
 	if n, path := f.get("rate_limit_headers"); n != nil {
 		if s, ok := p.headersMode(path, n); ok {
 			c.RateLimitHeaders = s
 		}
 	}
-	p.optInt(f, "trusted_hops", 0, 16, &c.TrustedHops)
-	p.optInt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys)
-	p.optInt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes)
+	opt(f, "trusted_hops", 0, 16, &c.TrustedHops, p.intField)
+	opt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys, p.intField)
+	opt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes, p.intField)
 	if n, path := f.get("deny"); n != nil {
 		if d := p.deny(path, n, c.Deny); d != nil {
 			c.Deny = d
@@ -314,8 +314,8 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
-	p.optFloat(f, "enforce_percent", 0, 100, &c.EnforcePercent)
-	p.optFloat(f, "near_limit_ratio", 0, 1, &c.NearLimitRatio)
+	opt(f, "enforce_percent", 0, 100, &c.EnforcePercent, p.float)
+	opt(f, "near_limit_ratio", 0, 1, &c.NearLimitRatio, p.float)
 	if n, path := f.get("filter_state"); n != nil {
 		c.FilterState, _ = p.boolean(path, n)
 	}
@@ -484,7 +484,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
-	p.optInt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys)
+	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
 	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
 		if m, ok := p.headersMode(vpath, vn); ok {
 			r.RateLimitHeaders = m
@@ -596,7 +596,7 @@ func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool 
 	alg := ac.Algorithm
 	valid := true
 	if spec.Accepts(algorithms.FieldBurst) {
-		valid = p.optInt64(f, "burst", 1, algorithms.LimitCeiling, &ac.Burst)
+		valid = opt(f, "burst", 1, algorithms.LimitCeiling, &ac.Burst, p.integer)
 	} else if p.notFor(f, "burst", alg) {
 		valid = false
 	}
@@ -737,9 +737,9 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 			ac.MaxLimit = v
 		}
 	}
-	valid = p.optDuration(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency) && valid
-	valid = p.optFloat(f, "error_threshold", 0, 1, &ac.ErrorThreshold) && valid
-	valid = p.optDuration(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval) && valid
+	valid = opt(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency, p.duration) && valid
+	valid = opt(f, "error_threshold", 0, 1, &ac.ErrorThreshold, p.float) && valid
+	valid = opt(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval, p.duration) && valid
 	if valid && ac.MinLimit > ac.MaxLimit {
 		p.add(joinKey(path, "min_limit"), "must be <= max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(ac.MinLimit, 10))
 		valid = false
@@ -1231,7 +1231,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		return nil
 	}
 	d := *parent
-	valid := p.optInt(f, "status", 400, 599, &d.Status)
+	valid := opt(f, "status", 400, 599, &d.Status, p.intField)
 	if bn, bpath := f.get("body"); bn != nil {
 		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
 			parts, msg := compileBody(s)
@@ -1346,7 +1346,7 @@ func (p *parser) enforcement(f fields, r *Rule) {
 			p.add(path, `not allowed with "shadow": true, which enforces no denial`)
 		}
 	}
-	p.optFloat(f, "near_limit_ratio", 0, 1, &r.NearLimitRatio)
+	opt(f, "near_limit_ratio", 0, 1, &r.NearLimitRatio, p.float)
 }
 
 // shadowOptions reads the fields of rules that let denials through: whether a shadow rule's

@@ -234,51 +234,15 @@ func (p *parser) intField(path string, n *node, lo, hi int) (int, bool) {
 	return int(v), ok
 }
 
-// The opt readers read f's optional member name into *dst when it is valid, and report false
-// when it is set but invalid (the problem is reported); an absent member leaves *dst as it is.
-
-func (p *parser) optInt(f fields, name string, lo, hi int, dst *int) bool {
+// opt reads f's optional member name with read, bounded by [lo, hi], into *dst when it is
+// valid, and reports false when it is set but invalid (read reports the problem); an absent
+// member leaves *dst as it is.
+func opt[T any](f fields, name string, lo, hi T, dst *T, read func(path string, n *node, lo, hi T) (T, bool)) bool {
 	n, path := f.get(name)
 	if n == nil {
 		return true
 	}
-	v, ok := p.intField(path, n, lo, hi)
-	if ok {
-		*dst = v
-	}
-	return ok
-}
-
-func (p *parser) optInt64(f fields, name string, lo, hi int64, dst *int64) bool {
-	n, path := f.get(name)
-	if n == nil {
-		return true
-	}
-	v, ok := p.integer(path, n, lo, hi)
-	if ok {
-		*dst = v
-	}
-	return ok
-}
-
-func (p *parser) optFloat(f fields, name string, lo, hi float64, dst *float64) bool {
-	n, path := f.get(name)
-	if n == nil {
-		return true
-	}
-	v, ok := p.float(path, n, lo, hi)
-	if ok {
-		*dst = v
-	}
-	return ok
-}
-
-func (p *parser) optDuration(f fields, name string, lo, hi time.Duration, dst *time.Duration) bool {
-	n, path := f.get(name)
-	if n == nil {
-		return true
-	}
-	v, ok := p.duration(path, n, lo, hi)
+	v, ok := read(path, n, lo, hi)
 	if ok {
 		*dst = v
 	}
