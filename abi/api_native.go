@@ -29,9 +29,6 @@ func SetTickPeriodMilliSeconds(millis uint32) error {
 // SetEffectiveContext makes later host calls act on the given context.
 func SetEffectiveContext(contextID uint32) error { return proxywasm.SetEffectiveContext(contextID) }
 
-// GetHttpRequestHeaders returns every request header, pseudo-headers included.
-func GetHttpRequestHeaders() ([][2]string, error) { return proxywasm.GetHttpRequestHeaders() }
-
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return proxywasm.GetHttpRequestHeader(key) }
 
@@ -59,14 +56,9 @@ func GetHttpResponseHeader(key string) (string, error) {
 	return proxywasm.GetHttpResponseHeader(key)
 }
 
-// AddHttpResponseHeader appends a response header value.
-func AddHttpResponseHeader(key, value string) error {
-	return proxywasm.AddHttpResponseHeader(key, value)
-}
-
-// AddHttpResponseHeaderBytes is AddHttpResponseHeader for a value held in a byte slice, which
-// the caller may reuse afterwards. The emulator may keep the string it is given, so the value
-// is copied here; a Wasm host copies it during the call.
+// AddHttpResponseHeaderBytes appends a response header value held in a byte slice, which the
+// caller may reuse afterwards. The emulator may keep the string it is given, so the value is
+// copied here; a Wasm host copies it during the call.
 func AddHttpResponseHeaderBytes(key string, value []byte) error {
 	return proxywasm.AddHttpResponseHeader(key, string(value))
 }
@@ -136,9 +128,6 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 func SetSharedData(key string, value []byte, cas uint32) error {
 	return proxywasm.SetSharedData(key, value, cas)
 }
-
-// GetProperty reads a host property.
-func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(path) }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds.
 func WallClockNanos() int64 { return time.Now().UnixNano() }
