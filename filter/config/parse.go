@@ -24,8 +24,7 @@ import (
 // Errors for a field are not reported again as consequences elsewhere when that can be
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
-	// The checks of the whole document and their messages are functions of their own, out of
-	// Parse's line (see filter/doc.go): a valid configuration needs none of the messages.
+	// The whole document's checks are out of line (see filter/doc.go).
 	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
 		if err := checkDocument(data); err != nil {
 			return nil, err
@@ -83,9 +82,7 @@ func hasPrintableASCII(data []byte) bool {
 }
 
 // keyGroup returns the key group of the first of rules whose key is key, or group when none
-// is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
-// of config's line it is compiled only for a configuration of more than one rule (see
-// filter/doc.go).
+// is (out of line: only a configuration of several rules compiles the comparison).
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 	for _, prev := range rules {
 		if slices.Equal(prev.Key, key) {
@@ -117,8 +114,7 @@ func (p *parser) config(root *node) *Config {
 	}
 	c.Deny = defaultDeny()
 	// A configuration of rules alone (the common minimal one) skips the top-level options,
-	// kept in a function of their own so that they cost a configuration that sets none of
-	// them no compile time (see filter/doc.go).
+	// out of line (see filter/doc.go).
 	if len(root.members) != 1 || root.members[0].key != "rules" {
 		p.options(f, c)
 	}
@@ -161,9 +157,8 @@ func (p *parser) config(root *node) *Config {
 }
 
 // duplicateName reports the name of the rule at rpath when rules[prev] has the same name
-// (prevName), or one that reads the same in a flat metric name. Like every message that
-// formats its values, it is out of config's line (see filter/doc.go): a valid configuration
-// never calls this one.
+// (prevName), or one that reads the same in a flat metric name (out of line, as every message
+// that formats its values).
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
 		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
@@ -334,8 +329,7 @@ var algorithmNames = func() []string {
 // name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
 // but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
 // '.', '-' and '_' are one character: two such names would share their metrics. The earlier
-// rules are searched linearly (at most MaxRules, comparing without allocating), and out of
-// config's line (see filter/doc.go): a configuration of one rule has no earlier rule.
+// rules are searched linearly (at most MaxRules, comparing without allocating), out of line.
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -395,9 +389,8 @@ func hasAny(n *node, names []string) bool {
 // run on what could be read.
 //
 // The optional fields (ruleOptionFields) are read by functions of their own, called only when
-// the rule sets one of them (see filter/doc.go), so a rule of a name, a key and an algorithm
-// costs no compile time for the readers of fields it does not use. They are called in one
-// fixed order, so that problems are reported in the same order whichever fields are set.
+// the rule sets one of them (see filter/doc.go), in one fixed order, so that problems are
+// reported in the same order whichever fields are set.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -446,8 +439,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	return r
 }
 
-// badName reports s, at path, as no valid name (out of rule's line, like the readers of
-// options).
+// badName reports s, at path, as no valid name (out of line).
 func (p *parser) badName(path, s string) {
 	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 }
@@ -527,10 +519,8 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
-	// The parts for fields that most rules do not set (burst, variant, mode, max_delay,
-	// scope, adaptive) are functions of their own, called only when their fields are set or
-	// their algorithm needs them (see filter/doc.go), so code for a field that a
-	// configuration does not use costs it no compile time at start-up.
+	// The fields most rules do not set (algorithmOptionFields) are read out of line, only
+	// when set or needed by the algorithm (see filter/doc.go).
 	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
@@ -805,7 +795,7 @@ var keySources = []string{
 }
 
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
-// is valid; a const part has no default. It is out of keyPart's line, like queryName.
+// is valid; a const part has no default (out of line).
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	valid := true
 	vn, vpath := f.get("value")
@@ -824,9 +814,7 @@ func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	return valid
 }
 
-// requiredFor reports the missing name of a key part of source s at path. Like queryName, it
-// is out of keyPart's line (see filter/doc.go): most key parts that have a name are headers
-// that name it.
+// requiredFor reports the missing name of a key part of source s at path (out of line).
 func (p *parser) requiredFor(path, s string) {
 	p.add(path, "required for source "+strconv.Quote(s))
 }
@@ -1195,9 +1183,8 @@ func defaultDeny() *Deny {
 }
 
 // defaultBody is defaultDenyBody compiled, as compileBody compiles it
-// (TestDefaultBodyIsCompiled), written out so that a configuration without a deny body of its
-// own does not run compileBody (see filter/doc.go). It is statically initialised (no code
-// runs for it) and only ever read.
+// (TestDefaultBodyIsCompiled), written out and statically initialised so that a configuration
+// without a deny body of its own does not run compileBody (see filter/doc.go).
 var defaultBody = [...]bodyPart{
 	{lit: `{"error":"rate_limited","rule":"`}, {ph: phRule}, {lit: `","retry_after":`}, {ph: phRetryAfter}, {lit: `}`},
 }
