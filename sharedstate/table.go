@@ -38,15 +38,9 @@ const fingerprintSize = 8
 const Choices = 2
 
 // firstGroupFree is how many free slots a key's first group must have for a new key to go
-// there without looking at its second group (see Table). Slots are never emptied, so while
-// the first group has that many free, no key of it can have gone to its second group: a
-// lookup that does not find the key in the first group's index stops there, and a new key
-// costs one index read instead of two. Below it, a new key goes to the group with more free
-// slots. With 10, the table fills as evenly as with a choice between the two groups for every
-// key (no eviction before 90% of max_keys in TestTableFalseDenialCurve; in a model of 200
-// fills of 10,000 keys, the first eviction came at 92.7% at the earliest against 91.2% with
-// the choice for every key), and over a fill from empty to full a third of the new keys read
-// the second index.
+// there without looking at its second group (see Table): while it has, a lookup that does not
+// find the key in the first group's index stops there. With 10 the table fills as evenly as
+// with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
 const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
@@ -55,9 +49,7 @@ const firstGroupFree = 10
 const OverflowSlots = 64
 
 // maxGeometries is how many table geometries (distinct max_keys values) a rule remembers, the
-// current one included: a key that is not found in the current geometry is looked for in the
-// previous ones that may still hold active state (see Table), so its state survives changes
-// of max_keys.
+// current one included (see Table).
 const maxGeometries = 8
 
 // The kind of a slot value, the byte after the digest. Only live slots are written; a value of
