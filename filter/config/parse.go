@@ -926,8 +926,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.Name, ok = p.queryName(npath, nn)
 			valid = valid && ok
 		}
-	} else if strict && p.unusedBy(f, "name", s) {
-		valid = false
 	}
 
 	if kind == kindConst {
@@ -935,9 +933,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			valid = false
 		}
 	} else {
-		if strict && p.unusedBy(f, "value", s) {
-			valid = false
-		}
 		if dn, dpath := f.get("default"); dn != nil {
 			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
@@ -953,8 +948,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			d, ok := p.enum(dpath, dn, duplicates...)
 			kp.OnDuplicate, valid = Duplicate(d), valid && ok
 		}
-	} else if strict && p.unusedBy(f, "on_duplicate", s) {
-		valid = false
 	}
 
 	if kind == kindClientIP {
@@ -966,12 +959,12 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.IPv6Prefix, ok = p.intField(ppath, pn, 1, 128)
 			valid = valid && ok
 		}
-	} else if strict {
-		if p.unusedBy(f, "ipv4_prefix", s) {
-			valid = false
-		}
-		if p.unusedBy(f, "ipv6_prefix", s) {
-			valid = false
+	}
+	if strict {
+		for _, field := range []string{"name", "value", "on_duplicate", "ipv4_prefix", "ipv6_prefix"} {
+			if !contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
+				valid = false
+			}
 		}
 	}
 	return kp, valid
