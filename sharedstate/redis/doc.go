@@ -65,80 +65,30 @@
 // a secret Redis lost is stored again, or every proxy adopts the one that won. Changing the
 // number of partitions renames every key: the global counts start afresh.
 //
-// # The script, time and state
+// # The script
 //
 // There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
-// functions per algorithm with a global mode (token_bucket, leaky_bucket meter,
-// sliding_window counter and log, fixed_window, gcra) and a main part that runs a call. adaptive and the leaky-bucket shaper are local only.
-// Each algorithm is a line-by-line port of the arithmetic documented on its type in package
-// algorithms, and a differential test against a real redis-server demands identical decisions
-// from both on random sequences.
+// functions per algorithm with a global mode (token_bucket, leaky_bucket meter, sliding_window
+// counter and log, fixed_window, gcra; adaptive and the shaper are local only) and a main part
+// that runs a call. Each algorithm is a line-by-line port of the arithmetic documented on its
+// type in package algorithms, and differential tests against a real redis-server demand the
+// same decisions and stored states from both, across random sequences, configuration changes
+// (TestDifferentialConfigChange), lease give-backs and usage settlements
+// (TestDifferentialSettle).
 //
-// The same script settles a usage cost when its stream ends (Settlement, AppendSettleSHA;
-// lua/main.lua's settle): its first argument 's' selects the mode, and one key is settled by
-// delta = usage - reservation with algorithms.Settle's arithmetic (bucket_settle,
-// gcra_settle, fw_settle, swc_settle), once per settlement id. TestDifferentialSettle demands that Go and the script
-// agree on every decision after settlements.
+// lua/main.lua's header is the call's specification: its keys, the ten integers per rule
+// after them (AppendEvalSHA writes them), the flat answer (ParseReplies reads it), and the
+// commit: every rule is decided on its state as read, and only if no enforced rule denies
+// does every rule that admitted write, so a denied request is charged nothing and a flood of
+// denials writes nothing. Each algorithm's file gives its state layout, which records the
+// parameters it was written under so that a changed configuration converts the key as
+// package algorithms converts a state. A write sets the key's TTL to when it is back to full
+// allowance (plus a second), so idle keys disappear.
 //
-// A call decides every rule on its state as read, writing nothing; then, only if no enforced
-// (non-shadow) rule denies, every rule that admitted writes its new state (shadow rules
-// included, as in the filter's local path). A shadow rule's denial blocks nothing, and a
-// denied rule never writes. So a request denied by one global rule is charged nothing on the
-// others, and a flood of denied requests generates no writes and no replication traffic.
-//
-// Arguments after the keys are ten integers per rule, in the order of the keys:
-//
-//	n (the cost)  shadow (0|1)  algorithm code  limit  window (ns)  capacity (burst, or limit)
-//	max_keys (0: unbounded)  own (the request's own cost: n less a lease's reserve)
-//	give (a lease's unspent units given back, 0: none)  given_at (Unix ns of their take)
-//
-// A key decided on the rule's overflow key is decided for own, not n: no lease there. Units
-// given back are returned to the key's state before the decision, as package algorithms'
-// GiveBack returns them (a differential test holds the two to the same results).
-//
-// with the codes 1 token_bucket, 2 leaky_bucket meter, 3 sliding_window counter, 4
-// sliding_window log, 5 fixed_window, 6 gcra. The script derives what each algorithm computes
-// with (g = gcd(limit, window ns) and units of 1/(window/g) token for the buckets, the emission
-// interval T = window/limit for GCRA, the window in ms for the windows) and refuses parameters
-// package algorithms would refuse. The answer is one flat array:
-//
-//	{now_s, now_ns, committed (0|1), then per rule: allowed (0|1), limit, remaining,
-//	 retry_after_ns, reset_after_ns}
-//
-// The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew. Lua
-// numbers are doubles, exact only up to 2^53, so absolute Unix-nanosecond timestamps are
-// stored as their exact decimal string and handled as (seconds, nanoseconds) pairs; only
-// differences below 2^53 ns (104 days) are ever needed as plain numbers (see lua/lib.lua).
-//
-// State layouts. Every state records the parameters it was written under, cfg =
-// "<code>:<limit>:<window ns>:<capacity>"; v is the Go version byte in decimal plus one, so
-// it never matches the v1 encoding, which records no parameters (v = the Go version byte, no
-// cfg) and is still read, under the rule's current parameters:
-//
-//	token_bucket            hash  v=18 cfg t=<tokens, 1/wg units> l=<last, Unix ns>
-//	leaky_bucket (meter)    hash  v=34 cfg lv=<level, 1/wg units> l=<last, Unix ns>
-//	sliding_window counter  hash  v=50 cfg ws=<window start, Unix ns> p=<prev> c=<cur>
-//	sliding_window log      list  "p<cfg>", then <Unix ns> per admitted event, oldest first
-//	fixed_window            hash  v=82 cfg ws=<window start, Unix ns> c=<count>
-//	gcra                    hash  v=98 cfg tat=<theoretical arrival time, Unix ns>
-//
-// A key of a Redis type no script writes, or whose fields or parameters do not decode, is a
-// fresh key, as an unknown version byte is in Go; it is replaced on the next admission.
-//
-// Configuration changes never grant allowance. A key whose recorded parameters differ from
-// the rule's (any of them, algorithm included) is converted first, exactly as package
-// algorithms converts a state (see its "Configuration changes"; R = capacity_new also when the
-// old algorithm finds the key idle), and the converted state is written only if the call
-// commits. TestDifferentialConfigChange runs the Go limiters and the script through changes
-// between every pair of global configurations and demands the same decisions and states.
-//
-// A write sets the key's TTL to reset_after (the time until the key is back to its full
-// allowance) rounded up to whole milliseconds plus one second, so idle keys disappear and an
-// expired key reads as exactly the fresh state it had reached. A denial changes nothing.
-//
-// For the tests only, two more arguments (Unix seconds and nanoseconds) replace TIME, so long
-// spans and time going backwards can be tested deterministically. The filter never sends
-// them, and because keys are escaped a client cannot add them.
+// The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew; Lua
+// numbers are doubles, so absolute Unix-nanosecond timestamps are kept as (seconds,
+// nanoseconds) pairs (lua/lib.lua). For the tests only, two more arguments replace TIME; the
+// filter never sends them, and because keys are escaped a client cannot add them.
 //
 // # Least privilege
 //
