@@ -233,3 +233,13 @@ func TestDurations(t *testing.T) {
 		}
 	}
 }
+
+// headerValue returns the configured value of a denial header (name in lower case).
+func (d *Deny) headerValue(name string) (string, bool) {
+	for _, h := range d.Headers {
+		if h.Name == strings.ToLower(name) {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
