@@ -92,16 +92,6 @@ type Signals struct {
 	LatencySum time.Duration
 }
 
-// Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
-// observations between ticks.
-func (s Signals) Add(o Signals) Signals {
-	return Signals{
-		Requests:   satAdd(s.Requests, o.Requests),
-		Errors:     satAdd(s.Errors, o.Errors),
-		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
-	}
-}
-
 // satAdd adds two values clamped to >= 0 and saturates at MaxInt64.
 func satAdd(a, b int64) int64 {
 	a, b = max(a, 0), max(b, 0)

@@ -915,9 +915,6 @@ func (t *Table) Used() uint32 {
 	return n
 }
 
-// MaxKeys returns the number of keys the table holds.
-func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
-
 // nameBuf is a name built for a store call and the entry it names: slot or group idx of
 // geometry geo.
 type nameBuf struct {
