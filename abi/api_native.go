@@ -166,14 +166,10 @@ func DefineHistogramMetric(name string) (MetricHistogram, error) {
 
 func (c MetricCounter) Increment(offset uint64) { c.m.Increment(offset) }
 
-func (c MetricCounter) Value() uint64 { return c.m.Value() }
-
 // Record sets the gauge to value. The emulator only offers Add, so Record adds the difference.
 func (g MetricGauge) Record(value int64) { g.m.Add(value - g.m.Value()) }
 
 func (g MetricGauge) Add(delta int64) { g.m.Add(delta) }
-
-func (g MetricGauge) Value() int64 { return g.m.Value() }
 
 // Record adds one observation to the histogram.
 func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }

@@ -308,13 +308,6 @@ func DefineHistogramMetric(name string) (MetricHistogram, error) {
 // Increment adds offset to the counter. Errors are dropped: a metric must never fail a request.
 func (m MetricCounter) Increment(offset uint64) { hostIncrementMetric(uint32(m), int64(offset)) }
 
-// Value returns the counter's current value.
-func (m MetricCounter) Value() uint64 {
-	var v uint64
-	hostGetMetric(uint32(m), &v)
-	return v
-}
-
 // Record sets the gauge to value.
 func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(value)) }
 
@@ -322,13 +315,6 @@ func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(va
 // gauge and subtracts a negative one, and stats are process-wide, so every worker VM's deltas
 // sum into one value, where Record would let the last writer win.
 func (m MetricGauge) Add(delta int64) { hostIncrementMetric(uint32(m), delta) }
-
-// Value returns the gauge's current value.
-func (m MetricGauge) Value() int64 {
-	var v uint64
-	hostGetMetric(uint32(m), &v)
-	return int64(v)
-}
 
 // Record adds one observation to the histogram.
 func (m MetricHistogram) Record(value uint64) { hostRecordMetric(uint32(m), value) }
