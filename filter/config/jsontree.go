@@ -62,6 +62,7 @@ type jsonError struct {
 // U+FFFD, as encoding/json reads it.
 func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 	d := decoder{
+		data: data,
 		dec: jsontext.NewDecoder(bytes.NewBuffer(data),
 			jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)),
 		dup: dup,
@@ -75,7 +76,7 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 	end := int(d.dec.InputOffset())
 	for _, c := range data[end:] {
 		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return nil, trailingData(end)
+			return nil, trailingData(data, end)
 		}
 	}
 	return n, nil
@@ -85,14 +86,15 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 // end (out of line, see filter/doc.go).
 //
 //go:noinline
-func trailingData(end int) *jsonError {
-	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end)}
+func trailingData(data []byte, end int) *jsonError {
+	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
 }
 
 // decoder builds the tree from jsontext's tokens. It keeps the path to the current value as
 // a stack of segments and renders it only for a problem: every value's path string built up
 // front would repeat a long key for every element below it (gigabytes for a 1 MiB document).
 type decoder struct {
+	data []byte
 	dec  *jsontext.Decoder
 	dup  func(path, key string)
 	segs []segment
@@ -130,7 +132,7 @@ func (d *decoder) fail(err error) *jsonError {
 		if se.Err == io.ErrUnexpectedEOF {
 			what = "unexpected end of input"
 		}
-		msg = "invalid JSON at byte " + strconv.FormatInt(se.ByteOffset, 10) + ": " + what
+		msg = "invalid JSON at " + at(d.data, se.ByteOffset) + ": " + what
 	} else if err == io.EOF || err == io.ErrUnexpectedEOF {
 		msg = "invalid JSON: unexpected end of input"
 	}

@@ -33,7 +33,7 @@ func Parse(data []byte) (*Config, error) {
 	p := new(parser)
 	root, jerr := decodeTree(data, p.duplicateKey)
 	if jerr != nil {
-		return nil, p.invalidJSON(data, jerr)
+		return nil, p.invalidJSON(jerr)
 	}
 	cfg := p.config(root)
 	if err := p.result(); err != nil {
@@ -63,9 +63,9 @@ func (p *parser) duplicateKey(path, key string) {
 }
 
 // invalidJSON returns the problems found so far with decodeTree's error err last, at its
-// path and located by line and column in data (see checkDocument).
-func (p *parser) invalidJSON(data []byte, err *jsonError) error {
-	p.add(err.Path, withLineColumn(data, err.Msg))
+// path (out of line, see filter/doc.go).
+func (p *parser) invalidJSON(err *jsonError) error {
+	p.add(err.Path, err.Msg)
 	return p.result()
 }
 
