@@ -10,24 +10,29 @@ package algorithms
 //
 // # Arithmetic (the spec for the Lua port)
 //
-//	state: ws (absolute window start), count
+//	state: ws (absolute window start), count, carry (the part of count ended windows charged)
 //	w = now - (now mod W)
-//	fresh: ws = w, count = 0
-//	if w < ws: w = ws                 -- a stale call counts against the newer window
-//	elif w > ws: count = 0
+//	fresh: ws = w, count = carry = 0
+//	if w <= ws: w = ws                -- a stale call counts against the newer window
+//	else: count = carry = max(0, count - min(k, count)*L), k = (w - ws)/W
 //	if n <= 0 or n > L: unsatisfiable (state unchanged)
 //	allowed = count + n <= L;  if allowed: count = count + n
-//	RetryAfter = w + W - now          when denied
-//	Remaining  = L - count
-//	ResetAfter = w + W - now if count > 0, else 0
-//	store (w, count)
+//	RetryAfter = w + ceil((count + n - L)/L)*W - now     when denied (count + n > L)
+//	Remaining  = max(0, L - count)
+//	ResetAfter = w + ceil(count/L)*W - now if count > 0, else 0
+//	store (w, count, carry)
 //
-// # State layout (37 bytes)
+// Only a usage debt (see Settle) makes count exceed L, or carry other than 0: each window that
+// passes repays L of it, so a key that was charged 3L in one window is denied for the next
+// two. Below L, the roll is the plain reset to 0.
+//
+// # State layout (37 bytes, 41 with a carry)
 //
 //	[0]     0x53 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
 //	[25:33] ws,    int64 LE, Unix ns (a multiple of W)
-//	[33:37] count, uint32 LE
+//	[33:37] count, uint32 LE (at most debtCeiling)
+//	[37:41] carry, uint32 LE (at most count), only when it is not 0
 //
 // The v1 layout (13 bytes: 0x51, ws, count; no parameters) is still read, with the current
 // parameters, and rewritten in this layout by the next admitted request.
@@ -40,13 +45,14 @@ package algorithms
 //
 //	ws = tc - (tc mod W), count = C
 type FixedWindow struct {
-	limit, w int64
-	p        params
+	limit, w, ceil int64 // ceil: debtCeiling
+	p              params
 }
 
 const (
-	fixedSize   = hdrSize + 12
-	fixedSizeV1 = 13
+	fixedSize      = hdrSize + 12
+	fixedSizeCarry = fixedSize + 4
+	fixedSizeV1    = 13
 )
 
 func newFixedWindow(c Config) (*FixedWindow, error) {
@@ -63,32 +69,37 @@ func (f *FixedWindow) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
-	*f = FixedWindow{limit: c.Limit, w: int64(c.Window), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	w := int64(c.Window)
+	*f = FixedWindow{limit: c.Limit, w: w, ceil: debtCeiling(c.Limit, w), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
 	return nil
 }
 
-// load returns the window of now and its count, from the fields at state[off:] (off == 0: a
-// fresh key).
-func (f *FixedWindow) load(state []byte, off int, now int64) (w, count int64) {
+// load returns the window of now, its count and carry, from the fields at state[off:] (off ==
+// 0: a fresh key).
+func (f *FixedWindow) load(state []byte, off int, now int64) (w, count, carry int64) {
 	w = now - now%f.w
 	if off == 0 {
-		return w, 0
+		return w, 0, 0
 	}
 	ws := get64(state[off:])
 	if ws < 0 || ws > MaxTime || ws%f.w != 0 {
-		return w, 0 // every start the limiter writes is aligned
+		return w, 0, 0 // every start the limiter writes is aligned
 	}
-	switch {
-	case w < ws:
-		return ws, min(get32(state[off+8:]), f.limit)
-	case w == ws:
-		return w, min(get32(state[off+8:]), f.limit)
-	default:
-		return w, 0
+	count = min(get32(state[off+8:]), f.ceil)
+	if w > ws {
+		count = max(0, count-min((w-ws)/f.w, count)*f.limit)
+		return w, count, count
 	}
+	if len(state) == fixedSizeCarry {
+		carry = min(get32(state[off+12:]), count)
+	}
+	return ws, count, carry
 }
 
 func (f *FixedWindow) locate(state []byte) (off int, convert bool) {
+	if len(state) == fixedSizeCarry && f.p.matches(state, verFixedWindow2) {
+		return hdrSize, false
+	}
 	return f.p.locate(state, verFixedWindow2, fixedSize, verFixedWindow, fixedSizeV1)
 }
 
@@ -99,7 +110,7 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	if conv {
 		return f.convert(state, now, n)
 	}
-	w, count := f.load(state, off, now)
+	w, count, carry := f.load(state, off, now)
 	d := Decision{Limit: f.limit}
 	store := true
 	switch {
@@ -109,23 +120,30 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 		count += n
 		d.Allowed = true
 	default:
-		d.RetryAfter = dur(w + f.w - now)
+		d.RetryAfter = dur(w + ceilDiv(count+n-f.limit, f.limit)*f.w - now)
 	}
-	d.Remaining = f.limit - count
+	d.Remaining = max(0, f.limit-count)
 	if count > 0 {
-		d.ResetAfter = dur(w + f.w - now)
+		d.ResetAfter = dur(w + ceilDiv(count, f.limit)*f.w - now)
 	}
 	if !store {
 		return d, state
 	}
-	return d, f.encode(state, w, count)
+	return d, f.encode(state, w, count, carry)
 }
 
-func (f *FixedWindow) encode(state []byte, w, count int64) []byte {
-	out := outBuf(state, fixedSize, fixedSize)
+func (f *FixedWindow) encode(state []byte, w, count, carry int64) []byte {
+	size := fixedSize
+	if carry > 0 {
+		size = fixedSizeCarry
+	}
+	out := outBuf(state, size, fixedSizeCarry)
 	f.p.put(out, verFixedWindow2)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], count)
+	if carry > 0 {
+		put32(out[fixedSize:], carry)
+	}
 	return out
 }
 
@@ -133,25 +151,25 @@ func (f *FixedWindow) encode(state []byte, w, count int64) []byte {
 func (f *FixedWindow) convert(state []byte, now, n int64) (Decision, []byte) {
 	var conv []byte
 	if c, tc, ok := consumption(state, now, f.limit); ok {
-		conv = f.encode(nil, tc-tc%f.w, c)
+		conv = f.encode(nil, tc-tc%f.w, c, 0)
 	}
 	d, out := f.AllowN(conv, now, n)
-	return finishConverted(state, d, out, fixedSize)
+	return finishConverted(state, d, out, fixedSizeCarry)
 }
 
 // peek reports the events left in now's window, for a state in f's current encoding with f's
 // parameters, and the instant it counted for: now, or the start of the stored window when
 // that is later.
 func (f *FixedWindow) peek(state []byte, now int64) (r, at int64, ok bool) {
-	if len(state) != fixedSize || !f.p.matches(state, verFixedWindow2) {
+	if off, _ := f.locate(state); off != hdrSize {
 		return 0, 0, false
 	}
-	w, count := f.load(state, hdrSize, now)
+	w, count, _ := f.load(state, hdrSize, now)
 	return f.limit - count, max(now, w), true
 }
 
-// StateSize implements Limiter: a FixedWindow state is always 37 bytes.
-func (f *FixedWindow) StateSize() int { return fixedSize }
+// StateSize implements Limiter: a FixedWindow state is at most 41 bytes.
+func (f *FixedWindow) StateSize() int { return fixedSizeCarry }
 
 // Idle implements Limiter: nothing was counted in now's window.
 func (f *FixedWindow) Idle(state []byte, now int64) bool {
@@ -160,6 +178,6 @@ func (f *FixedWindow) Idle(state []byte, now int64) bool {
 	if conv {
 		return idleConverted(state, now, f.limit)
 	}
-	_, count := f.load(state, off, now)
+	_, count, _ := f.load(state, off, now)
 	return count == 0
 }

@@ -99,7 +99,7 @@ func (f *FixedWindow) GiveBack(state []byte, now, takenAt, n int64) ([]byte, boo
 	if ws != takenAt-takenAt%f.w || ws < now-now%f.w || count <= 0 {
 		return state, false
 	}
-	return f.encode(state, ws, max(0, count-n)), true
+	return f.encode(state, ws, max(0, count-n), 0), true
 }
 
 // GiveBack implements Returner.
@@ -108,11 +108,11 @@ func (s *SlidingWindowCounter) GiveBack(state []byte, now, takenAt, n int64) ([]
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
-	ws, prev, cur, ok := s.cc.decode(state[hdrSize:], s.cc.limit())
+	ws, prev, cur, _, ok := s.decode(state, hdrSize)
 	if !ok {
 		return state, false
 	}
-	w, _, prev, cur := s.cc.roll(ws, prev, cur, true, now)
+	w, _, prev, cur, _ := s.roll(ws, prev, cur, 0, true, now)
 	switch tw := takenAt - takenAt%s.cc.w; {
 	case tw == w && cur > 0:
 		cur = max(0, cur-n)
@@ -121,5 +121,5 @@ func (s *SlidingWindowCounter) GiveBack(state []byte, now, takenAt, n int64) ([]
 	default:
 		return state, false
 	}
-	return s.encode(state, w, prev, cur), true
+	return s.encode(state, w, prev, cur, 0), true
 }

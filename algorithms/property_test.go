@@ -419,7 +419,8 @@ func TestSlidingCounterApproximation(t *testing.T) {
 	sc := mustNew(t, c).(*SlidingWindowCounter)
 	state = nil
 	for i, cl := range randomCalls(r, c, 20000, 0) {
-		ws, prev, cur, ok := sc.decode(state, c.Limit)
+		off, _ := sc.locate(state)
+		ws, prev, cur, _, ok := sc.decode(state, off)
 		w, eff, prev, cur := sc.cc.roll(ws, prev, cur, ok, cl.at)
 		var d Decision
 		d, state = sc.AllowN(state, cl.at, cl.n)

@@ -7,8 +7,9 @@ package algorithms
 //
 //   - delta < 0 is a refund: the units the request reserved and did not use go back.
 //   - delta > 0 is a debt: units beyond the reservation are taken, whatever the state holds.
-//     A bucket or GCRA key may go below empty; it is then denied until the debt is repaid at
-//     the rule's rate.
+//     A bucket or GCRA key may go below empty, a window's count above its limit; the key is
+//     then denied until the debt is repaid at the rule's rate (a window repays its limit per
+//     window).
 //
 // # Arithmetic, per algorithm (the spec for the Lua port)
 //
@@ -38,17 +39,20 @@ package algorithms
 //	delta > 0:   TAT' = min(base + delta*T, max(TAT, now + 2^52))
 //	delta < 0:   TAT' = max(TAT + delta*T, now)   when TAT > now; else unchanged (the key is full)
 //
-// Fixed window: the count of the current window w (after a stale call's roll, as in AllowN).
-// A debt is added to it, up to Limit (the window forgets what lies beyond, at its end). A
-// refund is taken off only when the reservation was counted in w (reservedAt in w); a
-// reservation counted in a window that has ended was forgotten with it.
+// Fixed window: the count and carry of the current window w, after the roll of a decision
+// (which carries a count beyond L into the following windows: carry is the part of count ended
+// windows charged). A settlement for a reservation counted in w changes count; one for a
+// reservation counted in an ended window (start(reservedAt) < w) changes the carry too, and a
+// refund then comes off the carry only: what that window counted within L was counted against
+// its admissions and is not given back, so the current window never admits beyond L.
 //
-//	delta > 0:   count = min(count + delta, L)
-//	delta < 0:   count = max(count + delta, 0)    when start(reservedAt) == w
+//	delta > 0:   count = min(count + delta, ceil);  if ended: carry = min(carry + delta, count)
+//	delta < 0:   if ended: x = min(-delta, carry); count = count - x; carry = carry - x
+//	             else:     count = max(count + delta, 0); carry = min(carry, count)
 //
-// Sliding window counter: as the fixed window, for cur; a refund of a reservation counted in
-// the previous window comes off prev (prev = max(prev + delta, 0), when start(reservedAt) is
-// w - W).
+// Sliding window counter: as the fixed window, for cur; and for a reservation counted in the
+// previous window (start(reservedAt) == w - W), what the carry cannot take of a refund comes
+// off prev: prev = max(prev + delta + x, 0).
 //
 // A state recorded under other parameters (the configuration changed while the stream was
 // open) is not settled: Settle returns ok false, and the caller writes nothing.
@@ -58,10 +62,18 @@ package algorithms
 // or a GCRA TAT must stay a valid timestamp (MaxTime, maxStamp). What lies beyond is forgiven.
 const maxDebtAhead = 1 << 52
 
+// debtCeiling is the most a window key's count holds, its debt included: what the windows of
+// maxDebtAhead repay (at least two windows' worth), within the uint32 it is stored in. It
+// keeps every RetryAfter and ResetAfter below 2^53 ns. What lies beyond is forgiven.
+func debtCeiling(limit, w int64) int64 {
+	return min(1<<32-1, limit*max(2, maxDebtAhead/w))
+}
+
 // Settle applies delta = usage - reservation to state at now, for a request whose
 // reservation was admitted at reservedAt (see above). It returns the state to store and
 // whether there is one: false when there is nothing to write (delta 0, a refund on a fresh
-// or full key, a state recorded under other parameters, or a limiter that takes no usage cost).
+// or full key or that a window's counts cannot take, a state recorded under other parameters,
+// or a limiter that takes no usage cost).
 // The returned slice aliases state when cap(state) is large enough, as AllowN's does.
 func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	if delta == 0 {
@@ -203,22 +215,37 @@ func (g *GCRA) settle(state []byte, now, delta int64) ([]byte, bool) {
 	return g.encode(state, tat), true
 }
 
+// settleCount applies delta to a window's count and carry (see the arithmetic above), for a
+// reservation counted in an ended window or not; rest is what the carry did not take of an
+// ended window's refund.
+func settleCount(count, carry, delta, ceil int64, ended bool) (c, cy, rest int64) {
+	switch {
+	case delta > 0:
+		count = min(count+delta, ceil)
+		if ended {
+			carry = min(carry+delta, count)
+		}
+		return count, carry, 0
+	case !ended:
+		count = max(count+delta, 0)
+		return count, min(carry, count), 0
+	}
+	x := min(-delta, carry)
+	return count - x, carry - x, -delta - x
+}
+
 // settle is Settle for the fixed window.
 func (f *FixedWindow) settle(state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	off, conv := f.locate(state)
 	if conv {
 		return state, false
 	}
-	w, count := f.load(state, off, now)
-	switch {
-	case delta > 0:
-		count = min(count+delta, f.limit)
-	case reservedAt-reservedAt%f.w == w && count > 0:
-		count = max(count+delta, 0)
-	default:
+	w, count, carry := f.load(state, off, now)
+	c, cy, _ := settleCount(count, carry, delta, f.ceil, reservedAt-reservedAt%f.w < w)
+	if c == count && cy == carry {
 		return state, false
 	}
-	return f.encode(state, w, count), true
+	return f.encode(state, w, c, cy), true
 }
 
 // settle is Settle for the sliding window counter.
@@ -227,23 +254,16 @@ func (s *SlidingWindowCounter) settle(state []byte, now, reservedAt, delta int64
 	if conv {
 		return state, false
 	}
-	limit := s.cc.limit()
-	var ws, prev, cur int64
-	ok := off != 0
-	if ok {
-		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
-	}
-	w, _, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
+	ws, prev, cur, carry, ok := s.decode(state, off)
+	w, _, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
 	rw := reservedAt - reservedAt%s.cc.w
-	switch {
-	case delta > 0:
-		cur = min(cur+delta, limit)
-	case rw == w && cur > 0:
-		cur = max(cur+delta, 0)
-	case rw == w-s.cc.w && prev > 0:
-		prev = max(prev+delta, 0)
-	default:
+	c, cy, rest := settleCount(cur, carry, delta, s.ceil, rw < w)
+	p := prev
+	if rw == w-s.cc.w {
+		p = max(prev-rest, 0)
+	}
+	if c == cur && cy == carry && p == prev {
 		return state, false
 	}
-	return s.encode(state, w, prev, cur), true
+	return s.encode(state, w, p, c, cy), true
 }

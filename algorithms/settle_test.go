@@ -35,12 +35,10 @@ func runUsageSteps(t *testing.T, l Limiter, steps []usageStep) {
 			}
 			continue
 		}
-		d, out := l.AllowN(state, now, s.n)
+		var d Decision
+		d, state = l.AllowN(state, now, s.n) // a denial's state is the input's, maybe re-encoded
 		if d.Allowed != s.allowed || d.RetryAfter != s.retry {
 			t.Errorf("step %d (at %v, n=%d): allowed %v retry %v, want %v %v", i, s.at, s.n, d.Allowed, d.RetryAfter, s.allowed, s.retry)
-		}
-		if d.Allowed {
-			state = out
 		}
 	}
 }
@@ -81,14 +79,26 @@ func TestSettleStepsFixedWindow(t *testing.T) {
 		{at: time.Second, n: 5, allowed: true},
 		{at: 2 * time.Second, settle: true, n: -3, reservedAt: time.Second, allowed: true},
 		{at: 2 * time.Second, n: 8, allowed: true},
-		{at: 2 * time.Second, settle: true, n: 4, reservedAt: 2 * time.Second, allowed: true}, // the window is full
-		{at: 2 * time.Second, n: 1, retry: 8 * time.Second},
-		{at: 10 * time.Second, n: 10, allowed: true}, // the next window forgets the debt
-		// A refund of a reservation counted in an ended window is dropped.
-		{at: 21 * time.Second, settle: true, n: -5, reservedAt: 19 * time.Second},
-		{at: 29 * time.Second, n: 5, allowed: true},
-		{at: 29 * time.Second, settle: true, n: -5, reservedAt: 29 * time.Second, allowed: true},
-		{at: 29 * time.Second, n: 10, allowed: true},
+		// Used 32 of 8: 34 counted, 24 beyond the limit, repaid by the next windows.
+		{at: 2 * time.Second, settle: true, n: 24, reservedAt: 2 * time.Second, allowed: true},
+		{at: 2 * time.Second, n: 1, retry: 28 * time.Second},
+		{at: 30*time.Second - 1, n: 1, retry: 1}, // 14 left
+		{at: 30 * time.Second, n: 6, allowed: true},
+		{at: 30 * time.Second, n: 1, retry: 10 * time.Second},
+		// A refund of a reservation counted in an ended window comes off the debt carried
+		// from there (4), and no further: the rest was counted against that window's admissions.
+		{at: 31 * time.Second, settle: true, n: -4, reservedAt: 2 * time.Second, allowed: true},
+		{at: 31 * time.Second, n: 4, allowed: true},
+		{at: 31 * time.Second, settle: true, n: -2, reservedAt: 2 * time.Second},
+		{at: 31 * time.Second, n: 1, retry: 9 * time.Second},
+		// 3 times the limit in one window: denied for the next two.
+		{at: 40 * time.Second, n: 10, allowed: true},
+		{at: 40 * time.Second, settle: true, n: 20, reservedAt: 40 * time.Second, allowed: true},
+		{at: 50 * time.Second, n: 1, retry: 20 * time.Second},
+		{at: 70*time.Second - 1, n: 1, retry: 1},
+		{at: 70 * time.Second, n: 10, allowed: true},
+		// Nothing counted: a refund has nothing to come off.
+		{at: 100 * time.Second, settle: true, n: -5, reservedAt: 95 * time.Second},
 	})
 }
 
@@ -101,8 +111,18 @@ func TestSettleStepsSlidingWindowCounter(t *testing.T) {
 		{at: 10 * time.Second, settle: true, n: -8, reservedAt: 0, allowed: true},
 		{at: 10 * time.Second, n: 10, allowed: true},
 		{at: 10 * time.Second, n: 1, retry: 11 * time.Second},
-		// A refund of a reservation older than prev is dropped.
+		// Nothing counted any more: a refund has nothing to come off.
 		{at: 40 * time.Second, settle: true, n: -1, reservedAt: 10 * time.Second},
+		// 3 times the limit in one window: cur carries 20 into the next window, 10 of which
+		// go on into the one after; from 80s only prev (10) weighs, less and less.
+		{at: 50 * time.Second, n: 10, allowed: true},
+		{at: 50 * time.Second, settle: true, n: 20, reservedAt: 50 * time.Second, allowed: true},
+		{at: 60 * time.Second, n: 1, retry: 21 * time.Second},
+		// Refunds of ended windows' reservations come off the carried debt: 15, then 2 left.
+		{at: 60 * time.Second, settle: true, n: -5, reservedAt: 50 * time.Second, allowed: true},
+		{at: 60 * time.Second, n: 1, retry: 16 * time.Second}, // at 76s: 10*0.4 + 5 + 1 <= 10
+		{at: 70 * time.Second, settle: true, n: -3, reservedAt: 50 * time.Second, allowed: true},
+		{at: 70 * time.Second, n: 1, retry: 3 * time.Second}, // 10*0.7 + 2 + 1 <= 10
 	})
 }
 
@@ -164,8 +184,9 @@ func TestCheckUsage(t *testing.T) {
 	}
 }
 
-// charged is what a key of limiter l has consumed at now, read from its state: capacity minus
-// its balance, which is negative below empty.
+// charged is what a key of limiter l has been charged, read from its state at now: capacity
+// minus its balance, which is negative below empty, for a bucket; the count of now's window
+// (the sliding counter's cur), its debt included, for a window.
 func charged(t *testing.T, l Limiter, state []byte, now int64) int64 {
 	t.Helper()
 	switch l := l.(type) {
@@ -188,10 +209,13 @@ func charged(t *testing.T, l Limiter, state []byte, now int64) int64 {
 		}
 		return max(tat-now, 0) / l.t
 	case *FixedWindow:
-		_, count := l.load(state, hdrSize, now)
+		off, _ := l.locate(state)
+		_, count, _ := l.load(state, off, now)
 		return count
 	case *SlidingWindowCounter:
-		_, _, cur, _ := l.decode(state, l.cc.limit())
+		off, _ := l.locate(state)
+		ws, prev, cur, _, ok := l.decode(state, off)
+		_, _, _, cur, _ = l.roll(ws, prev, cur, 0, ok, now)
 		return cur
 	}
 	t.Fatalf("no reading for %T", l)
@@ -199,44 +223,58 @@ func charged(t *testing.T, l Limiter, state []byte, now int64) int64 {
 }
 
 // TestSettleLongRunExact admits random reservations, settles them in random order with random
-// usages, or charges on_missing for the streams that end without usage, all at one instant
-// (no refill, one window): what the key has consumed is then exactly the usage reported plus
-// the on_missing charges, below empty included.
+// usages (up to 4 times the windows' limit), or charges on_missing for the streams that end
+// without usage: what the key has been charged is then exactly the usage reported plus the
+// on_missing charges, below empty and beyond the limit included. The buckets stay at one
+// instant (no refill). The windows move on by 1 to 3 windows now and then, while their count
+// covers what those windows repay and the open reservations' refunds: each passed window has
+// then repaid exactly its limit, and the refunds of the reservations counted before come off
+// the debt carried past it.
 func TestSettleLongRunExact(t *testing.T) {
 	configs := []Config{
 		{Algorithm: AlgTokenBucket, Limit: 1000, Window: time.Minute, Burst: 5000},
 		{Algorithm: AlgLeakyBucket, Limit: 1000, Window: time.Minute, Burst: 5000},
 		{Algorithm: AlgGCRA, Limit: 1000, Window: time.Minute, Burst: 5000},
-		// The windows forget a debt beyond the limit: a limit the usages cannot reach.
-		{Algorithm: AlgFixedWindow, Limit: 1_000_000, Window: time.Hour},
-		{Algorithm: AlgSlidingWindow, Limit: 1_000_000, Window: time.Hour},
+		{Algorithm: AlgFixedWindow, Limit: 1000, Window: time.Hour},
+		{Algorithm: AlgSlidingWindow, Limit: 1000, Window: time.Hour},
 	}
 	for _, c := range configs {
 		t.Run(c.Algorithm, func(t *testing.T) {
 			l := mustNew(t, c)
-			const maxUsage = 400
+			const maxUsage = 4000
+			window := c.Algorithm == AlgFixedWindow || c.Algorithm == AlgSlidingWindow
+			var totalPassed int64
 			for seed := range uint64(50) {
 				r := rand.New(rand.NewPCG(seed, 7))
 				var state []byte
-				var open []int64
-				var want int64
-				now := t0 + int64(time.Second)
-				for range 200 {
+				type reservation struct{ n, at int64 }
+				var open []reservation
+				var want, repaid, passed, openUnits int64
+				now := t0 + int64(54*time.Minute) // in the windows, where prev weighs a tenth
+				for range 300 {
+					if k := 1 + r.Int64N(3); window && r.IntN(6) == 0 && charged(t, l, state, now) >= k*c.Limit+openUnits {
+						now += k * int64(c.Window)
+						passed += k
+						repaid += k * c.Limit
+						continue
+					}
 					if len(open) == 0 || r.IntN(2) == 0 {
 						reserve := 1 + r.Int64N(200)
 						if d, out := l.AllowN(state, now, reserve); d.Allowed {
 							state = out
-							open = append(open, reserve)
+							open = append(open, reservation{reserve, now})
+							openUnits += reserve
 						}
 						continue
 					}
 					i := r.IntN(len(open))
-					reserve := open[i]
+					rs := open[i]
 					open = append(open[:i], open[i+1:]...)
+					openUnits -= rs.n
 					var usage int64
 					switch r.IntN(4) {
 					case 0: // no usage: on_missing "reserve" or "max"
-						usage = reserve
+						usage = rs.n
 						if r.IntN(2) == 0 {
 							usage = maxUsage
 						}
@@ -244,17 +282,71 @@ func TestSettleLongRunExact(t *testing.T) {
 						usage = r.Int64N(maxUsage + 1)
 					}
 					want += usage
-					if out, ok := Settle(l, state, now, now, usage-reserve); ok {
+					if out, ok := Settle(l, state, now, rs.at, usage-rs.n); ok {
 						state = out
 					}
 				}
-				for _, reserve := range open {
-					want += reserve
+				want += openUnits
+				if got := charged(t, l, state, now) + repaid; got != want {
+					t.Fatalf("seed %d: charged %d (%d windows passed), want %d", seed, got, passed, want)
 				}
-				if got := charged(t, l, state, now); got != want {
-					t.Fatalf("seed %d: charged %d, want %d", seed, got, want)
-				}
+				totalPassed += passed
+			}
+			if window && totalPassed < 250 {
+				t.Errorf("only %d windows passed", totalPassed)
 			}
 		})
+	}
+}
+
+// TestSettleDebtCeiling: a window key's debt is forgiven beyond what about 52 days of windows
+// repay (at least two windows' worth), and beyond the 32-bit count.
+func TestSettleDebtCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		want int64 // the count a large debt leaves
+	}{
+		{Config{Algorithm: AlgFixedWindow, Limit: 5, Window: 31 * 24 * time.Hour}, 10},
+		{Config{Algorithm: AlgSlidingWindow, Limit: 5, Window: 31 * 24 * time.Hour}, 10},
+		{Config{Algorithm: AlgFixedWindow, Limit: 7, Window: 24 * time.Hour}, 7 * 52},
+		{Config{Algorithm: AlgSlidingWindow, Limit: 1_000_000_000, Window: time.Hour}, 1<<32 - 1},
+	} {
+		l, w := mustNew(t, tc.c), int64(tc.c.Window)
+		start := t0 - t0%w
+		state, _ := Settle(l, nil, start, start, 1<<40)
+		if got := charged(t, l, state, start); got != tc.want {
+			t.Errorf("%+v: a debt of 2^40 left %d, want %d", tc.c, got, tc.want)
+		}
+		// The debt is repaid, the limit per window.
+		n := min(tc.want/tc.c.Limit, 4)
+		if d, _ := l.AllowN(state, start+n*w-1, 1); d.Allowed {
+			t.Errorf("%+v: admitted before the debt was repaid", tc.c)
+		}
+	}
+}
+
+// TestSettleDebtConverted: a window key in debt, read under a changed configuration, converts
+// without grant: nothing is left while the old configuration still carries the debt, and the
+// whole new limit once it is repaid.
+func TestSettleDebtConverted(t *testing.T) {
+	for _, alg := range []string{AlgFixedWindow, AlgSlidingWindow} {
+		w := int64(10 * time.Second)
+		state, _ := Settle(mustNew(t, Config{Algorithm: alg, Limit: 10, Window: dur(w)}), nil, t0, t0, 30)
+		cur := mustNew(t, Config{Algorithm: alg, Limit: 20, Window: dur(w)})
+		for _, at := range []int64{t0, t0 + w, t0 + 2*w} {
+			if d, _ := cur.AllowN(state, at, 1); d.Allowed || cur.Idle(state, at) {
+				t.Errorf("%s at +%v: a key in debt converted with allowance left (%+v)", alg, dur(at-t0), d)
+			}
+		}
+		at := t0 + 3*w
+		if alg == AlgSlidingWindow {
+			at += w // prev weighs the last window of the debt
+		}
+		if !cur.Idle(state, at) {
+			t.Errorf("%s: the repaid key is not idle", alg)
+		}
+		if d, _ := cur.AllowN(state, at, 20); !d.Allowed {
+			t.Errorf("%s: the repaid key was not converted to a fresh one (%+v)", alg, d)
+		}
 	}
 }

@@ -28,42 +28,47 @@ package algorithms
 // # Arithmetic (the spec for the Lua port)
 //
 //	S = 1000000, slice = W / S (ns), L = Limit
-//	state: ws (absolute start of the window "cur" counts), prev, cur
-//	fresh: ws = start(now), prev = cur = 0, where start(t) = t - (t mod W)
+//	state: ws (absolute start of the window "cur" counts), prev, cur, carry (the part of cur
+//	       ended windows charged)
+//	fresh: ws = start(now), prev = cur = carry = 0, where start(t) = t - (t mod W)
 //	w = start(now); eff = now
 //	if w < ws:  w = ws; eff = ws               -- a stale call counts against the newer window
-//	elif w == ws + W: prev, cur = cur, 0
-//	elif w > ws + W:  prev, cur = 0, 0
+//	elif w > ws: k = (w - ws)/W                -- k windows later; cur beyond L is carried:
+//	    prev = min(L, max(0, cur - min(k-1, cur)*L)); cur = carry = max(0, cur - min(k, cur)*L)
 //	e   = floor((eff - w) / slice)             -- 0 <= e < S
 //	est = prev*(S - e) + cur*S                  -- the estimate, in units of 1/S event
 //	if n <= 0 or n > L: unsatisfiable (state unchanged)
 //	allowed = est + n*S <= L*S;  if allowed: cur = cur + n; est = est + n*S
 //	Remaining  = floor(max(0, L*S - est) / S)
-//	ResetAfter = w + 2W - now if cur > 0, else w + W - now if prev > 0, else 0
-//	store (w, prev, cur)
+//	ResetAfter = w + (ceil(cur/L) + 1)*W - now if cur > 0, else w + W - now if prev > 0, else 0
+//	store (w, prev, cur, carry)
 //
 // RetryAfter, when denied, is the earliest instant at which the same request passes:
 //
 //	if cur + n <= L and prev > 0:
 //	    m = S - floor((L - cur - n)*S / prev)       -- first slice where prev's weight is low enough
 //	    if m < S: retry = w + m*slice
-//	if not found, at the next window (prev' = cur, cur' = 0):
-//	    retry = w + W                                if cur == 0
-//	    m = S - floor((L - n)*S / cur)
-//	    retry = w + W                                if m <= 0
-//	    retry = w + W + m*slice                      if 0 < m < S
-//	    retry = w + 2W                               otherwise (n == L: wait until prev' is gone)
+//	if not found, in the first later window w + kW whose cur' leaves room for n, with
+//	k = ceil(max(cur + n - L, 1)/L) and (prev', cur') as the roll makes them there:
+//	    retry = w + kW                               if prev' == 0
+//	    m = S - floor((L - cur' - n)*S / prev')
+//	    retry = w + kW                               if m <= 0
+//	    retry = w + kW + m*slice                     if 0 < m < S
+//	    retry = w + (k+1)W                           otherwise (cur' + n == L: wait until prev' is gone)
 //	RetryAfter = retry - now
 //
-// The largest intermediate is 3*L*S <= 3*10^15 < 2^53.
+// The largest intermediate is 3*L*S <= 3*10^15 < 2^53. Only a usage debt (see Settle) makes
+// cur exceed L, or carry other than 0; below L the roll is the plain shift (prev, cur = cur, 0
+// one window later).
 //
-// # State layout (41 bytes)
+// # State layout (41 bytes, 45 with a carry)
 //
 //	[0]     0x33 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
 //	[25:33] ws,   int64 LE, Unix ns (a multiple of W)
 //	[33:37] prev, uint32 LE
-//	[37:41] cur,  uint32 LE
+//	[37:41] cur,  uint32 LE (at most debtCeiling)
+//	[41:45] carry, uint32 LE (at most cur), only when it is not 0
 //
 // The v1 layout (17 bytes: 0x31, ws, prev, cur; no parameters) is still read, with the
 // current parameters, and rewritten in this layout by the next admitted request.
@@ -76,24 +81,24 @@ package algorithms
 //
 //	ws = tc - (tc mod W), prev = 0, cur = C
 type SlidingWindowCounter struct {
-	cc counterCore
-	p  params
+	cc   counterCore
+	ceil int64 // debtCeiling
+	p    params
 }
 
 // counterSlices is S, the resolution of the previous window's weight.
 const counterSlices = 1_000_000
 
 const (
-	counterSize   = hdrSize + 16
-	counterSizeV1 = 17
+	counterSize      = hdrSize + 16
+	counterSizeCarry = counterSize + 4
+	counterSizeV1    = 17
 )
 
 type counterCore struct {
 	w, slice int64
 	lim      int64 // the limit (the ceiling for adaptive), used to clamp decoded counts
 }
-
-func (cc *counterCore) limit() int64 { return cc.lim }
 
 func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 	s := new(SlidingWindowCounter)
@@ -109,7 +114,8 @@ func (s *SlidingWindowCounter) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
-	*s = SlidingWindowCounter{cc: newCounterCore(c), p: makeParams(c.Limit, c.Limit, c.Window, 0)}
+	*s = SlidingWindowCounter{cc: newCounterCore(c), ceil: debtCeiling(c.Limit, int64(c.Window)),
+		p: makeParams(c.Limit, c.Limit, c.Window, 0)}
 	return nil
 }
 
@@ -135,6 +141,18 @@ func (cc *counterCore) roll(ws, prev, cur int64, ok bool, now int64) (w, eff, p,
 	}
 }
 
+// roll is counterCore.roll with a cur beyond the limit (a usage debt) carried: each window
+// that passes takes up to L of it, into prev and then out. What it carries is the new carry.
+func (s *SlidingWindowCounter) roll(ws, prev, cur, carry int64, ok bool, now int64) (w, eff, p, c, cy int64) {
+	w, eff, p, c = s.cc.roll(ws, prev, cur, ok, now)
+	if !ok || w <= ws {
+		return w, eff, p, c, carry
+	}
+	k, L := (w-ws)/s.cc.w, s.cc.lim
+	p, c = min(L, max(0, cur-min(k-1, cur)*L)), max(0, cur-min(k, cur)*L)
+	return w, eff, p, c, c
+}
+
 // decide applies n under limit to the rolled counters.
 func (cc *counterCore) decide(w, eff, prev, cur, now, n, limit int64) (d Decision, newCur int64, store bool) {
 	const S = counterSlices
@@ -155,7 +173,7 @@ func (cc *counterCore) decide(w, eff, prev, cur, now, n, limit int64) (d Decisio
 	d.Remaining = max(0, limit*S-est) / S
 	switch {
 	case cur > 0:
-		d.ResetAfter = dur(w + 2*cc.w - now)
+		d.ResetAfter = dur(w + (ceilDiv(cur, cc.lim)+1)*cc.w - now)
 	case prev > 0:
 		d.ResetAfter = dur(w + cc.w - now)
 	}
@@ -170,11 +188,15 @@ func (cc *counterCore) retryAt(w, prev, cur, n, limit int64) int64 {
 			return w + m*cc.slice
 		}
 	}
-	next := w + cc.w
-	if cur == 0 {
+	// The first later window whose carried cur leaves room for n (see roll; below the limit k
+	// is 1, prev is cur and cur is 0).
+	k, L := ceilDiv(max(cur+n-limit, 1), cc.lim), cc.lim
+	prev, cur = min(L, max(0, cur-(k-1)*L)), max(0, cur-k*L)
+	next := w + k*cc.w
+	if prev == 0 {
 		return next
 	}
-	m := S - (limit-n)*S/cur
+	m := S - (limit-cur-n)*S/prev
 	switch {
 	case m <= 0:
 		return next
@@ -201,47 +223,55 @@ func (cc *counterCore) decode(b []byte, limit int64) (ws, prev, cur int64, ok bo
 	return ws, min(get32(b[8:]), limit), min(get32(b[12:]), limit), true
 }
 
-// decode reads a state that is either in the current encoding with s's parameters or in the
-// v1 encoding; anything else (including a state to convert) is reported as not ok.
-func (s *SlidingWindowCounter) decode(state []byte, limit int64) (ws, prev, cur int64, ok bool) {
-	off, _ := s.locate(state)
+// decode reads the fields at state[off:] (off from locate; 0: a fresh key, not ok), with prev
+// clamped to the limit, cur to the debt ceiling and carry to cur.
+func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur, carry int64, ok bool) {
 	if off == 0 {
-		return 0, 0, 0, false
+		return 0, 0, 0, 0, false
 	}
-	return s.cc.decode(state[off:], limit)
+	ws, prev, cur, ok = s.cc.decode(state[off:], s.ceil)
+	if len(state) == counterSizeCarry {
+		carry = min(get32(state[counterSize:]), cur)
+	}
+	return ws, min(prev, s.cc.lim), cur, carry, ok
 }
 
 func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
+	if len(state) == counterSizeCarry && s.p.matches(state, verSlidingCount2) {
+		return hdrSize, false
+	}
 	return s.p.locate(state, verSlidingCount2, counterSize, verSlidingCount, counterSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	limit := s.cc.limit()
 	off, conv := s.locate(state)
 	if conv {
 		return s.convert(state, now, n)
 	}
-	var ws, prev, cur int64
-	ok := off != 0
-	if ok {
-		ws, prev, cur, ok = s.cc.decode(state[off:], limit)
-	}
-	w, eff, prev, cur := s.cc.roll(ws, prev, cur, ok, now)
-	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, limit)
+	ws, prev, cur, carry, ok := s.decode(state, off)
+	w, eff, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
+	d, cur, store := s.cc.decide(w, eff, prev, cur, now, n, s.cc.lim)
 	if !store {
 		return d, state
 	}
-	return d, s.encode(state, w, prev, cur)
+	return d, s.encode(state, w, prev, cur, carry)
 }
 
-func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur int64) []byte {
-	out := outBuf(state, counterSize, counterSize)
+func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur, carry int64) []byte {
+	size := counterSize
+	if carry > 0 {
+		size = counterSizeCarry
+	}
+	out := outBuf(state, size, counterSizeCarry)
 	s.p.put(out, verSlidingCount2)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], prev)
 	put32(out[hdrSize+12:], cur)
+	if carry > 0 {
+		put32(out[counterSize:], carry)
+	}
 	return out
 }
 
@@ -249,24 +279,23 @@ func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur int64) []byte {
 func (s *SlidingWindowCounter) convert(state []byte, now, n int64) (Decision, []byte) {
 	var conv []byte
 	if c, tc, ok := consumption(state, now, s.cc.lim); ok {
-		conv = s.encode(nil, tc-tc%s.cc.w, 0, c)
+		conv = s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
 	}
 	d, out := s.AllowN(conv, now, n)
-	return finishConverted(state, d, out, counterSize)
+	return finishConverted(state, d, out, counterSizeCarry)
 }
 
 // peek reports Remaining at now and the instant the estimate was taken at, for a state in s's
 // current encoding with s's parameters.
 func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bool) {
-	if len(state) != counterSize || !s.p.matches(state, verSlidingCount2) {
+	off, _ := s.locate(state)
+	ws, prev, cur, _, ok := s.decode(state, off)
+	if off != hdrSize || !ok {
 		return 0, 0, false
 	}
-	ws, prev, cur, ok := s.cc.decode(state[hdrSize:], s.cc.lim)
-	if !ok {
-		return 0, 0, false
-	}
-	r, at = s.cc.remaining(ws, prev, cur, now, s.cc.lim)
-	return r, at, true
+	w, eff, prev, cur, _ := s.roll(ws, prev, cur, 0, true, now)
+	d, _, _ := s.cc.decide(w, eff, prev, cur, now, 0, s.cc.lim)
+	return d.Remaining, eff, true
 }
 
 // remaining is the Remaining a decision under limit reports for (ws, prev, cur) at now, before
@@ -277,15 +306,17 @@ func (cc *counterCore) remaining(ws, prev, cur, now, limit int64) (r, at int64) 
 	return d.Remaining, eff
 }
 
-// StateSize implements Limiter: a SlidingWindowCounter state is always 41 bytes.
-func (s *SlidingWindowCounter) StateSize() int { return counterSize }
+// StateSize implements Limiter: a SlidingWindowCounter state is at most 45 bytes.
+func (s *SlidingWindowCounter) StateSize() int { return counterSizeCarry }
 
 // Idle implements Limiter: both counters are zero once rolled to now's window.
 func (s *SlidingWindowCounter) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
-	if _, conv := s.locate(state); conv {
+	off, conv := s.locate(state)
+	if conv {
 		return idleConverted(state, now, s.cc.lim)
 	}
-	ws, prev, cur, ok := s.decode(state, s.cc.limit())
-	return s.cc.idle(ws, prev, cur, ok, now)
+	ws, prev, cur, _, ok := s.decode(state, off)
+	_, _, p, c, _ := s.roll(ws, prev, cur, 0, ok, now)
+	return p == 0 && c == 0
 }

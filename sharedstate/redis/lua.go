@@ -99,6 +99,7 @@ if cap ~= limit or (code == SW_LOG and limit > LOG_LIMIT_CEILING) then
 return nil
 end
 P.wms = W / 1000000
+P.ceil = math.min(4294967295, limit * math.max(2, math.floor(4503599627370496 / W)))
 else
 return nil
 end
@@ -127,6 +128,20 @@ end
 local function aligned(ws_s, ws_n, wms)
 local a_s, a_n = window_start(ws_s, ws_n, wms)
 return a_s == ws_s and a_n == ws_n
+end
+local function settle_counts(c, d, delta, ended, ceil)
+if delta > 0 then
+c = math.min(c + delta, ceil)
+if ended then
+d = math.min(d + delta, c)
+end
+return c, d, 0
+elseif not ended then
+c = math.max(c + delta, 0)
+return c, math.min(d, c), 0
+end
+local x = math.min(-delta, d)
+return c - x, d - x, -delta - x
 end
 local function bucket_decode(f, P)
 local v = int(f[P.code == TOKEN_BUCKET and 3 or 4])
@@ -253,22 +268,25 @@ return new
 end
 local function fw_decode(f, P)
 local ws_s, ws_n = ts(f[6])
-local c = int(f[8])
+local c, d = int(f[8]), int(f[10]) or 0
 if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
 return nil
 end
-return {ws_s = ws_s, ws_n = ws_n, c = c}
+c = math.min(math.max(c, 0), P.ceil)
+return {ws_s = ws_s, ws_n = ws_n, c = c, d = math.min(math.max(d, 0), c)}
 end
 local function fw_decide(st, P, n, now_s, now_n)
 local limit, W = P.limit, P.W
 local w_s, w_n = window_start(now_s, now_n, P.wms)
-local count = 0
+local count, carry = 0, 0
 if st then
-if tsless(w_s, w_n, st.ws_s, st.ws_n) then
+if not tsless(st.ws_s, st.ws_n, w_s, w_n) then
 w_s, w_n = st.ws_s, st.ws_n
-count = math.min(math.max(st.c, 0), limit)
-elseif w_s == st.ws_s and w_n == st.ws_n then
-count = math.min(math.max(st.c, 0), limit)
+count, carry = st.c, st.d
+else
+local k = math.floor(tsdiff(w_s, w_n, st.ws_s, st.ws_n) / W)
+count = math.max(0, st.c - math.min(k, st.c) * limit)
+carry = count
 end
 end
 local wrel = tsdiff(w_s, w_n, now_s, now_n)
@@ -278,13 +296,13 @@ elseif count + n <= limit then
 count = count + n
 allowed = true
 else
-retry = wrel + W
+retry = wrel + ceildiv(count + n - limit, limit) * W
 end
 local reset = 0
 if count > 0 then
-reset = wrel + W
+reset = wrel + ceildiv(count, limit) * W
 end
-return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+return allowed, math.max(0, limit - count), retry, reset, {ws_s = w_s, ws_n = w_n, c = count, d = carry}
 end
 local function fw_peek(st, P, now_s, now_n)
 local _, R, _, _, new = fw_decide(st, P, 0, now_s, now_n)
@@ -296,65 +314,62 @@ return R, at_s, at_n, new.c == 0
 end
 local function fw_from(P, C, tc_s, tc_n)
 local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-return {ws_s = w_s, ws_n = w_n, c = C}
+return {ws_s = w_s, ws_n = w_n, c = C, d = 0}
 end
 local function fw_write(key, P, st, stale)
 if stale then
 redis.call('DEL', key)
 end
-redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c),
+'d', string.format('%d', st.d))
 end
 local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
-local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
-local count = b.c
-if delta > 0 then
-count = math.min(count + delta, P.limit)
-else
+local _, _, _, _, new = fw_decide(st, P, 0, now_s, now_n)
 local r_s, r_n = window_start(at_s, at_n, P.wms)
-if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
+local c, d = settle_counts(new.c, new.d, delta, tsless(r_s, r_n, new.ws_s, new.ws_n), P.ceil)
+if c == new.c and d == new.d then
 return nil
 end
-count = math.max(count + delta, 0)
-end
-local reset = 0
-if count > 0 then
-reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
-end
-return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+new.c, new.d = c, d
+local _, _, _, reset = fw_decide(new, P, 0, now_s, now_n)
+return new, reset
 end
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
-local c = math.min(math.max(st.c, 0), P.limit)
+local c = math.min(st.c, P.limit)
 local t_s, t_n = window_start(ta_s, ta_n, P.wms)
 local w_s, w_n = window_start(now_s, now_n, P.wms)
 if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
 return nil
 end
-return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g)}
+return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g), d = 0}
 end
 local function swc_decode(f, P)
 local ws_s, ws_n = ts(f[6])
-local p, c = int(f[7]), int(f[8])
+local p, c, d = int(f[7]), int(f[8]), int(f[10]) or 0
 if ws_s == nil or p == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
 return nil
 end
-return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = math.min(math.max(c, 0), P.limit)}
+c = math.min(math.max(c, 0), P.ceil)
+return {ws_s = ws_s, ws_n = ws_n, p = math.min(math.max(p, 0), P.limit), c = c, d = math.min(math.max(d, 0), c)}
 end
 local function swc_decide(st, P, n, now_s, now_n)
 local L, W, slice = P.limit, P.W, P.wms
 local S = 1000000
 local w_s, w_n = window_start(now_s, now_n, slice)
 local eff_s, eff_n = now_s, now_n
-local prev, cur = 0, 0
+local prev, cur, carry = 0, 0, 0
 if st then
 local ws_s, ws_n = st.ws_s, st.ws_n
-local next_s, next_n = tsadd(ws_s, ws_n, W)
 if tsless(w_s, w_n, ws_s, ws_n) then
 w_s, w_n, eff_s, eff_n = ws_s, ws_n, ws_s, ws_n
-prev, cur = st.p, st.c
+prev, cur, carry = st.p, st.c, st.d
 elseif w_s == ws_s and w_n == ws_n then
-prev, cur = st.p, st.c
-elseif w_s == next_s and w_n == next_n then
-prev, cur = st.c, 0
+prev, cur, carry = st.p, st.c, st.d
+else
+local k = math.floor(tsdiff(w_s, w_n, ws_s, ws_n) / W)
+prev = math.min(L, math.max(0, st.c - math.min(k - 1, st.c) * L))
+cur = math.max(0, st.c - math.min(k, st.c) * L)
+carry = cur
 end
 end
 local e = math.floor(tsdiff(eff_s, eff_n, w_s, w_n) / slice)
@@ -367,11 +382,13 @@ if m < S then
 return wrel + m * slice
 end
 end
-local nxt = wrel + W
-if cur == 0 then
+local k = ceildiv(math.max(cur + n - L, 1), L)
+local p, c = math.min(L, math.max(0, cur - (k - 1) * L)), math.max(0, cur - k * L)
+local nxt = wrel + k * W
+if p == 0 then
 return nxt
 end
-local m = S - math.floor((L - n) * S / cur)
+local m = S - math.floor((L - c - n) * S / p)
 if m <= 0 then
 return nxt
 elseif m < S then
@@ -390,12 +407,12 @@ retry = retry_rel()
 end
 local reset = 0
 if cur > 0 then
-reset = wrel + 2 * W
+reset = wrel + (ceildiv(cur, L) + 1) * W
 elseif prev > 0 then
 reset = wrel + W
 end
 return allowed, math.floor(math.max(0, L * S - est) / S), retry, reset,
-{ws_s = w_s, ws_n = w_n, p = prev, c = cur}
+{ws_s = w_s, ws_n = w_n, p = prev, c = cur, d = carry}
 end
 local function swc_peek(st, P, now_s, now_n)
 local _, R, _, _, new = swc_decide(st, P, 0, now_s, now_n)
@@ -407,36 +424,30 @@ return R, at_s, at_n, new.p == 0 and new.c == 0
 end
 local function swc_from(P, C, tc_s, tc_n)
 local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-return {ws_s = w_s, ws_n = w_n, p = 0, c = C}
+return {ws_s = w_s, ws_n = w_n, p = 0, c = C, d = 0}
 end
 local function swc_write(key, P, st, stale)
 if stale then
 redis.call('DEL', key)
 end
 redis.call('HSET', key, 'v', '50', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n),
-'p', string.format('%d', st.p), 'c', string.format('%d', st.c))
+'p', string.format('%d', st.p), 'c', string.format('%d', st.c), 'd', string.format('%d', st.d))
 end
 local function swc_settle(st, P, delta, now_s, now_n, at_s, at_n)
-local _, _, _, _, b = swc_decide(st, P, 0, now_s, now_n)
-local prev, cur = b.p, b.c
+local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
 local r_s, r_n = window_start(at_s, at_n, P.wms)
-local pw_s, pw_n = tsadd(b.ws_s, b.ws_n, -P.W)
-if delta > 0 then
-cur = math.min(cur + delta, P.limit)
-elseif r_s == b.ws_s and r_n == b.ws_n and cur > 0 then
-cur = math.max(cur + delta, 0)
-elseif r_s == pw_s and r_n == pw_n and prev > 0 then
-prev = math.max(prev + delta, 0)
-else
+local pw_s, pw_n = tsadd(new.ws_s, new.ws_n, -P.W)
+local c, d, rest = settle_counts(new.c, new.d, delta, tsless(r_s, r_n, new.ws_s, new.ws_n), P.ceil)
+local p = new.p
+if r_s == pw_s and r_n == pw_n then
+p = math.max(p - rest, 0)
+end
+if c == new.c and d == new.d and p == new.p then
 return nil
 end
-local wrel, reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n), 0
-if cur > 0 then
-reset = wrel + 2 * P.W
-elseif prev > 0 then
-reset = wrel + P.W
-end
-return {ws_s = b.ws_s, ws_n = b.ws_n, p = prev, c = cur}, reset
+new.p, new.c, new.d = p, c, d
+local _, _, _, reset = swc_decide(new, P, 0, now_s, now_n)
+return new, reset
 end
 local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
 local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
@@ -449,6 +460,7 @@ new.p = math.max(0, new.p - g)
 else
 return nil
 end
+new.d = 0
 return new
 end
 local function swl_load(key, P, count)
@@ -681,7 +693,7 @@ local HASH_VERSION = {['18'] = TOKEN_BUCKET, ['34'] = LEAKY_BUCKET, ['50'] = SW_
 local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] = SW_COUNTER,
 ['81'] = FIXED_WINDOW, ['97'] = GCRA}
 local function load(key, P)
-local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
+local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat', 'd')
 if type(f) == 'table' and f.err then
 local count = redis.pcall('LLEN', key)
 if type(count) ~= 'number' then
@@ -920,7 +932,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "9fe1b90ae64398028c1c00933e8d319294270213"
+const luaScriptSHA1 = "0d811c7b05389a31dabecde1651ca243af88e52c"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

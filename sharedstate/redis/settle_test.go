@@ -42,9 +42,10 @@ func (d *differ) settle(now, reservedAt, delta int64, id uint64, apply bool) {
 }
 
 // TestDifferentialSettle runs the differential sequences of the algorithms that take a usage
-// cost, with settlements (refunds and debts, some far beyond the capacity, some sent
-// twice) between the decisions: every decision after a settlement must be the Go limiter's
-// after algorithms.Settle of the same delta at the same instant.
+// cost, with settlements (refunds and debts, some far beyond the capacity, up to ten windows'
+// limit for the windows, some sent twice) between the decisions: every decision after a
+// settlement must be the Go limiter's after algorithms.Settle of the same delta at the same
+// instant.
 func TestDifferentialSettle(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -53,6 +54,9 @@ func TestDifferentialSettle(t *testing.T) {
 	for ci, cfg := range diffConfigs {
 		c := capacity(cfg)
 		maxUsage := 4 * c
+		if isWindow(cfg) {
+			maxUsage = 10 * c
+		}
 		if algorithms.CheckUsage(cfg, maxUsage) != nil {
 			continue
 		}
@@ -104,6 +108,128 @@ func TestDifferentialSettle(t *testing.T) {
 			}
 		})
 	}
+}
+
+func isWindow(cfg algorithms.Config) bool {
+	return cfg.Algorithm == "fixed_window" || cfg.Algorithm == "sliding_window"
+}
+
+// TestSettleLongRunExactWindows is algorithms' TestSettleLongRunExact against Redis, for the
+// windows, through the differ (every decision is also the Go limiter's): random reservations
+// settled with usages up to 4 times the limit, or on_missing charges, while time moves on by
+// 1 to 3 windows whenever the key's count covers what they repay and the open reservations'
+// refunds (which then come off the carried debt). What Redis has charged the key, its stored
+// count plus the limit per passed window, is then exactly the usage plus the on_missing
+// charges.
+func TestSettleLongRunExactWindows(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	for _, cfg := range []algorithms.Config{
+		{Algorithm: "fixed_window", Limit: 100, Window: time.Hour},
+		{Algorithm: "sliding_window", Limit: 100, Window: time.Hour},
+	} {
+		t.Run(cfg.Algorithm, func(t *testing.T) {
+			t.Parallel()
+			wc := newClient(t, srv.WebdisURL())
+			L, W := cfg.Limit, int64(cfg.Window)
+			var totalPassed int64
+			for seed := range uint64(8) {
+				r := rand.New(rand.NewPCG(seed, 11))
+				d := newDiffer(t, wc, cfg, fmt.Sprintf("exact:{%s}:%d", cfg.Algorithm, seed))
+				type reservation struct{ n, at int64 }
+				var open []reservation
+				var want, passed, openUnits int64
+				now := int64(1_764_480_000) * 1e9
+				now += 54*int64(time.Minute) - now%W // in the windows, where prev weighs a tenth
+				for range 150 {
+					if k := 1 + r.Int64N(3); r.IntN(6) == 0 && want-passed*L >= k*L+openUnits {
+						now += k * W
+						passed += k
+						continue
+					}
+					if len(open) == 0 || r.IntN(2) == 0 {
+						reserve := 1 + r.Int64N(20)
+						if d.do(now, reserve).Allowed {
+							open = append(open, reservation{reserve, now})
+							openUnits += reserve
+							want += reserve
+						}
+						continue
+					}
+					i := r.IntN(len(open))
+					rs := open[i]
+					open = append(open[:i], open[i+1:]...)
+					openUnits -= rs.n
+					usage := r.Int64N(4*L + 1)
+					if r.IntN(4) == 0 { // no usage: on_missing "reserve" or "max"
+						usage = rs.n
+						if r.IntN(2) == 0 {
+							usage = 4 * L
+						}
+					}
+					want += usage - rs.n
+					if usage != rs.n {
+						d.settle(now, rs.at, usage-rs.n, r.Uint64(), true)
+					}
+				}
+				// A debt of 1 writes the state of now's window.
+				d.settle(now, now, 1, r.Uint64(), true)
+				want++
+				f := hash(t, srv, string(d.key))
+				got := f["c"] + passed*L
+				if cfg.Algorithm == "sliding_window" && passed > 0 {
+					got += f["p"] - L // prev is the last window passed
+				}
+				if got != want {
+					t.Fatalf("seed %d: Redis charged %d (%v, %d windows passed), want %d", seed, got, f, passed, want)
+				}
+				totalPassed += passed
+			}
+			if totalPassed < 30 {
+				t.Errorf("only %d windows passed", totalPassed)
+			}
+		})
+	}
+}
+
+// TestSettleDebtConverted: a window key in debt, read under a raised limit, converts without
+// grant in Redis as in Go (every decision is compared): nothing is left while the old
+// configuration still carries the debt, the whole new limit once it is repaid.
+func TestSettleDebtConverted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	wc := newClient(t, srv.WebdisURL())
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		W := int64(time.Hour)
+		key := "convert:{" + alg + "}"
+		old := newDiffer(t, wc, algorithms.Config{Algorithm: alg, Limit: 10, Window: time.Duration(W)}, key)
+		now := int64(1_764_480_000) * 1e9
+		now -= now % W
+		old.do(now, 5)
+		old.settle(now, now, 25, 1, true) // 30 counted
+		cur := newDiffer(t, wc, algorithms.Config{Algorithm: alg, Limit: 20, Window: time.Duration(W)}, key)
+		cur.state = old.state
+		for k := range int64(5) {
+			if d := cur.do(now+k*W, 20); d.Allowed != (k == 4 || k == 3 && alg == "fixed_window") {
+				t.Errorf("%s, %d windows on: %+v", alg, k, d)
+			}
+		}
+	}
+}
+
+// hash returns the integer fields of the hash at key.
+func hash(t *testing.T, srv *redistest.Server, key string) map[string]int64 {
+	t.Helper()
+	arr, _ := mustDo(t, srv, "HGETALL", key).([]any)
+	f := map[string]int64{}
+	for k := 0; k+1 < len(arr); k += 2 {
+		if v, err := strconv.ParseInt(fmt.Sprint(arr[k+1]), 10, 64); err == nil {
+			f[fmt.Sprint(arr[k])] = v
+		}
+	}
+	return f
 }
 
 // TestSettleWritesNothing: a settlement writes nothing on a key recorded under other

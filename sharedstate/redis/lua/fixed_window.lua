@@ -1,28 +1,35 @@
 -- fixed_window.lua: algorithms.FixedWindow, following its doc comment line by line.
 --
 -- state    hash {v = "82", cfg = parameters, ws = window start (Unix ns, a multiple of W),
---               c = count}   (v = "81" without cfg: the encoding before parameters were recorded)
+--               c = count, d = carry (absent: 0)}   (v = "81" without cfg: the encoding
+--               before parameters were recorded)
 
 local function fw_decode(f, P)
   local ws_s, ws_n = ts(f[6])
-  local c = int(f[8])
+  local c, d = int(f[8]), int(f[10]) or 0
   if ws_s == nil or c == nil or tsless(MAX_S, MAX_N, ws_s, ws_n) or not aligned(ws_s, ws_n, P.wms) then
     return nil
   end
-  return {ws_s = ws_s, ws_n = ws_n, c = c}
+  c = math.min(math.max(c, 0), P.ceil)
+  return {ws_s = ws_s, ws_n = ws_n, c = c, d = math.min(math.max(d, 0), c)}
 end
 
 local function fw_decide(st, P, n, now_s, now_n)
   local limit, W = P.limit, P.W
   local w_s, w_n = window_start(now_s, now_n, P.wms)
-  local count = 0
+  local count, carry = 0, 0
   if st then
-    if tsless(w_s, w_n, st.ws_s, st.ws_n) then
-      -- a stale call counts against the newer window
+    if not tsless(st.ws_s, st.ws_n, w_s, w_n) then
+      -- the stored window, or a newer one a stale call counts against
       w_s, w_n = st.ws_s, st.ws_n
-      count = math.min(math.max(st.c, 0), limit)
-    elseif w_s == st.ws_s and w_n == st.ws_n then
-      count = math.min(math.max(st.c, 0), limit)
+      count, carry = st.c, st.d
+    else
+      -- k windows later: a count beyond the limit (a usage debt) is repaid limit per window,
+      -- and what is left is carried. A difference beyond 2^53 rounds, but to a k that repays
+      -- any count up to P.ceil.
+      local k = math.floor(tsdiff(w_s, w_n, st.ws_s, st.ws_n) / W)
+      count = math.max(0, st.c - math.min(k, st.c) * limit)
+      carry = count
     end
   end
 
@@ -34,13 +41,13 @@ local function fw_decide(st, P, n, now_s, now_n)
     count = count + n
     allowed = true
   else
-    retry = wrel + W
+    retry = wrel + ceildiv(count + n - limit, limit) * W
   end
   local reset = 0
   if count > 0 then
-    reset = wrel + W
+    reset = wrel + ceildiv(count, limit) * W
   end
-  return allowed, limit - count, retry, reset, {ws_s = w_s, ws_n = w_n, c = count}
+  return allowed, math.max(0, limit - count), retry, reset, {ws_s = w_s, ws_n = w_n, c = count, d = carry}
 end
 
 -- R_old is limit - count in now's window (a newer stored window counts), the conversion
@@ -58,49 +65,42 @@ end
 -- A key that consumed C at tc: count = C in the window that contains tc.
 local function fw_from(P, C, tc_s, tc_n)
   local w_s, w_n = window_start(tc_s, tc_n, P.wms)
-  return {ws_s = w_s, ws_n = w_n, c = C}
+  return {ws_s = w_s, ws_n = w_n, c = C, d = 0}
 end
 
 local function fw_write(key, P, st, stale)
   if stale then
     redis.call('DEL', key)
   end
-  redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c))
+  redis.call('HSET', key, 'v', '82', 'cfg', P.str, 'ws', tsfmt(st.ws_s, st.ws_n), 'c', string.format('%d', st.c),
+    'd', string.format('%d', st.d))
 end
 
 -- A settlement (algorithms.Settle for the fixed window), for a reservation counted at at: the
--- count of now's window (a newer stored window counts, as in a decision) takes a debt up to
--- the limit; a refund comes off it only when the reservation was counted in that window (a
--- window that has ended forgot it). It returns the state to write and its reset (ns from
--- now), or nil when there is nothing to write.
+-- count and carry of now's window (after the roll of a decision) as settle_counts makes them.
+-- It returns the state to write and its reset (ns from now), or nil when there is nothing to
+-- write.
 local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
-  local _, _, _, _, b = fw_decide(st, P, 0, now_s, now_n)
-  local count = b.c
-  if delta > 0 then
-    count = math.min(count + delta, P.limit)
-  else
-    local r_s, r_n = window_start(at_s, at_n, P.wms)
-    if r_s ~= b.ws_s or r_n ~= b.ws_n or count <= 0 then
-      return nil
-    end
-    count = math.max(count + delta, 0)
+  local _, _, _, _, new = fw_decide(st, P, 0, now_s, now_n)
+  local r_s, r_n = window_start(at_s, at_n, P.wms)
+  local c, d = settle_counts(new.c, new.d, delta, tsless(r_s, r_n, new.ws_s, new.ws_n), P.ceil)
+  if c == new.c and d == new.d then
+    return nil
   end
-  local reset = 0
-  if count > 0 then
-    reset = tsdiff(b.ws_s, b.ws_n, now_s, now_n) + P.W
-  end
-  return {ws_s = b.ws_s, ws_n = b.ws_n, c = count}, reset
+  new.c, new.d = c, d
+  local _, _, _, reset = fw_decide(new, P, 0, now_s, now_n)
+  return new, reset
 end
 
 -- A lease's give-back (algorithms.FixedWindow.GiveBack): count = max(0, count - g), only while
 -- the stored window is the one the take fell in (at ta) and is not older than now's. nil
 -- otherwise, or when the count is 0.
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
-  local c = math.min(math.max(st.c, 0), P.limit)
+  local c = math.min(st.c, P.limit)
   local t_s, t_n = window_start(ta_s, ta_n, P.wms)
   local w_s, w_n = window_start(now_s, now_n, P.wms)
   if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
     return nil
   end
-  return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g)}
+  return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g), d = 0}
 end

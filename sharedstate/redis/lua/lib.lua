@@ -152,6 +152,9 @@ local function params(code, limit, W, cap)
       return nil
     end
     P.wms = W / 1000000
+    -- algorithms.debtCeiling: the most a count holds, its debt included (2^52 ns of windows,
+    -- at least two, within 2^32 - 1). The product may round above 2^53, where the min drops it.
+    P.ceil = math.min(4294967295, limit * math.max(2, math.floor(4503599627370496 / W)))
   else
     return nil
   end

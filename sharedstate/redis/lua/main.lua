@@ -69,7 +69,7 @@ local OLD_HASH_VERSION = {['17'] = TOKEN_BUCKET, ['33'] = LEAKY_BUCKET, ['49'] =
 -- foreign type), whether the key holds anything that a write must delete first (another
 -- layout or type), and whether the state is in the encoding before parameters were recorded.
 local function load(key, P)
-  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat')
+  local f = redis.pcall('HMGET', key, 'v', 'cfg', 't', 'lv', 'l', 'ws', 'p', 'c', 'tat', 'd')
   if type(f) == 'table' and f.err then
     -- Not a hash: a sliding-window log, or a type no script writes.
     local count = redis.pcall('LLEN', key)
@@ -162,9 +162,9 @@ end
 --          key; last, the settlement's id key (in the key's slot)
 -- ARGV     's', delta, overflow (0|1: the reservation was decided on the overflow key), the
 --          instant the reservation was decided at (Unix seconds and nanoseconds, from its
---          reply: the windows refund only the window it was counted in), then the rule's
---          algorithm code, limit, window (ns), capacity, max_keys; then, for the tests only,
---          the instant as in a decision
+--          reply: the windows settle a reservation of an ended window on the carried debt),
+--          then the rule's algorithm code, limit, window (ns), capacity, max_keys; then, for the
+--          tests only, the instant as in a decision
 -- reply    {now_s, now_ns, 1}
 -- The id key is set (NX, with a short TTL) before anything else: a settlement sent again (a
 -- retry after a lost answer) finds it and writes nothing. A key recorded under other

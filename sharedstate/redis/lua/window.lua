@@ -1,4 +1,5 @@
--- window.lua: clock alignment shared by fixed_window and the sliding window counter.
+-- window.lua: clock alignment and settlement shared by fixed_window and the sliding window
+-- counter.
 
 -- window_start returns start(now) = now - (now mod W) as a pair, for a window of wms whole
 -- milliseconds. now mod W is computed exactly from the millisecond count, which is below 2^53:
@@ -16,4 +17,22 @@ end
 local function aligned(ws_s, ws_n, wms)
   local a_s, a_n = window_start(ws_s, ws_n, wms)
   return a_s == ws_s and a_n == ws_n
+end
+
+-- settle_counts is algorithms.settleCount: a settlement of delta on a window's count c and carry
+-- d (the part of c ended windows charged), for a reservation counted in an ended window or not.
+-- It also returns what the carry did not take of an ended window's refund.
+local function settle_counts(c, d, delta, ended, ceil)
+  if delta > 0 then
+    c = math.min(c + delta, ceil)
+    if ended then
+      d = math.min(d + delta, c)
+    end
+    return c, d, 0
+  elseif not ended then
+    c = math.max(c + delta, 0)
+    return c, math.min(d, c), 0
+  end
+  local x = math.min(-delta, d)
+  return c - x, d - x, -delta - x
 end
