@@ -12,27 +12,20 @@ import (
 )
 
 // This file is the native build: every call delegates to the SDK's proxywasm package, whose
-// host calls are answered by the SDK's proxytest emulator in `go test`. The signatures are the
-// same as in the wasip1 build, so filter code compiles unchanged in both.
+// host calls are answered by the SDK's proxytest emulator in `go test`. The functions are the
+// wasip1 build's, documented there; the comments here say only where the native build differs.
 
 // SetVMContext registers the filter with the SDK (and so with proxytest).
 func SetVMContext(ctx types.VMContext) { proxywasm.SetVMContext(ctx) }
 
-// GetPluginConfiguration returns the plugin configuration bytes. Valid only in OnPluginStart.
 func GetPluginConfiguration() ([]byte, error) { return proxywasm.GetPluginConfiguration() }
 
-// SetTickPeriodMilliSeconds asks the host to call OnTick every millis milliseconds.
 func SetTickPeriodMilliSeconds(millis uint32) error {
 	return proxywasm.SetTickPeriodMilliSeconds(millis)
 }
 
-// SetEffectiveContext makes later host calls act on the given context.
 func SetEffectiveContext(contextID uint32) error { return proxywasm.SetEffectiveContext(contextID) }
 
-// GetHttpRequestHeaders returns every request header, pseudo-headers included.
-func GetHttpRequestHeaders() ([][2]string, error) { return proxywasm.GetHttpRequestHeaders() }
-
-// GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return proxywasm.GetHttpRequestHeader(key) }
 
 // GetHttpRequestHeaderMap reads the whole request header map once (see the wasip1 version).
@@ -44,34 +37,25 @@ func GetHttpRequestHeaderMap() (HeaderMap, error) {
 	return HeaderMap{encodeHeaders(pairs)}, nil
 }
 
-// AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
 	return proxywasm.AddHttpRequestHeader(key, value)
 }
 
-// RemoveHttpRequestHeader removes every line of a request header.
 func RemoveHttpRequestHeader(key string) error {
 	return proxywasm.RemoveHttpRequestHeader(key)
 }
 
-// GetHttpResponseHeader returns one response header value, or ErrNotFound.
 func GetHttpResponseHeader(key string) (string, error) {
 	return proxywasm.GetHttpResponseHeader(key)
 }
 
-// AddHttpResponseHeader appends a response header value.
-func AddHttpResponseHeader(key, value string) error {
-	return proxywasm.AddHttpResponseHeader(key, value)
-}
-
-// AddHttpResponseHeaderBytes is AddHttpResponseHeader for a value held in a byte slice, which
-// the caller may reuse afterwards. The emulator may keep the string it is given, so the value
-// is copied here; a Wasm host copies it during the call.
+// AddHttpResponseHeaderBytes appends a response header value held in a byte slice, which the
+// caller may reuse afterwards. The emulator may keep the string it is given, so the value is
+// copied here; a Wasm host copies it during the call.
 func AddHttpResponseHeaderBytes(key string, value []byte) error {
 	return proxywasm.AddHttpResponseHeader(key, string(value))
 }
 
-// ResumeHttpRequest resumes a paused request.
 func ResumeHttpRequest() error { return proxywasm.ResumeHttpRequest() }
 
 // SendHttpResponse sends a local response on the current stream.
@@ -93,7 +77,6 @@ func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, tr
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
 }
 
-// DispatchHttpCall sends an HTTP request to an Envoy cluster; see the wasip1 build.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
@@ -114,12 +97,10 @@ func GetHttpCallResponseHeader(key string) (string, error) {
 	return "", ErrNotFound
 }
 
-// GetHttpResponseBody returns part of the response body chunk being delivered.
 func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpResponseBody(start, maxSize)
 }
 
-// GetHttpCallResponseBody returns part of the callout response body being delivered.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)
 }
@@ -132,41 +113,29 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 	return append([]byte(nil), v...), cas, err
 }
 
-// SetSharedData writes a key if its CAS number is still cas.
 func SetSharedData(key string, value []byte, cas uint32) error {
 	return proxywasm.SetSharedData(key, value, cas)
 }
 
-// GetProperty reads a host property.
-func GetProperty(path []string) ([]byte, error) { return proxywasm.GetProperty(path) }
-
-// WallClockNanos returns the wall clock in Unix nanoseconds.
 func WallClockNanos() int64 { return time.Now().UnixNano() }
 
-// SetProperty sets a property of the current stream (see the wasip1 build's SetProperty).
 func SetProperty(path, value string) error {
 	return proxywasm.SetProperty([]string{path}, []byte(value))
 }
 
-// GetPropertyString reads a host property as a string.
 func GetPropertyString(path []string) (string, error) {
 	b, err := proxywasm.GetProperty(path)
 	return string(b), err
 }
 
-// GetPropertyPath reads a host property as a string.
 func GetPropertyPath(path PropertyPath) (string, error) { return GetPropertyString(path.segments()) }
 
-// segments returns the path's segments, as the SDK's host takes them.
 func (p PropertyPath) segments() []string { return strings.Split(string(p), "\x00") }
 
-// MetricCounter is a host counter metric.
 type MetricCounter struct{ m proxywasm.MetricCounter }
 
-// MetricGauge is a host gauge metric.
 type MetricGauge struct{ m proxywasm.MetricGauge }
 
-// MetricHistogram is a host histogram metric.
 type MetricHistogram struct{ m proxywasm.MetricHistogram }
 
 // define converts the SDK's panic on a failed definition into an error, because this project
@@ -180,57 +149,37 @@ func define[T any](f func() T) (m T, err error) {
 	return f(), nil
 }
 
-// DefineCounterMetric defines (or finds) the counter called name.
 func DefineCounterMetric(name string) (MetricCounter, error) {
 	m, err := define(func() proxywasm.MetricCounter { return proxywasm.DefineCounterMetric(name) })
 	return MetricCounter{m}, err
 }
 
-// DefineGaugeMetric defines (or finds) the gauge called name.
 func DefineGaugeMetric(name string) (MetricGauge, error) {
 	m, err := define(func() proxywasm.MetricGauge { return proxywasm.DefineGaugeMetric(name) })
 	return MetricGauge{m}, err
 }
 
-// DefineHistogramMetric defines (or finds) the histogram called name.
 func DefineHistogramMetric(name string) (MetricHistogram, error) {
 	m, err := define(func() proxywasm.MetricHistogram { return proxywasm.DefineHistogramMetric(name) })
 	return MetricHistogram{m}, err
 }
 
-// Increment adds offset to the counter.
 func (c MetricCounter) Increment(offset uint64) { c.m.Increment(offset) }
-
-// Value returns the counter's current value.
-func (c MetricCounter) Value() uint64 { return c.m.Value() }
 
 // Record sets the gauge to value. The emulator only offers Add, so Record adds the difference.
 func (g MetricGauge) Record(value int64) { g.m.Add(value - g.m.Value()) }
 
-// Add adds delta (which may be negative) to the gauge.
 func (g MetricGauge) Add(delta int64) { g.m.Add(delta) }
-
-// Value returns the gauge's current value.
-func (g MetricGauge) Value() int64 { return g.m.Value() }
 
 // Record adds one observation to the histogram.
 func (h MetricHistogram) Record(value uint64) { h.m.Record(value) }
 
-// DebugEnabled reports whether the host logs debug messages; the SDK's emulator keeps every
-// level.
-func DebugEnabled() bool { return true }
-
-// LogDebug logs msg at debug level.
 func LogDebug(msg string) { proxywasm.LogDebug(msg) }
 
-// LogInfo logs msg at info level.
 func LogInfo(msg string) { proxywasm.LogInfo(msg) }
 
-// LogWarn logs msg at warn level.
 func LogWarn(msg string) { proxywasm.LogWarn(msg) }
 
-// LogError logs msg at error level.
 func LogError(msg string) { proxywasm.LogError(msg) }
 
-// LogCritical logs msg at critical level.
 func LogCritical(msg string) { proxywasm.LogCritical(msg) }

@@ -97,23 +97,12 @@ func SetEffectiveContext(contextID uint32) error {
 	return statusError(hostSetEffectiveContext(contextID))
 }
 
-func getMap(mapType uint32) ([][2]string, error) {
-	b, err := read(hostGetHeaderMapPairs(mapType, &retAddr, &retSize))
-	if err != nil {
-		return nil, err
-	}
-	return decodeHeaders(b), nil
-}
-
 func getMapValue(mapType uint32, key string) (string, error) {
 	b, err := read(hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize))
 	// The slice is owned by this call alone, so handing its bytes to a string without a copy
 	// is safe and saves an allocation on the hot path.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
-
-// GetHttpRequestHeaders returns every request header, pseudo-headers included.
-func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHeaders) }
 
 // GetHttpRequestHeader returns one request header value, or ErrNotFound.
 func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
@@ -142,14 +131,9 @@ func GetHttpResponseHeader(key string) (string, error) {
 	return getMapValue(mapResponseHeaders, key)
 }
 
-// AddHttpResponseHeader appends a response header value.
-func AddHttpResponseHeader(key, value string) error {
-	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
-}
-
-// AddHttpResponseHeaderBytes is AddHttpResponseHeader for a value held in a byte slice, which
-// the host copies during the call: the caller may reuse the slice afterwards, and needs no
-// string (an allocation) for it.
+// AddHttpResponseHeaderBytes appends a response header value held in a byte slice, which the
+// host copies during the call: the caller may reuse the slice afterwards, and needs no string
+// (an allocation) for it.
 func AddHttpResponseHeaderBytes(key string, value []byte) error {
 	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value))))
 }
@@ -246,16 +230,11 @@ func SetSharedData(key string, value []byte, cas uint32) error {
 // per read.
 var pathBuf []byte
 
-// GetProperty reads a host property such as {"xds", "route_name"}.
-func GetProperty(path []string) ([]byte, error) {
-	pathBuf = appendPath(pathBuf[:0], path)
-	return read(hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
-}
-
-// GetPropertyString reads a host property as a string. The bytes belong to this call alone,
-// so the string shares them instead of copying.
+// GetPropertyString reads a host property such as {"xds", "route_name"} as a string. The
+// bytes belong to this call alone, so the string shares them instead of copying.
 func GetPropertyString(path []string) (string, error) {
-	b, err := GetProperty(path)
+	pathBuf = appendPath(pathBuf[:0], path)
+	b, err := read(hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
@@ -329,13 +308,6 @@ func DefineHistogramMetric(name string) (MetricHistogram, error) {
 // Increment adds offset to the counter. Errors are dropped: a metric must never fail a request.
 func (m MetricCounter) Increment(offset uint64) { hostIncrementMetric(uint32(m), int64(offset)) }
 
-// Value returns the counter's current value.
-func (m MetricCounter) Value() uint64 {
-	var v uint64
-	hostGetMetric(uint32(m), &v)
-	return v
-}
-
 // Record sets the gauge to value.
 func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(value)) }
 
@@ -343,13 +315,6 @@ func (m MetricGauge) Record(value int64) { hostRecordMetric(uint32(m), uint64(va
 // gauge and subtracts a negative one, and stats are process-wide, so every worker VM's deltas
 // sum into one value, where Record would let the last writer win.
 func (m MetricGauge) Add(delta int64) { hostIncrementMetric(uint32(m), delta) }
-
-// Value returns the gauge's current value.
-func (m MetricGauge) Value() int64 {
-	var v uint64
-	hostGetMetric(uint32(m), &v)
-	return int64(v)
-}
 
 // Record adds one observation to the histogram.
 func (m MetricHistogram) Record(value uint64) { hostRecordMetric(uint32(m), value) }
@@ -384,10 +349,6 @@ func enabled(level uint32) bool {
 func logAt(level uint32, msg string) {
 	hostLog(level, stringPtr(msg), uint32(len(msg)))
 }
-
-// DebugEnabled reports whether the host logs debug messages, so that a caller can skip
-// building a costly one.
-func DebugEnabled() bool { return enabled(levelDebug) }
 
 // LogDebug logs msg at debug level.
 func LogDebug(msg string) {

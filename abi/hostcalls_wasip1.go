@@ -69,9 +69,6 @@ func hostIncrementMetric(id uint32, offset int64) uint32
 //go:wasmimport env proxy_record_metric
 func hostRecordMetric(id uint32, value uint64) uint32
 
-//go:wasmimport env proxy_get_metric
-func hostGetMetric(id uint32, value *uint64) uint32
-
 // The WASI clock, which the Go runtime imports as well. time.Now asks it twice (the wall
 // clock and the monotonic clock); WallClockNanos asks once. The host writes the time and never
 // calls back into the guest meanwhile, so the result may live on the stack (noescape).

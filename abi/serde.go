@@ -37,35 +37,6 @@ func appendHeaders(dst []byte, pairs [][2]string) []byte {
 	return dst
 }
 
-// decodeHeaders parses the proxy-wasm map encoding. It never trusts the lengths it reads: a
-// malformed buffer yields the pairs decoded so far rather than a panic, because the bytes come
-// from outside the guest.
-func decodeHeaders(buf []byte) [][2]string {
-	if len(buf) < 4 {
-		return nil
-	}
-	n := binary.LittleEndian.Uint32(buf)
-	if uint64(n)*8 > uint64(len(buf)-4) {
-		return nil
-	}
-	lens := buf[4 : 4+8*int(n)]
-	data := buf[4+8*int(n):]
-	pairs := make([][2]string, 0, n)
-	for i := 0; i < int(n); i++ {
-		kl := uint64(binary.LittleEndian.Uint32(lens[8*i:]))
-		vl := uint64(binary.LittleEndian.Uint32(lens[8*i+4:]))
-		if kl+1+vl+1 > uint64(len(data)) {
-			return pairs
-		}
-		k := string(data[:kl])
-		data = data[kl+1:]
-		v := string(data[:vl])
-		data = data[vl+1:]
-		pairs = append(pairs, [2]string{k, v})
-	}
-	return pairs
-}
-
 // scanHeaderLines finds the lines of header key in an encoded header map (the layout
 // decodeHeaders reads) and returns the first and last value, sharing buf's bytes, and their
 // count. A malformed map yields what was found before the malformation.

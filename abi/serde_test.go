@@ -7,6 +7,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// decodeHeaders parses the proxy-wasm map encoding, the specification encodeHeaders and
+// scanHeaderLines are checked against. It never trusts the lengths it reads: a malformed
+// buffer yields the pairs decoded so far rather than a panic.
+func decodeHeaders(buf []byte) [][2]string {
+	if len(buf) < 4 {
+		return nil
+	}
+	n := binary.LittleEndian.Uint32(buf)
+	if uint64(n)*8 > uint64(len(buf)-4) {
+		return nil
+	}
+	lens := buf[4 : 4+8*int(n)]
+	data := buf[4+8*int(n):]
+	pairs := make([][2]string, 0, n)
+	for i := 0; i < int(n); i++ {
+		kl := uint64(binary.LittleEndian.Uint32(lens[8*i:]))
+		vl := uint64(binary.LittleEndian.Uint32(lens[8*i+4:]))
+		if kl+1+vl+1 > uint64(len(data)) {
+			return pairs
+		}
+		k := string(data[:kl])
+		data = data[kl+1:]
+		v := string(data[:vl])
+		data = data[vl+1:]
+		pairs = append(pairs, [2]string{k, v})
+	}
+	return pairs
+}
+
 func TestHeadersRoundTrip(t *testing.T) {
 	for _, pairs := range [][][2]string{
 		{},

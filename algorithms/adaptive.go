@@ -92,16 +92,6 @@ type Signals struct {
 	LatencySum time.Duration
 }
 
-// Add returns s + o, saturating instead of overflowing, so a worker can aggregate its
-// observations between ticks.
-func (s Signals) Add(o Signals) Signals {
-	return Signals{
-		Requests:   satAdd(s.Requests, o.Requests),
-		Errors:     satAdd(s.Errors, o.Errors),
-		LatencySum: time.Duration(satAdd(int64(s.LatencySum), int64(o.LatencySum))),
-	}
-}
-
 // satAdd adds two values clamped to >= 0 and saturates at MaxInt64.
 func satAdd(a, b int64) int64 {
 	a, b = max(a, 0), max(b, 0)
@@ -189,9 +179,6 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	return a, nil
 }
 
-// ControllerStateSize is the size of the controller state (41 bytes).
-func (a *Adaptive) ControllerStateSize() int { return ctrlSize }
-
 type ctrlState struct {
 	limit, last, requests, errors, latency int64
 }
@@ -241,12 +228,6 @@ func (a *Adaptive) Update(ctrlState []byte, s Signals, now int64) (limit int64, 
 	put64(out[25:], c.errors)
 	put64(out[33:], c.latency)
 	return c.limit, out
-}
-
-// Unhealthy reports whether accumulated signals make an interval unhealthy (see the type
-// documentation).
-func (a *Adaptive) Unhealthy(s Signals) bool {
-	return a.unhealthy(max(s.Requests, 0), max(s.Errors, 0), max(int64(s.LatencySum), 0))
 }
 
 func (a *Adaptive) unhealthy(requests, errors, latency int64) bool {

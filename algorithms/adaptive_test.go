@@ -37,7 +37,7 @@ func TestAdaptiveUnhealthy(t *testing.T) {
 		{Signals{}, false}, {Signals{Requests: -5, Errors: 10}, false},
 		{Signals{Requests: math.MaxInt64, Errors: math.MaxInt64}, true},
 	} {
-		if got := a.Unhealthy(tc.s); got != tc.want {
+		if got := a.unhealthy(max(tc.s.Requests, 0), max(tc.s.Errors, 0), max(int64(tc.s.LatencySum), 0)); got != tc.want {
 			t.Errorf("Unhealthy(%+v) = %v, want %v", tc.s, got, tc.want)
 		}
 	}
@@ -174,10 +174,16 @@ func TestAdaptiveBounds(t *testing.T) {
 	}
 }
 
-func TestSignalsAdd(t *testing.T) {
-	s := Signals{Requests: math.MaxInt64 - 1, Errors: 1, LatencySum: 5}.Add(Signals{Requests: 5, Errors: -3, LatencySum: 7})
-	if s.Requests != math.MaxInt64 || s.Errors != 1 || s.LatencySum != 12 {
-		t.Fatalf("Add: %+v", s)
+// TestSatAdd checks the saturating sum the controller accumulates signals with.
+func TestSatAdd(t *testing.T) {
+	if got := satAdd(math.MaxInt64-1, 5); got != math.MaxInt64 {
+		t.Fatalf("satAdd near the top = %d", got)
+	}
+	if got := satAdd(1, -3); got != 1 {
+		t.Fatalf("satAdd of a negative = %d", got)
+	}
+	if got := satAdd(5, 7); got != 12 {
+		t.Fatalf("satAdd = %d", got)
 	}
 }
 

@@ -79,7 +79,7 @@ func BenchmarkTokenBucketVsXRate(b *testing.B) {
 // BenchmarkAdaptiveUpdate measures one controller tick.
 func BenchmarkAdaptiveUpdate(b *testing.B) {
 	a := newTestAdaptive(b)
-	ctrl := make([]byte, 0, a.ControllerStateSize())
+	ctrl := make([]byte, 0, ctrlSize)
 	now := t0
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -105,7 +105,7 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 	a := newTestAdaptive(t)
-	ctrl := make([]byte, 0, a.ControllerStateSize())
+	ctrl := make([]byte, 0, ctrlSize)
 	st := make([]byte, 0, a.StateSize())
 	now := t0
 	if allocs := testing.AllocsPerRun(1000, func() {

@@ -48,11 +48,8 @@ type Spec struct {
 	Global bool
 }
 
-// Accepts reports whether the algorithm accepts the optional field (a Field constant).
-//
-// It is kept out of line (see filter/doc.go): validation and the config's parser ask it at a
-// dozen places, and its loop of string comparisons inlined at each is code that every VM's
-// configure would compile.
+// Accepts reports whether the algorithm accepts the optional field (a Field constant). Not
+// inlined at its dozen call sites (see filter/doc.go).
 //
 //go:noinline
 func (s Spec) Accepts(field string) bool {
@@ -268,8 +265,7 @@ func New(c Config) (Limiter, error) {
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
-// knows. It is out of New's line (see filter/doc.go): the filter runs New for every rule it
-// configures, and formatting these messages is code a valid configuration never needs.
+// knows (out of line, see filter/doc.go).
 //
 //go:noinline
 func unknownAlgorithm(c Config) error {
@@ -445,9 +441,7 @@ func checkExact(field, what, hint string, terms ...[2]int64) error {
 	return exactError(field, what, hint, terms)
 }
 
-// exactError is checkExact's error, out of its line (see filter/doc.go): the filter checks
-// every rule it configures, and a valid configuration never needs the estimate or its
-// formatting.
+// exactError is checkExact's error (out of line, see filter/doc.go).
 //
 //go:noinline
 func exactError(field, what, hint string, terms [][2]int64) error {

@@ -465,3 +465,15 @@ func TestConfigChangeIdleIsFresh(t *testing.T) {
 		})
 	}
 }
+
+// maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
+// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
+func (l *LeakyBucket) maxDelayEffective() time.Duration {
+	if !l.shaper {
+		return 0
+	}
+	if l.rD > 0 {
+		return dur(l.qD + 1)
+	}
+	return dur(l.qD)
+}

@@ -156,7 +156,7 @@ func FuzzAdaptiveUpdate(f *testing.F) {
 	f.Add([]byte(nil), int64(-1), int64(math.MaxInt64), int64(math.MinInt64), int64(math.MaxInt64))
 	f.Fuzz(func(t *testing.T, state []byte, now, req, errs, lat int64) {
 		limit, out := a.Update(append([]byte(nil), state...), Signals{Requests: req, Errors: errs, LatencySum: time.Duration(lat)}, now)
-		if limit < 10 || limit > 200 || len(out) != a.ControllerStateSize() || a.CurrentLimit(out) != limit {
+		if limit < 10 || limit > 200 || len(out) != ctrlSize || a.CurrentLimit(out) != limit {
 			t.Fatalf("Update: limit %d, state %x", limit, out)
 		}
 	})

@@ -97,9 +97,6 @@ func (g *GCRA) init(c Config) error {
 	return nil
 }
 
-// EmissionInterval returns T = Window/Limit in nanoseconds, the spacing of a sustained stream.
-func (g *GCRA) EmissionInterval() int64 { return g.t }
-
 // decode reads the TAT at state[off:] (off == 0: a fresh key).
 func (g *GCRA) decode(state []byte, off int) (tat int64, ok bool) {
 	if off == 0 {

@@ -1,7 +1,5 @@
 package algorithms
 
-import "time"
-
 // LeakyBucket is leaky_bucket. It has two modes.
 //
 // # Meter (MaxDelay == 0)
@@ -332,16 +330,4 @@ func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 	level, last, ok := l.b.decode(state, off)
 	tokens, _ := l.b.refill(l.b.capU-level, last, ok, now)
 	return tokens == l.b.capU
-}
-
-// maxDelayEffective returns the longest Delay the shaper can grant: min(MaxDelay, the time to
-// drain a full queue, C*Window/Limit), rounded up to whole nanoseconds; 0 for the meter.
-func (l *LeakyBucket) maxDelayEffective() time.Duration {
-	if !l.shaper {
-		return 0
-	}
-	if l.rD > 0 {
-		return dur(l.qD + 1)
-	}
-	return dur(l.qD)
 }

@@ -163,9 +163,8 @@ func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 
 // stored locates a stored state (not empty) and returns its tokens refilled to now and the
 // instant they are evaluated at; or conv when the state was recorded under other parameters
-// or by another algorithm (see convert). It is kept out of AllowN's line (see filter/doc.go):
-// a fresh key needs none of it. Locating and refilling are one function, so that AllowN
-// holds one call for them rather than two.
+// or by another algorithm (see convert). It is out of AllowN's line (see filter/doc.go): a
+// fresh key needs none of it.
 func (t *TokenBucket) stored(state []byte, now int64) (tokens, eff int64, conv bool) {
 	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
 	if conv {
@@ -187,9 +186,7 @@ func encodeTB(state []byte, p *params, ver byte, value, last int64) []byte {
 // AllowN implements Limiter; see the type documentation for the arithmetic.
 func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	// A fresh key (an empty state) starts full at now: only a stored state is located,
-	// decoded and refilled, out of AllowN's line, so that a VM's first request, usually for
-	// a new key, compiles none of it (see filter/doc.go).
+	// A fresh key (an empty state) starts full at now; a stored one is read by stored.
 	tokens, eff := t.b.capU, now
 	if len(state) != 0 {
 		var conv bool

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,7 +14,7 @@ import (
 // gauge, not the rule's max_limit: a client told the larger limit would pace itself above what
 // the rule admits.
 func TestAdaptiveFailureDenialStatesTheLimitInForce(t *testing.T) {
-	store := &failingStore{Memory: sharedstate.NewMemory()}
+	store := &failingStore{Memory: memstore.New()}
 	d := newNativeWithStore(t, `{"failure_mode":"deny","rate_limit_headers":"both","rules":[{"name":"ad","algorithm":"adaptive","window":"1s",
 		"adaptive":{"min_limit":5,"max_limit":100,"target_latency":"100ms","interval":"1s"}}]}`, store)
 	at := time.Duration(0)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
 	for _, row := range filtertest.ConfigChangeRows {
 		t.Run(row.Name, func(t *testing.T) {
-			store := sharedstate.NewMemory()
+			store := memstore.New()
 			d := newNativeWithStore(t, filtertest.ConfigChangeRule(row.Before), store)
 			row.UseBefore(t, d)
 			stop(d)
@@ -60,7 +60,7 @@ func TestHeadersAfterConfigChangeStayInBoundsNative(t *testing.T) {
 						return `{"rate_limit_headers":"both","rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],` +
 							algo + "," + fields + `}]}`
 					}
-					store := sharedstate.NewMemory()
+					store := memstore.New()
 					d := newNativeWithStore(t, cfg(ch.before), store)
 					row := filtertest.ConfigChangeRow{Used: used}
 					row.UseBefore(t, d)

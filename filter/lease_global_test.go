@@ -10,7 +10,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -33,7 +33,7 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 	require.Equal(t, types.OnPluginStartStatusOK, host.StartPlugin())
 	l.host = host
 	for range proxies {
-		store := sharedstate.NewMemory()
+		store := memstore.New()
 		for range workers {
 			p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: store}
 			require.NoError(t, p.configure([]byte(config)))
@@ -54,7 +54,7 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 // names), for example the same rule without its lease block.
 func (l *leaseVMs) addVM(t *testing.T, config string) int {
 	t.Helper()
-	p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: sharedstate.NewMemory()}
+	p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: memstore.New()}
 	require.NoError(t, p.configure([]byte(config)))
 	if p.redis != nil && len(p.redis.parts) > 0 {
 		p.redis.learnSecret(fleetSecret, l.now)

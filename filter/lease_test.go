@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -21,7 +22,7 @@ type leaseVMs struct {
 	host  proxytest.HostEmulator
 	vms   []*plugin
 	cur   int
-	store *sharedstate.Memory
+	store *memstore.Memory
 	now   int64
 }
 
@@ -47,7 +48,7 @@ func (v *leaseVMContext) NewPluginContext(uint32) types.PluginContext { return &
 
 func newLeaseVMs(t *testing.T, config string, workers int) *leaseVMs {
 	t.Helper()
-	l := &leaseVMs{store: sharedstate.NewMemory(), now: t0.UnixNano()}
+	l := &leaseVMs{store: memstore.New(), now: t0.UnixNano()}
 	host, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(&leaseVMContext{l: l}))
 	t.Cleanup(reset)
 	require.Equal(t, types.OnPluginStartStatusOK, host.StartPlugin())
@@ -354,7 +355,7 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 func TestLeaseOnShadowRuleRefused(t *testing.T) {
 	for _, scope := range []string{"local", "global"} {
 		rules := `[{"name":"hot","scope":"` + scope + `","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1s","lease":{"batch":100}}]`
-		p := &plugin{id: 1, now: func() int64 { return t0.UnixNano() }, store: sharedstate.NewMemory()}
+		p := &plugin{id: 1, now: func() int64 { return t0.UnixNano() }, store: memstore.New()}
 		err := p.configure([]byte(filtertest.GlobalConfig(filtertest.RedisOpts{}, rules)))
 		require.ErrorContains(t, err, "rules[0].lease: not supported on a shadow rule", scope)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 )
 
 // An override changes the parameters a key is decided under, not where its state is: adding,
@@ -16,7 +16,7 @@ import (
 func TestOverrideChangeNeverGrantsAllowance(t *testing.T) {
 	for _, algo := range filtertest.OverrideChangeAlgorithms {
 		t.Run("local "+algo, func(t *testing.T) {
-			store := sharedstate.NewMemory()
+			store := memstore.New()
 			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("local", algo), func(t *testing.T, rules string) func() bool {
 				d := newNativeWithStore(t, `{"rules":`+rules+`}`, store)
 				return func() bool {

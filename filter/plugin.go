@@ -149,9 +149,6 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	// in Envoy would compile in every VM's start for this line alone.
 	var buf [20]byte
 	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
-	if abi.DebugEnabled() {
-		logEffectiveConfig(p.cfg)
-	}
 	return types.OnPluginStartStatusOK
 }
 
@@ -180,19 +177,6 @@ func (p *plugin) OnPluginDone() bool {
 		p.redis.gauge.set(false)
 	}
 	return true
-}
-
-// logEffectiveConfig logs a configuration as its effective JSON (config.Config.MarshalJSON:
-// defaults filled in, per-rule overrides resolved), so that an operator who turns on debug
-// logging sees what is enforced rather than what was typed. It runs only when the debug
-// level is enabled, and out of OnPluginStart's line like logInvalid.
-func logEffectiveConfig(c *config.Config) {
-	b, err := c.MarshalJSON()
-	if err != nil {
-		abi.LogDebug("ratelimit: effective configuration: (unavailable: " + err.Error() + ")")
-		return
-	}
-	abi.LogDebug("ratelimit: effective configuration: " + string(b))
 }
 
 func (p *plugin) configure(data []byte) error {

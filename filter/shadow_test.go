@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +13,7 @@ import (
 // slot-addressing secret stays readable, so the plugin configures), for tests of what the
 // filter does when its shared data fails.
 type failingStore struct {
-	*sharedstate.Memory
+	*memstore.Memory
 	failGet, failSet bool
 }
 
@@ -48,7 +49,7 @@ func TestShadowRuleStoreFailureNeverDenies(t *testing.T) {
 	}{{"get fails", true, false}, {"set fails", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			// The store breaks after configure, which reads and writes the rule's bookkeeping.
-			store := &failingStore{Memory: sharedstate.NewMemory()}
+			store := &failingStore{Memory: memstore.New()}
 			d := newNativeWithStore(t, shadow, store)
 			store.failGet, store.failSet = c.failGet, c.failSet
 			for i := range 3 {

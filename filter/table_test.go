@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/storetest"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
@@ -93,7 +94,7 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 	for name, algo := range algos {
 		t.Run(name, func(t *testing.T) {
 			t.Run("native", func(t *testing.T) {
-				store := sharedstate.NewMemory()
+				store := memstore.New()
 				// The emulator allows one instance at a time: the old configuration decides
 				// first, then the new one, then the old one again, on the same store.
 				before := func() *nativeDriver { return newNativeWithStore(t, conf(algo, 10000), store) }
@@ -113,7 +114,7 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 // failure_mode ("allow") the request is still not admitted uncounted: it is denied, with
 // Retry-After 1, counted in cas_exhausted_total and not in store_errors_total.
 func TestKeyTableContentionNeverAdmitsUncounted(t *testing.T) {
-	racing := &storetest.Racing{Store: sharedstate.NewMemory()}
+	racing := &storetest.Racing{Store: memstore.New()}
 	lose := false
 	racing.Lose = func(string) bool { return lose }
 	d := newNativeWithStore(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":10,"window":"1h"}]}`, racing)
@@ -147,7 +148,7 @@ func TestKeyTableMaxKeysChainNative(t *testing.T) {
 	conf := func(maxKeys int) string {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,"algorithm":"fixed_window","limit":5,"window":"1h"}]}`, maxKeys)
 	}
-	store := sharedstate.NewMemory()
+	store := memstore.New()
 	d := newNativeWithStore(t, conf(100), store)
 	for range 5 {
 		require.Zero(t, d.Do(t, t0, filtertest.XK("client")).Status)

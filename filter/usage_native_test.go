@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -160,7 +160,7 @@ func TestUsageOverrideNative(t *testing.T) {
 // A settlement that shared data refuses is counted and logged, and the stream still ends
 // normally; the reservation stays charged.
 func TestUsageSettleFailureNative(t *testing.T) {
-	store := &failingStore{Memory: sharedstate.NewMemory()}
+	store := &failingStore{Memory: memstore.New()}
 	d := usageDriver{newNativeWithStore(t, usageConfig, store), t}
 	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte("llm")))
 	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte("10.0.0.1:5000")))

@@ -38,15 +38,9 @@ const fingerprintSize = 8
 const Choices = 2
 
 // firstGroupFree is how many free slots a key's first group must have for a new key to go
-// there without looking at its second group (see Table). Slots are never emptied, so while
-// the first group has that many free, no key of it can have gone to its second group: a
-// lookup that does not find the key in the first group's index stops there, and a new key
-// costs one index read instead of two. Below it, a new key goes to the group with more free
-// slots. With 10, the table fills as evenly as with a choice between the two groups for every
-// key (no eviction before 90% of max_keys in TestTableFalseDenialCurve; in a model of 200
-// fills of 10,000 keys, the first eviction came at 92.7% at the earliest against 91.2% with
-// the choice for every key), and over a fill from empty to full a third of the new keys read
-// the second index.
+// there without looking at its second group (see Table): while it has, a lookup that does not
+// find the key in the first group's index stops there. With 10 the table fills as evenly as
+// with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
 const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
@@ -55,9 +49,7 @@ const firstGroupFree = 10
 const OverflowSlots = 64
 
 // maxGeometries is how many table geometries (distinct max_keys values) a rule remembers, the
-// current one included: a key that is not found in the current geometry is looked for in the
-// previous ones that may still hold active state (see Table), so its state survives changes
-// of max_keys.
+// current one included (see Table).
 const maxGeometries = 8
 
 // The kind of a slot value, the byte after the digest. Only live slots are written; a value of
@@ -157,76 +149,28 @@ func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 	return secret, errors.New("sharedstate: the slot-addressing secret could not be created")
 }
 
-// Table keeps the state of one rule's keys in at most max_keys shared-data slots.
+// Table keeps the state of one rule's keys in at most max_keys shared-data slots;
+// docs/key-table.md describes the design and what it costs, and this is its summary.
 //
-// # Addressing
+// A key is known by its digest (keyDigest: SipHash-2-4 under the process's secret, stored in
+// front of its state); the digest picks two groups of at most GroupSlots slots and a home slot
+// in the first. Each group's index entry lists the fingerprint of the key owning each slot,
+// and is the authority on ownership. A lookup reads the home slot, then the first group's
+// index, the second's unless the first has firstGroupFree free slots, and the slot the index
+// names: at most four reads. A slot the index gives to the key that does not hold its digest
+// yet is the key's, with a fresh state, written by compare-and-swap against what was read.
 //
-// A key is known by its digest (SipHash-2-4's 128-bit output of the key under a secret that
-// every VM of the process shares and no client sees, LoadSecret; stored in front of its state;
-// see keyDigest). The digest's second half decides where the key may live: it picks two groups
-// and a home slot in the first. Without the secret nobody can compute digests or which keys
-// share slots, so colliding keys cannot be searched for offline.
+// A new key goes to its first group while that has firstGroupFree free slots, else to the
+// group with more, at its home slot if free or idle, else at the group's first free slot after
+// it: an index write by compare-and-swap, then the slot. Slots are never emptied, so free
+// counts only fall, and of two workers placing the same key in different groups one sees the
+// other's write or fails (TestNewKeyRaceRandomSchedules): a key has at most one index entry.
+// When both groups are full, the key takes the slot of the one of two candidates whose
+// eviction grants least (never a fully spent key), else is counted in one of OverflowSlots.
 //
-// The max_keys slots are split into ceil(max_keys / GroupSlots) groups of nearly equal size.
-// Each group has an index: one shared-data entry listing, per slot, the fingerprint (first 8
-// bytes of the digest) of the key that owns it, or zeros for a slot never used. The index is
-// the authority on which key owns a slot; the slot holds the key's digest and state.
-//
-// A lookup reads the key's home slot first: a key placed there is decided with that one read.
-// Otherwise it reads the first group's index, then, unless the first group has firstGroupFree
-// free slots (then the key cannot be in the second, see below), the second's, and the slot the
-// index names: at most four reads. A slot that the index gives to the key but that does not hold
-// its digest yet (its placement is being written by another worker, which may be paused) is
-// the key's, with a fresh state: the request writes it by compare-and-swap against what it
-// read, and of all the workers doing so only one succeeds, the others decide again on its
-// state.
-//
-// # Placing a new key
-//
-// A new key goes to its first group while that has firstGroupFree free (never used) slots, else
-// to the group with more (the first on a tie), and there to its home slot if that is free or
-// holds an idle key (back at full allowance: forgetting it grants nothing), else to the group's
-// first free slot after the home slot. Placing it writes the group's index (compare-and-swap
-// against the index read) and then the slot: two writes. Slots are never emptied, so a group's
-// free count only falls: two workers placing the same key read the two groups in some order,
-// and if each chose another group, one of them read its group after the other's write and saw
-// the key, or its write fails (TestNewKeyRaceRandomSchedules checks this in every schedule it
-// runs). For the same reason a lookup may skip the second group while the first has
-// firstGroupFree free slots: a worker that put the key in the second group saw fewer in the
-// first, and there are no more now. So a key has at most one index entry in the table, and only
-// its owner's lookups read its slot, except the home slot, read before any index: it is taken
-// as the key's only while it holds the key's digest, and a key can only come to hold its home
-// slot through its index, so no key is decided in two places.
-//
-// # A full table
-//
-// When both groups are full, the key takes the slot of another key in its first group, the
-// one whose eviction grants its owner least: two candidates are read (the home slot, already
-// read, and one more chosen by the hash and the clock), an idle key costs nothing to forget,
-// an active one regains what it has spent, and a key that has spent its whole allowance (it
-// would be denied now) is never evicted. If neither candidate can be evicted, the key is
-// counted in one of OverflowSlots overflow slots, chosen by its keyed hash, each limited like
-// one client. So keeping new clients out costs a flood its whole allowance on nearly every
-// slot: to make both candidates of 95% of new clients fully spent, 97.5% of max_keys keys
-// must be kept spent, which takes 0.975 x max_keys x limit requests per window; and even then
-// the locked-out clients share the overflow slots, OverflowSlots x limit more. An evicted key
-// regains at most what it had spent, less than its limit (TestFloodCannotLockOutNewClients;
-// Pending.Evicted and Pending.Granted feed the filter's metrics).
-//
-// # Geometry changes
-//
-// Slot and index names carry the geometry (max_keys), and the rule's geometries are recorded in
-// shared data, newest first, with the time each was last written. A key not found in the
-// current geometry is looked for in the previous ones (two index reads each); found there with
-// active state, it is decided where it is, so VMs of the old and of the new configuration,
-// which Envoy runs side by side during an update, count it in one place. Found idle, or not
-// found, it is a new key of the current geometry. A previous geometry is searched only while
-// it may hold active state: until its last write plus the time the rule's algorithm takes to
-// return any state to full allowance, plus idleSlack for VMs still running the previous
-// configuration. A table refreshes that time in the record when it writes a key in a previous
-// geometry (at most once per quarter of that time), so a key kept active there stays found.
-// Two VMs, one of each configuration, creating one new key at the same time create it in both
-// geometries: it is counted in two places until the old VMs are gone.
+// Slot and index names carry the geometry (max_keys). A key not found in the current geometry
+// is looked for in the previous ones that may still hold active state (until their last write
+// plus the algorithm's full-refill time plus idleSlack), and decided where it is found active.
 //
 // A Table is not safe for concurrent use: each worker VM (single-threaded) has its own, and
 // they share the slots through the Store.
@@ -970,9 +914,6 @@ func (t *Table) Used() uint32 {
 	}
 	return n
 }
-
-// MaxKeys returns the number of keys the table holds.
-func (t *Table) MaxKeys() uint32 { return t.cur.maxKeys }
 
 // nameBuf is a name built for a store call and the entry it names: slot or group idx of
 // geometry geo.

@@ -57,9 +57,8 @@ func checkCost(r *Rule) (field, msg string) {
 	return "", ""
 }
 
-// algorithmError returns the field and message of algorithms.New's error. Like
-// costAboveCapacity, it is out of checkAlgorithm's line (see filter/doc.go): a valid
-// configuration calls neither.
+// algorithmError returns the field and message of algorithms.New's error (out of line, see
+// filter/doc.go).
 //
 //go:noinline
 func algorithmError(err error) (field, msg string) {

@@ -78,10 +78,8 @@ func tableCost(domain string, r *Rule) TableCost {
 }
 
 // budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:
-// each rule may be reasonable alone while their sum is not.
-//
-// It only sums the costs; the report of a configuration over budget is made by overBudget,
-// out of line (see filter/doc.go), since every configuration runs budget.
+// each rule may be reasonable alone while their sum is not. overBudget, out of line, reports a
+// configuration over budget.
 func (p *parser) budget(path string, c *Config) {
 	var vm, shared int64
 	for _, r := range c.Rules {
@@ -121,8 +119,7 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 }
 
 // overrideCosts adds to tc what the rule's overrides cost, and returns the largest state the
-// rule's slots may hold, state being the rule's own. It is out of tableCost's line (see
-// filter/doc.go): most rules have no override.
+// rule's slots may hold, state being the rule's own (out of line: most rules have no override).
 func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
 	// A limited override decides the rule's keys in the rule's slots (see Override), through a
 	// table object of its own in each VM; its states, written under its parameters, may be

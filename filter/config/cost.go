@@ -19,9 +19,8 @@ func (r *Rule) Cost(req Request) int64 {
 	return r.CostSpec.headerCost(req)
 }
 
-// headerCost is Cost for a cost header. It is kept out of line, so that Cost, small, is
-// inlined into its callers: most rules have a constant cost, so a VM's first request for
-// them compiles none of this (see filter/doc.go).
+// headerCost is Cost for a cost header, out of line so that Cost, small, is inlined: most rules
+// have a constant cost (see filter/doc.go).
 func (cs *CostSpec) headerCost(req Request) int64 {
 	v, ok := req.Header(cs.Header)
 	if !ok {

@@ -1,9 +1,6 @@
 package config
 
-import (
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 // placeholder identifies what a body template part renders.
 type placeholder uint8
@@ -85,14 +82,4 @@ func (d *Deny) AppendBody(dst []byte, rule string, retryAfterSeconds int64) []by
 		}
 	}
 	return dst
-}
-
-// headerValue returns the configured value of a denial header (name in lower case).
-func (d *Deny) headerValue(name string) (string, bool) {
-	for _, h := range d.Headers {
-		if h.Name == strings.ToLower(name) {
-			return h.Value, true
-		}
-	}
-	return "", false
 }

@@ -12,9 +12,8 @@ import (
 // The parser is written out here, not delegated to time.ParseDuration, so that "d" can
 // appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
 
-// durationUnit returns the length of a unit in nanoseconds. It is a switch rather than a
-// map so that no package initialiser builds a map: Envoy's V8 compiles and runs every
-// initialiser in each VM's _initialize.
+// durationUnit returns the length of a unit in nanoseconds: a switch, where a map would be
+// built by the package initialiser in every VM's _initialize.
 func durationUnit(unit string) (uint64, bool) {
 	switch unit {
 	case "ns":
@@ -37,9 +36,8 @@ func durationUnit(unit string) (uint64, bool) {
 	return 0, false
 }
 
-// notADuration is parseDuration's message for text that is not a duration at all. It is
-// built only when needed: quoting the text runs strconv's quoting, which Envoy's V8 would
-// otherwise compile during every valid configuration's proxy_on_configure.
+// notADuration is parseDuration's message for text that is not a duration at all (out of
+// line: quoting runs strconv's quoting, see filter/doc.go).
 func notADuration(orig string) string {
 	return quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 }
@@ -180,9 +178,4 @@ func isNumberLike(s string) bool {
 		}
 	}
 	return digits
-}
-
-// formatDuration renders a duration so that parseDuration reads it back exactly.
-func formatDuration(d time.Duration) string {
-	return d.String()
 }

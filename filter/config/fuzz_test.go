@@ -12,9 +12,8 @@ import (
 )
 
 // FuzzParse checks that Parse never panics, that every error it returns carries a message,
-// and that whatever it accepts is stable: the effective config it writes is accepted again
-// and written identically. Accepted configs are also exercised on the request path, which
-// must not panic whatever the config holds.
+// and that the schema accepts whatever Parse accepts. Accepted configs are also exercised on
+// the request path, which must not panic whatever the config holds.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/examples/*.json")
 	for _, file := range files {
@@ -57,18 +56,6 @@ func FuzzParse(f *testing.F) {
 		// Editors must never flag a config the filter accepts.
 		if err := validate(schema, string(data)); err != nil {
 			t.Fatalf("Parse accepts what the schema rejects: %v\n%s", err, data)
-		}
-		out1, err := json.Marshal(c)
-		if err != nil {
-			t.Fatalf("marshal: %v", err)
-		}
-		c2, err := Parse(out1)
-		if err != nil {
-			t.Fatalf("effective config rejected: %v\ninput: %s\neffective: %s", err, data, out1)
-		}
-		out2, _ := json.Marshal(c2)
-		if !bytes.Equal(out1, out2) {
-			t.Fatalf("effective config not stable:\n%s\n%s", out1, out2)
 		}
 		var dst []*Rule
 		var key []byte
@@ -166,7 +153,7 @@ func FuzzParseDuration(f *testing.F) {
 }
 
 // FuzzParseFields puts fuzzed values into the fields of an otherwise valid rule, so that
-// far more of the inputs reach validation and, when accepted, the round trip and the
+// far more of the inputs reach validation and, when accepted, the schema and the
 // request path (FuzzParse's random bytes are mostly not JSON).
 func FuzzParseFields(f *testing.F) {
 	f.Add("token_bucket", "1m", int64(100), int64(0), "/v1/.*", "x-tenant", int64(1), "client_ip", true)
@@ -200,14 +187,6 @@ func FuzzParseFields(f *testing.F) {
 		}
 		if err := validate(schema, string(data)); err != nil {
 			t.Fatalf("Parse accepts what the schema rejects: %v\n%s", err, data)
-		}
-		out1, _ := json.Marshal(c)
-		c2, err := Parse(out1)
-		if err != nil {
-			t.Fatalf("effective config rejected: %v\n%s", err, out1)
-		}
-		if out2, _ := json.Marshal(c2); !bytes.Equal(out1, out2) {
-			t.Fatalf("not stable:\n%s\n%s", out1, out2)
 		}
 		r := req(header + ": v").with(func(r *fakeRequest) { r.path = regex })
 		for _, rule := range c.Match(r, nil) {

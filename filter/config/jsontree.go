@@ -9,14 +9,11 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// The config is decoded into this small tree, rather than straight into structs, because
-// the parser must name the JSON path of every problem, report every duplicate key (a decoder
-// that keeps the last of two would let `"limit": 10, "limit": 100000` slip by) and report
-// problems in document order. The tokens come from jsontext (github.com/go-json-experiment/
-// json, the reference implementation of Go's encoding/json/v2 tokenizer), which checks the
-// syntax and unquotes strings without linking reflection or fmt. Go 1.26 has the same
-// package as encoding/json/jsontext only under GOEXPERIMENT=jsonv2, which every build and
-// test of the module would have to set; encoding/json's Decoder links reflect and fmt.
+// The config is decoded into this small tree, rather than straight into structs, so that the
+// parser can name the JSON path of every problem, report every duplicate key (a decoder that
+// keeps the last of two would let `"limit": 10, "limit": 100000` slip by) and report problems
+// in document order. The tokens come from jsontext (github.com/go-json-experiment/json, Go's
+// encoding/json/jsontext without GOEXPERIMENT=jsonv2), which links neither reflect nor fmt.
 
 // kind is the JSON type of a node.
 type kind uint8
@@ -60,13 +57,12 @@ type jsonError struct {
 }
 
 // decodeTree parses data as exactly one JSON value. Duplicate object keys are reported
-// through dup with the path of the duplicate, and the first occurrence is kept.
-//
-// The decoder allows duplicate names and invalid UTF-8 itself: duplicates are found here,
-// so that each is reported with the other problems of the document rather than ending the
-// decoding at the first, and invalid UTF-8 is replaced by U+FFFD, as encoding/json reads it.
+// through dup with the path of the duplicate (here, so that each is reported with the
+// document's other problems), and the first occurrence is kept. Invalid UTF-8 is replaced by
+// U+FFFD, as encoding/json reads it.
 func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 	d := decoder{
+		data: data,
 		dec: jsontext.NewDecoder(bytes.NewBuffer(data),
 			jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)),
 		dup: dup,
@@ -80,25 +76,25 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 	end := int(d.dec.InputOffset())
 	for _, c := range data[end:] {
 		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return nil, trailingData(end)
+			return nil, trailingData(data, end)
 		}
 	}
 	return n, nil
 }
 
 // trailingData is decodeTree's error for data after the top-level value, which ends at byte
-// end. It is out of decodeTree's line: V8 in Envoy compiles a function on its first call.
+// end (out of line, see filter/doc.go).
 //
 //go:noinline
-func trailingData(end int) *jsonError {
-	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at byte " + strconv.Itoa(end)}
+func trailingData(data []byte, end int) *jsonError {
+	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
 }
 
 // decoder builds the tree from jsontext's tokens. It keeps the path to the current value as
-// a stack of segments and renders it only when a problem is reported: building every
-// value's path string up front would cost, for a value under a long key, the length of that
-// key again for every element below it, which a 1 MiB document can turn into gigabytes.
+// a stack of segments and renders it only for a problem: every value's path string built up
+// front would repeat a long key for every element below it (gigabytes for a 1 MiB document).
 type decoder struct {
+	data []byte
 	dec  *jsontext.Decoder
 	dup  func(path, key string)
 	segs []segment
@@ -124,11 +120,9 @@ func (d *decoder) path() string {
 	return path
 }
 
-// fail turns an error of value into decodeTree's, at the current path. jsontext's syntax
-// errors give the byte offset of the problem and say what it is; the JSON Pointer they also
-// carry is the path already known here, and the "jsontext: " prefix is left out. It is out
-// of line: V8 in Envoy compiles a function on its first call, and a valid configuration
-// has no syntax error.
+// fail turns an error of value into decodeTree's, at the current path: the byte offset and
+// what is wrong, without jsontext's JSON Pointer (the path is known here) and its prefix
+// (out of line, see filter/doc.go).
 //
 //go:noinline
 func (d *decoder) fail(err error) *jsonError {
@@ -138,17 +132,16 @@ func (d *decoder) fail(err error) *jsonError {
 		if se.Err == io.ErrUnexpectedEOF {
 			what = "unexpected end of input"
 		}
-		msg = "invalid JSON at byte " + strconv.FormatInt(se.ByteOffset, 10) + ": " + what
+		msg = "invalid JSON at " + at(d.data, se.ByteOffset) + ": " + what
 	} else if err == io.EOF || err == io.ErrUnexpectedEOF {
 		msg = "invalid JSON: unexpected end of input"
 	}
 	return &jsonError{Path: d.path(), Msg: msg}
 }
 
-// indexAfter is the member count from which an object indexes its keys in a map. Below it
-// a linear scan is cheaper than hashing, and every object of a valid config is that small;
-// above it the map keeps duplicate detection linear in the document (a scan per key made
-// an object of 80,000 keys take seconds).
+// indexAfter is the member count from which an object indexes its keys in a map, which keeps
+// duplicate detection linear (a scan per key made an object of 80,000 keys take seconds).
+// Below it a scan is cheaper, and every object of a valid config is that small.
 const indexAfter = 16
 
 func (d *decoder) value(depth int) (*node, error) {
@@ -159,8 +152,7 @@ func (d *decoder) value(depth int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One allocation site for every kind of value, rather than one per case: each call site
-	// is code that V8 in Envoy compiles with value in every VM's configure.
+	// One allocation site for every kind of value (less code to compile, see filter/doc.go).
 	n := new(node)
 	switch tok.Kind() {
 	case '{':
@@ -178,9 +170,7 @@ func (d *decoder) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			// The map of a large object is made and used by functions of their own, out of
-			// value's line: V8 in Envoy compiles a function on its first call, and no object
-			// of a valid configuration is that large.
+			// No object of a valid configuration is large enough to need the map.
 			if len(n.members) >= indexAfter {
 				index = d.addIndexed(n, index, key, val)
 			} else if n.lookup(key) != nil {
@@ -224,8 +214,7 @@ func (d *decoder) value(depth int) (*node, error) {
 	return n, nil
 }
 
-// duplicate reports key as a duplicate in the object at the current path (out of value's
-// line: V8 in Envoy compiles a function on its first call).
+// duplicate reports key as a duplicate in the object at the current path (out of line).
 //
 //go:noinline
 func (d *decoder) duplicate(key string) {
@@ -261,9 +250,8 @@ func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val
 	return index
 }
 
-// lookup returns the member named key, or nil. It is kept out of line: the parser and value
-// ask for members at many places, and V8 in Envoy compiles whatever is inlined at each of
-// them in every VM's configure.
+// lookup returns the member named key, or nil. It is not inlined at its many call sites,
+// where it would be compiled again at each (see filter/doc.go).
 //
 //go:noinline
 func (n *node) lookup(key string) *node {
@@ -329,21 +317,17 @@ func joinKey(path, key string) string {
 	return path + "." + key
 }
 
-// joinIndex appends an array index to a path. The index is written with strconv.AppendInt
-// into a buffer on the stack, not with strconv.Itoa: the filter runs AppendInt while it
-// configures anyway, and V8 in Envoy compiles each function on its first call, so Itoa's
-// own code would be compiled in every VM's configure for the paths alone.
-// joinQuotedKey is joinKey for a key that is not a plain identifier, out of its line: V8 in
-// Envoy compiles a function on its first call, and every field name is plain.
+// joinQuotedKey is joinKey for a key that is not a plain identifier, which no field name is
+// (out of line). quote shortens a key longer than 64 bytes, so that a path stays short
+// whatever key a document holds; only an unknown key can be that long.
 //
 //go:noinline
 func joinQuotedKey(path, key string) string {
-	// quote shortens a key longer than 64 bytes, so that a path (and the error message it is
-	// part of) stays short whatever key a document holds. No field name is that long, so the
-	// shortened form only ever names a key that is reported as unknown.
 	return path + "[" + quote(key) + "]"
 }
 
+// joinIndex appends an array index to a path, with strconv.AppendInt, which configure runs
+// anyway, rather than strconv.Itoa, whose code V8 would compile for the paths alone.
 func joinIndex(path string, i int) string {
 	var buf [20]byte
 	return path + "[" + string(strconv.AppendInt(buf[:0], int64(i), 10)) + "]"

@@ -78,7 +78,7 @@ func FuzzDecodeTree(f *testing.F) {
 		}
 		if jerr != nil {
 			// Parse refuses a document of white space alone before decodeTree reads it.
-			if !tooDeep && len(bytes.Trim(data, " \t\r\n")) > 0 && withLineColumn(data, jerr.Msg) == jerr.Msg {
+			if !tooDeep && len(bytes.Trim(data, " \t\r\n")) > 0 && !strings.Contains(jerr.Msg, "(line ") {
 				t.Fatalf("%q: error %q gives no byte offset in the document", data, jerr.Msg)
 			}
 			return

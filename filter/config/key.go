@@ -46,18 +46,15 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 	return r.duplicatePart(req)
 }
 
-// RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it. Every request
-// asks this of every matched rule, and nearly none has a repeated key header: the walk over
-// the key parts that AppendKey compiles anyway answers it, so that a VM's first request
-// compiles no loop of its own for it (see filter/doc.go).
+// RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it, with the walk
+// AppendKey compiles anyway (see filter/doc.go): every request asks it of every matched rule.
 func (r *Rule) RepeatsKeyPart(req Request) bool {
 	_, ok := r.walkKey(nil, req, walkDuplicate)
 	return !ok
 }
 
-// duplicatePart is DuplicatePart's search for the part, for a request that has one. It is
-// kept out of line (see filter/doc.go): a request without a repeated key header (a VM's
-// first, nearly always) needs none of it.
+// duplicatePart is DuplicatePart's search for the part, for a request that has one (out of
+// line, see filter/doc.go).
 func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
@@ -78,8 +75,8 @@ func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	return nil, false
 }
 
-// queryCount returns how many query parameters of req are called name. It is kept out of
-// DuplicatePart's line (see filter/doc.go): most rules key on no query parameter.
+// queryCount returns how many query parameters of req are called name (out of line: most
+// rules key on no query parameter).
 func queryCount(req Request, name string) int {
 	_, _, n := queryParams(req.Path(), name)
 	return n
@@ -105,14 +102,7 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	return r.walkKey(dst, req, walkBuild)
 }
 
-// keyAvailable reports whether AppendKey would succeed, without building the key, for a request
-// that DuplicatePart does not refuse.
-func (r *Rule) keyAvailable(req Request) bool {
-	_, ok := r.walkKey(nil, req, walkAvailable)
-	return ok
-}
-
-// What walkKey does: build the key (AppendKey), check that it can be built (keyAvailable), or
+// What walkKey does: build the key (AppendKey), check that it can be built (Match), or
 // look for a part whose header or query parameter is repeated under DuplicateReject
 // (DuplicatePart; the walk then reports ok when there is none).
 const (
@@ -121,10 +111,8 @@ const (
 	walkDuplicate
 )
 
-// walkKey is AppendKey, keyAvailable or DuplicatePart's check, as mode says. They are one
-// function because they must agree on what each source holds, and because every request asks
-// all three: one copy of the walk over the key parts is compiled instead of three (see
-// filter/doc.go).
+// walkKey is AppendKey, Match's check or DuplicatePart's check, as mode says: one walk, so that
+// they agree on what each source holds and one copy is compiled instead of three.
 func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
@@ -145,10 +133,8 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 		// sources for all three modes, so that they cannot disagree on what a source holds).
 		// A query parameter is still percent-encoded here (appendQueryPart decodes it), and a
 		// client IP is in ip rather than v. A header is its only line, or the first or last
-		// of several as the part's OnDuplicate says. The lookup and the writing below are
-		// written here rather than in functions of their own: a VM's first request compiles
-		// every function it calls (see filter/doc.go), and each function and call site is
-		// code of its own in Go's wasm backend.
+		// of several as the part's OnDuplicate says. The lookup and the writing are inline:
+		// each function and call site is code of its own to compile (see filter/doc.go).
 		var v string
 		var ip netip.Addr
 		var st partState
@@ -165,7 +151,7 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 			v, st = kp.lookupOther(k, req)
 		}
 		if mode != walkBuild {
-			// For keyAvailable a repeated header counts as present: the rule applies, and
+			// For walkAvailable a repeated header counts as present: the rule applies, and
 			// the request is refused by DuplicatePart rather than let through to later rules.
 			if st == partMissing && mode == walkAvailable || st == partAmbiguous && mode == walkDuplicate {
 				return dst, false
@@ -216,9 +202,7 @@ const (
 )
 
 // lookupOther is walkKey's lookup for the sources other than a constant, a header and the
-// client IP.
-// It is kept out of line (see filter/doc.go): most rules key on those three, so a VM's first
-// request for them does not compile the others.
+// client IP, which most rules key on (out of line, see filter/doc.go).
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
 	switch k {
 	case kindQuery:
@@ -269,10 +253,8 @@ const (
 	kindConst
 )
 
-// kindOf maps a Source to its kind. It is kept out of line: keyKind, inlined on the request
-// path wherever a key part's kind is needed, calls it only for a Rule the parser did not make,
-// and its string switch inlined at each of those places would be code that every VM's first
-// request compiles (see filter/doc.go).
+// kindOf maps a Source to its kind. Not inlined: keyKind, inlined on the request path, calls it
+// only for a Rule the parser did not make (see filter/doc.go).
 //
 //go:noinline
 func kindOf(s Source) sourceKind {
@@ -334,8 +316,7 @@ func appendLen(dst []byte, n int) []byte {
 	if uint(n) >= 100 {
 		return appendLongLen(dst, n)
 	}
-	// One append for both lengths, not one each: V8 in Envoy compiles this function on a
-	// VM's first request, and each append is a growth path of its own in the compiled code.
+	// One append for both lengths: each append is a growth path of its own to compile.
 	b := [3]byte{byte('0' + n/10), byte('0' + n%10), ':'}
 	skip := 0
 	if n < 10 {
@@ -351,8 +332,7 @@ func appendLongLen(dst []byte, n int) []byte {
 
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
 // "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are kept out of walkKey's line (see filter/doc.go): a header or canonical
-// client IP part (nearly every rule's) needs neither.
+// appendIPValue are out of walkKey's line: a header or canonical client IP part needs neither.
 func appendQueryPart(dst []byte, v string) []byte {
 	dst = appendLen(dst, unescapedLen(v))
 	return appendUnescaped(dst, v)
@@ -435,9 +415,8 @@ func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
 	if m != nil && m.valid && m.hops == trustedHops {
 		return m.ip, m.ok
 	}
-	// The address is parsed here rather than by a function of its own: one function, for
-	// both a request with a cache and one without, is compiled on a VM's first request (see
-	// filter/doc.go), and one call fewer is made.
+	// The address is parsed here, for a request with a cache and one without: one function
+	// to compile (see filter/doc.go), and one call fewer.
 	var ip netip.Addr
 	var text string
 	ok := false
@@ -450,10 +429,8 @@ func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
 	if m != nil {
 		// When the request wrote the address in its canonical form, the unmasked key part is
 		// those bytes, copied rather than printed (see walkKey).
-		// Field by field, not *m = ClientIPCache{...}: that builds the whole cache aside,
-		// its 48-byte part included, and copies it back with a typed memmove, in code V8 in
-		// Envoy compiles on a VM's first request. The part's bytes are read only up to
-		// partLen, so they need no clearing.
+		// Field by field, not *m = ClientIPCache{...}, which builds the cache aside and copies
+		// it back with a typed memmove. The part's bytes are read only up to partLen.
 		m.valid, m.hops, m.ip, m.ok, m.text, m.partLen = true, trustedHops, ip, ok, text, 0
 	}
 	return ip, ok
@@ -485,8 +462,8 @@ func (m *ClientIPCache) Reset() { m.valid = false }
 
 // forwardedFor parses the client address when X-Forwarded-For is trusted: its trustedHops-th
 // entry from the right, as parseIPText reports it; ok is false when there is no such entry or
-// it is not an IP address (the source address is used). It is kept out of ClientIP's line
-// (see filter/doc.go): most configurations trust no hop.
+// it is not an IP address (the source address is used). Out of line: most configurations
+// trust no hop.
 func forwardedFor(req Request, trustedHops int) (ip netip.Addr, text string, ok bool) {
 	if xff, found := req.Header("x-forwarded-for"); found {
 		if entry, found := nthFromRight(xff, trustedHops); found {

@@ -14,8 +14,8 @@ func key(t *testing.T, c *Config, r *fakeRequest) (string, bool) {
 		t.Fatalf("AppendKey clobbered dst: %q", k)
 	}
 	_, dup := c.Rules[0].DuplicatePart(r)
-	if !dup && ok != c.Rules[0].keyAvailable(r) {
-		t.Errorf("AppendKey ok=%v but keyAvailable=%v", ok, !ok)
+	if _, avail := c.Rules[0].walkKey(nil, r, walkAvailable); !dup && ok != avail {
+		t.Errorf("AppendKey ok=%v but the walk for availability says %v", ok, !ok)
 	}
 	if _, slow := c.Rules[0].duplicatePart(r); c.Rules[0].RepeatsKeyPart(r) != slow {
 		t.Errorf("RepeatsKeyPart = %v but duplicatePart found %v", !slow, slow)

@@ -53,13 +53,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 	} else {
 		valid = false
 	}
-	if tn, tpath := f.get("ttl"); tn != nil {
-		if d, ok := p.duration(tpath, tn, time.Millisecond, MaxLeaseTTL); ok {
-			l.TTL = d
-		} else {
-			valid = false
-		}
-	}
+	valid = opt(f, "ttl", time.Millisecond, MaxLeaseTTL, &l.TTL, p.duration) && valid
 	a := r.Algorithm
 	switch {
 	case a.Algorithm == algorithms.AlgAdaptive:
@@ -82,10 +76,4 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 		return nil
 	}
 	return l
-}
-
-// jsonLease is a lease block in the effective configuration.
-type jsonLease struct {
-	Batch int64  `json:"batch"`
-	TTL   string `json:"ttl"`
 }

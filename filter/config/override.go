@@ -163,14 +163,7 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		return Override{}, false
 	}
 	o := Override{Algorithm: r.Algorithm}
-	valid := true
-	if pn, ppath := f.get("part"); pn != nil {
-		if v, ok := p.intField(ppath, pn, 0, len(r.Key)-1); ok {
-			o.Part = v
-		} else {
-			valid = false
-		}
-	}
+	valid := opt(f, "part", 0, len(r.Key)-1, &o.Part, p.intField)
 	en, epath := f.get("exact")
 	pn, ppath := f.get("prefix")
 	switch {

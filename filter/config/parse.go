@@ -24,8 +24,7 @@ import (
 // Errors for a field are not reported again as consequences elsewhere when that can be
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
-	// The checks of the whole document and their messages are functions of their own, out of
-	// Parse's line (see filter/doc.go): a valid configuration needs none of the messages.
+	// The whole document's checks are out of line (see filter/doc.go).
 	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
 		if err := checkDocument(data); err != nil {
 			return nil, err
@@ -34,7 +33,7 @@ func Parse(data []byte) (*Config, error) {
 	p := new(parser)
 	root, jerr := decodeTree(data, p.duplicateKey)
 	if jerr != nil {
-		return nil, p.invalidJSON(data, jerr)
+		return nil, p.invalidJSON(jerr)
 	}
 	cfg := p.config(root)
 	if err := p.result(); err != nil {
@@ -64,9 +63,9 @@ func (p *parser) duplicateKey(path, key string) {
 }
 
 // invalidJSON returns the problems found so far with decodeTree's error err last, at its
-// path and located by line and column in data (see checkDocument).
-func (p *parser) invalidJSON(data []byte, err *jsonError) error {
-	p.add(err.Path, withLineColumn(data, err.Msg))
+// path (out of line, see filter/doc.go).
+func (p *parser) invalidJSON(err *jsonError) error {
+	p.add(err.Path, err.Msg)
 	return p.result()
 }
 
@@ -83,9 +82,7 @@ func hasPrintableASCII(data []byte) bool {
 }
 
 // keyGroup returns the key group of the first of rules whose key is key, or group when none
-// is. Comparing keys (KeyPart values of several strings each) is a good deal of code, and out
-// of config's line it is compiled only for a configuration of more than one rule (see
-// filter/doc.go).
+// is (out of line: only a configuration of several rules compiles the comparison).
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 	for _, prev := range rules {
 		if slices.Equal(prev.Key, key) {
@@ -117,8 +114,7 @@ func (p *parser) config(root *node) *Config {
 	}
 	c.Deny = defaultDeny()
 	// A configuration of rules alone (the common minimal one) skips the top-level options,
-	// kept in a function of their own so that they cost a configuration that sets none of
-	// them no compile time (see filter/doc.go).
+	// out of line (see filter/doc.go).
 	if len(root.members) != 1 || root.members[0].key != "rules" {
 		p.options(f, c)
 	}
@@ -161,9 +157,8 @@ func (p *parser) config(root *node) *Config {
 }
 
 // duplicateName reports the name of the rule at rpath when rules[prev] has the same name
-// (prevName), or one that reads the same in a flat metric name. Like every message that
-// formats its values, it is out of config's line (see filter/doc.go): a valid configuration
-// never calls this one.
+// (prevName), or one that reads the same in a flat metric name (out of line, as every message
+// that formats its values).
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
 		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
@@ -230,11 +225,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	if tn, tpath := f.get("timeout"); tn != nil {
-		if d, ok := p.duration(tpath, tn, time.Millisecond, 10*time.Second); ok {
-			r.Timeout = d
-		}
-	}
+	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
 	if kn, kpath := f.get("key_prefix"); kn != nil {
 		if s, ok := p.str(kpath, kn, maxStringLen); ok {
 			if isKeyPrefix(s) {
@@ -244,11 +235,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			}
 		}
 	}
-	if pn, ppath := f.get("partitions"); pn != nil {
-		if v, ok := p.intField(ppath, pn, 1, 1024); ok {
-			r.Partitions = v
-		}
-	}
+	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
 	if fn, fpath := f.get("failure_mode"); fn != nil {
 		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
 			r.FailureMode = RedisFailureMode(s)
@@ -256,16 +243,8 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	if bn, bpath := f.get("breaker"); bn != nil {
 		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
-			if n, path := bf.get("failures"); n != nil {
-				if v, ok := p.intField(path, n, 1, 1000); ok {
-					r.Breaker.Failures = v
-				}
-			}
-			if n, path := bf.get("cooldown"); n != nil {
-				if d, ok := p.duration(path, n, 100*time.Millisecond, 10*time.Minute); ok {
-					r.Breaker.Cooldown = d
-				}
-			}
+			opt(bf, "failures", 1, 1000, &r.Breaker.Failures, p.intField)
+			opt(bf, "cooldown", 100*time.Millisecond, 10*time.Minute, &r.Breaker.Cooldown, p.duration)
 		}
 	}
 	return r
@@ -313,31 +292,15 @@ func (p *parser) options(f fields, c *Config) {
 			c.FailureMode = FailureMode(s)
 		}
 	}
-	if n, path := f.get("cas_attempts"); n != nil {
-		if v, ok := p.intField(path, n, 1, 64); ok {
-			c.CASAttempts = v
-		}
-	}
+	opt(f, "cas_attempts", 1, 64, &c.CASAttempts, p.intField)
 	if n, path := f.get("rate_limit_headers"); n != nil {
 		if s, ok := p.headersMode(path, n); ok {
 			c.RateLimitHeaders = s
 		}
 	}
-	if n, path := f.get("trusted_hops"); n != nil {
-		if v, ok := p.intField(path, n, 0, 16); ok {
-			c.TrustedHops = v
-		}
-	}
-	if n, path := f.get("max_keys"); n != nil {
-		if v, ok := p.intField(path, n, 1, MaxKeysPerRule); ok {
-			c.MaxKeys = v
-		}
-	}
-	if n, path := f.get("max_key_bytes"); n != nil {
-		if v, ok := p.intField(path, n, MinKeyBytes, MaxKeyBytes); ok {
-			c.MaxKeyBytes = v
-		}
-	}
+	opt(f, "trusted_hops", 0, 16, &c.TrustedHops, p.intField)
+	opt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys, p.intField)
+	opt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes, p.intField)
 	if n, path := f.get("deny"); n != nil {
 		if d := p.deny(path, n, c.Deny); d != nil {
 			c.Deny = d
@@ -346,16 +309,8 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
-	if n, path := f.get("enforce_percent"); n != nil {
-		if v, ok := p.float(path, n, 0, 100); ok {
-			c.EnforcePercent = v
-		}
-	}
-	if n, path := f.get("near_limit_ratio"); n != nil {
-		if v, ok := p.float(path, n, 0, 1); ok {
-			c.NearLimitRatio = v
-		}
-	}
+	opt(f, "enforce_percent", 0, 100, &c.EnforcePercent, p.float)
+	opt(f, "near_limit_ratio", 0, 1, &c.NearLimitRatio, p.float)
 	if n, path := f.get("filter_state"); n != nil {
 		c.FilterState, _ = p.boolean(path, n)
 	}
@@ -374,8 +329,7 @@ var algorithmNames = func() []string {
 // name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
 // but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
 // '.', '-' and '_' are one character: two such names would share their metrics. The earlier
-// rules are searched linearly (at most MaxRules, comparing without allocating), and out of
-// config's line (see filter/doc.go): a configuration of one rule has no earlier rule.
+// rules are searched linearly (at most MaxRules, comparing without allocating), out of line.
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -435,9 +389,8 @@ func hasAny(n *node, names []string) bool {
 // run on what could be read.
 //
 // The optional fields (ruleOptionFields) are read by functions of their own, called only when
-// the rule sets one of them (see filter/doc.go), so a rule of a name, a key and an algorithm
-// costs no compile time for the readers of fields it does not use. They are called in one
-// fixed order, so that problems are reported in the same order whichever fields are set.
+// the rule sets one of them (see filter/doc.go), in one fixed order, so that problems are
+// reported in the same order whichever fields are set.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -486,8 +439,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	return r
 }
 
-// badName reports s, at path, as no valid name (out of rule's line, like the readers of
-// options).
+// badName reports s, at path, as no valid name (out of line).
 func (p *parser) badName(path, s string) {
 	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
 }
@@ -524,11 +476,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
-	if vn, vpath := f.get("max_keys"); vn != nil {
-		if v, ok := p.intField(vpath, vn, 1, MaxKeysPerRule); ok {
-			r.MaxKeys = v
-		}
-	}
+	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
 	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
 		if m, ok := p.headersMode(vpath, vn); ok {
 			r.RateLimitHeaders = m
@@ -571,10 +519,8 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
 
-	// The parts for fields that most rules do not set (burst, variant, mode, max_delay,
-	// scope, adaptive) are functions of their own, called only when their fields are set or
-	// their algorithm needs them (see filter/doc.go), so code for a field that a
-	// configuration does not use costs it no compile time at start-up.
+	// The fields most rules do not set (algorithmOptionFields) are read out of line, only
+	// when set or needed by the algorithm (see filter/doc.go).
 	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
@@ -640,13 +586,7 @@ func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool 
 	alg := ac.Algorithm
 	valid := true
 	if spec.Accepts(algorithms.FieldBurst) {
-		if bn, bpath := f.get("burst"); bn != nil {
-			if v, ok := p.integer(bpath, bn, 1, algorithms.LimitCeiling); ok {
-				ac.Burst = v
-			} else {
-				valid = false
-			}
-		}
+		valid = opt(f, "burst", 1, algorithms.LimitCeiling, &ac.Burst, p.integer)
 	} else if p.notFor(f, "burst", alg) {
 		valid = false
 	}
@@ -787,18 +727,9 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 			ac.MaxLimit = v
 		}
 	}
-	if n, fpath := f.get("target_latency"); n != nil {
-		ac.TargetLatency, ok = p.duration(fpath, n, time.Millisecond, 60*time.Second)
-		valid = valid && ok
-	}
-	if n, fpath := f.get("error_threshold"); n != nil {
-		ac.ErrorThreshold, ok = p.float(fpath, n, 0, 1)
-		valid = valid && ok
-	}
-	if n, fpath := f.get("interval"); n != nil {
-		ac.AdjustInterval, ok = p.duration(fpath, n, 100*time.Millisecond, time.Hour)
-		valid = valid && ok
-	}
+	valid = opt(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency, p.duration) && valid
+	valid = opt(f, "error_threshold", 0, 1, &ac.ErrorThreshold, p.float) && valid
+	valid = opt(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval, p.duration) && valid
 	if valid && ac.MinLimit > ac.MaxLimit {
 		p.add(joinKey(path, "min_limit"), "must be <= max_limit ("+strconv.FormatInt(ac.MaxLimit, 10)+"), got "+strconv.FormatInt(ac.MinLimit, 10))
 		valid = false
@@ -864,7 +795,7 @@ var keySources = []string{
 }
 
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
-// is valid; a const part has no default. It is out of keyPart's line, like queryName.
+// is valid; a const part has no default (out of line).
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	valid := true
 	vn, vpath := f.get("value")
@@ -883,9 +814,7 @@ func (p *parser) constValue(f fields, kp *KeyPart) bool {
 	return valid
 }
 
-// requiredFor reports the missing name of a key part of source s at path. Like queryName, it
-// is out of keyPart's line (see filter/doc.go): most key parts that have a name are headers
-// that name it.
+// requiredFor reports the missing name of a key part of source s at path (out of line).
 func (p *parser) requiredFor(path, s string) {
 	p.add(path, "required for source "+strconv.Quote(s))
 }
@@ -997,8 +926,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.Name, ok = p.queryName(npath, nn)
 			valid = valid && ok
 		}
-	} else if strict && p.unusedBy(f, "name", s) {
-		valid = false
 	}
 
 	if kind == kindConst {
@@ -1006,9 +933,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			valid = false
 		}
 	} else {
-		if strict && p.unusedBy(f, "value", s) {
-			valid = false
-		}
 		if dn, dpath := f.get("default"); dn != nil {
 			if d, ok := p.str(dpath, dn, maxStringLen); ok {
 				kp.Default, kp.HasDefault = d, true
@@ -1024,8 +948,6 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			d, ok := p.enum(dpath, dn, duplicates...)
 			kp.OnDuplicate, valid = Duplicate(d), valid && ok
 		}
-	} else if strict && p.unusedBy(f, "on_duplicate", s) {
-		valid = false
 	}
 
 	if kind == kindClientIP {
@@ -1037,12 +959,12 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 			kp.IPv6Prefix, ok = p.intField(ppath, pn, 1, 128)
 			valid = valid && ok
 		}
-	} else if strict {
-		if p.unusedBy(f, "ipv4_prefix", s) {
-			valid = false
-		}
-		if p.unusedBy(f, "ipv6_prefix", s) {
-			valid = false
+	}
+	if strict {
+		for _, field := range []string{"name", "value", "on_duplicate", "ipv4_prefix", "ipv6_prefix"} {
+			if !contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
+				valid = false
+			}
 		}
 	}
 	return kp, valid
@@ -1254,9 +1176,8 @@ func defaultDeny() *Deny {
 }
 
 // defaultBody is defaultDenyBody compiled, as compileBody compiles it
-// (TestDefaultBodyIsCompiled), written out so that a configuration without a deny body of its
-// own does not run compileBody (see filter/doc.go). It is statically initialised (no code
-// runs for it) and only ever read.
+// (TestDefaultBodyIsCompiled), written out and statically initialised so that a configuration
+// without a deny body of its own does not run compileBody (see filter/doc.go).
 var defaultBody = [...]bodyPart{
 	{lit: `{"error":"rate_limited","rule":"`}, {ph: phRule}, {lit: `","retry_after":`}, {ph: phRetryAfter}, {lit: `}`},
 }
@@ -1290,11 +1211,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		return nil
 	}
 	d := *parent
-	valid := true
-	if sn, spath := f.get("status"); sn != nil {
-		d.Status, ok = p.intField(spath, sn, 400, 599)
-		valid = valid && ok
-	}
+	valid := opt(f, "status", 400, 599, &d.Status, p.intField)
 	if bn, bpath := f.get("body"); bn != nil {
 		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
 			parts, msg := compileBody(s)
@@ -1409,11 +1326,7 @@ func (p *parser) enforcement(f fields, r *Rule) {
 			p.add(path, `not allowed with "shadow": true, which enforces no denial`)
 		}
 	}
-	if n, path := f.get("near_limit_ratio"); n != nil {
-		if v, ok := p.float(path, n, 0, 1); ok {
-			r.NearLimitRatio = v
-		}
-	}
+	opt(f, "near_limit_ratio", 0, 1, &r.NearLimitRatio, p.float)
 }
 
 // shadowOptions reads the fields of rules that let denials through: whether a shadow rule's

@@ -18,12 +18,9 @@ type parser struct {
 	regexInsts int
 }
 
-// add records a problem at path, or only counts it once maxErrors are recorded.
-//
-// It is kept out of line (go:noinline): inlined at its ninety-odd call sites it would copy an
-// append, an allocation and write barriers into every parsing function (about 69 KB of the
-// module), code that every configure would compile with those functions (see filter/doc.go)
-// although a valid configuration never runs it.
+// add records a problem at path, or only counts it once maxErrors are recorded. Not inlined:
+// at its ninety-odd call sites it would add about 69 KB that every configure would compile
+// (see filter/doc.go).
 //
 //go:noinline
 func (p *parser) add(path, msg string) {
@@ -46,8 +43,8 @@ func (p *parser) result() error {
 	return p.problems()
 }
 
-// problems returns the collected problems, of which there are some, as an error. It is out
-// of result's line (see filter/doc.go): a valid configuration has no problem.
+// problems returns the collected problems, of which there are some, as an error (out of
+// line, see filter/doc.go).
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
@@ -89,8 +86,7 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 }
 
 // unknownField reports the member key of the object at path as unknown, with a suggestion
-// from known when one is close. It is out of object's line (see filter/doc.go): a valid
-// configuration has no unknown field.
+// from known when one is close (out of line, see filter/doc.go).
 func (p *parser) unknownField(path, key string, known []string) {
 	if p.full() {
 		// The problem would not be reported; skip the edit distances, which for an object
@@ -106,9 +102,8 @@ func (p *parser) unknownField(path, key string, known []string) {
 }
 
 // wrongType reports a value at path of another JSON type than want ("an object", "a
-// string" ...) as "want <want>, got <value>". Every reader's type error goes through it, out
-// of the readers' lines (see filter/doc.go): a valid configuration never calls it, so never
-// compiles the message's construction.
+// string" ...) as "want <want>, got <value>", for every reader (out of line, see
+// filter/doc.go).
 func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
 }
@@ -172,8 +167,7 @@ func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 	return n.s, true
 }
 
-// tooLong reports a string of n bytes, at path, longer than maxLen (out of str's line, see
-// wrongType).
+// tooLong reports a string of n bytes, at path, longer than maxLen (out of line).
 func (p *parser) tooLong(path string, n, maxLen int) {
 	p.add(path, "is "+strconv.Itoa(n)+" bytes long; the maximum is "+strconv.Itoa(maxLen))
 }
@@ -188,13 +182,8 @@ func (p *parser) boolean(path string, n *node) (bool, bool) {
 }
 
 // integer reads an integer in [lo, hi]. JSON numbers with a fraction or exponent are
-// rejected rather than rounded: "1.5 requests" is a mistake worth hearing about.
-//
-// A plain integer in range (up to 18 digits, see smallInteger) is read here; anything else,
-// including every problem, by anyInteger, out of line (see filter/doc.go): every
-// configuration reads an integer. anyInteger looks for the fraction and
-// exponent with strings.IndexByte, which the module runs from its start anyway, rather than
-// strings.ContainsAny, and makes the range message out of line too.
+// rejected rather than rounded: "1.5 requests" is a mistake worth hearing about. A plain
+// integer in range (smallInteger) is read here, anything else by anyInteger, out of line.
 func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
 	if v, ok := smallInteger(n.s); ok && n.kind == kindNumber && v >= lo && v <= hi {
 		return v, true
@@ -202,9 +191,8 @@ func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
 	return p.anyInteger(path, n, lo, hi)
 }
 
-// anyInteger is integer for any value other than a plain integer in range: an integer of
-// more digits or in another form, or a problem to report. It is out of integer's line (see
-// smallInteger).
+// anyInteger is integer for any value other than a plain integer in range. It uses
+// strings.IndexByte, which the module runs anyway, rather than strings.ContainsAny.
 func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	if n.kind != kindNumber || strings.IndexByte(n.s, '.') >= 0 || strings.IndexByte(n.s, 'e') >= 0 || strings.IndexByte(n.s, 'E') >= 0 {
 		p.wrongType(path, "an integer", n)
@@ -218,10 +206,9 @@ func (p *parser) anyInteger(path string, n *node, lo, hi int64) (int64, bool) {
 	return v, true
 }
 
-// smallInteger parses the form nearly every configured integer has, 1 to 18 decimal digits
-// (which cannot overflow an int64), and reports false for anything else, which
-// strconv.ParseInt then parses, so that ParseInt's code is compiled only for configurations
-// that need it (see filter/doc.go; TestSmallIntegerAgrees).
+// smallInteger parses 1 to 18 decimal digits (which cannot overflow an int64), the form nearly
+// every configured integer has, so that strconv.ParseInt is compiled only for the others
+// (TestSmallIntegerAgrees).
 func smallInteger(s string) (int64, bool) {
 	if len(s) == 0 || len(s) > 18 {
 		return 0, false
@@ -245,6 +232,21 @@ func (p *parser) outOfRange(path string, n *node, lo, hi int64) {
 func (p *parser) intField(path string, n *node, lo, hi int) (int, bool) {
 	v, ok := p.integer(path, n, int64(lo), int64(hi))
 	return int(v), ok
+}
+
+// opt reads f's optional member name with read, bounded by [lo, hi], into *dst when it is
+// valid, and reports false when it is set but invalid (read reports the problem); an absent
+// member leaves *dst as it is.
+func opt[T any](f fields, name string, lo, hi T, dst *T, read func(path string, n *node, lo, hi T) (T, bool)) bool {
+	n, path := f.get(name)
+	if n == nil {
+		return true
+	}
+	v, ok := read(path, n, lo, hi)
+	if ok {
+		*dst = v
+	}
+	return ok
 }
 
 // float reads a number in [lo, hi].

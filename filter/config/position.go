@@ -5,32 +5,17 @@ import (
 	"unicode/utf8"
 )
 
-// withLineColumn adds the line and column of a byte offset to a JSON syntax error: the JSON
-// decoder reports "at byte N", which a person editing a multi-line configuration (a YAML
-// block in envoy.yaml, say) cannot find without counting. The message gains " (line L,
-// column C)" after the first "byte N", lines and columns counted from 1, columns in
-// characters (UTF-8 code points), as editors show them. A message without a byte offset, or
-// with one beyond data, is returned unchanged. It works on the message rather than on the
-// decoder's error type so that it does not depend on which JSON decoder reported it.
-func withLineColumn(data []byte, msg string) string {
-	const marker = "byte "
-	for i := 0; i+len(marker) <= len(msg); i++ {
-		if msg[i:i+len(marker)] != marker {
-			continue
-		}
-		start := i + len(marker)
-		end, off := start, 0
-		for end < len(msg) && msg[end] >= '0' && msg[end] <= '9' && off <= len(data) {
-			off = off*10 + int(msg[end]-'0')
-			end++
-		}
-		if end == start || off > len(data) {
-			return msg
-		}
-		line, col := lineColumn(data, off)
-		return msg[:end] + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")" + msg[end:]
+// at locates byte offset off of data for a syntax error: "byte N (line L, column C)", lines
+// and columns counted from 1, columns in characters (UTF-8 code points) as editors show them,
+// so that a person editing a multi-line configuration (a YAML block in envoy.yaml, say) need
+// not count bytes. An offset beyond data is given as a byte alone.
+func at(data []byte, off int64) string {
+	pos := "byte " + strconv.FormatInt(off, 10)
+	if off < 0 || off > int64(len(data)) {
+		return pos
 	}
-	return msg
+	line, col := lineColumn(data, int(off))
+	return pos + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")"
 }
 
 // lineColumn returns the 1-based line and column (in characters) of byte offset off in data.

@@ -22,19 +22,20 @@ func TestSyntaxErrorGivesLineAndColumn(t *testing.T) {
 	}
 }
 
-func TestWithLineColumn(t *testing.T) {
+func TestAt(t *testing.T) {
 	data := []byte("ab\ncd\n")
-	for _, c := range []struct{ msg, want string }{
-		{"at byte 0: x", "at byte 0 (line 1, column 1): x"},
-		{"at byte 4: x", "at byte 4 (line 2, column 2): x"},
-		{"ends at byte 6", "ends at byte 6 (line 3, column 1)"},
-		{"at byte 7: beyond the data", "at byte 7: beyond the data"},
-		{"at byte 99999999999999999999999: huge", "at byte 99999999999999999999999: huge"},
-		{"no offset here", "no offset here"},
-		{"byte x", "byte x"},
+	for _, c := range []struct {
+		off  int64
+		want string
+	}{
+		{0, "byte 0 (line 1, column 1)"},
+		{4, "byte 4 (line 2, column 2)"},
+		{6, "byte 6 (line 3, column 1)"},
+		{7, "byte 7"},
+		{-1, "byte -1"},
 	} {
-		if got := withLineColumn(data, c.msg); got != c.want {
-			t.Errorf("withLineColumn(%q) = %q, want %q", c.msg, got, c.want)
+		if got := at(data, c.off); got != c.want {
+			t.Errorf("at(%d) = %q, want %q", c.off, got, c.want)
 		}
 	}
 }

@@ -53,12 +53,8 @@ func TestExamples(t *testing.T) {
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
 			require.NoError(t, validate(s, string(data)), "schema rejects it")
-			c, err := Parse(data)
+			_, err = Parse(data)
 			require.NoError(t, err, "Parse rejects it")
-			// The effective config is valid against the schema as well.
-			out, err := json.Marshal(c)
-			require.NoError(t, err)
-			require.NoError(t, validate(s, string(out)), "schema rejects the effective config:\n%s", out)
 		})
 	}
 }

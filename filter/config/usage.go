@@ -197,39 +197,3 @@ func checkUsage(r *Rule) (field, msg string) {
 	}
 	return "", ""
 }
-
-// appendUsageCost writes a usage cost's effective configuration, its members in key order.
-func appendUsageCost(b []byte, cs CostSpec) []byte {
-	u := cs.Usage
-	b = append(b, `{"max":`...)
-	b = strconv.AppendInt(b, u.Max, 10)
-	b = append(b, `,"on_missing":`...)
-	b = appendJSONString(b, u.OnMissing)
-	b = append(b, `,"reserve":`...)
-	if cs.Header == "" {
-		b = strconv.AppendInt(b, cs.Constant, 10)
-	} else {
-		b = append(b, `{"default":`...)
-		b = strconv.AppendInt(b, cs.Default, 10)
-		b = append(b, `,"header":`...)
-		b = appendJSONString(b, cs.Header)
-		b = append(b, `,"max":`...)
-		b = strconv.AppendInt(b, cs.Max, 10)
-		b = append(b, '}')
-	}
-	b = append(b, `,"usage":{`...)
-	if u.Header != "" {
-		b = append(b, `"header":`...)
-		b = appendJSONString(b, u.Header)
-	} else {
-		b = append(b, `"json":[`...)
-		for i, t := range u.Texts {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, t)
-		}
-		b = append(b, ']')
-	}
-	return append(b, "}}"...)
-}

@@ -12,7 +12,7 @@ import (
 )
 
 // The tests in this file hold the promise that a configuration change never grants allowance
-// (see doc.go, "State layouts"): a key records the parameters it was written under,
+// (see doc.go, "The script", and lua/main.lua): a key records the parameters it was written under,
 // and a key read under other parameters is converted at the decision time to the new
 // algorithm's state of a key with R = min(R_old, capacity_new) left, where R_old is what the
 // old parameters report as remaining at that instant.

@@ -42,170 +42,59 @@
 //
 // # Keys, hash tags and sharded stores
 //
-// A sharded store (Redis Cluster, or a proxy such as twemproxy or Envoy's redis_proxy in front
-// of several servers) runs a script only when all of its keys are on one slot, one server, and
-// places a key by its hash tag, the part inside {braces}. Two layouts exist, chosen by the
-// number of partitions (the filter's redis.partitions):
+// A sharded store (Redis Cluster, twemproxy, Envoy's redis_proxy) runs a script only when all
+// of its keys are on one slot, placed by the key's hash tag, the part inside {braces}. The
+// number of partitions (redis.partitions) chooses the layout (docs/global-limits.md tells
+// operators what each costs):
 //
-//   - 1 partition (the default): <prefix>:{<domain>}:<rule>:<descriptor> (AppendKey). The
-//     domain is the hash tag, so every key of a domain is on one slot, and one call can touch
-//     the keys of all of a request's global rules: one round trip per request, all-or-nothing
-//     across its rules (below). A domain is then served by one Redis server.
+//   - 1 partition (the default): <prefix>:{<domain>}:<rule>:<descriptor> (AppendKey). One call
+//     touches the keys of all of a request's global rules: one round trip, all-or-nothing
+//     across its rules (below).
 //   - P > 1 partitions: <prefix>:{<domain>:<rule>:<p>}:<descriptor> (AppendPartKey), with
-//     p = SipHash-2-4(secret, descriptor) mod P (Partition; the secret is below). One rule's
-//     keys spread over P slots and so over every shard, and each partition has its own key set
-//     and overflow key in its slot
-//     (Rule.Partitioned), so a call for one rule's key still touches one slot. The rules of
-//     one request are on different slots, so the filter sends one call per global rule, all
-//     at once: one round trip of latency, one call per rule, and each rule commits on its own.
-//     A request denied by one global rule may then have been charged by the others: an
-//     over-count of at most one request per other global rule, never an extra admission. (A
-//     two-phase decide-then-commit across shards would need a second round trip and still be
-//     racy between the phases; one call per rule keeps each decision exact and atomic.)
+//     p = SipHash-2-4(secret, descriptor) mod P (Partition). Each partition has its own key set
+//     and overflow key in its slot (Rule.Partitioned) and admits ceil(max_keys/P) live keys.
+//     The filter sends one call per global rule, all at once, and each commits on its own: a
+//     request denied by one rule may have been charged by the others (at most one request
+//     over-counted per other rule, never an extra admission).
 //
-// Key bound with P partitions: each partition admits ceil(max_keys/P) live keys, so a rule
-// holds at most P*ceil(max_keys/P) (below max_keys+P), and a new key whose partition is full
-// goes to that partition's overflow key even while other partitions have room; with keys
-// hashed uniformly that begins somewhat before max_keys keys are live: for max_keys 10,000 and
-// P 64 (157 per partition), the first new key went to an overflow key after 8,364 live keys
-// in the median of 200 simulated fills (7,521 to 8,968), so size max_keys about 20% above the
-// clients active at once. Counting the keys of all partitions in one place would put every
-// new key's call back on one slot.
+// The partition is keyed so that nobody can compute offline which clients share a partition
+// and fill it. The secret lives in Redis under <prefix>:{<domain>}:#partition-secret
+// (AppendSecretKey). A VM that does not know it sends the secret call first (AppendSecretCall,
+// lua/secret.lua) with a random candidate, which the script stores only when there is no
+// secret, and returns the stored one; a VM offers its own again every minute from its tick, so
+// a secret Redis lost is stored again, or every proxy adopts the one that won. Changing the
+// number of partitions renames every key: the global counts start afresh.
 //
-// The partition secret. Were the partition an unkeyed hash of the descriptor, anyone could
-// compute offline which clients share a partition and fill one partition's ceil(max_keys/P)
-// keys with clients of their own (15 requests for max_keys 640 and P 64), sending a named new
-// client of that partition to the overflow key. The partition is therefore SipHash-2-4 under a
-// 128-bit secret, which every proxy must share to place a key in the same partition. It lives
-// in Redis under <prefix>:{<domain>}:#partition-secret (AppendSecretKey), in the domain's slot:
-//
-//   - Before a VM knows it, a request with global rules first sends the secret call
-//     (AppendSecretCall, lua/secret.lua) with a random candidate and waits for it: one more
-//     round trip, on a VM's first requests only. The script returns the stored secret, or
-//     stores the candidate when there is none (or something that is not a secret), in one
-//     script, so of proxies that race to create it one stores its candidate and every one
-//     reads that one back.
-//   - When Redis cannot answer, the request's global rules apply redis.failure_mode, and the
-//     failure feeds the breaker, as for any call; the next request asks again.
-//   - A VM keeps the secret and reads it again every minute from its tick, offering its own as
-//     the candidate: if Redis lost it (a restart without persistence, an eviction), the value
-//     the proxies use is stored again, or, if a proxy that started meanwhile stored another
-//     first, every proxy adopts that one within a minute (a key whose partition changes
-//     starts afresh, as after Redis lost it). A failed refresh changes nothing.
-//
-// Changing the number of partitions moves every key to another name: the global counts start
-// afresh (the one configuration change that grants allowance, like a new key_prefix or
-// domain), so choose it when the store is set up, several times the number of shards
-// expected: the tags land on shards by a hash, unevenly when there are few per shard.
-//
-// # The script, time and state
+// # The script
 //
 // There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
-// functions per algorithm with a global mode (token_bucket, leaky_bucket meter,
-// sliding_window counter and log, fixed_window, gcra) and a main part that runs a call. adaptive and the leaky-bucket shaper are local only.
-// Each algorithm is a line-by-line port of the arithmetic documented on its type in package
-// algorithms, and a differential test against a real redis-server demands identical decisions
-// from both on random sequences.
+// functions per algorithm with a global mode (token_bucket, leaky_bucket meter, sliding_window
+// counter and log, fixed_window, gcra; adaptive and the shaper are local only) and a main part
+// that runs a call. Each algorithm is a line-by-line port of the arithmetic documented on its
+// type in package algorithms, and differential tests against a real redis-server demand the
+// same decisions and stored states from both, across random sequences, configuration changes
+// (TestDifferentialConfigChange), lease give-backs and usage settlements
+// (TestDifferentialSettle).
 //
-// The same script settles a usage cost when its stream ends (Settlement, AppendSettleSHA;
-// lua/main.lua's settle): its first argument 's' selects the mode, and one key is settled by
-// delta = usage - reservation with algorithms.Settle's arithmetic (bucket_settle,
-// gcra_settle, fw_settle, swc_settle), once per settlement id. TestDifferentialSettle demands that Go and the script
-// agree on every decision after settlements.
+// lua/main.lua's header is the call's specification: its keys, the ten integers per rule
+// after them (AppendEvalSHA writes them), the flat answer (ParseReplies reads it), and the
+// commit: every rule is decided on its state as read, and only if no enforced rule denies
+// does every rule that admitted write, so a denied request is charged nothing and a flood of
+// denials writes nothing. Each algorithm's file gives its state layout, which records the
+// parameters it was written under so that a changed configuration converts the key as
+// package algorithms converts a state. A write sets the key's TTL to when it is back to full
+// allowance (plus a second), so idle keys disappear.
 //
-// A call decides every rule on its state as read, writing nothing; then, only if no enforced
-// (non-shadow) rule denies, every rule that admitted writes its new state (shadow rules
-// included, as in the filter's local path). A shadow rule's denial blocks nothing, and a
-// denied rule never writes. So a request denied by one global rule is charged nothing on the
-// others, and a flood of denied requests generates no writes and no replication traffic.
+// The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew; Lua
+// numbers are doubles, so absolute Unix-nanosecond timestamps are kept as (seconds,
+// nanoseconds) pairs (lua/lib.lua). For the tests only, two more arguments replace TIME; the
+// filter never sends them, and because keys are escaped a client cannot add them.
 //
-// Arguments after the keys are ten integers per rule, in the order of the keys:
-//
-//	n (the cost)  shadow (0|1)  algorithm code  limit  window (ns)  capacity (burst, or limit)
-//	max_keys (0: unbounded)  own (the request's own cost: n less a lease's reserve)
-//	give (a lease's unspent units given back, 0: none)  given_at (Unix ns of their take)
-//
-// A key decided on the rule's overflow key is decided for own, not n: no lease there. Units
-// given back are returned to the key's state before the decision, as package algorithms'
-// GiveBack returns them (a differential test holds the two to the same results).
-//
-// with the codes 1 token_bucket, 2 leaky_bucket meter, 3 sliding_window counter, 4
-// sliding_window log, 5 fixed_window, 6 gcra. The script derives what each algorithm computes
-// with (g = gcd(limit, window ns) and units of 1/(window/g) token for the buckets, the emission
-// interval T = window/limit for GCRA, the window in ms for the windows) and refuses parameters
-// package algorithms would refuse. The answer is one flat array:
-//
-//	{now_s, now_ns, committed (0|1), then per rule: allowed (0|1), limit, remaining,
-//	 retry_after_ns, reset_after_ns}
-//
-// The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew. Lua
-// numbers are doubles, exact only up to 2^53, so absolute Unix-nanosecond timestamps are
-// stored as their exact decimal string and handled as (seconds, nanoseconds) pairs; only
-// differences below 2^53 ns (104 days) are ever needed as plain numbers (see lua/lib.lua).
-//
-// State layouts. Every state records the parameters it was written under, cfg =
-// "<code>:<limit>:<window ns>:<capacity>"; v is the Go version byte in decimal plus one, so
-// it never matches the v1 encoding, which records no parameters (v = the Go version byte, no
-// cfg) and is still read, under the rule's current parameters:
-//
-//	token_bucket            hash  v=18 cfg t=<tokens, 1/wg units> l=<last, Unix ns>
-//	leaky_bucket (meter)    hash  v=34 cfg lv=<level, 1/wg units> l=<last, Unix ns>
-//	sliding_window counter  hash  v=50 cfg ws=<window start, Unix ns> p=<prev> c=<cur>
-//	sliding_window log      list  "p<cfg>", then <Unix ns> per admitted event, oldest first
-//	fixed_window            hash  v=82 cfg ws=<window start, Unix ns> c=<count>
-//	gcra                    hash  v=98 cfg tat=<theoretical arrival time, Unix ns>
-//
-// A key of a Redis type no script writes, or whose fields or parameters do not decode, is a
-// fresh key, as an unknown version byte is in Go; it is replaced on the next admission.
-//
-// Configuration changes never grant allowance. A key whose recorded parameters differ from
-// the rule's (any of them, algorithm included) is converted first, exactly as package
-// algorithms converts a state (its consumption function): R_old is the Remaining the old
-// parameters' algorithm reports at now (a decision for 0 events), evaluated at the instant tc
-// it evaluates the key at (now, or, when now is behind the key, the later instant the key last
-// saw: max(now, last) for the buckets, max(now, newest) for the log, the stored window's start
-// when it is newer than now's for the windows; GCRA compares with now itself, so tc = now).
-// R = min(R_old, capacity_new), or capacity_new when the old algorithm finds the key idle
-// (back at its full allowance: it consumed nothing still counted, so a raised capacity is not
-// held at the old one). The key becomes the new algorithm's state of a key that has exactly R
-// left and whose consumption C = capacity_new - R happened at tc (token bucket: R tokens, last
-// tc; meter: level C; GCRA: TAT = tc + C*T; fixed window: count C in the window containing tc;
-// sliding counter: cur = C, prev = 0; log: C entries stamped tc). The request is then decided
-// on the converted state at now, and the converted state, with the new parameters, is written
-// only if the call commits. TestDifferentialConfigChange runs the Go limiters and the script
-// through changes between every pair of global configurations and demands the same decisions
-// and the same stored states.
-//
-// A write sets the key's TTL to reset_after (the time until the key is back to its full
-// allowance) rounded up to whole milliseconds plus one second, so idle keys disappear and an
-// expired key reads as exactly the fresh state it had reached. A denial changes nothing.
-//
-// For the tests only, two more arguments (Unix seconds and nanoseconds) replace TIME, so long
-// spans and time going backwards can be tested deterministically. The filter never sends
-// them, and because keys are escaped a client cannot add them.
-//
-// # Recommended webdis and Redis setup
+// # Least privilege
 //
 // The filter sends only EVALSHA and EVAL, and the script calls only TIME, HMGET, HSET,
 // PEXPIRE, DEL, EXISTS, LLEN, LINDEX, LRANGE, LTRIM, LPUSH, RPUSH, ZCOUNT, ZADD and
-// ZREMRANGEBYSCORE on the rate-limit keys. EVAL runs any Lua, so a webdis ACL alone does not
-// contain whoever can reach the webdis cluster: restrict the Redis user webdis logs in as too (Redis >= 6 checks the commands a script calls against the
-// caller's ACL). This setup is tested (TestLeastPrivilege), with ~rl:* matching the key prefix:
-//
-//	redis.conf   user default on >SECRET resetkeys ~rl:* resetchannels -@all +evalsha +eval
-//	             +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush
-//	             +exists +zcount +zadd +zremrangebyscore   (one line)
-//	webdis.json  "redis_auth": "SECRET",
-//	             "acl": [{"disabled": ["*"]}, {"enabled": ["EVALSHA", "EVAL"]}]
-//
-// Operators who load the script ahead of time (SCRIPT LOAD, see Scripts) can leave EVAL out of
-// both lists; a NOSCRIPT fallback then fails (webdis answers 403, ErrMalformed) until the
-// script is loaded again after a Redis restart.
-//
-// Redis versions: tested with 7.0.15. The script needs multi-field HSET (Redis >= 4.0) and
-// effects replication to write after reading TIME, the default since Redis 5 (the script
-// switches it on itself on older servers). webdis talks to one Redis node, which may be a
-// sharding proxy: twemproxy (nutcracker, tested: webdis -> nutcracker -> three redis-servers,
-// internal/redistest.StartSharded) or Envoy's redis_proxy in cluster mode in front of a Redis
-// Cluster (e2e/redis-cluster); see Keys.
+// ZREMRANGEBYSCORE on the rate-limit keys: docs/global-limits.md gives the Redis ACL and the
+// webdis configuration that allow no more (TestLeastPrivilege), and the Redis versions and
+// sharding proxies tested.
 package redis

@@ -60,13 +60,8 @@ const MaxRawDescriptor = 128
 //	<prefix>:{<domain>}:<rule>:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
 //
 // The domain is part of every key, so two deployments with different domains and the same rule
-// names never share counts. In this layout it is also the Redis Cluster hash tag: one script
-// call decides all of a request's global rules over their keys together, and Redis (Cluster,
-// or a proxy such as twemproxy or Envoy's redis_proxy) can only run a script whose keys are
-// all on one slot, that is one server. Every key of a domain therefore lives on one slot; to
-// spread one rule over several servers, use AppendPartKey's layout (see doc.go, "Keys"). (An
-// operator who sets a key_prefix with its own hash tag, such as "{rl}", pins every domain to
-// that one slot instead.)
+// names never share counts, and it is the hash tag, so that one call can touch all of a
+// request's global rules (see doc.go, "Keys"; AppendPartKey spreads a rule over slots).
 //
 // A descriptor is kept verbatim when it is at most MaxRawDescriptor bytes of printable ASCII
 // (0x21-0x7E) and does not start with '#'; anything else (long values, spaces, control bytes,

@@ -11,15 +11,9 @@ import (
 // SecretSize is the size of a partition secret in bytes.
 const SecretSize = 16
 
-// Secret is the key of the keyed hash that chooses a key's partition (Partition). With an
-// unkeyed hash anyone could compute offline which clients share a partition, and so fill one
-// partition's share of max_keys with keys chosen for it, which locks a named new client of
-// that partition out (onto the overflow key) at a cost of a few requests. Under a secret
-// key the partition of a descriptor cannot be computed, nor keys that share one searched for.
-//
-// Every proxy must place a key in the same partition, so every proxy must use the same
-// secret: it lives in Redis, under SecretKey, created once by whichever proxy asks first
-// (AppendSecretCall) and read by all the others.
+// Secret is the key of the keyed hash that chooses a key's partition (Partition), so that
+// nobody can compute which clients share a partition and fill it (see doc.go, "Keys"). Every
+// proxy uses the same one, kept in Redis (AppendSecretKey, AppendSecretCall).
 type Secret [SecretSize]byte
 
 // NewSecret returns a random secret, the candidate a proxy offers when Redis holds none. The

@@ -138,26 +138,13 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 	return &Rule{limit: c.Limit, capacity: capacity, base: base, args: base + "/0", parts: 1}, nil
 }
 
-// Bounded returns the rule with a key bound: at most maxKeys live keys in Redis (keys that
-// have not expired), tracked in the rule's key set <prefix>:{<domain>}:<name>:#keys. A request
-// whose key does not exist while the rule has maxKeys live keys is decided on the rule's
-// overflow key <prefix>:{<domain>}:<name>:#overflow instead, so a flood of new keys is limited
-// together as one client and memory stays bounded, while no active client's key is evicted
-// (and so reset). prefix, domain and name must be those the rule's keys are built with (see
-// AppendKey). maxKeys <= 0 returns r unchanged. It is Partitioned with one partition.
-func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
-	return r.Partitioned(1, maxKeys, prefix, domain, name)
-}
-
 // Partitioned returns the rule with its keys spread over partitions hash tags (see
-// AppendPartKey; 1 or less: the domain's one slot, as Bounded) and, when maxKeys > 0, a key
-// bound kept per partition: each partition has its own key set and overflow key in its own
-// slot, and admits at most ceil(maxKeys/partitions) live keys. A script call then touches one
-// slot only, wherever the partition lives. The rule as a whole holds at most
-// partitions*ceil(maxKeys/partitions) live keys (below maxKeys+partitions), and a new key goes
-// to its partition's overflow key when that partition is full, which, with keys hashed
-// uniformly (a keyed hash: see Partition), starts somewhat before the rule has maxKeys live keys (see doc.go, "Keys").
-// Items of a partitioned rule must carry their partition (Item.Part).
+// AppendPartKey; 1 or less: the domain's one slot) and, when maxKeys > 0, a key bound kept per
+// partition: each partition has its own key set and overflow key in its own slot, and admits
+// at most ceil(maxKeys/partitions) live keys; a new key of a full partition is decided on its
+// overflow key (lua/main.lua, "Key bound"), so no active client's key is evicted. prefix,
+// domain and name must be those the rule's keys are built with (see AppendKey). Items of a
+// partitioned rule must carry their partition (Item.Part).
 func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name string) *Rule {
 	partitions = max(1, min(partitions, MaxPartitions))
 	b := *r
@@ -179,20 +166,6 @@ func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name s
 	}
 	return &b
 }
-
-// Partitions returns the number of hash tags the rule's keys are spread over (1: the
-// domain's).
-func (r *Rule) Partitions() int { return max(r.parts, 1) }
-
-// MaxKeys returns the rule's key bound (0: unbounded).
-func (r *Rule) MaxKeys() int64 { return r.bound }
-
-// Script returns the script every rule runs.
-func (r *Rule) Script() *Script { return script() }
-
-// Limit returns the configured limit, which every reply for this rule carries; ParseReplies
-// compares the two to detect a reply meant for another request.
-func (r *Rule) Limit() int64 { return r.limit }
 
 // Item is one rule's part in a call: the rule, its raw Redis key (see AppendKey), the number
 // of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
@@ -308,20 +281,6 @@ func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
 func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
 	items := [1]Item{{Rule: r, Key: key, N: n}}
 	return AppendEval(dst, items[:])
-}
-
-// appendNow appends the test-only clock override (two more arguments: Unix seconds and
-// nanoseconds) to a body made by AppendEvalSHA or AppendEval. The filter never sends it: the
-// scripts then use Redis' TIME, one clock for all proxies. It is reachable from the tests
-// through export_test.go only.
-func appendNow(dst []byte, now int64) []byte {
-	if now < 0 {
-		now = 0
-	}
-	dst = append(dst, '/')
-	dst = strconv.AppendInt(dst, now/1e9, 10)
-	dst = append(dst, '/')
-	return strconv.AppendInt(dst, now%1e9, 10)
 }
 
 func renderArgs(vals ...int64) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/effective"
 )
 
 // AdminInfo is what the admin interface reports beyond the stats: the clusters (name to
@@ -124,14 +125,14 @@ func writeClusters(w io.Writer, clusters map[string]string) {
 
 // configDump is /config_dump's answer: each Wasm filter's plugin configuration in force, as
 // given and as the filter reads it (its effective configuration: defaults filled in, per-rule
-// values resolved; the same JSON the filter logs at debug level).
+// values resolved; see package effective).
 func configDump(filters []FilterInfo) map[string]any {
 	var dump []map[string]any
 	for _, f := range filters {
 		d := map[string]any{"listener": f.Listener, "name": f.Name, "root_id": f.RootID, "vm_id": f.VMID,
 			"configuration": string(f.Configuration)}
 		if c, err := config.Parse(f.Configuration); err == nil {
-			if b, err := c.MarshalJSON(); err == nil {
+			if b, err := effective.JSON(c); err == nil {
 				d["effective_configuration"] = json.RawMessage(b)
 			}
 		}

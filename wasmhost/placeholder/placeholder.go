@@ -176,7 +176,7 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, numTrailers int) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if err := abi.AddHttpResponseHeader("x-placeholder", "ok"); err != nil {
+	if err := abi.AddHttpResponseHeaderBytes("x-placeholder", []byte("ok")); err != nil {
 		abi.LogWarn("placeholder: adding response header: " + err.Error())
 	}
 	return types.ActionContinue

@@ -259,11 +259,9 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.parseDurationFull",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.commonError",
 		"strconv.appendQuotedWith",
-		"github.com/ratelimit-wasm/ratelimit/filter.logEffectiveConfig",
 		"runtime.itabInit",
 		"strings.Map",
 		"strings.ToLower",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.(*Config).MarshalJSON",
 		// The parser's parts for fields a rule does not set, errors and large objects, and
 		// the default deny body's template (written out compiled).
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).variant",

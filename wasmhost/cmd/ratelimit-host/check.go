@@ -4,14 +4,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
 	"strconv"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/effective"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoycheck"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 )
 
 // checkUsage is the check subcommand's help.
-const checkUsage = `usage: ratelimit-host check [-strict] [-previous OLD] envoy.yaml|plugin.json...
+const checkUsage = `usage: ratelimit-host check [-strict] [-effective] [-previous OLD] envoy.yaml|plugin.json...
 
 Checks each Envoy bootstrap before a deploy: Envoy's API rules, every filter configuration,
 route and virtual-host names in rules against the listener's routes, and warnings for rules
@@ -27,6 +32,9 @@ grant (each client keeps what it used, at most the new capacity), reset (its cli
 afresh with their whole allowance: a warning), new or removed. docs/config-changes.md has the
 table of what causes each.
 
+With -effective it prints, for each file that is fine, every filter configuration's effective
+configuration: the JSON of what the filter enforces, every default filled in.
+
 Exit status: 0 when every file is fine (warnings are printed), 1 when any file has an error
 (or, with -strict, a warning), 2 on a usage error. (make check exits 2 on any failure: make's
 own status; its last line, "Error 1", is this command's.)
@@ -38,6 +46,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	strict := fs.Bool("strict", false, "treat warnings as errors")
 	previous := fs.String("previous", "", "the configuration deployed now: say what each file does to its rules' state")
+	showEffective := fs.Bool("effective", false, "print each filter configuration's effective configuration")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -73,8 +82,40 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		default:
 			fmt.Fprintf(stdout, "%s: ok (%s)\n", path, count(len(rep.Warnings), "warning"))
 		}
+		if *showEffective && rep.OK() {
+			printEffective(stdout, path)
+		}
 	}
 	return status
+}
+
+// printEffective prints the effective configuration of the plugin configuration at path, or
+// of each listener's filter configuration in the bootstrap at path (which the check read).
+func printEffective(w io.Writer, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	configs := map[string][]byte{"": data}
+	if !envoycheck.IsPluginConfig(data, path) {
+		c, err := envoyconf.Parse(data)
+		if err != nil {
+			return
+		}
+		configs = map[string][]byte{}
+		for _, l := range c.Listeners {
+			if l.Filter != nil {
+				configs[" listener "+l.Name+":"] = l.Filter.PluginConfig
+			}
+		}
+	}
+	for _, where := range slices.Sorted(maps.Keys(configs)) {
+		if c, err := config.Parse(configs[where]); err == nil {
+			if b, err := effective.JSON(c); err == nil {
+				fmt.Fprintf(w, "%s:%s effective configuration: %s\n", path, where, b)
+			}
+		}
+	}
 }
 
 // runRoutes is the routes subcommand: it prints each listener's routes with the rules that can

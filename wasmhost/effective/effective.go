@@ -1,15 +1,20 @@
-package config
+// Package effective writes a filter configuration as its effective configuration: every
+// default filled in and every per-rule value resolved, in the configuration's own schema, so
+// that an operator sees what the filter enforces rather than what was typed. config.Parse
+// reads it back to an equivalent configuration. The wazero host's /config_dump serves it and
+// `check -effective` prints it; the filter itself does not carry the writer.
+package effective
 
 import (
-	"strconv"
+	"encoding/json"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
-// The JSON written by MarshalJSON is the effective configuration: every default filled in
-// and every per-rule override resolved. The filter logs it at debug level when it is configured,
-// so that an operator sees what is enforced, not what was typed; and because Parse reads it back to
-// an identical Config, the fuzz test can check that whatever Parse accepts is stable.
+// JSON returns c's effective configuration.
+func JSON(c *config.Config) ([]byte, error) { return json.Marshal(encode(c)) }
 
 type jsonConfig struct {
 	Domain           string     `json:"domain"`
@@ -61,7 +66,7 @@ type jsonRule struct {
 	Mode        string        `json:"mode"`
 	MaxDelay    string        `json:"max_delay,omitempty"`
 	Adaptive    *jsonAdaptive `json:"adaptive,omitempty"`
-	Cost        rawJSON       `json:"cost"`
+	Cost        any           `json:"cost"`
 	Shadow      bool          `json:"shadow"`
 	// The shadow-only fields are omitted when unset: Parse refuses them on enforced rules.
 	ShadowHeaders       bool           `json:"shadow_headers,omitempty"`
@@ -78,6 +83,11 @@ type jsonRule struct {
 	// every rule carries its effective value, which reads back the same.
 	EnforcePercent *float64 `json:"enforce_percent,omitempty"`
 	NearLimitRatio *float64 `json:"near_limit_ratio,omitempty"`
+}
+
+type jsonLease struct {
+	Batch int64  `json:"batch"`
+	TTL   string `json:"ttl"`
 }
 
 type jsonOverride struct {
@@ -117,18 +127,8 @@ type jsonAdaptive struct {
 	Interval       string  `json:"interval"`
 }
 
-// MarshalJSON writes the effective configuration (defaults filled in, per-rule overrides
-// resolved) in the config's own schema. Parse reads it back to an equivalent Config. The
-// JSON is written member by member (jsonwrite.go) rather than by encoding/json, which would
-// link reflect and fmt into the module; it holds what json.Marshal writes for the same
-// structs, strings escaped minimally (FuzzEncodeAsEncodingJSON).
-func (c *Config) MarshalJSON() ([]byte, error) {
-	jc := c.encode()
-	return jc.appendJSON(make([]byte, 0, 512)), nil
-}
-
 // encode builds the structs that describe the effective configuration.
-func (c *Config) encode() jsonConfig {
+func encode(c *config.Config) jsonConfig {
 	jc := jsonConfig{
 		Domain:           c.Domain,
 		FailureMode:      string(c.FailureMode),
@@ -144,7 +144,7 @@ func (c *Config) encode() jsonConfig {
 	if r := c.Redis; r != nil {
 		jr := &jsonRedis{
 			Cluster:     r.Cluster,
-			Timeout:     formatDuration(r.Timeout),
+			Timeout:     duration(r.Timeout),
 			KeyPrefix:   r.KeyPrefix,
 			Partitions:  r.Partitions,
 			FailureMode: string(r.FailureMode),
@@ -155,7 +155,7 @@ func (c *Config) encode() jsonConfig {
 			jr.Authority = r.Authority
 		}
 		jr.Breaker.Failures = r.Breaker.Failures
-		jr.Breaker.Cooldown = formatDuration(r.Breaker.Cooldown)
+		jr.Breaker.Cooldown = duration(r.Breaker.Cooldown)
 		jc.Redis = jr
 	}
 	for _, r := range c.Rules {
@@ -164,7 +164,7 @@ func (c *Config) encode() jsonConfig {
 	return jc
 }
 
-func encodeDeny(d *Deny) *jsonDeny {
+func encodeDeny(d *config.Deny) *jsonDeny {
 	jd := &jsonDeny{Status: d.Status, Body: d.Body, ContentType: d.ContentType,
 		EnvoyRateLimited: d.EnvoyRateLimited, GrpcStatus: d.GrpcStatus}
 	// An empty map, not an absent one, so that a rule whose override removed the
@@ -176,14 +176,14 @@ func encodeDeny(d *Deny) *jsonDeny {
 	return jd
 }
 
-func encodeRule(r *Rule) jsonRule {
+func encodeRule(r *config.Rule) jsonRule {
 	jr := jsonRule{
 		Name:                r.Name,
 		Description:         r.Description,
 		Key:                 make([]jsonKeyPart, 0, len(r.Key)),
 		Algorithm:           r.Algorithm.Algorithm,
 		Limit:               r.Algorithm.Limit,
-		Window:              formatDuration(r.Algorithm.Window),
+		Window:              duration(r.Algorithm.Window),
 		Burst:               r.Algorithm.Burst,
 		Variant:             r.Algorithm.Variant,
 		Mode:                string(r.Mode),
@@ -205,51 +205,38 @@ func encodeRule(r *Rule) jsonRule {
 			jo.Exact = &v
 		}
 		if !o.Unlimited {
-			jo.Limit, jo.Window, jo.Burst = o.Algorithm.Limit, formatDuration(o.Algorithm.Window), o.Algorithm.Burst
+			jo.Limit, jo.Window, jo.Burst = o.Algorithm.Limit, duration(o.Algorithm.Window), o.Algorithm.Burst
 		}
 		jr.Overrides = append(jr.Overrides, jo)
 	}
 	if l := r.Lease; l != nil {
-		jr.Lease = &jsonLease{Batch: l.Batch, TTL: formatDuration(l.TTL)}
+		jr.Lease = &jsonLease{Batch: l.Batch, TTL: duration(l.TTL)}
 	}
 	if v := r.EnforcePercent; v != 100 && !r.Shadow {
 		jr.EnforcePercent = &v
 	}
-	if v := r.NearLimitRatio; v != DefaultNearLimitRatio {
+	if v := r.NearLimitRatio; v != config.DefaultNearLimitRatio {
 		jr.NearLimitRatio = &v
 	}
 	if a := r.Algorithm; a.MaxDelay > 0 {
-		jr.MaxDelay = formatDuration(a.MaxDelay)
+		jr.MaxDelay = duration(a.MaxDelay)
 	}
 	if a := r.Algorithm; a.Algorithm == algorithms.AlgAdaptive {
 		jr.Adaptive = &jsonAdaptive{
 			MinLimit:       a.MinLimit,
 			MaxLimit:       a.MaxLimit,
-			TargetLatency:  formatDuration(a.TargetLatency),
+			TargetLatency:  duration(a.TargetLatency),
 			ErrorThreshold: a.ErrorThreshold,
-			Interval:       formatDuration(a.AdjustInterval),
+			Interval:       duration(a.AdjustInterval),
 		}
 		if a.TargetLatency == 0 {
 			jr.Adaptive.TargetLatency = "" // absent: the latency signal is off
 		}
 	}
-	if cs := r.CostSpec; cs.Usage != nil {
-		jr.Cost = appendUsageCost(nil, cs)
-	} else if cs.Header == "" {
-		jr.Cost = rawJSON(strconv.FormatInt(cs.Constant, 10))
-	} else {
-		// The members in key order, as encoding/json writes a map.
-		b := append([]byte(nil), `{"default":`...)
-		b = strconv.AppendInt(b, cs.Default, 10)
-		b = append(b, `,"header":`...)
-		b = appendJSONString(b, cs.Header)
-		b = append(b, `,"max":`...)
-		b = strconv.AppendInt(b, cs.Max, 10)
-		jr.Cost = append(b, '}')
-	}
+	jr.Cost = encodeCost(r.CostSpec)
 	for _, kp := range r.Key {
 		jk := jsonKeyPart{Source: string(kp.Source), Name: kp.Name}
-		if kp.Source == SourceConst {
+		if kp.Source == config.SourceConst {
 			v := kp.Value
 			jk.Value = &v
 		}
@@ -257,10 +244,10 @@ func encodeRule(r *Rule) jsonRule {
 			d := kp.Default
 			jk.Default = &d
 		}
-		if kp.Source == SourceClientIP {
+		if kp.Source == config.SourceClientIP {
 			jk.IPv4Prefix, jk.IPv6Prefix = kp.IPv4Prefix, kp.IPv6Prefix
 		}
-		if kp.Source == SourceHeader || kp.Source == SourceQuery {
+		if kp.Source == config.SourceHeader || kp.Source == config.SourceQuery {
 			jk.OnDuplicate = string(kp.OnDuplicate)
 		}
 		jr.Key = append(jr.Key, jk)
@@ -274,9 +261,9 @@ func encodeRule(r *Rule) jsonRule {
 		for _, hm := range m.Headers {
 			h := map[string]any{"name": hm.Name}
 			switch hm.Kind {
-			case MatchPresent:
+			case config.MatchPresent:
 				h["present"] = true
-			case MatchAbsent:
+			case config.MatchAbsent:
 				h["present"] = false
 			default:
 				h[matchKindName(hm.Kind)] = hm.Value
@@ -291,14 +278,50 @@ func encodeRule(r *Rule) jsonRule {
 	return jr
 }
 
-func matchKindName(k StringMatchKind) string {
+func matchKindName(k config.StringMatchKind) string {
 	switch k {
-	case MatchExact:
+	case config.MatchExact:
 		return "exact"
-	case MatchPrefix:
+	case config.MatchPrefix:
 		return "prefix"
-	case MatchRegex:
+	case config.MatchRegex:
 		return "regex"
 	}
 	return ""
 }
+
+// The members of a cost object are declared in key order, as the schema lists them.
+type (
+	jsonHeaderCost struct {
+		Default int64  `json:"default"`
+		Header  string `json:"header"`
+		Max     int64  `json:"max"`
+	}
+	jsonUsageCost struct {
+		Max       int64     `json:"max"`
+		OnMissing string    `json:"on_missing"`
+		Reserve   any       `json:"reserve"`
+		Usage     jsonUsage `json:"usage"`
+	}
+	jsonUsage struct {
+		Header string   `json:"header,omitempty"`
+		JSON   []string `json:"json,omitempty"`
+	}
+)
+
+// encodeCost returns a rule's cost: a constant, a header's value, or a reservation settled by
+// the usage the response reports.
+func encodeCost(cs config.CostSpec) any {
+	var reserve any = cs.Constant
+	if cs.Header != "" {
+		reserve = jsonHeaderCost{Default: cs.Default, Header: cs.Header, Max: cs.Max}
+	}
+	u := cs.Usage
+	if u == nil {
+		return reserve
+	}
+	return jsonUsageCost{Max: u.Max, OnMissing: u.OnMissing, Reserve: reserve,
+		Usage: jsonUsage{Header: u.Header, JSON: u.Texts}}
+}
+
+func duration(d time.Duration) string { return d.String() }
