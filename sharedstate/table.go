@@ -510,14 +510,6 @@ func (t *Table) recommit(p *Pending, err error) error {
 	return t.Commit(p)
 }
 
-// AllowN decides and commits in one step, for a rule that is the only one on its request.
-func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
-	if err := t.Decide(key, now, n, p); err != nil {
-		return err
-	}
-	return t.Commit(p)
-}
-
 // decide finds the key's slot (see Table) and runs the limiter on its state.
 //
 // It reads the key's home slot first: a key found live there is decided on that read alone,
@@ -900,19 +892,6 @@ func (t *Table) run(p *Pending, state []byte) error {
 	copy(v[slotHeader:], next)
 	p.value = v
 	return nil
-}
-
-// Used returns how many slots of the current geometry hold or have held a key, out of
-// max_keys, by reading every group's index: for tests and tools, not for the request path.
-func (t *Table) Used() uint32 {
-	var n uint32
-	for b := range t.cur.groups {
-		gr, err := t.readGroup(t.cur, b, 1, 0)
-		if err == nil {
-			n += gr.used
-		}
-	}
-	return n
 }
 
 // nameBuf is a name built for a store call and the entry it names: slot or group idx of

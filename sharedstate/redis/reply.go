@@ -10,8 +10,8 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
-// details.
+// Errors of ParseReplies and ParseSettle. Test them with errors.Is: the values returned may
+// wrap them with details.
 var (
 	// ErrNoScript means Redis does not have the script in its cache (it restarted, or the
 	// cache was flushed): send the AppendEval body instead.
@@ -70,16 +70,6 @@ var (
 	err504 = &StatusError{Status: 504}
 )
 
-// Reply is one decoded answer of a call with one rule (see ParseReply).
-type Reply struct {
-	// Decision is the limiter's decision, field for field what the Go limiter of the same
-	// configuration decides at Now. Delay is always 0 (there is no global shaper).
-	Decision algorithms.Decision
-	// Now is the instant of the decision on Redis' clock, in Unix nanoseconds (microsecond
-	// resolution, from TIME).
-	Now int64
-}
-
 // Answer is one rule's part of the answer to a call.
 type Answer struct {
 	// Decision is the limiter's decision, field for field what the Go limiter of the same
@@ -106,21 +96,6 @@ const (
 	replyHead    = 3
 	replyPerRule = 6
 )
-
-// ParseReply decodes the answer to a call with one rule (Rule.AppendEvalSHA or
-// Rule.AppendEval), which has to be an enforced rule; see ParseReplies.
-func ParseReply(status int, body []byte) (Reply, error) {
-	var a [1]Answer
-	items := [1]Item{{Rule: anyRule}}
-	now, _, err := ParseReplies(status, body, items[:], a[:])
-	if err != nil {
-		return Reply{}, err
-	}
-	return Reply{Decision: a[0].Decision, Now: now}, nil
-}
-
-// anyRule stands for the rule of a ParseReply call: its limit of 0 matches any reply's.
-var anyRule = &Rule{}
 
 // ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from items:
 // status is the HTTP status, body the response body, and out (len(items) long) receives each
@@ -262,10 +237,10 @@ func (p *parser) errorReply() error {
 }
 
 // answer checks one item's six reply values v and converts them into a. A limit other than
-// the item's rule's is a foreign reply (limit 0, ParseReply's rule, accepts any). A remaining
+// the item's rule's is a foreign reply (a rule of limit 0 accepts any). A remaining
 // above capacity (the rule's burst, or its limit) is malformed: no algorithm holds more than
 // its capacity, so such a reply did not come from the rule's script, and rendering it would
-// promise clients allowance nobody has (capacity 0, ParseReply's rule, skips the check). So
+// promise clients allowance nobody has (a rule of capacity 0 skips the check). So
 // is a give-back applied for an item that gives nothing back.
 func answer(a *Answer, v *[replyPerRule]int64, it *Item) error {
 	allowed, lim, remaining, retry, reset, flags := v[0], v[1], v[2], v[3], v[4], v[5]

@@ -270,19 +270,6 @@ func appendTail(dst []byte, items []Item) []byte {
 	return dst
 }
 
-// AppendEvalSHA appends the body of a call with this rule alone (not a shadow rule) on key
-// for n events; see the function AppendEvalSHA.
-func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
-	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEvalSHA(dst, items[:])
-}
-
-// AppendEval appends the NOSCRIPT fallback of Rule.AppendEvalSHA.
-func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
-	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEval(dst, items[:])
-}
-
 func renderArgs(vals ...int64) string {
 	var b []byte
 	for _, v := range vals {
