@@ -244,24 +244,37 @@ func cfgErr(field, msg string) error {
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
-		return newTokenBucket(c)
+		return build[TokenBucket](c)
 	case AlgLeakyBucket:
-		return newLeakyBucket(c)
+		return build[LeakyBucket](c)
 	case AlgSlidingWindow:
 		switch c.Variant {
 		case "", VariantCounter:
-			return newSlidingWindowCounter(c)
+			return build[SlidingWindowCounter](c)
 		case VariantLog:
-			return newSlidingWindowLog(c)
+			return build[SlidingWindowLog](c)
 		}
 	case AlgFixedWindow:
-		return newFixedWindow(c)
+		return build[FixedWindow](c)
 	case AlgGCRA:
-		return newGCRA(c)
+		return build[GCRA](c)
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	}
 	return nil, unknownAlgorithm(c)
+}
+
+// build returns a T set up from c by its init.
+func build[T any, P interface {
+	*T
+	Limiter
+	init(Config) error
+}](c Config) (Limiter, error) {
+	l := P(new(T))
+	if err := l.init(c); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
