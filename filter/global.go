@@ -28,21 +28,12 @@ import (
 // admitted from leases sends no callout. A batch the call commits after the client reset the
 // stream is held as the VM's lease (lateAnswer), as a partitioned rule's late batch is.
 //
-// With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
-// one request's rules live on different slots, which one script call cannot touch on a
-// sharded store. The request then sends one callout per global rule, all at once (one round
-// trip of latency, one call per rule), and each rule commits on its own: a request denied by
-// one global rule may have been charged by the others (an over-count of at most one request
-// per other global rule, never an extra admission). Each partition has its own breaker, so a
-// shard that fails sends only its own keys to the failure mode. A lease batch one rule's call
-// commits after another rule denied the request is held as the VM's lease (lateShardAnswer).
-//
-// Which partition holds a key is a keyed hash of the key (redis.Partition) under a secret that
-// every proxy reads from Redis (redis.AppendSecretCall): a VM's first partitioned requests ask
-// for it first (askSecret, one more round trip; the first proxy to ask stores its candidate,
-// every other reads that one), and the VM then keeps it, reading it again on its tick every
-// secretRefresh (refreshSecret) so that proxies agree again within that time should Redis
-// lose it.
+// With redis.partitions > 1 one request's rules live on different slots of a sharded store,
+// so each global rule is a callout of its own, all sent at once, each committing on its own
+// (sharedstate/redis's doc.go), each partition with its own breaker. A lease batch one rule's
+// call commits after another rule denied the request is held as the VM's lease
+// (lateShardAnswer). The partition secret (docs/global-limits.md) is asked for before a VM's
+// first partitioned requests (askSecret) and read again every secretRefresh (refreshSecret).
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -307,11 +298,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			return
 		}
 		if retake {
-			if h.retakeGlobal(d, now) {
-				return
-			}
-			if deny, a := h.redisFailed(now); deny {
-				h.deny(a.rs, a.decision)
+			if h.retakeGlobal(d, now) || h.failedDenies(now) {
 				return
 			}
 			break
@@ -327,15 +314,10 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		if h.sendCallout(now, true) == nil {
 			return
 		}
-		h.noteFailure(now, err)
-		if deny, a := h.redisFailed(now); deny {
-			h.deny(a.rs, a.decision)
-			return
-		}
+		fallthrough
 	default:
 		h.noteFailure(now, err)
-		if deny, a := h.redisFailed(now); deny {
-			h.deny(a.rs, a.decision)
+		if h.failedDenies(now) {
 			return
 		}
 	}
@@ -491,6 +473,15 @@ func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
+// failedDenies is redisFailed that sends the denial, if any; it reports whether it did.
+func (h *httpContext) failedDenies(now int64) bool {
+	deny, by := h.redisFailed(now)
+	if deny {
+		h.deny(by.rs, by.decision)
+	}
+	return deny
+}
+
 // globalFailed applies the Redis failure mode to one global rule and reports whether the
 // request must be denied now.
 func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
@@ -599,14 +590,11 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 	if !waiting {
 		return
 	}
-	var deny bool
-	var by *applied
-	if err == nil {
-		deny, by = h.askShards(now)
-	} else {
-		deny, by = h.redisFailed(now)
-	}
-	if deny {
+	if err != nil {
+		if h.failedDenies(now) {
+			return
+		}
+	} else if deny, by := h.askShards(now); deny {
 		h.deny(by.rs, by.decision)
 		return
 	}
