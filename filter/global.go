@@ -140,14 +140,11 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// globalItems lists the request's global rules as the items of one script call, in rule order.
-// The keys are built back to back in one buffer first, and sliced only once it has stopped
-// growing; withKeys false leaves them and their partitions out (parsing an answer needs only
-// the rules).
+// globalItems lists the request's global rules as the items of one script call, in rule
+// order; withKeys false leaves the keys and partitions out (parsing needs only the rules).
 func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
 
-// itemsOf is globalItems for the working set d, which a late answer (lateAnswer) still holds
-// when the stream has given it up.
+// itemsOf is globalItems for the working set d (a late answer's, after the stream gave it up).
 func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	p := h.plugin
 	c := p.redis
@@ -169,6 +166,7 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	if !withKeys {
 		return c.items
 	}
+	// The keys are sliced again once c.keys has stopped growing (appending may move it).
 	end := 0
 	for i := range c.items {
 		n := len(c.items[i].Key)
@@ -178,11 +176,9 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	return c.items
 }
 
-// sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
-// script when full is set (after NOSCRIPT). A request has one such call in flight at a time
-// (it is sent again only from its answer), so the call's working set is kept in the context
-// (asked), and its callback is made once per context rather than as a closure per call, which
-// would be an allocation on every global request.
+// sendCallout sends the request's one call for all of its global rules (full: the script
+// itself, after NOSCRIPT). A request has one such call in flight, so its working set is kept
+// in the context (asked) and its callback is made once per context, not as a closure per call.
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	if h.redisAnswer == nil {
 		h.redisAnswer = h.answerRedis
@@ -198,13 +194,11 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 	h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 }
 
-// dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
-// NOSCRIPT), the script itself, and counts it in the request's working set. The callback
-// captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives. The answer is handed to the callback even when the stream is gone
-// (abi.DispatchHttpCallAlways): it may commit a lease batch the VM must hold, and it says
-// how Redis is doing, which the latency histogram and the breaker must hear whoever asked
-// (lateAnswer, lateShardAnswer).
+// dispatch sends one script call for items, EVALSHA or, when full is set (after NOSCRIPT),
+// the script itself. The callback captures the working set itself, since the stream may be
+// gone before the answer; the answer is handed over even then (abi.DispatchHttpCallAlways):
+// it may commit a lease batch the VM must hold, and the latency histogram and the breaker
+// must hear it (lateAnswer, lateShardAnswer).
 func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	if full {
@@ -539,12 +533,10 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// askSecret sends the call that reads the partition secret (redis.AppendSecretCall) for a
-// request whose rules' calls cannot be addressed without it: a VM's first partitioned
-// requests, until one of them has the answer. The request waits for it, and its rules' calls
-// are sent when it arrives (onSecretAnswer). When the breaker is open or the call cannot be
-// sent, every global rule of the request applies the failure mode, as when Redis fails. The
-// candidate offered is a fresh random secret, stored only if Redis holds none.
+// askSecret sends the call that reads the partition secret (redis.AppendSecretCall), offering
+// a fresh random candidate, for a request that cannot address its rules' calls without it;
+// the request waits and sends them on the answer (onSecretAnswer). With the breaker open or a
+// failed send, the request's global rules apply the failure mode.
 func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.breaker.allow(now, h.id) {
@@ -565,10 +557,9 @@ func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// onSecretAnswer handles the answer to a request's secret call (askSecret). Whoever asked,
-// an answered secret is the VM's from then on, and what the answer says of Redis reaches the
-// one breaker; the request, if it still waits, then sends its rules' calls (askShards), or
-// applies the failure mode when Redis failed.
+// onSecretAnswer handles the answer to a secret call (askSecret): an answered secret is the
+// VM's from then on, whoever asked; a request still waiting then sends its rules' calls
+// (askShards), or applies the failure mode when Redis failed.
 func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
@@ -610,10 +601,9 @@ func (c *redisClient) secretReply(numHeaders, bodySize, numTrailers int) (redis.
 	return redis.ParseSecret(calloutStatus(), calloutBody(bodySize, 0))
 }
 
-// learnSecret adopts the partition secret Redis answered with at now. Another secret than
-// the one the VM had means that Redis lost it and another proxy stored its own: the stored one
-// is the one every proxy adopts within secretRefresh, and this VM's keys move to their
-// partitions under it (as after Redis lost them).
+// learnSecret adopts the partition secret Redis answered with at now. A secret other than the
+// VM's means Redis lost it and another proxy stored its own, which every proxy adopts within
+// secretRefresh.
 func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 	if c.secretKnown && s != c.secret {
 		abi.LogWarn("ratelimit: the partition secret in Redis is not the one this VM used (Redis lost it, and another proxy stored its own); global keys move to their partitions under the stored one")
@@ -621,12 +611,10 @@ func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 	c.secret, c.secretKnown, c.secretDue = s, true, now+secretRefresh
 }
 
-// refreshSecret reads the partition secret again, from the VM's tick, once secretRefresh has
-// passed since the VM last learnt or asked for it, offering the secret the VM uses as the
-// candidate: should Redis have lost it, the value the proxies use is stored again (or, if a
-// proxy stored another first, that one is adopted here). It needs no request and delays
-// none; a failure is counted by kind and leaves the VM's secret as it is (the breaker hears
-// of Redis from requests). Nothing is sent while the breaker is open.
+// refreshSecret reads the partition secret again from the VM's tick, once secretRefresh has
+// passed, offering the VM's own as the candidate, so that a secret Redis lost is stored again
+// (or another proxy's is adopted). A failure is counted and changes nothing (the breaker
+// hears of Redis from requests); nothing is sent while the breaker is open.
 func (p *plugin) refreshSecret(now int64) {
 	c := p.redis
 	if !c.secretKnown || now < c.secretDue || c.breaker.openUntil != 0 {
@@ -709,12 +697,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
 			item[0].Key, item[0].N = c.keys, a.cost
 			err := h.sendShardCallout(now, i, item[:], false)
-			if err == nil {
-				return
-			}
-			h.noteFailureIn(now, item[0].Part, sendError(err))
-			if h.globalFailed(now, a) {
-				h.deny(a.rs, a.decision)
+			if err == nil || h.shardFailed(now, a, item[0].Part, sendError(err)) {
 				return
 			}
 		} else {
@@ -741,26 +724,29 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
 		}
-		h.noteFailureIn(now, item[0].Part, err)
-		if h.globalFailed(now, a) {
-			h.deny(a.rs, a.decision)
-			return
-		}
+		fallthrough
 	default:
-		h.noteFailureIn(now, item[0].Part, err)
-		if h.globalFailed(now, a) {
-			h.deny(a.rs, a.decision)
+		if h.shardFailed(now, a, item[0].Part, err) {
 			return
 		}
 	}
 	h.finishWhenAnswered(d)
 }
 
-// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives after the
-// request stopped waiting for it: another rule denied it, or the stream is gone. What it says
-// of Redis is recorded (lateOutcome), and a lease batch that Redis committed is held as this
-// VM's lease (holdLateBatch). Everything else (an exact decision, a denied batch, an error)
-// committed nothing this VM can use.
+// shardFailed counts a failed call of a's partition part and applies the failure mode to a,
+// sending the denial if it denies; it reports whether it did.
+func (h *httpContext) shardFailed(now int64, a *applied, part int, err error) bool {
+	h.noteFailureIn(now, part, err)
+	if !h.globalFailed(now, a) {
+		return false
+	}
+	h.deny(a.rs, a.decision)
+	return true
+}
+
+// lateShardAnswer handles the answer to d.applied[i]'s call that arrives after the request
+// stopped waiting (another rule denied it, or the stream is gone): it is recorded
+// (lateOutcome), and a lease batch Redis committed is held (holdLateBatch).
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
@@ -774,12 +760,9 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 }
 
-// lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
-// after the request stopped waiting for it: its stream is gone (the client reset it while the
-// call was out). What it says of Redis is recorded (lateOutcome). The call decided every
-// global rule of the request all or nothing; when Redis committed it, every lease batch in it
-// is held as this VM's lease (holdLateBatch), as a partitioned rule's late batch is. An
-// answer that committed nothing (an enforced rule denied, an error) leaves nothing to keep.
+// lateAnswer handles the answer to the request's one call that arrives after its stream is
+// gone: what it says of Redis is recorded (lateOutcome), and when Redis committed the call
+// every lease batch in it is held as this VM's lease (holdLateBatch).
 func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateAnswer", nil)
 	c := h.plugin.redis
@@ -802,14 +785,11 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 }
 
 // lateOutcome records what an answer that arrives after its request stopped waiting says of
-// Redis, as an awaited answer's is recorded: the round trip since sentAt in the latency
-// histogram, and a success or a failure (counted by kind) for the breaker of partition part
-// (-1: the one breaker). Late answers are the slow ones (a client gives up while Redis
-// stalls), so leaving them out would show operators a faster Redis than their clients see,
-// and a breaker that never hears of the failures their clients gave up on would keep every
-// request waiting for Redis's timeout. NOSCRIPT (Redis restarted and lost the script, which
-// an awaited answer would send again in full; nobody resends for a gone request) is an answer
-// of a Redis that is up, so for the breaker it is a success. It returns the answer's arrival.
+// Redis, as an awaited answer's is: its round trip since sentAt, and a success or a failure
+// for the breaker of partition part (-1: the one breaker). Late answers are the slow ones (a
+// client gives up while Redis stalls): left out, the histogram would show a faster Redis than
+// clients see, and the breaker would not hear of the failures they gave up on. NOSCRIPT is
+// the answer of a Redis that is up: a success. It returns the answer's arrival.
 func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64) {
 	c := h.plugin.redis
 	now = h.plugin.now()
@@ -823,11 +803,9 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64)
 	return now
 }
 
-// callReplies parses the answer to the request's one call for d's global rules
-// (redis.partitions 1) into the client's answers, in rule order, and reports whether Redis
-// committed the call. A call the host failed (reset, timeout) is errCalloutReset. The request
-// waiting for the answer (onRedisAnswer) and a gone one's late answer (lateAnswer) read it
-// alike.
+// callReplies parses the answer to the request's one call for d's global rules into the
+// client's answers, in rule order, and reports whether Redis committed the call; a call the
+// host failed (reset, timeout) is errCalloutReset.
 func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailers int) (committed bool, err error) {
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return false, errCalloutReset
@@ -842,9 +820,8 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, its
-// key left out (a resend adds it), and Redis's answer. A call the host failed (reset,
-// timeout) is errCalloutReset. onShardAnswer and lateShardAnswer read it alike.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item,
+// without its key (a resend adds it), and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	c := h.plugin.redis
 	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
@@ -857,17 +834,12 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 	return item, answers[0], err
 }
 
-// holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis
-// committed it (answer admits it) after the request stopped waiting. The batch was debited
-// like any other take, so it is held as this VM's lease on the key, the request's own cost
-// included (the request spent none of it, as when refundLeases gives a denied request's units
-// back): the units are spent by the key's next requests within ttl of the call's send, or
-// given back after it, as every lease's are. Ignoring the answer would leave the batch
-// debited in Redis and neither spent nor counted. On the rule's overflow key the script
-// decided the request's cost alone, which gives no lease and is counted as dropped at once;
-// so is a batch whose answer arrives (at now) when its ttl has already passed: held, it could
-// not be spent, and it would replace the key's live lease, whose units a later take has
-// debited. The caller has checked that a asked for a batch (a.take > a.cost) on a leased rule.
+// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt, a.take > a.cost
+// on a leased rule) asked for, when Redis committed it after the request stopped waiting: it
+// was debited, so ignoring it would leave it neither spent nor counted. The request's own cost
+// is held too (the request spent none of it, as in refundLeases). A decision on the overflow
+// key (the cost alone, no lease) and a batch answered (at now) after its ttl, which could not
+// be spent and would replace the key's live lease, are counted as dropped.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return
