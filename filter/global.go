@@ -837,35 +837,19 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 // holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt, a.take > a.cost
 // on a leased rule) asked for, when Redis committed it after the request stopped waiting: it
 // was debited, so ignoring it would leave it neither spent nor counted. The request's own cost
-// is held too (the request spent none of it, as in refundLeases). A decision on the overflow
-// key (the cost alone, no lease) and a batch answered (at now) after its ttl, which could not
-// be spent and would replace the key's live lease, are counted as dropped.
+// is held too (the request spent none of it, as in refundLeases); where takenGlobal holds
+// nothing (the overflow key, an answer after the ttl, no room) it is dropped with the rest.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer.Overflow {
-		// Decided on the overflow key for the request's cost alone, which nobody spent.
+	if _, held := l.takenGlobal(a, sentAt, now, answer); held != nil {
+		l.refund(held, a.cost, now)
+	} else {
 		l.m.dropped.Increment(uint64(a.cost))
-		return
 	}
-	if now >= sentAt+l.ttl {
-		l.m.dropped.Increment(uint64(a.take))
-		return
-	}
-	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
-	if held != nil {
-		held.at = answer.Now
-	}
-	if held == nil {
-		// No room in the VM's lease map: taken dropped the reserve, and the request's own
-		// cost, which nobody spent, goes with it.
-		l.m.dropped.Increment(uint64(a.cost))
-		return
-	}
-	l.refund(held, a.cost, now)
 }
 
 func calloutStatus() int {
