@@ -441,8 +441,8 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 	c := &redisClient{
 		cfg: cfg,
 		headers: [][2]string{
-			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
-			{"content-type", "application/x-www-form-urlencoded"},
+			{":method", redis.Method}, {":path", redis.Path}, {":authority", cfg.Authority},
+			{"content-type", redis.ContentType},
 		},
 		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),

@@ -8,12 +8,10 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from the Lua
-// files of lua/), not embedded and not hashed here: package embed imports io/fs, which imports
-// time, and time's dependencies are start-up work in every VM on Envoy's V8 (an embed.FS would
-// also keep time's formatting code; wasmhost/moduletest's TestModuleLinksNoUnusedStdlib and
-// the root package's TestModuleLinksNoHeavyPackages check), and the SHA-1 would link
-// crypto/sha1 for a name known before the module is built.
+// The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from lua/),
+// neither embedded nor hashed here: package embed imports io/fs and time, start-up work in
+// every VM on Envoy's V8 (TestModuleLinksNoUnusedStdlib, TestModuleLinksNoHeavyPackages), and
+// hashing would link crypto/sha1 for a name known before the module is built.
 //
 //go:generate go run gen_lua.go
 
@@ -32,11 +30,10 @@ type Script struct {
 	escaped    []byte // Source escaped for webdis, made on the first EVAL fallback
 }
 
-// The one script: every algorithm with a global (Redis) mode is a set of functions in it, so
-// that one call can decide several rules of different algorithms together. The adaptive
-// limiter and the leaky-bucket shaper have no global mode: the adaptive limit is tuned from
-// each proxy's own signals, and a shaper's delays are local by nature. The variable is
-// initialised statically (constants only): no code runs for it in a VM's _initialize.
+// The one script: every algorithm with a global mode is a set of functions in it, so that one
+// call can decide rules of different algorithms together. The adaptive limit is tuned from
+// each proxy's own signals and a shaper's delays are local by nature, so neither has a global
+// mode. The variable is initialised statically: no code runs for it in a VM's _initialize.
 var (
 	ratelimitScript     = Script{Name: "ratelimit", Source: luaScript, SHA: luaScriptSHA1}
 	errNoGlobalAdaptive = errors.New("redis: the adaptive algorithm is local only: its limit is tuned from each proxy's own latency and errors")
@@ -57,14 +54,10 @@ func (s *Script) escapedSource() []byte {
 	return s.escaped
 }
 
-// The HTTP request that carries one call to webdis. webdis takes the command from the body of
-// a POST to "/", with the arguments separated by '/' and percent-decoded. It ignores the
-// Content-Type entirely (measured: none, form, octet-stream all work); the form type is what
-// curl -d sends and what webdis' documentation shows, so proxies and logs see the usual
-// pairing. The body must not be empty (webdis answers 403).
-//
-// Envoy also requires an :authority header on a callout; webdis ignores it, so any value (the
-// cluster name, say) does.
+// The HTTP request that carries one call to webdis: the command in the body of a POST to "/",
+// arguments separated by '/' and percent-decoded, a non-empty body (webdis answers 403 to an
+// empty one). webdis ignores the Content-Type; the form type is what curl -d sends and its
+// documentation shows. Envoy requires an :authority on a callout, which webdis ignores.
 const (
 	// Method is the callout's :method.
 	Method = "POST"
