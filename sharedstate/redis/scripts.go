@@ -191,18 +191,20 @@ type Item struct {
 // non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
 func AppendEvalSHA(dst []byte, items []Item) []byte {
-	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, script().SHA...)
-	return appendTail(dst, items)
+	return appendTail(appendCommand(dst, false), items)
 }
 
 // AppendEval appends the NOSCRIPT fallback body: EVAL/<escaped script>/<k>/... as
 // AppendEvalSHA. It is many KiB; send it only after ErrNoScript. It runs the same call and
 // loads the script into Redis' cache in the same round trip, so the next EVALSHA succeeds.
-func AppendEval(dst []byte, items []Item) []byte {
-	dst = append(dst, "EVAL/"...)
-	dst = append(dst, script().escapedSource()...)
-	return appendTail(dst, items)
+func AppendEval(dst []byte, items []Item) []byte { return appendTail(appendCommand(dst, true), items) }
+
+// appendCommand appends the command and the script's name, or with full the script itself.
+func appendCommand(dst []byte, full bool) []byte {
+	if full {
+		return append(append(dst, "EVAL/"...), script().escapedSource()...)
+	}
+	return append(append(dst, "EVALSHA/"...), script().SHA...)
 }
 
 // partKeys returns the escaped key set and overflow key of partition part of a rule with a
@@ -301,16 +303,12 @@ type Settlement struct {
 // Every algorithm with a usage cost settles (not the sliding log, whose call writes
 // nothing).
 func AppendSettleSHA(dst []byte, s *Settlement) []byte {
-	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, script().SHA...)
-	return appendSettleTail(dst, s)
+	return appendSettleTail(appendCommand(dst, false), s)
 }
 
 // AppendSettle is the NOSCRIPT fallback of AppendSettleSHA (EVAL with the script's source).
 func AppendSettle(dst []byte, s *Settlement) []byte {
-	dst = append(dst, "EVAL/"...)
-	dst = append(dst, script().escapedSource()...)
-	return appendSettleTail(dst, s)
+	return appendSettleTail(appendCommand(dst, true), s)
 }
 
 func appendSettleTail(dst []byte, s *Settlement) []byte {
