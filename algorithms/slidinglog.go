@@ -56,9 +56,8 @@ import "math"
 //
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, L), the key holds C = L - R timestamps, all
-// equal to tc (oldest = newest = tc, C−1 zero deltas; no timestamp when C = 0).
+// With R = min(R_old, L) (see the package documentation), the key holds C = L - R timestamps,
+// all equal to tc (oldest = newest = tc, C−1 zero deltas; no timestamp when C = 0).
 type SlidingWindowLog struct {
 	limit, w   int64
 	width      int
