@@ -77,7 +77,7 @@ type Answer struct {
 	// shaper).
 	Decision algorithms.Decision
 	// Overflow is set when the rule had reached its key bound and the request, whose key was
-	// new, was decided on the rule's overflow key (see Rule.Bounded).
+	// new, was decided on the rule's overflow key (see Rule.Partitioned).
 	Overflow bool
 	// GaveBack is set when the item's give-back (Item.GiveBack) was applied to the key's
 	// state. The script applies none on the overflow key, on a state it read under other

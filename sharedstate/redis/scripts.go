@@ -185,7 +185,7 @@ type Item struct {
 //
 //	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
 //
-// where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
+// where the keys of an item are its Key, followed, for a rule with a key bound (see Rule.Partitioned),
 // by the rule's key set and overflow key.
 // The script decides every item on the state as read and writes (commits) only if no
 // non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
