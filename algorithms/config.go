@@ -244,37 +244,24 @@ func cfgErr(field, msg string) error {
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
-		return build[TokenBucket](c)
+		return newTokenBucket(c)
 	case AlgLeakyBucket:
-		return build[LeakyBucket](c)
+		return newLeakyBucket(c)
 	case AlgSlidingWindow:
 		switch c.Variant {
 		case "", VariantCounter:
-			return build[SlidingWindowCounter](c)
+			return newSlidingWindowCounter(c)
 		case VariantLog:
-			return build[SlidingWindowLog](c)
+			return newSlidingWindowLog(c)
 		}
 	case AlgFixedWindow:
-		return build[FixedWindow](c)
+		return newFixedWindow(c)
 	case AlgGCRA:
-		return build[GCRA](c)
+		return newGCRA(c)
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	}
 	return nil, unknownAlgorithm(c)
-}
-
-// build returns a T set up from c by its init.
-func build[T any, P interface {
-	*T
-	Limiter
-	init(Config) error
-}](c Config) (Limiter, error) {
-	l := P(new(T))
-	if err := l.init(c); err != nil {
-		return nil, err
-	}
-	return l, nil
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
