@@ -14,37 +14,31 @@ import (
 //
 // A local rule with a lease block debits a batch of units for a key from shared data with one
 // compare-and-swap (Table.Take, written by Table.Commit like an exact decision), and keeps the
-// units it did not spend on the request in this VM's memory (heldLease). Later requests for
-// the key on this VM spend them with no shared-data read or write, until they run out or the
-// lease's ttl passes; what is left then is given back to the key's state (Table.GiveBack,
-// algorithms.Returner). Units are always debited before they are spent, so over the long run
-// nothing is admitted that the algorithm did not admit; within an interval the excess over the
-// algorithm's contract is at most what the holders had reserved before it began, at most
-// (lease holders x batch).
+// units the request did not spend in this VM's memory (heldLease). Later requests for the key
+// on this VM spend them with no shared-data access, until they run out or the ttl passes; what
+// is left is then given back to the key's state (Table.GiveBack, algorithms.Returner). Units
+// are debited before they are spent, so over the long run nothing is admitted that the
+// algorithm did not admit; within an interval the excess is at most what the holders had
+// reserved before it began, at most (lease holders x batch).
 //
-// A take's size: the request's cost plus a reserve of at most batch-cost units, and no more
-// than (a) what this VM is expected to spend within ttl, from the key's arrivals on this VM
-// since its previous take (leaseState.reserve), and (b) 1/leaseShare of the key's remaining
-// allowance after the cost, as the take reads it (Table.Take), so that leaseShare holders
-// taking at once reserve at most what remains. A key this VM does not hold yet reserves by (b)
-// alone. As the remaining allowance falls the reserve falls to 0 and decisions are exact
-// again; a take whose reserve does not fit is the exact decision for the cost, so a lease
-// never denies a request that an exact decision admits at the take.
+// A take is the request's cost plus a reserve of at most batch-cost units, no more than what
+// this VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
+// remaining allowance after the cost (Table.Take), so that leaseShare holders taking at once
+// reserve at most what remains. As the allowance falls the reserve falls to 0 and decisions
+// are exact again; a take whose reserve does not fit is the exact decision for the cost, so a
+// lease never denies a request an exact decision admits.
 //
-// A global rule with a lease block does the same with Redis (leaseGlobal): a worker VM that
-// holds no units for the key asks Redis for a batch in the request's one script call, as the
-// rule's item (its cost is the batch), and spends the rest from VM memory; a request that
-// finds units sends no callout for the rule. The lease is per VM rather than per proxy in
-// shared data: a spend then costs no shared-data read or write either, and the holders of
-// the bound are proxies x worker VMs. Its reserve is bounded by (a) and by 1/leaseShare of the
-// remaining allowance the VM's previous take saw; a key this VM does not hold yet is decided
-// exactly. A batch Redis denies is decided again for the request's cost alone, in a second
-// call (retakeGlobal), so again no exact admission is denied. The script decides a batch that
-// lands on the rule's overflow key for the request's cost alone (no lease there). Unspent
-// units of a global lease are given back by the key's next take on this VM, in its call
-// (redis.Item.GiveBack, named by the instant Redis decided their take at); units of a key
-// this VM forgets first (expire) are dropped and counted, since giving them back on their
-// own would cost a callout. The rule also keeps an over-limit cache (overLimitCache).
+// A global rule with a lease block does the same with Redis (leaseGlobal): a VM that holds no
+// units for the key asks for a batch as the rule's item in the request's one script call, and
+// a request that finds units sends no callout for the rule. The lease is per VM, so a spend
+// costs no shared-data access either, and the holders are proxies x worker VMs. Its reserve is
+// bounded as above by the remaining allowance the VM's previous take saw; a key this VM does
+// not hold yet is decided exactly. A batch Redis denies is decided again for the cost alone
+// (retakeGlobal), and one on the rule's overflow key is decided for the cost alone by the
+// script. Unspent units go back in the key's next take on this VM (redis.Item.GiveBack, named
+// by the instant Redis decided their take at); those of a key the VM forgets first are dropped
+// and counted, since giving them back alone would cost a callout. The rule also keeps an
+// over-limit cache (overLimitCache).
 
 // leaseShare is the number of holders a take assumes may take at once (see
 // sharedstate.LeaseShare).

@@ -34,9 +34,8 @@ type plugin struct {
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
 
-	// Scratch space reused by every request on this VM. The request view is only read while
-	// OnHttpRequestHeaders runs, so it lives here rather than in each stream's context: the
-	// context allocated per request is smaller, and the header cache's slice is reused.
+	// Scratch space reused by every request on this VM (the request view is read only while
+	// OnHttpRequestHeaders runs), so the per-request context is smaller.
 	req     request
 	matched []*config.Rule
 	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
@@ -51,9 +50,8 @@ type plugin struct {
 	// (see requestSample).
 	unsampled uint64
 
-	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
-	// a client's copy from every request, so that the upstream hears of a would-be denial
-	// from the filter alone.
+	// shadowHeaders are the rules' shadow_request_header names, each once, which the filter
+	// removes from every request: the upstream hears of a would-be denial from it alone.
 	shadowHeaders []string
 
 	// usage is set when a rule has a usage cost; usageFree keeps finished streams' usage
@@ -68,10 +66,8 @@ type ruleState struct {
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
-	// and `;r=` (see setHeaderParts); draft and legacy say which rate-limit headers the rule's
-	// rate_limit_headers mode adds. They are fixed per rule and set once at configure time,
-	// where rendering them per request would repeat the same work (and the same string
-	// comparisons) on every allowed request.
+	// and `;r=`; draft and legacy say which rate-limit headers the rule adds. They are set once
+	// at configure time (setHeaderParts) rather than worked out on every allowed request.
 	item          string
 	draft, legacy bool
 	m             ruleMetrics
@@ -83,10 +79,8 @@ type ruleState struct {
 	// redisRule is the prepared script arguments of a global rule (or of one of its
 	// overrides); nil for a local rule.
 	redisRule *redis.Rule
-	// overrides are the states of rule.Overrides, by index; nil for an unlimited one. An
-	// override's state is the rule's with its own limit (rule is a copy of the rule with the
-	// override's Algorithm and Limiter) and Redis arguments, a table over the rule's slots
-	// with the override's limiter, and the rule's metrics.
+	// overrides are the states of rule.Overrides, by index, nil for an unlimited one (see
+	// prepareOverrides).
 	overrides []*ruleState
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	usage     *usageRule      // set for rules with a usage cost (see usage.go)
@@ -99,9 +93,7 @@ type ruleState struct {
 	unenforced *ruleState
 }
 
-// ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
-// the rule name's '.' and '-' turned into '_' so that Envoy's Prometheus output keeps them
-// apart as one metric family per event.
+// ruleMetrics are the rule's counters (see statName for their names).
 type ruleMetrics struct {
 	allowed      abi.MetricCounter // requests the rule let through
 	denied       abi.MetricCounter // requests the rule rejected
@@ -116,17 +108,13 @@ type ruleMetrics struct {
 	// limit (0 for a key that was idle).
 	evictions       abi.MetricCounter
 	evictionGranted abi.MetricCounter
-	// slotsUsed is the number of the rule's key slots that hold or have held a key; its
-	// maximum is the rule's max_keys. Every worker adds the slots it places a key in for the
-	// first time, and Envoy's gauge is process-wide, so it adds up all workers' (see placed).
-	// An override's keys are the rule's, in the rule's slots: they are counted here too.
+	// slotsUsed is the number of the rule's key slots (an override's included) that hold or
+	// have held a key, at most max_keys: each worker adds the slots it places a key in first,
+	// into Envoy's process-wide gauge (see placed).
 	slotsUsed abi.MetricGauge
-	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
-	// carried the rule's key header more than once.
-	duplicateHeader abi.MetricCounter
-	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
-	// for the rule was longer than max_key_bytes.
-	keyTooLong abi.MetricCounter
+	// duplicateHeader and keyTooLong count requests refused (a shadow rule's skipped) for a
+	// repeated key header (duplicateKeyHeader) or a key over max_key_bytes (keyTooLong).
+	duplicateHeader, keyTooLong abi.MetricCounter
 	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
 	nearLimit abi.MetricCounter
 }
