@@ -90,9 +90,8 @@ type redisMetrics struct {
 }
 
 // prepareGlobal prepares the part a of the matched global rule r in the request. It reports
-// denied, with the action to return, when the rule's over-limit cache denies the request (the
-// local response is then sent), and callout when the rule needs the request's Redis call (not
-// when this VM's lease admitted it).
+// denied, with the action, when the rule's over-limit cache denies the request, and callout
+// when the rule needs the request's Redis call (not when this VM's lease admitted it).
 func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
 	rs := a.rs
 	a.key = append(a.key[:0], key...)
@@ -120,9 +119,9 @@ func (h *httpContext) decideGlobal(now int64) types.Action {
 	return h.finish()
 }
 
-// askRedis sends the request's one callout for all of its global rules, or applies the Redis
-// failure mode to each of them when it cannot be sent. It reports whether the request must be
-// denied now, and by which rule.
+// askRedis sends the request's one callout for all of its global rules, or applies the
+// failure mode to them when it cannot; it reports whether the request must be denied now, and
+// by which rule.
 func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if len(c.parts) > 0 {
@@ -209,8 +208,8 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 	return h.send(now, answer)
 }
 
-// send sends the call in the client's body for the request, as dispatch describes. answer
-// must call h.answered with the request's working set before anything else.
+// send sends the call in the client's body for the request (see dispatch); answer must call
+// h.answered with the request's working set first.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, answer); err != nil {
@@ -233,8 +232,8 @@ func (h *httpContext) answered(d *decisions) {
 	h.callouts--
 }
 
-// onRedisAnswer handles the answer to the request's callout. It runs from the root context with
-// the stream made effective again.
+// onRedisAnswer handles the answer to the request's callout, from the root context with the
+// stream made effective again.
 func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
@@ -331,11 +330,10 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 	}
 }
 
-// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
-// every denied batch replaced by the request's own cost: the first call committed nothing
-// (all or nothing), so the second decides the whole request again, exactly. It reports
-// whether the call was sent; if not, the failure is counted and the caller applies the
-// failure mode.
+// retakeGlobal sends the request's call again after Redis denied a lease's batch, each denied
+// batch replaced by the request's cost: the first call committed nothing, so the second
+// decides the whole request again, exactly. It reports whether the call was sent (if not, the
+// failure is counted and the caller applies the failure mode).
 func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 	for i := range d.applied {
 		a := &d.applied[i]
@@ -359,10 +357,9 @@ var (
 	errNoHosts      = &wrappedError{err: redis.ErrUnavailable, suffix: ": the cluster has no host (proxy_http_call failed with InternalFailure)"}
 )
 
-// sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once
-// with InternalFailure when the cluster has no host to send to, and then never calls back:
-// Redis is then unavailable, as surely as when webdis answers 503. Anything else (a cluster
-// Envoy does not know, a bad argument) stays unclassified and is counted as a reset.
+// sendError classifies a callout that could not be sent: Envoy fails proxy_http_call with
+// InternalFailure when the cluster has no host, and never calls back, so Redis is unavailable
+// as surely as on a 503. Anything else stays unclassified and is counted as a reset.
 func sendError(err error) error {
 	if errors.Is(err, abi.ErrInternalFailure) {
 		return errNoHosts
@@ -502,9 +499,8 @@ func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 }
 
 // askShards sends one callout per global rule of the request (redis.partitions > 1), each to
-// the partition of the rule's key, or applies the failure mode to a rule whose partition's
-// breaker is open or whose callout cannot be sent. It reports whether the request must be
-// denied now, and by which rule.
+// its key's partition, or applies the failure mode to a rule whose partition's breaker is
+// open or whose call cannot be sent. It reports whether the request must be denied now.
 func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.secretKnown {
