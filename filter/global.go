@@ -261,14 +261,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if !a.inCall() {
 				continue
 			}
-			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
-			a.gaveBack(c.answers[j].GaveBack)
-			if a.overflow {
-				// The rule had reached its key bound in Redis and this new key was decided
-				// on the rule's overflow key.
-				a.rs.m.overflow.Increment(1)
-				a.overflowed()
-			}
+			a.applyAnswer(&c.answers[j], c.at)
 			j++
 			if a.batchDenied() {
 				// The lease's batch did not fit, and the call committed nothing (the rule is
@@ -315,6 +308,19 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		}
 	}
 	h.finishWhenAnswered(d)
+}
+
+// applyAnswer takes Redis's answer for a's item, decided at at on Redis' clock. On the rule's
+// overflow key (its key bound reached, the key new) the script decided the request's own cost,
+// never a lease's batch (redis.Item.Cost): the decision is the exact one, not a denied batch
+// to send again.
+func (a *applied) applyAnswer(ans *redis.Answer, at int64) {
+	a.decision, a.decided, a.overflow, a.redisAt = ans.Decision, true, ans.Overflow, at
+	a.gaveBack(ans.GaveBack)
+	if a.overflow {
+		a.rs.m.overflow.Increment(1)
+		a.take = min(a.take, a.cost)
+	}
 }
 
 // finishWhenAnswered decides the request and resumes it once the last of its callouts has
@@ -679,12 +685,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
-		a.gaveBack(answer.GaveBack)
-		if a.overflow {
-			a.rs.m.overflow.Increment(1)
-			a.overflowed()
-		}
+		a.applyAnswer(&answer, c.at)
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
 			// nothing: the request's own cost is decided again, by this rule's call alone.

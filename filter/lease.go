@@ -367,13 +367,6 @@ func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal &
 // cost.
 func (a *applied) callN() int64 { return max(a.take, a.cost) }
 
-// overflowed notes that Redis decided the rule on its overflow key, where the script decides
-// the request's own cost, never a lease's batch (redis.Item.Cost): the decision is the exact
-// one, and a denial there is not a denied batch to send again.
-func (a *applied) overflowed() {
-	a.take = min(a.take, a.cost)
-}
-
 // batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
 // an enforced rule: the request's own cost must then be decided again, since an exact
 // decision could admit it.
