@@ -398,9 +398,8 @@ func idleHorizon(lim Limiter) int64 {
 	return 0
 }
 
-// Pending is a decision that has been made but not yet written. Deciding every rule of a request
-// before writing any of them means a request denied by a later rule consumes nothing of an
-// earlier one. A Pending is reused across requests to avoid allocations.
+// Pending is a decision made but not yet written, so that a request denied by a later rule
+// consumes nothing of an earlier one. It is reused across requests.
 type Pending struct {
 	// Decision is the outcome; it may change when Commit has to decide again after a race.
 	Decision algorithms.Decision
@@ -455,11 +454,9 @@ func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 }
 
 // Commit writes an allowed decision with compare-and-swap: the key's index entry first when it
-// is placed, then its slot. When another worker wrote either since Decide read it, the decision
-// is made again on what is there now (it may now be a denial) and written again, at most
-// Attempts times in all. A denial is never written: a denied request consumes nothing.
-// ErrAttemptsExhausted means every attempt lost a race: the request must not be admitted
-// uncounted.
+// is placed, then its slot. When another worker wrote either since Decide read it, the key is
+// decided again on what is there now (perhaps a denial) and written again, at most Attempts
+// times in all; ErrAttemptsExhausted means every attempt lost. A denial is never written.
 func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
@@ -485,8 +482,7 @@ func (t *Table) Commit(p *Pending) error {
 }
 
 // recommit is Commit after a write that failed with err: after a lost race it decides again
-// and commits that decision (at most Attempts times in all, counting recursions). It is out
-// of line, so that a request whose write succeeds does not compile it.
+// and commits (at most Attempts times in all). Out of line (see filter/doc.go).
 func (t *Table) recommit(p *Pending, err error) error {
 	if !errors.Is(err, ErrCasMismatch) {
 		return err
@@ -501,13 +497,9 @@ func (t *Table) recommit(p *Pending, err error) error {
 	return t.Commit(p)
 }
 
-// decide finds the key's slot (see Table) and runs the limiter on its state.
-//
-// It reads the key's home slot first: a key found live there is decided on that read alone,
-// the common case. Otherwise lookup reads the indexes, out of line.
-//
-// With hash, it first makes the digest of key and its hash (Decide); without, it decides
-// again on p's (Commit after a lost race).
+// decide finds the key's slot (see Table) and runs the limiter on its state: a key found live
+// in its home slot, the common case, on that read alone, otherwise through lookup. With hash
+// it first makes key's digest and hash (Decide); without, it decides again on p's (recommit).
 func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 	if hash {
 		// The key's digest and hash are made here, once per decision: a retry in Commit
