@@ -32,10 +32,9 @@
 //     an error message becomes [false];
 //   - ignores the Content-Type; answers 403 to an empty body.
 //
-// Escape therefore percent-encodes every byte outside [A-Za-z0-9_-], so a request-derived key
-// is always exactly one argument with exactly its bytes, and nothing in it can add arguments
-// (which could, for example, override the rule's limit), truncate the command or change the
-// reply format. Numbers are rendered as decimal digits (and '-'), which need no escaping.
+// Escape therefore percent-encodes every byte outside [A-Za-z0-9_-]: nothing in a
+// request-derived key can add arguments (which could override the rule's limit), truncate the
+// command or change the reply format. Numbers are decimal digits and '-', which need none.
 //
 // Scripts must return flat arrays of integers: webdis turns a nested table into null, and
 // Redis truncates Lua numbers to integers.
