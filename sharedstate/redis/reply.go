@@ -80,9 +80,8 @@ type Answer struct {
 	// new, was decided on the rule's overflow key (see Rule.Partitioned).
 	Overflow bool
 	// GaveBack is set when the item's give-back (Item.GiveBack) was applied to the key's
-	// state. The script applies none on the overflow key, on a state it read under other
-	// parameters or in an older encoding, or where the algorithm takes nothing back (a full
-	// bucket, a window other than the take's; algorithms.Returner): those units are lost.
+	// state; units the script did not apply (the overflow key, a state under other parameters
+	// or in an older encoding, algorithms.Returner's exceptions) are lost.
 	GaveBack bool
 	// Now is the call's instant on Redis' clock (Unix ns), the one ParseReplies returns: a
 	// lease's units given back later name it as the instant of their take (Item.GivenAt).
@@ -103,17 +102,12 @@ const (
 //
 //	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,flags,...]}
 //
-// (or "EVAL"), integers only, with one group of six per item; an error reply is
-// {"EVALSHA":[false,"<message>"]}, which webdis sends with status 200. now is the instant of
-// the decision on Redis' clock (Unix ns, microsecond resolution); committed reports whether the
-// script wrote the admitting items' states, which it does exactly when no non-shadow item was
-// denied.
-//
-// An answer that does not fit items is malformed: another number of rules, a limit other than
-// an item's rule's (every reply carries the limit it was given, so another limit means the
-// answer is not for this request: a misrouted cluster, a proxy in between), or a committed flag
-// that contradicts the decisions. The errors are ErrNoScript, *Error (ErrRedis), *StatusError
-// (ErrUnavailable or ErrMalformed) and ErrMalformed; see their documentation.
+// (or "EVAL"), integers only, six per item; an error reply is {"EVALSHA":[false,"<message>"]},
+// with status 200. now is the decision's instant on Redis' clock (Unix ns); committed reports
+// whether the script wrote the admitting items' states, as it does exactly when no non-shadow
+// item was denied. An answer that does not fit items is malformed: another number of rules, a
+// limit other than an item's rule's (the answer is not for this request: a misrouted cluster,
+// a proxy in between), or a committed flag that contradicts the decisions.
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
 func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {

@@ -160,9 +160,8 @@ func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name s
 	return &b
 }
 
-// Item is one rule's part in a call: the rule, its raw Redis key (see AppendKey), the number
-// of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
-// stop the call from committing the others.
+// Item is one rule's part in a call: the rule, its raw Redis key (AppendKey), the number of
+// events, and whether the rule is a shadow rule, whose denial does not stop the commit.
 type Item struct {
 	Rule *Rule
 	Key  []byte
@@ -185,18 +184,16 @@ type Item struct {
 //
 //	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
 //
-// where the keys of an item are its Key, followed, for a rule with a key bound (see Rule.Partitioned),
-// by the rule's key set and overflow key.
-// The script decides every item on the state as read and writes (commits) only if no
-// non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
+// where the keys of an item are its Key, followed, for a rule with a key bound (see
+// Rule.Partitioned), by the rule's key set and overflow key. The script commits only if no
+// non-shadow item denies (lua/main.lua). Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
 func AppendEvalSHA(dst []byte, items []Item) []byte {
 	return appendTail(appendCommand(dst, false), items)
 }
 
-// AppendEval appends the NOSCRIPT fallback body: EVAL/<escaped script>/<k>/... as
-// AppendEvalSHA. It is many KiB; send it only after ErrNoScript. It runs the same call and
-// loads the script into Redis' cache in the same round trip, so the next EVALSHA succeeds.
+// AppendEval appends the NOSCRIPT fallback body, EVAL with the escaped script (many KiB): the
+// same call, which also loads the script into Redis' cache for the next EVALSHA.
 func AppendEval(dst []byte, items []Item) []byte { return appendTail(appendCommand(dst, true), items) }
 
 // appendCommand appends the command and the script's name, or with full the script itself.
