@@ -121,3 +121,19 @@ func FuzzUsageScanner(f *testing.F) {
 		}
 	})
 }
+
+// contentEvent is one event of an OpenAI stream carrying about 1 KB of generated text, the
+// chunk an LLM's stream is made of.
+var contentEvent = []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+	strings.Repeat("token ", 166) + "\"}}],\"usage\":null}\n\n")
+
+// BenchmarkUsageScan measures the scanner on one content event (b.SetBytes: per byte).
+func BenchmarkUsageScan(b *testing.B) {
+	spec := pointers("/usage/total_tokens")
+	var s usageScanner
+	s.reset(spec.Pointers, true)
+	b.SetBytes(int64(len(contentEvent)))
+	for b.Loop() {
+		s.write(contentEvent)
+	}
+}

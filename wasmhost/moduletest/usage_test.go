@@ -228,23 +228,40 @@ func concurrentStreams(d *wasmDriver, seed uint64, capacity, reserve, maxUsage i
 	return admitted, charged, used, maxOpen
 }
 
-// BenchmarkGuestPerChunk measures the guest time one streamed 1 KB body chunk costs: a
-// stream of an SSE reply with 64 content events of about 1 KB, less the same stream without
-// them, per event (medians of each). passthrough is a filter that does nothing; 1rule the
-// filter with a rule without a usage cost (the chunk only crosses the ABI); 1rule-usage the
-// filter with a usage rule, which reads and scans every chunk.
+// BenchmarkGuestPerChunk measures the guest time one streamed body chunk costs: a stream of an
+// SSE reply with 64 content events, less the same stream without them, per event (medians of
+// each). passthrough is a filter that does nothing; passthrough-read the same filter reading
+// every chunk through the ABI (the floor of a filter that reads the body); 1rule the filter
+// with a rule without a usage cost (the chunk only crosses the ABI); 1rule-usage the filter
+// with a usage rule, which reads and scans every chunk. Events are about 1 KB, 4 KB in the
+// 4KB case (the difference is the cost per byte); anthropic is Anthropic's stream, whose
+// events have an "event:" line and whose usage rule has two pointers.
 func BenchmarkGuestPerChunk(b *testing.B) {
 	const events = 64
-	usage := `{"rules":[{"name":"u","algorithm":"token_bucket","limit":1000000000,"window":"1s",` +
-		`"cost":{"reserve":1,"usage":{"json":["/usage/total_tokens"]},"max":1000}}]}`
-	cases := []struct{ name, module, config string }{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`},
-		{"1rule", ".", `{"rules":[{"name":"r","algorithm":"token_bucket","limit":1000000000,"window":"1s"}]}`},
-		{"1rule-usage", ".", usage},
+	usage := func(ptrs ...string) string {
+		return `{"rules":[{"name":"u","algorithm":"token_bucket","limit":1000000000,"window":"1s",` +
+			`"cost":{"reserve":1,"usage":{"json":["` + strings.Join(ptrs, `","`) + `"]},"max":1000}}]}`
 	}
-	full := fakellm.Reply{Shape: fakellm.OpenAI, Stream: true, Input: 1, Output: 1, Words: events, ChunkBytes: 1000}.Chunks()
-	base := full[len(full)-2:] // the usage event and [DONE]
+	openai := fakellm.Reply{Shape: fakellm.OpenAI, Stream: true, Input: 1, Output: 1, Words: events, ChunkBytes: 1000}
+	big, anthropic := openai, openai
+	big.ChunkBytes, anthropic.Shape = 4000, fakellm.Anthropic
+	cases := []struct {
+		name, module, config string
+		reply                fakellm.Reply
+	}{
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, openai},
+		{"passthrough-read", "./wasmhost/testdata/passthrough", `{"read_body":true}`, openai},
+		{"1rule", ".", `{"rules":[{"name":"r","algorithm":"token_bucket","limit":1000000000,"window":"1s"}]}`, openai},
+		{"1rule-usage", ".", usage(openai.Pointers()...), openai},
+		{"1rule-usage-4KB", ".", usage(openai.Pointers()...), big},
+		{"1rule-usage-anthropic", ".", usage(anthropic.Pointers()...), anthropic},
+	}
 	for _, c := range cases {
+		full := c.reply.Chunks()
+		base := slices.Concat(full[:len(full)-events-2], full[len(full)-2:]) // without the content events
+		if c.reply.Shape == fakellm.OpenAI {
+			base = full[len(full)-2:] // the usage event and [DONE]
+		}
 		b.Run(c.name, func(b *testing.B) {
 			h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, c.module), wasmhost.Options{
 				Workers: 1, VMID: "bench", PluginConfig: []byte(c.config), SharedData: wasmhost.NewSharedData(),
