@@ -237,13 +237,15 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.A
 func (h *httpContext) usageBody(bodySize int, endOfStream bool) {
 	defer recoverTo("OnHttpResponseBody", nil)
 	u := h.usage
-	if u.body && bodySize > 0 && !u.ended {
-		chunk, err := abi.GetHttpResponseBody(0, bodySize)
-		if err == nil {
-			for i := range u.srcs {
-				if u.srcs[i].spec.Header == "" {
-					u.srcs[i].scan.write(chunk)
-				}
+	// The chunk is read in pieces that fit the memory the VM reuses for body reads.
+	for off := 0; u.body && off < bodySize && !u.ended; off += abi.MaxBodyRead {
+		piece, err := abi.GetHttpResponseBody(off, min(bodySize-off, abi.MaxBodyRead))
+		if err != nil {
+			break
+		}
+		for i := range u.srcs {
+			if u.srcs[i].spec.Header == "" {
+				u.srcs[i].scan.write(piece)
 			}
 		}
 	}

@@ -80,6 +80,8 @@ func TestUsageStreamsWasm(t *testing.T) {
 	}{
 		{"openai", fakellm.Reply{Shape: fakellm.OpenAI, Stream: true, Input: 40, Output: 260, Words: 20, ChunkBytes: 1024}},
 		{"openai", fakellm.Reply{Shape: fakellm.OpenAI, Input: 10, Output: 20}},
+		// One chunk of 40 KB, read in pieces of abi.MaxBodyRead.
+		{"openai", fakellm.Reply{Shape: fakellm.OpenAI, Input: 5, Output: 7, ChunkBytes: 40000}},
 		{"anthropic", fakellm.Reply{Shape: fakellm.Anthropic, Stream: true, Input: 25, Output: 15}},
 	} {
 		r := llmRequest(tc.route, "k1", tc.rep)
@@ -97,7 +99,7 @@ func TestUsageStreamsWasm(t *testing.T) {
 	res, err := d.host.Do(ctx, llmRequest("anthropic", "k1", fakellm.Reply{Shape: fakellm.Anthropic, Input: 5, Output: 5}))
 	require.NoError(t, err)
 	require.Nil(t, res.Local)
-	require.Equal(t, 100000-300-30-100, remaining(t, d, "openai", "k1"))
+	require.Equal(t, 100000-300-30-12-100, remaining(t, d, "openai", "k1"))
 	require.Equal(t, 100000-40-5000-100, remaining(t, d, "anthropic", "k1"))
 
 	// The upstream cuts a stream before its usage: on_missing "reserve" charges the 100.
