@@ -49,7 +49,7 @@ type usageScanner struct {
 	num     int64                   // the number being read, while it is a whole number
 	numOK   bool                    // it still is one
 	numLen  int
-	litLeft int // letters of true, false or null left to read
+	lit     string // the letters of true, false or null left to read
 
 	// The event-stream lexer.
 	lineStart bool // at the start of a line
@@ -374,14 +374,11 @@ func (s *usageScanner) json(c byte) {
 		}
 		s.scalar(s.numOK)
 	case stLiteral:
-		if c >= 'a' && c <= 'z' {
-			if s.litLeft--; s.litLeft < 0 {
+		if s.lit != "" {
+			if c != s.lit[0] {
 				s.broken = true
 			}
-			return
-		}
-		if s.litLeft != 0 {
-			s.broken = true
+			s.lit = s.lit[1:]
 			return
 		}
 		s.scalar(false)
@@ -427,10 +424,12 @@ func (s *usageScanner) value(c byte) {
 		if c != '-' {
 			s.num, s.numLen = int64(c-'0'), 1
 		}
-	case c == 't' || c == 'n':
-		s.st, s.litLeft = stLiteral, 3
+	case c == 't':
+		s.st, s.lit = stLiteral, "rue"
 	case c == 'f':
-		s.st, s.litLeft = stLiteral, 4
+		s.st, s.lit = stLiteral, "alse"
+	case c == 'n':
+		s.st, s.lit = stLiteral, "ull"
 	case c == ']' && s.inArray() && s.index[s.depth] == 0:
 		s.close(true) // an empty array
 	default:
