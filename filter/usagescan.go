@@ -3,6 +3,7 @@ package filter
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -52,14 +53,19 @@ type usageScanner struct {
 	lit     string // the letters of true, false or null left to read
 
 	// The event-stream lexer.
-	lineStart bool // at the start of a line
-	field     [5]byte
-	fieldLen  int  // bytes of the line's field name read, until ':'; -1: skip the line
-	inData    bool // the line is a "data" line: its value goes to the tokenizer
-	skipSpace bool // one space after "data:" is dropped
-	dataLines int  // data lines in the current event
-	lastCR    bool // the previous byte was '\r' (a "\r\n" is one line end)
-	broken    bool // the current document is not JSON: skip to its end
+	// evidence[i] is the index of pointer i's token that an event's data must hold as a key
+	// for the pointer to be found there (see skippable); skipEvents is set when every pointer
+	// has one.
+	evidence   [maxUsagePointers]uint8
+	skipEvents bool
+	lineStart  bool // at the start of a line
+	field      [5]byte
+	fieldLen   int  // bytes of the line's field name read, until ':'; -1: skip the line
+	inData     bool // the line is a "data" line: its value goes to the tokenizer
+	skipSpace  bool // one space after "data:" is dropped
+	dataLines  int  // data lines in the current event
+	lastCR     bool // the previous byte was '\r' (a "\r\n" is one line end)
+	broken     bool // the current document is not JSON: skip to its end
 }
 
 // The limits of the scanner: pointers, and the depth of the containers it follows. A pointer
@@ -99,10 +105,19 @@ var (
 
 func (s *usageScanner) reset(ptrs [][]string, sse bool) {
 	*s = usageScanner{ptrs: ptrs, sse: sse, lineStart: true}
+	s.skipEvents = sse
 	for i, p := range ptrs {
 		for d := range min(len(p), maxScanDepth) {
 			s.deeper[d] |= 1 << i
 		}
+		// The last token that can only be a key (not empty, not an array index), and that
+		// only \u and \/ escapes can write (no quote, backslash or control character).
+		k := len(p) - 1
+		for k >= 0 && (p[k] == "" || isIndex(p[k])) {
+			k--
+		}
+		s.evidence[i] = uint8(max(k, 0))
+		s.skipEvents = s.skipEvents && k >= 0 && !strings.ContainsFunc(p[k], func(r rune) bool { return r < ' ' || r == '"' || r == '\\' })
 	}
 	s.startDocument()
 }
@@ -137,6 +152,25 @@ func (s *usageScanner) write(b []byte) {
 	// has passed it.
 	nl, cr := -1, -1
 	for i := 0; i < len(b); {
+		if s.skipEvents && s.lineStart && s.dataLines == 0 && !s.lastCR {
+			// An event that ends in this chunk, with "\n" line ends, none of whose bytes can
+			// be a pointer's key, is skipped whole: no pointer is found in it, and the state
+			// after it is the state before it.
+			if nl < i {
+				nl = indexFrom(b, i, '\n')
+			}
+			if cr < i {
+				cr = indexFrom(b, i, '\r')
+			}
+			e := nl // the event's last line end, once followed by a blank line
+			for e+1 < len(b) && b[e+1] != '\n' {
+				e = indexFrom(b, e+1, '\n')
+			}
+			if e+1 < len(b) && e < cr && !s.mayHold(b[i:e]) {
+				i = e + 2
+				continue
+			}
+		}
 		if s.inData && s.skipSpace {
 			s.skipSpace = false
 			if b[i] == ' ' {
@@ -172,6 +206,50 @@ func indexFrom(b []byte, i int, c byte) int {
 		return i + k
 	}
 	return len(b)
+}
+
+// mayHold reports whether the bytes of an event, b, may hold a key that is a pointer's
+// evidence token: written plainly between quotes, or with an escape that can stand for one of
+// its characters (\u for any, \/ for a slash).
+func (s *usageScanner) mayHold(b []byte) bool {
+	backslash := indexFrom(b, 0, '\\')
+	for j := backslash; j < len(b); j = indexFrom(b, j+1, '\\') {
+		if j+1 == len(b) || b[j+1] == 'u' {
+			return true
+		}
+	}
+	for i, p := range s.ptrs {
+		t := p[s.evidence[i]]
+		if (backslash < len(b) && strings.IndexByte(t, '/') >= 0) || quotedIn(b, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotedIn reports whether b holds t between quotes. It looks for t's first byte that is not
+// a lower-case letter (rarer in text), or its last.
+func quotedIn(b []byte, t string) bool {
+	a := len(t) - 1
+	for k := range len(t) {
+		if t[k] < 'a' || t[k] > 'z' {
+			a = k
+			break
+		}
+	}
+	for j := indexFrom(b, 0, t[a]); j < len(b); j = indexFrom(b, j+1, t[a]) {
+		if start := j - a; start >= 1 && start+len(t) < len(b) && b[start-1] == '"' &&
+			b[start+len(t)] == '"' && string(b[start:start+len(t)]) == t {
+			return true
+		}
+	}
+	return false
+}
+
+// isIndex reports whether t is an array index as JSON pointers write it.
+func isIndex(t string) bool {
+	n, err := strconv.Atoi(t)
+	return err == nil && n >= 0 && strconv.Itoa(n) == t
 }
 
 // event lexes one byte of a text/event-stream outside a data line's value and the rest of a

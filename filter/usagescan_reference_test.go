@@ -135,7 +135,7 @@ func walkValue(dec *json.Decoder, tok json.Token, path []string, visit func([]st
 // referencePointers are the pointers the comparisons look for: nested keys, keys that escape
 // into "/" and "~", an array index, a key that is a prefix of another.
 var referencePointers = []string{"/usage/total_tokens", "/message/usage/input_tokens", "/usage/output_tokens",
-	"/a~1b/c~0", "/0/1", "/choices/1/n", "/usage/total"}
+	"/a~1b/c~0", "/a~1b", "/0/1", "/choices/1/n", "/usage/total"}
 
 // checkAgainstReference scans body whole and cut in the given sizes, and fails unless every
 // cut agrees with the whole, and the whole with referenceUsage where the body is JSON.
@@ -247,11 +247,15 @@ var (
 // event stream may cut it into data lines (randomEventStream removes the others).
 func randomValue(r *rand.Rand, depth int) string {
 	ws := func() string { return []string{"", " ", "\u0001", "\t", " \u0001 "}[r.IntN(5)] }
-	k := r.IntN(10)
+	k := r.IntN(11)
 	if depth > 5 {
 		k = 6 + k%4
 	}
 	switch {
+	case k == 10:
+		// A usage at one of the pointers, as an API writes it.
+		return "{" + escapedKey(r, "usage") + ":{" + escapedKey(r, []string{"total_tokens", "output_tokens", "total"}[r.IntN(3)]) +
+			":" + randomNumbers[r.IntN(len(randomNumbers))] + "}}"
 	case k < 3:
 		var fields []string
 		for range r.IntN(5) {
@@ -274,8 +278,10 @@ func randomValue(r *rand.Rand, depth int) string {
 }
 
 // randomKey returns one of randomKeys, written plain or with some characters escaped.
-func randomKey(r *rand.Rand) string {
-	k := randomKeys[r.IntN(len(randomKeys))]
+func randomKey(r *rand.Rand) string { return escapedKey(r, randomKeys[r.IntN(len(randomKeys))]) }
+
+// escapedKey returns k as a JSON string, written plain or with some characters escaped.
+func escapedKey(r *rand.Rand, k string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, c := range k {

@@ -83,6 +83,9 @@ func TestUsageScanner(t *testing.T) {
 		{"object", []string{"/usage"}, false, `{"usage":{"total_tokens":3}}`, 0, false},
 		{"huge", []string{"/n"}, false, `{"n":12345678901234567890}`, 0, false},
 		{"escaped key", []string{"/a~1b/c"}, false, `{"a\/b":{"\u0063":5}}`, 5, true},
+		// Events read whole: keys written with escapes are keys all the same.
+		{"escaped slash in an event", []string{"/a~1b"}, true, "data: {\"a\\/b\":7}\n\n", 7, true},
+		{"escaped letter in an event", []string{"/usage/total_tokens"}, true, "data: {\"usage\":{\"total_tok\\u0065ns\":9}}\n\n", 9, true},
 		{"key prefix is no match", []string{"/usage/total"}, false, `{"usage":{"total_tokens":3,"totals":4}}`, 0, false},
 		{"last value wins", []string{"/n"}, false, `{"n":1} {"n":2}` + "\n" + `{"n":3}`, 3, true},
 		{"a broken document keeps what was found", []string{"/n"}, true, "data: {\"n\":4}\n\ndata: {\"n\" 7}\n\n", 4, true},
