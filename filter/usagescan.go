@@ -153,20 +153,18 @@ func (s *usageScanner) write(b []byte) {
 	nl, cr := -1, -1
 	for i := 0; i < len(b); {
 		if s.skipEvents && s.lineStart && s.dataLines == 0 && !s.lastCR {
-			// An event that ends in this chunk, with "\n" line ends, none of whose bytes can
-			// be a pointer's key, is skipped whole: no pointer is found in it, and the state
-			// after it is the state before it.
+			// The events up to the first "\n\n" in this chunk (one, or more if some end with
+			// '\r' line ends), none of whose bytes can be a pointer's key, are skipped whole:
+			// no pointer is found in them, and after that "\n\n" the state is the state
+			// before them.
 			if nl < i {
 				nl = indexFrom(b, i, '\n')
 			}
-			if cr < i {
-				cr = indexFrom(b, i, '\r')
-			}
-			e := nl // the event's last line end, once followed by a blank line
+			e := nl
 			for e+1 < len(b) && b[e+1] != '\n' {
 				e = indexFrom(b, e+1, '\n')
 			}
-			if e+1 < len(b) && e < cr && !s.mayHold(b[i:e]) {
+			if e+1 < len(b) && !s.mayHold(b[i:e]) {
 				i = e + 2
 				continue
 			}
