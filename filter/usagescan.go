@@ -25,7 +25,8 @@ import (
 // (in an LLM's stream, the choices or the content blocks with their generated text) is skipped:
 // only its strings and brackets are read, to find where it ends, and its syntax is not checked.
 // String contents are skipped with bytes.IndexByte, in Wasm the Go runtime's memchr; keys are
-// compared with the pointers' tokens whole when they hold no escape.
+// compared with the pointers' tokens whole when they hold no escape. In an event stream, an
+// event whose bytes cannot hold a pointer's key is skipped whole (see write).
 type usageScanner struct {
 	ptrs [][]string // the pointers' reference tokens (config.UsageSpec.Pointers)
 	sse  bool       // the body is a text/event-stream
