@@ -150,10 +150,11 @@ func (s *usageScanner) write(b []byte) {
 		return
 	}
 	// The next '\n' and '\r' at or after i (len(b): none), each searched for again only once i
-	// has passed it.
-	nl, cr := -1, -1
+	// has passed it; the end of the last events looked at for skipping, which are not looked
+	// at again (so a chunk of many lines is searched once).
+	nl, cr, looked := -1, -1, -1
 	for i := 0; i < len(b); {
-		if s.skipEvents && s.lineStart && s.dataLines == 0 && !s.lastCR {
+		if s.skipEvents && i > looked && s.lineStart && s.dataLines == 0 && !s.lastCR {
 			// The events up to the first "\n\n" in this chunk (one, or more if some end with
 			// '\r' line ends), none of whose bytes can be a pointer's key, are skipped whole:
 			// no pointer is found in them, and after that "\n\n" the state is the state
@@ -169,6 +170,7 @@ func (s *usageScanner) write(b []byte) {
 				i = e + 2
 				continue
 			}
+			looked = e + 1
 		}
 		if s.inData && s.skipSpace {
 			s.skipSpace = false
