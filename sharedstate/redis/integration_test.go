@@ -428,7 +428,7 @@ func TestInjection(t *testing.T) {
 	}
 	for _, h := range hostile() {
 		// Raw keys exercise Escape with every hostile byte; AppendKey keys are what the filter
-		// sends (hashed when the value is not plain printable ASCII).
+		// sends (the value verbatim, a leading '#' doubled).
 		check(append([]byte("inj:{raw}:"), h...))
 		key := redis.AppendKey(nil, "inj", "rl", "built", h)
 		if !want[string(key)] {
