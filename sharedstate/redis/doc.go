@@ -57,6 +57,9 @@
 //     request denied by one rule may have been charged by the others (at most one request
 //     over-counted per other rule, never an extra admission).
 //
+// The descriptor is written as it is, whatever its bytes, with a second '#' when it starts
+// with '#', so that it never names a rule's own keys (#keys, #overflow; see AppendKey).
+//
 // The partition is keyed so that nobody can compute offline which clients share a partition
 // and fill it. The secret lives in Redis under <prefix>:{<domain>}:#partition-secret
 // (AppendSecretKey). A VM that does not know it sends the secret call first (AppendSecretCall,
