@@ -33,3 +33,7 @@ const (
 func CalloutFailed(numHeaders, bodySize, numTrailers int) bool {
 	return numHeaders == 0 && bodySize == 0 && numTrailers == 0
 }
+
+// MaxBodyRead is the largest response body read (GetHttpResponseBody) that the Wasm build reads
+// into the memory it reuses for every such read; a larger read gets memory of its own.
+const MaxBodyRead = 16 << 10

@@ -201,9 +201,13 @@ func GetHttpCallResponseHeader(key string) (string, error) {
 }
 
 // GetHttpResponseBody returns up to maxSize bytes from start of the response body chunk being
-// delivered to OnHttpResponseBody.
+// delivered to OnHttpResponseBody. Up to MaxBodyRead bytes, they are in memory the VM reuses for
+// the next response body read: use them before reading again.
 func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
-	return getBuffer(bufferResponseBody, start, maxSize)
+	intoBody = true
+	b, err := getBuffer(bufferResponseBody, start, maxSize)
+	intoBody = false
+	return b, err
 }
 
 // GetHttpCallResponseBody returns up to maxSize bytes from start of the callout response body.

@@ -30,6 +30,16 @@ const (
 	maxChunked = 256 // larger buffers are allocated on their own
 )
 
+// bodyBuf is the memory response body chunks are read into (see GetHttpResponseBody), the same
+// from chunk to chunk: a stream's body arrives in many chunks, and memory of its own for each
+// would cost an allocation of its size and, every few megabytes, a garbage collection (together
+// three times the rest of the read, measured by BenchmarkGuestPerChunk). intoBody is set while
+// the host call that reads a chunk is in progress.
+var (
+	bodyBuf  []byte
+	intoBody bool
+)
+
 // proxyOnMemoryAllocate is the allocator the host calls to return data. It runs on every
 // header, property and shared-data read, so its common path is kept to a few operations: no
 // defer (carving from a block cannot panic) and no pointer written but the pin.
@@ -40,6 +50,9 @@ func proxyOnMemoryAllocate(size uint32) (addr uint32) {
 	if n == 0 {
 		// A zero-length slice has no stable address to hand out.
 		n = 1
+	}
+	if intoBody && n <= MaxBodyRead {
+		return bodyMemory(n)
 	}
 	if n > maxChunked {
 		return allocateLarge(n)
@@ -64,6 +77,16 @@ func allocateLarge(n int) (addr uint32) {
 		}
 	}()
 	b := make([]byte, n)
+	pinned = append(pinned, b)
+	return uint32(uintptr(unsafe.Pointer(&b[0])))
+}
+
+// bodyMemory hands out the first n bytes of bodyBuf, allocated on first use.
+func bodyMemory(n int) (addr uint32) {
+	if bodyBuf == nil {
+		bodyBuf = make([]byte, MaxBodyRead)
+	}
+	b := bodyBuf[:n:n]
 	pinned = append(pinned, b)
 	return uint32(uintptr(unsafe.Pointer(&b[0])))
 }

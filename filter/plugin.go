@@ -55,9 +55,12 @@ type plugin struct {
 	shadowHeaders []string
 
 	// usage is set when a rule has a usage cost; usageFree keeps finished streams' usage
-	// state for reuse (see usage.go).
+	// state for reuse (see usage.go). retries are the global settlements waiting to be sent
+	// again, and retryTick is set while the VM's tick runs for them (see retrySettlements).
 	usage     bool
 	usageFree []*usageStream
+	retries   []*settlement
+	retryTick bool
 }
 
 // ruleState is everything the filter keeps per configured rule.
@@ -149,6 +152,7 @@ func (p *plugin) OnTick() {
 		p.refreshSecret(now)
 	}
 	p.releaseDue(now)
+	p.retrySettlements(now)
 	for _, rs := range p.rules {
 		if rs.adaptive != nil {
 			p.updateAdaptive(rs, now)
@@ -315,17 +319,22 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
 // controllers need, and, with partitions (partitioned), the partition secret's refresh.
 func setTickPeriod(rules []*ruleState, partitioned bool) error {
-	period := tickPeriod(rules)
-	if period == 0 && partitioned {
-		// Only the partition secret's refresh needs the timer (see refreshSecret).
-		period = time.Duration(secretRefresh)
-	}
-	if period > 0 {
+	if period := tickOf(rules, partitioned); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
 	return nil
+}
+
+// tickOf is the tick period setTickPeriod asks for.
+func tickOf(rules []*ruleState, partitioned bool) time.Duration {
+	period := tickPeriod(rules)
+	if period == 0 && partitioned {
+		// Only the partition secret's refresh needs the timer (see refreshSecret).
+		period = time.Duration(secretRefresh)
+	}
+	return period
 }
 
 // warm allocates while the filter configures what a VM's first request would otherwise

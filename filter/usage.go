@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/abi"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
@@ -34,8 +35,8 @@ type usageRule struct {
 
 // usageMetrics are a usage rule's metrics (see defineUsageMetrics).
 type usageMetrics struct {
-	reserved, settled, refunded, debt, missing, failed abi.MetricCounter
-	open                                               abi.MetricGauge
+	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
+	open                                                        abi.MetricGauge
 	// failures counts this VM's settlements of the rule that could not be written, so that
 	// the first and then every power of two are logged.
 	failures uint64
@@ -72,6 +73,7 @@ func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
 	m.debt = defineCounter(statName("ratelimit_usage_debt_total", rule), &errs)
 	m.missing = defineCounter(statName("ratelimit_usage_missing_total", rule), &errs)
 	m.failed = defineCounter(statName("ratelimit_usage_settle_failures_total", rule), &errs)
+	m.retries = defineCounter(statName("ratelimit_usage_settle_retries_total", rule), &errs)
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_usage_open", rule))
 	if err != nil {
 		errs = append(errs, err)
@@ -237,13 +239,15 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.A
 func (h *httpContext) usageBody(bodySize int, endOfStream bool) {
 	defer recoverTo("OnHttpResponseBody", nil)
 	u := h.usage
-	if u.body && bodySize > 0 && !u.ended {
-		chunk, err := abi.GetHttpResponseBody(0, bodySize)
-		if err == nil {
-			for i := range u.srcs {
-				if u.srcs[i].spec.Header == "" {
-					u.srcs[i].scan.write(chunk)
-				}
+	// The chunk is read in pieces that fit the memory the VM reuses for body reads.
+	for off := 0; u.body && off < bodySize && !u.ended; off += abi.MaxBodyRead {
+		piece, err := abi.GetHttpResponseBody(off, min(bodySize-off, abi.MaxBodyRead))
+		if err != nil {
+			break
+		}
+		for i := range u.srcs {
+			if u.srcs[i].spec.Header == "" {
+				u.srcs[i].scan.write(piece)
 			}
 		}
 	}
@@ -358,40 +362,65 @@ func (rs *ruleState) usageMetrics() *usageMetrics {
 // errBreakerOpen is the failure of a settlement not sent because the breaker is open.
 var errBreakerOpen = errors.New("redis: not sent: the breaker is open")
 
+// settlement is a global settlement on its way: sent, or waiting to be sent again.
+type settlement struct {
+	s     redis.Settlement // with a key of its own
+	rs    *ruleState
+	tries int   // calls sent, or not sent with the breaker open
+	first int64 // when the first was
+	due   int64 // when the next may be sent
+}
+
+// The retries of a global settlement whose call failed. Its id guards it in Redis for 60 s
+// (SETTLE_ID_TTL_MS in sharedstate/redis/lua/main.lua): a call that Redis ran but whose answer
+// was lost is not applied again by its retry, as long as the retry is sent within that time.
+const (
+	maxSettleTries     = 3                       // the first call and two retries
+	maxSettleRetries   = 64                      // settlements waiting per VM; more are not retried
+	settleRetryDelay   = int64(time.Second)      // after the first failure, doubled after each
+	settleRetryWindow  = 30 * int64(time.Second) // no retry later than this after the first call
+	settleRetryTickMin = time.Second             // the tick retries need
+)
+
 // settleGlobal settles a reservation Redis admitted by delta, with one script call sent when
 // the stream ends (redis.AppendSettleSHA; sendSettlement sends the script in full after
 // NOSCRIPT). Nothing waits for it: the stream is over, and its answer is handled on the root
 // context (abi.DispatchHttpCallAlways) with nothing of the stream. The call names the
 // settlement with a random id, so that Redis applies it once however often it is sent. A
-// call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while
-// the breaker is open (its cooldown not over) is counted in the rule's settle failures, and by kind in the Redis
-// metrics; the units then stay as reserved. The breaker hears of Redis from requests only.
+// call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while the
+// breaker is open (its cooldown not over) is counted by kind in the Redis metrics and sent
+// again on a later tick (settlementFailed); the units stay as reserved when every try failed.
+// The breaker hears of Redis from requests only.
 func (p *plugin) settleGlobal(res *reservation, delta int64) {
 	c := p.redis
-	rs, ur := res.rs, res.rs.usage
-	if c.breakerOf(res.part).openUntil > p.now() {
-		c.m.skipped.Increment(1)
-		ur.settleFailed(p, rs, errBreakerOpen)
-		return
-	}
+	rs := res.rs
 	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, rs.rule.Name, c.cfg.Partitions, res.part, res.key)
-	s := redis.Settlement{Item: redis.Item{Rule: rs.redisRule, Key: c.keys, Part: res.part}, Delta: delta,
-		Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}
-	p.sendSettlement(&s, rs, false)
+	st := &settlement{rs: rs, first: p.now(), s: redis.Settlement{
+		Item:  redis.Item{Rule: rs.redisRule, Key: append([]byte(nil), c.keys...), Part: res.part},
+		Delta: delta, Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}}
+	p.trySettlement(st)
 }
 
-// sendSettlement sends the settlement s of a rule of rs; see settleGlobal.
-func (p *plugin) sendSettlement(s *redis.Settlement, rs *ruleState, full bool) {
+// trySettlement sends st's call, unless the breaker is open.
+func (p *plugin) trySettlement(st *settlement) {
+	c := p.redis
+	st.tries++
+	if c.breakerOf(st.s.Item.Part).openUntil > p.now() {
+		c.m.skipped.Increment(1)
+		p.settlementFailed(st, errBreakerOpen)
+		return
+	}
+	p.sendSettlement(st, false)
+}
+
+// sendSettlement sends st's call, the script in full when full is set; see settleGlobal.
+func (p *plugin) sendSettlement(st *settlement, full bool) {
 	c := p.redis
 	if full {
-		c.body = redis.AppendSettle(c.body[:0], s)
+		c.body = redis.AppendSettle(c.body[:0], &st.s)
 	} else {
-		c.body = redis.AppendSettleSHA(c.body[:0], s)
+		c.body = redis.AppendSettleSHA(c.body[:0], &st.s)
 	}
-	// The callback keeps the settlement (with a key of its own: c.keys is scratch) to send it
-	// again in full after NOSCRIPT, under the same id.
-	again := *s
-	again.Item.Key = append([]byte(nil), s.Item.Key...)
 	sentAt := p.now()
 	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("settleGlobal", nil)
@@ -404,17 +433,71 @@ func (p *plugin) sendSettlement(s *redis.Settlement, rs *ruleState, full bool) {
 		case err == nil:
 		case errors.Is(err, redis.ErrNoScript) && !full:
 			c.m.noscript.Increment(1)
-			p.sendSettlement(&again, rs, true)
+			p.sendSettlement(st, true)
 		default:
 			c.countFailure(err)
-			rs.usage.settleFailed(p, rs, err)
+			p.settlementFailed(st, err)
 		}
 	})
 	if err != nil {
 		err = sendError(err)
 		c.countFailure(err)
-		rs.usage.settleFailed(p, rs, err)
+		p.settlementFailed(st, err)
 		return
 	}
 	c.m.calls.Increment(1)
+}
+
+// settlementFailed keeps st to be sent again on a later tick (retrySettlements), with a delay
+// that doubles from settleRetryDelay; after its last try, with maxSettleRetries settlements
+// already waiting, or too late for its id to guard it, it is counted in the rule's settle
+// failures.
+func (p *plugin) settlementFailed(st *settlement, err error) {
+	now := p.now()
+	if st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
+		st.due = now + settleRetryDelay<<(st.tries-1)
+		p.retries = append(p.retries, st)
+		if t := tickOf(p.rules, len(p.redis.parts) > 0); !p.retryTick && (t == 0 || t > settleRetryTickMin) {
+			p.setRetryTick(true)
+		}
+		return
+	}
+	st.rs.usage.settleFailed(p, st.rs, err)
+}
+
+// retrySettlements sends again the settlements that are due; it runs on the VM's tick. While
+// settlements wait, the tick runs at least every settleRetryTickMin; once none waits, it is
+// set back to what the configuration needs.
+func (p *plugin) retrySettlements(now int64) {
+	if len(p.retries) == 0 {
+		return
+	}
+	var due []*settlement
+	waiting := p.retries[:0]
+	for _, st := range p.retries {
+		if st.due <= now {
+			due = append(due, st)
+		} else {
+			waiting = append(waiting, st)
+		}
+	}
+	clear(p.retries[len(waiting):])
+	p.retries = waiting
+	for _, st := range due {
+		st.rs.usage.m.retries.Increment(1)
+		p.trySettlement(st)
+	}
+	if len(p.retries) == 0 && p.retryTick {
+		p.setRetryTick(false)
+	}
+}
+
+// setRetryTick runs the VM's tick for retries (on), or sets it back to the configuration's.
+func (p *plugin) setRetryTick(on bool) {
+	period := tickOf(p.rules, len(p.redis.parts) > 0)
+	if on {
+		period = settleRetryTickMin
+	}
+	p.retryTick = on
+	_ = abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond))
 }

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -55,10 +58,10 @@ func (l *leaseVMs) openGlobal(t *testing.T, w int, url, k string) globalStream {
 }
 
 // end answers the stream, when respond is set, with usage (a negative one: no x-usage
-// header); otherwise the stream ends as it is (cut short, or answered by the caller). It then ends, and its settlement call, if
-// any, is relayed to webdis at url (relay false: left unanswered) before the context is
-// deleted. It returns the number of settlement calls.
-func (l *leaseVMs) end(t *testing.T, s globalStream, url string, usage int64, respond, relay bool) int {
+// header); otherwise the stream ends as it is (cut short, or answered by the caller). It then
+// ends, and its settlement call, if any, is answered by answer (nil: left unanswered) before
+// the context is deleted. It returns the number of settlement calls.
+func (l *leaseVMs) end(t *testing.T, s globalStream, usage int64, respond bool, answer func(proxytest.HttpCalloutAttribute)) int {
 	t.Helper()
 	before := len(l.host.GetCalloutAttributesFromContext(s.id))
 	if respond {
@@ -73,9 +76,9 @@ func (l *leaseVMs) end(t *testing.T, s globalStream, url string, usage int64, re
 	require.NoError(t, abi.SetEffectiveContext(s.id))
 	s.h.OnHttpStreamDone()
 	calls := l.host.GetCalloutAttributesFromContext(s.id)[before:]
-	if relay {
+	if answer != nil {
 		for _, c := range calls {
-			l.answerAt(t, url, c)
+			answer(c)
 		}
 	}
 	l.host.CompleteHttpContext(s.id)
@@ -146,7 +149,7 @@ func TestUsageGlobalExact(t *testing.T) {
 					abort = true
 				}
 				l.cur = 0
-				n := l.end(t, s, url, usage, !abort, true)
+				n := l.end(t, s, usage, !abort, l.relayTo(t, url))
 				charge := min(usage, 400)
 				if usage < 0 || abort {
 					missing++
@@ -173,8 +176,9 @@ func TestUsageGlobalExact(t *testing.T) {
 	}
 }
 
-// TestUsageGlobalDeadRedis: Redis is down when the stream ends. The client got its response
-// as usual, and the settlement's failure is counted; nothing waits for Redis.
+// TestUsageGlobalDeadRedis: Redis is down when the stream ends and stays down. The client got
+// its response as usual; the settlement is sent again on the VM's tick 1 s and 2 s after each
+// failure, and counted as failed after its third try; nothing waits for Redis.
 func TestUsageGlobalDeadRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	loadScripts(srv)
@@ -187,9 +191,84 @@ func TestUsageGlobalDeadRedis(t *testing.T) {
 	require.Equal(t, types.ActionContinue, l.host.CallOnResponseHeaders(s.id, [][2]string{{":status", "200"}, {"x-usage", "250"}}, false))
 	require.Equal(t, types.ActionContinue, l.host.CallOnResponseBody(s.id, []byte("answer"), true))
 	require.Equal(t, "answer", string(l.host.GetCurrentResponseBody(s.id)))
-	require.Equal(t, 1, l.end(t, s, url, 0, false, true))
-	v, _ := l.host.GetCounterMetric("ratelimit_usage_settle_failures_total;rule=llm")
-	require.EqualValues(t, 1, v)
-	v, _ = l.host.GetCounterMetric("ratelimit_usage_debt_total;rule=llm")
-	require.EqualValues(t, 150, v)
+	require.Equal(t, 1, l.end(t, s, 0, false, l.relayTo(t, url)))
+	require.EqualValues(t, 1000, l.host.GetTickPeriod(), "the tick runs for the retry")
+	for _, wait := range []int64{1e9, 2e9} {
+		require.Empty(t, l.tickSettlements(t, wait-1), "not due yet")
+		calls := l.tickSettlements(t, 1)
+		require.Len(t, calls, 1)
+		l.answerAt(t, url, calls[0])
+	}
+	require.Empty(t, l.tickSettlements(t, 10e9), "three tries at most")
+	require.Zero(t, l.host.GetTickPeriod(), "the tick is off again")
+	require.EqualValues(t, 1, l.counter("ratelimit_usage_settle_failures_total;rule=llm"))
+	require.EqualValues(t, 2, l.counter("ratelimit_usage_settle_retries_total;rule=llm"))
+	require.EqualValues(t, 150, l.counter("ratelimit_usage_debt_total;rule=llm"))
+}
+
+// TestUsageGlobalSettlementRetried: a settlement whose call failed is sent again on a later
+// tick, against the real Redis, and applied once: after a failure answered by the host (webdis
+// unavailable: nothing ran), and after a reset whose call Redis had run (the answer was lost:
+// the retry's id is already settled, so the key is charged once).
+func TestUsageGlobalSettlementRetried(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := algorithms.Config{Algorithm: "gcra", Limit: 1000, Window: 3600e9, Burst: 1000}
+	for _, ran := range []bool{false, true} {
+		t.Run(fmt.Sprint("redis ran it: ", ran), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, usageGlobalRule(`"algorithm":"gcra","limit":1000,"window":"1h","burst":1000`, "reserve"), 1, 1)
+			url := srv.WebdisURL()
+			s := l.openGlobal(t, 0, url, "k3")
+			require.True(t, s.admitted)
+			var first proxytest.HttpCalloutAttribute
+			require.Equal(t, 1, l.end(t, s, 250, true, func(c proxytest.HttpCalloutAttribute) {
+				first = c
+				if ran {
+					status, _ := postWebdis(t, url, l.timed(c.Body))
+					require.Equal(t, 200, status)
+					l.host.CallOnHttpCallResponse(c.CalloutID, nil, nil, nil) // a reset
+				} else {
+					l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+				}
+			}))
+			require.Empty(t, l.tickSettlements(t, 999e6), "not due yet")
+			calls := l.tickSettlements(t, 1e6)
+			require.Len(t, calls, 1)
+			require.Equal(t, string(first.Body), string(calls[0].Body), "the same call, under the same id")
+			l.answerAt(t, url, calls[0])
+			require.Zero(t, l.host.GetTickPeriod(), "the tick is off again")
+			require.EqualValues(t, 1000-250, remainingOf(t, srv, l, cfg, "k3"), "charged the usage once")
+			require.Zero(t, l.counter("ratelimit_usage_settle_failures_total;rule=llm"))
+			require.EqualValues(t, 1, l.counter("ratelimit_usage_settle_retries_total;rule=llm"))
+		})
+	}
+}
+
+// relayTo returns a function that relays a call to webdis at url and delivers its answer.
+func (l *leaseVMs) relayTo(t *testing.T, url string) func(proxytest.HttpCalloutAttribute) {
+	return func(c proxytest.HttpCalloutAttribute) { l.answerAt(t, url, c) }
+}
+
+// tickSettlements advances the fleet's clock by d, runs worker 0's tick and returns the calls
+// it sent.
+func (l *leaseVMs) tickSettlements(t *testing.T, d int64) []proxytest.HttpCalloutAttribute {
+	t.Helper()
+	l.now += d
+	l.cur = 0
+	require.NoError(t, abi.SetEffectiveContext(proxytest.PluginContextID))
+	before := len(l.host.GetCalloutAttributesFromContext(proxytest.PluginContextID))
+	l.vms[0].OnTick()
+	return l.host.GetCalloutAttributesFromContext(proxytest.PluginContextID)[before:]
+}
+
+// timed is a call's body with the fleet's instant appended, as answerAt sends it.
+func (l *leaseVMs) timed(body []byte) []byte {
+	b := strconv.AppendInt(append(bytes.Clone(body), '/'), l.now/1e9, 10)
+	return strconv.AppendInt(append(b, '/'), l.now%1e9, 10)
+}
+
+// counter returns the counter metric name, 0 when it was never incremented.
+func (l *leaseVMs) counter(name string) uint64 {
+	v, _ := l.host.GetCounterMetric(name)
+	return v
 }

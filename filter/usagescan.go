@@ -1,23 +1,32 @@
 package filter
 
 import (
-	"encoding/binary"
+	"bytes"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // usageScanner finds the values of a usage cost's JSON pointers in a response body as it
 // streams, one chunk at a time, without keeping the body: the state it keeps is a fixed-size
 // struct (a nesting stack of bits, a match mask per level, the digits of one number), so a
-// stream costs the same whatever its length, and a chunk is scanned once, byte by byte.
+// stream costs the same whatever its length.
 //
 // The body is either JSON (one document, or several one after another) or a
 // text/event-stream, whose events' "data:" lines are each event's JSON document (the lines
 // of one event joined by newlines, as the SSE specification says). Across documents and
 // events, the last value found at each pointer wins; the values of several pointers are
-// summed, and the usage is reported only when every pointer has a value. A value at a pointer that is not a non-negative integer (null, a string, a
-// fraction, an object) makes the pointer invalid until a later document gives it a number.
-// A document that is not JSON ("data: [DONE]") is skipped up to its end.
+// summed, and the usage is reported only when every pointer has a value. A value at a pointer
+// that is not a non-negative integer (null, a string, a fraction, an object) makes the pointer
+// invalid until a later document gives it a number. A document that is not JSON
+// ("data: [DONE]") is skipped up to its end.
+//
+// The tokenizer follows only the containers some pointer goes into. A value no pointer reaches
+// (in an LLM's stream, the choices or the content blocks with their generated text) is skipped:
+// only its strings and brackets are read, to find where it ends, and its syntax is not checked.
+// String contents are skipped with bytes.IndexByte, in Wasm the Go runtime's memchr; keys are
+// compared with the pointers' tokens whole when they hold no escape. In an event stream, an
+// event whose bytes cannot hold a pointer's key is skipped whole (see write).
 type usageScanner struct {
 	ptrs [][]string // the pointers' reference tokens (config.UsageSpec.Pointers)
 	sse  bool       // the body is a text/event-stream
@@ -27,11 +36,13 @@ type usageScanner struct {
 	found [maxUsagePointers]uint8
 
 	// The JSON tokenizer.
-	depth   int    // nesting depth: 0 at the top level
-	arrays  uint64 // bit d set: the container at depth d+1 is an array
+	depth   int    // containers followed: 0 at the top level
+	arrays  uint32 // bit d set: the container at depth d+1 is an array
 	st      scanState
 	mask    [maxScanDepth + 1]uint8 // pointers whose tokens match the path to depth d
+	deeper  [maxScanDepth + 1]uint8 // pointers with more than d tokens
 	index   [maxScanDepth + 1]int64 // the current element's index in an array at depth d
+	skip    int                     // brackets open in the value being skipped
 	keyMask uint8                   // pointers whose token still matches the key being read
 	keyLen  int                     // bytes of the key read so far
 	esc     int                     // inside a string: 0, or the bytes of an escape read so far
@@ -40,38 +51,43 @@ type usageScanner struct {
 	num     int64                   // the number being read, while it is a whole number
 	numOK   bool                    // it still is one
 	numLen  int
-	litLeft int // letters of true, false or null left to read
+	lit     string // the letters of true, false or null left to read
 
 	// The event-stream lexer.
-	lineStart bool // at the start of a line
-	field     [5]byte
-	fieldLen  int  // bytes of the line's field name read, until ':'
-	inData    bool // the line is a "data" line: its value goes to the tokenizer
-	skipSpace bool // one space after "data:" is dropped
-	dataLines int  // data lines in the current event
-	lastCR    bool // the previous byte was '\r' (a "\r\n" is one line end)
-	broken    bool // the current document is not JSON: skip to its end
+	// evidence[i] is the index of pointer i's token that an event's data must hold as a key
+	// for the pointer to be found there (see skippable); skipEvents is set when every pointer
+	// has one.
+	evidence   [maxUsagePointers]uint8
+	skipEvents bool
+	lineStart  bool // at the start of a line
+	field      [5]byte
+	fieldLen   int  // bytes of the line's field name read, until ':'; -1: skip the line
+	inData     bool // the line is a "data" line: its value goes to the tokenizer
+	skipSpace  bool // one space after "data:" is dropped
+	dataLines  int  // data lines in the current event
+	lastCR     bool // the previous byte was '\r' (a "\r\n" is one line end)
+	broken     bool // the current document is not JSON: skip to its end
 }
 
-// The limits of the scanner: pointers and the depth whose paths it follows (deeper levels
-// are counted, not followed), and the deepest nesting it reads at all; a document nested
-// deeper is skipped.
+// The limits of the scanner: pointers, and the depth of the containers it follows. A pointer
+// has at most 16 tokens (config.parsePointer), so no pointer goes into a container at depth 17.
 const (
 	maxUsagePointers = 8
 	maxScanDepth     = 17
-	maxNesting       = 64
 )
 
 type scanState uint8
 
 const (
-	stValue   scanState = iota // expecting a value
-	stAfter                    // after a value: ',' or a closing bracket
-	stKey                      // expecting a key (or '}' right after '{')
-	stColon                    // after a key
-	stString                   // inside a string
-	stNumber                   // inside a number
-	stLiteral                  // inside true, false or null
+	stValue    scanState = iota // expecting a value
+	stAfter                     // after a value: ',' or a closing bracket
+	stKey                       // expecting a key (or '}' right after '{')
+	stColon                     // after a key
+	stString                    // inside a string whose contents no pointer needs
+	stKeyMatch                  // inside a key compared with the pointers' tokens byte by byte
+	stNumber                    // inside a number
+	stLiteral                   // inside true, false or null
+	stSkip                      // inside a container no pointer goes into
 )
 
 // Per-pointer outcomes in found.
@@ -81,14 +97,35 @@ const (
 	ptrInvalid = 2
 )
 
+// The bytes the tokenizer is given at a line end that joins an event's data lines, and at the
+// end of a document.
+var (
+	lineFeed = []byte{'\n'}
+	space    = []byte{' '}
+)
+
 func (s *usageScanner) reset(ptrs [][]string, sse bool) {
 	*s = usageScanner{ptrs: ptrs, sse: sse, lineStart: true}
+	s.skipEvents = sse
+	for i, p := range ptrs {
+		for d := range min(len(p), maxScanDepth) {
+			s.deeper[d] |= 1 << i
+		}
+		// The last token that can only be a key (not empty, not an array index), and that
+		// only \u and \/ escapes can write (no quote, backslash or control character).
+		k := len(p) - 1
+		for k >= 0 && (p[k] == "" || isIndex(p[k])) {
+			k--
+		}
+		s.evidence[i] = uint8(max(k, 0))
+		s.skipEvents = s.skipEvents && k >= 0 && !strings.ContainsFunc(p[k], func(r rune) bool { return r < ' ' || r == '"' || r == '\\' })
+	}
 	s.startDocument()
 }
 
 // startDocument readies the tokenizer for a new document at the top level.
 func (s *usageScanner) startDocument() {
-	s.depth, s.arrays, s.st, s.broken = 0, 0, stValue, false
+	s.depth, s.arrays, s.st, s.skip, s.broken = 0, 0, stValue, 0, false
 	s.mask[0] = uint8(1<<len(s.ptrs) - 1)
 }
 
@@ -109,78 +146,115 @@ func (s *usageScanner) usage() (int64, bool) {
 // write scans one chunk of the body.
 func (s *usageScanner) write(b []byte) {
 	if !s.sse {
-		s.jsonBytes(b, &stopJSON)
+		s.jsonBytes(b)
 		return
 	}
-	for i := 0; i < len(b); i++ {
-		if s.inData && !s.skipSpace {
-			// The rest of the data line goes to the tokenizer in one piece.
-			if i += s.jsonBytes(b[i:], &stopSSE); i == len(b) {
+	// The next '\n' and '\r' at or after i (len(b): none), each searched for again only once i
+	// has passed it; the end of the last events looked at for skipping, which are not looked
+	// at again (so a chunk of many lines is searched once).
+	nl, cr, looked := -1, -1, -1
+	for i := 0; i < len(b); {
+		if s.skipEvents && i > looked && s.lineStart && s.dataLines == 0 && !s.lastCR {
+			// The events up to the first "\n\n" in this chunk (one, or more if some end with
+			// '\r' line ends), none of whose bytes can be a pointer's key, are skipped whole:
+			// no pointer is found in them, and after that "\n\n" the state is the state
+			// before them.
+			if nl < i {
+				nl = indexFrom(b, i, '\n')
+			}
+			e := nl
+			for e+1 < len(b) && b[e+1] != '\n' {
+				e = indexFrom(b, e+1, '\n')
+			}
+			if e+1 < len(b) && !s.mayHold(b[i:e]) {
+				i = e + 2
+				continue
+			}
+			looked = e + 1
+		}
+		if s.inData && s.skipSpace {
+			s.skipSpace = false
+			if b[i] == ' ' {
+				i++
+				continue
+			}
+		}
+		if s.inData || s.fieldLen < 0 {
+			// The rest of a data line goes to the tokenizer in one piece; the rest of a
+			// comment or of another field's line is skipped.
+			if nl < i {
+				nl = indexFrom(b, i, '\n')
+			}
+			if cr < i {
+				cr = indexFrom(b, i, '\r')
+			}
+			end := min(nl, cr)
+			if s.inData {
+				s.jsonBytes(b[i:end])
+			}
+			if i = end; i == len(b) {
 				return
 			}
 		}
 		s.event(b[i])
+		i++
 	}
 }
 
-// The bytes that end a run of string contents the tokenizer skips: a quote or a backslash,
-// and in an event stream a line end.
-var (
-	stopJSON = [256]bool{'"': true, '\\': true}
-	stopSSE  = [256]bool{'"': true, '\\': true, '\n': true, '\r': true}
-)
+// indexFrom returns the index of the first c in b at or after i, or len(b).
+func indexFrom(b []byte, i int, c byte) int {
+	if k := bytes.IndexByte(b[i:], c); k >= 0 {
+		return i + k
+	}
+	return len(b)
+}
 
-// skipRun returns the length of b's leading 8-byte words that hold no quote, backslash and,
-// with lines, no line end: the tokenizer skips them a word at a time, which in a Wasm VM is
-// several times faster than a byte at a time.
-func skipRun(b []byte, lines bool) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q, bs := x^('"'*ones), x^('\\'*ones)
-		found := (q-ones)&^q | (bs-ones)&^bs
-		if lines {
-			nl, cr := x^('\n'*ones), x^('\r'*ones)
-			found |= (nl-ones)&^nl | (cr-ones)&^cr
+// mayHold reports whether the bytes of an event, b, may hold a key that is a pointer's
+// evidence token: written plainly between quotes, or with an escape that can stand for one of
+// its characters (\u for any, \/ for a slash).
+func (s *usageScanner) mayHold(b []byte) bool {
+	backslash := indexFrom(b, 0, '\\')
+	for j := backslash; j < len(b); j = indexFrom(b, j+1, '\\') {
+		if j+1 == len(b) || b[j+1] == 'u' {
+			return true
 		}
-		if found&highs != 0 {
+	}
+	for i, p := range s.ptrs {
+		t := p[s.evidence[i]]
+		if (backslash < len(b) && strings.IndexByte(t, '/') >= 0) || quotedIn(b, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotedIn reports whether b holds t between quotes. It looks for t's first byte that is not
+// a lower-case letter (rarer in text), or its last.
+func quotedIn(b []byte, t string) bool {
+	a := len(t) - 1
+	for k := range len(t) {
+		if t[k] < 'a' || t[k] > 'z' {
+			a = k
 			break
 		}
 	}
-	return i
-}
-
-// jsonBytes tokenizes b, a piece of a JSON document, up to a line end when stop says so
-// (an event stream's data line ends there), and returns how many bytes it consumed. The
-// contents of strings that no pointer needs (values, and keys that match no pointer's token)
-// are skipped to their next stop byte in one tight loop: in an LLM's stream nearly every byte
-// is generated text inside a string, and a call per byte costs ten times as much.
-func (s *usageScanner) jsonBytes(b []byte, stop *[256]bool) int {
-	i := 0
-	for i < len(b) {
-		if s.st == stString && s.esc == 0 && (!s.inKey || s.keyMask == 0) {
-			i += skipRun(b[i:], stop == &stopSSE)
-			for i < len(b) && !stop[b[i]] {
-				i++
-			}
-			if i == len(b) {
-				break
-			}
+	for j := indexFrom(b, 0, t[a]); j < len(b); j = indexFrom(b, j+1, t[a]) {
+		if start := j - a; start >= 1 && start+len(t) < len(b) && b[start-1] == '"' &&
+			b[start+len(t)] == '"' && string(b[start:start+len(t)]) == t {
+			return true
 		}
-		c := b[i]
-		if c == '\n' || c == '\r' {
-			if stop['\n'] {
-				return i
-			}
-		}
-		s.json(c)
-		i++
 	}
-	return i
+	return false
 }
 
-// event lexes one byte of a text/event-stream.
+// isIndex reports whether t is an array index as JSON pointers write it.
+func isIndex(t string) bool {
+	n, err := strconv.Atoi(t)
+	return err == nil && n >= 0 && strconv.Itoa(n) == t
+}
+
+// event lexes one byte of a text/event-stream outside a data line's value and the rest of a
+// skipped line (see write).
 func (s *usageScanner) event(c byte) {
 	if c == '\n' && s.lastCR {
 		s.lastCR = false
@@ -195,28 +269,19 @@ func (s *usageScanner) event(c byte) {
 		return
 	}
 	if s.lineStart {
-		s.lineStart, s.fieldLen, s.inData = false, 0, false
-		if s.fieldLen == 0 && c == ':' {
+		s.lineStart = false
+		if c == ':' {
 			s.fieldLen = -1 // a comment line
 			return
 		}
 	}
 	switch {
-	case s.inData:
-		if s.skipSpace {
-			s.skipSpace = false
-			if c == ' ' {
-				return
-			}
-		}
-		s.json(c)
 	case s.fieldLen < 0:
-		// the rest of a comment or of another field's line
 	case c == ':':
 		if s.fieldLen == 4 && string(s.field[:4]) == "data" {
 			s.inData, s.skipSpace = true, true
 			if s.dataLines > 0 {
-				s.json('\n')
+				s.jsonBytes(lineFeed)
 			}
 			s.dataLines++
 		} else {
@@ -236,26 +301,160 @@ func (s *usageScanner) end() {
 		s.endEvent()
 		return
 	}
-	s.json(' ')
+	s.jsonBytes(space)
 }
 
 // endEvent ends the current event's document (an incomplete number at its end is complete).
 func (s *usageScanner) endEvent() {
 	if s.dataLines > 0 {
-		s.json(' ')
+		s.jsonBytes(space)
 		s.startDocument()
 	}
 	s.dataLines = 0
 }
 
-// json tokenizes one byte of a JSON document.
-func (s *usageScanner) json(c byte) {
-	if s.broken {
-		return
+// jsonBytes tokenizes b, a piece of a JSON document. Skipped strings and values, and keys,
+// are read a run at a time, and the commonest bytes of the structure (a quote, a colon, an
+// object's comma) in this loop; the rest byte by byte.
+func (s *usageScanner) jsonBytes(b []byte) {
+	for i := 0; i < len(b) && !s.broken; {
+		c := b[i]
+		switch s.st {
+		case stString:
+			n, closed := s.skipString(b[i:])
+			if i += n; closed {
+				s.endString()
+			}
+			continue
+		case stSkip:
+			i += s.skipValue(b[i:])
+			continue
+		case stKey:
+			if c == '"' {
+				i += 1 + s.key(b[i+1:])
+				continue
+			}
+		case stColon:
+			if c == ':' {
+				s.st = stValue
+				i++
+				continue
+			}
+		case stValue:
+			if c == '"' {
+				s.st, s.inKey, s.esc = stString, false, 0
+				i++
+				continue
+			}
+		case stAfter:
+			if c == ',' && !s.inArray() && s.depth > 0 {
+				s.st = stKey
+				i++
+				continue
+			}
+		}
+		s.json(c)
+		i++
 	}
+}
+
+// skipString reads the contents of a string no pointer needs, up to its closing quote: the
+// first quote that does not follow an odd run of backslashes. It returns how many bytes it
+// consumed and whether the string ended. Escapes are not checked: only where the string ends
+// matters.
+func (s *usageScanner) skipString(b []byte) (int, bool) {
+	i := 0
+	if s.esc != 0 {
+		i, s.esc = 1, 0 // a backslash ended the last piece: this byte is escaped
+	}
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			if backslashes(b[i:])%2 == 1 {
+				s.esc = 1
+			}
+			return len(b), false
+		}
+		q += i
+		if backslashes(b[i:q])%2 == 0 {
+			return q + 1, true
+		}
+		i = q + 1
+	}
+}
+
+// backslashes returns how many backslashes b ends with.
+func backslashes(b []byte) int {
+	n := 0
+	for n < len(b) && b[len(b)-1-n] == '\\' {
+		n++
+	}
+	return n
+}
+
+// endString ends a string stString read.
+func (s *usageScanner) endString() {
+	switch {
+	case s.skip > 0:
+		s.st = stSkip
+	case s.inKey:
+		s.st, s.mask[s.depth] = stColon, 0 // a key no pointer's token can be
+	default:
+		s.scalar(false)
+	}
+}
+
+// skipValue reads b inside a container no pointer goes into, up to a string in it or its end,
+// and returns how many bytes it consumed.
+func (s *usageScanner) skipValue(b []byte) int {
+	for i, c := range b {
+		switch c {
+		case '"':
+			s.st, s.esc = stString, 0
+			return i + 1
+		case '{', '[':
+			s.skip++
+		case '}', ']':
+			if s.skip--; s.skip == 0 {
+				s.st = stAfter
+				return i + 1
+			}
+		}
+	}
+	return len(b)
+}
+
+// key starts an object key whose bytes follow in b, and returns how many of them it consumed:
+// the whole key when it ends in b without an escape, compared with the pointers' tokens at
+// once, else none, and the key is read as it comes.
+func (s *usageScanner) key(b []byte) int {
+	d := s.depth
+	s.inKey, s.keyLen, s.esc = true, 0, 0
+	s.keyMask = s.mask[d-1] & s.deeper[d-1]
+	if s.keyMask == 0 {
+		s.st = stString
+		return 0
+	}
+	q := bytes.IndexByte(b, '"')
+	if q < 0 || bytes.IndexByte(b[:q], '\\') >= 0 {
+		s.st = stKeyMatch
+		return 0
+	}
+	var m uint8
+	for i, p := range s.ptrs {
+		if s.keyMask&(1<<i) != 0 && p[d-1] == string(b[:q]) {
+			m |= 1 << i
+		}
+	}
+	s.st, s.mask[d] = stColon, m
+	return q + 1
+}
+
+// json tokenizes one byte of a JSON document outside a skipped string or value.
+func (s *usageScanner) json(c byte) {
 	switch s.st {
-	case stString:
-		s.stringByte(c)
+	case stKeyMatch:
+		s.keyMatchByte(c)
 		return
 	case stNumber:
 		if c >= '0' && c <= '9' {
@@ -273,14 +472,11 @@ func (s *usageScanner) json(c byte) {
 		}
 		s.scalar(s.numOK)
 	case stLiteral:
-		if c >= 'a' && c <= 'z' {
-			if s.litLeft--; s.litLeft < 0 {
+		if s.lit != "" {
+			if c != s.lit[0] {
 				s.broken = true
 			}
-			return
-		}
-		if s.litLeft != 0 {
-			s.broken = true
+			s.lit = s.lit[1:]
 			return
 		}
 		s.scalar(false)
@@ -294,15 +490,9 @@ func (s *usageScanner) json(c byte) {
 	case stAfter:
 		s.after(c)
 	case stKey:
-		switch c {
-		case '"':
-			s.st, s.inKey, s.keyLen, s.esc, s.keyMask = stString, true, 0, 0, 0
-			if s.depth <= maxScanDepth {
-				s.keyMask = s.mask[s.depth-1]
-			}
-		case '}':
+		if c == '}' {
 			s.close(false)
-		default:
+		} else {
 			s.broken = true
 		}
 	case stColon:
@@ -318,6 +508,12 @@ func (s *usageScanner) json(c byte) {
 func (s *usageScanner) value(c byte) {
 	switch {
 	case c == '{' || c == '[':
+		// A container at a pointer's full path is no number: the pointer is invalid.
+		s.atPointer(0, false)
+		if d := s.depth; s.mask[d]&s.deeper[d] == 0 || d == maxScanDepth {
+			s.st, s.skip = stSkip, 1
+			return
+		}
 		s.open(c == '[')
 	case c == '"':
 		s.st, s.inKey, s.esc = stString, false, 0
@@ -326,11 +522,13 @@ func (s *usageScanner) value(c byte) {
 		if c != '-' {
 			s.num, s.numLen = int64(c-'0'), 1
 		}
-	case c == 't' || c == 'n':
-		s.st, s.litLeft = stLiteral, 3
+	case c == 't':
+		s.st, s.lit = stLiteral, "rue"
 	case c == 'f':
-		s.st, s.litLeft = stLiteral, 4
-	case c == ']' && s.depth > 0 && s.inArray() && s.index[min(s.depth, maxScanDepth)] == 0:
+		s.st, s.lit = stLiteral, "alse"
+	case c == 'n':
+		s.st, s.lit = stLiteral, "ull"
+	case c == ']' && s.inArray() && s.index[s.depth] == 0:
 		s.close(true) // an empty array
 	default:
 		s.broken = true
@@ -344,8 +542,7 @@ func (s *usageScanner) after(c byte) {
 		s.startDocument() // another document follows
 		s.value(c)
 	case c == ',' && s.inArray():
-		d := min(s.depth, maxScanDepth)
-		s.index[d]++
+		s.index[s.depth]++
 		s.elementMask()
 		s.st = stValue
 	case c == ',':
@@ -359,51 +556,32 @@ func (s *usageScanner) after(c byte) {
 
 func (s *usageScanner) inArray() bool { return s.depth > 0 && s.arrays&(1<<(s.depth-1)) != 0 }
 
-// open enters an object or an array.
+// open enters an object or an array that some pointer goes into.
 func (s *usageScanner) open(array bool) {
-	// A container at a pointer's full path is no number: the pointer is invalid.
-	s.atPointer(0, false)
-	if s.depth >= maxNesting {
-		s.broken = true
-		return
-	}
 	s.depth++
 	if array {
 		s.arrays |= 1 << (s.depth - 1)
-	} else {
-		s.arrays &^= 1 << (s.depth - 1)
-	}
-	if array {
-		s.index[min(s.depth, maxScanDepth)] = 0
+		s.index[s.depth] = 0
 		s.elementMask()
 		s.st = stValue
 		return
 	}
+	s.arrays &^= 1 << (s.depth - 1)
 	s.st = stKey
 }
 
 // elementMask sets the mask of the array element at the current index.
 func (s *usageScanner) elementMask() {
 	d := s.depth
-	if d > maxScanDepth {
-		return
-	}
-	parent := s.mask[d-1]
+	var buf [20]byte
+	index := strconv.AppendInt(buf[:0], s.index[d], 10)
 	var m uint8
 	for i, p := range s.ptrs {
-		if parent&(1<<i) != 0 && len(p) >= d && p[d-1] == itoa(s.index[d]) {
+		if s.mask[d-1]&s.deeper[d-1]&(1<<i) != 0 && p[d-1] == string(index) {
 			m |= 1 << i
 		}
 	}
 	s.mask[d] = m
-}
-
-// itoa formats a small array index; indexes above 9 are rare enough to allocate.
-func itoa(n int64) string {
-	if n >= 0 && n < 10 {
-		return "0123456789"[n : n+1]
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 // close leaves the current container.
@@ -426,9 +604,6 @@ func (s *usageScanner) scalar(ok bool) {
 // atPointer records a value at the current path for every pointer that ends there.
 func (s *usageScanner) atPointer(v int64, ok bool) {
 	d := s.depth
-	if d > maxScanDepth {
-		return
-	}
 	m := s.mask[d]
 	for i, p := range s.ptrs {
 		if m&(1<<i) != 0 && len(p) == d {
@@ -441,9 +616,9 @@ func (s *usageScanner) atPointer(v int64, ok bool) {
 	}
 }
 
-// stringByte reads one byte inside a string; a key's bytes are compared with the pointers'
-// tokens at its depth as they come.
-func (s *usageScanner) stringByte(c byte) {
+// keyMatchByte reads one byte of a key that holds an escape or does not end in the piece it
+// starts in; its bytes, escapes decoded, are compared with the pointers' tokens as they come.
+func (s *usageScanner) keyMatchByte(c byte) {
 	if s.esc > 0 {
 		s.escape(c)
 		return
@@ -452,19 +627,13 @@ func (s *usageScanner) stringByte(c byte) {
 	case '\\':
 		s.esc = 1
 	case '"':
-		if s.inKey {
-			s.endKey()
-			return
-		}
-		s.scalar(false)
+		s.endKey()
 	default:
-		if s.inKey {
-			s.keyByte(c)
-		}
+		s.keyByte(c)
 	}
 }
 
-// escape reads one byte of an escape sequence in a string.
+// escape reads one byte of an escape sequence in a key.
 func (s *usageScanner) escape(c byte) {
 	if s.esc == 1 {
 		s.esc = 0
@@ -489,9 +658,7 @@ func (s *usageScanner) escape(c byte) {
 			s.broken = true
 			return
 		}
-		if s.inKey {
-			s.keyByte(d)
-		}
+		s.keyByte(d)
 		return
 	}
 	var h rune
@@ -511,9 +678,6 @@ func (s *usageScanner) escape(c byte) {
 		return
 	}
 	s.esc = 0
-	if !s.inKey {
-		return
-	}
 	var buf [4]byte
 	// A lone surrogate becomes U+FFFD, which no pointer token written as text holds.
 	for _, b := range utf8.AppendRune(buf[:0], s.ucode) {
@@ -523,12 +687,9 @@ func (s *usageScanner) escape(c byte) {
 
 // keyByte compares one byte of a key with the pointers' tokens at its depth.
 func (s *usageScanner) keyByte(c byte) {
-	if s.keyMask == 0 {
-		return
-	}
 	d := s.depth
 	for i, p := range s.ptrs {
-		if s.keyMask&(1<<i) != 0 && (len(p) < d || s.keyLen >= len(p[d-1]) || p[d-1][s.keyLen] != c) {
+		if s.keyMask&(1<<i) != 0 && (s.keyLen >= len(p[d-1]) || p[d-1][s.keyLen] != c) {
 			s.keyMask &^= 1 << i
 		}
 	}
@@ -538,15 +699,11 @@ func (s *usageScanner) keyByte(c byte) {
 // endKey ends a key: the path's mask at this depth is the pointers whose token is the key.
 func (s *usageScanner) endKey() {
 	d := s.depth
-	s.st = stColon
-	if d > maxScanDepth {
-		return
-	}
 	m := s.keyMask
 	for i, p := range s.ptrs {
-		if m&(1<<i) != 0 && (len(p) < d || len(p[d-1]) != s.keyLen) {
+		if m&(1<<i) != 0 && len(p[d-1]) != s.keyLen {
 			m &^= 1 << i
 		}
 	}
-	s.mask[d] = m
+	s.st, s.mask[d] = stColon, m
 }

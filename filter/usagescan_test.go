@@ -83,6 +83,9 @@ func TestUsageScanner(t *testing.T) {
 		{"object", []string{"/usage"}, false, `{"usage":{"total_tokens":3}}`, 0, false},
 		{"huge", []string{"/n"}, false, `{"n":12345678901234567890}`, 0, false},
 		{"escaped key", []string{"/a~1b/c"}, false, `{"a\/b":{"\u0063":5}}`, 5, true},
+		// Events read whole: keys written with escapes are keys all the same.
+		{"escaped slash in an event", []string{"/a~1b"}, true, "data: {\"a\\/b\":7}\n\n", 7, true},
+		{"escaped letter in an event", []string{"/usage/total_tokens"}, true, "data: {\"usage\":{\"total_tok\\u0065ns\":9}}\n\n", 9, true},
 		{"key prefix is no match", []string{"/usage/total"}, false, `{"usage":{"total_tokens":3,"totals":4}}`, 0, false},
 		{"last value wins", []string{"/n"}, false, `{"n":1} {"n":2}` + "\n" + `{"n":3}`, 3, true},
 		{"a broken document keeps what was found", []string{"/n"}, true, "data: {\"n\":4}\n\ndata: {\"n\" 7}\n\n", 4, true},
@@ -106,18 +109,31 @@ func TestUsageScannerSize(t *testing.T) {
 	}
 }
 
+// FuzzUsageScanner checks that however a body is cut into chunks the scanner finds the same,
+// and that on a body that is JSON it finds what encoding/json does (referenceUsage).
 func FuzzUsageScanner(f *testing.F) {
 	f.Add([]byte(openAISSE), true)
 	f.Add([]byte(anthropicSSE), true)
 	f.Add([]byte(openAIJSON), false)
-	spec := pointers("/usage/total_tokens", "/message/usage/input_tokens", "/usage/output_tokens", "/0/1")
+	f.Add([]byte(`{"a\/b":{"c~":3},"usage":{"total_tokens":5,"\u0074otal":[1]}} [[0,7]]`), false)
+	f.Add([]byte(`truefalse {"usage":{"total_tokens":3}}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, sse bool) {
-		whole, ok := scanIn(spec, sse, string(body), 0)
-		// Chunking never changes what is found.
-		for _, n := range []int{1, 3, 9} {
-			if got, gok := scanIn(spec, sse, string(body), n); got != whole || gok != ok {
-				t.Fatalf("chunks of %d: %d %v, whole: %d %v", n, got, gok, whole, ok)
-			}
-		}
+		checkAgainstReference(t, body, sse, 1, 3, 9)
 	})
+}
+
+// contentEvent is one event of an OpenAI stream carrying about 1 KB of generated text, the
+// chunk an LLM's stream is made of.
+var contentEvent = []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+	strings.Repeat("token ", 166) + "\"}}],\"usage\":null}\n\n")
+
+// BenchmarkUsageScan measures the scanner on one content event (b.SetBytes: per byte).
+func BenchmarkUsageScan(b *testing.B) {
+	spec := pointers("/usage/total_tokens")
+	var s usageScanner
+	s.reset(spec.Pointers, true)
+	b.SetBytes(int64(len(contentEvent)))
+	for b.Loop() {
+		s.write(contentEvent)
+	}
 }

@@ -156,10 +156,13 @@ type Host struct {
 }
 
 // newHTTPClient is the client for callouts and forwarded requests. Envoy
-// neither asks for compression nor decompresses bodies, so neither does it.
+// neither asks for compression nor decompresses bodies, so neither does it; and
+// it connects to a cluster's own address, never through a proxy named in the
+// environment (HTTP_PROXY), whose lookup would also run on every callout.
 func newHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
+	t.Proxy = nil
 	t.MaxIdleConnsPerHost = 64
 	return &http.Client{
 		Transport: t,

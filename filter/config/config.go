@@ -151,7 +151,7 @@ type Config struct {
 	// parts' values with their length prefixes). A longer key is refused with 431 before the
 	// rule is decided (a shadow rule skips the request instead), so that what a request costs
 	// does not grow with the length of the values a client sends: the key's digest, its copy
-	// and, for a global rule, its Redis key and SHA-256 are all bounded by it.
+	// and, for a global rule, its Redis key are all bounded by it.
 	MaxKeyBytes int
 	// Redis configures global rules; nil when the config has no redis section.
 	Redis *Redis

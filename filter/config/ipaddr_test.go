@@ -1,7 +1,9 @@
 package config
 
 import (
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -141,7 +143,65 @@ func FuzzParseIP(f *testing.F) {
 	for _, tc := range ipCases {
 		f.Add(tc.in)
 	}
-	f.Fuzz(checkParseIP)
+	f.Fuzz(func(t *testing.T, s string) {
+		checkParseIP(t, s)
+		checkAsNetip(t, s)
+	})
+}
+
+// parseIPNetip is what parseIPText reads, written with netip.ParseAddrPort for the forms with
+// a port: parseIPText must read every string as it does.
+func parseIPNetip(s string) (netip.Addr, string, bool) {
+	s = strings.Trim(s, " \t")
+	var ip netip.Addr
+	var err error
+	if i := strings.IndexByte(s, ':'); i >= 0 && strings.Count(s, ":") == 1 || strings.HasPrefix(s, "[") {
+		var ap netip.AddrPort
+		if ap, err = netip.ParseAddrPort(s); err == nil {
+			if ip = ap.Addr(); ip.Is4() {
+				return ip, s[:i], true
+			}
+		} else if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			ip, err = netip.ParseAddr(s[1 : len(s)-1])
+		} else {
+			ip, err = netip.ParseAddr(s)
+		}
+	} else if ip, err = netip.ParseAddr(s); err == nil && ip.Is4() {
+		return ip, s, true
+	}
+	if err != nil {
+		return netip.Addr{}, "", false
+	}
+	return ip.Unmap().WithZone(""), "", true
+}
+
+func checkAsNetip(t *testing.T, s string) {
+	t.Helper()
+	ip, text, ok := parseIPText(s)
+	wantIP, wantText, wantOK := parseIPNetip(s)
+	if ip != wantIP || text != wantText || ok != wantOK {
+		t.Fatalf("parseIPText(%q) = %v, %q, %v; netip.ParseAddrPort and ParseAddr read %v, %q, %v", s, ip, text, ok, wantIP, wantText, wantOK)
+	}
+}
+
+// TestParseIPAsNetip compares parseIPText with netip's parsers on the table and on random
+// strings of the characters addresses and ports are made of.
+func TestParseIPAsNetip(t *testing.T) {
+	for _, tc := range ipCases {
+		checkAsNetip(t, tc.in)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	const chars = "0123456789:::...[]%afF \t"
+	for range 200_000 {
+		b := make([]byte, r.IntN(24))
+		for i := range b {
+			b[i] = chars[r.IntN(len(chars))]
+		}
+		checkAsNetip(t, string(b))
+	}
+	for _, s := range []string{"1.2.3.4:65535", "[::1]:65535", "1.2.3.4:00000000000000000080", "[::1]:65536", "[1.2.3.4]:1"} {
+		checkAsNetip(t, s)
+	}
 }
 
 // The usual source addresses, IPv4 with and without a port, come with their text, so that

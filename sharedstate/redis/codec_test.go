@@ -148,26 +148,35 @@ func TestAppendKey(t *testing.T) {
 	if a, b := redis.AppendKey(nil, "rl", "team-a", "api", []byte("k")), redis.AppendKey(nil, "rl", "team-b", "api", []byte("k")); bytes.Equal(a, b) {
 		t.Errorf("domains team-a and team-b share the key %q", a)
 	}
-	// Hashed: anything not printable ASCII, longer than MaxRawDescriptor, or starting with '#'.
-	for _, d := range [][]byte{
-		[]byte("a b"), []byte("\n"), []byte("\xff"), []byte("#x"), []byte("ключ"),
-		bytes.Repeat([]byte("a"), redis.MaxRawDescriptor+1), hostile()[27],
+	// Any other descriptor is written verbatim too, a leading '#' doubled.
+	for d, want := range map[string]string{
+		"a b": "rl:{rl}:api:a b", "\n\xff\x00": "rl:{rl}:api:\n\xff\x00", "ключ": "rl:{rl}:api:ключ",
+		"#": "rl:{rl}:api:##", "#keys": "rl:{rl}:api:##keys", "##": "rl:{rl}:api:###",
 	} {
-		key := redis.AppendKey(nil, "rl", "rl", "api", d)
-		rest, ok := bytes.CutPrefix(key, []byte("rl:{rl}:api:#"))
-		if !ok || len(rest) != 32 || strings.Trim(string(rest), "0123456789abcdef") != "" {
-			t.Errorf("AppendKey(%q) = %q, want a hashed key", trunc(d), key)
+		if got := string(redis.AppendKey(nil, "rl", "rl", "api", []byte(d))); got != want {
+			t.Errorf("AppendKey(%q) = %q, want %q", d, got, want)
 		}
 	}
-	// The longest verbatim descriptor stays verbatim; keys stay distinct and bounded.
-	max := bytes.Repeat([]byte("a"), redis.MaxRawDescriptor)
-	if got := redis.AppendKey(nil, "rl", "rl", "api", max); !bytes.HasSuffix(got, max) {
-		t.Errorf("a %d-byte descriptor was hashed", len(max))
-	}
+	// No two descriptors share a key, and none has the key of the rule's key set, its overflow
+	// key or the partition secret; a key is as long as its descriptor and the head.
 	seen := map[string][]byte{}
-	for _, d := range append(hostile(), []byte("a"), []byte("#a"), []byte("b")) {
+	for _, k := range []string{
+		string(redis.AppendRuleKey(nil, "rl", "rl", "api", 1, 0, "#keys")),
+		string(redis.AppendRuleKey(nil, "rl", "rl", "api", 1, 0, "#overflow")),
+		string(redis.AppendSecretKey(nil, "rl", "rl")),
+	} {
+		seen[k] = []byte("(the rule's own key)")
+	}
+	descs := append(hostile(), []byte("a"), []byte("b"), []byte("keys"), []byte("#keys"), []byte("##keys"),
+		[]byte("overflow"), []byte("#overflow"), []byte("#partition-secret"), []byte("##"), []byte("###"),
+		bytes.Repeat([]byte{0xff}, 64<<10))
+	for _, d := range descs {
 		key := string(redis.AppendKey(nil, "rl", "rl", "api", d))
-		if len(key) > len("rl:{rl}:api:")+redis.MaxRawDescriptor {
+		extra := 0
+		if len(d) > 0 && d[0] == '#' {
+			extra = 1
+		}
+		if len(key) != len("rl:{rl}:api:")+len(d)+extra {
 			t.Errorf("key for %q is %d bytes", trunc(d), len(key))
 		}
 		if prev, dup := seen[key]; dup && !bytes.Equal(prev, d) {
@@ -517,8 +526,8 @@ func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 	}
 }
 
-func BenchmarkAppendKeyHashed(b *testing.B) {
-	buf := make([]byte, 0, 128)
+func BenchmarkAppendKeyLong(b *testing.B) {
+	buf := make([]byte, 0, 512)
 	desc := bytes.Repeat([]byte("x"), 300)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,9 +1,6 @@
 package redis
 
-import (
-	"crypto/sha256"
-	"strconv"
-)
+import "strconv"
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
 // Everything else is percent-encoded, which is stricter than webdis needs on purpose: webdis
@@ -50,27 +47,20 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 	return dst
 }
 
-// MaxRawDescriptor is the longest descriptor AppendKey writes into a key verbatim; longer
-// ones are hashed.
-const MaxRawDescriptor = 128
-
 // AppendKey appends the Redis key of one rate-limit counter to dst:
 //
-//	<prefix>:{<domain>}:<rule>:<descriptor>        descriptor verbatim, or
-//	<prefix>:{<domain>}:<rule>:#<32 hex digits>    the first 128 bits of SHA-256(descriptor)
+//	<prefix>:{<domain>}:<rule>:<descriptor>
 //
 // The domain is part of every key, so two deployments with different domains and the same rule
 // names never share counts, and it is the hash tag, so that one call can touch all of a
 // request's global rules (see doc.go, "Keys"; AppendPartKey spreads a rule over slots).
 //
-// A descriptor is kept verbatim when it is at most MaxRawDescriptor bytes of printable ASCII
-// (0x21-0x7E) and does not start with '#'; anything else (long values, spaces, control bytes,
-// non-UTF-8, or a leading '#') is hashed. That bounds the key length at
-// len(prefix)+len(domain)+len(rule)+6+MaxRawDescriptor, keeps keys readable in redis-cli for
-// the common cases (addresses, API keys, tenant ids), and keeps the mapping injective: a
-// verbatim key never starts with '#', and a hashed one always does. 128 bits of SHA-256 make
-// accidental collisions impossible in practice; a client who wanted to collide with another
-// client's counter would have to find a second preimage.
+// The descriptor is written verbatim, whatever its bytes (Redis keys are binary-safe, and
+// Escape makes any byte string one webdis argument), with one '#' in front when it starts with
+// '#'. That keeps the mapping injective and apart from a rule's own keys (appendRuleKey),
+// whose suffix is one '#' and a byte other than '#'. The key's length is the descriptor's plus
+// len(prefix)+len(domain)+len(rule)+6, bounded by the configuration's max_key_bytes, and a
+// client can reach no other key than its own descriptor's.
 //
 // prefix, domain and rule come from the configuration. So that the hash tag is always exactly
 // the domain and the parts cannot run into each other, the bytes '{', '}' and '%' (and, in the
@@ -93,7 +83,6 @@ const MaxPartitions = 1024
 // every key of the domain is on one slot (part is ignored). With partitions > 1:
 //
 //	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = part
-//	<prefix>:{<domain>:<rule>:<p>}:#<32 hex digits>
 //
 // so one rule's keys are spread over partitions slots (and so over the shards of a sharded
 // store), while the key set and overflow key of each partition (see Rule.Partitioned) share
@@ -102,15 +91,10 @@ const MaxPartitions = 1024
 // partitioned key equals a key of the unpartitioned layout.
 func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int, descriptor []byte) []byte {
 	dst = appendHead(dst, prefix, domain, rule, partitions, part)
-	if rawDescriptor(descriptor) {
-		return append(dst, descriptor...)
+	if len(descriptor) > 0 && descriptor[0] == '#' {
+		dst = append(dst, '#')
 	}
-	sum := sha256.Sum256(descriptor)
-	dst = append(dst, '#')
-	for _, c := range sum[:16] {
-		dst = append(dst, hexLower[c>>4], hexLower[c&0x0F])
-	}
-	return dst
+	return append(dst, descriptor...)
 }
 
 // appendHead appends everything of a key before its descriptor:
@@ -132,27 +116,14 @@ func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) [
 }
 
 // appendRuleKey appends one of a rule's own keys in partition part, <prefix>:{<domain>}:<rule>:<suffix>
-// (or the partitioned form, see AppendPartKey), for a suffix that starts with '#' and is not
-// 32 hex digits, so that no descriptor's key (verbatim: never a leading '#'; hashed: '#' and 32
-// hex digits) can be the same.
+// (or the partitioned form, see AppendPartKey), for a suffix of one '#' and a byte other than
+// '#', so that no descriptor's key (which starts with "##" when it starts with '#') is the same.
 func appendRuleKey(dst []byte, prefix, domain, rule string, partitions, part int, suffix string) []byte {
 	dst = appendHead(dst, prefix, domain, rule, partitions, part)
 	return append(dst, suffix...)
 }
 
 const hexLower = "0123456789abcdef"
-
-func rawDescriptor(d []byte) bool {
-	if len(d) > MaxRawDescriptor || (len(d) > 0 && d[0] == '#') {
-		return false
-	}
-	for _, c := range d {
-		if c < 0x21 || c > 0x7E {
-			return false
-		}
-	}
-	return true
-}
 
 // appendName writes a configured prefix, domain or rule name, percent-encoding the bytes that
 // would break the hash tag or the injectivity of the key layout (and ':' when colon is set:

@@ -19,6 +19,9 @@ func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
 	return r.Partitioned(1, maxKeys, prefix, domain, name)
 }
 
+// AppendRuleKey appends one of a rule's own keys (suffix "#keys" or "#overflow").
+var AppendRuleKey = appendRuleKey
+
 // Partitions returns the number of hash tags the rule's keys are spread over (1: the
 // domain's).
 func (r *Rule) Partitions() int { return max(r.parts, 1) }

@@ -428,7 +428,7 @@ func TestInjection(t *testing.T) {
 	}
 	for _, h := range hostile() {
 		// Raw keys exercise Escape with every hostile byte; AppendKey keys are what the filter
-		// sends (hashed when the value is not plain printable ASCII).
+		// sends (the value verbatim, a leading '#' doubled).
 		check(append([]byte("inj:{raw}:"), h...))
 		key := redis.AppendKey(nil, "inj", "rl", "built", h)
 		if !want[string(key)] {
@@ -454,6 +454,40 @@ func TestInjection(t *testing.T) {
 			t.Fatalf("key %q has no TTL (%d)", trunc([]byte(k)), ttl)
 		}
 	}
+}
+
+// TestLongDescriptor sends a descriptor of 64 KiB (the largest max_key_bytes), every byte
+// value in it, through the real webdis to Redis, under a rule with a key bound: the key and
+// the key set's member hold exactly its bytes, it is counted as one client, and a descriptor
+// that differs only in its last byte is another client.
+func TestLongDescriptor(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv.WebdisURL())
+	loadScripts(t, srv)
+	rule := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 5, Window: time.Hour}).Bounded(100, "rl", "rl", "api")
+	desc := make([]byte, 64<<10)
+	for i := range desc {
+		desc[i] = byte(i * 7)
+	}
+	key := redis.AppendKey(nil, "rl", "rl", "api", desc)
+	body := rule.AppendEvalSHA(nil, key, 1)
+	for n := int64(4); n >= 2; n-- {
+		if d := c.mustCall(body).Decision; !d.Allowed || d.Remaining != n {
+			t.Fatalf("decision %+v, want allowed with %d remaining", d, n)
+		}
+	}
+	if srv.Int("EXISTS", string(key)) != 1 || srv.MustDo("ZSCORE", "rl:{rl}:api:#keys", string(key)) == nil {
+		t.Fatalf("the key or the key set's member does not hold the descriptor's bytes; keys: %d", srv.Int("DBSIZE"))
+	}
+	desc[len(desc)-1]++
+	if d := c.mustCall(rule.AppendEvalSHA(nil, redis.AppendKey(nil, "rl", "rl", "api", desc), 1)).Decision; d.Remaining != 4 {
+		t.Fatalf("a descriptor that differs in its last byte: %+v, want a fresh key", d)
+	}
+	if n := srv.Int("DBSIZE"); n != 3 {
+		t.Fatalf("DBSIZE %d, want 2 keys and the key set", n)
+	}
+	t.Logf("body %d bytes; key %d bytes, MEMORY USAGE %d", len(body), len(key), srv.Int("MEMORY", "USAGE", string(key)))
 }
 
 // TestTTL checks that every script gives the key it writes the documented TTL (the time until

@@ -40,9 +40,8 @@ func Partition(secret *Secret, descriptor []byte, partitions int) int {
 	return int(siphash.Hash(k0, k1, descriptor) % uint64(min(partitions, MaxPartitions)))
 }
 
-// secretSuffix ends the key of the partition secret. It starts with '#' and is not 32 hex
-// digits, so no descriptor's key can be the same (see appendRuleKey), and it follows the
-// domain's hash tag directly, where every rule key has a rule name and ':' first.
+// secretSuffix ends the key of the partition secret. It follows the domain's hash tag
+// directly, where every rule key has a rule name and ':' first, so no rule's key is the same.
 const secretSuffix = "#partition-secret"
 
 // AppendSecretKey appends the key under which Redis holds the partition secret of a key

@@ -44,8 +44,8 @@ func TestModuleLinksNoUnusedStdlib(t *testing.T) {
 			t.Errorf("the module links %s: %s", c.fn, c.why)
 		}
 	}
-	// No file is embedded. (Package time is linked for durations, and with crypto/sha256 come
-	// syscall, os and io/fs: see the root package's TestModuleLinksNoHeavyPackages.)
+	// No file is embedded. (Package time is linked for durations, and with it syscall: see the
+	// root package's TestModuleLinksNoHeavyPackages.)
 	for name := range names {
 		if strings.HasPrefix(name, linkerName("embed")+".") {
 			t.Errorf("the module links %s (package embed): write the file as a Go constant", name)

@@ -114,7 +114,8 @@ func TestUsageGlobalStreamsWasm(t *testing.T) {
 }
 
 // TestUsageGlobalDeadRedisWasm: Redis dies while a stream is open. The client gets the whole
-// response as usual, and the settlement's failure is counted.
+// response as usual; the settlement is sent again on the VM's tick 1 s and 2 s after each
+// failure, and counted as failed after its third try.
 func TestUsageGlobalDeadRedisWasm(t *testing.T) {
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
@@ -139,13 +140,18 @@ func TestUsageGlobalDeadRedisWasm(t *testing.T) {
 		whole = append(whole, c...)
 	}
 	require.Equal(t, string(whole), string(res.ResponseBody), "the client gets the body unchanged")
+	require.Eventually(t, func() bool {
+		v, _ := d.host.Metric("ratelimit_usage_settle_failures_total;rule=openai")
+		return v == 1
+	}, 10*time.Second, 10*time.Millisecond)
 	settled(t, d.host)
-	require.EqualValues(t, 1, metric(t, d, "ratelimit_usage_settle_failures_total;rule=openai"))
+	require.EqualValues(t, 2, metric(t, d, "ratelimit_usage_settle_retries_total;rule=openai"))
 	require.EqualValues(t, 150, metric(t, d, "ratelimit_usage_debt_total;rule=openai"))
-	// Counted by kind: webdis answers 503 while it reconnects, or fails the call otherwise.
+	// Each try counted by kind: webdis answers 503 while it reconnects, or fails the call
+	// otherwise.
 	failures := int64(0)
 	for _, m := range redisErrorMetrics {
 		failures += redisMetric(d.host, m)
 	}
-	require.Equal(t, int64(1), failures)
+	require.Equal(t, int64(3), failures)
 }

@@ -809,7 +809,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 	const rule = "inj"
 	rules := "[" + globalRule(rule, `"algorithm":"token_bucket","limit":7,"window":"1h"`, true) + "]"
 	// max_key_bytes above the longest value, 4,096 bytes and its length prefix: long values
-	// reach Redis, hashed.
+	// reach Redis verbatim.
 	config := strings.Replace(globalConfig(redisOpts{FailureMode: "deny"}, rules), "{", `{"max_key_bytes":8192,`, 1)
 	h := newGlobalHost(t, config, srv.WebdisURL(), 2)
 	values := []string{
@@ -831,7 +831,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 		"1/SET/x/y", // a leading number selects a database in webdis
 		"line1\nline2",
 		"crlf\r\nEVAL/return 1/0",
-		"#deadbeef", // a verbatim key never starts with '#', hashed ones do
+		"#keys", // the rule's key set is <prefix>#keys, a value's key <prefix>5:#keys
 		strings.Repeat("A", 4096),
 		strings.Repeat("/", 4096),
 		"\xff\xfe\x80 invalid UTF-8",
@@ -868,7 +868,7 @@ func TestGlobalWasmInjection(t *testing.T) {
 	require.EqualValues(t, len(values), srv.Int("ZCARD", prefix+"#keys"), "the key set holds every key")
 	for _, k := range keys {
 		require.Truef(t, strings.HasPrefix(k, prefix), "key %q outside the rule's keys", k)
-		require.LessOrEqual(t, len(k), len(prefix)+redis.MaxRawDescriptor, "keys are length-bounded")
+		require.LessOrEqual(t, len(k), len(prefix)+8192, "keys are bounded by max_key_bytes")
 	}
 	requireNoRedisFailures(t, h)
 	requireCleanLogs(t, h)
