@@ -25,22 +25,17 @@ import (
 //	healthy:   limit = min(MaxLimit, limit + IncreaseStep)
 //
 // with the defaults DecreaseFactor = 0.9, IncreaseStep = max(1, MaxLimit/20) and MinSamples
-// = 10: a sick upstream loses 10% of its allowance per interval (half in about 7 intervals),
-// and a recovered one climbs back from the floor to the ceiling in about 20. An interval with
-// fewer than MinSamples requests has too little evidence to blame the upstream and counts as
-// healthy, so a rule whose traffic stopped recovers its full limit. AIMD is used rather than a
-// latency gradient because it needs no latency baseline, reacts to errors as well as to
-// latency, and its bounds are easy to reason about: the limit never leaves
-// [MinLimit, MaxLimit], and each step is bounded.
+// = 10: a sick upstream loses 10% of its allowance per interval (half in about 7), and a
+// recovered one climbs from the floor to the ceiling in about 20. An interval with fewer than
+// MinSamples requests is too little evidence and counts as healthy, so a rule whose traffic
+// stopped recovers its full limit. AIMD rather than a latency gradient: it needs no latency
+// baseline, reacts to errors too, and keeps the limit in [MinLimit, MaxLimit] in bounded steps.
 //
-// Accumulating in the state makes the controller correct when every worker VM ticks on its
-// own: each worker adds its own interval's signals with one CAS on the rule's one key, and
-// only the first tick after AdjustInterval has elapsed adjusts the limit, from the sum of all
-// workers' signals. A fresh controller starts at Limit (which is MaxLimit unless MaxLimit is
-// set higher). The arithmetic is integer: ratios compare errors×10^6 with
+// Each worker VM adds its own interval's signals with one CAS on the rule's one key, and only
+// the first tick after AdjustInterval adjusts the limit, from the sum of all workers' signals.
+// A fresh controller starts at Limit. The arithmetic is integer: errors×10^6 is compared with
 // ErrorThresholdPPM×requests in 128 bits, and DecreaseFactor is applied in parts per million.
-// The controller is local only (each proxy judges its own upstream latency and errors; there
-// is no distributed variant), so it has no Lua port.
+// The controller is local only (each proxy judges its own upstream), so it has no Lua port.
 //
 // Controller state layout (41 bytes): [0] 0x72, [1:9] limit, [9:17] last adjustment (Unix
 // ns), [17:25] requests, [25:33] errors, [33:41] latency sum (ns); all int64 LE.
@@ -57,15 +52,15 @@ import (
 //
 // Admission state layout (41 bytes): [0] 0x73, [1:25] parameter block (limit and capacity
 // both the limit in force when written, window, max_delay 0; see RecordedConfig), [25:33] ws
-// int64 LE, [33:37] prev uint32 LE, [37:41] cur uint32 LE. The v1 layout (21 bytes: 0x71,
-// limit uint32, ws, prev, cur) is still read.
+// int64 LE, [33:37] prev uint32 LE, [37:41] cur uint32 LE; v1: 21 bytes, 0x71, limit uint32,
+// ws, prev, cur.
 //
 // # Configuration changes
 //
 // The limit in force changes with the controller, and counts carry over as described above,
 // so only the window (and the algorithm) is compared with the recorded parameters. A state
-// recorded with another window, or by another algorithm, is converted first (see the package
-// documentation) with the limit in force as the capacity: with R = min(R_old, limit), the key
+// recorded with another window, or by another algorithm, is converted with the limit in force
+// as the capacity (see the package documentation): with R = min(R_old, limit), the key
 // has counted C = limit - R in the window that contains tc (ws = tc - (tc mod W), prev = 0,
 // cur = C). Read as the old configuration, an adaptive state reports the Remaining of the
 // sliding window counter under its recorded limit and window.

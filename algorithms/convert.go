@@ -57,11 +57,10 @@ func (p *params) put(out []byte, ver byte) {
 	binary.LittleEndian.PutUint64(out[17:], p.maxDelay)
 }
 
-// locate classifies state for a limiter whose current encoding is ver (size bytes) and whose
-// v1 encoding is verV1 (sizeV1 bytes): off is where the fields start (hdrSize for the current
-// encoding with these parameters, 1 for the v1 encoding, which is read with these parameters
-// as the v1 code read it, 0 for a fresh key), and convert is true when the state is a current
-// encoding recorded under other parameters or by another algorithm.
+// locate classifies state for a limiter whose current encoding is ver (size bytes) and v1
+// encoding verV1 (sizeV1 bytes): off is where the fields start (hdrSize for the current
+// encoding with these parameters, 1 for v1, 0 for a fresh key), and convert is true for a
+// current encoding recorded under other parameters or by another algorithm.
 func (p *params) locate(state []byte, ver byte, size int, verV1 byte, sizeV1 int) (off int, convert bool) {
 	switch {
 	case len(state) == size && p.matches(state, ver):
@@ -88,14 +87,11 @@ func isCurrent(state []byte) bool {
 	return false
 }
 
-// RecordedConfig returns the configuration a state was written under, as recorded in its
-// parameter block: Algorithm, Variant (sliding_window only), Limit, Window, Burst (the
-// capacity, never 0) and MaxDelay (the shaper only). For an adaptive admission state Limit is
-// the limit in force when the state was written and the controller's fields are zero. ok is
-// false for a nil, short, corrupt or v1 state (v1 encodings recorded no parameters).
-//
-// It exists so that tests, including the differential test against the Redis Lua scripts,
-// can check which parameters a stored state carries.
+// RecordedConfig returns the configuration a state was written under, as its parameter block
+// records it: Algorithm, Variant (sliding_window only), Limit, Window, Burst (the capacity,
+// never 0) and MaxDelay (the shaper only); for an adaptive admission state Limit is the limit
+// in force when written. ok is false for a nil, short, corrupt or v1 state. Tests use it,
+// among them the differential test against the Redis Lua scripts.
 func RecordedConfig(state []byte) (c Config, ok bool) {
 	defer func() {
 		if recover() != nil {
@@ -232,25 +228,19 @@ func consumption(state []byte, now, capNew int64) (c, tc int64, ok bool) {
 }
 
 // idleConverted is Idle for a state recorded under other parameters, for a limiter of
-// capacity capNew whose converted state with nothing consumed at tc <= now is a fresh key. It
-// is true when the old configuration reports at least capNew remaining, evaluated no later
-// than now (a stale conversion instant would postpone the new limiter's timeline), so the
-// converted state is at full allowance; and also when the old configuration's own limiter
-// finds the state idle, that is when the key consumed nothing that is still counted: its slot
-// may then be reclaimed. Without that second case a raised capacity (capNew above the old
-// one) would keep the slot of every key that never returns taken for good. A key that lost
-// such a slot and returns starts fresh under the new configuration, as it would after its
-// Redis key expired.
+// capacity capNew: true when the old configuration reports at least capNew remaining or finds
+// the state idle (it counts nothing), evaluated no later than now (a stale conversion instant
+// would postpone the new timeline). Without the second case a raised capacity would keep the
+// slot of every key that never returns for good; a key that lost such a slot starts fresh, as
+// after its Redis key expired.
 func idleConverted(state []byte, now, capNew int64) bool {
 	r, at, idle, ok := peekOld(state, now)
 	return !ok || ((idle || r >= capNew) && at <= now)
 }
 
-// finishConverted returns what AllowN returns after deciding on a converted state: when the
-// request was admitted, the new state out, copied into state's array when its capacity
-// allows (the documented aliasing); otherwise the input state unchanged, so that a denial
-// writes nothing and the state is converted again, from its recorded parameters, by the
-// next request.
+// finishConverted returns what AllowN returns after deciding on a converted state: when
+// admitted, the new state (in state's array when its capacity allows); otherwise the input
+// unchanged, so that a denial writes nothing and the next request converts again.
 func finishConverted(state []byte, d Decision, out []byte, maxSize int) (Decision, []byte) {
 	if !d.Allowed {
 		return d, state

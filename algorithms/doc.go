@@ -20,9 +20,9 @@
 // TCP congestion control. Each type's documentation gives its exact integer formulas.
 //
 // The package never reads a clock and never calls the host: time is an int64 of Unix
-// nanoseconds passed in by the caller, and the state of a key is a byte string that the caller
-// loads and stores (Envoy shared data with CAS, or Redis). This keeps the limiters
-// deterministic, testable over fixed instants, and portable to the Redis Lua scripts.
+// nanoseconds passed in, and a key's state is a byte string the caller loads and stores
+// (Envoy shared data with CAS, or Redis), so the limiters are deterministic, testable over
+// fixed instants, and portable to the Redis Lua scripts.
 //
 // # Decisions
 //
@@ -44,12 +44,10 @@
 //
 // # State buffers and aliasing
 //
-// AllowN writes the new state into state[:0] when cap(state) is at least the size it needs
-// (Limiter.StateSize is the largest size a limiter ever needs), and only allocates a new buffer
-// of StateSize bytes when the given one is too small. The returned slice therefore usually
-// aliases the input: callers must not keep using the input slice as "the old state" after the
-// call, and must not share one buffer between goroutines. A caller that preallocates
-// StateSize bytes and passes the returned slice back in gets zero allocations per call.
+// AllowN writes the new state into state[:0] when cap(state) is at least Limiter.StateSize,
+// and otherwise allocates StateSize bytes. The returned slice therefore usually aliases the
+// input: callers must not use the input as "the old state" after the call, nor share one
+// buffer between goroutines; one that preallocates StateSize bytes allocates nothing per call.
 //
 // Every encoding starts with a version byte that is distinct per algorithm and layout, so a
 // state written by one algorithm is never misread by another; a 24-byte parameter block
@@ -93,16 +91,14 @@
 // limit in force belongs to the controller, and counts carry over when it changes.
 //
 // Limiter.Idle on such a state reports idle when the converted state is at full allowance
-// (R_old >= Capacity), and also when the old configuration finds the state idle (it counts
-// nothing), both evaluated no later than now: otherwise, after a raised capacity, the slot of
-// every key that never returns would stay taken for good. Idle allocates nothing (the old
-// limiter is rebuilt by value); the conversion in AllowN allocates one buffer.
+// (R_old >= Capacity) or the old configuration finds it idle, evaluated no later than now
+// (else, after a raised capacity, every key that never returns would keep its slot for good).
+// Idle allocates nothing (the old limiter is rebuilt by value); AllowN's conversion one buffer.
 //
-// States in the first encodings, which recorded no parameters (v1, the version bytes 0x11,
-// 0x21, 0x22, 0x31, 0x41, 0x42, 0x51, 0x61, 0x71), are read as that code read them: by the
-// limiter of the same layout with its current parameters, counts above a lowered limit
-// clamped, and as a fresh key by any other; an admitted request rewrites them in the current
-// encoding.
+// States in the first encodings, which recorded no parameters (v1: version bytes 0x11, 0x21,
+// 0x22, 0x31, 0x41, 0x42, 0x51, 0x61, 0x71), are read by the limiter of the same layout with
+// its current parameters (counts above a lowered limit clamped), as a fresh key by any other,
+// and rewritten in the current encoding by an admitted request.
 //
 // # Time
 //
@@ -137,7 +133,6 @@
 //
 // # Errors
 //
-// New returns a *ConfigError whose message names the offending field as the JSON config spells
-// it, in snake_case ("limit: must be > 0, got -3"), so the config parser can prefix a JSON path
-// ("rules[2]." + err.Error()). Field and Message are also available separately.
+// New returns a *ConfigError naming the offending field as the JSON config spells it
+// ("limit: must be > 0, got -3"), so the config parser can prefix a JSON path.
 package algorithms

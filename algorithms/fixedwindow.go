@@ -26,7 +26,7 @@ package algorithms
 // passes repays L of it, so a key that was charged 3L in one window is denied for the next
 // two. Below L, the roll is the plain reset to 0.
 //
-// # State layout (37 bytes, 41 with a carry)
+// # State layout (37 bytes, 41 with a carry; v1: 13 bytes, 0x51, ws, count)
 //
 //	[0]     0x53 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
@@ -34,14 +34,10 @@ package algorithms
 //	[33:37] count, uint32 LE (at most debtCeiling)
 //	[37:41] carry, uint32 LE (at most count), only when it is not 0
 //
-// The v1 layout (13 bytes: 0x51, ws, count; no parameters) is still read, with the current
-// parameters, and rewritten in this layout by the next admitted request.
-//
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, L), the key has counted C = L - R in the
-// window that contains tc:
+// With R = min(R_old, L) (see the package documentation), the key has counted C = L - R in
+// the window that contains tc:
 //
 //	ws = tc - (tc mod W), count = C
 type FixedWindow struct {
@@ -63,8 +59,7 @@ func newFixedWindow(c Config) (*FixedWindow, error) {
 	return f, nil
 }
 
-// init validates c and sets f up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets f up (New, and peekOld by value).
 func (f *FixedWindow) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

@@ -6,60 +6,39 @@ import "strconv"
 // one theoretical arrival time (TAT) per key encodes the whole state, in integer nanoseconds,
 // extended to requests of n cells.
 //
-// # Formulas, and where the burst tolerance is applied
+// # Arithmetic (the spec for the Lua port)
 //
-//	emissionInterval T = Window / Limit            (integer ns, truncated)
-//	burstOffset        = T × (Burst − 1)
-//	TAT'               = max(TAT, now) + n×T
-//	allowAt            = TAT' − T − burstOffset     (= TAT' − T×Burst)
-//	allowed            = allowAt <= now
-//	retryAfter         = allowAt − now              (when denied)
-//	remaining          = floor((now − allowAt) / T) (when allowed)
+//	T = Window / Limit (integer ns, truncated);  tau = T*B  -- B = Burst, Limit when 0
+//	state: TAT (absolute ns); fresh: TAT = now
+//	base = max(TAT, now)
+//	if n <= 0 or n > B: unsatisfiable (state unchanged)
+//	TAT' = base + n*T;  allowAt = TAT' - tau  (= TAT' - T - T*(B-1)); allowed = allowAt <= now
+//	allowed:  store TAT'; Remaining = floor((now - allowAt) / T); ResetAfter = TAT' - now
+//	denied:   RetryAfter = allowAt - now; Remaining = floor(max(0, now + tau - base) / T);
+//	          ResetAfter = base - now
 //
-// A common rendering of GCRA tests "TAT' − burstOffset <= now" on the incremented TAT. Taken
+// A common rendering of GCRA tests "TAT' − T×(Burst−1) <= now" on the incremented TAT. Taken
 // literally that admits only Burst − 1 requests from a fresh key, and none at all with
 // Burst = 1, which contradicts Burst being the capacity. As in I.371's virtual-scheduling
 // algorithm (and throttled and redis-cell, whose tolerance is T×(maxBurst+1)), the test applies
 // to the arrival time of the last cell of the request, TAT' − T, so a fresh key admits exactly
 // Burst cells at once.
 //
-// T is truncated to whole nanoseconds (time.Duration arithmetic). When Limit
-// does not divide Window the sustained rate is 1/T, above Limit/Window by a factor of less
-// than 1 + 1/T (under 0.0001% once T >= 1ms); New requires T >= 1ns.
+// When Limit does not divide Window the sustained rate is 1/T, above Limit/Window by a factor
+// of less than 1 + 1/T (under 0.0001% once T >= 1ms); New requires T >= 1ns. The largest
+// intermediate that is not an absolute timestamp is tau + T = T*(B+1), which New keeps
+// <= 2^53. A stale now needs no special case: TAT is compared with now itself.
 //
-// # Arithmetic (the spec for the Lua port)
-//
-//	tau = T*B                          -- B = Burst, Limit when 0
-//	state: TAT (absolute ns); fresh: TAT = now
-//	base = max(TAT, now)
-//	if n <= 0 or n > B: unsatisfiable (state unchanged)
-//	TAT' = base + n*T;  allowAt = TAT' - tau
-//	allowed:  store TAT'; Remaining = floor((now - allowAt) / T); ResetAfter = TAT' - now
-//	denied:   RetryAfter = allowAt - now; Remaining = floor(max(0, now + tau - base) / T);
-//	          ResetAfter = base - now
-//
-// The largest intermediate that is not an absolute timestamp is tau + T = T*(B+1), which New
-// keeps <= 2^53. A stale now (time going backwards) needs no special case: TAT is compared
-// with now itself, so an earlier now is only stricter.
-//
-// # State layout (33 bytes)
+// # State layout (33 bytes; v1: 9 bytes, 0x61, TAT)
 //
 //	[0]     0x63 version
 //	[1:25]  parameter block (limit, burst B, window, max_delay 0; see RecordedConfig)
 //	[25:33] TAT, int64 LE, Unix ns
 //
-// The v1 layout (9 bytes: 0x61, TAT; no parameters) is still read, with the current
-// parameters, and rewritten in this layout by the next admitted request.
-//
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, B) and C = B - R, the key has consumed C
-// cells at tc:
-//
-//	TAT = tc + C*T
-//
-// so exactly R cells pass at tc, and the schedule then advances at the new emission interval.
+// With R = min(R_old, B) and C = B - R (see the package documentation), the key has consumed
+// C cells at tc: TAT = tc + C*T, so exactly R cells pass at tc.
 type GCRA struct {
 	limit, burst, t, tau int64
 	p                    params
@@ -78,8 +57,7 @@ func newGCRA(c Config) (*GCRA, error) {
 	return g, nil
 }
 
-// init validates c and sets g up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets g up (New, and peekOld by value).
 func (g *GCRA) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

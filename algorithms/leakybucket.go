@@ -28,8 +28,7 @@ package algorithms
 //
 // Meter state layout (41 bytes): [0] 0x23, [1:25] parameter block (limit, capacity C, window,
 // max_delay 0; see RecordedConfig), [25:33] level int64 LE (units of 1/wg event), [33:41] last
-// int64 LE (Unix ns). The v1 layout (17 bytes: 0x21, level, last) is still read, with the
-// current parameters.
+// int64 LE (Unix ns). v1: 17 bytes, 0x21, level, last.
 //
 // # Shaper (MaxDelay > 0)
 //
@@ -70,8 +69,7 @@ package algorithms
 //
 // Shaper state layout (37 bytes): [0] 0x24, [1:25] parameter block (limit, capacity C,
 // window, max_delay), [25:33] pns int64 LE (Unix ns), [33:37] pfrac uint32 LE (units of 1/lg
-// ns; lg <= LimitCeiling < 2^32). The v1 layout (13 bytes: 0x22, pns, pfrac) is still read,
-// with the current parameters.
+// ns; lg <= LimitCeiling < 2^32). v1: 13 bytes, 0x22, pns, pfrac.
 //
 // # Configuration changes
 //
@@ -106,8 +104,7 @@ func newLeakyBucket(c Config) (*LeakyBucket, error) {
 	return l, nil
 }
 
-// init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets l up (New, and peekOld by value).
 func (l *LeakyBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

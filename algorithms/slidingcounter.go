@@ -61,7 +61,7 @@ package algorithms
 // cur exceed L, or carry other than 0; below L the roll is the plain shift (prev, cur = cur, 0
 // one window later).
 //
-// # State layout (41 bytes, 45 with a carry)
+// # State layout (41 bytes, 45 with a carry; v1: 17 bytes, 0x31, ws, prev, cur)
 //
 //	[0]     0x33 version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
@@ -70,14 +70,10 @@ package algorithms
 //	[37:41] cur,  uint32 LE (at most debtCeiling)
 //	[41:45] carry, uint32 LE (at most cur), only when it is not 0
 //
-// The v1 layout (17 bytes: 0x31, ws, prev, cur; no parameters) is still read, with the
-// current parameters, and rewritten in this layout by the next admitted request.
-//
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, L), the key has counted C = L - R in the
-// window that contains tc, and nothing before it:
+// With R = min(R_old, L) (see the package documentation), the key has counted C = L - R in
+// the window that contains tc, and nothing before it:
 //
 //	ws = tc - (tc mod W), prev = 0, cur = C
 type SlidingWindowCounter struct {
@@ -108,8 +104,7 @@ func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
 	return s, nil
 }
 
-// init validates c and sets s up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets s up (New, and peekOld by value).
 func (s *SlidingWindowCounter) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

@@ -56,9 +56,8 @@ import "math"
 //
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, L), the key holds C = L - R timestamps, all
-// equal to tc (oldest = newest = tc, C−1 zero deltas; no timestamp when C = 0).
+// With R = min(R_old, L) (see the package documentation), the key holds C = L - R timestamps,
+// all equal to tc (oldest = newest = tc, C−1 zero deltas; no timestamp when C = 0).
 type SlidingWindowLog struct {
 	limit, w   int64
 	width      int
@@ -79,8 +78,7 @@ func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
 	return l, nil
 }
 
-// init validates c and sets l up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets l up (New, and peekOld by value).
 func (l *SlidingWindowLog) init(c Config) error {
 	if err := validateCommon(c, LogLimitCeiling); err != nil {
 		return err

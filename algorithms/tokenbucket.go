@@ -44,21 +44,17 @@ package algorithms
 // capU + wg + 2*lg, which New keeps <= 2^53. elapsed is a difference of absolute timestamps
 // that may be huge after a long idle period; it is only compared with fill.
 //
-// # State layout (41 bytes)
+// # State layout (41 bytes; v1: 17 bytes, 0x11, tokens, last)
 //
 //	[0]     0x13 version
 //	[1:25]  parameter block (limit, capacity B, window, max_delay 0; see RecordedConfig)
 //	[25:33] tokens, int64 LE, units of 1/wg token
 //	[33:41] last,   int64 LE, Unix ns
 //
-// The v1 layout (17 bytes: 0x11, tokens, last; no parameters) is still read, with the current
-// parameters, and rewritten in this layout by the next admitted request.
-//
 // # Configuration changes
 //
-// A state recorded under other parameters, or by another algorithm, is converted first (see
-// the package documentation): with R = min(R_old, B) the whole tokens the old configuration
-// reports remaining, the key holds exactly R tokens at tc:
+// With R = min(R_old, B) (see the package documentation), the key holds exactly R tokens at
+// tc:
 //
 //	tokens = R*wg, last = tc
 type TokenBucket struct {
@@ -99,8 +95,7 @@ func newTokenBucket(c Config) (*TokenBucket, error) {
 	return t, nil
 }
 
-// init validates c and sets t up; it is also how peekOld rebuilds an old configuration by
-// value.
+// init validates c and sets t up (New, and peekOld by value).
 func (t *TokenBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

@@ -7,18 +7,12 @@ import (
 // breaker keeps a dead Redis from costing every request a timeout. After threshold consecutive
 // failures it opens for cooldown: global rules go straight to their failure mode. Then one
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
-// VM has its own breaker and learns about an outage from its own callouts.
-//
-// Every answer reaches the breaker, also one that arrives after the probing request's stream
-// was torn down (the client went away): the calls are dispatched so that a gone stream's
-// answer is still handed to the filter (lateOutcome). A host may still lose an answer (the
-// SDK's emulator drops a deleted stream's): a probe unanswered for longer than the callout
-// timeout, which the host enforces on every callout, counts as lost, and the next request
-// sends another one; without that, the worker would skip Redis for good.
-//
-// The probe is a request, not a callout: every global rule of the probing request is sent.
-// Were its other rules skipped, a failure mode that denies would end the request at once, and
-// the probe would decide nothing for it, on every probe.
+// VM has its own breaker and learns of an outage from its own callouts, answered even after the
+// probing stream is gone (lateOutcome). A probe unanswered for longer than the callout timeout
+// (a host may still lose an answer) counts as lost, and the next request sends another;
+// without that, the worker would skip Redis for good. The probe is a request, not a callout:
+// every global rule of it is sent, since a skipped one under a failure mode that denies would
+// end the request at once and the probe would decide nothing.
 type breaker struct {
 	threshold int
 	cooldown  int64
@@ -62,15 +56,11 @@ func (b *breaker) failure(now int64) (opened bool) {
 	return false
 }
 
-// breakerGauge publishes the state of this worker VM's breaker in process-wide metrics.
-//
-// Each worker VM has its own breaker, but Envoy's stats are process-wide: every VM's
-// ratelimit_redis_breaker_open is the same gauge, and recording 1 or 0 into it from each
-// worker would make it say whatever the last worker to change state said. So each VM adds 1
-// when its breaker opens and subtracts 1 when it closes (proxy_increment_metric adds to or
-// subtracts from a gauge), and the gauge counts the worker VMs whose breaker is open right
-// now: 0 means every worker uses Redis. The counter ratelimit_redis_breaker_opened_total
-// counts the openings, which a gauge scraped every few seconds can miss.
+// breakerGauge publishes the state of this worker VM's breaker in process-wide metrics. Envoy's
+// stats are process-wide, so recording 1 or 0 from each worker would say whatever the last one
+// said: each VM adds 1 when its breaker opens and subtracts 1 when it closes, and the gauge
+// counts the worker VMs whose breaker is open. ratelimit_redis_breaker_opened_total counts the
+// openings, which a scraped gauge can miss.
 type breakerGauge struct {
 	open   abi.MetricGauge   // worker VMs whose breaker is open, process-wide
 	opened abi.MetricCounter // transitions from closed to open, process-wide

@@ -24,13 +24,11 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 }
 
 // denyLocal denies the request that a local rule denied in phase 1: that rule is the last of
-// h.d.applied, and p.matched[i] is the rule it applies for; key is the key built for the rule
-// built. Before the local response is sent, every later matched local rule that is enforced
-// is decided too, exactly and without writing (a denied request is charged nothing), so that
-// the response states the longest wait among the enforced rules that deny the request: a
-// client that waits what the first denial said would otherwise be denied again by a rule with
-// a longer wait. Global rules are not asked (a request a local rule denies sends no Redis
-// call). It is kept out of line (see doc.go): an admitted request needs none of it.
+// h.d.applied, p.matched[i] the rule it applies for, key the key built for the rule built.
+// Every later enforced local rule is decided too, exactly and without writing, so that the
+// response states the longest wait among the denying rules (a client that waited what the
+// first denial said would be denied again by a longer one). Global rules are not asked: a
+// request a local rule denies sends no Redis call. Out of line (see doc.go).
 //
 //go:noinline
 func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
@@ -79,8 +77,7 @@ func longerWait(a, b *applied) bool {
 }
 
 // decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
-// the units, else with a lease take. It is kept out of decideLocal's line (see doc.go): most
-// rules have no lease.
+// the units, else with a take (out of line, see doc.go).
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
 	if a.rs.lease.spend(a, key, now, cost) {
 		return false
@@ -129,9 +126,8 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 }
 
 // undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
-// races or a store failure. It reports whether the request must be denied. It is kept out of
-// decideShared's line (see doc.go): a decision that succeeds (a VM's first request, nearly
-// always) needs none of it.
+// races or a store failure. It reports whether the request must be denied (out of line, see
+// doc.go).
 func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	p := h.plugin
 	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
@@ -214,9 +210,8 @@ func (h *httpContext) finish() types.Action {
 	return types.ActionContinue
 }
 
-// finishFrom is finish from its i-th rule on, for every kind of rule. When committed is set,
-// rule i's state has been written already (Table.Commit returned err). It is kept out of
-// line for the reason given in finish.
+// finishFrom is finish from its i-th rule on, for every kind of rule; with committed, rule i's
+// Table.Commit has run already and returned err. Out of line (see finish).
 func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action {
 	p := h.plugin
 	shaping := false // an adaptive or shaping rule admitted the request
@@ -271,8 +266,7 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 }
 
 // finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
-// (only they fill h.observed or hold a request). It is kept out of finish's line (see
-// doc.go): most requests meet neither.
+// (out of line, see doc.go).
 func (h *httpContext) finishShaped() types.Action {
 	p := h.plugin
 	// A shaping rule that admitted the request with a delay holds it until the latest release
@@ -290,6 +284,8 @@ func (h *httpContext) finishShaped() types.Action {
 	return types.ActionContinue
 }
 
+// The functions below are the parts of finish that only some rules (leases, shaping,
+// adaptive) or a failed write need, each out of line (see doc.go).
 // The functions below are the parts of finish that a request needs only for some rules (leases,
 // shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
 // they would be compiled with finish on every VM's first request, whether its rules use them
@@ -343,10 +339,9 @@ func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
 	return shaper, delay
 }
 
-// refused applies the decided rule a's refusal of the request: a shadow rule counts it and
-// tells the upstream; an enforced rule denies the request, and refused returns the action,
-// with denied set. It is kept out of finish's line (see doc.go): a request every rule admits
-// needs none of it.
+// refused applies the decided rule a's refusal: a shadow rule counts it and tells the
+// upstream; an enforced rule denies the request, returning the action with denied set (out of
+// line, see doc.go).
 func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	r := a.rs.rule
 	if r.Shadow {
@@ -365,11 +360,9 @@ func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
 	return types.ActionPause
 }
 
-// tellUpstream adds the shadow rule's request header, if it has one, to the request that goes
-// upstream, so the upstream learns that the rule would have denied it (as Envoy's
-// local_ratelimit request_headers_to_add_when_not_enforced does). The value is the rule's
-// name; several shadow rules naming one header add one line each. It is kept out of finish's
-// line, which calls it only for a shadow rule's denial (see settleCommit).
+// tellUpstream adds the shadow rule's request header, if it has one, with the rule's name as
+// its value (one line per rule), so the upstream learns the rule would have denied the request
+// (as Envoy's local_ratelimit request_headers_to_add_when_not_enforced does).
 func tellUpstream(r *config.Rule) {
 	if r.ShadowRequestHeader == "" {
 		return
@@ -379,10 +372,10 @@ func tellUpstream(r *config.Rule) {
 	}
 }
 
-// placed records in the rule's metrics what a commit that placed a key (p.Claimed or
-// p.Evicted) did: a slot used for the first time adds one to the rule's fill (an override's
-// table is over the rule's slots, see slotsUsed); an eviction is counted with what it grants. It is out of line: V8 in Envoy compiles a function on its first call, and
-// most requests place no key.
+// placed records in the rule's metrics what a commit that placed a key did: a slot used for
+// the first time adds one to the rule's fill (an override's table is over the rule's slots),
+// an eviction is counted with what it grants. Out of line (see doc.go): most requests place
+// no key.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
 	if p.Claimed {
 		rs.m.slotsUsed.Add(1)

@@ -8,22 +8,13 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// Option changes how the filter runs; the product uses none, tests use them.
+// Option changes how the filter runs; the product uses none, tests use them (export_test.go).
 type Option func(*options)
 
 type options struct {
 	now   func() int64
 	store sharedstate.Store
 }
-
-// WithClock makes the filter read the time (Unix nanoseconds) from now instead of the system
-// clock, so tests can step time exactly.
-func WithClock(now func() int64) Option { return func(o *options) { o.now = now } }
-
-// WithStore makes the filter keep local state in store instead of the host's shared data, so
-// tests can put a real store between the filter and the host (for example one that loses
-// compare-and-swap races, sharedstate/storetest.Racing).
-func WithStore(store sharedstate.Store) Option { return func(o *options) { o.store = store } }
 
 // NewVMContext returns the VM context to register with abi.SetVMContext.
 func NewVMContext(opts ...Option) types.VMContext {

@@ -28,21 +28,12 @@ import (
 // admitted from leases sends no callout. A batch the call commits after the client reset the
 // stream is held as the VM's lease (lateAnswer), as a partitioned rule's late batch is.
 //
-// With redis.partitions > 1 each global rule's keys are spread over that many hash tags, so
-// one request's rules live on different slots, which one script call cannot touch on a
-// sharded store. The request then sends one callout per global rule, all at once (one round
-// trip of latency, one call per rule), and each rule commits on its own: a request denied by
-// one global rule may have been charged by the others (an over-count of at most one request
-// per other global rule, never an extra admission). Each partition has its own breaker, so a
-// shard that fails sends only its own keys to the failure mode. A lease batch one rule's call
-// commits after another rule denied the request is held as the VM's lease (lateShardAnswer).
-//
-// Which partition holds a key is a keyed hash of the key (redis.Partition) under a secret that
-// every proxy reads from Redis (redis.AppendSecretCall): a VM's first partitioned requests ask
-// for it first (askSecret, one more round trip; the first proxy to ask stores its candidate,
-// every other reads that one), and the VM then keeps it, reading it again on its tick every
-// secretRefresh (refreshSecret) so that proxies agree again within that time should Redis
-// lose it.
+// With redis.partitions > 1 one request's rules live on different slots of a sharded store,
+// so each global rule is a callout of its own, all sent at once, each committing on its own
+// (sharedstate/redis's doc.go), each partition with its own breaker. A lease batch one rule's
+// call commits after another rule denied the request is held as the VM's lease
+// (lateShardAnswer). The partition secret (docs/global-limits.md) is asked for before a VM's
+// first partitioned requests (askSecret) and read again every secretRefresh (refreshSecret).
 
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
@@ -99,9 +90,8 @@ type redisMetrics struct {
 }
 
 // prepareGlobal prepares the part a of the matched global rule r in the request. It reports
-// denied, with the action to return, when the rule's over-limit cache denies the request (the
-// local response is then sent), and callout when the rule needs the request's Redis call (not
-// when this VM's lease admitted it).
+// denied, with the action, when the rule's over-limit cache denies the request, and callout
+// when the rule needs the request's Redis call (not when this VM's lease admitted it).
 func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now int64) (action types.Action, denied, callout bool) {
 	rs := a.rs
 	a.key = append(a.key[:0], key...)
@@ -129,9 +119,9 @@ func (h *httpContext) decideGlobal(now int64) types.Action {
 	return h.finish()
 }
 
-// askRedis sends the request's one callout for all of its global rules, or applies the Redis
-// failure mode to each of them when it cannot be sent. It reports whether the request must be
-// denied now, and by which rule.
+// askRedis sends the request's one callout for all of its global rules, or applies the
+// failure mode to them when it cannot; it reports whether the request must be denied now, and
+// by which rule.
 func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if len(c.parts) > 0 {
@@ -149,14 +139,11 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// globalItems lists the request's global rules as the items of one script call, in rule order.
-// The keys are built back to back in one buffer first, and sliced only once it has stopped
-// growing; withKeys false leaves them and their partitions out (parsing an answer needs only
-// the rules).
+// globalItems lists the request's global rules as the items of one script call, in rule
+// order; withKeys false leaves the keys and partitions out (parsing needs only the rules).
 func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
 
-// itemsOf is globalItems for the working set d, which a late answer (lateAnswer) still holds
-// when the stream has given it up.
+// itemsOf is globalItems for the working set d (a late answer's, after the stream gave it up).
 func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	p := h.plugin
 	c := p.redis
@@ -178,6 +165,7 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	if !withKeys {
 		return c.items
 	}
+	// The keys are sliced again once c.keys has stopped growing (appending may move it).
 	end := 0
 	for i := range c.items {
 		n := len(c.items[i].Key)
@@ -187,11 +175,9 @@ func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
 	return c.items
 }
 
-// sendCallout sends the request's one call for all of its global rules: EVALSHA, or the full
-// script when full is set (after NOSCRIPT). A request has one such call in flight at a time
-// (it is sent again only from its answer), so the call's working set is kept in the context
-// (asked), and its callback is made once per context rather than as a closure per call, which
-// would be an allocation on every global request.
+// sendCallout sends the request's one call for all of its global rules (full: the script
+// itself, after NOSCRIPT). A request has one such call in flight, so its working set is kept
+// in the context (asked) and its callback is made once per context, not as a closure per call.
 func (h *httpContext) sendCallout(now int64, full bool) error {
 	if h.redisAnswer == nil {
 		h.redisAnswer = h.answerRedis
@@ -207,13 +193,11 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 	h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
 }
 
-// dispatch sends one script call for items to webdis, EVALSHA or, when full is set (after
-// NOSCRIPT), the script itself, and counts it in the request's working set. The callback
-// captures that set itself: the stream may be gone (and its set detached) before the answer
-// arrives. The answer is handed to the callback even when the stream is gone
-// (abi.DispatchHttpCallAlways): it may commit a lease batch the VM must hold, and it says
-// how Redis is doing, which the latency histogram and the breaker must hear whoever asked
-// (lateAnswer, lateShardAnswer).
+// dispatch sends one script call for items, EVALSHA or, when full is set (after NOSCRIPT),
+// the script itself. The callback captures the working set itself, since the stream may be
+// gone before the answer; the answer is handed over even then (abi.DispatchHttpCallAlways):
+// it may commit a lease batch the VM must hold, and the latency histogram and the breaker
+// must hear it (lateAnswer, lateShardAnswer).
 func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	if full {
@@ -224,8 +208,8 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 	return h.send(now, answer)
 }
 
-// send sends the call in the client's body for the request, as dispatch describes. answer
-// must call h.answered with the request's working set before anything else.
+// send sends the call in the client's body for the request (see dispatch); answer must call
+// h.answered with the request's working set first.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, answer); err != nil {
@@ -248,8 +232,8 @@ func (h *httpContext) answered(d *decisions) {
 	h.callouts--
 }
 
-// onRedisAnswer handles the answer to the request's callout. It runs from the root context with
-// the stream made effective again.
+// onRedisAnswer handles the answer to the request's callout, from the root context with the
+// stream made effective again.
 func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
@@ -277,14 +261,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			if !a.inCall() {
 				continue
 			}
-			a.decision, a.decided, a.overflow, a.redisAt = c.answers[j].Decision, true, c.answers[j].Overflow, c.at
-			a.gaveBack(c.answers[j].GaveBack)
-			if a.overflow {
-				// The rule had reached its key bound in Redis and this new key was decided
-				// on the rule's overflow key.
-				a.rs.m.overflow.Increment(1)
-				a.overflowed()
-			}
+			a.applyAnswer(&c.answers[j], c.at)
 			j++
 			if a.batchDenied() {
 				// The lease's batch did not fit, and the call committed nothing (the rule is
@@ -307,11 +284,7 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 			return
 		}
 		if retake {
-			if h.retakeGlobal(d, now) {
-				return
-			}
-			if deny, a := h.redisFailed(now); deny {
-				h.deny(a.rs, a.decision)
+			if h.retakeGlobal(d, now) || h.failedDenies(now) {
 				return
 			}
 			break
@@ -327,19 +300,27 @@ func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrail
 		if h.sendCallout(now, true) == nil {
 			return
 		}
-		h.noteFailure(now, err)
-		if deny, a := h.redisFailed(now); deny {
-			h.deny(a.rs, a.decision)
-			return
-		}
+		fallthrough
 	default:
 		h.noteFailure(now, err)
-		if deny, a := h.redisFailed(now); deny {
-			h.deny(a.rs, a.decision)
+		if h.failedDenies(now) {
 			return
 		}
 	}
 	h.finishWhenAnswered(d)
+}
+
+// applyAnswer takes Redis's answer for a's item, decided at at on Redis' clock. On the rule's
+// overflow key (its key bound reached, the key new) the script decided the request's own cost,
+// never a lease's batch (redis.Item.Cost): the decision is the exact one, not a denied batch
+// to send again.
+func (a *applied) applyAnswer(ans *redis.Answer, at int64) {
+	a.decision, a.decided, a.overflow, a.redisAt = ans.Decision, true, ans.Overflow, at
+	a.gaveBack(ans.GaveBack)
+	if a.overflow {
+		a.rs.m.overflow.Increment(1)
+		a.take = min(a.take, a.cost)
+	}
 }
 
 // finishWhenAnswered decides the request and resumes it once the last of its callouts has
@@ -355,11 +336,10 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 	}
 }
 
-// retakeGlobal sends the request's Redis call again after Redis denied a lease's batch, with
-// every denied batch replaced by the request's own cost: the first call committed nothing
-// (all or nothing), so the second decides the whole request again, exactly. It reports
-// whether the call was sent; if not, the failure is counted and the caller applies the
-// failure mode.
+// retakeGlobal sends the request's call again after Redis denied a lease's batch, each denied
+// batch replaced by the request's cost: the first call committed nothing, so the second
+// decides the whole request again, exactly. It reports whether the call was sent (if not, the
+// failure is counted and the caller applies the failure mode).
 func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 	for i := range d.applied {
 		a := &d.applied[i]
@@ -383,10 +363,9 @@ var (
 	errNoHosts      = &wrappedError{err: redis.ErrUnavailable, suffix: ": the cluster has no host (proxy_http_call failed with InternalFailure)"}
 )
 
-// sendError classifies a callout that could not be sent. Envoy fails proxy_http_call at once
-// with InternalFailure when the cluster has no host to send to, and then never calls back:
-// Redis is then unavailable, as surely as when webdis answers 503. Anything else (a cluster
-// Envoy does not know, a bad argument) stays unclassified and is counted as a reset.
+// sendError classifies a callout that could not be sent: Envoy fails proxy_http_call with
+// InternalFailure when the cluster has no host, and never calls back, so Redis is unavailable
+// as surely as on a 503. Anything else stays unclassified and is counted as a reset.
 func sendError(err error) error {
 	if errors.Is(err, abi.ErrInternalFailure) {
 		return errNoHosts
@@ -491,6 +470,15 @@ func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
+// failedDenies is redisFailed that sends the denial, if any; it reports whether it did.
+func (h *httpContext) failedDenies(now int64) bool {
+	deny, by := h.redisFailed(now)
+	if deny {
+		h.deny(by.rs, by.decision)
+	}
+	return deny
+}
+
 // globalFailed applies the Redis failure mode to one global rule and reports whether the
 // request must be denied now.
 func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
@@ -517,9 +505,8 @@ func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 }
 
 // askShards sends one callout per global rule of the request (redis.partitions > 1), each to
-// the partition of the rule's key, or applies the failure mode to a rule whose partition's
-// breaker is open or whose callout cannot be sent. It reports whether the request must be
-// denied now, and by which rule.
+// its key's partition, or applies the failure mode to a rule whose partition's breaker is
+// open or whose call cannot be sent. It reports whether the request must be denied now.
 func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.secretKnown {
@@ -548,12 +535,10 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// askSecret sends the call that reads the partition secret (redis.AppendSecretCall) for a
-// request whose rules' calls cannot be addressed without it: a VM's first partitioned
-// requests, until one of them has the answer. The request waits for it, and its rules' calls
-// are sent when it arrives (onSecretAnswer). When the breaker is open or the call cannot be
-// sent, every global rule of the request applies the failure mode, as when Redis fails. The
-// candidate offered is a fresh random secret, stored only if Redis holds none.
+// askSecret sends the call that reads the partition secret (redis.AppendSecretCall), offering
+// a fresh random candidate, for a request that cannot address its rules' calls without it;
+// the request waits and sends them on the answer (onSecretAnswer). With the breaker open or a
+// failed send, the request's global rules apply the failure mode.
 func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	c := h.plugin.redis
 	if !c.breaker.allow(now, h.id) {
@@ -574,10 +559,9 @@ func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// onSecretAnswer handles the answer to a request's secret call (askSecret). Whoever asked,
-// an answered secret is the VM's from then on, and what the answer says of Redis reaches the
-// one breaker; the request, if it still waits, then sends its rules' calls (askShards), or
-// applies the failure mode when Redis failed.
+// onSecretAnswer handles the answer to a secret call (askSecret): an answered secret is the
+// VM's from then on, whoever asked; a request still waiting then sends its rules' calls
+// (askShards), or applies the failure mode when Redis failed.
 func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	p := h.plugin
 	c := p.redis
@@ -599,14 +583,11 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 	if !waiting {
 		return
 	}
-	var deny bool
-	var by *applied
-	if err == nil {
-		deny, by = h.askShards(now)
-	} else {
-		deny, by = h.redisFailed(now)
-	}
-	if deny {
+	if err != nil {
+		if h.failedDenies(now) {
+			return
+		}
+	} else if deny, by := h.askShards(now); deny {
 		h.deny(by.rs, by.decision)
 		return
 	}
@@ -622,10 +603,9 @@ func (c *redisClient) secretReply(numHeaders, bodySize, numTrailers int) (redis.
 	return redis.ParseSecret(calloutStatus(), calloutBody(bodySize, 0))
 }
 
-// learnSecret adopts the partition secret Redis answered with at now. Another secret than
-// the one the VM had means that Redis lost it and another proxy stored its own: the stored one
-// is the one every proxy adopts within secretRefresh, and this VM's keys move to their
-// partitions under it (as after Redis lost them).
+// learnSecret adopts the partition secret Redis answered with at now. A secret other than the
+// VM's means Redis lost it and another proxy stored its own, which every proxy adopts within
+// secretRefresh.
 func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 	if c.secretKnown && s != c.secret {
 		abi.LogWarn("ratelimit: the partition secret in Redis is not the one this VM used (Redis lost it, and another proxy stored its own); global keys move to their partitions under the stored one")
@@ -633,12 +613,10 @@ func (c *redisClient) learnSecret(s redis.Secret, now int64) {
 	c.secret, c.secretKnown, c.secretDue = s, true, now+secretRefresh
 }
 
-// refreshSecret reads the partition secret again, from the VM's tick, once secretRefresh has
-// passed since the VM last learnt or asked for it, offering the secret the VM uses as the
-// candidate: should Redis have lost it, the value the proxies use is stored again (or, if a
-// proxy stored another first, that one is adopted here). It needs no request and delays
-// none; a failure is counted by kind and leaves the VM's secret as it is (the breaker hears
-// of Redis from requests). Nothing is sent while the breaker is open.
+// refreshSecret reads the partition secret again from the VM's tick, once secretRefresh has
+// passed, offering the VM's own as the candidate, so that a secret Redis lost is stored again
+// (or another proxy's is adopted). A failure is counted and changes nothing (the breaker
+// hears of Redis from requests); nothing is sent while the breaker is open.
 func (p *plugin) refreshSecret(now int64) {
 	c := p.redis
 	if !c.secretKnown || now < c.secretDue || c.breaker.openUntil != 0 {
@@ -707,12 +685,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	switch {
 	case err == nil:
 		c.partSuccess(item[0].Part)
-		a.decision, a.decided, a.overflow, a.redisAt = answer.Decision, true, answer.Overflow, c.at
-		a.gaveBack(answer.GaveBack)
-		if a.overflow {
-			a.rs.m.overflow.Increment(1)
-			a.overflowed()
-		}
+		a.applyAnswer(&answer, c.at)
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
 			// nothing: the request's own cost is decided again, by this rule's call alone.
@@ -721,12 +694,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
 			item[0].Key, item[0].N = c.keys, a.cost
 			err := h.sendShardCallout(now, i, item[:], false)
-			if err == nil {
-				return
-			}
-			h.noteFailureIn(now, item[0].Part, sendError(err))
-			if h.globalFailed(now, a) {
-				h.deny(a.rs, a.decision)
+			if err == nil || h.shardFailed(now, a, item[0].Part, sendError(err)) {
 				return
 			}
 		} else {
@@ -753,26 +721,29 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
 		}
-		h.noteFailureIn(now, item[0].Part, err)
-		if h.globalFailed(now, a) {
-			h.deny(a.rs, a.decision)
-			return
-		}
+		fallthrough
 	default:
-		h.noteFailureIn(now, item[0].Part, err)
-		if h.globalFailed(now, a) {
-			h.deny(a.rs, a.decision)
+		if h.shardFailed(now, a, item[0].Part, err) {
 			return
 		}
 	}
 	h.finishWhenAnswered(d)
 }
 
-// lateShardAnswer handles the answer to one rule's call, d.applied[i], that arrives after the
-// request stopped waiting for it: another rule denied it, or the stream is gone. What it says
-// of Redis is recorded (lateOutcome), and a lease batch that Redis committed is held as this
-// VM's lease (holdLateBatch). Everything else (an exact decision, a denied batch, an error)
-// committed nothing this VM can use.
+// shardFailed counts a failed call of a's partition part and applies the failure mode to a,
+// sending the denial if it denies; it reports whether it did.
+func (h *httpContext) shardFailed(now int64, a *applied, part int, err error) bool {
+	h.noteFailureIn(now, part, err)
+	if !h.globalFailed(now, a) {
+		return false
+	}
+	h.deny(a.rs, a.decision)
+	return true
+}
+
+// lateShardAnswer handles the answer to d.applied[i]'s call that arrives after the request
+// stopped waiting (another rule denied it, or the stream is gone): it is recorded
+// (lateOutcome), and a lease batch Redis committed is held (holdLateBatch).
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
@@ -786,12 +757,9 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 }
 
-// lateAnswer handles the answer to the request's one call (redis.partitions 1) that arrives
-// after the request stopped waiting for it: its stream is gone (the client reset it while the
-// call was out). What it says of Redis is recorded (lateOutcome). The call decided every
-// global rule of the request all or nothing; when Redis committed it, every lease batch in it
-// is held as this VM's lease (holdLateBatch), as a partitioned rule's late batch is. An
-// answer that committed nothing (an enforced rule denied, an error) leaves nothing to keep.
+// lateAnswer handles the answer to the request's one call that arrives after its stream is
+// gone: what it says of Redis is recorded (lateOutcome), and when Redis committed the call
+// every lease batch in it is held as this VM's lease (holdLateBatch).
 func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateAnswer", nil)
 	c := h.plugin.redis
@@ -814,14 +782,11 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 }
 
 // lateOutcome records what an answer that arrives after its request stopped waiting says of
-// Redis, as an awaited answer's is recorded: the round trip since sentAt in the latency
-// histogram, and a success or a failure (counted by kind) for the breaker of partition part
-// (-1: the one breaker). Late answers are the slow ones (a client gives up while Redis
-// stalls), so leaving them out would show operators a faster Redis than their clients see,
-// and a breaker that never hears of the failures their clients gave up on would keep every
-// request waiting for Redis's timeout. NOSCRIPT (Redis restarted and lost the script, which
-// an awaited answer would send again in full; nobody resends for a gone request) is an answer
-// of a Redis that is up, so for the breaker it is a success. It returns the answer's arrival.
+// Redis, as an awaited answer's is: its round trip since sentAt, and a success or a failure
+// for the breaker of partition part (-1: the one breaker). Late answers are the slow ones (a
+// client gives up while Redis stalls): left out, the histogram would show a faster Redis than
+// clients see, and the breaker would not hear of the failures they gave up on. NOSCRIPT is
+// the answer of a Redis that is up: a success. It returns the answer's arrival.
 func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64) {
 	c := h.plugin.redis
 	now = h.plugin.now()
@@ -835,11 +800,9 @@ func (h *httpContext) lateOutcome(sentAt int64, part int, err error) (now int64)
 	return now
 }
 
-// callReplies parses the answer to the request's one call for d's global rules
-// (redis.partitions 1) into the client's answers, in rule order, and reports whether Redis
-// committed the call. A call the host failed (reset, timeout) is errCalloutReset. The request
-// waiting for the answer (onRedisAnswer) and a gone one's late answer (lateAnswer) read it
-// alike.
+// callReplies parses the answer to the request's one call for d's global rules into the
+// client's answers, in rule order, and reports whether Redis committed the call; a call the
+// host failed (reset, timeout) is errCalloutReset.
 func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailers int) (committed bool, err error) {
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return false, errCalloutReset
@@ -854,9 +817,8 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, its
-// key left out (a resend adds it), and Redis's answer. A call the host failed (reset,
-// timeout) is errCalloutReset. onShardAnswer and lateShardAnswer read it alike.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item,
+// without its key (a resend adds it), and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	c := h.plugin.redis
 	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
@@ -869,43 +831,22 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 	return item, answers[0], err
 }
 
-// holdLateBatch keeps the lease batch that a's call, sent at sentAt, asked for, when Redis
-// committed it (answer admits it) after the request stopped waiting. The batch was debited
-// like any other take, so it is held as this VM's lease on the key, the request's own cost
-// included (the request spent none of it, as when refundLeases gives a denied request's units
-// back): the units are spent by the key's next requests within ttl of the call's send, or
-// given back after it, as every lease's are. Ignoring the answer would leave the batch
-// debited in Redis and neither spent nor counted. On the rule's overflow key the script
-// decided the request's cost alone, which gives no lease and is counted as dropped at once;
-// so is a batch whose answer arrives (at now) when its ttl has already passed: held, it could
-// not be spent, and it would replace the key's live lease, whose units a later take has
-// debited. The caller has checked that a asked for a batch (a.take > a.cost) on a leased rule.
+// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt, a.take > a.cost
+// on a leased rule) asked for, when Redis committed it after the request stopped waiting: it
+// was debited, so ignoring it would leave it neither spent nor counted. The request's own cost
+// is held too (the request spent none of it, as in refundLeases); where takenGlobal holds
+// nothing (the overflow key, an answer after the ttl, no room) it is dropped with the rest.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 	if !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
 	l := a.rs.lease
-	if answer.Overflow {
-		// Decided on the overflow key for the request's cost alone, which nobody spent.
+	if _, held := l.takenGlobal(a, sentAt, now, answer); held != nil {
+		l.refund(held, a.cost, now)
+	} else {
 		l.m.dropped.Increment(uint64(a.cost))
-		return
 	}
-	if now >= sentAt+l.ttl {
-		l.m.dropped.Increment(uint64(a.take))
-		return
-	}
-	_, held := l.taken(a.key, sentAt, a.take, a.cost, a.decision)
-	if held != nil {
-		held.at = answer.Now
-	}
-	if held == nil {
-		// No room in the VM's lease map: taken dropped the reserve, and the request's own
-		// cost, which nobody spent, goes with it.
-		l.m.dropped.Increment(uint64(a.cost))
-		return
-	}
-	l.refund(held, a.cost, now)
 }
 
 func calloutStatus() int {

@@ -73,8 +73,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 }
 
 // noteResponse records when the upstream answered and with what status, for the adaptive
-// rules that observe the request. It is kept out of OnHttpResponseHeaders's line for the
-// reason settleStream is.
+// rules that observe the request (out of line, see doc.go).
 func (h *httpContext) noteResponse() {
 	h.respondedAt = h.plugin.now()
 	if s, err := abi.GetHttpResponseHeader(":status"); err == nil {
@@ -106,9 +105,8 @@ func (h *httpContext) OnHttpStreamDone() {
 }
 
 // settleStream does the part of OnHttpStreamDone that only some streams need: one that ended
-// undecided, one that waits in a shaping queue, one an adaptive rule observes. It is kept out
-// of line (see doc.go): inline, it would be compiled with OnHttpStreamDone on every VM's
-// first request, which needs none of it.
+// undecided, one that waits in a shaping queue, one an adaptive rule observes (out of line,
+// see doc.go).
 func (h *httpContext) settleStream() {
 	if !h.finished && h.d != nil {
 		// The client went away before the request was decided (it never reached the

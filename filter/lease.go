@@ -14,37 +14,31 @@ import (
 //
 // A local rule with a lease block debits a batch of units for a key from shared data with one
 // compare-and-swap (Table.Take, written by Table.Commit like an exact decision), and keeps the
-// units it did not spend on the request in this VM's memory (heldLease). Later requests for
-// the key on this VM spend them with no shared-data read or write, until they run out or the
-// lease's ttl passes; what is left then is given back to the key's state (Table.GiveBack,
-// algorithms.Returner). Units are always debited before they are spent, so over the long run
-// nothing is admitted that the algorithm did not admit; within an interval the excess over the
-// algorithm's contract is at most what the holders had reserved before it began, at most
-// (lease holders x batch).
+// units the request did not spend in this VM's memory (heldLease). Later requests for the key
+// on this VM spend them with no shared-data access, until they run out or the ttl passes; what
+// is left is then given back to the key's state (Table.GiveBack, algorithms.Returner). Units
+// are debited before they are spent, so over the long run nothing is admitted that the
+// algorithm did not admit; within an interval the excess is at most what the holders had
+// reserved before it began, at most (lease holders x batch).
 //
-// A take's size: the request's cost plus a reserve of at most batch-cost units, and no more
-// than (a) what this VM is expected to spend within ttl, from the key's arrivals on this VM
-// since its previous take (leaseState.reserve), and (b) 1/leaseShare of the key's remaining
-// allowance after the cost, as the take reads it (Table.Take), so that leaseShare holders
-// taking at once reserve at most what remains. A key this VM does not hold yet reserves by (b)
-// alone. As the remaining allowance falls the reserve falls to 0 and decisions are exact
-// again; a take whose reserve does not fit is the exact decision for the cost, so a lease
-// never denies a request that an exact decision admits at the take.
+// A take is the request's cost plus a reserve of at most batch-cost units, no more than what
+// this VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
+// remaining allowance after the cost (Table.Take), so that leaseShare holders taking at once
+// reserve at most what remains. As the allowance falls the reserve falls to 0 and decisions
+// are exact again; a take whose reserve does not fit is the exact decision for the cost, so a
+// lease never denies a request an exact decision admits.
 //
-// A global rule with a lease block does the same with Redis (leaseGlobal): a worker VM that
-// holds no units for the key asks Redis for a batch in the request's one script call, as the
-// rule's item (its cost is the batch), and spends the rest from VM memory; a request that
-// finds units sends no callout for the rule. The lease is per VM rather than per proxy in
-// shared data: a spend then costs no shared-data read or write either, and the holders of
-// the bound are proxies x worker VMs. Its reserve is bounded by (a) and by 1/leaseShare of the
-// remaining allowance the VM's previous take saw; a key this VM does not hold yet is decided
-// exactly. A batch Redis denies is decided again for the request's cost alone, in a second
-// call (retakeGlobal), so again no exact admission is denied. The script decides a batch that
-// lands on the rule's overflow key for the request's cost alone (no lease there). Unspent
-// units of a global lease are given back by the key's next take on this VM, in its call
-// (redis.Item.GiveBack, named by the instant Redis decided their take at); units of a key
-// this VM forgets first (expire) are dropped and counted, since giving them back on their
-// own would cost a callout. The rule also keeps an over-limit cache (overLimitCache).
+// A global rule with a lease block does the same with Redis (leaseGlobal): a VM that holds no
+// units for the key asks for a batch as the rule's item in the request's one script call, and
+// a request that finds units sends no callout for the rule. The lease is per VM, so a spend
+// costs no shared-data access either, and the holders are proxies x worker VMs. Its reserve is
+// bounded as above by the remaining allowance the VM's previous take saw; a key this VM does
+// not hold yet is decided exactly. A batch Redis denies is decided again for the cost alone
+// (retakeGlobal), and one on the rule's overflow key is decided for the cost alone by the
+// script. Unspent units go back in the key's next take on this VM (redis.Item.GiveBack, named
+// by the instant Redis decided their take at); those of a key the VM forgets first are dropped
+// and counted, since giving them back alone would cost a callout. The rule also keeps an
+// over-limit cache (overLimitCache).
 
 // leaseShare is the number of holders a take assumes may take at once (see
 // sharedstate.LeaseShare).
@@ -174,14 +168,12 @@ func (l *leaseState) forget(h *heldLease, now int64) {
 }
 
 // reserve returns how many units beyond cost a take for key at now may reserve: at most
-// batch-cost, and at most what this VM is expected to spend within ttl, which is its
-// arrivals since its previous take (that take's cost and every unit spent from its lease)
-// at the rate they came. A key this VM does not hold has no history: the reserve is then
-// batch-cost, left to the shared state's cap (Table.Take). A global rule's take is capped
-// here instead, the call having no such cap: by 1/leaseShare of the remaining allowance its
-// previous take saw, or of the capacity for a key it does not hold. A key this VM does not hold
-// while its map is full of unexpired leases reserves nothing: the reserve could not be held,
-// and a flood of distinct keys must not make every other key debit a batch per request.
+// batch-cost, and at most what this VM is expected to spend within ttl at the rate of its
+// arrivals since its previous take. A key this VM does not hold reserves batch-cost, capped
+// by the shared state (Table.Take); a global rule, whose call has no such cap, caps it here
+// at 1/leaseShare of the remaining allowance its previous take saw (of the capacity for a
+// new key). A new key while the map is full of unexpired leases reserves nothing: the reserve
+// could not be held, and a flood of distinct keys must not make every key debit a batch.
 func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 	want := l.batch - cost
 	h := l.held[string(key)]
@@ -213,11 +205,10 @@ func (l *leaseState) size(key []byte, now, cost int64) int64 {
 	return cost + l.reserve(key, now, cost)
 }
 
-// taken records a committed take at now of n units of which the request spent cost, with d
-// the decision the shared state made for all n (its Remaining counts them all). It returns
-// the request's decision: the key's remaining allowance as if the reserved units were not yet
-// spent, which is what an exact decision would have reported; and the lease, so that the
-// request's cost can be given back to it if a later rule denies the request.
+// taken records a committed take at now of n units of which the request spent cost, d being
+// the shared state's decision for all n. It returns the request's decision (the remaining
+// allowance as if the reserve were unspent, as an exact decision reports it) and the lease,
+// to which the cost is given back if a later rule denies the request.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
 	// Every take looks for expired leases (at a bounded cost, see expire), so that their units
 	// go back soon after their ttl even when no new key comes.
@@ -258,11 +249,9 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 	return d, h
 }
 
-// refund gives a request's units back to the lease they came from, when another rule denied
-// the request after the lease admitted it. They are still debited in shared data and still
-// within the ttl they were taken for (refund keeps expires), so spending them later is sound.
-// Units of a lease that has been replaced or has expired meanwhile go back to the key's state
-// (release) instead.
+// refund gives a request's units back to their lease when another rule denied the request:
+// still debited and within their ttl, they may be spent later. Units of a lease since
+// replaced or expired go back to the key's state (release) instead.
 func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 	if h == nil || l.held == nil {
 		return
@@ -275,10 +264,9 @@ func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 	l.forget(&heldLease{key: h.key, units: cost, takenAt: h.takenAt, at: h.at}, now)
 }
 
-// expire forgets the leases whose ttl has passed, from the oldest, giving their units back:
-// each lease is visited once after its take, so a take costs a bounded amount on average
-// however many keys the VM holds. A lease replaced by a later take of its key is only
-// dropped from the order.
+// expire forgets the leases whose ttl has passed, oldest first, giving their units back: each
+// lease is visited once, so a take costs a bounded amount on average however many keys the
+// VM holds. A lease a later take replaced is only dropped from the order.
 func (l *leaseState) expire(now int64) {
 	for l.head < len(l.order) {
 		h := l.order[l.head]
@@ -301,15 +289,12 @@ func (l *leaseState) expire(now int64) {
 }
 
 // overLimitCache remembers, for a global rule with a lease block, the keys Redis denied and
-// until when: a request for such a key that costs at least as much as the denied one is denied
-// on the proxy with no callout until then. That is exact, not an approximation: Redis's
-// RetryAfter is the earliest instant the same request could pass if nothing else arrives,
-// other traffic can only push it later, and every algorithm with a global mode needs at
-// least as long for a larger cost. The instant is counted from when the callout was sent,
-// before Redis decided, so the cache never outlasts Redis's own answer (on clocks that agree).
-// A denial decided on the rule's overflow key (the key had no key of its own in Redis) is not
-// the key's and is not kept: the key may get a key of its own as soon as one expires, and is
-// then decided on that.
+// until when: a request for such a key costing at least as much is denied on the proxy with
+// no callout until then. That is exact: Redis's RetryAfter is the earliest instant the same
+// request could pass, other traffic only pushes it later, and every global algorithm needs at
+// least as long for a larger cost. It counts from the callout's send, before Redis decided,
+// so it never outlasts Redis's answer. A denial on the rule's overflow key is not the key's
+// and is not kept (the key may get a key of its own as soon as one expires).
 type overLimitCache struct {
 	denied map[string]overLimit
 }
@@ -333,8 +318,7 @@ func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, 
 }
 
 // record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.
-// Unsatisfiable denials (RetryAfter 0) are not cached: they never pass, and the rule's own
-// check refuses them without Redis's help next time too.
+// Unsatisfiable denials (RetryAfter 0) are not cached: the rule's own check refuses them.
 func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Decision) {
 	if d.Allowed || d.RetryAfter <= 0 {
 		return
@@ -383,13 +367,6 @@ func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal &
 // cost.
 func (a *applied) callN() int64 { return max(a.take, a.cost) }
 
-// overflowed notes that Redis decided the rule on its overflow key, where the script decides
-// the request's own cost, never a lease's batch (redis.Item.Cost): the decision is the exact
-// one, and a denial there is not a denied batch to send again.
-func (a *applied) overflowed() {
-	a.take = min(a.take, a.cost)
-}
-
 // batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
 // an enforced rule: the request's own cost must then be decided again, since an exact
 // decision could admit it.
@@ -398,11 +375,10 @@ func (a *applied) batchDenied() bool {
 }
 
 // leaseGlobal admits the request for a global rule from this VM's lease on the key when it
-// holds enough unexpired units (no callout for the rule), and reports whether it did.
-// Otherwise it sets the batch the rule's item asks Redis for (leaseState.size), and the units
-// the item gives back. Shadow rules take no lease (configure refuses a lease block on one):
-// their denials block nothing, so a batch Redis denies would not be decided again in the same
-// all-or-nothing call, and the rule is there to observe exact decisions.
+// holds enough unexpired units (no callout for the rule), and reports whether it did;
+// otherwise it sets the batch to ask Redis for and the units to give back. Shadow rules take
+// no lease (configure refuses one): their denied batch would not be decided again in the same
+// all-or-nothing call, and they are there to observe exact decisions.
 func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	l := a.rs.lease
 	if l == nil || a.rs.rule.Shadow {
@@ -422,11 +398,9 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	return false
 }
 
-// gaveBack counts the units the rule's item carried back (applied.give) in a Redis call that
-// Redis answered: returned when the script applied them to the key's state (took, from
-// redis.Answer.GaveBack), dropped when it took nothing back (the overflow key, a state under
-// other parameters, a full bucket, a window other than the take's). Either way a call sent
-// again for the request carries none.
+// gaveBack counts the units the rule's item carried back (applied.give) in a call Redis
+// answered: returned when the script applied them (redis.Answer.GaveBack), else dropped.
+// A call sent again for the request carries none.
 func (a *applied) gaveBack(took bool) {
 	if a.give > 0 {
 		if took {
@@ -444,14 +418,11 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 	l.taken(key, at, 0, 0, d)
 }
 
-// takenGlobal records a global rule's take that Redis committed at sentAt (units expire ttl
-// after the callout was sent, so never later than they would have from Redis's instant) and
-// returns the request's decision and lease, as taken does. A take decided on the rule's
-// overflow key (its key bound reached in Redis) is decided by the script for the request's
-// cost alone (redis.Item.Cost): there is no lease there. The units of a take whose answer
-// arrives (at now) when its ttl has already passed are dropped: they could not be spent, and
-// held they would replace the key's live lease, whose units a later take has debited, with an
-// expired one.
+// takenGlobal records a global rule's take that Redis committed, as taken does, at sentAt (so
+// units expire no later than from Redis's instant). A take on the rule's overflow key was
+// decided for the cost alone (redis.Item.Cost) and gives no lease; the reserve of one
+// answered (at now) after its ttl is dropped: it could not be spent, and held it would
+// replace the key's live lease, whose units a later take has debited.
 func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Answer) (algorithms.Decision, *heldLease) {
 	if answer.Overflow {
 		return a.decision, nil
@@ -469,8 +440,8 @@ func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Ans
 	return d, h
 }
 
-// recordTakes records, once the request's one Redis call has committed (answered at now), the
-// take of every leased global rule in it (c.answers holds the call's answers in rule order).
+// recordTakes records the take of every leased global rule in the request's committed call
+// (answered at now; c.answers in rule order).
 func (h *httpContext) recordTakes(d *decisions, now int64) {
 	answers := h.plugin.redis.answers
 	j := 0

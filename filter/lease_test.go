@@ -328,7 +328,9 @@ func TestLeaseTakeLosingItsRaceFallsBackToExact(t *testing.T) {
 	require.True(t, l.do(1)) // VM 1 takes 1 + 19/8: 17 left
 	rs.rival = func() {
 		var pending sharedstate.Pending
-		require.NoError(t, l.vms[1].rules[0].table.AllowN(nil, l.now, 6, &pending))
+		tab := l.vms[1].rules[0].table
+		require.NoError(t, tab.Decide(nil, l.now, 6, &pending))
+		require.NoError(t, tab.Commit(&pending))
 		require.True(t, pending.Decision.Allowed) // 11 left: VM 0's take sized on 17 is too big
 	}
 	require.True(t, l.do(0))

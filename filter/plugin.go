@@ -34,9 +34,8 @@ type plugin struct {
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
 
-	// Scratch space reused by every request on this VM. The request view is only read while
-	// OnHttpRequestHeaders runs, so it lives here rather than in each stream's context: the
-	// context allocated per request is smaller, and the header cache's slice is reused.
+	// Scratch space reused by every request on this VM (the request view is read only while
+	// OnHttpRequestHeaders runs), so the per-request context is smaller.
 	req     request
 	matched []*config.Rule
 	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
@@ -51,9 +50,8 @@ type plugin struct {
 	// (see requestSample).
 	unsampled uint64
 
-	// shadowHeaders are the rules' shadow_request_header names, each once: the filter removes
-	// a client's copy from every request, so that the upstream hears of a would-be denial
-	// from the filter alone.
+	// shadowHeaders are the rules' shadow_request_header names, each once, which the filter
+	// removes from every request: the upstream hears of a would-be denial from it alone.
 	shadowHeaders []string
 
 	// usage is set when a rule has a usage cost; usageFree keeps finished streams' usage
@@ -71,10 +69,8 @@ type ruleState struct {
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
-	// and `;r=` (see setHeaderParts); draft and legacy say which rate-limit headers the rule's
-	// rate_limit_headers mode adds. They are fixed per rule and set once at configure time,
-	// where rendering them per request would repeat the same work (and the same string
-	// comparisons) on every allowed request.
+	// and `;r=`; draft and legacy say which rate-limit headers the rule adds. They are set once
+	// at configure time (setHeaderParts) rather than worked out on every allowed request.
 	item          string
 	draft, legacy bool
 	m             ruleMetrics
@@ -86,10 +82,8 @@ type ruleState struct {
 	// redisRule is the prepared script arguments of a global rule (or of one of its
 	// overrides); nil for a local rule.
 	redisRule *redis.Rule
-	// overrides are the states of rule.Overrides, by index; nil for an unlimited one. An
-	// override's state is the rule's with its own limit (rule is a copy of the rule with the
-	// override's Algorithm and Limiter) and Redis arguments, a table over the rule's slots
-	// with the override's limiter, and the rule's metrics.
+	// overrides are the states of rule.Overrides, by index, nil for an unlimited one (see
+	// prepareOverrides).
 	overrides []*ruleState
 	lease     *leaseState     // set for rules with a lease block (see lease.go)
 	usage     *usageRule      // set for rules with a usage cost (see usage.go)
@@ -102,9 +96,7 @@ type ruleState struct {
 	unenforced *ruleState
 }
 
-// ruleMetrics are the rule's counters. Their names are ratelimit_<rule>_<event>_total, with
-// the rule name's '.' and '-' turned into '_' so that Envoy's Prometheus output keeps them
-// apart as one metric family per event.
+// ruleMetrics are the rule's counters (see statName for their names).
 type ruleMetrics struct {
 	allowed      abi.MetricCounter // requests the rule let through
 	denied       abi.MetricCounter // requests the rule rejected
@@ -119,17 +111,13 @@ type ruleMetrics struct {
 	// limit (0 for a key that was idle).
 	evictions       abi.MetricCounter
 	evictionGranted abi.MetricCounter
-	// slotsUsed is the number of the rule's key slots that hold or have held a key; its
-	// maximum is the rule's max_keys. Every worker adds the slots it places a key in for the
-	// first time, and Envoy's gauge is process-wide, so it adds up all workers' (see placed).
-	// An override's keys are the rule's, in the rule's slots: they are counted here too.
+	// slotsUsed is the number of the rule's key slots (an override's included) that hold or
+	// have held a key, at most max_keys: each worker adds the slots it places a key in first,
+	// into Envoy's process-wide gauge (see placed).
 	slotsUsed abi.MetricGauge
-	// duplicateHeader counts requests refused (or, for a shadow rule, skipped) because they
-	// carried the rule's key header more than once.
-	duplicateHeader abi.MetricCounter
-	// keyTooLong counts requests refused (or, for a shadow rule, skipped) because their key
-	// for the rule was longer than max_key_bytes.
-	keyTooLong abi.MetricCounter
+	// duplicateHeader and keyTooLong count requests refused (a shadow rule's skipped) for a
+	// repeated key header (duplicateKeyHeader) or a key over max_key_bytes (keyTooLong).
+	duplicateHeader, keyTooLong abi.MetricCounter
 	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
 	nearLimit abi.MetricCounter
 }
@@ -196,10 +184,7 @@ func (p *plugin) configure(data []byte) error {
 			return wrapError("redis: defining metrics: ", err)
 		}
 	}
-	store := p.store
-	if store == nil {
-		store = sharedstate.Host{}
-	}
+	store := p.sharedStore()
 	// Slot addressing is keyed with a secret shared by every VM of the process (see
 	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
 	secret, err := sharedstate.LoadSecret(store)
@@ -230,15 +215,7 @@ func (p *plugin) configure(data []byte) error {
 			// A rule without a key has exactly one key; more slots would never be used.
 			slots = 1
 		}
-		table, err := sharedstate.NewTable(sharedstate.TableConfig{
-			Store:    store,
-			Prefix:   cfg.Domain + "|" + r.Name + "|",
-			Slots:    slots,
-			Attempts: cfg.CASAttempts,
-			Limiter:  lim,
-			Secret:   secret,
-			Now:      p.now(),
-		})
+		table, err := newRuleTable(cfg, r, store, secret, slots, lim, p.now())
 		if err != nil {
 			return ruleError(i, "", err)
 		}
@@ -291,9 +268,16 @@ func (p *plugin) configure(data []byte) error {
 	return nil
 }
 
-// prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in globals[i].
-// Like the functions below, it is a function of its own for a part of configure that only
-// some configurations need (see configure).
+// newRuleTable returns the table of rule r's keys ("<domain>|<rule>|") deciding with lim; now
+// is the configuration's instant (0: unknown, see sharedstate.TableConfig).
+func newRuleTable(cfg *config.Config, r *config.Rule, store sharedstate.Store, secret [sharedstate.SecretSize]byte,
+	slots uint32, lim sharedstate.Limiter, now int64) (*sharedstate.Table, error) {
+	return sharedstate.NewTable(sharedstate.TableConfig{Store: store, Prefix: cfg.Domain + "|" + r.Name + "|",
+		Slots: slots, Attempts: cfg.CASAttempts, Limiter: lim, Secret: secret, Now: now})
+}
+
+// prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in
+// globals[i], out of configure's line like the functions below (see doc.go).
 func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
 	g, err := redisRule(cfg, r, r.Algorithm)
 	if err != nil {
@@ -353,18 +337,14 @@ func tickOf(rules []*ruleState, partitioned bool) time.Duration {
 	return period
 }
 
-// warm allocates, while the filter configures, what a VM's first request would allocate
-// otherwise: a stream context and a decision set in the pools the requests take them from, the
-// scratch slices at the size the rules need, and the slot name caches of the rules' own tables
-// (not of their overrides' tables, which may never see a request). A fresh VM's first request is latency a
-// client sees, while configure runs before the VM serves traffic; a first request that
-// allocates nothing new cannot be the one that grows the Go heap (the page allocator's slow
-// path, code V8 compiles on first use, and a copy of linear memory in hosts that grow it by
-// copying), wherever the heap's limit happens to fall (TestV8FirstRequestGrowsNoMemory).
-//
-// It is out of configure's line: inlined, it makes configure larger than the two functions are
-// apart (Go's wasm backend saves configure's many live values around each call it adds), and
-// V8 compiles configure whole on a VM's first configuration.
+// warm allocates while the filter configures what a VM's first request would otherwise
+// allocate: a stream context and a decision set in their pools, the scratch slices, and the
+// slot name caches of the rules' own tables (not their overrides', which may never see a
+// request). A first request that allocates nothing new cannot be the one that grows the Go
+// heap (the page allocator's slow path, which V8 compiles on first use, and a copy of linear
+// memory in hosts that grow it by copying) (TestV8FirstRequestGrowsNoMemory). It is out of
+// configure's line: inlined, it makes configure larger than the two are apart (Go's wasm
+// backend saves configure's many live values around each call it adds).
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
@@ -394,14 +374,12 @@ const heapHeadroom = 24 << 10
 
 var headroom []byte
 
-// logReadFailure logs why the configuration could not be read, out of OnPluginStart's line
-// like logInvalid.
+// logReadFailure logs why the configuration could not be read (out of line, see doc.go).
 func logReadFailure(err error) {
 	abi.LogCritical("ratelimit: reading the plugin configuration: " + err.Error())
 }
 
-// logInvalid logs why a configuration was refused. It is out of OnPluginStart's line, like
-// ruleError (see doc.go): a valid configuration never calls it.
+// logInvalid logs why a configuration was refused (out of line, see doc.go).
 func logInvalid(err error) {
 	// One log call per line: Envoy prefixes a message with its level and source once, so the
 	// second and later problems of one multi-line message would carry neither.
@@ -410,9 +388,8 @@ func logInvalid(err error) {
 	}
 }
 
-// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>". It is
-// a function of its own, not inlined, so that configure carries no error-building code on
-// its valid path (see configure).
+// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>" (out of
+// line, see doc.go).
 func ruleError(i int, what string, err error) error {
 	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
@@ -423,9 +400,9 @@ func wrapError(prefix string, err error) error {
 }
 
 // wrappedError is err's message between prefix and suffix; it wraps err, so errors.Is and
-// errors.AsType see through it. The message is put together when it is asked for: a
-// package-level wrappedError (errNoHosts) costs no string concatenation in the package
-// initialiser, which V8 compiles and runs in every VM's start.
+// errors.AsType see through it. The message is put together when it is asked for, so a
+// package-level one (errNoHosts) costs no concatenation in the package initialiser, which V8
+// compiles and runs in every VM's start.
 type wrappedError struct {
 	prefix string
 	err    error
@@ -436,9 +413,8 @@ func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suff
 
 func (e *wrappedError) Unwrap() error { return e.err }
 
-// prepareAdaptive builds an adaptive rule's controller state and the limiter its table
-// uses (the controller's current limit over the algorithm), and warns when min_limit is below
-// what the controller can hold.
+// prepareAdaptive builds an adaptive rule's controller state and its table's limiter (the
+// controller's current limit over the algorithm), and warns about a low min_limit.
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 	warnAdaptiveFloor(r, p.sharedStore())
@@ -462,8 +438,8 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 	c := &redisClient{
 		cfg: cfg,
 		headers: [][2]string{
-			{":method", "POST"}, {":path", "/"}, {":authority", cfg.Authority},
-			{"content-type", "application/x-www-form-urlencoded"},
+			{":method", redis.Method}, {":path", redis.Path}, {":authority", cfg.Authority},
+			{"content-type", redis.ContentType},
 		},
 		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
@@ -504,12 +480,10 @@ func (rs *ruleState) prepareLease() {
 	rs.overLimit = &overLimitCache{denied: map[string]overLimit{}}
 }
 
-// tableLimiter returns l as the limiter of a shared-state table. Converting one interface to
-// another makes the Go runtime build the method table (itab) for the pair at run time the
-// first time, in the Wasm module about 15 KB of runtime code (getitab, itabInit and the type
-// and name resolution behind them) that V8 compiles in configure for that alone; a switch on
-// the concrete types converts with the itabs the compiler emitted. The fallback converts any
-// other limiter the ordinary way.
+// tableLimiter returns l as the limiter of a shared-state table. An interface-to-interface
+// conversion builds the method table (itab) at run time the first time, about 15 KB of
+// runtime code (getitab, itabInit, name resolution) that V8 would compile in configure for
+// that alone; a switch on the concrete types converts with the itabs the compiler emitted.
 func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	if t := staticTableLimiter(l); t != nil {
 		return t
@@ -541,12 +515,10 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 
 // prepareOverrides builds the state of each of the rule's overrides. A key's state belongs to
 // the rule and the key, whichever limit applies (see config.Override): an override decides
-// the rule's keys in the rule's slots, through a table over them ("<domain>|<rule>|", the
-// rule's max_keys) with the override's limiter, and for a global rule with the override's
-// script arguments on the rule's keys in Redis. A state written under other parameters (the
-// rule's, or another override's, before a configuration change) is converted without grant,
-// here as after any parameter change. The metrics are the rule's: an override changes a
-// limit, not what the rule's counters mean.
+// the rule's keys in the rule's slots with its own limiter (and, for a global rule, its own
+// script arguments on the rule's Redis keys), converting a state written under other
+// parameters without grant. The metrics are the rule's: an override changes a limit, not what
+// the counters mean.
 func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
 	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
 	r := rs.rule
@@ -571,14 +543,8 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
 		ur := newUsageRule(&or, rs.usageMetrics())
-		table, err := sharedstate.NewTable(sharedstate.TableConfig{
-			Store:    store,
-			Prefix:   cfg.Domain + "|" + r.Name + "|",
-			Slots:    uint32(r.MaxKeys), // an override needs a key, so the rule has one
-			Attempts: cfg.CASAttempts,
-			Limiter:  tableLimiter(o.Limiter),
-			Secret:   secret,
-		})
+		// An override needs a key, so the rule has one and max_keys slots.
+		table, err := newRuleTable(cfg, r, store, secret, uint32(r.MaxKeys), tableLimiter(o.Limiter), 0)
 		if err != nil {
 			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
@@ -600,15 +566,13 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 }
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
-// ";<label>=<value>" (for example "ratelimit_requests_total;rule=login;decision=denied").
-// Envoy's tag extraction (stats_config.stats_tags in envoy.yaml, one regex per label) removes
-// each ";<label>=<value>" from the name and makes it a label, so Prometheus sees
-// ratelimit_requests_total{rule="login",decision="denied"}. Without those stats_tags the name
-// stays one flat, unique stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
+// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"). Envoy's tag
+// extraction (stats_config.stats_tags, one regex per label) turns each into a label, so
+// Prometheus sees ratelimit_requests_total{rule="login",decision="denied"}; without them the
+// name stays one flat stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
 //
-// statName and defineCounter are not inlined: the filter defines its metrics once per
-// configure, from some thirty call sites, and inlined copies of their concatenations and
-// appends would be most of defineMetrics' 17 KB in the module.
+// statName and defineCounter are not inlined: the filter defines its metrics from some thirty
+// call sites, and inlined copies would be most of defineMetrics' 17 KB in the module.
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -618,8 +582,7 @@ func statName(metric, rule string, labels ...string) string {
 }
 
 // defineCounter defines the counter called name and appends the error, if any, to errs, for
-// errors.Join (which drops nil errors, so appending only the others changes no message and
-// spares a valid configuration the appends).
+// errors.Join (which drops nil errors anyway).
 //
 //go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
@@ -630,18 +593,15 @@ func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	return m
 }
 
-// joinErrors is errors.Join out of line (see doc.go): the metric definitions call it only
-// when a definition failed.
+// joinErrors is errors.Join out of line (see doc.go).
 //
 //go:noinline
 func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// ruleCounters are the names of a rule's counters that every rule has, in the order
-// defineMetrics defines them, each the metric and, for ratelimit_requests_total, the decision
-// label's value (see statName). The counters they name are ruleMetrics.counters' in the same
-// order.
+// ruleCounters names the counters every rule has, in ruleMetrics.counters' order: the metric
+// and, for ratelimit_requests_total, the decision label's value (see statName).
 var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_requests_total", "allowed"},
 	{"ratelimit_requests_total", "denied"},
@@ -671,12 +631,10 @@ func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricC
 	return defineCounter(statName(metric, rule), errs)
 }
 
-// defineMetrics defines the rule's stats (see statName): one ratelimit_requests_total per
-// decision the rule makes on a request, and the rule's other counters, gauges and histograms
-// with the rule as a label. Each keeps the meaning of the per-rule name it replaces (see the
-// README's metrics section). The counters every rule has are defined in a loop over
-// ruleCounters, and those of shaping and adaptive rules by functions of their own: unrolled,
-// the definitions would be 9 KB of code that every configure compiles (see doc.go).
+// defineMetrics defines the rule's stats (see statName and the README's metrics section). The
+// counters every rule has are defined in a loop over ruleCounters, and those of leased,
+// shaping and adaptive rules by functions of their own: unrolled, the definitions would be
+// 9 KB of code that every configure compiles (see doc.go).
 func (rs *ruleState) defineMetrics() error {
 	name := rs.rule.Name
 	var errs []error
@@ -700,8 +658,7 @@ func (rs *ruleState) defineMetrics() error {
 }
 
 // defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
-// each definition's error to errs. One call site in defineMetrics instead of three: each is
-// code that every VM's configure would compile with defineMetrics.
+// each error to errs: one call site in defineMetrics instead of three.
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.lease != nil {
 		errs = rs.defineLeaseCounters(errs)
@@ -715,8 +672,7 @@ func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	return errs
 }
 
-// defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics), appending
-// each definition's error to errs.
+// defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics).
 func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 	name := rs.rule.Name
 	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
@@ -725,8 +681,7 @@ func (rs *ruleState) defineLeaseCounters(errs []error) []error {
 	return errs
 }
 
-// defineShapeMetrics defines a shaping rule's counters and delay histogram, appending each
-// definition's error to errs.
+// defineShapeMetrics defines a shaping rule's counters and delay histogram.
 func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 	name := rs.rule.Name
 	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
@@ -737,8 +692,7 @@ func (rs *ruleState) defineShapeMetrics(errs []error) []error {
 	return append(errs, err)
 }
 
-// defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current
-// limit, appending the definition's error to errs.
+// defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current limit.
 func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
 	rs.adaptive.gauge = g
@@ -768,9 +722,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 	return p.newContext(id)
 }
 
-// newContext is NewHttpContext for a plugin with no context to reuse: more streams at once
-// than it has contexts. A VM's first request reuses the context configure made (see
-// configure).
+// newContext is NewHttpContext with no context to reuse: more streams at once than the VM
+// keeps (a VM's first request reuses the one configure made).
 func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }
@@ -788,10 +741,9 @@ func (p *plugin) recycleContext(h *httpContext) {
 // between two new ones, and little memory when a burst of concurrent streams is over.
 const maxFreeContexts = 64
 
-// warnAdaptiveFloor logs when an adaptive rule's min_limit is below what its controller can
+// warnAdaptiveFloor warns when an adaptive rule's min_limit is below what its controller can
 // reach: an interval with fewer than MinSamples completed requests counts as healthy, so a
-// limit that admits fewer than that per interval climbs back up by itself. The configuration
-// is still valid (the limit stays within its bounds), so this is a warning, not an error.
+// limit that admits fewer per interval climbs back up by itself.
 func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	c := r.Algorithm
 	if c.AdjustInterval <= 0 || c.Window <= 0 {
@@ -810,12 +762,9 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	}
 }
 
-// warnOnce logs a configure-time warning once per process rather than once per worker VM:
-// every worker VM configures the same plugin, and eight copies of one warning read as eight
-// problems. The first VM to log a message marks it in shared data, which every VM of the
-// vm_id shares and which lives as long as the process; a VM that finds the mark stays silent.
-// The mark is created with compare-and-swap (sharedstate.Update), so of two VMs configuring at
-// the same instant only the one whose write creates it logs.
+// warnOnce logs a configure-time warning once per process rather than once per worker VM
+// (eight copies read as eight problems): the VM whose compare-and-swap creates the message's
+// mark in shared data (sharedstate.Update) logs it; a VM that finds the mark stays silent.
 func warnOnce(store sharedstate.Store, msg string) {
 	created := false
 	_, err := sharedstate.Update(store, "ratelimit|warned|"+msg, 1, func(cur []byte) []byte {
@@ -841,9 +790,9 @@ func (p *plugin) sharedStore() sharedstate.Store {
 }
 
 // readsHeaderMap reports whether the rules read a request's whole header map whenever they
-// apply: a header key part counts its header's lines in it (see config.Rule.DuplicatePart),
-// and a client IP taken from X-Forwarded-For joins that header's lines from it. Such a
-// configuration reads the map for the first header a request asks for (see request.Header).
+// apply: a header key part counts its header's lines (config.Rule.DuplicatePart), and a client
+// IP from X-Forwarded-For joins that header's lines. The map is then read for the first
+// header a request asks for (see request.Header).
 func readsHeaderMap(cfg *config.Config) bool {
 	for _, r := range cfg.Rules {
 		for i := range r.Key {

@@ -83,9 +83,8 @@ func (r *request) reset() {
 	r.clientIP.Reset()
 }
 
-// clearHeaders empties the header cache. It is kept out of reset's line (see doc.go): most
-// configurations (a header key part reads the header map, not this cache) never cache a
-// header here.
+// clearHeaders empties the header cache (out of line, see doc.go: most configurations never
+// cache a header here).
 func (r *request) clearHeaders() {
 	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
 	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
@@ -340,10 +339,8 @@ func (h *httpContext) decideRequest() types.Action {
 }
 
 // decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
-// rule: a rule without its key or with a key longer than max_key_bytes, an override, a lease
-// block, a global rule (collected for the request's Redis call). key, ok and built are decideRequest's key state on arrival (the key
-// built for the rule built, and whether it was). It is kept out of line for the reason given
-// in decideRequest.
+// rule (no key, a key over max_key_bytes, an override, a lease block, a global rule); key, ok
+// and built are decideRequest's key state on arrival. Out of line, as decideRequest explains.
 func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req
@@ -404,11 +401,9 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 	return h.decideGlobal(now)
 }
 
-// The functions below are the parts of OnHttpRequestHeaders that a request needs only for
-// some configurations (shadow request headers, overrides, global rules) or on a rare path (a
-// rule without its key). Each is a function of its own, kept out of line (see doc.go): kept
-// inline they would be compiled with OnHttpRequestHeaders on every VM's first request,
-// whether its rules use them or not.
+// The functions below are the parts of OnHttpRequestHeaders that only some configurations
+// (shadow request headers, overrides, global rules) or a rare path need, each out of line
+// (see doc.go).
 
 // removeShadowHeaders removes the shadow rules' request headers from the request.
 func (p *plugin) removeShadowHeaders() {
@@ -424,8 +419,7 @@ func (p *plugin) removeShadowHeaders() {
 }
 
 // countSkipped counts, in each rule's skipped, the rules whose conditions held for the request
-// but whose key it lacks (config.Config.MatchSkipped). It is kept out of line (see doc.go):
-// most requests carry every key part.
+// but whose key it lacks (config.Config.MatchSkipped). Out of line (see doc.go).
 //
 //go:noinline
 func (p *plugin) countSkipped() {
@@ -457,9 +451,8 @@ func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 }
 
 // refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
-// part, for a request that matched several rules (decideRequest), and reports whether one
-// refused the request. It is kept out of line (see doc.go): most requests match one rule,
-// whose check decideFrom makes.
+// part, for a request that matched several rules, and reports whether one refused the request
+// (out of line, see doc.go).
 func (h *httpContext) refuseDuplicateKeyHeader() bool {
 	p := h.plugin
 	for _, r := range p.matched {
@@ -471,17 +464,12 @@ func (h *httpContext) refuseDuplicateKeyHeader() bool {
 }
 
 // duplicateKeyHeader answers 400 when the matched rule r keys on a header or query parameter
-// that the request carries more than once and the key part leaves on_duplicate at "reject"
-// (see config.Rule.DuplicatePart); it is asked about each matched rule that
-// config.Rule.RepeatsKeyPart names, before any rule is decided (refuseDuplicateKeyHeader for
-// several matched rules, decideFrom for one). Such a request has no
-// unambiguous key: the filter would count one value while the upstream may read another, and
-// a client rotating the counted one would never reach its limit. A shadow rule never refuses
-// a request; it counts the request (in duplicate_header only) and skips it, like a request
-// without its key header. It counts the repeated part and, for an enforced rule, answers the
-// request; it reports whether it did. It is a function of its own, kept out of line (see
-// doc.go): the check runs on every request, the refusal (its message built byte by byte) only
-// on a request it refuses, so a VM's first ordinary request does not compile it.
+// the request carries more than once, with on_duplicate "reject" (config.Rule.DuplicatePart),
+// before any rule is decided, and reports whether it did. Such a request has no unambiguous
+// key: the filter would count one value while the upstream may read another, and a client
+// rotating the counted one would never reach its limit. A shadow rule only counts it (in
+// duplicate_header) and skips it, as a request without its key header. Out of line (see
+// doc.go).
 func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 	kp, dup := r.DuplicatePart(&h.plugin.req)
 	if !dup {
@@ -509,14 +497,11 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 }
 
 // keyTooLong answers 431 for a request whose key for the matched rule r is n bytes, longer
-// than max_key_bytes, and reports whether it did; a shadow rule only counts the request and
-// skips it. Refusing the request bounds what a key costs whatever a client sends: the key is
-// neither digested nor stored, and no rule of the request is charged (the rules decided before
-// r are dropped as a denial drops them). Keying on a prefix of the value would merge every
-// client whose values share it (bearer tokens of one issuer share long prefixes), and keying
-// on a hash of the whole value would still cost time in proportion to its length (SipHash of
-// 60 KiB takes about 40 us in a Wasm VM, where a short key's whole request takes a few). It
-// is kept out of line (see doc.go): no ordinary request calls it.
+// than max_key_bytes, and reports whether it did; a shadow rule only counts and skips it.
+// Refusing bounds what a key costs: it is neither digested nor stored, and no rule is charged.
+// A prefix of the value would merge every client sharing it (bearer tokens of one issuer), and
+// a hash of the whole value still costs time in its length (SipHash of 60 KiB takes about
+// 40 us in a Wasm VM). Out of line (see doc.go).
 func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
 	p := h.plugin
 	p.rules[r.Index].m.keyTooLong.Increment(1)

@@ -55,13 +55,11 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the current request is gRPC: its content-type is exactly
-// application/grpc, or that with a '+' suffix such as +proto (the gRPC over HTTP/2 spec),
-// compared case-sensitively. That is the test Envoy's Grpc::Common::hasGrpcContentType
-// makes, and it must be the same one: for a request Envoy does not take for gRPC, it ignores
-// the grpc_status of the local reply and sends the HTTP response as given, so a request the
-// filter took for gRPC alone (a ";charset=" parameter, say) would get a 429 without its
-// content-type or body.
+// isGrpcRequest reports whether the request is gRPC by the test Envoy's
+// Grpc::Common::hasGrpcContentType makes (content-type exactly application/grpc, or that with
+// a '+' suffix, case-sensitively). It must be the same test: Envoy ignores the local reply's
+// grpc_status for a request it does not take for gRPC, which would then get a 429 without
+// its content-type or body.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
@@ -125,21 +123,18 @@ const (
 
 // rateLimitHeaders are the rate-limit headers of an allowed request, rendered when the request
 // is decided and added to its response. The names are constants and the values share one
-// buffer, cut at ends, where a list of name and value pairs would cost an allocation for the
-// list and one per value; the buffer belongs to the stream's context and is reused with it
-// (see recycleContext), so a steady stream of requests allocates nothing for its headers.
+// buffer, cut at ends, which the stream's context keeps for reuse (recycleContext): a steady
+// stream of requests allocates nothing for its headers.
 type rateLimitHeaders struct {
 	values []byte
 	ends   [len(rateLimitHeaderNames)]int32 // where each present header's value ends in values
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
 
-// render renders the response headers of an allowed request into rh, whose value buffer it
-// reuses. The IETF draft fields list every rule that applied, as the draft allows several
-// policies; the legacy X-RateLimit-* fields can hold one, so they describe the most
-// restrictive rule (the one with the least remaining). It renders in place, not into a new
-// rateLimitHeaders copied to the context: that copy moves a slice under the garbage
-// collector's write barrier, in code a VM's first request compiles.
+// render renders the response headers of an allowed request into rh, reusing its buffer. The
+// IETF draft fields list every rule that applied; the legacy X-RateLimit-* fields hold one,
+// the most restrictive rule's. It renders in place rather than into a copy: that copy moves a
+// slice under the write barrier, in code a VM's first request compiles.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
 	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
@@ -187,17 +182,15 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 	rh.values = buf
 }
 
-// tighter reports whether the decision d is more restrictive than e, for the legacy fields,
-// which hold one rule: less remaining, or as much remaining for longer. Without the second
-// half a tie would go to the first rule, and a client with nothing left under a 1 s rule and
-// a 1 min rule would be told to come back after a second, to be denied for 59 more.
+// tighter reports whether d is more restrictive than e for the legacy fields: less remaining,
+// or as much for longer (else a client with nothing left under a 1 s rule and a 1 min rule
+// would be told to come back after a second, to be denied for 59 more).
 func tighter(d, e *algorithms.Decision) bool {
 	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
 }
 
-// appendLegacy appends the values of the legacy X-RateLimit-* fields for the decision d to
-// buf and marks them present. It is kept out of render's line (see doc.go): the default
-// rate_limit_headers ("draft") has none of them.
+// appendLegacy appends the legacy X-RateLimit-* values of d and marks them present (out of
+// render's line, see doc.go: the default "draft" mode has none).
 func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
 	// One call site for the three values, not three.
 	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
@@ -209,8 +202,8 @@ func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []b
 	return buf
 }
 
-// appendNextPolicy appends the rule's RateLimit-Policy item after another's. It is kept out of
-// render's line (see doc.go): most requests show one rule's headers.
+// appendNextPolicy appends the rule's RateLimit-Policy item after another's (out of line, see
+// doc.go: most requests show one rule's headers).
 //
 //go:noinline
 func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
@@ -236,9 +229,7 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	return buf
 }
 
-// logAddFailure logs a response header the host would not add. It is kept out of line (a
-// formatted log builds its arguments inline, a good part of the loop in OnHttpResponseHeaders
-// that adds the headers; see doc.go): a header that is added needs none of it.
+// logAddFailure logs a response header the host would not add (out of line, see doc.go).
 //
 //go:noinline
 func logAddFailure(name string, err error) {
@@ -280,20 +271,15 @@ func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 }
 
-// appendInt appends prefix and then the decimal form of v, as
-// strconv.AppendInt(append(dst, prefix...), v, 10) does. It is one function for every number
-// of the rate-limit headers rather than strconv.AppendInt inlined at each, and it writes the
-// text before the number too: every inlined copy, like every append of its own, would be
-// compiled again in each function of a VM's first request that renders a number (see
-// doc.go).
+// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function for every
+// number of the rate-limit headers and the text before it, rather than copies inlined in each
+// function a VM's first request compiles (see doc.go).
 func appendInt(dst []byte, prefix string, v int64) []byte {
 	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }
 
-// ceilSeconds rounds nanoseconds up to whole seconds: a client told to wait 0 seconds while
-// 300 ms remain would retry too early and be denied again. The callers clamp to the rule's
-// longest wait first (see maxWait); the bound here only keeps the rounding from overflowing
-// whatever it is given.
+// ceilSeconds rounds nanoseconds up to whole seconds (a client told 0 while 300 ms remain
+// would retry too early); the bound only keeps the rounding from overflowing.
 func ceilSeconds(ns int64) int64 {
 	if ns <= 0 {
 		return 0
@@ -308,17 +294,11 @@ func ceilSeconds(ns int64) int64 {
 // which no more than r may be used). Rule names are [A-Za-z0-9_.-], so they never need
 // escaping inside a String.
 
-// policyRate returns the q and w of a policy that admits limit events per window: whole
-// numbers, w in seconds, with q/w exactly limit/window. The draft's window has no sub-second
-// precision, so rounding the window (or the quota) would advertise another rate: 5 per 500ms
-// read as q=5;w=1 is half the real rate, and 3 per 1.5s read as q=3;w=1 more than the real one,
-// so a client pacing itself to it is denied.
-//
-// A window of whole seconds is stated as configured (q=100;w=60 for 100 per minute): the quota
-// per window is then exact and tells the client the window too. Otherwise w is the smallest
-// whole number of seconds over which the rate admits a whole number of events: w = window / g
-// and q = limit * 1s / g with g = gcd(limit * 1s, window), so 5 per 500ms is q=10;w=1, 3 per
-// 1.5s is q=2;w=1 and 7 per 1300ms is q=70;w=13.
+// policyRate returns the whole-number q and w (seconds) of a policy that admits limit events
+// per window, with q/w exactly limit/window: rounding a sub-second window would advertise
+// another rate (5 per 500ms as q=5;w=1 is half the real one). A window of whole seconds is
+// stated as configured (q=100;w=60); otherwise w = window/g and q = limit*1s/g with
+// g = gcd(limit*1s, window): 5 per 500ms is q=10;w=1, 7 per 1300ms is q=70;w=13.
 func policyRate(limit int64, window time.Duration) (q, w int64) {
 	limit = max(limit, 0)
 	if window <= 0 {
@@ -355,11 +335,9 @@ func policyItem(r *config.Rule) string {
 	return string(appendPolicyItem(nil, r.Name, r.Algorithm.Limit, r.Algorithm.Window))
 }
 
-// appendPolicy appends the rule's RateLimit-Policy item for the limit in force. A fixed
-// limit's item is rendered once at configure time; an adaptive rule's limit moves with the
-// upstream's health, and advertising its configured maximum while it admits fewer would
-// mislead the client, so its item is rendered from the current limit, into the caller's
-// buffer, without allocating.
+// appendPolicy appends the rule's RateLimit-Policy item for the limit in force: rendered once
+// at configure time for a fixed limit; for an adaptive rule from the current limit (its
+// configured maximum would mislead the client while it admits fewer).
 func (rs *ruleState) appendPolicy(dst []byte) []byte {
 	if rs.adaptive != nil {
 		return rs.appendAdaptivePolicy(dst)
@@ -367,8 +345,7 @@ func (rs *ruleState) appendPolicy(dst []byte) []byte {
 	return append(dst, rs.policy...)
 }
 
-// appendAdaptivePolicy is appendPolicy for an adaptive rule. It is kept out of appendPolicy's
-// line (see doc.go): a fixed limit's item needs none of the rendering.
+// appendAdaptivePolicy is appendPolicy for an adaptive rule (out of line, see doc.go).
 //
 //go:noinline
 func (rs *ruleState) appendAdaptivePolicy(dst []byte) []byte {
@@ -384,11 +361,9 @@ func (rs *ruleState) policyString() string {
 }
 
 // maxWait returns the longest wait a decision of the rule can meaningfully report: the time
-// the rule takes to restore its whole capacity (the window, times burst/limit when the burst
-// is larger, and one window more), plus the longest shaping delay, and never more than algorithms.MaxExact, the
-// bound the limiters keep every duration under. A longer wait comes from a corrupt or hostile
-// answer or from an overflow, and is clamped, not rendered: a webdis answer with a retry-after
-// of 2^63-1 ns once produced "Retry-After: -9223372035".
+// the rule takes to restore its whole capacity plus one window, plus the longest shaping
+// delay, at most algorithms.MaxExact. A longer wait comes from a corrupt answer or an overflow
+// and is clamped, not rendered (a retry-after of 2^63-1 ns once gave "Retry-After: -9223372035").
 func maxWait(c algorithms.Config) time.Duration {
 	limit := max(c.Limit, c.MinLimit, 1)
 	capacity := max(c.Burst, c.Limit, c.MaxLimit, 1)
@@ -408,9 +383,8 @@ func clampWaits(d algorithms.Decision, limit time.Duration) algorithms.Decision 
 	return d
 }
 
-// clampWaitsIn is clampWaits on the decision in place: render bounds each rule's decision where
-// it lies, because a copy of the whole decision out and back would be code of its own, which
-// V8 in Envoy compiles on a VM's first request.
+// clampWaitsIn is clampWaits in place: render bounds each decision where it lies, since a copy
+// out and back would be code a VM's first request compiles.
 func clampWaitsIn(d *algorithms.Decision, limit time.Duration) {
 	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
 	d.ResetAfter = min(max(d.ResetAfter, 0), limit)

@@ -93,12 +93,14 @@ func remainingOf(t *testing.T, srv *redistest.Server, l *leaseVMs, cfg algorithm
 	require.NoError(t, err)
 	keys := srv.MustDo("KEYS", "rl:{rl}:llm:*"+k).([]any)
 	require.Len(t, keys, 1)
-	body := rule.AppendEvalSHA(nil, []byte(keys[0].(string)), 0)
+	body := redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: []byte(keys[0].(string))}})
 	body = strconv.AppendInt(append(body, '/'), l.now/1e9, 10)
 	body = strconv.AppendInt(append(body, '/'), l.now%1e9, 10)
-	rep, err := redis.ParseReply(postWebdis(t, srv.WebdisURL(), body))
+	status, reply := postWebdis(t, srv.WebdisURL(), body)
+	var a [1]redis.Answer
+	_, _, err = redis.ParseReplies(status, reply, []redis.Item{{Rule: rule}}, a[:])
 	require.NoError(t, err)
-	return rep.Decision.Remaining
+	return a[0].Decision.Remaining
 }
 
 // TestUsageGlobalExact is the long-run exactness of a global usage cost: with random usages

@@ -88,21 +88,16 @@ var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts ex
 // nameCacheSize is the number of slot names a Table keeps per VM (see Table.slotName).
 const nameCacheSize = 256
 
-// TableVMBytes is an upper bound of what one Table holds in a VM's memory, whatever its
-// max_keys: the name cache (nameCacheSize names of at most 64+1+10+1+10 bytes, plus their
-// string and index headers), the slot name buffer, the two index name buffers and the current
-// geometry's two name prefixes, the probe buffer and the struct itself. It does not grow with
-// the number of keys.
+// TableVMBytes bounds what one Table holds in a VM's memory whatever its max_keys: the name
+// cache (nameCacheSize names of at most 86 bytes plus their headers), the name buffers, the
+// probe buffer and the struct itself.
 const TableVMBytes = nameCacheSize*(86+16+8) + 4*512 + 256
 
 // SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
-// costs: its slot name (the rule's prefix, the geometry and the slot number) and its value
-// (digest, kind, state), plus envoyEntryOverhead for Envoy's own bookkeeping of an entry (the
-// map node, two std::string headers and the cas number), plus its share of its group's index:
-// its fingerprint, and a GroupSlots-th of the index's name and bookkeeping (a group may hold
-// fewer keys: the share is rounded up to a whole group of the smallest size, half of
-// GroupSlots). A configure-time memory budget multiplies it by max_keys + OverflowSlots + 3
-// per rule.
+// costs: its slot's name and value (digest, kind, state) plus envoyEntryOverhead, and its
+// share of its group's index (its fingerprint, and the index entry's name and overhead shared
+// by at least GroupSlots/2 keys). A configure-time budget multiplies it by max_keys +
+// OverflowSlots + 3 per rule.
 func SharedBytesPerKey(prefixLen, maxStateLen int) int {
 	slot := prefixLen + 10 + 1 + 10 + slotHeader + maxStateLen + envoyEntryOverhead
 	index := fingerprintSize + (prefixLen+10+1+10+envoyEntryOverhead+GroupSlots/2-1)/(GroupSlots/2)
@@ -113,19 +108,15 @@ func SharedBytesPerKey(prefixLen, maxStateLen int) int {
 // key and value bytes: an unordered_map node with two std::string and a uint32 cas.
 const envoyEntryOverhead = 128
 
-// LoadSecret returns the process-wide secret that keys slot addressing, creating it at the
-// first start of the process: every worker VM must agree on it, so it lives in shared data.
-// A VM that finds no secret draws 16 random bytes and
-// creates the entry with a non-zero CAS, so that of two VMs starting at once only one can
-// create it; both then read back and use whatever won. A stored value of the wrong size
-// (corrupted) is replaced the same way.
+// LoadSecret returns the process-wide secret that keys slot addressing, which every worker VM
+// must agree on: a VM that finds none (or one of the wrong size) draws 16 random bytes and
+// writes them by compare-and-swap, so that of two VMs starting at once only one succeeds, and
+// both use what won.
 //
-// The bytes come from math/rand/v2's global generator: since Go 1.22 it is ChaCha8 (per
-// thread) keyed from the operating system's entropy (random_get on wasip1) and not
-// predictable from its output, which is what a SipHash key needs. crypto/rand reads the same
-// entropy but links Go's FIPS 140 module (with crypto/sha256, about 0.2 MB of the .wasm). One
-// difference: were random_get to fail at start-up, the runtime would seed from the clock where
-// crypto/rand returned an error; Envoy's random_get (a host CSPRNG) does not fail.
+// The bytes come from math/rand/v2's global generator: ChaCha8 keyed from the operating
+// system's entropy (random_get on wasip1), unpredictable from its output, as a SipHash key
+// needs. crypto/rand reads the same entropy but links Go's FIPS 140 module (about 0.2 MB of
+// the .wasm); it would only differ if random_get failed, which Envoy's host CSPRNG does not.
 func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 	for range 16 {
 		v, cas, err := store.Get(SecretKey)
@@ -407,9 +398,8 @@ func idleHorizon(lim Limiter) int64 {
 	return 0
 }
 
-// Pending is a decision that has been made but not yet written. Deciding every rule of a request
-// before writing any of them means a request denied by a later rule consumes nothing of an
-// earlier one. A Pending is reused across requests to avoid allocations.
+// Pending is a decision made but not yet written, so that a request denied by a later rule
+// consumes nothing of an earlier one. It is reused across requests.
 type Pending struct {
 	// Decision is the outcome; it may change when Commit has to decide again after a race.
 	Decision algorithms.Decision
@@ -464,11 +454,9 @@ func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
 }
 
 // Commit writes an allowed decision with compare-and-swap: the key's index entry first when it
-// is placed, then its slot. When another worker wrote either since Decide read it, the decision
-// is made again on what is there now (it may now be a denial) and written again, at most
-// Attempts times in all. A denial is never written: a denied request consumes nothing.
-// ErrAttemptsExhausted means every attempt lost a race: the request must not be admitted
-// uncounted.
+// is placed, then its slot. When another worker wrote either since Decide read it, the key is
+// decided again on what is there now (perhaps a denial) and written again, at most Attempts
+// times in all; ErrAttemptsExhausted means every attempt lost. A denial is never written.
 func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
@@ -494,8 +482,7 @@ func (t *Table) Commit(p *Pending) error {
 }
 
 // recommit is Commit after a write that failed with err: after a lost race it decides again
-// and commits that decision (at most Attempts times in all, counting recursions). It is out
-// of line, so that a request whose write succeeds does not compile it.
+// and commits (at most Attempts times in all). Out of line (see filter/doc.go).
 func (t *Table) recommit(p *Pending, err error) error {
 	if !errors.Is(err, ErrCasMismatch) {
 		return err
@@ -510,21 +497,9 @@ func (t *Table) recommit(p *Pending, err error) error {
 	return t.Commit(p)
 }
 
-// AllowN decides and commits in one step, for a rule that is the only one on its request.
-func (t *Table) AllowN(key []byte, now, n int64, p *Pending) error {
-	if err := t.Decide(key, now, n, p); err != nil {
-		return err
-	}
-	return t.Commit(p)
-}
-
-// decide finds the key's slot (see Table) and runs the limiter on its state.
-//
-// It reads the key's home slot first: a key found live there is decided on that read alone,
-// the common case. Otherwise lookup reads the indexes, out of line.
-//
-// With hash, it first makes the digest of key and its hash (Decide); without, it decides
-// again on p's (Commit after a lost race).
+// decide finds the key's slot (see Table) and runs the limiter on its state: a key found live
+// in its home slot, the common case, on that read alone, otherwise through lookup. With hash
+// it first makes key's digest and hash (Decide); without, it decides again on p's (recommit).
 func (t *Table) decide(p *Pending, key []byte, hash bool) error {
 	if hash {
 		// The key's digest and hash are made here, once per decision: a retry in Commit
@@ -551,10 +526,9 @@ func isKey(v []byte, d *[DigestSize]byte) bool {
 	return len(v) >= slotHeader && v[DigestSize] == slotLive && hasDigest(v, d)
 }
 
-// hasDigest reports whether v, at least DigestSize bytes long, starts with d. It compares two
-// 8-byte words: Go's wasm backend compiles a comparison of [DigestSize]byte values as a copy
-// to the stack and a call of memequal, more code for V8 to compile in decide, which every
-// request runs, and more time.
+// hasDigest reports whether v, at least DigestSize bytes long, starts with d, as two 8-byte
+// words: Go's wasm backend compiles a [DigestSize]byte comparison as a stack copy and a call
+// of memequal, more code for V8 to compile in decide and more time.
 func hasDigest(v []byte, d *[DigestSize]byte) bool {
 	v = v[:DigestSize]
 	return binary.LittleEndian.Uint64(v) == binary.LittleEndian.Uint64(d[:8]) &&
@@ -743,10 +717,9 @@ func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32, fou
 }
 
 // decidePast looks the key up in the previous geometries that may still hold active state,
-// newest first, and decides it where it is found active. It reports whether it decided. It is
-// out of line, like chooseVictim and overflow: a table that never changed max_keys, and a new
-// key of a table that is not full, do not compile them (V8 in Envoy compiles a function on
-// its first call).
+// newest first, and decides it where it is found active; it reports whether it did. Out of
+// line, like chooseVictim and overflow (see filter/doc.go): a table that never changed
+// max_keys, and a new key of a table that is not full, do not compile them.
 func (t *Table) decidePast(p *Pending) (bool, error) {
 	fp := fingerprint(&p.digest)
 	for i := range t.prev {
@@ -804,7 +777,8 @@ func (t *Table) chooseVictim(p *Pending, g geometry, gr *group, home uint32, hr 
 			p.idx, p.cas = gr.b*GroupSlots+i, cas
 		}
 	}
-	first := gr.b == g.choices0(p.h)
+	bs, _ := g.choices(p.h)
+	first := gr.b == bs[0]
 	other := uint32(((p.h >> 17) ^ uint64(p.now)>>20) % uint64(gr.size))
 	if first {
 		if hr.found {
@@ -825,11 +799,6 @@ func (t *Table) chooseVictim(p *Pending, g geometry, gr *group, home uint32, hr 
 	}
 	p.evict, p.grant = ok, max(best, 0)
 	return at, ok, nil
-}
-
-// choices0 returns the first group of h in g.
-func (g geometry) choices0(h uint64) uint32 {
-	return uint32((uint64(uint32(h)) * uint64(g.groups)) >> 32)
 }
 
 // grantOf returns what forgetting a key's state would give it back at now, and whether it may
@@ -902,19 +871,6 @@ func (t *Table) run(p *Pending, state []byte) error {
 	return nil
 }
 
-// Used returns how many slots of the current geometry hold or have held a key, out of
-// max_keys, by reading every group's index: for tests and tools, not for the request path.
-func (t *Table) Used() uint32 {
-	var n uint32
-	for b := range t.cur.groups {
-		gr, err := t.readGroup(t.cur, b, 1, 0)
-		if err == nil {
-			n += gr.used
-		}
-	}
-	return n
-}
-
 // nameBuf is a name built for a store call and the entry it names: slot or group idx of
 // geometry geo.
 type nameBuf struct {
@@ -954,35 +910,27 @@ func (t *Table) indexName(geo, b uint32) string {
 }
 
 // transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
-// store call, which does not keep its key: the cached name when the slot's name is in the
-// cache (an established key's slot, read and written on every request, is), otherwise the
-// name last built, or built now, in the Table's slot name buffer, valid until the next slot
-// name is built.
+// store call, which keeps no key: the cached name if there is one, else the name in the
+// Table's slot name buffer, valid until the next slot name is built.
 func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
-// Warm allocates what the table's first decision needs (its slot name cache, about 6 KiB)
-// now rather than then. The filter warms its rules' own tables while it configures, so that
-// the Go heap's first growth happens before traffic, not in a fresh VM's first request, where
-// the page allocator's slow path (code a V8 VM compiles on first use) is latency a client
-// sees. Tables that may never see a request (a rarely used override's) are left cold: warming
-// every one would cost their cache's memory in every VM whether used or not.
-//
-// It is not inlined: slotName calls it only for a table that was not warmed, which the
-// filter's are, so their first request does not compile the allocation.
+// Warm allocates the table's slot name cache (about 6 KiB) now rather than on its first
+// decision: the filter warms its rules' own tables while it configures, so that the Go heap
+// grows before traffic, not in a fresh VM's first request (the page allocator's slow path is
+// code V8 compiles on first use). Tables that may never see a request (a rarely used
+// override's) are left cold. Not inlined: slotName calls it only for a cold table.
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = new([nameCacheSize]nameEntry)
 	}
 }
 
-// slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
-// call (see transientName), and with keep also puts it in the Table's name cache, allocating
-// the cache first if needed. Names are cached in a direct-mapped cache of nameCacheSize
-// entries, which does not grow with max_keys: the slot of an established key is read and
-// written on every request, and its name is then found rather than built (a number formatted,
-// about as costly in a Wasm VM as the rest of the lookup). Caching a name costs a string of
-// its own, an allocation: Commit caches the names of keys that were in their slot already,
-// not of keys it places, most of which (one request per client) never come back.
+// slotName returns the name of slot idx of geometry geo for a store call (see
+// transientName); with keep it also puts it in the Table's direct-mapped name cache, which
+// does not grow with max_keys. An established key's slot is read and written on every
+// request, so its name is found rather than built (formatting a number costs about as much
+// as the rest of the lookup). Caching costs a string of its own, so Commit caches the names
+// of keys that were in their slot already, not of keys it places (most never come back).
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	if keep && t.names == nil {
 		t.Warm()

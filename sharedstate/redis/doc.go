@@ -32,72 +32,41 @@
 //     an error message becomes [false];
 //   - ignores the Content-Type; answers 403 to an empty body.
 //
-// Escape therefore percent-encodes every byte outside [A-Za-z0-9_-], so a request-derived key
-// is always exactly one argument with exactly its bytes, and nothing in it can add arguments
-// (which could, for example, override the rule's limit), truncate the command or change the
-// reply format. Numbers are rendered as decimal digits (and '-'), which need no escaping.
+// Escape therefore percent-encodes every byte outside [A-Za-z0-9_-]: nothing in a
+// request-derived key can add arguments (which could override the rule's limit), truncate the
+// command or change the reply format. Numbers are decimal digits and '-', which need none.
 //
 // Scripts must return flat arrays of integers: webdis turns a nested table into null, and
 // Redis truncates Lua numbers to integers.
 //
-// # Keys, hash tags and sharded stores
+// # Keys and partitions
 //
-// A sharded store (Redis Cluster, twemproxy, Envoy's redis_proxy) runs a script only when all
-// of its keys are on one slot, placed by the key's hash tag, the part inside {braces}. The
-// number of partitions (redis.partitions) chooses the layout (docs/global-limits.md tells
-// operators what each costs):
-//
-//   - 1 partition (the default): <prefix>:{<domain>}:<rule>:<descriptor> (AppendKey). One call
-//     touches the keys of all of a request's global rules: one round trip, all-or-nothing
-//     across its rules (below).
-//   - P > 1 partitions: <prefix>:{<domain>:<rule>:<p>}:<descriptor> (AppendPartKey), with
-//     p = SipHash-2-4(secret, descriptor) mod P (Partition). Each partition has its own key set
-//     and overflow key in its slot (Rule.Partitioned) and admits ceil(max_keys/P) live keys.
-//     The filter sends one call per global rule, all at once, and each commits on its own: a
-//     request denied by one rule may have been charged by the others (at most one request
-//     over-counted per other rule, never an extra admission).
+// docs/global-limits.md gives the key layouts (AppendKey, AppendPartKey), what the number of
+// partitions costs, the partition secret (AppendSecretKey, AppendSecretCall, lua/secret.lua),
+// the Redis ACL and webdis configuration that allow no more than the filter sends
+// (TestLeastPrivilege), and the versions and sharding proxies tested. With P > 1 partitions
+// the filter sends one call per global rule, and each commits on its own: a request denied by
+// one rule may have been charged by the others (at most one request over-counted per other
+// rule, never an extra admission).
 //
 // The descriptor is written as it is, whatever its bytes, with a second '#' when it starts
 // with '#', so that it never names a rule's own keys (#keys, #overflow; see AppendKey).
 //
-// The partition is keyed so that nobody can compute offline which clients share a partition
-// and fill it. The secret lives in Redis under <prefix>:{<domain>}:#partition-secret
-// (AppendSecretKey). A VM that does not know it sends the secret call first (AppendSecretCall,
-// lua/secret.lua) with a random candidate, which the script stores only when there is no
-// secret, and returns the stored one; a VM offers its own again every minute from its tick, so
-// a secret Redis lost is stored again, or every proxy adopts the one that won. Changing the
-// number of partitions renames every key: the global counts start afresh.
-//
 // # The script
 //
 // There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
-// functions per algorithm with a global mode (token_bucket, leaky_bucket meter, sliding_window
-// counter and log, fixed_window, gcra; adaptive and the shaper are local only) and a main part
-// that runs a call. Each algorithm is a line-by-line port of the arithmetic documented on its
-// type in package algorithms, and differential tests against a real redis-server demand the
-// same decisions and stored states from both, across random sequences, configuration changes
-// (TestDifferentialConfigChange), lease give-backs and usage settlements
-// (TestDifferentialSettle).
+// functions per algorithm with a global mode (adaptive and the shaper are local only) and a
+// main part that runs a call. Each algorithm is a line-by-line port of the arithmetic
+// documented on its type in package algorithms; differential tests against a real
+// redis-server demand the same decisions and stored states from both.
 //
 // lua/main.lua's header is the call's specification: its keys, the ten integers per rule
-// after them (AppendEvalSHA writes them), the flat answer (ParseReplies reads it), and the
-// commit: every rule is decided on its state as read, and only if no enforced rule denies
-// does every rule that admitted write, so a denied request is charged nothing and a flood of
-// denials writes nothing. Each algorithm's file gives its state layout, which records the
-// parameters it was written under so that a changed configuration converts the key as
-// package algorithms converts a state. A write sets the key's TTL to when it is back to full
-// allowance (plus a second), so idle keys disappear.
+// (AppendEvalSHA), the flat answer (ParseReplies), and the commit: only if no enforced rule
+// denies does every rule that admitted write, so a denied request is charged nothing. A write
+// sets the key's TTL to when it is back to full allowance (plus a second).
 //
-// The clock is Redis' TIME, so every proxy decides on one clock whatever its own skew; Lua
-// numbers are doubles, so absolute Unix-nanosecond timestamps are kept as (seconds,
-// nanoseconds) pairs (lua/lib.lua). For the tests only, two more arguments replace TIME; the
-// filter never sends them, and because keys are escaped a client cannot add them.
-//
-// # Least privilege
-//
-// The filter sends only EVALSHA and EVAL, and the script calls only TIME, HMGET, HSET,
-// PEXPIRE, DEL, EXISTS, LLEN, LINDEX, LRANGE, LTRIM, LPUSH, RPUSH, ZCOUNT, ZADD and
-// ZREMRANGEBYSCORE on the rate-limit keys: docs/global-limits.md gives the Redis ACL and the
-// webdis configuration that allow no more (TestLeastPrivilege), and the Redis versions and
-// sharding proxies tested.
+// The clock is Redis' TIME, so every proxy decides on one clock; Lua numbers are doubles, so
+// Unix-nanosecond timestamps are kept as (seconds, nanoseconds) pairs (lua/lib.lua). For the
+// tests only, two more arguments replace TIME; because keys are escaped, a client cannot add
+// them.
 package redis

@@ -1,6 +1,10 @@
 package redis
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
+)
 
 // The helpers below serve the tests only.
 
@@ -64,4 +68,42 @@ func AppendEvalSHAItemsAt(dst []byte, items []Item, now int64) []byte {
 // AppendSettleSHAAt is AppendSettleSHA with the test-only clock override.
 func AppendSettleSHAAt(dst []byte, s *Settlement, now int64) []byte {
 	return appendNow(AppendSettleSHA(dst, s), now)
+}
+
+// Reply is one decoded answer of a call with one rule (see ParseReply).
+type Reply struct {
+	// Decision is the limiter's decision, field for field what the Go limiter of the same
+	// configuration decides at Now. Delay is always 0 (there is no global shaper).
+	Decision algorithms.Decision
+	// Now is the instant of the decision on Redis' clock, in Unix nanoseconds (microsecond
+	// resolution, from TIME).
+	Now int64
+}
+
+// ParseReply decodes the answer to a call with one rule (Rule.AppendEvalSHA or
+// Rule.AppendEval), which has to be an enforced rule; see ParseReplies.
+func ParseReply(status int, body []byte) (Reply, error) {
+	var a [1]Answer
+	items := [1]Item{{Rule: anyRule}}
+	now, _, err := ParseReplies(status, body, items[:], a[:])
+	if err != nil {
+		return Reply{}, err
+	}
+	return Reply{Decision: a[0].Decision, Now: now}, nil
+}
+
+// anyRule stands for the rule of a ParseReply call: its limit of 0 matches any reply's.
+var anyRule = &Rule{}
+
+// AppendEvalSHA appends the body of a call with this rule alone (not a shadow rule) on key
+// for n events; see the function AppendEvalSHA.
+func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
+	items := [1]Item{{Rule: r, Key: key, N: n}}
+	return AppendEvalSHA(dst, items[:])
+}
+
+// AppendEval appends the NOSCRIPT fallback of Rule.AppendEvalSHA.
+func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
+	items := [1]Item{{Rule: r, Key: key, N: n}}
+	return AppendEval(dst, items[:])
 }

@@ -95,16 +95,8 @@ func AppendSecretCall(dst, key []byte, candidate *Secret) []byte {
 // anything else.
 func ParseSecret(status int, body []byte) (Secret, error) {
 	var s Secret
-	switch status {
-	case 200:
-	case 502:
-		return s, err502
-	case 503:
-		return s, err503
-	case 504:
-		return s, err504
-	default:
-		return s, &StatusError{Status: status}
+	if status != 200 {
+		return s, statusError(status)
 	}
 	const head, tail = `{"EVAL":"`, `"}`
 	if len(body) != len(head)+2*SecretSize+len(tail) || string(body[:len(head)]) != head ||

@@ -10,8 +10,8 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// Errors of ParseReply. Test them with errors.Is: the values returned may wrap them with
-// details.
+// Errors of ParseReplies and ParseSettle. Test them with errors.Is: the values returned may
+// wrap them with details.
 var (
 	// ErrNoScript means Redis does not have the script in its cache (it restarted, or the
 	// cache was flushed): send the AppendEval body instead.
@@ -70,16 +70,6 @@ var (
 	err504 = &StatusError{Status: 504}
 )
 
-// Reply is one decoded answer of a call with one rule (see ParseReply).
-type Reply struct {
-	// Decision is the limiter's decision, field for field what the Go limiter of the same
-	// configuration decides at Now. Delay is always 0 (there is no global shaper).
-	Decision algorithms.Decision
-	// Now is the instant of the decision on Redis' clock, in Unix nanoseconds (microsecond
-	// resolution, from TIME).
-	Now int64
-}
-
 // Answer is one rule's part of the answer to a call.
 type Answer struct {
 	// Decision is the limiter's decision, field for field what the Go limiter of the same
@@ -87,12 +77,11 @@ type Answer struct {
 	// shaper).
 	Decision algorithms.Decision
 	// Overflow is set when the rule had reached its key bound and the request, whose key was
-	// new, was decided on the rule's overflow key (see Rule.Bounded).
+	// new, was decided on the rule's overflow key (see Rule.Partitioned).
 	Overflow bool
 	// GaveBack is set when the item's give-back (Item.GiveBack) was applied to the key's
-	// state. The script applies none on the overflow key, on a state it read under other
-	// parameters or in an older encoding, or where the algorithm takes nothing back (a full
-	// bucket, a window other than the take's; algorithms.Returner): those units are lost.
+	// state; units the script did not apply (the overflow key, a state under other parameters
+	// or in an older encoding, algorithms.Returner's exceptions) are lost.
 	GaveBack bool
 	// Now is the call's instant on Redis' clock (Unix ns), the one ParseReplies returns: a
 	// lease's units given back later name it as the instant of their take (Item.GivenAt).
@@ -107,38 +96,18 @@ const (
 	replyPerRule = 6
 )
 
-// ParseReply decodes the answer to a call with one rule (Rule.AppendEvalSHA or
-// Rule.AppendEval), which has to be an enforced rule; see ParseReplies.
-func ParseReply(status int, body []byte) (Reply, error) {
-	var a [1]Answer
-	items := [1]Item{{Rule: anyRule}}
-	now, _, err := ParseReplies(status, body, items[:], a[:])
-	if err != nil {
-		return Reply{}, err
-	}
-	return Reply{Decision: a[0].Decision, Now: now}, nil
-}
-
-// anyRule stands for the rule of a ParseReply call: its limit of 0 matches any reply's.
-var anyRule = &Rule{}
-
 // ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from items:
 // status is the HTTP status, body the response body, and out (len(items) long) receives each
 // item's answer. A success is exactly
 //
 //	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,flags,...]}
 //
-// (or "EVAL"), integers only, with one group of six per item; an error reply is
-// {"EVALSHA":[false,"<message>"]}, which webdis sends with status 200. now is the instant of
-// the decision on Redis' clock (Unix ns, microsecond resolution); committed reports whether the
-// script wrote the admitting items' states, which it does exactly when no non-shadow item was
-// denied.
-//
-// An answer that does not fit items is malformed: another number of rules, a limit other than
-// an item's rule's (every reply carries the limit it was given, so another limit means the
-// answer is not for this request: a misrouted cluster, a proxy in between), or a committed flag
-// that contradicts the decisions. The errors are ErrNoScript, *Error (ErrRedis), *StatusError
-// (ErrUnavailable or ErrMalformed) and ErrMalformed; see their documentation.
+// (or "EVAL"), integers only, six per item; an error reply is {"EVALSHA":[false,"<message>"]},
+// with status 200. now is the decision's instant on Redis' clock (Unix ns); committed reports
+// whether the script wrote the admitting items' states, as it does exactly when no non-shadow
+// item was denied. An answer that does not fit items is malformed: another number of rules, a
+// limit other than an item's rule's (the answer is not for this request: a misrouted cluster,
+// a proxy in between), or a committed flag that contradicts the decisions.
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
 func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
@@ -262,10 +231,10 @@ func (p *parser) errorReply() error {
 }
 
 // answer checks one item's six reply values v and converts them into a. A limit other than
-// the item's rule's is a foreign reply (limit 0, ParseReply's rule, accepts any). A remaining
+// the item's rule's is a foreign reply (a rule of limit 0 accepts any). A remaining
 // above capacity (the rule's burst, or its limit) is malformed: no algorithm holds more than
 // its capacity, so such a reply did not come from the rule's script, and rendering it would
-// promise clients allowance nobody has (capacity 0, ParseReply's rule, skips the check). So
+// promise clients allowance nobody has (a rule of capacity 0 skips the check). So
 // is a give-back applied for an item that gives nothing back.
 func answer(a *Answer, v *[replyPerRule]int64, it *Item) error {
 	allowed, lim, remaining, retry, reset, flags := v[0], v[1], v[2], v[3], v[4], v[5]

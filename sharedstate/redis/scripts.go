@@ -8,12 +8,10 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from the Lua
-// files of lua/), not embedded and not hashed here: package embed imports io/fs, which imports
-// time, and time's dependencies are start-up work in every VM on Envoy's V8 (an embed.FS would
-// also keep time's formatting code; wasmhost/moduletest's TestModuleLinksNoUnusedStdlib and
-// the root package's TestModuleLinksNoHeavyPackages check), and the SHA-1 would link
-// crypto/sha1 for a name known before the module is built.
+// The script and its SHA-1 are Go string constants (lua.go, written by gen_lua.go from lua/),
+// neither embedded nor hashed here: package embed imports io/fs and time, start-up work in
+// every VM on Envoy's V8 (TestModuleLinksNoUnusedStdlib, TestModuleLinksNoHeavyPackages), and
+// hashing would link crypto/sha1 for a name known before the module is built.
 //
 //go:generate go run gen_lua.go
 
@@ -32,11 +30,10 @@ type Script struct {
 	escaped    []byte // Source escaped for webdis, made on the first EVAL fallback
 }
 
-// The one script: every algorithm with a global (Redis) mode is a set of functions in it, so
-// that one call can decide several rules of different algorithms together. The adaptive
-// limiter and the leaky-bucket shaper have no global mode: the adaptive limit is tuned from
-// each proxy's own signals, and a shaper's delays are local by nature. The variable is
-// initialised statically (constants only): no code runs for it in a VM's _initialize.
+// The one script: every algorithm with a global mode is a set of functions in it, so that one
+// call can decide rules of different algorithms together. The adaptive limit is tuned from
+// each proxy's own signals and a shaper's delays are local by nature, so neither has a global
+// mode. The variable is initialised statically: no code runs for it in a VM's _initialize.
 var (
 	ratelimitScript     = Script{Name: "ratelimit", Source: luaScript, SHA: luaScriptSHA1}
 	errNoGlobalAdaptive = errors.New("redis: the adaptive algorithm is local only: its limit is tuned from each proxy's own latency and errors")
@@ -57,14 +54,10 @@ func (s *Script) escapedSource() []byte {
 	return s.escaped
 }
 
-// The HTTP request that carries one call to webdis. webdis takes the command from the body of
-// a POST to "/", with the arguments separated by '/' and percent-decoded. It ignores the
-// Content-Type entirely (measured: none, form, octet-stream all work); the form type is what
-// curl -d sends and what webdis' documentation shows, so proxies and logs see the usual
-// pairing. The body must not be empty (webdis answers 403).
-//
-// Envoy also requires an :authority header on a callout; webdis ignores it, so any value (the
-// cluster name, say) does.
+// The HTTP request that carries one call to webdis: the command in the body of a POST to "/",
+// arguments separated by '/' and percent-decoded, a non-empty body (webdis answers 403 to an
+// empty one). webdis ignores the Content-Type; the form type is what curl -d sends and its
+// documentation shows. Envoy requires an :authority on a callout, which webdis ignores.
 const (
 	// Method is the callout's :method.
 	Method = "POST"
@@ -167,9 +160,8 @@ func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name s
 	return &b
 }
 
-// Item is one rule's part in a call: the rule, its raw Redis key (see AppendKey), the number
-// of events (the cost), and whether the rule is a shadow (dry-run) rule, whose denial does not
-// stop the call from committing the others.
+// Item is one rule's part in a call: the rule, its raw Redis key (AppendKey), the number of
+// events, and whether the rule is a shadow rule, whose denial does not stop the commit.
 type Item struct {
 	Rule *Rule
 	Key  []byte
@@ -192,24 +184,24 @@ type Item struct {
 //
 //	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
 //
-// where the keys of an item are its Key, followed, for a rule with a key bound (see Bounded),
-// by the rule's key set and overflow key.
-// The script decides every item on the state as read and writes (commits) only if no
-// non-shadow item denies; see lua/main.lua. Keys are escaped here, so any bytes are safe; they
+// where the keys of an item are its Key, followed, for a rule with a key bound (see
+// Rule.Partitioned), by the rule's key set and overflow key. The script commits only if no
+// non-shadow item denies (lua/main.lua). Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
 func AppendEvalSHA(dst []byte, items []Item) []byte {
-	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, script().SHA...)
-	return appendTail(dst, items)
+	return appendTail(appendCommand(dst, false), items)
 }
 
-// AppendEval appends the NOSCRIPT fallback body: EVAL/<escaped script>/<k>/... as
-// AppendEvalSHA. It is many KiB; send it only after ErrNoScript. It runs the same call and
-// loads the script into Redis' cache in the same round trip, so the next EVALSHA succeeds.
-func AppendEval(dst []byte, items []Item) []byte {
-	dst = append(dst, "EVAL/"...)
-	dst = append(dst, script().escapedSource()...)
-	return appendTail(dst, items)
+// AppendEval appends the NOSCRIPT fallback body, EVAL with the escaped script (many KiB): the
+// same call, which also loads the script into Redis' cache for the next EVALSHA.
+func AppendEval(dst []byte, items []Item) []byte { return appendTail(appendCommand(dst, true), items) }
+
+// appendCommand appends the command and the script's name, or with full the script itself.
+func appendCommand(dst []byte, full bool) []byte {
+	if full {
+		return append(append(dst, "EVAL/"...), script().escapedSource()...)
+	}
+	return append(append(dst, "EVALSHA/"...), script().SHA...)
 }
 
 // partKeys returns the escaped key set and overflow key of partition part of a rule with a
@@ -270,19 +262,6 @@ func appendTail(dst []byte, items []Item) []byte {
 	return dst
 }
 
-// AppendEvalSHA appends the body of a call with this rule alone (not a shadow rule) on key
-// for n events; see the function AppendEvalSHA.
-func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
-	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEvalSHA(dst, items[:])
-}
-
-// AppendEval appends the NOSCRIPT fallback of Rule.AppendEvalSHA.
-func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
-	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEval(dst, items[:])
-}
-
 func renderArgs(vals ...int64) string {
 	var b []byte
 	for _, v := range vals {
@@ -321,16 +300,12 @@ type Settlement struct {
 // Every algorithm with a usage cost settles (not the sliding log, whose call writes
 // nothing).
 func AppendSettleSHA(dst []byte, s *Settlement) []byte {
-	dst = append(dst, "EVALSHA/"...)
-	dst = append(dst, script().SHA...)
-	return appendSettleTail(dst, s)
+	return appendSettleTail(appendCommand(dst, false), s)
 }
 
 // AppendSettle is the NOSCRIPT fallback of AppendSettleSHA (EVAL with the script's source).
 func AppendSettle(dst []byte, s *Settlement) []byte {
-	dst = append(dst, "EVAL/"...)
-	dst = append(dst, script().escapedSource()...)
-	return appendSettleTail(dst, s)
+	return appendSettleTail(appendCommand(dst, true), s)
 }
 
 func appendSettleTail(dst []byte, s *Settlement) []byte {

@@ -245,12 +245,12 @@ func newRawEvalSHA(b *testing.B, srv *redistest.Server) *rawEvalSHA {
 	rule, err := redis.NewRule(algorithms.Config{Algorithm: "token_bucket", Limit: 1_000_000_000, Window: time.Hour})
 	require.NoError(b, err)
 	rule = rule.Partitioned(1, 10000, "rl", "rl", "raw")
-	key := redis.AppendKey(nil, "rl", "rl", "raw", []byte("5:bench"))
+	items := []redis.Item{{Rule: rule, Key: redis.AppendKey(nil, "rl", "rl", "raw", []byte("5:bench")), N: 1}}
 	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
 	b.Cleanup(tr.CloseIdleConnections)
 	r := &rawEvalSHA{b: b, url: strings.TrimSuffix(srv.WebdisURL(), "/") + redis.Path,
-		hc: &http.Client{Transport: tr, Timeout: callDeadline}, body: rule.AppendEvalSHA(nil, key, 1)}
-	r.post(rule.AppendEval(nil, key, 1)) // load the script
+		hc: &http.Client{Transport: tr, Timeout: callDeadline}, body: redis.AppendEvalSHA(nil, items)}
+	r.post(redis.AppendEval(nil, items)) // load the script
 	for range 10 {
 		r.call()
 	}
