@@ -115,7 +115,7 @@ const envoyEntryOverhead = 128
 //
 // The bytes come from math/rand/v2's global generator: ChaCha8 keyed from the operating
 // system's entropy (random_get on wasip1), unpredictable from its output, as a SipHash key
-// needs. crypto/rand reads the same entropy but links Go's FIPS 140 module (about 0.2 MB of
+// needs. crypto/rand reads the same entropy but links Go's FIPS 140 module (0.28 MB of
 // the .wasm); it would only differ if random_get failed, which Envoy's host CSPRNG does not.
 func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
 	for range 16 {
