@@ -16,7 +16,9 @@ import (
 func TestFilterModuleImportsAndExports(t *testing.T) {
 	wasm := wasmtest.BuildModule(t)
 	ctx := context.Background()
-	r := wazero.NewRuntime(ctx)
+	// The shared compilation cache holds the module compiled by the other tests (or by an
+	// earlier run), so this runtime only decodes and validates it.
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(SharedCompilationCache()))
 	defer r.Close(ctx)
 	cm, err := r.CompileModule(ctx, wasm)
 	require.NoError(t, err)

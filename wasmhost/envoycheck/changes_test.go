@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
 // changesOf writes two configurations and returns Changes from the first to the second.
@@ -134,10 +136,7 @@ func TestCheckPreviousCommand(t *testing.T) {
 	if err := os.WriteFile(newPath, []byte(flipped), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "ratelimit-host")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ratelimit-host").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := wasmtest.BuildCommand(t, "./wasmhost/cmd/ratelimit-host")
 	out, err := exec.Command(bin, "check", "-previous", repoFile("envoy.yaml"), newPath).CombinedOutput()
 	if err != nil {
 		t.Fatalf("check -previous: %v\n%s", err, out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
@@ -197,15 +198,53 @@ func BenchmarkV8Start(b *testing.B) {
 	})
 }
 
+var firstRequestsRun struct {
+	once     sync.Once
+	res      Result
+	compiled []Compiled
+	names    map[uint32]string
+	err      error
+}
+
+// firstRequests runs the filter with one rule (benchRule) on a fresh V8 once for the tests of
+// the first requests, and returns its result, what V8 compiled (with phase markers) and the
+// module's function names. Two requests with different keys are sent, so each phase of a
+// VM's start and of its first two requests can be told apart.
+func firstRequests(t *testing.T) (Result, []Compiled, map[uint32]string) {
+	t.Helper()
+	r := &firstRequestsRun
+	mod := module(t, ".")
+	r.once.Do(func() {
+		wasm, err := os.ReadFile(mod)
+		if err != nil {
+			r.err = err
+			return
+		}
+		if r.names, r.err = wasmtest.FunctionNames(wasm); r.err != nil {
+			return
+		}
+		reqs := []Request{
+			{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
+			{Method: "GET", Path: "/api", Source: "192.0.2.2:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
+		}
+		r.res, r.compiled, r.err = CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: reqs, PhaseMarkers: true})
+	})
+	if errors.Is(r.err, ErrNoNode) && os.Getenv("CI") != "true" {
+		t.Skip(r.err)
+	}
+	require.NoError(t, r.err)
+	require.True(t, r.res.Configured, "%v", r.res.Logs)
+	require.Len(t, r.res.Results, 2)
+	return r.res, r.compiled, r.names
+}
+
 // A fresh VM's first request is latency a client sees, while a VM starts before it serves
 // traffic: the filter allocates at configure what its first requests need (each table's slot
 // name cache), so that the Go heap's first growth, and the page allocator's slow path that V8
 // compiles for it, happen in proxy_on_configure and not in the first request
 // (docs/BENCHMARKS.md).
 func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
-	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
-	res := run(t, Job{Module: module(t, "."), Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
-	require.True(t, res.Configured, "%v", res.Logs)
+	res, _, _ := firstRequests(t)
 	require.Equal(t, 200, res.Results[0].Status)
 	require.NotZero(t, res.MemoryBytes["configure"])
 	require.Equal(t, res.MemoryBytes["configure"], res.MemoryBytes["request"],
@@ -218,21 +257,12 @@ func TestV8FirstRequestGrowsNoMemory(t *testing.T) {
 // those is compiled, nor the runtime's itab construction (an interface to interface
 // conversion), nor strings.Map and strings.ToLower (ASCII loops do their work).
 func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
-	mod := module(t, ".")
-	wasm, err := os.ReadFile(mod)
-	require.NoError(t, err)
-	names, err := wasmtest.FunctionNames(wasm)
-	require.NoError(t, err)
-	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
-	res, compiled, err := CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
-	if errors.Is(err, ErrNoNode) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
-	require.True(t, res.Configured, "%v", res.Logs)
+	_, compiled, names := firstRequests(t)
 	got := map[string]bool{}
 	for _, c := range compiled {
-		got[names[c.Index]] = true
+		if c.Phase != "request1" { // what the second request compiles is not the first's
+			got[names[c.Index]] = true
+		}
 	}
 	linked := map[string]bool{}
 	for _, name := range names {
@@ -421,22 +451,7 @@ const firstRequestCompileBudget = 80_000
 // code back on the plain request's path (a branch not moved out of line, a new helper
 // inlined into several callers) fails here before it shows in BenchmarkV8Start.
 func TestV8FirstRequestCompileBudget(t *testing.T) {
-	mod := module(t, ".")
-	wasm, err := os.ReadFile(mod)
-	require.NoError(t, err)
-	names, err := wasmtest.FunctionNames(wasm)
-	require.NoError(t, err)
-	reqs := []Request{
-		{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
-		{Method: "GET", Path: "/api", Source: "192.0.2.2:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
-	}
-	res, compiled, err := CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: reqs, PhaseMarkers: true})
-	if errors.Is(err, ErrNoNode) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
-	require.True(t, res.Configured, "%v", res.Logs)
-	require.Len(t, res.Results, 2)
+	_, compiled, names := firstRequests(t)
 	bytes := map[string]int{}
 	var first []string
 	for _, c := range compiled {

@@ -60,19 +60,34 @@ func BuildModule(t testing.TB) []byte {
 
 // BuildGuest builds the package main in pkg (a path relative to the
 // repository root, e.g. "./wasmhost/testdata/abiguest") as a wasip1 reactor
-// and returns the module bytes. It fails the test on error.
+// and returns the module bytes, read once per build and shared by every
+// caller of the process: callers must not modify them. It fails the test on
+// error.
 func BuildGuest(t testing.TB, pkg string) []byte {
 	t.Helper()
 	path, err := BuildFile(pkg)
 	if err != nil {
 		t.Fatalf("wasmtest: %v", err)
 	}
+	readMu.Lock()
+	defer readMu.Unlock()
+	if b, ok := read[path]; ok {
+		return b
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("wasmtest: %v", err)
 	}
+	read[path] = b
 	return b
 }
+
+var (
+	readMu sync.Mutex
+	// read holds the bytes of each module file BuildGuest has read, by path: a test package
+	// asks for the 5 MB filter module in nearly every test.
+	read = map[string][]byte{}
+)
 
 // A target is what a build produces: a wasip1 reactor, or a command for this machine.
 type target struct {
