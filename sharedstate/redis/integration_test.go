@@ -372,12 +372,12 @@ func TestNoScriptFallback(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	for _, cfg := range []algorithms.Config{
-		{Algorithm: "token_bucket", Limit: 5, Window: time.Second},
-		{Algorithm: "leaky_bucket", Limit: 5, Window: time.Second},
-		{Algorithm: "sliding_window", Limit: 5, Window: time.Second},
-		{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Second},
-		{Algorithm: "fixed_window", Limit: 5, Window: time.Second},
-		{Algorithm: "gcra", Limit: 5, Window: time.Second},
+		{Algorithm: "token_bucket", Limit: 5, Window: time.Hour},
+		{Algorithm: "leaky_bucket", Limit: 5, Window: time.Hour},
+		{Algorithm: "sliding_window", Limit: 5, Window: time.Hour},
+		{Algorithm: "sliding_window", Variant: "log", Limit: 5, Window: time.Hour},
+		{Algorithm: "fixed_window", Limit: 5, Window: time.Hour},
+		{Algorithm: "gcra", Limit: 5, Window: time.Hour},
 	} {
 		rule := mustRule(t, cfg)
 		key := []byte("noscript:{" + cfgName(cfg) + "}:k")
