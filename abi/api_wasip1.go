@@ -76,7 +76,11 @@ var errEmpty = errors.New("error status returned by host: empty")
 // single-threaded and the allocator makes no host call that returns data, so one set is enough.
 var retAddr, retSize, retCas uint32
 
+// getBuffer reads a piece of a buffer. retAddr and retSize are zeroed first: a host that
+// answers OK with nothing to return may leave them unwritten, and the body's buffer is reused
+// from piece to piece, so stale values would read the previous piece again.
 func getBuffer(bufferType uint32, start, maxSize int) ([]byte, error) {
+	retAddr, retSize = 0, 0
 	return read(hostGetBufferBytes(bufferType, uint32(start), uint32(maxSize), &retAddr, &retSize))
 }
 

@@ -14,11 +14,13 @@ package algorithms
 //   - TokenBucket and the LeakyBucket meter: tokens = min(capU, tokens + n*wg) after the
 //     refill to max(now, last) (the meter: level = max(0, level - n*wg));
 //   - GCRA: TAT = max(now, TAT - n*T);
-//   - FixedWindow: count = max(0, count - n), only while the stored window is the one takenAt
-//     fell in and is not older than now's (a window that has ended has forgotten the units);
+//   - FixedWindow: count = max(0, count - n), carry = min(carry, count), only while the
+//     stored window is the one takenAt fell in and is not older than now's (a window that has
+//     ended has forgotten the units); count is read up to the debt ceiling, not the limit, so
+//     a give-back forgives no usage debt;
 //   - SlidingWindowCounter: after rolling to now, cur = max(0, cur - n) when takenAt fell in
 //     now's window, prev = max(0, prev - n) when it fell in the window before, nothing when
-//     older.
+//     older; carry = min(carry, cur).
 //
 // GiveBack changes only a state in the limiter's current encoding recorded under its own
 // parameters; any other state (a fresh key, the v1 layout, a configuration change, the shaper)
@@ -90,29 +92,34 @@ func (g *GCRA) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
 
 // GiveBack implements Returner.
 func (f *FixedWindow) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
-	if n <= 0 || len(state) != fixedSize || !f.p.matches(state, verFixedWindow2) {
+	if off, _ := f.locate(state); n <= 0 || off != hdrSize {
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
 	ws := get64(state[hdrSize:])
-	count := min(get32(state[hdrSize+8:]), f.limit)
+	count := min(get32(state[hdrSize+8:]), f.ceil)
 	if ws != takenAt-takenAt%f.w || ws < now-now%f.w || count <= 0 {
 		return state, false
 	}
-	return f.encode(state, ws, max(0, count-n), 0), true
+	var carry int64
+	if len(state) == fixedSizeCarry {
+		carry = get32(state[fixedSize:])
+	}
+	count = max(0, count-n)
+	return f.encode(state, ws, count, min(carry, count)), true
 }
 
 // GiveBack implements Returner.
 func (s *SlidingWindowCounter) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
-	if n <= 0 || len(state) != counterSize || !s.p.matches(state, verSlidingCount2) {
+	if off, _ := s.locate(state); n <= 0 || off != hdrSize {
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
-	ws, prev, cur, _, ok := s.decode(state, hdrSize)
+	ws, prev, cur, carry, ok := s.decode(state, hdrSize)
 	if !ok {
 		return state, false
 	}
-	w, _, prev, cur, _ := s.roll(ws, prev, cur, 0, true, now)
+	w, _, prev, cur, carry := s.roll(ws, prev, cur, carry, true, now)
 	switch tw := takenAt - takenAt%s.cc.w; {
 	case tw == w && cur > 0:
 		cur = max(0, cur-n)
@@ -121,5 +128,5 @@ func (s *SlidingWindowCounter) GiveBack(state []byte, now, takenAt, n int64) ([]
 	default:
 		return state, false
 	}
-	return s.encode(state, w, prev, cur, 0), true
+	return s.encode(state, w, prev, cur, min(carry, cur)), true
 }

@@ -162,12 +162,14 @@ func (p *plugin) OnTick() {
 
 // OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
 // retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
-// and a VM that went away with its breaker open would otherwise count as open for good.
+// and a VM that went away with its breaker open would otherwise count as open for good. The
+// settlements still waiting for a retry are counted as failed.
 func (p *plugin) OnPluginDone() bool {
 	defer recoverTo("OnPluginDone", nil)
 	if p.redis != nil {
 		p.redis.gauge.set(false)
 	}
+	p.failRetries(errRetired)
 	return true
 }
 
@@ -264,6 +266,7 @@ func (p *plugin) configure(data []byte) error {
 			return err
 		}
 	}
+	p.retriesReconfigured()
 	p.warm()
 	return nil
 }

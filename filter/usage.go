@@ -359,8 +359,14 @@ func (rs *ruleState) usageMetrics() *usageMetrics {
 	return rs.usage.m
 }
 
-// errBreakerOpen is the failure of a settlement not sent because the breaker is open.
-var errBreakerOpen = errors.New("redis: not sent: the breaker is open")
+// The failures of a settlement not sent: the breaker is open, its retry is due too late for
+// its id to guard it, the VM's configuration has no Redis any more, the VM was retired.
+var (
+	errBreakerOpen = errors.New("redis: not sent: the breaker is open")
+	errRetryLate   = errors.New("redis: not sent again: past the retry window")
+	errNoRedis     = errors.New("redis: not sent again: the configuration has no Redis")
+	errRetired     = errors.New("redis: not sent again: the VM was retired")
+)
 
 // settlement is a global settlement on its way: sent, or waiting to be sent again.
 type settlement struct {
@@ -431,7 +437,7 @@ func (p *plugin) sendSettlement(st *settlement, full bool) {
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, redis.ErrNoScript) && !full:
+		case errors.Is(err, redis.ErrNoScript) && !full && p.redis != nil:
 			c.m.noscript.Increment(1)
 			p.sendSettlement(st, true)
 		default:
@@ -451,14 +457,15 @@ func (p *plugin) sendSettlement(st *settlement, full bool) {
 // settlementFailed keeps st to be sent again on a later tick (retrySettlements), with a delay
 // that doubles from settleRetryDelay; after its last try, with maxSettleRetries settlements
 // already waiting, or too late for its id to guard it, it is counted in the rule's settle
-// failures.
+// failures, as it is when the VM's configuration has no Redis any more (an answer to a call
+// sent before the VM was configured again).
 func (p *plugin) settlementFailed(st *settlement, err error) {
 	now := p.now()
-	if st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
+	if p.redis != nil && st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
 		st.due = now + settleRetryDelay<<(st.tries-1)
 		p.retries = append(p.retries, st)
 		if t := tickOf(p.rules, len(p.redis.parts) > 0); !p.retryTick && (t == 0 || t > settleRetryTickMin) {
-			p.setRetryTick(true)
+			p.setRetryTick()
 		}
 		return
 	}
@@ -484,20 +491,46 @@ func (p *plugin) retrySettlements(now int64) {
 	clear(p.retries[len(waiting):])
 	p.retries = waiting
 	for _, st := range due {
+		if now-st.first >= settleRetryWindow { // a tick later than asked for
+			st.rs.usage.settleFailed(p, st.rs, errRetryLate)
+			continue
+		}
 		st.rs.usage.m.retries.Increment(1)
 		p.trySettlement(st)
 	}
 	if len(p.retries) == 0 && p.retryTick {
-		p.setRetryTick(false)
+		p.setRetryTick()
 	}
 }
 
-// setRetryTick runs the VM's tick for retries (on), or sets it back to the configuration's.
-func (p *plugin) setRetryTick(on bool) {
-	period := tickOf(p.rules, len(p.redis.parts) > 0)
-	if on {
+// retriesReconfigured fits the settlements waiting for a retry to the VM's new configuration,
+// whose tick configure has set: without Redis they are counted as failed, and the tick runs
+// for those left again.
+func (p *plugin) retriesReconfigured() {
+	if p.redis == nil {
+		p.failRetries(errNoRedis)
+	}
+	if len(p.retries) > 0 || p.retryTick {
+		p.setRetryTick()
+	}
+}
+
+// failRetries counts the settlements waiting for a retry as failed, with err.
+func (p *plugin) failRetries(err error) {
+	for _, st := range p.retries {
+		st.rs.usage.settleFailed(p, st.rs, err)
+	}
+	clear(p.retries)
+	p.retries = p.retries[:0]
+}
+
+// setRetryTick sets the VM's tick: at least every settleRetryTickMin while settlements wait
+// for a retry, the configuration's otherwise (0: none).
+func (p *plugin) setRetryTick() {
+	period := tickOf(p.rules, p.redis != nil && len(p.redis.parts) > 0)
+	p.retryTick = len(p.retries) > 0 && (period == 0 || period > settleRetryTickMin)
+	if p.retryTick {
 		period = settleRetryTickMin
 	}
-	p.retryTick = on
 	_ = abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond))
 }

@@ -244,6 +244,66 @@ func TestUsageGlobalSettlementRetried(t *testing.T) {
 	}
 }
 
+// retryWaiting opens a stream of cfg's rule "llm" on a fleet of one VM and ends it with a
+// usage of 250, whose settlement call is reset: the settlement then waits for its retry.
+func retryWaiting(t *testing.T, cfg string) *leaseVMs {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	l := newGlobalFleet(t, cfg, 1, 1)
+	s := l.openGlobal(t, 0, srv.WebdisURL(), "k8")
+	require.True(t, s.admitted)
+	require.Equal(t, 1, l.end(t, s, 250, true, func(c proxytest.HttpCalloutAttribute) {
+		l.host.CallOnHttpCallResponse(c.CalloutID, nil, nil, nil)
+	}))
+	require.Len(t, l.vms[0].retries, 1)
+	require.EqualValues(t, 1000, l.host.GetTickPeriod(), "the tick runs for the retry")
+	require.NoError(t, abi.SetEffectiveContext(proxytest.PluginContextID))
+	return l
+}
+
+// A settlement waiting for its retry when the VM is configured again (the same partitioned
+// configuration, whose own tick is 60 s): the tick keeps running every second for it, and a
+// tick that comes too late for its id to guard it in Redis does not send it but counts it as
+// failed.
+func TestUsageRetryTickAfterReconfigure(t *testing.T) {
+	cfg := filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 4}, `[{"name":"llm","scope":"global",`+
+		`"key":[{"source":"header","name":"x-api-key"}],"algorithm":"gcra","limit":1000,"window":"1h","burst":1000`+
+		`,"cost":{"reserve":100,"max":400,"on_missing":"reserve","usage":{"header":"x-usage"}}}]`)
+	l := retryWaiting(t, cfg)
+	require.NoError(t, l.vms[0].configure([]byte(cfg)))
+	require.Len(t, l.vms[0].retries, 1)
+	require.EqualValues(t, 1000, l.host.GetTickPeriod(), "the tick still runs for the retry")
+	require.Empty(t, l.tickSettlements(t, 30e9), "past the retry window")
+	require.Empty(t, l.vms[0].retries)
+	require.EqualValues(t, 60000, l.host.GetTickPeriod(), "the configuration's tick")
+	require.EqualValues(t, 1, l.counter("ratelimit_usage_settle_failures_total;rule=llm"))
+	require.Zero(t, l.counter("ratelimit_usage_settle_retries_total;rule=llm"))
+}
+
+// A settlement waiting for its retry when the VM is configured again without Redis is counted
+// as failed, and the tick set back to the configuration's (none).
+func TestUsageRetryAfterReconfigureWithoutRedis(t *testing.T) {
+	l := retryWaiting(t, usageGlobalRule(`"algorithm":"gcra","limit":1000,"window":"1h","burst":1000`, "reserve"))
+	local := `{"domain":"d","rules":[{"name":"llm","key":[{"source":"header","name":"x-api-key"}],"algorithm":"gcra","limit":1000,"window":"1h","burst":1000}]}`
+	require.NoError(t, l.vms[0].configure([]byte(local)))
+	require.Nil(t, l.vms[0].redis)
+	require.Empty(t, l.vms[0].retries)
+	require.Zero(t, l.host.GetTickPeriod())
+	require.EqualValues(t, 1, l.counter("ratelimit_usage_settle_failures_total;rule=llm"))
+	l.tickSettlements(t, 1e9)
+	for _, m := range l.host.GetErrorLogs() {
+		require.NotContains(t, m, "recovered panic")
+	}
+}
+
+// A settlement waiting for its retry when Envoy retires the VM is counted as failed.
+func TestUsageRetryOnPluginDone(t *testing.T) {
+	l := retryWaiting(t, usageGlobalRule(`"algorithm":"gcra","limit":1000,"window":"1h","burst":1000`, "reserve"))
+	require.True(t, l.vms[0].OnPluginDone())
+	require.Empty(t, l.vms[0].retries)
+	require.EqualValues(t, 1, l.counter("ratelimit_usage_settle_failures_total;rule=llm"))
+}
+
 // relayTo returns a function that relays a call to webdis at url and delivers its answer.
 func (l *leaseVMs) relayTo(t *testing.T, url string) func(proxytest.HttpCalloutAttribute) {
 	return func(c proxytest.HttpCalloutAttribute) { l.answerAt(t, url, c) }

@@ -88,8 +88,9 @@ func queryCount(req Request, name string) int {
 // a colon and its bytes ("3:abc"). The length prefix makes the encoding unambiguous:
 // parts "a,b" and "a","b" give "3:a,b" and "1:a1:b", and no header value, however long and
 // whatever bytes it holds, can imitate a part boundary. Values are never truncated (that
-// would merge distinct clients into one key); the shared-data layer hashes long keys. The
-// key does not include the domain or rule name: the state layer namespaces by those.
+// would merge distinct clients into one key): sharedstate addresses a key by its keyed
+// SipHash-2-4 digest, and a Redis key ends with the key whole (redis.AppendPartKey). The key
+// does not include the domain or rule name: the state layer namespaces by those.
 //
 // A part that is missing from the request uses its Default; without a default, AppendKey
 // returns dst unchanged and ok=false, and the rule must not be applied to the request. A

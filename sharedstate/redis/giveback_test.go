@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
@@ -61,6 +62,61 @@ func TestDifferentialGiveBack(t *testing.T) {
 			}
 			t.Logf("%+v, %d give-backs", d.counts, gave)
 		})
+	}
+}
+
+// A lease's give-back on a window key that carries a usage debt from an ended window (a rule
+// that took a usage cost, then a lease under the same parameters): the script and the Go
+// limiter must agree that it applies, forgive none of the debt, and keep the carry, so that a
+// later refund of the ended window's reservation still comes off it.
+func TestDifferentialGiveBackOnCarriedDebt(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	w := int64(time.Hour)
+	for _, tc := range []struct {
+		cfg   algorithms.Config
+		reset time.Duration // the peek's ResetAfter after the refund: count 5 left
+	}{
+		{algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}, time.Hour - 13},
+		{algorithms.Config{Algorithm: "sliding_window", Limit: 10, Window: time.Hour}, 2*time.Hour - 13},
+	} {
+		t.Run(tc.cfg.Algorithm, func(t *testing.T) {
+			d := newDiffer(t, newClient(t, srv.WebdisURL()), tc.cfg, "gbcarry:{"+tc.cfg.Algorithm+"}")
+			now := int64(1_764_480_000_000_000_000) / w * w
+			if !d.do(now, 5).Allowed {
+				t.Fatal("first request denied")
+			}
+			d.settle(now+1, now, 25, 1, true) // count 30: a debt of 20 in this window
+			now2 := now + w + 10
+			d.settle(now2, now, 1, 2, true) // the ended window's debt: count 21, carry 21
+			dec, changed := d.doGiveBack(d.lim.(algorithms.Returner), now2+1, 1, 1, now2)
+			if !changed || dec.Allowed {
+				t.Fatalf("a give-back of 1 on a debt of 11 beyond the limit: changed %v, %+v", changed, dec)
+			}
+			d.settle(now2+2, now, -15, 3, true) // a refund of the ended window: off the carry of 20
+			if dec := d.do(now2+3, 0); dec.ResetAfter != tc.reset {
+				t.Fatalf("after the refund: %+v, want ResetAfter %v (count 5)", dec, tc.reset)
+			}
+		})
+	}
+}
+
+// The same in the window the debt was charged in (no carry yet): a give-back of 1 must not
+// take the count from 30 down to 9.
+func TestGiveBackOnDebtInItsWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	cfg := algorithms.Config{Algorithm: "fixed_window", Limit: 10, Window: time.Hour}
+	d := newDiffer(t, newClient(t, srv.WebdisURL()), cfg, "gbdebt:{x}")
+	w := int64(time.Hour)
+	now := int64(1_764_480_000_000_000_000) / w * w
+	if !d.do(now, 5).Allowed {
+		t.Fatal("first request denied")
+	}
+	d.settle(now+1, now, 25, 1, true) // count 30: a debt of 20 in this window
+	dec, changed := d.doGiveBack(d.lim.(algorithms.Returner), now+2, 1, 1, now)
+	if !changed || dec.Allowed || dec.ResetAfter != time.Duration(3*w-2) {
+		t.Fatalf("a give-back of 1 (changed %v) on a debt of 20: %+v, want count 29", changed, dec)
 	}
 }
 

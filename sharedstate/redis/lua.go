@@ -335,13 +335,13 @@ local _, _, _, reset = fw_decide(new, P, 0, now_s, now_n)
 return new, reset
 end
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
-local c = math.min(st.c, P.limit)
 local t_s, t_n = window_start(ta_s, ta_n, P.wms)
 local w_s, w_n = window_start(now_s, now_n, P.wms)
-if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
+if st.c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
 return nil
 end
-return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g), d = 0}
+local c = math.max(0, st.c - g)
+return {ws_s = st.ws_s, ws_n = st.ws_n, c = c, d = math.min(st.d, c)}
 end
 local function swc_decode(f, P)
 local ws_s, ws_n = ts(f[6])
@@ -460,7 +460,7 @@ new.p = math.max(0, new.p - g)
 else
 return nil
 end
-new.d = 0
+new.d = math.min(new.d, new.c)
 return new
 end
 local function swl_load(key, P, count)
@@ -932,7 +932,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "0d811c7b05389a31dabecde1651ca243af88e52c"
+const luaScriptSHA1 = "b84fcdda29ba9dbd7ad391debf70ae1d8ad6a519"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

@@ -92,15 +92,16 @@ local function fw_settle(st, P, delta, now_s, now_n, at_s, at_n)
   return new, reset
 end
 
--- A lease's give-back (algorithms.FixedWindow.GiveBack): count = max(0, count - g), only while
+-- A lease's give-back (algorithms.FixedWindow.GiveBack): count = max(0, count - g) (count up
+-- to the debt ceiling, so no usage debt is forgiven), carry = min(carry, count), only while
 -- the stored window is the one the take fell in (at ta) and is not older than now's. nil
 -- otherwise, or when the count is 0.
 local function fw_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
-  local c = math.min(st.c, P.limit)
   local t_s, t_n = window_start(ta_s, ta_n, P.wms)
   local w_s, w_n = window_start(now_s, now_n, P.wms)
-  if c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
+  if st.c <= 0 or t_s ~= st.ws_s or t_n ~= st.ws_n or tsless(st.ws_s, st.ws_n, w_s, w_n) then
     return nil
   end
-  return {ws_s = st.ws_s, ws_n = st.ws_n, c = math.max(0, c - g), d = 0}
+  local c = math.max(0, st.c - g)
+  return {ws_s = st.ws_s, ws_n = st.ws_n, c = c, d = math.min(st.d, c)}
 end

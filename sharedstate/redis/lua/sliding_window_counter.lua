@@ -140,7 +140,8 @@ end
 
 -- A lease's give-back (algorithms.SlidingWindowCounter.GiveBack): after rolling to now,
 -- cur = max(0, cur - g) when the take (at ta) fell in now's window, prev = max(0, prev - g)
--- when it fell in the window before; nil otherwise, or when that counter is 0.
+-- when it fell in the window before; nil otherwise, or when that counter is 0. The carry is
+-- kept, up to cur.
 local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
   local _, _, _, _, new = swc_decide(st, P, 0, now_s, now_n)
   local t_s, t_n = window_start(ta_s, ta_n, P.wms)
@@ -152,6 +153,6 @@ local function swc_giveback(st, P, g, ta_s, ta_n, now_s, now_n)
   else
     return nil
   end
-  new.d = 0
+  new.d = math.min(new.d, new.c)
   return new
 end
