@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,16 +17,6 @@ import (
 // numbers measured are far lower (see the test logs), while the quadratic and unbounded costs
 // these tests guard against took seconds to minutes.
 const quickly = time.Second
-
-// cpuTime returns the CPU time (user and system) the test process has used. The package's
-// tests run one at a time, so a difference of two readings is what the code between them
-// cost, whatever else runs on a shared machine, where wall time can stretch several-fold.
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // parseTimed parses data and returns the error and the CPU time Parse took.
 func parseTimed(t *testing.T, data string) (error, time.Duration) {
