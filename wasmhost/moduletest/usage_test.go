@@ -224,10 +224,24 @@ func concurrentStreams(d *wasmDriver, seed uint64, capacity, reserve, maxUsage i
 	}()
 	close(start)
 	streams.Wait()
+	// A client that goes away is counted as admitted, so it goes only once the filter has
+	// decided all 50 requests: one still waiting for its decision (its goroutine late to
+	// start, its callout slow on a loaded machine) would count without a reservation.
+	deadline := time.Now().Add(30 * time.Second)
+	for decided(d) < 50 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	abortAll()
 	aborts.Wait()
 	<-sampled
 	return admitted, charged, used, maxOpen
+}
+
+// decided returns how many requests the "openai" rule of d has allowed or denied.
+func decided(d *wasmDriver) int64 {
+	allowed, _ := d.host.Metric("ratelimit_requests_total;rule=openai;decision=allowed")
+	denied, _ := d.host.Metric("ratelimit_requests_total;rule=openai;decision=denied")
+	return allowed + denied
 }
 
 // BenchmarkGuestPerChunk measures the guest time one streamed body chunk costs: a stream of an
