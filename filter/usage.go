@@ -464,9 +464,7 @@ func (p *plugin) settlementFailed(st *settlement, err error) {
 	if p.redis != nil && st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
 		st.due = now + settleRetryDelay<<(st.tries-1)
 		p.retries = append(p.retries, st)
-		if t := tickOf(p.rules, len(p.redis.parts) > 0); !p.retryTick && (t == 0 || t > settleRetryTickMin) {
-			p.setRetryTick()
-		}
+		p.setRetryTick()
 		return
 	}
 	st.rs.usage.settleFailed(p, st.rs, err)
@@ -498,19 +496,19 @@ func (p *plugin) retrySettlements(now int64) {
 		st.rs.usage.m.retries.Increment(1)
 		p.trySettlement(st)
 	}
-	if len(p.retries) == 0 && p.retryTick {
-		p.setRetryTick()
-	}
+	p.setRetryTick()
 }
 
-// retriesReconfigured fits the settlements waiting for a retry to the VM's new configuration,
-// whose tick configure has set: without Redis they are counted as failed, and the tick runs
-// for those left again.
+// retriesReconfigured fits the settlements waiting for a retry to the VM's new configuration:
+// without Redis they are counted as failed, and the tick runs for those left again.
 func (p *plugin) retriesReconfigured() {
 	if p.redis == nil {
 		p.failRetries(errNoRedis)
 	}
 	if len(p.retries) > 0 || p.retryTick {
+		// configure has set the configuration's tick, or left the retries' when the
+		// configuration needs none: let setRetryTick ask for the tick either way.
+		p.retryTick = len(p.retries) == 0
 		p.setRetryTick()
 	}
 }
@@ -524,12 +522,17 @@ func (p *plugin) failRetries(err error) {
 	p.retries = p.retries[:0]
 }
 
-// setRetryTick sets the VM's tick: at least every settleRetryTickMin while settlements wait
-// for a retry, the configuration's otherwise (0: none).
+// setRetryTick keeps the VM's tick at least every settleRetryTickMin while settlements wait
+// for a retry, and at the configuration's otherwise (0: none). It asks the host only when
+// that changes the tick.
 func (p *plugin) setRetryTick() {
 	period := tickOf(p.rules, p.redis != nil && len(p.redis.parts) > 0)
-	p.retryTick = len(p.retries) > 0 && (period == 0 || period > settleRetryTickMin)
-	if p.retryTick {
+	want := len(p.retries) > 0 && (period == 0 || period > settleRetryTickMin)
+	if want == p.retryTick {
+		return
+	}
+	p.retryTick = want
+	if want {
 		period = settleRetryTickMin
 	}
 	_ = abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond))
