@@ -76,21 +76,16 @@ func longerWait(a, b *applied) bool {
 	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
 }
 
-// decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
-// the units, else with a take (out of line, see doc.go).
+// decideLeased is decideLocal for a rule with a lease block (out of line, see doc.go): from
+// this VM's lease when it has the units, else with a take (sharedstate.Table.Take) of the
+// request's cost and a reserve the shared state sizes (see leaseState.reserve). A take that
+// cannot reserve is the exact decision for the cost, so a lease never denies what an exact
+// decision admits. The take is written by finish like any local decision, and recorded in the
+// lease there (leaseState.taken).
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
 	if a.rs.lease.spend(a, key, now, cost) {
 		return false
 	}
-	return h.decideLease(a, key, now, cost)
-}
-
-// decideLease decides a leased rule's request that the VM's lease could not admit with a take
-// (sharedstate.Table.Take): the request's cost, and a reserve the shared state sizes (see
-// leaseState.reserve). A take that cannot reserve is the exact decision for the cost, so a
-// lease never denies what an exact decision admits. The take is written by finish like any
-// local decision, and recorded in the lease there (leaseState.taken).
-func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
 	reserve := a.rs.lease.reserve(key, now, cost)
 	a.key = append(a.key[:0], key...)
 	if err := a.rs.table.Take(key, now, cost, reserve, &a.pending); err != nil {
@@ -154,7 +149,7 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 	if a.rs.rule.Shadow {
 		return false
 	}
-	a.decision = contentionDecision(a.rs)
+	a.decision = failureDecision(a.rs)
 	return true
 }
 
@@ -234,7 +229,7 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
 				a.decision = a.pending.Decision
-			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
+			} else if action, denied, skip := h.settleCommit(a, err); denied {
 				return action
 			} else if skip {
 				continue
@@ -274,7 +269,9 @@ func (h *httpContext) finishShaped() types.Action {
 	shaper, delay := h.admitted()
 	p.giveDecisions(h)
 	if shaper != nil {
-		return h.hold(shaper, delay)
+		now := p.now()
+		p.enqueue(h, shaper, now, now+delay)
+		return types.ActionPause
 	}
 	if len(h.observed) > 0 {
 		// The request goes upstream now: the latency adaptive rules judge starts here, not at
@@ -284,8 +281,6 @@ func (h *httpContext) finishShaped() types.Action {
 	return types.ActionContinue
 }
 
-// The functions below are the parts of finish that only some rules (leases, shaping,
-// adaptive) or a failed write need, each out of line (see doc.go).
 // The functions below are the parts of finish that a request needs only for some rules (leases,
 // shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
 // they would be compiled with finish on every VM's first request, whether its rules use them
@@ -293,22 +288,14 @@ func (h *httpContext) finishShaped() types.Action {
 
 // settleCommit completes the write of the local rule r's decision a after Commit returned
 // err, or after a write made with a lease take: a take that lost its race is retried as an
-// exact decision, lost races and store failures are handled, and an admitted take is
-// recorded in the VM's lease. It reports denied, with the action to return, when the request
-// is denied, and skip when the rule ends up with no decision of its own to apply.
-func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
-	p := h.plugin
-	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
-		if h.contention(a) {
-			return h.deny(a.rs, a.decision), true, false
-		}
-		return types.ActionContinue, false, true
-	}
+// exact decision, lost races and store failures are handled (undecided), and an admitted take
+// is recorded in the VM's lease. It reports denied, with the action to return, when the
+// request is denied, and skip when the rule ends up with no decision of its own to apply.
+func (h *httpContext) settleCommit(a *applied, err error) (action types.Action, denied, skip bool) {
 	if err != nil {
-		p.storeFailure(a.rs, err)
 		a.decided = false
-		if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
-			return h.deny(a.rs, failureDecision(a.rs)), true, false
+		if h.undecided(a, err) {
+			return h.deny(a.rs, a.decision), true, false
 		}
 		return types.ActionContinue, false, true
 	}
@@ -350,14 +337,6 @@ func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 		return types.ActionContinue, false
 	}
 	return h.deny(a.rs, a.decision), true
-}
-
-// hold queues the admitted request until the shaping rule shaper releases it, delay from now;
-// the tick resumes it.
-func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
-	now := h.plugin.now()
-	h.plugin.enqueue(h, shaper, now, now+delay)
-	return types.ActionPause
 }
 
 // tellUpstream adds the shadow rule's request header, if it has one, with the rule's name as

@@ -69,8 +69,7 @@ type leaseState struct {
 	m     leaseMetrics
 }
 
-// leaseMetrics count what leases do; their names follow the rule metrics'
-// (ratelimit_<rule>_<event>_total, see ruleState.defineMetrics).
+// leaseMetrics count what leases do (see defineLeaseMetrics for their names).
 type leaseMetrics struct {
 	taken        abi.MetricCounter // takes that reserved units beyond the request's cost
 	returned     abi.MetricCounter // reserved units given back to the key's state unspent
@@ -102,17 +101,14 @@ func newLeaseState(r *config.Rule, table *sharedstate.Table) *leaseState {
 		held: map[string]*heldLease{}, table: table}
 }
 
-// defineLeaseMetrics defines a leased rule's counters with the rule metrics' helper def.
-func (rs *ruleState) defineLeaseMetrics(def func(event string) abi.MetricCounter) {
-	if rs.lease == nil {
-		return
+// defineLeaseMetrics defines a leased rule's counters, appending each error to errs.
+func (rs *ruleState) defineLeaseMetrics(errs []error) []error {
+	def := func(event string) abi.MetricCounter {
+		return defineCounter(statName("ratelimit_"+event+"_total", rs.rule.Name), &errs)
 	}
-	rs.lease.m = leaseMetrics{
-		taken:        def("lease_taken"),
-		returned:     def("lease_units_returned"),
-		dropped:      def("lease_units_dropped"),
-		overLimitHit: def("over_limit_cache_hits"),
-	}
+	rs.lease.m = leaseMetrics{taken: def("lease_taken"), returned: def("lease_units_returned"),
+		dropped: def("lease_units_dropped"), overLimitHit: def("over_limit_cache_hits")}
+	return errs
 }
 
 // spend decides the request from the VM's lease on key, if it holds enough unexpired units,
@@ -197,12 +193,6 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 		want = min(want, h.used)
 	}
 	return max(want, 0)
-}
-
-// size returns how many units a global rule's take for key should ask Redis for: the
-// request's cost plus its reserve.
-func (l *leaseState) size(key []byte, now, cost int64) int64 {
-	return cost + l.reserve(key, now, cost)
 }
 
 // taken records a committed take at now of n units of which the request spent cost, d being
@@ -388,7 +378,7 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 		a.spent = true
 		return true
 	}
-	a.take = l.size(a.key, now, a.cost)
+	a.take = a.cost + l.reserve(a.key, now, a.cost) // the batch to ask Redis for
 	if h := l.held[string(a.key)]; h != nil {
 		// The units the VM still holds for the key (too few for the request) or has not given
 		// back yet (expired) go back in the take's call.
@@ -413,7 +403,7 @@ func (a *applied) gaveBack(took bool) {
 }
 
 // saw records a key's remaining allowance as Redis reported it on a denied batch, so that the
-// next take on this VM asks for a batch that fits (leaseState.size); it holds no units.
+// next take on this VM asks for a batch that fits (leaseState.reserve); it holds no units.
 func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 	l.taken(key, at, 0, 0, d)
 }

@@ -208,8 +208,8 @@ func (p *plugin) configure(data []byte) error {
 		}
 		ur := newUsageRule(r, nil)
 		if r.Scope == config.ScopeGlobal {
-			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
-				return err
+			if globals[i], err = redisRule(cfg, r, r.Algorithm); err != nil {
+				return ruleError(i, "", err)
 			}
 		}
 		slots := uint32(r.MaxKeys)
@@ -225,7 +225,7 @@ func (p *plugin) configure(data []byte) error {
 			nearRemaining: nearRemaining(r)}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
-			rs.prepareShape()
+			rs.shape = &shapeMetrics{}
 			ticks = true
 		}
 		if r.Lease != nil {
@@ -242,8 +242,8 @@ func (p *plugin) configure(data []byte) error {
 			usage = true
 		}
 		if len(r.Overrides) > 0 {
-			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
-				return err
+			if err := rs.prepareOverrides(cfg, store, secret); err != nil {
+				return ruleError(i, ".overrides", err)
 			}
 		}
 		if r.ShadowRequestHeader != "" {
@@ -279,34 +279,6 @@ func newRuleTable(cfg *config.Config, r *config.Rule, store sharedstate.Store, s
 		Slots: slots, Attempts: cfg.CASAttempts, Limiter: lim, Secret: secret, Now: now})
 }
 
-// prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in
-// globals[i], out of configure's line like the functions below (see doc.go).
-func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
-	g, err := redisRule(cfg, r, r.Algorithm)
-	if err != nil {
-		return ruleError(i, "", err)
-	}
-	globals[i] = g
-	return nil
-}
-
-// prepareShape gives a shaping rule its metrics' state.
-func (rs *ruleState) prepareShape() {
-	rs.shape = &shapeMetrics{}
-}
-
-// setOverrides prepares the overrides of rules[i].
-//
-//go:noinline
-func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
-	o, err := prepareOverrides(rs, cfg, store, secret)
-	if err != nil {
-		return ruleError(i, ".overrides", err)
-	}
-	rs.overrides = o
-	return nil
-}
-
 // shadowHeaderNames appends to names each shadow request header the rules name, once.
 //
 //go:noinline
@@ -322,22 +294,12 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
 // controllers need, and, with partitions (partitioned), the partition secret's refresh.
 func setTickPeriod(rules []*ruleState, partitioned bool) error {
-	if period := tickOf(rules, partitioned); period > 0 {
+	if period := tickPeriod(rules, partitioned); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
 	}
 	return nil
-}
-
-// tickOf is the tick period setTickPeriod asks for.
-func tickOf(rules []*ruleState, partitioned bool) time.Duration {
-	period := tickPeriod(rules)
-	if period == 0 && partitioned {
-		// Only the partition secret's refresh needs the timer (see refreshSecret).
-		period = time.Duration(secretRefresh)
-	}
-	return period
 }
 
 // warm allocates while the filter configures what a VM's first request would otherwise
@@ -516,18 +478,16 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	return nil
 }
 
-// prepareOverrides builds the state of each of the rule's overrides. A key's state belongs to
-// the rule and the key, whichever limit applies (see config.Override): an override decides
-// the rule's keys in the rule's slots with its own limiter (and, for a global rule, its own
-// script arguments on the rule's Redis keys), converting a state written under other
-// parameters without grant. The metrics are the rule's: an override changes a limit, not what
-// the counters mean.
-func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
-	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+// prepareOverrides builds the state of each of the rule's overrides in rs.overrides. A key's
+// state belongs to the rule and the key, whichever limit applies (see config.Override): an
+// override decides the rule's keys in the rule's slots with its own limiter (and, for a global
+// rule, its own script arguments on the rule's Redis keys), converting a state written under
+// other parameters without grant. The metrics are the rule's: an override changes a limit, not
+// what the counters mean.
+//
+//go:noinline
+func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
 	r := rs.rule
-	if len(r.Overrides) == 0 {
-		return nil, nil
-	}
 	// Every limiter that writes the rule's slots: each table keeps searching the slots of
 	// earlier max_keys values for as long as any of them keeps a state active.
 	writers := []sharedstate.Limiter{tableLimiter(r.Limiter)}
@@ -537,7 +497,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 	}
 	rs.table.AlsoWrittenBy(writers...)
-	out := make([]*ruleState, len(r.Overrides))
+	rs.overrides = make([]*ruleState, len(r.Overrides))
 	for j := range r.Overrides {
 		o := &r.Overrides[j]
 		if o.Unlimited {
@@ -545,11 +505,11 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
-		ur := newUsageRule(&or, rs.usageMetrics())
+		ur := newUsageRule(&or, rs.usage)
 		// An override needs a key, so the rule has one and max_keys slots.
 		table, err := newRuleTable(cfg, r, store, secret, uint32(r.MaxKeys), tableLimiter(o.Limiter), 0)
 		if err != nil {
-			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
+			return wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		table.AlsoWrittenBy(writers...)
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
@@ -560,12 +520,12 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 			// Redis: a key that finds the rule (or its partition) full is decided on the
 			// rule's overflow key, under the override's parameters.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
-				return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
+				return wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
 		}
-		out[j] = st
+		rs.overrides[j] = st
 	}
-	return out, nil
+	return nil
 }
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
@@ -664,7 +624,7 @@ func (rs *ruleState) defineMetrics() error {
 // each error to errs: one call site in defineMetrics instead of three.
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.lease != nil {
-		errs = rs.defineLeaseCounters(errs)
+		errs = rs.defineLeaseMetrics(errs)
 	}
 	if rs.shape != nil {
 		errs = rs.defineShapeMetrics(errs)
@@ -672,15 +632,6 @@ func (rs *ruleState) defineOptionMetrics(errs []error) []error {
 	if rs.adaptive != nil {
 		errs = rs.defineAdaptiveMetrics(errs)
 	}
-	return errs
-}
-
-// defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics).
-func (rs *ruleState) defineLeaseCounters(errs []error) []error {
-	name := rs.rule.Name
-	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
-		return defineCounter(statName("ratelimit_"+event+"_total", name), &errs)
-	})
 	return errs
 }
 
@@ -722,12 +673,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}
-	return p.newContext(id)
-}
-
-// newContext is NewHttpContext with no context to reuse: more streams at once than the VM
-// keeps (a VM's first request reuses the one configure made).
-func (p *plugin) newContext(id uint32) *httpContext {
+	// None to reuse: more streams at once than the VM keeps (a VM's first request reuses the
+	// one configure made).
 	return &httpContext{plugin: p, id: id}
 }
 

@@ -36,7 +36,20 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 		if d.RetryAfter > 0 {
 			headers = append(headers, [2]string{"retry-after", strconv.FormatInt(retry, 10)})
 		}
-		headers = appendRuleHeaders(headers, r.RateLimitHeaders, rs, d)
+		if rs.draft {
+			policy := rs.policy
+			if rs.adaptive != nil {
+				policy = string(rs.appendAdaptivePolicy(nil))
+			}
+			headers = append(headers, [2]string{"ratelimit-policy", policy},
+				[2]string{"ratelimit", string(appendRateLimitItemAfter([]byte(rs.item), d))})
+		}
+		if rs.legacy {
+			headers = append(headers,
+				[2]string{"x-ratelimit-limit", strconv.FormatInt(d.Limit, 10)},
+				[2]string{"x-ratelimit-remaining", strconv.FormatInt(d.Remaining, 10)},
+				[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
+		}
 	}
 	for _, hd := range r.Deny.Headers {
 		headers = append(headers, [2]string{hd.Name, hd.Value})
@@ -83,26 +96,16 @@ func (h *httpContext) failOpenOrClosed() types.Action {
 	return types.ActionContinue
 }
 
-// failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
-// a second (the store may have recovered by then).
+// failureDecision is what a denial for failure_mode "deny", or after lost compare-and-swap
+// races, reports: nothing left, try again in a second (the store may have recovered, the race
+// is over by then). Its limit is the one in force: for an adaptive rule the limit its
+// controller holds now (what RateLimit-Policy and ratelimit_adaptive_limit state), not max_limit.
 func failureDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
-}
-
-// limitInForce is the limit a denial without a decision states: the configured limit, or for
-// an adaptive rule the limit its controller holds now (what RateLimit-Policy and the
-// ratelimit_adaptive_limit gauge state), not its max_limit.
-func limitInForce(rs *ruleState) int64 {
+	limit := rs.rule.Algorithm.Limit
 	if rs.adaptive != nil {
-		return rs.adaptive.lim.limit
+		limit = rs.adaptive.lim.limit
 	}
-	return rs.rule.Algorithm.Limit
-}
-
-// contentionDecision is what a denial after lost compare-and-swap races reports: nothing left
-// for now, try again in a second.
-func contentionDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
+	return algorithms.Decision{Limit: limit, RetryAfter: 1e9, ResetAfter: 1e9}
 }
 
 // showsHeaders reports whether the rule's decisions reach clients as rate-limit headers: an
@@ -236,35 +239,6 @@ func logAddFailure(name string, err error) {
 	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
 }
 
-// appendRuleHeaders renders the rate-limit headers of one rule's decision (a denial).
-func appendRuleHeaders(dst [][2]string, mode config.HeadersMode, rs *ruleState, d algorithms.Decision) [][2]string {
-	if mode == config.HeadersDraft || mode == config.HeadersBoth {
-		dst = append(dst,
-			[2]string{"ratelimit-policy", rs.policyString()},
-			[2]string{"ratelimit", string(appendRateLimitItem(nil, rs.rule.Name, d))})
-	}
-	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
-		dst = appendLegacy(dst, d)
-	}
-	return dst
-}
-
-func appendLegacy(dst [][2]string, d algorithms.Decision) [][2]string {
-	return append(dst,
-		[2]string{"x-ratelimit-limit", strconv.FormatInt(d.Limit, 10)},
-		[2]string{"x-ratelimit-remaining", strconv.FormatInt(d.Remaining, 10)},
-		[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
-}
-
-// appendRateLimitItem renders one item of the IETF draft RateLimit field: remaining quota r
-// and seconds t until the quota is fully available again.
-func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	dst = append(dst, `";r=`...)
-	return appendRateLimitItemAfter(dst, d)
-}
-
 // appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
 // remaining quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
@@ -350,14 +324,6 @@ func (rs *ruleState) appendPolicy(dst []byte) []byte {
 //go:noinline
 func (rs *ruleState) appendAdaptivePolicy(dst []byte) []byte {
 	return appendPolicyItem(dst, rs.rule.Name, rs.adaptive.lim.limit, rs.rule.Algorithm.Window)
-}
-
-// policyString is appendPolicy for a denial's header list.
-func (rs *ruleState) policyString() string {
-	if rs.adaptive != nil {
-		return string(rs.appendPolicy(nil))
-	}
-	return rs.policy
 }
 
 // maxWait returns the longest wait a decision of the rule can meaningfully report: the time

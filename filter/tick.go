@@ -62,8 +62,9 @@ func (l *adaptiveLimiter) Idle(state []byte, now int64) bool { return l.a.Idle(s
 
 // tickPeriod picks the timer period: fine enough that a shaped request leaves within a
 // quarter of its emission interval of its release time, and that an adaptive rule's signals
-// reach the controller several times per interval; bounded to [1ms, 1s].
-func tickPeriod(rules []*ruleState) time.Duration {
+// reach the controller several times per interval; bounded to [1ms, 1s]. Without either, a
+// partitioned Redis (partitioned) needs it for the partition secret's refresh (refreshSecret).
+func tickPeriod(rules []*ruleState, partitioned bool) time.Duration {
 	period := time.Duration(0)
 	consider := func(d time.Duration) {
 		d = max(time.Millisecond, min(d, time.Second))
@@ -78,6 +79,9 @@ func tickPeriod(rules []*ruleState) time.Duration {
 		if rs.adaptive != nil {
 			consider(rs.rule.Algorithm.AdjustInterval / 4)
 		}
+	}
+	if period == 0 && partitioned {
+		period = time.Duration(secretRefresh)
 	}
 	return period
 }

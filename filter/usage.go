@@ -33,7 +33,7 @@ type usageRule struct {
 	pending sharedstate.Pending
 }
 
-// usageMetrics are a usage rule's metrics (see defineUsageMetrics).
+// usageMetrics are a usage rule's metrics (see prepareUsage).
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
 	open                                                        abi.MetricGauge
@@ -48,25 +48,27 @@ type usageMetrics struct {
 //go:noinline
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
 
-// newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost. m
-// is the rule's metrics, nil for the rule itself (defined later by defineUsageMetrics). It is
-// kept out of configure's line (see doc.go).
+// newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost.
+// An override's shares the metrics of of, its rule's; a rule's own (of nil) are defined by
+// prepareUsage. It is kept out of configure's line (see doc.go).
 //
 //go:noinline
-func newUsageRule(r *config.Rule, m *usageMetrics) *usageRule {
+func newUsageRule(r *config.Rule, of *usageRule) *usageRule {
 	if r.CostSpec.Usage == nil {
 		return nil
 	}
-	if m == nil {
-		m = new(usageMetrics)
+	m := new(usageMetrics)
+	if of != nil {
+		m = of.m
 	}
 	return &usageRule{spec: r.CostSpec.Usage, m: m}
 }
 
-// defineUsageMetrics defines a usage rule's metrics, appending each definition's error to
-// errs.
-func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
-	m := ur.m
+// prepareUsage sets up the usage machinery of a rule and defines its metrics.
+func (rs *ruleState) prepareUsage(ur *usageRule) error {
+	rs.usage = ur
+	rule, m := rs.rule.Name, ur.m
+	var errs []error
 	m.reserved = defineCounter(statName("ratelimit_usage_reserved_total", rule), &errs)
 	m.settled = defineCounter(statName("ratelimit_usage_settled_total", rule), &errs)
 	m.refunded = defineCounter(statName("ratelimit_usage_refunded_total", rule), &errs)
@@ -75,21 +77,8 @@ func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
 	m.failed = defineCounter(statName("ratelimit_usage_settle_failures_total", rule), &errs)
 	m.retries = defineCounter(statName("ratelimit_usage_settle_retries_total", rule), &errs)
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_usage_open", rule))
-	if err != nil {
-		errs = append(errs, err)
-	}
 	m.open = g
-	return errs
-}
-
-// prepareUsage sets up the usage machinery of a rule and of its overrides' states. It runs at
-// configure time, after the overrides are built.
-func (rs *ruleState) prepareUsage(ur *usageRule) error {
-	rs.usage = ur
-	if errs := ur.defineUsageMetrics(rs.rule.Name, nil); len(errs) > 0 {
-		return joinErrors(errs)
-	}
-	return nil
+	return joinErrors(append(errs, err))
 }
 
 // reservation is one usage rule's open reservation on a stream.
@@ -351,14 +340,6 @@ func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
 		strconv.FormatUint(n, 10) + " so far): " + err.Error())
 }
 
-// usageMetrics returns the rule's usage metrics, for its overrides; nil without a usage cost.
-func (rs *ruleState) usageMetrics() *usageMetrics {
-	if rs.usage == nil {
-		return nil
-	}
-	return rs.usage.m
-}
-
 // The failures of a settlement not sent: the breaker is open, its retry is due too late for
 // its id to guard it, the VM's configuration has no Redis any more, the VM was retired.
 var (
@@ -526,7 +507,7 @@ func (p *plugin) failRetries(err error) {
 // for a retry, and at the configuration's otherwise (0: none). It asks the host only when
 // that changes the tick.
 func (p *plugin) setRetryTick() {
-	period := tickOf(p.rules, p.redis != nil && len(p.redis.parts) > 0)
+	period := tickPeriod(p.rules, p.redis != nil && len(p.redis.parts) > 0)
 	want := len(p.retries) > 0 && (period == 0 || period > settleRetryTickMin)
 	if want == p.retryTick {
 		return
