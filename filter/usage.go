@@ -18,13 +18,11 @@ import (
 // Usage costs: a rule whose cost is known only from the response (config.UsageSpec). The
 // request is decided like any other, with its reservation as cost (Rule.Cost). Once every
 // rule has admitted it, each usage rule's reservation is kept on the stream (openReservations);
-// the response is read as it passes, never held or changed: the usage header when the
-// response starts, the body's JSON pointers chunk by chunk (usageScanner). When the stream
-// ends, each reservation is settled on the key's state in shared data by usage minus
-// reservation (algorithms.Settle), through the rule's key table and its bounded
-// compare-and-swap, like a decision's write. A stream whose usage never arrived (the client
-// or the upstream went away before the body ended, no value at the pointers, a value that is
-// not a non-negative integer) is charged the cost's on_missing, and counted.
+// the response is read as it passes, never held or changed: the usage header, then the body's
+// JSON pointers chunk by chunk (usageScanner). When the stream ends, each reservation is
+// settled by usage minus reservation (algorithms.Settle) through the rule's key table, like a
+// decision's write. A stream whose usage never arrived (cut short, no valid value at the
+// pointers) is charged the cost's on_missing, and counted.
 
 // usageRule is a usage rule's (or one of its overrides') settlement machinery.
 type usageRule struct {
@@ -37,13 +35,11 @@ type usageRule struct {
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
 	open                                                        abi.MetricGauge
-	// failures counts this VM's settlements of the rule that could not be written, so that
-	// the first and then every power of two are logged.
-	failures uint64
+	failures uint64 // this VM's settlements not written: the first, then every power of two, are logged
 }
 
-// keepKey keeps the key a usage rule was decided on, for its settlement. It is out of
-// decideFrom's line (see doc.go).
+// keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
+// line, see doc.go).
 //
 //go:noinline
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
@@ -89,8 +85,7 @@ type reservation struct {
 	at      int64 // when it was admitted (for a global rule, on Redis' clock)
 	src     int   // its usage source in usageStream.srcs
 	// global is set for a reservation Redis admitted: it settles with a script call
-	// (settleGlobal), on the key's partition part, or on the rule's overflow key when Redis
-	// decided it there.
+	// (settleGlobal) on the key's partition part, or on the overflow key Redis decided it on.
 	global, overflow bool
 	part             int
 }
@@ -113,7 +108,7 @@ type usageStream struct {
 }
 
 // openReservations keeps the reservations of the request's admitted usage rules, once every
-// rule has admitted it (finish). It is kept out of finish's line (see doc.go).
+// rule has admitted it (out of finish's line, see doc.go).
 //
 //go:noinline
 func (h *httpContext) openReservations() {
@@ -214,9 +209,8 @@ func parseUsage(s string) (int64, bool) {
 	return n, err == nil && n >= 0 && s[0] != '+'
 }
 
-// OnHttpResponseBody scans a chunk of the response body for the usage of the stream's
-// reservations. The chunk is read and passed on at once: the client gets it unchanged and
-// without delay.
+// OnHttpResponseBody scans a chunk of the response body for the stream's usage; the chunk
+// passes on at once, unchanged.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
 	if h.usage != nil {
 		h.usageBody(bodySize, endOfStream)
@@ -322,8 +316,7 @@ func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) e
 	return nil
 }
 
-// settleFailed counts a settlement of the rule that could not be written, and logs the first
-// and then every power of two of them.
+// settleFailed counts a settlement of the rule that could not be written (see failures).
 func (ur *usageRule) settleFailed(p *plugin, rs *ruleState, err error) {
 	ur.m.failed.Increment(1)
 	if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
@@ -331,8 +324,7 @@ func (ur *usageRule) settleFailed(p *plugin, rs *ruleState, err error) {
 	}
 }
 
-// settleFailure logs a settlement that could not be written (a store failure, or every
-// compare-and-swap attempt lost), the n-th of the rule on this VM.
+// settleFailure logs the rule's n-th settlement on this VM that could not be written.
 //
 //go:noinline
 func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
@@ -340,8 +332,7 @@ func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
 		strconv.FormatUint(n, 10) + " so far): " + err.Error())
 }
 
-// The failures of a settlement not sent: the breaker is open, its retry is due too late for
-// its id to guard it, the VM's configuration has no Redis any more, the VM was retired.
+// Why a settlement was not sent.
 var (
 	errBreakerOpen = errors.New("redis: not sent: the breaker is open")
 	errRetryLate   = errors.New("redis: not sent again: past the retry window")
@@ -370,14 +361,12 @@ const (
 )
 
 // settleGlobal settles a reservation Redis admitted by delta, with one script call sent when
-// the stream ends (redis.AppendSettleSHA; sendSettlement sends the script in full after
-// NOSCRIPT). Nothing waits for it: the stream is over, and its answer is handled on the root
-// context (abi.DispatchHttpCallAlways) with nothing of the stream. The call names the
-// settlement with a random id, so that Redis applies it once however often it is sent. A
-// call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while the
-// breaker is open (its cooldown not over) is counted by kind in the Redis metrics and sent
-// again on a later tick (settlementFailed); the units stay as reserved when every try failed.
-// The breaker hears of Redis from requests only.
+// the stream ends (the script in full after NOSCRIPT). Nothing waits for it: its answer is
+// handled on the root context (abi.DispatchHttpCallAlways). The call names the settlement with
+// a random id, so that Redis applies it once however often it is sent. A call that cannot be
+// sent, fails or is skipped while the breaker is open is counted by kind in the Redis metrics
+// and sent again on a later tick (settlementFailed); the units stay as reserved when every try
+// failed. The breaker hears of Redis from requests only.
 func (p *plugin) settleGlobal(res *reservation, delta int64) {
 	c := p.redis
 	rs := res.rs
@@ -436,10 +425,9 @@ func (p *plugin) sendSettlement(st *settlement, full bool) {
 }
 
 // settlementFailed keeps st to be sent again on a later tick (retrySettlements), with a delay
-// that doubles from settleRetryDelay; after its last try, with maxSettleRetries settlements
-// already waiting, or too late for its id to guard it, it is counted in the rule's settle
-// failures, as it is when the VM's configuration has no Redis any more (an answer to a call
-// sent before the VM was configured again).
+// that doubles from settleRetryDelay; after its last try, with maxSettleRetries waiting, too
+// late for its id to guard it, or without Redis in the VM's configuration any more, it is
+// counted in the rule's settle failures.
 func (p *plugin) settlementFailed(st *settlement, err error) {
 	now := p.now()
 	if p.redis != nil && st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
