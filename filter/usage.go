@@ -35,7 +35,8 @@ type usageRule struct {
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
 	open                                                        abi.MetricGauge
-	failures uint64 // this VM's settlements not written: the first, then every power of two, are logged
+	// failures counts this VM's settlements not written: the first, then every power of two, are logged.
+	failures uint64
 }
 
 // keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
