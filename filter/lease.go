@@ -13,57 +13,51 @@ import (
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
 //
 // A local rule with a lease block debits a batch of units for a key from shared data with one
-// compare-and-swap (Table.Take, written by Table.Commit like an exact decision), and keeps the
-// units the request did not spend in this VM's memory (heldLease). Later requests for the key
-// on this VM spend them with no shared-data access, until they run out or the ttl passes; what
-// is left is then given back to the key's state (Table.GiveBack, algorithms.Returner). Units
-// are debited before they are spent, so over the long run nothing is admitted that the
-// algorithm did not admit; within an interval the excess is at most what the holders had
-// reserved before it began, at most (lease holders x batch).
+// compare-and-swap (Table.Take, written like an exact decision), and keeps the units the
+// request did not spend in this VM's memory (heldLease). Later requests for the key on this VM
+// spend them with no shared-data access until they run out or the ttl passes; what is left
+// then goes back to the key's state (Table.GiveBack). Units are debited before they are spent,
+// so over the long run nothing is admitted that the algorithm did not admit; within an
+// interval the excess is at most what the holders had reserved before it, at most (lease
+// holders x batch).
 //
-// A take is the request's cost plus a reserve of at most batch-cost units, no more than what
-// this VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
-// remaining allowance after the cost (Table.Take), so that leaseShare holders taking at once
-// reserve at most what remains. As the allowance falls the reserve falls to 0 and decisions
-// are exact again; a take whose reserve does not fit is the exact decision for the cost, so a
-// lease never denies a request an exact decision admits.
+// A take is the request's cost plus a reserve of at most batch-cost units, no more than this
+// VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
+// remaining allowance (Table.Take), so that leaseShare holders taking at once reserve at most
+// what remains. As the allowance falls the reserve falls to 0; a take whose reserve does not
+// fit is the exact decision for the cost, so a lease never denies what an exact decision admits.
 //
-// A global rule with a lease block does the same with Redis (leaseGlobal): a VM that holds no
-// units for the key asks for a batch as the rule's item in the request's one script call, and
-// a request that finds units sends no callout for the rule. The lease is per VM, so a spend
-// costs no shared-data access either, and the holders are proxies x worker VMs. Its reserve is
-// bounded as above by the remaining allowance the VM's previous take saw; a key this VM does
-// not hold yet is decided exactly. A batch Redis denies is decided again for the cost alone
-// (retakeGlobal), and one on the rule's overflow key is decided for the cost alone by the
-// script. Unspent units go back in the key's next take on this VM (redis.Item.GiveBack, named
-// by the instant Redis decided their take at); those of a key the VM forgets first are dropped
-// and counted, since giving them back alone would cost a callout. The rule also keeps an
-// over-limit cache (overLimitCache).
+// A global rule with a lease block does the same with Redis (leaseGlobal): a VM without units
+// for the key asks for a batch as the rule's item in the request's script call, and a request
+// that finds units sends no callout for the rule; the holders are proxies x worker VMs. Its
+// reserve is bounded by the remaining allowance the VM's previous take saw (the capacity for a
+// new key). A denied batch is decided again for the cost alone (retakeGlobal), and one on the
+// overflow key is decided for the cost alone by the script. Unspent units go back in the key's
+// next take on this VM (redis.Item.GiveBack, named by their take's instant); those of a key
+// the VM forgets first are dropped and counted, since giving them back alone would cost a
+// callout. The rule also keeps an over-limit cache (overLimitCache).
 
 // leaseShare is the number of holders a take assumes may take at once (see
 // sharedstate.LeaseShare).
 const leaseShare = sharedstate.LeaseShare
 
-// maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache), so a
-// flood of distinct keys cannot grow a VM's memory: a key that finds the map full of
-// unexpired leases is decided exactly.
+// maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache): a key
+// that finds the map full of unexpired leases is decided exactly.
 const maxHeld = 4096
 
 // leaseState is a leased rule's VM-local part.
 type leaseState struct {
-	batch int64
-	ttl   int64
-	// capacity is the rule's capacity (burst, or limit): a global rule's first take of a key
-	// reserves at most 1/leaseShare of it.
+	batch, ttl int64
+	// capacity is burst, or limit: a global rule's first take of a key reserves at most
+	// 1/leaseShare of it.
 	capacity int64
 	held     map[string]*heldLease
-	// order holds the leases in the order they were taken, from order[head] on: their expiry
-	// times are in the same order (every take's expiry is its take's time plus ttl), so the
-	// expired ones are found at the front, at a bounded cost per take (expire).
+	// order holds the leases in the order they were taken, from order[head] on: expiry times
+	// are in the same order, so the expired ones are found at the front (expire).
 	order []*heldLease
 	head  int
-	// table is a local rule's shared state, where unspent units are given back (nil for a
-	// global rule), and give the write that does it.
+	// table is a local rule's shared state, where unspent units go back (nil for a global
+	// rule), and give the write that does it.
 	table *sharedstate.Table
 	give  sharedstate.Pending
 	m     leaseMetrics
@@ -77,9 +71,7 @@ type leaseMetrics struct {
 	overLimitHit abi.MetricCounter // requests a global rule denied from its over-limit cache
 }
 
-// heldLease is what this VM knows of one key: the units it may still spend, until when, the
-// key's allowance as the last take saw it (for the next batch size and the headers), and
-// what this VM spent since (for the next batch size).
+// heldLease is what this VM knows of one key's lease.
 type heldLease struct {
 	key     string
 	units   int64 // reserved, unspent units
@@ -90,9 +82,8 @@ type heldLease struct {
 	takenAt, used, at int64
 	// give holds a global lease's unspent units until the key's next take gives them back.
 	give int64
-	// remaining is the key's remaining allowance after the last take (the shared state's
-	// Decision.Remaining, not counting units); limit and resetAt are that decision's Limit
-	// and now + ResetAfter.
+	// remaining, limit and resetAt are the last take's decision (Remaining not counting units,
+	// Limit, now + ResetAfter), for the next batch size and the headers.
 	remaining, limit, resetAt int64
 }
 
@@ -133,9 +124,8 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	return true
 }
 
-// release gives h's unspent units back to the key's state at now: a local rule's with one
-// shared-data write (dropped and counted when the state takes nothing back); a global rule's
-// wait in h.give for the key's next take on this VM (leaseGlobal).
+// release gives h's unspent units back at now: a local rule's to the key's state (dropped and
+// counted when it takes nothing back); a global rule's wait in h.give for the key's next take.
 func (l *leaseState) release(h *heldLease, now int64) {
 	n := h.units
 	if n <= 0 {
@@ -164,12 +154,11 @@ func (l *leaseState) forget(h *heldLease, now int64) {
 }
 
 // reserve returns how many units beyond cost a take for key at now may reserve: at most
-// batch-cost, and at most what this VM is expected to spend within ttl at the rate of its
-// arrivals since its previous take. A key this VM does not hold reserves batch-cost, capped
-// by the shared state (Table.Take); a global rule, whose call has no such cap, caps it here
-// at 1/leaseShare of the remaining allowance its previous take saw (of the capacity for a
-// new key). A new key while the map is full of unexpired leases reserves nothing: the reserve
-// could not be held, and a flood of distinct keys must not make every key debit a batch.
+// batch-cost, and at most what this VM is expected to spend within ttl at its arrival rate
+// since its previous take (a new key: batch-cost). A global rule, whose call has no cap of
+// Table.Take's, caps it here at 1/leaseShare of the remaining allowance its previous take saw
+// (of the capacity for a new key). A new key while the map is full of unexpired leases
+// reserves nothing: the reserve could not be held.
 func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 	want := l.batch - cost
 	h := l.held[string(key)]
@@ -200,14 +189,12 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 // allowance as if the reserve were unspent, as an exact decision reports it) and the lease,
 // to which the cost is given back if a later rule denies the request.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
-	// Every take looks for expired leases (at a bounded cost, see expire), so that their units
-	// go back soon after their ttl even when no new key comes.
+	// Every take looks for expired leases, so that their units go back soon after their ttl.
 	l.expire(now)
 	old := l.held[string(key)]
 	if old == nil {
 		if len(l.held) >= maxHeld {
-			// No room (the map filled while the take was out): the reserve was debited and
-			// cannot be held, so it goes back.
+			// No room (the map filled while the take was out): the debited reserve goes back.
 			if n > cost {
 				l.forget(&heldLease{key: string(key), units: n - cost, takenAt: now, at: now}, now)
 			}
@@ -218,11 +205,10 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 		// paused on Redis) go back.
 		l.forget(old, now)
 	}
-	// A fresh lease, never the old one reused: a request paused on Redis may still hold the
-	// old one and refund its units there when another rule denies it; refunded into a lease
-	// taken since, they would add to the new batch and its ttl, beyond the stated bound. A
-	// refund into a replaced lease is given back instead (refund). Takes are rare (about one
-	// per batch), so the allocation stays off the spend path.
+	// A fresh lease, never the old one reused: a request paused on Redis may still refund its
+	// units into the old one, and in a lease taken since they would go beyond the stated
+	// bound (refund gives them back instead). Takes are rare, so the allocation stays off the
+	// spend path.
 	h := &heldLease{units: n - cost, expires: now + l.ttl, takenAt: now, at: now, used: cost,
 		remaining: d.Remaining, limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
 	if old != nil {
@@ -279,12 +265,11 @@ func (l *leaseState) expire(now int64) {
 }
 
 // overLimitCache remembers, for a global rule with a lease block, the keys Redis denied and
-// until when: a request for such a key costing at least as much is denied on the proxy with
-// no callout until then. That is exact: Redis's RetryAfter is the earliest instant the same
-// request could pass, other traffic only pushes it later, and every global algorithm needs at
-// least as long for a larger cost. It counts from the callout's send, before Redis decided,
-// so it never outlasts Redis's answer. A denial on the rule's overflow key is not the key's
-// and is not kept (the key may get a key of its own as soon as one expires).
+// until when: a request for such a key costing at least as much is denied with no callout
+// until then. That is exact: Redis's RetryAfter is the earliest instant the same request could
+// pass, other traffic only pushes it later, and a larger cost needs at least as long. It
+// counts from the callout's send, so it never outlasts Redis's answer. A denial on the
+// overflow key is not the key's and is not kept.
 type overLimitCache struct {
 	denied map[string]overLimit
 }
@@ -315,8 +300,7 @@ func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Dec
 	}
 	if _, ok := c.denied[string(key)]; !ok && len(c.denied) >= maxHeld {
 		// Full: a few entries are looked at (map iteration starts at a random one) and the
-		// expired among them forgotten, a bounded cost per denial however many keys the
-		// cache holds. A denial not cached is decided by Redis next time: exact still.
+		// expired among them forgotten. A denial not cached is decided by Redis next time.
 		seen := 0
 		for k, e := range c.denied {
 			if sentAt >= e.until {
@@ -365,10 +349,9 @@ func (a *applied) batchDenied() bool {
 }
 
 // leaseGlobal admits the request for a global rule from this VM's lease on the key when it
-// holds enough unexpired units (no callout for the rule), and reports whether it did;
-// otherwise it sets the batch to ask Redis for and the units to give back. Shadow rules take
-// no lease (configure refuses one): their denied batch would not be decided again in the same
-// all-or-nothing call, and they are there to observe exact decisions.
+// holds enough unexpired units, and reports whether it did; otherwise it sets the batch to ask
+// Redis for and the units to give back. Shadow rules take no lease: they observe exact
+// decisions, and their denied batch would not be decided again in the same call.
 func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	l := a.rs.lease
 	if l == nil || a.rs.rule.Shadow {
@@ -409,10 +392,9 @@ func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 }
 
 // takenGlobal records a global rule's take that Redis committed, as taken does, at sentAt (so
-// units expire no later than from Redis's instant). A take on the rule's overflow key was
-// decided for the cost alone (redis.Item.Cost) and gives no lease; the reserve of one
-// answered (at now) after its ttl is dropped: it could not be spent, and held it would
-// replace the key's live lease, whose units a later take has debited.
+// units expire no later than from Redis's instant). A take on the overflow key was decided for
+// the cost alone and gives no lease; the reserve of one answered (at now) after its ttl is
+// dropped: held, it would replace the key's live lease, whose units a later take has debited.
 func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Answer) (algorithms.Decision, *heldLease) {
 	if answer.Overflow {
 		return a.decision, nil
