@@ -11,8 +11,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// deny sends the rule's local response. The rule's denied counter is incremented here and only
-// here, so every denial is counted exactly once.
+// deny sends the rule's local response. Only here is the rule's denied counter incremented,
+// so every denial is counted exactly once.
 func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	h.finished = true
 	d = clampWaits(d, rs.maxWait)
@@ -68,11 +68,10 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the request is gRPC by the test Envoy's
-// Grpc::Common::hasGrpcContentType makes (content-type exactly application/grpc, or that with
-// a '+' suffix, case-sensitively). It must be the same test: Envoy ignores the local reply's
-// grpc_status for a request it does not take for gRPC, which would then get a 429 without
-// its content-type or body.
+// isGrpcRequest reports whether the request is gRPC by Envoy's own test,
+// Grpc::Common::hasGrpcContentType (content-type exactly application/grpc, or that with a '+'
+// suffix, case-sensitively): Envoy ignores the local reply's grpc_status for a request it does
+// not take for gRPC, which would then get a 429 without its content-type or body.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
@@ -124,20 +123,18 @@ const (
 	legacyHeaders = 0b11100
 )
 
-// rateLimitHeaders are the rate-limit headers of an allowed request, rendered when the request
-// is decided and added to its response. The names are constants and the values share one
-// buffer, cut at ends, which the stream's context keeps for reuse (recycleContext): a steady
-// stream of requests allocates nothing for its headers.
+// rateLimitHeaders are the rate-limit headers of an allowed request, rendered when it is
+// decided and added to its response. The values share one buffer, which the stream's context
+// keeps for reuse (recycleContext): a steady stream of requests allocates nothing for them.
 type rateLimitHeaders struct {
 	values []byte
 	ends   [len(rateLimitHeaderNames)]int32 // where each present header's value ends in values
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
 
-// render renders the response headers of an allowed request into rh, reusing its buffer. The
-// IETF draft fields list every rule that applied; the legacy X-RateLimit-* fields hold one,
-// the most restrictive rule's. It renders in place rather than into a copy: that copy moves a
-// slice under the write barrier, in code a VM's first request compiles.
+// render renders the response headers of an allowed request into rh, in place (a copy would
+// move a slice under the write barrier). The IETF draft fields list every rule that applied;
+// the legacy X-RateLimit-* fields hold the most restrictive rule's.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
 	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
@@ -164,9 +161,8 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		}
 	}
 	if drafts > 0 {
-		// The RateLimit items follow the policies. The one rule's item is rendered here;
-		// several rules' items by a loop of their own, which a request with one draft rule
-		// (the usual case) neither runs nor compiles.
+		// The RateLimit items follow the policies: one rule's here, several rules' by a loop of
+		// their own, which a request with one draft rule (the usual case) does not compile.
 		rh.ends[0] = int32(len(buf))
 		if drafts == 1 {
 			// appendRateLimitItemAfter, written out: one function fewer for a VM's first
@@ -253,7 +249,7 @@ func appendInt(dst []byte, prefix string, v int64) []byte {
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds (a client told 0 while 300 ms remain
-// would retry too early); the bound only keeps the rounding from overflowing.
+// would retry too early), bounded so that the rounding cannot overflow.
 func ceilSeconds(ns int64) int64 {
 	if ns <= 0 {
 		return 0
@@ -281,9 +277,8 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 	if window%time.Second == 0 {
 		return limit, int64(window / time.Second)
 	}
-	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger
-	// one cannot come from a valid configuration, and is rounded to whole seconds rather than
-	// overflowed.
+	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger one
+	// (never valid) is rounded to whole seconds rather than overflowed.
 	if limit > algorithms.LimitCeiling {
 		return limit, max(1, int64(window/time.Second))
 	}
@@ -295,23 +290,17 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 // appendPolicyItem renders one quota policy item of the RateLimit-Policy field.
 func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
 	q, w := policyRate(limit, window)
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	dst = append(dst, `";q=`...)
-	dst = strconv.AppendInt(dst, q, 10)
-	dst = append(dst, ";w="...)
-	return strconv.AppendInt(dst, w, 10)
+	dst = append(append(append(dst, '"'), name...), `";q=`...)
+	return appendInt(appendInt(dst, "", q), ";w=", w)
 }
 
-// policyItem renders the rule's RateLimit-Policy item for its configured limit, once, at
-// configure time.
+// policyItem renders the rule's RateLimit-Policy item for its configured limit.
 func policyItem(r *config.Rule) string {
 	return string(appendPolicyItem(nil, r.Name, r.Algorithm.Limit, r.Algorithm.Window))
 }
 
-// appendPolicy appends the rule's RateLimit-Policy item for the limit in force: rendered once
-// at configure time for a fixed limit; for an adaptive rule from the current limit (its
-// configured maximum would mislead the client while it admits fewer).
+// appendPolicy appends the rule's RateLimit-Policy item for the limit in force: for an
+// adaptive rule the current limit (its maximum would mislead the client while it admits fewer).
 func (rs *ruleState) appendPolicy(dst []byte) []byte {
 	if rs.adaptive != nil {
 		return rs.appendAdaptivePolicy(dst)
