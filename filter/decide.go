@@ -11,12 +11,10 @@ import (
 )
 
 // decideLocal decides a rule on this proxy's shared data, from a lease block if the rule has
-// one (decideRequest calls decideShared directly for a rule without). It reports whether the
-// request must be denied now (an enforced denial, contention, or a store failure under failure_mode
-// "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
+// one, and reports whether the request must be denied now (an enforced denial, contention, or
+// a store failure under failure_mode "deny").
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
-	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
-	// rule exists to observe exact decisions, so it takes no lease, as on the global path.
+	// A shadow rule observes exact decisions, so it takes no lease, as on the global path.
 	if a.rs.lease != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
 		return h.decideLeased(a, key, now, cost)
 	}
@@ -28,7 +26,7 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 // Every later enforced local rule is decided too, exactly and without writing, so that the
 // response states the longest wait among the denying rules (a client that waited what the
 // first denial said would be denied again by a longer one). Global rules are not asked: a
-// request a local rule denies sends no Redis call. Out of line (see doc.go).
+// request a local rule denies sends no Redis call.
 //
 //go:noinline
 func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
@@ -77,11 +75,8 @@ func longerWait(a, b *applied) bool {
 }
 
 // decideLeased is decideLocal for a rule with a lease block (out of line, see doc.go): from
-// this VM's lease when it has the units, else with a take (sharedstate.Table.Take) of the
-// request's cost and a reserve the shared state sizes (see leaseState.reserve). A take that
-// cannot reserve is the exact decision for the cost, so a lease never denies what an exact
-// decision admits. The take is written by finish like any local decision, and recorded in the
-// lease there (leaseState.taken).
+// this VM's lease when it has the units, else with a take (Table.Take, see lease.go), written
+// by finish like any local decision and recorded in the lease there (leaseState.taken).
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
 	if a.rs.lease.spend(a, key, now, cost) {
 		return false
@@ -93,8 +88,7 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 		return h.undecided(a, err)
 	}
 	if a.pending.Overflow {
-		// A key without a slot of its own shares an overflow slot, where Take reserves
-		// nothing: its decision is an exact one, counted as such.
+		// In an overflow slot Take reserves nothing: the decision is an exact one.
 		a.take = 0
 		a.decision, a.decided, a.local = a.pending.Decision, true, true
 		a.rs.m.overflow.Increment(1)
@@ -107,8 +101,8 @@ func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (den
 
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
-	// The rule's state is read through one local: a.rs read again after the call would be a
-	// load and a nil check of its own, in code a VM's first request compiles.
+	// a.rs read once: read again after the call it would be a load and a nil check of its own,
+	// in code a VM's first request compiles.
 	rs := a.rs
 	if err := rs.table.Decide(key, now, cost, &a.pending); err != nil {
 		return h.undecided(a, err)
@@ -120,17 +114,15 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 	return !a.decision.Allowed && !rs.rule.Shadow
 }
 
-// undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
-// races or a store failure. It reports whether the request must be denied (out of line, see
-// doc.go).
+// undecided handles a rule whose state could not be read or written (err): lost races or a
+// store failure. It reports whether the request must be denied (out of line, see doc.go).
 func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	p := h.plugin
 	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 		return h.contention(a)
 	}
 	p.storeFailure(a.rs, err)
-	// A shadow rule never denies, not even under failure_mode "deny": it only counts the
-	// failure (store_errors_total), like its other decisions.
+	// A shadow rule never denies, not even under failure_mode "deny".
 	if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
 		a.decision = failureDecision(a.rs)
 		return true
@@ -140,9 +132,8 @@ func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 
 // contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
 // not a store failure, and failure_mode does not apply: admitting the request would admit it
-// uncounted, beyond the limit. An enforced rule denies it (counted in cas_exhausted, with a
-// Retry-After of one second: the race is over by then); a shadow rule only counts it. It
-// reports whether the request must be denied.
+// uncounted. An enforced rule denies it (counted in cas_exhausted); a shadow rule only counts
+// it. It reports whether the request must be denied.
 func (h *httpContext) contention(a *applied) (deny bool) {
 	a.rs.m.casExhausted.Increment(1)
 	a.decided = false
@@ -157,22 +148,18 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // write that lost a race turned into a denial. Global rules are all decided by now.
 //
 // A write that lost a race decides again on the fresh state; if that becomes a denial, the
-// rules already written keep their charge. That only happens when another worker took the last
-// allowance between this request's read and its write, and it errs on the side of the limit:
-// it can over-count one request, never admit one too many. The same holds for global rules:
-// local rules are decided before the callout (a local denial sends none), but Redis commits
-// its rules before the local writes, so a local write that loses its race and turns into a
-// denial leaves the global rules charged.
+// rules already written (Redis' included: it commits before the local writes) keep their
+// charge. That only happens when another worker took the last allowance between this
+// request's read and its write, and errs on the side of the limit: it can over-count one
+// request, never admit one too many.
 func (h *httpContext) finish() types.Action {
 	// This loop writes the rules of the common case: decided, without a lease take, neither
 	// adaptive nor shaping, allowed (by Redis, or written locally at the first attempt). At the
-	// first rule that needs more it hands the rest of the request to finishFrom (after the
-	// rule's write, if it made it), so that a VM's first request of a plain configuration
-	// compiles this loop alone (see doc.go).
+	// first rule that needs more it hands the rest to finishFrom, so that a VM's first request
+	// of a plain configuration compiles this loop alone (see doc.go).
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		// The rule's state is read through one local: each a.rs would be a load of its own,
-		// with a nil check of its own, in code a VM's first request compiles.
+		// Read once: each a.rs would be a load and a nil check of its own (see decideShared).
 		rs := a.rs
 		if !a.decided || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil || !a.local && !a.decision.Allowed {
 			return h.finishFrom(i, nil, false)
@@ -191,8 +178,6 @@ func (h *httpContext) finish() types.Action {
 		rs.m.allowed.Increment(1)
 		rs.countNearLimit(&a.decision)
 	}
-	// The values are rendered into the context's own buffer, which a reused context keeps
-	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
 	if h.plugin.cfg.FilterState {
@@ -261,12 +246,24 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 }
 
 // finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
-// (out of line, see doc.go).
+// (out of line, see doc.go): the adaptive rules are to observe its outcome, and it is held for
+// the longest of the shaping rules' delays; the tick resumes it.
 func (h *httpContext) finishShaped() types.Action {
 	p := h.plugin
-	// A shaping rule that admitted the request with a delay holds it until the latest release
-	// time among them; the tick resumes it.
-	shaper, delay := h.admitted()
+	var shaper *ruleState
+	var delay int64
+	for i := range h.d.applied {
+		a := &h.d.applied[i]
+		if !a.decided || !a.decision.Allowed {
+			continue
+		}
+		if a.rs.adaptive != nil {
+			h.observed = append(h.observed, a.rs)
+		}
+		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
+			shaper, delay = a.rs, int64(a.decision.Delay)
+		}
+	}
 	p.giveDecisions(h)
 	if shaper != nil {
 		now := p.now()
@@ -281,15 +278,12 @@ func (h *httpContext) finishShaped() types.Action {
 	return types.ActionContinue
 }
 
-// The functions below are the parts of finish that a request needs only for some rules (leases,
-// shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
-// they would be compiled with finish on every VM's first request, whether its rules use them
-// or not.
+// The functions below are the parts of finish that only some rules (leases, shaping, adaptive)
+// or a failed write need, each out of line (see doc.go).
 
-// settleCommit completes the write of the local rule r's decision a after Commit returned
-// err, or after a write made with a lease take: a take that lost its race is retried as an
-// exact decision, lost races and store failures are handled (undecided), and an admitted take
-// is recorded in the VM's lease. It reports denied, with the action to return, when the
+// settleCommit completes the write of a local rule's decision a after Commit returned err, or
+// after a write made with a lease take: lost races and store failures are handled (undecided),
+// and an admitted take is recorded in the VM's lease. It reports denied, with the action to return, when the
 // request is denied, and skip when the rule ends up with no decision of its own to apply.
 func (h *httpContext) settleCommit(a *applied, err error) (action types.Action, denied, skip bool) {
 	if err != nil {
@@ -306,29 +300,8 @@ func (h *httpContext) settleCommit(a *applied, err error) (action types.Action, 
 	return types.ActionContinue, false, false
 }
 
-// admitted notes the admissions of the request's adaptive and shaping rules, once every rule
-// has admitted it: an adaptive rule is to observe the request's outcome, and the request is
-// held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
-// when no shaping rule delays the request).
-func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
-	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if !a.decided || !a.decision.Allowed {
-			continue
-		}
-		if a.rs.adaptive != nil {
-			h.observed = append(h.observed, a.rs)
-		}
-		if a.rs.shape != nil && int64(a.decision.Delay) > delay {
-			shaper, delay = a.rs, int64(a.decision.Delay)
-		}
-	}
-	return shaper, delay
-}
-
 // refused applies the decided rule a's refusal: a shadow rule counts it and tells the
-// upstream; an enforced rule denies the request, returning the action with denied set (out of
-// line, see doc.go).
+// upstream; an enforced rule denies the request, returning the action with denied set.
 func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	r := a.rs.rule
 	if r.Shadow {
@@ -353,8 +326,7 @@ func tellUpstream(r *config.Rule) {
 
 // placed records in the rule's metrics what a commit that placed a key did: a slot used for
 // the first time adds one to the rule's fill (an override's table is over the rule's slots),
-// an eviction is counted with what it grants. Out of line (see doc.go): most requests place
-// no key.
+// an eviction is counted with what it grants.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
 	if p.Claimed {
 		rs.m.slotsUsed.Add(1)
