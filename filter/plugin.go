@@ -20,16 +20,13 @@ import (
 // one request at a time uses them.
 type plugin struct {
 	types.DefaultPluginContext
-	id    uint32
 	now   func() int64
 	store sharedstate.Store // where local state lives: the host's shared data
 
 	cfg   *config.Config
 	rules []*ruleState // indexed by config.Rule.Index
 
-	// redis and globals serve rules with scope "global"; globals is indexed like rules.
-	redis   *redisClient
-	globals []*redis.Rule
+	redis *redisClient // serves rules with scope "global"
 
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
@@ -179,7 +176,6 @@ func (p *plugin) configure(data []byte) error {
 		return err
 	}
 	rules := make([]*ruleState, len(cfg.Rules))
-	globals := make([]*redis.Rule, len(cfg.Rules))
 	var client *redisClient
 	if cfg.Redis != nil {
 		if client, err = newRedisClient(cfg.Redis); err != nil {
@@ -207,8 +203,9 @@ func (p *plugin) configure(data []byte) error {
 			ticks = true
 		}
 		ur := newUsageRule(r, nil)
+		var global *redis.Rule
 		if r.Scope == config.ScopeGlobal {
-			if globals[i], err = redisRule(cfg, r, r.Algorithm); err != nil {
+			if global, err = redisRule(cfg, r, r.Algorithm); err != nil {
 				return ruleError(i, "", err)
 			}
 		}
@@ -222,7 +219,7 @@ func (p *plugin) configure(data []byte) error {
 			return ruleError(i, "", err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad,
-			nearRemaining: nearRemaining(r)}
+			nearRemaining: nearRemaining(r), redisRule: global}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
 			rs.shape = &shapeMetrics{}
@@ -234,7 +231,6 @@ func (p *plugin) configure(data []byte) error {
 		if err := rs.defineMetrics(); err != nil {
 			return ruleError(i, ": defining metrics", err)
 		}
-		rs.redisRule = globals[i]
 		if ur != nil {
 			if err := rs.prepareUsage(ur); err != nil {
 				return ruleError(i, ": defining metrics", err)
@@ -254,7 +250,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rules[i] = rs
 	}
-	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.cfg, p.rules, p.redis = cfg, rules, client
 	p.usage = usage
 	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
