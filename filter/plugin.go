@@ -31,8 +31,7 @@ type plugin struct {
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
 
-	// Scratch space reused by every request on this VM (the request view is read only while
-	// OnHttpRequestHeaders runs), so the per-request context is smaller.
+	// Scratch space reused by every request on this VM, so the per-request context is smaller.
 	req     request
 	matched []*config.Rule
 	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
@@ -42,9 +41,7 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
-	// unsampled is the sample of the last request without an x-request-id that a rule with
-	// an enforce_percent below 100 decided: n × weylStep mod config.EnforceAll for the n-th
-	// (see requestSample).
+	// unsampled is the sample of the last request without an x-request-id (see requestSample).
 	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once, which the filter
@@ -66,8 +63,7 @@ type ruleState struct {
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
-	// and `;r=`; draft and legacy say which rate-limit headers the rule adds. They are set once
-	// at configure time (setHeaderParts) rather than worked out on every allowed request.
+	// and `;r=`; draft and legacy say which rate-limit headers the rule adds (setHeaderParts).
 	item          string
 	draft, legacy bool
 	m             ruleMetrics
@@ -76,18 +72,12 @@ type ruleState struct {
 	adaptive *adaptiveState // set for adaptive rules
 	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 
-	// redisRule is the prepared script arguments of a global rule (or of one of its
-	// overrides); nil for a local rule.
-	redisRule *redis.Rule
-	// overrides are the states of rule.Overrides, by index, nil for an unlimited one (see
-	// prepareOverrides).
-	overrides []*ruleState
-	lease     *leaseState     // set for rules with a lease block (see lease.go)
-	usage     *usageRule      // set for rules with a usage cost (see usage.go)
-	overLimit *overLimitCache // set for global rules with a lease block
-	// nearRemaining is the remaining allowance below which an admission is near the limit
-	// (see near.go).
-	nearRemaining int64
+	redisRule     *redis.Rule     // a global rule's (or override's) script arguments
+	overrides     []*ruleState    // the states of rule.Overrides, by index; nil for an unlimited one
+	lease         *leaseState     // set for rules with a lease block (see lease.go)
+	usage         *usageRule      // set for rules with a usage cost (see usage.go)
+	overLimit     *overLimitCache // set for global rules with a lease block
+	nearRemaining int64           // the remaining allowance below which an admission is near the limit
 	// unenforced is the rule's state for the requests it does not enforce, set when its
 	// enforce_percent is below 100 (see enforce.go).
 	unenforced *ruleState
@@ -104,13 +94,11 @@ type ruleMetrics struct {
 	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
 	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
 	// evictions counts keys whose slot went to a new key (see sharedstate.Table), and
-	// evictionGranted what those keys may spend again because of it, in units of the rule's
-	// limit (0 for a key that was idle).
+	// evictionGranted what those keys may spend again because of it (0 for an idle key).
 	evictions       abi.MetricCounter
 	evictionGranted abi.MetricCounter
-	// slotsUsed is the number of the rule's key slots (an override's included) that hold or
-	// have held a key, at most max_keys: each worker adds the slots it places a key in first,
-	// into Envoy's process-wide gauge (see placed).
+	// slotsUsed is the number of the rule's key slots that hold or have held a key: each
+	// worker adds those it places a key in first to Envoy's process-wide gauge (see placed).
 	slotsUsed abi.MetricGauge
 	// duplicateHeader and keyTooLong count requests refused (a shadow rule's skipped) for a
 	// repeated key header (duplicateKeyHeader) or a key over max_key_bytes (keyTooLong).
@@ -120,8 +108,8 @@ type ruleMetrics struct {
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
-// refuses the configuration: Envoy then keeps the previous one (or refuses to start), which is
-// far better than serving traffic with a limit silently missing.
+// refuses the configuration: Envoy then keeps the previous one (or refuses to start), far
+// better than serving traffic with a limit silently missing.
 func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	defer recoverTo("OnPluginStart", func() { status = types.OnPluginStartStatusFailed })
 	data, err := abi.GetPluginConfiguration()
@@ -157,10 +145,9 @@ func (p *plugin) OnTick() {
 	}
 }
 
-// OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
-// retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
-// and a VM that went away with its breaker open would otherwise count as open for good. The
-// settlements still waiting for a retry are counted as failed.
+// OnPluginDone takes this VM's share out of the process-wide breaker gauge, which outlives the
+// VM, when Envoy retires the plugin (a configuration update or shutdown), and counts the
+// settlements still waiting for a retry as failed.
 func (p *plugin) OnPluginDone() bool {
 	defer recoverTo("OnPluginDone", nil)
 	if p.redis != nil {
@@ -183,19 +170,18 @@ func (p *plugin) configure(data []byte) error {
 		}
 	}
 	store := p.sharedStore()
-	// Slot addressing is keyed with a secret shared by every VM of the process (see
-	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
+	// Slots are addressed with a secret shared by the process's VMs, so that clients cannot
+	// choose keys that collide (sharedstate.LoadSecret).
 	secret, err := sharedstate.LoadSecret(store)
 	if err != nil {
 		return wrapError("reading the key-table secret from shared data: ", err)
 	}
-	// ticks is set when a rule needs the plugin's tick (shaping, adaptive), shadowHeader when
-	// a rule names a shadow request header.
+	// Whether a rule needs the tick (shaping, adaptive), names a shadow request header, has a
+	// usage cost.
 	ticks, shadowHeader, usage := false, false, false
 	for i, r := range cfg.Rules {
-		// The branches for adaptive, global, leased and shaping rules and every error path
-		// call functions of their own, so that code a configuration does not use costs it no
-		// compile time at start-up (see doc.go).
+		// The branches for options and errors call functions of their own, so that code a
+		// configuration does not use costs it no compile time at start-up (see doc.go).
 		lim := tableLimiter(r.Limiter)
 		var ad *adaptiveState
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
@@ -299,13 +285,10 @@ func setTickPeriod(rules []*ruleState, partitioned bool) error {
 }
 
 // warm allocates while the filter configures what a VM's first request would otherwise
-// allocate: a stream context and a decision set in their pools, the scratch slices, and the
-// slot name caches of the rules' own tables (not their overrides', which may never see a
-// request). A first request that allocates nothing new cannot be the one that grows the Go
-// heap (the page allocator's slow path, which V8 compiles on first use, and a copy of linear
-// memory in hosts that grow it by copying) (TestV8FirstRequestGrowsNoMemory). It is out of
-// configure's line: inlined, it makes configure larger than the two are apart (Go's wasm
-// backend saves configure's many live values around each call it adds).
+// allocate (a stream context, a decision set, the scratch slices, the slot name caches of the
+// rules' own tables), so that the first request does not grow the Go heap: the page
+// allocator's slow path, which V8 compiles on first use (TestV8FirstRequestGrowsNoMemory). Out
+// of configure's line: inlined, it makes configure larger than the two are apart.
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
@@ -322,15 +305,13 @@ func (p *plugin) warm() {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
 		p.skipped = make([]*config.Rule, 0, len(p.rules))
 	}
-	// Whether the allocations above grow the heap depends on where the module's data ends;
-	// a throwaway block of heapHeadroom bytes grows it now if less than that is free, so the
-	// first requests find free pages (TestV8FirstRequestGrowsNoMemory).
+	// A throwaway block of heapHeadroom bytes grows the heap now if less than that is free.
 	headroom = make([]byte, heapHeadroom)
 	headroom = nil
 }
 
-// heapHeadroom is the free heap a configured VM leaves its first requests, and headroom the
-// block that makes sure of it (a package variable, so that the allocation is not elided).
+// heapHeadroom is the free heap a configured VM leaves its first requests; headroom is a
+// package variable, so that the allocation is not elided.
 const heapHeadroom = 24 << 10
 
 var headroom []byte
@@ -360,10 +341,9 @@ func wrapError(prefix string, err error) error {
 	return &wrappedError{prefix: prefix, err: err}
 }
 
-// wrappedError is err's message between prefix and suffix; it wraps err, so errors.Is and
-// errors.AsType see through it. The message is put together when it is asked for, so a
-// package-level one (errNoHosts) costs no concatenation in the package initialiser, which V8
-// compiles and runs in every VM's start.
+// wrappedError is err's message between prefix and suffix, wrapping err. The message is put
+// together when asked for, so a package-level one (errNoHosts) costs no concatenation in the
+// package initialiser, which V8 compiles in every VM's start.
 type wrappedError struct {
 	prefix string
 	err    error
@@ -382,9 +362,9 @@ func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorith
 	return &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}, al
 }
 
-// redisRule prepares the Redis script arguments of a global rule, or of one of its
-// overrides with the override's algorithm c. max_keys bounds the rule's live keys in Redis
-// too, per partition when the keys are spread over several (see redis.Rule.Partitioned).
+// redisRule prepares the Redis script arguments of a global rule, or of one of its overrides
+// with the override's algorithm c. max_keys bounds the rule's live keys in Redis too, per
+// partition (see redis.Rule.Partitioned).
 //
 //go:noinline
 func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.Rule, error) {
@@ -442,9 +422,8 @@ func (rs *ruleState) prepareLease() {
 }
 
 // tableLimiter returns l as the limiter of a shared-state table. An interface-to-interface
-// conversion builds the method table (itab) at run time the first time, about 15 KB of
-// runtime code (getitab, itabInit, name resolution) that V8 would compile in configure for
-// that alone; a switch on the concrete types converts with the itabs the compiler emitted.
+// conversion builds the itab at run time, about 15 KB of runtime code that V8 would compile
+// in configure for it alone; a switch on the concrete types uses the compiler's itabs.
 func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	if t := staticTableLimiter(l); t != nil {
 		return t
@@ -530,8 +509,8 @@ func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Stor
 // Prometheus sees ratelimit_requests_total{rule="login",decision="denied"}; without them the
 // name stays one flat stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
 //
-// statName and defineCounter are not inlined: the filter defines its metrics from some thirty
-// call sites, and inlined copies would be most of defineMetrics' 17 KB in the module.
+// statName and defineCounter are not inlined: inlined copies at the thirty call sites would be
+// most of defineMetrics' 17 KB in the module.
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -540,8 +519,7 @@ func statName(metric, rule string, labels ...string) string {
 	return n
 }
 
-// defineCounter defines the counter called name and appends the error, if any, to errs, for
-// errors.Join (which drops nil errors anyway).
+// defineCounter defines the counter called name and appends the error, if any, to errs.
 //
 //go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
@@ -590,9 +568,8 @@ func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricC
 	return defineCounter(statName(metric, rule), errs)
 }
 
-// defineMetrics defines the rule's stats (see statName and the README's metrics section). The
-// counters every rule has are defined in a loop over ruleCounters, and those of leased,
-// shaping and adaptive rules by functions of their own: unrolled, the definitions would be
+// defineMetrics defines the rule's stats (see statName and the README's metrics section), in
+// a loop over ruleCounters and, for options, functions of their own: unrolled, they would be
 // 9 KB of code that every configure compiles (see doc.go).
 func (rs *ruleState) defineMetrics() error {
 	name := rs.rule.Name
@@ -659,9 +636,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		p.contexts[n-1] = nil
 		p.contexts = p.contexts[:n-1]
 		// Every field starts as a new context's would; only the buffers are kept. Field by
-		// field, not *h = httpContext{...}: that builds the whole context aside and copies it
-		// back with a typed memmove and write barriers, where most fields are already zero
-		// (TestNewHttpContextResetsEveryField fails when a field is added and not reset here).
+		// field: *h = httpContext{...} builds the context aside and copies it back with a typed
+		// memmove and write barriers (TestNewHttpContextResetsEveryField checks every field).
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
 		h.finished, h.done, h.queued, h.callouts, h.asked = false, false, false, 0, nil
@@ -674,9 +650,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 	return &httpContext{plugin: p, id: id}
 }
 
-// recycleContext keeps a finished stream's context for a later stream (see
-// OnHttpStreamDone for when that is safe): allocating one per request costs about a
-// microsecond in a Wasm VM.
+// recycleContext keeps a finished stream's context for a later stream (see OnHttpStreamDone):
+// allocating one per request costs about a microsecond in a Wasm VM.
 func (p *plugin) recycleContext(h *httpContext) {
 	if len(p.contexts) < maxFreeContexts {
 		p.contexts = append(p.contexts, h)
@@ -708,9 +683,8 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	}
 }
 
-// warnOnce logs a configure-time warning once per process rather than once per worker VM
-// (eight copies read as eight problems): the VM whose compare-and-swap creates the message's
-// mark in shared data (sharedstate.Update) logs it; a VM that finds the mark stays silent.
+// warnOnce logs a configure-time warning once per process rather than once per worker VM:
+// the VM whose compare-and-swap creates the message's mark in shared data logs it.
 func warnOnce(store sharedstate.Store, msg string) {
 	created := false
 	_, err := sharedstate.Update(store, "ratelimit|warned|"+msg, 1, func(cur []byte) []byte {
@@ -736,9 +710,8 @@ func (p *plugin) sharedStore() sharedstate.Store {
 }
 
 // readsHeaderMap reports whether the rules read a request's whole header map whenever they
-// apply: a header key part counts its header's lines (config.Rule.DuplicatePart), and a client
-// IP from X-Forwarded-For joins that header's lines. The map is then read for the first
-// header a request asks for (see request.Header).
+// apply: a header key part counts its header's lines, and a client IP from X-Forwarded-For
+// joins them (see request.preferMap).
 func readsHeaderMap(cfg *config.Config) bool {
 	for _, r := range cfg.Rules {
 		for i := range r.Key {
