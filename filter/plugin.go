@@ -21,7 +21,7 @@ import (
 type plugin struct {
 	types.DefaultPluginContext
 	now   func() int64
-	store sharedstate.Store // where local state lives: the host's shared data
+	store sharedstate.Store // where local state lives: the host's shared data unless a test gave another
 
 	cfg   *config.Config
 	rules []*ruleState // indexed by config.Rule.Index
@@ -169,7 +169,7 @@ func (p *plugin) configure(data []byte) error {
 			return wrapError("redis: defining metrics: ", err)
 		}
 	}
-	store := p.sharedStore()
+	store := p.store
 	// Slots are addressed with a secret shared by the process's VMs, so that clients cannot
 	// choose keys that collide (sharedstate.LoadSecret).
 	secret, err := sharedstate.LoadSecret(store)
@@ -358,7 +358,7 @@ func (e *wrappedError) Unwrap() error { return e.err }
 // controller's current limit over the algorithm), and warns about a low min_limit.
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
-	warnAdaptiveFloor(r, p.sharedStore())
+	warnAdaptiveFloor(r, p.store)
 	return &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}, al
 }
 
@@ -593,38 +593,26 @@ func (rs *ruleState) defineMetrics() error {
 	return joinErrors(errs)
 }
 
-// defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
-// each error to errs: one call site in defineMetrics instead of three.
+// defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule (an adaptive
+// rule's gauge records its current limit), appending each error to errs.
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
+	name := rs.rule.Name
 	if rs.lease != nil {
 		errs = rs.defineLeaseMetrics(errs)
 	}
 	if rs.shape != nil {
-		errs = rs.defineShapeMetrics(errs)
+		rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
+		rs.shape.released = defineCounter(statName("ratelimit_shape_released_total", name), &errs)
+		rs.shape.dropped = defineCounter(statName("ratelimit_shape_dropped_total", name), &errs)
+		h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
+		rs.shape.delay, errs = h, append(errs, err)
 	}
 	if rs.adaptive != nil {
-		errs = rs.defineAdaptiveMetrics(errs)
+		g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", name))
+		rs.adaptive.gauge, errs = g, append(errs, err)
+		g.Record(rs.adaptive.lim.limit)
 	}
 	return errs
-}
-
-// defineShapeMetrics defines a shaping rule's counters and delay histogram.
-func (rs *ruleState) defineShapeMetrics(errs []error) []error {
-	name := rs.rule.Name
-	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
-	rs.shape.released = defineCounter(statName("ratelimit_shape_released_total", name), &errs)
-	rs.shape.dropped = defineCounter(statName("ratelimit_shape_dropped_total", name), &errs)
-	h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
-	rs.shape.delay = h
-	return append(errs, err)
-}
-
-// defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current limit.
-func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
-	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
-	rs.adaptive.gauge = g
-	g.Record(rs.adaptive.lim.limit)
-	return append(errs, err)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
@@ -698,15 +686,6 @@ func warnOnce(store sharedstate.Store, msg string) {
 	if (err == nil && created) || (err != nil && !errors.Is(err, sharedstate.ErrAttemptsExhausted)) {
 		abi.LogWarn(msg)
 	}
-}
-
-// sharedStore is the store the plugin's state lives in: the host's shared data unless a test
-// gave another.
-func (p *plugin) sharedStore() sharedstate.Store {
-	if p.store == nil {
-		return sharedstate.Host{}
-	}
-	return p.store
 }
 
 // readsHeaderMap reports whether the rules read a request's whole header map whenever they

@@ -100,12 +100,8 @@ func (p *plugin) releaseDue(now int64) {
 		}
 		q.h.queued = false
 		q.rs.shape.delay.Record(uint64(max(0, now-q.enqueued) / 1e6))
-		if err := abi.SetEffectiveContext(q.h.id); err != nil {
+		if abi.SetEffectiveContext(q.h.id) != nil || abi.ResumeHttpRequest() != nil {
 			// The stream is gone without its done callback: count it like a client that gave up.
-			q.rs.shape.dropped.Increment(1)
-			continue
-		}
-		if err := abi.ResumeHttpRequest(); err != nil {
 			q.rs.shape.dropped.Increment(1)
 			continue
 		}

@@ -628,28 +628,14 @@ func (s *usageScanner) keyMatchByte(c byte) {
 func (s *usageScanner) escape(c byte) {
 	if s.esc == 1 {
 		s.esc = 0
-		var d byte
-		switch c {
-		case '"', '\\', '/':
-			d = c
-		case 'b':
-			d = '\b'
-		case 'f':
-			d = '\f'
-		case 'n':
-			d = '\n'
-		case 'r':
-			d = '\r'
-		case 't':
-			d = '\t'
-		case 'u':
+		switch k := strings.IndexByte(`"\/bfnrt`, c); {
+		case k >= 0:
+			s.keyByte("\"\\/\b\f\n\r\t"[k])
+		case c == 'u':
 			s.esc, s.ucode = 2, 0
-			return
 		default:
 			s.broken = true
-			return
 		}
-		s.keyByte(d)
 		return
 	}
 	var h rune
