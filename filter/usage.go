@@ -35,8 +35,8 @@ type usageRule struct {
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
 	open                                                        abi.MetricGauge
-	// failures counts this VM's settlements not written: the first, then every power of two, are logged.
-	failures uint64
+
+	failures uint64 // this VM's settlements of the rule that could not be written
 }
 
 // keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
@@ -298,39 +298,26 @@ func (h *httpContext) settleUsage() {
 			p.settleGlobal(res, delta)
 			continue
 		}
-		if err := res.rs.settle(ur, res, now, delta); err != nil {
-			ur.settleFailed(p, res.rs, err)
+		// Settle finds the key's slot, retries lost races, and places a key that lost its slot
+		// (a debt places it again).
+		if err := res.rs.table.Settle(res.key, now, res.at, delta, &ur.pending); err != nil {
+			res.rs.settleFailed(err)
+		} else if ur.pending.Claimed || ur.pending.Evicted {
+			res.rs.placed(&ur.pending)
 		}
 	}
 	p.giveUsageStream(u)
 }
 
-// settle writes delta for the reservation res on its key's state (the table's Settle: its
-// slot lookup, its retries after lost races, its placement of a key that lost its slot).
-func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) error {
-	if err := rs.table.Settle(res.key, now, res.at, delta, &ur.pending); err != nil {
-		return err
+// settleFailed counts a settlement of the rule that could not be written, and logs the first
+// and then every power of two of them.
+func (rs *ruleState) settleFailed(err error) {
+	m := rs.usage.m
+	m.failed.Increment(1)
+	if m.failures++; m.failures&(m.failures-1) == 0 {
+		abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
+			strconv.FormatUint(m.failures, 10) + " so far): " + err.Error())
 	}
-	if ur.pending.Claimed || ur.pending.Evicted {
-		rs.placed(&ur.pending) // a debt on a key that had lost its slot places it again
-	}
-	return nil
-}
-
-// settleFailed counts a settlement of the rule that could not be written (see failures).
-func (ur *usageRule) settleFailed(p *plugin, rs *ruleState, err error) {
-	ur.m.failed.Increment(1)
-	if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
-		p.settleFailure(rs, ur.m.failures, err)
-	}
-}
-
-// settleFailure logs the rule's n-th settlement on this VM that could not be written.
-//
-//go:noinline
-func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
-	abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
-		strconv.FormatUint(n, 10) + " so far): " + err.Error())
 }
 
 // Why a settlement was not sent.
@@ -437,7 +424,7 @@ func (p *plugin) settlementFailed(st *settlement, err error) {
 		p.setRetryTick()
 		return
 	}
-	st.rs.usage.settleFailed(p, st.rs, err)
+	st.rs.settleFailed(err)
 }
 
 // retrySettlements sends again the settlements that are due; it runs on the VM's tick. While
@@ -460,7 +447,7 @@ func (p *plugin) retrySettlements(now int64) {
 	p.retries = waiting
 	for _, st := range due {
 		if now-st.first >= settleRetryWindow { // a tick later than asked for
-			st.rs.usage.settleFailed(p, st.rs, errRetryLate)
+			st.rs.settleFailed(errRetryLate)
 			continue
 		}
 		st.rs.usage.m.retries.Increment(1)
@@ -486,7 +473,7 @@ func (p *plugin) retriesReconfigured() {
 // failRetries counts the settlements waiting for a retry as failed, with err.
 func (p *plugin) failRetries(err error) {
 	for _, st := range p.retries {
-		st.rs.usage.settleFailed(p, st.rs, err)
+		st.rs.settleFailed(err)
 	}
 	clear(p.retries)
 	p.retries = p.retries[:0]
