@@ -65,17 +65,6 @@ type breakerGauge struct {
 	counted bool
 }
 
-// defineBreakerGauge defines the breaker's metrics.
-func defineBreakerGauge() (breakerGauge, error) {
-	var g breakerGauge
-	var err error
-	if g.open, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open"); err != nil {
-		return g, err
-	}
-	g.opened, err = abi.DefineCounterMetric("ratelimit_redis_breaker_opened_total")
-	return g, err
-}
-
 // set publishes whether this VM's breaker is open. Only a change moves the gauge.
 func (g *breakerGauge) set(open bool) {
 	if open == g.counted {

@@ -387,10 +387,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 			probeWait: int64(cfg.Timeout)},
 	}
 	if cfg.Partitions > 1 {
-		c.parts = make([]breaker, cfg.Partitions)
-		for i := range c.parts {
-			c.parts[i] = c.breaker
-		}
+		c.parts = slices.Repeat([]breaker{c.breaker}, cfg.Partitions)
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
@@ -401,12 +398,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
 		resets: counter("resets"), noscript: counter("noscript"),
 	}
+	c.gauge.opened = counter("breaker_opened")
 	var err error
-	c.gauge, err = defineBreakerGauge()
+	c.gauge.open, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open")
 	errs = append(errs, err)
 	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
-	errs = append(errs, err)
-	return c, errors.Join(errs...)
+	return c, errors.Join(append(errs, err)...)
 }
 
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.

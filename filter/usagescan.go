@@ -513,12 +513,8 @@ func (s *usageScanner) value(c byte) {
 		if c != '-' {
 			s.num, s.numLen = int64(c-'0'), 1
 		}
-	case c == 't':
-		s.st, s.lit = stLiteral, "rue"
-	case c == 'f':
-		s.st, s.lit = stLiteral, "alse"
-	case c == 'n':
-		s.st, s.lit = stLiteral, "ull"
+	case c == 't' || c == 'f' || c == 'n': // the letters of true, false or null left to read
+		s.st, s.lit = stLiteral, [...]string{"rue", "alse", "ull"}[strings.IndexByte("tfn", c)]
 	case c == ']' && s.inArray() && s.index[s.depth] == 0:
 		s.close(true) // an empty array
 	default:
