@@ -22,9 +22,9 @@ import (
 // holders x batch).
 //
 // A take is the request's cost plus a reserve of at most batch-cost units, no more than this
-// VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
-// remaining allowance (Table.Take), so that leaseShare holders taking at once reserve at most
-// what remains. As the allowance falls the reserve falls to 0; a take whose reserve does not
+// VM is expected to spend within ttl (leaseState.reserve) and 1/LeaseShare of the key's
+// remaining allowance (Table.Take), so that sharedstate.LeaseShare holders taking at once
+// reserve at most what remains. As the allowance falls the reserve falls to 0; a take whose reserve does not
 // fit is the exact decision for the cost, so a lease never denies what an exact decision admits.
 //
 // A global rule with a lease block does the same with Redis (leaseGlobal): a VM without units
@@ -37,10 +37,6 @@ import (
 // the VM forgets first are dropped and counted, since giving them back alone would cost a
 // callout. The rule also keeps an over-limit cache (overLimitCache).
 
-// leaseShare is the number of holders a take assumes may take at once (see
-// sharedstate.LeaseShare).
-const leaseShare = sharedstate.LeaseShare
-
 // maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache): a key
 // that finds the map full of unexpired leases is decided exactly.
 const maxHeld = 4096
@@ -49,7 +45,7 @@ const maxHeld = 4096
 type leaseState struct {
 	batch, ttl int64
 	// capacity is burst, or limit: a global rule's first take of a key reserves at most
-	// 1/leaseShare of it.
+	// 1/LeaseShare of it.
 	capacity int64
 	held     map[string]*heldLease
 	// order holds the leases in the order they were taken, from order[head] on: expiry times
@@ -103,8 +99,7 @@ func (rs *ruleState) defineLeaseMetrics(errs []error) []error {
 }
 
 // spend decides the request from the VM's lease on key, if it holds enough unexpired units,
-// and reports whether it did. Expired units are given back here; units too few for the
-// request stay until the key's next take gives them back.
+// and reports whether it did; expired units are given back here.
 func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	h := l.held[string(key)] // no allocation: the compiler converts for the lookup only
 	if h == nil {
@@ -143,8 +138,7 @@ func (l *leaseState) release(h *heldLease, now int64) {
 	l.m.dropped.Increment(uint64(n))
 }
 
-// forget drops the units h still holds or waits to give back, counting them: h is no longer
-// the key's lease on this VM.
+// forget drops the units h, no longer the key's lease, still holds or waits to give back.
 func (l *leaseState) forget(h *heldLease, now int64) {
 	l.release(h, now)
 	if h.give > 0 {
@@ -156,7 +150,7 @@ func (l *leaseState) forget(h *heldLease, now int64) {
 // reserve returns how many units beyond cost a take for key at now may reserve: at most
 // batch-cost, and at most what this VM is expected to spend within ttl at its arrival rate
 // since its previous take (a new key: batch-cost). A global rule, whose call has no cap of
-// Table.Take's, caps it here at 1/leaseShare of the remaining allowance its previous take saw
+// Table.Take's, caps it here at 1/LeaseShare of the remaining allowance its previous take saw
 // (of the capacity for a new key). A new key while the map is full of unexpired leases
 // reserves nothing: the reserve could not be held.
 func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
@@ -168,12 +162,12 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 			return 0
 		}
 		if l.table == nil {
-			want = min(want, l.capacity/leaseShare)
+			want = min(want, l.capacity/sharedstate.LeaseShare)
 		}
 		return max(want, 0)
 	}
 	if l.table == nil {
-		want = min(want, h.remaining/leaseShare)
+		want = min(want, h.remaining/sharedstate.LeaseShare)
 	}
 	if dt := now - h.takenAt; dt < l.ttl {
 		// used arrived within dt: at that rate, ttl sees used*ttl/dt (float: no overflow).
@@ -185,9 +179,8 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 }
 
 // taken records a committed take at now of n units of which the request spent cost, d being
-// the shared state's decision for all n. It returns the request's decision (the remaining
-// allowance as if the reserve were unspent, as an exact decision reports it) and the lease,
-// to which the cost is given back if a later rule denies the request.
+// the decision for all n. It returns the request's decision (the remaining allowance as if the
+// reserve were unspent, as an exact decision reports it) and the lease.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
 	// Every take looks for expired leases, so that their units go back soon after their ttl.
 	l.expire(now)
@@ -225,9 +218,8 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 	return d, h
 }
 
-// refund gives a request's units back to their lease when another rule denied the request:
-// still debited and within their ttl, they may be spent later. Units of a lease since
-// replaced or expired go back to the key's state (release) instead.
+// refund gives a request's units back to their lease when another rule denied the request, or
+// to the key's state (release) if the lease has since been replaced or expired.
 func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 	if h == nil || l.held == nil {
 		return
@@ -241,8 +233,7 @@ func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 }
 
 // expire forgets the leases whose ttl has passed, oldest first, giving their units back: each
-// lease is visited once, so a take costs a bounded amount on average however many keys the
-// VM holds. A lease a later take replaced is only dropped from the order.
+// lease is visited once, so a take costs a bounded amount on average.
 func (l *leaseState) expire(now int64) {
 	for l.head < len(l.order) {
 		h := l.order[l.head]
@@ -292,8 +283,8 @@ func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, 
 		ResetAfter: time.Duration(max(e.resetAt, e.until) - now)}, true
 }
 
-// record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.
-// Unsatisfiable denials (RetryAfter 0) are not cached: the rule's own check refuses them.
+// record remembers Redis's denial of key for cost, decided on a callout sent at sentAt, unless
+// it is unsatisfiable (RetryAfter 0: the rule's own check refuses it).
 func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Decision) {
 	if d.Allowed || d.RetryAfter <= 0 {
 		return
@@ -337,13 +328,11 @@ func (h *httpContext) refundLeases() {
 // no lease of this VM admitted.
 func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal && !a.spent }
 
-// callN is what the rule's item in the Redis call debits: a lease's batch, or the request's
-// cost.
+// callN is what the rule's item in the Redis call debits: a lease's batch, or the cost.
 func (a *applied) callN() int64 { return max(a.take, a.cost) }
 
-// batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
-// an enforced rule: the request's own cost must then be decided again, since an exact
-// decision could admit it.
+// batchDenied reports whether Redis denied an enforced rule's lease batch: the request's own
+// cost must then be decided again, since an exact decision could admit it.
 func (a *applied) batchDenied() bool {
 	return a.take > a.cost && !a.decision.Allowed && !a.rs.rule.Shadow
 }
@@ -373,7 +362,6 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 
 // gaveBack counts the units the rule's item carried back (applied.give) in a call Redis
 // answered: returned when the script applied them (redis.Answer.GaveBack), else dropped.
-// A call sent again for the request carries none.
 func (a *applied) gaveBack(took bool) {
 	if a.give > 0 {
 		if took {

@@ -68,10 +68,9 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the request is gRPC by Envoy's own test,
-// Grpc::Common::hasGrpcContentType (content-type exactly application/grpc, or that with a '+'
-// suffix, case-sensitively): Envoy ignores the local reply's grpc_status for a request it does
-// not take for gRPC, which would then get a 429 without its content-type or body.
+// isGrpcRequest reports whether the request is gRPC by Envoy's own test (content-type exactly
+// application/grpc, or that with a '+' suffix, Grpc::Common::hasGrpcContentType): Envoy
+// ignores grpc_status for a request it does not take for gRPC.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
@@ -112,8 +111,7 @@ func failureDecision(rs *ruleState) algorithms.Decision {
 // client that honours them would slow down for a limit nobody enforces.
 func (rs *ruleState) showsHeaders() bool { return !rs.rule.Shadow || rs.rule.ShadowHeaders }
 
-// rateLimitHeaderNames are the names of the rate-limit response headers, in the order they
-// are added: the IETF draft fields, then the legacy ones.
+// rateLimitHeaderNames are the rate-limit response headers, in order: draft, then legacy.
 var rateLimitHeaderNames = [...]string{"ratelimit-policy", "ratelimit",
 	"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 
@@ -209,8 +207,8 @@ func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
 	return rs.appendPolicy(append(buf, ", "...))
 }
 
-// appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
-// shows its headers, in order, joined by ", " (render, for more than one such rule).
+// appendRateLimitItems appends the RateLimit items of every decided draft rule that shows its
+// headers, joined by ", " (render, for more than one such rule).
 func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	n := 0
 	for i := range rules {
@@ -235,15 +233,14 @@ func logAddFailure(name string, err error) {
 	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
 }
 
-// appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
-// remaining quota and the seconds until it is fully available again.
+// appendRateLimitItemAfter renders a RateLimit item after its name's `";r=`: the remaining
+// quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 }
 
-// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function for every
-// number of the rate-limit headers and the text before it, rather than copies inlined in each
-// function a VM's first request compiles (see doc.go).
+// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function, rather than
+// copies inlined in each function a VM's first request compiles (see doc.go).
 func appendInt(dst []byte, prefix string, v int64) []byte {
 	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }
@@ -338,8 +335,8 @@ func clampWaits(d algorithms.Decision, limit time.Duration) algorithms.Decision 
 	return d
 }
 
-// clampWaitsIn is clampWaits in place: render bounds each decision where it lies, since a copy
-// out and back would be code a VM's first request compiles.
+// clampWaitsIn is clampWaits in place, for render: a copy out and back would be code a VM's
+// first request compiles.
 func clampWaitsIn(d *algorithms.Decision, limit time.Duration) {
 	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
 	d.ResetAfter = min(max(d.ResetAfter, 0), limit)

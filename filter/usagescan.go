@@ -125,9 +125,8 @@ func (s *usageScanner) startDocument() {
 	s.mask[0] = uint8(1<<len(s.ptrs) - 1)
 }
 
-// usage returns the sum of the pointers' last values, and whether it is a reported usage:
-// every pointer has a value. A body that reports only part of a sum (another API's shape)
-// must not be charged that part.
+// usage returns the sum of the pointers' last values, and whether every pointer has one: a
+// body that reports only part of a sum (another API's shape) must not be charged that part.
 func (s *usageScanner) usage() (int64, bool) {
 	var sum int64
 	for i := range s.ptrs {
@@ -203,9 +202,8 @@ func indexFrom(b []byte, i int, c byte) int {
 	return len(b)
 }
 
-// mayHold reports whether the bytes of an event, b, may hold a key that is a pointer's
-// evidence token: written plainly between quotes, or with an escape that can stand for one of
-// its characters (\u for any, \/ for a slash).
+// mayHold reports whether an event's bytes b may hold a pointer's evidence token as a key:
+// plainly between quotes, or with an escape that can stand for one of its characters.
 func (s *usageScanner) mayHold(b []byte) bool {
 	backslash := indexFrom(b, 0, '\\')
 	for j := backslash; j < len(b); j = indexFrom(b, j+1, '\\') {
@@ -247,8 +245,7 @@ func isIndex(t string) bool {
 	return err == nil && n >= 0 && strconv.Itoa(n) == t
 }
 
-// event lexes one byte of a text/event-stream outside a data line's value and the rest of a
-// skipped line (see write).
+// event lexes one byte of a text/event-stream outside a data line's value or a skipped line.
 func (s *usageScanner) event(c byte) {
 	if c == '\n' && s.lastCR {
 		s.lastCR = false
