@@ -23,10 +23,9 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 
 // denyLocal denies the request that a local rule denied in phase 1: that rule is the last of
 // h.d.applied, p.matched[i] the rule it applies for, key the key built for the rule built.
-// Every later enforced local rule is decided too, exactly and without writing, so that the
-// response states the longest wait among the denying rules (a client that waited what the
-// first denial said would be denied again by a longer one). Global rules are not asked: a
-// request a local rule denies sends no Redis call.
+// Every later enforced local rule is decided too, without writing, so that the response states
+// the longest wait among the denying rules. Global rules are not asked: a request a local rule
+// denies sends no Redis call.
 //
 //go:noinline
 func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
@@ -130,10 +129,9 @@ func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	return false
 }
 
-// contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
-// not a store failure, and failure_mode does not apply: admitting the request would admit it
-// uncounted. An enforced rule denies it (counted in cas_exhausted); a shadow rule only counts
-// it. It reports whether the request must be denied.
+// contention handles a rule whose compare-and-swap attempts all lost to other workers: not a
+// store failure, so failure_mode does not apply (admitting would admit uncounted). An enforced
+// rule denies the request, and reports so; a shadow rule only counts it (cas_exhausted).
 func (h *httpContext) contention(a *applied) (deny bool) {
 	a.rs.m.casExhausted.Increment(1)
 	a.decided = false
@@ -245,9 +243,8 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 	return types.ActionContinue
 }
 
-// finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
-// (out of line, see doc.go): the adaptive rules are to observe its outcome, and it is held for
-// the longest of the shaping rules' delays; the tick resumes it.
+// finishShaped ends finish for a request adaptive or shaping rules admitted: the adaptive ones
+// observe its outcome, and it is held for the longest shaping delay (out of line, see doc.go).
 func (h *httpContext) finishShaped() types.Action {
 	p := h.plugin
 	var shaper *ruleState
@@ -282,9 +279,8 @@ func (h *httpContext) finishShaped() types.Action {
 // or a failed write need, each out of line (see doc.go).
 
 // settleCommit completes the write of a local rule's decision a after Commit returned err, or
-// after a write made with a lease take: lost races and store failures are handled (undecided),
-// and an admitted take is recorded in the VM's lease. It reports denied, with the action to return, when the
-// request is denied, and skip when the rule ends up with no decision of its own to apply.
+// after a lease take: a failure is handled (undecided), an admitted take recorded in the lease.
+// It reports denied, with the action to return, or skip when the rule has no decision to apply.
 func (h *httpContext) settleCommit(a *applied, err error) (action types.Action, denied, skip bool) {
 	if err != nil {
 		a.decided = false
@@ -312,9 +308,8 @@ func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	return h.deny(a.rs, a.decision), true
 }
 
-// tellUpstream adds the shadow rule's request header, if it has one, with the rule's name as
-// its value (one line per rule), so the upstream learns the rule would have denied the request
-// (as Envoy's local_ratelimit request_headers_to_add_when_not_enforced does).
+// tellUpstream adds the shadow rule's request header, if it has one, with the rule's name, as
+// Envoy's local_ratelimit request_headers_to_add_when_not_enforced does.
 func tellUpstream(r *config.Rule) {
 	if r.ShadowRequestHeader == "" {
 		return
@@ -325,8 +320,7 @@ func tellUpstream(r *config.Rule) {
 }
 
 // placed records in the rule's metrics what a commit that placed a key did: a slot used for
-// the first time adds one to the rule's fill (an override's table is over the rule's slots),
-// an eviction is counted with what it grants.
+// the first time, or an eviction and what it grants.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
 	if p.Claimed {
 		rs.m.slotsUsed.Add(1)

@@ -16,8 +16,7 @@ import (
 )
 
 // plugin is the root context: one per VM and plugin configuration. Everything per request
-// that can be prepared once lives here, including scratch buffers: a VM is single-threaded, so
-// one request at a time uses them.
+// that can be prepared once lives here, scratch buffers included (a VM is single-threaded).
 type plugin struct {
 	types.DefaultPluginContext
 	now   func() int64
@@ -145,9 +144,8 @@ func (p *plugin) OnTick() {
 	}
 }
 
-// OnPluginDone takes this VM's share out of the process-wide breaker gauge, which outlives the
-// VM, when Envoy retires the plugin (a configuration update or shutdown), and counts the
-// settlements still waiting for a retry as failed.
+// OnPluginDone, when Envoy retires the plugin, takes this VM's share out of the process-wide
+// breaker gauge and counts the settlements still waiting for a retry as failed.
 func (p *plugin) OnPluginDone() bool {
 	defer recoverTo("OnPluginDone", nil)
 	if p.redis != nil {
@@ -330,8 +328,7 @@ func logInvalid(err error) {
 	}
 }
 
-// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>" (out of
-// line, see doc.go).
+// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>".
 func ruleError(i int, what string, err error) error {
 	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
@@ -354,8 +351,8 @@ func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suff
 
 func (e *wrappedError) Unwrap() error { return e.err }
 
-// prepareAdaptive builds an adaptive rule's controller state and its table's limiter (the
-// controller's current limit over the algorithm), and warns about a low min_limit.
+// prepareAdaptive builds an adaptive rule's controller state and its table's limiter, and
+// warns about a low min_limit.
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
 	warnAdaptiveFloor(r, p.store)
@@ -428,8 +425,7 @@ func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	return l
 }
 
-// staticTableLimiter converts the algorithms package's limiters (see tableLimiter), and
-// returns nil for any other.
+// staticTableLimiter converts the algorithms package's limiters (see tableLimiter), nil for others.
 func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	switch l := l.(type) {
 	case *algorithms.TokenBucket:
@@ -534,8 +530,8 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// ruleCounters names the counters every rule has, in ruleMetrics.counters' order: the metric
-// and, for ratelimit_requests_total, the decision label's value (see statName).
+// ruleCounters names the counters every rule has, in ruleMetrics.counters' order, with the
+// decision label's value of ratelimit_requests_total (see statName).
 var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_requests_total", "allowed"},
 	{"ratelimit_requests_total", "denied"},
@@ -556,8 +552,7 @@ func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted, &m.nearLimit}
 }
 
-// defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
-// not empty (see statName), and appends the error to errs like defineCounter.
+// defineRuleCounter is defineCounter for the rule's metric, labelled with a non-empty decision.
 func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricCounter {
 	if decision != "" {
 		return defineCounter(statName(metric, rule, "decision", decision), errs)
@@ -643,8 +638,7 @@ func (p *plugin) recycleContext(h *httpContext) {
 	}
 }
 
-// maxFreeContexts bounds the contexts a VM keeps for reuse: as many as streams usually end
-// between two new ones, and little memory when a burst of concurrent streams is over.
+// maxFreeContexts bounds the contexts a VM keeps for reuse: little memory after a burst.
 const maxFreeContexts = 64
 
 // warnAdaptiveFloor warns when an adaptive rule's min_limit is below what its controller can

@@ -10,8 +10,7 @@ import (
 )
 
 // request is the filter's view of the current request, implementing config.Request over
-// proxy-wasm host calls. Every attribute is fetched at most once and only when a rule asks
-// for it: each host call crosses the VM boundary, and most rules need two or three attributes.
+// proxy-wasm host calls. Every attribute is fetched at most once, when a rule first asks.
 type request struct {
 	fetched uint8
 	sample  uint32 // the request's enforcement sample, once fetchedSample is set
@@ -76,8 +75,7 @@ func (r *request) reset() {
 	r.clientIP.Reset()
 }
 
-// clearHeaders empties the header cache (out of line, see doc.go: most configurations never
-// cache a header here).
+// clearHeaders empties the header cache (out of line, see doc.go).
 func (r *request) clearHeaders() {
 	// Entry by entry, last first: clear(r.headers) and a forward loop both become a call of
 	// runtime.memclrHasPointers, about 0.3 us in a Wasm VM for the one or two entries. Cleared,
@@ -122,8 +120,7 @@ func (r *request) Header(name string) (string, bool) {
 }
 
 // forgetHeaderMap drops the header map read so far, after the filter changed the request's
-// headers: the next read reads the host's map again. Headers already answered keep their
-// answers.
+// headers; headers already answered keep their answers.
 func (r *request) forgetHeaderMap() {
 	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
 }
@@ -186,8 +183,7 @@ func (r *request) cachedLines(name string) (first, last string, n int) {
 	return c.first, c.last, c.lines
 }
 
-// ClientIPCache returns the request's client IP cache: the filter parses the client IP once
-// per request, however many rules use it.
+// ClientIPCache returns the request's client IP cache, so it is parsed once per request.
 func (r *request) ClientIPCache() *config.ClientIPCache { return &r.clientIP }
 
 // Method returns :method.
@@ -318,8 +314,7 @@ func (h *httpContext) decideRequest() types.Action {
 }
 
 // decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
-// rule (no key, a key over max_key_bytes, an override, a lease block, a global rule); key, ok
-// and built are decideRequest's key state on arrival. Out of line, as decideRequest explains.
+// rule; key, ok and built are decideRequest's key state on arrival.
 func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req
@@ -414,7 +409,7 @@ func (rs *ruleState) noKey(r *config.Rule, req *request) {
 }
 
 // overrideFor returns the state of the override of rs that key selects, rs itself when none
-// does, or nil for an unlimited override (the request is then counted as allowed by the rule).
+// does, or nil for an unlimited override (counted as allowed by the rule).
 func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 	j := r.OverrideFor(key)
 	if j < 0 {
@@ -473,10 +468,9 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 
 // keyTooLong answers 431 for a request whose key for the matched rule r is n bytes, longer
 // than max_key_bytes, and reports whether it did; a shadow rule only counts and skips it.
-// Refusing bounds what a key costs: it is neither digested nor stored, and no rule is charged.
-// A prefix of the value would merge every client sharing it (bearer tokens of one issuer), and
-// a hash of the whole value still costs time in its length (SipHash of 60 KiB takes about
-// 40 us in a Wasm VM).
+// Refusing bounds what a key costs: a prefix of the value would merge every client sharing it
+// (bearer tokens of one issuer), and a hash of it costs time in its length (SipHash of 60 KiB
+// takes about 40 us in a Wasm VM).
 func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
 	p := h.plugin
 	p.rules[r.Index].m.keyTooLong.Increment(1)
