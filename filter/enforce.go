@@ -21,27 +21,23 @@ import (
 // sample once per 10^6 requests, and any run of requests fills [0, 10^6) about evenly.
 const weylStep = 618_033
 
-// requestSample returns the current request's sample: the FNV-1a hash (64 bits) of its
-// x-request-id modulo config.EnforceAll, or without one (or an empty one) the worker's next
-// value of the sequence of weylStep.
-func (p *plugin) requestSample() uint32 {
-	if id, ok := p.req.Header("x-request-id"); ok && id != "" {
-		h := fnv.New64a()
-		h.Write([]byte(id))
-		return uint32(h.Sum64() % config.EnforceAll)
-	}
-	p.unsampled = (p.unsampled + weylStep) % config.EnforceAll
-	return uint32(p.unsampled)
-}
-
 // enforcing returns the state the request is decided on for rs, a rule with an
 // enforce_percent below 100: rs itself when the rule enforces the request, else its
-// unenforced twin. The request's sample is taken once per request.
+// unenforced twin. The request's sample, taken once, is the FNV-1a hash (64 bits) of its
+// x-request-id modulo config.EnforceAll, or without one the worker's next value of the
+// sequence of weylStep.
 func (p *plugin) enforcing(rs *ruleState) *ruleState {
 	r := &p.req
 	if r.fetched&fetchedSample == 0 {
 		r.fetched |= fetchedSample
-		r.sample = p.requestSample()
+		if id, ok := r.Header("x-request-id"); ok && id != "" {
+			h := fnv.New64a()
+			h.Write([]byte(id))
+			r.sample = uint32(h.Sum64() % config.EnforceAll)
+		} else {
+			p.unsampled = (p.unsampled + weylStep) % config.EnforceAll
+			r.sample = uint32(p.unsampled)
+		}
 	}
 	if r.sample < rs.rule.EnforcePPM {
 		return rs

@@ -40,7 +40,7 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
-	// unsampled is the sample of the last request without an x-request-id (see requestSample).
+	// unsampled is the sample of the last request without an x-request-id (see enforcing).
 	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once, which the filter

@@ -455,10 +455,8 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 	if kp.Source == config.SourceQuery {
 		errName, field, what = "duplicate_query_parameter", "parameter", " query parameter"
 	}
-	body := append(append(append(append(append(append(append([]byte(nil),
-		`{"error":"`...), errName...), `","rule":"`...), r.Name...), `","`...), field...), `":"`...)
-	body = append(append(append(append(append(body, kp.Name...), `","message":"the request carries the `...), kp.Name...),
-		what...), ` more than once; send it once"}`...)
+	body := []byte(`{"error":"` + errName + `","rule":"` + r.Name + `","` + field + `":"` + kp.Name +
+		`","message":"the request carries the ` + kp.Name + what + ` more than once; send it once"}`)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
 		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
@@ -481,10 +479,9 @@ func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
 	h.refundLeases()
 	p.giveDecisions(h)
 	limit := strconv.Itoa(p.cfg.MaxKeyBytes)
-	body := append(append(append(append(append(append(append([]byte(nil),
-		`{"error":"key_too_long","rule":"`...), r.Name...), `","max_key_bytes":`...), limit...),
-		`,"message":"the request's key for this rule is `...), strconv.Itoa(n)...), ` bytes, more than `...)
-	body = append(append(body, limit...), `; send shorter key headers or parameters"}`...)
+	body := []byte(`{"error":"key_too_long","rule":"` + r.Name + `","max_key_bytes":` + limit +
+		`,"message":"the request's key for this rule is ` + strconv.Itoa(n) + ` bytes, more than ` + limit +
+		`; send shorter key headers or parameters"}`)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(431, headers, body, -1); err != nil {
 		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())

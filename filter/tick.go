@@ -21,10 +21,9 @@ import (
 
 // queued is a request paused by a shaping rule until release (Unix ns).
 type queued struct {
-	h        *httpContext
-	release  int64
-	enqueued int64
-	rs       *ruleState
+	h                 *httpContext
+	release, enqueued int64
+	rs                *ruleState
 }
 
 // shapeMetrics are a shaping rule's queue metrics.
