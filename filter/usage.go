@@ -175,8 +175,8 @@ func (p *plugin) giveUsageStream(u *usageStream) {
 	}
 }
 
-// usageHeaders reads what the response headers say: each header source's value, and whether
-// the body is an event stream. endOfStream: the response has no body.
+// usageHeaders reads each header source's value, and whether the body is an event stream;
+// endOfStream: the response has no body.
 func (h *httpContext) usageHeaders(endOfStream bool) {
 	u := h.usage
 	sse := false
@@ -254,20 +254,7 @@ func (h *httpContext) endUsageBody() {
 	}
 }
 
-// result returns the usage the source found, and whether it was reported: a header's valid
-// value, or the body's pointers for a response whose body ended.
-func (s *usageSource) result(ended bool) (int64, bool) {
-	if s.spec.Header != "" {
-		return s.value, s.reported
-	}
-	if !ended {
-		return 0, false
-	}
-	return s.scan.usage()
-}
-
-// settleUsage settles the stream's reservations when it ends (see the top of this file), and
-// gives the usage stream back.
+// settleUsage settles the stream's reservations when it ends (see the top of this file).
 func (h *httpContext) settleUsage() {
 	p := h.plugin
 	u := h.usage
@@ -276,7 +263,13 @@ func (h *httpContext) settleUsage() {
 	for i := range u.open {
 		res := &u.open[i]
 		ur := res.rs.usage
-		usage, ok := u.srcs[res.src].result(u.ended)
+		// The usage reported: a header's valid value, or the body's pointers once it ended.
+		src := &u.srcs[res.src]
+		usage, ok := src.value, src.reported
+		if src.spec.Header == "" {
+			usage, ok = src.scan.usage()
+			ok = ok && u.ended
+		}
 		charge := ur.spec.MissingCharge(res.reserve)
 		if ok {
 			charge = ur.spec.Charge(usage)
@@ -427,9 +420,7 @@ func (p *plugin) settlementFailed(st *settlement, err error) {
 	st.rs.settleFailed(err)
 }
 
-// retrySettlements sends again the settlements that are due; it runs on the VM's tick. While
-// settlements wait, the tick runs at least every settleRetryTickMin; once none waits, it is
-// set back to what the configuration needs.
+// retrySettlements sends again the settlements that are due, on the VM's tick.
 func (p *plugin) retrySettlements(now int64) {
 	if len(p.retries) == 0 {
 		return
