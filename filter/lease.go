@@ -44,10 +44,8 @@ const maxHeld = 4096
 // leaseState is a leased rule's VM-local part.
 type leaseState struct {
 	batch, ttl int64
-	// capacity is burst, or limit: a global rule's first take of a key reserves at most
-	// 1/LeaseShare of it.
-	capacity int64
-	held     map[string]*heldLease
+	capacity   int64 // burst, or limit: a global rule's first take reserves 1/LeaseShare of it
+	held       map[string]*heldLease
 	// order holds the leases in the order they were taken, from order[head] on: expiry times
 	// are in the same order, so the expired ones are found at the front (expire).
 	order []*heldLease
@@ -194,8 +192,7 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 			return d, nil
 		}
 	} else if old.units > 0 || old.give > 0 {
-		// Units left from an earlier take (too few for a request, or raced by a request
-		// paused on Redis) go back.
+		// Units left from an earlier take go back.
 		l.forget(old, now)
 	}
 	// A fresh lease, never the old one reused: a request paused on Redis may still refund its
@@ -352,8 +349,7 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	}
 	a.take = a.cost + l.reserve(a.key, now, a.cost) // the batch to ask Redis for
 	if h := l.held[string(a.key)]; h != nil {
-		// The units the VM still holds for the key (too few for the request) or has not given
-		// back yet (expired) go back in the take's call.
+		// The units the VM still holds for the key, or has not given back, go back in the call.
 		l.release(h, now)
 		a.give, a.givenAt, h.give = h.give, h.at, 0
 	}

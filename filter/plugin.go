@@ -77,9 +77,7 @@ type ruleState struct {
 	usage         *usageRule      // set for rules with a usage cost (see usage.go)
 	overLimit     *overLimitCache // set for global rules with a lease block
 	nearRemaining int64           // the remaining allowance below which an admission is near the limit
-	// unenforced is the rule's state for the requests it does not enforce, set when its
-	// enforce_percent is below 100 (see enforce.go).
-	unenforced *ruleState
+	unenforced    *ruleState      // for the requests an enforce_percent below 100 leaves (see enforce.go)
 }
 
 // ruleMetrics are the rule's counters (see statName for their names).
@@ -174,8 +172,7 @@ func (p *plugin) configure(data []byte) error {
 	if err != nil {
 		return wrapError("reading the key-table secret from shared data: ", err)
 	}
-	// Whether a rule needs the tick (shaping, adaptive), names a shadow request header, has a
-	// usage cost.
+	// Whether a rule needs the tick (shaping, adaptive), a shadow request header, a usage cost.
 	ticks, shadowHeader, usage := false, false, false
 	for i, r := range cfg.Rules {
 		// The branches for options and errors call functions of their own, so that code a
@@ -484,9 +481,8 @@ func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Stor
 			maxWait: maxWait(o.Algorithm), nearRemaining: nearRemaining(&or), usage: ur}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
-			// The override's keys are the rule's keys, bounded by the rule's max_keys in
-			// Redis: a key that finds the rule (or its partition) full is decided on the
-			// rule's overflow key, under the override's parameters.
+			// The override's keys are the rule's, bounded by its max_keys in Redis: a key that
+			// finds the rule full is decided on its overflow key, under the override's parameters.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
 				return wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
@@ -625,8 +621,6 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}
-	// None to reuse: more streams at once than the VM keeps (a VM's first request reuses the
-	// one configure made).
 	return &httpContext{plugin: p, id: id}
 }
 

@@ -19,8 +19,7 @@ type request struct {
 	route   string
 	vhost   string
 	source  string
-	// headers caches single-header lookups; a request touches few distinct headers, so a
-	// short slice beats a map.
+	// headers caches single-header lookups: a short slice, for the few headers a request reads.
 	headers []cachedHeader
 	// clientIP keeps the client IP once a rule has parsed it (see config.ClientIP).
 	clientIP config.ClientIPCache

@@ -163,8 +163,7 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		// their own, which a request with one draft rule (the usual case) does not compile.
 		rh.ends[0] = int32(len(buf))
 		if drafts == 1 {
-			// appendRateLimitItemAfter, written out: one function fewer for a VM's first
-			// request to compile.
+			// appendRateLimitItemAfter, written out: one function fewer for a first request.
 			d := &draft.decision
 			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 		} else {

@@ -103,8 +103,7 @@ type usageSource struct {
 type usageStream struct {
 	open []reservation
 	srcs []usageSource
-	// body is set when a source reads the response body; ended once the response's last
-	// byte has passed (a stream that ends without it was cut short).
+	// body is set when a source reads the response body; ended once its last byte has passed.
 	body, ended bool
 }
 
