@@ -3,13 +3,10 @@ package filter
 import "github.com/ratelimit-wasm/ratelimit/abi"
 
 // With filter_state on, the filter sets two properties of every request it decided: the
-// deciding rule's name and the decision. Envoy keeps a property a Wasm filter sets in the
-// request's filter state under "wasm." and the property's name, so its access log reads them
-// with %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% and %FILTER_STATE(wasm.ratelimit.decision:PLAIN)%.
-const (
-	ruleProperty     = "ratelimit.rule"
-	decisionProperty = "ratelimit.decision"
-)
+// deciding rule's name (ratelimit.rule) and the decision (ratelimit.decision). Envoy keeps a
+// property a Wasm filter sets in the request's filter state under "wasm." and its name, so its
+// access log reads them with %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% and
+// %FILTER_STATE(wasm.ratelimit.decision:PLAIN)%.
 
 // Decisions the ratelimit.decision property states.
 const (
@@ -47,7 +44,7 @@ func (h *httpContext) setContinuedState() {
 // setFilterState sets the request's ratelimit.rule and ratelimit.decision properties. A host
 // that refuses them is logged at debug level: the decision stands.
 func setFilterState(rule, decision string) {
-	for _, p := range [...][2]string{{ruleProperty, rule}, {decisionProperty, decision}} {
+	for _, p := range [...][2]string{{"ratelimit.rule", rule}, {"ratelimit.decision", decision}} {
 		if err := abi.SetProperty(p[0], p[1]); err != nil {
 			abi.LogDebug("ratelimit: setting property " + p[0] + ": " + err.Error())
 		}
