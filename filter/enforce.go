@@ -52,8 +52,7 @@ func (rs *ruleState) unenforcedTwin() *ruleState {
 	r := *rs.rule
 	r.Shadow, r.ShadowHeaders = true, true
 	twin := *rs
-	twin.rule, twin.unenforced = &r, nil
-	twin.lease, twin.overLimit = nil, nil
+	twin.rule, twin.unenforced, twin.lease, twin.overLimit = &r, nil, nil, nil
 	if len(rs.overrides) > 0 {
 		twin.overrides = make([]*ruleState, len(rs.overrides))
 		for j, o := range rs.overrides {

@@ -50,10 +50,8 @@ type leaseState struct {
 	// are in the same order, so the expired ones are found at the front (expire).
 	order []*heldLease
 	head  int
-	// table is a local rule's shared state, where unspent units go back (nil for a global
-	// rule), and give the write that does it.
-	table *sharedstate.Table
-	give  sharedstate.Pending
+	table *sharedstate.Table  // a local rule's, where unspent units go back (nil for a global rule)
+	give  sharedstate.Pending // the write that does it
 	m     leaseMetrics
 }
 
@@ -70,9 +68,9 @@ type heldLease struct {
 	key     string
 	units   int64 // reserved, unspent units
 	expires int64 // when units are given back
-	// takenAt is the take's instant and used the units requests spent since (the take's own
-	// cost included): the key's demand on this VM. at is the take's instant on the shared
-	// state's clock, which a give-back names: takenAt for a local rule, Redis' for a global one.
+	// takenAt is the take's instant and used the units spent since (its own cost included):
+	// the key's demand on this VM. at is the take's instant on the shared state's clock (Redis'
+	// for a global rule), which a give-back names.
 	takenAt, used, at int64
 	// give holds a global lease's unspent units until the key's next take gives them back.
 	give int64

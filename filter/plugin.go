@@ -493,10 +493,9 @@ func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Stor
 }
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
-// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"). Envoy's tag
-// extraction (stats_config.stats_tags, one regex per label) turns each into a label, so
-// Prometheus sees ratelimit_requests_total{rule="login",decision="denied"}; without them the
-// name stays one flat stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
+// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"), which Envoy's tag
+// extraction (stats_config.stats_tags) turns into labels for Prometheus. Rule names are
+// [A-Za-z0-9_.-], so they never contain ';'.
 //
 // statName and defineCounter are not inlined: inlined copies at the thirty call sites would be
 // most of defineMetrics' 17 KB in the module.

@@ -207,9 +207,7 @@ func (r *request) Path() string {
 func (r *request) Route() string { return r.property(fetchedRoute, &r.route, routeNamePath) }
 
 // VirtualHost returns the xds.virtual_host_name property.
-func (r *request) VirtualHost() string {
-	return r.property(fetchedVHost, &r.vhost, virtualHostPath)
-}
+func (r *request) VirtualHost() string { return r.property(fetchedVHost, &r.vhost, virtualHostPath) }
 
 // SourceAddress returns the source.address property ("ip:port") of the downstream connection.
 func (r *request) SourceAddress() string {
