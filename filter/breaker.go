@@ -8,10 +8,10 @@ import (
 // failures it opens for cooldown: global rules go straight to their failure mode. Then one
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
 // VM has its own breaker and learns of an outage from its own callouts, answered even after the
-// probing stream is gone. A probe unanswered for longer than the callout timeout counts as
-// lost, and the next request sends another: else the worker would skip Redis for good. Every
-// global rule of the probing request is sent: a skipped one under a failure mode that denies
-// would end the request at once.
+// probing stream is gone (lateOutcome). A probe unanswered for longer than the callout timeout
+// counts as lost, and the next request sends another: else the worker would skip Redis for
+// good. Every global rule of the probing request is sent: a skipped one under a failure mode
+// that denies would end the request at once.
 type breaker struct {
 	threshold int
 	cooldown  int64
