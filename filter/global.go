@@ -250,7 +250,7 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 // applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
 // whether the request was denied, or is waiting again (a lease batch Redis denied is decided
 // again at the request's own cost).
-func (h *httpContext) applyAnswers(d *decisions, now int64) (sent bool) {
+func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 	c := h.plugin.redis
 	c.partSuccess(-1)
 	var denied *applied
@@ -688,9 +688,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			// The lease's batch did not fit this partition's key, and the call committed
 			// nothing: the request's own cost is decided again, by this rule's call alone.
 			a.rs.lease.saw(a.key, a.sentAt, a.decision)
-			a.take, a.decided = a.cost, false
-			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
-			item[0].Key, item[0].N = c.keys, a.cost
+			a.take, a.decided, item[0].N = a.cost, false, a.cost
 			err := h.sendShardCallout(now, i, item[:], false)
 			if err == nil || h.shardFailed(now, a, item[0].Part, sendError(err)) {
 				return
@@ -714,8 +712,6 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		// This shard lost the script: send it in full once, as answerRedis does; an
 		// answer to the full script is never NOSCRIPT again.
 		c.m.noscript.Increment(1)
-		c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
-		item[0].Key = c.keys
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
 		}
@@ -815,12 +811,14 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item,
-// without its key (a resend adds it), and Redis's answer; a failed call is errCalloutReset.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, to
+// send again, and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
-	c := h.plugin.redis
-	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
-		Part: c.partition(a.key)}}
+	p := h.plugin
+	c := p.redis
+	part := c.partition(a.key)
+	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+	item = [1]redis.Item{{Rule: a.rs.redisRule, Key: c.keys, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow, Part: part}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}
