@@ -3,6 +3,7 @@ package filter
 import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
 // applied is one rule's part in the current request.
@@ -39,6 +40,7 @@ type applied struct {
 // when the request is decided (a request paused on Redis keeps its own until the answer).
 type decisions struct {
 	applied     []applied
+	items       []redis.Item // the items of the request's last Redis call (callItems)
 	outstanding int
 	// sentAt is when the request's Redis callout was sent; retried is set once it has been
 	// resent with the script source after Redis answered NOSCRIPT.
