@@ -101,7 +101,7 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	}
 	report := func(total, budget int64, where string, of func(ruleCost) int64) {
 		sorted := append([]ruleCost(nil), costs...)
-		sort.Stable(largestFirst{sorted, of})
+		sort.SliceStable(sorted, func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) })
 		var top []string
 		for _, rc := range sorted[:min(3, len(sorted))] {
 			top = append(top, joinIndex(path, rc.index)+" "+strconv.FormatInt(rc.Slots, 10)+" keys x "+
@@ -153,17 +153,6 @@ type ruleCost struct {
 	index int
 	TableCost
 }
-
-// largestFirst orders rule costs largest first by of (sort.Stable keeps equal costs in rule
-// order).
-type largestFirst struct {
-	c  []ruleCost
-	of func(ruleCost) int64
-}
-
-func (l largestFirst) Len() int           { return len(l.c) }
-func (l largestFirst) Less(i, j int) bool { return l.of(l.c[i]) > l.of(l.c[j]) }
-func (l largestFirst) Swap(i, j int)      { l.c[i], l.c[j] = l.c[j], l.c[i] }
 
 // regexProgram returns the number of instructions of src's compiled RE2 program, or an
 // error when src does not parse.

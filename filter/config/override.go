@@ -143,18 +143,11 @@ func sortPrefixesLongestFirst(out []Override) {
 			prefixes = append(prefixes, out[i])
 		}
 	}
-	sort.Stable(longestFirst(prefixes))
+	sort.SliceStable(prefixes, func(i, j int) bool { return len(prefixes[i].Value) > len(prefixes[j].Value) })
 	for k, i := range at {
 		out[i] = prefixes[k]
 	}
 }
-
-// longestFirst orders overrides by the length of their value, longest first.
-type longestFirst []Override
-
-func (o longestFirst) Len() int           { return len(o) }
-func (o longestFirst) Less(i, j int) bool { return len(o[i].Value) > len(o[j].Value) }
-func (o longestFirst) Swap(i, j int)      { o[i], o[j] = o[j], o[i] }
 
 // override reads one override.
 func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {

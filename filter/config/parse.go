@@ -24,7 +24,6 @@ import (
 // Errors for a field are not reported again as consequences elsewhere when that can be
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
-	// The whole document's checks are out of line (see filter/doc.go).
 	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
 		if err := checkDocument(data); err != nil {
 			return nil, err
@@ -42,8 +41,8 @@ func Parse(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// checkDocument returns the problem of a document that is too large or empty (only white
-// space), or nil.
+// checkDocument returns the problem of a document that is too large or only white space, or
+// nil (out of line).
 func checkDocument(data []byte) error {
 	var p parser
 	if len(data) > MaxConfigBytes {
@@ -62,16 +61,14 @@ func (p *parser) duplicateKey(path, key string) {
 	p.add(path, "duplicate key")
 }
 
-// invalidJSON returns the problems found so far with decodeTree's error err last, at its
-// path (out of line, see filter/doc.go).
+// invalidJSON returns the problems found so far with decodeTree's error last (out of line).
 func (p *parser) invalidJSON(err *jsonError) error {
 	p.add(err.Path, err.Msg)
 	return p.result()
 }
 
-// hasPrintableASCII reports whether data holds a printable ASCII byte, which no white space
-// is: such a config is not empty, and Parse need not run bytes.TrimSpace (code that V8 in
-// Envoy would compile in every VM's configure for this alone) to know it.
+// hasPrintableASCII reports whether data holds a printable ASCII byte: such a config is not
+// empty, and Parse need not compile bytes.TrimSpace in every VM's configure to know it.
 func hasPrintableASCII(data []byte) bool {
 	for _, c := range data {
 		if c > ' ' && c < 0x7f {
@@ -113,8 +110,7 @@ func (p *parser) config(root *node) *Config {
 		NearLimitRatio:   DefaultNearLimitRatio,
 	}
 	c.Deny = defaultDeny()
-	// A configuration of rules alone (the common minimal one) skips the top-level options,
-	// out of line (see filter/doc.go).
+	// A configuration of rules alone (the common one) skips the top-level options.
 	if len(root.members) != 1 || root.members[0].key != "rules" {
 		p.options(f, c)
 	}
@@ -156,9 +152,8 @@ func (p *parser) config(root *node) *Config {
 	return c
 }
 
-// duplicateName reports the name of the rule at rpath when rules[prev] has the same name
-// (prevName), or one that reads the same in a flat metric name (out of line, as every message
-// that formats its values).
+// duplicateName reports the name of the rule at rpath that rules[prev]'s name prevName
+// repeats, or reads the same as in a flat metric name (out of line).
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
 		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
@@ -169,7 +164,7 @@ func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 }
 
 // redisRequired reports the missing redis section that rules[first], a global rule, needs
-// (out of line like duplicateName).
+// (out of line).
 func (p *parser) redisRequired(first int) {
 	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
@@ -179,11 +174,10 @@ func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
 	return HeadersMode(s), ok
 }
 
-var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "partitions", "failure_mode", "breaker"}
-
-// The fields of the other objects of the configuration, each list the one the parser reads
-// the object with (and TestSchemaMatchesParser compares with schema.json).
+// The fields of the configuration's objects, as the parser reads them (TestSchemaMatchesParser
+// compares them with schema.json).
 var (
+	redisFields       = []string{"cluster", "authority", "timeout", "key_prefix", "partitions", "failure_mode", "breaker"}
 	breakerFields     = []string{"failures", "cooldown"}
 	adaptiveFields    = []string{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"}
 	costFields        = []string{"header", "default", "max"}
@@ -208,32 +202,19 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	if cn, cpath := f.get("cluster"); cn == nil {
 		p.add(cpath, "required")
-	} else if s, ok := p.str(cpath, cn, 255); ok {
-		if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t") {
-			p.add(cpath, quote(s)+" is not a valid cluster name")
-		} else {
-			r.Cluster = s
-		}
+	} else {
+		p.pattern(cpath, cn, 255, &r.Cluster, func(s string) bool { return isHostText(s, " \t") }, " is not a valid cluster name")
 	}
 	r.Authority = r.Cluster
 	if an, apath := f.get("authority"); an != nil {
-		if s, ok := p.str(apath, an, 255); ok {
-			if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t/?#@") {
-				p.add(apath, quote(s)+" is not a valid authority (want host or host:port)")
-			} else {
-				r.Authority = s
-			}
-		}
+		p.pattern(apath, an, 255, &r.Authority, func(s string) bool { return isHostText(s, " \t/?#@") }, " is not a valid authority (want host or host:port)")
 	}
 	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
+	// Braces let a Redis Cluster hash tag ("{rl}") pin every key to one slot, which the
+	// multi-key scripts need.
 	if kn, kpath := f.get("key_prefix"); kn != nil {
-		if s, ok := p.str(kpath, kn, maxStringLen); ok {
-			if isKeyPrefix(s) {
-				r.KeyPrefix = s
-			} else {
-				p.add(kpath, quote(s)+" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
-			}
-		}
+		p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix, func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") },
+			" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
 	}
 	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
 	if fn, fpath := f.get("failure_mode"); fn != nil {
@@ -250,19 +231,10 @@ func (p *parser) redis(path string, n *node) *Redis {
 	return r
 }
 
-// isKeyPrefix allows braces so that a Redis Cluster hash tag ("{rl}") can pin every key to
-// one slot, which the multi-key scripts need.
-func isKeyPrefix(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:{}-", c) >= 0) {
-			return false
-		}
-	}
-	return true
+// isHostText reports whether s may name a cluster or authority: not empty, no control
+// characters and none of bad.
+func isHostText(s, bad string) bool {
+	return s != "" && isFieldValue(s) && !strings.ContainsAny(s, bad)
 }
 
 var ruleFields = []string{
@@ -271,22 +243,16 @@ var ruleFields = []string{
 	"rate_limit_headers", "lease", "enforce_percent", "near_limit_ratio",
 }
 
-// options parses the configuration's top-level fields other than "rules" into c (see
-// config, which calls it only when there are any).
+// options reads the top-level fields other than "rules" into c (out of line).
 func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
 		p.str(path, n, maxStringLen)
 	}
 	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, maxStringLen); ok {
-			if isName(s) {
-				c.Domain = s
-			} else {
-				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
-			}
-		}
+		p.pattern(path, n, maxStringLen, &c.Domain, isName, nameMismatch)
 	}
+
 	if n, path := f.get("failure_mode"); n != nil {
 		if s, ok := p.enum(path, n, "allow", "deny"); ok {
 			c.FailureMode = FailureMode(s)
@@ -328,8 +294,7 @@ var algorithmNames = func() []string {
 // checkName reports the name of the rule at rpath when an earlier rule of rules has the same
 // name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
 // but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
-// '.', '-' and '_' are one character: two such names would share their metrics. The earlier
-// rules are searched linearly (at most MaxRules, comparing without allocating), out of line.
+// '.', '-' and '_' are one character: two such names would share their metrics (out of line).
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -339,32 +304,25 @@ func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	}
 }
 
-// sameFlat reports whether rule names a and b are the same as a Prometheus that reads Envoy's
-// stats without tag extraction sees them in a metric name, where '.' and '-' become '_'. Rule
-// names are ASCII (see isName), so comparing bytes does what comparing strings.Map's results
-// would.
+// sameFlat reports whether rule names a and b (ASCII, see isName) are the same once '.' and
+// '-' become '_', as in a flat metric name.
 func sameFlat(a, b string) bool {
-	if len(a) != len(b) {
-		return false
+	flat := func(c byte) byte {
+		if c == '.' || c == '-' {
+			return '_'
+		}
+		return c
 	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x == '.' || x == '-' {
-			x = '_'
-		}
-		if y == '.' || y == '-' {
-			y = '_'
-		}
-		if x != y {
+	for i := 0; i < len(a) && len(a) == len(b); i++ {
+		if flat(a[i]) != flat(b[i]) {
 			return false
 		}
 	}
-	return true
+	return len(a) == len(b)
 }
 
 // ruleOptionFields are the rule's fields other than its name, key, continue and algorithm
-// (with the algorithm's parameters): the rule's optional behaviour. A rule that sets none of
-// them, the common case, skips their readers (see rule).
+// with its parameters. A rule that sets none of them, the common case, skips their readers.
 var ruleOptionFields = []string{
 	"description", "match", "cost", "shadow", "shadow_headers", "shadow_request_header",
 	"max_keys", "rate_limit_headers", "deny", "overrides", "lease", "enforce_percent", "near_limit_ratio",
@@ -377,7 +335,7 @@ var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "s
 // hasAny reports whether object n has a member named in names.
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
-		if contains(names, m.key) {
+		if slices.Contains(names, m.key) {
 			return true
 		}
 	}
@@ -386,11 +344,8 @@ func hasAny(n *node, names []string) bool {
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
-// run on what could be read.
-//
-// The optional fields (ruleOptionFields) are read by functions of their own, called only when
-// the rule sets one of them (see filter/doc.go), in one fixed order, so that problems are
-// reported in the same order whichever fields are set.
+// run on what could be read. The optional fields (ruleOptionFields) are read out of line, only
+// when the rule sets one of them, in one fixed order whichever fields are set.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -439,12 +394,16 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	return r
 }
 
+// nameMismatch is the message for an invalid rule name or domain, after the name.
+const nameMismatch = " must match ^[A-Za-z0-9_.-]{1,64}$"
+
 // badName reports s, at path, as no valid name (out of line).
 func (p *parser) badName(path, s string) {
-	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+	p.add(path, quote(s)+nameMismatch)
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
+
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
@@ -518,9 +477,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	// Which optional fields go with which algorithm is package algorithms' to say, once.
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
-
-	// The fields most rules do not set (algorithmOptionFields) are read out of line, only
-	// when set or needed by the algorithm (see filter/doc.go).
+	// The fields most rules do not set are read out of line, only when set.
 	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
@@ -572,15 +529,14 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	}
 }
 
-// addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
-// of algorithm's line.
+// addAt records a problem at path's relative path fpath, such as "adaptive.interval" (out of
+// line).
 func (p *parser) addAt(path, fpath, msg string) {
 	p.add(path+"."+fpath, msg)
 }
 
-// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
-// (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
-// whether they are valid. A field that the algorithm does not use is a problem.
+// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r,
+// and reports whether they are valid (out of line).
 func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
 	ac := &r.Algorithm
 	alg := ac.Algorithm
@@ -611,9 +567,9 @@ func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool 
 	return valid
 }
 
-// notFor reports a field that the rule's algorithm (or mode) does not use, and whether it
-// did: accepting and ignoring it would let a config look like it says something it does not.
-// why names the algorithm or mode.
+// notFor reports the field when it is set, as not used by why (an algorithm, a mode, a key
+// source), and whether it was set: accepting and ignoring it would let a config look like it
+// says something it does not.
 func (p *parser) notFor(f fields, field, why string) bool {
 	fn, fpath := f.get(field)
 	if fn == nil {
@@ -636,8 +592,8 @@ func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	return true
 }
 
-// mode reads the rule's mode and, for a shaping rule, max_delay into r (called when either
-// is set; without them the rule meters), and reports whether they are valid.
+// mode reads the rule's mode and, for a shaping rule, max_delay into r, and reports whether
+// they are valid (called when either is set; without them the rule meters).
 func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 	valid := true
 	ac := &r.Algorithm
@@ -797,21 +753,14 @@ var keySources = []string{
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
 // is valid; a const part has no default (out of line).
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
-	valid := true
 	vn, vpath := f.get("value")
-	if vn == nil {
+	valid := vn != nil
+	if !valid {
 		p.add(vpath, `required for source "const"`)
-		valid = false
 	} else {
-		var ok bool
-		kp.Value, ok = p.str(vpath, vn, maxStringLen)
-		valid = ok
+		kp.Value, valid = p.str(vpath, vn, maxStringLen)
 	}
-	if dn, dpath := f.get("default"); dn != nil {
-		p.add(dpath, `not used by source "const": a constant is never missing`)
-		valid = false
-	}
-	return valid
+	return !p.notFor(f, "default", `source "const": a constant is never missing`) && valid
 }
 
 // requiredFor reports the missing name of a key part of source s at path (out of line).
@@ -832,15 +781,11 @@ func (p *parser) queryName(path string, n *node) (string, bool) {
 	return name, true
 }
 
-// unusedBy reports the key part's field when it is set, as not used by source s, and
-// whether it was set.
+// unusedBy is notFor for a key part's field that source s does not read (out of line).
+//
+//go:noinline
 func (p *parser) unusedBy(f fields, field, s string) bool {
-	fn, fpath := f.get(field)
-	if fn == nil {
-		return false
-	}
-	p.add(fpath, "not used by source "+strconv.Quote(s))
-	return true
+	return p.notFor(f, field, "source "+strconv.Quote(s))
 }
 
 // The fields a key part of each source reads (see keyPartUses).
@@ -851,8 +796,9 @@ var (
 	otherPartFields    = []string{"source", "default"}
 )
 
-// keyPartUses returns the fields that keyPart reads for a key part of source kind k;
-// keyPart reports any other it finds as not used by the source (TestKeyPartUses).
+// keyPartUses returns the fields that keyPart reads for a key part of source kind k
+// (TestKeyPartUses).
+
 func keyPartUses(k sourceKind) []string {
 	switch k {
 	case kindClientIP:
@@ -868,7 +814,7 @@ func keyPartUses(k sourceKind) []string {
 // onlyMembers reports whether every member of object n is named in names.
 func onlyMembers(n *node, names []string) bool {
 	for _, m := range n.members {
-		if !contains(names, m.key) {
+		if !slices.Contains(names, m.key) {
 			return false
 		}
 	}
@@ -906,10 +852,9 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	kp.Source = Source(s)
 	valid := true
-	// The branches below switch on the source's kind, an integer, not on Source: each string
-	// comparison is a call in the Wasm module. A key part that sets only fields its source
-	// reads (the common case) skips the checks for the others, and so the compile of unusedBy
-	// (see filter/doc.go).
+	// The branches below switch on the source's kind, an integer: each string comparison is a
+	// call in the Wasm module. A key part that sets only fields its source reads (the common
+	// case) skips the checks for the others.
 	kind := kindOf(kp.Source)
 	strict := !onlyMembers(n, keyPartUses(kind))
 	named := kind == kindHeader || kind == kindQuery
@@ -962,7 +907,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	if strict {
 		for _, field := range []string{"name", "value", "on_duplicate", "ipv4_prefix", "ipv6_prefix"} {
-			if !contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
+			if !slices.Contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
 				valid = false
 			}
 		}
@@ -1036,9 +981,8 @@ func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 		p.tooLong(path, len(src), maxRegexLen)
 		return nil, false
 	}
-	// Parse the source alone first so that a syntax error quotes what the user wrote,
-	// not our anchoring wrapper. Parsing does not compile, so it is cheap whatever the
-	// program size; the size is checked before anything is compiled.
+	// Parse the source alone first so that a syntax error quotes what the user wrote, not our
+	// anchoring wrapper; the program's size is checked before anything is compiled.
 	if _, err := syntax.Parse(src, syntax.Perl); err != nil {
 		p.add(path, err.Error())
 		return nil, false
@@ -1227,16 +1171,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 		}
 	}
 	if cn, cpath := f.get("content_type"); cn != nil {
-		if s, ok := p.str(cpath, cn, 256); ok {
-			if s == "" || !isFieldValue(s) {
-				p.add(cpath, quote(s)+" is not a valid content type")
-				valid = false
-			} else {
-				d.ContentType = s
-			}
-		} else {
-			valid = false
-		}
+		valid = p.pattern(cpath, cn, 256, &d.ContentType, func(s string) bool { return isHostText(s, "") }, " is not a valid content type") && valid
 	}
 	if bn, bpath := f.get("envoy_ratelimited_header"); bn != nil {
 		d.EnvoyRateLimited, ok = p.boolean(bpath, bn)
@@ -1266,7 +1201,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				mpath := joinKey(hpath, m.key)
 				name := lowerASCII(m.key)
 				if !isToken(name) {
-					p.add(mpath, quote(m.key)+" is not a valid header name")
+					p.badHeaderName(mpath, m.key)
 					valid = false
 					continue
 				}
@@ -1293,7 +1228,7 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				}
 				d.Headers = append(d.Headers, Header{Name: name, Value: v})
 			}
-			sort.Stable(headersByName(d.Headers))
+			sort.SliceStable(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
 		}
 	}
 	if !valid {
@@ -1301,13 +1236,6 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 	}
 	return &d
 }
-
-// headersByName orders a denial's headers by name.
-type headersByName []Header
-
-func (h headersByName) Len() int           { return len(h) }
-func (h headersByName) Less(i, j int) bool { return h[i].Name < h[j].Name }
-func (h headersByName) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 
 // The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
 const (
@@ -1348,7 +1276,8 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		case !r.Shadow && r.EnforcePercent == 100:
 			p.add(hpath, `only allowed with "shadow": true or an enforce_percent below 100`)
 		case !isToken(s) || strings.HasPrefix(s, ":"):
-			p.add(hpath, quote(s)+" is not a valid header name")
+			p.badHeaderName(hpath, s)
+
 		default:
 			r.ShadowRequestHeader = lowerASCII(s)
 		}
