@@ -111,16 +111,16 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 	case r.Limiter == nil:
 		return // the rule's own parameters are invalid and already reported
 	}
-	seen := map[string]string{}
+	seen := map[string]string{} // the path of each tag
 	var out []Override
 	for i, e := range elems {
 		epath := joinIndex(path, i)
 		if o, ok := p.override(epath, e, r); ok {
-			if prev, dup := seen[o.Tag+"|"+strconv.Itoa(o.Part)]; dup {
+			if prev, dup := seen[o.Tag]; dup {
 				p.add(epath, "duplicate of "+prev)
 				continue
 			}
-			seen[o.Tag+"|"+strconv.Itoa(o.Part)] = epath
+			seen[o.Tag] = epath
 			out = append(out, o)
 		}
 	}
@@ -128,12 +128,11 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 	r.Overrides = out
 }
 
-// sortPrefixesLongestFirst orders the prefix overrides longest first, so that OverrideFor's
-// first matching prefix is the longest, within the positions the prefixes hold: the exact
-// overrides keep theirs (OverrideFor compares every exact one whatever its place) and equal
-// lengths keep the configured order. Sorting the whole list with a comparator that calls an
-// exact override equal to every prefix is not enough: an exact override between two prefixes
-// would stop a longer prefix from moving ahead of a shorter one.
+// sortPrefixesLongestFirst orders the prefix overrides longest first (equal lengths in the
+// configured order) within the positions the prefixes hold, so that OverrideFor's first
+// matching prefix is the longest; the exact overrides keep their places. (A comparator that
+// calls an exact override equal to every prefix would let one between two prefixes stop the
+// longer from moving ahead.)
 func sortPrefixesLongestFirst(out []Override) {
 	var at []int // the positions of the prefixes
 	var prefixes []Override
@@ -183,50 +182,36 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		valid = valid && ok
 	}
 	ac := &o.Algorithm
-	limitSet := false
+	spec, _ := algorithms.SpecOf(ac.Algorithm)
+	set := false // a limit, window or burst is set
 	for _, field := range []string{"limit", "window", "burst"} {
 		fn, fpath := f.get(field)
-		if fn == nil {
+		switch {
+		case fn == nil:
 			continue
-		}
-		if o.Unlimited {
+		case o.Unlimited:
 			p.add(fpath, `not used with "unlimited": true`)
 			valid = false
-			continue
+		case field == "window":
+			valid = opt(f, field, algorithms.MinWindow, algorithms.MaxWindow, &ac.Window, p.duration) && valid
+		case field == "burst" && !spec.Accepts(algorithms.FieldBurst):
+			p.add(fpath, "not used by "+ac.Algorithm)
+			valid = false
+		case field == "burst":
+			valid = opt(f, field, 1, algorithms.LimitCeiling, &ac.Burst, p.integer) && valid
+		default:
+			valid = opt(f, field, 1, algorithms.LimitCeiling, &ac.Limit, p.integer) && valid
 		}
-		switch field {
-		case "limit":
-			if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
-				ac.Limit, limitSet = v, true
-			} else {
-				valid = false
-			}
-		case "window":
-			if d, ok := p.duration(fpath, fn, algorithms.MinWindow, algorithms.MaxWindow); ok {
-				ac.Window, limitSet = d, true
-			} else {
-				valid = false
-			}
-		case "burst":
-			spec, _ := algorithms.SpecOf(ac.Algorithm)
-			if !spec.Accepts(algorithms.FieldBurst) {
-				p.add(fpath, "not used by "+ac.Algorithm)
-				valid = false
-			} else if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
-				ac.Burst, limitSet = v, true
-			} else {
-				valid = false
-			}
-		}
+		set = true
 	}
-	if !o.Unlimited && !limitSet && valid {
+	if !o.Unlimited && !set && valid {
 		p.add(path, `needs "limit", "window" or "burst", or "unlimited": true`)
 		valid = false
 	}
 	if !valid {
 		return o, false
 	}
-	if bn, _ := f.get("burst"); bn == nil {
+	if !f.has("burst") {
 		// An override's burst defaults to its own limit, as a rule's does: the rule's burst
 		// was sized for the rule's limit.
 		ac.Burst = 0
@@ -236,10 +221,10 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		tag = "!^"
 	}
 	if o.Part > 0 {
-		// Overrides of different key parts with the same value are different overrides.
-		tag += strconv.Itoa(o.Part) + "|"
+		tag += strconv.Itoa(o.Part) + "|" // a part's length prefix ends in ':', not '|'
 	}
 	o.Tag = string(appendPart([]byte(tag), o.Value))
+
 	if o.Unlimited {
 		return o, true
 	}
