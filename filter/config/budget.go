@@ -16,14 +16,12 @@ import (
 // accepted configuration can cost, in memory and in configure time, well inside that.
 const (
 	// maxRegexProgram bounds one regular expression's compiled program, in RE2 instructions
-	// (regexp/syntax.Prog), counted on the anchored form the filter runs. Compile time and
-	// memory grow with the program, and a short source can make a long one: a counted
-	// repetition copies its operand, so `[a-z]{1000}` is 1,004 instructions from 11 bytes.
-	// Useful header and path expressions are tens of instructions.
+	// of the anchored form the filter runs. Compile time and memory grow with the program,
+	// and a counted repetition copies its operand: `[a-z]{1000}` is 1,004 instructions from
+	// 11 bytes. Useful header and path expressions are tens of instructions.
 	maxRegexProgram = 1000
-	// MaxRegexProgramTotal bounds the instructions of all of a configuration's regular
-	// expressions together, so that the number of expressions (up to 256 rules x 33) cannot
-	// multiply maxRegexProgram into seconds of configure time in every VM.
+	// MaxRegexProgramTotal bounds all of a configuration's expressions together (up to 256
+	// rules x 33), so that their number cannot multiply into seconds of configure time.
 	MaxRegexProgramTotal = 20_000
 
 	// maxVMTableBytes bounds the worst-case memory the rules' key tables can hold in each
@@ -40,8 +38,7 @@ const (
 // entries (max_keys slots, or one for a rule without key parts, plus the overflow slots and
 // the table's bookkeeping entries), VMBytes in every worker VM and SharedBytes in Envoy's
 // shared data. Every rule has a table, global rules too (redis.failure_mode "local" decides on
-// it). The figures are sharedstate's own (sharedstate.SharedBytesPerKey, TableVMBytes), so
-// they follow the table's layout.
+// it). The figures are sharedstate's own, so they follow the table's layout.
 type TableCost struct {
 	Slots       int64
 	VMBytes     int64
@@ -78,8 +75,7 @@ func tableCost(domain string, r *Rule) TableCost {
 }
 
 // budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:
-// each rule may be reasonable alone while their sum is not. overBudget, out of line, reports a
-// configuration over budget.
+// each rule may be reasonable alone while their sum is not.
 func (p *parser) budget(path string, c *Config) {
 	var vm, shared int64
 	for _, r := range c.Rules {
@@ -93,7 +89,7 @@ func (p *parser) budget(path string, c *Config) {
 }
 
 // overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
-// and shared bytes in Envoy's shared data, each with its largest tables (see budget).
+// and shared bytes in Envoy's shared data, each with its largest tables (out of line).
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	costs := make([]ruleCost, 0, len(c.Rules))
 	for _, r := range c.Rules {
@@ -119,11 +115,10 @@ func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 }
 
 // overrideCosts adds to tc what the rule's overrides cost, and returns the largest state the
-// rule's slots may hold, state being the rule's own (out of line: most rules have no override).
+// rule's slots may hold, state being the rule's own (out of line). A limited override decides
+// the rule's keys in the rule's slots through a table object of its own in each VM; its
+// states may be larger than the rule's (a sliding log's grows with its limit).
 func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
-	// A limited override decides the rule's keys in the rule's slots (see Override), through a
-	// table object of its own in each VM; its states, written under its parameters, may be
-	// larger than the rule's (a sliding log's grows with its limit).
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
 		if o.Unlimited || o.Limiter == nil {
@@ -137,13 +132,10 @@ func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
 
 // formatBytes renders a size in binary units with one decimal.
 func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
-	case n >= 1<<20:
-		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
-	case n >= 1<<10:
-		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	for i, unit := range []string{" GiB", " MiB", " KiB"} {
+		if d := int64(1) << (30 - 10*i); n >= d {
+			return strconv.FormatFloat(float64(n)/float64(d), 'f', 1, 64) + unit
+		}
 	}
 	return strconv.FormatInt(n, 10) + " B"
 }
@@ -154,8 +146,7 @@ type ruleCost struct {
 	TableCost
 }
 
-// regexProgram returns the number of instructions of src's compiled RE2 program, or an
-// error when src does not parse.
+// regexProgram returns the number of instructions of src's compiled RE2 program.
 func regexProgram(src string) (int, error) {
 	re, err := syntax.Parse(src, syntax.Perl)
 	if err != nil {
@@ -173,17 +164,15 @@ func regexProgram(src string) (int, error) {
 // matching (which costs time and memory in proportion to the program).
 func (p *parser) checkRegexProgram(path, anchored string) bool {
 	if p.regexInsts > MaxRegexProgramTotal {
-		// The config is refused already; later expressions are neither counted nor
-		// compiled, so their number costs no time.
-		return false
+		return false // refused already: later expressions are neither counted nor compiled
 	}
 	n, err := regexProgram(anchored)
 	if err != nil {
 		p.add(path, err.Error())
 		return false
 	}
-	// A refused expression counts towards the total too: counting its program cost as
-	// much as compiling it, and thousands of them must not add up to seconds.
+	// A refused expression counts towards the total too: counting its program cost as much
+	// as compiling it.
 	over := p.regexInsts > MaxRegexProgramTotal
 	p.regexInsts += n
 	if n > maxRegexProgram {
@@ -192,9 +181,9 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 		return false
 	}
 	if over {
-		// Reported once, where the total was crossed.
-		return false
+		return false // reported once, where the total was crossed
 	}
+
 	if p.regexInsts > MaxRegexProgramTotal {
 		p.add(path, "the config's regular expressions compile to "+strconv.Itoa(p.regexInsts)+
 			" RE2 instructions so far; the maximum for all of them together is "+strconv.Itoa(MaxRegexProgramTotal))

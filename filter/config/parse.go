@@ -667,23 +667,10 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 	}
 	ac.ErrorThreshold = defaultErrorThreshold
 	ac.AdjustInterval = defaultAdaptiveInterval
-	valid := true
-	for _, field := range []string{"min_limit", "max_limit"} {
-		n, fpath := f.get(field)
-		if n == nil {
-			p.add(fpath, "required")
-			valid = false
-			continue
-		}
-		v, ok := p.integer(fpath, n, 1, algorithms.LimitCeiling)
-		valid = valid && ok
-		if field == "min_limit" {
-			ac.MinLimit = v
-		} else {
-			ac.MaxLimit = v
-		}
-	}
+	valid := need(p, f, "min_limit", "", 1, algorithms.LimitCeiling, &ac.MinLimit, p.integer)
+	valid = need(p, f, "max_limit", "", 1, algorithms.LimitCeiling, &ac.MaxLimit, p.integer) && valid
 	valid = opt(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency, p.duration) && valid
+
 	valid = opt(f, "error_threshold", 0, 1, &ac.ErrorThreshold, p.float) && valid
 	valid = opt(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval, p.duration) && valid
 	if valid && ac.MinLimit > ac.MaxLimit {
@@ -707,7 +694,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		p.add(path, "want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "+n.describe())
 		return CostSpec{}, false
 	}
-	if isUsageCost(n) {
+	if n.lookup("reserve") != nil || n.lookup("usage") != nil {
 		return p.usageCost(path, n)
 	}
 	f, _ := p.object(path, n, costFields...)
@@ -721,14 +708,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	} else {
 		valid = false
 	}
-	if mn, mpath := f.get("max"); mn == nil {
-		p.add(mpath, "required: it bounds what one request can cost and is charged for invalid values")
-		valid = false
-	} else if v, ok := p.integer(mpath, mn, 1, maxCost); ok {
-		cs.Max = v
-	} else {
-		valid = false
-	}
+	valid = need(p, f, "max", ": it bounds what one request can cost and is charged for invalid values", 1, maxCost, &cs.Max, p.integer) && valid
 	if dn, dpath := f.get("default"); dn != nil {
 		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
 			cs.Default = v

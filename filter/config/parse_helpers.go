@@ -240,7 +240,17 @@ func opt[T any](f fields, name string, lo, hi T, dst *T, read func(path string, 
 	return ok
 }
 
+// need is opt for a required member: an absent one is reported as "required" followed by why.
+func need[T any](p *parser, f fields, name, why string, lo, hi T, dst *T, read func(path string, n *node, lo, hi T) (T, bool)) bool {
+	if n, path := f.get(name); n == nil {
+		p.add(path, "required"+why)
+		return false
+	}
+	return opt(f, name, lo, hi, dst, read)
+}
+
 // float reads a number in [lo, hi].
+
 func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	if n.kind != kindNumber {
 		p.wrongType(path, "a number", n)
