@@ -18,7 +18,6 @@ func (r *Rule) Cost(req Request) int64 {
 
 // headerCost is Cost for a cost header, out of line so that Cost, small, is inlined: most
 // rules have a constant cost.
-
 func (cs *CostSpec) headerCost(req Request) int64 {
 	v, ok := req.Header(cs.Header)
 	if !ok {

@@ -164,7 +164,6 @@ func parseDurationFull(orig string) (time.Duration, string) {
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // isNumberLike reports whether s is made only of digits and dots: a number without its unit.
-
 func isNumberLike(s string) bool {
 	digits := false
 	for i := 0; i < len(s); i++ {

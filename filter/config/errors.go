@@ -25,7 +25,6 @@ func (e *Error) Error() string {
 // Errors is every problem Parse found, in document order, so that an operator fixes a config
 // in one round trip. The list is capped at 100 entries; a final entry says how many more were
 // left out.
-
 type Errors []*Error
 
 // Error joins the problems, one per line.

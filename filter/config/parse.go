@@ -169,10 +169,7 @@ func (p *parser) redisRequired(first int) {
 	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
 
-func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
-	s, ok := p.enum(path, n, "draft", "legacy", "both", "none")
-	return HeadersMode(s), ok
-}
+var headersModes = []string{string(HeadersDraft), string(HeadersLegacy), string(HeadersBoth), string(HeadersNone)}
 
 // The fields of the configuration's objects, as the parser reads them (TestSchemaMatchesParser
 // compares them with schema.json).
@@ -217,11 +214,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 			" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
 	}
 	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
-	if fn, fpath := f.get("failure_mode"); fn != nil {
-		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
-			r.FailureMode = RedisFailureMode(s)
-		}
-	}
+	optEnum(p, f, "failure_mode", &r.FailureMode, "allow", "deny", "local")
 	if bn, bpath := f.get("breaker"); bn != nil {
 		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
 			opt(bf, "failures", 1, 1000, &r.Breaker.Failures, p.intField)
@@ -253,17 +246,9 @@ func (p *parser) options(f fields, c *Config) {
 		p.pattern(path, n, maxStringLen, &c.Domain, isName, nameMismatch)
 	}
 
-	if n, path := f.get("failure_mode"); n != nil {
-		if s, ok := p.enum(path, n, "allow", "deny"); ok {
-			c.FailureMode = FailureMode(s)
-		}
-	}
+	optEnum(p, f, "failure_mode", &c.FailureMode, "allow", "deny")
 	opt(f, "cas_attempts", 1, 64, &c.CASAttempts, p.intField)
-	if n, path := f.get("rate_limit_headers"); n != nil {
-		if s, ok := p.headersMode(path, n); ok {
-			c.RateLimitHeaders = s
-		}
-	}
+	optEnum(p, f, "rate_limit_headers", &c.RateLimitHeaders, headersModes...)
 	opt(f, "trusted_hops", 0, 16, &c.TrustedHops, p.intField)
 	opt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys, p.intField)
 	opt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes, p.intField)
@@ -403,7 +388,6 @@ func (p *parser) badName(path, s string) {
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
-
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		if s, ok := p.str(dpath, dn, maxStringLen); ok {
@@ -436,11 +420,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
-	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
-		if m, ok := p.headersMode(vpath, vn); ok {
-			r.RateLimitHeaders = m
-		}
-	}
+	optEnum(p, f, "rate_limit_headers", &r.RateLimitHeaders, headersModes...)
 	if dn, dpath := f.get("deny"); dn != nil {
 		if d := p.deny(dpath, dn, c.Deny); d != nil {
 			r.Deny = d
@@ -582,14 +562,7 @@ func (p *parser) notFor(f fields, field, why string) bool {
 // variant reads the sliding window's variant into ac, and reports whether it is valid.
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
-	if vn, vpath := f.get("variant"); vn != nil {
-		v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog)
-		if !ok {
-			return false
-		}
-		ac.Variant = v
-	}
-	return true
+	return optEnum(p, f, "variant", &ac.Variant, algorithms.VariantCounter, algorithms.VariantLog)
 }
 
 // mode reads the rule's mode and, for a shaping rule, max_delay into r, and reports whether
@@ -609,15 +582,10 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		}
 	}
 	if r.Mode == ModeShape {
-		if dn, dpath := f.get("max_delay"); dn == nil {
-			p.add(dpath, `required when mode is "shape"`)
-			valid = false
-		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
-			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
-		} else {
-			valid = false
-		}
+		// A non-zero MaxDelay is what turns the leaky bucket into a shaper.
+		valid = need(p, f, "max_delay", ` when mode is "shape"`, time.Millisecond, maxShapingDelay, &ac.MaxDelay, p.duration) && valid
 	} else if p.notFor(f, "max_delay", `mode "meter" (max_delay needs mode "shape")`) {
+
 		valid = false
 	}
 	return valid
@@ -778,7 +746,6 @@ var (
 
 // keyPartUses returns the fields that keyPart reads for a key part of source kind k
 // (TestKeyPartUses).
-
 func keyPartUses(k sourceKind) []string {
 	switch k {
 	case kindClientIP:

@@ -249,8 +249,20 @@ func need[T any](p *parser, f fields, name, why string, lo, hi T, dst *T, read f
 	return opt(f, name, lo, hi, dst, read)
 }
 
-// float reads a number in [lo, hi].
+// optEnum is opt for a member whose value is one of allowed.
+func optEnum[T ~string](p *parser, f fields, name string, dst *T, allowed ...string) bool {
+	n, path := f.get(name)
+	if n == nil {
+		return true
+	}
+	s, ok := p.enum(path, n, allowed...)
+	if ok {
+		*dst = T(s)
+	}
+	return ok
+}
 
+// float reads a number in [lo, hi].
 func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	if n.kind != kindNumber {
 		p.wrongType(path, "a number", n)

@@ -82,12 +82,9 @@ func (p *parser) usageCost(path string, n *node) (CostSpec, bool) {
 	} else {
 		valid = p.usageSource(upath, un, u) && valid
 	}
-	if on, opath := f.get("on_missing"); on != nil {
-		var ok bool
-		u.OnMissing, ok = p.enum(opath, on, UsageMissingReserve, UsageMissingMax)
-		valid = ok && valid
-	}
+	valid = optEnum(p, f, "on_missing", &u.OnMissing, UsageMissingReserve, UsageMissingMax) && valid
 	return cs, valid
+
 }
 
 // usageSource reads {header} or {json: [pointers]} into u.
