@@ -24,30 +24,31 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	// A valid limiter's capacity is at least 1, so only a cost above 1 (a constant, or a cost
 	// header's max) can exceed it; most rules cost 1.
 	if r.CostSpec.Constant > 1 || r.CostSpec.Max > 1 {
-		return checkCost(r)
+		return checkCost(r, "cost")
 	}
 	return "", ""
 }
 
-// checkCost checks the rule's constant cost, or its cost header's max, against its limiter's
-// capacity (out of line). A request costing more is never admitted (a denial without a
-// Retry-After, since no wait helps): always a mistake in the config, not a policy. An
-// adaptive rule's bound is its max_limit, above which no request is ever admitted.
+// checkCost checks the rule's constant cost, or its cost header's max, at the rule's field at,
+// against its limiter's capacity (out of line). A request costing more is never admitted (a
+// denial without a Retry-After, since no wait helps): always a mistake in the config, not a
+// policy. An adaptive rule's bound is its max_limit, above which no request is ever admitted.
 //
 //go:noinline
-func checkCost(r *Rule) (field, msg string) {
+func checkCost(r *Rule, at string) (field, msg string) {
 	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 	if r.Algorithm.Algorithm == algorithms.AlgAdaptive && r.Algorithm.MaxLimit > 0 {
 		capacity, from = max(r.Algorithm.MaxLimit, r.Algorithm.Limit), "adaptive.max_limit"
 	}
-	switch {
-	case r.CostSpec.Header == "" && r.CostSpec.Constant > capacity:
-		return "cost", costAboveCapacity(r.CostSpec.Constant, capacity, from)
-	case r.CostSpec.Header != "" && r.CostSpec.Max > capacity:
-		return "cost.max", maxCostAboveCapacity(r.CostSpec.Max, capacity, from)
+	switch cs := r.CostSpec; {
+	case cs.Header == "" && cs.Constant > capacity:
+		return at, costAboveCapacity(cs.Constant, capacity, from)
+	case cs.Header != "" && cs.Max > capacity:
+		return at + ".max", maxCostAboveCapacity(cs.Max, capacity, from)
 	}
 	return "", ""
 }
+
 
 // algorithmError returns the field and message of algorithms.New's error (out of line).
 

@@ -45,16 +45,12 @@ type TableCost struct {
 	SharedBytes int64
 }
 
-// TableCost returns the worst-case cost of r's table under c's domain.
-func (c *Config) TableCost(r *Rule) TableCost {
-	return tableCost(c.Domain, r)
-}
-
 // tableBookkeeping is the number of shared-data entries a table keeps besides its slots: the
 // created-slot counter and the record of its max_keys values, counted with a margin of one.
 const tableBookkeeping = 3
 
-func tableCost(domain string, r *Rule) TableCost {
+// TableCost returns the worst-case cost of r's table under c's domain.
+func (c *Config) TableCost(r *Rule) TableCost {
 	slots := int64(r.MaxKeys)
 	if len(r.Key) == 0 {
 		slots = 1 // the filter gives a rule without key parts a single slot
@@ -64,7 +60,7 @@ func tableCost(domain string, r *Rule) TableCost {
 		state = r.Limiter.StateSize()
 	}
 	// The table's prefix is "<domain>|<rule>|" (see the filter's plugin).
-	prefix := len(domain) + len(r.Name) + 2
+	prefix := len(c.Domain) + len(r.Name) + 2
 	entries := slots + sharedstate.OverflowSlots + tableBookkeeping
 	tc := TableCost{Slots: entries, VMBytes: sharedstate.TableVMBytes}
 	if len(r.Overrides) > 0 {
@@ -79,7 +75,7 @@ func tableCost(domain string, r *Rule) TableCost {
 func (p *parser) budget(path string, c *Config) {
 	var vm, shared int64
 	for _, r := range c.Rules {
-		tc := tableCost(c.Domain, r)
+		tc := c.TableCost(r)
 		vm += tc.VMBytes
 		shared += tc.SharedBytes
 	}
@@ -93,7 +89,7 @@ func (p *parser) budget(path string, c *Config) {
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	costs := make([]ruleCost, 0, len(c.Rules))
 	for _, r := range c.Rules {
-		costs = append(costs, ruleCost{r.Index, tableCost(c.Domain, r)})
+		costs = append(costs, ruleCost{r.Index, c.TableCost(r)})
 	}
 	report := func(total, budget int64, where string, of func(ruleCost) int64) {
 		sorted := append([]ruleCost(nil), costs...)

@@ -208,17 +208,14 @@ type Rule struct {
 	Match       Match  // the request conditions; a zero Match matches every request
 	// Key is the ordered list of descriptor parts; empty means one key for the rule. A rule
 	// returned by Parse records what each part's Source is, so its parts must not be replaced
-	// in place afterwards (build a new Rule instead; one with a different number of parts, or
-	// not from Parse, reads Source directly).
+	// in place afterwards (build a new Rule instead).
 	Key []KeyPart
 
-	// Algorithm is the limiter's configuration (algorithm name, limit, window, burst,
-	// variant, max delay, adaptive parameters), validated by algorithms.New. For adaptive
+	// Algorithm is the limiter's configuration, validated by algorithms.New; for adaptive
 	// rules Limit is the starting limit.
 	Algorithm algorithms.Config
-	// Limiter is the limiter built from Algorithm. Limiters are immutable and safe to share,
-	// so the filter can use this one for every request (type-assert *algorithms.Adaptive for
-	// the adaptive controller).
+	// Limiter is the limiter built from Algorithm, immutable and shared by every request
+	// (type-assert *algorithms.Adaptive for the adaptive controller).
 	Limiter algorithms.Limiter
 	// Mode is ModeShape for a shaping leaky bucket (Algorithm.MaxDelay > 0), else ModeMeter.
 	Mode Mode
@@ -256,9 +253,7 @@ type Rule struct {
 
 	trustedHops int          // the Config's, kept on the rule so AppendKey can find the client IP
 	keyKinds    []sourceKind // the kind of each key part's Source, set by the parser
-	// keyGroup is 1 + the Index of the first rule with the same key parts (see SameKey); 0
-	// in a rule that Parse did not build.
-	keyGroup int
+	keyGroup    int          // 1 + the Index of the first rule with the same key parts (see SameKey), or 0
 }
 
 // SameKey reports whether r and other build the same key for every request: their key parts
@@ -273,10 +268,10 @@ type CostSpec struct {
 	Header   string
 	Default  int64 // cost when the header is absent
 	Max      int64 // cost when the header is invalid or larger than Max
-	// Usage, when set, makes the cost above a reservation, settled by the usage the
-	// response reports (see UsageSpec).
+	// Usage, when set, makes the cost above a reservation (see UsageSpec).
 	Usage *UsageSpec
 }
+
 
 // KeyPart is one descriptor part of a rule's key.
 type KeyPart struct {

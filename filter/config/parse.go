@@ -1145,36 +1145,27 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			d.Headers = nil
 			seen := map[string]string{}
 			for _, m := range hn.members {
-				mpath := joinKey(hpath, m.key)
-				name := lowerASCII(m.key)
-				if !isToken(name) {
+				mpath, name := joinKey(hpath, m.key), lowerASCII(m.key)
+				why, reserved := reservedDenyHeader(name)
+				prev, dup := seen[name]
+				switch {
+				case !isToken(name):
 					p.badHeaderName(mpath, m.key)
-					valid = false
-					continue
-				}
-				if why, ok := reservedDenyHeader(name); ok {
+				case reserved:
 					p.add(mpath, "cannot be set here: "+why)
-					valid = false
-					continue
-				}
-				if prev, ok := seen[name]; ok {
+				case dup:
 					p.add(mpath, "duplicate of header "+strconv.Quote(prev)+" (header names are case-insensitive)")
-					valid = false
-					continue
+				default:
+					seen[name] = m.key
+					var v string
+					if p.pattern(mpath, m.val, maxStringLen, &v, isFieldValue, " contains control characters") {
+						d.Headers = append(d.Headers, Header{Name: name, Value: v})
+						continue
+					}
 				}
-				seen[name] = m.key
-				v, ok := p.str(mpath, m.val, maxStringLen)
-				if !ok {
-					valid = false
-					continue
-				}
-				if !isFieldValue(v) {
-					p.add(mpath, quote(v)+" contains control characters")
-					valid = false
-					continue
-				}
-				d.Headers = append(d.Headers, Header{Name: name, Value: v})
+				valid = false
 			}
+
 			sort.SliceStable(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
 		}
 	}

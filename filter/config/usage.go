@@ -152,8 +152,7 @@ func parsePointer(s string) ([]string, string) {
 
 // checkUsage checks a usage cost against the rule's algorithm, once the limiter is built (see
 // checkAlgorithm): the algorithms that cannot give units back or take them beyond their
-// capacity refuse it, and the reservation must fit the capacity. It returns the offending
-// field relative to the rule and a message, or "".
+// capacity refuse it (adaptive among them), and the reservation must fit the capacity.
 //
 //go:noinline
 func checkUsage(r *Rule) (field, msg string) {
@@ -164,12 +163,6 @@ func checkUsage(r *Rule) (field, msg string) {
 		}
 		return "cost", "a usage cost is not for this rule: " + field + ": " + msg
 	}
-	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
-	switch cs := r.CostSpec; {
-	case cs.Header == "" && cs.Constant > capacity:
-		return "cost.reserve", costAboveCapacity(cs.Constant, capacity, from)
-	case cs.Header != "" && cs.Max > capacity:
-		return "cost.reserve.max", maxCostAboveCapacity(cs.Max, capacity, from)
-	}
-	return "", ""
+	return checkCost(r, "cost.reserve")
 }
+
