@@ -49,7 +49,6 @@ func checkCost(r *Rule, at string) (field, msg string) {
 	return "", ""
 }
 
-
 // algorithmError returns the field and message of algorithms.New's error (out of line).
 
 //

@@ -272,7 +272,6 @@ type CostSpec struct {
 	Usage *UsageSpec
 }
 
-
 // KeyPart is one descriptor part of a rule's key.
 type KeyPart struct {
 	Source Source // where the part's value comes from

@@ -165,4 +165,3 @@ func checkUsage(r *Rule) (field, msg string) {
 	}
 	return checkCost(r, "cost.reserve")
 }
-
