@@ -50,7 +50,6 @@ func checkCost(r *Rule, at string) (field, msg string) {
 }
 
 // algorithmError returns the field and message of algorithms.New's error (out of line).
-
 //
 //go:noinline
 func algorithmError(err error) (field, msg string) {

@@ -441,7 +441,6 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 }
 
 // badHeaderName reports s, at path, as no valid header name (out of line).
-
 //
 //go:noinline
 func (p *parser) badHeaderName(path, s string) {
