@@ -946,12 +946,15 @@ func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 	return re, true
 }
 
-// onlyOne finds which one of the given fields an object sets, reporting none or several.
-func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node, string, bool) {
+// onlyOne finds which one of the given fields an object sets, reporting none or several; it
+// returns the field's index in names.
+func (p *parser) onlyOne(path string, f fields, names ...string) (int, *node, string, bool) {
 	var set []string
-	for _, name := range names {
+	which := 0
+	for i, name := range names {
 		if f.has(name) {
 			set = append(set, name)
+			which = i
 		}
 	}
 	if len(set) != 1 {
@@ -960,10 +963,21 @@ func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node,
 			msg += ", got " + strings.Join(set, " and ")
 		}
 		p.add(path, msg)
-		return "", nil, "", false
+		return 0, nil, "", false
 	}
-	n, npath := f.get(set[0])
-	return set[0], n, npath, true
+	n, npath := f.get(names[which])
+	return which, n, npath, true
+}
+
+// condition reads the value of a path or header condition of kind, a regular expression
+// compiled.
+func (p *parser) condition(path string, n *node, kind StringMatchKind) (string, *regexp.Regexp, bool) {
+	s, ok := p.str(path, n, maxStringLen)
+	if !ok || kind != MatchRegex {
+		return s, nil, ok
+	}
+	re, ok := p.compileRegex(path, s)
+	return s, re, ok
 }
 
 func (p *parser) pathMatch(path string, n *node) *PathMatch {
@@ -975,30 +989,18 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 	if !ok {
 		return nil
 	}
-	s, ok := p.str(vpath, vn, maxStringLen)
-	if !ok {
+	pm := &PathMatch{Kind: MatchExact + StringMatchKind(which)}
+	pm.Value, pm.re, ok = p.condition(vpath, vn, pm.Kind)
+	switch s := pm.Value; {
+	case !ok:
 		return nil
-	}
-	pm := &PathMatch{Value: s}
-	switch which {
-	case "exact", "prefix":
-		if !strings.HasPrefix(s, "/") {
-			p.add(vpath, quote(s)+` must start with "/"`)
-			return nil
-		}
-		if strings.ContainsAny(s, "?#") {
-			p.add(vpath, quote(s)+" must not contain a query string: paths are matched without it")
-			return nil
-		}
-		pm.Kind = MatchExact
-		if which == "prefix" {
-			pm.Kind = MatchPrefix
-		}
-	case "regex":
-		pm.Kind = MatchRegex
-		if pm.re, ok = p.compileRegex(vpath, s); !ok {
-			return nil
-		}
+	case pm.Kind == MatchRegex:
+	case !strings.HasPrefix(s, "/"):
+		p.add(vpath, quote(s)+` must start with "/"`)
+		return nil
+	case strings.ContainsAny(s, "?#"):
+		p.add(vpath, quote(s)+" must not contain a query string: paths are matched without it")
+		return nil
 	}
 	return pm
 }
@@ -1024,38 +1026,21 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 	if !ok {
 		return hm, false
 	}
-	if which == "present" {
-		b, ok := p.boolean(vpath, vn)
-		if !ok {
-			return hm, false
-		}
+	if which == 0 {
+		present, ok := p.boolean(vpath, vn)
 		hm.Kind = MatchAbsent
-		if b {
+		if present {
 			hm.Kind = MatchPresent
 		}
-		return hm, valid
+		return hm, valid && ok
 	}
-	s, ok := p.str(vpath, vn, maxStringLen)
-	if !ok {
-		return hm, false
+	hm.Kind = MatchExact + StringMatchKind(which-1)
+	hm.Value, hm.re, ok = p.condition(vpath, vn, hm.Kind)
+	if ok && hm.Kind == MatchPrefix && hm.Value == "" {
+		p.add(vpath, `must not be empty (use "present": true)`)
+		ok = false
 	}
-	hm.Value = s
-	switch which {
-	case "exact":
-		hm.Kind = MatchExact
-	case "prefix":
-		if s == "" {
-			p.add(vpath, `must not be empty (use "present": true)`)
-			return hm, false
-		}
-		hm.Kind = MatchPrefix
-	case "regex":
-		hm.Kind = MatchRegex
-		if hm.re, ok = p.compileRegex(vpath, s); !ok {
-			return hm, false
-		}
-	}
-	return hm, valid
+	return hm, valid && ok
 }
 
 // defaultDeny is the built-in denial response.
