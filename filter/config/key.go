@@ -2,9 +2,11 @@ package config
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
+
 
 // Duplicate says what a header or query key part does with a header or query parameter the
 // request carries more than once. A key must be unambiguous: keying on one of the values
@@ -236,28 +238,13 @@ const (
 	kindConst
 )
 
-// kindOf maps a Source to its kind. Not inlined: keyKind, inlined on the request path, calls
-// it only for a Rule the parser did not make.
+// kindOf maps a Source to its kind (keySources lists the sources in the order of their
+// kinds). Not inlined: keyKind, inlined on the request path, calls it only for a Rule the
+// parser did not make.
 //
 //go:noinline
 func kindOf(s Source) sourceKind {
-	switch s {
-	case SourceClientIP:
-		return kindClientIP
-	case SourceHeader:
-		return kindHeader
-	case SourceQuery:
-		return kindQuery
-	case SourcePath:
-		return kindPath
-	case SourceMethod:
-		return kindMethod
-	case SourceRoute:
-		return kindRoute
-	case SourceConst:
-		return kindConst
-	}
-	return kindUnknown
+	return sourceKind(slices.Index(keySources, string(s)) + 1)
 }
 
 // keyKind returns the kind of key part i: the one the parser recorded (see Rule.Key), or, for

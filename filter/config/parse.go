@@ -559,7 +559,10 @@ func (p *parser) notFor(f fields, field, why string) bool {
 	return true
 }
 
-// variant reads the sliding window's variant into ac, and reports whether it is valid.
+// variant reads the sliding window's variant into ac, and reports whether it is valid (out
+// of line).
+//
+//go:noinline
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
 	return optEnum(p, f, "variant", &ac.Variant, algorithms.VariantCounter, algorithms.VariantLog)
@@ -693,6 +696,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	return cs, valid
 }
 
+// keySources lists the key sources in the order of their kinds (see kindOf).
 var keySources = []string{
 	string(SourceClientIP), string(SourceHeader), string(SourceQuery), string(SourcePath),
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
