@@ -478,7 +478,6 @@ func queryParams(path, name string) (first, last string, n int) {
 }
 
 func unhex(c byte) int {
-
 	switch {
 	case c >= '0' && c <= '9':
 		return int(c - '0')

@@ -390,10 +390,9 @@ func (p *parser) badName(path, s string) {
 // ruleConditions reads the rule's description and match into r (see rule).
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
-		if s, ok := p.str(dpath, dn, maxStringLen); ok {
-			r.Description = s
-		}
+		r.Description, _ = p.str(dpath, dn, maxStringLen)
 	}
+
 	if mn, mpath := f.get("match"); mn != nil {
 		p.match(mpath, mn, &r.Match)
 	}
@@ -680,18 +679,11 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		valid = false
 	}
 	valid = need(p, f, "max", ": it bounds what one request can cost and is charged for invalid values", 1, maxCost, &cs.Max, p.integer) && valid
-	if dn, dpath := f.get("default"); dn != nil {
-		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
-			cs.Default = v
-			if cs.Max > 0 && v > cs.Max {
-				p.add(dpath, "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(v, 10))
-				valid = false
-			}
-		} else {
-			valid = false
-		}
-	} else if cs.Max > 0 && cs.Default > cs.Max {
-		cs.Default = cs.Max
+	if !opt(f, "default", 1, maxCost, &cs.Default, p.integer) {
+		valid = false
+	} else if cs.Max > 0 && cs.Default > cs.Max { // not the default 1: max is at least 1
+		p.add(joinKey(path, "default"), "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(cs.Default, 10))
+		valid = false
 	}
 	return cs, valid
 }
@@ -723,14 +715,11 @@ func (p *parser) requiredFor(path, s string) {
 // queryName reads the name of a query parameter, at path, which must not be empty.
 func (p *parser) queryName(path string, n *node) (string, bool) {
 	name, ok := p.str(path, n, 256)
-	if !ok {
-		return "", false
-	}
-	if name == "" {
+	if ok && name == "" {
 		p.add(path, "must not be empty")
-		return "", false
+		ok = false
 	}
-	return name, true
+	return name, ok
 }
 
 // unusedBy is notFor for a key part's field that source s does not read (out of line).

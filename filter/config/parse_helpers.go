@@ -1,8 +1,8 @@
 package config
 
 import (
-	"math"
 	"slices"
+
 	"strconv"
 	"strings"
 	"time"
@@ -216,7 +216,7 @@ func smallInteger(s string) (int64, bool) {
 }
 
 func (p *parser) outOfRange(path string, n *node, lo, hi int64) {
-	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), hi == math.MaxInt64, n.describe()))
+	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), n.describe()))
 }
 
 // intField reads an int-typed integer; the bounds always fit an int.
@@ -270,18 +270,13 @@ func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(n.s, 64)
 	if err != nil || v < lo || v > hi {
-		p.add(path, rangeMsg(strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64), false, n.describe()))
+		p.add(path, rangeMsg(strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64), n.describe()))
 		return 0, false
 	}
 	return v, true
 }
 
-func rangeMsg(lo, hi string, open bool, got string) string {
-	if open {
-		return "must be >= " + lo + ", got " + got
-	}
-	return "must be between " + lo + " and " + hi + ", got " + got
-}
+func rangeMsg(lo, hi, got string) string { return "must be between " + lo + " and " + hi + ", got " + got }
 
 // duration reads a duration string in [lo, hi].
 func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
