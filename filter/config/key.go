@@ -7,7 +7,6 @@ import (
 	"strings"
 )
 
-
 // Duplicate says what a header or query key part does with a header or query parameter the
 // request carries more than once. A key must be unambiguous: keying on one of the values
 // while the upstream reads another lets a client rotate the value the limiter sees and keep

@@ -276,7 +276,9 @@ func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	return v, true
 }
 
-func rangeMsg(lo, hi, got string) string { return "must be between " + lo + " and " + hi + ", got " + got }
+func rangeMsg(lo, hi, got string) string {
+	return "must be between " + lo + " and " + hi + ", got " + got
+}
 
 // duration reads a duration string in [lo, hi].
 func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Duration, bool) {
