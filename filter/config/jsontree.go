@@ -47,19 +47,13 @@ const maxDepth = 32
 
 var errTooDeep = errors.New("nesting is deeper than 32 levels")
 
-// jsonError is decodeTree's error for a document that is not one JSON value: Path is where
-// in the document the problem was met (the value being read, or the object whose next
-// member was expected), Msg says what and, but for the nesting bound, at which byte.
-type jsonError struct {
-	Path string
-	Msg  string
-}
-
 // decodeTree parses data as exactly one JSON value. Duplicate object keys are reported
 // through dup with the path of the duplicate (here, so that each is reported with the
 // document's other problems), and the first occurrence is kept. Invalid UTF-8 is replaced by
-// U+FFFD, as encoding/json reads it.
-func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
+// U+FFFD, as encoding/json reads it. For a document that is not one JSON value the error's
+// Path is where the problem was met (the value being read, or the object whose next member
+// was expected), and its Msg says what and, but for the nesting bound, at which byte.
+func decodeTree(data []byte, dup func(path, key string)) (*node, *Error) {
 	d := decoder{
 		data: data,
 		dec: jsontext.NewDecoder(bytes.NewBuffer(data),
@@ -85,8 +79,8 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 // end (out of line).
 //
 //go:noinline
-func trailingData(data []byte, end int) *jsonError {
-	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
+func trailingData(data []byte, end int) *Error {
+	return &Error{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
 }
 
 // decoder builds the tree from jsontext's tokens. It keeps the path to the current value as
@@ -123,7 +117,7 @@ func (d *decoder) path() string {
 // what is wrong, without jsontext's JSON Pointer and prefix (out of line).
 //
 //go:noinline
-func (d *decoder) fail(err error) *jsonError {
+func (d *decoder) fail(err error) *Error {
 	msg := "invalid JSON: " + err.Error()
 	if se, ok := errors.AsType[*jsontext.SyntacticError](err); ok && se.Err != nil {
 		what := se.Err.Error()
@@ -134,7 +128,8 @@ func (d *decoder) fail(err error) *jsonError {
 	} else if err == io.EOF || err == io.ErrUnexpectedEOF {
 		msg = "invalid JSON: unexpected end of input"
 	}
-	return &jsonError{Path: d.path(), Msg: msg}
+	return &Error{Path: d.path(), Msg: msg}
+
 }
 
 // indexAfter is the member count from which an object indexes its keys in a map, which keeps

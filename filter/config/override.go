@@ -26,10 +26,8 @@ var overrideFields = []string{"part", "exact", "prefix", "limit", "window", "bur
 // parameter change (package algorithms, "Configuration changes"), so adding, removing or
 // re-spelling an override never grants a key allowance.
 type Override struct {
-	// Part is the index in the rule's Key of the part whose value is compared.
-	Part int
-	// Value is the exact value, or the prefix when Prefix is set.
-	Value  string
+	Part   int    // the index in the rule's Key of the part whose value is compared
+	Value  string // the exact value, or the prefix when Prefix is set
 	Prefix bool
 	// Unlimited overrides are never limited: the rule does not apply to their requests (they
 	// count as allowed and get no rate-limit headers).
@@ -91,8 +89,9 @@ func keyPartValue(key []byte, i int) ([]byte, bool) {
 	return nil, false
 }
 
-// overrides reads a rule's overrides. It runs after the rule's algorithm is read, since an
-// override is the rule's algorithm with other parameters.
+// overrides reads a rule's overrides, after its algorithm: an override is the rule's
+// algorithm with other parameters.
+
 func (p *parser) overrides(path string, n *node, r *Rule) {
 	elems, ok := p.array(path, n, 1, MaxOverrides)
 	if !ok {

@@ -62,7 +62,7 @@ func (p *parser) duplicateKey(path, key string) {
 }
 
 // invalidJSON returns the problems found so far with decodeTree's error last (out of line).
-func (p *parser) invalidJSON(err *jsonError) error {
+func (p *parser) invalidJSON(err *Error) error {
 	p.add(err.Path, err.Msg)
 	return p.result()
 }
