@@ -1,6 +1,7 @@
 package config
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -116,35 +117,29 @@ func (m *Match) matches(req Request) bool {
 // matches compares a path that has no query string. Paths are compared as Envoy hands them
 // over: no decoding or normalisation is done here, so enable Envoy's normalize_path and
 // merge_slashes if clients might write /api//login or /api/%6Cogin.
-func (pm *PathMatch) matches(path string) bool {
-	switch pm.Kind {
-	case MatchExact:
-		return path == pm.Value
-	case MatchPrefix:
-		return strings.HasPrefix(path, pm.Value)
-	case MatchRegex:
-		return pm.re.MatchString(path)
-	}
-	return false
-}
+func (pm *PathMatch) matches(path string) bool { return compare(pm.Kind, path, pm.Value, pm.re) }
 
 // matches evaluates the header condition against req, including Invert.
 func (hm *HeaderMatch) matches(req Request) bool {
 	v, ok := req.Header(hm.Name)
-	var res bool
-	switch hm.Kind {
-	case MatchPresent:
-		res = ok
-	case MatchAbsent:
-		res = !ok
-	case MatchExact:
-		res = ok && v == hm.Value
-	case MatchPrefix:
-		res = ok && strings.HasPrefix(v, hm.Value)
-	case MatchRegex:
-		res = ok && hm.re.MatchString(v)
+	if hm.Kind == MatchPresent || hm.Kind == MatchAbsent {
+		return (ok == (hm.Kind == MatchPresent)) != hm.Invert
 	}
-	return res != hm.Invert
+	return (ok && compare(hm.Kind, v, hm.Value, hm.re)) != hm.Invert
+}
+
+// compare reports whether s is value (MatchExact), starts with it (MatchPrefix) or matches
+// re (MatchRegex).
+func compare(kind StringMatchKind, s, value string, re *regexp.Regexp) bool {
+	switch kind {
+	case MatchExact:
+		return s == value
+	case MatchPrefix:
+		return strings.HasPrefix(s, value)
+	case MatchRegex:
+		return re.MatchString(s)
+	}
+	return false
 }
 
 // pathOnly strips the query string (and a fragment, should one ever arrive), so that a

@@ -883,12 +883,10 @@ func (p *parser) match(path string, n *node, m *Match) {
 		m.methods = newStringSet(methods)
 	}
 	if hn, hpath := f.get("headers"); hn != nil {
-		elems, ok := p.array(hpath, hn, 1, MaxHeaderConds)
-		if ok {
-			for i, e := range elems {
-				if hm, ok := p.headerMatch(joinIndex(hpath, i), e); ok {
-					m.Headers = append(m.Headers, hm)
-				}
+		elems, _ := p.array(hpath, hn, 1, MaxHeaderConds)
+		for i, e := range elems {
+			if hm, ok := p.headerMatch(joinIndex(hpath, i), e); ok {
+				m.Headers = append(m.Headers, hm)
 			}
 		}
 	}
@@ -1082,19 +1080,19 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 	d := *parent
 	valid := opt(f, "status", 400, 599, &d.Status, p.intField)
 	if bn, bpath := f.get("body"); bn != nil {
-		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
-			parts, msg := compileBody(s)
-			if msg != "" {
-				p.add(bpath, msg)
-				valid = false
-			} else {
-				d.Body, d.body = s, parts
-				d.ContentType = "text/plain"
-			}
-		} else {
+		s, ok := p.str(bpath, bn, maxBodyLen)
+		parts, msg := compileBody(s)
+		switch {
+		case !ok:
 			valid = false
+		case msg != "":
+			p.add(bpath, msg)
+			valid = false
+		default:
+			d.Body, d.body, d.ContentType = s, parts, "text/plain"
 		}
 	}
+
 	if cn, cpath := f.get("content_type"); cn != nil {
 		valid = p.pattern(cpath, cn, 256, &d.ContentType, func(s string) bool { return isHostText(s, "") }, " is not a valid content type") && valid
 	}
