@@ -245,18 +245,13 @@ func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("domain"); n != nil {
 		p.pattern(path, n, maxStringLen, &c.Domain, isName, nameMismatch)
 	}
-
 	optEnum(p, f, "failure_mode", &c.FailureMode, "allow", "deny")
 	opt(f, "cas_attempts", 1, 64, &c.CASAttempts, p.intField)
 	optEnum(p, f, "rate_limit_headers", &c.RateLimitHeaders, headersModes...)
 	opt(f, "trusted_hops", 0, 16, &c.TrustedHops, p.intField)
 	opt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys, p.intField)
 	opt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes, p.intField)
-	if n, path := f.get("deny"); n != nil {
-		if d := p.deny(path, n, c.Deny); d != nil {
-			c.Deny = d
-		}
-	}
+	p.deny(f, &c.Deny)
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
@@ -420,11 +415,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
 	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
 	optEnum(p, f, "rate_limit_headers", &r.RateLimitHeaders, headersModes...)
-	if dn, dpath := f.get("deny"); dn != nil {
-		if d := p.deny(dpath, dn, c.Deny); d != nil {
-			r.Deny = d
-		}
-	}
+	p.deny(f, &r.Deny)
 }
 
 // ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
@@ -1067,17 +1058,21 @@ func reservedDenyHeader(name string) (string, bool) {
 	return "", false
 }
 
-// deny reads a denial response. Fields that are absent are inherited from parent (the
-// top-level response, or the built-in one), except that a body given without a
-// content_type gets "text/plain": the inherited content type described a different body.
-// A rule's headers, when given, replace the parent's headers entirely, so a rule can drop
-// them.
-func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
+// deny reads the denial response of f's "deny" member, when set and valid, into *dst. Absent
+// fields are inherited from *dst (the top-level response, or the built-in one), except that a
+// body given without a content_type gets "text/plain": the inherited content type described
+// a different body. A rule's headers, when given, replace the parent's entirely, so a rule
+// can drop them.
+func (p *parser) deny(of fields, dst **Deny) {
+	n, path := of.get("deny")
+	if n == nil {
+		return
+	}
 	f, ok := p.object(path, n, denyFields...)
 	if !ok {
-		return nil
+		return
 	}
-	d := *parent
+	d := **dst
 	valid := opt(f, "status", 400, 599, &d.Status, p.intField)
 	if bn, bpath := f.get("body"); bn != nil {
 		s, ok := p.str(bpath, bn, maxBodyLen)
@@ -1141,14 +1136,12 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 				}
 				valid = false
 			}
-
 			sort.SliceStable(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
 		}
 	}
-	if !valid {
-		return nil
+	if valid {
+		*dst = &d
 	}
-	return &d
 }
 
 // The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
