@@ -87,26 +87,23 @@ func (p *parser) budget(path string, c *Config) {
 // overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
 // and shared bytes in Envoy's shared data, each with its largest tables (out of line).
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
-	costs := make([]ruleCost, 0, len(c.Rules))
-	for _, r := range c.Rules {
-		costs = append(costs, ruleCost{r.Index, c.TableCost(r)})
-	}
-	report := func(total, budget int64, where string, of func(ruleCost) int64) {
-		sorted := append([]ruleCost(nil), costs...)
-		sort.SliceStable(sorted, func(i, j int) bool { return of(sorted[i]) > of(sorted[j]) })
+	report := func(total, budget int64, where string, of func(TableCost) int64) {
+		sorted := append([]*Rule(nil), c.Rules...)
+		sort.SliceStable(sorted, func(i, j int) bool { return of(c.TableCost(sorted[i])) > of(c.TableCost(sorted[j])) })
 		var top []string
-		for _, rc := range sorted[:min(3, len(sorted))] {
-			top = append(top, joinIndex(path, rc.index)+" "+strconv.FormatInt(rc.Slots, 10)+" keys x "+
-				strconv.FormatInt(of(rc)/rc.Slots, 10)+" B = "+formatBytes(of(rc)))
+		for _, r := range sorted[:min(3, len(sorted))] {
+			tc := c.TableCost(r)
+			top = append(top, joinIndex(path, r.Index)+" "+strconv.FormatInt(tc.Slots, 10)+" keys x "+
+				strconv.FormatInt(of(tc)/tc.Slots, 10)+" B = "+formatBytes(of(tc)))
 		}
 		p.add(path, "the rules' key tables could hold "+formatBytes(total)+" "+where+", above the budget of "+formatBytes(budget)+
 			"; largest: "+strings.Join(top, ", ")+" (lower max_keys, or use fewer keyed rules)")
 	}
 	if vm > maxVMTableBytes {
-		report(vm, maxVMTableBytes, "in every worker VM", func(c ruleCost) int64 { return c.VMBytes })
+		report(vm, maxVMTableBytes, "in every worker VM", func(tc TableCost) int64 { return tc.VMBytes })
 	}
 	if shared > maxSharedDataBytes {
-		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c ruleCost) int64 { return c.SharedBytes })
+		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(tc TableCost) int64 { return tc.SharedBytes })
 	}
 }
 
@@ -134,12 +131,6 @@ func formatBytes(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10) + " B"
-}
-
-// ruleCost is one rule's key-table cost, as overBudget reports it.
-type ruleCost struct {
-	index int
-	TableCost
 }
 
 // regexProgram returns the number of instructions of src's compiled RE2 program.

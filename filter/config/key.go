@@ -29,13 +29,11 @@ var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), strin
 // (the default): such a request has no unambiguous key for the rule and must be refused (the
 // filter answers 400) before AppendKey is asked for its key, which it would not build.
 //
-// A header's count is of its lines as the filter sees them (Request.HeaderLines). Envoy
-// keeps each line of most headers as its own entry, so those are counted exactly; the
-// headers its header map indexes inline (x-forwarded-for, user-agent, :authority and the
-// others of Envoy's inline list) it folds into one value joined by "," as they arrive, and
-// that one value is what both the filter and the upstream then see. A query parameter's
-// count is of the pairs of the query string whose decoded name is the part's name
-// ("?k=a&k=b" twice, "?k=a&%6B=b" too): frameworks differ in which of them they read.
+// A header's count is of its lines as the filter sees them (Request.HeaderLines): Envoy folds
+// the headers its header map indexes inline (x-forwarded-for, user-agent, :authority ...)
+// into one value joined by ",", which both the filter and the upstream then see. A query
+// parameter's count is of the pairs whose decoded name is the part's name ("?k=a&k=b" twice,
+// "?k=a&%6B=b" too): frameworks differ in which of them they read.
 func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 	if !r.RepeatsKeyPart(req) {
 		return nil, false
@@ -99,9 +97,8 @@ func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	return r.walkKey(dst, req, walkBuild)
 }
 
-// What walkKey does: build the key (AppendKey), check that it can be built (Match), or
-// look for a part whose header or query parameter is repeated under DuplicateReject
-// (DuplicatePart; the walk then reports ok when there is none).
+// What walkKey does: build the key (AppendKey), check that it can be built (Match), or look
+// for a repeated part under DuplicateReject (DuplicatePart; ok when there is none).
 const (
 	walkBuild uint8 = iota
 	walkAvailable
@@ -297,16 +294,16 @@ func appendLongLen(dst []byte, n int) []byte {
 }
 
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
-// "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are out of walkKey's line: a header or canonical client IP part needs neither.
+// "?key=abc" and "?key=%61bc" (the same key to the backend) count together (out of line).
 func appendQueryPart(dst []byte, v string) []byte {
 	dst = appendLen(dst, unescapedLen(v))
 	return appendUnescaped(dst, v)
 }
 
 // appendIPValue appends the client IP part for an address the request did not write in
-// canonical form, or masked to a prefix: the whole address is rendered once per request, into
-// the cache (rather than once per rule), a prefix (or an address without a cache) into dst.
+// canonical form, or masked to a prefix (out of line): the whole address is rendered once per
+// request into the cache, a prefix (or an address without a cache) into dst.
+
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip netip.Addr) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 		if m.partLen != 0 {
