@@ -170,7 +170,6 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 	if over {
 		return false // reported once, where the total was crossed
 	}
-
 	if p.regexInsts > MaxRegexProgramTotal {
 		p.add(path, "the config's regular expressions compile to "+strconv.Itoa(p.regexInsts)+
 			" RE2 instructions so far; the maximum for all of them together is "+strconv.Itoa(MaxRegexProgramTotal))

@@ -129,7 +129,6 @@ func (d *decoder) fail(err error) *Error {
 		msg = "invalid JSON: unexpected end of input"
 	}
 	return &Error{Path: d.path(), Msg: msg}
-
 }
 
 // indexAfter is the member count from which an object indexes its keys in a map, which keeps

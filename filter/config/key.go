@@ -303,7 +303,6 @@ func appendQueryPart(dst []byte, v string) []byte {
 // appendIPValue appends the client IP part for an address the request did not write in
 // canonical form, or masked to a prefix (out of line): the whole address is rendered once per
 // request into the cache, a prefix (or an address without a cache) into dst.
-
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip netip.Addr) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 		if m.partLen != 0 {

@@ -91,7 +91,6 @@ func keyPartValue(key []byte, i int) ([]byte, bool) {
 
 // overrides reads a rule's overrides, after its algorithm: an override is the rule's
 // algorithm with other parameters.
-
 func (p *parser) overrides(path string, n *node, r *Rule) {
 	elems, ok := p.array(path, n, 1, MaxOverrides)
 	if !ok {
@@ -223,7 +222,6 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		tag += strconv.Itoa(o.Part) + "|" // a part's length prefix ends in ':', not '|'
 	}
 	o.Tag = string(appendPart([]byte(tag), o.Value))
-
 	if o.Unlimited {
 		return o, true
 	}

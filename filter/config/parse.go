@@ -365,7 +365,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		r.Continue, _ = p.boolean(bpath, bn)
 	}
 	if options {
-		p.ruleResponse(f, r, c)
+		p.ruleResponse(f, r)
 	}
 	p.algorithm(path, f, r)
 	if options {
@@ -387,7 +387,6 @@ func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
 		r.Description, _ = p.str(dpath, dn, maxStringLen)
 	}
-
 	if mn, mpath := f.get("match"); mn != nil {
 		p.match(mpath, mn, &r.Match)
 	}
@@ -412,7 +411,7 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 }
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
-func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
+func (p *parser) ruleResponse(f fields, r *Rule) {
 	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
 	optEnum(p, f, "rate_limit_headers", &r.RateLimitHeaders, headersModes...)
 	p.deny(f, &r.Deny)
@@ -578,7 +577,6 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		// A non-zero MaxDelay is what turns the leaky bucket into a shaper.
 		valid = need(p, f, "max_delay", ` when mode is "shape"`, time.Millisecond, maxShapingDelay, &ac.MaxDelay, p.duration) && valid
 	} else if p.notFor(f, "max_delay", `mode "meter" (max_delay needs mode "shape")`) {
-
 		valid = false
 	}
 	return valid
@@ -631,7 +629,6 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 	valid := need(p, f, "min_limit", "", 1, algorithms.LimitCeiling, &ac.MinLimit, p.integer)
 	valid = need(p, f, "max_limit", "", 1, algorithms.LimitCeiling, &ac.MaxLimit, p.integer) && valid
 	valid = opt(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency, p.duration) && valid
-
 	valid = opt(f, "error_threshold", 0, 1, &ac.ErrorThreshold, p.float) && valid
 	valid = opt(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval, p.duration) && valid
 	if valid && ac.MinLimit > ac.MaxLimit {
@@ -1087,7 +1084,6 @@ func (p *parser) deny(of fields, dst **Deny) {
 			d.Body, d.body, d.ContentType = s, parts, "text/plain"
 		}
 	}
-
 	if cn, cpath := f.get("content_type"); cn != nil {
 		valid = p.pattern(cpath, cn, 256, &d.ContentType, func(s string) bool { return isHostText(s, "") }, " is not a valid content type") && valid
 	}
@@ -1184,7 +1180,6 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 			p.add(hpath, `only allowed with "shadow": true or an enforce_percent below 100`)
 		case !isToken(s) || strings.HasPrefix(s, ":"):
 			p.badHeaderName(hpath, s)
-
 		default:
 			r.ShadowRequestHeader = lowerASCII(s)
 		}

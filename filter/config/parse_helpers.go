@@ -2,7 +2,6 @@ package config
 
 import (
 	"slices"
-
 	"strconv"
 	"strings"
 	"time"

@@ -84,7 +84,6 @@ func (p *parser) usageCost(path string, n *node) (CostSpec, bool) {
 	}
 	valid = optEnum(p, f, "on_missing", &u.OnMissing, UsageMissingReserve, UsageMissingMax) && valid
 	return cs, valid
-
 }
 
 // usageSource reads {header} or {json: [pointers]} into u.
@@ -103,7 +102,6 @@ func (p *parser) usageSource(path string, n *node, u *UsageSpec) bool {
 		var ok bool
 		u.Header, ok = p.headerName(hpath, hn)
 		return ok
-
 	case jn == nil:
 		p.add(path, `needs "header" (a response header) or "json" (pointers into the response body)`)
 		return false
