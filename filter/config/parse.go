@@ -652,7 +652,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		p.add(path, "want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "+n.describe())
 		return CostSpec{}, false
 	}
-	if n.lookup("reserve") != nil || n.lookup("usage") != nil {
+	if n.lookup("reserve") != nil || n.lookup("usage") != nil { // a usage cost, not a cost header
 		return p.usageCost(path, n)
 	}
 	f, _ := p.object(path, n, costFields...)
