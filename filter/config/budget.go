@@ -89,7 +89,7 @@ func (p *parser) budget(path string, c *Config) {
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	report := func(total, budget int64, where string, of func(TableCost) int64) {
 		sorted := append([]*Rule(nil), c.Rules...)
-		sort.SliceStable(sorted, func(i, j int) bool { return of(c.TableCost(sorted[i])) > of(c.TableCost(sorted[j])) })
+		sort.Stable(byLess[*Rule]{sorted, func(a, b *Rule) bool { return of(c.TableCost(a)) > of(c.TableCost(b)) }})
 		var top []string
 		for _, r := range sorted[:min(3, len(sorted))] {
 			tc := c.TableCost(r)

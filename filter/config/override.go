@@ -140,7 +140,7 @@ func sortPrefixesLongestFirst(out []Override) {
 			prefixes = append(prefixes, out[i])
 		}
 	}
-	sort.SliceStable(prefixes, func(i, j int) bool { return len(prefixes[i].Value) > len(prefixes[j].Value) })
+	sort.Stable(byLess[Override]{prefixes, func(a, b Override) bool { return len(a.Value) > len(b.Value) }})
 	for k, i := range at {
 		out[i] = prefixes[k]
 	}

@@ -1132,7 +1132,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 				}
 				valid = false
 			}
-			sort.SliceStable(d.Headers, func(i, j int) bool { return d.Headers[i].Name < d.Headers[j].Name })
+			sort.Stable(byLess[Header]{d.Headers, func(a, b Header) bool { return a.Name < b.Name }})
 		}
 	}
 	if valid {
