@@ -244,24 +244,36 @@ func cfgErr(field, msg string) error {
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
-		return newTokenBucket(c)
+		return newLimiter[TokenBucket](c)
 	case AlgLeakyBucket:
-		return newLeakyBucket(c)
+		return newLimiter[LeakyBucket](c)
 	case AlgSlidingWindow:
 		switch c.Variant {
 		case "", VariantCounter:
-			return newSlidingWindowCounter(c)
+			return newLimiter[SlidingWindowCounter](c)
 		case VariantLog:
-			return newSlidingWindowLog(c)
+			return newLimiter[SlidingWindowLog](c)
 		}
 	case AlgFixedWindow:
-		return newFixedWindow(c)
+		return newLimiter[FixedWindow](c)
 	case AlgGCRA:
-		return newGCRA(c)
+		return newLimiter[GCRA](c)
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	}
 	return nil, unknownAlgorithm(c)
+}
+
+// newLimiter returns a new limiter of type T set up by its init.
+func newLimiter[T any, P interface {
+	*T
+	init(Config) error
+}](c Config) (P, error) {
+	l := P(new(T))
+	if err := l.init(c); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it

@@ -51,15 +51,7 @@ const (
 	fixedSizeV1    = 13
 )
 
-func newFixedWindow(c Config) (*FixedWindow, error) {
-	f := new(FixedWindow)
-	if err := f.init(c); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// init validates c and sets f up (New, and peekOld by value).
+// init validates c and sets f up (newLimiter, and peekOld by value).
 func (f *FixedWindow) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

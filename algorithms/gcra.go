@@ -49,15 +49,7 @@ const (
 	gcraSizeV1 = 9
 )
 
-func newGCRA(c Config) (*GCRA, error) {
-	g := new(GCRA)
-	if err := g.init(c); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-// init validates c and sets g up (New, and peekOld by value).
+// init validates c and sets g up (newLimiter, and peekOld by value).
 func (g *GCRA) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

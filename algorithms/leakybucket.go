@@ -96,15 +96,7 @@ const (
 	shaperSizeV1 = 13
 )
 
-func newLeakyBucket(c Config) (*LeakyBucket, error) {
-	l := new(LeakyBucket)
-	if err := l.init(c); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// init validates c and sets l up (New, and peekOld by value).
+// init validates c and sets l up (newLimiter, and peekOld by value).
 func (l *LeakyBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

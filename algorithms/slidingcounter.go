@@ -96,15 +96,7 @@ type counterCore struct {
 	lim      int64 // the limit (the ceiling for adaptive), used to clamp decoded counts
 }
 
-func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
-	s := new(SlidingWindowCounter)
-	if err := s.init(c); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// init validates c and sets s up (New, and peekOld by value).
+// init validates c and sets s up (newLimiter, and peekOld by value).
 func (s *SlidingWindowCounter) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err

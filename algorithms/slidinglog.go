@@ -70,15 +70,7 @@ const (
 	logHeaderV1 = 19
 )
 
-func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
-	l := new(SlidingWindowLog)
-	if err := l.init(c); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// init validates c and sets l up (New, and peekOld by value).
+// init validates c and sets l up (newLimiter, and peekOld by value).
 func (l *SlidingWindowLog) init(c Config) error {
 	if err := validateCommon(c, LogLimitCeiling); err != nil {
 		return err

@@ -87,15 +87,7 @@ func newBucket(c Config) (bucket, error) {
 	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
 }
 
-func newTokenBucket(c Config) (*TokenBucket, error) {
-	t := new(TokenBucket)
-	if err := t.init(c); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// init validates c and sets t up (New, and peekOld by value).
+// init validates c and sets t up (newLimiter, and peekOld by value).
 func (t *TokenBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
