@@ -238,6 +238,21 @@ func idleConverted(state []byte, now, capNew int64) bool {
 	return !ok || ((idle || r >= capNew) && at <= now)
 }
 
+// convert is AllowN of l on a state recorded under other parameters, for a limiter of capacity
+// capNew: it decides n on the converted state (see consumption), or on a fresh key when the
+// state does not decode.
+func convert(l interface {
+	Limiter
+	converted(c, tc int64) []byte
+}, state []byte, now, n, capNew int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, capNew); ok {
+		conv = l.converted(c, tc)
+	}
+	d, out := l.AllowN(conv, now, n)
+	return finishConverted(state, d, out, l.StateSize())
+}
+
 // finishConverted returns what AllowN returns after deciding on a converted state: when
 // admitted, the new state (in state's array when its capacity allows); otherwise the input
 // unchanged, so that a denial writes nothing and the next request converts again.

@@ -95,7 +95,7 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	now = clampNow(now)
 	off, conv := f.locate(state)
 	if conv {
-		return f.convert(state, now, n)
+		return convert(f, state, now, n, f.limit)
 	}
 	w, count, carry := f.load(state, off, now)
 	d := Decision{Limit: f.limit}
@@ -134,15 +134,8 @@ func (f *FixedWindow) encode(state []byte, w, count, carry int64) []byte {
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (f *FixedWindow) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, f.limit); ok {
-		conv = f.encode(nil, tc-tc%f.w, c, 0)
-	}
-	d, out := f.AllowN(conv, now, n)
-	return finishConverted(state, d, out, fixedSizeCarry)
-}
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (f *FixedWindow) converted(c, tc int64) []byte { return f.encode(nil, tc-tc%f.w, c, 0) }
 
 // peek reports the events left in now's window, for a state in f's current encoding with f's
 // parameters, and the instant it counted for: now, or the start of the stored window when

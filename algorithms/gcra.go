@@ -85,7 +85,7 @@ func (g *GCRA) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
 	off, conv := g.locate(state)
 	if conv {
-		return g.convert(state, now, n)
+		return convert(g, state, now, n, g.burst)
 	}
 	tat, ok := g.decode(state, off)
 	base := now
@@ -120,15 +120,8 @@ func (g *GCRA) encode(state []byte, tat int64) []byte {
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (g *GCRA) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, g.burst); ok {
-		conv = g.encode(nil, tc+c*g.t)
-	}
-	d, out := g.AllowN(conv, now, n)
-	return finishConverted(state, d, out, gcraSize)
-}
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (g *GCRA) converted(c, tc int64) []byte { return g.encode(nil, tc+c*g.t) }
 
 // peek reports the cells that pass at now, for a state in g's current encoding with g's
 // parameters. GCRA compares its schedule with now itself, so it evaluates at now.

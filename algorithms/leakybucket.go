@@ -140,7 +140,7 @@ func (l *LeakyBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	}
 	off, conv := l.locate(state)
 	if conv {
-		return l.convert(state, now, n)
+		return convert(l, state, now, n, l.b.capacity)
 	}
 	level, last, ok := l.b.decode(state, off)
 	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
@@ -159,18 +159,13 @@ func (l *LeakyBucket) locate(state []byte) (off int, convert bool) {
 	return l.p.locate(state, verLeakyMeter2, tbSize, verLeakyMeter, tbSizeV1)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (l *LeakyBucket) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, l.b.capacity); ok {
-		if u := c * l.b.wg; l.shaper {
-			conv = l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
-		} else {
-			conv = encodeTB(nil, &l.p, verLeakyMeter2, u, tc)
-		}
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (l *LeakyBucket) converted(c, tc int64) []byte {
+	u := c * l.b.wg
+	if l.shaper {
+		return l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
 	}
-	d, out := l.AllowN(conv, now, n)
-	return finishConverted(state, d, out, l.StateSize())
+	return encodeTB(nil, &l.p, verLeakyMeter2, u, tc)
 }
 
 // peek reports Remaining at now and the instant it was evaluated at, for a state in l's
@@ -221,7 +216,7 @@ func (l *LeakyBucket) shape(state []byte, now, n int64) (Decision, []byte) {
 	b := &l.b
 	off, conv := l.locate(state)
 	if conv {
-		return l.convert(state, now, n)
+		return convert(l, state, now, n, l.b.capacity)
 	}
 	pns, pfrac, ok := l.decodeShaper(state, off)
 	d := Decision{Limit: b.limit}

@@ -235,7 +235,7 @@ func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decisio
 	now = clampNow(now)
 	off, conv := s.locate(state)
 	if conv {
-		return s.convert(state, now, n)
+		return convert(s, state, now, n, s.cc.lim)
 	}
 	ws, prev, cur, carry, ok := s.decode(state, off)
 	w, eff, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
@@ -262,14 +262,9 @@ func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur, carry int64) [
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (s *SlidingWindowCounter) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, s.cc.lim); ok {
-		conv = s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
-	}
-	d, out := s.AllowN(conv, now, n)
-	return finishConverted(state, d, out, counterSizeCarry)
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (s *SlidingWindowCounter) converted(c, tc int64) []byte {
+	return s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
 }
 
 // peek reports Remaining at now and the instant the estimate was taken at, for a state in s's

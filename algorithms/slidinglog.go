@@ -154,7 +154,7 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 	now = clampNow(now)
 	h, count, oldest, newest, ok, conv := l.header(state)
 	if conv {
-		return l.convert(state, now, n)
+		return convert(l, state, now, n, l.limit)
 	}
 	eff := now
 	var dropped, first int64
@@ -218,15 +218,11 @@ func (l *SlidingWindowLog) putHeader(out []byte, count, oldest, newest int64) {
 	put64(out[hdrSize+10:], newest)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (l *SlidingWindowLog) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, l.limit); ok {
-		conv = make([]byte, logHeader+int(max(c-1, 0))*l.width, l.StateSize())
-		l.putHeader(conv, c, tc, tc) // the deltas are zero
-	}
-	d, out := l.AllowN(conv, now, n)
-	return finishConverted(state, d, out, l.StateSize())
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (l *SlidingWindowLog) converted(c, tc int64) []byte {
+	out := make([]byte, logHeader+int(max(c-1, 0))*l.width, l.StateSize())
+	l.putHeader(out, c, tc, tc) // the deltas are zero
+	return out
 }
 
 // peek reports the events that still fit at now and the instant they were counted at

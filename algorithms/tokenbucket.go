@@ -178,7 +178,7 @@ func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	if len(state) != 0 {
 		var conv bool
 		if tokens, eff, conv = t.stored(state, now); conv {
-			return t.convert(state, now, n)
+			return convert(t, state, now, n, t.b.capacity)
 		}
 	}
 	d, tokens, store := t.b.decide(tokens, eff, now, n)
@@ -188,14 +188,9 @@ func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	return d, encodeTB(state, &t.p, verTokenBucket2, tokens, eff)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (t *TokenBucket) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, t.b.capacity); ok {
-		conv = encodeTB(nil, &t.p, verTokenBucket2, (t.b.capacity-c)*t.b.wg, tc)
-	}
-	d, out := t.AllowN(conv, now, n)
-	return finishConverted(state, d, out, tbSize)
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (t *TokenBucket) converted(c, tc int64) []byte {
+	return encodeTB(nil, &t.p, verTokenBucket2, (t.b.capacity-c)*t.b.wg, tc)
 }
 
 // peek reports the whole tokens left at now and the instant the bucket was evaluated at, for
