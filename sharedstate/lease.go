@@ -20,14 +20,11 @@ const (
 // Take decides a lease take on key at now: the request's own cost, and, when that is admitted
 // in the key's own slot, up to reserve more units, but no more than 1/LeaseShare of what
 // remains after the cost, so that LeaseShare holders taking at once reserve at most what
-// remains.
-// Pending.Reserved reports the units reserved beyond the cost; Decision is the decision for
+// remains. Pending.Reserved reports the units reserved beyond the cost; Decision is the decision for
 // cost + Reserved. A denial is the exact decision for the cost alone, so a take never denies
 // what AllowN admits. Commit writes it.
 func (t *Table) Take(key []byte, now, cost, reserve int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, cost, 0, false, false, 0
-	p.op, p.arg, p.Reserved = opTake, reserve, 0
-	return t.decide(p, key, true)
+	return t.begin(p, key, opTake, now, cost, reserve)
 }
 
 // LeaseShare is the number of holders a lease take assumes may take at once: a take reserves
@@ -40,9 +37,7 @@ const LeaseShare = 8
 // algorithm takes nothing back, when the key has no state of its own (a fresh key, or one
 // counted in an overflow slot), or when the units no longer weigh in the state.
 func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
-	p.op, p.arg = opGiveBack, takenAt
-	if err := t.decide(p, key, true); err != nil {
+	if err := t.begin(p, key, opGiveBack, now, n, takenAt); err != nil {
 		return err
 	}
 	return t.Commit(p)
@@ -53,9 +48,7 @@ func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
 // slot is placed again, as a decision places it. It writes nothing when the table's limiter
 // cannot settle or the settlement leaves the state as it is.
 func (t *Table) Settle(key []byte, now, reservedAt, delta int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, delta, 0, false, false, 0
-	p.op, p.arg, p.Reserved = opSettle, reservedAt, 0
-	if err := t.decide(p, key, true); err != nil {
+	if err := t.begin(p, key, opSettle, now, delta, reservedAt); err != nil {
 		return err
 	}
 	return t.Commit(p)

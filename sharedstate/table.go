@@ -11,31 +11,27 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// Limiter is what a Table needs from an algorithm: a pure decision over encoded state, and a
-// way to tell that a state is back at its full allowance (so its slot may be given to another
-// key without granting anybody anything).
+// Limiter is what a Table needs from an algorithm: a decision over encoded state, and whether
+// a state is back at full allowance (so its slot may go to another key, granting nobody anything).
 type Limiter interface {
 	AllowN(state []byte, now, n int64) (algorithms.Decision, []byte)
 	Idle(state []byte, now int64) bool
 }
 
 // DigestSize is the length of the key digest stored in front of every slot's state (see
-// keyDigest). 128 bits of a keyed pseudorandom function make a collision between two
-// client-chosen keys infeasible, which matters because a collision would let one client spend
-// another's allowance.
+// keyDigest).
 const DigestSize = 16
 
-// GroupSlots is the number of slots a group holds at most. A key may live in any slot of two
-// groups chosen by the keyed hash; each group has an index entry in shared data that lists
-// the keys of its slots (see Table).
-const GroupSlots = 32
+// GroupSlots is the number of slots a group holds at most, and Choices the number of groups
+// (chosen by the keyed hash) a key may live in (see Table).
+const (
+	GroupSlots = 32
+	Choices    = 2
+)
 
 // fingerprintSize is the length of a key's entry in its group's index: the first 8 bytes of
-// its digest (see Table).
+// its digest.
 const fingerprintSize = 8
-
-// Choices is the number of groups a key may live in.
-const Choices = 2
 
 // firstGroupFree is how many free slots a key's first group must have for a new key to go
 // there without looking at its second group (see Table): while it has, a lookup that does not
@@ -49,15 +45,16 @@ const firstGroupFree = 10
 const OverflowSlots = 64
 
 // maxGeometries is how many table geometries (distinct max_keys values) a rule remembers, the
-// current one included (see Table).
+// current one included.
 const maxGeometries = 8
 
-// The kind of a slot value, the byte after the digest. Only live slots are written; a value of
-// another kind (left by an earlier version of the table) is free for any key.
-const slotLive = 0
-
-// slotHeader is the length of a slot's value before the state: digest and kind.
-const slotHeader = DigestSize + 1
+// slotLive is the kind of a slot value, the byte after the digest; slotHeader is the length of
+// the value before the state. Only live slots are written; a value of another kind (left by an
+// earlier version of the table) is free for any key.
+const (
+	slotLive   = 0
+	slotHeader = DigestSize + 1
+)
 
 // createCAS is the CAS number used to create an entry that did not exist. Envoy lets a Set of
 // a missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite an
@@ -72,13 +69,13 @@ const createCAS = math.MaxUint32
 // of their time while they drain.
 const idleSlack = int64(10 * 60 * 1e9)
 
-// SecretKey is the shared-data key of the process-wide slot-addressing secret (see
-// LoadSecret). Rule prefixes end in '|' and every slot name continues after it, so no slot of
-// any rule can be named like this.
-const SecretKey = "ratelimit|secret"
-
-// SecretSize is the size of the slot-addressing secret: a SipHash-2-4 key.
-const SecretSize = 16
+// SecretKey is the shared-data key of the process-wide slot-addressing secret, a SipHash-2-4
+// key of SecretSize bytes (see LoadSecret). Rule prefixes end in '|' and every slot name
+// continues after it, so no slot of any rule can be named like this.
+const (
+	SecretKey  = "ratelimit|secret"
+	SecretSize = 16
+)
 
 // ErrAttemptsExhausted means every compare-and-swap attempt lost a race. That is contention,
 // not a store failure: the filter denies the request (see the filter package), so losing races
@@ -110,34 +107,26 @@ const envoyEntryOverhead = 128
 
 // LoadSecret returns the process-wide secret that keys slot addressing, which every worker VM
 // must agree on: a VM that finds none (or one of the wrong size) draws 16 random bytes and
-// writes them by compare-and-swap, so that of two VMs starting at once only one succeeds, and
-// both use what won.
+// writes them with Update, so that of two VMs starting at once one wins and both use its secret.
 //
 // The bytes come from math/rand/v2's global generator: ChaCha8 keyed from the operating
 // system's entropy (random_get on wasip1), unpredictable from its output, as a SipHash key
 // needs. crypto/rand reads the same entropy but links Go's FIPS 140 module (0.28 MB of
 // the .wasm); it would only differ if random_get failed, which Envoy's host CSPRNG does not.
 func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
-	for range 16 {
-		v, cas, err := store.Get(SecretKey)
-		switch {
-		case err == nil && len(v) == SecretSize:
-			return [SecretSize]byte(v), nil
-		case err == nil:
-			// Corrupt: replace it, but only if nobody else did in the meantime.
-		case isNotFound(err):
-			cas = createCAS
-		default:
-			return secret, err
+	_, err = Update(store, SecretKey, 16, func(cur []byte) []byte {
+		if len(cur) == SecretSize {
+			secret = [SecretSize]byte(cur)
+			return nil
 		}
-		var fresh [SecretSize]byte
-		randomBytes(fresh[:])
-		if err := store.Set(SecretKey, fresh[:], cas); err != nil && !errors.Is(err, ErrCasMismatch) {
-			return secret, err
-		}
-		// Whether this VM's write won or another's did, the stored value is the one to use.
+		binary.LittleEndian.PutUint64(secret[:], rand.Uint64())
+		binary.LittleEndian.PutUint64(secret[8:], rand.Uint64())
+		return secret[:]
+	})
+	if err != nil {
+		return [SecretSize]byte{}, err
 	}
-	return secret, errors.New("sharedstate: the slot-addressing secret could not be created")
+	return secret, nil
 }
 
 // Table keeps the state of one rule's keys in at most max_keys shared-data slots;
@@ -247,16 +236,11 @@ type nameEntry struct {
 
 // TableConfig configures a Table.
 type TableConfig struct {
-	// Store holds the slots, usually Host{}.
-	Store Store
-	// Prefix namespaces the slots, e.g. "rl|api|"; it must be unique per rule.
-	Prefix string
-	// Slots is max_keys: the number of distinct keys tracked (at least 1).
-	Slots uint32
-	// Attempts bounds the compare-and-swap loop (at least 1).
-	Attempts int
-	// Limiter is the rule's algorithm.
-	Limiter Limiter
+	Store    Store  // holds the slots, usually Host{}
+	Prefix   string // namespaces the slots, e.g. "rl|api|"; unique per rule
+	Slots    uint32 // max_keys: the number of distinct keys tracked (at least 1)
+	Attempts int    // bounds the compare-and-swap loop (at least 1)
+	Limiter  Limiter
 	// Secret keys the slot addressing (see LoadSecret). Every VM of a process must use the
 	// same one; the zero value works but is public, so clients could predict slots.
 	Secret [SecretSize]byte
@@ -448,9 +432,16 @@ type Pending struct {
 
 // Decide reads the key's state and decides whether n events may pass at now. It writes nothing.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
+	return t.begin(p, key, opAllow, now, n, 0)
+}
+
+// begin sets p up for operation op (with its n and arg) on key at now, and decides it.
+func (t *Table) begin(p *Pending, key []byte, op uint8, now, n, arg int64) error {
 	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
-	p.op, p.Reserved = opAllow, 0
-	return t.decide(p, key, true)
+	p.op, p.arg, p.Reserved = op, arg, 0
+	// The digest and hash are made once per operation: a retry in Commit decides again on them.
+	p.digest, p.h = keyDigest(t.k0, t.k1, key)
+	return t.decide(p)
 }
 
 // Commit writes an allowed decision with compare-and-swap: the key's index entry first when it
@@ -491,21 +482,15 @@ func (t *Table) recommit(p *Pending, err error) error {
 	if p.Retries >= t.attempts {
 		return ErrAttemptsExhausted
 	}
-	if err := t.decide(p, nil, false); err != nil {
+	if err := t.decide(p); err != nil {
 		return err
 	}
 	return t.Commit(p)
 }
 
 // decide finds the key's slot (see Table) and runs the limiter on its state: a key found live
-// in its home slot, the common case, on that read alone, otherwise through lookup. With hash
-// it first makes key's digest and hash (Decide); without, it decides again on p's (recommit).
-func (t *Table) decide(p *Pending, key []byte, hash bool) error {
-	if hash {
-		// The key's digest and hash are made here, once per decision: a retry in Commit
-		// decides again on the same digest.
-		p.digest, p.h = keyDigest(t.k0, t.k1, key)
-	}
+// in its home slot, the common case, on that read alone, otherwise through lookup.
+func (t *Table) decide(p *Pending) error {
 	p.Overflow, p.place, p.past = false, false, 0
 	g := t.cur
 	b, home := g.choices(p.h)
@@ -971,13 +956,4 @@ func appendName(dst []byte, prefix string, geo, idx uint32) []byte {
 	}
 	dst = append(dst, '.')
 	return strconv.AppendUint(dst, uint64(idx), 10)
-}
-
-// randomBytes fills b from math/rand/v2's global generator (see LoadSecret).
-func randomBytes(b []byte) {
-	for i := 0; i < len(b); i += 8 {
-		var w [8]byte
-		binary.LittleEndian.PutUint64(w[:], rand.Uint64())
-		copy(b[i:], w[:])
-	}
 }
