@@ -20,15 +20,10 @@ const (
 // The optional fields of a rule an algorithm may accept besides limit and window, by their
 // JSON names (see Spec).
 const (
-	// FieldBurst is the bucket capacity of the token bucket and the leaky bucket, and the
-	// burst tolerance of GCRA (Config.Burst).
-	FieldBurst = "burst"
-	// FieldVariant selects the sliding window's flavour (Config.Variant).
-	FieldVariant = "variant"
-	// FieldMaxDelay turns the leaky bucket into a shaper (Config.MaxDelay).
-	FieldMaxDelay = "max_delay"
-	// FieldAdaptive is the adaptive limit's section (Config.MinLimit through DecreaseFactor).
-	FieldAdaptive = "adaptive"
+	FieldBurst    = "burst"     // Config.Burst
+	FieldVariant  = "variant"   // Config.Variant
+	FieldMaxDelay = "max_delay" // Config.MaxDelay
+	FieldAdaptive = "adaptive"  // the section of Config.MinLimit through DecreaseFactor
 )
 
 // Spec describes an algorithm once, for every place that needs to know it: New validates a
@@ -37,10 +32,9 @@ const (
 // mode, and the schema test checks schema.json against it. Config.Capacity is the one
 // capacity rule that goes with it.
 type Spec struct {
-	// Name is the algorithm's name in the JSON config (Config.Algorithm).
-	Name string
-	// Fields are the optional fields (FieldBurst, FieldVariant, FieldMaxDelay,
-	// FieldAdaptive) the algorithm accepts; every other one must be absent (zero).
+	Name string // Config.Algorithm
+	// Fields are the optional fields (Field constants) the algorithm accepts; every other one
+	// must be absent (zero).
 	Fields []string
 	// Global reports whether the algorithm has a global mode (a Lua port that decides in
 	// Redis). The adaptive limit has none: it is tuned from each proxy's own latency and
@@ -173,18 +167,15 @@ type Config struct {
 	DecreaseFactor float64
 }
 
-// Adaptive defaults.
+// Adaptive defaults, for Config.MinSamples and Config.DecreaseFactor 0.
 const (
-	// DefaultMinSamples is the MinSamples used when Config.MinSamples is 0.
-	DefaultMinSamples = 10
-	// DefaultDecreaseFactor is the DecreaseFactor used when Config.DecreaseFactor is 0.
+	DefaultMinSamples     = 10
 	DefaultDecreaseFactor = 0.9
 )
 
 // Decision is the outcome of one AllowN call.
 type Decision struct {
-	// Allowed reports whether the n events may pass.
-	Allowed bool
+	Allowed bool // the n events may pass
 	// Limit is the configured limit (events per window); for adaptive, the limit in force.
 	Limit int64
 	// Remaining is how many events may still pass at now (after this decision); never
@@ -223,13 +214,11 @@ type Limiter interface {
 }
 
 // ConfigError is the error New returns. Field is the snake_case JSON name of the offending
-// field ("limit", "window", "burst", ...); Message says what is wrong. Error() renders
-// "field: message", ready to be prefixed with a JSON path such as "rules[2].".
+// field ("limit", "window", "burst", ...); Message says what is wrong with it, including the
+// value given. Error() renders "field: message", ready to be prefixed with a JSON path such as
+// "rules[2].".
 type ConfigError struct {
-	// Field is the snake_case JSON name of the offending field.
-	Field string
-	// Message says what is wrong with it, including the value that was given.
-	Message string
+	Field, Message string
 }
 
 // Error renders "field: message".
