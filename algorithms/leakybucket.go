@@ -86,7 +86,6 @@ package algorithms
 type LeakyBucket struct {
 	b      bucket
 	shaper bool
-	p      params
 	// shaper constants
 	qD, rD, e, capNs int64
 }
@@ -107,11 +106,11 @@ func (l *LeakyBucket) init(c Config) error {
 	if c.MaxDelay > MaxWindow {
 		return cfgErr("max_delay", "must be <= "+MaxWindow.String()+" (31 days), got "+c.MaxDelay.String())
 	}
-	b, err := newBucket(c)
+	b, err := newBucket(c, verLeakyMeter2, verLeakyMeter)
 	if err != nil {
 		return err
 	}
-	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0, p: makeParams(c.Limit, b.capacity, c.Window, c.MaxDelay)}
+	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0}
 	if l.shaper {
 		if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
 			"lower the burst or the window, or pick a limit that shares more factors with the window in ns",
@@ -134,62 +133,43 @@ func (l *LeakyBucket) Shaping() bool { return l.shaper }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic of both modes.
 func (l *LeakyBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
-	now = clampNow(now)
-	if l.shaper {
-		return l.shape(state, now, n)
+	if !l.shaper {
+		return l.b.AllowN(state, now, n)
 	}
-	off, conv := l.locate(state)
-	if conv {
-		return convert(l, state, now, n, l.b.capacity)
-	}
-	level, last, ok := l.b.decode(state, off)
-	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
-	d, tokens, store := l.b.decide(tokens, eff, now, n)
-	if !store {
-		return d, state
-	}
-	return d, encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-tokens, eff)
+	return l.shape(state, clampNow(now), n)
 }
 
 // locate classifies state for the meter or the shaper; see params.locate.
 func (l *LeakyBucket) locate(state []byte) (off int, convert bool) {
-	if l.shaper {
-		return l.p.locate(state, verLeakyShaper2, shaperSize, verLeakyShaper, shaperSizeV1)
+	if !l.shaper {
+		return l.b.locate(state)
 	}
-	return l.p.locate(state, verLeakyMeter2, tbSize, verLeakyMeter, tbSizeV1)
+	return l.b.p.locate(state, verLeakyShaper2, shaperSize, verLeakyShaper, shaperSizeV1)
 }
 
-// converted is the state of a key that consumed c at tc; see the type documentation.
+// converted is the shaper's state of a key that consumed c at tc; see the type documentation.
 func (l *LeakyBucket) converted(c, tc int64) []byte {
 	u := c * l.b.wg
-	if l.shaper {
-		return l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
-	}
-	return encodeTB(nil, &l.p, verLeakyMeter2, u, tc)
+	return l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
 }
 
 // peek reports Remaining at now and the instant it was evaluated at, for a state in l's
 // current encoding with l's parameters: the meter's free room at max(now, last), the
 // shaper's Remaining at now (it keeps no "last seen" instant).
 func (l *LeakyBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if !l.shaper {
+		return l.b.peek(state, now)
+	}
 	if off, _ := l.locate(state); off != hdrSize {
 		return 0, 0, false
 	}
-	if l.shaper {
-		pns, pfrac, ok := l.decodeShaper(state, hdrSize)
-		if !ok {
-			return 0, 0, false
-		}
-		var d Decision
-		l.shaperTail(&d, pns, pfrac, true, now)
-		return d.Remaining, now, true
-	}
-	level, last, ok := l.b.decode(state, hdrSize)
+	pns, pfrac, ok := l.decodeShaper(state, hdrSize)
 	if !ok {
 		return 0, 0, false
 	}
-	tokens, eff := l.b.refill(l.b.capU-level, last, true, now)
-	return tokens / l.b.wg, eff, true
+	var d Decision
+	l.shaperTail(&d, pns, pfrac, true, now)
+	return d.Remaining, now, true
 }
 
 // decodeShaper reads (pns, pfrac) at state[off:] (off == 0: a fresh key).
@@ -206,7 +186,7 @@ func (l *LeakyBucket) decodeShaper(state []byte, off int) (pns, pfrac int64, ok 
 
 func (l *LeakyBucket) encodeShaper(state []byte, pns, pfrac int64) []byte {
 	out := outBuf(state, shaperSize, shaperSize)
-	l.p.put(out, verLeakyShaper2)
+	l.b.p.put(out, verLeakyShaper2)
 	put64(out[hdrSize:], pns)
 	put32(out[hdrSize+8:], pfrac)
 	return out
@@ -294,24 +274,22 @@ func (l *LeakyBucket) StateSize() int {
 // fresh key's first request that leaves at once; reclaiming the slot is still right, since
 // otherwise the slot of a key that never returns would stay taken for good.
 func (l *LeakyBucket) Idle(state []byte, now int64) bool {
+	if !l.shaper {
+		return l.b.Idle(state, now)
+	}
 	now = clampNow(now)
 	off, conv := l.locate(state)
 	if conv {
 		return idleConverted(state, now, l.b.capacity)
 	}
-	if l.shaper {
-		pns, pfrac, ok := l.decodeShaper(state, off)
-		if !ok {
-			return true
-		}
-		s := pfrac + l.b.capU
-		ins := pns + s/l.b.lg
-		if s%l.b.lg > 0 {
-			ins++
-		}
-		return ins <= now
+	pns, pfrac, ok := l.decodeShaper(state, off)
+	if !ok {
+		return true
 	}
-	level, last, ok := l.b.decode(state, off)
-	tokens, _ := l.b.refill(l.b.capU-level, last, ok, now)
-	return tokens == l.b.capU
+	s := pfrac + l.b.capU
+	ins := pns + s/l.b.lg
+	if s%l.b.lg > 0 {
+		ins++
+	}
+	return ins <= now
 }
