@@ -7,9 +7,9 @@ import "math"
 // events in (now − Window, now] plus n are at most Limit, so no interval of length Window ever
 // holds more than Limit admitted events.
 //
-// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n: when k = live + n − Limit events must
-// expire first, RetryAfter = (k-th oldest live timestamp) + Window − now; for n = 1 that is
-// oldest + Window − now. An event at t leaves the window at exactly t + Window.
+// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n:
+// the k-th oldest live timestamp + Window − now, when k = live + n − Limit events must expire
+// first. An event at t leaves the window at exactly t + Window.
 //
 // # State
 //
@@ -17,10 +17,10 @@ import "math"
 // deltas between consecutive events. A delta between two events of one window is below Window,
 // so it fits in 4 bytes when Window < 2^32 ns (about 4.29s) and takes 8 bytes otherwise (the
 // version byte tells which). n events admitted together are n equal timestamps (n−1 zero
-// deltas). The state grows and shrinks with the number of live events, so a quiet key costs
-// 43 bytes (with the parameter block); the largest state, Limit live events, is
-// 43 + (Limit−1)×width bytes, which is why Limit is bounded by LogLimitCeiling (1024). Dropping expired events is a prefix cut (one
-// memmove) and admitting appends at the end, in place in the caller's buffer.
+// deltas). The state grows and shrinks with the number of live events: a quiet key costs 43
+// bytes, Limit live events 43 + (Limit−1)×width bytes, which is why Limit is bounded by
+// LogLimitCeiling (1024). Dropping expired events is a prefix cut (one memmove) and admitting
+// appends at the end, in place in the caller's buffer.
 //
 //	[0]     0x43 (4-byte deltas) or 0x44 (8-byte deltas) version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
@@ -29,8 +29,7 @@ import "math"
 //	[35:43] newest, int64 LE, Unix ns
 //	[43:]   count−1 deltas, uint32 or uint64 LE: delta[i] = t[i+1] − t[i]
 //
-// so a quiet key costs 43 bytes and the largest state is 43 + (Limit−1)×width bytes. The v1
-// layout (0x41 or 0x42, then count, oldest, newest and the deltas from byte 1; no parameters)
+// The v1 layout (0x41 or 0x42, then count, oldest, newest and the deltas from byte 1; no parameters)
 // is still read, with the current parameters, and rewritten in this layout by the next
 // admitted request.
 //
