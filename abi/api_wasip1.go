@@ -102,7 +102,7 @@ func SetEffectiveContext(contextID uint32) error {
 }
 
 func getMapValue(mapType uint32, key string) (string, error) {
-	b, err := read(hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize))
+	b, err := read(hostGetHeaderMapValue(mapType, unsafe.StringData(key), uint32(len(key)), &retAddr, &retSize))
 	// The slice is owned by this call alone, so handing its bytes to a string without a copy
 	// is safe and saves an allocation on the hot path.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
@@ -122,12 +122,12 @@ func GetHttpRequestHeaderMap() (HeaderMap, error) {
 
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
-	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+	return statusError(hostAddHeaderMapValue(mapRequestHeaders, unsafe.StringData(key), uint32(len(key)), unsafe.StringData(value), uint32(len(value))))
 }
 
 // RemoveHttpRequestHeader removes every line of a request header.
 func RemoveHttpRequestHeader(key string) error {
-	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key))))
+	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, unsafe.StringData(key), uint32(len(key))))
 }
 
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
@@ -139,7 +139,7 @@ func GetHttpResponseHeader(key string) (string, error) {
 // host copies during the call: the caller may reuse the slice afterwards, and needs no string
 // (an allocation) for it.
 func AddHttpResponseHeaderBytes(key string, value []byte) error {
-	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value))))
+	return statusError(hostAddHeaderMapValue(mapResponseHeaders, unsafe.StringData(key), uint32(len(key)), unsafe.SliceData(value), uint32(len(value))))
 }
 
 // ResumeHttpRequest resumes a request paused by an ActionPause from OnHttpRequestHeaders.
@@ -149,8 +149,8 @@ func ResumeHttpRequest() error { return statusError(hostContinueStream(streamReq
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
 	hdr := encodeHeaders(headers)
 	const details = "rate_limited"
-	return statusError(hostSendLocalResponse(statusCode, stringPtr(details), uint32(len(details)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(hdr), uint32(len(hdr)), grpcStatus))
+	return statusError(hostSendLocalResponse(statusCode, unsafe.StringData(details), uint32(len(details)),
+		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(hdr), uint32(len(hdr)), grpcStatus))
 }
 
 // DispatchHttpCall sends an HTTP request to an Envoy cluster. The response is delivered to
@@ -183,8 +183,8 @@ func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers
 	n := len(calloutBuf)
 	calloutBuf = appendHeaders(calloutBuf, trailers)
 	hdr, trl := calloutBuf[:n], calloutBuf[n:]
-	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
+	st := hostHTTPCall(unsafe.StringData(cluster), uint32(len(cluster)), unsafe.SliceData(hdr), uint32(len(hdr)),
+		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
 	if st != statusOK {
 		return 0, statusError(st)
 	}
@@ -221,7 +221,7 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 
 // GetSharedData reads a key of the VM-id-wide shared data with its CAS number.
 func GetSharedData(key string) ([]byte, uint32, error) {
-	b, err := read(hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas))
+	b, err := read(hostGetSharedData(unsafe.StringData(key), uint32(len(key)), &retAddr, &retSize, &retCas))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -231,7 +231,7 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 // SetSharedData writes a key if its CAS number is still cas (0: unconditionally); otherwise
 // it returns ErrCasMismatch.
 func SetSharedData(key string, value []byte, cas uint32) error {
-	return statusError(hostSetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
+	return statusError(hostSetSharedData(unsafe.StringData(key), uint32(len(key)), unsafe.SliceData(value), uint32(len(value)), cas))
 }
 
 // pathBuf holds the encoded path of the property being read; reusing it saves an allocation
@@ -242,14 +242,14 @@ var pathBuf []byte
 // bytes belong to this call alone, so the string shares them instead of copying.
 func GetPropertyString(path []string) (string, error) {
 	pathBuf = appendPath(pathBuf[:0], path)
-	b, err := read(hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
+	b, err := read(hostGetProperty(unsafe.SliceData(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
 // GetPropertyPath reads a host property as a string, like GetPropertyString, from a path
 // already encoded (see PropertyPath) rather than encoded on every read.
 func GetPropertyPath(path PropertyPath) (string, error) {
-	b, err := read(hostGetProperty(stringPtr(string(path)), uint32(len(path)), &retAddr, &retSize))
+	b, err := read(hostGetProperty(unsafe.StringData(string(path)), uint32(len(path)), &retAddr, &retSize))
 	// The bytes belong to this call alone, so the string shares them instead of copying.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
@@ -258,7 +258,7 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 // state under "wasm." and the path (a property path of one segment is the name itself), where
 // its access log reads it with %FILTER_STATE(wasm.<path>:PLAIN)%.
 func SetProperty(path, value string) error {
-	return statusError(hostSetProperty(stringPtr(path), uint32(len(path)), stringPtr(value), uint32(len(value))))
+	return statusError(hostSetProperty(unsafe.StringData(path), uint32(len(path)), unsafe.StringData(value), uint32(len(value))))
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
@@ -291,7 +291,7 @@ type MetricHistogram uint32
 
 func defineMetric(metricType uint32, name string) (uint32, error) {
 	var id uint32
-	err := statusError(hostDefineMetric(metricType, stringPtr(name), uint32(len(name)), &id))
+	err := statusError(hostDefineMetric(metricType, unsafe.StringData(name), uint32(len(name)), &id))
 	return id, err
 }
 
@@ -355,29 +355,24 @@ func enabled(level uint32) bool {
 }
 
 func logAt(level uint32, msg string) {
-	hostLog(level, stringPtr(msg), uint32(len(msg)))
+	hostLog(level, unsafe.StringData(msg), uint32(len(msg)))
+}
+
+// logIf logs msg at level if the host's log level lets it through.
+func logIf(level uint32, msg string) {
+	if enabled(level) {
+		logAt(level, msg)
+	}
 }
 
 // LogDebug logs msg at debug level.
-func LogDebug(msg string) {
-	if enabled(levelDebug) {
-		logAt(levelDebug, msg)
-	}
-}
+func LogDebug(msg string) { logIf(levelDebug, msg) }
 
 // LogInfo logs msg at info level.
-func LogInfo(msg string) {
-	if enabled(levelInfo) {
-		logAt(levelInfo, msg)
-	}
-}
+func LogInfo(msg string) { logIf(levelInfo, msg) }
 
 // LogWarn logs msg at warn level.
-func LogWarn(msg string) {
-	if enabled(levelWarn) {
-		logAt(levelWarn, msg)
-	}
-}
+func LogWarn(msg string) { logIf(levelWarn, msg) }
 
 // LogError logs msg at error level.
 func LogError(msg string) { logAt(levelError, msg) }

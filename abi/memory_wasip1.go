@@ -148,20 +148,3 @@ func unpinAll() {
 	}
 	pinned = pinned[:0]
 }
-
-// stringPtr returns a pointer to the bytes of s for passing to the host, or nil when s is
-// empty (the host never reads through a pointer with a zero length).
-func stringPtr(s string) *byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.StringData(s)
-}
-
-// bytesPtr returns a pointer to the first byte of b, or nil when b is empty.
-func bytesPtr(b []byte) *byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return &b[0]
-}
