@@ -495,15 +495,25 @@ func (t *Table) decide(p *Pending) error {
 	g := t.cur
 	b, home := g.choices(p.h)
 	idx := b[0]*GroupSlots + home
-	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-	if err == nil && isKey(v, &p.digest) {
+	v, cas, err := t.getSlot(g.maxKeys, idx)
+	if err != nil {
+		return err
+	}
+	if isKey(v, &p.digest) {
 		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
 		return t.run(p, v[slotHeader:])
 	}
-	if err != nil && !isNotFound(err) {
-		return err
+	return t.lookup(p, g, b, home, homeRead{v: v, cas: cas})
+}
+
+// getSlot reads slot idx of geometry geo (0: overflow slot idx). A slot never written reads as
+// nil with createCAS, the CAS number to create it with.
+func (t *Table) getSlot(geo, idx uint32) ([]byte, uint32, error) {
+	v, cas, err := t.store.Get(t.slotName(geo, idx, false))
+	if err != nil && isNotFound(err) {
+		return nil, createCAS, nil
 	}
-	return t.lookup(p, g, b, home, homeRead{v: v, cas: cas, found: err == nil})
+	return v, cas, err
 }
 
 // isKey reports whether slot value v holds the live state of the key of digest d.
@@ -526,11 +536,10 @@ func fingerprint(d *[DigestSize]byte) uint64 {
 	return max(binary.LittleEndian.Uint64(d[:8]), 1)
 }
 
-// homeRead is decide's read of the key's home slot.
+// homeRead is decide's read of the key's home slot (see getSlot).
 type homeRead struct {
-	v     []byte
-	cas   uint32
-	found bool
+	v   []byte
+	cas uint32
 }
 
 // group is one group's index as a lookup read it.
@@ -613,13 +622,13 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			i := uint32(gs[c].at)
 			idx := b[c]*GroupSlots + i
 			if c == 0 && i == home {
-				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas, hr.found)
+				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas)
 			}
-			v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-			if err != nil && !isNotFound(err) {
+			v, cas, err := t.getSlot(g.maxKeys, idx)
+			if err != nil {
 				return err
 			}
-			return t.decideOwn(p, g.maxKeys, idx, v, cas, err == nil)
+			return t.decideOwn(p, g.maxKeys, idx, v, cas)
 		}
 		if gs[0].size-gs[0].used >= firstGroupFree {
 			// The first group has had this many free slots ever since the key could have been
@@ -646,14 +655,11 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 		switch e := target.entry(home); {
 		case e == 0:
 			at, ok, p.fresh = home, true, true
-		case hr.found && ownerHolds(hr.v, e) && t.limiter.Idle(hr.v[slotHeader:], p.now):
+		case ownerHolds(hr.v, e) && t.limiter.Idle(hr.v[slotHeader:], p.now):
 			at, ok, p.evict = home, true, true
 		}
 		if ok {
-			p.idx, p.cas = b[0]*GroupSlots+home, createCAS
-			if hr.found {
-				p.cas = hr.cas
-			}
+			p.idx, p.cas = b[0]*GroupSlots+home, hr.cas
 		}
 	}
 	if !ok && target.free >= 0 {
@@ -688,14 +694,11 @@ func ownerHolds(v []byte, e uint64) bool {
 }
 
 // decideOwn decides the key in slot idx of geometry geo, which its index gives it, read as v
-// (cas; found: the slot exists). A slot that does not hold the key's digest yet is being
-// placed by another worker (see Table): the key starts there afresh.
-func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32, found bool) error {
+// and cas (see getSlot). A slot that does not hold the key's digest yet is being placed by
+// another worker (see Table): the key starts there afresh.
+func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32) error {
 	p.geo, p.idx, p.cas = geo, idx, cas
-	if !found {
-		p.cas = createCAS
-	}
-	if found && isKey(v, &p.digest) {
+	if isKey(v, &p.digest) {
 		return t.run(p, v[slotHeader:])
 	}
 	return t.run(p, nil)
@@ -728,10 +731,7 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 				continue
 			}
 			idx := b[c]*GroupSlots + uint32(gr.at)
-			v, cas, err := t.store.Get(t.transientName(pg.maxKeys, idx))
-			if isNotFound(err) {
-				break
-			}
+			v, cas, err := t.getSlot(pg.maxKeys, idx)
 			if err != nil {
 				return false, err
 			}
@@ -766,21 +766,17 @@ func (t *Table) chooseVictim(p *Pending, g geometry, gr *group, home uint32, hr 
 	first := gr.b == bs[0]
 	other := uint32(((p.h >> 17) ^ uint64(p.now)>>20) % uint64(gr.size))
 	if first {
-		if hr.found {
-			consider(home, hr.v, hr.cas)
-		}
+		consider(home, hr.v, hr.cas)
 		if other == home {
 			other = (other + 1) % gr.size
 		}
 	}
 	if (!ok || best > 0) && (!first || other != home) {
-		v, cas, err := t.store.Get(t.transientName(g.maxKeys, gr.b*GroupSlots+other))
-		if err != nil && !isNotFound(err) {
+		v, cas, err := t.getSlot(g.maxKeys, gr.b*GroupSlots+other)
+		if err != nil {
 			return 0, false, err
 		}
-		if err == nil {
-			consider(other, v, cas)
-		}
+		consider(other, v, cas)
 	}
 	p.evict, p.grant = ok, max(best, 0)
 	return at, ok, nil
@@ -806,12 +802,8 @@ func (t *Table) grantOf(state []byte, now int64) (int64, bool) {
 func (t *Table) overflow(p *Pending, h uint64) error {
 	p.Overflow = true
 	p.geo, p.idx = 0, overflowIndex(h)
-	v, cas, err := t.store.Get(t.transientName(0, p.idx))
-	switch {
-	case isNotFound(err):
-		p.cas = createCAS
-		return t.run(p, nil)
-	case err != nil:
+	v, cas, err := t.getSlot(0, p.idx)
+	if err != nil {
 		return err
 	}
 	p.cas = cas
@@ -894,11 +886,6 @@ func (t *Table) indexName(geo, b uint32) string {
 	return n.string()
 }
 
-// transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
-// store call, which keeps no key: the cached name if there is one, else the name in the
-// Table's slot name buffer, valid until the next slot name is built.
-func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
-
 // Warm allocates the table's slot name cache (about 6 KiB) now rather than on its first
 // decision: the filter warms its rules' own tables while it configures, so that the Go heap
 // grows before traffic, not in a fresh VM's first request (the page allocator's slow path is
@@ -910,8 +897,10 @@ func (t *Table) Warm() {
 	}
 }
 
-// slotName returns the name of slot idx of geometry geo for a store call (see
-// transientName); with keep it also puts it in the Table's direct-mapped name cache, which
+// slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
+// call, which keeps no key: the cached name if there is one, else the name in the Table's slot
+// name buffer, valid until the next slot name is built. With keep it also puts it in the
+// Table's direct-mapped name cache, which
 // does not grow with max_keys. An established key's slot is read and written on every
 // request, so its name is found rather than built (formatting a number costs about as much
 // as the rest of the lookup). Caching costs a string of its own, so Commit caches the names
