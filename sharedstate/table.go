@@ -189,10 +189,7 @@ type Table struct {
 }
 
 // geometry is one table layout: the max_keys it was sized for and the groups that follow.
-type geometry struct {
-	maxKeys uint32
-	groups  uint32
-}
+type geometry struct{ maxKeys, groups uint32 }
 
 // pastGeometry is a previous layout of the rule and when it was last written (0: unknown,
 // searched always).
@@ -411,13 +408,10 @@ type Pending struct {
 	// place is set when the key's entry must be written in the index of group ixGroup
 	// first: ixValue, against ixCas. fresh: the slot was never used; evict: it held
 	// another key, whose eviction grants it grant.
-	place   bool
-	fresh   bool
-	evict   bool
-	ixGroup uint32
-	ixCas   uint32
-	ixValue []byte
-	grant   int64
+	place, fresh, evict bool
+	ixGroup, ixCas      uint32
+	ixValue             []byte
+	grant               int64
 	// past is 1 + the previous geometry the key was decided in (0: the current one).
 	past int
 
@@ -608,34 +602,21 @@ func (gr *group) entry(i uint32) uint64 {
 // new key placed in the current geometry (or counted in overflow).
 func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, hr homeRead) error {
 	fp := fingerprint(&p.digest)
-	var gs [Choices]group
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
+	gs, n, c, err := t.findKey(g, b, fp, home)
+	if err != nil {
+		return err
 	}
-	for c := range n {
-		var err error
-		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil {
+	if c >= 0 {
+		i := uint32(gs[c].at)
+		idx := b[c]*GroupSlots + i
+		if c == 0 && i == home {
+			return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas)
+		}
+		v, cas, err := t.getSlot(g.maxKeys, idx)
+		if err != nil {
 			return err
 		}
-		if gs[c].at >= 0 {
-			i := uint32(gs[c].at)
-			idx := b[c]*GroupSlots + i
-			if c == 0 && i == home {
-				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas)
-			}
-			v, cas, err := t.getSlot(g.maxKeys, idx)
-			if err != nil {
-				return err
-			}
-			return t.decideOwn(p, g.maxKeys, idx, v, cas)
-		}
-		if gs[0].size-gs[0].used >= firstGroupFree {
-			// The first group has had this many free slots ever since the key could have been
-			// placed: it is not in the second (see firstGroupFree).
-			n = 1
-			break
-		}
+		return t.decideOwn(p, g.maxKeys, idx, v, cas)
 	}
 	if len(t.prev) > 0 {
 		if found, err := t.decidePast(p); found || err != nil {
@@ -643,7 +624,7 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 		}
 	}
 	// A new key: its first group while that has firstGroupFree free slots, else the group with
-	// more (see Table). n is 1 when the second group was not read.
+	// more (see Table).
 	target := &gs[0]
 	if n > 1 && gs[1].size-gs[1].used > gs[0].size-gs[0].used {
 		target = &gs[1]
@@ -716,33 +697,44 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 			continue
 		}
 		b, _ := pg.choices(p.h)
-		for c := range Choices {
-			if c == 1 && b[1] == b[0] {
-				break
-			}
-			gr, err := t.readGroup(pg.geometry, b[c], fp, 0)
-			if err != nil {
-				return false, err
-			}
-			if gr.at < 0 {
-				if c == 0 && gr.size-gr.used >= firstGroupFree {
-					break // not in the second group either (see firstGroupFree)
-				}
-				continue
-			}
-			idx := b[c]*GroupSlots + uint32(gr.at)
-			v, cas, err := t.getSlot(pg.maxKeys, idx)
-			if err != nil {
-				return false, err
-			}
-			if !isKey(v, &p.digest) || t.limiter.Idle(v[slotHeader:], p.now) {
-				break
-			}
+		gs, _, c, err := t.findKey(pg.geometry, b, fp, 0)
+		if err != nil {
+			return false, err
+		}
+		if c < 0 {
+			continue
+		}
+		idx := b[c]*GroupSlots + uint32(gs[c].at)
+		v, cas, err := t.getSlot(pg.maxKeys, idx)
+		if err != nil {
+			return false, err
+		}
+		if isKey(v, &p.digest) && !t.limiter.Idle(v[slotHeader:], p.now) {
 			p.geo, p.idx, p.cas, p.past = pg.maxKeys, idx, cas, i+1
 			return true, t.run(p, v[slotHeader:])
 		}
 	}
 	return false, nil
+}
+
+// findKey reads the indexes of groups b of g in turn until one lists fingerprint fp (home is
+// the key's home slot, see readGroup). It returns the groups read, how many (the second is not
+// read when the first has firstGroupFree free slots: it has had them ever since the key could
+// have been placed, so the key is not in the second) and the one listing fp, or -1.
+func (t *Table) findKey(g geometry, b [Choices]uint32, fp uint64, home uint32) (gs [Choices]group, n, found int, err error) {
+	n = Choices
+	if b[1] == b[0] {
+		n = 1
+	}
+	for c := range n {
+		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil || gs[c].at >= 0 {
+			return gs, c + 1, c, err
+		}
+		if gs[0].size-gs[0].used >= firstGroupFree {
+			return gs, 1, -1, nil
+		}
+	}
+	return gs, n, -1, nil
 }
 
 // chooseVictim picks, in the full group gr, the slot whose key's eviction grants least among
