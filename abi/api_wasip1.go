@@ -34,10 +34,8 @@ const (
 )
 
 // statusError maps a host status code to the SDK's error values, so that errors.Is works the
-// same in the wasip1 and the native build.
-//
-// It is small enough to be inlined, so that a host call that succeeds, as nearly all do, costs
-// a comparison rather than a function call; the other statuses are mapped out of line.
+// same in the wasip1 and the native build. It is inlined: a host call that succeeds, as nearly
+// all do, costs a comparison; statusFailure maps the other statuses out of line.
 func statusError(st uint32) error {
 	if st == statusOK {
 		return nil
@@ -45,7 +43,6 @@ func statusError(st uint32) error {
 	return statusFailure(st)
 }
 
-// statusFailure is statusError for a status other than Ok.
 func statusFailure(st uint32) error {
 	switch st {
 	case statusNotFound:
@@ -67,13 +64,12 @@ func statusFailure(st uint32) error {
 
 var errEmpty = errors.New("error status returned by host: empty")
 
-// The host writes the address, size and CAS number of the data it returns into these. The
-// compiler cannot see that an imported function keeps no pointer, so a local variable whose
-// address is passed to the host is moved to the heap: one allocation per host call, on every
-// header, property and shared-data read of a request. Package variables cost nothing and, unlike
-// a goroutine's stack, never move while the host holds their address (the host calls back into
-// the allocator before it writes them, and that call may grow the stack). A VM is
-// single-threaded and the allocator makes no host call that returns data, so one set is enough.
+// The host writes the address, size and CAS number of the data it returns into these. A local
+// variable whose address is passed to the host would be moved to the heap (the compiler cannot
+// see that an imported function keeps no pointer): one allocation per host read. Package
+// variables cost nothing and, unlike a goroutine's stack, never move while the host holds their
+// address (the host calls back into the allocator before it writes them, which may grow the
+// stack). A VM is single-threaded and the allocator makes no host read, so one set is enough.
 var retAddr, retSize, retCas uint32
 
 // getBuffer reads a piece of a buffer. retAddr and retSize are zeroed first: a host that
@@ -101,10 +97,10 @@ func SetEffectiveContext(contextID uint32) error {
 	return statusError(hostSetEffectiveContext(contextID))
 }
 
+// getMapValue reads one header. The bytes belong to this call alone, so the string shares
+// them instead of copying (as in GetPropertyString and GetPropertyPath).
 func getMapValue(mapType uint32, key string) (string, error) {
 	b, err := read(hostGetHeaderMapValue(mapType, unsafe.StringData(key), uint32(len(key)), &retAddr, &retSize))
-	// The slice is owned by this call alone, so handing its bytes to a string without a copy
-	// is safe and saves an allocation on the hot path.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
@@ -172,13 +168,13 @@ func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, tr
 	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, true)
 }
 
-// dispatchHTTPCall makes the proxy_http_call of both and registers its callback.
+// dispatchHTTPCall makes the proxy_http_call of both and registers its callback. The headers
+// and trailers are encoded into one buffer kept for the next call, and the token is written
+// into a package variable (as retAddr is): the host copies what it needs before
+// proxy_http_call returns, and a buffer and a token of the call's own would be three
+// allocations per call.
 func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
-	// The headers and trailers are encoded into one buffer kept for the next call, and the
-	// token is written into a variable of the package (as retAddr is): the host copies what
-	// it needs before proxy_http_call returns, and a buffer and a token of the call's own
-	// would be three allocations per call.
 	calloutBuf = appendHeaders(calloutBuf[:0], headers)
 	n := len(calloutBuf)
 	calloutBuf = appendHeaders(calloutBuf, trailers)
@@ -192,7 +188,6 @@ func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers
 	return calloutToken, nil
 }
 
-// calloutBuf and calloutToken are dispatchHTTPCall's encoded headers and the host's token.
 var (
 	calloutBuf   []byte
 	calloutToken uint32
@@ -234,12 +229,10 @@ func SetSharedData(key string, value []byte, cas uint32) error {
 	return statusError(hostSetSharedData(unsafe.StringData(key), uint32(len(key)), unsafe.SliceData(value), uint32(len(value)), cas))
 }
 
-// pathBuf holds the encoded path of the property being read; reusing it saves an allocation
-// per read.
+// pathBuf holds the encoded path of the property being read, reused from read to read.
 var pathBuf []byte
 
-// GetPropertyString reads a host property such as {"xds", "route_name"} as a string. The
-// bytes belong to this call alone, so the string shares them instead of copying.
+// GetPropertyString reads a host property such as {"xds", "route_name"} as a string.
 func GetPropertyString(path []string) (string, error) {
 	pathBuf = appendPath(pathBuf[:0], path)
 	b, err := read(hostGetProperty(unsafe.SliceData(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
@@ -250,7 +243,6 @@ func GetPropertyString(path []string) (string, error) {
 // already encoded (see PropertyPath) rather than encoded on every read.
 func GetPropertyPath(path PropertyPath) (string, error) {
 	b, err := read(hostGetProperty(unsafe.StringData(string(path)), uint32(len(path)), &retAddr, &retSize))
-	// The bytes belong to this call alone, so the string shares them instead of copying.
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
@@ -275,19 +267,16 @@ func WallClockNanos() int64 {
 	return int64(t)
 }
 
-// lastWallClock is WallClockNanos's last good reading.
-var lastWallClock int64
+var lastWallClock int64 // WallClockNanos's last good reading
 
 const clockRealtime = 0
 
-// MetricCounter is a host counter metric.
-type MetricCounter uint32
-
-// MetricGauge is a host gauge metric.
-type MetricGauge uint32
-
-// MetricHistogram is a host histogram metric.
-type MetricHistogram uint32
+// Host metrics: a counter, a gauge and a histogram.
+type (
+	MetricCounter   uint32
+	MetricGauge     uint32
+	MetricHistogram uint32
+)
 
 func defineMetric(metricType uint32, name string) (uint32, error) {
 	var id uint32
