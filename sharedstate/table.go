@@ -163,9 +163,8 @@ type Table struct {
 
 	cur  geometry
 	prev []pastGeometry
-	// curSlot and curIndex begin the names of the current geometry's slots and indexes: the
-	// prefix, max_keys and '.' or '#' (see appendName), so that building a name formats one
-	// number, not two.
+	// curSlot and curIndex begin the names of the current geometry's slots and indexes (see
+	// appendName), so that building a name formats one number, not two.
 	curSlot, curIndex string
 	// horizon is how long after its last write a previous geometry is still searched (see
 	// Table); 0: always.
@@ -454,9 +453,7 @@ func (t *Table) Commit(p *Pending) error {
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
 	}
-	// The slot's name is cached for the writes of a key that was there already (see name); a
-	// key placed now is written under the name in the slot name buffer, so that a client
-	// seen once costs no allocation and takes no cache entry from a key that returns.
+	// A client seen once costs no allocation and takes no cache entry (see slotName).
 	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
 		return t.recommit(p, err)
 	}
@@ -852,8 +849,8 @@ type nameBuf struct {
 func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
 
 // string returns the name, sharing the buffer's bytes: valid until the next name is built.
-// The slice's pointer and length read as a string's: what unsafe.String makes, without its
-// checks of the pointer and length (code that runs for nothing: a built name is never empty).
+// The slice header read as a string's is what unsafe.String makes, without its checks, which
+// a built name, never empty, does not need.
 func (n *nameBuf) string() string { return *(*string)(unsafe.Pointer(&n.b)) }
 
 // indexName returns the name of group b's index in geometry geo for a store call (valid until
@@ -867,13 +864,10 @@ func (t *Table) indexName(geo, b uint32) string {
 	n := &t.index[t.indexNext%Choices]
 	t.indexNext++
 	if geo == t.cur.maxKeys && t.curIndex != "" {
-		n.b = append(n.b[:0], t.curIndex...)
+		n.b = strconv.AppendUint(append(n.b[:0], t.curIndex...), uint64(b), 10)
 	} else {
-		n.b = append(n.b[:0], t.prefix...)
-		n.b = strconv.AppendUint(n.b, uint64(geo), 10)
-		n.b = append(n.b, '#')
+		n.b = appendName(n.b[:0], t.prefix, geo, '#', b)
 	}
-	n.b = strconv.AppendUint(n.b, uint64(b), 10)
 	n.geo, n.idx, n.built = geo, b, true
 	return n.string()
 }
@@ -892,11 +886,10 @@ func (t *Table) Warm() {
 // slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
 // call, which keeps no key: the cached name if there is one, else the name in the Table's slot
 // name buffer, valid until the next slot name is built. With keep it also puts it in the
-// Table's direct-mapped name cache, which
-// does not grow with max_keys. An established key's slot is read and written on every
-// request, so its name is found rather than built (formatting a number costs about as much
-// as the rest of the lookup). Caching costs a string of its own, so Commit caches the names
-// of keys that were in their slot already, not of keys it places (most never come back).
+// Table's direct-mapped name cache, which does not grow with max_keys: an established key's
+// slot is read and written on every request, and formatting a number costs about as much as
+// the rest of the lookup. Commit keeps the names of keys that were in their slot already, not
+// of keys it places (most never come back).
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	if keep && t.names == nil {
 		t.Warm()
@@ -911,7 +904,7 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 		if geo == t.cur.maxKeys && t.curSlot != "" {
 			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
 		} else {
-			n.b = appendName(n.b[:0], t.prefix, geo, idx)
+			n.b = appendName(n.b[:0], t.prefix, geo, '.', idx)
 		}
 		n.geo, n.idx, n.built = geo, idx, true
 	}
@@ -926,15 +919,14 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 // nameSlot returns the entry of the name cache that slot idx of geometry geo uses.
 func nameSlot(geo, idx uint32) uint32 { return (idx ^ geo*0x9e3779b9) % nameCacheSize }
 
-// appendName appends a slot name: prefix, then the geometry's max_keys, '.' and the slot
-// number; or, for an overflow slot, prefix, "o." and its number.
-func appendName(dst []byte, prefix string, geo, idx uint32) []byte {
+// appendName appends the name of entry idx of geometry geo: prefix, the geometry's max_keys
+// ('o' for the overflow slots, geo 0), sep ('.' for a slot, '#' for a group's index) and idx.
+func appendName(dst []byte, prefix string, geo uint32, sep byte, idx uint32) []byte {
 	dst = append(dst, prefix...)
 	if geo == 0 {
 		dst = append(dst, 'o')
 	} else {
 		dst = strconv.AppendUint(dst, uint64(geo), 10)
 	}
-	dst = append(dst, '.')
-	return strconv.AppendUint(dst, uint64(idx), 10)
+	return strconv.AppendUint(append(dst, sep), uint64(idx), 10)
 }
