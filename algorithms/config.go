@@ -347,31 +347,20 @@ func commonError(c Config, maxLimit int64, spec Spec) error {
 	if !spec.Accepts(FieldMaxDelay) && c.MaxDelay != 0 {
 		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for "+c.Algorithm+", got "+c.MaxDelay.String())
 	}
-	if !spec.Accepts(FieldAdaptive) {
-		switch {
-		case c.MinLimit != 0:
-			return notAdaptive("min_limit", c)
-		case c.MaxLimit != 0:
-			return notAdaptive("max_limit", c)
-		case c.TargetLatency != 0:
-			return notAdaptive("target_latency", c)
-		case c.ErrorThreshold != 0:
-			return notAdaptive("error_threshold", c)
-		case c.AdjustInterval != 0:
-			return notAdaptive("adjust_interval", c)
-		case c.MinSamples != 0:
-			return notAdaptive("min_samples", c)
-		case c.IncreaseStep != 0:
-			return notAdaptive("increase_step", c)
-		case c.DecreaseFactor != 0:
-			return notAdaptive("decrease_factor", c)
+	if spec.Accepts(FieldAdaptive) {
+		return nil
+	}
+	for _, f := range [...]struct {
+		name string
+		set  bool
+	}{{"min_limit", c.MinLimit != 0}, {"max_limit", c.MaxLimit != 0}, {"target_latency", c.TargetLatency != 0},
+		{"error_threshold", c.ErrorThreshold != 0}, {"adjust_interval", c.AdjustInterval != 0},
+		{"min_samples", c.MinSamples != 0}, {"increase_step", c.IncreaseStep != 0}, {"decrease_factor", c.DecreaseFactor != 0}} {
+		if f.set {
+			return cfgErr(f.name, "only adaptive uses it, must be absent for "+c.Algorithm)
 		}
 	}
 	return nil
-}
-
-func notAdaptive(field string, c Config) error {
-	return cfgErr(field, "only adaptive uses it, must be absent for "+c.Algorithm)
 }
 
 func validateWindow(field string, w time.Duration) error {

@@ -5,16 +5,13 @@ import (
 	"time"
 )
 
-// This file holds what every algorithm shares for configuration changes: the parameter block
-// that each current encoding records, and the conversion of a state recorded under other
-// parameters (see "Configuration changes" in the package documentation).
-
+// What every algorithm shares for configuration changes (see the package documentation): the
+// parameter block of paramSize bytes each current encoding records after its version byte
+// (hdrSize bytes in all, the algorithm's fields follow), and the conversion of a state
+// recorded under other parameters.
 const (
-	// paramSize is the size of the parameter block.
 	paramSize = 24
-	// hdrSize is the size of the header of every current encoding: the version byte and the
-	// parameter block. The algorithm's own fields follow it.
-	hdrSize = 1 + paramSize
+	hdrSize   = 1 + paramSize
 )
 
 // params is a limiter's parameter block, kept as the three little-endian 64-bit words it is
@@ -47,10 +44,7 @@ func (p *params) matches(state []byte, ver byte) bool {
 
 // put writes the header (ver and the block) into out[:hdrSize].
 func (p *params) put(out []byte, ver byte) {
-	// One check of the length up front: the compiler then knows it and checks none of the
-	// stores, which keeps this function small (V8 in Envoy compiles it on a VM's first
-	// request) and fast.
-	out = out[:hdrSize]
+	out = out[:hdrSize] // one bounds check for every store (see filter/doc.go)
 	out[0] = ver
 	binary.LittleEndian.PutUint64(out[1:], p.limCap)
 	binary.LittleEndian.PutUint64(out[9:], p.window)
@@ -90,18 +84,10 @@ func isCurrent(state []byte) bool {
 // RecordedConfig returns the configuration a state was written under, as its parameter block
 // records it: Algorithm, Variant (sliding_window only), Limit, Window, Burst (the capacity,
 // never 0) and MaxDelay (the shaper only); for an adaptive admission state Limit is the limit
-// in force when written. ok is false for a nil, short, corrupt or v1 state. Tests use it,
-// among them the differential test against the Redis Lua scripts.
-func RecordedConfig(state []byte) (c Config, ok bool) {
-	defer func() {
-		if recover() != nil {
-			c, ok = Config{}, false
-		}
-	}()
-	return recordedConfig(state)
-}
-
-func recordedConfig(state []byte) (Config, bool) {
+// in force when written. ok is false for a nil, short, corrupt or v1 state. peekOld reads the
+// old configuration with it, and the differential test against the Redis Lua scripts the
+// configuration of a state Redis wrote.
+func RecordedConfig(state []byte) (Config, bool) {
 	if !isCurrent(state) {
 		return Config{}, false
 	}
@@ -157,7 +143,7 @@ func recordedConfig(state []byte) (Config, bool) {
 //
 // The old limiter is rebuilt by value from the block, so this allocates nothing.
 func peekOld(state []byte, now int64) (r, at int64, idle, ok bool) {
-	c, ok := recordedConfig(state)
+	c, ok := RecordedConfig(state)
 	if !ok {
 		return 0, 0, false, false
 	}
