@@ -306,8 +306,9 @@ func peekAdaptive(state []byte, now int64, c Config) (r, at int64, idle, ok bool
 	if !ok {
 		return 0, 0, false, false
 	}
-	r, at = cc.remaining(ws, prev, cur, now, c.Limit)
-	return r, at, cc.idle(ws, prev, cur, true, now), true
+	w, eff, prev, cur := cc.roll(ws, prev, cur, true, now)
+	d, _, _ := cc.decide(w, eff, prev, cur, now, 0, c.Limit)
+	return d.Remaining, eff, prev == 0 && cur == 0, true
 }
 
 // AllowN implements Limiter: AllowNLimit under the limit recorded in state, or Limit for a

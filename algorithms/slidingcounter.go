@@ -280,14 +280,6 @@ func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bo
 	return d.Remaining, eff, true
 }
 
-// remaining is the Remaining a decision under limit reports for (ws, prev, cur) at now, before
-// any request, and the instant the estimate is taken at.
-func (cc *counterCore) remaining(ws, prev, cur, now, limit int64) (r, at int64) {
-	w, eff, prev, cur := cc.roll(ws, prev, cur, true, now)
-	d, _, _ := cc.decide(w, eff, prev, cur, now, 0, limit)
-	return d.Remaining, eff
-}
-
 // StateSize implements Limiter: a SlidingWindowCounter state is at most 45 bytes.
 func (s *SlidingWindowCounter) StateSize() int { return counterSizeCarry }
 

@@ -49,9 +49,6 @@
 // one rule may have been charged by the others (at most one request over-counted per other
 // rule, never an extra admission).
 //
-// The descriptor is written as it is, whatever its bytes, with a second '#' when it starts
-// with '#', so that it never names a rule's own keys (#keys, #overflow; see AppendKey).
-//
 // # The script
 //
 // There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
