@@ -2,14 +2,10 @@ package sharedstate
 
 import "github.com/ratelimit-wasm/ratelimit/algorithms"
 
-// Operations other than AllowN on a key's state. A lease (see the filter's lease.go) debits a
-// batch of units for a key with one write and spends them from a worker VM's memory: Take
-// sizes the batch against the key's state as read, and GiveBack returns the units a lease did
-// not spend. Settle charges a usage cost's settlement (algorithms.Settle). All are decided
-// and written like AllowN (Decide's placement, Commit's compare-and-swap and retries): a write
-// that loses its race runs the operation again on what is there now.
-
-// The operations run sets up instead of a plain AllowN.
+// Operations other than AllowN on a key's state, decided and written like AllowN (Decide's
+// placement, Commit's compare-and-swap and retries): a lease (see the filter's lease.go) takes
+// a batch of units with Take and gives back what it did not spend with GiveBack; Settle
+// charges a usage cost's settlement (algorithms.Settle).
 const (
 	opAllow = iota
 	opTake
@@ -27,9 +23,8 @@ func (t *Table) Take(key []byte, now, cost, reserve int64, p *Pending) error {
 	return t.begin(p, key, opTake, now, cost, reserve)
 }
 
-// LeaseShare is the number of holders a lease take assumes may take at once: a take reserves
-// at most 1/LeaseShare of what the key has left, so that eight worker VMs (a typical Envoy
-// --concurrency) taking at once reserve at most all of it.
+// LeaseShare is the number of holders a lease take assumes may take at once (eight worker VMs,
+// a typical Envoy --concurrency).
 const LeaseShare = 8
 
 // GiveBack returns n units that a take admitted at takenAt debited for key and that were never
