@@ -34,9 +34,8 @@ const (
 const fingerprintSize = 8
 
 // firstGroupFree is how many free slots a key's first group must have for a new key to go
-// there without looking at its second group (see Table): while it has, a lookup that does not
-// find the key in the first group's index stops there. With 10 the table fills as evenly as
-// with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
+// there without looking at its second group (see findKey). With 10 the table fills as evenly
+// as with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
 const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
@@ -57,16 +56,14 @@ const (
 )
 
 // createCAS is the CAS number used to create an entry that did not exist. Envoy lets a Set of
-// a missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite an
-// entry another worker created in the meantime. Any non-zero cas avoids that; the largest one
-// is chosen because the only way it can still match is that the entry's CAS number is exactly
-// 2^32-1 at that moment, which happens once per 4 billion writes in the whole process.
+// a missing key succeed whatever its cas, but cas 0 would also blindly overwrite an entry
+// another worker created in the meantime. The largest cas can only still match an entry whose
+// CAS number is exactly 2^32-1, once per 4 billion writes in the whole process.
 const createCAS = math.MaxUint32
 
-// idleSlack is how long after a previous geometry was last written by this version's tables
-// that old VMs (those still running a previous configuration, see Table) may still write it:
-// Envoy serves requests of connections opened before a configuration update with the filter
-// of their time while they drain.
+// idleSlack is how long after this configuration's tables last wrote a previous geometry VMs of
+// a previous configuration may still write it: Envoy serves the connections opened before a
+// configuration update with the filter of their time while they drain.
 const idleSlack = int64(10 * 60 * 1e9)
 
 // SecretKey is the shared-data key of the process-wide slot-addressing secret, a SipHash-2-4
@@ -77,17 +74,15 @@ const (
 	SecretSize = 16
 )
 
-// ErrAttemptsExhausted means every compare-and-swap attempt lost a race. That is contention,
-// not a store failure: the filter denies the request (see the filter package), so losing races
-// can never admit a request beyond the limit.
+// ErrAttemptsExhausted means every compare-and-swap attempt lost a race: contention, on which
+// the filter denies the request, so losing races never admits a request beyond the limit.
 var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
 
 // nameCacheSize is the number of slot names a Table keeps per VM (see Table.slotName).
 const nameCacheSize = 256
 
 // TableVMBytes bounds what one Table holds in a VM's memory whatever its max_keys: the name
-// cache (nameCacheSize names of at most 86 bytes plus their headers), the name buffers, the
-// probe buffer and the struct itself.
+// cache (names of at most 86 bytes), the name and probe buffers and the struct.
 const TableVMBytes = nameCacheSize*(86+16+8) + 4*512 + 256
 
 // SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
@@ -170,15 +165,12 @@ type Table struct {
 	// Table); 0: always.
 	horizon int64
 
-	// names caches slot names (see slotName). It is allocated by Warm or on first use, and never
-	// grows. An array behind a pointer, not a slice: an index below nameCacheSize needs no
-	// bounds check.
+	// names caches slot names (see slotName), allocated by Warm or on first use. An array
+	// behind a pointer: an index below nameCacheSize needs no bounds check.
 	names *[nameCacheSize]nameEntry
-	// slot holds the last slot name built for a store call, which keeps no key (see Store),
-	// and index the last two index names (a lookup reads the indexes of two groups, then
-	// writes one of them): a name needs no string of its own, and a request that reads and
-	// then writes the same slot or index builds its name once. indexNext is the one of index
-	// that the next index name is built in.
+	// slot holds the last slot name built for a store call, and index the last two index
+	// names (a lookup reads the indexes of two groups, then writes one), indexNext the next to
+	// build: a request that reads and then writes the same slot or index builds its name once.
 	slot      nameBuf
 	index     [Choices]nameBuf
 	indexNext uint8
@@ -875,8 +867,7 @@ func (t *Table) indexName(geo, b uint32) string {
 // Warm allocates the table's slot name cache (about 6 KiB) now rather than on its first
 // decision: the filter warms its rules' own tables while it configures, so that the Go heap
 // grows before traffic, not in a fresh VM's first request (the page allocator's slow path is
-// code V8 compiles on first use). Tables that may never see a request (a rarely used
-// override's) are left cold. Not inlined: slotName calls it only for a cold table.
+// code V8 compiles on first use).
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = new([nameCacheSize]nameEntry)
