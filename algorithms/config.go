@@ -120,30 +120,24 @@ const (
 // capacity / GCRA burst (0 means Limit). Fields that an algorithm does not use must be left
 // zero: New rejects them so that a misplaced setting is reported instead of silently ignored.
 type Config struct {
-	// Algorithm is one of token_bucket, leaky_bucket, sliding_window, fixed_window, gcra,
-	// adaptive.
-	Algorithm string
-	// Limit is the number of events allowed per Window. For adaptive it is the initial limit
-	// of a fresh controller.
-	Limit int64
-	// Window is the period Limit applies to: a whole number of milliseconds in
-	// [MinWindow, MaxWindow].
+	Algorithm string // one of the Alg constants
+	// Limit is the number of events allowed per Window (for adaptive, the initial limit of a
+	// fresh controller), Window a whole number of milliseconds in [MinWindow, MaxWindow].
+	Limit  int64
 	Window time.Duration
 	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
 	// Limit. Other algorithms reject it.
-	Burst int64
-	// Variant selects the sliding_window flavour: "counter" (the default) or "log".
-	Variant string
+	Burst   int64
+	Variant string // sliding_window: VariantCounter (the default) or VariantLog
 	// MaxDelay (leaky_bucket only) turns on shaping when > 0: a request that finds the bucket
 	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
 	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
 	// full queue (Burst*Window/Limit) behave like that time.
 	MaxDelay time.Duration
 
-	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
-	MinLimit int64
-	// MaxLimit (adaptive) is the ceiling of the adaptive limit; 0 means Limit.
-	MaxLimit int64
+	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1; MaxLimit its ceiling, 0
+	// meaning Limit.
+	MinLimit, MaxLimit int64
 	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
 	// 0 turns the latency signal off.
 	TargetLatency time.Duration
@@ -176,11 +170,9 @@ const (
 // Decision is the outcome of one AllowN call.
 type Decision struct {
 	Allowed bool // the n events may pass
-	// Limit is the configured limit (events per window); for adaptive, the limit in force.
-	Limit int64
-	// Remaining is how many events may still pass at now (after this decision); never
-	// negative.
-	Remaining int64
+	// Limit is the configured limit (events per window; for adaptive, the limit in force),
+	// Remaining how many events may still pass at now after this decision (never negative).
+	Limit, Remaining int64
 	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
 	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
 	// the request can never be allowed (see Unsatisfiable).

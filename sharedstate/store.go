@@ -14,11 +14,10 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 )
 
-// Errors a Store returns. They are the ABI's values, so the host store needs no translation.
+// Errors a Store returns: the key has never been written; it was written by someone else
+// since it was read. They are the ABI's values, so the host store needs no translation.
 var (
-	// ErrNotFound means the key has never been written.
-	ErrNotFound = abi.ErrNotFound
-	// ErrCasMismatch means the key was written by someone else since it was read.
+	ErrNotFound    = abi.ErrNotFound
 	ErrCasMismatch = abi.ErrCasMismatch
 )
 
