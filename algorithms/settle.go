@@ -82,7 +82,7 @@ func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bo
 	now = clampNow(now)
 	switch l := lim.(type) {
 	case *TokenBucket:
-		return l.b.settle(state, now, delta)
+		return l.settle(state, now, delta)
 	case *LeakyBucket:
 		if !l.shaper {
 			return l.b.settle(state, now, delta)

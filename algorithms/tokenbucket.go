@@ -57,7 +57,7 @@ package algorithms
 // tc:
 //
 //	tokens = R*wg, last = tc
-type TokenBucket struct{ b bucket }
+type TokenBucket struct{ bucket }
 
 // tbSize is the encoded size of a TokenBucket or LeakyBucket meter state; tbSizeV1 that of the
 // v1 layout.
@@ -95,7 +95,7 @@ func (t *TokenBucket) init(c Config) error {
 		return err
 	}
 	b, err := newBucket(c, verTokenBucket2, verTokenBucket)
-	t.b = b
+	t.bucket = b
 	return err
 }
 
@@ -222,24 +222,6 @@ func (b *bucket) peek(state []byte, now int64) (r, at int64, ok bool) {
 
 // StateSize implements Limiter: a bucket state is always 41 bytes.
 func (b *bucket) StateSize() int { return tbSize }
-
-// AllowN, Idle, StateSize, GiveBack and peek of TokenBucket are its bucket's.
-
-func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
-	return t.b.AllowN(state, now, n)
-}
-
-func (t *TokenBucket) Idle(state []byte, now int64) bool { return t.b.Idle(state, now) }
-
-func (t *TokenBucket) StateSize() int { return tbSize }
-
-func (t *TokenBucket) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
-	return t.b.GiveBack(state, now, takenAt, n)
-}
-
-func (t *TokenBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
-	return t.b.peek(state, now)
-}
 
 // Idle implements Limiter: the bucket is full (the meter empty) at now.
 func (b *bucket) Idle(state []byte, now int64) bool {
