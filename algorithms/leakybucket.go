@@ -5,9 +5,9 @@ package algorithms
 // # Meter (MaxDelay == 0)
 //
 // The leaky bucket as a meter (Turner's formulation; Tanenbaum's leaky bucket is the queue,
-// below): an occupancy level drains continuously at Limit/Window
-// events per second; n events are admitted while occupancy + n <= C (C = Burst, Limit when 0),
-// and then raise the occupancy by n. Requests are allowed or denied at once, never delayed.
+// below): an occupancy level drains continuously at Limit/Window events per second; n events
+// are admitted while occupancy + n <= C (C = Burst, Limit when 0), and then raise the
+// occupancy by n. Requests are allowed or denied at once, never delayed.
 // The meter makes exactly the decisions of a TokenBucket with the same parameters (tokens =
 // C - occupancy); a test checks that.
 //
@@ -266,13 +266,9 @@ func (l *LeakyBucket) StateSize() int {
 
 // Idle implements Limiter. The meter is idle when the bucket is empty; the shaper when every
 // request of up to C events would be released at once and leave the same state as on a fresh
-// key, that is when P + C*Window/Limit <= now.
-//
-// A state recorded under other parameters is idle, for both modes, when the old configuration
-// reports the whole capacity C remaining: the converted state is then at full allowance. For
-// the shaper that converted state (P = tc) and a fresh key differ by one request, the
-// fresh key's first request that leaves at once; reclaiming the slot is still right, since
-// otherwise the slot of a key that never returns would stay taken for good.
+// key, that is when P + C*Window/Limit <= now. A state recorded under other parameters is idle
+// when the old configuration reports C remaining (see idleConverted), although for the shaper
+// the converted state (P = tc) and a fresh key differ by the fresh key's first request.
 func (l *LeakyBucket) Idle(state []byte, now int64) bool {
 	if !l.shaper {
 		return l.b.Idle(state, now)

@@ -6,19 +6,13 @@ package algorithms
 //
 // It agrees decision for decision with golang.org/x/time/rate (rate.Limit(Limit /
 // Window.Seconds()), burst B, AllowN(time.Unix(0, now), n)) on non-decreasing times, except
-// at two boundaries where x/time/rate's float64 arithmetic is looser than this exact one:
-//
-//   - x/time/rate converts a token shortfall to a wait with truncation towards zero, so it
-//     admits a request whose tokens would be complete less than 1ns later (storing a negative
-//     balance); this type denies it with RetryAfter = 1ns. Example: 3 per second, burst 1,
-//     requests at 0 and at 333333333ns: the exact balance is 0.999999999 tokens.
-//   - float64 rounding of the balance can move a request across that 1ns boundary.
-//
-// With "nice" parameters, where Window/Limit is a whole number of microseconds and requests
-// arrive on whole microseconds, neither boundary can be reached and the decisions are
-// identical (a test checks this on random sequences). When time goes backwards x/time/rate
-// moves its clock back and later counts the same refill twice; this type does not (see the
-// package documentation).
+// where x/time/rate's float64 arithmetic is looser than this exact one: it truncates a token
+// shortfall's wait towards zero, so it admits a request whose tokens would be complete less
+// than 1ns later (3 per second, burst 1, requests at 0 and 333333333ns), which this type
+// denies with RetryAfter = 1ns, and float64 rounding can move a request across that boundary.
+// When Window/Limit is a whole number of microseconds and requests arrive on whole
+// microseconds the decisions are identical (a test checks this on random sequences). When time
+// goes backwards x/time/rate counts the same refill twice; this type does not.
 //
 // # Arithmetic (the spec for the Lua port)
 //
