@@ -120,16 +120,23 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 }
 
 func (f *FixedWindow) encode(state []byte, w, count, carry int64) []byte {
-	size := fixedSize
-	if carry > 0 {
-		size = fixedSizeCarry
-	}
-	out := outBuf(state, size, fixedSizeCarry)
-	f.p.put(out, verFixedWindow2)
+	out := windowOut(state, &f.p, verFixedWindow2, fixedSize, carry)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], count)
+	return out
+}
+
+// windowOut returns the buffer of a window's state of size bytes, header written, and of 4
+// more holding carry when carry is not 0.
+func windowOut(state []byte, p *params, ver byte, size int, carry int64) []byte {
+	n := size
 	if carry > 0 {
-		put32(out[fixedSize:], carry)
+		n += 4
+	}
+	out := outBuf(state, n, size+4)
+	p.put(out, ver)
+	if carry > 0 {
+		put32(out[size:], carry)
 	}
 	return out
 }

@@ -79,17 +79,13 @@ func (f *FixedWindow) GiveBack(state []byte, now, takenAt, n int64) ([]byte, boo
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
-	ws := get64(state[hdrSize:])
-	count := min(get32(state[hdrSize+8:]), f.ceil)
-	if ws != takenAt-takenAt%f.w || ws < now-now%f.w || count <= 0 {
+	// The stored window, not rolled to now's (load returns another one then), is takenAt's.
+	w, count, carry := f.load(state, hdrSize, now)
+	if w != get64(state[hdrSize:]) || w != takenAt-takenAt%f.w || count <= 0 {
 		return state, false
 	}
-	var carry int64
-	if len(state) == fixedSizeCarry {
-		carry = get32(state[fixedSize:])
-	}
 	count = max(0, count-n)
-	return f.encode(state, ws, count, min(carry, count)), true
+	return f.encode(state, w, count, min(carry, count)), true
 }
 
 // GiveBack implements Returner.

@@ -247,18 +247,10 @@ func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decisio
 }
 
 func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur, carry int64) []byte {
-	size := counterSize
-	if carry > 0 {
-		size = counterSizeCarry
-	}
-	out := outBuf(state, size, counterSizeCarry)
-	s.p.put(out, verSlidingCount2)
+	out := windowOut(state, &s.p, verSlidingCount2, counterSize, carry)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], prev)
 	put32(out[hdrSize+12:], cur)
-	if carry > 0 {
-		put32(out[counterSize:], carry)
-	}
 	return out
 }
 
