@@ -375,10 +375,8 @@ func idleHorizon(lim Limiter) int64 {
 type Pending struct {
 	// Decision is the outcome; it may change when Commit has to decide again after a race.
 	Decision algorithms.Decision
-	// Retries counts compare-and-swap attempts lost so far.
-	Retries int
-	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
-	Overflow bool
+	Retries  int  // compare-and-swap attempts lost so far
+	Overflow bool // the key found no slot of its own and is counted in an overflow slot
 	// Claimed reports that Commit placed the key in a slot never used before: the rule's
 	// table holds one more key.
 	Claimed bool
@@ -389,8 +387,7 @@ type Pending struct {
 
 	digest [DigestSize]byte
 	now, n int64
-	// h is the key's keyed hash.
-	h uint64
+	h      uint64 // the key's keyed hash
 	// The slot to write: geo is its geometry's max_keys (0 for an overflow slot), idx its
 	// number, cas what it was read with.
 	geo, idx uint32
