@@ -70,11 +70,10 @@ func debtCeiling(limit, w int64) int64 {
 }
 
 // Settle applies delta = usage - reservation to state at now, for a request whose
-// reservation was admitted at reservedAt (see above). It returns the state to store and
-// whether there is one: false when there is nothing to write (delta 0, a refund on a fresh
-// or full key or that a window's counts cannot take, a state recorded under other parameters,
-// or a limiter that takes no usage cost).
-// The returned slice aliases state when cap(state) is large enough, as AllowN's does.
+// reservation was admitted at reservedAt (see above). It returns the state to store (aliasing
+// state as AllowN's does) and whether there is one: not for delta 0, a refund on a fresh or
+// full key or that a window's counts cannot take, a state recorded under other parameters, or
+// a limiter that takes no usage cost.
 func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	if delta == 0 {
 		return state, false
