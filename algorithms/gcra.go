@@ -92,18 +92,13 @@ func (g *GCRA) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	if ok && tat > now {
 		base = tat
 	}
-	d := Decision{Limit: g.limit}
+	d := Decision{Limit: g.limit, Remaining: max(0, now+g.tau-base) / g.t, ResetAfter: dur(base - now)}
 	if n <= 0 || n > g.burst {
-		d.Remaining = max(0, now+g.tau-base) / g.t
-		d.ResetAfter = dur(base - now)
 		return d, state
 	}
 	newTAT := base + n*g.t
-	allowAt := newTAT - g.tau
-	if allowAt > now {
+	if allowAt := newTAT - g.tau; allowAt > now {
 		d.RetryAfter = dur(allowAt - now)
-		d.Remaining = max(0, now+g.tau-base) / g.t
-		d.ResetAfter = dur(base - now)
 		newTAT = base
 	} else {
 		d.Allowed = true
