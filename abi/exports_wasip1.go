@@ -90,9 +90,8 @@ func registerCallout(token uint32, cb func(int, int, int), always bool) {
 	}
 }
 
-// recoverExport turns a panic that reached an export into an error log. A panic that escapes
-// a wasmexport traps with `unreachable`, and a trap in Envoy fails the stream (or the whole VM
-// with FAIL_RELOAD), so every export defers this.
+// recoverExport, which every export defers, turns a panic into an error log: a panic that
+// escapes a wasmexport traps, which in Envoy fails the stream (or the VM with FAIL_RELOAD).
 func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
 		msg := "panic in " + name + " (context " + strconv.FormatUint(uint64(contextID), 10) + "): " + anyString(r) + "\n" + string(stack())

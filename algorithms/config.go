@@ -274,14 +274,11 @@ func unknownAlgorithm(c Config) error {
 // algorithmList names every algorithm, for error messages. It is built when an error needs
 // it rather than in the package initialiser, which V8 compiles and runs in every VM's start.
 func algorithmList() string {
-	var b strings.Builder
-	for i, s := range specs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(s.Name)
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
 	}
-	return b.String()
+	return strings.Join(names, ", ")
 }
 
 // validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
