@@ -166,18 +166,17 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 	}
 	live := count - dropped
 	d := Decision{Limit: l.limit}
-	switch {
-	case n <= 0 || n > l.limit:
+	if n <= 0 || n > l.limit || live+n > l.limit {
 		d.Remaining = max(0, l.limit-live)
-		if live > 0 {
+		if live > 0 { // always so for a denial that is not unsatisfiable
 			d.ResetAfter = dur(newest + l.w - now)
 		}
-		return d, state
-	case live+n > l.limit:
+		if n <= 0 || n > l.limit {
+			return d, state
+		}
 		// The k-th oldest live timestamp must leave the window first.
-		k := live + n - l.limit
 		t := first
-		for i := int64(0); i < k-1; i++ {
+		for i := range live + n - l.limit - 1 {
 			// These deltas were not walked by prune: clamp instead of trusting them, so a
 			// corrupt state cannot overflow or produce a wait beyond newest + Window.
 			if d := l.delta(state, h, dropped+i); d >= 0 && d < l.w {
@@ -185,8 +184,6 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 			}
 		}
 		d.RetryAfter = dur(t + l.w - now)
-		d.Remaining = max(0, l.limit-live)
-		d.ResetAfter = dur(newest + l.w - now)
 		return d, state
 	}
 	d.Allowed = true
