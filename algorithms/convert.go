@@ -51,13 +51,14 @@ func (p *params) put(out []byte, ver byte) {
 	binary.LittleEndian.PutUint64(out[17:], p.maxDelay)
 }
 
-// locate classifies state for a limiter whose current encoding is ver (size bytes) and v1
-// encoding verV1 (sizeV1 bytes): off is where the fields start (hdrSize for the current
-// encoding with these parameters, 1 for v1, 0 for a fresh key), and convert is true for a
-// current encoding recorded under other parameters or by another algorithm.
-func (p *params) locate(state []byte, ver byte, size int, verV1 byte, sizeV1 int) (off int, convert bool) {
+// locate classifies state for a limiter whose current encoding is ver (size bytes, or
+// sizeCarry with a window's carry) and v1 encoding verV1 (sizeV1 bytes): off is where the
+// fields start (hdrSize for the current encoding with these parameters, 1 for v1, 0 for a
+// fresh key), and convert is true for a current encoding recorded under other parameters or
+// by another algorithm.
+func (p *params) locate(state []byte, ver byte, size, sizeCarry int, verV1 byte, sizeV1 int) (off int, convert bool) {
 	switch {
-	case len(state) == size && p.matches(state, ver):
+	case (len(state) == size || len(state) == sizeCarry) && p.matches(state, ver):
 		return hdrSize, false
 	case len(state) == sizeV1 && state[0] == verV1:
 		return 1, false

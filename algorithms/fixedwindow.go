@@ -84,10 +84,7 @@ func (f *FixedWindow) load(state []byte, off int, now int64) (w, count, carry in
 }
 
 func (f *FixedWindow) locate(state []byte) (off int, convert bool) {
-	if len(state) == fixedSizeCarry && f.p.matches(state, verFixedWindow2) {
-		return hdrSize, false
-	}
-	return f.p.locate(state, verFixedWindow2, fixedSize, verFixedWindow, fixedSizeV1)
+	return f.p.locate(state, verFixedWindow2, fixedSize, fixedSizeCarry, verFixedWindow, fixedSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.

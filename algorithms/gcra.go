@@ -77,7 +77,7 @@ func (g *GCRA) decode(state []byte, off int) (tat int64, ok bool) {
 }
 
 func (g *GCRA) locate(state []byte) (off int, convert bool) {
-	return g.p.locate(state, verGCRA2, gcraSize, verGCRA, gcraSizeV1)
+	return g.p.locate(state, verGCRA2, gcraSize, gcraSize, verGCRA, gcraSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.

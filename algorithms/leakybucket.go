@@ -144,7 +144,7 @@ func (l *LeakyBucket) locate(state []byte) (off int, convert bool) {
 	if !l.shaper {
 		return l.b.locate(state)
 	}
-	return l.b.p.locate(state, verLeakyShaper2, shaperSize, verLeakyShaper, shaperSizeV1)
+	return l.b.p.locate(state, verLeakyShaper2, shaperSize, shaperSize, verLeakyShaper, shaperSizeV1)
 }
 
 // converted is the shaper's state of a key that consumed c at tc; see the type documentation.

@@ -224,10 +224,7 @@ func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur, car
 }
 
 func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
-	if len(state) == counterSizeCarry && s.p.matches(state, verSlidingCount2) {
-		return hdrSize, false
-	}
-	return s.p.locate(state, verSlidingCount2, counterSize, verSlidingCount, counterSizeV1)
+	return s.p.locate(state, verSlidingCount2, counterSize, counterSizeCarry, verSlidingCount, counterSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.

@@ -130,7 +130,7 @@ func (b *bucket) decide(tokens, eff, now, n int64) (Decision, int64, bool) {
 
 // locate classifies state; see params.locate.
 func (b *bucket) locate(state []byte) (off int, convert bool) {
-	return b.p.locate(state, b.ver, tbSize, b.verV1, tbSizeV1)
+	return b.p.locate(state, b.ver, tbSize, tbSize, b.verV1, tbSizeV1)
 }
 
 // decode reads the (value, last) fields at state[off:] (off == 0: a fresh key); value, the
