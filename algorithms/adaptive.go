@@ -153,9 +153,7 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	return a, nil
 }
 
-type ctrlState struct {
-	limit, last, requests, errors, latency int64
-}
+type ctrlState struct{ limit, last, requests, errors, latency int64 }
 
 func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
 	if len(state) != ctrlSize || state[0] != verAdaptiveCtrl {
@@ -175,9 +173,7 @@ func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
 
 // CurrentLimit returns the limit recorded in a controller state (Limit for a fresh or
 // undecodable one), always within [MinLimit, MaxLimit].
-func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 {
-	return a.decodeCtrl(ctrlState, 0).limit
-}
+func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 { return a.decodeCtrl(ctrlState, 0).limit }
 
 // Update adds the signals s observed since the caller's previous Update to the controller
 // state and, if at least AdjustInterval has passed since the last adjustment, adjusts the
