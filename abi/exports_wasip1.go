@@ -228,12 +228,10 @@ func proxyOnQueueReady(rootID, queueID uint32) {
 	}
 }
 
-// proxy_on_done and proxy_on_delete reach this module for every stream, and for a stream that
-// is last (nearly always the case) they only compare and clear a few variables, which cannot
-// panic: that fast path runs without a deferred recover, and the rest, which can, is a
-// function of its own that defers one. A defer makes a function several times bigger, so a
-// VM's first request compiles only the small exports (see filter/doc.go); the root paths are
-// compiled when a plugin is done.
+// proxy_on_done and proxy_on_delete reach this module for every stream, and for the last
+// stream (nearly always the case) only compare and clear a few variables, which cannot panic:
+// that fast path runs without a deferred recover, which makes a function several times bigger
+// (see filter/doc.go), and the rest, which can panic, is a function of its own that defers one.
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {

@@ -804,16 +804,13 @@ func (t *Table) run(p *Pending, state []byte) error {
 		// in place, where the value will hold it, rather than in a buffer of its own.
 		state = p.value[slotHeader:slotHeader]
 	}
-	var d algorithms.Decision
 	var next []byte
 	if p.op == opAllow {
-		d, next = t.limiter.AllowN(state, p.now, p.n)
+		p.Decision, next = t.limiter.AllowN(state, p.now, p.n)
 	} else {
-		d, next = t.runLease(p, state)
+		p.Decision, next = t.runLease(p, state)
 	}
-	p.Decision = d
-	// The value is sized once and filled in place: one check of its capacity instead of an
-	// append's growth check for the header and another for the state.
+	// The value is sized once and filled in place: one capacity check, not one per append.
 	size := slotHeader + len(next)
 	if cap(p.value) < size {
 		p.value = make([]byte, size, max(size, 64))
