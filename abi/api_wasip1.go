@@ -108,9 +108,8 @@ func getMapValue(mapType uint32, key string) (string, error) {
 func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
 
 // GetHttpRequestHeaderMap reads the whole request header map with one host call and keeps it
-// as the host wrote it: the lookups of HeaderMap scan it in place, so a filter that needs the
-// full map anyway (a key header's lines, X-Forwarded-For) answers every other header read of
-// the request from the same bytes instead of asking the host again.
+// as the host wrote it, so that every header read of the request (HeaderMap) scans the same
+// bytes instead of asking the host again.
 func GetHttpRequestHeaderMap() (HeaderMap, error) {
 	b, err := read(hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize))
 	return HeaderMap{b}, err

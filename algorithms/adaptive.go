@@ -176,10 +176,9 @@ func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
 func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 { return a.decodeCtrl(ctrlState, 0).limit }
 
 // Update adds the signals s observed since the caller's previous Update to the controller
-// state and, if at least AdjustInterval has passed since the last adjustment, adjusts the
-// limit from the accumulated signals and starts a new interval. It returns the limit in force
-// and the state to store, written into ctrlState[:0] when its capacity allows (as AllowN).
-// A stale now (before the last adjustment) only accumulates.
+// state and, at least AdjustInterval after the last adjustment (a stale now only accumulates),
+// adjusts the limit from the accumulated signals and starts a new interval. It returns the
+// limit in force and the state to store, aliasing ctrlState as AllowN's does.
 func (a *Adaptive) Update(ctrlState []byte, s Signals, now int64) (limit int64, newState []byte) {
 	now = clampNow(now)
 	c := a.decodeCtrl(ctrlState, now)

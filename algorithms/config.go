@@ -88,9 +88,8 @@ const (
 	VariantLog     = "log"
 )
 
-// Validation bounds. They exist so that no accepted configuration can overflow an int64 or,
-// more strictly, push an intermediate quantity past 2^53, the largest integer a Lua double
-// holds exactly.
+// Validation bounds, so that no accepted configuration can push an intermediate quantity past
+// 2^53, the largest integer a Lua double holds exactly (nor so overflow an int64).
 const (
 	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
 	// request rate limiting and would let very high rates overflow the scaled arithmetic.

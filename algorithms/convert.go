@@ -140,9 +140,8 @@ func RecordedConfig(state []byte) (Config, bool) {
 // evaluated the state at (now, or the later instant the state last saw when now is stale),
 // and whether that limiter finds the state idle (equivalent to one of its fresh keys). ok is
 // false when the recorded configuration is invalid or the state does not decode under it:
-// the state is then a fresh key, as any undecodable state. now is already clamped.
-//
-// The old limiter is rebuilt by value from the block, so this allocates nothing.
+// the state is then a fresh key, as any undecodable state. now is already clamped. The old
+// limiter is rebuilt by value from the block, so this allocates nothing.
 func peekOld(state []byte, now int64) (r, at int64, idle, ok bool) {
 	c, ok := RecordedConfig(state)
 	if !ok {
