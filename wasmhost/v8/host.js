@@ -23,17 +23,65 @@ const ESUCCESS = 0, EBADF = 8, ENOSYS = 52, ENOTSUP = 58;
 
 // SharedData is Envoy's shared data: keys per vm_id, no deletion, one CAS counter that starts
 // at 1 and skips 0; CAS 0 writes unconditionally, an absent key is written whatever CAS is.
+// Values are copied in on a write and out on a read.
+//
+// Keys are looked up by the bytes the guest passed, without making a string of them: each
+// vm_id's store is a Map from the key's 32-bit FNV-1a hash (a small integer, which V8 hashes
+// and compares inline) to its entry, entries whose keys share a hash chained through next.
+// A request's lookups thus touch the Map, one entry and its key and value arrays, where a Map
+// of strings would build, flatten and hash a string per call and compare it with a stored one;
+// a new client's keys are cold in the CPU's caches, so every object a lookup touches counts.
 class SharedData {
-  constructor() { this.map = new Map(); this.nextCas = 0; }
-  get(key) { return this.map.get(key); }
-  set(key, value, cas) {
-    const e = this.map.get(key);
-    if (e && cas !== 0 && cas !== e.cas) return CAS_MISMATCH;
+  constructor() { this.stores = new Map(); this.nextCas = 0; this.size = 0; }
+  // store returns the Map of one vm_id's keys.
+  store(vmId) {
+    let m = this.stores.get(vmId);
+    if (m === undefined) this.stores.set(vmId, m = new Map());
+    return m;
+  }
+  // get returns the entry of the key mem[p, p+n) in store m, or undefined.
+  get(m, mem, p, n) {
+    let e = m.get(hashBytes(mem, p, n));
+    while (e !== undefined && !e.is(mem, p, n)) e = e.next;
+    return e;
+  }
+  // set writes the value mem[vp, vp+vn) to the key mem[kp, kp+kn) of store m.
+  set(m, mem, kp, kn, vp, vn, cas) {
+    const h = hashBytes(mem, kp, kn);
+    const first = m.get(h);
+    let e = first;
+    while (e !== undefined && !e.is(mem, kp, kn)) e = e.next;
+    if (e !== undefined && cas !== 0 && cas !== e.cas) return CAS_MISMATCH;
     this.nextCas = (this.nextCas + 1) >>> 0;
     if (this.nextCas === 0) this.nextCas = 1;
-    this.map.set(key, { value, cas: this.nextCas });
+    if (e === undefined) {
+      m.set(h, new SharedEntry(mem.slice(kp, kp + kn), mem.slice(vp, vp + vn), this.nextCas, first));
+      this.size++;
+    } else {
+      if (e.value.length === vn) e.value.set(mem.subarray(vp, vp + vn));
+      else e.value = mem.slice(vp, vp + vn);
+      e.cas = this.nextCas;
+    }
     return OK;
   }
+}
+
+class SharedEntry {
+  constructor(key, value, cas, next) { this.key = key; this.value = value; this.cas = cas; this.next = next; }
+  // is reports whether the entry's key is mem[p, p+n).
+  is(mem, p, n) {
+    const k = this.key;
+    if (k.length !== n) return false;
+    for (let i = 0; i < n; i++) if (k[i] !== mem[p + i]) return false;
+    return true;
+  }
+}
+
+// hashBytes returns the 32-bit FNV-1a hash of mem[p, p+n), as a small integer.
+function hashBytes(mem, p, n) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < n; i++) h = Math.imul(h ^ mem[p + i], 16777619);
+  return h >>> 1; // 31 bits: a Smi, stored in the Map without boxing
 }
 
 const textEnc = new TextEncoder();
@@ -75,6 +123,7 @@ class VM {
     this.nextId = 1;
     this.stream = null;
     this.guestNs = 0n;
+    this.sharedStore = opts.shared.store(opts.vmId);
     this.phases = {};
     const self = this;
     const env = {
@@ -124,14 +173,14 @@ class VM {
         return OK;
       },
       proxy_get_shared_data: (kp, kn, vp, vs, cp) => {
-        const e = opts.shared.get(opts.vmId + '\0' + self.str(kp, kn));
-        if (!e) return NOT_FOUND;
+        const e = opts.shared.get(self.sharedStore, self.u8(), kp, kn);
+        if (e === undefined) return NOT_FOUND;
         const st = self.give(e.value, vp, vs);
         if (st === OK) self.view().setUint32(cp, e.cas, true);
         return st;
       },
       proxy_set_shared_data: (kp, kn, vp, vn, cas) =>
-        opts.shared.set(opts.vmId + '\0' + self.str(kp, kn), self.bytes(vp, vn), cas >>> 0),
+        opts.shared.set(self.sharedStore, self.u8(), kp, kn, vp, vn, cas >>> 0),
       proxy_http_call: () => UNIMPLEMENTED, // the V8 tier runs local limits only
       proxy_send_local_response: (status, dp, dn, bp, bn, hp, hn) => {
         const s = self.stream;
@@ -208,6 +257,12 @@ class VM {
     const buf = this.x.memory.buffer;
     if (this.dv === undefined || this.dv.buffer !== buf) this.dv = new DataView(buf);
     return this.dv;
+  }
+  // u8 returns a Uint8Array of the whole memory, made again only when the memory grew.
+  u8() {
+    const buf = this.x.memory.buffer;
+    if (this.mem8 === undefined || this.mem8.buffer !== buf) this.mem8 = new Uint8Array(buf);
+    return this.mem8;
   }
   bytes(p, n) { return new Uint8Array(this.x.memory.buffer, p, n).slice(); }
   str(p, n) { return dec.decode(new Uint8Array(this.x.memory.buffer, p, n)); }
@@ -467,7 +522,7 @@ function main() {
         out.guest_p50_ns = each.length > 0 ? each[each.length >> 1] : 0;
       }
     }
-    out.shared_keys = shared.map.size;
+    out.shared_keys = shared.size;
     out.metrics = Object.fromEntries([...metrics].map(([k, m]) => [k, Number(m.value)]));
   }
   process.stdout.write(JSON.stringify(out));
