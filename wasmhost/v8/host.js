@@ -25,56 +25,88 @@ const ESUCCESS = 0, EBADF = 8, ENOSYS = 52, ENOTSUP = 58;
 // at 1 and skips 0; CAS 0 writes unconditionally, an absent key is written whatever CAS is.
 // Values are copied in on a write and out on a read.
 //
-// Keys are looked up by the bytes the guest passed, without making a string of them: each
-// vm_id's store is a Map from the key's 32-bit FNV-1a hash (a small integer, which V8 hashes
-// and compares inline) to its entry, entries whose keys share a hash chained through next.
-// A request's lookups thus touch the Map, one entry and its key and value arrays, where a Map
-// of strings would build, flatten and hash a string per call and compare it with a stored one;
-// a new client's keys are cold in the CPU's caches, so every object a lookup touches counts.
+// A new client's entries are cold in the CPU's caches, so a lookup touches few places: keys
+// are found by the bytes the guest passed, without making a string of them, through a Map per
+// vm_id from the key's 31-bit FNV-1a hash (a small integer, which V8 hashes and compares
+// inline) to the entry's number, entries whose keys share a hash chained; an entry is six
+// numbers of one Int32Array (META) and its key and value lie side by side in one array of
+// every entry's bytes. A value that outgrows its entry's room moves to the end.
+const KEY_AT = 0, KEY_LEN = 1, VALUE_LEN = 2, ROOM = 3, CAS = 4, NEXT = 5, META = 6;
+
 class SharedData {
-  constructor() { this.stores = new Map(); this.nextCas = 0; this.size = 0; }
+  constructor() {
+    this.stores = new Map();
+    this.nextCas = 0;
+    this.size = 0;
+    this.meta = new Int32Array(META << 10);
+    this.bytes = new Uint8Array(1 << 16);
+    this.used = 0;
+  }
   // store returns the Map of one vm_id's keys.
   store(vmId) {
     let m = this.stores.get(vmId);
     if (m === undefined) this.stores.set(vmId, m = new Map());
     return m;
   }
-  // get returns the entry of the key mem[p, p+n) in store m, or undefined.
-  get(m, mem, p, n) {
-    let e = m.get(hashBytes(mem, p, n));
-    while (e !== undefined && !e.is(mem, p, n)) e = e.next;
-    return e;
+  // get returns the number of the entry of the key mem[p, p+n) in store m, or -1.
+  get(m, mem, p, n) { return this.find(m.get(hashBytes(mem, p, n)), mem, p, n); }
+  // find returns the number of the entry of the key mem[p, p+n) in the chain from entry e.
+  find(e = -1, mem, p, n) {
+    const meta = this.meta, bytes = this.bytes;
+    for (; e >= 0; e = meta[META * e + NEXT]) {
+      if (meta[META * e + KEY_LEN] !== n) continue;
+      const at = meta[META * e + KEY_AT];
+      let i = 0;
+      while (i < n && bytes[at + i] === mem[p + i]) i++;
+      if (i === n) return e;
+    }
+    return -1;
   }
+  value(e) {
+    const at = this.meta[META * e + KEY_AT] + this.meta[META * e + KEY_LEN];
+    return this.bytes.subarray(at, at + this.meta[META * e + VALUE_LEN]);
+  }
+  cas(e) { return this.meta[META * e + CAS] >>> 0; }
   // set writes the value mem[vp, vp+vn) to the key mem[kp, kp+kn) of store m.
   set(m, mem, kp, kn, vp, vn, cas) {
     const h = hashBytes(mem, kp, kn);
     const first = m.get(h);
-    let e = first;
-    while (e !== undefined && !e.is(mem, kp, kn)) e = e.next;
-    if (e !== undefined && cas !== 0 && cas !== e.cas) return CAS_MISMATCH;
+    let e = this.find(first, mem, kp, kn);
+    if (e >= 0 && cas !== 0 && cas !== this.cas(e)) return CAS_MISMATCH;
     this.nextCas = (this.nextCas + 1) >>> 0;
     if (this.nextCas === 0) this.nextCas = 1;
-    if (e === undefined) {
-      m.set(h, new SharedEntry(mem.slice(kp, kp + kn), mem.slice(vp, vp + vn), this.nextCas, first));
-      this.size++;
-    } else {
-      if (e.value.length === vn) e.value.set(mem.subarray(vp, vp + vn));
-      else e.value = mem.slice(vp, vp + vn);
-      e.cas = this.nextCas;
+    if (e < 0) {
+      e = this.size++;
+      if (META * this.size > this.meta.length) this.meta = grown(this.meta, META * this.size);
+      const at = this.room(kn + vn);
+      this.bytes.set(mem.subarray(kp, kp + kn), at);
+      this.meta.set([at, kn, 0, vn, 0, first ?? -1], META * e);
+      m.set(h, e);
+    } else if (vn > this.meta[META * e + ROOM]) {
+      const at = this.room(kn + vn), from = this.meta[META * e + KEY_AT];
+      this.bytes.copyWithin(at, from, from + kn);
+      this.meta[META * e + KEY_AT] = at;
+      this.meta[META * e + ROOM] = vn;
     }
+    const meta = this.meta;
+    meta[META * e + VALUE_LEN] = vn;
+    meta[META * e + CAS] = this.nextCas;
+    this.bytes.set(mem.subarray(vp, vp + vn), meta[META * e + KEY_AT] + kn);
     return OK;
+  }
+  // room returns the offset of n unused bytes at the end of this.bytes.
+  room(n) {
+    if (this.used + n > this.bytes.length) this.bytes = grown(this.bytes, this.used + n);
+    this.used += n;
+    return this.used - n;
   }
 }
 
-class SharedEntry {
-  constructor(key, value, cas, next) { this.key = key; this.value = value; this.cas = cas; this.next = next; }
-  // is reports whether the entry's key is mem[p, p+n).
-  is(mem, p, n) {
-    const k = this.key;
-    if (k.length !== n) return false;
-    for (let i = 0; i < n; i++) if (k[i] !== mem[p + i]) return false;
-    return true;
-  }
+// grown returns a copy of the typed array a at least n long, twice as long or more.
+function grown(a, n) {
+  const b = new a.constructor(Math.max(2 * a.length, n));
+  b.set(a);
+  return b;
 }
 
 // hashBytes returns the 32-bit FNV-1a hash of mem[p, p+n), as a small integer.
@@ -174,9 +206,9 @@ class VM {
       },
       proxy_get_shared_data: (kp, kn, vp, vs, cp) => {
         const e = opts.shared.get(self.sharedStore, self.u8(), kp, kn);
-        if (e === undefined) return NOT_FOUND;
-        const st = self.give(e.value, vp, vs);
-        if (st === OK) self.view().setUint32(cp, e.cas, true);
+        if (e < 0) return NOT_FOUND;
+        const st = self.give(opts.shared.value(e), vp, vs);
+        if (st === OK) self.view().setUint32(cp, opts.shared.cas(e), true);
         return st;
       },
       proxy_set_shared_data: (kp, kn, vp, vn, cas) =>
