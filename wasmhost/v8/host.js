@@ -560,4 +560,7 @@ function main() {
   process.stdout.write(JSON.stringify(out));
 }
 
-main();
+// Run as a program, the host does the job on its standard input; required as a module (by
+// the shared data's test), it exports its shared data.
+if (require.main === module) main();
+else module.exports = { SharedData, hashBytes, OK, CAS_MISMATCH };
