@@ -151,7 +151,7 @@ const enc = {
 // VM is one instance of the module: one worker (or the canary) in Envoy's terms.
 class VM {
   constructor(module, opts) {
-    this.opts = opts; // {vmId, pluginConfig, shared, metrics, logs}
+    this.opts = opts; // {vmId, pluginConfig, shared, metrics, metricsById, logs}
     this.nextId = 1;
     this.stream = null;
     this.guestNs = 0n;
@@ -225,12 +225,17 @@ class VM {
       proxy_set_tick_period_milliseconds: () => OK,
       proxy_define_metric: (type, np, nn, ip) => {
         const name = self.str(np, nn);
-        if (!opts.metrics.has(name)) opts.metrics.set(name, { id: opts.metrics.size + 1, value: 0n });
+        if (!opts.metrics.has(name)) {
+          const m = { id: opts.metrics.size + 1, value: 0 };
+          opts.metrics.set(name, m);
+          opts.metricsById.push(m);
+        }
         self.view().setUint32(ip, opts.metrics.get(name).id, true);
         return OK;
       },
-      proxy_increment_metric: (id, d) => { self.metric(id, (m) => { m.value += d; }); return OK; },
-      proxy_record_metric: (id, v) => { self.metric(id, (m) => { m.value = v; }); return OK; },
+      // A metric's value is a Number (exact to 2^53): BigInt arithmetic allocates.
+      proxy_increment_metric: (id, d) => { const m = opts.metricsById[id - 1]; if (m) m.value += Number(d); return OK; },
+      proxy_record_metric: (id, v) => { const m = opts.metricsById[id - 1]; if (m) m.value = Number(v); return OK; },
     };
     const wasi = {
       fd_write: (fd, iovs, n, np) => {
@@ -311,8 +316,6 @@ class VM {
     v.setUint32(sp, b.length, true);
     return OK;
   }
-
-  metric(id, f) { for (const m of this.opts.metrics.values()) if (m.id === id) f(m); }
 
   headers(type) {
     const s = this.stream;
@@ -468,7 +471,7 @@ function main() {
   const job = JSON.parse(fs.readFileSync(0, 'utf8'));
   markPhases = !!job.phase_markers;
   const shared = new SharedData();
-  const metrics = new Map();
+  const metrics = new Map(), metricsById = [];
   const logs = [];
   const out = { logs };
   const t0 = process.hrtime.bigint();
@@ -476,7 +479,7 @@ function main() {
   const t1 = process.hrtime.bigint();
   const c1 = cpuMS();
   out.compile_ms = ms(t1 - t0);
-  const mk = () => new VM(module, { vmId: job.vm_id || 'ratelimit', pluginConfig: enc.encode(job.config || ''), shared, metrics, logs });
+  const mk = () => new VM(module, { vmId: job.vm_id || 'ratelimit', pluginConfig: enc.encode(job.config || ''), shared, metrics, metricsById, logs });
 
   if (job.mode === 'init') {
     // The floor of start-up: instantiate and _initialize only (an empty Go reactor).
