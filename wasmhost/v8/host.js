@@ -26,12 +26,12 @@ const ESUCCESS = 0, EBADF = 8, ENOSYS = 52, ENOTSUP = 58;
 // Values are copied in on a write and out on a read.
 //
 // A new client's entries are cold in the CPU's caches, so a lookup touches few places: keys
-// are found by the bytes the guest passed, without making a string of them, through a Map per
-// vm_id from the key's 31-bit FNV-1a hash (a small integer, which V8 hashes and compares
-// inline) to the entry's number, entries whose keys share a hash chained; an entry is six
-// numbers of one Int32Array (META) and its key and value lie side by side in one array of
-// every entry's bytes. A value that outgrows its entry's room moves to the end.
-const KEY_AT = 0, KEY_LEN = 1, VALUE_LEN = 2, ROOM = 3, CAS = 4, NEXT = 5, META = 6;
+// are found by the bytes the guest passed, without making a string of them, in a table per
+// vm_id (open addressing, linear probing) of entry numbers placed by the key's FNV-1a hash;
+// an entry is six numbers of one Int32Array (META: where its key is, the sizes, CAS, the
+// hash) and its key and value lie side by side in one array of every entry's bytes. A value
+// that outgrows its entry's room moves to the end (nothing is deleted, as in Envoy).
+const KEY_AT = 0, KEY_LEN = 1, VALUE_LEN = 2, ROOM = 3, CAS = 4, HASH = 5, META = 6;
 
 class SharedData {
   constructor() {
@@ -42,26 +42,28 @@ class SharedData {
     this.bytes = new Uint8Array(1 << 16);
     this.used = 0;
   }
-  // store returns the Map of one vm_id's keys.
+  // store returns the table of one vm_id's keys: its slots hold entry numbers plus 1 (0: empty).
   store(vmId) {
     let m = this.stores.get(vmId);
-    if (m === undefined) this.stores.set(vmId, m = new Map());
+    if (m === undefined) this.stores.set(vmId, m = { slots: new Int32Array(1024), count: 0 });
     return m;
   }
-  // get returns the number of the entry of the key mem[p, p+n) in store m, or -1.
-  get(m, mem, p, n) { return this.find(m.get(hashBytes(mem, p, n)), mem, p, n); }
-  // find returns the number of the entry of the key mem[p, p+n) in the chain from entry e.
-  find(e = -1, mem, p, n) {
-    const meta = this.meta, bytes = this.bytes;
-    for (; e >= 0; e = meta[META * e + NEXT]) {
-      if (meta[META * e + KEY_LEN] !== n) continue;
+  // slot returns the index in m.slots of the key mem[p, p+n), whose hash is h, or of the
+  // empty slot where it would go.
+  slot(m, h, mem, p, n) {
+    const slots = m.slots, mask = slots.length - 1, meta = this.meta, bytes = this.bytes;
+    for (let s = h & mask; ; s = (s + 1) & mask) {
+      const e = slots[s] - 1;
+      if (e < 0) return s;
+      if (meta[META * e + HASH] !== h || meta[META * e + KEY_LEN] !== n) continue;
       const at = meta[META * e + KEY_AT];
       let i = 0;
       while (i < n && bytes[at + i] === mem[p + i]) i++;
-      if (i === n) return e;
+      if (i === n) return s;
     }
-    return -1;
   }
+  // get returns the number of the entry of the key mem[p, p+n) in store m, or -1.
+  get(m, mem, p, n) { return m.slots[this.slot(m, hashBytes(mem, p, n), mem, p, n)] - 1; }
   value(e) {
     const at = this.meta[META * e + KEY_AT] + this.meta[META * e + KEY_LEN];
     return this.bytes.subarray(at, at + this.meta[META * e + VALUE_LEN]);
@@ -70,8 +72,8 @@ class SharedData {
   // set writes the value mem[vp, vp+vn) to the key mem[kp, kp+kn) of store m.
   set(m, mem, kp, kn, vp, vn, cas) {
     const h = hashBytes(mem, kp, kn);
-    const first = m.get(h);
-    let e = this.find(first, mem, kp, kn);
+    const s = this.slot(m, h, mem, kp, kn);
+    let e = m.slots[s] - 1;
     if (e >= 0 && cas !== 0 && cas !== this.cas(e)) return CAS_MISMATCH;
     this.nextCas = (this.nextCas + 1) >>> 0;
     if (this.nextCas === 0) this.nextCas = 1;
@@ -80,8 +82,9 @@ class SharedData {
       if (META * this.size > this.meta.length) this.meta = grown(this.meta, META * this.size);
       const at = this.room(kn + vn);
       this.bytes.set(mem.subarray(kp, kp + kn), at);
-      this.meta.set([at, kn, 0, vn, 0, first ?? -1], META * e);
-      m.set(h, e);
+      this.meta.set([at, kn, 0, vn, 0, h], META * e);
+      m.slots[s] = e + 1;
+      if (2 * ++m.count > m.slots.length) this.rehash(m);
     } else if (vn > this.meta[META * e + ROOM]) {
       const at = this.room(kn + vn), from = this.meta[META * e + KEY_AT];
       this.bytes.copyWithin(at, from, from + kn);
@@ -93,6 +96,17 @@ class SharedData {
     meta[META * e + CAS] = this.nextCas;
     this.bytes.set(mem.subarray(vp, vp + vn), meta[META * e + KEY_AT] + kn);
     return OK;
+  }
+  // rehash doubles the slots of store m, kept at most half full.
+  rehash(m) {
+    const old = m.slots, slots = new Int32Array(2 * old.length), mask = slots.length - 1;
+    for (const x of old) {
+      if (x === 0) continue;
+      let s = this.meta[META * (x - 1) + HASH] & mask;
+      while (slots[s] !== 0) s = (s + 1) & mask;
+      slots[s] = x;
+    }
+    m.slots = slots;
   }
   // room returns the offset of n unused bytes at the end of this.bytes.
   room(n) {
@@ -113,7 +127,7 @@ function grown(a, n) {
 function hashBytes(mem, p, n) {
   let h = 0x811c9dc5;
   for (let i = 0; i < n; i++) h = Math.imul(h ^ mem[p + i], 16777619);
-  return h >>> 1; // 31 bits: a Smi, stored in the Map without boxing
+  return h >>> 1; // 31 bits: a small integer, which V8 keeps unboxed
 }
 
 const textEnc = new TextEncoder();

@@ -14,7 +14,7 @@ import (
 // first answer that is not Envoy's.
 const sharedDataCheck = `'use strict';
 const { SharedData, hashBytes, OK, CAS_MISMATCH } = require('./host.js');
-const mem = new Uint8Array(1 << 16);
+const mem = new Uint8Array(1 << 20);
 let top = 0;
 const put = (s) => { const p = top; for (let i = 0; i < s.length; i++) mem[p + i] = s.charCodeAt(i); top += s.length; return [p, s.length]; };
 const sd = new SharedData();
@@ -53,11 +53,15 @@ eq(get(a, y), undefined, y + ' shares ' + x + "'s hash");
 eq(set(a, y, 'Y', 0), OK, y);
 eq([get(a, x)[0], get(a, y)[0]], ['X', 'Y'], 'keys that share a hash');
 eq(sd.size, 4, 'entries');
+// Many keys (the table of a vm_id grows) keep their values.
+for (let i = 0; i < 5000; i++) eq(set(b, 'n' + i, String(i), 0), OK, 'n' + i);
+for (let i = 0; i < 5000; i++) eq(get(b, 'n' + i)[0], String(i), 'n' + i);
+eq(get(b, 'k')[0], 'z', 'k after the table grew');
 `
 
 // The shared data of the V8 host keeps Envoy's rules: keys per vm_id, CAS numbers from 1 that
 // skip 0, a stale CAS refused, CAS 0 and an absent key written unconditionally, values copied
-// in, values that change size, and keys whose hashes collide.
+// in, values that change size, keys whose hashes collide, and many keys.
 func TestV8HostSharedData(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
