@@ -48,7 +48,6 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request (see
 // rateLimitHeaders).
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
 		h.noteResponse()
 	}
@@ -84,10 +83,7 @@ func (h *httpContext) noteResponse() {
 // OnHttpStreamDone forgets the stream. A callout still in flight for it decides nothing for it
 // when its answer arrives (see lateAnswer for what the answer still does).
 func (h *httpContext) OnHttpStreamDone() {
-	defer recoverTo("OnHttpStreamDone", nil)
 	// Envoy logs a stream once; a second call must not offer the context for reuse twice.
-	// One return, not an early one for that case: the compiler writes the deferred call out
-	// at each return, and a VM's first request compiles this function.
 	if !h.done {
 		h.done = true
 		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 || h.usage != nil {

@@ -882,6 +882,19 @@ type nameBuf struct {
 // holds reports whether the buffer holds the name of entry idx of geometry geo.
 func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
 
+// build builds the name of entry idx of geometry geo of t, a slot's (sep '.') or a group
+// index's (sep '#'): cur, the current geometry's names' common start ("" when not made), and
+// the number, or else by appendName. One builder for both kinds of name: each is code of its
+// own for V8 to compile on a VM's first request.
+func (n *nameBuf) build(t *Table, cur string, geo uint32, sep byte, idx uint32) {
+	if geo == t.cur.maxKeys && cur != "" {
+		n.b = strconv.AppendUint(append(n.b[:0], cur...), uint64(idx), 10)
+	} else {
+		n.b = appendName(n.b[:0], t.prefix, geo, sep, idx)
+	}
+	n.geo, n.idx, n.built = geo, idx, true
+}
+
 // string returns the name, sharing the buffer's bytes: valid until the next name is built.
 // The slice's pointer and length read as a string's: what unsafe.String makes, without its
 // checks of the pointer and length (code that runs for nothing: a built name is never empty).
@@ -897,15 +910,7 @@ func (t *Table) indexName(geo, b uint32) string {
 	}
 	n := &t.index[t.indexNext%Choices]
 	t.indexNext++
-	if geo == t.cur.maxKeys && t.curIndex != "" {
-		n.b = append(n.b[:0], t.curIndex...)
-	} else {
-		n.b = append(n.b[:0], t.prefix...)
-		n.b = strconv.AppendUint(n.b, uint64(geo), 10)
-		n.b = append(n.b, '#')
-	}
-	n.b = strconv.AppendUint(n.b, uint64(b), 10)
-	n.geo, n.idx, n.built = geo, b, true
+	n.build(t, t.curIndex, geo, '#', b)
 	return n.string()
 }
 
@@ -942,12 +947,7 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	}
 	n := &t.slot
 	if !n.holds(geo, idx) {
-		if geo == t.cur.maxKeys && t.curSlot != "" {
-			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
-		} else {
-			n.b = appendName(n.b[:0], t.prefix, geo, idx)
-		}
-		n.geo, n.idx, n.built = geo, idx, true
+		n.build(t, t.curSlot, geo, '.', idx)
 	}
 	if !keep {
 		return n.string()
@@ -960,16 +960,17 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 // nameSlot returns the entry of the name cache that slot idx of geometry geo uses.
 func nameSlot(geo, idx uint32) uint32 { return (idx ^ geo*0x9e3779b9) % nameCacheSize }
 
-// appendName appends a slot name: prefix, then the geometry's max_keys, '.' and the slot
-// number; or, for an overflow slot, prefix, "o." and its number.
-func appendName(dst []byte, prefix string, geo, idx uint32) []byte {
+// appendName appends a slot name (sep '.') or a group index's name (sep '#'): prefix, then
+// the geometry's max_keys, sep and the number; or, for an overflow slot, prefix, "o." and its
+// number.
+func appendName(dst []byte, prefix string, geo uint32, sep byte, idx uint32) []byte {
 	dst = append(dst, prefix...)
 	if geo == 0 {
 		dst = append(dst, 'o')
 	} else {
 		dst = strconv.AppendUint(dst, uint64(geo), 10)
 	}
-	dst = append(dst, '.')
+	dst = append(dst, sep)
 	return strconv.AppendUint(dst, uint64(idx), 10)
 }
 

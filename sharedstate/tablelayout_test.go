@@ -37,7 +37,7 @@ func putEntry(t testing.TB, store Store, prefix string, g geometry, b, pos uint3
 		t.Fatal(err)
 	}
 	if v != nil {
-		if err := store.Set(string(appendName(nil, prefix, g.maxKeys, b*GroupSlots+pos)), v, 0); err != nil {
+		if err := store.Set(string(appendName(nil, prefix, g.maxKeys, '.', b*GroupSlots+pos)), v, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
