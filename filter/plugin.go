@@ -354,11 +354,14 @@ func (p *plugin) warm() {
 			rs.table.Warm()
 		}
 	}
+	// The lists of contexts and working sets kept for reuse get their whole room now: a
+	// stream gives them back into it without an append's growth path (recycleContext,
+	// giveDecisions).
 	if len(p.contexts) == 0 {
-		p.contexts = append(p.contexts, &httpContext{plugin: p})
+		p.contexts = append(make([]*httpContext, 0, maxFreeContexts), &httpContext{plugin: p})
 	}
 	if len(p.free) == 0 {
-		p.free = append(p.free, &decisions{applied: make([]applied, 0, len(p.rules))})
+		p.free = append(make([]*decisions, 0, maxFreeDecisions), &decisions{applied: make([]applied, 0, len(p.rules))})
 	}
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
@@ -734,9 +737,12 @@ func (p *plugin) newContext(id uint32) *httpContext {
 // recycleContext keeps a finished stream's context for a later stream (see
 // OnHttpStreamDone for when that is safe): allocating one per request costs about a
 // microsecond in a Wasm VM.
+// A context that finds no room (warm gives the list maxFreeContexts) is left to the garbage
+// collector.
 func (p *plugin) recycleContext(h *httpContext) {
-	if len(p.contexts) < maxFreeContexts {
-		p.contexts = append(p.contexts, h)
+	if n := len(p.contexts); n < cap(p.contexts) {
+		p.contexts = p.contexts[:n+1]
+		p.contexts[n] = h
 	}
 }
 
