@@ -94,6 +94,10 @@ type ruleState struct {
 	// unenforced is the rule's state for the requests it does not enforce, set when its
 	// enforce_percent is below 100 (see enforce.go).
 	unenforced *ruleState
+	// general is set for a rule that decideRequest hands to decideFrom: one with overrides, a
+	// lease block, global scope, a partial enforcement or a usage cost. One flag to test on
+	// the request path instead of five fields and a string.
+	general bool
 }
 
 // ruleMetrics are the rule's counters (see statName for their names).
@@ -252,6 +256,7 @@ func (p *plugin) configure(data []byte) error {
 		if r.EnforcePPM < config.EnforceAll {
 			rs.unenforced = rs.unenforcedTwin()
 		}
+		rs.general = rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil || rs.usage != nil
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
