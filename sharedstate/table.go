@@ -625,16 +625,7 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 			return err
 		}
 		if gs[c].at >= 0 {
-			i := uint32(gs[c].at)
-			idx := b[c]*GroupSlots + i
-			if c == 0 && i == home {
-				return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas, hr.found)
-			}
-			v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-			if err != nil && !isNotFound(err) {
-				return err
-			}
-			return t.decideOwn(p, g.maxKeys, idx, v, cas, err == nil)
+			return t.decideIndexed(p, g.maxKeys, b[c], uint32(gs[c].at), c == 0 && uint32(gs[c].at) == home, &hr)
 		}
 		if gs[0].size-gs[0].used >= firstGroupFree {
 			// The first group has had this many free slots ever since the key could have been
@@ -656,36 +647,26 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
 	p.fresh, p.evict, p.grant = false, false, 0
-	at, ok := uint32(0), false
-	if target == &gs[0] {
-		switch e := target.entry(home); {
-		case e == 0:
-			at, ok, p.fresh = home, true, true
-		case hr.found && ownerHolds(hr.v, e) && t.limiter.Idle(hr.v[slotHeader:], p.now):
-			at, ok, p.evict = home, true, true
+	var at uint32
+	switch first := target == &gs[0]; {
+	case first && target.entry(home) == 0:
+		at, p.fresh = home, true
+		p.idx, p.cas = target.b*GroupSlots+home, createCAS
+		if hr.found {
+			p.cas = hr.cas
 		}
-		if ok {
-			p.idx, p.cas = b[0]*GroupSlots+home, createCAS
-			if hr.found {
-				p.cas = hr.cas
-			}
-		}
-	}
-	if !ok && target.free >= 0 {
-		at, ok, p.fresh = uint32(target.free), true, true
+	case (!first || !hr.found) && target.free >= 0:
+		// A free slot, and no key at home that could be evicted instead.
+		at, p.fresh = uint32(target.free), true
 		// A slot never used was never written by this table; createCAS fails if an earlier
 		// version of the table left a value there, and the retry writes against its CAS.
 		p.idx, p.cas = target.b*GroupSlots+at, createCAS
-	}
-	if !ok {
+	default:
+		var ok bool
 		var err error
-		if at, ok, err = t.chooseVictim(p, g, target, home, hr); err != nil {
+		if at, ok, err = t.placeCrowded(p, g, target, first, home, &hr); !ok || err != nil {
 			return err
 		}
-	}
-	if !ok {
-		p.place = false
-		return t.overflow(p, p.h)
 	}
 	size := int(target.size) * fingerprintSize
 	if target.ix == nil {
@@ -696,10 +677,46 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	return t.run(p, nil)
 }
 
+// placeCrowded is lookup's placement of a new key in group target (the key's first group when
+// first) when its home slot holds another key: that key's slot if it is idle, else a free
+// slot, else chooseVictim's. With no slot to take, it decides the key in its overflow slot and
+// reports !ok. Out of lookup's line: a fresh table places its keys in free slots.
+func (t *Table) placeCrowded(p *Pending, g geometry, target *group, first bool, home uint32, hr *homeRead) (at uint32, ok bool, err error) {
+	switch {
+	case first && hr.found && ownerHolds(hr.v, target.entry(home)) && t.limiter.Idle(hr.v[slotHeader:], p.now):
+		at, ok, p.evict = home, true, true
+		p.idx, p.cas = target.b*GroupSlots+home, hr.cas
+	case target.free >= 0:
+		at, ok, p.fresh = uint32(target.free), true, true
+		p.idx, p.cas = target.b*GroupSlots+at, createCAS
+	default:
+		if at, ok, err = t.chooseVictim(p, g, target, home, *hr); err == nil && !ok {
+			p.place = false
+			err = t.overflow(p, p.h)
+		}
+	}
+	return at, ok, err
+}
+
 // ownerHolds reports whether slot value v holds the live state of the key whose index entry is
 // e (and not a value left by a key before it, whose placement is still being written).
 func ownerHolds(v []byte, e uint64) bool {
 	return len(v) >= slotHeader && v[DigestSize] == slotLive && max(binary.LittleEndian.Uint64(v), 1) == e
+}
+
+// decideIndexed decides the key that group b's index of geometry geo places in its slot i; at
+// home, that slot is the key's home slot, read as hr. Out of lookup's line: a new key, a VM's
+// first, has no entry.
+func (t *Table) decideIndexed(p *Pending, geo, b, i uint32, atHome bool, hr *homeRead) error {
+	idx := b*GroupSlots + i
+	if atHome {
+		return t.decideOwn(p, geo, idx, hr.v, hr.cas, hr.found)
+	}
+	v, cas, err := t.store.Get(t.transientName(geo, idx))
+	if err != nil && !isNotFound(err) {
+		return err
+	}
+	return t.decideOwn(p, geo, idx, v, cas, err == nil)
 }
 
 // decideOwn decides the key in slot idx of geometry geo, which its index gives it, read as v
