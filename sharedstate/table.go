@@ -461,19 +461,28 @@ func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
 	}
-	if p.place {
-		if err := t.store.Set(t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas); err != nil {
+	// The index entry, when the key is placed, then the slot: one store call for both, each
+	// call site being code of its own for V8 to compile on a VM's first request.
+	for placing := p.place; ; placing = false {
+		name, v, cas := "", p.value, p.cas
+		if placing {
+			name, v, cas = t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas
+		} else {
+			// The slot's name is cached for the writes of a key that was there already (see
+			// slotName); a key placed now is written under the name in the slot name buffer,
+			// so that a client seen once costs no allocation and takes no cache entry from a
+			// key that returns.
+			name = t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted)
+		}
+		if err := t.store.Set(name, v, cas); err != nil {
 			return t.recommit(p, err)
+		}
+		if !placing {
+			break
 		}
 		// The entry is the key's now, whatever becomes of the slot's write: a retry finds it.
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
-	}
-	// The slot's name is cached for the writes of a key that was there already (see name); a
-	// key placed now is written under the name in the slot name buffer, so that a client
-	// seen once costs no allocation and takes no cache entry from a key that returns.
-	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
-		return t.recommit(p, err)
 	}
 	if p.past != 0 {
 		t.touchGeometry(p.past-1, p.now)
