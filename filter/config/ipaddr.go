@@ -51,50 +51,14 @@ func parseIPText(s string) (ip netip.Addr, text string, ok bool) {
 			return netip.Addr{}, "", false
 		}
 	}
-	ip, quad := dottedQuad(addr)
-	if !quad {
-		var err error
-		if ip, err = netip.ParseAddr(addr); err != nil {
-			return netip.Addr{}, "", false
-		}
-	}
-	if form == ipv4Port && !ip.Is4() || form == v6Port && ip.Is4() {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil || form == ipv4Port && !ip.Is4() || form == v6Port && ip.Is4() {
 		return netip.Addr{}, "", false
 	}
 	if ip.Is4() && form <= ipv4Port {
 		return ip, addr, true
 	}
 	return ip.Unmap().WithZone(""), "", true
-}
-
-// dottedQuad reads s when it is an IPv4 address in the one form netip.ParseAddr accepts for
-// one: four decimal fields of 0 to 255, without leading zeros, joined by dots. Any other text,
-// valid or not, is left to ParseAddr. Nearly every client address is written so (Envoy's
-// source.address): read here, a VM's first request does not compile ParseAddr's parsers, 3.8
-// KB of its 62 KB (scripts/v8-compile-phases.sh), and each request's parse costs a fraction.
-func dottedQuad(s string) (netip.Addr, bool) {
-	var a [4]byte
-	field, n, digits := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9' && (digits == 0 || n > 0):
-			if n = n*10 + int(c-'0'); n > 255 {
-				return netip.Addr{}, false
-			}
-			digits++
-		case c == '.' && digits > 0 && field < 3:
-			a[field] = byte(n)
-			field, n, digits = field+1, 0, 0
-		default:
-			return netip.Addr{}, false
-		}
-	}
-	if field < 3 || digits == 0 {
-		return netip.Addr{}, false
-	}
-	a[3] = byte(n)
-	return netip.AddrFrom4(a), true
 }
 
 // validPort reports whether netip.ParseAddrPort accepts port: decimal digits (leading zeros
