@@ -7,16 +7,11 @@ import (
 // Re-exported host status errors, so that callers can compare errors without importing the
 // SDK's types package. Both builds return exactly these values.
 var (
-	// ErrNotFound is returned when a key, property or header does not exist.
-	ErrNotFound = types.ErrorStatusNotFound
-	// ErrBadArgument is returned when the host rejected the arguments of a call.
-	ErrBadArgument = types.ErrorStatusBadArgument
-	// ErrCasMismatch is returned by SetSharedData when another writer got there first.
-	ErrCasMismatch = types.ErrorStatusCasMismatch
-	// ErrInternalFailure is returned when the host failed for reasons of its own.
-	ErrInternalFailure = types.ErrorInternalFailure
-	// ErrUnimplemented is returned when the host does not implement a call.
-	ErrUnimplemented = types.ErrorUnimplemented
+	ErrNotFound        = types.ErrorStatusNotFound    // no such key, property or header
+	ErrBadArgument     = types.ErrorStatusBadArgument // the host rejected the arguments
+	ErrCasMismatch     = types.ErrorStatusCasMismatch // another writer got there first
+	ErrInternalFailure = types.ErrorInternalFailure   // the host failed for reasons of its own
+	ErrUnimplemented   = types.ErrorUnimplemented     // the host does not implement the call
 )
 
 // Metric types of proxy_define_metric.

@@ -68,10 +68,8 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 	return proxywasm.SendHttpResponse(statusCode, headers, body, grpcStatus)
 }
 
-// DispatchHttpCallAlways sends an HTTP request to an Envoy cluster, its callback called also
-// for a stream that is gone; see the wasip1 build. Natively it is DispatchHttpCall: the SDK's
-// emulator drops the response of a deleted stream, so native tests deliver a late answer
-// before they complete the stream.
+// DispatchHttpCallAlways is DispatchHttpCall natively: the SDK's emulator drops the response of
+// a deleted stream, so native tests deliver a late answer before they complete the stream.
 func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
 	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
@@ -105,9 +103,8 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, maxSize)
 }
 
-// GetSharedData reads a key of the shared data with its CAS number. The emulator returns its
-// own stored slice; the copy gives callers what Envoy gives them, a buffer of their own, so
-// updating state in place cannot silently change the store.
+// GetSharedData copies the value the emulator returns, its own stored slice, so that callers
+// get what Envoy gives them, a buffer of their own.
 func GetSharedData(key string) ([]byte, uint32, error) {
 	v, cas, err := proxywasm.GetSharedData(key)
 	return append([]byte(nil), v...), cas, err
@@ -138,8 +135,7 @@ type MetricGauge struct{ m proxywasm.MetricGauge }
 
 type MetricHistogram struct{ m proxywasm.MetricHistogram }
 
-// define converts the SDK's panic on a failed definition into an error, because this project
-// never uses panics as errors.
+// define converts the SDK's panic on a failed definition into an error.
 func define[T any](f func() T) (m T, err error) {
 	defer func() {
 		if r := recover(); r != nil {

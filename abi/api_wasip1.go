@@ -34,10 +34,8 @@ const (
 )
 
 // statusError maps a host status code to the SDK's error values, so that errors.Is works the
-// same in the wasip1 and the native build.
-//
-// It is small enough to be inlined, so that a host call that succeeds, as nearly all do, costs
-// a comparison rather than a function call; the other statuses are mapped out of line.
+// same in the wasip1 and the native build. It is inlined: a host call that succeeds, as nearly
+// all do, costs a comparison; statusFailure maps the other statuses out of line.
 func statusError(st uint32) error {
 	if st == statusOK {
 		return nil
@@ -45,7 +43,6 @@ func statusError(st uint32) error {
 	return statusFailure(st)
 }
 
-// statusFailure is statusError for a status other than Ok.
 func statusFailure(st uint32) error {
 	switch st {
 	case statusNotFound:
@@ -67,13 +64,12 @@ func statusFailure(st uint32) error {
 
 var errEmpty = errors.New("error status returned by host: empty")
 
-// The host writes the address, size and CAS number of the data it returns into these. The
-// compiler cannot see that an imported function keeps no pointer, so a local variable whose
-// address is passed to the host is moved to the heap: one allocation per host call, on every
-// header, property and shared-data read of a request. Package variables cost nothing and, unlike
-// a goroutine's stack, never move while the host holds their address (the host calls back into
-// the allocator before it writes them, and that call may grow the stack). A VM is
-// single-threaded and the allocator makes no host call that returns data, so one set is enough.
+// The host writes the address, size and CAS number of the data it returns into these. A local
+// variable whose address is passed to the host would be moved to the heap (the compiler cannot
+// see that an imported function keeps no pointer): one allocation per host read. Package
+// variables cost nothing and, unlike a goroutine's stack, never move while the host holds their
+// address (the host calls back into the allocator before it writes them, which may grow the
+// stack). A VM is single-threaded and the allocator makes no host read, so one set is enough.
 var retAddr, retSize, retCas uint32
 
 // getBuffer reads a piece of a buffer. retAddr and retSize are zeroed first: a host that
@@ -101,10 +97,10 @@ func SetEffectiveContext(contextID uint32) error {
 	return statusError(hostSetEffectiveContext(contextID))
 }
 
+// getMapValue reads one header. The bytes belong to this call alone, so the string shares
+// them instead of copying (as in GetPropertyString and GetPropertyPath).
 func getMapValue(mapType uint32, key string) (string, error) {
-	b, err := read(hostGetHeaderMapValue(mapType, stringPtr(key), uint32(len(key)), &retAddr, &retSize))
-	// The slice is owned by this call alone, so handing its bytes to a string without a copy
-	// is safe and saves an allocation on the hot path.
+	b, err := read(hostGetHeaderMapValue(mapType, unsafe.StringData(key), uint32(len(key)), &retAddr, &retSize))
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
@@ -112,9 +108,8 @@ func getMapValue(mapType uint32, key string) (string, error) {
 func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
 
 // GetHttpRequestHeaderMap reads the whole request header map with one host call and keeps it
-// as the host wrote it: the lookups of HeaderMap scan it in place, so a filter that needs the
-// full map anyway (a key header's lines, X-Forwarded-For) answers every other header read of
-// the request from the same bytes instead of asking the host again.
+// as the host wrote it, so that every header read of the request (HeaderMap) scans the same
+// bytes instead of asking the host again.
 func GetHttpRequestHeaderMap() (HeaderMap, error) {
 	b, err := read(hostGetHeaderMapPairs(mapRequestHeaders, &retAddr, &retSize))
 	return HeaderMap{b}, err
@@ -122,12 +117,12 @@ func GetHttpRequestHeaderMap() (HeaderMap, error) {
 
 // AddHttpRequestHeader appends a request header value.
 func AddHttpRequestHeader(key, value string) error {
-	return statusError(hostAddHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key)), stringPtr(value), uint32(len(value))))
+	return statusError(hostAddHeaderMapValue(mapRequestHeaders, unsafe.StringData(key), uint32(len(key)), unsafe.StringData(value), uint32(len(value))))
 }
 
 // RemoveHttpRequestHeader removes every line of a request header.
 func RemoveHttpRequestHeader(key string) error {
-	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, stringPtr(key), uint32(len(key))))
+	return statusError(hostRemoveHeaderMapValue(mapRequestHeaders, unsafe.StringData(key), uint32(len(key))))
 }
 
 // GetHttpResponseHeader returns one response header value, or ErrNotFound.
@@ -139,7 +134,7 @@ func GetHttpResponseHeader(key string) (string, error) {
 // host copies during the call: the caller may reuse the slice afterwards, and needs no string
 // (an allocation) for it.
 func AddHttpResponseHeaderBytes(key string, value []byte) error {
-	return statusError(hostAddHeaderMapValue(mapResponseHeaders, stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value))))
+	return statusError(hostAddHeaderMapValue(mapResponseHeaders, unsafe.StringData(key), uint32(len(key)), unsafe.SliceData(value), uint32(len(value))))
 }
 
 // ResumeHttpRequest resumes a request paused by an ActionPause from OnHttpRequestHeaders.
@@ -149,8 +144,8 @@ func ResumeHttpRequest() error { return statusError(hostContinueStream(streamReq
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcStatus int32) error {
 	hdr := encodeHeaders(headers)
 	const details = "rate_limited"
-	return statusError(hostSendLocalResponse(statusCode, stringPtr(details), uint32(len(details)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(hdr), uint32(len(hdr)), grpcStatus))
+	return statusError(hostSendLocalResponse(statusCode, unsafe.StringData(details), uint32(len(details)),
+		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(hdr), uint32(len(hdr)), grpcStatus))
 }
 
 // DispatchHttpCall sends an HTTP request to an Envoy cluster. The response is delivered to
@@ -172,19 +167,19 @@ func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, tr
 	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, true)
 }
 
-// dispatchHTTPCall makes the proxy_http_call of both and registers its callback.
+// dispatchHTTPCall makes the proxy_http_call of both and registers its callback. The headers
+// and trailers are encoded into one buffer kept for the next call, and the token is written
+// into a package variable (as retAddr is): the host copies what it needs before
+// proxy_http_call returns, and a buffer and a token of the call's own would be three
+// allocations per call.
 func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
-	// The headers and trailers are encoded into one buffer kept for the next call, and the
-	// token is written into a variable of the package (as retAddr is): the host copies what
-	// it needs before proxy_http_call returns, and a buffer and a token of the call's own
-	// would be three allocations per call.
 	calloutBuf = appendHeaders(calloutBuf[:0], headers)
 	n := len(calloutBuf)
 	calloutBuf = appendHeaders(calloutBuf, trailers)
 	hdr, trl := calloutBuf[:n], calloutBuf[n:]
-	st := hostHTTPCall(stringPtr(cluster), uint32(len(cluster)), bytesPtr(hdr), uint32(len(hdr)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
+	st := hostHTTPCall(unsafe.StringData(cluster), uint32(len(cluster)), unsafe.SliceData(hdr), uint32(len(hdr)),
+		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
 	if st != statusOK {
 		return 0, statusError(st)
 	}
@@ -192,7 +187,6 @@ func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers
 	return calloutToken, nil
 }
 
-// calloutBuf and calloutToken are dispatchHTTPCall's encoded headers and the host's token.
 var (
 	calloutBuf   []byte
 	calloutToken uint32
@@ -221,7 +215,7 @@ func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
 
 // GetSharedData reads a key of the VM-id-wide shared data with its CAS number.
 func GetSharedData(key string) ([]byte, uint32, error) {
-	b, err := read(hostGetSharedData(stringPtr(key), uint32(len(key)), &retAddr, &retSize, &retCas))
+	b, err := read(hostGetSharedData(unsafe.StringData(key), uint32(len(key)), &retAddr, &retSize, &retCas))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -231,26 +225,23 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 // SetSharedData writes a key if its CAS number is still cas (0: unconditionally); otherwise
 // it returns ErrCasMismatch.
 func SetSharedData(key string, value []byte, cas uint32) error {
-	return statusError(hostSetSharedData(stringPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
+	return statusError(hostSetSharedData(unsafe.StringData(key), uint32(len(key)), unsafe.SliceData(value), uint32(len(value)), cas))
 }
 
-// pathBuf holds the encoded path of the property being read; reusing it saves an allocation
-// per read.
+// pathBuf holds the encoded path of the property being read, reused from read to read.
 var pathBuf []byte
 
-// GetPropertyString reads a host property such as {"xds", "route_name"} as a string. The
-// bytes belong to this call alone, so the string shares them instead of copying.
+// GetPropertyString reads a host property such as {"xds", "route_name"} as a string.
 func GetPropertyString(path []string) (string, error) {
 	pathBuf = appendPath(pathBuf[:0], path)
-	b, err := read(hostGetProperty(bytesPtr(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
+	b, err := read(hostGetProperty(unsafe.SliceData(pathBuf), uint32(len(pathBuf)), &retAddr, &retSize))
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
 // GetPropertyPath reads a host property as a string, like GetPropertyString, from a path
 // already encoded (see PropertyPath) rather than encoded on every read.
 func GetPropertyPath(path PropertyPath) (string, error) {
-	b, err := read(hostGetProperty(stringPtr(string(path)), uint32(len(path)), &retAddr, &retSize))
-	// The bytes belong to this call alone, so the string shares them instead of copying.
+	b, err := read(hostGetProperty(unsafe.StringData(string(path)), uint32(len(path)), &retAddr, &retSize))
 	return unsafe.String(unsafe.SliceData(b), len(b)), err
 }
 
@@ -258,7 +249,7 @@ func GetPropertyPath(path PropertyPath) (string, error) {
 // state under "wasm." and the path (a property path of one segment is the name itself), where
 // its access log reads it with %FILTER_STATE(wasm.<path>:PLAIN)%.
 func SetProperty(path, value string) error {
-	return statusError(hostSetProperty(stringPtr(path), uint32(len(path)), stringPtr(value), uint32(len(value))))
+	return statusError(hostSetProperty(unsafe.StringData(path), uint32(len(path)), unsafe.StringData(value), uint32(len(value))))
 }
 
 // WallClockNanos returns the wall clock in Unix nanoseconds with one host call; time.Now makes
@@ -275,23 +266,20 @@ func WallClockNanos() int64 {
 	return int64(t)
 }
 
-// lastWallClock is WallClockNanos's last good reading.
-var lastWallClock int64
+var lastWallClock int64 // WallClockNanos's last good reading
 
 const clockRealtime = 0
 
-// MetricCounter is a host counter metric.
-type MetricCounter uint32
-
-// MetricGauge is a host gauge metric.
-type MetricGauge uint32
-
-// MetricHistogram is a host histogram metric.
-type MetricHistogram uint32
+// Host metrics: a counter, a gauge and a histogram.
+type (
+	MetricCounter   uint32
+	MetricGauge     uint32
+	MetricHistogram uint32
+)
 
 func defineMetric(metricType uint32, name string) (uint32, error) {
 	var id uint32
-	err := statusError(hostDefineMetric(metricType, stringPtr(name), uint32(len(name)), &id))
+	err := statusError(hostDefineMetric(metricType, unsafe.StringData(name), uint32(len(name)), &id))
 	return id, err
 }
 
@@ -355,29 +343,24 @@ func enabled(level uint32) bool {
 }
 
 func logAt(level uint32, msg string) {
-	hostLog(level, stringPtr(msg), uint32(len(msg)))
+	hostLog(level, unsafe.StringData(msg), uint32(len(msg)))
+}
+
+// logIf logs msg at level if the host's log level lets it through.
+func logIf(level uint32, msg string) {
+	if enabled(level) {
+		logAt(level, msg)
+	}
 }
 
 // LogDebug logs msg at debug level.
-func LogDebug(msg string) {
-	if enabled(levelDebug) {
-		logAt(levelDebug, msg)
-	}
-}
+func LogDebug(msg string) { logIf(levelDebug, msg) }
 
 // LogInfo logs msg at info level.
-func LogInfo(msg string) {
-	if enabled(levelInfo) {
-		logAt(levelInfo, msg)
-	}
-}
+func LogInfo(msg string) { logIf(levelInfo, msg) }
 
 // LogWarn logs msg at warn level.
-func LogWarn(msg string) {
-	if enabled(levelWarn) {
-		logAt(levelWarn, msg)
-	}
-}
+func LogWarn(msg string) { logIf(levelWarn, msg) }
 
 // LogError logs msg at error level.
 func LogError(msg string) { logAt(levelError, msg) }

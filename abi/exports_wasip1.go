@@ -14,20 +14,16 @@ import (
 var (
 	vmContext types.VMContext
 	roots     = map[uint32]*rootContext{}
-	// streams holds its entries by value: a stream is created and deleted on every request,
-	// and a pointer would cost an allocation each time. The stream created last is not in it
-	// but in last (see below).
+	// streams holds its entries by value: a pointer would cost an allocation per request.
 	streams = map[uint32]streamContext{}
-	// last is the stream created most recently (lastID 0: none, or it was deleted); it is
-	// never in streams too. A worker usually runs one stream at a time, created, called back
-	// and deleted before the next is created, and a map insertion or deletion costs a few
-	// hundred nanoseconds in a Wasm VM: such a stream never enters the map. A stream created
-	// while last holds another moves that one into the map first.
+	// last is the stream created most recently (lastID 0: none, or it was deleted), never in
+	// streams too. A worker usually runs one stream at a time, and a map insertion or deletion
+	// costs a few hundred nanoseconds in a Wasm VM: such a stream never enters the map. A
+	// stream created while last holds another moves that one into the map first.
 	last   streamContext
 	lastID uint32
 	// lastRoot is the root context that created a stream most recently (lastRootID 0: none),
-	// so that the next stream of the same root, nearly always the case, finds it without a
-	// map lookup. It is cleared when that root is deleted.
+	// found by the next stream of the same root without a map lookup.
 	lastRoot   *rootContext
 	lastRootID uint32
 	// active is the context whose callback is running; callouts are registered against it so
@@ -38,9 +34,7 @@ var (
 type rootContext struct {
 	plugin types.PluginContext
 	// callouts holds the callouts in flight but the one dispatched last, which is in
-	// lastCallout (lastToken 0: none, or it has been answered), as streams and last do: a
-	// worker that serves one request at a time has one callout in flight at a time, and it
-	// never enters the map.
+	// lastCallout (lastToken 0: none, or it has been answered), as streams and last do.
 	callouts    map[uint32]callout
 	lastCallout callout
 	lastToken   uint32
@@ -96,9 +90,8 @@ func registerCallout(token uint32, cb func(int, int, int), always bool) {
 	}
 }
 
-// recoverExport turns a panic that reached an export into an error log. A panic that escapes
-// a wasmexport traps with `unreachable`, and a trap in Envoy fails the stream (or the whole VM
-// with FAIL_RELOAD), so every export defers this.
+// recoverExport, which every export defers, turns a panic into an error log: a panic that
+// escapes a wasmexport traps, which in Envoy fails the stream (or the VM with FAIL_RELOAD).
 func recoverExport(name string, contextID uint32) {
 	if r := recover(); r != nil {
 		msg := "panic in " + name + " (context " + strconv.FormatUint(uint64(contextID), 10) + "): " + anyString(r) + "\n" + string(stack())
@@ -170,8 +163,7 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 	}
 }
 
-// rootOf returns the root context rootID, if it exists: the one that created a stream last
-// without a map lookup.
+// rootOf returns the root context rootID, if it exists.
 func rootOf(rootID uint32) (*rootContext, bool) {
 	if rootID == lastRootID && lastRoot != nil {
 		return lastRoot, true
@@ -236,12 +228,10 @@ func proxyOnQueueReady(rootID, queueID uint32) {
 	}
 }
 
-// proxy_on_done and proxy_on_delete reach this module for every stream, and for a stream that
-// is last (nearly always the case) they only compare and clear a few variables, which cannot
-// panic: that fast path runs without a deferred recover, and the rest, which can, is a
-// function of its own that defers one. A defer makes a function several times bigger, so a
-// VM's first request compiles only the small exports (see filter/doc.go); the root paths are
-// compiled when a plugin is done.
+// proxy_on_done and proxy_on_delete reach this module for every stream, and for the last
+// stream (nearly always the case) only compare and clear a few variables, which cannot panic:
+// that fast path runs without a deferred recover, which makes a function several times bigger
+// (see filter/doc.go), and the rest, which can panic, is a function of its own that defers one.
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {

@@ -2,13 +2,10 @@
 
 package abi
 
-// The host functions this module imports. Every one of them is registered by Envoy's
-// proxy-wasm host for ABI 0.2.1; none of the 0.1.0-only calls (proxy_get_configuration,
-// proxy_continue_request, proxy_continue_response, proxy_clear_route_cache) is imported,
-// because Envoy refuses to load a module that imports a function it does not provide.
-//
-// Guest addresses are 32-bit, so every out-pointer the host writes an address or a size into
-// is declared as *uint32.
+// The host functions this module imports, all registered by Envoy's proxy-wasm host for ABI
+// 0.2.1: Envoy refuses to load a module that imports a function it does not provide, such as
+// the 0.1.0-only proxy_get_configuration. Guest addresses are 32-bit, so every out-pointer the
+// host writes an address or a size into is a *uint32.
 
 //go:wasmimport env proxy_log
 func hostLog(level uint32, msg *byte, size uint32) uint32

@@ -12,23 +12,17 @@ import "unsafe"
 // while the guest is inside a host call, so the slice is short: usually one entry.
 var pinned [][]byte
 
-// chunk is a block that small host buffers are carved from, chunk[:used] being handed out
-// already. A request reads a few short values (a property, a header or two, a shared-data slot
-// per rule), and allocating each on its own costs a trip through the Go allocator, which is
-// slow in a Wasm VM. Carving them from one block costs a slice operation. Every buffer is a
-// distinct region of the block, never handed out twice, and capped so that an append cannot
-// spill into its neighbour, so callers own what they get exactly as with make. A block lives
-// while any of its buffers does; buffers are short-lived (decoded, parsed or used for one
-// request), and larger ones get their own allocation, so little memory is held for long.
+// chunk is a block of chunkSize bytes that host buffers of up to maxChunked bytes are carved
+// from, chunk[:used] being handed out already: a request reads a few short values, and the Go
+// allocator is slow in a Wasm VM. Every buffer is a distinct region of the block, capped so
+// that an append cannot spill into its neighbour, so callers own what they get exactly as with
+// make. A block lives while any of its short-lived buffers does.
 var (
 	chunk []byte
 	used  int
 )
 
-const (
-	chunkSize  = 4096
-	maxChunked = 256 // larger buffers are allocated on their own
-)
+const chunkSize, maxChunked = 4096, 256
 
 // bodyBuf is the memory response body chunks are read into (see GetHttpResponseBody), the same
 // from chunk to chunk: a stream's body arrives in many chunks, and memory of its own for each
@@ -95,10 +89,6 @@ func bodyMemory(n int) (addr uint32) {
 // buffer: once the caller holds the slice, its reference keeps the memory alive. A buffer the
 // allocator did not hand out (which a correct host never returns) is copied instead, so the
 // result never aliases memory the Go runtime does not own.
-//
-// It is kept out of line (see filter/doc.go): inlined, it would be a copy in every host read,
-// which a VM's first request would compile again in each read it makes for the first time
-// (the configuration read compiles it once).
 func take(addr, size uint32) []byte {
 	if size == 0 || addr == 0 {
 		unpinAll()
@@ -119,9 +109,9 @@ func take(addr, size uint32) []byte {
 
 // read completes a host read that returned status st and wrote its buffer's address and size
 // into retAddr and retSize: the buffer on success, readFailed's error otherwise. Every read
-// goes through it, one function out of line rather than the same check and two calls in each
-// read (see filter/doc.go): the configuration read has compiled this one before any request
-// reads a header or a property.
+// goes through this one function, which the configuration read compiles before any request
+// reads a header or a property, rather than the same check and calls in each (see
+// filter/doc.go); take and readFailed are out of line for the same reason.
 func read(st uint32) ([]byte, error) {
 	if st != statusOK {
 		return nil, readFailed(st)
@@ -130,8 +120,7 @@ func read(st uint32) ([]byte, error) {
 }
 
 // readFailed unpins every buffer after a host read that failed with status st, and returns
-// st's error. It is one function for every read, out of line, so that no read carries this
-// path's code (see take).
+// st's error.
 func readFailed(st uint32) error {
 	unpinAll()
 	return statusError(st)
@@ -147,21 +136,4 @@ func unpinAll() {
 		pinned[i] = nil
 	}
 	pinned = pinned[:0]
-}
-
-// stringPtr returns a pointer to the bytes of s for passing to the host, or nil when s is
-// empty (the host never reads through a pointer with a zero length).
-func stringPtr(s string) *byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.StringData(s)
-}
-
-// bytesPtr returns a pointer to the first byte of b, or nil when b is empty.
-func bytesPtr(b []byte) *byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return &b[0]
 }

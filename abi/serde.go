@@ -8,10 +8,10 @@ import (
 // encodeHeaders serialises header pairs in the proxy-wasm map encoding: a little-endian u32
 // count N, then N pairs of u32 key and value lengths, then each key and value followed by a NUL
 // byte. An empty map is still four bytes (a zero count), because hosts (and the SDK's
-// emulator) treat a zero-length map buffer differently from an empty map.
+// emulator) treat a zero-length map buffer differently from an empty map. appendHeaders
+// appends the same to dst.
 func encodeHeaders(pairs [][2]string) []byte { return appendHeaders(nil, pairs) }
 
-// appendHeaders appends the encoding of pairs (see encodeHeaders) to dst.
 func appendHeaders(dst []byte, pairs [][2]string) []byte {
 	size := 4
 	for _, p := range pairs {
@@ -75,8 +75,7 @@ func scanHeaderLines(buf []byte, key string) (first, last string, n int) {
 	return first, last, n
 }
 
-// appendPath appends the path segments to buf, joined with NUL bytes as proxy_get_property
-// expects.
+// appendPath appends the path segments to buf, joined with NUL bytes (see PropertyPath).
 func appendPath(buf []byte, path []string) []byte {
 	for i, s := range path {
 		if i > 0 {
@@ -95,15 +94,13 @@ func appendPath(buf []byte, path []string) []byte {
 type PropertyPath string
 
 // HeaderMap is a request's whole header map as one proxy_get_header_map_pairs call returns
-// it, kept in the proxy-wasm map encoding: Lines and Joined answer lookups of any header from
-// it without decoding the others and without another host call. The strings they return
-// share the map's bytes, which belong to the HeaderMap alone and are never written again.
+// it, in the proxy-wasm map encoding: Lines and Joined answer lookups of any header from it
+// without another host call, with strings that share the map's bytes, which belong to the
+// HeaderMap alone and are never written again.
 type HeaderMap struct{ buf []byte }
 
 // Lines returns the first and last line of header key (lower-case) and how many lines the
-// map holds. proxy_get_header_map_value returns only the first line of a repeated header
-// (Envoy's getHeaderMapValue takes entry[0]), so lines are counted in the full map, scanned
-// where the host wrote it: no decoding of the other headers.
+// map holds (proxy_get_header_map_value returns only the first line of a repeated header).
 func (m HeaderMap) Lines(key string) (first, last string, n int) {
 	return scanHeaderLines(m.buf, key)
 }

@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
 	"math/bits"
@@ -57,34 +58,28 @@ import (
 //
 // # Configuration changes
 //
-// The limit in force changes with the controller, and counts carry over as described above,
-// so only the window (and the algorithm) is compared with the recorded parameters. A state
-// recorded with another window, or by another algorithm, is converted with the limit in force
-// as the capacity (see the package documentation): with R = min(R_old, limit), the key
-// has counted C = limit - R in the window that contains tc (ws = tc - (tc mod W), prev = 0,
-// cur = C). Read as the old configuration, an adaptive state reports the Remaining of the
-// sliding window counter under its recorded limit and window.
+// Counts carry over a change of the limit in force, so only the window (and the algorithm) is
+// compared with the recorded parameters. A state recorded with another window, or by another
+// algorithm, is converted with the limit in force as the capacity (see the package
+// documentation): the key has counted C = limit - R in the window that contains tc
+// (ws = tc - (tc mod W), prev = 0, cur = C). Read as the old configuration, an adaptive state
+// reports the sliding window counter's Remaining under its recorded limit and window.
 type Adaptive struct {
-	win                 uint64 // Window, as the parameter block records it
 	cc                  counterCore
 	initial, minL, maxL int64
 	targetLatency       int64
-	errorPPM            int64
-	interval            int64
-	minSamples          int64
-	step                int64
+	errorPPM, interval  int64
+	minSamples, step    int64
 	decreasePPM         int64
+	win                 uint64 // Window, as the parameter block records it
 }
 
 // Signals are the health observations of one interval, summed over the requests the rule
-// admitted whose responses completed in that interval. Negative fields count as 0.
+// admitted whose responses completed in that interval: how many, how many of them failed (5xx
+// responses, resets, timeouts, ...) and the sum of their latencies. Negative fields count as 0.
 type Signals struct {
-	// Requests is the number of completed requests.
-	Requests int64
-	// Errors is how many of them failed (for example 5xx responses, resets, timeouts).
-	Errors int64
-	// LatencySum is the sum of their latencies.
-	LatencySum time.Duration
+	Requests, Errors int64
+	LatencySum       time.Duration
 }
 
 // satAdd adds two values clamped to >= 0 and saturates at MaxInt64.
@@ -112,10 +107,7 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return nil, err
 	}
-	a := &Adaptive{initial: c.Limit, minL: c.MinLimit, maxL: c.MaxLimit}
-	if a.maxL == 0 {
-		a.maxL = c.Limit
-	}
+	a := &Adaptive{initial: c.Limit, minL: c.MinLimit, maxL: cmp.Or(c.MaxLimit, c.Limit)}
 	switch {
 	case c.MinLimit < 1:
 		return nil, cfgErr("min_limit", "must be >= 1, got "+strconv.FormatInt(c.MinLimit, 10))
@@ -154,29 +146,14 @@ func NewAdaptive(c Config) (*Adaptive, error) {
 	if c.ErrorThreshold > 0 && a.errorPPM == 0 {
 		a.errorPPM = 1 // a tiny positive threshold must not turn the signal off
 	}
-	a.interval = int64(c.AdjustInterval)
-	if a.interval == 0 {
-		a.interval = int64(c.Window)
-	}
-	a.minSamples = c.MinSamples
-	if a.minSamples == 0 {
-		a.minSamples = DefaultMinSamples
-	}
-	a.step = c.IncreaseStep
-	if a.step == 0 {
-		a.step = max(1, a.maxL/20)
-	}
-	f := c.DecreaseFactor
-	if f == 0 {
-		f = DefaultDecreaseFactor
-	}
-	a.decreasePPM = min(ppm-1, max(1, int64(math.Round(f*ppm))))
+	a.interval = int64(cmp.Or(c.AdjustInterval, c.Window))
+	a.minSamples = cmp.Or(c.MinSamples, DefaultMinSamples)
+	a.step = cmp.Or(c.IncreaseStep, max(1, a.maxL/20))
+	a.decreasePPM = min(ppm-1, max(1, int64(math.Round(cmp.Or(c.DecreaseFactor, DefaultDecreaseFactor)*ppm))))
 	return a, nil
 }
 
-type ctrlState struct {
-	limit, last, requests, errors, latency int64
-}
+type ctrlState struct{ limit, last, requests, errors, latency int64 }
 
 func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
 	if len(state) != ctrlSize || state[0] != verAdaptiveCtrl {
@@ -196,15 +173,12 @@ func (a *Adaptive) decodeCtrl(state []byte, now int64) ctrlState {
 
 // CurrentLimit returns the limit recorded in a controller state (Limit for a fresh or
 // undecodable one), always within [MinLimit, MaxLimit].
-func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 {
-	return a.decodeCtrl(ctrlState, 0).limit
-}
+func (a *Adaptive) CurrentLimit(ctrlState []byte) int64 { return a.decodeCtrl(ctrlState, 0).limit }
 
 // Update adds the signals s observed since the caller's previous Update to the controller
-// state and, if at least AdjustInterval has passed since the last adjustment, adjusts the
-// limit from the accumulated signals and starts a new interval. It returns the limit in force
-// and the state to store, written into ctrlState[:0] when its capacity allows (as AllowN).
-// A stale now (before the last adjustment) only accumulates.
+// state and, at least AdjustInterval after the last adjustment (a stale now only accumulates),
+// adjusts the limit from the accumulated signals and starts a new interval. It returns the
+// limit in force and the state to store, aliasing ctrlState as AllowN's does.
 func (a *Adaptive) Update(ctrlState []byte, s Signals, now int64) (limit int64, newState []byte) {
 	now = clampNow(now)
 	c := a.decodeCtrl(ctrlState, now)
@@ -327,8 +301,9 @@ func peekAdaptive(state []byte, now int64, c Config) (r, at int64, idle, ok bool
 	if !ok {
 		return 0, 0, false, false
 	}
-	r, at = cc.remaining(ws, prev, cur, now, c.Limit)
-	return r, at, cc.idle(ws, prev, cur, true, now), true
+	w, eff, prev, cur := cc.roll(ws, prev, cur, true, now)
+	d, _, _ := cc.decide(w, eff, prev, cur, now, 0, c.Limit)
+	return d.Remaining, eff, prev == 0 && cur == 0, true
 }
 
 // AllowN implements Limiter: AllowNLimit under the limit recorded in state, or Limit for a

@@ -5,15 +5,10 @@ import (
 	"time"
 )
 
-// Version bytes. Each algorithm and layout has its own so that a state written by one is never
-// decoded as another's. 0x00 and 0xFF are avoided because zero-filled or erased buffers commonly
-// start with them.
-//
-// The current encodings (low nibble 3 or 4) record the parameters they were written under in a
-// parameter block after the version byte (see params), so a state read under other parameters
-// is converted (see convert.go) instead of being misread. The encodings of the first layout
-// (low nibble 1 or 2, "v1") recorded no parameters; they are still read, as that code read
-// them, by the limiter of the same layout (the upgrade path), and as a fresh key by any other.
+// Version bytes, one per algorithm and layout (see the package documentation); 0x00 and 0xFF
+// are avoided because zero-filled or erased buffers commonly start with them. The current
+// encodings (low nibble 3 or 4) record their parameters (see params); the first ("v1", low
+// nibble 1 or 2) did not.
 const (
 	verTokenBucket   = 0x11 // v1
 	verLeakyMeter    = 0x21 // v1
@@ -47,8 +42,7 @@ func GCD(a, b int64) int64 {
 	return a
 }
 
-// ceilDiv returns ceil(a/b) for a >= 0 and b > 0, written as the floor division the Lua port
-// uses.
+// ceilDiv returns ceil(a/b) for a >= 0 and b > 0, as the Lua port writes it.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // clampNow keeps now in [0, MaxTime]; see the package documentation.
@@ -62,7 +56,7 @@ func clampNow(now int64) int64 {
 	return now
 }
 
-// validStamp reports whether a decoded absolute timestamp is in the range a limiter can write.
+// validStamp reports whether a decoded timestamp is in the range a limiter can write.
 func validStamp(t int64) bool { return t >= 0 && t <= maxStamp }
 
 func get64(b []byte) int64    { return int64(binary.LittleEndian.Uint64(b)) }

@@ -20,15 +20,10 @@ const (
 // The optional fields of a rule an algorithm may accept besides limit and window, by their
 // JSON names (see Spec).
 const (
-	// FieldBurst is the bucket capacity of the token bucket and the leaky bucket, and the
-	// burst tolerance of GCRA (Config.Burst).
-	FieldBurst = "burst"
-	// FieldVariant selects the sliding window's flavour (Config.Variant).
-	FieldVariant = "variant"
-	// FieldMaxDelay turns the leaky bucket into a shaper (Config.MaxDelay).
-	FieldMaxDelay = "max_delay"
-	// FieldAdaptive is the adaptive limit's section (Config.MinLimit through DecreaseFactor).
-	FieldAdaptive = "adaptive"
+	FieldBurst    = "burst"     // Config.Burst
+	FieldVariant  = "variant"   // Config.Variant
+	FieldMaxDelay = "max_delay" // Config.MaxDelay
+	FieldAdaptive = "adaptive"  // the section of Config.MinLimit through DecreaseFactor
 )
 
 // Spec describes an algorithm once, for every place that needs to know it: New validates a
@@ -37,10 +32,9 @@ const (
 // mode, and the schema test checks schema.json against it. Config.Capacity is the one
 // capacity rule that goes with it.
 type Spec struct {
-	// Name is the algorithm's name in the JSON config (Config.Algorithm).
-	Name string
-	// Fields are the optional fields (FieldBurst, FieldVariant, FieldMaxDelay,
-	// FieldAdaptive) the algorithm accepts; every other one must be absent (zero).
+	Name string // Config.Algorithm
+	// Fields are the optional fields (Field constants) the algorithm accepts; every other one
+	// must be absent (zero).
 	Fields []string
 	// Global reports whether the algorithm has a global mode (a Lua port that decides in
 	// Redis). The adaptive limit has none: it is tuned from each proxy's own latency and
@@ -94,9 +88,8 @@ const (
 	VariantLog     = "log"
 )
 
-// Validation bounds. They exist so that no accepted configuration can overflow an int64 or,
-// more strictly, push an intermediate quantity past 2^53, the largest integer a Lua double
-// holds exactly.
+// Validation bounds, so that no accepted configuration can push an intermediate quantity past
+// 2^53, the largest integer a Lua double holds exactly (nor so overflow an int64).
 const (
 	// MinWindow is the shortest accepted window. Shorter windows are not meaningful for
 	// request rate limiting and would let very high rates overflow the scaled arithmetic.
@@ -126,30 +119,24 @@ const (
 // capacity / GCRA burst (0 means Limit). Fields that an algorithm does not use must be left
 // zero: New rejects them so that a misplaced setting is reported instead of silently ignored.
 type Config struct {
-	// Algorithm is one of token_bucket, leaky_bucket, sliding_window, fixed_window, gcra,
-	// adaptive.
-	Algorithm string
-	// Limit is the number of events allowed per Window. For adaptive it is the initial limit
-	// of a fresh controller.
-	Limit int64
-	// Window is the period Limit applies to: a whole number of milliseconds in
-	// [MinWindow, MaxWindow].
+	Algorithm string // one of the Alg constants
+	// Limit is the number of events allowed per Window (for adaptive, the initial limit of a
+	// fresh controller), Window a whole number of milliseconds in [MinWindow, MaxWindow].
+	Limit  int64
 	Window time.Duration
 	// Burst is the bucket capacity (token_bucket, leaky_bucket) or the GCRA burst; 0 means
 	// Limit. Other algorithms reject it.
-	Burst int64
-	// Variant selects the sliding_window flavour: "counter" (the default) or "log".
-	Variant string
+	Burst   int64
+	Variant string // sliding_window: VariantCounter (the default) or VariantLog
 	// MaxDelay (leaky_bucket only) turns on shaping when > 0: a request that finds the bucket
 	// busy is allowed with a Delay instead of being denied, as long as the delay is at most
 	// MaxDelay (and the queue holds at most Burst events). Values above the time to drain a
 	// full queue (Burst*Window/Limit) behave like that time.
 	MaxDelay time.Duration
 
-	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1.
-	MinLimit int64
-	// MaxLimit (adaptive) is the ceiling of the adaptive limit; 0 means Limit.
-	MaxLimit int64
+	// MinLimit (adaptive) is the floor of the adaptive limit, >= 1; MaxLimit its ceiling, 0
+	// meaning Limit.
+	MinLimit, MaxLimit int64
 	// TargetLatency (adaptive): an interval whose mean latency exceeds it is unhealthy.
 	// 0 turns the latency signal off.
 	TargetLatency time.Duration
@@ -173,23 +160,18 @@ type Config struct {
 	DecreaseFactor float64
 }
 
-// Adaptive defaults.
+// Adaptive defaults, for Config.MinSamples and Config.DecreaseFactor 0.
 const (
-	// DefaultMinSamples is the MinSamples used when Config.MinSamples is 0.
-	DefaultMinSamples = 10
-	// DefaultDecreaseFactor is the DecreaseFactor used when Config.DecreaseFactor is 0.
+	DefaultMinSamples     = 10
 	DefaultDecreaseFactor = 0.9
 )
 
 // Decision is the outcome of one AllowN call.
 type Decision struct {
-	// Allowed reports whether the n events may pass.
-	Allowed bool
-	// Limit is the configured limit (events per window); for adaptive, the limit in force.
-	Limit int64
-	// Remaining is how many events may still pass at now (after this decision); never
-	// negative.
-	Remaining int64
+	Allowed bool // the n events may pass
+	// Limit is the configured limit (events per window; for adaptive, the limit in force),
+	// Remaining how many events may still pass at now after this decision (never negative).
+	Limit, Remaining int64
 	// RetryAfter is 0 when allowed; when denied, the earliest wait after which the same
 	// request would be allowed if nothing else arrives. A denial with RetryAfter == 0 means
 	// the request can never be allowed (see Unsatisfiable).
@@ -223,13 +205,11 @@ type Limiter interface {
 }
 
 // ConfigError is the error New returns. Field is the snake_case JSON name of the offending
-// field ("limit", "window", "burst", ...); Message says what is wrong. Error() renders
-// "field: message", ready to be prefixed with a JSON path such as "rules[2].".
+// field ("limit", "window", "burst", ...); Message says what is wrong with it, including the
+// value given. Error() renders "field: message", ready to be prefixed with a JSON path such as
+// "rules[2].".
 type ConfigError struct {
-	// Field is the snake_case JSON name of the offending field.
-	Field string
-	// Message says what is wrong with it, including the value that was given.
-	Message string
+	Field, Message string
 }
 
 // Error renders "field: message".
@@ -244,24 +224,36 @@ func cfgErr(field, msg string) error {
 func New(c Config) (Limiter, error) {
 	switch c.Algorithm {
 	case AlgTokenBucket:
-		return newTokenBucket(c)
+		return newLimiter[TokenBucket](c)
 	case AlgLeakyBucket:
-		return newLeakyBucket(c)
+		return newLimiter[LeakyBucket](c)
 	case AlgSlidingWindow:
 		switch c.Variant {
 		case "", VariantCounter:
-			return newSlidingWindowCounter(c)
+			return newLimiter[SlidingWindowCounter](c)
 		case VariantLog:
-			return newSlidingWindowLog(c)
+			return newLimiter[SlidingWindowLog](c)
 		}
 	case AlgFixedWindow:
-		return newFixedWindow(c)
+		return newLimiter[FixedWindow](c)
 	case AlgGCRA:
-		return newGCRA(c)
+		return newLimiter[GCRA](c)
 	case AlgAdaptive:
 		return NewAdaptive(c)
 	}
 	return nil, unknownAlgorithm(c)
+}
+
+// newLimiter returns a new limiter of type T set up by its init.
+func newLimiter[T any, P interface {
+	*T
+	init(Config) error
+}](c Config) (P, error) {
+	l := P(new(T))
+	if err := l.init(c); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
@@ -281,14 +273,11 @@ func unknownAlgorithm(c Config) error {
 // algorithmList names every algorithm, for error messages. It is built when an error needs
 // it rather than in the package initialiser, which V8 compiles and runs in every VM's start.
 func algorithmList() string {
-	var b strings.Builder
-	for i, s := range specs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(s.Name)
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
 	}
-	return b.String()
+	return strings.Join(names, ", ")
 }
 
 // validateCommon checks the fields every algorithm uses (limit, window) and rejects the fields
@@ -346,31 +335,20 @@ func commonError(c Config, maxLimit int64, spec Spec) error {
 	if !spec.Accepts(FieldMaxDelay) && c.MaxDelay != 0 {
 		return cfgErr("max_delay", "only leaky_bucket can delay requests, must be 0 or absent for "+c.Algorithm+", got "+c.MaxDelay.String())
 	}
-	if !spec.Accepts(FieldAdaptive) {
-		switch {
-		case c.MinLimit != 0:
-			return notAdaptive("min_limit", c)
-		case c.MaxLimit != 0:
-			return notAdaptive("max_limit", c)
-		case c.TargetLatency != 0:
-			return notAdaptive("target_latency", c)
-		case c.ErrorThreshold != 0:
-			return notAdaptive("error_threshold", c)
-		case c.AdjustInterval != 0:
-			return notAdaptive("adjust_interval", c)
-		case c.MinSamples != 0:
-			return notAdaptive("min_samples", c)
-		case c.IncreaseStep != 0:
-			return notAdaptive("increase_step", c)
-		case c.DecreaseFactor != 0:
-			return notAdaptive("decrease_factor", c)
+	if spec.Accepts(FieldAdaptive) {
+		return nil
+	}
+	for _, f := range [...]struct {
+		name string
+		set  bool
+	}{{"min_limit", c.MinLimit != 0}, {"max_limit", c.MaxLimit != 0}, {"target_latency", c.TargetLatency != 0},
+		{"error_threshold", c.ErrorThreshold != 0}, {"adjust_interval", c.AdjustInterval != 0},
+		{"min_samples", c.MinSamples != 0}, {"increase_step", c.IncreaseStep != 0}, {"decrease_factor", c.DecreaseFactor != 0}} {
+		if f.set {
+			return cfgErr(f.name, "only adaptive uses it, must be absent for "+c.Algorithm)
 		}
 	}
 	return nil
-}
-
-func notAdaptive(field string, c Config) error {
-	return cfgErr(field, "only adaptive uses it, must be absent for "+c.Algorithm)
 }
 
 func validateWindow(field string, w time.Duration) error {

@@ -5,16 +5,13 @@ import (
 	"time"
 )
 
-// This file holds what every algorithm shares for configuration changes: the parameter block
-// that each current encoding records, and the conversion of a state recorded under other
-// parameters (see "Configuration changes" in the package documentation).
-
+// What every algorithm shares for configuration changes (see the package documentation): the
+// parameter block of paramSize bytes each current encoding records after its version byte
+// (hdrSize bytes in all, the algorithm's fields follow), and the conversion of a state
+// recorded under other parameters.
 const (
-	// paramSize is the size of the parameter block.
 	paramSize = 24
-	// hdrSize is the size of the header of every current encoding: the version byte and the
-	// parameter block. The algorithm's own fields follow it.
-	hdrSize = 1 + paramSize
+	hdrSize   = 1 + paramSize
 )
 
 // params is a limiter's parameter block, kept as the three little-endian 64-bit words it is
@@ -47,23 +44,21 @@ func (p *params) matches(state []byte, ver byte) bool {
 
 // put writes the header (ver and the block) into out[:hdrSize].
 func (p *params) put(out []byte, ver byte) {
-	// One check of the length up front: the compiler then knows it and checks none of the
-	// stores, which keeps this function small (V8 in Envoy compiles it on a VM's first
-	// request) and fast.
-	out = out[:hdrSize]
+	out = out[:hdrSize] // one bounds check for every store (see filter/doc.go)
 	out[0] = ver
 	binary.LittleEndian.PutUint64(out[1:], p.limCap)
 	binary.LittleEndian.PutUint64(out[9:], p.window)
 	binary.LittleEndian.PutUint64(out[17:], p.maxDelay)
 }
 
-// locate classifies state for a limiter whose current encoding is ver (size bytes) and v1
-// encoding verV1 (sizeV1 bytes): off is where the fields start (hdrSize for the current
-// encoding with these parameters, 1 for v1, 0 for a fresh key), and convert is true for a
-// current encoding recorded under other parameters or by another algorithm.
-func (p *params) locate(state []byte, ver byte, size int, verV1 byte, sizeV1 int) (off int, convert bool) {
+// locate classifies state for a limiter whose current encoding is ver (size bytes, or
+// sizeCarry with a window's carry) and v1 encoding verV1 (sizeV1 bytes): off is where the
+// fields start (hdrSize for the current encoding with these parameters, 1 for v1, 0 for a
+// fresh key), and convert is true for a current encoding recorded under other parameters or
+// by another algorithm.
+func (p *params) locate(state []byte, ver byte, size, sizeCarry int, verV1 byte, sizeV1 int) (off int, convert bool) {
 	switch {
-	case len(state) == size && p.matches(state, ver):
+	case (len(state) == size || len(state) == sizeCarry) && p.matches(state, ver):
 		return hdrSize, false
 	case len(state) == sizeV1 && state[0] == verV1:
 		return 1, false
@@ -90,18 +85,10 @@ func isCurrent(state []byte) bool {
 // RecordedConfig returns the configuration a state was written under, as its parameter block
 // records it: Algorithm, Variant (sliding_window only), Limit, Window, Burst (the capacity,
 // never 0) and MaxDelay (the shaper only); for an adaptive admission state Limit is the limit
-// in force when written. ok is false for a nil, short, corrupt or v1 state. Tests use it,
-// among them the differential test against the Redis Lua scripts.
-func RecordedConfig(state []byte) (c Config, ok bool) {
-	defer func() {
-		if recover() != nil {
-			c, ok = Config{}, false
-		}
-	}()
-	return recordedConfig(state)
-}
-
-func recordedConfig(state []byte) (Config, bool) {
+// in force when written. ok is false for a nil, short, corrupt or v1 state. peekOld reads the
+// old configuration with it, and the differential test against the Redis Lua scripts the
+// configuration of a state Redis wrote.
+func RecordedConfig(state []byte) (Config, bool) {
 	if !isCurrent(state) {
 		return Config{}, false
 	}
@@ -153,11 +140,10 @@ func recordedConfig(state []byte) (Config, bool) {
 // evaluated the state at (now, or the later instant the state last saw when now is stale),
 // and whether that limiter finds the state idle (equivalent to one of its fresh keys). ok is
 // false when the recorded configuration is invalid or the state does not decode under it:
-// the state is then a fresh key, as any undecodable state. now is already clamped.
-//
-// The old limiter is rebuilt by value from the block, so this allocates nothing.
+// the state is then a fresh key, as any undecodable state. now is already clamped. The old
+// limiter is rebuilt by value from the block, so this allocates nothing.
 func peekOld(state []byte, now int64) (r, at int64, idle, ok bool) {
-	c, ok := recordedConfig(state)
+	c, ok := RecordedConfig(state)
 	if !ok {
 		return 0, 0, false, false
 	}
@@ -236,6 +222,21 @@ func consumption(state []byte, now, capNew int64) (c, tc int64, ok bool) {
 func idleConverted(state []byte, now, capNew int64) bool {
 	r, at, idle, ok := peekOld(state, now)
 	return !ok || ((idle || r >= capNew) && at <= now)
+}
+
+// convert is AllowN of l on a state recorded under other parameters, for a limiter of capacity
+// capNew: it decides n on the converted state (see consumption), or on a fresh key when the
+// state does not decode.
+func convert(l interface {
+	Limiter
+	converted(c, tc int64) []byte
+}, state []byte, now, n, capNew int64) (Decision, []byte) {
+	var conv []byte
+	if c, tc, ok := consumption(state, now, capNew); ok {
+		conv = l.converted(c, tc)
+	}
+	d, out := l.AllowN(conv, now, n)
+	return finishConverted(state, d, out, l.StateSize())
 }
 
 // finishConverted returns what AllowN returns after deciding on a converted state: when

@@ -30,12 +30,11 @@
 // Decision and the state to store. AllowN is all-or-nothing: it never admits part of n.
 //
 //   - A denied decision never changes the state semantically: the returned state may be a
-//     normalised re-encoding of the input (or the input itself), and the caller may skip
-//     storing it.
+//     normalised re-encoding of the input, and the caller may skip storing it.
 //   - A request that can never pass (n <= 0, or n greater than the capacity: Burst for the
 //     buckets and GCRA, Limit for the windows, the current limit for adaptive) is denied with
-//     RetryAfter == 0; Decision.Unsatisfiable reports it. Every other denial has
-//     RetryAfter >= 1ns. In that case the returned state is the input, unchanged.
+//     RetryAfter == 0 (Decision.Unsatisfiable) and the input state unchanged. Every other
+//     denial has RetryAfter >= 1ns.
 //   - RetryAfter is exact: calling again at now+RetryAfter with the same n is allowed if
 //     nothing else arrived in between, and calling at now+RetryAfter-1ns is not. The one
 //     exception is a denial on a state recorded under other parameters (see "Configuration
@@ -45,9 +44,9 @@
 // # State buffers and aliasing
 //
 // AllowN writes the new state into state[:0] when cap(state) is at least Limiter.StateSize,
-// and otherwise allocates StateSize bytes. The returned slice therefore usually aliases the
-// input: callers must not use the input as "the old state" after the call, nor share one
-// buffer between goroutines; one that preallocates StateSize bytes allocates nothing per call.
+// and otherwise allocates StateSize bytes, so the result usually aliases the input: callers
+// must not use the input as "the old state" after the call, nor share one buffer between
+// goroutines; one that preallocates StateSize bytes allocates nothing per call.
 //
 // Every encoding starts with a version byte that is distinct per algorithm and layout, so a
 // state written by one algorithm is never misread by another; a 24-byte parameter block
@@ -62,11 +61,10 @@
 // # Configuration changes
 //
 // A configuration change never grants allowance: a key keeps what it consumed, across a change
-// of limit, window, burst, variant, max_delay, shaping or algorithm (the cost of a request is
-// its n and needs nothing). Reading a state whose recorded parameters equal the limiter's
-// takes the hot path, with the decisions of a limiter that never changed; comparing the
-// parameter block is three 64-bit comparisons. Reading a state recorded under any other
-// parameters, or by another algorithm, first converts it, at the decision instant now:
+// of limit, window, burst, variant, max_delay, shaping or algorithm. A state whose recorded
+// parameters equal the limiter's (three 64-bit comparisons) takes the hot path, with the
+// decisions of a limiter that never changed. A state recorded under any other parameters, or
+// by another algorithm, is first converted, at the decision instant now:
 //
 //  1. R_old is the Remaining that the old configuration's limiter, rebuilt from the recorded
 //     block, reports for the state at now (the whole events it would still admit, a floor;
@@ -90,10 +88,9 @@
 // new configuration refills it. The adaptive admission state compares only its window: the
 // limit in force belongs to the controller, and counts carry over when it changes.
 //
-// Limiter.Idle on such a state reports idle when the converted state is at full allowance
-// (R_old >= Capacity) or the old configuration finds it idle, evaluated no later than now
-// (else, after a raised capacity, every key that never returns would keep its slot for good).
-// Idle allocates nothing (the old limiter is rebuilt by value); AllowN's conversion one buffer.
+// Limiter.Idle on such a state reports idle when R_old >= Capacity or the old configuration
+// finds it idle, evaluated no later than now (see idleConverted). Idle allocates nothing (the
+// old limiter is rebuilt by value); AllowN's conversion one buffer.
 //
 // States in the first encodings, which recorded no parameters (v1: version bytes 0x11, 0x21,
 // 0x22, 0x31, 0x41, 0x42, 0x51, 0x61, 0x71), are read by the limiter of the same layout with
@@ -102,16 +99,14 @@
 //
 // # Time
 //
-// now is clamped to [0, MaxTime] (MaxTime is 2^62 ns, about the year 2116); real clocks are
-// far inside that range, and the clamp makes every sum of a timestamp and a duration overflow
-// free. Time may go backwards when workers or proxies with slightly different clocks share one
-// state. Every limiter that keeps a "last seen" instant evaluates a stale call as if it arrived
-// at that instant (the running maximum), so the stored timeline stays monotone, the
-// algorithm's promise holds over it, and a stale call never gets more allowance than a call at
-// the latest seen instant would get; RetryAfter and ResetAfter are still relative to the
-// caller's now, so they include the skew. GCRA and the leaky-bucket shaper keep no "last seen"
-// instant: their formulas compare a future schedule with now directly, so an earlier now is
-// simply stricter.
+// now is clamped to [0, MaxTime] (2^62 ns, about the year 2116), which makes every sum of a
+// timestamp and a duration overflow free. Time may go backwards when workers or proxies with
+// slightly different clocks share one state. Every limiter that keeps a "last seen" instant
+// evaluates a stale call as if it arrived at that instant (the running maximum), so the stored
+// timeline stays monotone, the algorithm's promise holds over it, and a stale call never gets
+// more allowance than a call at the latest seen instant; RetryAfter and ResetAfter are still
+// relative to the caller's now, so they include the skew. GCRA and the leaky-bucket shaper
+// compare a future schedule with now directly, so an earlier now is simply stricter.
 //
 // # Exact integer arithmetic and the Lua port
 //

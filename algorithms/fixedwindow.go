@@ -51,15 +51,7 @@ const (
 	fixedSizeV1    = 13
 )
 
-func newFixedWindow(c Config) (*FixedWindow, error) {
-	f := new(FixedWindow)
-	if err := f.init(c); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// init validates c and sets f up (New, and peekOld by value).
+// init validates c and sets f up (newLimiter, and peekOld by value).
 func (f *FixedWindow) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
@@ -92,10 +84,7 @@ func (f *FixedWindow) load(state []byte, off int, now int64) (w, count, carry in
 }
 
 func (f *FixedWindow) locate(state []byte) (off int, convert bool) {
-	if len(state) == fixedSizeCarry && f.p.matches(state, verFixedWindow2) {
-		return hdrSize, false
-	}
-	return f.p.locate(state, verFixedWindow2, fixedSize, verFixedWindow, fixedSizeV1)
+	return f.p.locate(state, verFixedWindow2, fixedSize, fixedSizeCarry, verFixedWindow, fixedSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
@@ -103,7 +92,7 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 	now = clampNow(now)
 	off, conv := f.locate(state)
 	if conv {
-		return f.convert(state, now, n)
+		return convert(f, state, now, n, f.limit)
 	}
 	w, count, carry := f.load(state, off, now)
 	d := Decision{Limit: f.limit}
@@ -128,29 +117,29 @@ func (f *FixedWindow) AllowN(state []byte, now int64, n int64) (Decision, []byte
 }
 
 func (f *FixedWindow) encode(state []byte, w, count, carry int64) []byte {
-	size := fixedSize
-	if carry > 0 {
-		size = fixedSizeCarry
-	}
-	out := outBuf(state, size, fixedSizeCarry)
-	f.p.put(out, verFixedWindow2)
+	out := windowOut(state, &f.p, verFixedWindow2, fixedSize, carry)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], count)
+	return out
+}
+
+// windowOut returns the buffer of a window's state of size bytes, header written, and of 4
+// more holding carry when carry is not 0.
+func windowOut(state []byte, p *params, ver byte, size int, carry int64) []byte {
+	n := size
 	if carry > 0 {
-		put32(out[fixedSize:], carry)
+		n += 4
+	}
+	out := outBuf(state, n, size+4)
+	p.put(out, ver)
+	if carry > 0 {
+		put32(out[size:], carry)
 	}
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (f *FixedWindow) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, f.limit); ok {
-		conv = f.encode(nil, tc-tc%f.w, c, 0)
-	}
-	d, out := f.AllowN(conv, now, n)
-	return finishConverted(state, d, out, fixedSizeCarry)
-}
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (f *FixedWindow) converted(c, tc int64) []byte { return f.encode(nil, tc-tc%f.w, c, 0) }
 
 // peek reports the events left in now's window, for a state in f's current encoding with f's
 // parameters, and the instant it counted for: now, or the start of the stored window when

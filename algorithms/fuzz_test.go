@@ -105,7 +105,7 @@ func converts(l Limiter, state []byte) bool {
 	var c bool
 	switch v := l.(type) {
 	case *TokenBucket:
-		_, c = v.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+		_, c = v.locate(state)
 	case *LeakyBucket:
 		_, c = v.locate(state)
 	case *GCRA:

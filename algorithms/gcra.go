@@ -49,15 +49,7 @@ const (
 	gcraSizeV1 = 9
 )
 
-func newGCRA(c Config) (*GCRA, error) {
-	g := new(GCRA)
-	if err := g.init(c); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-// init validates c and sets g up (New, and peekOld by value).
+// init validates c and sets g up (newLimiter, and peekOld by value).
 func (g *GCRA) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
@@ -85,7 +77,7 @@ func (g *GCRA) decode(state []byte, off int) (tat int64, ok bool) {
 }
 
 func (g *GCRA) locate(state []byte) (off int, convert bool) {
-	return g.p.locate(state, verGCRA2, gcraSize, verGCRA, gcraSizeV1)
+	return g.p.locate(state, verGCRA2, gcraSize, gcraSize, verGCRA, gcraSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
@@ -93,25 +85,20 @@ func (g *GCRA) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
 	off, conv := g.locate(state)
 	if conv {
-		return g.convert(state, now, n)
+		return convert(g, state, now, n, g.burst)
 	}
 	tat, ok := g.decode(state, off)
 	base := now
 	if ok && tat > now {
 		base = tat
 	}
-	d := Decision{Limit: g.limit}
+	d := Decision{Limit: g.limit, Remaining: max(0, now+g.tau-base) / g.t, ResetAfter: dur(base - now)}
 	if n <= 0 || n > g.burst {
-		d.Remaining = max(0, now+g.tau-base) / g.t
-		d.ResetAfter = dur(base - now)
 		return d, state
 	}
 	newTAT := base + n*g.t
-	allowAt := newTAT - g.tau
-	if allowAt > now {
+	if allowAt := newTAT - g.tau; allowAt > now {
 		d.RetryAfter = dur(allowAt - now)
-		d.Remaining = max(0, now+g.tau-base) / g.t
-		d.ResetAfter = dur(base - now)
 		newTAT = base
 	} else {
 		d.Allowed = true
@@ -128,15 +115,8 @@ func (g *GCRA) encode(state []byte, tat int64) []byte {
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (g *GCRA) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, g.burst); ok {
-		conv = g.encode(nil, tc+c*g.t)
-	}
-	d, out := g.AllowN(conv, now, n)
-	return finishConverted(state, d, out, gcraSize)
-}
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (g *GCRA) converted(c, tc int64) []byte { return g.encode(nil, tc+c*g.t) }
 
 // peek reports the cells that pass at now, for a state in g's current encoding with g's
 // parameters. GCRA compares its schedule with now itself, so it evaluates at now.

@@ -34,44 +34,27 @@ type Returner interface {
 	GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool)
 }
 
-// GiveBack implements Returner.
-func (t *TokenBucket) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
-	if n <= 0 || len(state) != tbSize || !t.p.matches(state, verTokenBucket2) {
+// GiveBack implements Returner for the token bucket and the leaky bucket meter.
+func (b *bucket) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
+	if off, _ := b.locate(state); n <= 0 || off != hdrSize {
 		return state, false
 	}
-	tokens, last, ok := t.b.decode(state, hdrSize)
-	if !ok {
+	tokens, eff, ok := b.load(state, hdrSize, clampNow(now))
+	if !ok || tokens >= b.capU {
 		return state, false
 	}
-	tokens, eff := t.b.refill(tokens, last, true, clampNow(now))
-	if tokens >= t.b.capU {
-		return state, false
-	}
-	return encodeTB(state, &t.p, verTokenBucket2, t.b.giveBack(tokens, n), eff), true
-}
-
-// giveBack adds n tokens to tokens, up to the capacity.
-func (b *bucket) giveBack(tokens, n int64) int64 {
 	if n >= b.capacity {
-		return b.capU
+		return b.encode(state, b.capU, eff), true
 	}
-	return min(b.capU, tokens+n*b.wg)
+	return b.encode(state, min(b.capU, tokens+n*b.wg), eff), true
 }
 
 // GiveBack implements Returner for the meter; the shaper's schedule takes nothing back.
 func (l *LeakyBucket) GiveBack(state []byte, now, takenAt, n int64) ([]byte, bool) {
-	if l.shaper || n <= 0 || len(state) != tbSize || !l.p.matches(state, verLeakyMeter2) {
+	if l.shaper {
 		return state, false
 	}
-	level, last, ok := l.b.decode(state, hdrSize)
-	if !ok {
-		return state, false
-	}
-	tokens, eff := l.b.refill(l.b.capU-level, last, true, clampNow(now))
-	if tokens >= l.b.capU {
-		return state, false
-	}
-	return encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-l.b.giveBack(tokens, n), eff), true
+	return l.b.GiveBack(state, now, takenAt, n)
 }
 
 // GiveBack implements Returner.
@@ -96,17 +79,13 @@ func (f *FixedWindow) GiveBack(state []byte, now, takenAt, n int64) ([]byte, boo
 		return state, false
 	}
 	now, takenAt = clampNow(now), clampNow(takenAt)
-	ws := get64(state[hdrSize:])
-	count := min(get32(state[hdrSize+8:]), f.ceil)
-	if ws != takenAt-takenAt%f.w || ws < now-now%f.w || count <= 0 {
+	// The stored window, not rolled to now's (load returns another one then), is takenAt's.
+	w, count, carry := f.load(state, hdrSize, now)
+	if w != get64(state[hdrSize:]) || w != takenAt-takenAt%f.w || count <= 0 {
 		return state, false
 	}
-	var carry int64
-	if len(state) == fixedSizeCarry {
-		carry = get32(state[fixedSize:])
-	}
 	count = max(0, count-n)
-	return f.encode(state, ws, count, min(carry, count)), true
+	return f.encode(state, w, count, min(carry, count)), true
 }
 
 // GiveBack implements Returner.

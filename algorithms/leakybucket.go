@@ -5,9 +5,9 @@ package algorithms
 // # Meter (MaxDelay == 0)
 //
 // The leaky bucket as a meter (Turner's formulation; Tanenbaum's leaky bucket is the queue,
-// below): an occupancy level drains continuously at Limit/Window
-// events per second; n events are admitted while occupancy + n <= C (C = Burst, Limit when 0),
-// and then raise the occupancy by n. Requests are allowed or denied at once, never delayed.
+// below): an occupancy level drains continuously at Limit/Window events per second; n events
+// are admitted while occupancy + n <= C (C = Burst, Limit when 0), and then raise the
+// occupancy by n. Requests are allowed or denied at once, never delayed.
 // The meter makes exactly the decisions of a TokenBucket with the same parameters (tokens =
 // C - occupancy); a test checks that.
 //
@@ -86,7 +86,6 @@ package algorithms
 type LeakyBucket struct {
 	b      bucket
 	shaper bool
-	p      params
 	// shaper constants
 	qD, rD, e, capNs int64
 }
@@ -96,15 +95,7 @@ const (
 	shaperSizeV1 = 13
 )
 
-func newLeakyBucket(c Config) (*LeakyBucket, error) {
-	l := new(LeakyBucket)
-	if err := l.init(c); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// init validates c and sets l up (New, and peekOld by value).
+// init validates c and sets l up (newLimiter, and peekOld by value).
 func (l *LeakyBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
@@ -115,11 +106,11 @@ func (l *LeakyBucket) init(c Config) error {
 	if c.MaxDelay > MaxWindow {
 		return cfgErr("max_delay", "must be <= "+MaxWindow.String()+" (31 days), got "+c.MaxDelay.String())
 	}
-	b, err := newBucket(c)
+	b, err := newBucket(c, verLeakyMeter2, verLeakyMeter)
 	if err != nil {
 		return err
 	}
-	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0, p: makeParams(c.Limit, b.capacity, c.Window, c.MaxDelay)}
+	*l = LeakyBucket{b: b, shaper: c.MaxDelay > 0}
 	if l.shaper {
 		if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + 3*limit/gcd",
 			"lower the burst or the window, or pick a limit that shares more factors with the window in ns",
@@ -142,67 +133,43 @@ func (l *LeakyBucket) Shaping() bool { return l.shaper }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic of both modes.
 func (l *LeakyBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
-	now = clampNow(now)
-	if l.shaper {
-		return l.shape(state, now, n)
+	if !l.shaper {
+		return l.b.AllowN(state, now, n)
 	}
-	off, conv := l.locate(state)
-	if conv {
-		return l.convert(state, now, n)
-	}
-	level, last, ok := l.b.decode(state, off)
-	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
-	d, tokens, store := l.b.decide(tokens, eff, now, n)
-	if !store {
-		return d, state
-	}
-	return d, encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-tokens, eff)
+	return l.shape(state, clampNow(now), n)
 }
 
 // locate classifies state for the meter or the shaper; see params.locate.
 func (l *LeakyBucket) locate(state []byte) (off int, convert bool) {
-	if l.shaper {
-		return l.p.locate(state, verLeakyShaper2, shaperSize, verLeakyShaper, shaperSizeV1)
+	if !l.shaper {
+		return l.b.locate(state)
 	}
-	return l.p.locate(state, verLeakyMeter2, tbSize, verLeakyMeter, tbSizeV1)
+	return l.b.p.locate(state, verLeakyShaper2, shaperSize, shaperSize, verLeakyShaper, shaperSizeV1)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (l *LeakyBucket) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, l.b.capacity); ok {
-		if u := c * l.b.wg; l.shaper {
-			conv = l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
-		} else {
-			conv = encodeTB(nil, &l.p, verLeakyMeter2, u, tc)
-		}
-	}
-	d, out := l.AllowN(conv, now, n)
-	return finishConverted(state, d, out, l.StateSize())
+// converted is the shaper's state of a key that consumed c at tc; see the type documentation.
+func (l *LeakyBucket) converted(c, tc int64) []byte {
+	u := c * l.b.wg
+	return l.encodeShaper(nil, tc+u/l.b.lg, u%l.b.lg)
 }
 
 // peek reports Remaining at now and the instant it was evaluated at, for a state in l's
 // current encoding with l's parameters: the meter's free room at max(now, last), the
 // shaper's Remaining at now (it keeps no "last seen" instant).
 func (l *LeakyBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if !l.shaper {
+		return l.b.peek(state, now)
+	}
 	if off, _ := l.locate(state); off != hdrSize {
 		return 0, 0, false
 	}
-	if l.shaper {
-		pns, pfrac, ok := l.decodeShaper(state, hdrSize)
-		if !ok {
-			return 0, 0, false
-		}
-		var d Decision
-		l.shaperTail(&d, pns, pfrac, true, now)
-		return d.Remaining, now, true
-	}
-	level, last, ok := l.b.decode(state, hdrSize)
+	pns, pfrac, ok := l.decodeShaper(state, hdrSize)
 	if !ok {
 		return 0, 0, false
 	}
-	tokens, eff := l.b.refill(l.b.capU-level, last, true, now)
-	return tokens / l.b.wg, eff, true
+	var d Decision
+	l.shaperTail(&d, pns, pfrac, true, now)
+	return d.Remaining, now, true
 }
 
 // decodeShaper reads (pns, pfrac) at state[off:] (off == 0: a fresh key).
@@ -219,7 +186,7 @@ func (l *LeakyBucket) decodeShaper(state []byte, off int) (pns, pfrac int64, ok 
 
 func (l *LeakyBucket) encodeShaper(state []byte, pns, pfrac int64) []byte {
 	out := outBuf(state, shaperSize, shaperSize)
-	l.p.put(out, verLeakyShaper2)
+	l.b.p.put(out, verLeakyShaper2)
 	put64(out[hdrSize:], pns)
 	put32(out[hdrSize+8:], pfrac)
 	return out
@@ -229,7 +196,7 @@ func (l *LeakyBucket) shape(state []byte, now, n int64) (Decision, []byte) {
 	b := &l.b
 	off, conv := l.locate(state)
 	if conv {
-		return l.convert(state, now, n)
+		return convert(l, state, now, n, l.b.capacity)
 	}
 	pns, pfrac, ok := l.decodeShaper(state, off)
 	d := Decision{Limit: b.limit}
@@ -299,32 +266,26 @@ func (l *LeakyBucket) StateSize() int {
 
 // Idle implements Limiter. The meter is idle when the bucket is empty; the shaper when every
 // request of up to C events would be released at once and leave the same state as on a fresh
-// key, that is when P + C*Window/Limit <= now.
-//
-// A state recorded under other parameters is idle, for both modes, when the old configuration
-// reports the whole capacity C remaining: the converted state is then at full allowance. For
-// the shaper that converted state (P = tc) and a fresh key differ by one request, the
-// fresh key's first request that leaves at once; reclaiming the slot is still right, since
-// otherwise the slot of a key that never returns would stay taken for good.
+// key, that is when P + C*Window/Limit <= now. A state recorded under other parameters is idle
+// when the old configuration reports C remaining (see idleConverted), although for the shaper
+// the converted state (P = tc) and a fresh key differ by the fresh key's first request.
 func (l *LeakyBucket) Idle(state []byte, now int64) bool {
+	if !l.shaper {
+		return l.b.Idle(state, now)
+	}
 	now = clampNow(now)
 	off, conv := l.locate(state)
 	if conv {
 		return idleConverted(state, now, l.b.capacity)
 	}
-	if l.shaper {
-		pns, pfrac, ok := l.decodeShaper(state, off)
-		if !ok {
-			return true
-		}
-		s := pfrac + l.b.capU
-		ins := pns + s/l.b.lg
-		if s%l.b.lg > 0 {
-			ins++
-		}
-		return ins <= now
+	pns, pfrac, ok := l.decodeShaper(state, off)
+	if !ok {
+		return true
 	}
-	level, last, ok := l.b.decode(state, off)
-	tokens, _ := l.b.refill(l.b.capU-level, last, ok, now)
-	return tokens == l.b.capU
+	s := pfrac + l.b.capU
+	ins := pns + s/l.b.lg
+	if s%l.b.lg > 0 {
+		ins++
+	}
+	return ins <= now
 }

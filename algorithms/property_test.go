@@ -48,7 +48,7 @@ func name(c Config) string {
 func capacityOfLimiter(l Limiter) int64 {
 	switch v := l.(type) {
 	case *TokenBucket:
-		return v.b.capacity
+		return v.capacity
 	case *LeakyBucket:
 		return v.b.capacity
 	case *GCRA:

@@ -70,11 +70,10 @@ func debtCeiling(limit, w int64) int64 {
 }
 
 // Settle applies delta = usage - reservation to state at now, for a request whose
-// reservation was admitted at reservedAt (see above). It returns the state to store and
-// whether there is one: false when there is nothing to write (delta 0, a refund on a fresh
-// or full key or that a window's counts cannot take, a state recorded under other parameters,
-// or a limiter that takes no usage cost).
-// The returned slice aliases state when cap(state) is large enough, as AllowN's does.
+// reservation was admitted at reservedAt (see above). It returns the state to store (aliasing
+// state as AllowN's does) and whether there is one: not for delta 0, a refund on a fresh or
+// full key or that a window's counts cannot take, a state recorded under other parameters, or
+// a limiter that takes no usage cost.
 func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bool) {
 	if delta == 0 {
 		return state, false
@@ -85,7 +84,7 @@ func Settle(lim Limiter, state []byte, now, reservedAt, delta int64) ([]byte, bo
 		return l.settle(state, now, delta)
 	case *LeakyBucket:
 		if !l.shaper {
-			return l.settle(state, now, delta)
+			return l.b.settle(state, now, delta)
 		}
 	case *GCRA:
 		return l.settle(state, now, delta)
@@ -129,44 +128,22 @@ func CheckUsage(c Config, max int64) error {
 	return nil
 }
 
-// settle is Settle for the token bucket.
-func (t *TokenBucket) settle(state []byte, now, delta int64) ([]byte, bool) {
-	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+// settle is Settle for the token bucket and the leaky bucket meter.
+func (b *bucket) settle(state []byte, now, delta int64) ([]byte, bool) {
+	off, conv := b.locate(state)
 	if conv {
 		return state, false
 	}
-	tokens, last, ok := t.b.decode(state, off)
-	if !ok && delta < 0 {
-		return state, false
+	tokens, eff, ok := b.load(state, off, now)
+	if !ok && delta < 0 || delta < 0 && tokens == b.capU && eff <= now {
+		return state, false // fresh or full: nothing to give back
 	}
-	tokens, eff := t.b.refill(tokens, last, ok, now)
-	if delta < 0 && tokens == t.b.capU && eff <= now {
-		return state, false // full: nothing to give back
-	}
-	tokens, eff = t.b.settle(tokens, eff, now, delta)
-	return encodeTB(state, &t.p, verTokenBucket2, tokens, eff), true
+	tokens, eff = b.settleTokens(tokens, eff, now, delta)
+	return b.encode(state, tokens, eff), true
 }
 
-// settle is Settle for the leaky bucket meter, whose state holds the level capU - tokens.
-func (l *LeakyBucket) settle(state []byte, now, delta int64) ([]byte, bool) {
-	off, conv := l.locate(state)
-	if conv {
-		return state, false
-	}
-	level, last, ok := l.b.decode(state, off)
-	if !ok && delta < 0 {
-		return state, false
-	}
-	tokens, eff := l.b.refill(l.b.capU-level, last, ok, now)
-	if delta < 0 && tokens == l.b.capU && eff <= now {
-		return state, false // empty: nothing to give back
-	}
-	tokens, eff = l.b.settle(tokens, eff, now, delta)
-	return encodeTB(state, &l.p, verLeakyMeter2, l.b.capU-tokens, eff), true
-}
-
-// settle applies delta to tokens evaluated at eff; see the arithmetic above.
-func (b *bucket) settle(tokens, eff, now, delta int64) (int64, int64) {
+// settleTokens applies delta to tokens evaluated at eff; see the arithmetic above.
+func (b *bucket) settleTokens(tokens, eff, now, delta int64) (int64, int64) {
 	if delta > 0 {
 		u := delta * b.wg
 		if tokens >= u {

@@ -191,11 +191,11 @@ func charged(t *testing.T, l Limiter, state []byte, now int64) int64 {
 	t.Helper()
 	switch l := l.(type) {
 	case *TokenBucket:
-		tokens, last, ok := l.b.decode(state, hdrSize)
+		tokens, last, ok := l.decode(state, hdrSize)
 		if !ok {
 			return 0
 		}
-		return (l.b.capU - tokens + max(last-now, 0)*l.b.lg) / l.b.wg
+		return (l.capU - tokens + max(last-now, 0)*l.lg) / l.wg
 	case *LeakyBucket:
 		level, last, ok := l.b.decode(state, hdrSize)
 		if !ok {

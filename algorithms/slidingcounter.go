@@ -96,15 +96,7 @@ type counterCore struct {
 	lim      int64 // the limit (the ceiling for adaptive), used to clamp decoded counts
 }
 
-func newSlidingWindowCounter(c Config) (*SlidingWindowCounter, error) {
-	s := new(SlidingWindowCounter)
-	if err := s.init(c); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// init validates c and sets s up (New, and peekOld by value).
+// init validates c and sets s up (newLimiter, and peekOld by value).
 func (s *SlidingWindowCounter) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
@@ -232,10 +224,7 @@ func (s *SlidingWindowCounter) decode(state []byte, off int) (ws, prev, cur, car
 }
 
 func (s *SlidingWindowCounter) locate(state []byte) (off int, convert bool) {
-	if len(state) == counterSizeCarry && s.p.matches(state, verSlidingCount2) {
-		return hdrSize, false
-	}
-	return s.p.locate(state, verSlidingCount2, counterSize, verSlidingCount, counterSizeV1)
+	return s.p.locate(state, verSlidingCount2, counterSize, counterSizeCarry, verSlidingCount, counterSizeV1)
 }
 
 // AllowN implements Limiter; see the type documentation for the arithmetic.
@@ -243,7 +232,7 @@ func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decisio
 	now = clampNow(now)
 	off, conv := s.locate(state)
 	if conv {
-		return s.convert(state, now, n)
+		return convert(s, state, now, n, s.cc.lim)
 	}
 	ws, prev, cur, carry, ok := s.decode(state, off)
 	w, eff, prev, cur, carry := s.roll(ws, prev, cur, carry, ok, now)
@@ -255,29 +244,16 @@ func (s *SlidingWindowCounter) AllowN(state []byte, now int64, n int64) (Decisio
 }
 
 func (s *SlidingWindowCounter) encode(state []byte, w, prev, cur, carry int64) []byte {
-	size := counterSize
-	if carry > 0 {
-		size = counterSizeCarry
-	}
-	out := outBuf(state, size, counterSizeCarry)
-	s.p.put(out, verSlidingCount2)
+	out := windowOut(state, &s.p, verSlidingCount2, counterSize, carry)
 	put64(out[hdrSize:], w)
 	put32(out[hdrSize+8:], prev)
 	put32(out[hdrSize+12:], cur)
-	if carry > 0 {
-		put32(out[counterSize:], carry)
-	}
 	return out
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (s *SlidingWindowCounter) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, s.cc.lim); ok {
-		conv = s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
-	}
-	d, out := s.AllowN(conv, now, n)
-	return finishConverted(state, d, out, counterSizeCarry)
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (s *SlidingWindowCounter) converted(c, tc int64) []byte {
+	return s.encode(nil, tc-tc%s.cc.w, 0, c, 0)
 }
 
 // peek reports Remaining at now and the instant the estimate was taken at, for a state in s's
@@ -291,14 +267,6 @@ func (s *SlidingWindowCounter) peek(state []byte, now int64) (r, at int64, ok bo
 	w, eff, prev, cur, _ := s.roll(ws, prev, cur, 0, true, now)
 	d, _, _ := s.cc.decide(w, eff, prev, cur, now, 0, s.cc.lim)
 	return d.Remaining, eff, true
-}
-
-// remaining is the Remaining a decision under limit reports for (ws, prev, cur) at now, before
-// any request, and the instant the estimate is taken at.
-func (cc *counterCore) remaining(ws, prev, cur, now, limit int64) (r, at int64) {
-	w, eff, prev, cur := cc.roll(ws, prev, cur, true, now)
-	d, _, _ := cc.decide(w, eff, prev, cur, now, 0, limit)
-	return d.Remaining, eff
 }
 
 // StateSize implements Limiter: a SlidingWindowCounter state is at most 45 bytes.

@@ -7,9 +7,9 @@ import "math"
 // events in (now − Window, now] plus n are at most Limit, so no interval of length Window ever
 // holds more than Limit admitted events.
 //
-// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n: when k = live + n − Limit events must
-// expire first, RetryAfter = (k-th oldest live timestamp) + Window − now; for n = 1 that is
-// oldest + Window − now. An event at t leaves the window at exactly t + Window.
+// RetryAfter is the sliding log's usual wait (oldest event + Window − now) generalised to n:
+// the k-th oldest live timestamp + Window − now, when k = live + n − Limit events must expire
+// first. An event at t leaves the window at exactly t + Window.
 //
 // # State
 //
@@ -17,10 +17,10 @@ import "math"
 // deltas between consecutive events. A delta between two events of one window is below Window,
 // so it fits in 4 bytes when Window < 2^32 ns (about 4.29s) and takes 8 bytes otherwise (the
 // version byte tells which). n events admitted together are n equal timestamps (n−1 zero
-// deltas). The state grows and shrinks with the number of live events, so a quiet key costs
-// 43 bytes (with the parameter block); the largest state, Limit live events, is
-// 43 + (Limit−1)×width bytes, which is why Limit is bounded by LogLimitCeiling (1024). Dropping expired events is a prefix cut (one
-// memmove) and admitting appends at the end, in place in the caller's buffer.
+// deltas). The state grows and shrinks with the number of live events: a quiet key costs 43
+// bytes, Limit live events 43 + (Limit−1)×width bytes, which is why Limit is bounded by
+// LogLimitCeiling (1024). Dropping expired events is a prefix cut (one memmove) and admitting
+// appends at the end, in place in the caller's buffer.
 //
 //	[0]     0x43 (4-byte deltas) or 0x44 (8-byte deltas) version
 //	[1:25]  parameter block (limit, capacity = limit, window, max_delay 0; see RecordedConfig)
@@ -29,8 +29,7 @@ import "math"
 //	[35:43] newest, int64 LE, Unix ns
 //	[43:]   count−1 deltas, uint32 or uint64 LE: delta[i] = t[i+1] − t[i]
 //
-// so a quiet key costs 43 bytes and the largest state is 43 + (Limit−1)×width bytes. The v1
-// layout (0x41 or 0x42, then count, oldest, newest and the deltas from byte 1; no parameters)
+// The v1 layout (0x41 or 0x42, then count, oldest, newest and the deltas from byte 1; no parameters)
 // is still read, with the current parameters, and rewritten in this layout by the next
 // admitted request.
 //
@@ -70,15 +69,7 @@ const (
 	logHeaderV1 = 19
 )
 
-func newSlidingWindowLog(c Config) (*SlidingWindowLog, error) {
-	l := new(SlidingWindowLog)
-	if err := l.init(c); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-// init validates c and sets l up (New, and peekOld by value).
+// init validates c and sets l up (newLimiter, and peekOld by value).
 func (l *SlidingWindowLog) init(c Config) error {
 	if err := validateCommon(c, LogLimitCeiling); err != nil {
 		return err
@@ -162,7 +153,7 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 	now = clampNow(now)
 	h, count, oldest, newest, ok, conv := l.header(state)
 	if conv {
-		return l.convert(state, now, n)
+		return convert(l, state, now, n, l.limit)
 	}
 	eff := now
 	var dropped, first int64
@@ -175,18 +166,17 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 	}
 	live := count - dropped
 	d := Decision{Limit: l.limit}
-	switch {
-	case n <= 0 || n > l.limit:
+	if n <= 0 || n > l.limit || live+n > l.limit {
 		d.Remaining = max(0, l.limit-live)
-		if live > 0 {
+		if live > 0 { // always so for a denial that is not unsatisfiable
 			d.ResetAfter = dur(newest + l.w - now)
 		}
-		return d, state
-	case live+n > l.limit:
+		if n <= 0 || n > l.limit {
+			return d, state
+		}
 		// The k-th oldest live timestamp must leave the window first.
-		k := live + n - l.limit
 		t := first
-		for i := int64(0); i < k-1; i++ {
+		for i := range live + n - l.limit - 1 {
 			// These deltas were not walked by prune: clamp instead of trusting them, so a
 			// corrupt state cannot overflow or produce a wait beyond newest + Window.
 			if d := l.delta(state, h, dropped+i); d >= 0 && d < l.w {
@@ -194,8 +184,6 @@ func (l *SlidingWindowLog) AllowN(state []byte, now int64, n int64) (Decision, [
 			}
 		}
 		d.RetryAfter = dur(t + l.w - now)
-		d.Remaining = max(0, l.limit-live)
-		d.ResetAfter = dur(newest + l.w - now)
 		return d, state
 	}
 	d.Allowed = true
@@ -226,15 +214,11 @@ func (l *SlidingWindowLog) putHeader(out []byte, count, oldest, newest int64) {
 	put64(out[hdrSize+10:], newest)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (l *SlidingWindowLog) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, l.limit); ok {
-		conv = make([]byte, logHeader+int(max(c-1, 0))*l.width, l.StateSize())
-		l.putHeader(conv, c, tc, tc) // the deltas are zero
-	}
-	d, out := l.AllowN(conv, now, n)
-	return finishConverted(state, d, out, l.StateSize())
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (l *SlidingWindowLog) converted(c, tc int64) []byte {
+	out := make([]byte, logHeader+int(max(c-1, 0))*l.width, l.StateSize())
+	l.putHeader(out, c, tc, tc) // the deltas are zero
+	return out
 }
 
 // peek reports the events that still fit at now and the instant they were counted at

@@ -6,19 +6,13 @@ package algorithms
 //
 // It agrees decision for decision with golang.org/x/time/rate (rate.Limit(Limit /
 // Window.Seconds()), burst B, AllowN(time.Unix(0, now), n)) on non-decreasing times, except
-// at two boundaries where x/time/rate's float64 arithmetic is looser than this exact one:
-//
-//   - x/time/rate converts a token shortfall to a wait with truncation towards zero, so it
-//     admits a request whose tokens would be complete less than 1ns later (storing a negative
-//     balance); this type denies it with RetryAfter = 1ns. Example: 3 per second, burst 1,
-//     requests at 0 and at 333333333ns: the exact balance is 0.999999999 tokens.
-//   - float64 rounding of the balance can move a request across that 1ns boundary.
-//
-// With "nice" parameters, where Window/Limit is a whole number of microseconds and requests
-// arrive on whole microseconds, neither boundary can be reached and the decisions are
-// identical (a test checks this on random sequences). When time goes backwards x/time/rate
-// moves its clock back and later counts the same refill twice; this type does not (see the
-// package documentation).
+// where x/time/rate's float64 arithmetic is looser than this exact one: it truncates a token
+// shortfall's wait towards zero, so it admits a request whose tokens would be complete less
+// than 1ns later (3 per second, burst 1, requests at 0 and 333333333ns), which this type
+// denies with RetryAfter = 1ns, and float64 rounding can move a request across that boundary.
+// When Window/Limit is a whole number of microseconds and requests arrive on whole
+// microseconds the decisions are identical (a test checks this on random sequences). When time
+// goes backwards x/time/rate counts the same refill twice; this type does not.
 //
 // # Arithmetic (the spec for the Lua port)
 //
@@ -57,10 +51,7 @@ package algorithms
 // tc:
 //
 //	tokens = R*wg, last = tc
-type TokenBucket struct {
-	b bucket
-	p params
-}
+type TokenBucket struct{ bucket }
 
 // tbSize is the encoded size of a TokenBucket or LeakyBucket meter state; tbSizeV1 that of the
 // v1 layout.
@@ -70,13 +61,17 @@ const (
 )
 
 // bucket is the exact continuous bucket shared by TokenBucket and the LeakyBucket meter. The
-// two are the same machine seen from opposite sides: tokens = capU - occupancy.
+// two are the same machine seen from opposite sides: tokens = capU - occupancy; a meter's state
+// holds the occupancy (level).
 type bucket struct {
 	limit, capacity int64
 	lg, wg, capU    int64
+	p               params
+	ver, verV1      byte // the current and the v1 encoding's version bytes
+	meter           bool
 }
 
-func newBucket(c Config) (bucket, error) {
+func newBucket(c Config, ver, verV1 byte) (bucket, error) {
 	capacity := c.Capacity()
 	lg, wg := rateScale(c.Limit, c.Window)
 	if err := checkExact(c.CapacityField(), "capacity*window/gcd(limit, window in ns) + window/gcd + 2*limit/gcd",
@@ -84,31 +79,21 @@ func newBucket(c Config) (bucket, error) {
 		[2]int64{capacity, wg}, [2]int64{1, wg}, [2]int64{2, lg}); err != nil {
 		return bucket{}, err
 	}
-	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg}, nil
+	return bucket{limit: c.Limit, capacity: capacity, lg: lg, wg: wg, capU: capacity * wg,
+		p: makeParams(c.Limit, capacity, c.Window, c.MaxDelay), ver: ver, verV1: verV1, meter: ver == verLeakyMeter2}, nil
 }
 
-func newTokenBucket(c Config) (*TokenBucket, error) {
-	t := new(TokenBucket)
-	if err := t.init(c); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-// init validates c and sets t up (New, and peekOld by value).
+// init validates c and sets t up (newLimiter, and peekOld by value).
 func (t *TokenBucket) init(c Config) error {
 	if err := validateCommon(c, LimitCeiling); err != nil {
 		return err
 	}
-	b, err := newBucket(c)
-	if err != nil {
-		return err
-	}
-	t.b, t.p = b, makeParams(c.Limit, b.capacity, c.Window, 0)
-	return nil
+	b, err := newBucket(c, verTokenBucket2, verTokenBucket)
+	t.bucket = b
+	return err
 }
 
-// refill decodes (tokens, last), already converted to tokens, and brings them to eff.
+// refill brings decoded tokens (ok false: a fresh key) at last to eff = max(now, last).
 func (b *bucket) refill(tokens, last int64, ok bool, now int64) (int64, int64) {
 	if !ok {
 		return b.capU, now
@@ -143,8 +128,13 @@ func (b *bucket) decide(tokens, eff, now, n int64) (Decision, int64, bool) {
 	return d, tokens, store
 }
 
-// decode reads the (value, last) fields at state[off:] (off == 0: a fresh key); value is
-// clamped to [0, capU].
+// locate classifies state; see params.locate.
+func (b *bucket) locate(state []byte) (off int, convert bool) {
+	return b.p.locate(state, b.ver, tbSize, tbSize, b.verV1, tbSizeV1)
+}
+
+// decode reads the (value, last) fields at state[off:] (off == 0: a fresh key); value, the
+// tokens or the meter's level, is clamped to [0, capU].
 func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 	if off == 0 {
 		return 0, 0, false
@@ -156,81 +146,84 @@ func (b *bucket) decode(state []byte, off int) (value, last int64, ok bool) {
 	return min(max(value, 0), b.capU), last, true
 }
 
-// stored locates a stored state (not empty) and returns its tokens refilled to now and the
-// instant they are evaluated at; or conv when the state was recorded under other parameters
-// or by another algorithm (see convert). It is out of AllowN's line (see filter/doc.go): a
-// fresh key needs none of it.
-func (t *TokenBucket) stored(state []byte, now int64) (tokens, eff int64, conv bool) {
-	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
-	if conv {
-		return 0, 0, true
+// load decodes the fields at state[off:] and returns the tokens refilled to now, the instant
+// they are evaluated at, and whether the fields decoded.
+func (b *bucket) load(state []byte, off int, now int64) (tokens, eff int64, ok bool) {
+	v, last, ok := b.decode(state, off)
+	if b.meter {
+		v = b.capU - v
 	}
-	tokens, last, ok := t.b.decode(state, off)
-	tokens, eff = t.b.refill(tokens, last, ok, now)
-	return tokens, eff, false
+	tokens, eff = b.refill(v, last, ok, now)
+	return tokens, eff, ok
 }
 
-func encodeTB(state []byte, p *params, ver byte, value, last int64) []byte {
+// encode writes the state of tokens at eff, in state's array when its capacity allows.
+func (b *bucket) encode(state []byte, tokens, eff int64) []byte {
+	if b.meter {
+		tokens = b.capU - tokens
+	}
 	out := outBuf(state, tbSize, tbSize)
-	p.put(out, ver)
-	put64(out[hdrSize:], value)
-	put64(out[hdrSize+8:], last)
+	b.p.put(out, b.ver)
+	put64(out[hdrSize:], tokens)
+	put64(out[hdrSize+8:], eff)
 	return out
 }
 
-// AllowN implements Limiter; see the type documentation for the arithmetic.
-func (t *TokenBucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
+// AllowN implements Limiter for the token bucket and the meter; see the type documentation for
+// the arithmetic. A fresh key (an empty state) starts full at now; a stored one is read by
+// stored.
+func (b *bucket) AllowN(state []byte, now int64, n int64) (Decision, []byte) {
 	now = clampNow(now)
-	// A fresh key (an empty state) starts full at now; a stored one is read by stored.
-	tokens, eff := t.b.capU, now
+	tokens, eff := b.capU, now
 	if len(state) != 0 {
 		var conv bool
-		if tokens, eff, conv = t.stored(state, now); conv {
-			return t.convert(state, now, n)
+		if tokens, eff, conv = b.stored(state, now); conv {
+			return convert(b, state, now, n, b.capacity)
 		}
 	}
-	d, tokens, store := t.b.decide(tokens, eff, now, n)
+	d, tokens, store := b.decide(tokens, eff, now, n)
 	if !store {
 		return d, state
 	}
-	return d, encodeTB(state, &t.p, verTokenBucket2, tokens, eff)
+	return d, b.encode(state, tokens, eff)
 }
 
-// convert decides n on a state recorded under other parameters; see the type documentation.
-func (t *TokenBucket) convert(state []byte, now, n int64) (Decision, []byte) {
-	var conv []byte
-	if c, tc, ok := consumption(state, now, t.b.capacity); ok {
-		conv = encodeTB(nil, &t.p, verTokenBucket2, (t.b.capacity-c)*t.b.wg, tc)
+// stored locates a stored state (not empty) and returns its tokens refilled to now and the
+// instant they are evaluated at; or conv when the state was recorded under other parameters
+// or by another algorithm. It is out of AllowN's line (see filter/doc.go): a fresh key needs
+// none of it.
+func (b *bucket) stored(state []byte, now int64) (tokens, eff int64, conv bool) {
+	off, conv := b.locate(state)
+	if conv {
+		return 0, 0, true
 	}
-	d, out := t.AllowN(conv, now, n)
-	return finishConverted(state, d, out, tbSize)
+	tokens, eff, _ = b.load(state, off, now)
+	return tokens, eff, false
 }
+
+// converted is the state of a key that consumed c at tc; see the type documentation.
+func (b *bucket) converted(c, tc int64) []byte { return b.encode(nil, b.capU-c*b.wg, tc) }
 
 // peek reports the whole tokens left at now and the instant the bucket was evaluated at, for
-// a state in t's current encoding with t's parameters (now already clamped).
-func (t *TokenBucket) peek(state []byte, now int64) (r, at int64, ok bool) {
-	if len(state) != tbSize || !t.p.matches(state, verTokenBucket2) {
+// a state in the current encoding with b's parameters (now already clamped).
+func (b *bucket) peek(state []byte, now int64) (r, at int64, ok bool) {
+	if off, _ := b.locate(state); off != hdrSize {
 		return 0, 0, false
 	}
-	tokens, last, ok := t.b.decode(state, hdrSize)
-	if !ok {
-		return 0, 0, false
-	}
-	tokens, eff := t.b.refill(tokens, last, true, now)
-	return tokens / t.b.wg, eff, true
+	tokens, eff, ok := b.load(state, hdrSize, now)
+	return tokens / b.wg, eff, ok
 }
 
-// StateSize implements Limiter: a TokenBucket state is always 41 bytes.
-func (t *TokenBucket) StateSize() int { return tbSize }
+// StateSize implements Limiter: a bucket state is always 41 bytes.
+func (b *bucket) StateSize() int { return tbSize }
 
-// Idle implements Limiter: the bucket is full at now.
-func (t *TokenBucket) Idle(state []byte, now int64) bool {
+// Idle implements Limiter: the bucket is full (the meter empty) at now.
+func (b *bucket) Idle(state []byte, now int64) bool {
 	now = clampNow(now)
-	off, conv := t.p.locate(state, verTokenBucket2, tbSize, verTokenBucket, tbSizeV1)
+	off, conv := b.locate(state)
 	if conv {
-		return idleConverted(state, now, t.b.capacity)
+		return idleConverted(state, now, b.capacity)
 	}
-	tokens, last, ok := t.b.decode(state, off)
-	tokens, _ = t.b.refill(tokens, last, ok, now)
-	return tokens == t.b.capU
+	tokens, _, _ := b.load(state, off, now)
+	return tokens == b.capU
 }

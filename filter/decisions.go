@@ -3,6 +3,7 @@ package filter
 import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
 // applied is one rule's part in the current request.
@@ -44,6 +45,7 @@ type applied struct {
 // it; a request paused on a Redis callout keeps its own set until the answer arrives.
 type decisions struct {
 	applied     []applied
+	items       []redis.Item // the items of the request's last Redis call (callItems)
 	outstanding int
 	// sentAt is when the request's Redis callout was sent; retried is set once it has been
 	// resent with the script source after Redis answered NOSCRIPT.

@@ -45,7 +45,6 @@ type redisClient struct {
 	m       redisMetrics
 	body    []byte // scratch for request bodies; a callout copies it
 	keys    []byte // the Redis keys of one call, back to back
-	items   []redis.Item
 	answers []redis.Answer
 	at      int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
 
@@ -139,40 +138,34 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 	return false, nil
 }
 
-// globalItems lists the request's global rules as the items of one script call, in rule
-// order; withKeys false leaves the keys and partitions out (parsing needs only the rules).
-func (h *httpContext) globalItems(withKeys bool) []redis.Item { return h.itemsOf(h.d, withKeys) }
-
-// itemsOf is globalItems for the working set d (a late answer's, after the stream gave it up).
-func (h *httpContext) itemsOf(d *decisions, withKeys bool) []redis.Item {
+// callItems lists the request's global rules as the items of one script call, in rule order,
+// into the working set's own list (decisions.items), which the call's answer is parsed
+// against: the answer need not list them again. Their keys are in the client's scratch,
+// which the next call overwrites; parsing does not read them.
+func (h *httpContext) callItems() []redis.Item {
 	p := h.plugin
 	c := p.redis
-	c.keys, c.items = c.keys[:0], c.items[:0]
+	d := h.d
+	c.keys, d.items = c.keys[:0], d.items[:0]
 	for i := range d.applied {
 		a := &d.applied[i]
 		if !a.inCall() {
 			continue
 		}
-		it := redis.Item{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow}
-		if withKeys {
-			start := len(c.keys)
-			it.Part = c.partition(a.key)
-			c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, it.Part, a.key)
-			it.Key = c.keys[start:len(c.keys):len(c.keys)]
-		}
-		c.items = append(c.items, it)
-	}
-	if !withKeys {
-		return c.items
+		part := c.partition(a.key)
+		start := len(c.keys)
+		c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+		d.items = append(d.items, redis.Item{Rule: a.rs.redisRule, Key: c.keys[start:], N: a.callN(), Cost: a.cost,
+			GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part})
 	}
 	// The keys are sliced again once c.keys has stopped growing (appending may move it).
 	end := 0
-	for i := range c.items {
-		n := len(c.items[i].Key)
-		c.items[i].Key = c.keys[end : end+n]
+	for i := range d.items {
+		n := len(d.items[i].Key)
+		d.items[i].Key = c.keys[end : end+n : end+n]
 		end += n
 	}
-	return c.items
+	return d.items
 }
 
 // sendCallout sends the request's one call for all of its global rules (full: the script
@@ -183,14 +176,7 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 		h.redisAnswer = h.answerRedis
 	}
 	h.asked = h.d
-	return h.dispatch(now, h.globalItems(true), full, h.redisAnswer)
-}
-
-// answerRedis is the callback of sendCallout's call, for the working set that sent it.
-func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
-	d := h.asked
-	h.answered(d)
-	h.onRedisAnswer(d, numHeaders, bodySize, numTrailers)
+	return h.dispatch(now, h.callItems(), full, h.redisAnswer)
 }
 
 // dispatch sends one script call for items, EVALSHA or, when full is set (after NOSCRIPT),
@@ -232,82 +218,94 @@ func (h *httpContext) answered(d *decisions) {
 	h.callouts--
 }
 
-// onRedisAnswer handles the answer to the request's callout, from the root context with the
-// stream made effective again.
-func (h *httpContext) onRedisAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
-	p := h.plugin
-	c := p.redis
+// answerRedis is the callback of sendCallout's call, from the root context with the stream
+// made effective again. The answer of a call whose request still waits decides the request;
+// a late one is left to lateAnswer.
+func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
+	d := h.asked
+	h.answered(d)
 	if h.done || h.finished || h.d != d {
 		h.lateAnswer(d, numHeaders, bodySize, numTrailers)
 		return
 	}
-	defer recoverTo("onRedisAnswer", func() {
+	defer recoverTo("answerRedis", func() {
 		if h.failOpenOrClosed() == types.ActionContinue {
 			_ = abi.ResumeHttpRequest()
 		}
 	})
+	p := h.plugin
+	c := p.redis
 	now := p.now()
 	c.recordLatency(d.sentAt, now)
-	_, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
-	switch {
-	case err == nil:
-		c.partSuccess(-1)
-		// The answers come in rule order.
-		var denied *applied
-		retake, takes := false, false
-		j := 0
-		for i := range d.applied {
-			a := &d.applied[i]
-			if !a.inCall() {
-				continue
-			}
-			a.applyAnswer(&c.answers[j], c.at)
-			j++
-			if a.batchDenied() {
-				// The lease's batch did not fit, and the call committed nothing (the rule is
-				// enforced): the request's own cost is decided again below, unless another
-				// rule denies the request at its own cost anyway.
-				a.rs.lease.saw(a.key, d.sentAt, a.decision)
-				retake = true
-				continue
-			}
-			takes = takes || a.take > 0
-			if a.rs.overLimit != nil && !a.rs.rule.Shadow && !c.answers[j-1].Overflow {
-				a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
-			}
-			if !a.decision.Allowed && !a.rs.rule.Shadow && (denied == nil || longerWait(a, denied)) {
-				denied = a // the enforced denial with the longest wait is the request's
-			}
-		}
-		if denied != nil {
-			h.deny(denied.rs, denied.decision)
+	if _, err := h.callReplies(d, numHeaders, bodySize, numTrailers); err != nil {
+		if h.redisCallFailed(d, now, err) {
 			return
 		}
-		if retake {
-			if h.retakeGlobal(d, now) || h.failedDenies(now) {
-				return
-			}
-			break
-		}
-		if takes {
-			h.recordTakes(d, now)
-		}
-	case errors.Is(err, redis.ErrNoScript) && !d.retried:
-		// Redis restarted or its script cache was flushed: send the script itself once,
-		// which also loads it for every later EVALSHA.
-		c.m.noscript.Increment(1)
-		d.retried = true
-		if h.sendCallout(now, true) == nil {
-			return
-		}
-		fallthrough
-	default:
-		h.noteFailure(now, err)
-		if h.failedDenies(now) {
-			return
-		}
+	} else if h.applyAnswers(d, now) {
+		return
 	}
 	h.finishWhenAnswered(d)
+}
+
+// applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
+// whether the request was denied, or is waiting again (a lease batch Redis denied is decided
+// again at the request's own cost).
+func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
+	c := h.plugin.redis
+	c.partSuccess(-1)
+	var denied *applied
+	retake, takes := false, false
+	j := 0
+	for i := range d.applied {
+		a := &d.applied[i]
+		if !a.inCall() {
+			continue
+		}
+		ans := &c.answers[j]
+		j++
+		a.applyAnswer(ans, c.at)
+		if a.batchDenied() {
+			// The lease's batch did not fit, and the call committed nothing (the rule is
+			// enforced): the request's own cost is decided again below, unless another
+			// rule denies the request at its own cost anyway.
+			a.rs.lease.saw(a.key, d.sentAt, a.decision)
+			retake = true
+			continue
+		}
+		takes = takes || a.take > 0
+		if a.rs.overLimit != nil && !a.rs.rule.Shadow && !ans.Overflow {
+			a.rs.overLimit.record(a.key, d.sentAt, a.cost, clampWaits(a.decision, a.rs.maxWait))
+		}
+		if !a.decision.Allowed && !a.rs.rule.Shadow && (denied == nil || longerWait(a, denied)) {
+			denied = a // the enforced denial with the longest wait is the request's
+		}
+	}
+	switch {
+	case denied != nil:
+		h.deny(denied.rs, denied.decision)
+		return true
+	case retake:
+		return h.retakeGlobal(d, now) || h.failedDenies(now)
+	case takes:
+		h.recordTakes(d, now)
+	}
+	return false
+}
+
+// redisCallFailed handles a failed call of the request: after NOSCRIPT (Redis restarted or its
+// script cache was flushed) it sends the script itself once, which also loads it for every
+// later EVALSHA; any other failure is counted and the failure mode applied. It reports whether
+// the request is waiting again or was denied.
+func (h *httpContext) redisCallFailed(d *decisions, now int64, err error) bool {
+	if errors.Is(err, redis.ErrNoScript) && !d.retried {
+		h.plugin.redis.m.noscript.Increment(1)
+		d.retried = true
+		if h.sendCallout(now, true) == nil {
+			return true
+		}
+	}
+	h.noteFailure(now, err)
+	return h.failedDenies(now)
 }
 
 // applyAnswer takes Redis's answer for a's item, decided at at on Redis' clock. On the rule's
@@ -512,7 +510,7 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 	if !c.secretKnown {
 		return h.askSecret(now)
 	}
-	items := h.globalItems(true)
+	items := h.callItems()
 	j := 0
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
@@ -690,9 +688,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			// The lease's batch did not fit this partition's key, and the call committed
 			// nothing: the request's own cost is decided again, by this rule's call alone.
 			a.rs.lease.saw(a.key, a.sentAt, a.decision)
-			a.take, a.decided = a.cost, false
-			c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
-			item[0].Key, item[0].N = c.keys, a.cost
+			a.take, a.decided, item[0].N = a.cost, false, a.cost
 			err := h.sendShardCallout(now, i, item[:], false)
 			if err == nil || h.shardFailed(now, a, item[0].Part, sendError(err)) {
 				return
@@ -713,11 +709,9 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			return
 		}
 	case errors.Is(err, redis.ErrNoScript) && !full:
-		// This shard lost the script: send it in full once, as onRedisAnswer does; an
+		// This shard lost the script: send it in full once, as answerRedis does; an
 		// answer to the full script is never NOSCRIPT again.
 		c.m.noscript.Increment(1)
-		c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, item[0].Part, a.key)
-		item[0].Key = c.keys
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
 		}
@@ -808,7 +802,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 		return false, errCalloutReset
 	}
 	c := h.plugin.redis
-	items := h.itemsOf(d, false)
+	items := d.items
 	if cap(c.answers) < len(items) {
 		c.answers = make([]redis.Answer, len(items))
 	}
@@ -817,12 +811,14 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item,
-// without its key (a resend adds it), and Redis's answer; a failed call is errCalloutReset.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, to
+// send again, and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
-	c := h.plugin.redis
-	item = [1]redis.Item{{Rule: a.rs.redisRule, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow,
-		Part: c.partition(a.key)}}
+	p := h.plugin
+	c := p.redis
+	part := c.partition(a.key)
+	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+	item = [1]redis.Item{{Rule: a.rs.redisRule, Key: c.keys, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow, Part: part}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}

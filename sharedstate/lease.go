@@ -2,14 +2,10 @@ package sharedstate
 
 import "github.com/ratelimit-wasm/ratelimit/algorithms"
 
-// Operations other than AllowN on a key's state. A lease (see the filter's lease.go) debits a
-// batch of units for a key with one write and spends them from a worker VM's memory: Take
-// sizes the batch against the key's state as read, and GiveBack returns the units a lease did
-// not spend. Settle charges a usage cost's settlement (algorithms.Settle). All are decided
-// and written like AllowN (Decide's placement, Commit's compare-and-swap and retries): a write
-// that loses its race runs the operation again on what is there now.
-
-// The operations run sets up instead of a plain AllowN.
+// Operations other than AllowN on a key's state, decided and written like AllowN (Decide's
+// placement, Commit's compare-and-swap and retries): a lease (see the filter's lease.go) takes
+// a batch of units with Take and gives back what it did not spend with GiveBack; Settle
+// charges a usage cost's settlement (algorithms.Settle).
 const (
 	opAllow = iota
 	opTake
@@ -20,19 +16,15 @@ const (
 // Take decides a lease take on key at now: the request's own cost, and, when that is admitted
 // in the key's own slot, up to reserve more units, but no more than 1/LeaseShare of what
 // remains after the cost, so that LeaseShare holders taking at once reserve at most what
-// remains.
-// Pending.Reserved reports the units reserved beyond the cost; Decision is the decision for
+// remains. Pending.Reserved reports the units reserved beyond the cost; Decision is the decision for
 // cost + Reserved. A denial is the exact decision for the cost alone, so a take never denies
 // what AllowN admits. Commit writes it.
 func (t *Table) Take(key []byte, now, cost, reserve int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, cost, 0, false, false, 0
-	p.op, p.arg, p.Reserved = opTake, reserve, 0
-	return t.decide(p, key, true)
+	return t.begin(p, key, opTake, now, cost, reserve)
 }
 
-// LeaseShare is the number of holders a lease take assumes may take at once: a take reserves
-// at most 1/LeaseShare of what the key has left, so that eight worker VMs (a typical Envoy
-// --concurrency) taking at once reserve at most all of it.
+// LeaseShare is the number of holders a lease take assumes may take at once (eight worker VMs,
+// a typical Envoy --concurrency).
 const LeaseShare = 8
 
 // GiveBack returns n units that a take admitted at takenAt debited for key and that were never
@@ -40,9 +32,7 @@ const LeaseShare = 8
 // algorithm takes nothing back, when the key has no state of its own (a fresh key, or one
 // counted in an overflow slot), or when the units no longer weigh in the state.
 func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
-	p.op, p.arg = opGiveBack, takenAt
-	if err := t.decide(p, key, true); err != nil {
+	if err := t.begin(p, key, opGiveBack, now, n, takenAt); err != nil {
 		return err
 	}
 	return t.Commit(p)
@@ -53,9 +43,7 @@ func (t *Table) GiveBack(key []byte, now, takenAt, n int64, p *Pending) error {
 // slot is placed again, as a decision places it. It writes nothing when the table's limiter
 // cannot settle or the settlement leaves the state as it is.
 func (t *Table) Settle(key []byte, now, reservedAt, delta int64, p *Pending) error {
-	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, delta, 0, false, false, 0
-	p.op, p.arg, p.Reserved = opSettle, reservedAt, 0
-	if err := t.decide(p, key, true); err != nil {
+	if err := t.begin(p, key, opSettle, now, delta, reservedAt); err != nil {
 		return err
 	}
 	return t.Commit(p)

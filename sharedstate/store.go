@@ -14,11 +14,10 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/abi"
 )
 
-// Errors a Store returns. They are the ABI's values, so the host store needs no translation.
+// Errors a Store returns: the key has never been written; it was written by someone else
+// since it was read. They are the ABI's values, so the host store needs no translation.
 var (
-	// ErrNotFound means the key has never been written.
-	ErrNotFound = abi.ErrNotFound
-	// ErrCasMismatch means the key was written by someone else since it was read.
+	ErrNotFound    = abi.ErrNotFound
 	ErrCasMismatch = abi.ErrCasMismatch
 )
 
@@ -28,10 +27,9 @@ var (
 //     the cas. Otherwise a cas different from the stored one fails with ErrCasMismatch.
 //   - CAS numbers come from one counter shared by all keys and are never 0.
 //
-// The value Get returns belongs to the caller. Neither method may keep the key string after it
-// returns (the host copies it): Table passes names built in a buffer it reuses for the next
-// name to both. Nor may Set keep the value: Table writes slots and indexes from buffers it
-// reuses for the next write.
+// The value Get returns belongs to the caller. Neither method may keep the key string, nor Set
+// the value, after it returns (the host copies them): Table builds names and values in buffers
+// it reuses.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error
@@ -49,11 +47,8 @@ func (Host) Set(key string, value []byte, cas uint32) error {
 }
 
 // isNotFound reports whether err is the store's "no such key". The host's answer is
-// ErrNotFound itself, which is compared first: errors.Is, which unwraps, is called only for
-// another error, so that every VM's first read of a key does not compile it (see
-// filter/doc.go). It is not inlined: its callers are on the
-// request path, where the comparison inlined at each of them would be more code to compile
-// than the call.
+// ErrNotFound itself, compared first, so that a VM's first read of a key does not compile
+// errors.Is (see filter/doc.go); not inlined, which is less code to compile at its callers.
 //
 //go:noinline
 func isNotFound(err error) bool {

@@ -11,36 +11,31 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// Limiter is what a Table needs from an algorithm: a pure decision over encoded state, and a
-// way to tell that a state is back at its full allowance (so its slot may be given to another
-// key without granting anybody anything).
+// Limiter is what a Table needs from an algorithm: a decision over encoded state, and whether
+// a state is back at full allowance (so its slot may go to another key, granting nobody anything).
 type Limiter interface {
 	AllowN(state []byte, now, n int64) (algorithms.Decision, []byte)
 	Idle(state []byte, now int64) bool
 }
 
 // DigestSize is the length of the key digest stored in front of every slot's state (see
-// keyDigest). 128 bits of a keyed pseudorandom function make a collision between two
-// client-chosen keys infeasible, which matters because a collision would let one client spend
-// another's allowance.
+// keyDigest).
 const DigestSize = 16
 
-// GroupSlots is the number of slots a group holds at most. A key may live in any slot of two
-// groups chosen by the keyed hash; each group has an index entry in shared data that lists
-// the keys of its slots (see Table).
-const GroupSlots = 32
+// GroupSlots is the number of slots a group holds at most, and Choices the number of groups
+// (chosen by the keyed hash) a key may live in (see Table).
+const (
+	GroupSlots = 32
+	Choices    = 2
+)
 
 // fingerprintSize is the length of a key's entry in its group's index: the first 8 bytes of
-// its digest (see Table).
+// its digest.
 const fingerprintSize = 8
 
-// Choices is the number of groups a key may live in.
-const Choices = 2
-
 // firstGroupFree is how many free slots a key's first group must have for a new key to go
-// there without looking at its second group (see Table): while it has, a lookup that does not
-// find the key in the first group's index stops there. With 10 the table fills as evenly as
-// with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
+// there without looking at its second group (see findKey). With 10 the table fills as evenly
+// as with a choice for every key (docs/key-table.md, "Filling up"; TestTableFalseDenialCurve).
 const firstGroupFree = 10
 
 // OverflowSlots is the number of overflow slots per rule. A key that finds no slot is counted
@@ -49,48 +44,45 @@ const firstGroupFree = 10
 const OverflowSlots = 64
 
 // maxGeometries is how many table geometries (distinct max_keys values) a rule remembers, the
-// current one included (see Table).
+// current one included.
 const maxGeometries = 8
 
-// The kind of a slot value, the byte after the digest. Only live slots are written; a value of
-// another kind (left by an earlier version of the table) is free for any key.
-const slotLive = 0
-
-// slotHeader is the length of a slot's value before the state: digest and kind.
-const slotHeader = DigestSize + 1
+// slotLive is the kind of a slot value, the byte after the digest; slotHeader is the length of
+// the value before the state. Only live slots are written; a value of another kind (left by an
+// earlier version of the table) is free for any key.
+const (
+	slotLive   = 0
+	slotHeader = DigestSize + 1
+)
 
 // createCAS is the CAS number used to create an entry that did not exist. Envoy lets a Set of
-// a missing key succeed whatever its cas, but a Set with cas 0 would also blindly overwrite an
-// entry another worker created in the meantime. Any non-zero cas avoids that; the largest one
-// is chosen because the only way it can still match is that the entry's CAS number is exactly
-// 2^32-1 at that moment, which happens once per 4 billion writes in the whole process.
+// a missing key succeed whatever its cas, but cas 0 would also blindly overwrite an entry
+// another worker created in the meantime. The largest cas can only still match an entry whose
+// CAS number is exactly 2^32-1, once per 4 billion writes in the whole process.
 const createCAS = math.MaxUint32
 
-// idleSlack is how long after a previous geometry was last written by this version's tables
-// that old VMs (those still running a previous configuration, see Table) may still write it:
-// Envoy serves requests of connections opened before a configuration update with the filter
-// of their time while they drain.
+// idleSlack is how long after this configuration's tables last wrote a previous geometry VMs of
+// a previous configuration may still write it: Envoy serves the connections opened before a
+// configuration update with the filter of their time while they drain.
 const idleSlack = int64(10 * 60 * 1e9)
 
-// SecretKey is the shared-data key of the process-wide slot-addressing secret (see
-// LoadSecret). Rule prefixes end in '|' and every slot name continues after it, so no slot of
-// any rule can be named like this.
-const SecretKey = "ratelimit|secret"
+// SecretKey is the shared-data key of the process-wide slot-addressing secret, a SipHash-2-4
+// key of SecretSize bytes (see LoadSecret). Rule prefixes end in '|' and every slot name
+// continues after it, so no slot of any rule can be named like this.
+const (
+	SecretKey  = "ratelimit|secret"
+	SecretSize = 16
+)
 
-// SecretSize is the size of the slot-addressing secret: a SipHash-2-4 key.
-const SecretSize = 16
-
-// ErrAttemptsExhausted means every compare-and-swap attempt lost a race. That is contention,
-// not a store failure: the filter denies the request (see the filter package), so losing races
-// can never admit a request beyond the limit.
+// ErrAttemptsExhausted means every compare-and-swap attempt lost a race: contention, on which
+// the filter denies the request, so losing races never admits a request beyond the limit.
 var ErrAttemptsExhausted = errors.New("sharedstate: compare-and-swap attempts exhausted")
 
 // nameCacheSize is the number of slot names a Table keeps per VM (see Table.slotName).
 const nameCacheSize = 256
 
 // TableVMBytes bounds what one Table holds in a VM's memory whatever its max_keys: the name
-// cache (nameCacheSize names of at most 86 bytes plus their headers), the name buffers, the
-// probe buffer and the struct itself.
+// cache (names of at most 86 bytes), the name and probe buffers and the struct.
 const TableVMBytes = nameCacheSize*(86+16+8) + 4*512 + 256
 
 // SharedBytesPerKey is the worst-case number of shared-data bytes one stored key of a rule
@@ -110,34 +102,26 @@ const envoyEntryOverhead = 128
 
 // LoadSecret returns the process-wide secret that keys slot addressing, which every worker VM
 // must agree on: a VM that finds none (or one of the wrong size) draws 16 random bytes and
-// writes them by compare-and-swap, so that of two VMs starting at once only one succeeds, and
-// both use what won.
+// writes them with Update, so that of two VMs starting at once one wins and both use its secret.
 //
 // The bytes come from math/rand/v2's global generator: ChaCha8 keyed from the operating
 // system's entropy (random_get on wasip1), unpredictable from its output, as a SipHash key
 // needs. crypto/rand reads the same entropy but links Go's FIPS 140 module (0.28 MB of
 // the .wasm); it would only differ if random_get failed, which Envoy's host CSPRNG does not.
 func LoadSecret(store Store) (secret [SecretSize]byte, err error) {
-	for range 16 {
-		v, cas, err := store.Get(SecretKey)
-		switch {
-		case err == nil && len(v) == SecretSize:
-			return [SecretSize]byte(v), nil
-		case err == nil:
-			// Corrupt: replace it, but only if nobody else did in the meantime.
-		case isNotFound(err):
-			cas = createCAS
-		default:
-			return secret, err
+	_, err = Update(store, SecretKey, 16, func(cur []byte) []byte {
+		if len(cur) == SecretSize {
+			secret = [SecretSize]byte(cur)
+			return nil
 		}
-		var fresh [SecretSize]byte
-		randomBytes(fresh[:])
-		if err := store.Set(SecretKey, fresh[:], cas); err != nil && !errors.Is(err, ErrCasMismatch) {
-			return secret, err
-		}
-		// Whether this VM's write won or another's did, the stored value is the one to use.
+		binary.LittleEndian.PutUint64(secret[:], rand.Uint64())
+		binary.LittleEndian.PutUint64(secret[8:], rand.Uint64())
+		return secret[:]
+	})
+	if err != nil {
+		return [SecretSize]byte{}, err
 	}
-	return secret, errors.New("sharedstate: the slot-addressing secret could not be created")
+	return secret, nil
 }
 
 // Table keeps the state of one rule's keys in at most max_keys shared-data slots;
@@ -174,23 +158,19 @@ type Table struct {
 
 	cur  geometry
 	prev []pastGeometry
-	// curSlot and curIndex begin the names of the current geometry's slots and indexes: the
-	// prefix, max_keys and '.' or '#' (see appendName), so that building a name formats one
-	// number, not two.
+	// curSlot and curIndex begin the names of the current geometry's slots and indexes (see
+	// appendName), so that building a name formats one number, not two.
 	curSlot, curIndex string
 	// horizon is how long after its last write a previous geometry is still searched (see
 	// Table); 0: always.
 	horizon int64
 
-	// names caches slot names (see slotName). It is allocated by Warm or on first use, and never
-	// grows. An array behind a pointer, not a slice: an index below nameCacheSize needs no
-	// bounds check.
+	// names caches slot names (see slotName), allocated by Warm or on first use. An array
+	// behind a pointer: an index below nameCacheSize needs no bounds check.
 	names *[nameCacheSize]nameEntry
-	// slot holds the last slot name built for a store call, which keeps no key (see Store),
-	// and index the last two index names (a lookup reads the indexes of two groups, then
-	// writes one of them): a name needs no string of its own, and a request that reads and
-	// then writes the same slot or index builds its name once. indexNext is the one of index
-	// that the next index name is built in.
+	// slot holds the last slot name built for a store call, and index the last two index
+	// names (a lookup reads the indexes of two groups, then writes one), indexNext the next to
+	// build: a request that reads and then writes the same slot or index builds its name once.
 	slot      nameBuf
 	index     [Choices]nameBuf
 	indexNext uint8
@@ -200,10 +180,7 @@ type Table struct {
 }
 
 // geometry is one table layout: the max_keys it was sized for and the groups that follow.
-type geometry struct {
-	maxKeys uint32
-	groups  uint32
-}
+type geometry struct{ maxKeys, groups uint32 }
 
 // pastGeometry is a previous layout of the rule and when it was last written (0: unknown,
 // searched always).
@@ -247,16 +224,11 @@ type nameEntry struct {
 
 // TableConfig configures a Table.
 type TableConfig struct {
-	// Store holds the slots, usually Host{}.
-	Store Store
-	// Prefix namespaces the slots, e.g. "rl|api|"; it must be unique per rule.
-	Prefix string
-	// Slots is max_keys: the number of distinct keys tracked (at least 1).
-	Slots uint32
-	// Attempts bounds the compare-and-swap loop (at least 1).
-	Attempts int
-	// Limiter is the rule's algorithm.
-	Limiter Limiter
+	Store    Store  // holds the slots, usually Host{}
+	Prefix   string // namespaces the slots, e.g. "rl|api|"; unique per rule
+	Slots    uint32 // max_keys: the number of distinct keys tracked (at least 1)
+	Attempts int    // bounds the compare-and-swap loop (at least 1)
+	Limiter  Limiter
 	// Secret keys the slot addressing (see LoadSecret). Every VM of a process must use the
 	// same one; the zero value works but is public, so clients could predict slots.
 	Secret [SecretSize]byte
@@ -403,10 +375,8 @@ func idleHorizon(lim Limiter) int64 {
 type Pending struct {
 	// Decision is the outcome; it may change when Commit has to decide again after a race.
 	Decision algorithms.Decision
-	// Retries counts compare-and-swap attempts lost so far.
-	Retries int
-	// Overflow reports that the key found no slot of its own and is counted in an overflow slot.
-	Overflow bool
+	Retries  int  // compare-and-swap attempts lost so far
+	Overflow bool // the key found no slot of its own and is counted in an overflow slot
 	// Claimed reports that Commit placed the key in a slot never used before: the rule's
 	// table holds one more key.
 	Claimed bool
@@ -417,8 +387,7 @@ type Pending struct {
 
 	digest [DigestSize]byte
 	now, n int64
-	// h is the key's keyed hash.
-	h uint64
+	h      uint64 // the key's keyed hash
 	// The slot to write: geo is its geometry's max_keys (0 for an overflow slot), idx its
 	// number, cas what it was read with.
 	geo, idx uint32
@@ -427,13 +396,10 @@ type Pending struct {
 	// place is set when the key's entry must be written in the index of group ixGroup
 	// first: ixValue, against ixCas. fresh: the slot was never used; evict: it held
 	// another key, whose eviction grants it grant.
-	place   bool
-	fresh   bool
-	evict   bool
-	ixGroup uint32
-	ixCas   uint32
-	ixValue []byte
-	grant   int64
+	place, fresh, evict bool
+	ixGroup, ixCas      uint32
+	ixValue             []byte
+	grant               int64
 	// past is 1 + the previous geometry the key was decided in (0: the current one).
 	past int
 
@@ -448,9 +414,16 @@ type Pending struct {
 
 // Decide reads the key's state and decides whether n events may pass at now. It writes nothing.
 func (t *Table) Decide(key []byte, now, n int64, p *Pending) error {
+	return t.begin(p, key, opAllow, now, n, 0)
+}
+
+// begin sets p up for operation op (with its n and arg) on key at now, and decides it.
+func (t *Table) begin(p *Pending, key []byte, op uint8, now, n, arg int64) error {
 	p.now, p.n, p.Retries, p.Claimed, p.Evicted, p.Granted = now, n, 0, false, false, 0
-	p.op, p.Reserved = opAllow, 0
-	return t.decide(p, key, true)
+	p.op, p.arg, p.Reserved = op, arg, 0
+	// The digest and hash are made once per operation: a retry in Commit decides again on them.
+	p.digest, p.h = keyDigest(t.k0, t.k1, key)
+	return t.decide(p)
 }
 
 // Commit writes an allowed decision with compare-and-swap: the key's index entry first when it
@@ -461,28 +434,17 @@ func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
 	}
-	// The index entry, when the key is placed, then the slot: one store call for both, each
-	// call site being code of its own for V8 to compile on a VM's first request.
-	for placing := p.place; ; placing = false {
-		name, v, cas := "", p.value, p.cas
-		if placing {
-			name, v, cas = t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas
-		} else {
-			// The slot's name is cached for the writes of a key that was there already (see
-			// slotName); a key placed now is written under the name in the slot name buffer,
-			// so that a client seen once costs no allocation and takes no cache entry from a
-			// key that returns.
-			name = t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted)
-		}
-		if err := t.store.Set(name, v, cas); err != nil {
+	if p.place {
+		if err := t.store.Set(t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas); err != nil {
 			return t.recommit(p, err)
-		}
-		if !placing {
-			break
 		}
 		// The entry is the key's now, whatever becomes of the slot's write: a retry finds it.
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
+	}
+	// A client seen once costs no allocation and takes no cache entry (see slotName).
+	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
+		return t.recommit(p, err)
 	}
 	if p.past != 0 {
 		t.touchGeometry(p.past-1, p.now)
@@ -500,34 +462,38 @@ func (t *Table) recommit(p *Pending, err error) error {
 	if p.Retries >= t.attempts {
 		return ErrAttemptsExhausted
 	}
-	if err := t.decide(p, nil, false); err != nil {
+	if err := t.decide(p); err != nil {
 		return err
 	}
 	return t.Commit(p)
 }
 
 // decide finds the key's slot (see Table) and runs the limiter on its state: a key found live
-// in its home slot, the common case, on that read alone, otherwise through lookup. With hash
-// it first makes key's digest and hash (Decide); without, it decides again on p's (recommit).
-func (t *Table) decide(p *Pending, key []byte, hash bool) error {
-	if hash {
-		// The key's digest and hash are made here, once per decision: a retry in Commit
-		// decides again on the same digest.
-		p.digest, p.h = keyDigest(t.k0, t.k1, key)
-	}
+// in its home slot, the common case, on that read alone, otherwise through lookup.
+func (t *Table) decide(p *Pending) error {
 	p.Overflow, p.place, p.past = false, false, 0
 	g := t.cur
 	b, home := g.choices(p.h)
 	idx := b[0]*GroupSlots + home
-	v, cas, err := t.store.Get(t.transientName(g.maxKeys, idx))
-	if err == nil && isKey(v, &p.digest) {
+	v, cas, err := t.getSlot(g.maxKeys, idx)
+	if err != nil {
+		return err
+	}
+	if isKey(v, &p.digest) {
 		p.geo, p.idx, p.cas = g.maxKeys, idx, cas
 		return t.run(p, v[slotHeader:])
 	}
-	if err != nil && !isNotFound(err) {
-		return err
+	return t.lookup(p, g, b, home, homeRead{v: v, cas: cas})
+}
+
+// getSlot reads slot idx of geometry geo (0: overflow slot idx). A slot never written reads as
+// nil with createCAS, the CAS number to create it with.
+func (t *Table) getSlot(geo, idx uint32) ([]byte, uint32, error) {
+	v, cas, err := t.store.Get(t.slotName(geo, idx, false))
+	if err != nil && isNotFound(err) {
+		return nil, createCAS, nil
 	}
-	return t.lookup(p, g, b, home, homeRead{v: v, cas: cas, found: err == nil})
+	return v, cas, err
 }
 
 // isKey reports whether slot value v holds the live state of the key of digest d.
@@ -550,11 +516,10 @@ func fingerprint(d *[DigestSize]byte) uint64 {
 	return max(binary.LittleEndian.Uint64(d[:8]), 1)
 }
 
-// homeRead is decide's read of the key's home slot.
+// homeRead is decide's read of the key's home slot (see getSlot).
 type homeRead struct {
-	v     []byte
-	cas   uint32
-	found bool
+	v   []byte
+	cas uint32
 }
 
 // group is one group's index as a lookup read it.
@@ -623,25 +588,21 @@ func (gr *group) entry(i uint32) uint64 {
 // new key placed in the current geometry (or counted in overflow).
 func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, hr homeRead) error {
 	fp := fingerprint(&p.digest)
-	var gs [Choices]group
-	n := Choices
-	if b[1] == b[0] {
-		n = 1
+	gs, n, c, err := t.findKey(g, b, fp, home)
+	if err != nil {
+		return err
 	}
-	for c := range n {
-		var err error
-		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil {
+	if c >= 0 {
+		i := uint32(gs[c].at)
+		idx := b[c]*GroupSlots + i
+		if c == 0 && i == home {
+			return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas)
+		}
+		v, cas, err := t.getSlot(g.maxKeys, idx)
+		if err != nil {
 			return err
 		}
-		if gs[c].at >= 0 {
-			return t.decideIndexed(p, g.maxKeys, b[c], uint32(gs[c].at), c == 0 && uint32(gs[c].at) == home, &hr)
-		}
-		if gs[0].size-gs[0].used >= firstGroupFree {
-			// The first group has had this many free slots ever since the key could have been
-			// placed: it is not in the second (see firstGroupFree).
-			n = 1
-			break
-		}
+		return t.decideOwn(p, g.maxKeys, idx, v, cas)
 	}
 	if len(t.prev) > 0 {
 		if found, err := t.decidePast(p); found || err != nil {
@@ -649,33 +610,40 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 		}
 	}
 	// A new key: its first group while that has firstGroupFree free slots, else the group with
-	// more (see Table). n is 1 when the second group was not read.
+	// more (see Table).
 	target := &gs[0]
 	if n > 1 && gs[1].size-gs[1].used > gs[0].size-gs[0].used {
 		target = &gs[1]
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
 	p.fresh, p.evict, p.grant = false, false, 0
-	var at uint32
-	switch first := target == &gs[0]; {
-	case first && target.entry(home) == 0:
-		at, p.fresh = home, true
-		p.idx, p.cas = target.b*GroupSlots+home, createCAS
-		if hr.found {
-			p.cas = hr.cas
+	at, ok := uint32(0), false
+	if target == &gs[0] {
+		switch e := target.entry(home); {
+		case e == 0:
+			at, ok, p.fresh = home, true, true
+		case ownerHolds(hr.v, e) && t.limiter.Idle(hr.v[slotHeader:], p.now):
+			at, ok, p.evict = home, true, true
 		}
-	case (!first || !hr.found) && target.free >= 0:
-		// A free slot, and no key at home that could be evicted instead.
-		at, p.fresh = uint32(target.free), true
+		if ok {
+			p.idx, p.cas = b[0]*GroupSlots+home, hr.cas
+		}
+	}
+	if !ok && target.free >= 0 {
+		at, ok, p.fresh = uint32(target.free), true, true
 		// A slot never used was never written by this table; createCAS fails if an earlier
 		// version of the table left a value there, and the retry writes against its CAS.
 		p.idx, p.cas = target.b*GroupSlots+at, createCAS
-	default:
-		var ok bool
+	}
+	if !ok {
 		var err error
-		if at, ok, err = t.placeCrowded(p, g, target, first, home, &hr); !ok || err != nil {
+		if at, ok, err = t.chooseVictim(p, g, target, home, hr); err != nil {
 			return err
 		}
+	}
+	if !ok {
+		p.place = false
+		return t.overflow(p, p.h)
 	}
 	size := int(target.size) * fingerprintSize
 	if target.ix == nil {
@@ -686,57 +654,18 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	return t.run(p, nil)
 }
 
-// placeCrowded is lookup's placement of a new key in group target (the key's first group when
-// first) when its home slot holds another key: that key's slot if it is idle, else a free
-// slot, else chooseVictim's. With no slot to take, it decides the key in its overflow slot and
-// reports !ok. Out of lookup's line: a fresh table places its keys in free slots.
-func (t *Table) placeCrowded(p *Pending, g geometry, target *group, first bool, home uint32, hr *homeRead) (at uint32, ok bool, err error) {
-	switch {
-	case first && hr.found && ownerHolds(hr.v, target.entry(home)) && t.limiter.Idle(hr.v[slotHeader:], p.now):
-		at, ok, p.evict = home, true, true
-		p.idx, p.cas = target.b*GroupSlots+home, hr.cas
-	case target.free >= 0:
-		at, ok, p.fresh = uint32(target.free), true, true
-		p.idx, p.cas = target.b*GroupSlots+at, createCAS
-	default:
-		if at, ok, err = t.chooseVictim(p, g, target, home, *hr); err == nil && !ok {
-			p.place = false
-			err = t.overflow(p, p.h)
-		}
-	}
-	return at, ok, err
-}
-
 // ownerHolds reports whether slot value v holds the live state of the key whose index entry is
 // e (and not a value left by a key before it, whose placement is still being written).
 func ownerHolds(v []byte, e uint64) bool {
 	return len(v) >= slotHeader && v[DigestSize] == slotLive && max(binary.LittleEndian.Uint64(v), 1) == e
 }
 
-// decideIndexed decides the key that group b's index of geometry geo places in its slot i; at
-// home, that slot is the key's home slot, read as hr. Out of lookup's line: a new key, a VM's
-// first, has no entry.
-func (t *Table) decideIndexed(p *Pending, geo, b, i uint32, atHome bool, hr *homeRead) error {
-	idx := b*GroupSlots + i
-	if atHome {
-		return t.decideOwn(p, geo, idx, hr.v, hr.cas, hr.found)
-	}
-	v, cas, err := t.store.Get(t.transientName(geo, idx))
-	if err != nil && !isNotFound(err) {
-		return err
-	}
-	return t.decideOwn(p, geo, idx, v, cas, err == nil)
-}
-
 // decideOwn decides the key in slot idx of geometry geo, which its index gives it, read as v
-// (cas; found: the slot exists). A slot that does not hold the key's digest yet is being
-// placed by another worker (see Table): the key starts there afresh.
-func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32, found bool) error {
+// and cas (see getSlot). A slot that does not hold the key's digest yet is being placed by
+// another worker (see Table): the key starts there afresh.
+func (t *Table) decideOwn(p *Pending, geo, idx uint32, v []byte, cas uint32) error {
 	p.geo, p.idx, p.cas = geo, idx, cas
-	if !found {
-		p.cas = createCAS
-	}
-	if found && isKey(v, &p.digest) {
+	if isKey(v, &p.digest) {
 		return t.run(p, v[slotHeader:])
 	}
 	return t.run(p, nil)
@@ -754,36 +683,44 @@ func (t *Table) decidePast(p *Pending) (bool, error) {
 			continue
 		}
 		b, _ := pg.choices(p.h)
-		for c := range Choices {
-			if c == 1 && b[1] == b[0] {
-				break
-			}
-			gr, err := t.readGroup(pg.geometry, b[c], fp, 0)
-			if err != nil {
-				return false, err
-			}
-			if gr.at < 0 {
-				if c == 0 && gr.size-gr.used >= firstGroupFree {
-					break // not in the second group either (see firstGroupFree)
-				}
-				continue
-			}
-			idx := b[c]*GroupSlots + uint32(gr.at)
-			v, cas, err := t.store.Get(t.transientName(pg.maxKeys, idx))
-			if isNotFound(err) {
-				break
-			}
-			if err != nil {
-				return false, err
-			}
-			if !isKey(v, &p.digest) || t.limiter.Idle(v[slotHeader:], p.now) {
-				break
-			}
+		gs, _, c, err := t.findKey(pg.geometry, b, fp, 0)
+		if err != nil {
+			return false, err
+		}
+		if c < 0 {
+			continue
+		}
+		idx := b[c]*GroupSlots + uint32(gs[c].at)
+		v, cas, err := t.getSlot(pg.maxKeys, idx)
+		if err != nil {
+			return false, err
+		}
+		if isKey(v, &p.digest) && !t.limiter.Idle(v[slotHeader:], p.now) {
 			p.geo, p.idx, p.cas, p.past = pg.maxKeys, idx, cas, i+1
 			return true, t.run(p, v[slotHeader:])
 		}
 	}
 	return false, nil
+}
+
+// findKey reads the indexes of groups b of g in turn until one lists fingerprint fp (home is
+// the key's home slot, see readGroup). It returns the groups read, how many (the second is not
+// read when the first has firstGroupFree free slots: it has had them ever since the key could
+// have been placed, so the key is not in the second) and the one listing fp, or -1.
+func (t *Table) findKey(g geometry, b [Choices]uint32, fp uint64, home uint32) (gs [Choices]group, n, found int, err error) {
+	n = Choices
+	if b[1] == b[0] {
+		n = 1
+	}
+	for c := range n {
+		if gs[c], err = t.readGroup(g, b[c], fp, home); err != nil || gs[c].at >= 0 {
+			return gs, c + 1, c, err
+		}
+		if gs[0].size-gs[0].used >= firstGroupFree {
+			return gs, 1, -1, nil
+		}
+	}
+	return gs, n, -1, nil
 }
 
 // chooseVictim picks, in the full group gr, the slot whose key's eviction grants least among
@@ -807,21 +744,17 @@ func (t *Table) chooseVictim(p *Pending, g geometry, gr *group, home uint32, hr 
 	first := gr.b == bs[0]
 	other := uint32(((p.h >> 17) ^ uint64(p.now)>>20) % uint64(gr.size))
 	if first {
-		if hr.found {
-			consider(home, hr.v, hr.cas)
-		}
+		consider(home, hr.v, hr.cas)
 		if other == home {
 			other = (other + 1) % gr.size
 		}
 	}
 	if (!ok || best > 0) && (!first || other != home) {
-		v, cas, err := t.store.Get(t.transientName(g.maxKeys, gr.b*GroupSlots+other))
-		if err != nil && !isNotFound(err) {
+		v, cas, err := t.getSlot(g.maxKeys, gr.b*GroupSlots+other)
+		if err != nil {
 			return 0, false, err
 		}
-		if err == nil {
-			consider(other, v, cas)
-		}
+		consider(other, v, cas)
 	}
 	p.evict, p.grant = ok, max(best, 0)
 	return at, ok, nil
@@ -847,12 +780,8 @@ func (t *Table) grantOf(state []byte, now int64) (int64, bool) {
 func (t *Table) overflow(p *Pending, h uint64) error {
 	p.Overflow = true
 	p.geo, p.idx = 0, overflowIndex(h)
-	v, cas, err := t.store.Get(t.transientName(0, p.idx))
-	switch {
-	case isNotFound(err):
-		p.cas = createCAS
-		return t.run(p, nil)
-	case err != nil:
+	v, cas, err := t.getSlot(0, p.idx)
+	if err != nil {
 		return err
 	}
 	p.cas = cas
@@ -875,16 +804,13 @@ func (t *Table) run(p *Pending, state []byte) error {
 		// in place, where the value will hold it, rather than in a buffer of its own.
 		state = p.value[slotHeader:slotHeader]
 	}
-	var d algorithms.Decision
 	var next []byte
 	if p.op == opAllow {
-		d, next = t.limiter.AllowN(state, p.now, p.n)
+		p.Decision, next = t.limiter.AllowN(state, p.now, p.n)
 	} else {
-		d, next = t.runLease(p, state)
+		p.Decision, next = t.runLease(p, state)
 	}
-	p.Decision = d
-	// The value is sized once and filled in place: one check of its capacity instead of an
-	// append's growth check for the header and another for the state.
+	// The value is sized once and filled in place: one capacity check, not one per append.
 	size := slotHeader + len(next)
 	if cap(p.value) < size {
 		p.value = make([]byte, size, max(size, 64))
@@ -908,22 +834,9 @@ type nameBuf struct {
 // holds reports whether the buffer holds the name of entry idx of geometry geo.
 func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
 
-// build builds the name of entry idx of geometry geo of t, a slot's (sep '.') or a group
-// index's (sep '#'): cur, the current geometry's names' common start ("" when not made), and
-// the number, or else by appendName. One builder for both kinds of name: each is code of its
-// own for V8 to compile on a VM's first request.
-func (n *nameBuf) build(t *Table, cur string, geo uint32, sep byte, idx uint32) {
-	if geo == t.cur.maxKeys && cur != "" {
-		n.b = strconv.AppendUint(append(n.b[:0], cur...), uint64(idx), 10)
-	} else {
-		n.b = appendName(n.b[:0], t.prefix, geo, sep, idx)
-	}
-	n.geo, n.idx, n.built = geo, idx, true
-}
-
 // string returns the name, sharing the buffer's bytes: valid until the next name is built.
-// The slice's pointer and length read as a string's: what unsafe.String makes, without its
-// checks of the pointer and length (code that runs for nothing: a built name is never empty).
+// The slice header read as a string's is what unsafe.String makes, without its checks, which
+// a built name, never empty, does not need.
 func (n *nameBuf) string() string { return *(*string)(unsafe.Pointer(&n.b)) }
 
 // indexName returns the name of group b's index in geometry geo for a store call (valid until
@@ -936,32 +849,32 @@ func (t *Table) indexName(geo, b uint32) string {
 	}
 	n := &t.index[t.indexNext%Choices]
 	t.indexNext++
-	n.build(t, t.curIndex, geo, '#', b)
+	if geo == t.cur.maxKeys && t.curIndex != "" {
+		n.b = strconv.AppendUint(append(n.b[:0], t.curIndex...), uint64(b), 10)
+	} else {
+		n.b = appendName(n.b[:0], t.prefix, geo, '#', b)
+	}
+	n.geo, n.idx, n.built = geo, b, true
 	return n.string()
 }
-
-// transientName returns the name of slot idx of geometry geo (0: overflow slot idx) for a
-// store call, which keeps no key: the cached name if there is one, else the name in the
-// Table's slot name buffer, valid until the next slot name is built.
-func (t *Table) transientName(geo, idx uint32) string { return t.slotName(geo, idx, false) }
 
 // Warm allocates the table's slot name cache (about 6 KiB) now rather than on its first
 // decision: the filter warms its rules' own tables while it configures, so that the Go heap
 // grows before traffic, not in a fresh VM's first request (the page allocator's slow path is
-// code V8 compiles on first use). Tables that may never see a request (a rarely used
-// override's) are left cold. Not inlined: slotName calls it only for a cold table.
+// code V8 compiles on first use).
 func (t *Table) Warm() {
 	if t.names == nil {
 		t.names = new([nameCacheSize]nameEntry)
 	}
 }
 
-// slotName returns the name of slot idx of geometry geo for a store call (see
-// transientName); with keep it also puts it in the Table's direct-mapped name cache, which
-// does not grow with max_keys. An established key's slot is read and written on every
-// request, so its name is found rather than built (formatting a number costs about as much
-// as the rest of the lookup). Caching costs a string of its own, so Commit caches the names
-// of keys that were in their slot already, not of keys it places (most never come back).
+// slotName returns the name of slot idx of geometry geo (0: overflow slot idx) for a store
+// call, which keeps no key: the cached name if there is one, else the name in the Table's slot
+// name buffer, valid until the next slot name is built. With keep it also puts it in the
+// Table's direct-mapped name cache, which does not grow with max_keys: an established key's
+// slot is read and written on every request, and formatting a number costs about as much as
+// the rest of the lookup. Commit keeps the names of keys that were in their slot already, not
+// of keys it places (most never come back).
 func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	if keep && t.names == nil {
 		t.Warm()
@@ -973,7 +886,12 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	}
 	n := &t.slot
 	if !n.holds(geo, idx) {
-		n.build(t, t.curSlot, geo, '.', idx)
+		if geo == t.cur.maxKeys && t.curSlot != "" {
+			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
+		} else {
+			n.b = appendName(n.b[:0], t.prefix, geo, '.', idx)
+		}
+		n.geo, n.idx, n.built = geo, idx, true
 	}
 	if !keep {
 		return n.string()
@@ -986,9 +904,8 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 // nameSlot returns the entry of the name cache that slot idx of geometry geo uses.
 func nameSlot(geo, idx uint32) uint32 { return (idx ^ geo*0x9e3779b9) % nameCacheSize }
 
-// appendName appends a slot name (sep '.') or a group index's name (sep '#'): prefix, then
-// the geometry's max_keys, sep and the number; or, for an overflow slot, prefix, "o." and its
-// number.
+// appendName appends the name of entry idx of geometry geo: prefix, the geometry's max_keys
+// ('o' for the overflow slots, geo 0), sep ('.' for a slot, '#' for a group's index) and idx.
 func appendName(dst []byte, prefix string, geo uint32, sep byte, idx uint32) []byte {
 	dst = append(dst, prefix...)
 	if geo == 0 {
@@ -996,15 +913,5 @@ func appendName(dst []byte, prefix string, geo uint32, sep byte, idx uint32) []b
 	} else {
 		dst = strconv.AppendUint(dst, uint64(geo), 10)
 	}
-	dst = append(dst, sep)
-	return strconv.AppendUint(dst, uint64(idx), 10)
-}
-
-// randomBytes fills b from math/rand/v2's global generator (see LoadSecret).
-func randomBytes(b []byte) {
-	for i := 0; i < len(b); i += 8 {
-		var w [8]byte
-		binary.LittleEndian.PutUint64(w[:], rand.Uint64())
-		copy(b[i:], w[:])
-	}
+	return strconv.AppendUint(append(dst, sep), uint64(idx), 10)
 }

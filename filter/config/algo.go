@@ -9,13 +9,9 @@ import (
 
 // checkAlgorithm validates the rule's limiter parameters and builds its limiter. It returns
 // the offending field (relative to the rule) and a message, or "" when the limiter was
-// built.
-//
-// Package algorithms owns the exact rules for its parameters (bounds that keep its integer
-// arithmetic and the Redis Lua port exact, whole-millisecond windows, the log variant's
-// size, ...), so the config does not duplicate them: algorithms.New decides, and its
-// *algorithms.ConfigError names the field, which is mapped back to the config's JSON path.
-// The one check made here is about the cost, which package algorithms does not see.
+// built. Package algorithms owns the rules for its parameters: algorithms.New decides, and
+// its *algorithms.ConfigError names the field, mapped back to the config's JSON path. The
+// one check made here is about the cost, which package algorithms does not see.
 func checkAlgorithm(r *Rule) (field, msg string) {
 	lim, err := algorithms.New(r.Algorithm)
 	if err != nil {
@@ -25,40 +21,35 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 	if r.CostSpec.Usage != nil {
 		return checkUsage(r)
 	}
-	// A valid limiter's capacity is at least 1 (New checks limit > 0 and burst >= 0), so only
-	// a cost above 1 (a constant, or a cost header's max) can exceed it; the check is out of
-	// line for the others (see filter/doc.go; most rules cost 1 per request).
+	// A valid limiter's capacity is at least 1, so only a cost above 1 (a constant, or a cost
+	// header's max) can exceed it; most rules cost 1.
 	if r.CostSpec.Constant > 1 || r.CostSpec.Max > 1 {
-		return checkCost(r)
+		return checkCost(r, "cost")
 	}
 	return "", ""
 }
 
-// checkCost checks the rule's cost against its limiter's capacity (see checkAlgorithm): a
-// constant cost, or a cost header's max (what a request with the header at its largest, or
-// with an invalid value, is charged). A request costing more than the capacity is never
-// admitted: algorithms reports it as unsatisfiable, a denial without a Retry-After, since no
-// wait helps. That is always a mistake in the config, not a policy. An adaptive rule's
-// capacity moves with its controller; the bound is then its max_limit, above which no
-// request is ever admitted.
+// checkCost checks the rule's constant cost, or its cost header's max, at the rule's field at,
+// against its limiter's capacity (out of line). A request costing more is never admitted (a
+// denial without a Retry-After, since no wait helps): always a mistake in the config, not a
+// policy. An adaptive rule's bound is its max_limit, above which no request is ever admitted.
 //
 //go:noinline
-func checkCost(r *Rule) (field, msg string) {
+func checkCost(r *Rule, at string) (field, msg string) {
 	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 	if r.Algorithm.Algorithm == algorithms.AlgAdaptive && r.Algorithm.MaxLimit > 0 {
 		capacity, from = max(r.Algorithm.MaxLimit, r.Algorithm.Limit), "adaptive.max_limit"
 	}
-	switch {
-	case r.CostSpec.Header == "" && r.CostSpec.Constant > capacity:
-		return "cost", costAboveCapacity(r.CostSpec.Constant, capacity, from)
-	case r.CostSpec.Header != "" && r.CostSpec.Max > capacity:
-		return "cost.max", maxCostAboveCapacity(r.CostSpec.Max, capacity, from)
+	switch cs := r.CostSpec; {
+	case cs.Header == "" && cs.Constant > capacity:
+		return at, costAboveCapacity(cs.Constant, capacity, from)
+	case cs.Header != "" && cs.Max > capacity:
+		return at + ".max", maxCostAboveCapacity(cs.Max, capacity, from)
 	}
 	return "", ""
 }
 
-// algorithmError returns the field and message of algorithms.New's error (out of line, see
-// filter/doc.go).
+// algorithmError returns the field and message of algorithms.New's error (out of line).
 //
 //go:noinline
 func algorithmError(err error) (field, msg string) {

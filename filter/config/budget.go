@@ -16,14 +16,12 @@ import (
 // accepted configuration can cost, in memory and in configure time, well inside that.
 const (
 	// maxRegexProgram bounds one regular expression's compiled program, in RE2 instructions
-	// (regexp/syntax.Prog), counted on the anchored form the filter runs. Compile time and
-	// memory grow with the program, and a short source can make a long one: a counted
-	// repetition copies its operand, so `[a-z]{1000}` is 1,004 instructions from 11 bytes.
-	// Useful header and path expressions are tens of instructions.
+	// of the anchored form the filter runs. Compile time and memory grow with the program,
+	// and a counted repetition copies its operand: `[a-z]{1000}` is 1,004 instructions from
+	// 11 bytes. Useful header and path expressions are tens of instructions.
 	maxRegexProgram = 1000
-	// MaxRegexProgramTotal bounds the instructions of all of a configuration's regular
-	// expressions together, so that the number of expressions (up to 256 rules x 33) cannot
-	// multiply maxRegexProgram into seconds of configure time in every VM.
+	// MaxRegexProgramTotal bounds all of a configuration's expressions together (up to 256
+	// rules x 33), so that their number cannot multiply into seconds of configure time.
 	MaxRegexProgramTotal = 20_000
 
 	// maxVMTableBytes bounds the worst-case memory the rules' key tables can hold in each
@@ -40,24 +38,19 @@ const (
 // entries (max_keys slots, or one for a rule without key parts, plus the overflow slots and
 // the table's bookkeeping entries), VMBytes in every worker VM and SharedBytes in Envoy's
 // shared data. Every rule has a table, global rules too (redis.failure_mode "local" decides on
-// it). The figures are sharedstate's own (sharedstate.SharedBytesPerKey, TableVMBytes), so
-// they follow the table's layout.
+// it). The figures are sharedstate's own, so they follow the table's layout.
 type TableCost struct {
 	Slots       int64
 	VMBytes     int64
 	SharedBytes int64
 }
 
-// TableCost returns the worst-case cost of r's table under c's domain.
-func (c *Config) TableCost(r *Rule) TableCost {
-	return tableCost(c.Domain, r)
-}
-
 // tableBookkeeping is the number of shared-data entries a table keeps besides its slots: the
 // created-slot counter and the record of its max_keys values, counted with a margin of one.
 const tableBookkeeping = 3
 
-func tableCost(domain string, r *Rule) TableCost {
+// TableCost returns the worst-case cost of r's table under c's domain.
+func (c *Config) TableCost(r *Rule) TableCost {
 	slots := int64(r.MaxKeys)
 	if len(r.Key) == 0 {
 		slots = 1 // the filter gives a rule without key parts a single slot
@@ -67,7 +60,7 @@ func tableCost(domain string, r *Rule) TableCost {
 		state = r.Limiter.StateSize()
 	}
 	// The table's prefix is "<domain>|<rule>|" (see the filter's plugin).
-	prefix := len(domain) + len(r.Name) + 2
+	prefix := len(c.Domain) + len(r.Name) + 2
 	entries := slots + sharedstate.OverflowSlots + tableBookkeeping
 	tc := TableCost{Slots: entries, VMBytes: sharedstate.TableVMBytes}
 	if len(r.Overrides) > 0 {
@@ -78,12 +71,11 @@ func tableCost(domain string, r *Rule) TableCost {
 }
 
 // budget checks the rules' tables against maxVMTableBytes and maxSharedDataBytes together:
-// each rule may be reasonable alone while their sum is not. overBudget, out of line, reports a
-// configuration over budget.
+// each rule may be reasonable alone while their sum is not.
 func (p *parser) budget(path string, c *Config) {
 	var vm, shared int64
 	for _, r := range c.Rules {
-		tc := tableCost(c.Domain, r)
+		tc := c.TableCost(r)
 		vm += tc.VMBytes
 		shared += tc.SharedBytes
 	}
@@ -93,37 +85,33 @@ func (p *parser) budget(path string, c *Config) {
 }
 
 // overBudget reports the budgets that the rules' tables exceed, vm bytes in every worker VM
-// and shared bytes in Envoy's shared data, each with its largest tables (see budget).
+// and shared bytes in Envoy's shared data, each with its largest tables (out of line).
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
-	costs := make([]ruleCost, 0, len(c.Rules))
-	for _, r := range c.Rules {
-		costs = append(costs, ruleCost{r.Index, tableCost(c.Domain, r)})
-	}
-	report := func(total, budget int64, where string, of func(ruleCost) int64) {
-		sorted := append([]ruleCost(nil), costs...)
-		sort.Stable(largestFirst{sorted, of})
+	report := func(total, budget int64, where string, of func(TableCost) int64) {
+		sorted := append([]*Rule(nil), c.Rules...)
+		sort.Stable(byLess[*Rule]{sorted, func(a, b *Rule) bool { return of(c.TableCost(a)) > of(c.TableCost(b)) }})
 		var top []string
-		for _, rc := range sorted[:min(3, len(sorted))] {
-			top = append(top, joinIndex(path, rc.index)+" "+strconv.FormatInt(rc.Slots, 10)+" keys x "+
-				strconv.FormatInt(of(rc)/rc.Slots, 10)+" B = "+formatBytes(of(rc)))
+		for _, r := range sorted[:min(3, len(sorted))] {
+			tc := c.TableCost(r)
+			top = append(top, joinIndex(path, r.Index)+" "+strconv.FormatInt(tc.Slots, 10)+" keys x "+
+				strconv.FormatInt(of(tc)/tc.Slots, 10)+" B = "+formatBytes(of(tc)))
 		}
 		p.add(path, "the rules' key tables could hold "+formatBytes(total)+" "+where+", above the budget of "+formatBytes(budget)+
 			"; largest: "+strings.Join(top, ", ")+" (lower max_keys, or use fewer keyed rules)")
 	}
 	if vm > maxVMTableBytes {
-		report(vm, maxVMTableBytes, "in every worker VM", func(c ruleCost) int64 { return c.VMBytes })
+		report(vm, maxVMTableBytes, "in every worker VM", func(tc TableCost) int64 { return tc.VMBytes })
 	}
 	if shared > maxSharedDataBytes {
-		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(c ruleCost) int64 { return c.SharedBytes })
+		report(shared, maxSharedDataBytes, "in Envoy's shared data", func(tc TableCost) int64 { return tc.SharedBytes })
 	}
 }
 
 // overrideCosts adds to tc what the rule's overrides cost, and returns the largest state the
-// rule's slots may hold, state being the rule's own (out of line: most rules have no override).
+// rule's slots may hold, state being the rule's own (out of line). A limited override decides
+// the rule's keys in the rule's slots through a table object of its own in each VM; its
+// states may be larger than the rule's (a sliding log's grows with its limit).
 func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
-	// A limited override decides the rule's keys in the rule's slots (see Override), through a
-	// table object of its own in each VM; its states, written under its parameters, may be
-	// larger than the rule's (a sliding log's grows with its limit).
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
 		if o.Unlimited || o.Limiter == nil {
@@ -137,36 +125,15 @@ func overrideCosts(tc TableCost, r *Rule, state int) (TableCost, int) {
 
 // formatBytes renders a size in binary units with one decimal.
 func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
-	case n >= 1<<20:
-		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
-	case n >= 1<<10:
-		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	for i, unit := range []string{" GiB", " MiB", " KiB"} {
+		if d := int64(1) << (30 - 10*i); n >= d {
+			return strconv.FormatFloat(float64(n)/float64(d), 'f', 1, 64) + unit
+		}
 	}
 	return strconv.FormatInt(n, 10) + " B"
 }
 
-// ruleCost is one rule's key-table cost, as overBudget reports it.
-type ruleCost struct {
-	index int
-	TableCost
-}
-
-// largestFirst orders rule costs largest first by of (sort.Stable keeps equal costs in rule
-// order).
-type largestFirst struct {
-	c  []ruleCost
-	of func(ruleCost) int64
-}
-
-func (l largestFirst) Len() int           { return len(l.c) }
-func (l largestFirst) Less(i, j int) bool { return l.of(l.c[i]) > l.of(l.c[j]) }
-func (l largestFirst) Swap(i, j int)      { l.c[i], l.c[j] = l.c[j], l.c[i] }
-
-// regexProgram returns the number of instructions of src's compiled RE2 program, or an
-// error when src does not parse.
+// regexProgram returns the number of instructions of src's compiled RE2 program.
 func regexProgram(src string) (int, error) {
 	re, err := syntax.Parse(src, syntax.Perl)
 	if err != nil {
@@ -184,17 +151,15 @@ func regexProgram(src string) (int, error) {
 // matching (which costs time and memory in proportion to the program).
 func (p *parser) checkRegexProgram(path, anchored string) bool {
 	if p.regexInsts > MaxRegexProgramTotal {
-		// The config is refused already; later expressions are neither counted nor
-		// compiled, so their number costs no time.
-		return false
+		return false // refused already: later expressions are neither counted nor compiled
 	}
 	n, err := regexProgram(anchored)
 	if err != nil {
 		p.add(path, err.Error())
 		return false
 	}
-	// A refused expression counts towards the total too: counting its program cost as
-	// much as compiling it, and thousands of them must not add up to seconds.
+	// A refused expression counts towards the total too: counting its program cost as much
+	// as compiling it.
 	over := p.regexInsts > MaxRegexProgramTotal
 	p.regexInsts += n
 	if n > maxRegexProgram {
@@ -203,8 +168,7 @@ func (p *parser) checkRegexProgram(path, anchored string) bool {
 		return false
 	}
 	if over {
-		// Reported once, where the total was crossed.
-		return false
+		return false // reported once, where the total was crossed
 	}
 	if p.regexInsts > MaxRegexProgramTotal {
 		p.add(path, "the config's regular expressions compile to "+strconv.Itoa(p.regexInsts)+

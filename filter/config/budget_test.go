@@ -165,7 +165,7 @@ func TestTableCostCoversTable(t *testing.T) {
 	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgTokenBucket, Limit: 1, Window: time.Second})
 	require.NoError(t, err)
 	r := &Rule{Name: "api", MaxKeys: 1000, Key: []KeyPart{{Source: SourceClientIP}}, Limiter: lim}
-	tc := tableCost("demo", r)
+	tc := (&Config{Domain: "demo"}).TableCost(r)
 	require.Equal(t, int64(sharedstate.TableVMBytes), tc.VMBytes)
 	require.Equal(t, int64((1000+sharedstate.OverflowSlots+3)*sharedstate.SharedBytesPerKey(len("demo|api|"), lim.StateSize())), tc.SharedBytes)
 	// A slot's value holds at least the digest and the state.

@@ -19,8 +19,8 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
-// Bounds on the size of a configuration. They keep a mistaken or hostile config from
-// costing unbounded memory or time in every worker VM.
+// Bounds that keep a mistaken or hostile config from costing unbounded memory or time in
+// every worker VM.
 const (
 	MaxConfigBytes  = 1 << 20 // the whole JSON document
 	MaxRules        = 256
@@ -69,7 +69,6 @@ const (
 // written (CAS attempts exhausted, store error). Either way it is counted and logged.
 type FailureMode string
 
-// Failure modes.
 const (
 	FailAllow FailureMode = "allow" // let the request through
 	FailDeny  FailureMode = "deny"  // reject it as if the limit were exceeded
@@ -79,7 +78,6 @@ const (
 // response, open circuit breaker).
 type RedisFailureMode string
 
-// Redis failure modes.
 const (
 	RedisFailAllow RedisFailureMode = "allow" // let the request through
 	RedisFailDeny  RedisFailureMode = "deny"  // reject it
@@ -89,7 +87,6 @@ const (
 // HeadersMode selects which rate-limit response headers are sent.
 type HeadersMode string
 
-// Header modes.
 const (
 	HeadersDraft  HeadersMode = "draft"  // IETF draft RateLimit and RateLimit-Policy fields
 	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
@@ -100,7 +97,6 @@ const (
 // Scope says where a rule's state lives.
 type Scope string
 
-// Scopes.
 const (
 	ScopeLocal  Scope = "local"  // Envoy shared data: one count per proxy, shared by its workers
 	ScopeGlobal Scope = "global" // Redis: one count across every proxy
@@ -109,7 +105,6 @@ const (
 // Mode says whether a leaky bucket rejects excess requests or delays them.
 type Mode string
 
-// Modes.
 const (
 	ModeMeter Mode = "meter" // allow or deny at once
 	ModeShape Mode = "shape" // delay requests up to MaxDelay to smooth them to the leak rate
@@ -118,7 +113,6 @@ const (
 // Source names where a key part's value comes from.
 type Source string
 
-// Key part sources.
 const (
 	SourceClientIP Source = "client_ip" // the client IP (see ClientIP), optionally masked to a prefix
 	SourceHeader   Source = "header"    // a request header's value (multiple lines joined by ",")
@@ -134,19 +128,17 @@ const (
 type Config struct {
 	// Domain namespaces every state key, so that two plugins sharing a vm_id (and so one
 	// shared-data store) or one Redis do not count into each other's keys.
-	Domain string
-	// FailureMode applies when local state cannot be read or written.
-	FailureMode FailureMode
-	// CASAttempts bounds the compare-and-swap retries on shared data.
-	CASAttempts int
-	// RateLimitHeaders is the default header mode; each Rule carries its effective mode.
+	Domain      string
+	FailureMode FailureMode // when local state cannot be read or written
+	CASAttempts int         // bounds the compare-and-swap retries on shared data
+	TrustedHops int         // how ClientIP reads X-Forwarded-For
+	// The defaults of the rules' fields of the same names; each Rule carries its effective
+	// value.
 	RateLimitHeaders HeadersMode
-	// TrustedHops is how ClientIP reads X-Forwarded-For; see ClientIP.
-	TrustedHops int
-	// Deny is the default denial response; each Rule carries its effective one.
-	Deny *Deny
-	// MaxKeys is the default number of distinct keys per rule; each Rule carries its own.
-	MaxKeys int
+	Deny             *Deny
+	MaxKeys          int // distinct keys per rule
+	EnforcePercent   float64
+	NearLimitRatio   float64
 	// MaxKeyBytes bounds the length of a rule's key for a request (Rule.AppendKey's bytes: the
 	// parts' values with their length prefixes). A longer key is refused with 431 before the
 	// rule is decided (a shadow rule skips the request instead), so that what a request costs
@@ -155,10 +147,6 @@ type Config struct {
 	MaxKeyBytes int
 	// Redis configures global rules; nil when the config has no redis section.
 	Redis *Redis
-	// EnforcePercent and NearLimitRatio are the defaults of the rules' fields of the same
-	// names; each Rule carries its effective value.
-	EnforcePercent float64
-	NearLimitRatio float64
 	// FilterState makes the filter set the deciding rule and the decision of every decided
 	// request as stream properties, which Envoy keeps in the request's filter state for its
 	// access log (see the filter's filterstate.go).
@@ -192,10 +180,7 @@ type Breaker struct {
 }
 
 // Header is one response header name (lower-case) and value.
-type Header struct {
-	Name  string
-	Value string
-}
+type Header struct{ Name, Value string }
 
 // Deny is the local response sent when a request is rate limited.
 type Deny struct {
@@ -215,35 +200,28 @@ type Deny struct {
 
 // Rule is one compiled rule.
 type Rule struct {
-	// Index is the rule's position in the config's rules list.
-	Index int
+	Index int // the rule's position in the config's rules list
 	// Name is unique in the config and limited to [A-Za-z0-9_.-]{1,64}, so it can be used
 	// in metric names, state keys and deny bodies without escaping.
 	Name        string
 	Description string // free text for people; the filter ignores it
-	// Match holds the request conditions; a zero Match matches every request.
-	Match Match
+	Match       Match  // the request conditions; a zero Match matches every request
 	// Key is the ordered list of descriptor parts; empty means one key for the rule. A rule
 	// returned by Parse records what each part's Source is, so its parts must not be replaced
-	// in place afterwards (build a new Rule instead; one with a different number of parts, or
-	// not from Parse, reads Source directly).
+	// in place afterwards (build a new Rule instead).
 	Key []KeyPart
 
-	// Algorithm is the limiter's configuration (algorithm name, limit, window, burst,
-	// variant, max delay, adaptive parameters), validated by algorithms.New. For adaptive
+	// Algorithm is the limiter's configuration, validated by algorithms.New; for adaptive
 	// rules Limit is the starting limit.
 	Algorithm algorithms.Config
-	// Limiter is the limiter built from Algorithm. Limiters are immutable and safe to share,
-	// so the filter can use this one for every request (type-assert *algorithms.Adaptive for
-	// the adaptive controller).
+	// Limiter is the limiter built from Algorithm, immutable and shared by every request
+	// (type-assert *algorithms.Adaptive for the adaptive controller).
 	Limiter algorithms.Limiter
 	// Mode is ModeShape for a shaping leaky bucket (Algorithm.MaxDelay > 0), else ModeMeter.
 	Mode Mode
 
-	// CostSpec says what one request costs; see Cost.
-	CostSpec CostSpec
-	// Shadow rules decide and count but never deny.
-	Shadow bool
+	CostSpec CostSpec // what one request costs; see Cost
+	Shadow   bool     // decide and count but never deny
 	// ShadowHeaders lets a shadow rule's rate-limit headers reach clients. Off by default:
 	// a client that honours them would slow down for a limit nobody enforces.
 	ShadowHeaders bool
@@ -262,11 +240,10 @@ type Rule struct {
 	// Overrides give key values of their own a limit of their own (see Override); exact
 	// values first in OverrideFor's search, prefixes longest first.
 	Overrides []Override
-	// Continue lets evaluation go on to later rules after this one applies.
-	Continue bool
-	Scope    Scope // where the rule's state lives: this proxy, or Redis
+	Continue  bool  // evaluation goes on to later rules after this one applies
+	Scope     Scope // where the rule's state lives: this proxy, or Redis
 
-	// Effective values: the rule's override, or the top-level value.
+	// Effective values: the rule's own, or the top-level value.
 	MaxKeys          int
 	Deny             *Deny
 	RateLimitHeaders HeadersMode
@@ -274,13 +251,9 @@ type Rule struct {
 	// Lease is the rule's lease block, nil without one (every request decided on the state).
 	Lease *Lease
 
-	// trustedHops is the Config's value, kept on the rule so AppendKey can find the client IP.
-	trustedHops int
-	// keyKinds holds the kind of each key part's Source, set by the parser (see sourceKind).
-	keyKinds []sourceKind
-	// keyGroup is 1 + the Index of the first rule with the same key parts (see SameKey); 0
-	// in a rule that Parse did not build.
-	keyGroup int
+	trustedHops int          // the Config's, kept on the rule so AppendKey can find the client IP
+	keyKinds    []sourceKind // the kind of each key part's Source, set by the parser
+	keyGroup    int          // 1 + the Index of the first rule with the same key parts (see SameKey), or 0
 }
 
 // SameKey reports whether r and other build the same key for every request: their key parts
@@ -295,18 +268,15 @@ type CostSpec struct {
 	Header   string
 	Default  int64 // cost when the header is absent
 	Max      int64 // cost when the header is invalid or larger than Max
-	// Usage, when set, makes the cost above a reservation, settled by the usage the
-	// response reports (see UsageSpec).
+	// Usage, when set, makes the cost above a reservation (see UsageSpec).
 	Usage *UsageSpec
 }
 
 // KeyPart is one descriptor part of a rule's key.
 type KeyPart struct {
 	Source Source // where the part's value comes from
-	// Name is the header name (lower-case) or the query parameter name.
-	Name string
-	// Value is the constant for SourceConst.
-	Value string
+	Name   string // the header name (lower-case) or the query parameter name
+	Value  string // the constant for SourceConst
 	// Default replaces a missing value when HasDefault is set; without a default a missing
 	// part makes the rule skip the request.
 	Default    string
@@ -324,7 +294,6 @@ type KeyPart struct {
 // StringMatchKind says how a path or header condition compares.
 type StringMatchKind uint8
 
-// String match kinds.
 const (
 	MatchExact   StringMatchKind = iota + 1 // equal to Value
 	MatchPrefix                             // starts with Value

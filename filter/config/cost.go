@@ -2,16 +2,13 @@ package config
 
 import "strings"
 
-// Cost returns what req costs under this rule.
-//
-// With a constant cost it is that constant. With a cost header it is the header's value
-// when that is a positive decimal integer no larger than Max, and Default when the header
-// is absent. Any other value (not a number, zero, negative, a fraction, several values,
-// or larger than Max) is charged Max: a client must never be able to lower its own cost
-// by sending garbage, and charging the maximum makes a broken or hostile header the most
-// expensive choice instead of the cheapest. The header should be set by a trusted
-// component (an authorizer, or a filter that knows the work a request does); a client
-// that can set it can only raise its cost, or omit it and pay Default.
+// Cost returns what req costs under this rule: a constant, or the cost header's value when
+// that is a positive decimal integer no larger than Max, and Default when the header is
+// absent. Any other value (not a number, zero, negative, a fraction, several values, or
+// larger than Max) is charged Max: a client must never lower its own cost by sending
+// garbage. The header should be set by a trusted component (an authorizer, or a filter that
+// knows the work a request does); a client that can set it can only raise its cost, or omit
+// it and pay Default.
 func (r *Rule) Cost(req Request) int64 {
 	if r.CostSpec.Header == "" {
 		return r.CostSpec.Constant
@@ -19,8 +16,8 @@ func (r *Rule) Cost(req Request) int64 {
 	return r.CostSpec.headerCost(req)
 }
 
-// headerCost is Cost for a cost header, out of line so that Cost, small, is inlined: most rules
-// have a constant cost (see filter/doc.go).
+// headerCost is Cost for a cost header, out of line so that Cost, small, is inlined: most
+// rules have a constant cost.
 func (cs *CostSpec) headerCost(req Request) int64 {
 	v, ok := req.Header(cs.Header)
 	if !ok {

@@ -11,8 +11,8 @@ const (
 	phRetryAfter                    // %RETRY_AFTER%: whole seconds until a retry can succeed
 )
 
-// placeholderNamed returns the placeholder a %NAME% stands for (a switch, not a map, for
-// the reason durationUnit gives).
+// placeholderNamed returns the placeholder a %NAME% stands for (a switch, not a map: see
+// durationUnit).
 func placeholderNamed(name string) (placeholder, bool) {
 	switch name {
 	case "%RULE%":

@@ -13,7 +13,7 @@ import (
 // appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
 
 // durationUnit returns the length of a unit in nanoseconds: a switch, where a map would be
-// built by the package initialiser in every VM's _initialize.
+// built in every VM's _initialize.
 func durationUnit(unit string) (uint64, bool) {
 	switch unit {
 	case "ns":
@@ -37,7 +37,7 @@ func durationUnit(unit string) (uint64, bool) {
 }
 
 // notADuration is parseDuration's message for text that is not a duration at all (out of
-// line: quoting runs strconv's quoting, see filter/doc.go).
+// line).
 func notADuration(orig string) string {
 	return quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 }
@@ -53,9 +53,8 @@ func parseDuration(orig string) (time.Duration, string) {
 }
 
 // simpleDuration parses the form nearly every configured duration has, an integer and one
-// unit ("1s", "500ms", "1d"), and reports false for anything else, which parseDurationFull
-// then parses (or explains), so that the full parser and its messages are compiled only for
-// configurations that need them (see filter/doc.go; TestSimpleDurationAgrees).
+// unit ("1s", "500ms", "1d"), and reports false for anything else, so that parseDurationFull
+// is compiled only for configurations that need it (TestSimpleDurationAgrees).
 func simpleDuration(s string) (time.Duration, bool) {
 	i, v := 0, uint64(0)
 	for ; i < len(s) && i < 18 && isDigit(s[i]); i++ {
@@ -94,8 +93,7 @@ func parseDurationFull(orig string) (time.Duration, string) {
 		if !(s[0] == '.' || isDigit(s[0])) {
 			return 0, notADuration(orig)
 		}
-		// The integer part.
-		var v uint64
+		var v uint64 // the integer part
 		i := 0
 		for ; i < len(s) && isDigit(s[i]); i++ {
 			d := uint64(s[i] - '0')
@@ -165,8 +163,7 @@ func parseDurationFull(orig string) (time.Duration, string) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// isNumberLike reports whether s is made only of digits and dots, i.e. a number that lacks
-// its unit.
+// isNumberLike reports whether s is made only of digits and dots: a number without its unit.
 func isNumberLike(s string) bool {
 	digits := false
 	for i := 0; i < len(s); i++ {

@@ -12,10 +12,7 @@ const maxErrors = 100
 // value, written the way a person reads it ("rules[2].match.path.regex"), or for a syntax
 // error the value or object it is in; it is empty for problems with the document as a
 // whole, such as its size. Msg says what is wrong.
-type Error struct {
-	Path string
-	Msg  string
-}
+type Error struct{ Path, Msg string }
 
 // Error formats the problem as "path: message" (or just the message when there is no path).
 func (e *Error) Error() string {
@@ -25,9 +22,9 @@ func (e *Error) Error() string {
 	return e.Path + ": " + e.Msg
 }
 
-// Errors is every problem Parse found, in document order. Parse reports all of them at
-// once, rather than the first, so that an operator fixes a config in one round trip. The
-// list is capped at 100 entries; a final entry says how many more were left out.
+// Errors is every problem Parse found, in document order, so that an operator fixes a config
+// in one round trip. The list is capped at 100 entries; a final entry says how many more were
+// left out.
 type Errors []*Error
 
 // Error joins the problems, one per line.

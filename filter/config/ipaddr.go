@@ -6,21 +6,17 @@ import (
 )
 
 // parseIPText reads a client address with or without a port, normalised: no zone, an
-// IPv4-mapped IPv6 address unmapped to its IPv4 address, so that one client always yields one
-// address. It also returns the address as s writes it when that is already the form
-// netip.Addr.AppendTo writes: an IPv4 address written without brackets (with or without a
-// port), which netip.ParseAddr accepts only in canonical dotted decimal (no leading zeros). A
-// key part can then copy those bytes instead of printing the address. For any other address
-// text is "".
+// IPv4-mapped IPv6 address unmapped, so that one client always yields one address. It also
+// returns the address as s writes it when that is already the form netip.Addr.AppendTo
+// writes (an IPv4 address without brackets, which netip.ParseAddr accepts only in canonical
+// form), so that a key part can copy those bytes; for any other address text is "".
 //
-// It accepts what netip.ParseAddrPort accepts, "ipv4:port" (one colon, source.address's form)
-// and "[ipv6]:port", and what netip.ParseAddr accepts, and also "[address]". The address is
-// read with netip.ParseAddr and the port checked by validPort: the port is not needed, and
-// ParseAddrPort with the strconv.ParseUint it calls is 7.8 KB of code V8 in Envoy compiles on
-// a VM's first request (scripts/v8-compile-phases.sh), 11% of that request's. The form is
-// told apart first and the address parsed by one call, then checked against the form: each
-// call site of ParseAddr, and each inlined check after it, is code of its own to compile.
-// Blanks around the address are dropped.
+// It accepts what netip.ParseAddrPort accepts, "ipv4:port" and "[ipv6]:port", what
+// netip.ParseAddr accepts, and "[address]", with blanks around. The port is checked by
+// validPort rather than ParseAddrPort, whose strconv.ParseUint is 7.8 KB of code V8 in Envoy
+// compiles on a VM's first request (scripts/v8-compile-phases.sh), 11% of that request's. The
+// form is told apart first and the address read by one ParseAddr call: each call site, with
+// the checks inlined after it, is code of its own to compile.
 func parseIPText(s string) (ip netip.Addr, text string, ok bool) {
 	if len(s) > 0 && (isBlank(s[0]) || isBlank(s[len(s)-1])) {
 		s = trimBlanks(s)
@@ -32,8 +28,7 @@ func parseIPText(s string) (ip netip.Addr, text string, ok bool) {
 		bracketed        // "[address]"
 	)
 	addr, form := s, bare
-	// One colon (strings.Count would say so too, but it is code V8 in Envoy compiles on a VM's
-	// first request, while IndexByte is compiled already).
+	// One colon: IndexByte, which is compiled already, rather than strings.Count.
 	i := strings.IndexByte(s, ':')
 	switch {
 	case i >= 0 && strings.IndexByte(s[i+1:], ':') < 0:
@@ -77,5 +72,4 @@ func validPort(port string) bool {
 	return port != ""
 }
 
-// trimBlanks strips the blanks around an address.
 func trimBlanks(s string) string { return strings.Trim(s, " \t") }

@@ -15,8 +15,7 @@ import (
 // in document order. The tokens come from jsontext (github.com/go-json-experiment/json, Go's
 // encoding/json/jsontext without GOEXPERIMENT=jsonv2), which links neither reflect nor fmt.
 
-// kind is the JSON type of a node.
-type kind uint8
+type kind uint8 // the JSON type of a node
 
 const (
 	kindNull kind = iota
@@ -48,19 +47,13 @@ const maxDepth = 32
 
 var errTooDeep = errors.New("nesting is deeper than 32 levels")
 
-// jsonError is decodeTree's error for a document that is not one JSON value: Path is where
-// in the document the problem was met (the value being read, or the object whose next
-// member was expected), Msg says what and, but for the nesting bound, at which byte.
-type jsonError struct {
-	Path string
-	Msg  string
-}
-
 // decodeTree parses data as exactly one JSON value. Duplicate object keys are reported
 // through dup with the path of the duplicate (here, so that each is reported with the
 // document's other problems), and the first occurrence is kept. Invalid UTF-8 is replaced by
-// U+FFFD, as encoding/json reads it.
-func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
+// U+FFFD, as encoding/json reads it. For a document that is not one JSON value the error's
+// Path is where the problem was met (the value being read, or the object whose next member
+// was expected), and its Msg says what and, but for the nesting bound, at which byte.
+func decodeTree(data []byte, dup func(path, key string)) (*node, *Error) {
 	d := decoder{
 		data: data,
 		dec: jsontext.NewDecoder(bytes.NewBuffer(data),
@@ -83,11 +76,11 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *jsonError) {
 }
 
 // trailingData is decodeTree's error for data after the top-level value, which ends at byte
-// end (out of line, see filter/doc.go).
+// end (out of line).
 //
 //go:noinline
-func trailingData(data []byte, end int) *jsonError {
-	return &jsonError{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
+func trailingData(data []byte, end int) *Error {
+	return &Error{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
 }
 
 // decoder builds the tree from jsontext's tokens. It keeps the path to the current value as
@@ -121,11 +114,10 @@ func (d *decoder) path() string {
 }
 
 // fail turns an error of value into decodeTree's, at the current path: the byte offset and
-// what is wrong, without jsontext's JSON Pointer (the path is known here) and its prefix
-// (out of line, see filter/doc.go).
+// what is wrong, without jsontext's JSON Pointer and prefix (out of line).
 //
 //go:noinline
-func (d *decoder) fail(err error) *jsonError {
+func (d *decoder) fail(err error) *Error {
 	msg := "invalid JSON: " + err.Error()
 	if se, ok := errors.AsType[*jsontext.SyntacticError](err); ok && se.Err != nil {
 		what := se.Err.Error()
@@ -136,7 +128,7 @@ func (d *decoder) fail(err error) *jsonError {
 	} else if err == io.EOF || err == io.ErrUnexpectedEOF {
 		msg = "invalid JSON: unexpected end of input"
 	}
-	return &jsonError{Path: d.path(), Msg: msg}
+	return &Error{Path: d.path(), Msg: msg}
 }
 
 // indexAfter is the member count from which an object indexes its keys in a map, which keeps
@@ -152,8 +144,7 @@ func (d *decoder) value(depth int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One allocation site for every kind of value (less code to compile, see filter/doc.go).
-	n := new(node)
+	n := new(node) // one allocation site for every kind of value: less code to compile
 	switch tok.Kind() {
 	case '{':
 		n.kind = kindObject
@@ -170,7 +161,6 @@ func (d *decoder) value(depth int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
-			// No object of a valid configuration is large enough to need the map.
 			if len(n.members) >= indexAfter {
 				index = d.addIndexed(n, index, key, val)
 			} else if n.lookup(key) != nil {
@@ -221,7 +211,7 @@ func (d *decoder) duplicate(key string) {
 	d.dup(d.path(), key)
 }
 
-// indexMembers returns an index of the keys of object n (see indexAfter).
+// indexMembers returns an index of the keys of object n.
 //
 //go:noinline
 func indexMembers(n *node) map[string]struct{} {
@@ -233,8 +223,7 @@ func indexMembers(n *node) map[string]struct{} {
 }
 
 // addIndexed adds the member key: val to object n, of indexAfter members or more, whose keys
-// index holds (nil: not made yet, then made here), or reports the key as a duplicate. It
-// returns the index.
+// index holds (nil: not made yet), or reports the key as a duplicate. It returns the index.
 //
 //go:noinline
 func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) map[string]struct{} {
@@ -242,7 +231,7 @@ func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val
 		index = indexMembers(n)
 	}
 	if _, seen := index[key]; seen {
-		d.dup(d.path(), key)
+		d.duplicate(key)
 		return index
 	}
 	n.members = append(n.members, member{key: key, val: val})
@@ -250,8 +239,8 @@ func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val
 	return index
 }
 
-// lookup returns the member named key, or nil. It is not inlined at its many call sites,
-// where it would be compiled again at each (see filter/doc.go).
+// lookup returns the member named key, or nil. Not inlined at its many call sites, where it
+// would be compiled again at each.
 //
 //go:noinline
 func (n *node) lookup(key string) *node {
@@ -318,8 +307,7 @@ func joinKey(path, key string) string {
 }
 
 // joinQuotedKey is joinKey for a key that is not a plain identifier, which no field name is
-// (out of line). quote shortens a key longer than 64 bytes, so that a path stays short
-// whatever key a document holds; only an unknown key can be that long.
+// (out of line); quote shortens a long key, so that a path stays short.
 //
 //go:noinline
 func joinQuotedKey(path, key string) string {
@@ -333,15 +321,4 @@ func joinIndex(path string, i int) string {
 	return path + "[" + string(strconv.AppendInt(buf[:0], int64(i), 10)) + "]"
 }
 
-func isPlainKey(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '$') {
-			return false
-		}
-	}
-	return true
-}
+func isPlainKey(s string) bool { return onlyChars(s, "_-$") }

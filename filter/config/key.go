@@ -2,26 +2,23 @@ package config
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Duplicate says what a header or query key part does with a header or query parameter the
-// request carries more than once. A key must be unambiguous: keying on one of the values while the upstream reads
-// another lets a client rotate the value the limiter sees and keep the one the upstream
-// honours, and keying on every value joined lets it rotate one of them just the same.
+// request carries more than once. A key must be unambiguous: keying on one of the values
+// while the upstream reads another lets a client rotate the value the limiter sees and keep
+// the one the upstream honours, and keying on every value joined lets it rotate one of them
+// just the same.
 type Duplicate string
 
 // The choices for a repeated key header or query parameter.
 const (
-	// DuplicateReject, the default, refuses the request with 400 (see Rule.DuplicatePart).
-	DuplicateReject Duplicate = "reject"
-	// DuplicateFirst keys on the first of the header's lines, for an upstream that reads
-	// the first.
-	DuplicateFirst Duplicate = "first"
-	// DuplicateLast keys on the last of the header's lines, for an upstream that reads the
-	// last.
-	DuplicateLast Duplicate = "last"
+	DuplicateReject Duplicate = "reject" // the default: refuse the request with 400 (see Rule.DuplicatePart)
+	DuplicateFirst  Duplicate = "first"  // key on the first line, for an upstream that reads the first
+	DuplicateLast   Duplicate = "last"   // key on the last line, for an upstream that reads the last
 )
 
 // duplicates lists the accepted values of "on_duplicate", in the order the errors name them.
@@ -32,13 +29,11 @@ var duplicates = []string{string(DuplicateReject), string(DuplicateFirst), strin
 // (the default): such a request has no unambiguous key for the rule and must be refused (the
 // filter answers 400) before AppendKey is asked for its key, which it would not build.
 //
-// A header's count is of its lines as the filter sees them (Request.HeaderLines). Envoy
-// keeps each line of most headers as its own entry, so those are counted exactly; the
-// headers its header map indexes inline (x-forwarded-for, user-agent, :authority and the
-// others of Envoy's inline list) it folds into one value joined by "," as they arrive, and
-// that one value is what both the filter and the upstream then see. A query parameter's
-// count is of the pairs of the query string whose decoded name is the part's name
-// ("?k=a&k=b" twice, "?k=a&%6B=b" too): frameworks differ in which of them they read.
+// A header's count is of its lines as the filter sees them (Request.HeaderLines): Envoy folds
+// the headers its header map indexes inline (x-forwarded-for, user-agent, :authority ...)
+// into one value joined by ",", which both the filter and the upstream then see. A query
+// parameter's count is of the pairs whose decoded name is the part's name ("?k=a&k=b" twice,
+// "?k=a&%6B=b" too): frameworks differ in which of them they read.
 func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 	if !r.RepeatsKeyPart(req) {
 		return nil, false
@@ -47,14 +42,14 @@ func (r *Rule) DuplicatePart(req Request) (kp *KeyPart, dup bool) {
 }
 
 // RepeatsKeyPart reports whether DuplicatePart finds a part, without naming it, with the walk
-// AppendKey compiles anyway (see filter/doc.go): every request asks it of every matched rule.
+// AppendKey compiles anyway: every request asks it of every matched rule.
 func (r *Rule) RepeatsKeyPart(req Request) bool {
 	_, ok := r.walkKey(nil, req, walkDuplicate)
 	return !ok
 }
 
 // duplicatePart is DuplicatePart's search for the part, for a request that has one (out of
-// line, see filter/doc.go).
+// line).
 func (r *Rule) duplicatePart(req Request) (kp *KeyPart, dup bool) {
 	for i := range r.Key {
 		kp := &r.Key[i]
@@ -93,27 +88,27 @@ func queryCount(req Request, name string) int {
 // does not include the domain or rule name: the state layer namespaces by those.
 //
 // A part that is missing from the request uses its Default; without a default, AppendKey
-// returns dst unchanged and ok=false, and the rule must not be applied to the request. A
-// header part whose header is repeated under DuplicateReject has no key either: AppendKey
-// returns ok=false, even with a default (the header is there, just ambiguous), and callers
-// check Rule.DuplicatePart first to refuse such a request.
-// (Config.Match already skips such rules, so after Match this only fails if the request
-// changed in between.) A rule with no key parts has one key: the empty string.
+// returns dst unchanged and ok=false, and the rule must not be applied to the request
+// (Config.Match already skips such rules). A header part whose header is repeated under
+// DuplicateReject has no key either, even with a default (the header is there, just
+// ambiguous): callers check Rule.DuplicatePart first to refuse such a request. A rule with no
+// key parts has one key: the empty string.
 func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
 	return r.walkKey(dst, req, walkBuild)
 }
 
-// What walkKey does: build the key (AppendKey), check that it can be built (Match), or
-// look for a part whose header or query parameter is repeated under DuplicateReject
-// (DuplicatePart; the walk then reports ok when there is none).
+// What walkKey does: build the key (AppendKey), check that it can be built (Match), or look
+// for a repeated part under DuplicateReject (DuplicatePart; ok when there is none).
 const (
 	walkBuild uint8 = iota
 	walkAvailable
 	walkDuplicate
 )
 
-// walkKey is AppendKey, Match's check or DuplicatePart's check, as mode says: one walk, so that
-// they agree on what each source holds and one copy is compiled instead of three.
+// walkKey is AppendKey, Match's check or DuplicatePart's check, as mode says: one walk, so
+// that they agree on what each source holds and one copy is compiled instead of three. The
+// lookup and the writing are inline: each function and call site is code of its own to
+// compile.
 func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 	start := len(dst)
 	for i := range r.Key {
@@ -124,18 +119,13 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 				continue
 			}
 		case walkDuplicate:
-			// Only a header or query part left at on_duplicate "reject" can be ambiguous
-			// (choose then answers partAmbiguous for several lines).
+			// Only a header or query part left at on_duplicate "reject" can be ambiguous.
 			if k != kindHeader && k != kindQuery || kp.OnDuplicate != DuplicateReject && kp.OnDuplicate != "" {
 				continue
 			}
 		}
-		// What req holds for the part, as the request carries it (one accessor of the key
-		// sources for all three modes, so that they cannot disagree on what a source holds).
-		// A query parameter is still percent-encoded here (appendQueryPart decodes it), and a
-		// client IP is in ip rather than v. A header is its only line, or the first or last
-		// of several as the part's OnDuplicate says. The lookup and the writing are inline:
-		// each function and call site is code of its own to compile (see filter/doc.go).
+		// What req holds for the part: a query parameter still percent-encoded
+		// (appendQueryPart decodes it), a client IP in ip rather than v.
 		var v string
 		var ip netip.Addr
 		var st partState
@@ -160,14 +150,11 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 			continue
 		}
 		if st == partMissing && kp.HasDefault {
-			// The default is written as a constant part is: one writing of a value rather
-			// than a second copy of it.
-			k, v, st = kindConst, kp.Default, partFound
+			k, v, st = kindConst, kp.Default, partFound // written as a constant part is
 		}
 		if st != partFound {
 			return dst[:start], false
 		}
-		// The value, length-prefixed.
 		switch k {
 		case kindQuery:
 			dst = appendQueryPart(dst, v)
@@ -192,18 +179,13 @@ func (r *Rule) walkKey(dst []byte, req Request, mode uint8) ([]byte, bool) {
 type partState uint8
 
 const (
-	// partMissing: the request does not carry the part (its default, if any, applies).
-	partMissing partState = iota
-	// partFound: the request carries the part's value.
-	partFound
-	// partAmbiguous: a header part's header (a query part's parameter) is repeated under
-	// DuplicateReject, so the request has no unambiguous value for it, and no default
-	// applies either (the header is there, just ambiguous).
-	partAmbiguous
+	partMissing   partState = iota // not carried: the part's default, if any, applies
+	partFound                      // carried
+	partAmbiguous                  // repeated under DuplicateReject: no value, and no default either
 )
 
 // lookupOther is walkKey's lookup for the sources other than a constant, a header and the
-// client IP, which most rules key on (out of line, see filter/doc.go).
+// client IP, which most rules key on (out of line).
 func (kp *KeyPart) lookupOther(k sourceKind, req Request) (v string, st partState) {
 	switch k {
 	case kindQuery:
@@ -237,12 +219,10 @@ func (kp *KeyPart) choose(first, last string, n int) (string, partState) {
 }
 
 // sourceKind is a key part's Source as a small integer. The request path switches on it for
-// every key part of every matching rule, several times per request: a switch over Source
-// compares strings, and two sources of one length ("header" and "method") cost a call of
-// runtime.memequal each time in a Wasm VM, where a switch over an integer is a jump table.
+// every key part of every matching rule: a switch over Source compares strings (a call of
+// runtime.memequal in a Wasm VM), one over an integer is a jump table.
 type sourceKind uint8
 
-// The source kinds.
 const (
 	kindUnknown sourceKind = iota
 	kindClientIP
@@ -254,34 +234,18 @@ const (
 	kindConst
 )
 
-// kindOf maps a Source to its kind. Not inlined: keyKind, inlined on the request path, calls it
-// only for a Rule the parser did not make (see filter/doc.go).
+// kindOf maps a Source to its kind (keySources lists the sources in the order of their
+// kinds). Not inlined: keyKind, inlined on the request path, calls it only for a Rule the
+// parser did not make.
 //
 //go:noinline
 func kindOf(s Source) sourceKind {
-	switch s {
-	case SourceClientIP:
-		return kindClientIP
-	case SourceHeader:
-		return kindHeader
-	case SourceQuery:
-		return kindQuery
-	case SourcePath:
-		return kindPath
-	case SourceMethod:
-		return kindMethod
-	case SourceRoute:
-		return kindRoute
-	case SourceConst:
-		return kindConst
-	}
-	return kindUnknown
+	return sourceKind(slices.Index(keySources, string(s)) + 1)
 }
 
-// keyKind returns the kind of key part i: the one the parser set, or, for a Rule made some
-// other way (or whose number of key parts changed since), the one the part's Source names.
-// A part replaced in place after Parse keeps the kind the parser recorded (see Rule.Key):
-// comparing Source on every request is what recording the kind saves.
+// keyKind returns the kind of key part i: the one the parser recorded (see Rule.Key), or, for
+// a Rule made some other way (or whose number of key parts changed since), the one the
+// part's Source names.
 func (r *Rule) keyKind(i int) sourceKind {
 	if len(r.keyKinds) == len(r.Key) {
 		return r.keyKinds[i]
@@ -297,7 +261,6 @@ func (r *Rule) setSourceKinds() {
 	}
 }
 
-// found maps presence to partFound or partMissing.
 func found(ok bool) partState {
 	if ok {
 		return partFound
@@ -311,8 +274,8 @@ func appendPart(dst []byte, v string) []byte {
 }
 
 // appendLen appends a key part's length prefix: n in decimal and a colon. Parts are nearly
-// always shorter than 100 bytes, and writing their one or two digits directly saves a call
-// to strconv per part, which costs about 0.1 us in a Wasm VM.
+// always shorter than 100 bytes: writing their digits directly saves a call to strconv per
+// part (about 0.1 us in a Wasm VM).
 func appendLen(dst []byte, n int) []byte {
 	if uint(n) >= 100 {
 		return appendLongLen(dst, n)
@@ -326,22 +289,20 @@ func appendLen(dst []byte, n int) []byte {
 	return append(dst, b[skip:]...)
 }
 
-// appendLongLen is appendLen for a part of 100 bytes or more.
 func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 
 // appendQueryPart appends the percent-encoded query parameter value v decoded, so that
-// "?key=abc" and "?key=%61bc" (the same key to the backend) count together. It and
-// appendIPValue are out of walkKey's line: a header or canonical client IP part needs neither.
+// "?key=abc" and "?key=%61bc" (the same key to the backend) count together (out of line).
 func appendQueryPart(dst []byte, v string) []byte {
 	dst = appendLen(dst, unescapedLen(v))
 	return appendUnescaped(dst, v)
 }
 
 // appendIPValue appends the client IP part for an address the request did not write in
-// canonical form, or masked to a prefix: the whole address is rendered once per request, into
-// the cache (rather than once per rule), a prefix (or an address without a cache) into dst.
+// canonical form, or masked to a prefix (out of line): the whole address is rendered once per
+// request into the cache, a prefix (or an address without a cache) into dst.
 func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip netip.Addr) []byte {
 	if m := req.ClientIPCache(); m != nil && kp.prefixBits(ip) >= ip.BitLen() {
 		if m.partLen != 0 {
@@ -357,7 +318,6 @@ func (kp *KeyPart) appendIPValue(dst []byte, req Request, ip netip.Addr) []byte 
 	return kp.appendIPPart(dst, ip)
 }
 
-// appendIPPart appends the address as a length-prefixed key part (see appendIP).
 func (kp *KeyPart) appendIPPart(dst []byte, ip netip.Addr) []byte {
 	var buf [64]byte
 	b := kp.appendIP(buf[:0], ip)
@@ -407,17 +367,15 @@ func (kp *KeyPart) appendIP(dst []byte, ip netip.Addr) []byte {
 // Addresses may carry a port ("1.2.3.4:5", "[::1]:5"); the port, an IPv6 zone and the
 // IPv4-mapped IPv6 form are all dropped, so one client always yields one address.
 //
-// A Request whose ClientIPCache returns a cache computes the address once per request: every
-// rule keyed or conditioned on the client IP asks for it, twice per rule (Config.Match checks
-// that the key can be built, then AppendKey builds it), and each parse costs 0.7 (IPv4) to
-// 1.2 (IPv6) microseconds in a Wasm VM (wazero).
+// A Request whose ClientIPCache returns a cache computes the address once per request, not
+// twice per rule (Match, then AppendKey): each parse costs 0.7 (IPv4) to 1.2 (IPv6)
+// microseconds in a Wasm VM (wazero).
 func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
 	m := req.ClientIPCache()
 	if m != nil && m.valid && m.hops == trustedHops {
 		return m.ip, m.ok
 	}
-	// The address is parsed here, for a request with a cache and one without: one function
-	// to compile (see filter/doc.go), and one call fewer.
+	// Parsed here, for a request with a cache and one without: one function to compile.
 	var ip netip.Addr
 	var text string
 	ok := false
@@ -428,8 +386,6 @@ func ClientIP(req Request, trustedHops int) (netip.Addr, bool) {
 		ip, text, ok = parseIPText(req.SourceAddress())
 	}
 	if m != nil {
-		// When the request wrote the address in its canonical form, the unmasked key part is
-		// those bytes, copied rather than printed (see walkKey).
 		// Field by field, not *m = ClientIPCache{...}, which builds the cache aside and copies
 		// it back with a typed memmove. The part's bytes are read only up to partLen.
 		m.valid, m.hops, m.ip, m.ok, m.text, m.partLen = true, trustedHops, ip, ok, text, 0
@@ -456,15 +412,13 @@ type ClientIPCache struct {
 }
 
 // Reset empties the cache for another request. Only its valid flag is cleared: ClientIP reads
-// nothing else before it has filled the cache for the request, and filling it sets every
-// other field that is read (text, partLen). Zeroing the whole cache, its 48-byte part
-// included, would be code of its own, with a call to clear it, on every request.
+// nothing else before it has filled the cache, which sets every other field that is read.
+// Zeroing the whole cache would be code of its own, with a call, on every request.
 func (m *ClientIPCache) Reset() { m.valid = false }
 
-// forwardedFor parses the client address when X-Forwarded-For is trusted: its trustedHops-th
-// entry from the right, as parseIPText reports it; ok is false when there is no such entry or
-// it is not an IP address (the source address is used). Out of line: most configurations
-// trust no hop.
+// forwardedFor parses the trustedHops-th entry from the right of X-Forwarded-For, as
+// parseIPText reports it; ok is false when there is no such entry or it is not an IP address
+// (out of line: most configurations trust no hop).
 func forwardedFor(req Request, trustedHops int) (ip netip.Addr, text string, ok bool) {
 	if xff, found := req.Header("x-forwarded-for"); found {
 		if entry, found := nthFromRight(xff, trustedHops); found {
@@ -518,7 +472,6 @@ func queryParams(path, name string) (first, last string, n int) {
 	return first, last, n
 }
 
-// unhex returns the value of a hex digit, or -1.
 func unhex(c byte) int {
 	switch {
 	case c >= '0' && c <= '9':

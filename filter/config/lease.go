@@ -29,7 +29,6 @@ const (
 	MaxLeaseTTL     = time.Minute
 )
 
-// leaseFields are the fields of a lease block.
 var leaseFields = []string{"batch", "ttl"}
 
 // lease parses a rule's lease block. It refuses the block for the algorithms where reserving
@@ -44,15 +43,7 @@ func (p *parser) lease(path string, n *node, r *Rule) *Lease {
 		return nil
 	}
 	l := &Lease{TTL: DefaultLeaseTTL}
-	valid := true
-	if bn, bpath := f.get("batch"); bn == nil {
-		p.add(bpath, "required")
-		valid = false
-	} else if v, ok := p.integer(bpath, bn, MinLeaseBatch, MaxLeaseBatch); ok {
-		l.Batch = v
-	} else {
-		valid = false
-	}
+	valid := need(p, f, "batch", "", MinLeaseBatch, MaxLeaseBatch, &l.Batch, p.integer)
 	valid = opt(f, "ttl", time.Millisecond, MaxLeaseTTL, &l.TTL, p.duration) && valid
 	a := r.Algorithm
 	switch {

@@ -1,6 +1,10 @@
 package config
 
-import "strings"
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
 
 // Request is what rules look at. The filter implements it over proxy-wasm calls, lazily
 // and with caching, so a rule that never looks at a header never costs a host call.
@@ -27,8 +31,7 @@ type Request interface {
 	// ClientIPCache returns where ClientIP keeps its result for this request, or nil to have
 	// it computed on every call. A request that returns a cache must empty it (Reset, or
 	// zero it) before it is used for another request. (A method rather than an optional
-	// interface because a type assertion to an interface is a lookup in the runtime's itab
-	// table on every call in a Wasm build, which has no per-call-site cache for it.)
+	// interface: a type assertion to an interface is an itab lookup on every call in Wasm.)
 	ClientIPCache() *ClientIPCache
 }
 
@@ -38,9 +41,9 @@ type Request interface {
 // stops there, unless that rule has Continue set, in which case later rules are evaluated
 // too (so a request can be counted per client IP and per tenant). A rule applies when all
 // its match conditions hold and every key part without a default is present in the
-// request: a rule that cannot build its key for a request is skipped,
-// and evaluation goes on, which lets a "per-tenant" rule fall through to a "per-IP" rule
-// for requests without a tenant.
+// request: a rule that cannot build its key for a request is skipped, and evaluation goes
+// on, which lets a "per-tenant" rule fall through to a "per-IP" rule for requests without a
+// tenant.
 //
 // Match does not allocate when dst has room and the rules use no regular expressions.
 func (c *Config) Match(req Request, dst []*Rule) []*Rule {
@@ -53,9 +56,8 @@ func (c *Config) Match(req Request, dst []*Rule) []*Rule {
 // allocate when dst and *skipped have room and the rules use no regular expressions.
 func (c *Config) MatchSkipped(req Request, dst []*Rule, skipped *[]*Rule) []*Rule {
 	for _, r := range c.Rules {
-		// The rule applies when its conditions hold and its key can be built (AppendKey would
-		// return ok). This is written here rather than in a function of its own, which a VM's
-		// first request would compile too (see filter/doc.go).
+		// The rule applies when its conditions hold and its key can be built (written here,
+		// not in a function that a VM's first request would compile too).
 		if r.Match.conditional() && !r.Match.matches(req) {
 			continue
 		}
@@ -65,8 +67,8 @@ func (c *Config) MatchSkipped(req Request, dst []*Rule, skipped *[]*Rule) []*Rul
 			}
 			continue
 		}
-		// Into dst's room (the filter's list has room for every rule), else by an append
-		// out of line (see filter/doc.go): an append's growth is code of its own.
+		// Into dst's room (the filter's list has room for every rule), else by an append out
+		// of line: an append's growth is code of its own.
 		if n := len(dst); n < cap(dst) {
 			dst = dst[:n+1]
 			dst[n] = r
@@ -80,17 +82,14 @@ func (c *Config) MatchSkipped(req Request, dst []*Rule, skipped *[]*Rule) []*Rul
 	return dst
 }
 
-// appendRule is Match's append for a list without room. Not inlined: the compiler would
-// write a copy of the append's growth path at both of Match's call sites, which a VM's first
-// request compiles.
+// appendRule is Match's append for a list without room, not inlined: the compiler would write
+// the append's growth path at both of Match's call sites, which a VM's first request compiles.
 //
 //go:noinline
-func appendRule(dst []*Rule, r *Rule) []*Rule {
-	return append(dst, r)
-}
+func appendRule(dst []*Rule, r *Rule) []*Rule { return append(dst, r) }
 
 // conditional reports whether the match has any condition. Most rules have none: asking
-// first keeps Match.matches out of a VM's first request for them (see filter/doc.go).
+// first keeps Match.matches out of a VM's first request for them.
 func (m *Match) conditional() bool {
 	return len(m.Routes) > 0 || len(m.Methods) > 0 || m.Path != nil || len(m.VirtualHosts) > 0 ||
 		len(m.Headers) > 0
@@ -122,35 +121,29 @@ func (m *Match) matches(req Request) bool {
 // matches compares a path that has no query string. Paths are compared as Envoy hands them
 // over: no decoding or normalisation is done here, so enable Envoy's normalize_path and
 // merge_slashes if clients might write /api//login or /api/%6Cogin.
-func (pm *PathMatch) matches(path string) bool {
-	switch pm.Kind {
-	case MatchExact:
-		return path == pm.Value
-	case MatchPrefix:
-		return strings.HasPrefix(path, pm.Value)
-	case MatchRegex:
-		return pm.re.MatchString(path)
-	}
-	return false
-}
+func (pm *PathMatch) matches(path string) bool { return compare(pm.Kind, path, pm.Value, pm.re) }
 
 // matches evaluates the header condition against req, including Invert.
 func (hm *HeaderMatch) matches(req Request) bool {
 	v, ok := req.Header(hm.Name)
-	var res bool
-	switch hm.Kind {
-	case MatchPresent:
-		res = ok
-	case MatchAbsent:
-		res = !ok
-	case MatchExact:
-		res = ok && v == hm.Value
-	case MatchPrefix:
-		res = ok && strings.HasPrefix(v, hm.Value)
-	case MatchRegex:
-		res = ok && hm.re.MatchString(v)
+	if hm.Kind == MatchPresent || hm.Kind == MatchAbsent {
+		return (ok == (hm.Kind == MatchPresent)) != hm.Invert
 	}
-	return res != hm.Invert
+	return (ok && compare(hm.Kind, v, hm.Value, hm.re)) != hm.Invert
+}
+
+// compare reports whether s is value (MatchExact), starts with it (MatchPrefix) or matches
+// re (MatchRegex).
+func compare(kind StringMatchKind, s, value string, re *regexp.Regexp) bool {
+	switch kind {
+	case MatchExact:
+		return s == value
+	case MatchPrefix:
+		return strings.HasPrefix(s, value)
+	case MatchRegex:
+		return re.MatchString(s)
+	}
+	return false
 }
 
 // pathOnly strips the query string (and a fragment, should one ever arrive), so that a
@@ -162,9 +155,8 @@ func pathOnly(p string) string {
 	return p
 }
 
-// stringSet is an any-of set of exact strings. Short lists are scanned, which beats
-// hashing for the handful of routes a rule usually names; long lists use a map. Neither
-// allocates on lookup.
+// stringSet is an any-of set of exact strings. Short lists are scanned, which beats hashing
+// for the handful of routes a rule usually names; long lists use a map.
 type stringSet struct {
 	list []string
 	m    map[string]struct{}
@@ -181,16 +173,10 @@ func newStringSet(list []string) stringSet {
 	return s
 }
 
-// has reports whether x is in the set.
 func (s *stringSet) has(x string) bool {
 	if s.m != nil {
 		_, ok := s.m[x]
 		return ok
 	}
-	for _, y := range s.list {
-		if x == y {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s.list, x)
 }

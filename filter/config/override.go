@@ -26,10 +26,8 @@ var overrideFields = []string{"part", "exact", "prefix", "limit", "window", "bur
 // parameter change (package algorithms, "Configuration changes"), so adding, removing or
 // re-spelling an override never grants a key allowance.
 type Override struct {
-	// Part is the index in the rule's Key of the part whose value is compared.
-	Part int
-	// Value is the exact value, or the prefix when Prefix is set.
-	Value  string
+	Part   int    // the index in the rule's Key of the part whose value is compared
+	Value  string // the exact value, or the prefix when Prefix is set
 	Prefix bool
 	// Unlimited overrides are never limited: the rule does not apply to their requests (they
 	// count as allowed and get no rate-limit headers).
@@ -91,8 +89,8 @@ func keyPartValue(key []byte, i int) ([]byte, bool) {
 	return nil, false
 }
 
-// overrides reads a rule's overrides. It runs after the rule's algorithm is read, since an
-// override is the rule's algorithm with other parameters.
+// overrides reads a rule's overrides, after its algorithm: an override is the rule's
+// algorithm with other parameters.
 func (p *parser) overrides(path string, n *node, r *Rule) {
 	elems, ok := p.array(path, n, 1, MaxOverrides)
 	if !ok {
@@ -111,16 +109,16 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 	case r.Limiter == nil:
 		return // the rule's own parameters are invalid and already reported
 	}
-	seen := map[string]string{}
+	seen := map[string]string{} // the path of each tag
 	var out []Override
 	for i, e := range elems {
 		epath := joinIndex(path, i)
 		if o, ok := p.override(epath, e, r); ok {
-			if prev, dup := seen[o.Tag+"|"+strconv.Itoa(o.Part)]; dup {
+			if prev, dup := seen[o.Tag]; dup {
 				p.add(epath, "duplicate of "+prev)
 				continue
 			}
-			seen[o.Tag+"|"+strconv.Itoa(o.Part)] = epath
+			seen[o.Tag] = epath
 			out = append(out, o)
 		}
 	}
@@ -128,12 +126,11 @@ func (p *parser) overrides(path string, n *node, r *Rule) {
 	r.Overrides = out
 }
 
-// sortPrefixesLongestFirst orders the prefix overrides longest first, so that OverrideFor's
-// first matching prefix is the longest, within the positions the prefixes hold: the exact
-// overrides keep theirs (OverrideFor compares every exact one whatever its place) and equal
-// lengths keep the configured order. Sorting the whole list with a comparator that calls an
-// exact override equal to every prefix is not enough: an exact override between two prefixes
-// would stop a longer prefix from moving ahead of a shorter one.
+// sortPrefixesLongestFirst orders the prefix overrides longest first (equal lengths in the
+// configured order) within the positions the prefixes hold, so that OverrideFor's first
+// matching prefix is the longest; the exact overrides keep their places. (A comparator that
+// calls an exact override equal to every prefix would let one between two prefixes stop the
+// longer from moving ahead.)
 func sortPrefixesLongestFirst(out []Override) {
 	var at []int // the positions of the prefixes
 	var prefixes []Override
@@ -143,18 +140,11 @@ func sortPrefixesLongestFirst(out []Override) {
 			prefixes = append(prefixes, out[i])
 		}
 	}
-	sort.Stable(longestFirst(prefixes))
+	sort.Stable(byLess[Override]{prefixes, func(a, b Override) bool { return len(a.Value) > len(b.Value) }})
 	for k, i := range at {
 		out[i] = prefixes[k]
 	}
 }
-
-// longestFirst orders overrides by the length of their value, longest first.
-type longestFirst []Override
-
-func (o longestFirst) Len() int           { return len(o) }
-func (o longestFirst) Less(i, j int) bool { return len(o[i].Value) > len(o[j].Value) }
-func (o longestFirst) Swap(i, j int)      { o[i], o[j] = o[j], o[i] }
 
 // override reads one override.
 func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
@@ -190,50 +180,36 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		valid = valid && ok
 	}
 	ac := &o.Algorithm
-	limitSet := false
+	spec, _ := algorithms.SpecOf(ac.Algorithm)
+	set := false // a limit, window or burst is set
 	for _, field := range []string{"limit", "window", "burst"} {
 		fn, fpath := f.get(field)
-		if fn == nil {
+		switch {
+		case fn == nil:
 			continue
-		}
-		if o.Unlimited {
+		case o.Unlimited:
 			p.add(fpath, `not used with "unlimited": true`)
 			valid = false
-			continue
+		case field == "window":
+			valid = opt(f, field, algorithms.MinWindow, algorithms.MaxWindow, &ac.Window, p.duration) && valid
+		case field == "burst" && !spec.Accepts(algorithms.FieldBurst):
+			p.add(fpath, "not used by "+ac.Algorithm)
+			valid = false
+		case field == "burst":
+			valid = opt(f, field, 1, algorithms.LimitCeiling, &ac.Burst, p.integer) && valid
+		default:
+			valid = opt(f, field, 1, algorithms.LimitCeiling, &ac.Limit, p.integer) && valid
 		}
-		switch field {
-		case "limit":
-			if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
-				ac.Limit, limitSet = v, true
-			} else {
-				valid = false
-			}
-		case "window":
-			if d, ok := p.duration(fpath, fn, algorithms.MinWindow, algorithms.MaxWindow); ok {
-				ac.Window, limitSet = d, true
-			} else {
-				valid = false
-			}
-		case "burst":
-			spec, _ := algorithms.SpecOf(ac.Algorithm)
-			if !spec.Accepts(algorithms.FieldBurst) {
-				p.add(fpath, "not used by "+ac.Algorithm)
-				valid = false
-			} else if v, ok := p.integer(fpath, fn, 1, algorithms.LimitCeiling); ok {
-				ac.Burst, limitSet = v, true
-			} else {
-				valid = false
-			}
-		}
+		set = true
 	}
-	if !o.Unlimited && !limitSet && valid {
+	if !o.Unlimited && !set && valid {
 		p.add(path, `needs "limit", "window" or "burst", or "unlimited": true`)
 		valid = false
 	}
 	if !valid {
 		return o, false
 	}
-	if bn, _ := f.get("burst"); bn == nil {
+	if !f.has("burst") {
 		// An override's burst defaults to its own limit, as a rule's does: the rule's burst
 		// was sized for the rule's limit.
 		ac.Burst = 0
@@ -243,8 +219,7 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		tag = "!^"
 	}
 	if o.Part > 0 {
-		// Overrides of different key parts with the same value are different overrides.
-		tag += strconv.Itoa(o.Part) + "|"
+		tag += strconv.Itoa(o.Part) + "|" // a part's length prefix ends in ':', not '|'
 	}
 	o.Tag = string(appendPart([]byte(tag), o.Value))
 	if o.Unlimited {

@@ -24,7 +24,6 @@ import (
 // Errors for a field are not reported again as consequences elsewhere when that can be
 // avoided, and no partially valid Config is ever returned.
 func Parse(data []byte) (*Config, error) {
-	// The whole document's checks are out of line (see filter/doc.go).
 	if len(data) > MaxConfigBytes || !hasPrintableASCII(data) {
 		if err := checkDocument(data); err != nil {
 			return nil, err
@@ -42,8 +41,8 @@ func Parse(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// checkDocument returns the problem of a document that is too large or empty (only white
-// space), or nil.
+// checkDocument returns the problem of a document that is too large or only white space, or
+// nil (out of line).
 func checkDocument(data []byte) error {
 	var p parser
 	if len(data) > MaxConfigBytes {
@@ -62,16 +61,14 @@ func (p *parser) duplicateKey(path, key string) {
 	p.add(path, "duplicate key")
 }
 
-// invalidJSON returns the problems found so far with decodeTree's error err last, at its
-// path (out of line, see filter/doc.go).
-func (p *parser) invalidJSON(err *jsonError) error {
+// invalidJSON returns the problems found so far with decodeTree's error last (out of line).
+func (p *parser) invalidJSON(err *Error) error {
 	p.add(err.Path, err.Msg)
 	return p.result()
 }
 
-// hasPrintableASCII reports whether data holds a printable ASCII byte, which no white space
-// is: such a config is not empty, and Parse need not run bytes.TrimSpace (code that V8 in
-// Envoy would compile in every VM's configure for this alone) to know it.
+// hasPrintableASCII reports whether data holds a printable ASCII byte: such a config is not
+// empty, and Parse need not compile bytes.TrimSpace in every VM's configure to know it.
 func hasPrintableASCII(data []byte) bool {
 	for _, c := range data {
 		if c > ' ' && c < 0x7f {
@@ -113,8 +110,7 @@ func (p *parser) config(root *node) *Config {
 		NearLimitRatio:   DefaultNearLimitRatio,
 	}
 	c.Deny = defaultDeny()
-	// A configuration of rules alone (the common minimal one) skips the top-level options,
-	// out of line (see filter/doc.go).
+	// A configuration of rules alone (the common one) skips the top-level options.
 	if len(root.members) != 1 || root.members[0].key != "rules" {
 		p.options(f, c)
 	}
@@ -156,9 +152,8 @@ func (p *parser) config(root *node) *Config {
 	return c
 }
 
-// duplicateName reports the name of the rule at rpath when rules[prev] has the same name
-// (prevName), or one that reads the same in a flat metric name (out of line, as every message
-// that formats its values).
+// duplicateName reports the name of the rule at rpath that rules[prev]'s name prevName
+// repeats, or reads the same as in a flat metric name (out of line).
 func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 	if prevName == name {
 		p.add(rpath+".name", "duplicate of rules["+strconv.Itoa(prev)+"].name "+strconv.Quote(name))
@@ -169,21 +164,17 @@ func (p *parser) duplicateName(rpath, name string, prev int, prevName string) {
 }
 
 // redisRequired reports the missing redis section that rules[first], a global rule, needs
-// (out of line like duplicateName).
+// (out of line).
 func (p *parser) redisRequired(first int) {
 	p.add("redis", "required because rules["+strconv.Itoa(first)+`] has scope "global"`)
 }
 
-func (p *parser) headersMode(path string, n *node) (HeadersMode, bool) {
-	s, ok := p.enum(path, n, "draft", "legacy", "both", "none")
-	return HeadersMode(s), ok
-}
+var headersModes = []string{string(HeadersDraft), string(HeadersLegacy), string(HeadersBoth), string(HeadersNone)}
 
-var redisFields = []string{"cluster", "authority", "timeout", "key_prefix", "partitions", "failure_mode", "breaker"}
-
-// The fields of the other objects of the configuration, each list the one the parser reads
-// the object with (and TestSchemaMatchesParser compares with schema.json).
+// The fields of the configuration's objects, as the parser reads them (TestSchemaMatchesParser
+// compares them with schema.json).
 var (
+	redisFields       = []string{"cluster", "authority", "timeout", "key_prefix", "partitions", "failure_mode", "breaker"}
 	breakerFields     = []string{"failures", "cooldown"}
 	adaptiveFields    = []string{"min_limit", "max_limit", "target_latency", "error_threshold", "interval"}
 	costFields        = []string{"header", "default", "max"}
@@ -208,39 +199,22 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	if cn, cpath := f.get("cluster"); cn == nil {
 		p.add(cpath, "required")
-	} else if s, ok := p.str(cpath, cn, 255); ok {
-		if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t") {
-			p.add(cpath, quote(s)+" is not a valid cluster name")
-		} else {
-			r.Cluster = s
-		}
+	} else {
+		p.pattern(cpath, cn, 255, &r.Cluster, func(s string) bool { return isHostText(s, " \t") }, " is not a valid cluster name")
 	}
 	r.Authority = r.Cluster
 	if an, apath := f.get("authority"); an != nil {
-		if s, ok := p.str(apath, an, 255); ok {
-			if s == "" || !isFieldValue(s) || strings.ContainsAny(s, " \t/?#@") {
-				p.add(apath, quote(s)+" is not a valid authority (want host or host:port)")
-			} else {
-				r.Authority = s
-			}
-		}
+		p.pattern(apath, an, 255, &r.Authority, func(s string) bool { return isHostText(s, " \t/?#@") }, " is not a valid authority (want host or host:port)")
 	}
 	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
+	// Braces let a Redis Cluster hash tag ("{rl}") pin every key to one slot, which the
+	// multi-key scripts need.
 	if kn, kpath := f.get("key_prefix"); kn != nil {
-		if s, ok := p.str(kpath, kn, maxStringLen); ok {
-			if isKeyPrefix(s) {
-				r.KeyPrefix = s
-			} else {
-				p.add(kpath, quote(s)+" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
-			}
-		}
+		p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix, func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") },
+			" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
 	}
 	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
-	if fn, fpath := f.get("failure_mode"); fn != nil {
-		if s, ok := p.enum(fpath, fn, "allow", "deny", "local"); ok {
-			r.FailureMode = RedisFailureMode(s)
-		}
-	}
+	optEnum(p, f, "failure_mode", &r.FailureMode, "allow", "deny", "local")
 	if bn, bpath := f.get("breaker"); bn != nil {
 		if bf, ok := p.object(bpath, bn, breakerFields...); ok {
 			opt(bf, "failures", 1, 1000, &r.Breaker.Failures, p.intField)
@@ -250,19 +224,10 @@ func (p *parser) redis(path string, n *node) *Redis {
 	return r
 }
 
-// isKeyPrefix allows braces so that a Redis Cluster hash tag ("{rl}") can pin every key to
-// one slot, which the multi-key scripts need.
-func isKeyPrefix(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:{}-", c) >= 0) {
-			return false
-		}
-	}
-	return true
+// isHostText reports whether s may name a cluster or authority: not empty, no control
+// characters and none of bad.
+func isHostText(s, bad string) bool {
+	return s != "" && isFieldValue(s) && !strings.ContainsAny(s, bad)
 }
 
 var ruleFields = []string{
@@ -271,41 +236,22 @@ var ruleFields = []string{
 	"rate_limit_headers", "lease", "enforce_percent", "near_limit_ratio",
 }
 
-// options parses the configuration's top-level fields other than "rules" into c (see
-// config, which calls it only when there are any).
+// options reads the top-level fields other than "rules" into c (out of line).
 func (p *parser) options(f fields, c *Config) {
 	if n, path := f.get("$schema"); n != nil {
 		// Editors use "$schema" to find schema.json; the filter only checks its type.
 		p.str(path, n, maxStringLen)
 	}
 	if n, path := f.get("domain"); n != nil {
-		if s, ok := p.str(path, n, maxStringLen); ok {
-			if isName(s) {
-				c.Domain = s
-			} else {
-				p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
-			}
-		}
+		p.pattern(path, n, maxStringLen, &c.Domain, isName, nameMismatch)
 	}
-	if n, path := f.get("failure_mode"); n != nil {
-		if s, ok := p.enum(path, n, "allow", "deny"); ok {
-			c.FailureMode = FailureMode(s)
-		}
-	}
+	optEnum(p, f, "failure_mode", &c.FailureMode, "allow", "deny")
 	opt(f, "cas_attempts", 1, 64, &c.CASAttempts, p.intField)
-	if n, path := f.get("rate_limit_headers"); n != nil {
-		if s, ok := p.headersMode(path, n); ok {
-			c.RateLimitHeaders = s
-		}
-	}
+	optEnum(p, f, "rate_limit_headers", &c.RateLimitHeaders, headersModes...)
 	opt(f, "trusted_hops", 0, 16, &c.TrustedHops, p.intField)
 	opt(f, "max_keys", 1, MaxKeysPerRule, &c.MaxKeys, p.intField)
 	opt(f, "max_key_bytes", MinKeyBytes, MaxKeyBytes, &c.MaxKeyBytes, p.intField)
-	if n, path := f.get("deny"); n != nil {
-		if d := p.deny(path, n, c.Deny); d != nil {
-			c.Deny = d
-		}
-	}
+	p.deny(f, &c.Deny)
 	if n, path := f.get("redis"); n != nil {
 		c.Redis = p.redis(path, n)
 	}
@@ -328,8 +274,7 @@ var algorithmNames = func() []string {
 // checkName reports the name of the rule at rpath when an earlier rule of rules has the same
 // name, or one that reads the same in a flat metric name. Metric labels keep rule names apart,
 // but a Prometheus that reads Envoy's stats without its tag extraction sees flat names, where
-// '.', '-' and '_' are one character: two such names would share their metrics. The earlier
-// rules are searched linearly (at most MaxRules, comparing without allocating), out of line.
+// '.', '-' and '_' are one character: two such names would share their metrics (out of line).
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
 		if prev.Name != "" && sameFlat(prev.Name, name) {
@@ -339,32 +284,25 @@ func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	}
 }
 
-// sameFlat reports whether rule names a and b are the same as a Prometheus that reads Envoy's
-// stats without tag extraction sees them in a metric name, where '.' and '-' become '_'. Rule
-// names are ASCII (see isName), so comparing bytes does what comparing strings.Map's results
-// would.
+// sameFlat reports whether rule names a and b (ASCII, see isName) are the same once '.' and
+// '-' become '_', as in a flat metric name.
 func sameFlat(a, b string) bool {
-	if len(a) != len(b) {
-		return false
+	flat := func(c byte) byte {
+		if c == '.' || c == '-' {
+			return '_'
+		}
+		return c
 	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x == '.' || x == '-' {
-			x = '_'
-		}
-		if y == '.' || y == '-' {
-			y = '_'
-		}
-		if x != y {
+	for i := 0; i < len(a) && len(a) == len(b); i++ {
+		if flat(a[i]) != flat(b[i]) {
 			return false
 		}
 	}
-	return true
+	return len(a) == len(b)
 }
 
 // ruleOptionFields are the rule's fields other than its name, key, continue and algorithm
-// (with the algorithm's parameters): the rule's optional behaviour. A rule that sets none of
-// them, the common case, skips their readers (see rule).
+// with its parameters. A rule that sets none of them, the common case, skips their readers.
 var ruleOptionFields = []string{
 	"description", "match", "cost", "shadow", "shadow_headers", "shadow_request_header",
 	"max_keys", "rate_limit_headers", "deny", "overrides", "lease", "enforce_percent", "near_limit_ratio",
@@ -377,7 +315,7 @@ var algorithmOptionFields = []string{"burst", "variant", "mode", "max_delay", "s
 // hasAny reports whether object n has a member named in names.
 func hasAny(n *node, names []string) bool {
 	for _, m := range n.members {
-		if contains(names, m.key) {
+		if slices.Contains(names, m.key) {
 			return true
 		}
 	}
@@ -386,11 +324,8 @@ func hasAny(n *node, names []string) bool {
 
 // rule parses one rule. It returns nil only when the rule is not an object; otherwise it
 // returns the rule even with problems, so that later checks (duplicate names, redis) still
-// run on what could be read.
-//
-// The optional fields (ruleOptionFields) are read by functions of their own, called only when
-// the rule sets one of them (see filter/doc.go), in one fixed order, so that problems are
-// reported in the same order whichever fields are set.
+// run on what could be read. The optional fields (ruleOptionFields) are read out of line, only
+// when the rule sets one of them, in one fixed order whichever fields are set.
 func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	f, ok := p.object(path, n, ruleFields...)
 	if !ok {
@@ -430,7 +365,7 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 		r.Continue, _ = p.boolean(bpath, bn)
 	}
 	if options {
-		p.ruleResponse(f, r, c)
+		p.ruleResponse(f, r)
 	}
 	p.algorithm(path, f, r)
 	if options {
@@ -439,17 +374,18 @@ func (p *parser) rule(path string, n *node, c *Config) *Rule {
 	return r
 }
 
+// nameMismatch is the message for an invalid rule name or domain, after the name.
+const nameMismatch = " must match ^[A-Za-z0-9_.-]{1,64}$"
+
 // badName reports s, at path, as no valid name (out of line).
 func (p *parser) badName(path, s string) {
-	p.add(path, quote(s)+" must match ^[A-Za-z0-9_.-]{1,64}$")
+	p.add(path, quote(s)+nameMismatch)
 }
 
 // ruleConditions reads the rule's description and match into r (see rule).
 func (p *parser) ruleConditions(f fields, r *Rule) {
 	if dn, dpath := f.get("description"); dn != nil {
-		if s, ok := p.str(dpath, dn, maxStringLen); ok {
-			r.Description = s
-		}
+		r.Description, _ = p.str(dpath, dn, maxStringLen)
 	}
 	if mn, mpath := f.get("match"); mn != nil {
 		p.match(mpath, mn, &r.Match)
@@ -475,18 +411,10 @@ func (p *parser) ruleCostShadow(f fields, r *Rule) {
 }
 
 // ruleResponse reads the rule's max_keys, rate_limit_headers and deny into r (see rule).
-func (p *parser) ruleResponse(f fields, r *Rule, c *Config) {
+func (p *parser) ruleResponse(f fields, r *Rule) {
 	opt(f, "max_keys", 1, MaxKeysPerRule, &r.MaxKeys, p.intField)
-	if vn, vpath := f.get("rate_limit_headers"); vn != nil {
-		if m, ok := p.headersMode(vpath, vn); ok {
-			r.RateLimitHeaders = m
-		}
-	}
-	if dn, dpath := f.get("deny"); dn != nil {
-		if d := p.deny(dpath, dn, c.Deny); d != nil {
-			r.Deny = d
-		}
-	}
+	optEnum(p, f, "rate_limit_headers", &r.RateLimitHeaders, headersModes...)
+	p.deny(f, &r.Deny)
 }
 
 // ruleAttachments reads the rule's overrides and lease into r, after its algorithm, which
@@ -518,9 +446,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	// Which optional fields go with which algorithm is package algorithms' to say, once.
 	spec, _ := algorithms.SpecOf(alg)
 	valid := true // false once a parameter is bad, so that algorithms.New does not pile on
-
-	// The fields most rules do not set (algorithmOptionFields) are read out of line, only
-	// when set or needed by the algorithm (see filter/doc.go).
+	// The fields most rules do not set are read out of line, only when set.
 	options := hasAny(f.n, algorithmOptionFields)
 	if wn, wpath := f.get("window"); wn == nil {
 		p.add(wpath, "required")
@@ -572,15 +498,14 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	}
 }
 
-// addAt records a problem at path's relative path fpath (such as "adaptive.interval"), out
-// of algorithm's line.
+// addAt records a problem at path's relative path fpath, such as "adaptive.interval" (out of
+// line).
 func (p *parser) addAt(path, fpath, msg string) {
 	p.add(path+"."+fpath, msg)
 }
 
-// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r
-// (called when the rule sets one of algorithmOptionFields; see algorithm), and reports
-// whether they are valid. A field that the algorithm does not use is a problem.
+// algorithmOptions reads the algorithm's burst, variant, mode, max_delay and scope into r,
+// and reports whether they are valid (out of line).
 func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool {
 	ac := &r.Algorithm
 	alg := ac.Algorithm
@@ -611,9 +536,9 @@ func (p *parser) algorithmOptions(f fields, r *Rule, spec algorithms.Spec) bool 
 	return valid
 }
 
-// notFor reports a field that the rule's algorithm (or mode) does not use, and whether it
-// did: accepting and ignoring it would let a config look like it says something it does not.
-// why names the algorithm or mode.
+// notFor reports the field when it is set, as not used by why (an algorithm, a mode, a key
+// source), and whether it was set: accepting and ignoring it would let a config look like it
+// says something it does not.
 func (p *parser) notFor(f fields, field, why string) bool {
 	fn, fpath := f.get(field)
 	if fn == nil {
@@ -623,21 +548,17 @@ func (p *parser) notFor(f fields, field, why string) bool {
 	return true
 }
 
-// variant reads the sliding window's variant into ac, and reports whether it is valid.
+// variant reads the sliding window's variant into ac, and reports whether it is valid (out
+// of line).
+//
+//go:noinline
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
-	if vn, vpath := f.get("variant"); vn != nil {
-		v, ok := p.enum(vpath, vn, algorithms.VariantCounter, algorithms.VariantLog)
-		if !ok {
-			return false
-		}
-		ac.Variant = v
-	}
-	return true
+	return optEnum(p, f, "variant", &ac.Variant, algorithms.VariantCounter, algorithms.VariantLog)
 }
 
-// mode reads the rule's mode and, for a shaping rule, max_delay into r (called when either
-// is set; without them the rule meters), and reports whether they are valid.
+// mode reads the rule's mode and, for a shaping rule, max_delay into r, and reports whether
+// they are valid (called when either is set; without them the rule meters).
 func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 	valid := true
 	ac := &r.Algorithm
@@ -653,14 +574,8 @@ func (p *parser) mode(f fields, r *Rule, spec algorithms.Spec) bool {
 		}
 	}
 	if r.Mode == ModeShape {
-		if dn, dpath := f.get("max_delay"); dn == nil {
-			p.add(dpath, `required when mode is "shape"`)
-			valid = false
-		} else if d, ok := p.duration(dpath, dn, time.Millisecond, maxShapingDelay); ok {
-			ac.MaxDelay = d // a non-zero MaxDelay is what turns the leaky bucket into a shaper
-		} else {
-			valid = false
-		}
+		// A non-zero MaxDelay is what turns the leaky bucket into a shaper.
+		valid = need(p, f, "max_delay", ` when mode is "shape"`, time.Millisecond, maxShapingDelay, &ac.MaxDelay, p.duration) && valid
 	} else if p.notFor(f, "max_delay", `mode "meter" (max_delay needs mode "shape")`) {
 		valid = false
 	}
@@ -711,22 +626,8 @@ func (p *parser) adaptive(path string, n *node, ac *algorithms.Config) bool {
 	}
 	ac.ErrorThreshold = defaultErrorThreshold
 	ac.AdjustInterval = defaultAdaptiveInterval
-	valid := true
-	for _, field := range []string{"min_limit", "max_limit"} {
-		n, fpath := f.get(field)
-		if n == nil {
-			p.add(fpath, "required")
-			valid = false
-			continue
-		}
-		v, ok := p.integer(fpath, n, 1, algorithms.LimitCeiling)
-		valid = valid && ok
-		if field == "min_limit" {
-			ac.MinLimit = v
-		} else {
-			ac.MaxLimit = v
-		}
-	}
+	valid := need(p, f, "min_limit", "", 1, algorithms.LimitCeiling, &ac.MinLimit, p.integer)
+	valid = need(p, f, "max_limit", "", 1, algorithms.LimitCeiling, &ac.MaxLimit, p.integer) && valid
 	valid = opt(f, "target_latency", time.Millisecond, 60*time.Second, &ac.TargetLatency, p.duration) && valid
 	valid = opt(f, "error_threshold", 0, 1, &ac.ErrorThreshold, p.float) && valid
 	valid = opt(f, "interval", 100*time.Millisecond, time.Hour, &ac.AdjustInterval, p.duration) && valid
@@ -751,7 +652,7 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 		p.add(path, "want an integer or an object {header, default, max} or {reserve, usage, max, on_missing}, got "+n.describe())
 		return CostSpec{}, false
 	}
-	if isUsageCost(n) {
+	if n.lookup("reserve") != nil || n.lookup("usage") != nil { // a usage cost, not a cost header
 		return p.usageCost(path, n)
 	}
 	f, _ := p.object(path, n, costFields...)
@@ -765,30 +666,17 @@ func (p *parser) cost(path string, n *node) (CostSpec, bool) {
 	} else {
 		valid = false
 	}
-	if mn, mpath := f.get("max"); mn == nil {
-		p.add(mpath, "required: it bounds what one request can cost and is charged for invalid values")
+	valid = need(p, f, "max", ": it bounds what one request can cost and is charged for invalid values", 1, maxCost, &cs.Max, p.integer) && valid
+	if !opt(f, "default", 1, maxCost, &cs.Default, p.integer) {
 		valid = false
-	} else if v, ok := p.integer(mpath, mn, 1, maxCost); ok {
-		cs.Max = v
-	} else {
+	} else if cs.Max > 0 && cs.Default > cs.Max { // not the default 1: max is at least 1
+		p.add(joinKey(path, "default"), "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(cs.Default, 10))
 		valid = false
-	}
-	if dn, dpath := f.get("default"); dn != nil {
-		if v, ok := p.integer(dpath, dn, 1, maxCost); ok {
-			cs.Default = v
-			if cs.Max > 0 && v > cs.Max {
-				p.add(dpath, "must be <= max ("+strconv.FormatInt(cs.Max, 10)+"), got "+strconv.FormatInt(v, 10))
-				valid = false
-			}
-		} else {
-			valid = false
-		}
-	} else if cs.Max > 0 && cs.Default > cs.Max {
-		cs.Default = cs.Max
 	}
 	return cs, valid
 }
 
+// keySources lists the key sources in the order of their kinds (see kindOf).
 var keySources = []string{
 	string(SourceClientIP), string(SourceHeader), string(SourceQuery), string(SourcePath),
 	string(SourceMethod), string(SourceRoute), string(SourceConst),
@@ -797,21 +685,14 @@ var keySources = []string{
 // constValue reads the value of a key part of source "const" into kp, and reports whether it
 // is valid; a const part has no default (out of line).
 func (p *parser) constValue(f fields, kp *KeyPart) bool {
-	valid := true
 	vn, vpath := f.get("value")
-	if vn == nil {
+	valid := vn != nil
+	if !valid {
 		p.add(vpath, `required for source "const"`)
-		valid = false
 	} else {
-		var ok bool
-		kp.Value, ok = p.str(vpath, vn, maxStringLen)
-		valid = ok
+		kp.Value, valid = p.str(vpath, vn, maxStringLen)
 	}
-	if dn, dpath := f.get("default"); dn != nil {
-		p.add(dpath, `not used by source "const": a constant is never missing`)
-		valid = false
-	}
-	return valid
+	return !p.notFor(f, "default", `source "const": a constant is never missing`) && valid
 }
 
 // requiredFor reports the missing name of a key part of source s at path (out of line).
@@ -822,25 +703,18 @@ func (p *parser) requiredFor(path, s string) {
 // queryName reads the name of a query parameter, at path, which must not be empty.
 func (p *parser) queryName(path string, n *node) (string, bool) {
 	name, ok := p.str(path, n, 256)
-	if !ok {
-		return "", false
-	}
-	if name == "" {
+	if ok && name == "" {
 		p.add(path, "must not be empty")
-		return "", false
+		ok = false
 	}
-	return name, true
+	return name, ok
 }
 
-// unusedBy reports the key part's field when it is set, as not used by source s, and
-// whether it was set.
+// unusedBy is notFor for a key part's field that source s does not read (out of line).
+//
+//go:noinline
 func (p *parser) unusedBy(f fields, field, s string) bool {
-	fn, fpath := f.get(field)
-	if fn == nil {
-		return false
-	}
-	p.add(fpath, "not used by source "+strconv.Quote(s))
-	return true
+	return p.notFor(f, field, "source "+strconv.Quote(s))
 }
 
 // The fields a key part of each source reads (see keyPartUses).
@@ -851,8 +725,8 @@ var (
 	otherPartFields    = []string{"source", "default"}
 )
 
-// keyPartUses returns the fields that keyPart reads for a key part of source kind k;
-// keyPart reports any other it finds as not used by the source (TestKeyPartUses).
+// keyPartUses returns the fields that keyPart reads for a key part of source kind k
+// (TestKeyPartUses).
 func keyPartUses(k sourceKind) []string {
 	switch k {
 	case kindClientIP:
@@ -868,7 +742,7 @@ func keyPartUses(k sourceKind) []string {
 // onlyMembers reports whether every member of object n is named in names.
 func onlyMembers(n *node, names []string) bool {
 	for _, m := range n.members {
-		if !contains(names, m.key) {
+		if !slices.Contains(names, m.key) {
 			return false
 		}
 	}
@@ -906,10 +780,9 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	kp.Source = Source(s)
 	valid := true
-	// The branches below switch on the source's kind, an integer, not on Source: each string
-	// comparison is a call in the Wasm module. A key part that sets only fields its source
-	// reads (the common case) skips the checks for the others, and so the compile of unusedBy
-	// (see filter/doc.go).
+	// The branches below switch on the source's kind, an integer: each string comparison is a
+	// call in the Wasm module. A key part that sets only fields its source reads (the common
+	// case) skips the checks for the others.
 	kind := kindOf(kp.Source)
 	strict := !onlyMembers(n, keyPartUses(kind))
 	named := kind == kindHeader || kind == kindQuery
@@ -962,7 +835,7 @@ func (p *parser) keyPart(path string, n *node) (KeyPart, bool) {
 	}
 	if strict {
 		for _, field := range []string{"name", "value", "on_duplicate", "ipv4_prefix", "ipv6_prefix"} {
-			if !contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
+			if !slices.Contains(keyPartUses(kind), field) && p.unusedBy(f, field, s) {
 				valid = false
 			}
 		}
@@ -998,12 +871,10 @@ func (p *parser) match(path string, n *node, m *Match) {
 		m.methods = newStringSet(methods)
 	}
 	if hn, hpath := f.get("headers"); hn != nil {
-		elems, ok := p.array(hpath, hn, 1, MaxHeaderConds)
-		if ok {
-			for i, e := range elems {
-				if hm, ok := p.headerMatch(joinIndex(hpath, i), e); ok {
-					m.Headers = append(m.Headers, hm)
-				}
+		elems, _ := p.array(hpath, hn, 1, MaxHeaderConds)
+		for i, e := range elems {
+			if hm, ok := p.headerMatch(joinIndex(hpath, i), e); ok {
+				m.Headers = append(m.Headers, hm)
 			}
 		}
 	}
@@ -1036,9 +907,8 @@ func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 		p.tooLong(path, len(src), maxRegexLen)
 		return nil, false
 	}
-	// Parse the source alone first so that a syntax error quotes what the user wrote,
-	// not our anchoring wrapper. Parsing does not compile, so it is cheap whatever the
-	// program size; the size is checked before anything is compiled.
+	// Parse the source alone first so that a syntax error quotes what the user wrote, not our
+	// anchoring wrapper; the program's size is checked before anything is compiled.
 	if _, err := syntax.Parse(src, syntax.Perl); err != nil {
 		p.add(path, err.Error())
 		return nil, false
@@ -1055,12 +925,15 @@ func (p *parser) compileRegex(path, src string) (*regexp.Regexp, bool) {
 	return re, true
 }
 
-// onlyOne finds which one of the given fields an object sets, reporting none or several.
-func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node, string, bool) {
+// onlyOne finds which one of the given fields an object sets, reporting none or several; it
+// returns the field's index in names.
+func (p *parser) onlyOne(path string, f fields, names ...string) (int, *node, string, bool) {
 	var set []string
-	for _, name := range names {
+	which := 0
+	for i, name := range names {
 		if f.has(name) {
 			set = append(set, name)
+			which = i
 		}
 	}
 	if len(set) != 1 {
@@ -1069,10 +942,21 @@ func (p *parser) onlyOne(path string, f fields, names ...string) (string, *node,
 			msg += ", got " + strings.Join(set, " and ")
 		}
 		p.add(path, msg)
-		return "", nil, "", false
+		return 0, nil, "", false
 	}
-	n, npath := f.get(set[0])
-	return set[0], n, npath, true
+	n, npath := f.get(names[which])
+	return which, n, npath, true
+}
+
+// condition reads the value of a path or header condition of kind, a regular expression
+// compiled.
+func (p *parser) condition(path string, n *node, kind StringMatchKind) (string, *regexp.Regexp, bool) {
+	s, ok := p.str(path, n, maxStringLen)
+	if !ok || kind != MatchRegex {
+		return s, nil, ok
+	}
+	re, ok := p.compileRegex(path, s)
+	return s, re, ok
 }
 
 func (p *parser) pathMatch(path string, n *node) *PathMatch {
@@ -1084,30 +968,18 @@ func (p *parser) pathMatch(path string, n *node) *PathMatch {
 	if !ok {
 		return nil
 	}
-	s, ok := p.str(vpath, vn, maxStringLen)
-	if !ok {
+	pm := &PathMatch{Kind: MatchExact + StringMatchKind(which)}
+	pm.Value, pm.re, ok = p.condition(vpath, vn, pm.Kind)
+	switch s := pm.Value; {
+	case !ok:
 		return nil
-	}
-	pm := &PathMatch{Value: s}
-	switch which {
-	case "exact", "prefix":
-		if !strings.HasPrefix(s, "/") {
-			p.add(vpath, quote(s)+` must start with "/"`)
-			return nil
-		}
-		if strings.ContainsAny(s, "?#") {
-			p.add(vpath, quote(s)+" must not contain a query string: paths are matched without it")
-			return nil
-		}
-		pm.Kind = MatchExact
-		if which == "prefix" {
-			pm.Kind = MatchPrefix
-		}
-	case "regex":
-		pm.Kind = MatchRegex
-		if pm.re, ok = p.compileRegex(vpath, s); !ok {
-			return nil
-		}
+	case pm.Kind == MatchRegex:
+	case !strings.HasPrefix(s, "/"):
+		p.add(vpath, quote(s)+` must start with "/"`)
+		return nil
+	case strings.ContainsAny(s, "?#"):
+		p.add(vpath, quote(s)+" must not contain a query string: paths are matched without it")
+		return nil
 	}
 	return pm
 }
@@ -1133,38 +1005,21 @@ func (p *parser) headerMatch(path string, n *node) (HeaderMatch, bool) {
 	if !ok {
 		return hm, false
 	}
-	if which == "present" {
-		b, ok := p.boolean(vpath, vn)
-		if !ok {
-			return hm, false
-		}
+	if which == 0 {
+		present, ok := p.boolean(vpath, vn)
 		hm.Kind = MatchAbsent
-		if b {
+		if present {
 			hm.Kind = MatchPresent
 		}
-		return hm, valid
+		return hm, valid && ok
 	}
-	s, ok := p.str(vpath, vn, maxStringLen)
-	if !ok {
-		return hm, false
+	hm.Kind = MatchExact + StringMatchKind(which-1)
+	hm.Value, hm.re, ok = p.condition(vpath, vn, hm.Kind)
+	if ok && hm.Kind == MatchPrefix && hm.Value == "" {
+		p.add(vpath, `must not be empty (use "present": true)`)
+		ok = false
 	}
-	hm.Value = s
-	switch which {
-	case "exact":
-		hm.Kind = MatchExact
-	case "prefix":
-		if s == "" {
-			p.add(vpath, `must not be empty (use "present": true)`)
-			return hm, false
-		}
-		hm.Kind = MatchPrefix
-	case "regex":
-		hm.Kind = MatchRegex
-		if hm.re, ok = p.compileRegex(vpath, s); !ok {
-			return hm, false
-		}
-	}
-	return hm, valid
+	return hm, valid && ok
 }
 
 // defaultDeny is the built-in denial response.
@@ -1200,43 +1055,37 @@ func reservedDenyHeader(name string) (string, bool) {
 	return "", false
 }
 
-// deny reads a denial response. Fields that are absent are inherited from parent (the
-// top-level response, or the built-in one), except that a body given without a
-// content_type gets "text/plain": the inherited content type described a different body.
-// A rule's headers, when given, replace the parent's headers entirely, so a rule can drop
-// them.
-func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
+// deny reads the denial response of f's "deny" member, when set and valid, into *dst. Absent
+// fields are inherited from *dst (the top-level response, or the built-in one), except that a
+// body given without a content_type gets "text/plain": the inherited content type described
+// a different body. A rule's headers, when given, replace the parent's entirely, so a rule
+// can drop them.
+func (p *parser) deny(of fields, dst **Deny) {
+	n, path := of.get("deny")
+	if n == nil {
+		return
+	}
 	f, ok := p.object(path, n, denyFields...)
 	if !ok {
-		return nil
+		return
 	}
-	d := *parent
+	d := **dst
 	valid := opt(f, "status", 400, 599, &d.Status, p.intField)
 	if bn, bpath := f.get("body"); bn != nil {
-		if s, ok := p.str(bpath, bn, maxBodyLen); ok {
-			parts, msg := compileBody(s)
-			if msg != "" {
-				p.add(bpath, msg)
-				valid = false
-			} else {
-				d.Body, d.body = s, parts
-				d.ContentType = "text/plain"
-			}
-		} else {
+		s, ok := p.str(bpath, bn, maxBodyLen)
+		parts, msg := compileBody(s)
+		switch {
+		case !ok:
 			valid = false
+		case msg != "":
+			p.add(bpath, msg)
+			valid = false
+		default:
+			d.Body, d.body, d.ContentType = s, parts, "text/plain"
 		}
 	}
 	if cn, cpath := f.get("content_type"); cn != nil {
-		if s, ok := p.str(cpath, cn, 256); ok {
-			if s == "" || !isFieldValue(s) {
-				p.add(cpath, quote(s)+" is not a valid content type")
-				valid = false
-			} else {
-				d.ContentType = s
-			}
-		} else {
-			valid = false
-		}
+		valid = p.pattern(cpath, cn, 256, &d.ContentType, func(s string) bool { return isHostText(s, "") }, " is not a valid content type") && valid
 	}
 	if bn, bpath := f.get("envoy_ratelimited_header"); bn != nil {
 		d.EnvoyRateLimited, ok = p.boolean(bpath, bn)
@@ -1263,51 +1112,33 @@ func (p *parser) deny(path string, n *node, parent *Deny) *Deny {
 			d.Headers = nil
 			seen := map[string]string{}
 			for _, m := range hn.members {
-				mpath := joinKey(hpath, m.key)
-				name := lowerASCII(m.key)
-				if !isToken(name) {
-					p.add(mpath, quote(m.key)+" is not a valid header name")
-					valid = false
-					continue
-				}
-				if why, ok := reservedDenyHeader(name); ok {
+				mpath, name := joinKey(hpath, m.key), lowerASCII(m.key)
+				why, reserved := reservedDenyHeader(name)
+				prev, dup := seen[name]
+				switch {
+				case !isToken(name):
+					p.badHeaderName(mpath, m.key)
+				case reserved:
 					p.add(mpath, "cannot be set here: "+why)
-					valid = false
-					continue
-				}
-				if prev, ok := seen[name]; ok {
+				case dup:
 					p.add(mpath, "duplicate of header "+strconv.Quote(prev)+" (header names are case-insensitive)")
-					valid = false
-					continue
+				default:
+					seen[name] = m.key
+					var v string
+					if p.pattern(mpath, m.val, maxStringLen, &v, isFieldValue, " contains control characters") {
+						d.Headers = append(d.Headers, Header{Name: name, Value: v})
+						continue
+					}
 				}
-				seen[name] = m.key
-				v, ok := p.str(mpath, m.val, maxStringLen)
-				if !ok {
-					valid = false
-					continue
-				}
-				if !isFieldValue(v) {
-					p.add(mpath, quote(v)+" contains control characters")
-					valid = false
-					continue
-				}
-				d.Headers = append(d.Headers, Header{Name: name, Value: v})
+				valid = false
 			}
-			sort.Stable(headersByName(d.Headers))
+			sort.Stable(byLess[Header]{d.Headers, func(a, b Header) bool { return a.Name < b.Name }})
 		}
 	}
-	if !valid {
-		return nil
+	if valid {
+		*dst = &d
 	}
-	return &d
 }
-
-// headersByName orders a denial's headers by name.
-type headersByName []Header
-
-func (h headersByName) Len() int           { return len(h) }
-func (h headersByName) Less(i, j int) bool { return h[i].Name < h[j].Name }
-func (h headersByName) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 
 // The gRPC status codes a denial may carry (grpc/grpc doc/statuscodes.md).
 const (
@@ -1348,7 +1179,7 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		case !r.Shadow && r.EnforcePercent == 100:
 			p.add(hpath, `only allowed with "shadow": true or an enforce_percent below 100`)
 		case !isToken(s) || strings.HasPrefix(s, ":"):
-			p.add(hpath, quote(s)+" is not a valid header name")
+			p.badHeaderName(hpath, s)
 		default:
 			r.ShadowRequestHeader = lowerASCII(s)
 		}

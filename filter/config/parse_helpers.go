@@ -1,7 +1,7 @@
 package config
 
 import (
-	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,16 +11,13 @@ import (
 // parser collects problems while walking the JSON tree. Every helper reports its own
 // problems and returns ok=false, so callers only decide what to do next.
 type parser struct {
-	errs    Errors
-	dropped int
-	// regexInsts is the program size of the regular expressions compiled so far (see
-	// checkRegexProgram).
-	regexInsts int
+	errs       Errors
+	dropped    int
+	regexInsts int // the program size of the regular expressions compiled so far
 }
 
 // add records a problem at path, or only counts it once maxErrors are recorded. Not inlined:
-// at its ninety-odd call sites it would add about 69 KB that every configure would compile
-// (see filter/doc.go).
+// at its ninety-odd call sites it would add about 69 KB that every configure would compile.
 //
 //go:noinline
 func (p *parser) add(path, msg string) {
@@ -31,10 +28,6 @@ func (p *parser) add(path, msg string) {
 	p.errs = append(p.errs, &Error{Path: path, Msg: msg})
 }
 
-// full reports whether the error list is at its cap, so that further problems are only
-// counted.
-func (p *parser) full() bool { return len(p.errs) >= maxErrors }
-
 // result returns the collected problems as an error, or nil.
 func (p *parser) result() error {
 	if len(p.errs) == 0 {
@@ -44,7 +37,7 @@ func (p *parser) result() error {
 }
 
 // problems returns the collected problems, of which there are some, as an error (out of
-// line, see filter/doc.go).
+// line).
 func (p *parser) problems() error {
 	errs := p.errs
 	if p.dropped > 0 {
@@ -60,14 +53,9 @@ type fields struct {
 }
 
 // get returns the member named key (nil when absent) and its path.
-func (f fields) get(key string) (*node, string) {
-	return f.n.lookup(key), joinKey(f.path, key)
-}
+func (f fields) get(key string) (*node, string) { return f.n.lookup(key), joinKey(f.path, key) }
 
-// has reports whether the member is present.
-func (f fields) has(key string) bool {
-	return f.n.lookup(key) != nil
-}
+func (f fields) has(key string) bool { return f.n.lookup(key) != nil }
 
 // object checks that n is an object and reports every member that is not in known: an
 // unknown field is an error at every level, because a typo ("limt") must not silently
@@ -78,7 +66,7 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 		return fields{}, false
 	}
 	for _, m := range n.members {
-		if !contains(known, m.key) {
+		if !slices.Contains(known, m.key) {
 			p.unknownField(path, m.key, known)
 		}
 	}
@@ -86,9 +74,9 @@ func (p *parser) object(path string, n *node, known ...string) (fields, bool) {
 }
 
 // unknownField reports the member key of the object at path as unknown, with a suggestion
-// from known when one is close (out of line, see filter/doc.go).
+// from known when one is close (out of line).
 func (p *parser) unknownField(path, key string, known []string) {
-	if p.full() {
+	if len(p.errs) >= maxErrors {
 		// The problem would not be reported; skip the edit distances, which for an object
 		// of 80,000 unknown keys would cost seconds.
 		p.dropped++
@@ -102,20 +90,9 @@ func (p *parser) unknownField(path, key string, known []string) {
 }
 
 // wrongType reports a value at path of another JSON type than want ("an object", "a
-// string" ...) as "want <want>, got <value>", for every reader (out of line, see
-// filter/doc.go).
+// string" ...), for every reader (out of line).
 func (p *parser) wrongType(path, want string, n *node) {
 	p.add(path, "want "+want+", got "+n.describe())
-}
-
-// contains reports whether list holds s.
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // suggest returns the known name closest to a misspelt one, if it is close enough to be
@@ -154,6 +131,31 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// pattern reads a string of at most maxLen bytes into *dst when valid accepts it, else
+// reports it followed by msg; it reports whether the string was read.
+func (p *parser) pattern(path string, n *node, maxLen int, dst *string, valid func(string) bool, msg string) bool {
+	s, ok := p.str(path, n, maxLen)
+	if ok && !valid(s) {
+		p.add(path, quote(s)+msg)
+		ok = false
+	}
+	if ok {
+		*dst = s
+	}
+	return ok
+}
+
+// byLess sorts s by less with sort.Stable, whose code the module has (sort.Slice would link
+// reflection's Swapper, slices.SortStableFunc a merge sort per shape).
+type byLess[T any] struct {
+	s    []T
+	less func(a, b T) bool
+}
+
+func (b byLess[T]) Len() int           { return len(b.s) }
+func (b byLess[T]) Less(i, j int) bool { return b.less(b.s[i], b.s[j]) }
+func (b byLess[T]) Swap(i, j int)      { b.s[i], b.s[j] = b.s[j], b.s[i] }
+
 // str reads a string of at most maxLen bytes.
 func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 	if n.kind != kindString {
@@ -183,7 +185,7 @@ func (p *parser) boolean(path string, n *node) (bool, bool) {
 
 // integer reads an integer in [lo, hi]. JSON numbers with a fraction or exponent are
 // rejected rather than rounded: "1.5 requests" is a mistake worth hearing about. A plain
-// integer in range (smallInteger) is read here, anything else by anyInteger, out of line.
+// integer in range is read here, anything else by anyInteger, out of line.
 func (p *parser) integer(path string, n *node, lo, hi int64) (int64, bool) {
 	if v, ok := smallInteger(n.s); ok && n.kind == kindNumber && v >= lo && v <= hi {
 		return v, true
@@ -223,9 +225,8 @@ func smallInteger(s string) (int64, bool) {
 	return v, true
 }
 
-// outOfRange reports an integer n, at path, that is not in [lo, hi].
 func (p *parser) outOfRange(path string, n *node, lo, hi int64) {
-	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), hi == math.MaxInt64, n.describe()))
+	p.add(path, rangeMsg(strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10), n.describe()))
 }
 
 // intField reads an int-typed integer; the bounds always fit an int.
@@ -249,6 +250,28 @@ func opt[T any](f fields, name string, lo, hi T, dst *T, read func(path string, 
 	return ok
 }
 
+// need is opt for a required member: an absent one is reported as "required" followed by why.
+func need[T any](p *parser, f fields, name, why string, lo, hi T, dst *T, read func(path string, n *node, lo, hi T) (T, bool)) bool {
+	if n, path := f.get(name); n == nil {
+		p.add(path, "required"+why)
+		return false
+	}
+	return opt(f, name, lo, hi, dst, read)
+}
+
+// optEnum is opt for a member whose value is one of allowed.
+func optEnum[T ~string](p *parser, f fields, name string, dst *T, allowed ...string) bool {
+	n, path := f.get(name)
+	if n == nil {
+		return true
+	}
+	s, ok := p.enum(path, n, allowed...)
+	if ok {
+		*dst = T(s)
+	}
+	return ok
+}
+
 // float reads a number in [lo, hi].
 func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	if n.kind != kindNumber {
@@ -257,16 +280,13 @@ func (p *parser) float(path string, n *node, lo, hi float64) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(n.s, 64)
 	if err != nil || v < lo || v > hi {
-		p.add(path, rangeMsg(strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64), false, n.describe()))
+		p.add(path, rangeMsg(strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64), n.describe()))
 		return 0, false
 	}
 	return v, true
 }
 
-func rangeMsg(lo, hi string, open bool, got string) string {
-	if open {
-		return "must be >= " + lo + ", got " + got
-	}
+func rangeMsg(lo, hi, got string) string {
 	return "must be between " + lo + " and " + hi + ", got " + got
 }
 
@@ -289,7 +309,7 @@ func (p *parser) duration(path string, n *node, lo, hi time.Duration) (time.Dura
 }
 
 // durationRange reports a duration d, read from s at path, that is not positive or not in
-// [lo, hi]. It is out of duration's line (see wrongType).
+// [lo, hi] (out of line).
 func (p *parser) durationRange(path, s string, d, lo, hi time.Duration) {
 	if d <= 0 {
 		p.add(path, "must be positive, got "+quote(s))
@@ -320,15 +340,15 @@ func (p *parser) enum(path string, n *node, allowed ...string) (string, bool) {
 		p.wrongType(path, "a string", n)
 		return "", false
 	}
-	if contains(allowed, n.s) {
+	if slices.Contains(allowed, n.s) {
 		return n.s, true
 	}
 	p.notOneOf(path, n.s, allowed)
 	return "", false
 }
 
-// notOneOf reports s, at path, as none of allowed, with a suggestion when one is close. It
-// is out of enum's line (see wrongType).
+// notOneOf reports s, at path, as none of allowed, with a suggestion when one is close (out
+// of line).
 func (p *parser) notOneOf(path, s string, allowed []string) {
 	msg := quote(s) + " is not one of " + strings.Join(allowed, ", ")
 	if sug := suggest(strings.ReplaceAll(s, "-", "_"), allowed); sug != "" {
@@ -350,8 +370,7 @@ func (p *parser) array(path string, n *node, lo, hi int) ([]*node, bool) {
 	return n.elems, true
 }
 
-// itemCount reports an array at path whose count of items is not in [lo, hi]. It is out
-// of array's line (see wrongType).
+// itemCount reports an array at path whose count of items is not in [lo, hi] (out of line).
 //
 //go:noinline
 func (p *parser) itemCount(path string, count, lo, hi int) {
@@ -365,45 +384,27 @@ func (p *parser) itemCount(path string, count, lo, hi int) {
 	}
 }
 
+// onlyChars reports whether s is not empty and holds only ASCII letters, digits and the bytes
+// of extra.
+func onlyChars(s, extra string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') && strings.IndexByte(extra, c) < 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // isName reports whether s is a valid rule name or domain: [A-Za-z0-9_.-]{1,64}. The
 // charset keeps names safe in metric names, keys, logs and JSON bodies without escaping.
-func isName(s string) bool {
-	if len(s) == 0 || len(s) > maxNameLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func isName(s string) bool { return len(s) <= maxNameLen && onlyChars(s, "_.-") }
 
-// isTokenChar reports whether c may appear in an HTTP token (RFC 9110 tchar).
-func isTokenChar(c byte) bool {
-	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
+// isToken reports whether s is an HTTP token (RFC 9110).
+func isToken(s string) bool { return onlyChars(s, "!#$%&'*+-.^_`|~") }
 
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isTokenChar(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// lowerASCII returns strings.ToLower(s). Header names are almost always ASCII, often lower
-// case already; for those it does strings.ToLower's ASCII work without calling it, so that a
-// valid configure does not make V8 compile strings.ToLower and its Unicode path (see
-// TestLowerASCII).
+// lowerASCII returns strings.ToLower(s) (TestLowerASCII). Header names are almost always
+// ASCII, often lower case already; for those it does the ASCII work itself, so that a valid
+// configure does not make V8 compile strings.ToLower and its Unicode path.
 func lowerASCII(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
@@ -413,9 +414,8 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte, out of
-// its line (see filter/doc.go): names in configurations are nearly always lower-case
-// already.
+// lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte (out of
+// line).
 func lowerSlow(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
@@ -447,8 +447,7 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	return name, true
 }
 
-// badHeaderName reports s, at path, as no valid header name (out of headerName's line, see
-// wrongType).
+// badHeaderName reports s, at path, as no valid header name (out of line).
 //
 //go:noinline
 func (p *parser) badHeaderName(path, s string) {

@@ -14,17 +14,12 @@ func at(data []byte, off int64) string {
 	if off < 0 || off > int64(len(data)) {
 		return pos
 	}
-	line, col := lineColumn(data, int(off))
-	return pos + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")"
-}
-
-// lineColumn returns the 1-based line and column (in characters) of byte offset off in data.
-func lineColumn(data []byte, off int) (line, col int) {
 	line, lineStart := 1, 0
-	for i := 0; i < off; i++ {
-		if data[i] == '\n' {
+	for i, c := range data[:off] {
+		if c == '\n' {
 			line, lineStart = line+1, i+1
 		}
 	}
-	return line, utf8.RuneCount(data[lineStart:off]) + 1
+	col := utf8.RuneCount(data[lineStart:off]) + 1
+	return pos + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")"
 }

@@ -12,18 +12,13 @@ import (
 // header, see Rule.Cost); when its stream ends the rule's state is settled by usage minus
 // reservation: a refund, or a debt (see algorithms.Settle).
 type UsageSpec struct {
-	// Header is the response header holding the usage (lower case), or "" when the usage is
-	// read from the response body with Pointers.
-	Header string
+	Header string // the response header holding the usage (lower case), or "" for Pointers
 	// Pointers are JSON pointers (RFC 6901) into the response body, each as its reference
 	// tokens, unescaped; the values they find are summed. Texts are the pointers as configured.
-	Pointers [][]string
-	Texts    []string
-	// Max bounds what one request is charged: a larger usage is charged Max.
-	Max int64
-	// OnMissing says what a request whose usage never arrives is charged: its reservation
-	// (UsageMissingReserve) or Max (UsageMissingMax).
-	OnMissing string
+	Pointers  [][]string
+	Texts     []string
+	Max       int64  // what one request is charged at most
+	OnMissing string // what a request whose usage never arrives is charged: UsageMissing*
 }
 
 // What a request whose usage never arrives is charged (UsageSpec.OnMissing).
@@ -32,12 +27,10 @@ const (
 	UsageMissingMax     = "max"
 )
 
-// Limits of a usage cost's configuration.
+// Limits of a usage cost: the pointers one cost sums, and one pointer's text and reference
+// tokens (the body scanner keeps one path of at most that depth per stream).
 const (
-	// MaxUsagePointers is the most JSON pointers one usage cost sums.
-	MaxUsagePointers = 8
-	// MaxUsagePointerLen bounds one pointer's text, and maxPointerTokens its reference
-	// tokens: the body scanner keeps one path of at most that depth per stream.
+	MaxUsagePointers   = 8
 	MaxUsagePointerLen = 256
 	maxPointerTokens   = 16
 )
@@ -59,27 +52,14 @@ var (
 	usageFields     = []string{"header", "json"}
 )
 
-// isUsageCost reports whether the cost object n is a usage cost (it has "reserve" or "usage")
-// rather than a cost header.
-func isUsageCost(n *node) bool {
-	return n.lookup("reserve") != nil || n.lookup("usage") != nil
-}
-
 // usageCost reads {reserve, usage, max, on_missing} at path: the reservation into the
 // returned CostSpec's constant or header fields, the rest into its Usage.
 func (p *parser) usageCost(path string, n *node) (CostSpec, bool) {
 	f, _ := p.object(path, n, usageCostFields...)
 	u := &UsageSpec{OnMissing: UsageMissingReserve}
 	cs := CostSpec{Constant: 1, Usage: u}
-	valid := true
-	if mn, mpath := f.get("max"); mn == nil {
-		p.add(mpath, "required: it bounds what one request is charged, and the overshoot while streams are open")
-		valid = false
-	} else if v, ok := p.integer(mpath, mn, 1, algorithms.LimitCeiling); ok {
-		u.Max = v
-	} else {
-		valid = false
-	}
+	valid := need(p, f, "max", ": it bounds what one request is charged, and the overshoot while streams are open",
+		1, algorithms.LimitCeiling, &u.Max, p.integer)
 	if rn, rpath := f.get("reserve"); rn == nil {
 		p.add(rpath, "required: the units a request holds until its usage is known")
 		valid = false
@@ -102,13 +82,7 @@ func (p *parser) usageCost(path string, n *node) (CostSpec, bool) {
 	} else {
 		valid = p.usageSource(upath, un, u) && valid
 	}
-	if on, opath := f.get("on_missing"); on != nil {
-		if s, ok := p.enum(opath, on, UsageMissingReserve, UsageMissingMax); ok {
-			u.OnMissing = s
-		} else {
-			valid = false
-		}
-	}
+	valid = optEnum(p, f, "on_missing", &u.OnMissing, UsageMissingReserve, UsageMissingMax) && valid
 	return cs, valid
 }
 
@@ -125,8 +99,8 @@ func (p *parser) usageSource(path string, n *node, u *UsageSpec) bool {
 		p.add(path, `set one of "header" and "json", not both`)
 		return false
 	case hn != nil:
-		h, ok := p.headerName(hpath, hn)
-		u.Header = h
+		var ok bool
+		u.Header, ok = p.headerName(hpath, hn)
 		return ok
 	case jn == nil:
 		p.add(path, `needs "header" (a response header) or "json" (pointers into the response body)`)
@@ -176,8 +150,7 @@ func parsePointer(s string) ([]string, string) {
 
 // checkUsage checks a usage cost against the rule's algorithm, once the limiter is built (see
 // checkAlgorithm): the algorithms that cannot give units back or take them beyond their
-// capacity refuse it, and the reservation must fit the capacity. It returns the offending
-// field relative to the rule and a message, or "".
+// capacity refuse it (adaptive among them), and the reservation must fit the capacity.
 //
 //go:noinline
 func checkUsage(r *Rule) (field, msg string) {
@@ -188,12 +161,5 @@ func checkUsage(r *Rule) (field, msg string) {
 		}
 		return "cost", "a usage cost is not for this rule: " + field + ": " + msg
 	}
-	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
-	switch cs := r.CostSpec; {
-	case cs.Header == "" && cs.Constant > capacity:
-		return "cost.reserve", costAboveCapacity(cs.Constant, capacity, from)
-	case cs.Header != "" && cs.Max > capacity:
-		return "cost.reserve.max", maxCostAboveCapacity(cs.Max, capacity, from)
-	}
-	return "", ""
+	return checkCost(r, "cost.reserve")
 }

@@ -6,9 +6,8 @@
 //
 // # Why webdis, and what it takes
 //
-// Envoy lets a filter reach the outside only through HTTP callouts to configured clusters, so
-// Redis is reached through webdis, an HTTP front for Redis. All of one request's global rules
-// are one callout:
+// Envoy lets a filter reach the outside only through HTTP callouts, so Redis is reached
+// through webdis, an HTTP front for Redis. All of one request's global rules are one callout:
 //
 //	:method POST   :path /   content-type application/x-www-form-urlencoded
 //	body  EVALSHA/<sha1>/<k>/<escaped key 1>/.../<escaped key k>/<args of rule 1>/...
@@ -49,15 +48,11 @@
 // one rule may have been charged by the others (at most one request over-counted per other
 // rule, never an extra admission).
 //
-// The descriptor is written as it is, whatever its bytes, with a second '#' when it starts
-// with '#', so that it never names a rule's own keys (#keys, #overflow; see AppendKey).
-//
 // # The script
 //
-// There is one script for the decisions (lua/*.lua but secret.lua, concatenated): one set of
-// functions per algorithm with a global mode (adaptive and the shaper are local only) and a
-// main part that runs a call. Each algorithm is a line-by-line port of the arithmetic
-// documented on its type in package algorithms; differential tests against a real
+// One script decides (lua/*.lua but secret.lua, concatenated): functions per algorithm with a
+// global mode and a main part that runs a call. Each algorithm is a line-by-line port of the
+// arithmetic documented on its type in package algorithms; differential tests against a real
 // redis-server demand the same decisions and stored states from both.
 //
 // lua/main.lua's header is the call's specification: its keys, the ten integers per rule
@@ -65,8 +60,7 @@
 // denies does every rule that admitted write, so a denied request is charged nothing. A write
 // sets the key's TTL to when it is back to full allowance (plus a second).
 //
-// The clock is Redis' TIME, so every proxy decides on one clock; Lua numbers are doubles, so
-// Unix-nanosecond timestamps are kept as (seconds, nanoseconds) pairs (lua/lib.lua). For the
-// tests only, two more arguments replace TIME; because keys are escaped, a client cannot add
-// them.
+// The clock is Redis' TIME, so every proxy decides on one clock, kept as (seconds, nanoseconds)
+// pairs (lua/lib.lua). For the tests only, two more arguments replace TIME; because keys are
+// escaped, a client cannot add them.
 package redis

@@ -3,12 +3,8 @@ package redis
 import "strconv"
 
 // safe marks the bytes Escape passes through unchanged: ASCII letters, digits, '_' and '-'.
-// Everything else is percent-encoded, which is stricter than webdis needs on purpose: webdis
-// gives a meaning to '/' (argument separator), '?' (start of a query string, which truncates
-// the command), '+' (decoded to a space), '%' (escape), '.' (a known extension such as .txt
-// or .raw on the last argument changes the reply format), and it passes raw control bytes,
-// NUL and non-UTF-8 bytes through as they are. A positive list needs no knowledge of any of
-// that to stay safe, also against webdis versions that add meanings.
+// A positive list needs no knowledge of the bytes webdis gives a meaning (see doc.go) to stay
+// safe, also against webdis versions that add meanings.
 var safe = func() (t [256]bool) {
 	for c := 'a'; c <= 'z'; c++ {
 		t[c] = true
@@ -26,11 +22,9 @@ var safe = func() (t [256]bool) {
 const hexUpper = "0123456789ABCDEF"
 
 // Escape appends arg to dst as one webdis argument: bytes in [A-Za-z0-9_-] as they are, every
-// other byte as %XX (upper-case hex). webdis decodes %XX back to the byte before handing the
-// argument to Redis, so any byte string, including '/', '%', '?', '+', '.', NUL, newlines and
-// invalid UTF-8, reaches Redis as exactly one argument with exactly those bytes, and the output
-// can never contain a byte webdis interprets. It does not allocate when dst has room for
-// 3*len(arg) more bytes.
+// other byte as %XX (upper-case hex), which webdis decodes back, so any byte string reaches
+// Redis as exactly one argument with exactly those bytes. It does not allocate when dst has
+// room for 3*len(arg) more bytes.
 func Escape(dst, arg []byte) []byte { return escape(dst, arg) }
 
 // escape is Escape for either form of argument: request-derived keys arrive as bytes, the
@@ -53,7 +47,7 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 //
 // The domain is part of every key, so two deployments with different domains and the same rule
 // names never share counts, and it is the hash tag, so that one call can touch all of a
-// request's global rules (see doc.go, "Keys"; AppendPartKey spreads a rule over slots).
+// request's global rules (AppendPartKey spreads a rule over slots).
 //
 // The descriptor is written verbatim, whatever its bytes (Redis keys are binary-safe, and
 // Escape makes any byte string one webdis argument), with one '#' in front when it starts with
@@ -67,8 +61,7 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 // domain and the rule, ':'; and bytes outside 0x21-0x7E) are written as %XX; well-formed names
 // contain none of these and are written as they are.
 //
-// The key is raw bytes: pass it in a redis.Item (or to Rule.AppendEvalSHA), which escapes it
-// for webdis. AppendKey does not allocate when dst has room.
+// The key is raw bytes, which a redis.Item (or Rule.AppendEvalSHA) escapes for webdis.
 func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byte {
 	return AppendPartKey(dst, prefix, domain, rule, 1, 0, descriptor)
 }

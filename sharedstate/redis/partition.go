@@ -11,15 +11,13 @@ import (
 // SecretSize is the size of a partition secret in bytes.
 const SecretSize = 16
 
-// Secret is the key of the keyed hash that chooses a key's partition (Partition), so that
+// Secret is the SipHash key of the keyed hash that chooses a key's partition (Partition), so that
 // nobody can compute which clients share a partition and fill it (see doc.go, "Keys"). Every
 // proxy uses the same one, kept in Redis (AppendSecretKey, AppendSecretCall).
 type Secret [SecretSize]byte
 
-// NewSecret returns a random secret, the candidate a proxy offers when Redis holds none. The
-// bytes come from math/rand/v2's global generator, ChaCha8 keyed from the operating system's
-// entropy (random_get on wasip1), as sharedstate's slot-addressing secret does (see
-// sharedstate.LoadSecret for why not crypto/rand).
+// NewSecret returns a random secret, the candidate a proxy offers when Redis holds none, drawn
+// as sharedstate.LoadSecret draws its own (see there for why not crypto/rand).
 func NewSecret() Secret {
 	var s Secret
 	binary.LittleEndian.PutUint64(s[:8], rand.Uint64())
@@ -54,8 +52,7 @@ func AppendSecretKey(dst []byte, prefix, domain string) []byte {
 	return append(dst, secretSuffix...)
 }
 
-// secretSource is lua/secret.lua as Redis runs it, escaped for webdis, made on first use by
-// escapedSecret.
+// secretSource is lua/secret.lua escaped for webdis, made on first use by escapedSecret.
 var (
 	secretOnce   sync.Once
 	secretSource []byte
@@ -73,10 +70,9 @@ func escapedSecret() []byte {
 //	EVAL/<escaped lua/secret.lua>/1/<key>/<candidate as 32 hex digits>
 //
 // The read and the write are one script, so of several proxies that race to create the
-// secret exactly one stores its candidate and every one of them reads that one back. The
-// script is a few lines, so it is always sent in full (no EVALSHA, no NOSCRIPT). A proxy that
-// already knows the secret offers it as the candidate: should Redis have lost it (a restart
-// without persistence, an eviction), the value every proxy uses is stored again.
+// secret exactly one stores its candidate and all read that one back. The script is short and
+// always sent in full (no EVALSHA). A proxy that knows the secret offers it as the candidate:
+// should Redis have lost it (a restart without persistence, an eviction), it is stored again.
 func AppendSecretCall(dst, key []byte, candidate *Secret) []byte {
 	dst = append(dst, "EVAL/"...)
 	dst = append(dst, escapedSecret()...)

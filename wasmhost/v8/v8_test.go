@@ -445,7 +445,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.appendQueryPart",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*KeyPart).appendIPValue",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.forwardedFor",
-		"github.com/ratelimit-wasm/ratelimit/algorithms.(*TokenBucket).stored",
+		"github.com/ratelimit-wasm/ratelimit/algorithms.(*bucket).stored",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.(*params).locate",
 	} {
 		// A function that is not in the module (renamed, or inlined into its callers, where
