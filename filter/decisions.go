@@ -58,21 +58,26 @@ func (p *plugin) takeDecisions() *decisions {
 	return &decisions{}
 }
 
-// giveDecisions returns a request's working set; one with callouts still in flight is left
-// to the garbage collector instead.
+// giveDecisions returns a request's working set; one with callouts still in flight, or that
+// finds no room in the list (warm gives it maxFreeDecisions), is left to the garbage collector.
 func (p *plugin) giveDecisions(h *httpContext) {
 	d := h.d
 	if d == nil {
 		return
 	}
 	h.d = nil
-	if d.outstanding > 0 || len(p.free) >= 64 {
+	n := len(p.free)
+	if d.outstanding > 0 || n == cap(p.free) {
 		return
 	}
 	d.applied = d.applied[:0]
 	d.sentAt, d.retried = 0, false
-	p.free = append(p.free, d)
+	p.free = p.free[:n+1]
+	p.free[n] = d
 }
+
+// maxFreeDecisions bounds the working sets a VM keeps for reuse.
+const maxFreeDecisions = 64
 
 // add appends a rule to the set, reusing the buffers of an earlier request.
 func (d *decisions) add(rs *ruleState) *applied {

@@ -43,7 +43,6 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 
 // OnHttpResponseHeaders adds the rate-limit headers decided on the request.
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	defer recoverTo("OnHttpResponseHeaders", nil)
 	if len(h.observed) > 0 {
 		h.noteResponse()
 	}
@@ -79,9 +78,7 @@ func (h *httpContext) noteResponse() {
 // OnHttpStreamDone forgets the stream. A callout still in flight for it decides nothing for it
 // when its answer arrives (see lateAnswer for what the answer still does).
 func (h *httpContext) OnHttpStreamDone() {
-	defer recoverTo("OnHttpStreamDone", nil)
-	// A second call must not offer the context for reuse twice. One return, not an early one:
-	// the compiler writes the deferred call out at each return (see doc.go).
+	// A second call must not offer the context for reuse twice.
 	if !h.done {
 		h.done = true
 		if (!h.finished && h.d != nil) || h.queued || len(h.observed) > 0 || h.usage != nil {

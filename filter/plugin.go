@@ -78,6 +78,7 @@ type ruleState struct {
 	overLimit     *overLimitCache // set for global rules with a lease block
 	nearRemaining int64           // the remaining allowance below which an admission is near the limit
 	unenforced    *ruleState      // for the requests an enforce_percent below 100 leaves (see enforce.go)
+	general       bool            // decideRequest hands the rule to decideFrom (overrides, lease, global, enforce_percent or usage)
 }
 
 // ruleMetrics are the rule's counters (see statName for their names).
@@ -229,6 +230,7 @@ func (p *plugin) configure(data []byte) error {
 		if r.EnforcePPM < config.EnforceAll {
 			rs.unenforced = rs.unenforcedTwin()
 		}
+		rs.general = rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil || rs.usage != nil
 		rules[i] = rs
 	}
 	p.cfg, p.rules, p.redis = cfg, rules, client
@@ -290,11 +292,14 @@ func (p *plugin) warm() {
 			rs.table.Warm()
 		}
 	}
+	// The lists of contexts and working sets kept for reuse get their whole room now: a
+	// stream gives them back into it without an append's growth path (recycleContext,
+	// giveDecisions).
 	if len(p.contexts) == 0 {
-		p.contexts = append(p.contexts, &httpContext{plugin: p})
+		p.contexts = append(make([]*httpContext, 0, maxFreeContexts), &httpContext{plugin: p})
 	}
 	if len(p.free) == 0 {
-		p.free = append(p.free, &decisions{applied: make([]applied, 0, len(p.rules))})
+		p.free = append(make([]*decisions, 0, maxFreeDecisions), &decisions{applied: make([]applied, 0, len(p.rules))})
 	}
 	if cap(p.matched) < len(p.rules) {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
@@ -624,10 +629,12 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 }
 
 // recycleContext keeps a finished stream's context for a later stream (see OnHttpStreamDone):
-// allocating one per request costs about a microsecond in a Wasm VM.
+// allocating one per request costs about a microsecond in a Wasm VM. One that finds no room
+// (warm gives the list maxFreeContexts) is left to the garbage collector.
 func (p *plugin) recycleContext(h *httpContext) {
-	if len(p.contexts) < maxFreeContexts {
-		p.contexts = append(p.contexts, h)
+	if n := len(p.contexts); n < cap(p.contexts) {
+		p.contexts = p.contexts[:n+1]
+		p.contexts[n] = h
 	}
 }
 

@@ -298,7 +298,7 @@ func (h *httpContext) decideRequest() types.Action {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
 		}
-		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.overrides != nil || rs.lease != nil || r.Scope == config.ScopeGlobal || rs.unenforced != nil || rs.usage != nil {
+		if !ok || len(key) > p.cfg.MaxKeyBytes || rs.general {
 			return h.decideFrom(i, now, key, ok, built)
 		}
 		a := h.d.add(rs)

@@ -16,6 +16,7 @@ func TestContextReuse(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
 	require.NoError(t, err)
 	p := &plugin{cfg: cfg}
+	p.warm() // the reuse lists' room, as configure gives it
 
 	h := p.NewHttpContext(1).(*httpContext)
 	h.finished, h.status, h.headers.set = true, 200, draftHeaders
@@ -58,6 +59,7 @@ func TestContextReuseBounded(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
 	require.NoError(t, err)
 	p := &plugin{cfg: cfg}
+	p.warm() // the reuse lists' room, as configure gives it
 	hs := make([]*httpContext, maxFreeContexts+5)
 	for i := range hs {
 		hs[i] = p.NewHttpContext(uint32(i + 1)).(*httpContext)
@@ -96,6 +98,7 @@ func TestNewHttpContextResetsEveryField(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":10,"window":"1s"}]}`))
 	require.NoError(t, err)
 	p := &plugin{cfg: cfg}
+	p.warm() // the reuse lists' room, as configure gives it
 	h := p.NewHttpContext(1).(*httpContext)
 	v := reflect.ValueOf(h).Elem()
 	for i := range v.NumField() {

@@ -1,5 +1,6 @@
 #!/bin/sh
 # v8-compile-phases.sh MODULE.wasm [STEP ...]
+# v8-compile-phases.sh -init MODULE.wasm [init]
 #
 # What V8 compiles, step by step, when it starts the filter and serves its first requests:
 # the 1-rule configuration of BenchmarkV8Start (client_ip and header key, token bucket) and two
@@ -9,8 +10,15 @@
 # time they do not depend on the machine's load. For each step (init = _initialize, vmstart,
 # configure, request0, request1) it prints the functions compiled and their summed body
 # bytes, and for each STEP named the functions with their sizes. Needs node and wabt's
-# wasm-objdump (for the names: build without -s, as `make build` does).
+# wasm-objdump (for the names: build without -s, as `make build` does). With -init the module
+# is only instantiated and its _initialize run (a reactor that is not a filter, such as
+# wasmhost/testdata/emptyreactor and stdreactor): one step, init.
 set -eu
+mode=
+if [ "$1" = -init ]; then
+	mode='"mode":"init",'
+	shift
+fi
 mod=$1
 shift
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +26,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rule='{\"name\":\"r0\",\"continue\":true,\"key\":[{\"source\":\"client_ip\"},{\"source\":\"header\",\"name\":\"x-tenant\",\"default\":\"-\"}],\"algorithm\":\"token_bucket\",\"limit\":1000000000,\"window\":\"1s\"}'
 cat > "$tmp/job.json" <<JOB
-{"module":"$(cd "$(dirname "$mod")" && pwd)/$(basename "$mod")","config":"{\"rules\":[$rule]}","workers":1,"phase_markers":true,
+{$mode"module":"$(cd "$(dirname "$mod")" && pwd)/$(basename "$mod")","config":"{\"rules\":[$rule]}","workers":1,"phase_markers":true,
  "requests":[{"method":"GET","path":"/api","source":"192.0.2.1:5555","headers":[["x-tenant","acme"]]},
              {"method":"GET","path":"/api","source":"192.0.2.2:5555","headers":[["x-tenant","acme"]]}]}
 JOB

@@ -434,17 +434,25 @@ func (t *Table) Commit(p *Pending) error {
 	if !p.Decision.Allowed {
 		return nil
 	}
-	if p.place {
-		if err := t.store.Set(t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas); err != nil {
+	// The index entry when the key is placed, then the slot, through one store call: each
+	// call site is code of its own for V8 to compile on a VM's first request.
+	for placing := p.place; ; placing = false {
+		name, v, cas := "", p.value, p.cas
+		if placing {
+			name, v, cas = t.indexName(p.geo, p.ixGroup), p.ixValue, p.ixCas
+		} else {
+			// A client seen once costs no allocation and takes no cache entry (see slotName).
+			name = t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted)
+		}
+		if err := t.store.Set(name, v, cas); err != nil {
 			return t.recommit(p, err)
+		}
+		if !placing {
+			break
 		}
 		// The entry is the key's now, whatever becomes of the slot's write: a retry finds it.
 		p.place = false
 		p.Claimed, p.Evicted, p.Granted = p.fresh, p.evict, p.grant
-	}
-	// A client seen once costs no allocation and takes no cache entry (see slotName).
-	if err := t.store.Set(t.slotName(p.geo, p.idx, !p.Claimed && !p.Evicted), p.value, p.cas); err != nil {
-		return t.recommit(p, err)
 	}
 	if p.past != 0 {
 		t.touchGeometry(p.past-1, p.now)
@@ -593,16 +601,7 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 		return err
 	}
 	if c >= 0 {
-		i := uint32(gs[c].at)
-		idx := b[c]*GroupSlots + i
-		if c == 0 && i == home {
-			return t.decideOwn(p, g.maxKeys, idx, hr.v, hr.cas)
-		}
-		v, cas, err := t.getSlot(g.maxKeys, idx)
-		if err != nil {
-			return err
-		}
-		return t.decideOwn(p, g.maxKeys, idx, v, cas)
+		return t.decideIndexed(p, g.maxKeys, b[c], uint32(gs[c].at), c == 0 && uint32(gs[c].at) == home, &hr)
 	}
 	if len(t.prev) > 0 {
 		if found, err := t.decidePast(p); found || err != nil {
@@ -617,33 +616,22 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	}
 	p.geo, p.place, p.ixGroup, p.ixCas = g.maxKeys, true, target.b, target.cas
 	p.fresh, p.evict, p.grant = false, false, 0
-	at, ok := uint32(0), false
-	if target == &gs[0] {
-		switch e := target.entry(home); {
-		case e == 0:
-			at, ok, p.fresh = home, true, true
-		case ownerHolds(hr.v, e) && t.limiter.Idle(hr.v[slotHeader:], p.now):
-			at, ok, p.evict = home, true, true
-		}
-		if ok {
-			p.idx, p.cas = b[0]*GroupSlots+home, hr.cas
-		}
-	}
-	if !ok && target.free >= 0 {
-		at, ok, p.fresh = uint32(target.free), true, true
+	var at uint32
+	switch first := target == &gs[0]; {
+	case first && target.entry(home) == 0:
+		at, p.fresh = home, true
+		p.idx, p.cas = target.b*GroupSlots+home, hr.cas
+	case (!first || hr.v == nil) && target.free >= 0:
+		// A free slot, and no key at home that could be evicted instead.
+		at, p.fresh = uint32(target.free), true
 		// A slot never used was never written by this table; createCAS fails if an earlier
 		// version of the table left a value there, and the retry writes against its CAS.
 		p.idx, p.cas = target.b*GroupSlots+at, createCAS
-	}
-	if !ok {
-		var err error
-		if at, ok, err = t.chooseVictim(p, g, target, home, hr); err != nil {
+	default:
+		var ok bool
+		if at, ok, err = t.placeCrowded(p, g, target, first, home, &hr); !ok || err != nil {
 			return err
 		}
-	}
-	if !ok {
-		p.place = false
-		return t.overflow(p, p.h)
 	}
 	size := int(target.size) * fingerprintSize
 	if target.ix == nil {
@@ -652,6 +640,42 @@ func (t *Table) lookup(p *Pending, g geometry, b [Choices]uint32, home uint32, h
 	binary.LittleEndian.PutUint64(target.ix[at*fingerprintSize:], fp)
 	p.ixValue = target.ix
 	return t.run(p, nil)
+}
+
+// decideIndexed decides the key that group b's index of geometry geo places in its slot i; at
+// home, that slot is the key's home slot, read as hr. Out of lookup's line: a new key, a VM's
+// first, has no entry.
+func (t *Table) decideIndexed(p *Pending, geo, b, i uint32, atHome bool, hr *homeRead) error {
+	idx := b*GroupSlots + i
+	if atHome {
+		return t.decideOwn(p, geo, idx, hr.v, hr.cas)
+	}
+	v, cas, err := t.getSlot(geo, idx)
+	if err != nil {
+		return err
+	}
+	return t.decideOwn(p, geo, idx, v, cas)
+}
+
+// placeCrowded is lookup's placement of a new key in group target (the key's first group when
+// first) when its home slot holds another key's value: that key's slot if it is idle, else a
+// free slot, else chooseVictim's. With no slot to take, it decides the key in its overflow
+// slot and reports !ok. Out of lookup's line: a fresh table places its keys in free slots.
+func (t *Table) placeCrowded(p *Pending, g geometry, target *group, first bool, home uint32, hr *homeRead) (at uint32, ok bool, err error) {
+	switch {
+	case first && ownerHolds(hr.v, target.entry(home)) && t.limiter.Idle(hr.v[slotHeader:], p.now):
+		at, ok, p.evict = home, true, true
+		p.idx, p.cas = target.b*GroupSlots+home, hr.cas
+	case target.free >= 0:
+		at, ok, p.fresh = uint32(target.free), true, true
+		p.idx, p.cas = target.b*GroupSlots+at, createCAS
+	default:
+		if at, ok, err = t.chooseVictim(p, g, target, home, *hr); err == nil && !ok {
+			p.place = false
+			err = t.overflow(p, p.h)
+		}
+	}
+	return at, ok, err
 }
 
 // ownerHolds reports whether slot value v holds the live state of the key whose index entry is
@@ -834,6 +858,19 @@ type nameBuf struct {
 // holds reports whether the buffer holds the name of entry idx of geometry geo.
 func (n *nameBuf) holds(geo, idx uint32) bool { return n.built && n.geo == geo && n.idx == idx }
 
+// build builds the name of entry idx of geometry geo of t, a slot's (sep '.') or a group
+// index's (sep '#'): cur, the current geometry's names' common start ("" when not made), and
+// idx, or else appendName's. One builder for both kinds of name: each is code of its own for
+// V8 to compile on a VM's first request.
+func (n *nameBuf) build(t *Table, cur string, geo uint32, sep byte, idx uint32) {
+	if geo == t.cur.maxKeys && cur != "" {
+		n.b = strconv.AppendUint(append(n.b[:0], cur...), uint64(idx), 10)
+	} else {
+		n.b = appendName(n.b[:0], t.prefix, geo, sep, idx)
+	}
+	n.geo, n.idx, n.built = geo, idx, true
+}
+
 // string returns the name, sharing the buffer's bytes: valid until the next name is built.
 // The slice header read as a string's is what unsafe.String makes, without its checks, which
 // a built name, never empty, does not need.
@@ -849,12 +886,7 @@ func (t *Table) indexName(geo, b uint32) string {
 	}
 	n := &t.index[t.indexNext%Choices]
 	t.indexNext++
-	if geo == t.cur.maxKeys && t.curIndex != "" {
-		n.b = strconv.AppendUint(append(n.b[:0], t.curIndex...), uint64(b), 10)
-	} else {
-		n.b = appendName(n.b[:0], t.prefix, geo, '#', b)
-	}
-	n.geo, n.idx, n.built = geo, b, true
+	n.build(t, t.curIndex, geo, '#', b)
 	return n.string()
 }
 
@@ -886,12 +918,7 @@ func (t *Table) slotName(geo, idx uint32, keep bool) string {
 	}
 	n := &t.slot
 	if !n.holds(geo, idx) {
-		if geo == t.cur.maxKeys && t.curSlot != "" {
-			n.b = strconv.AppendUint(append(n.b[:0], t.curSlot...), uint64(idx), 10)
-		} else {
-			n.b = appendName(n.b[:0], t.prefix, geo, '.', idx)
-		}
-		n.geo, n.idx, n.built = geo, idx, true
+		n.build(t, t.curSlot, geo, '.', idx)
 	}
 	if !keep {
 		return n.string()

@@ -82,6 +82,10 @@ func (c *Config) MatchSkipped(req Request, dst []*Rule, skipped *[]*Rule) []*Rul
 	return dst
 }
 
+// appendRule is Match's append for a list without room, not inlined: the compiler would write
+// the append's growth path at both of Match's call sites, which a VM's first request compiles.
+//
+//go:noinline
 func appendRule(dst []*Rule, r *Rule) []*Rule { return append(dst, r) }
 
 // conditional reports whether the match has any condition. Most rules have none: asking

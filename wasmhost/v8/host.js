@@ -499,6 +499,7 @@ function main() {
     // The floor of start-up: instantiate and _initialize only (an empty Go reactor).
     const vm = mk();
     const t2 = process.hrtime.bigint();
+    mark('init');
     vm.call('_initialize');
     out.first_vm_ms = ms(process.hrtime.bigint() - t1);
     out.first_vm_cpu_ms = cpuMS() - c1;
