@@ -60,18 +60,18 @@ SHIPPED_ENVOY := envoy.yaml e2e/envoy-failure-modes.yaml e2e/redis-cluster/envoy
 check-shipped:
 	$(GO) run ./wasmhost/cmd/ratelimit-host check -strict $(SHIPPED_ENVOY)
 
-# `make test` runs three go commands at once, each on packages compiled for its own target
-# or not at all by the others, so that on an empty build cache one compiles while another
-# waits on a long compile: the .wasm (wasip1), its packages' wasip1 vet (after the .wasm, whose
-# compiled packages it reuses), and go test (native). Tests build the .wasm themselves when it
-# is missing or stale, so `go test ./...` alone works too.
+# `make test` runs two chains of go commands at once on packages the other chain does not
+# compile, so that on an empty build cache one compiles while the other waits on a long
+# compile: the .wasm then its packages' wasip1 vet (which reuses the .wasm's compiled
+# packages), and go test (native). Tests build the .wasm themselves when it is missing or
+# stale, so `go test ./...` alone works too.
 # go test -vet=all runs every analyzer of go vet (what `make vet` runs natively) on each
-# package and its tests before running them, so the analyses, the compiles and the test runs
-# of different packages overlap.
+# package and its tests before running them, in the command that compiles and runs them, so
+# the analyses, compiles and test runs of different packages overlap.
 # Packages run in parallel: the shaping, adaptive and failure-mode tests run in the host's
 # virtual time, so no pass/fail test depends on how fast a timer fires on a loaded machine.
-# The shipped bootstraps are checked by envoycheck's TestShippedConfigsPass, as
-# check-shipped checks them.
+# The shipped bootstraps are checked by envoycheck's TestShippedConfigsPass, for errors and
+# warnings, as check-shipped checks them.
 test: gofmt
 	@$(MAKE) --no-print-directory -j2 go-test build-vet-wasip1
 
