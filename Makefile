@@ -16,7 +16,7 @@ TEST_PKGS := ./wasmhost/moduletest/ ./sharedstate/redis/ ./filter/ $(ALL_PKGS)
 export GOFLAGS := -trimpath $(GOFLAGS)
 GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*' -not -path './wasmhost/*' -not -path './e2e/*') go.mod go.sum
 
-.PHONY: build test vet check check-shipped run bench clean e2e-envoy
+.PHONY: build test go-test gofmt vet vet-wasip1 build-vet-wasip1 check check-shipped run bench clean e2e-envoy
 
 build: $(WASM)
 
@@ -26,12 +26,16 @@ $(WASM): $(GO_SRCS)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $@ .
 	@ls -l $@
 
-# The wasip1 vet compiles the packages for their type information as the build does, so it
-# finds them in Go's build cache.
-vet:
+gofmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet: gofmt vet-wasip1
 	$(GO) vet $(ALL_PKGS)
+
+# The wasip1 vet compiles the packages for their type information as the build does, so it
+# finds them in Go's build cache.
+vet-wasip1:
 	GOOS=wasip1 GOARCH=wasm $(GO) vet $(WASM_PKGS)
 
 # Checks an Envoy bootstrap (or a plugin configuration file) before a deploy (Envoy's API
@@ -56,14 +60,26 @@ SHIPPED_ENVOY := envoy.yaml e2e/envoy-failure-modes.yaml e2e/redis-cluster/envoy
 check-shipped:
 	$(GO) run ./wasmhost/cmd/ratelimit-host check -strict $(SHIPPED_ENVOY)
 
-# Tests build the .wasm themselves when it is missing or stale, so `go test ./...` alone works
-# too; building it here first just makes the failure clearer when the module does not compile.
+# `make test` runs two chains of go commands at once on packages the other chain does not
+# compile, so that on an empty build cache one compiles while the other waits on a long
+# compile: the .wasm then its packages' wasip1 vet (which reuses the .wasm's compiled
+# packages), and go test (native). Tests build the .wasm themselves when it is missing or
+# stale, so `go test ./...` alone works too.
+# go test -vet=all runs every analyzer of go vet (what `make vet` runs natively) on each
+# package and its tests before running them, in the command that compiles and runs them, so
+# the analyses, compiles and test runs of different packages overlap.
 # Packages run in parallel: the shaping, adaptive and failure-mode tests run in the host's
 # virtual time, so no pass/fail test depends on how fast a timer fires on a loaded machine.
-# -vet=off: `make vet` has just run every analyzer of go vet, a superset of the ones go test
-# runs, on the same packages; a second pass would only analyse them again.
-test: build vet check-shipped
-	$(GO) test -count=1 -vet=off -timeout 30m $(TEST_PKGS)
+# The shipped bootstraps are checked by envoycheck's TestShippedConfigsPass, for errors and
+# warnings, as check-shipped checks them.
+test: gofmt
+	@$(MAKE) --no-print-directory -j2 go-test build-vet-wasip1
+
+build-vet-wasip1: build
+	@$(MAKE) --no-print-directory vet-wasip1
+
+go-test:
+	$(GO) test -count=1 -vet=all -timeout 30m $(TEST_PKGS)
 
 # Builds the filter and serves traffic through it: in Envoy via docker compose when a Docker
 # engine answers, otherwise in the project's own wazero host.
