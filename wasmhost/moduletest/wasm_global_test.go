@@ -887,8 +887,10 @@ func TestGlobalWasmInjection(t *testing.T) {
 // measured like every answer), and the worker must go on serving requests, including while the
 // late answer is pending.
 func TestGlobalWasmDeadStream(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	const delay = 400 * time.Millisecond
+	// Long enough that a loaded machine returns from the abandoned request before the answer.
+	const delay = 1500 * time.Millisecond
 	rules := "[" + globalRule("ds", `"algorithm":"token_bucket","limit":5,"window":"1h"`, false) + "]"
 	// With the script loaded, the dead request's single EVALSHA decides (and charges).
 	loadScripts(t, srv)
