@@ -109,19 +109,16 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 // decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
 // if none of the enforced ones denies; the request waits for the answer.
 func (h *httpContext) decideGlobal(now int64) types.Action {
-	if deny, a := h.askRedis(now); deny {
-		return h.deny(a.rs, a.decision)
-	}
-	if h.d.outstanding > 0 {
+	if h.askRedis(now) || h.d.outstanding > 0 {
 		return types.ActionPause
 	}
 	return h.finish()
 }
 
 // askRedis sends the request's one callout for all of its global rules, or applies the
-// failure mode to them when it cannot; it reports whether the request must be denied now, and
-// by which rule.
-func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
+// failure mode to them when it cannot; it reports whether the request waits for Redis or was
+// denied.
+func (h *httpContext) askRedis(now int64) bool {
 	c := h.plugin.redis
 	if len(c.parts) > 0 {
 		return h.askShards(now)
@@ -130,12 +127,19 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 		c.m.skipped.Increment(1)
 		return h.redisFailed(now)
 	}
-	if err := h.sendCallout(now, false); err != nil {
-		// noteFailure counts it by kind and feeds the breaker.
-		h.noteFailure(now, sendError(err))
-		return h.redisFailed(now)
+	return h.callRedis(now)
+}
+
+// callRedis sends the request's call (EVALSHA) or, when it cannot be sent, counts the failure
+// (noteFailure also feeds the breaker) and applies the failure mode. It reports whether the
+// request waits for the call or was denied.
+func (h *httpContext) callRedis(now int64) bool {
+	err := h.sendCallout(now, false)
+	if err == nil {
+		return true
 	}
-	return false, nil
+	h.noteFailure(now, sendError(err))
+	return h.redisFailed(now)
 }
 
 // callItems lists the request's global rules as the items of one script call, in rule order,
@@ -228,11 +232,7 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 		h.lateAnswer(d, numHeaders, bodySize, numTrailers)
 		return
 	}
-	defer recoverTo("answerRedis", func() {
-		if h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
-		}
-	})
+	defer recoverTo("answerRedis", h.failWaiting)
 	p := h.plugin
 	c := p.redis
 	now := p.now()
@@ -245,6 +245,14 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 		return
 	}
 	h.finishWhenAnswered(d)
+}
+
+// failWaiting applies the failure mode to a waiting request whose answer could not be
+// handled (a recovered panic) and resumes the request if that admits it.
+func (h *httpContext) failWaiting() {
+	if h.failOpenOrClosed() == types.ActionContinue {
+		_ = abi.ResumeHttpRequest()
+	}
 }
 
 // applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
@@ -285,7 +293,7 @@ func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 		h.deny(denied.rs, denied.decision)
 		return true
 	case retake:
-		return h.retakeGlobal(d, now) || h.failedDenies(now)
+		return h.retakeGlobal(d, now)
 	case takes:
 		h.recordTakes(d, now)
 	}
@@ -305,7 +313,7 @@ func (h *httpContext) redisCallFailed(d *decisions, now int64, err error) bool {
 		}
 	}
 	h.noteFailure(now, err)
-	return h.failedDenies(now)
+	return h.redisFailed(now)
 }
 
 // applyAnswer takes Redis's answer for a's item, decided at at on Redis' clock. On the rule's
@@ -336,8 +344,8 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 
 // retakeGlobal sends the request's call again after Redis denied a lease's batch, each denied
 // batch replaced by the request's cost: the first call committed nothing, so the second
-// decides the whole request again, exactly. It reports whether the call was sent (if not, the
-// failure is counted and the caller applies the failure mode).
+// decides the whole request again, exactly. It reports whether the request waits for the call
+// or was denied (callRedis).
 func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 	for i := range d.applied {
 		a := &d.applied[i]
@@ -348,12 +356,7 @@ func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 			a.decided = false
 		}
 	}
-	err := h.sendCallout(now, false)
-	if err == nil {
-		return true
-	}
-	h.noteFailure(now, sendError(err))
-	return false
+	return h.callRedis(now)
 }
 
 var (
@@ -453,33 +456,19 @@ func (c *redisClient) partSuccess(part int) {
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
-// decisions Redis could not make. It reports whether the request must be denied now, and by
-// which rule.
-func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
+// decisions Redis could not make, and reports whether it denied the request.
+func (h *httpContext) redisFailed(now int64) bool {
 	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if !a.inCall() {
-			continue
-		}
-		if h.globalFailed(now, a) {
-			return true, a
+		if a := &h.d.applied[i]; a.inCall() && h.globalFailed(now, a) {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
-// failedDenies is redisFailed that sends the denial, if any; it reports whether it did.
-func (h *httpContext) failedDenies(now int64) bool {
-	deny, by := h.redisFailed(now)
-	if deny {
-		h.deny(by.rs, by.decision)
-	}
-	return deny
-}
-
-// globalFailed applies the Redis failure mode to one global rule and reports whether the
-// request must be denied now.
-func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
+// globalFailed applies the Redis failure mode to one global rule, sending the denial if it
+// denies; it reports whether it did.
+func (h *httpContext) globalFailed(now int64, a *applied) bool {
 	a.take = 0 // no lease without Redis: a local fallback is an exact local decision
 	if a.rs.rule.Shadow {
 		// A shadow rule never denies, whatever the failure mode: the failure is counted
@@ -490,22 +479,25 @@ func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 	switch h.plugin.redis.cfg.FailureMode {
 	case config.RedisFailDeny:
 		a.decision = failureDecision(a.rs)
-		return true
 	case config.RedisFailLocal:
 		// The rule's own limit, counted on this proxy only: the fleet as a whole may then
 		// admit up to one limit per proxy, which is the best a partitioned proxy can
 		// promise. Like every local rule it is decided now and written in finish.
-		return h.decideLocal(a, a.key, now, a.cost)
+		if !h.decideLocal(a, a.key, now, a.cost) {
+			return false
+		}
 	default:
 		a.decided = false
 		return false
 	}
+	h.deny(a.rs, a.decision)
+	return true
 }
 
 // askShards sends one callout per global rule of the request (redis.partitions > 1), each to
 // its key's partition, or applies the failure mode to a rule whose partition's breaker is
-// open or whose call cannot be sent. It reports whether the request must be denied now.
-func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
+// open or whose call cannot be sent. It reports whether the request was denied.
+func (h *httpContext) askShards(now int64) bool {
 	c := h.plugin.redis
 	if !c.secretKnown {
 		return h.askSecret(now)
@@ -527,17 +519,18 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 			continue
 		}
 		if h.globalFailed(now, a) {
-			return true, a
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // askSecret sends the call that reads the partition secret (redis.AppendSecretCall), offering
 // a fresh random candidate, for a request that cannot address its rules' calls without it;
 // the request waits and sends them on the answer (onSecretAnswer). With the breaker open or a
-// failed send, the request's global rules apply the failure mode.
-func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
+// failed send, the request's global rules apply the failure mode. It reports whether the
+// request waits or was denied.
+func (h *httpContext) askSecret(now int64) bool {
 	c := h.plugin.redis
 	if !c.breaker.allow(now, h.id) {
 		c.m.skipped.Increment(1)
@@ -554,7 +547,7 @@ func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
 		h.noteFailure(now, sendError(err))
 		return h.redisFailed(now)
 	}
-	return false, nil
+	return true
 }
 
 // onSecretAnswer handles the answer to a secret call (askSecret): an answered secret is the
@@ -565,8 +558,8 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 	c := p.redis
 	waiting := !h.done && !h.finished && h.d == d
 	defer recoverTo("onSecretAnswer", func() {
-		if waiting && h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
+		if waiting {
+			h.failWaiting()
 		}
 	})
 	now := p.now()
@@ -581,12 +574,7 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 	if !waiting {
 		return
 	}
-	if err != nil {
-		if h.failedDenies(now) {
-			return
-		}
-	} else if deny, by := h.askShards(now); deny {
-		h.deny(by.rs, by.decision)
+	if err != nil && h.redisFailed(now) || err == nil && h.askShards(now) {
 		return
 	}
 	h.finishWhenAnswered(d)
@@ -671,11 +659,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		h.lateShardAnswer(d, i, numHeaders, bodySize, numTrailers)
 		return
 	}
-	defer recoverTo("onShardAnswer", func() {
-		if h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
-		}
-	})
+	defer recoverTo("onShardAnswer", h.failWaiting)
 	now := p.now()
 	a := &d.applied[i]
 	c.recordLatency(a.sentAt, now)
@@ -724,15 +708,11 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	h.finishWhenAnswered(d)
 }
 
-// shardFailed counts a failed call of a's partition part and applies the failure mode to a,
-// sending the denial if it denies; it reports whether it did.
+// shardFailed counts a failed call of a's partition part and applies the failure mode to a;
+// it reports whether it denied the request.
 func (h *httpContext) shardFailed(now int64, a *applied, part int, err error) bool {
 	h.noteFailureIn(now, part, err)
-	if !h.globalFailed(now, a) {
-		return false
-	}
-	h.deny(a.rs, a.decision)
-	return true
+	return h.globalFailed(now, a)
 }
 
 // lateShardAnswer handles the answer to d.applied[i]'s call that arrives after the request

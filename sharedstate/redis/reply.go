@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -62,13 +63,9 @@ func (e *StatusError) Is(target error) bool {
 	return target == ErrMalformed
 }
 
-// Shared errors for the statuses an outage produces on every request, so an outage does not
-// allocate per request.
-var (
-	err502 = &StatusError{Status: 502}
-	err503 = &StatusError{Status: 503}
-	err504 = &StatusError{Status: 504}
-)
+// Shared errors for the statuses an outage produces on every request (502, 503, 504), so an
+// outage does not allocate per request.
+var outageErrors = [...]StatusError{{502}, {503}, {504}}
 
 // Answer is one rule's part of the answer to a call.
 type Answer struct {
@@ -197,13 +194,8 @@ fail:
 // statusError is the error of an HTTP status other than 200: a shared one for the statuses an
 // outage answers every request with.
 func statusError(status int) error {
-	switch status {
-	case 502:
-		return err502
-	case 503:
-		return err503
-	case 504:
-		return err504
+	if status >= 502 && status <= 504 {
+		return &outageErrors[status-502]
 	}
 	return &StatusError{Status: status}
 }
@@ -430,20 +422,10 @@ func (p *parser) string() (string, bool) {
 			}
 			e := p.b[p.i+1]
 			p.i += 2
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
+			switch k := strings.IndexByte(`"\\/bfnrt`, e); {
+			case k >= 0:
+				out = append(out, "\"\\/\b\f\n\r\t"[k])
+			case e == 'u':
 				r, ok := p.hex4()
 				if !ok {
 					return "", false
@@ -476,23 +458,12 @@ func (p *parser) string() (string, bool) {
 	return "", false
 }
 
+// hex4 reads the four hex digits of a \u escape.
 func (p *parser) hex4() (rune, bool) {
 	if len(p.b)-p.i < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, c := range p.b[p.i : p.i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
+	r, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)
 	p.i += 4
-	return r, true
+	return rune(r), err == nil
 }
