@@ -237,11 +237,8 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 	c := p.redis
 	now := p.now()
 	c.recordLatency(d.sentAt, now)
-	if _, err := h.callReplies(d, numHeaders, bodySize, numTrailers); err != nil {
-		if h.redisCallFailed(d, now, err) {
-			return
-		}
-	} else if h.applyAnswers(d, now) {
+	_, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
+	if err != nil && h.redisCallFailed(d, now, err) || err == nil && h.applyAnswers(d, now) {
 		return
 	}
 	h.finishWhenAnswered(d)
@@ -726,7 +723,7 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
-	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
+	if err == nil && !a.decided {
 		holdLateBatch(a, a.sentAt, now, answer)
 	}
 }
@@ -748,9 +745,7 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 		if !a.inCall() || j >= len(c.answers) {
 			continue
 		}
-		if a.rs.lease != nil && a.take > a.cost {
-			holdLateBatch(a, d.sentAt, now, c.answers[j])
-		}
+		holdLateBatch(a, d.sentAt, now, c.answers[j])
 		j++
 	}
 }
@@ -807,13 +802,13 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 	return item, answers[0], err
 }
 
-// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt, a.take > a.cost
-// on a leased rule) asked for, when Redis committed it after the request stopped waiting: it
+// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt) asked for, if it
+// asked for one, when Redis committed it after the request stopped waiting: it
 // was debited, so ignoring it would leave it neither spent nor counted. The request's own cost
 // is held too (the request spent none of it, as in refundLeases); where takenGlobal holds
 // nothing (the overflow key, an answer after the ttl, no room) it is dropped with the rest.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
-	if !answer.Decision.Allowed {
+	if a.rs.lease == nil || a.take <= a.cost || !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
@@ -845,16 +840,14 @@ func atoi(s string) int {
 	return n
 }
 
-// maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per
-// number (20 digits and a comma) for the three of the head and the six of each rule, and
-// room for the JSON around them. Anything larger is not a script result.
-func maxReplyBytes(rules int) int { return 64 + 21*(3+6*rules) }
-
+// calloutBody reads the answer to a call of rules global rules, at most 21 bytes per number
+// (20 digits and a comma) for the three of the head and the six of each rule, and room for the
+// JSON around them: anything larger is not a script result.
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, maxReplyBytes(rules)))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(3+6*rules)))
 	if err != nil {
 		return nil
 	}

@@ -422,7 +422,7 @@ func (p *parser) string() (string, bool) {
 			}
 			e := p.b[p.i+1]
 			p.i += 2
-			switch k := strings.IndexByte(`"\\/bfnrt`, e); {
+			switch k := strings.IndexByte(`"\/bfnrt`, e); {
 			case k >= 0:
 				out = append(out, "\"\\/\b\f\n\r\t"[k])
 			case e == 'u':
