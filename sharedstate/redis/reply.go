@@ -116,8 +116,6 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 	var (
 		p      = parser{b: body}
 		why    string
-		key    []byte
-		ok     bool
 		head   [replyHead]int64
 		rule   [replyPerRule]int64
 		denied bool
@@ -132,8 +130,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		goto fail
 	}
 	p.space()
-	key, ok = p.rawString()
-	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") || p.next() != ':' || p.next() != '[' {
+	if !p.literal(`"EVALSHA"`) && !p.literal(`"EVAL"`) || p.next() != ':' || p.next() != '[' {
 		why = `want {"EVALSHA":[ or {"EVAL":[`
 		goto fail
 	}
@@ -335,14 +332,6 @@ func (p *parser) end() bool {
 	return p.i == len(p.b)
 }
 
-func (p *parser) byte(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
 func (p *parser) literal(s string) bool {
 	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
 		p.i += len(s)
@@ -381,30 +370,10 @@ func (p *parser) integer() (int64, bool) {
 	return int64(v), true
 }
 
-// rawString reads a JSON string without escapes (the object key) and returns its bytes.
-func (p *parser) rawString() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
-	}
-	return nil, false
-}
-
 // string reads and decodes a JSON string (an error message). Invalid escapes, raw control
 // characters and invalid UTF-8 are rejected.
 func (p *parser) string() (string, bool) {
-	if !p.byte('"') {
+	if !p.literal(`"`) {
 		return "", false
 	}
 	var out []byte
