@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -115,17 +116,20 @@ func (h *httpContext) decideGlobal(now int64) types.Action {
 	return h.finish()
 }
 
-// askRedis sends the request's one callout for all of its global rules, or applies the
-// failure mode to them when it cannot; it reports whether the request waits for Redis or was
-// denied.
+// askRedis sends the request's one callout for all of its global rules (with partitions, one
+// per rule, or first the secret call), or applies the failure mode to them when it cannot; it
+// reports whether the request waits for Redis or was denied.
 func (h *httpContext) askRedis(now int64) bool {
 	c := h.plugin.redis
-	if len(c.parts) > 0 {
+	if len(c.parts) > 0 && c.secretKnown {
 		return h.askShards(now)
 	}
 	if !c.breaker.allow(now, h.id) {
 		c.m.skipped.Increment(1)
 		return h.redisFailed(now)
+	}
+	if len(c.parts) > 0 {
+		return h.askSecret(now)
 	}
 	return h.callRedis(now)
 }
@@ -496,9 +500,6 @@ func (h *httpContext) globalFailed(now int64, a *applied) bool {
 // open or whose call cannot be sent. It reports whether the request was denied.
 func (h *httpContext) askShards(now int64) bool {
 	c := h.plugin.redis
-	if !c.secretKnown {
-		return h.askSecret(now)
-	}
 	items := h.callItems()
 	j := 0
 	for i := range h.d.applied {
@@ -524,15 +525,11 @@ func (h *httpContext) askShards(now int64) bool {
 
 // askSecret sends the call that reads the partition secret (redis.AppendSecretCall), offering
 // a fresh random candidate, for a request that cannot address its rules' calls without it;
-// the request waits and sends them on the answer (onSecretAnswer). With the breaker open or a
-// failed send, the request's global rules apply the failure mode. It reports whether the
-// request waits or was denied.
+// the request waits and sends them on the answer (onSecretAnswer). With a failed send, the
+// request's global rules apply the failure mode. It reports whether the request waits or was
+// denied. The one breaker guards it (askRedis).
 func (h *httpContext) askSecret(now int64) bool {
 	c := h.plugin.redis
-	if !c.breaker.allow(now, h.id) {
-		c.m.skipped.Increment(1)
-		return h.redisFailed(now)
-	}
 	candidate := redis.NewSecret()
 	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, h.plugin.cfg.Domain)
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &candidate)
@@ -778,10 +775,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	}
 	c := h.plugin.redis
 	items := d.items
-	if cap(c.answers) < len(items) {
-		c.answers = make([]redis.Answer, len(items))
-	}
-	c.answers = c.answers[:len(items)]
+	c.answers = slices.Grow(c.answers[:0], len(items))[:len(items)]
 	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	return committed, err
 }

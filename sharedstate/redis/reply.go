@@ -37,10 +37,8 @@ type Error struct {
 	Message string
 }
 
-// Error renders "redis: <message>".
 func (e *Error) Error() string { return "redis: " + e.Message }
 
-// Is makes errors.Is(err, ErrRedis) true.
 func (e *Error) Is(target error) bool { return target == ErrRedis }
 
 // StatusError is an HTTP answer other than 200. errors.Is matches it with ErrUnavailable for
@@ -49,12 +47,10 @@ type StatusError struct {
 	Status int // the HTTP status webdis (or a proxy in front of it) answered
 }
 
-// Error renders the status.
 func (e *StatusError) Error() string {
 	return "redis: webdis answered HTTP " + strconv.Itoa(e.Status)
 }
 
-// Is implements the mapping described on StatusError.
 func (e *StatusError) Is(target error) bool {
 	switch e.Status {
 	case 502, 503, 504:
