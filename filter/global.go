@@ -534,10 +534,7 @@ func (h *httpContext) askSecret(now int64) bool {
 	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, h.plugin.cfg.Domain)
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &candidate)
 	d := h.d
-	if err := h.send(now, func(numHeaders, bodySize, numTrailers int) {
-		h.answered(d)
-		h.onSecretAnswer(d, numHeaders, bodySize, numTrailers)
-	}); err != nil {
+	if err := h.send(now, func(nh, bs, nt int) { h.onSecretAnswer(d, nh, bs, nt) }); err != nil {
 		h.noteFailure(now, sendError(err))
 		return h.redisFailed(now)
 	}
@@ -548,6 +545,7 @@ func (h *httpContext) askSecret(now int64) bool {
 // VM's from then on, whoever asked; a request still waiting then sends its rules' calls
 // (askShards), or applies the failure mode when Redis failed.
 func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
+	h.answered(d)
 	p := h.plugin
 	c := p.redis
 	waiting := !h.done && !h.finished && h.d == d
@@ -627,10 +625,7 @@ func (p *plugin) refreshSecret(now int64) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
-		h.answered(d)
-		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
-	})
+	err := h.dispatch(now, items, full, func(nh, bs, nt int) { h.onShardAnswer(d, i, full, nh, bs, nt) })
 	if err == nil {
 		// Each rule's call has its own send time: a resend of one rule (a denied batch,
 		// NOSCRIPT) must not move the instant another rule's answer is measured from.
@@ -644,6 +639,7 @@ func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, ful
 // later, decide nothing more (their calls have committed on their own), but a lease batch
 // one of them committed is kept (lateShardAnswer).
 func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, bodySize, numTrailers int) {
+	h.answered(d)
 	p := h.plugin
 	c := p.redis
 	if i >= len(d.applied) {

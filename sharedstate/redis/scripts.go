@@ -139,10 +139,8 @@ func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name s
 	b.args = b.base + renderArgs((maxKeys+int64(partitions)-1)/int64(partitions))
 	b.boundKeys = make([]string, partitions)
 	for p := range b.boundKeys {
-		keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))...)
-		keys = append(keys, '/')
-		keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow"))
-		b.boundKeys[p] = string(keys)
+		keys := Escape([]byte{'/'}, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))
+		b.boundKeys[p] = string(Escape(append(keys, '/'), appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow")))
 	}
 	return &b
 }
@@ -195,15 +193,9 @@ func appendCommand(dst []byte, full bool) []byte {
 }
 
 // partKeys returns the escaped key set and overflow key of partition part of a rule with a
-// key bound. A part out of range (a caller's mistake) is taken modulo the partitions, so it
-// can never index past the keys.
-func (r *Rule) partKeys(part int) string {
-	p := part % len(r.boundKeys)
-	if p < 0 {
-		p += len(r.boundKeys)
-	}
-	return r.boundKeys[p]
-}
+// key bound. A part out of range (a caller's mistake) is reduced modulo the partitions, as an
+// unsigned number, so it can never index past the keys.
+func (r *Rule) partKeys(part int) string { return r.boundKeys[uint(part)%uint(len(r.boundKeys))] }
 
 func appendTail(dst []byte, items []Item) []byte {
 	nkeys := int64(len(items))
@@ -212,8 +204,7 @@ func appendTail(dst []byte, items []Item) []byte {
 	}
 	dst = appendInt(dst, nkeys)
 	for i := range items {
-		dst = append(dst, '/')
-		dst = Escape(dst, items[i].Key)
+		dst = Escape(append(dst, '/'), items[i].Key)
 		if r := items[i].Rule; r.bound > 0 {
 			dst = append(dst, r.partKeys(items[i].Part)...)
 		}
@@ -294,13 +285,11 @@ func AppendSettle(dst []byte, s *Settlement) []byte {
 func appendSettleTail(dst []byte, s *Settlement) []byte {
 	r := s.Item.Rule
 	dst = appendInt(dst, 2+2*min(r.bound, 1)) // the key, its id key, a bound's two keys
-	dst = append(dst, '/')
-	dst = Escape(dst, s.Item.Key)
+	dst = Escape(append(dst, '/'), s.Item.Key)
 	if r.bound > 0 {
 		dst = append(dst, r.partKeys(s.Item.Part)...)
 	}
-	dst = append(dst, '/')
-	dst = Escape(dst, s.Item.Key)
+	dst = Escape(append(dst, '/'), s.Item.Key)
 	dst = append(dst, "%3A%23settled%3A"...) // ":#settled:", escaped
 	dst = strconv.AppendUint(dst, s.ID, 16)
 	dst = appendBool(appendInt(append(dst, "/s"...), s.Delta), s.Overflow)
