@@ -107,31 +107,28 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 	return types.ActionContinue, false, true
 }
 
-// decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
-// if none of the enforced ones denies; the request waits for the answer.
+// decideGlobal is phase 1b: one callout decides every global rule (with partitions, one per
+// rule, or first the secret call), and Redis writes them only if none of the enforced ones
+// denies; the request waits for the answer. When the call cannot be made, the failure mode
+// applies to the rules.
 func (h *httpContext) decideGlobal(now int64) types.Action {
-	if h.askRedis(now) || h.d.outstanding > 0 {
+	c := h.plugin.redis
+	var stopped bool // the request waits for Redis or was denied
+	switch {
+	case len(c.parts) > 0 && c.secretKnown:
+		stopped = h.askShards(now)
+	case !c.breaker.allow(now, h.id):
+		c.m.skipped.Increment(1)
+		stopped = h.redisFailed(now)
+	case len(c.parts) > 0:
+		stopped = h.askSecret(now)
+	default:
+		stopped = h.callRedis(now)
+	}
+	if stopped || h.d.outstanding > 0 {
 		return types.ActionPause
 	}
 	return h.finish()
-}
-
-// askRedis sends the request's one callout for all of its global rules (with partitions, one
-// per rule, or first the secret call), or applies the failure mode to them when it cannot; it
-// reports whether the request waits for Redis or was denied.
-func (h *httpContext) askRedis(now int64) bool {
-	c := h.plugin.redis
-	if len(c.parts) > 0 && c.secretKnown {
-		return h.askShards(now)
-	}
-	if !c.breaker.allow(now, h.id) {
-		c.m.skipped.Increment(1)
-		return h.redisFailed(now)
-	}
-	if len(c.parts) > 0 {
-		return h.askSecret(now)
-	}
-	return h.callRedis(now)
 }
 
 // callRedis sends the request's call (EVALSHA) or, when it cannot be sent, counts the failure
@@ -527,7 +524,7 @@ func (h *httpContext) askShards(now int64) bool {
 // a fresh random candidate, for a request that cannot address its rules' calls without it;
 // the request waits and sends them on the answer (onSecretAnswer). With a failed send, the
 // request's global rules apply the failure mode. It reports whether the request waits or was
-// denied. The one breaker guards it (askRedis).
+// denied. The one breaker guards it (decideGlobal).
 func (h *httpContext) askSecret(now int64) bool {
 	c := h.plugin.redis
 	candidate := redis.NewSecret()
@@ -812,10 +809,10 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 
 func calloutStatus() int {
 	s, err := abi.GetHttpCallResponseHeader(":status")
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0
-	}
-	if s == "200" { // every answer of a script that ran: no number to parse
+	case s == "200": // every answer of a script that ran: no number to parse
 		return 200
 	}
 	return atoi(s)

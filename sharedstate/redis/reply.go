@@ -397,15 +397,13 @@ func (p *parser) string() (string, bool) {
 				}
 				if utf16.IsSurrogate(r) {
 					// A surrogate pair is two escapes; a lone half decodes to U+FFFD.
-					r2 := utf8.RuneError
+					lo := utf8.RuneError
 					if p.literal(`\u`) {
-						if lo, ok := p.hex4(); ok {
-							r2 = lo
-						} else {
+						if lo, ok = p.hex4(); !ok {
 							return "", false
 						}
 					}
-					r = utf16.DecodeRune(r, r2)
+					r = utf16.DecodeRune(r, lo)
 				}
 				out = utf8.AppendRune(out, r)
 			default:
