@@ -101,10 +101,8 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 			return h.deny(rs, d), true, false
 		}
 	}
-	if rs.lease != nil && h.leaseGlobal(a, now) {
-		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
-	}
-	return types.ActionContinue, false, true
+	// A rule this VM's lease admitted needs no callout.
+	return types.ActionContinue, false, rs.lease == nil || !h.leaseGlobal(a, now)
 }
 
 // decideGlobal is phase 1b: one callout decides every global rule (with partitions, one per
@@ -148,9 +146,8 @@ func (h *httpContext) callRedis(now int64) bool {
 // against: the answer need not list them again. Their keys are in the client's scratch,
 // which the next call overwrites; parsing does not read them.
 func (h *httpContext) callItems() []redis.Item {
-	p := h.plugin
+	p, d := h.plugin, h.d
 	c := p.redis
-	d := h.d
 	c.keys, d.items = c.keys[:0], d.items[:0]
 	for i := range d.applied {
 		a := &d.applied[i]
