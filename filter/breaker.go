@@ -9,10 +9,9 @@ import (
 // request probes Redis; its success closes the breaker, its failure opens it again. Each worker
 // VM has its own breaker and learns of an outage from its own callouts, answered even after the
 // probing stream is gone (lateOutcome). A probe unanswered for longer than the callout timeout
-// (a host may still lose an answer) counts as lost, and the next request sends another;
-// without that, the worker would skip Redis for good. The probe is a request, not a callout:
-// every global rule of it is sent, since a skipped one under a failure mode that denies would
-// end the request at once and the probe would decide nothing.
+// counts as lost, and the next request sends another: else the worker would skip Redis for
+// good. Every global rule of the probing request is sent: a skipped one under a failure mode
+// that denies would end the request at once.
 type breaker struct {
 	threshold int
 	cooldown  int64
@@ -56,28 +55,14 @@ func (b *breaker) failure(now int64) (opened bool) {
 	return false
 }
 
-// breakerGauge publishes the state of this worker VM's breaker in process-wide metrics. Envoy's
-// stats are process-wide, so recording 1 or 0 from each worker would say whatever the last one
-// said: each VM adds 1 when its breaker opens and subtracts 1 when it closes, and the gauge
-// counts the worker VMs whose breaker is open. ratelimit_redis_breaker_opened_total counts the
-// openings, which a scraped gauge can miss.
+// breakerGauge publishes this VM's breaker in process-wide metrics: each VM adds 1 to the
+// gauge when its breaker opens and subtracts 1 when it closes (a 1 or 0 from each would say
+// whatever the last one said), and counts the openings, which a scraped gauge can miss.
 type breakerGauge struct {
 	open   abi.MetricGauge   // worker VMs whose breaker is open, process-wide
 	opened abi.MetricCounter // transitions from closed to open, process-wide
-	// counted is set while this VM's 1 is included in open, so that a breaker that opens
-	// again after a failed probe is not counted twice.
+	// counted is set while this VM's 1 is included in open.
 	counted bool
-}
-
-// defineBreakerGauge defines the breaker's metrics.
-func defineBreakerGauge() (breakerGauge, error) {
-	var g breakerGauge
-	var err error
-	if g.open, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open"); err != nil {
-		return g, err
-	}
-	g.opened, err = abi.DefineCounterMetric("ratelimit_redis_breaker_opened_total")
-	return g, err
 }
 
 // set publishes whether this VM's breaker is open. Only a change moves the gauge.

@@ -11,12 +11,10 @@ import (
 )
 
 // decideLocal decides a rule on this proxy's shared data, from a lease block if the rule has
-// one (decideRequest calls decideShared directly for a rule without). It reports whether the
-// request must be denied now (an enforced denial, contention, or a store failure under failure_mode
-// "deny"). Every decision made in an overflow slot is counted here, allowed or denied.
+// one, and reports whether the request must be denied now (an enforced denial, contention, or
+// a store failure under failure_mode "deny").
 func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny bool) {
-	// A rule with a lease block spends this VM's reserved units first (see lease.go); a shadow
-	// rule exists to observe exact decisions, so it takes no lease, as on the global path.
+	// A shadow rule observes exact decisions, so it takes no lease, as on the global path.
 	if a.rs.lease != nil && a.rs.rule.Scope == config.ScopeLocal && !a.rs.rule.Shadow {
 		return h.decideLeased(a, key, now, cost)
 	}
@@ -25,10 +23,9 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 
 // denyLocal denies the request that a local rule denied in phase 1: that rule is the last of
 // h.d.applied, p.matched[i] the rule it applies for, key the key built for the rule built.
-// Every later enforced local rule is decided too, exactly and without writing, so that the
-// response states the longest wait among the denying rules (a client that waited what the
-// first denial said would be denied again by a longer one). Global rules are not asked: a
-// request a local rule denies sends no Redis call. Out of line (see doc.go).
+// Every later enforced local rule is decided too, without writing, so that the response states
+// the longest wait among the denying rules. Global rules are not asked: a request a local rule
+// denies sends no Redis call.
 //
 //go:noinline
 func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
@@ -76,21 +73,13 @@ func longerWait(a, b *applied) bool {
 	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
 }
 
-// decideLeased is decideLocal for a rule with a lease block: from this VM's lease when it has
-// the units, else with a take (out of line, see doc.go).
+// decideLeased is decideLocal for a rule with a lease block (out of line, see doc.go): from
+// this VM's lease when it has the units, else with a take (Table.Take, see lease.go), written
+// by finish like any local decision and recorded in the lease there (leaseState.taken).
 func (h *httpContext) decideLeased(a *applied, key []byte, now, cost int64) (deny bool) {
 	if a.rs.lease.spend(a, key, now, cost) {
 		return false
 	}
-	return h.decideLease(a, key, now, cost)
-}
-
-// decideLease decides a leased rule's request that the VM's lease could not admit with a take
-// (sharedstate.Table.Take): the request's cost, and a reserve the shared state sizes (see
-// leaseState.reserve). A take that cannot reserve is the exact decision for the cost, so a
-// lease never denies what an exact decision admits. The take is written by finish like any
-// local decision, and recorded in the lease there (leaseState.taken).
-func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny bool) {
 	reserve := a.rs.lease.reserve(key, now, cost)
 	a.key = append(a.key[:0], key...)
 	if err := a.rs.table.Take(key, now, cost, reserve, &a.pending); err != nil {
@@ -98,8 +87,7 @@ func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny
 		return h.undecided(a, err)
 	}
 	if a.pending.Overflow {
-		// A key without a slot of its own shares an overflow slot, where Take reserves
-		// nothing: its decision is an exact one, counted as such.
+		// In an overflow slot Take reserves nothing: the decision is an exact one.
 		a.take = 0
 		a.decision, a.decided, a.local = a.pending.Decision, true, true
 		a.rs.m.overflow.Increment(1)
@@ -112,8 +100,8 @@ func (h *httpContext) decideLease(a *applied, key []byte, now, cost int64) (deny
 
 // decideShared decides a rule on the key's state in shared data, without a lease.
 func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (deny bool) {
-	// The rule's state is read through one local: a.rs read again after the call would be a
-	// load and a nil check of its own, in code a VM's first request compiles.
+	// a.rs read once: read again after the call it would be a load and a nil check of its own,
+	// in code a VM's first request compiles.
 	rs := a.rs
 	if err := rs.table.Decide(key, now, cost, &a.pending); err != nil {
 		return h.undecided(a, err)
@@ -125,17 +113,15 @@ func (h *httpContext) decideShared(a *applied, key []byte, now, cost int64) (den
 	return !a.decision.Allowed && !rs.rule.Shadow
 }
 
-// undecided handles a rule whose state Table.Decide could not read or decide on (err): lost
-// races or a store failure. It reports whether the request must be denied (out of line, see
-// doc.go).
+// undecided handles a rule whose state could not be read or written (err): lost races or a
+// store failure. It reports whether the request must be denied (out of line, see doc.go).
 func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	p := h.plugin
 	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
 		return h.contention(a)
 	}
 	p.storeFailure(a.rs, err)
-	// A shadow rule never denies, not even under failure_mode "deny": it only counts the
-	// failure (store_errors_total), like its other decisions.
+	// A shadow rule never denies, not even under failure_mode "deny".
 	if p.cfg.FailureMode == config.FailDeny && !a.rs.rule.Shadow {
 		a.decision = failureDecision(a.rs)
 		return true
@@ -143,18 +129,16 @@ func (h *httpContext) undecided(a *applied, err error) (deny bool) {
 	return false
 }
 
-// contention handles a rule whose compare-and-swap attempts all lost to other workers. That is
-// not a store failure, and failure_mode does not apply: admitting the request would admit it
-// uncounted, beyond the limit. An enforced rule denies it (counted in cas_exhausted, with a
-// Retry-After of one second: the race is over by then); a shadow rule only counts it. It
-// reports whether the request must be denied.
+// contention handles a rule whose compare-and-swap attempts all lost to other workers: not a
+// store failure, so failure_mode does not apply (admitting would admit uncounted). An enforced
+// rule denies the request, and reports so; a shadow rule only counts it (cas_exhausted).
 func (h *httpContext) contention(a *applied) (deny bool) {
 	a.rs.m.casExhausted.Increment(1)
 	a.decided = false
 	if a.rs.rule.Shadow {
 		return false
 	}
-	a.decision = contentionDecision(a.rs)
+	a.decision = failureDecision(a.rs)
 	return true
 }
 
@@ -162,22 +146,18 @@ func (h *httpContext) contention(a *applied) (deny bool) {
 // write that lost a race turned into a denial. Global rules are all decided by now.
 //
 // A write that lost a race decides again on the fresh state; if that becomes a denial, the
-// rules already written keep their charge. That only happens when another worker took the last
-// allowance between this request's read and its write, and it errs on the side of the limit:
-// it can over-count one request, never admit one too many. The same holds for global rules:
-// local rules are decided before the callout (a local denial sends none), but Redis commits
-// its rules before the local writes, so a local write that loses its race and turns into a
-// denial leaves the global rules charged.
+// rules already written (Redis' included: it commits before the local writes) keep their
+// charge. That only happens when another worker took the last allowance between this
+// request's read and its write, and errs on the side of the limit: it can over-count one
+// request, never admit one too many.
 func (h *httpContext) finish() types.Action {
 	// This loop writes the rules of the common case: decided, without a lease take, neither
 	// adaptive nor shaping, allowed (by Redis, or written locally at the first attempt). At the
-	// first rule that needs more it hands the rest of the request to finishFrom (after the
-	// rule's write, if it made it), so that a VM's first request of a plain configuration
-	// compiles this loop alone (see doc.go).
+	// first rule that needs more it hands the rest to finishFrom, so that a VM's first request
+	// of a plain configuration compiles this loop alone (see doc.go).
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
-		// The rule's state is read through one local: each a.rs would be a load of its own,
-		// with a nil check of its own, in code a VM's first request compiles.
+		// Read once: each a.rs would be a load and a nil check of its own (see decideShared).
 		rs := a.rs
 		if !a.decided || a.take > 0 || a.take > a.cost || rs.adaptive != nil || rs.shape != nil || !a.local && !a.decision.Allowed {
 			return h.finishFrom(i, nil, false)
@@ -196,8 +176,6 @@ func (h *httpContext) finish() types.Action {
 		rs.m.allowed.Increment(1)
 		rs.countNearLimit(&a.decision)
 	}
-	// The values are rendered into the context's own buffer, which a reused context keeps
-	// (see recycleContext), so that a steady stream of requests allocates nothing for them.
 	h.headers.render(h.d.applied)
 	h.finished = true
 	if h.plugin.cfg.FilterState {
@@ -234,7 +212,7 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 			}
 			if err == nil && a.take <= 0 && a.take <= a.cost {
 				a.decision = a.pending.Decision
-			} else if action, denied, skip := h.settleCommit(a, rs.rule, err); denied {
+			} else if action, denied, skip := h.settleCommit(a, err); denied {
 				return action
 			} else if skip {
 				continue
@@ -265,65 +243,12 @@ func (h *httpContext) finishFrom(i int, err error, committed bool) types.Action 
 	return types.ActionContinue
 }
 
-// finishShaped is the end of finish for a request that an adaptive or shaping rule admitted
-// (out of line, see doc.go).
+// finishShaped ends finish for a request adaptive or shaping rules admitted: the adaptive ones
+// observe its outcome, and it is held for the longest shaping delay (out of line, see doc.go).
 func (h *httpContext) finishShaped() types.Action {
 	p := h.plugin
-	// A shaping rule that admitted the request with a delay holds it until the latest release
-	// time among them; the tick resumes it.
-	shaper, delay := h.admitted()
-	p.giveDecisions(h)
-	if shaper != nil {
-		return h.hold(shaper, delay)
-	}
-	if len(h.observed) > 0 {
-		// The request goes upstream now: the latency adaptive rules judge starts here, not at
-		// its arrival, so that time spent waiting for Redis is not taken for a slow upstream.
-		h.startedAt = p.now()
-	}
-	return types.ActionContinue
-}
-
-// The functions below are the parts of finish that only some rules (leases, shaping,
-// adaptive) or a failed write need, each out of line (see doc.go).
-// The functions below are the parts of finish that a request needs only for some rules (leases,
-// shaping, adaptive) or when a write fails. Each is kept out of line (see doc.go): inline,
-// they would be compiled with finish on every VM's first request, whether its rules use them
-// or not.
-
-// settleCommit completes the write of the local rule r's decision a after Commit returned
-// err, or after a write made with a lease take: a take that lost its race is retried as an
-// exact decision, lost races and store failures are handled, and an admitted take is
-// recorded in the VM's lease. It reports denied, with the action to return, when the request
-// is denied, and skip when the rule ends up with no decision of its own to apply.
-func (h *httpContext) settleCommit(a *applied, r *config.Rule, err error) (action types.Action, denied, skip bool) {
-	p := h.plugin
-	if errors.Is(err, sharedstate.ErrAttemptsExhausted) {
-		if h.contention(a) {
-			return h.deny(a.rs, a.decision), true, false
-		}
-		return types.ActionContinue, false, true
-	}
-	if err != nil {
-		p.storeFailure(a.rs, err)
-		a.decided = false
-		if p.cfg.FailureMode == config.FailDeny && !r.Shadow {
-			return h.deny(a.rs, failureDecision(a.rs)), true, false
-		}
-		return types.ActionContinue, false, true
-	}
-	a.decision = a.pending.Decision
-	if a.take > 0 && a.decision.Allowed {
-		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.cost+a.pending.Reserved, a.cost, a.decision)
-	}
-	return types.ActionContinue, false, false
-}
-
-// admitted notes the admissions of the request's adaptive and shaping rules, once every rule
-// has admitted it: an adaptive rule is to observe the request's outcome, and the request is
-// held for the longest of the shaping rules' delays. It returns that delay and its rule (nil
-// when no shaping rule delays the request).
-func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
+	var shaper *ruleState
+	var delay int64
 	for i := range h.d.applied {
 		a := &h.d.applied[i]
 		if !a.decided || !a.decision.Allowed {
@@ -336,12 +261,43 @@ func (h *httpContext) admitted() (shaper *ruleState, delay int64) {
 			shaper, delay = a.rs, int64(a.decision.Delay)
 		}
 	}
-	return shaper, delay
+	p.giveDecisions(h)
+	if shaper != nil {
+		now := p.now()
+		p.enqueue(h, shaper, now, now+delay)
+		return types.ActionPause
+	}
+	if len(h.observed) > 0 {
+		// The request goes upstream now: the latency adaptive rules judge starts here, not at
+		// its arrival, so that time spent waiting for Redis is not taken for a slow upstream.
+		h.startedAt = p.now()
+	}
+	return types.ActionContinue
+}
+
+// The functions below are the parts of finish that only some rules (leases, shaping, adaptive)
+// or a failed write need, each out of line (see doc.go).
+
+// settleCommit completes the write of a local rule's decision a after Commit returned err, or
+// after a lease take: a failure is handled (undecided), an admitted take recorded in the lease.
+// It reports denied, with the action to return, or skip when the rule has no decision to apply.
+func (h *httpContext) settleCommit(a *applied, err error) (action types.Action, denied, skip bool) {
+	if err != nil {
+		a.decided = false
+		if h.undecided(a, err) {
+			return h.deny(a.rs, a.decision), true, false
+		}
+		return types.ActionContinue, false, true
+	}
+	a.decision = a.pending.Decision
+	if a.take > 0 && a.decision.Allowed {
+		a.decision, a.leased = a.rs.lease.taken(a.key, h.startedAt, a.cost+a.pending.Reserved, a.cost, a.decision)
+	}
+	return types.ActionContinue, false, false
 }
 
 // refused applies the decided rule a's refusal: a shadow rule counts it and tells the
-// upstream; an enforced rule denies the request, returning the action with denied set (out of
-// line, see doc.go).
+// upstream; an enforced rule denies the request, returning the action with denied set.
 func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	r := a.rs.rule
 	if r.Shadow {
@@ -352,17 +308,8 @@ func (h *httpContext) refused(a *applied) (action types.Action, denied bool) {
 	return h.deny(a.rs, a.decision), true
 }
 
-// hold queues the admitted request until the shaping rule shaper releases it, delay from now;
-// the tick resumes it.
-func (h *httpContext) hold(shaper *ruleState, delay int64) types.Action {
-	now := h.plugin.now()
-	h.plugin.enqueue(h, shaper, now, now+delay)
-	return types.ActionPause
-}
-
-// tellUpstream adds the shadow rule's request header, if it has one, with the rule's name as
-// its value (one line per rule), so the upstream learns the rule would have denied the request
-// (as Envoy's local_ratelimit request_headers_to_add_when_not_enforced does).
+// tellUpstream adds the shadow rule's request header, if it has one, with the rule's name, as
+// Envoy's local_ratelimit request_headers_to_add_when_not_enforced does.
 func tellUpstream(r *config.Rule) {
 	if r.ShadowRequestHeader == "" {
 		return
@@ -373,9 +320,7 @@ func tellUpstream(r *config.Rule) {
 }
 
 // placed records in the rule's metrics what a commit that placed a key did: a slot used for
-// the first time adds one to the rule's fill (an override's table is over the rule's slots),
-// an eviction is counted with what it grants. Out of line (see doc.go): most requests place
-// no key.
+// the first time, or an eviction and what it grants.
 func (rs *ruleState) placed(p *sharedstate.Pending) {
 	if p.Claimed {
 		rs.m.slotsUsed.Add(1)

@@ -11,19 +11,16 @@ type applied struct {
 	rs       *ruleState
 	decision algorithms.Decision
 	// decided is false while a global rule waits for Redis, and for a rule whose state could
-	// not be read under failure_mode "allow" (it then adds no headers).
-	decided bool
-	// local is set when the decision was made on this proxy's shared data and still has to
-	// be written (see Table.Commit).
-	local   bool
-	pending sharedstate.Pending
+	// not be read under failure_mode "allow" (it then adds no headers). local is set when the
+	// decision was made on this proxy's shared data and still has to be written.
+	decided, local bool
+	pending        sharedstate.Pending
 	// key is the rule's descriptor, kept for a global rule until Redis has answered.
 	key  []byte
 	cost int64
 	// leased is the VM lease that admitted the request (given back if another rule denies
-	// it); take is the size of a lease take in flight, 0 for an exact decision. spent is set
-	// when a global rule's lease admitted the request: the rule then has no part in the
-	// request's Redis call (see inCall).
+	// it); take is the size of a lease take in flight, 0 for an exact decision; spent is set
+	// when a global rule's lease admitted the request (see inCall).
 	leased *heldLease
 	take   int64
 	spent  bool
@@ -33,16 +30,14 @@ type applied struct {
 	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
 	// rule); the request's single call uses decisions.sentAt.
 	sentAt int64
-	// overflow is set when Redis decided a global rule on its overflow key (max_keys
-	// reached), and redisAt is the instant (Unix ns, Redis' clock) it decided at: a usage
-	// cost settles on that key, and a window refunds the window of that instant.
+	// overflow is set when Redis decided a global rule on its overflow key, and redisAt is
+	// the instant (Redis' clock) it decided at: a usage cost settles there, in that window.
 	overflow bool
 	redisAt  int64
 }
 
-// decisions is the per-request working set. It is taken from the plugin's free list and given
-// back when the request is decided, so that a steady stream of requests allocates nothing for
-// it; a request paused on a Redis callout keeps its own set until the answer arrives.
+// decisions is the per-request working set, taken from the plugin's free list and given back
+// when the request is decided (a request paused on Redis keeps its own until the answer).
 type decisions struct {
 	applied     []applied
 	items       []redis.Item // the items of the request's last Redis call (callItems)
@@ -63,8 +58,8 @@ func (p *plugin) takeDecisions() *decisions {
 	return &decisions{}
 }
 
-// giveDecisions returns a request's working set once nothing refers to it any more: a set
-// with callouts still in flight is left to the garbage collector instead.
+// giveDecisions returns a request's working set; one with callouts still in flight is left
+// to the garbage collector instead.
 func (p *plugin) giveDecisions(h *httpContext) {
 	d := h.d
 	if d == nil {
@@ -87,9 +82,8 @@ func (d *decisions) add(rs *ruleState) *applied {
 		d.grow()
 	}
 	a := &d.applied[len(d.applied)-1]
-	// Field by field, not *a = applied{rs: rs, pending: a.pending, key: a.key[:0]}: that
-	// builds the whole struct (Pending included) aside and copies it back with a typed
-	// memmove, about half a microsecond per rule in a Wasm VM. Pending is reset by
+	// Field by field: *a = applied{...} builds the struct aside and copies it back with a
+	// typed memmove, about half a microsecond per rule in a Wasm VM. Pending is reset by
 	// Table.Decide; every other field starts as in a new applied
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
@@ -100,10 +94,8 @@ func (d *decisions) add(rs *ruleState) *applied {
 	return a
 }
 
-// grow appends an empty applied to the set. A set the plugin made has room for every rule (see
-// configure), so this runs only for one the garbage collector's side made (takeDecisions on an
-// empty free list); it is kept out of add's line, which OnHttpRequestHeaders inlines (see
-// doc.go).
+// grow appends an empty applied to a set takeDecisions made on an empty free list (warm's
+// has room for every rule), out of add's line, which decideRequest inlines (see doc.go).
 //
 //go:noinline
 func (d *decisions) grow() {

@@ -30,8 +30,8 @@ type vmContext struct {
 	opts options
 }
 
-func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
-	return &plugin{id: id, now: v.opts.now, store: v.opts.store}
+func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
+	return &plugin{now: v.opts.now, store: v.opts.store}
 }
 
 // recoverTo is deferred by every callback of the filter: a panic must never reach the ABI

@@ -3,13 +3,10 @@ package filter
 import "github.com/ratelimit-wasm/ratelimit/abi"
 
 // With filter_state on, the filter sets two properties of every request it decided: the
-// deciding rule's name and the decision. Envoy keeps a property a Wasm filter sets in the
-// request's filter state under "wasm." and the property's name, so its access log reads them
-// with %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% and %FILTER_STATE(wasm.ratelimit.decision:PLAIN)%.
-const (
-	ruleProperty     = "ratelimit.rule"
-	decisionProperty = "ratelimit.decision"
-)
+// deciding rule's name (ratelimit.rule) and the decision (ratelimit.decision). Envoy keeps a
+// property a Wasm filter sets in the request's filter state under "wasm." and its name, so its
+// access log reads them with %FILTER_STATE(wasm.ratelimit.rule:PLAIN)% and
+// %FILTER_STATE(wasm.ratelimit.decision:PLAIN)%.
 
 // Decisions the ratelimit.decision property states.
 const (
@@ -19,10 +16,8 @@ const (
 )
 
 // setContinuedState sets the properties of a request every rule let through: "shadow_denied"
-// and the first rule that would have denied it (a shadow rule, or a denial enforce_percent did
-// not enforce), else "allowed" and the most restrictive rule that decided it (the least
-// remaining, as the legacy headers choose). A request no rule decided gets neither. It is out of
-// finish's line (see doc.go): only a configuration with filter_state calls it.
+// and the first rule that would have denied it, else "allowed" and the most restrictive rule
+// that decided it (as the legacy headers choose). A request no rule decided gets neither.
 func (h *httpContext) setContinuedState() {
 	var by *applied
 	decision := stateAllowed
@@ -49,15 +44,9 @@ func (h *httpContext) setContinuedState() {
 // setFilterState sets the request's ratelimit.rule and ratelimit.decision properties. A host
 // that refuses them is logged at debug level: the decision stands.
 func setFilterState(rule, decision string) {
-	if err := abi.SetProperty(ruleProperty, rule); err != nil {
-		logSetFailure(ruleProperty, err)
+	for _, p := range [...][2]string{{"ratelimit.rule", rule}, {"ratelimit.decision", decision}} {
+		if err := abi.SetProperty(p[0], p[1]); err != nil {
+			abi.LogDebug("ratelimit: setting property " + p[0] + ": " + err.Error())
+		}
 	}
-	if err := abi.SetProperty(decisionProperty, decision); err != nil {
-		logSetFailure(decisionProperty, err)
-	}
-}
-
-// logSetFailure logs a property the host would not set.
-func logSetFailure(name string, err error) {
-	abi.LogDebug("ratelimit: setting property " + name + ": " + err.Error())
 }

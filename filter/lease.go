@@ -13,64 +13,49 @@ import (
 // Leases (a rule's lease block, see config.Lease and the README's lease section).
 //
 // A local rule with a lease block debits a batch of units for a key from shared data with one
-// compare-and-swap (Table.Take, written by Table.Commit like an exact decision), and keeps the
-// units the request did not spend in this VM's memory (heldLease). Later requests for the key
-// on this VM spend them with no shared-data access, until they run out or the ttl passes; what
-// is left is then given back to the key's state (Table.GiveBack, algorithms.Returner). Units
-// are debited before they are spent, so over the long run nothing is admitted that the
-// algorithm did not admit; within an interval the excess is at most what the holders had
-// reserved before it began, at most (lease holders x batch).
+// compare-and-swap (Table.Take, written like an exact decision), and keeps the units the
+// request did not spend in this VM's memory (heldLease). Later requests for the key on this VM
+// spend them with no shared-data access until they run out or the ttl passes; what is left
+// then goes back to the key's state (Table.GiveBack). Units are debited before they are spent,
+// so over the long run nothing is admitted that the algorithm did not admit; within an
+// interval the excess is at most what the holders had reserved before it, at most (lease
+// holders x batch).
 //
-// A take is the request's cost plus a reserve of at most batch-cost units, no more than what
-// this VM is expected to spend within ttl (leaseState.reserve) and 1/leaseShare of the key's
-// remaining allowance after the cost (Table.Take), so that leaseShare holders taking at once
-// reserve at most what remains. As the allowance falls the reserve falls to 0 and decisions
-// are exact again; a take whose reserve does not fit is the exact decision for the cost, so a
-// lease never denies a request an exact decision admits.
+// A take is the request's cost plus a reserve of at most batch-cost units, no more than this
+// VM is expected to spend within ttl (leaseState.reserve) and 1/LeaseShare of the key's
+// remaining allowance (Table.Take), so that sharedstate.LeaseShare holders taking at once
+// reserve at most what remains. As the allowance falls the reserve falls to 0; a take whose reserve does not
+// fit is the exact decision for the cost, so a lease never denies what an exact decision admits.
 //
-// A global rule with a lease block does the same with Redis (leaseGlobal): a VM that holds no
-// units for the key asks for a batch as the rule's item in the request's one script call, and
-// a request that finds units sends no callout for the rule. The lease is per VM, so a spend
-// costs no shared-data access either, and the holders are proxies x worker VMs. Its reserve is
-// bounded as above by the remaining allowance the VM's previous take saw; a key this VM does
-// not hold yet is decided exactly. A batch Redis denies is decided again for the cost alone
-// (retakeGlobal), and one on the rule's overflow key is decided for the cost alone by the
-// script. Unspent units go back in the key's next take on this VM (redis.Item.GiveBack, named
-// by the instant Redis decided their take at); those of a key the VM forgets first are dropped
-// and counted, since giving them back alone would cost a callout. The rule also keeps an
-// over-limit cache (overLimitCache).
+// A global rule with a lease block does the same with Redis (leaseGlobal): a VM without units
+// for the key asks for a batch as the rule's item in the request's script call, and a request
+// that finds units sends no callout for the rule; the holders are proxies x worker VMs. Its
+// reserve is bounded by the remaining allowance the VM's previous take saw (the capacity for a
+// new key). A denied batch is decided again for the cost alone (retakeGlobal), and one on the
+// overflow key is decided for the cost alone by the script. Unspent units go back in the key's
+// next take on this VM (redis.Item.GiveBack, named by their take's instant); those of a key
+// the VM forgets first are dropped and counted, since giving them back alone would cost a
+// callout. The rule also keeps an over-limit cache (overLimitCache).
 
-// leaseShare is the number of holders a take assumes may take at once (see
-// sharedstate.LeaseShare).
-const leaseShare = sharedstate.LeaseShare
-
-// maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache), so a
-// flood of distinct keys cannot grow a VM's memory: a key that finds the map full of
-// unexpired leases is decided exactly.
+// maxHeld bounds the keys one VM remembers per leased rule (and per over-limit cache): a key
+// that finds the map full of unexpired leases is decided exactly.
 const maxHeld = 4096
 
 // leaseState is a leased rule's VM-local part.
 type leaseState struct {
-	batch int64
-	ttl   int64
-	// capacity is the rule's capacity (burst, or limit): a global rule's first take of a key
-	// reserves at most 1/leaseShare of it.
-	capacity int64
-	held     map[string]*heldLease
-	// order holds the leases in the order they were taken, from order[head] on: their expiry
-	// times are in the same order (every take's expiry is its take's time plus ttl), so the
-	// expired ones are found at the front, at a bounded cost per take (expire).
+	batch, ttl int64
+	capacity   int64 // burst, or limit: a global rule's first take reserves 1/LeaseShare of it
+	held       map[string]*heldLease
+	// order holds the leases in the order they were taken, from order[head] on: expiry times
+	// are in the same order, so the expired ones are found at the front (expire).
 	order []*heldLease
 	head  int
-	// table is a local rule's shared state, where unspent units are given back (nil for a
-	// global rule), and give the write that does it.
-	table *sharedstate.Table
-	give  sharedstate.Pending
+	table *sharedstate.Table  // a local rule's, where unspent units go back (nil for a global rule)
+	give  sharedstate.Pending // the write that does it
 	m     leaseMetrics
 }
 
-// leaseMetrics count what leases do; their names follow the rule metrics'
-// (ratelimit_<rule>_<event>_total, see ruleState.defineMetrics).
+// leaseMetrics count what leases do (see defineLeaseMetrics for their names).
 type leaseMetrics struct {
 	taken        abi.MetricCounter // takes that reserved units beyond the request's cost
 	returned     abi.MetricCounter // reserved units given back to the key's state unspent
@@ -78,22 +63,19 @@ type leaseMetrics struct {
 	overLimitHit abi.MetricCounter // requests a global rule denied from its over-limit cache
 }
 
-// heldLease is what this VM knows of one key: the units it may still spend, until when, the
-// key's allowance as the last take saw it (for the next batch size and the headers), and
-// what this VM spent since (for the next batch size).
+// heldLease is what this VM knows of one key's lease.
 type heldLease struct {
 	key     string
 	units   int64 // reserved, unspent units
 	expires int64 // when units are given back
-	// takenAt is the take's instant and used the units requests spent since (the take's own
-	// cost included): the key's demand on this VM. at is the take's instant on the shared
-	// state's clock, which a give-back names: takenAt for a local rule, Redis' for a global one.
+	// takenAt is the take's instant and used the units spent since (its own cost included):
+	// the key's demand on this VM. at is the take's instant on the shared state's clock (Redis'
+	// for a global rule), which a give-back names.
 	takenAt, used, at int64
 	// give holds a global lease's unspent units until the key's next take gives them back.
 	give int64
-	// remaining is the key's remaining allowance after the last take (the shared state's
-	// Decision.Remaining, not counting units); limit and resetAt are that decision's Limit
-	// and now + ResetAfter.
+	// remaining, limit and resetAt are the last take's decision (Remaining not counting units,
+	// Limit, now + ResetAfter), for the next batch size and the headers.
 	remaining, limit, resetAt int64
 }
 
@@ -102,22 +84,18 @@ func newLeaseState(r *config.Rule, table *sharedstate.Table) *leaseState {
 		held: map[string]*heldLease{}, table: table}
 }
 
-// defineLeaseMetrics defines a leased rule's counters with the rule metrics' helper def.
-func (rs *ruleState) defineLeaseMetrics(def func(event string) abi.MetricCounter) {
-	if rs.lease == nil {
-		return
+// defineLeaseMetrics defines a leased rule's counters, appending each error to errs.
+func (rs *ruleState) defineLeaseMetrics(errs []error) []error {
+	def := func(event string) abi.MetricCounter {
+		return defineCounter(statName("ratelimit_"+event+"_total", rs.rule.Name), &errs)
 	}
-	rs.lease.m = leaseMetrics{
-		taken:        def("lease_taken"),
-		returned:     def("lease_units_returned"),
-		dropped:      def("lease_units_dropped"),
-		overLimitHit: def("over_limit_cache_hits"),
-	}
+	rs.lease.m = leaseMetrics{taken: def("lease_taken"), returned: def("lease_units_returned"),
+		dropped: def("lease_units_dropped"), overLimitHit: def("over_limit_cache_hits")}
+	return errs
 }
 
 // spend decides the request from the VM's lease on key, if it holds enough unexpired units,
-// and reports whether it did. Expired units are given back here; units too few for the
-// request stay until the key's next take gives them back.
+// and reports whether it did; expired units are given back here.
 func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	h := l.held[string(key)] // no allocation: the compiler converts for the lookup only
 	if h == nil {
@@ -137,9 +115,8 @@ func (l *leaseState) spend(a *applied, key []byte, now, cost int64) bool {
 	return true
 }
 
-// release gives h's unspent units back to the key's state at now: a local rule's with one
-// shared-data write (dropped and counted when the state takes nothing back); a global rule's
-// wait in h.give for the key's next take on this VM (leaseGlobal).
+// release gives h's unspent units back at now: a local rule's to the key's state (dropped and
+// counted when it takes nothing back); a global rule's wait in h.give for the key's next take.
 func (l *leaseState) release(h *heldLease, now int64) {
 	n := h.units
 	if n <= 0 {
@@ -157,8 +134,7 @@ func (l *leaseState) release(h *heldLease, now int64) {
 	l.m.dropped.Increment(uint64(n))
 }
 
-// forget drops the units h still holds or waits to give back, counting them: h is no longer
-// the key's lease on this VM.
+// forget drops the units h, no longer the key's lease, still holds or waits to give back.
 func (l *leaseState) forget(h *heldLease, now int64) {
 	l.release(h, now)
 	if h.give > 0 {
@@ -168,12 +144,11 @@ func (l *leaseState) forget(h *heldLease, now int64) {
 }
 
 // reserve returns how many units beyond cost a take for key at now may reserve: at most
-// batch-cost, and at most what this VM is expected to spend within ttl at the rate of its
-// arrivals since its previous take. A key this VM does not hold reserves batch-cost, capped
-// by the shared state (Table.Take); a global rule, whose call has no such cap, caps it here
-// at 1/leaseShare of the remaining allowance its previous take saw (of the capacity for a
-// new key). A new key while the map is full of unexpired leases reserves nothing: the reserve
-// could not be held, and a flood of distinct keys must not make every key debit a batch.
+// batch-cost, and at most what this VM is expected to spend within ttl at its arrival rate
+// since its previous take (a new key: batch-cost). A global rule, whose call has no cap of
+// Table.Take's, caps it here at 1/LeaseShare of the remaining allowance its previous take saw
+// (of the capacity for a new key). A new key while the map is full of unexpired leases
+// reserves nothing: the reserve could not be held.
 func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 	want := l.batch - cost
 	h := l.held[string(key)]
@@ -183,12 +158,12 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 			return 0
 		}
 		if l.table == nil {
-			want = min(want, l.capacity/leaseShare)
+			want = min(want, l.capacity/sharedstate.LeaseShare)
 		}
 		return max(want, 0)
 	}
 	if l.table == nil {
-		want = min(want, h.remaining/leaseShare)
+		want = min(want, h.remaining/sharedstate.LeaseShare)
 	}
 	if dt := now - h.takenAt; dt < l.ttl {
 		// used arrived within dt: at that rate, ttl sees used*ttl/dt (float: no overflow).
@@ -199,40 +174,29 @@ func (l *leaseState) reserve(key []byte, now, cost int64) int64 {
 	return max(want, 0)
 }
 
-// size returns how many units a global rule's take for key should ask Redis for: the
-// request's cost plus its reserve.
-func (l *leaseState) size(key []byte, now, cost int64) int64 {
-	return cost + l.reserve(key, now, cost)
-}
-
 // taken records a committed take at now of n units of which the request spent cost, d being
-// the shared state's decision for all n. It returns the request's decision (the remaining
-// allowance as if the reserve were unspent, as an exact decision reports it) and the lease,
-// to which the cost is given back if a later rule denies the request.
+// the decision for all n. It returns the request's decision (the remaining allowance as if the
+// reserve were unspent, as an exact decision reports it) and the lease.
 func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision) (algorithms.Decision, *heldLease) {
-	// Every take looks for expired leases (at a bounded cost, see expire), so that their units
-	// go back soon after their ttl even when no new key comes.
+	// Every take looks for expired leases, so that their units go back soon after their ttl.
 	l.expire(now)
 	old := l.held[string(key)]
 	if old == nil {
 		if len(l.held) >= maxHeld {
-			// No room (the map filled while the take was out): the reserve was debited and
-			// cannot be held, so it goes back.
+			// No room (the map filled while the take was out): the debited reserve goes back.
 			if n > cost {
 				l.forget(&heldLease{key: string(key), units: n - cost, takenAt: now, at: now}, now)
 			}
 			return d, nil
 		}
 	} else if old.units > 0 || old.give > 0 {
-		// Units left from an earlier take (too few for a request, or raced by a request
-		// paused on Redis) go back.
+		// Units left from an earlier take go back.
 		l.forget(old, now)
 	}
-	// A fresh lease, never the old one reused: a request paused on Redis may still hold the
-	// old one and refund its units there when another rule denies it; refunded into a lease
-	// taken since, they would add to the new batch and its ttl, beyond the stated bound. A
-	// refund into a replaced lease is given back instead (refund). Takes are rare (about one
-	// per batch), so the allocation stays off the spend path.
+	// A fresh lease, never the old one reused: a request paused on Redis may still refund its
+	// units into the old one, and in a lease taken since they would go beyond the stated
+	// bound (refund gives them back instead). Takes are rare, so the allocation stays off the
+	// spend path.
 	h := &heldLease{units: n - cost, expires: now + l.ttl, takenAt: now, at: now, used: cost,
 		remaining: d.Remaining, limit: d.Limit, resetAt: now + int64(d.ResetAfter)}
 	if old != nil {
@@ -249,9 +213,8 @@ func (l *leaseState) taken(key []byte, now, n, cost int64, d algorithms.Decision
 	return d, h
 }
 
-// refund gives a request's units back to their lease when another rule denied the request:
-// still debited and within their ttl, they may be spent later. Units of a lease since
-// replaced or expired go back to the key's state (release) instead.
+// refund gives a request's units back to their lease when another rule denied the request, or
+// to the key's state (release) if the lease has since been replaced or expired.
 func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 	if h == nil || l.held == nil {
 		return
@@ -265,8 +228,7 @@ func (l *leaseState) refund(h *heldLease, cost int64, now int64) {
 }
 
 // expire forgets the leases whose ttl has passed, oldest first, giving their units back: each
-// lease is visited once, so a take costs a bounded amount on average however many keys the
-// VM holds. A lease a later take replaced is only dropped from the order.
+// lease is visited once, so a take costs a bounded amount on average.
 func (l *leaseState) expire(now int64) {
 	for l.head < len(l.order) {
 		h := l.order[l.head]
@@ -289,12 +251,11 @@ func (l *leaseState) expire(now int64) {
 }
 
 // overLimitCache remembers, for a global rule with a lease block, the keys Redis denied and
-// until when: a request for such a key costing at least as much is denied on the proxy with
-// no callout until then. That is exact: Redis's RetryAfter is the earliest instant the same
-// request could pass, other traffic only pushes it later, and every global algorithm needs at
-// least as long for a larger cost. It counts from the callout's send, before Redis decided,
-// so it never outlasts Redis's answer. A denial on the rule's overflow key is not the key's
-// and is not kept (the key may get a key of its own as soon as one expires).
+// until when: a request for such a key costing at least as much is denied with no callout
+// until then. That is exact: Redis's RetryAfter is the earliest instant the same request could
+// pass, other traffic only pushes it later, and a larger cost needs at least as long. It
+// counts from the callout's send, so it never outlasts Redis's answer. A denial on the
+// overflow key is not the key's and is not kept.
 type overLimitCache struct {
 	denied map[string]overLimit
 }
@@ -317,16 +278,15 @@ func (c *overLimitCache) hit(key []byte, now, cost int64) (algorithms.Decision, 
 		ResetAfter: time.Duration(max(e.resetAt, e.until) - now)}, true
 }
 
-// record remembers Redis's denial of key for cost, decided on a callout sent at sentAt.
-// Unsatisfiable denials (RetryAfter 0) are not cached: the rule's own check refuses them.
+// record remembers Redis's denial of key for cost, decided on a callout sent at sentAt, unless
+// it is unsatisfiable (RetryAfter 0: the rule's own check refuses it).
 func (c *overLimitCache) record(key []byte, sentAt, cost int64, d algorithms.Decision) {
 	if d.Allowed || d.RetryAfter <= 0 {
 		return
 	}
 	if _, ok := c.denied[string(key)]; !ok && len(c.denied) >= maxHeld {
 		// Full: a few entries are looked at (map iteration starts at a random one) and the
-		// expired among them forgotten, a bounded cost per denial however many keys the
-		// cache holds. A denial not cached is decided by Redis next time: exact still.
+		// expired among them forgotten. A denial not cached is decided by Redis next time.
 		seen := 0
 		for k, e := range c.denied {
 			if sentAt >= e.until {
@@ -363,22 +323,19 @@ func (h *httpContext) refundLeases() {
 // no lease of this VM admitted.
 func (a *applied) inCall() bool { return a.rs.rule.Scope == config.ScopeGlobal && !a.spent }
 
-// callN is what the rule's item in the Redis call debits: a lease's batch, or the request's
-// cost.
+// callN is what the rule's item in the Redis call debits: a lease's batch, or the cost.
 func (a *applied) callN() int64 { return max(a.take, a.cost) }
 
-// batchDenied reports whether Redis denied a lease's batch (more than the request's cost) for
-// an enforced rule: the request's own cost must then be decided again, since an exact
-// decision could admit it.
+// batchDenied reports whether Redis denied an enforced rule's lease batch: the request's own
+// cost must then be decided again, since an exact decision could admit it.
 func (a *applied) batchDenied() bool {
 	return a.take > a.cost && !a.decision.Allowed && !a.rs.rule.Shadow
 }
 
 // leaseGlobal admits the request for a global rule from this VM's lease on the key when it
-// holds enough unexpired units (no callout for the rule), and reports whether it did;
-// otherwise it sets the batch to ask Redis for and the units to give back. Shadow rules take
-// no lease (configure refuses one): their denied batch would not be decided again in the same
-// all-or-nothing call, and they are there to observe exact decisions.
+// holds enough unexpired units, and reports whether it did; otherwise it sets the batch to ask
+// Redis for and the units to give back. Shadow rules take no lease: they observe exact
+// decisions, and their denied batch would not be decided again in the same call.
 func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 	l := a.rs.lease
 	if l == nil || a.rs.rule.Shadow {
@@ -388,10 +345,9 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 		a.spent = true
 		return true
 	}
-	a.take = l.size(a.key, now, a.cost)
+	a.take = a.cost + l.reserve(a.key, now, a.cost) // the batch to ask Redis for
 	if h := l.held[string(a.key)]; h != nil {
-		// The units the VM still holds for the key (too few for the request) or has not given
-		// back yet (expired) go back in the take's call.
+		// The units the VM still holds for the key, or has not given back, go back in the call.
 		l.release(h, now)
 		a.give, a.givenAt, h.give = h.give, h.at, 0
 	}
@@ -400,7 +356,6 @@ func (h *httpContext) leaseGlobal(a *applied, now int64) bool {
 
 // gaveBack counts the units the rule's item carried back (applied.give) in a call Redis
 // answered: returned when the script applied them (redis.Answer.GaveBack), else dropped.
-// A call sent again for the request carries none.
 func (a *applied) gaveBack(took bool) {
 	if a.give > 0 {
 		if took {
@@ -413,16 +368,15 @@ func (a *applied) gaveBack(took bool) {
 }
 
 // saw records a key's remaining allowance as Redis reported it on a denied batch, so that the
-// next take on this VM asks for a batch that fits (leaseState.size); it holds no units.
+// next take on this VM asks for a batch that fits (leaseState.reserve); it holds no units.
 func (l *leaseState) saw(key []byte, at int64, d algorithms.Decision) {
 	l.taken(key, at, 0, 0, d)
 }
 
 // takenGlobal records a global rule's take that Redis committed, as taken does, at sentAt (so
-// units expire no later than from Redis's instant). A take on the rule's overflow key was
-// decided for the cost alone (redis.Item.Cost) and gives no lease; the reserve of one
-// answered (at now) after its ttl is dropped: it could not be spent, and held it would
-// replace the key's live lease, whose units a later take has debited.
+// units expire no later than from Redis's instant). A take on the overflow key was decided for
+// the cost alone and gives no lease; the reserve of one answered (at now) after its ttl is
+// dropped: held, it would replace the key's live lease, whose units a later take has debited.
 func (l *leaseState) takenGlobal(a *applied, sentAt, now int64, answer redis.Answer) (algorithms.Decision, *heldLease) {
 	if answer.Overflow {
 		return a.decision, nil

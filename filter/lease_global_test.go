@@ -35,7 +35,7 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 	for range proxies {
 		store := memstore.New()
 		for range workers {
-			p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: store}
+			p := &plugin{now: func() int64 { return l.now }, store: store}
 			require.NoError(t, p.configure([]byte(config)))
 			if p.redis != nil && len(p.redis.parts) > 0 {
 				// The VMs know the partition secret from the start, so that each request
@@ -54,7 +54,7 @@ func newGlobalFleet(t *testing.T, config string, proxies, workers int) *leaseVMs
 // names), for example the same rule without its lease block.
 func (l *leaseVMs) addVM(t *testing.T, config string) int {
 	t.Helper()
-	p := &plugin{id: uint32(len(l.vms) + 1), now: func() int64 { return l.now }, store: memstore.New()}
+	p := &plugin{now: func() int64 { return l.now }, store: memstore.New()}
 	require.NoError(t, p.configure([]byte(config)))
 	if p.redis != nil && len(p.redis.parts) > 0 {
 		p.redis.learnSecret(fleetSecret, l.now)

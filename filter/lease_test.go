@@ -53,8 +53,8 @@ func newLeaseVMs(t *testing.T, config string, workers int) *leaseVMs {
 	t.Cleanup(reset)
 	require.Equal(t, types.OnPluginStartStatusOK, host.StartPlugin())
 	l.host = host
-	for i := range workers {
-		p := &plugin{id: uint32(i + 1), now: func() int64 { return l.now }, store: l.store}
+	for range workers {
+		p := &plugin{now: func() int64 { return l.now }, store: l.store}
 		require.NoError(t, p.configure([]byte(config)))
 		l.vms = append(l.vms, p)
 	}
@@ -357,7 +357,7 @@ func mustTable(t *testing.T, p *plugin, store sharedstate.Store) *sharedstate.Ta
 func TestLeaseOnShadowRuleRefused(t *testing.T) {
 	for _, scope := range []string{"local", "global"} {
 		rules := `[{"name":"hot","scope":"` + scope + `","shadow":true,"algorithm":"token_bucket","limit":1000,"window":"1s","lease":{"batch":100}}]`
-		p := &plugin{id: 1, now: func() int64 { return t0.UnixNano() }, store: memstore.New()}
+		p := &plugin{now: func() int64 { return t0.UnixNano() }, store: memstore.New()}
 		err := p.configure([]byte(filtertest.GlobalConfig(filtertest.RedisOpts{}, rules)))
 		require.ErrorContains(t, err, "rules[0].lease: not supported on a shadow rule", scope)
 	}

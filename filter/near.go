@@ -6,10 +6,8 @@ import (
 )
 
 // An admitted request is near the limit when it leaves more than near_limit_ratio of the
-// rule's capacity used, as envoyproxy/ratelimit counts its near_limit stat (used above
-// floor(ratio × limit)); here the capacity is the burst, or the limit without one, and the
-// count is of requests. It is counted in ratelimit_near_limit_total, so an operator sees a
-// limit being approached before it denies anyone.
+// rule's capacity (burst, or limit) used, as envoyproxy/ratelimit counts its near_limit stat;
+// ratelimit_near_limit_total shows a limit being approached before it denies anyone.
 
 // nearRemaining returns the remaining allowance below which an admission under r is near the
 // limit: capacity - floor(near_limit_ratio × capacity). A ratio of 1 counts nothing.

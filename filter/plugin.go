@@ -16,26 +16,21 @@ import (
 )
 
 // plugin is the root context: one per VM and plugin configuration. Everything per request
-// that can be prepared once lives here, including scratch buffers: a VM is single-threaded, so
-// one request at a time uses them.
+// that can be prepared once lives here, scratch buffers included (a VM is single-threaded).
 type plugin struct {
 	types.DefaultPluginContext
-	id    uint32
 	now   func() int64
-	store sharedstate.Store // where local state lives: the host's shared data
+	store sharedstate.Store // where local state lives: the host's shared data unless a test gave another
 
 	cfg   *config.Config
 	rules []*ruleState // indexed by config.Rule.Index
 
-	// redis and globals serve rules with scope "global"; globals is indexed like rules.
-	redis   *redisClient
-	globals []*redis.Rule
+	redis *redisClient // serves rules with scope "global"
 
 	// queue holds the requests paused by shaping rules on this VM.
 	queue []queued
 
-	// Scratch space reused by every request on this VM (the request view is read only while
-	// OnHttpRequestHeaders runs), so the per-request context is smaller.
+	// Scratch space reused by every request on this VM, so the per-request context is smaller.
 	req     request
 	matched []*config.Rule
 	skipped []*config.Rule // the rules Match found without their key (see countSkipped)
@@ -45,9 +40,7 @@ type plugin struct {
 	contexts []*httpContext
 
 	failures uint64 // store failures seen, to log the first and then rarely
-	// unsampled is the sample of the last request without an x-request-id that a rule with
-	// an enforce_percent below 100 decided: n × weylStep mod config.EnforceAll for the n-th
-	// (see requestSample).
+	// unsampled is the sample of the last request without an x-request-id (see enforcing).
 	unsampled uint64
 
 	// shadowHeaders are the rules' shadow_request_header names, each once, which the filter
@@ -69,8 +62,7 @@ type ruleState struct {
 	table  *sharedstate.Table
 	policy string // the rule's RateLimit-Policy item for its configured limit, rendered once
 	// item is the start of the rule's RateLimit item, its name as a Structured Fields String
-	// and `;r=`; draft and legacy say which rate-limit headers the rule adds. They are set once
-	// at configure time (setHeaderParts) rather than worked out on every allowed request.
+	// and `;r=`; draft and legacy say which rate-limit headers the rule adds (setHeaderParts).
 	item          string
 	draft, legacy bool
 	m             ruleMetrics
@@ -79,21 +71,13 @@ type ruleState struct {
 	adaptive *adaptiveState // set for adaptive rules
 	maxWait  time.Duration  // the longest wait a decision may report (see maxWait)
 
-	// redisRule is the prepared script arguments of a global rule (or of one of its
-	// overrides); nil for a local rule.
-	redisRule *redis.Rule
-	// overrides are the states of rule.Overrides, by index, nil for an unlimited one (see
-	// prepareOverrides).
-	overrides []*ruleState
-	lease     *leaseState     // set for rules with a lease block (see lease.go)
-	usage     *usageRule      // set for rules with a usage cost (see usage.go)
-	overLimit *overLimitCache // set for global rules with a lease block
-	// nearRemaining is the remaining allowance below which an admission is near the limit
-	// (see near.go).
-	nearRemaining int64
-	// unenforced is the rule's state for the requests it does not enforce, set when its
-	// enforce_percent is below 100 (see enforce.go).
-	unenforced *ruleState
+	redisRule     *redis.Rule     // a global rule's (or override's) script arguments
+	overrides     []*ruleState    // the states of rule.Overrides, by index; nil for an unlimited one
+	lease         *leaseState     // set for rules with a lease block (see lease.go)
+	usage         *usageRule      // set for rules with a usage cost (see usage.go)
+	overLimit     *overLimitCache // set for global rules with a lease block
+	nearRemaining int64           // the remaining allowance below which an admission is near the limit
+	unenforced    *ruleState      // for the requests an enforce_percent below 100 leaves (see enforce.go)
 }
 
 // ruleMetrics are the rule's counters (see statName for their names).
@@ -107,13 +91,11 @@ type ruleMetrics struct {
 	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
 	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
 	// evictions counts keys whose slot went to a new key (see sharedstate.Table), and
-	// evictionGranted what those keys may spend again because of it, in units of the rule's
-	// limit (0 for a key that was idle).
+	// evictionGranted what those keys may spend again because of it (0 for an idle key).
 	evictions       abi.MetricCounter
 	evictionGranted abi.MetricCounter
-	// slotsUsed is the number of the rule's key slots (an override's included) that hold or
-	// have held a key, at most max_keys: each worker adds the slots it places a key in first,
-	// into Envoy's process-wide gauge (see placed).
+	// slotsUsed is the number of the rule's key slots that hold or have held a key: each
+	// worker adds those it places a key in first to Envoy's process-wide gauge (see placed).
 	slotsUsed abi.MetricGauge
 	// duplicateHeader and keyTooLong count requests refused (a shadow rule's skipped) for a
 	// repeated key header (duplicateKeyHeader) or a key over max_key_bytes (keyTooLong).
@@ -123,8 +105,8 @@ type ruleMetrics struct {
 }
 
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
-// refuses the configuration: Envoy then keeps the previous one (or refuses to start), which is
-// far better than serving traffic with a limit silently missing.
+// refuses the configuration: Envoy then keeps the previous one (or refuses to start), far
+// better than serving traffic with a limit silently missing.
 func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 	defer recoverTo("OnPluginStart", func() { status = types.OnPluginStartStatusFailed })
 	data, err := abi.GetPluginConfiguration()
@@ -160,10 +142,8 @@ func (p *plugin) OnTick() {
 	}
 }
 
-// OnPluginDone takes this VM's share out of the process-wide breaker gauge when Envoy
-// retires the VM's plugin (a configuration update or shutdown): the gauge outlives the VM,
-// and a VM that went away with its breaker open would otherwise count as open for good. The
-// settlements still waiting for a retry are counted as failed.
+// OnPluginDone, when Envoy retires the plugin, takes this VM's share out of the process-wide
+// breaker gauge and counts the settlements still waiting for a retry as failed.
 func (p *plugin) OnPluginDone() bool {
 	defer recoverTo("OnPluginDone", nil)
 	if p.redis != nil {
@@ -179,27 +159,24 @@ func (p *plugin) configure(data []byte) error {
 		return err
 	}
 	rules := make([]*ruleState, len(cfg.Rules))
-	globals := make([]*redis.Rule, len(cfg.Rules))
 	var client *redisClient
 	if cfg.Redis != nil {
 		if client, err = newRedisClient(cfg.Redis); err != nil {
 			return wrapError("redis: defining metrics: ", err)
 		}
 	}
-	store := p.sharedStore()
-	// Slot addressing is keyed with a secret shared by every VM of the process (see
-	// sharedstate.LoadSecret), so that clients cannot choose keys that collide.
+	store := p.store
+	// Slots are addressed with a secret shared by the process's VMs, so that clients cannot
+	// choose keys that collide (sharedstate.LoadSecret).
 	secret, err := sharedstate.LoadSecret(store)
 	if err != nil {
 		return wrapError("reading the key-table secret from shared data: ", err)
 	}
-	// ticks is set when a rule needs the plugin's tick (shaping, adaptive), shadowHeader when
-	// a rule names a shadow request header.
+	// Whether a rule needs the tick (shaping, adaptive), a shadow request header, a usage cost.
 	ticks, shadowHeader, usage := false, false, false
 	for i, r := range cfg.Rules {
-		// The branches for adaptive, global, leased and shaping rules and every error path
-		// call functions of their own, so that code a configuration does not use costs it no
-		// compile time at start-up (see doc.go).
+		// The branches for options and errors call functions of their own, so that code a
+		// configuration does not use costs it no compile time at start-up (see doc.go).
 		lim := tableLimiter(r.Limiter)
 		var ad *adaptiveState
 		if a, ok := r.Limiter.(*algorithms.Adaptive); ok {
@@ -207,9 +184,10 @@ func (p *plugin) configure(data []byte) error {
 			ticks = true
 		}
 		ur := newUsageRule(r, nil)
+		var global *redis.Rule
 		if r.Scope == config.ScopeGlobal {
-			if err := prepareRedisRule(globals, i, cfg, r); err != nil {
-				return err
+			if global, err = redisRule(cfg, r, r.Algorithm); err != nil {
+				return ruleError(i, "", err)
 			}
 		}
 		slots := uint32(r.MaxKeys)
@@ -222,10 +200,10 @@ func (p *plugin) configure(data []byte) error {
 			return ruleError(i, "", err)
 		}
 		rs := &ruleState{rule: r, table: table, policy: policyItem(r), maxWait: maxWait(r.Algorithm), adaptive: ad,
-			nearRemaining: nearRemaining(r)}
+			nearRemaining: nearRemaining(r), redisRule: global}
 		rs.setHeaderParts()
 		if r.Mode == config.ModeShape {
-			rs.prepareShape()
+			rs.shape = &shapeMetrics{}
 			ticks = true
 		}
 		if r.Lease != nil {
@@ -234,7 +212,6 @@ func (p *plugin) configure(data []byte) error {
 		if err := rs.defineMetrics(); err != nil {
 			return ruleError(i, ": defining metrics", err)
 		}
-		rs.redisRule = globals[i]
 		if ur != nil {
 			if err := rs.prepareUsage(ur); err != nil {
 				return ruleError(i, ": defining metrics", err)
@@ -242,8 +219,8 @@ func (p *plugin) configure(data []byte) error {
 			usage = true
 		}
 		if len(r.Overrides) > 0 {
-			if err := rs.setOverrides(i, cfg, store, secret); err != nil {
-				return err
+			if err := rs.prepareOverrides(cfg, store, secret); err != nil {
+				return ruleError(i, ".overrides", err)
 			}
 		}
 		if r.ShadowRequestHeader != "" {
@@ -254,7 +231,7 @@ func (p *plugin) configure(data []byte) error {
 		}
 		rules[i] = rs
 	}
-	p.cfg, p.rules, p.globals, p.redis = cfg, rules, globals, client
+	p.cfg, p.rules, p.redis = cfg, rules, client
 	p.usage = usage
 	p.req.preferMap = readsHeaderMap(cfg)
 	p.shadowHeaders = p.shadowHeaders[:0]
@@ -279,34 +256,6 @@ func newRuleTable(cfg *config.Config, r *config.Rule, store sharedstate.Store, s
 		Slots: slots, Attempts: cfg.CASAttempts, Limiter: lim, Secret: secret, Now: now})
 }
 
-// prepareRedisRule prepares the Redis script arguments of rules[i], a global rule, in
-// globals[i], out of configure's line like the functions below (see doc.go).
-func prepareRedisRule(globals []*redis.Rule, i int, cfg *config.Config, r *config.Rule) error {
-	g, err := redisRule(cfg, r, r.Algorithm)
-	if err != nil {
-		return ruleError(i, "", err)
-	}
-	globals[i] = g
-	return nil
-}
-
-// prepareShape gives a shaping rule its metrics' state.
-func (rs *ruleState) prepareShape() {
-	rs.shape = &shapeMetrics{}
-}
-
-// setOverrides prepares the overrides of rules[i].
-//
-//go:noinline
-func (rs *ruleState) setOverrides(i int, cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
-	o, err := prepareOverrides(rs, cfg, store, secret)
-	if err != nil {
-		return ruleError(i, ".overrides", err)
-	}
-	rs.overrides = o
-	return nil
-}
-
 // shadowHeaderNames appends to names each shadow request header the rules name, once.
 //
 //go:noinline
@@ -322,7 +271,7 @@ func shadowHeaderNames(cfg *config.Config, names []string) []string {
 // setTickPeriod asks the host for the tick that the rules' shaping queues and adaptive
 // controllers need, and, with partitions (partitioned), the partition secret's refresh.
 func setTickPeriod(rules []*ruleState, partitioned bool) error {
-	if period := tickOf(rules, partitioned); period > 0 {
+	if period := tickPeriod(rules, partitioned); period > 0 {
 		if err := abi.SetTickPeriodMilliSeconds(uint32(period / time.Millisecond)); err != nil {
 			return wrapError("setting the tick period: ", err)
 		}
@@ -330,24 +279,11 @@ func setTickPeriod(rules []*ruleState, partitioned bool) error {
 	return nil
 }
 
-// tickOf is the tick period setTickPeriod asks for.
-func tickOf(rules []*ruleState, partitioned bool) time.Duration {
-	period := tickPeriod(rules)
-	if period == 0 && partitioned {
-		// Only the partition secret's refresh needs the timer (see refreshSecret).
-		period = time.Duration(secretRefresh)
-	}
-	return period
-}
-
 // warm allocates while the filter configures what a VM's first request would otherwise
-// allocate: a stream context and a decision set in their pools, the scratch slices, and the
-// slot name caches of the rules' own tables (not their overrides', which may never see a
-// request). A first request that allocates nothing new cannot be the one that grows the Go
-// heap (the page allocator's slow path, which V8 compiles on first use, and a copy of linear
-// memory in hosts that grow it by copying) (TestV8FirstRequestGrowsNoMemory). It is out of
-// configure's line: inlined, it makes configure larger than the two are apart (Go's wasm
-// backend saves configure's many live values around each call it adds).
+// allocate (a stream context, a decision set, the scratch slices, the slot name caches of the
+// rules' own tables), so that the first request does not grow the Go heap: the page
+// allocator's slow path, which V8 compiles on first use (TestV8FirstRequestGrowsNoMemory). Out
+// of configure's line: inlined, it makes configure larger than the two are apart.
 func (p *plugin) warm() {
 	for _, rs := range p.rules {
 		if rs.table != nil {
@@ -364,15 +300,13 @@ func (p *plugin) warm() {
 		p.matched = make([]*config.Rule, 0, len(p.rules))
 		p.skipped = make([]*config.Rule, 0, len(p.rules))
 	}
-	// Whether the allocations above grow the heap depends on where the module's data ends;
-	// a throwaway block of heapHeadroom bytes grows it now if less than that is free, so the
-	// first requests find free pages (TestV8FirstRequestGrowsNoMemory).
+	// A throwaway block of heapHeadroom bytes grows the heap now if less than that is free.
 	headroom = make([]byte, heapHeadroom)
 	headroom = nil
 }
 
-// heapHeadroom is the free heap a configured VM leaves its first requests, and headroom the
-// block that makes sure of it (a package variable, so that the allocation is not elided).
+// heapHeadroom is the free heap a configured VM leaves its first requests; headroom is a
+// package variable, so that the allocation is not elided.
 const heapHeadroom = 24 << 10
 
 var headroom []byte
@@ -391,8 +325,7 @@ func logInvalid(err error) {
 	}
 }
 
-// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>" (out of
-// line, see doc.go).
+// ruleError wraps a problem found while preparing rules[i] as "rules[i]<what>: <err>".
 func ruleError(i int, what string, err error) error {
 	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
@@ -402,10 +335,9 @@ func wrapError(prefix string, err error) error {
 	return &wrappedError{prefix: prefix, err: err}
 }
 
-// wrappedError is err's message between prefix and suffix; it wraps err, so errors.Is and
-// errors.AsType see through it. The message is put together when it is asked for, so a
-// package-level one (errNoHosts) costs no concatenation in the package initialiser, which V8
-// compiles and runs in every VM's start.
+// wrappedError is err's message between prefix and suffix, wrapping err. The message is put
+// together when asked for, so a package-level one (errNoHosts) costs no concatenation in the
+// package initialiser, which V8 compiles in every VM's start.
 type wrappedError struct {
 	prefix string
 	err    error
@@ -416,17 +348,17 @@ func (e *wrappedError) Error() string { return e.prefix + e.err.Error() + e.suff
 
 func (e *wrappedError) Unwrap() error { return e.err }
 
-// prepareAdaptive builds an adaptive rule's controller state and its table's limiter (the
-// controller's current limit over the algorithm), and warns about a low min_limit.
+// prepareAdaptive builds an adaptive rule's controller state and its table's limiter, and
+// warns about a low min_limit.
 func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorithms.Adaptive) (*adaptiveState, sharedstate.Limiter) {
 	al := &adaptiveLimiter{a: a, limit: a.CurrentLimit(nil)}
-	warnAdaptiveFloor(r, p.sharedStore())
+	warnAdaptiveFloor(r, p.store)
 	return &adaptiveState{a: a, lim: al, key: cfg.Domain + "|" + r.Name + "|ctrl"}, al
 }
 
-// redisRule prepares the Redis script arguments of a global rule, or of one of its
-// overrides with the override's algorithm c. max_keys bounds the rule's live keys in Redis
-// too, per partition when the keys are spread over several (see redis.Rule.Partitioned).
+// redisRule prepares the Redis script arguments of a global rule, or of one of its overrides
+// with the override's algorithm c. max_keys bounds the rule's live keys in Redis too, per
+// partition (see redis.Rule.Partitioned).
 //
 //go:noinline
 func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.Rule, error) {
@@ -449,10 +381,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 			probeWait: int64(cfg.Timeout)},
 	}
 	if cfg.Partitions > 1 {
-		c.parts = make([]breaker, cfg.Partitions)
-		for i := range c.parts {
-			c.parts[i] = c.breaker
-		}
+		c.parts = slices.Repeat([]breaker{c.breaker}, cfg.Partitions)
 	}
 	var errs []error
 	counter := func(name string) abi.MetricCounter {
@@ -463,12 +392,12 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
 		resets: counter("resets"), noscript: counter("noscript"),
 	}
+	c.gauge.opened = counter("breaker_opened")
 	var err error
-	c.gauge, err = defineBreakerGauge()
+	c.gauge.open, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open")
 	errs = append(errs, err)
 	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
-	errs = append(errs, err)
-	return c, errors.Join(errs...)
+	return c, errors.Join(append(errs, err)...)
 }
 
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
@@ -484,9 +413,8 @@ func (rs *ruleState) prepareLease() {
 }
 
 // tableLimiter returns l as the limiter of a shared-state table. An interface-to-interface
-// conversion builds the method table (itab) at run time the first time, about 15 KB of
-// runtime code (getitab, itabInit, name resolution) that V8 would compile in configure for
-// that alone; a switch on the concrete types converts with the itabs the compiler emitted.
+// conversion builds the itab at run time, about 15 KB of runtime code that V8 would compile
+// in configure for it alone; a switch on the concrete types uses the compiler's itabs.
 func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	if t := staticTableLimiter(l); t != nil {
 		return t
@@ -494,8 +422,7 @@ func tableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	return l
 }
 
-// staticTableLimiter converts the algorithms package's limiters (see tableLimiter), and
-// returns nil for any other.
+// staticTableLimiter converts the algorithms package's limiters (see tableLimiter), nil for others.
 func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	switch l := l.(type) {
 	case *algorithms.TokenBucket:
@@ -516,18 +443,16 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 	return nil
 }
 
-// prepareOverrides builds the state of each of the rule's overrides. A key's state belongs to
-// the rule and the key, whichever limit applies (see config.Override): an override decides
-// the rule's keys in the rule's slots with its own limiter (and, for a global rule, its own
-// script arguments on the rule's Redis keys), converting a state written under other
-// parameters without grant. The metrics are the rule's: an override changes a limit, not what
-// the counters mean.
-func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store,
-	secret [sharedstate.SecretSize]byte) ([]*ruleState, error) {
+// prepareOverrides builds the state of each of the rule's overrides in rs.overrides. A key's
+// state belongs to the rule and the key, whichever limit applies (see config.Override): an
+// override decides the rule's keys in the rule's slots with its own limiter (and, for a global
+// rule, its own script arguments on the rule's Redis keys), converting a state written under
+// other parameters without grant. The metrics are the rule's: an override changes a limit, not
+// what the counters mean.
+//
+//go:noinline
+func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
 	r := rs.rule
-	if len(r.Overrides) == 0 {
-		return nil, nil
-	}
 	// Every limiter that writes the rule's slots: each table keeps searching the slots of
 	// earlier max_keys values for as long as any of them keeps a state active.
 	writers := []sharedstate.Limiter{tableLimiter(r.Limiter)}
@@ -537,7 +462,7 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 	}
 	rs.table.AlsoWrittenBy(writers...)
-	out := make([]*ruleState, len(r.Overrides))
+	rs.overrides = make([]*ruleState, len(r.Overrides))
 	for j := range r.Overrides {
 		o := &r.Overrides[j]
 		if o.Unlimited {
@@ -545,37 +470,35 @@ func prepareOverrides(rs *ruleState, cfg *config.Config, store sharedstate.Store
 		}
 		or := *r
 		or.Algorithm, or.Limiter, or.Overrides = o.Algorithm, o.Limiter, nil
-		ur := newUsageRule(&or, rs.usageMetrics())
+		ur := newUsageRule(&or, rs.usage)
 		// An override needs a key, so the rule has one and max_keys slots.
 		table, err := newRuleTable(cfg, r, store, secret, uint32(r.MaxKeys), tableLimiter(o.Limiter), 0)
 		if err != nil {
-			return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
+			return wrapError("["+strconv.Itoa(j)+"]: ", err)
 		}
 		table.AlsoWrittenBy(writers...)
 		st := &ruleState{rule: &or, table: table, policy: policyItem(&or), m: rs.m,
 			maxWait: maxWait(o.Algorithm), nearRemaining: nearRemaining(&or), usage: ur}
 		st.setHeaderParts()
 		if r.Scope == config.ScopeGlobal {
-			// The override's keys are the rule's keys, bounded by the rule's max_keys in
-			// Redis: a key that finds the rule (or its partition) full is decided on the
-			// rule's overflow key, under the override's parameters.
+			// The override's keys are the rule's, bounded by its max_keys in Redis: a key that
+			// finds the rule full is decided on its overflow key, under the override's parameters.
 			if st.redisRule, err = redisRule(cfg, r, o.Algorithm); err != nil {
-				return nil, wrapError("["+strconv.Itoa(j)+"]: ", err)
+				return wrapError("["+strconv.Itoa(j)+"]: ", err)
 			}
 		}
-		out[j] = st
+		rs.overrides[j] = st
 	}
-	return out, nil
+	return nil
 }
 
 // statName renders the name of one of a rule's stats: the metric, then its labels as
-// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"). Envoy's tag
-// extraction (stats_config.stats_tags, one regex per label) turns each into a label, so
-// Prometheus sees ratelimit_requests_total{rule="login",decision="denied"}; without them the
-// name stays one flat stat. Rule names are [A-Za-z0-9_.-], so they never contain ';'.
+// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"), which Envoy's tag
+// extraction (stats_config.stats_tags) turns into labels for Prometheus. Rule names are
+// [A-Za-z0-9_.-], so they never contain ';'.
 //
-// statName and defineCounter are not inlined: the filter defines its metrics from some thirty
-// call sites, and inlined copies would be most of defineMetrics' 17 KB in the module.
+// statName and defineCounter are not inlined: inlined copies at the thirty call sites would be
+// most of defineMetrics' 17 KB in the module.
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {
@@ -584,8 +507,7 @@ func statName(metric, rule string, labels ...string) string {
 	return n
 }
 
-// defineCounter defines the counter called name and appends the error, if any, to errs, for
-// errors.Join (which drops nil errors anyway).
+// defineCounter defines the counter called name and appends the error, if any, to errs.
 //
 //go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
@@ -603,8 +525,8 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// ruleCounters names the counters every rule has, in ruleMetrics.counters' order: the metric
-// and, for ratelimit_requests_total, the decision label's value (see statName).
+// ruleCounters names the counters every rule has, in ruleMetrics.counters' order, with the
+// decision label's value of ratelimit_requests_total (see statName).
 var ruleCounters = [...]struct{ metric, decision string }{
 	{"ratelimit_requests_total", "allowed"},
 	{"ratelimit_requests_total", "denied"},
@@ -625,8 +547,7 @@ func (m *ruleMetrics) counters() [len(ruleCounters)]*abi.MetricCounter {
 		&m.casRetries, &m.storeErrors, &m.overflow, &m.casExhausted, &m.evictions, &m.evictionGranted, &m.nearLimit}
 }
 
-// defineRuleCounter defines the rule's counter metric, labelled with the decision when it is
-// not empty (see statName), and appends the error to errs like defineCounter.
+// defineRuleCounter is defineCounter for the rule's metric, labelled with a non-empty decision.
 func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricCounter {
 	if decision != "" {
 		return defineCounter(statName(metric, rule, "decision", decision), errs)
@@ -634,9 +555,8 @@ func defineRuleCounter(metric, rule, decision string, errs *[]error) abi.MetricC
 	return defineCounter(statName(metric, rule), errs)
 }
 
-// defineMetrics defines the rule's stats (see statName and the README's metrics section). The
-// counters every rule has are defined in a loop over ruleCounters, and those of leased,
-// shaping and adaptive rules by functions of their own: unrolled, the definitions would be
+// defineMetrics defines the rule's stats (see statName and the README's metrics section), in
+// a loop over ruleCounters and, for options, functions of their own: unrolled, they would be
 // 9 KB of code that every configure compiles (see doc.go).
 func (rs *ruleState) defineMetrics() error {
 	name := rs.rule.Name
@@ -660,47 +580,26 @@ func (rs *ruleState) defineMetrics() error {
 	return joinErrors(errs)
 }
 
-// defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule, appending
-// each error to errs: one call site in defineMetrics instead of three.
+// defineOptionMetrics defines the metrics of a leased, shaping or adaptive rule (an adaptive
+// rule's gauge records its current limit), appending each error to errs.
 func (rs *ruleState) defineOptionMetrics(errs []error) []error {
+	name := rs.rule.Name
 	if rs.lease != nil {
-		errs = rs.defineLeaseCounters(errs)
+		errs = rs.defineLeaseMetrics(errs)
 	}
 	if rs.shape != nil {
-		errs = rs.defineShapeMetrics(errs)
+		rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
+		rs.shape.released = defineCounter(statName("ratelimit_shape_released_total", name), &errs)
+		rs.shape.dropped = defineCounter(statName("ratelimit_shape_dropped_total", name), &errs)
+		h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
+		rs.shape.delay, errs = h, append(errs, err)
 	}
 	if rs.adaptive != nil {
-		errs = rs.defineAdaptiveMetrics(errs)
+		g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", name))
+		rs.adaptive.gauge, errs = g, append(errs, err)
+		g.Record(rs.adaptive.lim.limit)
 	}
 	return errs
-}
-
-// defineLeaseCounters defines a leased rule's counters (see defineLeaseMetrics).
-func (rs *ruleState) defineLeaseCounters(errs []error) []error {
-	name := rs.rule.Name
-	rs.defineLeaseMetrics(func(event string) abi.MetricCounter {
-		return defineCounter(statName("ratelimit_"+event+"_total", name), &errs)
-	})
-	return errs
-}
-
-// defineShapeMetrics defines a shaping rule's counters and delay histogram.
-func (rs *ruleState) defineShapeMetrics(errs []error) []error {
-	name := rs.rule.Name
-	rs.shape.queued = defineCounter(statName("ratelimit_shape_queued_total", name), &errs)
-	rs.shape.released = defineCounter(statName("ratelimit_shape_released_total", name), &errs)
-	rs.shape.dropped = defineCounter(statName("ratelimit_shape_dropped_total", name), &errs)
-	h, err := abi.DefineHistogramMetric(statName("ratelimit_shape_delay_ms", name))
-	rs.shape.delay = h
-	return append(errs, err)
-}
-
-// defineAdaptiveMetrics defines an adaptive rule's limit gauge and records the current limit.
-func (rs *ruleState) defineAdaptiveMetrics(errs []error) []error {
-	g, err := abi.DefineGaugeMetric(statName("ratelimit_adaptive_limit", rs.rule.Name))
-	rs.adaptive.gauge = g
-	g.Record(rs.adaptive.lim.limit)
-	return append(errs, err)
 }
 
 func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
@@ -712,9 +611,8 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		p.contexts[n-1] = nil
 		p.contexts = p.contexts[:n-1]
 		// Every field starts as a new context's would; only the buffers are kept. Field by
-		// field, not *h = httpContext{...}: that builds the whole context aside and copies it
-		// back with a typed memmove and write barriers, where most fields are already zero
-		// (TestNewHttpContextResetsEveryField fails when a field is added and not reset here).
+		// field: *h = httpContext{...} builds the context aside and copies it back with a typed
+		// memmove and write barriers (TestNewHttpContextResetsEveryField checks every field).
 		h.plugin, h.id, h.d = p, id, nil
 		h.headers.values, h.headers.ends, h.headers.set = h.headers.values[:0], [len(rateLimitHeaderNames)]int32{}, 0
 		h.finished, h.done, h.queued, h.callouts, h.asked = false, false, false, 0, nil
@@ -722,26 +620,18 @@ func (p *plugin) NewHttpContext(id uint32) types.HttpContext {
 		h.startedAt, h.respondedAt, h.status = 0, 0, 0
 		return h
 	}
-	return p.newContext(id)
-}
-
-// newContext is NewHttpContext with no context to reuse: more streams at once than the VM
-// keeps (a VM's first request reuses the one configure made).
-func (p *plugin) newContext(id uint32) *httpContext {
 	return &httpContext{plugin: p, id: id}
 }
 
-// recycleContext keeps a finished stream's context for a later stream (see
-// OnHttpStreamDone for when that is safe): allocating one per request costs about a
-// microsecond in a Wasm VM.
+// recycleContext keeps a finished stream's context for a later stream (see OnHttpStreamDone):
+// allocating one per request costs about a microsecond in a Wasm VM.
 func (p *plugin) recycleContext(h *httpContext) {
 	if len(p.contexts) < maxFreeContexts {
 		p.contexts = append(p.contexts, h)
 	}
 }
 
-// maxFreeContexts bounds the contexts a VM keeps for reuse: as many as streams usually end
-// between two new ones, and little memory when a burst of concurrent streams is over.
+// maxFreeContexts bounds the contexts a VM keeps for reuse: little memory after a burst.
 const maxFreeContexts = 64
 
 // warnAdaptiveFloor warns when an adaptive rule's min_limit is below what its controller can
@@ -765,9 +655,8 @@ func warnAdaptiveFloor(r *config.Rule, store sharedstate.Store) {
 	}
 }
 
-// warnOnce logs a configure-time warning once per process rather than once per worker VM
-// (eight copies read as eight problems): the VM whose compare-and-swap creates the message's
-// mark in shared data (sharedstate.Update) logs it; a VM that finds the mark stays silent.
+// warnOnce logs a configure-time warning once per process rather than once per worker VM:
+// the VM whose compare-and-swap creates the message's mark in shared data logs it.
 func warnOnce(store sharedstate.Store, msg string) {
 	created := false
 	_, err := sharedstate.Update(store, "ratelimit|warned|"+msg, 1, func(cur []byte) []byte {
@@ -783,19 +672,9 @@ func warnOnce(store sharedstate.Store, msg string) {
 	}
 }
 
-// sharedStore is the store the plugin's state lives in: the host's shared data unless a test
-// gave another.
-func (p *plugin) sharedStore() sharedstate.Store {
-	if p.store == nil {
-		return sharedstate.Host{}
-	}
-	return p.store
-}
-
 // readsHeaderMap reports whether the rules read a request's whole header map whenever they
-// apply: a header key part counts its header's lines (config.Rule.DuplicatePart), and a client
-// IP from X-Forwarded-For joins that header's lines. The map is then read for the first
-// header a request asks for (see request.Header).
+// apply: a header key part counts its header's lines, and a client IP from X-Forwarded-For
+// joins them (see request.preferMap).
 func readsHeaderMap(cfg *config.Config) bool {
 	for _, r := range cfg.Rules {
 		for i := range r.Key {

@@ -10,8 +10,7 @@ import (
 )
 
 // request is the filter's view of the current request, implementing config.Request over
-// proxy-wasm host calls. Every attribute is fetched at most once and only when a rule asks
-// for it: each host call crosses the VM boundary, and most rules need two or three attributes.
+// proxy-wasm host calls. Every attribute is fetched at most once, when a rule first asks.
 type request struct {
 	fetched uint8
 	sample  uint32 // the request's enforcement sample, once fetchedSample is set
@@ -20,32 +19,26 @@ type request struct {
 	route   string
 	vhost   string
 	source  string
-	// headers caches single-header lookups; a request touches few distinct headers, so a
-	// short slice beats a map.
+	// headers caches single-header lookups: a short slice, for the few headers a request reads.
 	headers []cachedHeader
 	// clientIP keeps the client IP once a rule has parsed it (see config.ClientIP).
 	clientIP config.ClientIPCache
-	// hmap is the request's whole header map once it has been read (mapRead; mapOK if the
-	// host returned it). A key header's lines and X-Forwarded-For need it, and once it is
-	// here every other header read of the request (:method, :path, match conditions, cost
-	// headers) is answered from it: Envoy's single-value lookup answers the first line of a
-	// header, which is what the map holds first, so the filter observes the same values with
-	// fewer host calls.
+	// hmap is the request's whole header map once read (mapRead; mapOK if the host returned
+	// it). A key header's lines and X-Forwarded-For need it; once here, every other header read
+	// is answered from it: the same first line Envoy's single-value lookup answers, with fewer
+	// host calls.
 	hmap           abi.HeaderMap
 	mapRead, mapOK bool
-	// preferMap is set by the plugin when its rules read the whole map on most requests (a
-	// header key part, or a client IP taken from X-Forwarded-For): the first header read of a
-	// request then reads the map rather than one value, so that the reads before the key
-	// part's (the rule's conditions) do not each cost a host call of their own.
+	// preferMap is set when the rules read the whole map on most requests (readsHeaderMap):
+	// the first header read then reads the map, so that the reads before the key part's (the
+	// rule's conditions) do not each cost a host call.
 	preferMap bool
 	// lines is HeaderLines' last answer, for the header linesName, once linesRead is set. One
-	// answer, not one per header in the headers cache: a request asks for the lines of its key
-	// header two or three times in a row (the duplicate check, then the key), and a header
-	// whose answer was replaced is scanned again in the map already read, without a host call,
-	// which answers the same. That holds while the map is the one read first: keepLines (set
-	// for a configuration with shadow request headers, whose removal makes the filter read the
-	// map again) and a host that refused the map keep each header's answer in its headers
-	// entry instead, so that a header answered once keeps its answer (see cachedLines).
+	// answer, not one per header: a request asks for its key header's lines two or three times
+	// in a row, and a header whose answer was replaced is scanned again in the map already
+	// read, which answers the same. Where the map may be read again (keepLines: shadow request
+	// headers are removed) or was refused, each header keeps its answer in its headers entry
+	// instead (see cachedLines).
 	linesName, linesFirst, linesLast string
 	lines                            int
 	linesRead, keepLines             bool
@@ -70,11 +63,9 @@ const (
 	fetchedSample // the enforcement sample (see enforce.go)
 )
 
-// reset forgets the last request. Each cached attribute is marked unread (fetched, linesRead,
-// mapRead, the client IP cache's Reset) rather than cleared: each is read only once its mark
-// is set again, and clearing the strings and the map would be stores with write barriers, in
-// code a VM's first request compiles. They keep the last request's bytes (its
-// header map and a few attributes) alive until they are replaced.
+// reset forgets the last request. Each cached attribute is marked unread rather than cleared:
+// clearing the strings and the map would be stores with write barriers, in code a VM's first
+// request compiles. They keep the last request's bytes alive until they are replaced.
 func (r *request) reset() {
 	if len(r.headers) > 0 {
 		r.clearHeaders()
@@ -83,13 +74,11 @@ func (r *request) reset() {
 	r.clientIP.Reset()
 }
 
-// clearHeaders empties the header cache (out of line, see doc.go: most configurations never
-// cache a header here).
+// clearHeaders empties the header cache (out of line, see doc.go).
 func (r *request) clearHeaders() {
-	// Entry by entry, last first, not clear(r.headers): the compiler turns both that and a
-	// forward loop into a call of runtime.memclrHasPointers, which costs about 0.3 us in a
-	// Wasm VM for the one or two entries a request caches. The entries are cleared rather than
-	// only cut off, so that their strings do not keep the last request's buffers alive.
+	// Entry by entry, last first: clear(r.headers) and a forward loop both become a call of
+	// runtime.memclrHasPointers, about 0.3 us in a Wasm VM for the one or two entries. Cleared,
+	// not only cut off, so that their strings do not keep the last request's buffers alive.
 	for i := len(r.headers) - 1; i >= 0; i-- {
 		r.headers[i] = cachedHeader{}
 	}
@@ -110,10 +99,8 @@ func (r *request) Header(name string) (string, bool) {
 			c.value, c.ok = m.Joined(name)
 		}
 	case c.linesRead:
-		// The header's lines were already read from the full header map (a key header's
-		// duplicate check runs before its key is built), and Envoy's single-value lookup
-		// answers the first of them: reading it again would cost a host call and an
-		// allocator re-entry for the same bytes.
+		// The header's lines were already read from the map (a key header's duplicate
+		// check): the single-value lookup would answer the first of them again.
 		c.value, c.ok = c.first, c.lines > 0
 	case r.mapRead || r.preferMap:
 		if m, ok := r.headerMap(); ok {
@@ -132,8 +119,7 @@ func (r *request) Header(name string) (string, bool) {
 }
 
 // forgetHeaderMap drops the header map read so far, after the filter changed the request's
-// headers: the next read reads the host's map again. Headers already answered keep their
-// answers.
+// headers; headers already answered keep their answers.
 func (r *request) forgetHeaderMap() {
 	r.hmap, r.mapRead, r.mapOK = abi.HeaderMap{}, false, false
 }
@@ -160,10 +146,9 @@ func (r *request) cached(name string) *cachedHeader {
 }
 
 // HeaderLines returns the first and last line of a request header and how many lines the
-// request carries. Envoy's single-value lookup (Header) sees only the first line, so the lines
-// are counted in the full header map, once per request and header; key parts use it to refuse
-// or resolve a repeated key header (see config.Rule.DuplicatePart). Headers that Envoy
-// indexes inline arrive already folded into one line joined by ",", and count as one.
+// request carries, counted in the full header map (Header sees only the first); key parts use
+// it for a repeated key header (see config.Rule.DuplicatePart). Headers that Envoy indexes
+// inline arrive folded into one line joined by ",", and count as one.
 func (r *request) HeaderLines(name string) (first, last string, n int) {
 	if r.linesRead && sameString(r.linesName, name) {
 		return r.linesFirst, r.linesLast, r.lines
@@ -184,11 +169,8 @@ func (r *request) HeaderLines(name string) (first, last string, n int) {
 	return r.linesFirst, r.linesLast, r.lines
 }
 
-// cachedLines is HeaderLines keeping each header's answer in its headers entry, for a request
-// whose header map may be read again (keepLines) or that the host refused: a header answered
-// once then keeps its answer, and Header answers its first line from it. It is kept out of
-// HeaderLines' line (see doc.go): a VM's first request of a configuration without shadow
-// request headers needs none of it.
+// cachedLines is HeaderLines keeping each header's answer in its headers entry (see
+// request.lines), out of HeaderLines' line (see doc.go).
 func (r *request) cachedLines(name string) (first, last string, n int) {
 	c := r.cached(name)
 	if !c.linesRead {
@@ -200,8 +182,7 @@ func (r *request) cachedLines(name string) (first, last string, n int) {
 	return c.first, c.last, c.lines
 }
 
-// ClientIPCache returns the request's client IP cache: the filter parses the client IP once
-// per request, however many rules use it.
+// ClientIPCache returns the request's client IP cache, so it is parsed once per request.
 func (r *request) ClientIPCache() *config.ClientIPCache { return &r.clientIP }
 
 // Method returns :method.
@@ -226,15 +207,12 @@ func (r *request) Path() string {
 func (r *request) Route() string { return r.property(fetchedRoute, &r.route, routeNamePath) }
 
 // VirtualHost returns the xds.virtual_host_name property.
-func (r *request) VirtualHost() string {
-	return r.property(fetchedVHost, &r.vhost, virtualHostPath)
-}
+func (r *request) VirtualHost() string { return r.property(fetchedVHost, &r.vhost, virtualHostPath) }
 
 // SourceAddress returns the source.address property ("ip:port") of the downstream connection.
 func (r *request) SourceAddress() string {
 	// r.property, written out: it is not inlined, and every rule keyed on the client IP reads
-	// the source address, so a VM's first request would compile it as a function of its own
-	// (see doc.go).
+	// the source address (see doc.go).
 	if r.fetched&fetchedSource == 0 {
 		r.fetched |= fetchedSource
 		r.source = property(sourceAddressPath)
@@ -267,18 +245,15 @@ func property(path abi.PropertyPath) string {
 	return v
 }
 
-// sameString reports whether a == b, comparing the bytes only when the two do not share them.
-// The header names a request asks for come from the configuration, so the name cached and the
-// name asked for are nearly always the same string, and comparing their bytes would cost a
-// call of runtime.memequal in a Wasm VM.
+// sameString reports whether a == b, comparing the bytes only when the two do not share them:
+// the header names asked for come from the configuration, so they nearly always do, and
+// comparing bytes costs a call of runtime.memequal in a Wasm VM.
 func sameString(a, b string) bool {
 	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
-// decideRequest is OnHttpRequestHeaders without its deferred recover. The compiler writes the
-// deferred call out at every return of a function that defers one, and deciding has many
-// returns: kept apart, the recover is written once, which keeps the code a VM's first request
-// compiles smaller (see doc.go).
+// decideRequest is OnHttpRequestHeaders without its deferred recover, which the compiler would
+// write out at each of its many returns (see doc.go).
 func (h *httpContext) decideRequest() types.Action {
 	p := h.plugin
 	req := &p.req
@@ -298,10 +273,9 @@ func (h *httpContext) decideRequest() types.Action {
 		return types.ActionContinue
 	}
 	// A matched rule whose key header (or query parameter) the request repeats under
-	// on_duplicate "reject" refuses it (see duplicateKeyHeader), before any rule is decided.
-	// With one matched rule (the usual case) the rule's key, built first thing below, fails
-	// for exactly such a request, and decideFrom then checks it; with several, every rule
-	// is checked here first, out of line.
+	// on_duplicate "reject" refuses it before any rule is decided (duplicateKeyHeader). With
+	// one matched rule, its key fails for such a request and decideFrom checks it; with
+	// several, every rule is checked here first.
 	if len(p.matched) > 1 && h.refuseDuplicateKeyHeader() {
 		return types.ActionPause
 	}
@@ -309,19 +283,17 @@ func (h *httpContext) decideRequest() types.Action {
 	h.startedAt = now
 	h.d = p.takeDecisions()
 
-	// Phase 1: decide every local rule, writing nothing. This loop serves the rules of the
-	// common case (local, without overrides or a lease block, with a key); at the first rule
-	// that needs more it hands the rest of the request to decideFrom, so that a VM's first
-	// request of a plain configuration compiles this loop alone, not the branches of the
-	// others (see doc.go).
+	// Phase 1: decide every local rule, writing nothing. This loop serves the common case
+	// (local, with a key, no overrides, lease, enforce_percent or usage); at the first rule
+	// that needs more it hands the rest to decideFrom, so that a VM's first request of a plain
+	// configuration compiles this loop alone (see doc.go).
 	var key []byte
 	var ok bool
 	var built *config.Rule // the rule key was built for
 	for i, r := range p.matched {
 		rs := p.rules[r.Index]
-		// Rules with the same key parts (one client limited over several windows) share
-		// the key built for the previous one: building it costs about a microsecond in a
-		// Wasm VM.
+		// Rules with the same key parts (one client over several windows) share the key built
+		// for the previous one: building it costs about a microsecond in a Wasm VM.
 		if built == nil || !r.SameKey(built) {
 			key, ok = r.AppendKey(p.key[:0], req)
 			p.key, built = key[:0], r
@@ -339,8 +311,7 @@ func (h *httpContext) decideRequest() types.Action {
 }
 
 // decideFrom is phase 1 of decideRequest from its i-th matched rule on, for every kind of
-// rule (no key, a key over max_key_bytes, an override, a lease block, a global rule); key, ok
-// and built are decideRequest's key state on arrival. Out of line, as decideRequest explains.
+// rule; key, ok and built are decideRequest's key state on arrival.
 func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req
@@ -352,9 +323,8 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 			p.key, built = key[:0], r
 		}
 		if !ok {
-			// A single matched rule's repeated key part is refused here (decideRequest
-			// checks several rules before deciding any). Nothing has been decided or
-			// counted yet: the request's working set goes back unused.
+			// A single matched rule's repeated key part is refused here, before anything is
+			// decided or counted: the working set goes back unused.
 			if len(p.matched) == 1 && r.RepeatsKeyPart(req) && h.duplicateKeyHeader(r) {
 				p.giveDecisions(h)
 				return types.ActionPause
@@ -402,8 +372,7 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 }
 
 // The functions below are the parts of OnHttpRequestHeaders that only some configurations
-// (shadow request headers, overrides, global rules) or a rare path need, each out of line
-// (see doc.go).
+// or a rare path need, each out of line (see doc.go).
 
 // removeShadowHeaders removes the shadow rules' request headers from the request.
 func (p *plugin) removeShadowHeaders() {
@@ -418,8 +387,8 @@ func (p *plugin) removeShadowHeaders() {
 	p.req.forgetHeaderMap()
 }
 
-// countSkipped counts, in each rule's skipped, the rules whose conditions held for the request
-// but whose key it lacks (config.Config.MatchSkipped). Out of line (see doc.go).
+// countSkipped counts the rules whose conditions held but whose key the request lacks
+// (config.Config.MatchSkipped).
 //
 //go:noinline
 func (p *plugin) countSkipped() {
@@ -437,7 +406,7 @@ func (rs *ruleState) noKey(r *config.Rule, req *request) {
 }
 
 // overrideFor returns the state of the override of rs that key selects, rs itself when none
-// does, or nil for an unlimited override (the request is then counted as allowed by the rule).
+// does, or nil for an unlimited override (counted as allowed by the rule).
 func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 	j := r.OverrideFor(key)
 	if j < 0 {
@@ -450,9 +419,8 @@ func (rs *ruleState) overrideFor(r *config.Rule, key []byte) *ruleState {
 	return rs.overrides[j]
 }
 
-// refuseDuplicateKeyHeader asks duplicateKeyHeader about each matched rule that repeats a key
-// part, for a request that matched several rules, and reports whether one refused the request
-// (out of line, see doc.go).
+// refuseDuplicateKeyHeader asks duplicateKeyHeader about each of several matched rules that
+// repeats a key part, and reports whether one refused the request.
 func (h *httpContext) refuseDuplicateKeyHeader() bool {
 	p := h.plugin
 	for _, r := range p.matched {
@@ -468,8 +436,7 @@ func (h *httpContext) refuseDuplicateKeyHeader() bool {
 // before any rule is decided, and reports whether it did. Such a request has no unambiguous
 // key: the filter would count one value while the upstream may read another, and a client
 // rotating the counted one would never reach its limit. A shadow rule only counts it (in
-// duplicate_header) and skips it, as a request without its key header. Out of line (see
-// doc.go).
+// duplicate_header) and skips it, as a request without its key header.
 func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 	kp, dup := r.DuplicatePart(&h.plugin.req)
 	if !dup {
@@ -485,10 +452,8 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 	if kp.Source == config.SourceQuery {
 		errName, field, what = "duplicate_query_parameter", "parameter", " query parameter"
 	}
-	body := append(append(append(append(append(append(append([]byte(nil),
-		`{"error":"`...), errName...), `","rule":"`...), r.Name...), `","`...), field...), `":"`...)
-	body = append(append(append(append(append(body, kp.Name...), `","message":"the request carries the `...), kp.Name...),
-		what...), ` more than once; send it once"}`...)
+	body := []byte(`{"error":"` + errName + `","rule":"` + r.Name + `","` + field + `":"` + kp.Name +
+		`","message":"the request carries the ` + kp.Name + what + ` more than once; send it once"}`)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(400, headers, body, -1); err != nil {
 		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())
@@ -498,10 +463,9 @@ func (h *httpContext) duplicateKeyHeader(r *config.Rule) (refused bool) {
 
 // keyTooLong answers 431 for a request whose key for the matched rule r is n bytes, longer
 // than max_key_bytes, and reports whether it did; a shadow rule only counts and skips it.
-// Refusing bounds what a key costs: it is neither digested nor stored, and no rule is charged.
-// A prefix of the value would merge every client sharing it (bearer tokens of one issuer), and
-// a hash of the whole value still costs time in its length (SipHash of 60 KiB takes about
-// 40 us in a Wasm VM). Out of line (see doc.go).
+// Refusing bounds what a key costs: a prefix of the value would merge every client sharing it
+// (bearer tokens of one issuer), and a hash of it costs time in its length (SipHash of 60 KiB
+// takes about 40 us in a Wasm VM).
 func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
 	p := h.plugin
 	p.rules[r.Index].m.keyTooLong.Increment(1)
@@ -512,10 +476,9 @@ func (h *httpContext) keyTooLong(r *config.Rule, n int) (refused bool) {
 	h.refundLeases()
 	p.giveDecisions(h)
 	limit := strconv.Itoa(p.cfg.MaxKeyBytes)
-	body := append(append(append(append(append(append(append([]byte(nil),
-		`{"error":"key_too_long","rule":"`...), r.Name...), `","max_key_bytes":`...), limit...),
-		`,"message":"the request's key for this rule is `...), strconv.Itoa(n)...), ` bytes, more than `...)
-	body = append(append(body, limit...), `; send shorter key headers or parameters"}`...)
+	body := []byte(`{"error":"key_too_long","rule":"` + r.Name + `","max_key_bytes":` + limit +
+		`,"message":"the request's key for this rule is ` + strconv.Itoa(n) + ` bytes, more than ` + limit +
+		`; send shorter key headers or parameters"}`)
 	headers := [][2]string{{"content-type", "application/json"}}
 	if err := abi.SendHttpResponse(431, headers, body, -1); err != nil {
 		abi.LogError("ratelimit: rule " + strconv.Quote(r.Name) + ": sending the local response: " + err.Error())

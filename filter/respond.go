@@ -11,8 +11,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// deny sends the rule's local response. The rule's denied counter is incremented here and only
-// here, so every denial is counted exactly once.
+// deny sends the rule's local response. Only here is the rule's denied counter incremented,
+// so every denial is counted exactly once.
 func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	h.finished = true
 	d = clampWaits(d, rs.maxWait)
@@ -36,7 +36,20 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 		if d.RetryAfter > 0 {
 			headers = append(headers, [2]string{"retry-after", strconv.FormatInt(retry, 10)})
 		}
-		headers = appendRuleHeaders(headers, r.RateLimitHeaders, rs, d)
+		if rs.draft {
+			policy := rs.policy
+			if rs.adaptive != nil {
+				policy = string(rs.appendAdaptivePolicy(nil))
+			}
+			headers = append(headers, [2]string{"ratelimit-policy", policy},
+				[2]string{"ratelimit", string(appendRateLimitItemAfter([]byte(rs.item), d))})
+		}
+		if rs.legacy {
+			headers = append(headers,
+				[2]string{"x-ratelimit-limit", strconv.FormatInt(d.Limit, 10)},
+				[2]string{"x-ratelimit-remaining", strconv.FormatInt(d.Remaining, 10)},
+				[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
+		}
 	}
 	for _, hd := range r.Deny.Headers {
 		headers = append(headers, [2]string{hd.Name, hd.Value})
@@ -55,11 +68,9 @@ func (h *httpContext) deny(rs *ruleState, d algorithms.Decision) types.Action {
 	return types.ActionPause
 }
 
-// isGrpcRequest reports whether the request is gRPC by the test Envoy's
-// Grpc::Common::hasGrpcContentType makes (content-type exactly application/grpc, or that with
-// a '+' suffix, case-sensitively). It must be the same test: Envoy ignores the local reply's
-// grpc_status for a request it does not take for gRPC, which would then get a 429 without
-// its content-type or body.
+// isGrpcRequest reports whether the request is gRPC by Envoy's own test (content-type exactly
+// application/grpc, or that with a '+' suffix, Grpc::Common::hasGrpcContentType): Envoy
+// ignores grpc_status for a request it does not take for gRPC.
 func isGrpcRequest() bool {
 	ct, err := abi.GetHttpRequestHeader("content-type")
 	if err != nil || !strings.HasPrefix(ct, "application/grpc") {
@@ -83,26 +94,16 @@ func (h *httpContext) failOpenOrClosed() types.Action {
 	return types.ActionContinue
 }
 
-// failureDecision is what a denial for failure_mode "deny" reports: nothing left, try again in
-// a second (the store may have recovered by then).
+// failureDecision is what a denial for failure_mode "deny", or after lost compare-and-swap
+// races, reports: nothing left, try again in a second (the store may have recovered, the race
+// is over by then). Its limit is the one in force: for an adaptive rule the limit its
+// controller holds now (what RateLimit-Policy and ratelimit_adaptive_limit state), not max_limit.
 func failureDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
-}
-
-// limitInForce is the limit a denial without a decision states: the configured limit, or for
-// an adaptive rule the limit its controller holds now (what RateLimit-Policy and the
-// ratelimit_adaptive_limit gauge state), not its max_limit.
-func limitInForce(rs *ruleState) int64 {
+	limit := rs.rule.Algorithm.Limit
 	if rs.adaptive != nil {
-		return rs.adaptive.lim.limit
+		limit = rs.adaptive.lim.limit
 	}
-	return rs.rule.Algorithm.Limit
-}
-
-// contentionDecision is what a denial after lost compare-and-swap races reports: nothing left
-// for now, try again in a second.
-func contentionDecision(rs *ruleState) algorithms.Decision {
-	return algorithms.Decision{Limit: limitInForce(rs), RetryAfter: 1e9, ResetAfter: 1e9}
+	return algorithms.Decision{Limit: limit, RetryAfter: 1e9, ResetAfter: 1e9}
 }
 
 // showsHeaders reports whether the rule's decisions reach clients as rate-limit headers: an
@@ -110,8 +111,7 @@ func contentionDecision(rs *ruleState) algorithms.Decision {
 // client that honours them would slow down for a limit nobody enforces.
 func (rs *ruleState) showsHeaders() bool { return !rs.rule.Shadow || rs.rule.ShadowHeaders }
 
-// rateLimitHeaderNames are the names of the rate-limit response headers, in the order they
-// are added: the IETF draft fields, then the legacy ones.
+// rateLimitHeaderNames are the rate-limit response headers, in order: draft, then legacy.
 var rateLimitHeaderNames = [...]string{"ratelimit-policy", "ratelimit",
 	"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 
@@ -121,20 +121,18 @@ const (
 	legacyHeaders = 0b11100
 )
 
-// rateLimitHeaders are the rate-limit headers of an allowed request, rendered when the request
-// is decided and added to its response. The names are constants and the values share one
-// buffer, cut at ends, which the stream's context keeps for reuse (recycleContext): a steady
-// stream of requests allocates nothing for its headers.
+// rateLimitHeaders are the rate-limit headers of an allowed request, rendered when it is
+// decided and added to its response. The values share one buffer, which the stream's context
+// keeps for reuse (recycleContext): a steady stream of requests allocates nothing for them.
 type rateLimitHeaders struct {
 	values []byte
 	ends   [len(rateLimitHeaderNames)]int32 // where each present header's value ends in values
 	set    uint8                            // bit i: rateLimitHeaderNames[i] is present
 }
 
-// render renders the response headers of an allowed request into rh, reusing its buffer. The
-// IETF draft fields list every rule that applied; the legacy X-RateLimit-* fields hold one,
-// the most restrictive rule's. It renders in place rather than into a copy: that copy moves a
-// slice under the write barrier, in code a VM's first request compiles.
+// render renders the response headers of an allowed request into rh, in place (a copy would
+// move a slice under the write barrier). The IETF draft fields list every rule that applied;
+// the legacy X-RateLimit-* fields hold the most restrictive rule's.
 func (rh *rateLimitHeaders) render(rules []applied) {
 	buf := rh.values[:0]
 	rh.ends, rh.set = [len(rateLimitHeaderNames)]int32{}, 0
@@ -161,13 +159,11 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		}
 	}
 	if drafts > 0 {
-		// The RateLimit items follow the policies. The one rule's item is rendered here;
-		// several rules' items by a loop of their own, which a request with one draft rule
-		// (the usual case) neither runs nor compiles.
+		// The RateLimit items follow the policies: one rule's here, several rules' by a loop of
+		// their own, which a request with one draft rule (the usual case) does not compile.
 		rh.ends[0] = int32(len(buf))
 		if drafts == 1 {
-			// appendRateLimitItemAfter, written out: one function fewer for a VM's first
-			// request to compile.
+			// appendRateLimitItemAfter, written out: one function fewer for a first request.
 			d := &draft.decision
 			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 		} else {
@@ -210,8 +206,8 @@ func (rs *ruleState) appendNextPolicy(buf []byte) []byte {
 	return rs.appendPolicy(append(buf, ", "...))
 }
 
-// appendRateLimitItems appends the RateLimit items of every decided draft rule of rules that
-// shows its headers, in order, joined by ", " (render, for more than one such rule).
+// appendRateLimitItems appends the RateLimit items of every decided draft rule that shows its
+// headers, joined by ", " (render, for more than one such rule).
 func appendRateLimitItems(buf []byte, rules []applied) []byte {
 	n := 0
 	for i := range rules {
@@ -236,50 +232,20 @@ func logAddFailure(name string, err error) {
 	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
 }
 
-// appendRuleHeaders renders the rate-limit headers of one rule's decision (a denial).
-func appendRuleHeaders(dst [][2]string, mode config.HeadersMode, rs *ruleState, d algorithms.Decision) [][2]string {
-	if mode == config.HeadersDraft || mode == config.HeadersBoth {
-		dst = append(dst,
-			[2]string{"ratelimit-policy", rs.policyString()},
-			[2]string{"ratelimit", string(appendRateLimitItem(nil, rs.rule.Name, d))})
-	}
-	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
-		dst = appendLegacy(dst, d)
-	}
-	return dst
-}
-
-func appendLegacy(dst [][2]string, d algorithms.Decision) [][2]string {
-	return append(dst,
-		[2]string{"x-ratelimit-limit", strconv.FormatInt(d.Limit, 10)},
-		[2]string{"x-ratelimit-remaining", strconv.FormatInt(d.Remaining, 10)},
-		[2]string{"x-ratelimit-reset", strconv.FormatInt(ceilSeconds(int64(d.ResetAfter)), 10)})
-}
-
-// appendRateLimitItem renders one item of the IETF draft RateLimit field: remaining quota r
-// and seconds t until the quota is fully available again.
-func appendRateLimitItem(dst []byte, name string, d algorithms.Decision) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	dst = append(dst, `";r=`...)
-	return appendRateLimitItemAfter(dst, d)
-}
-
-// appendRateLimitItemAfter renders the part of a RateLimit item after its name's `";r=`: the
-// remaining quota and the seconds until it is fully available again.
+// appendRateLimitItemAfter renders a RateLimit item after its name's `";r=`: the remaining
+// quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
 	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
 }
 
-// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function for every
-// number of the rate-limit headers and the text before it, rather than copies inlined in each
-// function a VM's first request compiles (see doc.go).
+// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function, rather than
+// copies inlined in each function a VM's first request compiles (see doc.go).
 func appendInt(dst []byte, prefix string, v int64) []byte {
 	return strconv.AppendInt(append(dst, prefix...), v, 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds (a client told 0 while 300 ms remain
-// would retry too early); the bound only keeps the rounding from overflowing.
+// would retry too early), bounded so that the rounding cannot overflow.
 func ceilSeconds(ns int64) int64 {
 	if ns <= 0 {
 		return 0
@@ -307,9 +273,8 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 	if window%time.Second == 0 {
 		return limit, int64(window / time.Second)
 	}
-	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger
-	// one cannot come from a valid configuration, and is rounded to whole seconds rather than
-	// overflowed.
+	// limit <= algorithms.LimitCeiling (10^9) keeps limit * 10^9 inside an int64; a larger one
+	// (never valid) is rounded to whole seconds rather than overflowed.
 	if limit > algorithms.LimitCeiling {
 		return limit, max(1, int64(window/time.Second))
 	}
@@ -321,23 +286,17 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 // appendPolicyItem renders one quota policy item of the RateLimit-Policy field.
 func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
 	q, w := policyRate(limit, window)
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	dst = append(dst, `";q=`...)
-	dst = strconv.AppendInt(dst, q, 10)
-	dst = append(dst, ";w="...)
-	return strconv.AppendInt(dst, w, 10)
+	dst = append(append(append(dst, '"'), name...), `";q=`...)
+	return appendInt(appendInt(dst, "", q), ";w=", w)
 }
 
-// policyItem renders the rule's RateLimit-Policy item for its configured limit, once, at
-// configure time.
+// policyItem renders the rule's RateLimit-Policy item for its configured limit.
 func policyItem(r *config.Rule) string {
 	return string(appendPolicyItem(nil, r.Name, r.Algorithm.Limit, r.Algorithm.Window))
 }
 
-// appendPolicy appends the rule's RateLimit-Policy item for the limit in force: rendered once
-// at configure time for a fixed limit; for an adaptive rule from the current limit (its
-// configured maximum would mislead the client while it admits fewer).
+// appendPolicy appends the rule's RateLimit-Policy item for the limit in force: for an
+// adaptive rule the current limit (its maximum would mislead the client while it admits fewer).
 func (rs *ruleState) appendPolicy(dst []byte) []byte {
 	if rs.adaptive != nil {
 		return rs.appendAdaptivePolicy(dst)
@@ -350,14 +309,6 @@ func (rs *ruleState) appendPolicy(dst []byte) []byte {
 //go:noinline
 func (rs *ruleState) appendAdaptivePolicy(dst []byte) []byte {
 	return appendPolicyItem(dst, rs.rule.Name, rs.adaptive.lim.limit, rs.rule.Algorithm.Window)
-}
-
-// policyString is appendPolicy for a denial's header list.
-func (rs *ruleState) policyString() string {
-	if rs.adaptive != nil {
-		return string(rs.appendPolicy(nil))
-	}
-	return rs.policy
 }
 
 // maxWait returns the longest wait a decision of the rule can meaningfully report: the time
@@ -383,8 +334,8 @@ func clampWaits(d algorithms.Decision, limit time.Duration) algorithms.Decision 
 	return d
 }
 
-// clampWaitsIn is clampWaits in place: render bounds each decision where it lies, since a copy
-// out and back would be code a VM's first request compiles.
+// clampWaitsIn is clampWaits in place, for render: a copy out and back would be code a VM's
+// first request compiles.
 func clampWaitsIn(d *algorithms.Decision, limit time.Duration) {
 	d.RetryAfter = min(max(d.RetryAfter, 0), limit)
 	d.ResetAfter = min(max(d.ResetAfter, 0), limit)

@@ -10,21 +10,20 @@ import (
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 )
 
-// Two behaviours run on the VM's timer (proxy_on_tick), which every worker VM has on its own:
+// Two behaviours run on each worker VM's timer (proxy_on_tick):
 //
-//   - Shaping (leaky_bucket with mode "shape"): a request over the rate is not denied but
-//     paused until its release time on the rule's schedule, which lives in shared data so all
-//     workers share one schedule. The tick resumes the streams whose time has come.
+//   - Shaping (leaky_bucket with mode "shape"): a request over the rate is paused until its
+//     release time on the rule's schedule, shared by all workers in shared data; the tick
+//     resumes the streams whose time has come.
 //   - Adaptive limits: each worker adds the health signals it observed to the rule's controller
-//     state in shared data; the controller adjusts the limit at most once per interval, from
-//     every worker's signals, and each worker reads the limit in force back.
+//     state in shared data; the controller adjusts the limit at most once per interval, and
+//     each worker reads the limit in force back.
 
 // queued is a request paused by a shaping rule until release (Unix ns).
 type queued struct {
-	h        *httpContext
-	release  int64
-	enqueued int64
-	rs       *ruleState
+	h                 *httpContext
+	release, enqueued int64
+	rs                *ruleState
 }
 
 // shapeMetrics are a shaping rule's queue metrics.
@@ -45,25 +44,23 @@ type adaptiveState struct {
 	gauge   abi.MetricGauge    // the limit in force
 }
 
-// adaptiveLimiter admits under the rule's current limit: it is the Table's limiter for an
-// adaptive rule, and the tick updates limit.
+// adaptiveLimiter is an adaptive rule's table limiter: it admits under limit, which the tick
+// updates.
 type adaptiveLimiter struct {
 	a     *algorithms.Adaptive
 	limit int64
 }
 
-// AllowN admits n events under the limit in force.
 func (l *adaptiveLimiter) AllowN(state []byte, now, n int64) (algorithms.Decision, []byte) {
 	return l.a.AllowNLimit(state, now, n, l.limit)
 }
 
-// Idle reports whether the admission state is back at full allowance.
 func (l *adaptiveLimiter) Idle(state []byte, now int64) bool { return l.a.Idle(state, now) }
 
-// tickPeriod picks the timer period: fine enough that a shaped request leaves within a
-// quarter of its emission interval of its release time, and that an adaptive rule's signals
-// reach the controller several times per interval; bounded to [1ms, 1s].
-func tickPeriod(rules []*ruleState) time.Duration {
+// tickPeriod picks the timer period, within [1ms, 1s]: a quarter of a shaping rule's emission
+// interval, and of an adaptive rule's adjust interval. Without either, a partitioned Redis
+// needs it for the partition secret's refresh (refreshSecret).
+func tickPeriod(rules []*ruleState, partitioned bool) time.Duration {
 	period := time.Duration(0)
 	consider := func(d time.Duration) {
 		d = max(time.Millisecond, min(d, time.Second))
@@ -78,6 +75,9 @@ func tickPeriod(rules []*ruleState) time.Duration {
 		if rs.adaptive != nil {
 			consider(rs.rule.Algorithm.AdjustInterval / 4)
 		}
+	}
+	if period == 0 && partitioned {
+		period = time.Duration(secretRefresh)
 	}
 	return period
 }
@@ -99,19 +99,13 @@ func (p *plugin) releaseDue(now int64) {
 		}
 		q.h.queued = false
 		q.rs.shape.delay.Record(uint64(max(0, now-q.enqueued) / 1e6))
-		if err := abi.SetEffectiveContext(q.h.id); err != nil {
-			// The stream is gone without its done callback having run (it cannot be resumed
-			// anyway); count it like a client that gave up.
-			q.rs.shape.dropped.Increment(1)
-			continue
-		}
-		if err := abi.ResumeHttpRequest(); err != nil {
+		if abi.SetEffectiveContext(q.h.id) != nil || abi.ResumeHttpRequest() != nil {
+			// The stream is gone without its done callback: count it like a client that gave up.
 			q.rs.shape.dropped.Increment(1)
 			continue
 		}
 		q.rs.shape.released.Increment(1)
-		// The request goes upstream now: its latency, which adaptive rules judge, starts
-		// here. Time spent in this queue is the filter's, not the upstream's.
+		// The latency adaptive rules judge starts now: time in this queue is not the upstream's.
 		q.h.startedAt = now
 	}
 	clear(p.queue[len(kept):])
@@ -134,7 +128,7 @@ func (p *plugin) dequeue(id uint32) bool {
 
 // updateAdaptive adds this VM's signals to the rule's controller with a bounded CAS loop
 // (sharedstate.Update) and adopts the limit in force. When every attempt loses, the signals are
-// kept for the next tick: nothing observed is lost, it only arrives later.
+// kept for the next tick.
 func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	ad := rs.adaptive
 	var limit int64
@@ -159,9 +153,8 @@ func (p *plugin) updateAdaptive(rs *ruleState, now int64) {
 	}
 }
 
-// observe records the outcome of a request an adaptive rule admitted: its latency from the
-// moment it went upstream (after any wait for Redis or in a shaping queue) to response
-// headers, and whether it failed (a 5xx, or no response at all).
+// observe records the outcome of a request adaptive rules admitted: its latency from when it
+// went upstream to its response headers, and whether it failed (a 5xx, or no response).
 func (h *httpContext) observe(now int64) {
 	for _, rs := range h.observed {
 		s := &rs.adaptive.signals

@@ -18,13 +18,11 @@ import (
 // Usage costs: a rule whose cost is known only from the response (config.UsageSpec). The
 // request is decided like any other, with its reservation as cost (Rule.Cost). Once every
 // rule has admitted it, each usage rule's reservation is kept on the stream (openReservations);
-// the response is read as it passes, never held or changed: the usage header when the
-// response starts, the body's JSON pointers chunk by chunk (usageScanner). When the stream
-// ends, each reservation is settled on the key's state in shared data by usage minus
-// reservation (algorithms.Settle), through the rule's key table and its bounded
-// compare-and-swap, like a decision's write. A stream whose usage never arrived (the client
-// or the upstream went away before the body ended, no value at the pointers, a value that is
-// not a non-negative integer) is charged the cost's on_missing, and counted.
+// the response is read as it passes, never held or changed: the usage header, then the body's
+// JSON pointers chunk by chunk (usageScanner). When the stream ends, each reservation is
+// settled by usage minus reservation (algorithms.Settle) through the rule's key table, like a
+// decision's write. A stream whose usage never arrived (cut short, no valid value at the
+// pointers) is charged the cost's on_missing, and counted.
 
 // usageRule is a usage rule's (or one of its overrides') settlement machinery.
 type usageRule struct {
@@ -33,40 +31,41 @@ type usageRule struct {
 	pending sharedstate.Pending
 }
 
-// usageMetrics are a usage rule's metrics (see defineUsageMetrics).
+// usageMetrics are a usage rule's metrics (see prepareUsage).
 type usageMetrics struct {
 	reserved, settled, refunded, debt, missing, failed, retries abi.MetricCounter
 	open                                                        abi.MetricGauge
-	// failures counts this VM's settlements of the rule that could not be written, so that
-	// the first and then every power of two are logged.
-	failures uint64
+
+	failures uint64 // this VM's settlements of the rule that could not be written
 }
 
-// keepKey keeps the key a usage rule was decided on, for its settlement. It is out of
-// decideFrom's line (see doc.go).
+// keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
+// line, see doc.go).
 //
 //go:noinline
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
 
-// newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost. m
-// is the rule's metrics, nil for the rule itself (defined later by defineUsageMetrics). It is
-// kept out of configure's line (see doc.go).
+// newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost.
+// An override's shares the metrics of of, its rule's; a rule's own (of nil) are defined by
+// prepareUsage. It is kept out of configure's line (see doc.go).
 //
 //go:noinline
-func newUsageRule(r *config.Rule, m *usageMetrics) *usageRule {
+func newUsageRule(r *config.Rule, of *usageRule) *usageRule {
 	if r.CostSpec.Usage == nil {
 		return nil
 	}
-	if m == nil {
-		m = new(usageMetrics)
+	m := new(usageMetrics)
+	if of != nil {
+		m = of.m
 	}
 	return &usageRule{spec: r.CostSpec.Usage, m: m}
 }
 
-// defineUsageMetrics defines a usage rule's metrics, appending each definition's error to
-// errs.
-func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
-	m := ur.m
+// prepareUsage sets up the usage machinery of a rule and defines its metrics.
+func (rs *ruleState) prepareUsage(ur *usageRule) error {
+	rs.usage = ur
+	rule, m := rs.rule.Name, ur.m
+	var errs []error
 	m.reserved = defineCounter(statName("ratelimit_usage_reserved_total", rule), &errs)
 	m.settled = defineCounter(statName("ratelimit_usage_settled_total", rule), &errs)
 	m.refunded = defineCounter(statName("ratelimit_usage_refunded_total", rule), &errs)
@@ -75,21 +74,8 @@ func (ur *usageRule) defineUsageMetrics(rule string, errs []error) []error {
 	m.failed = defineCounter(statName("ratelimit_usage_settle_failures_total", rule), &errs)
 	m.retries = defineCounter(statName("ratelimit_usage_settle_retries_total", rule), &errs)
 	g, err := abi.DefineGaugeMetric(statName("ratelimit_usage_open", rule))
-	if err != nil {
-		errs = append(errs, err)
-	}
 	m.open = g
-	return errs
-}
-
-// prepareUsage sets up the usage machinery of a rule and of its overrides' states. It runs at
-// configure time, after the overrides are built.
-func (rs *ruleState) prepareUsage(ur *usageRule) error {
-	rs.usage = ur
-	if errs := ur.defineUsageMetrics(rs.rule.Name, nil); len(errs) > 0 {
-		return joinErrors(errs)
-	}
-	return nil
+	return joinErrors(append(errs, err))
 }
 
 // reservation is one usage rule's open reservation on a stream.
@@ -100,8 +86,7 @@ type reservation struct {
 	at      int64 // when it was admitted (for a global rule, on Redis' clock)
 	src     int   // its usage source in usageStream.srcs
 	// global is set for a reservation Redis admitted: it settles with a script call
-	// (settleGlobal), on the key's partition part, or on the rule's overflow key when Redis
-	// decided it there.
+	// (settleGlobal) on the key's partition part, or on the overflow key Redis decided it on.
 	global, overflow bool
 	part             int
 }
@@ -118,13 +103,12 @@ type usageSource struct {
 type usageStream struct {
 	open []reservation
 	srcs []usageSource
-	// body is set when a source reads the response body; ended once the response's last
-	// byte has passed (a stream that ends without it was cut short).
+	// body is set when a source reads the response body; ended once its last byte has passed.
 	body, ended bool
 }
 
 // openReservations keeps the reservations of the request's admitted usage rules, once every
-// rule has admitted it (finish). It is kept out of finish's line (see doc.go).
+// rule has admitted it (out of finish's line, see doc.go).
 //
 //go:noinline
 func (h *httpContext) openReservations() {
@@ -190,8 +174,8 @@ func (p *plugin) giveUsageStream(u *usageStream) {
 	}
 }
 
-// usageHeaders reads what the response headers say: each header source's value, and whether
-// the body is an event stream. endOfStream: the response has no body.
+// usageHeaders reads each header source's value, and whether the body is an event stream;
+// endOfStream: the response has no body.
 func (h *httpContext) usageHeaders(endOfStream bool) {
 	u := h.usage
 	sse := false
@@ -225,9 +209,8 @@ func parseUsage(s string) (int64, bool) {
 	return n, err == nil && n >= 0 && s[0] != '+'
 }
 
-// OnHttpResponseBody scans a chunk of the response body for the usage of the stream's
-// reservations. The chunk is read and passed on at once: the client gets it unchanged and
-// without delay.
+// OnHttpResponseBody scans a chunk of the response body for the stream's usage; the chunk
+// passes on at once, unchanged.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
 	if h.usage != nil {
 		h.usageBody(bodySize, endOfStream)
@@ -270,20 +253,7 @@ func (h *httpContext) endUsageBody() {
 	}
 }
 
-// result returns the usage the source found, and whether it was reported: a header's valid
-// value, or the body's pointers for a response whose body ended.
-func (s *usageSource) result(ended bool) (int64, bool) {
-	if s.spec.Header != "" {
-		return s.value, s.reported
-	}
-	if !ended {
-		return 0, false
-	}
-	return s.scan.usage()
-}
-
-// settleUsage settles the stream's reservations when it ends (see the top of this file), and
-// gives the usage stream back.
+// settleUsage settles the stream's reservations when it ends (see the top of this file).
 func (h *httpContext) settleUsage() {
 	p := h.plugin
 	u := h.usage
@@ -292,7 +262,13 @@ func (h *httpContext) settleUsage() {
 	for i := range u.open {
 		res := &u.open[i]
 		ur := res.rs.usage
-		usage, ok := u.srcs[res.src].result(u.ended)
+		// The usage reported: a header's valid value, or the body's pointers once it ended.
+		src := &u.srcs[res.src]
+		usage, ok := src.value, src.reported
+		if src.spec.Header == "" {
+			usage, ok = src.scan.usage()
+			ok = ok && u.ended
+		}
 		charge := ur.spec.MissingCharge(res.reserve)
 		if ok {
 			charge = ur.spec.Charge(usage)
@@ -314,53 +290,29 @@ func (h *httpContext) settleUsage() {
 			p.settleGlobal(res, delta)
 			continue
 		}
-		if err := res.rs.settle(ur, res, now, delta); err != nil {
-			ur.settleFailed(p, res.rs, err)
+		// Settle finds the key's slot, retries lost races, and places a key that lost its slot
+		// (a debt places it again).
+		if err := res.rs.table.Settle(res.key, now, res.at, delta, &ur.pending); err != nil {
+			res.rs.settleFailed(err)
+		} else if ur.pending.Claimed || ur.pending.Evicted {
+			res.rs.placed(&ur.pending)
 		}
 	}
 	p.giveUsageStream(u)
 }
 
-// settle writes delta for the reservation res on its key's state (the table's Settle: its
-// slot lookup, its retries after lost races, its placement of a key that lost its slot).
-func (rs *ruleState) settle(ur *usageRule, res *reservation, now, delta int64) error {
-	if err := rs.table.Settle(res.key, now, res.at, delta, &ur.pending); err != nil {
-		return err
-	}
-	if ur.pending.Claimed || ur.pending.Evicted {
-		rs.placed(&ur.pending) // a debt on a key that had lost its slot places it again
-	}
-	return nil
-}
-
 // settleFailed counts a settlement of the rule that could not be written, and logs the first
 // and then every power of two of them.
-func (ur *usageRule) settleFailed(p *plugin, rs *ruleState, err error) {
-	ur.m.failed.Increment(1)
-	if ur.m.failures++; ur.m.failures&(ur.m.failures-1) == 0 {
-		p.settleFailure(rs, ur.m.failures, err)
+func (rs *ruleState) settleFailed(err error) {
+	m := rs.usage.m
+	m.failed.Increment(1)
+	if m.failures++; m.failures&(m.failures-1) == 0 {
+		abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
+			strconv.FormatUint(m.failures, 10) + " so far): " + err.Error())
 	}
 }
 
-// settleFailure logs a settlement that could not be written (a store failure, or every
-// compare-and-swap attempt lost), the n-th of the rule on this VM.
-//
-//go:noinline
-func (p *plugin) settleFailure(rs *ruleState, n uint64, err error) {
-	abi.LogWarn("ratelimit: rule " + strconv.Quote(rs.rule.Name) + ": a usage cost's settlement was not written (" +
-		strconv.FormatUint(n, 10) + " so far): " + err.Error())
-}
-
-// usageMetrics returns the rule's usage metrics, for its overrides; nil without a usage cost.
-func (rs *ruleState) usageMetrics() *usageMetrics {
-	if rs.usage == nil {
-		return nil
-	}
-	return rs.usage.m
-}
-
-// The failures of a settlement not sent: the breaker is open, its retry is due too late for
-// its id to guard it, the VM's configuration has no Redis any more, the VM was retired.
+// Why a settlement was not sent.
 var (
 	errBreakerOpen = errors.New("redis: not sent: the breaker is open")
 	errRetryLate   = errors.New("redis: not sent again: past the retry window")
@@ -389,14 +341,12 @@ const (
 )
 
 // settleGlobal settles a reservation Redis admitted by delta, with one script call sent when
-// the stream ends (redis.AppendSettleSHA; sendSettlement sends the script in full after
-// NOSCRIPT). Nothing waits for it: the stream is over, and its answer is handled on the root
-// context (abi.DispatchHttpCallAlways) with nothing of the stream. The call names the
-// settlement with a random id, so that Redis applies it once however often it is sent. A
-// call that cannot be sent, fails (Redis down, webdis error, timeout) or is skipped while the
-// breaker is open (its cooldown not over) is counted by kind in the Redis metrics and sent
-// again on a later tick (settlementFailed); the units stay as reserved when every try failed.
-// The breaker hears of Redis from requests only.
+// the stream ends (the script in full after NOSCRIPT). Nothing waits for it: its answer is
+// handled on the root context (abi.DispatchHttpCallAlways). The call names the settlement with
+// a random id, so that Redis applies it once however often it is sent. A call that cannot be
+// sent, fails or is skipped while the breaker is open is counted by kind in the Redis metrics
+// and sent again on a later tick (settlementFailed); the units stay as reserved when every try
+// failed. The breaker hears of Redis from requests only.
 func (p *plugin) settleGlobal(res *reservation, delta int64) {
 	c := p.redis
 	rs := res.rs
@@ -455,10 +405,9 @@ func (p *plugin) sendSettlement(st *settlement, full bool) {
 }
 
 // settlementFailed keeps st to be sent again on a later tick (retrySettlements), with a delay
-// that doubles from settleRetryDelay; after its last try, with maxSettleRetries settlements
-// already waiting, or too late for its id to guard it, it is counted in the rule's settle
-// failures, as it is when the VM's configuration has no Redis any more (an answer to a call
-// sent before the VM was configured again).
+// that doubles from settleRetryDelay; after its last try, with maxSettleRetries waiting, too
+// late for its id to guard it, or without Redis in the VM's configuration any more, it is
+// counted in the rule's settle failures.
 func (p *plugin) settlementFailed(st *settlement, err error) {
 	now := p.now()
 	if p.redis != nil && st.tries < maxSettleTries && len(p.retries) < maxSettleRetries && now-st.first < settleRetryWindow {
@@ -467,12 +416,10 @@ func (p *plugin) settlementFailed(st *settlement, err error) {
 		p.setRetryTick()
 		return
 	}
-	st.rs.usage.settleFailed(p, st.rs, err)
+	st.rs.settleFailed(err)
 }
 
-// retrySettlements sends again the settlements that are due; it runs on the VM's tick. While
-// settlements wait, the tick runs at least every settleRetryTickMin; once none waits, it is
-// set back to what the configuration needs.
+// retrySettlements sends again the settlements that are due, on the VM's tick.
 func (p *plugin) retrySettlements(now int64) {
 	if len(p.retries) == 0 {
 		return
@@ -490,7 +437,7 @@ func (p *plugin) retrySettlements(now int64) {
 	p.retries = waiting
 	for _, st := range due {
 		if now-st.first >= settleRetryWindow { // a tick later than asked for
-			st.rs.usage.settleFailed(p, st.rs, errRetryLate)
+			st.rs.settleFailed(errRetryLate)
 			continue
 		}
 		st.rs.usage.m.retries.Increment(1)
@@ -516,7 +463,7 @@ func (p *plugin) retriesReconfigured() {
 // failRetries counts the settlements waiting for a retry as failed, with err.
 func (p *plugin) failRetries(err error) {
 	for _, st := range p.retries {
-		st.rs.usage.settleFailed(p, st.rs, err)
+		st.rs.settleFailed(err)
 	}
 	clear(p.retries)
 	p.retries = p.retries[:0]
@@ -526,7 +473,7 @@ func (p *plugin) failRetries(err error) {
 // for a retry, and at the configuration's otherwise (0: none). It asks the host only when
 // that changes the tick.
 func (p *plugin) setRetryTick() {
-	period := tickOf(p.rules, p.redis != nil && len(p.redis.parts) > 0)
+	period := tickPeriod(p.rules, p.redis != nil && len(p.redis.parts) > 0)
 	want := len(p.retries) > 0 && (period == 0 || period > settleRetryTickMin)
 	if want == p.retryTick {
 		return

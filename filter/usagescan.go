@@ -8,25 +8,23 @@ import (
 )
 
 // usageScanner finds the values of a usage cost's JSON pointers in a response body as it
-// streams, one chunk at a time, without keeping the body: the state it keeps is a fixed-size
-// struct (a nesting stack of bits, a match mask per level, the digits of one number), so a
-// stream costs the same whatever its length.
+// streams, one chunk at a time, without keeping the body: its state is a fixed-size struct, so
+// a stream costs the same whatever its length.
 //
 // The body is either JSON (one document, or several one after another) or a
-// text/event-stream, whose events' "data:" lines are each event's JSON document (the lines
-// of one event joined by newlines, as the SSE specification says). Across documents and
-// events, the last value found at each pointer wins; the values of several pointers are
-// summed, and the usage is reported only when every pointer has a value. A value at a pointer
-// that is not a non-negative integer (null, a string, a fraction, an object) makes the pointer
-// invalid until a later document gives it a number. A document that is not JSON
-// ("data: [DONE]") is skipped up to its end.
+// text/event-stream, whose events' "data:" lines are each event's JSON document (an event's
+// lines joined by newlines, as the SSE specification says). The last value found at each
+// pointer wins; the values of several pointers are summed, and the usage is reported only when
+// every pointer has one. A value that is not a non-negative integer makes its pointer invalid
+// until a later document gives it a number. A document that is not JSON ("data: [DONE]") is
+// skipped up to its end.
 //
 // The tokenizer follows only the containers some pointer goes into. A value no pointer reaches
-// (in an LLM's stream, the choices or the content blocks with their generated text) is skipped:
-// only its strings and brackets are read, to find where it ends, and its syntax is not checked.
-// String contents are skipped with bytes.IndexByte, in Wasm the Go runtime's memchr; keys are
-// compared with the pointers' tokens whole when they hold no escape. In an event stream, an
-// event whose bytes cannot hold a pointer's key is skipped whole (see write).
+// (an LLM stream's generated text) is skipped: only its strings and brackets are read, to find
+// its end, and its syntax is not checked. String contents are skipped with bytes.IndexByte (in
+// Wasm the runtime's memchr); keys without an escape are compared with the pointers' tokens
+// whole. In an event stream, an event whose bytes cannot hold a pointer's key is skipped whole
+// (see write).
 type usageScanner struct {
 	ptrs [][]string // the pointers' reference tokens (config.UsageSpec.Pointers)
 	sse  bool       // the body is a text/event-stream
@@ -53,10 +51,9 @@ type usageScanner struct {
 	numLen  int
 	lit     string // the letters of true, false or null left to read
 
-	// The event-stream lexer.
-	// evidence[i] is the index of pointer i's token that an event's data must hold as a key
-	// for the pointer to be found there (see skippable); skipEvents is set when every pointer
-	// has one.
+	// The event-stream lexer. evidence[i] is the index of pointer i's token that an event's
+	// data must hold as a key for the pointer to be found there (see mayHold); skipEvents is
+	// set when every pointer has one.
 	evidence   [maxUsagePointers]uint8
 	skipEvents bool
 	lineStart  bool // at the start of a line
@@ -69,8 +66,8 @@ type usageScanner struct {
 	broken     bool // the current document is not JSON: skip to its end
 }
 
-// The limits of the scanner: pointers, and the depth of the containers it follows. A pointer
-// has at most 16 tokens (config.parsePointer), so no pointer goes into a container at depth 17.
+// The scanner's limits. A pointer has at most 16 tokens (config.parsePointer), so none goes
+// into a container at depth 17.
 const (
 	maxUsagePointers = 8
 	maxScanDepth     = 17
@@ -97,8 +94,7 @@ const (
 	ptrInvalid = 2
 )
 
-// The bytes the tokenizer is given at a line end that joins an event's data lines, and at the
-// end of a document.
+// What the tokenizer is given between an event's data lines, and at a document's end.
 var (
 	lineFeed = []byte{'\n'}
 	space    = []byte{' '}
@@ -111,8 +107,8 @@ func (s *usageScanner) reset(ptrs [][]string, sse bool) {
 		for d := range min(len(p), maxScanDepth) {
 			s.deeper[d] |= 1 << i
 		}
-		// The last token that can only be a key (not empty, not an array index), and that
-		// only \u and \/ escapes can write (no quote, backslash or control character).
+		// The last token that can only be a key (not empty, not an array index), and that only
+		// \u and \/ escapes can write (no quote, backslash or control character).
 		k := len(p) - 1
 		for k >= 0 && (p[k] == "" || isIndex(p[k])) {
 			k--
@@ -129,9 +125,8 @@ func (s *usageScanner) startDocument() {
 	s.mask[0] = uint8(1<<len(s.ptrs) - 1)
 }
 
-// usage returns the sum of the pointers' last values, and whether it is a reported usage:
-// every pointer has a value. A body that reports only part of a sum (another API's shape)
-// must not be charged that part.
+// usage returns the sum of the pointers' last values, and whether every pointer has one: a
+// body that reports only part of a sum (another API's shape) must not be charged that part.
 func (s *usageScanner) usage() (int64, bool) {
 	var sum int64
 	for i := range s.ptrs {
@@ -150,15 +145,13 @@ func (s *usageScanner) write(b []byte) {
 		return
 	}
 	// The next '\n' and '\r' at or after i (len(b): none), each searched for again only once i
-	// has passed it; the end of the last events looked at for skipping, which are not looked
-	// at again (so a chunk of many lines is searched once).
+	// has passed it, and the end of the events already looked at for skipping: a chunk of many
+	// lines is searched once.
 	nl, cr, looked := -1, -1, -1
 	for i := 0; i < len(b); {
 		if s.skipEvents && i > looked && s.lineStart && s.dataLines == 0 && !s.lastCR {
-			// The events up to the first "\n\n" in this chunk (one, or more if some end with
-			// '\r' line ends), none of whose bytes can be a pointer's key, are skipped whole:
-			// no pointer is found in them, and after that "\n\n" the state is the state
-			// before them.
+			// The events up to the first "\n\n" in this chunk, none of whose bytes can be a
+			// pointer's key, are skipped whole: after that "\n\n" the state is as before them.
 			if nl < i {
 				nl = indexFrom(b, i, '\n')
 			}
@@ -209,9 +202,8 @@ func indexFrom(b []byte, i int, c byte) int {
 	return len(b)
 }
 
-// mayHold reports whether the bytes of an event, b, may hold a key that is a pointer's
-// evidence token: written plainly between quotes, or with an escape that can stand for one of
-// its characters (\u for any, \/ for a slash).
+// mayHold reports whether an event's bytes b may hold a pointer's evidence token as a key:
+// plainly between quotes, or with an escape that can stand for one of its characters.
 func (s *usageScanner) mayHold(b []byte) bool {
 	backslash := indexFrom(b, 0, '\\')
 	for j := backslash; j < len(b); j = indexFrom(b, j+1, '\\') {
@@ -228,7 +220,7 @@ func (s *usageScanner) mayHold(b []byte) bool {
 	return false
 }
 
-// quotedIn reports whether b holds t between quotes. It looks for t's first byte that is not
+// quotedIn reports whether b holds t between quotes, searching for t's first byte that is not
 // a lower-case letter (rarer in text), or its last.
 func quotedIn(b []byte, t string) bool {
 	a := len(t) - 1
@@ -253,8 +245,7 @@ func isIndex(t string) bool {
 	return err == nil && n >= 0 && strconv.Itoa(n) == t
 }
 
-// event lexes one byte of a text/event-stream outside a data line's value and the rest of a
-// skipped line (see write).
+// event lexes one byte of a text/event-stream outside a data line's value or a skipped line.
 func (s *usageScanner) event(c byte) {
 	if c == '\n' && s.lastCR {
 		s.lastCR = false
@@ -313,9 +304,8 @@ func (s *usageScanner) endEvent() {
 	s.dataLines = 0
 }
 
-// jsonBytes tokenizes b, a piece of a JSON document. Skipped strings and values, and keys,
-// are read a run at a time, and the commonest bytes of the structure (a quote, a colon, an
-// object's comma) in this loop; the rest byte by byte.
+// jsonBytes tokenizes b, a piece of a JSON document: skipped strings and values, and keys, a
+// run at a time, the commonest structural bytes in this loop, the rest byte by byte (json).
 func (s *usageScanner) jsonBytes(b []byte) {
 	for i := 0; i < len(b) && !s.broken; {
 		c := b[i]
@@ -358,10 +348,9 @@ func (s *usageScanner) jsonBytes(b []byte) {
 	}
 }
 
-// skipString reads the contents of a string no pointer needs, up to its closing quote: the
-// first quote that does not follow an odd run of backslashes. It returns how many bytes it
-// consumed and whether the string ended. Escapes are not checked: only where the string ends
-// matters.
+// skipString reads the contents of a string no pointer needs, up to its closing quote (the
+// first not after an odd run of backslashes; escapes are not checked), and returns how many
+// bytes it consumed and whether the string ended.
 func (s *usageScanner) skipString(b []byte) (int, bool) {
 	i := 0
 	if s.esc != 0 {
@@ -424,9 +413,8 @@ func (s *usageScanner) skipValue(b []byte) int {
 	return len(b)
 }
 
-// key starts an object key whose bytes follow in b, and returns how many of them it consumed:
-// the whole key when it ends in b without an escape, compared with the pointers' tokens at
-// once, else none, and the key is read as it comes.
+// key starts an object key whose bytes follow in b, and returns how many it consumed: the
+// whole key, compared with the tokens at once, when it ends in b without an escape; else none.
 func (s *usageScanner) key(b []byte) int {
 	d := s.depth
 	s.inKey, s.keyLen, s.esc = true, 0, 0
@@ -522,12 +510,8 @@ func (s *usageScanner) value(c byte) {
 		if c != '-' {
 			s.num, s.numLen = int64(c-'0'), 1
 		}
-	case c == 't':
-		s.st, s.lit = stLiteral, "rue"
-	case c == 'f':
-		s.st, s.lit = stLiteral, "alse"
-	case c == 'n':
-		s.st, s.lit = stLiteral, "ull"
+	case c == 't' || c == 'f' || c == 'n': // the letters of true, false or null left to read
+		s.st, s.lit = stLiteral, [...]string{"rue", "alse", "ull"}[strings.IndexByte("tfn", c)]
 	case c == ']' && s.inArray() && s.index[s.depth] == 0:
 		s.close(true) // an empty array
 	default:
@@ -594,8 +578,8 @@ func (s *usageScanner) close(array bool) {
 	s.st = stAfter
 }
 
-// scalar ends a number (ok: a whole non-negative number, s.num) or a literal, then reads
-// nothing more: the byte that ended it is read by the caller.
+// scalar ends a number (ok: a whole non-negative number, s.num) or a literal; the byte that
+// ended it is the caller's to read.
 func (s *usageScanner) scalar(ok bool) {
 	s.atPointer(s.num, ok)
 	s.st = stAfter
@@ -617,7 +601,7 @@ func (s *usageScanner) atPointer(v int64, ok bool) {
 }
 
 // keyMatchByte reads one byte of a key that holds an escape or does not end in the piece it
-// starts in; its bytes, escapes decoded, are compared with the pointers' tokens as they come.
+// starts in, comparing its bytes (escapes decoded) with the pointers' tokens as they come.
 func (s *usageScanner) keyMatchByte(c byte) {
 	if s.esc > 0 {
 		s.escape(c)
@@ -637,28 +621,14 @@ func (s *usageScanner) keyMatchByte(c byte) {
 func (s *usageScanner) escape(c byte) {
 	if s.esc == 1 {
 		s.esc = 0
-		var d byte
-		switch c {
-		case '"', '\\', '/':
-			d = c
-		case 'b':
-			d = '\b'
-		case 'f':
-			d = '\f'
-		case 'n':
-			d = '\n'
-		case 'r':
-			d = '\r'
-		case 't':
-			d = '\t'
-		case 'u':
+		switch k := strings.IndexByte(`"\/bfnrt`, c); {
+		case k >= 0:
+			s.keyByte("\"\\/\b\f\n\r\t"[k])
+		case c == 'u':
 			s.esc, s.ucode = 2, 0
-			return
 		default:
 			s.broken = true
-			return
 		}
-		s.keyByte(d)
 		return
 	}
 	var h rune

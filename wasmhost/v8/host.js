@@ -23,17 +23,111 @@ const ESUCCESS = 0, EBADF = 8, ENOSYS = 52, ENOTSUP = 58;
 
 // SharedData is Envoy's shared data: keys per vm_id, no deletion, one CAS counter that starts
 // at 1 and skips 0; CAS 0 writes unconditionally, an absent key is written whatever CAS is.
+// Values are copied in on a write and out on a read.
+//
+// A new client's entries are cold in the CPU's caches, so a lookup touches few places: keys
+// are found by the bytes the guest passed, without making a string of them, in a table per
+// vm_id (open addressing, linear probing) of entry numbers placed by the key's FNV-1a hash;
+// an entry is six numbers of one Int32Array (META: where its key is, the sizes, CAS, the
+// hash) and its key and value lie side by side in one array of every entry's bytes. A value
+// that outgrows its entry's room moves to the end (nothing is deleted, as in Envoy).
+const KEY_AT = 0, KEY_LEN = 1, VALUE_LEN = 2, ROOM = 3, CAS = 4, HASH = 5, META = 6;
+
 class SharedData {
-  constructor() { this.map = new Map(); this.nextCas = 0; }
-  get(key) { return this.map.get(key); }
-  set(key, value, cas) {
-    const e = this.map.get(key);
-    if (e && cas !== 0 && cas !== e.cas) return CAS_MISMATCH;
+  constructor() {
+    this.stores = new Map();
+    this.nextCas = 0;
+    this.size = 0;
+    this.meta = new Int32Array(META << 10);
+    this.bytes = new Uint8Array(1 << 16);
+    this.used = 0;
+  }
+  // store returns the table of one vm_id's keys: its slots hold entry numbers plus 1 (0: empty).
+  store(vmId) {
+    let m = this.stores.get(vmId);
+    if (m === undefined) this.stores.set(vmId, m = { slots: new Int32Array(1024), count: 0 });
+    return m;
+  }
+  // slot returns the index in m.slots of the key mem[p, p+n), whose hash is h, or of the
+  // empty slot where it would go.
+  slot(m, h, mem, p, n) {
+    const slots = m.slots, mask = slots.length - 1, meta = this.meta, bytes = this.bytes;
+    for (let s = h & mask; ; s = (s + 1) & mask) {
+      const e = slots[s] - 1;
+      if (e < 0) return s;
+      if (meta[META * e + HASH] !== h || meta[META * e + KEY_LEN] !== n) continue;
+      const at = meta[META * e + KEY_AT];
+      let i = 0;
+      while (i < n && bytes[at + i] === mem[p + i]) i++;
+      if (i === n) return s;
+    }
+  }
+  // get returns the number of the entry of the key mem[p, p+n) in store m, or -1.
+  get(m, mem, p, n) { return m.slots[this.slot(m, hashBytes(mem, p, n), mem, p, n)] - 1; }
+  value(e) {
+    const at = this.meta[META * e + KEY_AT] + this.meta[META * e + KEY_LEN];
+    return this.bytes.subarray(at, at + this.meta[META * e + VALUE_LEN]);
+  }
+  cas(e) { return this.meta[META * e + CAS] >>> 0; }
+  // set writes the value mem[vp, vp+vn) to the key mem[kp, kp+kn) of store m.
+  set(m, mem, kp, kn, vp, vn, cas) {
+    const h = hashBytes(mem, kp, kn);
+    const s = this.slot(m, h, mem, kp, kn);
+    let e = m.slots[s] - 1;
+    if (e >= 0 && cas !== 0 && cas !== this.cas(e)) return CAS_MISMATCH;
     this.nextCas = (this.nextCas + 1) >>> 0;
     if (this.nextCas === 0) this.nextCas = 1;
-    this.map.set(key, { value, cas: this.nextCas });
+    if (e < 0) {
+      e = this.size++;
+      if (META * this.size > this.meta.length) this.meta = grown(this.meta, META * this.size);
+      const at = this.room(kn + vn);
+      this.bytes.set(mem.subarray(kp, kp + kn), at);
+      this.meta.set([at, kn, 0, vn, 0, h], META * e);
+      m.slots[s] = e + 1;
+      if (2 * ++m.count > m.slots.length) this.rehash(m);
+    } else if (vn > this.meta[META * e + ROOM]) {
+      const at = this.room(kn + vn), from = this.meta[META * e + KEY_AT];
+      this.bytes.copyWithin(at, from, from + kn);
+      this.meta[META * e + KEY_AT] = at;
+      this.meta[META * e + ROOM] = vn;
+    }
+    const meta = this.meta;
+    meta[META * e + VALUE_LEN] = vn;
+    meta[META * e + CAS] = this.nextCas;
+    this.bytes.set(mem.subarray(vp, vp + vn), meta[META * e + KEY_AT] + kn);
     return OK;
   }
+  // rehash doubles the slots of store m, kept at most half full.
+  rehash(m) {
+    const old = m.slots, slots = new Int32Array(2 * old.length), mask = slots.length - 1;
+    for (const x of old) {
+      if (x === 0) continue;
+      let s = this.meta[META * (x - 1) + HASH] & mask;
+      while (slots[s] !== 0) s = (s + 1) & mask;
+      slots[s] = x;
+    }
+    m.slots = slots;
+  }
+  // room returns the offset of n unused bytes at the end of this.bytes.
+  room(n) {
+    if (this.used + n > this.bytes.length) this.bytes = grown(this.bytes, this.used + n);
+    this.used += n;
+    return this.used - n;
+  }
+}
+
+// grown returns a copy of the typed array a at least n long, twice as long or more.
+function grown(a, n) {
+  const b = new a.constructor(Math.max(2 * a.length, n));
+  b.set(a);
+  return b;
+}
+
+// hashBytes returns the 32-bit FNV-1a hash of mem[p, p+n), as a small integer.
+function hashBytes(mem, p, n) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < n; i++) h = Math.imul(h ^ mem[p + i], 16777619);
+  return h >>> 1; // 31 bits: a small integer, which V8 keeps unboxed
 }
 
 const textEnc = new TextEncoder();
@@ -71,10 +165,11 @@ const enc = {
 // VM is one instance of the module: one worker (or the canary) in Envoy's terms.
 class VM {
   constructor(module, opts) {
-    this.opts = opts; // {vmId, pluginConfig, shared, metrics, logs}
+    this.opts = opts; // {vmId, pluginConfig, shared, metrics, metricsById, logs}
     this.nextId = 1;
     this.stream = null;
     this.guestNs = 0n;
+    this.sharedStore = opts.shared.store(opts.vmId);
     this.phases = {};
     const self = this;
     const env = {
@@ -124,14 +219,14 @@ class VM {
         return OK;
       },
       proxy_get_shared_data: (kp, kn, vp, vs, cp) => {
-        const e = opts.shared.get(opts.vmId + '\0' + self.str(kp, kn));
-        if (!e) return NOT_FOUND;
-        const st = self.give(e.value, vp, vs);
-        if (st === OK) self.view().setUint32(cp, e.cas, true);
+        const e = opts.shared.get(self.sharedStore, self.u8(), kp, kn);
+        if (e < 0) return NOT_FOUND;
+        const st = self.give(opts.shared.value(e), vp, vs);
+        if (st === OK) self.view().setUint32(cp, opts.shared.cas(e), true);
         return st;
       },
       proxy_set_shared_data: (kp, kn, vp, vn, cas) =>
-        opts.shared.set(opts.vmId + '\0' + self.str(kp, kn), self.bytes(vp, vn), cas >>> 0),
+        opts.shared.set(self.sharedStore, self.u8(), kp, kn, vp, vn, cas >>> 0),
       proxy_http_call: () => UNIMPLEMENTED, // the V8 tier runs local limits only
       proxy_send_local_response: (status, dp, dn, bp, bn, hp, hn) => {
         const s = self.stream;
@@ -144,12 +239,17 @@ class VM {
       proxy_set_tick_period_milliseconds: () => OK,
       proxy_define_metric: (type, np, nn, ip) => {
         const name = self.str(np, nn);
-        if (!opts.metrics.has(name)) opts.metrics.set(name, { id: opts.metrics.size + 1, value: 0n });
+        if (!opts.metrics.has(name)) {
+          const m = { id: opts.metrics.size + 1, value: 0 };
+          opts.metrics.set(name, m);
+          opts.metricsById.push(m);
+        }
         self.view().setUint32(ip, opts.metrics.get(name).id, true);
         return OK;
       },
-      proxy_increment_metric: (id, d) => { self.metric(id, (m) => { m.value += d; }); return OK; },
-      proxy_record_metric: (id, v) => { self.metric(id, (m) => { m.value = v; }); return OK; },
+      // A metric's value is a Number (exact to 2^53): BigInt arithmetic allocates.
+      proxy_increment_metric: (id, d) => { const m = opts.metricsById[id - 1]; if (m) m.value += Number(d); return OK; },
+      proxy_record_metric: (id, v) => { const m = opts.metricsById[id - 1]; if (m) m.value = Number(v); return OK; },
     };
     const wasi = {
       fd_write: (fd, iovs, n, np) => {
@@ -209,6 +309,12 @@ class VM {
     if (this.dv === undefined || this.dv.buffer !== buf) this.dv = new DataView(buf);
     return this.dv;
   }
+  // u8 returns a Uint8Array of the whole memory, made again only when the memory grew.
+  u8() {
+    const buf = this.x.memory.buffer;
+    if (this.mem8 === undefined || this.mem8.buffer !== buf) this.mem8 = new Uint8Array(buf);
+    return this.mem8;
+  }
   bytes(p, n) { return new Uint8Array(this.x.memory.buffer, p, n).slice(); }
   str(p, n) { return dec.decode(new Uint8Array(this.x.memory.buffer, p, n)); }
 
@@ -218,14 +324,12 @@ class VM {
     if (b === undefined || b === null) return NOT_FOUND;
     const p = b.length === 0 ? 0 : this.x.proxy_on_memory_allocate(b.length);
     if (b.length !== 0 && p === 0) return BAD_ARGUMENT;
-    if (b.length) new Uint8Array(this.x.memory.buffer, p, b.length).set(b);
+    if (b.length) this.u8().set(b, p);
     const v = this.view();
     v.setUint32(pp, p, true);
     v.setUint32(sp, b.length, true);
     return OK;
   }
-
-  metric(id, f) { for (const m of this.opts.metrics.values()) if (m.id === id) f(m); }
 
   headers(type) {
     const s = this.stream;
@@ -284,7 +388,7 @@ class VM {
     switch (path) {
       case 'xds\0route_name': return enc.encode(r.route || '');
       case 'xds\0virtual_host_name': return enc.encode(r.vhost || '');
-      case 'source\0address': return enc.encode(r.source || '127.0.0.1:50000');
+      case 'source\0address': return r.sourceBytes;
       case 'request\0protocol': return enc.encode('HTTP/1.1');
       case 'request\0path': return header(':path');
       case 'request\0method': return header(':method');
@@ -335,12 +439,14 @@ class VM {
     const id = this.nextId++;
     const reqHeaders = [[':method', r.method || 'GET'], [':path', r.path || '/'],
       [':authority', r.authority || 'example.test'], [':scheme', 'http'], ...(r.headers || [])];
-    // The request's serialised header map is made outside the guest's time, as Envoy's header
-    // map is C++ data the guest's call only copies; it is kept on the request object, which
-    // the benchmark loop sends again and again (a request is never changed once sent).
+    // The request's serialised header map and source address are made outside the guest's
+    // time, as Envoy's header map and connection are C++ data the guest's calls only copy; they
+    // are kept on the request object, which the benchmark loop sends again and again (a request
+    // is never changed once sent).
     if (r.pairs === undefined || r.pairsOf !== reqHeaders.length) {
       r.pairs = this.pairs(reqHeaders);
       r.pairsOf = reqHeaders.length;
+      r.sourceBytes = enc.encode(r.source || '127.0.0.1:50000');
     }
     this.stream = { id, req: r, reqHeaders, reqPairs: r.pairs, respHeaders: null, local: null };
     const s = this.stream;
@@ -379,7 +485,7 @@ function main() {
   const job = JSON.parse(fs.readFileSync(0, 'utf8'));
   markPhases = !!job.phase_markers;
   const shared = new SharedData();
-  const metrics = new Map();
+  const metrics = new Map(), metricsById = [];
   const logs = [];
   const out = { logs };
   const t0 = process.hrtime.bigint();
@@ -387,7 +493,7 @@ function main() {
   const t1 = process.hrtime.bigint();
   const c1 = cpuMS();
   out.compile_ms = ms(t1 - t0);
-  const mk = () => new VM(module, { vmId: job.vm_id || 'ratelimit', pluginConfig: enc.encode(job.config || ''), shared, metrics, logs });
+  const mk = () => new VM(module, { vmId: job.vm_id || 'ratelimit', pluginConfig: enc.encode(job.config || ''), shared, metrics, metricsById, logs });
 
   if (job.mode === 'init') {
     // The floor of start-up: instantiate and _initialize only (an empty Go reactor).
@@ -431,16 +537,14 @@ function main() {
       if (job.bench) {
         // Guest time per request: warm up, then time only the calls into the VM.
         const vm = workers[0];
-        // With new_clients each request is another object from another address, all made
-        // before the loop (the header map of each is serialised on its first send, outside
-        // the guest's time, like the one request's).
-        const total = job.bench.warmup + job.bench.rounds * job.bench.n;
-        const reqs = job.bench.new_clients
-          ? Array.from({ length: total }, (_, i) => ({ ...job.bench.request,
-            source: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:5555` }))
-          : [job.bench.request];
+        // With new_clients each request is another object from another address, made just
+        // before it is sent (its header map serialised on its send, outside the guest's time,
+        // like the one request's), so that its data is as fresh in the CPU's caches as a
+        // request Envoy has just read; only the filter's shared data is cold for a new client.
         let sent = 0;
-        const next = () => reqs[sent++ % reqs.length];
+        const next = job.bench.new_clients
+          ? () => { const i = sent++; return { ...job.bench.request, source: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:5555` }; }
+          : () => job.bench.request;
         for (let i = 0; i < job.bench.warmup; i++) vm.request(next());
         // Each request's guest time is kept too, in an array made before the rounds so that
         // the loop allocates nothing: a round's mean takes in every preemption and garbage
@@ -467,10 +571,13 @@ function main() {
         out.guest_p50_ns = each.length > 0 ? each[each.length >> 1] : 0;
       }
     }
-    out.shared_keys = shared.map.size;
+    out.shared_keys = shared.size;
     out.metrics = Object.fromEntries([...metrics].map(([k, m]) => [k, Number(m.value)]));
   }
   process.stdout.write(JSON.stringify(out));
 }
 
-main();
+// Run as a program, the host does the job on its standard input; required as a module (by
+// the shared data's test), it exports its shared data.
+if (require.main === module) main();
+else module.exports = { SharedData, hashBytes, OK, CAS_MISMATCH };

@@ -279,13 +279,11 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 	for _, fn := range []string{
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).options",
 		"github.com/ratelimit-wasm/ratelimit/filter.ruleError",
-		"github.com/ratelimit-wasm/ratelimit/filter.prepareOverrides",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).prepareOverrides",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*plugin).prepareAdaptive",
 		"github.com/ratelimit-wasm/ratelimit/filter.redisRule",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).prepareLease",
-		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineLeaseCounters",
-		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineShapeMetrics",
-		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineAdaptiveMetrics",
+		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).defineLeaseMetrics",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.parseDurationFull",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.commonError",
 		"strconv.appendQuotedWith",
@@ -312,8 +310,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"bytes.TrimSpace",
 		// configure's parts for global, shaping and adaptive rules, overrides and shadow
 		// request headers.
-		"github.com/ratelimit-wasm/ratelimit/filter.prepareRedisRule",
-		"github.com/ratelimit-wasm/ratelimit/filter.(*ruleState).setOverrides",
 		"github.com/ratelimit-wasm/ratelimit/filter.shadowHeaderNames",
 		"github.com/ratelimit-wasm/ratelimit/filter.setTickPeriod",
 		// The large-object path: a plain configuration and its first request allocate no large
@@ -371,7 +367,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).prepareGlobal",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).decideGlobal",
 		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).settleCommit",
-		"github.com/ratelimit-wasm/ratelimit/filter.(*httpContext).hold",
 		"github.com/ratelimit-wasm/ratelimit/filter.tellUpstream",
 		// The request path's general loops: the general rule loop (overrides, lease blocks,
 		// global rules, rules without their key), the general write loop (lease takes, lost
