@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -100,42 +101,44 @@ func (h *httpContext) prepareGlobal(a *applied, r *config.Rule, key []byte, now 
 			return h.deny(rs, d), true, false
 		}
 	}
-	if rs.lease != nil && h.leaseGlobal(a, now) {
-		return types.ActionContinue, false, false // admitted from this VM's lease: no callout for this rule
-	}
-	return types.ActionContinue, false, true
+	// A rule this VM's lease admitted needs no callout.
+	return types.ActionContinue, false, rs.lease == nil || !h.leaseGlobal(a, now)
 }
 
-// decideGlobal is phase 1b: one callout decides every global rule, and Redis writes them only
-// if none of the enforced ones denies; the request waits for the answer.
+// decideGlobal is phase 1b: one callout decides every global rule (with partitions, one per
+// rule, or first the secret call), and Redis writes them only if none of the enforced ones
+// denies; the request waits for the answer. When the call cannot be made, the failure mode
+// applies to the rules.
 func (h *httpContext) decideGlobal(now int64) types.Action {
-	if deny, a := h.askRedis(now); deny {
-		return h.deny(a.rs, a.decision)
+	c := h.plugin.redis
+	var stopped bool // the request waits for Redis or was denied
+	switch {
+	case len(c.parts) > 0 && c.secretKnown:
+		stopped = h.askShards(now)
+	case !c.breaker.allow(now, h.id):
+		c.m.skipped.Increment(1)
+		stopped = h.redisFailed(now)
+	case len(c.parts) > 0:
+		stopped = h.askSecret(now)
+	default:
+		stopped = h.callRedis(now)
 	}
-	if h.d.outstanding > 0 {
+	if stopped || h.d.outstanding > 0 {
 		return types.ActionPause
 	}
 	return h.finish()
 }
 
-// askRedis sends the request's one callout for all of its global rules, or applies the
-// failure mode to them when it cannot; it reports whether the request must be denied now, and
-// by which rule.
-func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
-	c := h.plugin.redis
-	if len(c.parts) > 0 {
-		return h.askShards(now)
+// callRedis sends the request's call (EVALSHA) or, when it cannot be sent, counts the failure
+// (noteFailure also feeds the breaker) and applies the failure mode. It reports whether the
+// request waits for the call or was denied.
+func (h *httpContext) callRedis(now int64) bool {
+	err := h.sendCallout(now, false)
+	if err == nil {
+		return true
 	}
-	if !c.breaker.allow(now, h.id) {
-		c.m.skipped.Increment(1)
-		return h.redisFailed(now)
-	}
-	if err := h.sendCallout(now, false); err != nil {
-		// noteFailure counts it by kind and feeds the breaker.
-		h.noteFailure(now, sendError(err))
-		return h.redisFailed(now)
-	}
-	return false, nil
+	h.noteFailure(now, sendError(err))
+	return h.redisFailed(now)
 }
 
 // callItems lists the request's global rules as the items of one script call, in rule order,
@@ -143,9 +146,8 @@ func (h *httpContext) askRedis(now int64) (deny bool, by *applied) {
 // against: the answer need not list them again. Their keys are in the client's scratch,
 // which the next call overwrites; parsing does not read them.
 func (h *httpContext) callItems() []redis.Item {
-	p := h.plugin
+	p, d := h.plugin, h.d
 	c := p.redis
-	d := h.d
 	c.keys, d.items = c.keys[:0], d.items[:0]
 	for i := range d.applied {
 		a := &d.applied[i]
@@ -228,23 +230,24 @@ func (h *httpContext) answerRedis(numHeaders, bodySize, numTrailers int) {
 		h.lateAnswer(d, numHeaders, bodySize, numTrailers)
 		return
 	}
-	defer recoverTo("answerRedis", func() {
-		if h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
-		}
-	})
+	defer recoverTo("answerRedis", h.failWaiting)
 	p := h.plugin
 	c := p.redis
 	now := p.now()
 	c.recordLatency(d.sentAt, now)
-	if _, err := h.callReplies(d, numHeaders, bodySize, numTrailers); err != nil {
-		if h.redisCallFailed(d, now, err) {
-			return
-		}
-	} else if h.applyAnswers(d, now) {
+	_, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
+	if err != nil && h.redisCallFailed(d, now, err) || err == nil && h.applyAnswers(d, now) {
 		return
 	}
 	h.finishWhenAnswered(d)
+}
+
+// failWaiting applies the failure mode to a waiting request whose answer could not be
+// handled (a recovered panic) and resumes the request if that admits it.
+func (h *httpContext) failWaiting() {
+	if h.failOpenOrClosed() == types.ActionContinue {
+		_ = abi.ResumeHttpRequest()
+	}
 }
 
 // applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
@@ -285,7 +288,7 @@ func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 		h.deny(denied.rs, denied.decision)
 		return true
 	case retake:
-		return h.retakeGlobal(d, now) || h.failedDenies(now)
+		return h.retakeGlobal(d, now)
 	case takes:
 		h.recordTakes(d, now)
 	}
@@ -305,7 +308,7 @@ func (h *httpContext) redisCallFailed(d *decisions, now int64, err error) bool {
 		}
 	}
 	h.noteFailure(now, err)
-	return h.failedDenies(now)
+	return h.redisFailed(now)
 }
 
 // applyAnswer takes Redis's answer for a's item, decided at at on Redis' clock. On the rule's
@@ -336,8 +339,8 @@ func (h *httpContext) finishWhenAnswered(d *decisions) {
 
 // retakeGlobal sends the request's call again after Redis denied a lease's batch, each denied
 // batch replaced by the request's cost: the first call committed nothing, so the second
-// decides the whole request again, exactly. It reports whether the call was sent (if not, the
-// failure is counted and the caller applies the failure mode).
+// decides the whole request again, exactly. It reports whether the request waits for the call
+// or was denied (callRedis).
 func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 	for i := range d.applied {
 		a := &d.applied[i]
@@ -348,12 +351,7 @@ func (h *httpContext) retakeGlobal(d *decisions, now int64) bool {
 			a.decided = false
 		}
 	}
-	err := h.sendCallout(now, false)
-	if err == nil {
-		return true
-	}
-	h.noteFailure(now, sendError(err))
-	return false
+	return h.callRedis(now)
 }
 
 var (
@@ -453,33 +451,19 @@ func (c *redisClient) partSuccess(part int) {
 }
 
 // redisFailed applies the Redis failure mode to every global rule of the request, whose
-// decisions Redis could not make. It reports whether the request must be denied now, and by
-// which rule.
-func (h *httpContext) redisFailed(now int64) (deny bool, by *applied) {
+// decisions Redis could not make, and reports whether it denied the request.
+func (h *httpContext) redisFailed(now int64) bool {
 	for i := range h.d.applied {
-		a := &h.d.applied[i]
-		if !a.inCall() {
-			continue
-		}
-		if h.globalFailed(now, a) {
-			return true, a
+		if a := &h.d.applied[i]; a.inCall() && h.globalFailed(now, a) {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
-// failedDenies is redisFailed that sends the denial, if any; it reports whether it did.
-func (h *httpContext) failedDenies(now int64) bool {
-	deny, by := h.redisFailed(now)
-	if deny {
-		h.deny(by.rs, by.decision)
-	}
-	return deny
-}
-
-// globalFailed applies the Redis failure mode to one global rule and reports whether the
-// request must be denied now.
-func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
+// globalFailed applies the Redis failure mode to one global rule, sending the denial if it
+// denies; it reports whether it did.
+func (h *httpContext) globalFailed(now int64, a *applied) bool {
 	a.take = 0 // no lease without Redis: a local fallback is an exact local decision
 	if a.rs.rule.Shadow {
 		// A shadow rule never denies, whatever the failure mode: the failure is counted
@@ -490,26 +474,26 @@ func (h *httpContext) globalFailed(now int64, a *applied) (deny bool) {
 	switch h.plugin.redis.cfg.FailureMode {
 	case config.RedisFailDeny:
 		a.decision = failureDecision(a.rs)
-		return true
 	case config.RedisFailLocal:
 		// The rule's own limit, counted on this proxy only: the fleet as a whole may then
 		// admit up to one limit per proxy, which is the best a partitioned proxy can
 		// promise. Like every local rule it is decided now and written in finish.
-		return h.decideLocal(a, a.key, now, a.cost)
+		if !h.decideLocal(a, a.key, now, a.cost) {
+			return false
+		}
 	default:
 		a.decided = false
 		return false
 	}
+	h.deny(a.rs, a.decision)
+	return true
 }
 
 // askShards sends one callout per global rule of the request (redis.partitions > 1), each to
 // its key's partition, or applies the failure mode to a rule whose partition's breaker is
-// open or whose call cannot be sent. It reports whether the request must be denied now.
-func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
+// open or whose call cannot be sent. It reports whether the request was denied.
+func (h *httpContext) askShards(now int64) bool {
 	c := h.plugin.redis
-	if !c.secretKnown {
-		return h.askSecret(now)
-	}
 	items := h.callItems()
 	j := 0
 	for i := range h.d.applied {
@@ -527,46 +511,41 @@ func (h *httpContext) askShards(now int64) (deny bool, by *applied) {
 			continue
 		}
 		if h.globalFailed(now, a) {
-			return true, a
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // askSecret sends the call that reads the partition secret (redis.AppendSecretCall), offering
 // a fresh random candidate, for a request that cannot address its rules' calls without it;
-// the request waits and sends them on the answer (onSecretAnswer). With the breaker open or a
-// failed send, the request's global rules apply the failure mode.
-func (h *httpContext) askSecret(now int64) (deny bool, by *applied) {
+// the request waits and sends them on the answer (onSecretAnswer). With a failed send, the
+// request's global rules apply the failure mode. It reports whether the request waits or was
+// denied. The one breaker guards it (decideGlobal).
+func (h *httpContext) askSecret(now int64) bool {
 	c := h.plugin.redis
-	if !c.breaker.allow(now, h.id) {
-		c.m.skipped.Increment(1)
-		return h.redisFailed(now)
-	}
 	candidate := redis.NewSecret()
 	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, h.plugin.cfg.Domain)
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &candidate)
 	d := h.d
-	if err := h.send(now, func(numHeaders, bodySize, numTrailers int) {
-		h.answered(d)
-		h.onSecretAnswer(d, numHeaders, bodySize, numTrailers)
-	}); err != nil {
+	if err := h.send(now, func(nh, bs, nt int) { h.onSecretAnswer(d, nh, bs, nt) }); err != nil {
 		h.noteFailure(now, sendError(err))
 		return h.redisFailed(now)
 	}
-	return false, nil
+	return true
 }
 
 // onSecretAnswer handles the answer to a secret call (askSecret): an answered secret is the
 // VM's from then on, whoever asked; a request still waiting then sends its rules' calls
 // (askShards), or applies the failure mode when Redis failed.
 func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
+	h.answered(d)
 	p := h.plugin
 	c := p.redis
 	waiting := !h.done && !h.finished && h.d == d
 	defer recoverTo("onSecretAnswer", func() {
-		if waiting && h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
+		if waiting {
+			h.failWaiting()
 		}
 	})
 	now := p.now()
@@ -581,12 +560,7 @@ func (h *httpContext) onSecretAnswer(d *decisions, numHeaders, bodySize, numTrai
 	if !waiting {
 		return
 	}
-	if err != nil {
-		if h.failedDenies(now) {
-			return
-		}
-	} else if deny, by := h.askShards(now); deny {
-		h.deny(by.rs, by.decision)
+	if err != nil && h.redisFailed(now) || err == nil && h.askShards(now) {
 		return
 	}
 	h.finishWhenAnswered(d)
@@ -645,10 +619,7 @@ func (p *plugin) refreshSecret(now int64) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	err := h.dispatch(now, items, full, func(numHeaders, bodySize, numTrailers int) {
-		h.answered(d)
-		h.onShardAnswer(d, i, full, numHeaders, bodySize, numTrailers)
-	})
+	err := h.dispatch(now, items, full, func(nh, bs, nt int) { h.onShardAnswer(d, i, full, nh, bs, nt) })
 	if err == nil {
 		// Each rule's call has its own send time: a resend of one rule (a denied batch,
 		// NOSCRIPT) must not move the instant another rule's answer is measured from.
@@ -662,6 +633,7 @@ func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, ful
 // later, decide nothing more (their calls have committed on their own), but a lease batch
 // one of them committed is kept (lateShardAnswer).
 func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, bodySize, numTrailers int) {
+	h.answered(d)
 	p := h.plugin
 	c := p.redis
 	if i >= len(d.applied) {
@@ -671,11 +643,7 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		h.lateShardAnswer(d, i, numHeaders, bodySize, numTrailers)
 		return
 	}
-	defer recoverTo("onShardAnswer", func() {
-		if h.failOpenOrClosed() == types.ActionContinue {
-			_ = abi.ResumeHttpRequest()
-		}
-	})
+	defer recoverTo("onShardAnswer", h.failWaiting)
 	now := p.now()
 	a := &d.applied[i]
 	c.recordLatency(a.sentAt, now)
@@ -724,15 +692,11 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 	h.finishWhenAnswered(d)
 }
 
-// shardFailed counts a failed call of a's partition part and applies the failure mode to a,
-// sending the denial if it denies; it reports whether it did.
+// shardFailed counts a failed call of a's partition part and applies the failure mode to a;
+// it reports whether it denied the request.
 func (h *httpContext) shardFailed(now int64, a *applied, part int, err error) bool {
 	h.noteFailureIn(now, part, err)
-	if !h.globalFailed(now, a) {
-		return false
-	}
-	h.deny(a.rs, a.decision)
-	return true
+	return h.globalFailed(now, a)
 }
 
 // lateShardAnswer handles the answer to d.applied[i]'s call that arrives after the request
@@ -746,7 +710,7 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
-	if err == nil && a.rs.lease != nil && a.take > a.cost && !a.decided {
+	if err == nil && !a.decided {
 		holdLateBatch(a, a.sentAt, now, answer)
 	}
 }
@@ -768,9 +732,7 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 		if !a.inCall() || j >= len(c.answers) {
 			continue
 		}
-		if a.rs.lease != nil && a.take > a.cost {
-			holdLateBatch(a, d.sentAt, now, c.answers[j])
-		}
+		holdLateBatch(a, d.sentAt, now, c.answers[j])
 		j++
 	}
 }
@@ -803,10 +765,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	}
 	c := h.plugin.redis
 	items := d.items
-	if cap(c.answers) < len(items) {
-		c.answers = make([]redis.Answer, len(items))
-	}
-	c.answers = c.answers[:len(items)]
+	c.answers = slices.Grow(c.answers[:0], len(items))[:len(items)]
 	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
 	return committed, err
 }
@@ -827,13 +786,13 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 	return item, answers[0], err
 }
 
-// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt, a.take > a.cost
-// on a leased rule) asked for, when Redis committed it after the request stopped waiting: it
+// holdLateBatch holds as this VM's lease the batch a's call (sent at sentAt) asked for, if it
+// asked for one, when Redis committed it after the request stopped waiting: it
 // was debited, so ignoring it would leave it neither spent nor counted. The request's own cost
 // is held too (the request spent none of it, as in refundLeases); where takenGlobal holds
 // nothing (the overflow key, an answer after the ttl, no room) it is dropped with the rest.
 func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
-	if !answer.Decision.Allowed {
+	if a.rs.lease == nil || a.take <= a.cost || !answer.Decision.Allowed {
 		return
 	}
 	a.decision, a.decided = answer.Decision, true
@@ -847,10 +806,10 @@ func holdLateBatch(a *applied, sentAt, now int64, answer redis.Answer) {
 
 func calloutStatus() int {
 	s, err := abi.GetHttpCallResponseHeader(":status")
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0
-	}
-	if s == "200" { // every answer of a script that ran: no number to parse
+	case s == "200": // every answer of a script that ran: no number to parse
 		return 200
 	}
 	return atoi(s)
@@ -865,16 +824,14 @@ func atoi(s string) int {
 	return n
 }
 
-// maxReplyBytes bounds what is read of a webdis answer for rules global rules: 21 bytes per
-// number (20 digits and a comma) for the three of the head and the six of each rule, and
-// room for the JSON around them. Anything larger is not a script result.
-func maxReplyBytes(rules int) int { return 64 + 21*(3+6*rules) }
-
+// calloutBody reads the answer to a call of rules global rules, at most 21 bytes per number
+// (20 digits and a comma) for the three of the head and the six of each rule, and room for the
+// JSON around them: anything larger is not a script result.
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, maxReplyBytes(rules)))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(3+6*rules)))
 	if err != nil {
 		return nil
 	}

@@ -30,7 +30,7 @@ func (r *Rule) Partitions() int { return max(r.parts, 1) }
 func (r *Rule) MaxKeys() int64 { return r.bound }
 
 // Script returns the script every rule runs.
-func (r *Rule) Script() *Script { return script() }
+func (r *Rule) Script() *Script { return &ratelimitScript }
 
 // Limit returns the configured limit, which every reply for this rule carries; ParseReplies
 // compares the two to detect a reply meant for another request.

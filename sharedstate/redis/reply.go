@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -36,10 +37,8 @@ type Error struct {
 	Message string
 }
 
-// Error renders "redis: <message>".
 func (e *Error) Error() string { return "redis: " + e.Message }
 
-// Is makes errors.Is(err, ErrRedis) true.
 func (e *Error) Is(target error) bool { return target == ErrRedis }
 
 // StatusError is an HTTP answer other than 200. errors.Is matches it with ErrUnavailable for
@@ -48,12 +47,10 @@ type StatusError struct {
 	Status int // the HTTP status webdis (or a proxy in front of it) answered
 }
 
-// Error renders the status.
 func (e *StatusError) Error() string {
 	return "redis: webdis answered HTTP " + strconv.Itoa(e.Status)
 }
 
-// Is implements the mapping described on StatusError.
 func (e *StatusError) Is(target error) bool {
 	switch e.Status {
 	case 502, 503, 504:
@@ -62,13 +59,9 @@ func (e *StatusError) Is(target error) bool {
 	return target == ErrMalformed
 }
 
-// Shared errors for the statuses an outage produces on every request, so an outage does not
-// allocate per request.
-var (
-	err502 = &StatusError{Status: 502}
-	err503 = &StatusError{Status: 503}
-	err504 = &StatusError{Status: 504}
-)
+// Shared errors for the statuses an outage produces on every request (502, 503, 504), so an
+// outage does not allocate per request.
+var outageErrors = [...]StatusError{{502}, {503}, {504}}
 
 // Answer is one rule's part of the answer to a call.
 type Answer struct {
@@ -119,8 +112,6 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 	var (
 		p      = parser{b: body}
 		why    string
-		key    []byte
-		ok     bool
 		head   [replyHead]int64
 		rule   [replyPerRule]int64
 		denied bool
@@ -135,8 +126,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		goto fail
 	}
 	p.space()
-	key, ok = p.rawString()
-	if !ok || (string(key) != "EVALSHA" && string(key) != "EVAL") || p.next() != ':' || p.next() != '[' {
+	if !p.literal(`"EVALSHA"`) && !p.literal(`"EVAL"`) || p.next() != ':' || p.next() != '[' {
 		why = `want {"EVALSHA":[ or {"EVAL":[`
 		goto fail
 	}
@@ -197,13 +187,8 @@ fail:
 // statusError is the error of an HTTP status other than 200: a shared one for the statuses an
 // outage answers every request with.
 func statusError(status int) error {
-	switch status {
-	case 502:
-		return err502
-	case 503:
-		return err503
-	case 504:
-		return err504
+	if status >= 502 && status <= 504 {
+		return &outageErrors[status-502]
 	}
 	return &StatusError{Status: status}
 }
@@ -343,14 +328,6 @@ func (p *parser) end() bool {
 	return p.i == len(p.b)
 }
 
-func (p *parser) byte(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
 func (p *parser) literal(s string) bool {
 	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
 		p.i += len(s)
@@ -389,30 +366,10 @@ func (p *parser) integer() (int64, bool) {
 	return int64(v), true
 }
 
-// rawString reads a JSON string without escapes (the object key) and returns its bytes.
-func (p *parser) rawString() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for p.i < len(p.b) {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-		p.i++
-	}
-	return nil, false
-}
-
 // string reads and decodes a JSON string (an error message). Invalid escapes, raw control
 // characters and invalid UTF-8 are rejected.
 func (p *parser) string() (string, bool) {
-	if !p.byte('"') {
+	if !p.literal(`"`) {
 		return "", false
 	}
 	var out []byte
@@ -430,35 +387,23 @@ func (p *parser) string() (string, bool) {
 			}
 			e := p.b[p.i+1]
 			p.i += 2
-			switch e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
+			switch k := strings.IndexByte(`"\/bfnrt`, e); {
+			case k >= 0:
+				out = append(out, "\"\\/\b\f\n\r\t"[k])
+			case e == 'u':
 				r, ok := p.hex4()
 				if !ok {
 					return "", false
 				}
 				if utf16.IsSurrogate(r) {
 					// A surrogate pair is two escapes; a lone half decodes to U+FFFD.
-					r2 := utf8.RuneError
+					lo := utf8.RuneError
 					if p.literal(`\u`) {
-						if lo, ok := p.hex4(); ok {
-							r2 = lo
-						} else {
+						if lo, ok = p.hex4(); !ok {
 							return "", false
 						}
 					}
-					r = utf16.DecodeRune(r, r2)
+					r = utf16.DecodeRune(r, lo)
 				}
 				out = utf8.AppendRune(out, r)
 			default:
@@ -476,23 +421,12 @@ func (p *parser) string() (string, bool) {
 	return "", false
 }
 
+// hex4 reads the four hex digits of a \u escape.
 func (p *parser) hex4() (rune, bool) {
 	if len(p.b)-p.i < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, c := range p.b[p.i : p.i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
+	r, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)
 	p.i += 4
-	return r, true
+	return rune(r), err == nil
 }

@@ -40,31 +40,18 @@ var (
 	errNoGlobalShaper   = errors.New("redis: a leaky_bucket with max_delay (shaping) is local only: delays cannot be applied across proxies; use max_delay 0 (the admission meter) for a global rule")
 )
 
-// script returns the one script.
-func script() *Script { return &ratelimitScript }
-
 // Scripts returns the scripts (today exactly one), for tools and tests that load them ahead of
 // time (SCRIPT LOAD) or inspect them.
-func Scripts() []*Script {
-	return []*Script{script()}
-}
-
-func (s *Script) escapedSource() []byte {
-	s.escapeOnce.Do(func() { s.escaped = escape(nil, s.Source) })
-	return s.escaped
-}
+func Scripts() []*Script { return []*Script{&ratelimitScript} }
 
 // The HTTP request that carries one call to webdis: the command in the body of a POST to "/",
 // arguments separated by '/' and percent-decoded, a non-empty body (webdis answers 403 to an
 // empty one). webdis ignores the Content-Type; the form type is what curl -d sends and its
 // documentation shows. Envoy requires an :authority on a callout, which webdis ignores.
 const (
-	// Method is the callout's :method.
-	Method = "POST"
-	// Path is the callout's :path.
-	Path = "/"
-	// ContentType is the callout's content-type.
-	ContentType = "application/x-www-form-urlencoded"
+	Method      = "POST"                              // the callout's :method
+	Path        = "/"                                 // the callout's :path
+	ContentType = "application/x-www-form-urlencoded" // the callout's content-type
 )
 
 // Algorithm codes, as the script takes them and as a key records them (lua/lib.lua).
@@ -152,10 +139,8 @@ func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name s
 	b.args = b.base + renderArgs((maxKeys+int64(partitions)-1)/int64(partitions))
 	b.boundKeys = make([]string, partitions)
 	for p := range b.boundKeys {
-		keys := append([]byte{'/'}, Escape(nil, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))...)
-		keys = append(keys, '/')
-		keys = Escape(keys, appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow"))
-		b.boundKeys[p] = string(keys)
+		keys := Escape([]byte{'/'}, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))
+		b.boundKeys[p] = string(Escape(append(keys, '/'), appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow")))
 	}
 	return &b
 }
@@ -196,77 +181,66 @@ func AppendEvalSHA(dst []byte, items []Item) []byte {
 // same call, which also loads the script into Redis' cache for the next EVALSHA.
 func AppendEval(dst []byte, items []Item) []byte { return appendTail(appendCommand(dst, true), items) }
 
-// appendCommand appends the command and the script's name, or with full the script itself.
+// appendCommand appends the command and the script's name, or with full the script itself,
+// escaped on the first such call.
 func appendCommand(dst []byte, full bool) []byte {
+	s := &ratelimitScript
 	if full {
-		return append(append(dst, "EVAL/"...), script().escapedSource()...)
+		s.escapeOnce.Do(func() { s.escaped = escape(nil, s.Source) })
+		return append(append(dst, "EVAL/"...), s.escaped...)
 	}
-	return append(append(dst, "EVALSHA/"...), script().SHA...)
+	return append(append(dst, "EVALSHA/"...), s.SHA...)
 }
 
 // partKeys returns the escaped key set and overflow key of partition part of a rule with a
-// key bound. A part out of range (a caller's mistake) is taken modulo the partitions, so it
-// can never index past the keys.
-func (r *Rule) partKeys(part int) string {
-	p := part % len(r.boundKeys)
-	if p < 0 {
-		p += len(r.boundKeys)
-	}
-	return r.boundKeys[p]
-}
+// key bound. A part out of range (a caller's mistake) is reduced modulo the partitions, as an
+// unsigned number, so it can never index past the keys.
+func (r *Rule) partKeys(part int) string { return r.boundKeys[uint(part)%uint(len(r.boundKeys))] }
 
 func appendTail(dst []byte, items []Item) []byte {
-	nkeys := 0
+	nkeys := int64(len(items))
 	for i := range items {
-		nkeys++
-		if items[i].Rule.bound > 0 {
-			nkeys += 2
-		}
+		nkeys += 2 * min(items[i].Rule.bound, 1) // a bound's key set and overflow key
 	}
-	dst = append(dst, '/')
-	dst = strconv.AppendInt(dst, int64(nkeys), 10)
+	dst = appendInt(dst, nkeys)
 	for i := range items {
-		dst = append(dst, '/')
-		dst = Escape(dst, items[i].Key)
+		dst = Escape(append(dst, '/'), items[i].Key)
 		if r := items[i].Rule; r.bound > 0 {
 			dst = append(dst, r.partKeys(items[i].Part)...)
 		}
 	}
 	for i := range items {
 		it := &items[i]
-		dst = append(dst, '/')
 		// A negative n renders with '-', which is in the safe set; the script answers it as
 		// unsatisfiable, like the Go limiters.
-		dst = strconv.AppendInt(dst, it.N, 10)
-		if it.Shadow {
-			dst = append(dst, "/1"...)
-		} else {
-			dst = append(dst, "/0"...)
-		}
-		dst = append(dst, it.Rule.args...)
-		dst = append(dst, '/')
+		dst = append(appendBool(appendInt(dst, it.N), it.Shadow), it.Rule.args...)
+		cost, giveBack, givenAt := it.N, int64(0), int64(0)
 		if it.Cost > 0 && it.Cost < it.N {
-			dst = strconv.AppendInt(dst, it.Cost, 10)
-		} else {
-			dst = strconv.AppendInt(dst, it.N, 10)
+			cost = it.Cost
 		}
 		if it.GiveBack > 0 {
-			dst = append(dst, '/')
-			dst = strconv.AppendInt(dst, it.GiveBack, 10)
-			dst = append(dst, '/')
-			dst = strconv.AppendInt(dst, max(it.GivenAt, 0), 10)
-		} else {
-			dst = append(dst, "/0/0"...)
+			giveBack, givenAt = it.GiveBack, max(it.GivenAt, 0)
 		}
+		dst = appendInt(appendInt(appendInt(dst, cost), giveBack), givenAt)
 	}
 	return dst
+}
+
+// appendInt appends '/' and v in decimal, a script argument.
+func appendInt(dst []byte, v int64) []byte { return strconv.AppendInt(append(dst, '/'), v, 10) }
+
+// appendBool appends the script argument "/1" or "/0".
+func appendBool(dst []byte, b bool) []byte {
+	if b {
+		return append(dst, "/1"...)
+	}
+	return append(dst, "/0"...)
 }
 
 func renderArgs(vals ...int64) string {
 	var b []byte
 	for _, v := range vals {
-		b = append(b, '/')
-		b = strconv.AppendInt(b, v, 10)
+		b = appendInt(b, v)
 	}
 	return string(b)
 }
@@ -310,33 +284,17 @@ func AppendSettle(dst []byte, s *Settlement) []byte {
 
 func appendSettleTail(dst []byte, s *Settlement) []byte {
 	r := s.Item.Rule
-	if r.bound > 0 {
-		dst = append(dst, "/4"...)
-	} else {
-		dst = append(dst, "/2"...)
-	}
-	dst = append(dst, '/')
-	dst = Escape(dst, s.Item.Key)
+	dst = appendInt(dst, 2+2*min(r.bound, 1)) // the key, its id key, a bound's two keys
+	dst = Escape(append(dst, '/'), s.Item.Key)
 	if r.bound > 0 {
 		dst = append(dst, r.partKeys(s.Item.Part)...)
 	}
-	dst = append(dst, '/')
-	dst = Escape(dst, s.Item.Key)
+	dst = Escape(append(dst, '/'), s.Item.Key)
 	dst = append(dst, "%3A%23settled%3A"...) // ":#settled:", escaped
 	dst = strconv.AppendUint(dst, s.ID, 16)
-	dst = append(dst, "/s/"...)
-	dst = strconv.AppendInt(dst, s.Delta, 10)
-	if s.Overflow {
-		dst = append(dst, "/1"...)
-	} else {
-		dst = append(dst, "/0"...)
-	}
+	dst = appendBool(appendInt(append(dst, "/s"...), s.Delta), s.Overflow)
 	at := max(s.ReservedAt, 0)
-	dst = append(dst, '/')
-	dst = strconv.AppendInt(dst, at/1e9, 10)
-	dst = append(dst, '/')
-	dst = strconv.AppendInt(dst, at%1e9, 10)
-	return append(dst, r.args...)
+	return append(appendInt(appendInt(dst, at/1e9), at%1e9), r.args...)
 }
 
 // ParseSettle decodes webdis' answer to a settlement call (AppendSettleSHA or AppendSettle),
