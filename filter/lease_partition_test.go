@@ -37,6 +37,24 @@ func (l *leaseVMs) answerAt(t *testing.T, url string, c proxytest.HttpCalloutAtt
 	l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(resp.StatusCode)}}, nil, answer)
 }
 
+// deniedThenLate makes a request with headers on the current VM, whose rules x and y each
+// have a call: x's answer arrives first and denies the request at once, y's arrives 1 ms
+// later, after the request stopped waiting.
+func (l *leaseVMs) deniedThenLate(t *testing.T, url string, headers ...[2]string) {
+	t.Helper()
+	id := l.host.InitializeHttpContext()
+	defer l.host.CompleteHttpContext(id)
+	l.host.CallOnRequestHeaders(id, append([][2]string{{":method", "GET"}, {":path", "/"}}, headers...), true)
+	out := l.host.GetCalloutAttributesFromContext(id)
+	require.Len(t, out, 2, "one call per rule")
+	l.answerAt(t, url, out[0])
+	resp := l.host.GetSentLocalResponse(id)
+	require.NotNil(t, resp, "x denies the request at once")
+	require.Contains(t, string(resp.Data), `"rule":"x"`)
+	l.now += int64(time.Millisecond)
+	l.answerAt(t, url, out[1])
+}
+
 // loadScripts empties srv and loads the scripts, so that no call of the test is answered
 // NOSCRIPT (which would add a resend the test does not expect).
 func loadScripts(srv *redistest.Server) {
@@ -123,17 +141,7 @@ func TestPartitionedLateBatchIsHeld(t *testing.T) {
 	require.Equal(t, 2, calls, "one call per rule")
 
 	// x's answer (a denial: A has used its one request) arrives first, y's after it.
-	id := l.host.InitializeHttpContext()
-	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A"), hdr("x-y", "late")}, true)
-	out := l.host.GetCalloutAttributesFromContext(id)
-	require.Len(t, out, 2)
-	l.answerAt(t, url, out[0])
-	resp := l.host.GetSentLocalResponse(id)
-	require.NotNil(t, resp, "x denies the request at once")
-	require.Contains(t, string(resp.Data), `"rule":"x"`)
-	l.now += int64(time.Millisecond)
-	l.answerAt(t, url, out[1])
-	l.host.CompleteHttpContext(id)
+	l.deniedThenLate(t, url, hdr("x-k", "A"), hdr("x-y", "late"))
 	keys := srv.MustDo("KEYS", "rl:{rl:y:*}:*:late")
 	require.Len(t, keys, 1)
 	// The token bucket keeps its tokens in nanoseconds of refill (3.6 s a token at 1000 an
@@ -184,14 +192,7 @@ func TestPartitionedLateBatchOnOverflowIsDropped(t *testing.T) {
 	before, overflowed := dropped(), overflows()
 	require.Positive(t, overflowed, "the fills overflowed: every partition is full")
 
-	id := l.host.InitializeHttpContext()
-	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A"), hdr("x-y", "late")}, true)
-	out := l.host.GetCalloutAttributesFromContext(id)
-	require.Len(t, out, 2)
-	l.answerAt(t, url, out[0])
-	require.NotNil(t, l.host.GetSentLocalResponse(id), "x denies the request at once")
-	l.answerAt(t, url, out[1])
-	l.host.CompleteHttpContext(id)
+	l.deniedThenLate(t, url, hdr("x-k", "A"), hdr("x-y", "late"))
 	require.Equal(t, overflowed, overflows(), "a late answer is not counted as the rule's decision")
 	require.EqualValues(t, 1, dropped()-before, "the overflow key debited the request's own unit only, which nobody spent")
 	ok, calls := l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
@@ -287,14 +288,7 @@ func TestPartitionedLateAnswerGivesBack(t *testing.T) {
 	require.Equal(t, 2, calls, "one call per rule; y takes 10 and spends 1")
 
 	l.now += int64(2 * time.Second)
-	id := l.host.InitializeHttpContext()
-	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A")}, true)
-	out := l.host.GetCalloutAttributesFromContext(id)
-	require.Len(t, out, 2)
-	l.answerAt(t, url, out[0])
-	require.NotNil(t, l.host.GetSentLocalResponse(id), "x denies the request at once")
-	l.answerAt(t, url, out[1])
-	l.host.CompleteHttpContext(id)
+	l.deniedThenLate(t, url, hdr("x-k", "A"))
 	noRedisFailures(t, l)
 	returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", "y"))
 	require.NoError(t, err)
