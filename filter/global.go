@@ -654,8 +654,8 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		a.applyAnswer(&answer, c.at)
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
-			// nothing but its give-back (applied or lost, and counted, by applyAnswer): the
-			// request's own cost is decided again, by this rule's call alone, giving nothing.
+			// nothing but its give-back (counted by applyAnswer): the request's own cost is
+			// decided again, by this rule's call alone, giving nothing back.
 			a.rs.lease.saw(a.key, a.sentAt, a.decision)
 			a.take, a.decided, item[0].N, item[0].GiveBack = a.cost, false, a.cost, 0
 			err := h.sendShardCallout(now, i, item[:], false)
@@ -713,12 +713,11 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
-	if err != nil {
-		return
-	}
-	a.gaveBack(answer.GaveBack)
-	if !a.decided {
-		holdLateBatch(a, a.sentAt, now, answer)
+	if err == nil {
+		a.gaveBack(answer.GaveBack)
+		if !a.decided {
+			holdLateBatch(a, a.sentAt, now, answer)
+		}
 	}
 }
 
@@ -777,9 +776,8 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item as it
-// was sent (a's give-back included, which applyAnswer clears once answered), to send again,
-// and Redis's answer; a failed call is errCalloutReset.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item as sent
+// (a's give-back included), to send again, and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	p := h.plugin
 	c := p.redis
