@@ -654,9 +654,10 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 		a.applyAnswer(&answer, c.at)
 		if a.batchDenied() {
 			// The lease's batch did not fit this partition's key, and the call committed
-			// nothing: the request's own cost is decided again, by this rule's call alone.
+			// nothing but its give-back (counted by applyAnswer): the request's own cost is
+			// decided again, by this rule's call alone, giving nothing back.
 			a.rs.lease.saw(a.key, a.sentAt, a.decision)
-			a.take, a.decided, item[0].N = a.cost, false, a.cost
+			a.take, a.decided, item[0].N, item[0].GiveBack = a.cost, false, a.cost, 0
 			err := h.sendShardCallout(now, i, item[:], false)
 			if err == nil || h.shardFailed(now, a, item[0].Part, sendError(err)) {
 				return
@@ -677,8 +678,9 @@ func (h *httpContext) onShardAnswer(d *decisions, i int, full bool, numHeaders, 
 			return
 		}
 	case errors.Is(err, redis.ErrNoScript) && !full:
-		// This shard lost the script: send it in full once, as answerRedis does; an
-		// answer to the full script is never NOSCRIPT again.
+		// This shard lost the script: send it in full once, as answerRedis does, with the
+		// give-back the EVALSHA did not run; an answer to the full script is never NOSCRIPT
+		// again.
 		c.m.noscript.Increment(1)
 		if h.sendShardCallout(now, i, item[:], true) == nil {
 			return
@@ -701,7 +703,8 @@ func (h *httpContext) shardFailed(now int64, a *applied, part int, err error) bo
 
 // lateShardAnswer handles the answer to d.applied[i]'s call that arrives after the request
 // stopped waiting (another rule denied it, or the stream is gone): it is recorded
-// (lateOutcome), and a lease batch Redis committed is held (holdLateBatch).
+// (lateOutcome), the give-back it carried is counted (gaveBack), and a lease batch Redis
+// committed is held (holdLateBatch).
 func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateShardAnswer", nil)
 	a := &d.applied[i]
@@ -710,8 +713,11 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
-	if err == nil && !a.decided {
-		holdLateBatch(a, a.sentAt, now, answer)
+	if err == nil {
+		a.gaveBack(answer.GaveBack)
+		if !a.decided {
+			holdLateBatch(a, a.sentAt, now, answer)
+		}
 	}
 }
 
@@ -770,14 +776,15 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	return committed, err
 }
 
-// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item, to
-// send again, and Redis's answer; a failed call is errCalloutReset.
+// shardReply parses the answer to a's own call (redis.partitions > 1): the call's item as sent
+// (a's give-back included), to send again, and Redis's answer; a failed call is errCalloutReset.
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	p := h.plugin
 	c := p.redis
 	part := c.partition(a.key)
 	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
-	item = [1]redis.Item{{Rule: a.rs.redisRule, Key: c.keys, N: a.callN(), Cost: a.cost, Shadow: a.rs.rule.Shadow, Part: part}}
+	item = [1]redis.Item{{Rule: a.rs.redisRule, Key: c.keys, N: a.callN(), Cost: a.cost,
+		GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part}}
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}
