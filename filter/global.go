@@ -722,14 +722,15 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 }
 
 // lateAnswer handles the answer to the request's one call that arrives after its stream is
-// gone: what it says of Redis is recorded (lateOutcome), and when Redis committed the call
-// every lease batch in it is held as this VM's lease (holdLateBatch).
+// gone: what it says of Redis is recorded (lateOutcome), the give-backs the call carried are
+// counted (gaveBack: the script applies them whether or not it commits), and when Redis
+// committed the call every lease batch in it is held as this VM's lease (holdLateBatch).
 func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers int) {
 	defer recoverTo("lateAnswer", nil)
 	c := h.plugin.redis
 	committed, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(d.sentAt, -1, err)
-	if err != nil || !committed {
+	if err != nil {
 		return
 	}
 	j := 0
@@ -738,7 +739,10 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 		if !a.inCall() || j >= len(c.answers) {
 			continue
 		}
-		holdLateBatch(a, d.sentAt, now, c.answers[j])
+		a.gaveBack(c.answers[j].GaveBack)
+		if committed {
+			holdLateBatch(a, d.sentAt, now, c.answers[j])
+		}
 		j++
 	}
 }

@@ -108,6 +108,34 @@ func TestGlobalWasmLateBatchAfterTTLIsDropped(t *testing.T) {
 	requireCleanLogs(t, h)
 }
 
+// TestGlobalWasmLateAnswerGivesBack: the compiled module on the virtual clock, one worker,
+// redis.partitions 1, rule y leased (batch 10, ttl 100 ms). A request takes y's batch and
+// spends one unit; after the ttl, the key's next request carries the nine unspent units back
+// in its call, and its client resets the stream before the answer arrives. The script applied
+// the give-back all the same, so the late answer counts the nine units as returned: a
+// dashboard that summed taken, spent, returned and dropped would otherwise lose them. Package
+// filter tests the partitioned path (TestPartitionedLateAnswerGivesBack).
+func TestGlobalWasmLateAnswerGivesBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	relay, front := startHeldBack(t, srv.WebdisURL(), "%3Alate/")
+	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"100ms"}`)
+	h, clock := virtualHost(t, globalConfig(redisOpts{}, rules), 1, map[string]string{"webdis": front.URL})
+	returned := func() int64 { return redisMetric(h, "ratelimit_lease_units_returned_total;rule=y") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
+
+	o, _ := doTimed(t, h, hdr("x-k", "W"), hdr("x-y", "late"))
+	require.Zero(t, o.Status)
+	clock.Advance(200 * time.Millisecond)
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "A"), hdr("x-y", "late"))
+	reset()
+	require.Zero(t, returned(), "the call's answer has not arrived")
+	close(relay.release)
+	eventually(t, "the late answer counts the give-back its call carried", func() bool { return returned() == 9 })
+	requireNoRedisFailures(t, h)
+	requireCleanLogs(t, h)
+}
+
 // TestGlobalWasmLateBatchOnOverflowIsDropped: the compiled module with redis.partitions 1, one
 // worker. Rule y (lease batch 10, max_keys 4) has its four keys live, so a new key is decided
 // on the rule's overflow key in Redis. A request for a new key asks for y's batch, the client
