@@ -159,6 +159,12 @@ type step struct {
 // on the first decision that differs. The Go limiter is fed the instant Redis reports, and its
 // state is only replaced when it admits, because the script writes only then (a denial's
 // returned state is the same state semantically, see package algorithms).
+//
+// The instants are the test's own, but Redis expires the key on its real clock, at least
+// TTL_MARGIN_MS (1s) after a write: a slow machine would lose the key between two steps that
+// are nanoseconds apart for the algorithm. So once persistAfter of real time has passed since
+// the last write, the differ removes the key's TTL before the next step; a key found gone
+// then did expire on the real clock, and the Go side starts fresh too (logged).
 type differ struct {
 	t       *testing.T
 	c       *webdisClient
@@ -169,7 +175,14 @@ type differ struct {
 	buf     []byte
 	history []step
 	counts  struct{ allowed, denied, unsatisfiable int }
+	// wrote is a lower bound of the real time the key's TTL started: when the last admitting
+	// request was sent, or the last PERSIST (a settlement may write after either, later).
+	wrote time.Time
 }
+
+// persistAfter leaves a stall of at least 800ms between the check and the script's run
+// before the shortest TTL (1s) can run out.
+const persistAfter = 200 * time.Millisecond
 
 func newDiffer(t *testing.T, c *webdisClient, cfg algorithms.Config, key string) *differ {
 	lim, err := algorithms.New(cfg)
@@ -182,6 +195,8 @@ func newDiffer(t *testing.T, c *webdisClient, cfg algorithms.Config, key string)
 // do sends one request; now < 0 means Redis' own clock.
 func (d *differ) do(now, n int64) algorithms.Decision {
 	d.t.Helper()
+	d.keepKey()
+	sent := time.Now()
 	if now < 0 {
 		d.buf = d.rule.AppendEvalSHA(d.buf[:0], d.key, n)
 	} else {
@@ -211,11 +226,12 @@ func (d *differ) do(now, n int64) algorithms.Decision {
 		for i, s := range d.history[start:] {
 			fmt.Fprintf(&b, "\n  #%d now=%d (+%d) n=%d go=%+v", start+i, s.now, s.now-d.history[max(0, start+i-1)].now, s.n, s.goD)
 		}
-		d.t.Fatalf("decisions differ at step %d (now=%d n=%d):\n  go  %+v\n  lua %+v\nhistory:%s",
-			len(d.history)-1, rep.Now, n, goD, rep.Decision, b.String())
+		d.t.Fatalf("decisions differ at step %d (now=%d n=%d, %v of real time since the key's TTL was last set or removed):\n  go  %+v\n  lua %+v\nhistory:%s",
+			len(d.history)-1, rep.Now, n, time.Since(d.wrote).Round(time.Millisecond), goD, rep.Decision, b.String())
 	}
 	switch {
 	case goD.Allowed:
+		d.wrote = sent
 		d.state = append(d.state[:0], newState...)
 		d.counts.allowed++
 	case goD.Unsatisfiable():
@@ -224,6 +240,32 @@ func (d *differ) do(now, n int64) algorithms.Decision {
 		d.counts.denied++
 	}
 	return goD
+}
+
+// keepKey removes the TTL of the differ's key once persistAfter has passed since its last
+// write, and restarts the Go state if Redis has expired the key already.
+func (d *differ) keepKey() {
+	d.t.Helper()
+	if d.wrote.IsZero() || time.Since(d.wrote) < persistAfter {
+		return
+	}
+	cmd := func(name string) bool { // the command's 0 or 1
+		status, body := d.c.post(redis.Escape([]byte(name+"/"), d.key))
+		switch string(body) {
+		case `{"` + name + `":0}`:
+			return false
+		case `{"` + name + `":1}`:
+			return true
+		}
+		d.t.Fatalf("%s: %d %s", name, status, body)
+		return false
+	}
+	since := time.Since(d.wrote)
+	d.wrote = time.Now()
+	if !cmd("PERSIST") && !cmd("EXISTS") && d.state != nil {
+		d.t.Logf("step %d: Redis expired the key on its real clock %v after its last write; the Go state starts fresh too", len(d.history), since.Round(time.Millisecond))
+		d.state = nil
+	}
 }
 
 // nextNow picks the next instant: mostly small steps around the emission interval, window
