@@ -164,7 +164,9 @@ type step struct {
 // TTL_MARGIN_MS (1s) after a write: a slow machine would lose the key between two steps that
 // are nanoseconds apart for the algorithm. So once persistAfter of real time has passed since
 // the last write, the differ removes the key's TTL before the next step; a key found gone
-// then did expire on the real clock, and the Go side starts fresh too (logged).
+// then did expire on the real clock, and the Go side starts fresh too. A step that itself
+// stalls past the shortest TTL may have run on an expired key: its decision must be Go's on
+// the state or on a fresh one, and both sides then start fresh. Both are logged.
 type differ struct {
 	t       *testing.T
 	c       *webdisClient
@@ -180,9 +182,12 @@ type differ struct {
 	wrote time.Time
 }
 
-// persistAfter leaves a stall of at least 800ms between the check and the script's run
-// before the shortest TTL (1s) can run out.
-const persistAfter = 200 * time.Millisecond
+// minTTL is the shortest TTL the scripts set (TTL_MARGIN_MS); persistAfter leaves a stall of
+// 800ms between the check and the script's run before it can run out.
+const (
+	minTTL       = time.Second
+	persistAfter = 200 * time.Millisecond
+)
 
 func newDiffer(t *testing.T, c *webdisClient, cfg algorithms.Config, key string) *differ {
 	lim, err := algorithms.New(cfg)
@@ -220,6 +225,15 @@ func (d *differ) do(now, n int64) algorithms.Decision {
 	}
 	goD, newState := d.lim.AllowN(slices.Clone(d.state), rep.Now, n)
 	d.history = append(d.history, step{now: rep.Now, n: n, goD: goD, luaD: rep.Decision})
+	if late := !d.wrote.IsZero() && time.Since(d.wrote) >= minTTL; late && d.state != nil {
+		if fresh, _ := d.lim.AllowN(nil, rep.Now, n); goD == rep.Decision || fresh == rep.Decision {
+			d.t.Logf("step %d took until %v after the key's TTL was set: it may have expired on Redis' clock; both sides start fresh",
+				len(d.history)-1, time.Since(d.wrote).Round(time.Millisecond))
+			d.redisInt("DEL")
+			d.state, d.wrote = nil, time.Time{}
+			return rep.Decision
+		}
+	}
 	if goD != rep.Decision {
 		var b strings.Builder
 		start := max(0, len(d.history)-12)
@@ -249,23 +263,27 @@ func (d *differ) keepKey() {
 	if d.wrote.IsZero() || time.Since(d.wrote) < persistAfter {
 		return
 	}
-	cmd := func(name string) bool { // the command's 0 or 1
-		status, body := d.c.post(redis.Escape([]byte(name+"/"), d.key))
-		switch string(body) {
-		case `{"` + name + `":0}`:
-			return false
-		case `{"` + name + `":1}`:
-			return true
-		}
-		d.t.Fatalf("%s: %d %s", name, status, body)
-		return false
-	}
 	since := time.Since(d.wrote)
 	d.wrote = time.Now()
-	if !cmd("PERSIST") && !cmd("EXISTS") && d.state != nil {
+	if !d.redisInt("PERSIST") && !d.redisInt("EXISTS") && d.state != nil && since >= minTTL {
 		d.t.Logf("step %d: Redis expired the key on its real clock %v after its last write; the Go state starts fresh too", len(d.history), since.Round(time.Millisecond))
 		d.state = nil
 	}
+}
+
+// redisInt sends the command name on the differ's key through webdis and returns its answer,
+// 0 or 1, as a bool.
+func (d *differ) redisInt(name string) bool {
+	d.t.Helper()
+	status, body := d.c.post(redis.Escape([]byte(name+"/"), d.key))
+	switch string(body) {
+	case `{"` + name + `":0}`:
+		return false
+	case `{"` + name + `":1}`:
+		return true
+	}
+	d.t.Fatalf("%s: %d %s", name, status, body)
+	return false
 }
 
 // nextNow picks the next instant: mostly small steps around the emission interval, window
