@@ -159,6 +159,14 @@ type step struct {
 // on the first decision that differs. The Go limiter is fed the instant Redis reports, and its
 // state is only replaced when it admits, because the script writes only then (a denial's
 // returned state is the same state semantically, see package algorithms).
+//
+// The instants are the test's own, but Redis expires the key on its real clock, at least
+// TTL_MARGIN_MS (1s) after a write: a slow machine would lose the key between two steps that
+// are nanoseconds apart for the algorithm. So once persistAfter of real time has passed since
+// the last write, the differ removes the key's TTL before the next step; a key found gone
+// then did expire on the real clock, and the Go side starts fresh too. A step that itself
+// stalls past the shortest TTL may have run on an expired key: its decision must be Go's on
+// the state or on a fresh one, and both sides then start fresh. Both are logged.
 type differ struct {
 	t       *testing.T
 	c       *webdisClient
@@ -169,7 +177,17 @@ type differ struct {
 	buf     []byte
 	history []step
 	counts  struct{ allowed, denied, unsatisfiable int }
+	// wrote is a lower bound of the real time the key's TTL started: when the last admitting
+	// request was sent, or the last PERSIST (a settlement may write after either, later).
+	wrote time.Time
 }
+
+// minTTL is the shortest TTL the scripts set (TTL_MARGIN_MS); persistAfter leaves a stall of
+// 800ms between the check and the script's run before it can run out.
+const (
+	minTTL       = time.Second
+	persistAfter = 200 * time.Millisecond
+)
 
 func newDiffer(t *testing.T, c *webdisClient, cfg algorithms.Config, key string) *differ {
 	lim, err := algorithms.New(cfg)
@@ -182,6 +200,8 @@ func newDiffer(t *testing.T, c *webdisClient, cfg algorithms.Config, key string)
 // do sends one request; now < 0 means Redis' own clock.
 func (d *differ) do(now, n int64) algorithms.Decision {
 	d.t.Helper()
+	d.keepKey()
+	sent := time.Now()
 	if now < 0 {
 		d.buf = d.rule.AppendEvalSHA(d.buf[:0], d.key, n)
 	} else {
@@ -205,17 +225,27 @@ func (d *differ) do(now, n int64) algorithms.Decision {
 	}
 	goD, newState := d.lim.AllowN(slices.Clone(d.state), rep.Now, n)
 	d.history = append(d.history, step{now: rep.Now, n: n, goD: goD, luaD: rep.Decision})
+	if late := !d.wrote.IsZero() && time.Since(d.wrote) >= minTTL; late && d.state != nil {
+		if fresh, _ := d.lim.AllowN(nil, rep.Now, n); goD == rep.Decision || fresh == rep.Decision {
+			d.t.Logf("step %d took until %v after the key's TTL was set: it may have expired on Redis' clock; both sides start fresh",
+				len(d.history)-1, time.Since(d.wrote).Round(time.Millisecond))
+			d.redisInt("DEL")
+			d.state, d.wrote = nil, time.Time{}
+			return rep.Decision
+		}
+	}
 	if goD != rep.Decision {
 		var b strings.Builder
 		start := max(0, len(d.history)-12)
 		for i, s := range d.history[start:] {
 			fmt.Fprintf(&b, "\n  #%d now=%d (+%d) n=%d go=%+v", start+i, s.now, s.now-d.history[max(0, start+i-1)].now, s.n, s.goD)
 		}
-		d.t.Fatalf("decisions differ at step %d (now=%d n=%d):\n  go  %+v\n  lua %+v\nhistory:%s",
-			len(d.history)-1, rep.Now, n, goD, rep.Decision, b.String())
+		d.t.Fatalf("decisions differ at step %d (now=%d n=%d, %v of real time since the key's TTL was last set or removed):\n  go  %+v\n  lua %+v\nhistory:%s",
+			len(d.history)-1, rep.Now, n, time.Since(d.wrote).Round(time.Millisecond), goD, rep.Decision, b.String())
 	}
 	switch {
 	case goD.Allowed:
+		d.wrote = sent
 		d.state = append(d.state[:0], newState...)
 		d.counts.allowed++
 	case goD.Unsatisfiable():
@@ -224,6 +254,36 @@ func (d *differ) do(now, n int64) algorithms.Decision {
 		d.counts.denied++
 	}
 	return goD
+}
+
+// keepKey removes the TTL of the differ's key once persistAfter has passed since its last
+// write, and restarts the Go state if Redis has expired the key already.
+func (d *differ) keepKey() {
+	d.t.Helper()
+	if d.wrote.IsZero() || time.Since(d.wrote) < persistAfter {
+		return
+	}
+	since := time.Since(d.wrote)
+	d.wrote = time.Now()
+	if !d.redisInt("PERSIST") && !d.redisInt("EXISTS") && d.state != nil && since >= minTTL {
+		d.t.Logf("step %d: Redis expired the key on its real clock %v after its last write; the Go state starts fresh too", len(d.history), since.Round(time.Millisecond))
+		d.state = nil
+	}
+}
+
+// redisInt sends the command name on the differ's key through webdis and returns its answer,
+// 0 or 1, as a bool.
+func (d *differ) redisInt(name string) bool {
+	d.t.Helper()
+	status, body := d.c.post(redis.Escape([]byte(name+"/"), d.key))
+	switch string(body) {
+	case `{"` + name + `":0}`:
+		return false
+	case `{"` + name + `":1}`:
+		return true
+	}
+	d.t.Fatalf("%s: %d %s", name, status, body)
+	return false
 }
 
 // nextNow picks the next instant: mostly small steps around the emission interval, window

@@ -34,31 +34,33 @@ func TestKeyBound(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
-	// One per second: a key lives for its reset (1s) plus the 1s margin after its admission.
-	rule := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 1, Window: time.Second}).Bounded(3, "rl", "d", "r")
+	// One per hour: no key expires while the test runs, however slow the machine.
+	rule := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 1, Window: time.Hour}).Bounded(3, "rl", "d", "r")
 	if rule.MaxKeys() != 3 {
 		t.Fatalf("MaxKeys %d", rule.MaxKeys())
 	}
-	key := func(i int) []byte { return redis.AppendKey(nil, "rl", "d", "r", []byte("client-"+strconv.Itoa(i))) }
+	key := func(name string, i int) []byte {
+		return redis.AppendKey(nil, "rl", "d", name, []byte("client-"+strconv.Itoa(i)))
+	}
 	for i := range 3 {
-		if a := callOne(t, c, redis.Item{Rule: rule, Key: key(i), N: 1}); !a.Decision.Allowed || a.Overflow {
+		if a := callOne(t, c, redis.Item{Rule: rule, Key: key("r", i), N: 1}); !a.Decision.Allowed || a.Overflow {
 			t.Fatalf("client %d, within the bound: %+v", i, a)
 		}
 	}
 	// The fourth new key is decided on the overflow key; the fifth finds it used up.
-	if a := callOne(t, c, redis.Item{Rule: rule, Key: key(3), N: 1}); !a.Decision.Allowed || !a.Overflow {
+	if a := callOne(t, c, redis.Item{Rule: rule, Key: key("r", 3), N: 1}); !a.Decision.Allowed || !a.Overflow {
 		t.Fatalf("client 3, over the bound: %+v, want allowed on the overflow key", a)
 	}
-	if a := callOne(t, c, redis.Item{Rule: rule, Key: key(4), N: 1}); a.Decision.Allowed || !a.Overflow {
+	if a := callOne(t, c, redis.Item{Rule: rule, Key: key("r", 4), N: 1}); a.Decision.Allowed || !a.Overflow {
 		t.Fatalf("client 4, over the bound: %+v, want denied on the overflow key", a)
 	}
 	// An active client keeps its own key and limit: not evicted, not moved to the overflow.
-	if a := callOne(t, c, redis.Item{Rule: rule, Key: key(0), N: 1}); a.Decision.Allowed || a.Overflow || a.Decision.RetryAfter <= 0 {
+	if a := callOne(t, c, redis.Item{Rule: rule, Key: key("r", 0), N: 1}); a.Decision.Allowed || a.Overflow || a.Decision.RetryAfter <= 0 {
 		t.Fatalf("client 0 again: %+v, want its own denial", a)
 	}
 	// A flood of new keys costs nothing more.
 	for i := 5; i < 105; i++ {
-		if a := callOne(t, c, redis.Item{Rule: rule, Key: key(i), N: 1}); !a.Overflow {
+		if a := callOne(t, c, redis.Item{Rule: rule, Key: key("r", i), N: 1}); !a.Overflow {
 			t.Fatalf("flood key %d: %+v, want the overflow key", i, a)
 		}
 	}
@@ -69,12 +71,20 @@ func TestKeyBound(t *testing.T) {
 		t.Fatalf("key set holds %d keys, want 3", n)
 	}
 	// Once the clients' keys have expired, new keys have their own again, and the expired
-	// members leave the key set.
+	// members leave the key set. One per second: a key lives for its reset (1s) plus the 1s
+	// margin after its admission.
+	short := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 1, Window: time.Second}).Bounded(3, "rl", "d", "s")
+	for i := range 3 {
+		callOne(t, c, redis.Item{Rule: short, Key: key("s", i), N: 1})
+	}
+	if n := srv.Int("ZCARD", "rl:{d}:s:#keys"); n != 3 {
+		t.Fatalf("key set holds %d keys, want 3", n)
+	}
 	time.Sleep(2100 * time.Millisecond)
-	if a := callOne(t, c, redis.Item{Rule: rule, Key: key(200), N: 1}); !a.Decision.Allowed || a.Overflow {
+	if a := callOne(t, c, redis.Item{Rule: short, Key: key("s", 200), N: 1}); !a.Decision.Allowed || a.Overflow {
 		t.Fatalf("a new key after the others expired: %+v", a)
 	}
-	if n := srv.Int("ZCARD", "rl:{d}:r:#keys"); n != 1 {
+	if n := srv.Int("ZCARD", "rl:{d}:s:#keys"); n != 1 {
 		t.Fatalf("key set holds %d keys after expiry, want 1", n)
 	}
 	// A denied request writes nothing, also not into the key set.

@@ -22,6 +22,7 @@ import (
 // right after compares what both now report.
 func (d *differ) settle(now, reservedAt, delta int64, id uint64, apply bool) {
 	d.t.Helper()
+	d.keepKey()
 	s := redis.Settlement{Item: redis.Item{Rule: d.rule, Key: d.key}, Delta: delta, ReservedAt: reservedAt, ID: id}
 	d.buf = redis.AppendSettleSHAAt(d.buf[:0], &s, now)
 	status, body := d.c.post(d.buf)
