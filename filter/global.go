@@ -154,11 +154,9 @@ func (h *httpContext) callItems() []redis.Item {
 		if !a.inCall() {
 			continue
 		}
-		part := c.partition(a.key)
-		start := len(c.keys)
-		c.keys = redis.AppendPartKey(c.keys, c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
-		d.items = append(d.items, redis.Item{Rule: a.rs.redisRule, Key: c.keys[start:], N: a.callN(), Cost: a.cost,
-			GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part})
+		var it redis.Item
+		c.keys, it = c.appendItem(c.keys, p.cfg.Domain, a)
+		d.items = append(d.items, it)
 	}
 	// The keys are sliced again once c.keys has stopped growing (appending may move it).
 	end := 0
@@ -168,6 +166,18 @@ func (h *httpContext) callItems() []redis.Item {
 		end += n
 	}
 	return d.items
+}
+
+// appendItem appends a's key, in its partition, to keys and returns them with a's item of a
+// script call, whose Key is the bytes appended. The call and the parse of its answer build the
+// item here alike: an answer judged against an item other than the one sent can call a
+// correct reply malformed (a give-back the item does not carry).
+func (c *redisClient) appendItem(keys []byte, domain string, a *applied) ([]byte, redis.Item) {
+	part := c.partition(a.key)
+	start := len(keys)
+	keys = redis.AppendPartKey(keys, c.cfg.KeyPrefix, domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+	return keys, redis.Item{Rule: a.rs.redisRule, Key: keys[start:], N: a.callN(), Cost: a.cost,
+		GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part}
 }
 
 // sendCallout sends the request's one call for all of its global rules (full: the script
@@ -785,10 +795,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	p := h.plugin
 	c := p.redis
-	part := c.partition(a.key)
-	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
-	item = [1]redis.Item{{Rule: a.rs.redisRule, Key: c.keys, N: a.callN(), Cost: a.cost,
-		GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part}}
+	c.keys, item[0] = c.appendItem(c.keys[:0], p.cfg.Domain, a)
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}
