@@ -380,7 +380,19 @@ func (h *Host) run(ctx context.Context, r *Request, upstream upstreamFunc, down 
 			}
 		case <-ctx.Done():
 			v.abortAndWait(s, ctx.Err())
-			return nil, ctx.Err()
+			// A stream that ended before the client went away (its done event still
+			// queued when both were ready) returns its result: the client had it.
+			for {
+				select {
+				case ev := <-s.events:
+					if ev.done {
+						return ev.result, ev.err
+					}
+					continue
+				default:
+				}
+				return nil, ctx.Err()
+			}
 		case <-h.closed:
 			return nil, ErrClosed
 		}
