@@ -464,6 +464,11 @@ func (c *redisClient) partSuccess(part int) {
 // decisions Redis could not make, and reports whether it denied the request.
 func (h *httpContext) redisFailed(now int64) bool {
 	for i := range h.d.applied {
+		if a := &h.d.applied[i]; a.inCall() {
+			a.gaveBack(false) // the rules after a denial are not visited below
+		}
+	}
+	for i := range h.d.applied {
 		if a := &h.d.applied[i]; a.inCall() && h.globalFailed(now, a) {
 			return true
 		}
@@ -475,6 +480,10 @@ func (h *httpContext) redisFailed(now int64) bool {
 // denies; it reports whether it did.
 func (h *httpContext) globalFailed(now int64, a *applied) bool {
 	a.take = 0 // no lease without Redis: a local fallback is an exact local decision
+	// Units the item carried back are lost when the call was never sent or failed, and
+	// counted lost when its fate is unknown (a timeout, a reset): not counted returned
+	// unless Redis said it applied them.
+	a.gaveBack(false)
 	if a.rs.rule.Shadow {
 		// A shadow rule never denies, whatever the failure mode: the failure is counted
 		// (noteFailure) and the rule takes no part in the request.
@@ -723,8 +732,8 @@ func (h *httpContext) lateShardAnswer(d *decisions, i int, numHeaders, bodySize,
 	}
 	item, answer, err := h.shardReply(a, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(a.sentAt, item[0].Part, err)
+	a.gaveBack(err == nil && answer.GaveBack)
 	if err == nil {
-		a.gaveBack(answer.GaveBack)
 		if !a.decided {
 			holdLateBatch(a, a.sentAt, now, answer)
 		}
@@ -740,13 +749,14 @@ func (h *httpContext) lateAnswer(d *decisions, numHeaders, bodySize, numTrailers
 	c := h.plugin.redis
 	committed, err := h.callReplies(d, numHeaders, bodySize, numTrailers)
 	now := h.lateOutcome(d.sentAt, -1, err)
-	if err != nil {
-		return
-	}
 	j := 0
 	for i := range d.applied {
 		a := &d.applied[i]
-		if !a.inCall() || j >= len(c.answers) {
+		if !a.inCall() {
+			continue
+		}
+		if err != nil || j >= len(c.answers) {
+			a.gaveBack(false)
 			continue
 		}
 		a.gaveBack(c.answers[j].GaveBack)

@@ -400,3 +400,42 @@ func TestOverLimitCacheClampsTheWait(t *testing.T) {
 	id2, _ := d.startGlobal(t, "a")
 	require.Nil(t, d.host.GetSentLocalResponse(id2), "a day later the key is still denied from the cache")
 }
+
+// TestGlobalLeaseGiveBackInFailedCall: the unspent units of a global lease ride in the key's
+// next take; when that call fails (Redis answers 503) they are counted dropped, never lost
+// from the counts: for two leased rules, with one call for both and with one call per rule
+// (partitions), where the first failure denies the request (failure_mode deny) and the second
+// rule's answer arrives after it.
+func TestGlobalLeaseGiveBackInFailedCall(t *testing.T) {
+	for _, partitions := range []int{0, 4} {
+		t.Run(fmt.Sprint("partitions=", partitions), func(t *testing.T) {
+			srv := redistest.Start(t)
+			loadScripts(srv)
+			lease := `"algorithm":"fixed_window","limit":100,"window":"1h","lease":{"batch":10,"ttl":"1s"}`
+			rules := `[{"name":"x","scope":"global","continue":true,` + lease + `},{"name":"y","scope":"global",` + lease + `}]`
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: partitions}, rules), 1, 1)
+			for range 3 {
+				ok, _ := l.doRelayed(t, 0, srv.WebdisURL())
+				require.True(t, ok)
+			}
+			l.now += int64(2 * time.Second)
+			id := l.host.InitializeHttpContext()
+			l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}}, true)
+			out := l.host.GetCalloutAttributesFromContext(id)
+			require.Len(t, out, max(1, min(partitions, 2)))
+			for _, c := range out {
+				l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+			}
+			require.NotNil(t, l.host.GetSentLocalResponse(id), "failure_mode deny")
+			l.host.CompleteHttpContext(id)
+			for _, rule := range []string{"x", "y"} {
+				returned, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_returned_total", rule))
+				require.NoError(t, err)
+				require.Zero(t, returned, rule)
+				dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", rule))
+				require.NoError(t, err)
+				require.EqualValues(t, 7, dropped, "rule %s: 10 taken, 3 spent, 7 carried by the failed call", rule)
+			}
+		})
+	}
+}
