@@ -203,27 +203,50 @@ func shadowMode(t *testing.T, e target) {
 	}
 }
 
+// redisFailures sums the failed Redis calls both proxies have counted.
+func redisFailures(t *testing.T, e target) float64 {
+	n := 0.0
+	for p := range 2 {
+		s, _ := metrics(t, e.admin(p))
+		for _, kind := range []string{"unavailable", "timeouts", "errors", "malformed", "resets"} {
+			n += s["ratelimit_redis_"+kind+"_total"]
+		}
+	}
+	return n
+}
+
 func globalAcrossProxies(t *testing.T, e target) {
 	if !e.redis() {
 		t.Skip("redis-server or webdis not installed: the global limit needs them")
 	}
-	key := uniqueKey("key")
-	allowed, perProxy := 0, [2]int{}
-	for i := 0; i < 8; i++ {
-		r := do(t, "GET", e.proxy(i%2)+"/global/orders", "x-api-key", key)
-		switch r.status {
-		case 200:
-			allowed++
-			perProxy[i%2]++
-		case 429:
-			if d := r.denial(t); d.Rule != "global-per-key" {
-				t.Fatalf("denied by %q, want global-per-key", d.Rule)
+	// Eight requests, alternating between the proxies, on a fresh key: exactly 5 allowed.
+	// envoy.yaml gives Redis 100 ms and then decides locally (failure_mode local), so a call
+	// that a loaded machine delays past that is decided on one proxy's count alone; an attempt
+	// in which a proxy counted a failed call is made again with another key (at most three).
+	for attempt := 1; ; attempt++ {
+		key, before := uniqueKey("key"), redisFailures(t, e)
+		allowed, perProxy := 0, [2]int{}
+		for i := 0; i < 8; i++ {
+			r := do(t, "GET", e.proxy(i%2)+"/global/orders", "x-api-key", key)
+			switch r.status {
+			case 200:
+				allowed++
+				perProxy[i%2]++
+			case 429:
+				if d := r.denial(t); d.Rule != "global-per-key" {
+					t.Fatalf("denied by %q, want global-per-key", d.Rule)
+				}
+			default:
+				t.Fatalf("request %d: %d %s", i+1, r.status, r.body)
 			}
-		default:
-			t.Fatalf("request %d: %d %s", i+1, r.status, r.body)
 		}
-	}
-	if allowed != 5 {
+		if allowed == 5 {
+			break
+		}
+		if failed := redisFailures(t, e) - before; failed > 0 && attempt < 3 {
+			t.Logf("attempt %d: %d allowed with %v failed Redis calls (decided by failure_mode local); again with another key", attempt, allowed, failed)
+			continue
+		}
 		t.Fatalf("%d requests allowed across both proxies (%v), want exactly the global limit 5", allowed, perProxy)
 	}
 	// Another key has its own global count.
