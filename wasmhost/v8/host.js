@@ -577,8 +577,9 @@ function benchRequests(base, newClients) {
   };
 }
 
+// benchRequest returns a request like base from source, its serialised fields still to make.
 function benchRequest(base, source) {
-  return { worker: 0, method: base.method, path: base.path, authority: base.authority, route: base.route, vhost: base.vhost,
+  return { method: base.method, path: base.path, authority: base.authority, route: base.route, vhost: base.vhost,
     headers: base.headers, source, pairs: undefined, pairsOf: 0, sourceBytes: undefined };
 }
 
