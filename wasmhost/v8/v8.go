@@ -45,12 +45,18 @@ type Request struct {
 // each round's guest time per request recorded. With NewClients, every request (warm-up
 // included) comes from another source address, 10.a.b.c, so that no key is seen twice while
 // Warmup + Rounds*N <= 2^24.
+//
+// Returning, when not empty, is the configuration of a second VM of the same module, with a
+// vm_id and shared data of its own, sent Request by one returning client in the same process:
+// after the warm-up of each, the two VMs take turns by blocks of 100 requests, so that both
+// meet the same load on the machine, and Result.ReturningP50NS is its median request.
 type Bench struct {
 	Request    Request `json:"request"`
 	Warmup     int     `json:"warmup"`
 	Rounds     int     `json:"rounds"`
 	N          int     `json:"n"`
 	NewClients bool    `json:"new_clients,omitempty"`
+	Returning  string  `json:"returning,omitempty"`
 }
 
 // Job is what one Node process does: load Module, then either only instantiate and run
@@ -103,10 +109,12 @@ type Result struct {
 	// GuestP50NS is the median of every timed request's own guest time (all rounds), the
 	// statistic wasmhost/moduletest reports on wazero as guest-p50-ns/op; GuestNS is the
 	// median of the rounds' means.
-	GuestP50NS float64          `json:"guest_p50_ns"`
-	SharedKeys int              `json:"shared_keys"`
-	Metrics    map[string]int64 `json:"metrics"`
-	Logs       [][2]any         `json:"logs"`
+	GuestP50NS float64 `json:"guest_p50_ns"`
+	// ReturningP50NS is the median request of Bench.Returning's VM, measured beside GuestP50NS.
+	ReturningP50NS float64          `json:"returning_p50_ns"`
+	SharedKeys     int              `json:"shared_keys"`
+	Metrics        map[string]int64 `json:"metrics"`
+	Logs           [][2]any         `json:"logs"`
 
 	// PhasesMS splits FirstVMMS into its steps: "instantiate", "initialize" (_initialize),
 	// and for a filter "vm_start" (root context and proxy_on_vm_start) and "configure"

@@ -73,40 +73,58 @@ func benchRule(i int) string {
 
 // BenchmarkV8GuestPerRequest reports the guest time per request on V8 (guest-ns/op: the
 // median of 5 rounds' means of b.N requests after a warm-up; guest-p50-ns/op: the median
-// request of all rounds, the statistic the wazero benchmark reports), for the pass-through module, the host-call floor
-// (wasmhost/testdata/hostfloor: the 1-rule request's host calls and nothing else) and the
-// filter with 1 and 5 rules, and with 1 rule for a new client on every request (on a table of
-// the default max_keys, and on one of 1,000 keys, full after the warm-up), as in
-// wasmhost/moduletest's BenchmarkGuestPerRequest. Run with a fixed count, e.g. -benchtime
+// request of all rounds, the statistic the wazero benchmark reports), for the pass-through
+// module, the host-call floor (wasmhost/testdata/hostfloor: the 1-rule request's host calls
+// and nothing else) and the filter with 1 and 5 rules, and with 1 rule for a new client on
+// every request, as in wasmhost/moduletest's BenchmarkGuestPerRequest: on a table that never
+// fills (max_keys twice the clients sent, so that, as on wazero, every new client finds a free
+// slot and the run ends with the table half full) and on one of 1,000 keys, full after the
+// warm-up (every new client takes an idle key's slot). A new-client case runs in one Node
+// process with the returning client's case (the host floor's or 1 rule's), the two taking
+// turns by blocks of requests so that both meet the same load, and reports its median request
+// over the returning one's (x-returning): run apart, each round of either can be 1.7x slower
+// than the next when other processes share the cores. Run with a fixed count, e.g. -benchtime
 // 20000x: each run is one Node process.
 func BenchmarkV8GuestPerRequest(b *testing.B) {
 	five := make([]string, 5)
 	for i := range five {
 		five[i] = benchRule(i)
 	}
+	one := `{"rules":[` + benchRule(0) + `]}`
+	const warmup, rounds = 2000, 5
 	cases := []struct {
 		name, pkg, config string
 		newClients        bool
+		returning         string
 	}{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true},
-		{"1rule", ".", `{"rules":[` + benchRule(0) + `]}`, false},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false},
-		{"1rule-new-client", ".", `{"rules":[` + benchRule(0) + `]}`, true},
-		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + benchRule(0) + `]}`, true},
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true, `{}`},
+		{"1rule", ".", one, false, ""},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
+		{"1rule-new-client", ".", `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`, true, one},
+		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + benchRule(0) + `]}`, true, one},
 	}
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			mod := module(b, c.pkg)
+			config := c.config
+			if strings.Contains(config, "%d") {
+				config = fmt.Sprintf(config, min(2*(warmup+rounds*b.N), 1_000_000))
+			}
 			b.ResetTimer()
-			res := run(b, Job{Module: mod, Config: c.config, Workers: 1,
-				Bench: &Bench{Request: req, Warmup: 2000, Rounds: 5, N: b.N, NewClients: c.newClients}})
+			res := run(b, Job{Module: mod, Config: config, Workers: 1,
+				Bench: &Bench{Request: req, Warmup: warmup, Rounds: rounds, N: b.N, NewClients: c.newClients, Returning: c.returning}})
 			require.True(b, res.Configured)
 			require.Positive(b, res.GuestP50NS, "host.js reported no per-request median")
 			b.ReportMetric(res.GuestNS, "guest-ns/op")
 			b.ReportMetric(res.GuestP50NS, "guest-p50-ns/op")
+			if c.returning != "" {
+				require.Positive(b, res.ReturningP50NS, "host.js reported no returning client's median")
+				b.ReportMetric(res.ReturningP50NS, "returning-p50-ns/op")
+				b.ReportMetric(res.GuestP50NS/res.ReturningP50NS, "x-returning")
+			}
 		})
 	}
 }
