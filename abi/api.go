@@ -32,3 +32,15 @@ func CalloutFailed(numHeaders, bodySize, numTrailers int) bool {
 // MaxBodyRead is the largest response body read (GetHttpResponseBody) that the Wasm build reads
 // into the memory it reuses for every such read; a larger read gets memory of its own.
 const MaxBodyRead = 16 << 10
+
+// CalloutHeaders are the headers of HTTP callouts (DispatchHttpCall), encoded once by
+// NewCalloutHeaders for every call that sends them rather than on each call.
+type CalloutHeaders struct {
+	pairs   [][2]string // for the native build, whose SDK takes pairs
+	encoded []byte      // the proxy-wasm map encoding the Wasm build hands to the host
+}
+
+// NewCalloutHeaders prepares pairs, which must include :method, :path and :authority.
+func NewCalloutHeaders(pairs [][2]string) CalloutHeaders {
+	return CalloutHeaders{pairs: pairs, encoded: encodeHeaders(pairs)}
+}

@@ -70,14 +70,14 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 
 // DispatchHttpCallAlways is DispatchHttpCall natively: the SDK's emulator drops the response of
 // a deleted stream, so native tests deliver a late answer before they complete the stream.
-func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
+func DispatchHttpCallAlways(cluster string, headers CalloutHeaders, body []byte, timeoutMillis uint32,
+	callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return proxywasm.DispatchHttpCall(cluster, headers.pairs, body, nil, timeoutMillis, callback)
 }
 
-func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return proxywasm.DispatchHttpCall(cluster, headers, body, trailers, timeoutMillis, callback)
+func DispatchHttpCall(cluster string, headers CalloutHeaders, body []byte, timeoutMillis uint32,
+	callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return proxywasm.DispatchHttpCall(cluster, headers.pairs, body, nil, timeoutMillis, callback)
 }
 
 // GetHttpCallResponseHeader returns one header of the callout response being delivered, or

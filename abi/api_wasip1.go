@@ -148,13 +148,12 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, grpcS
 		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(hdr), uint32(len(hdr)), grpcStatus))
 }
 
-// DispatchHttpCall sends an HTTP request to an Envoy cluster. The response is delivered to
-// callback, with the calling stream made the effective context again, when it arrives; if the
-// calling stream is gone by then the callback is not called. headers must include :method,
-// :path and :authority.
-func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, false)
+// DispatchHttpCall sends an HTTP request, without trailers, to an Envoy cluster. The response
+// is delivered to callback, with the calling stream made the effective context again, when it
+// arrives; if the calling stream is gone by then the callback is not called.
+func DispatchHttpCall(cluster string, headers CalloutHeaders, body []byte, timeoutMillis uint32,
+	callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return dispatchHTTPCall(cluster, headers, body, timeoutMillis, callback, false)
 }
 
 // DispatchHttpCallAlways is DispatchHttpCall whose callback is also called when the calling
@@ -162,24 +161,19 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 // callouts): the callback then runs with the root context effective and must use nothing of
 // the stream, only the callout's response and VM-wide state. It is for a response that
 // carries something the VM must keep whoever asked, such as units a store has debited.
-func DispatchHttpCallAlways(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return dispatchHTTPCall(cluster, headers, body, trailers, timeoutMillis, callback, true)
+func DispatchHttpCallAlways(cluster string, headers CalloutHeaders, body []byte, timeoutMillis uint32,
+	callback func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return dispatchHTTPCall(cluster, headers, body, timeoutMillis, callback, true)
 }
 
-// dispatchHTTPCall makes the proxy_http_call of both and registers its callback. The headers
-// and trailers are encoded into one buffer kept for the next call, and the token is written
-// into a package variable (as retAddr is): the host copies what it needs before
-// proxy_http_call returns, and a buffer and a token of the call's own would be three
-// allocations per call.
-func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillis uint32, callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
-	calloutBuf = appendHeaders(calloutBuf[:0], headers)
-	n := len(calloutBuf)
-	calloutBuf = appendHeaders(calloutBuf, trailers)
-	hdr, trl := calloutBuf[:n], calloutBuf[n:]
+// dispatchHTTPCall makes the proxy_http_call of both and registers its callback. The token is
+// written into a package variable (as retAddr is): the host copies what it needs before
+// proxy_http_call returns, and a token of the call's own would be an allocation per call.
+func dispatchHTTPCall(cluster string, headers CalloutHeaders, body []byte, timeoutMillis uint32,
+	callback func(numHeaders, bodySize, numTrailers int), always bool) (uint32, error) {
+	hdr := headers.encoded
 	st := hostHTTPCall(unsafe.StringData(cluster), uint32(len(cluster)), unsafe.SliceData(hdr), uint32(len(hdr)),
-		unsafe.SliceData(body), uint32(len(body)), unsafe.SliceData(trl), uint32(len(trl)), timeoutMillis, &calloutToken)
+		unsafe.SliceData(body), uint32(len(body)), &noTrailers[0], uint32(len(noTrailers)), timeoutMillis, &calloutToken)
 	if st != statusOK {
 		return 0, statusError(st)
 	}
@@ -188,7 +182,7 @@ func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, trailers
 }
 
 var (
-	calloutBuf   []byte
+	noTrailers   = [4]byte{} // an empty map: a zero count
 	calloutToken uint32
 )
 

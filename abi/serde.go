@@ -8,18 +8,13 @@ import (
 // encodeHeaders serialises header pairs in the proxy-wasm map encoding: a little-endian u32
 // count N, then N pairs of u32 key and value lengths, then each key and value followed by a NUL
 // byte. An empty map is still four bytes (a zero count), because hosts (and the SDK's
-// emulator) treat a zero-length map buffer differently from an empty map. appendHeaders
-// appends the same to dst.
-func encodeHeaders(pairs [][2]string) []byte { return appendHeaders(nil, pairs) }
-
-func appendHeaders(dst []byte, pairs [][2]string) []byte {
+// emulator) treat a zero-length map buffer differently from an empty map.
+func encodeHeaders(pairs [][2]string) []byte {
 	size := 4
 	for _, p := range pairs {
 		size += 8 + len(p[0]) + 1 + len(p[1]) + 1
 	}
-	start := len(dst)
-	dst = append(dst, make([]byte, size)...) // grows dst without a slice of its own
-	buf := dst[start:]
+	buf := make([]byte, size)
 	binary.LittleEndian.PutUint32(buf, uint32(len(pairs)))
 	lens := buf[4:]
 	data := buf[4+8*len(pairs):]
@@ -34,7 +29,7 @@ func appendHeaders(dst []byte, pairs [][2]string) []byte {
 		data[n] = 0
 		data = data[n+1:]
 	}
-	return dst
+	return buf
 }
 
 // scanHeaderLines finds the lines of header key in an encoded header map (the layout

@@ -39,7 +39,7 @@ import (
 // redisClient is the plugin's connection to webdis: the cluster, the breaker and the metrics.
 type redisClient struct {
 	cfg     *config.Redis
-	headers [][2]string
+	headers abi.CalloutHeaders
 	timeout uint32 // redis.timeout in whole milliseconds, rounded up: a callout's timeout
 	breaker breaker
 	gauge   breakerGauge // publishes the breaker's state process-wide
@@ -155,7 +155,7 @@ func (h *httpContext) callItems() []redis.Item {
 			continue
 		}
 		var it redis.Item
-		c.keys, it = c.appendItem(c.keys, p.cfg.Domain, a)
+		c.keys, it = c.appendItem(c.keys, a)
 		d.items = append(d.items, it)
 	}
 	// The keys are sliced again once c.keys has stopped growing (appending may move it).
@@ -172,10 +172,10 @@ func (h *httpContext) callItems() []redis.Item {
 // script call, whose Key is the bytes appended. The call and the parse of its answer build the
 // item here alike: an answer judged against an item other than the one sent can call a
 // correct reply malformed (a give-back the item does not carry).
-func (c *redisClient) appendItem(keys []byte, domain string, a *applied) ([]byte, redis.Item) {
+func (c *redisClient) appendItem(keys []byte, a *applied) ([]byte, redis.Item) {
 	part := c.partition(a.key)
 	start := len(keys)
-	keys = redis.AppendPartKey(keys, c.cfg.KeyPrefix, domain, a.rs.rule.Name, c.cfg.Partitions, part, a.key)
+	keys = a.rs.redisRule.AppendKey(keys, part, a.key)
 	return keys, redis.Item{Rule: a.rs.redisRule, Key: keys[start:], N: a.callN(), Cost: a.cost,
 		GiveBack: a.give, GivenAt: a.givenAt, Shadow: a.rs.rule.Shadow, Part: part}
 }
@@ -210,7 +210,7 @@ func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer 
 // h.answered with the request's working set first.
 func (h *httpContext) send(now int64, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
-	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, answer); err != nil {
+	if _, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, c.timeout, answer); err != nil {
 		return err
 	}
 	c.m.calls.Increment(1)
@@ -616,7 +616,7 @@ func (p *plugin) refreshSecret(now int64) {
 	c.secretDue = now + secretRefresh
 	c.keys = redis.AppendSecretKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain)
 	c.body = redis.AppendSecretCall(c.body[:0], c.keys, &c.secret)
-	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, func(numHeaders, bodySize, numTrailers int) {
+	_, err := abi.DispatchHttpCall(c.cfg.Cluster, c.headers, c.body, c.timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("refreshSecret", nil)
 		at := p.now()
 		c.recordLatency(now, at)
@@ -805,7 +805,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers int) (item [1]redis.Item, answer redis.Answer, err error) {
 	p := h.plugin
 	c := p.redis
-	c.keys, item[0] = c.appendItem(c.keys[:0], p.cfg.Domain, a)
+	c.keys, item[0] = c.appendItem(c.keys[:0], a)
 	if abi.CalloutFailed(numHeaders, bodySize, numTrailers) {
 		return item, answer, errCalloutReset
 	}

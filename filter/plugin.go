@@ -377,10 +377,10 @@ func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.
 func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 	c := &redisClient{
 		cfg: cfg,
-		headers: [][2]string{
+		headers: abi.NewCalloutHeaders([][2]string{
 			{":method", redis.Method}, {":path", redis.Path}, {":authority", cfg.Authority},
 			{"content-type", redis.ContentType},
-		},
+		}),
 		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
 			probeWait: int64(cfg.Timeout)},

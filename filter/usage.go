@@ -378,7 +378,7 @@ func (p *plugin) sendSettlement(st *settlement, full bool) {
 		c.body = redis.AppendSettleSHA(c.body[:0], &st.s)
 	}
 	sentAt := p.now()
-	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, nil, c.timeout, func(numHeaders, bodySize, numTrailers int) {
+	_, err := abi.DispatchHttpCallAlways(c.cfg.Cluster, c.headers, c.body, c.timeout, func(numHeaders, bodySize, numTrailers int) {
 		defer recoverTo("settleGlobal", nil)
 		c.recordLatency(sentAt, p.now())
 		err := errCalloutReset

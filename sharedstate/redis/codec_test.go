@@ -192,6 +192,34 @@ func TestAppendKey(t *testing.T) {
 	}
 }
 
+// TestRuleAppendKey checks that a rule builds the keys AppendPartKey builds under the names it
+// was partitioned with, in every partition, whatever the descriptor, and that it does not
+// allocate.
+func TestRuleAppendKey(t *testing.T) {
+	base := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Minute})
+	descs := append(hostile(), []byte(""), []byte("k"), []byte("#k"), []byte("##"))
+	for _, parts := range []int{1, 64} {
+		for _, maxKeys := range []int64{0, 1000} {
+			rule := base.Partitioned(parts, maxKeys, "r{l", "d:x", "per-tenant:v1")
+			for part := range parts {
+				for _, d := range descs {
+					got, want := rule.AppendKey(nil, part, d), redis.AppendPartKey(nil, "r{l", "d:x", "per-tenant:v1", parts, part, d)
+					if !bytes.Equal(got, want) {
+						t.Fatalf("partitions %d, part %d, %q: %q, want %q", parts, part, trunc(d), got, want)
+					}
+				}
+			}
+		}
+	}
+	rule := base.Partitioned(1, 0, "rl", "rl", "api")
+	if n := testing.AllocsPerRun(100, func() {
+		var buf [96]byte
+		rule.AppendKey(buf[:0], 0, []byte("a b c"))
+	}); n != 0 {
+		t.Errorf("Rule.AppendKey allocates %v times per call", n)
+	}
+}
+
 func TestScripts(t *testing.T) {
 	names := map[string]bool{}
 	for _, s := range redis.Scripts() {

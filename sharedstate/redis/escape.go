@@ -51,10 +51,11 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 //
 // The descriptor is written verbatim, whatever its bytes (Redis keys are binary-safe, and
 // Escape makes any byte string one webdis argument), with one '#' in front when it starts with
-// '#'. That keeps the mapping injective and apart from a rule's own keys (appendRuleKey),
-// whose suffix is one '#' and a byte other than '#'. The key's length is the descriptor's plus
-// len(prefix)+len(domain)+len(rule)+6, bounded by the configuration's max_key_bytes, and a
-// client can reach no other key than its own descriptor's.
+// '#'. That keeps the mapping injective and apart from a rule's own keys (its key set and
+// overflow key, see Rule.Partitioned), whose suffix is one '#' and a byte other than '#'. The
+// key's length is the descriptor's plus len(prefix)+len(domain)+len(rule)+6, bounded by the
+// configuration's max_key_bytes, and a client can reach no other key than its own
+// descriptor's.
 //
 // prefix, domain and rule come from the configuration. So that the hash tag is always exactly
 // the domain and the parts cannot run into each other, the bytes '{', '}' and '%' (and, in the
@@ -83,7 +84,12 @@ const MaxPartitions = 1024
 // braces enclose ':' after the domain, which an escaped domain never contains, so no
 // partitioned key equals a key of the unpartitioned layout.
 func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int, descriptor []byte) []byte {
-	dst = appendHead(dst, prefix, domain, rule, partitions, part)
+	return appendDescriptor(appendHead(dst, prefix, domain, rule, partitions, part), descriptor)
+}
+
+// appendDescriptor appends the descriptor of a key after its head, with one '#' in front when
+// it starts with '#' (see AppendKey).
+func appendDescriptor(dst, descriptor []byte) []byte {
 	if len(descriptor) > 0 && descriptor[0] == '#' {
 		dst = append(dst, '#')
 	}
@@ -106,14 +112,6 @@ func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) [
 	dst = append(dst, ':')
 	dst = strconv.AppendInt(dst, int64(part), 10)
 	return append(dst, '}', ':')
-}
-
-// appendRuleKey appends one of a rule's own keys in partition part, <prefix>:{<domain>}:<rule>:<suffix>
-// (or the partitioned form, see AppendPartKey), for a suffix of one '#' and a byte other than
-// '#', so that no descriptor's key (which starts with "##" when it starts with '#') is the same.
-func appendRuleKey(dst []byte, prefix, domain, rule string, partitions, part int, suffix string) []byte {
-	dst = appendHead(dst, prefix, domain, rule, partitions, part)
-	return append(dst, suffix...)
 }
 
 const hexLower = "0123456789abcdef"

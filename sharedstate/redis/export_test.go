@@ -20,7 +20,9 @@ func (r *Rule) Bounded(maxKeys int64, prefix, domain, name string) *Rule {
 }
 
 // AppendRuleKey appends one of a rule's own keys (suffix "#keys" or "#overflow").
-var AppendRuleKey = appendRuleKey
+func AppendRuleKey(dst []byte, prefix, domain, rule string, partitions, part int, suffix string) []byte {
+	return append(appendHead(dst, prefix, domain, rule, partitions, part), suffix...)
+}
 
 // Partitions returns the number of hash tags the rule's keys are spread over (1: the
 // domain's).

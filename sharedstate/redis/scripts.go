@@ -80,6 +80,9 @@ type Rule struct {
 	parts     int
 	boundKeys []string
 	base      string // args without the bound
+	// heads holds, per partition, everything of the rule's keys before the descriptor
+	// (appendHead), rendered once by Partitioned for AppendKey.
+	heads []string
 }
 
 // NewRule validates c with algorithms.New (so the Lua arithmetic stays exact, as the Go one
@@ -123,26 +126,34 @@ func NewRule(c algorithms.Config) (*Rule, error) {
 // partition: each partition has its own key set and overflow key in its own slot, and admits
 // at most ceil(maxKeys/partitions) live keys; a new key of a full partition is decided on its
 // overflow key (lua/main.lua, "Key bound"), so no active client's key is evicted. prefix,
-// domain and name must be those the rule's keys are built with (see AppendKey). Items of a
+// domain and name are those of the rule's keys (Rule.AppendKey builds them). Items of a
 // partitioned rule must carry their partition (Item.Part).
 func (r *Rule) Partitioned(partitions int, maxKeys int64, prefix, domain, name string) *Rule {
 	partitions = max(1, min(partitions, MaxPartitions))
 	b := *r
 	b.parts = partitions
+	b.heads = make([]string, partitions)
+	for p := range b.heads {
+		b.heads[p] = string(appendHead(nil, prefix, domain, name, partitions, p))
+	}
 	if maxKeys <= 0 {
-		if partitions == 1 {
-			return r
-		}
 		return &b
 	}
 	b.bound = maxKeys
 	b.args = b.base + renderArgs((maxKeys+int64(partitions)-1)/int64(partitions))
 	b.boundKeys = make([]string, partitions)
-	for p := range b.boundKeys {
-		keys := Escape([]byte{'/'}, appendRuleKey(nil, prefix, domain, name, partitions, p, "#keys"))
-		b.boundKeys[p] = string(Escape(append(keys, '/'), appendRuleKey(nil, prefix, domain, name, partitions, p, "#overflow")))
+	for p, head := range b.heads {
+		keys := Escape([]byte{'/'}, append([]byte(head), "#keys"...))
+		b.boundKeys[p] = string(Escape(append(keys, '/'), append([]byte(head), "#overflow"...)))
 	}
 	return &b
+}
+
+// AppendKey appends to dst the key of descriptor in partition part of a rule from Partitioned:
+// AppendPartKey's key under the prefix, domain and name Partitioned was given, whose part
+// before the descriptor is not rendered again.
+func (r *Rule) AppendKey(dst []byte, part int, descriptor []byte) []byte {
+	return appendDescriptor(append(dst, r.heads[uint(part)%uint(len(r.heads))]...), descriptor)
 }
 
 // Item is one rule's part in a call: the rule, its raw Redis key (AppendKey), the number of

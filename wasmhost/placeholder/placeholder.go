@@ -147,8 +147,8 @@ func (h *httpContext) callout() types.Action {
 	if authority == "" {
 		authority = h.plugin.cfg.Cluster
 	}
-	headers := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", authority}}
-	_, err := abi.DispatchHttpCall(h.plugin.cfg.Cluster, headers, nil, nil, 1000, h.onCalloutResponse)
+	headers := abi.NewCalloutHeaders([][2]string{{":method", "GET"}, {":path", "/"}, {":authority", authority}})
+	_, err := abi.DispatchHttpCall(h.plugin.cfg.Cluster, headers, nil, 1000, h.onCalloutResponse)
 	if err != nil {
 		abi.LogWarn("placeholder: callout: " + err.Error())
 		if err := abi.SendHttpResponse(503, [][2]string{{"x-placeholder", "callout-failed"}}, []byte("callout failed\n"), -1); err != nil {

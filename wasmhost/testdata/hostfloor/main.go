@@ -182,7 +182,7 @@ func (s *stream) slotName(addr string) string {
 func (s *stream) callOut() types.Action {
 	p := s.plugin
 	sent := abi.WallClockNanos()
-	if _, err := abi.DispatchHttpCallAlways("webdis", calloutHeaders, p.body, nil, 2000, func(_, bodySize, _ int) {
+	if _, err := abi.DispatchHttpCallAlways("webdis", calloutHeaders, p.body, 2000, func(_, bodySize, _ int) {
 		p.latency.Record(uint64((abi.WallClockNanos() - sent) / 1000))
 		status, _ := abi.GetHttpCallResponseHeader(":status")
 		body, _ := abi.GetHttpCallResponseBody(0, bodySize)
@@ -202,8 +202,8 @@ func (s *stream) callOut() types.Action {
 
 // calloutHeaders are the filter's callout headers for the cluster "webdis" with the
 // authority "webdis.test".
-var calloutHeaders = [][2]string{{":method", "POST"}, {":path", redis.Path}, {":authority", "webdis.test"},
-	{"content-type", redis.ContentType}}
+var calloutHeaders = abi.NewCalloutHeaders([][2]string{{":method", "POST"}, {":path", redis.Path},
+	{":authority", "webdis.test"}, {"content-type", redis.ContentType}})
 
 // The legacy rate-limit headers of the global mode's allowed request.
 var (
