@@ -216,9 +216,9 @@ func callsPerRequestOf(t *testing.T, module, config string, n int, req wasmhost.
 // case sends, so that every new client finds a free slot; "1rule-new-client-full" does so on
 // a rule with max_keys 1000 whose table is full of idle keys after the warm-up (every new key
 // takes another's slot). "hostfloor-new-client" is the host-call floor of a new client
-// (wasmhost/testdata/hostfloor configured with {"new_client":true}): the difference between it
-// and "1rule-new-client" is the filter's own computation for a new client. shared-reads/op
-// and shared-writes/op count the shared-data calls.
+// (wasmhost/testdata/hostfloor configured with {"new_client":true} and the same max_keys): the
+// difference between it and "1rule-new-client" is the filter's own computation for a new
+// client. shared-reads/op and shared-writes/op count the shared-data calls.
 //
 // A new-client case runs beside its returning client's case (the host floor's or 1 rule's),
 // two hosts with shared data of their own taking turns by blocks of requests so that both
@@ -245,7 +245,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
 		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true, `{}`},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true,"max_keys":%d}`, true, `{}`},
 		{"1rule", ".", one, false, ""},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false, ""},
