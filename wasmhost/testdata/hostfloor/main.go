@@ -12,7 +12,8 @@
 // client the rule has not seen (the 1rule-new-client case), on shared-data entries that
 // differ per client like the filter's: it reads the client's slot (not found) and its group's
 // 256-byte index, writes the index and the slot, and increments two counters (the rule's
-// allowed requests and its used slots).
+// allowed requests and its used slots). Its clients are spread over the groups of a table of
+// 10,000 keys, or of "max_keys":N keys when the configuration says so, as the filter's are.
 //
 // With {"global":true} it makes the host calls of a request with one global rule (the
 // GlobalWasm benchmark's, the filter configured with rate_limit_headers "both"): it reads the
@@ -48,6 +49,7 @@ type plugin struct {
 	types.DefaultPluginContext
 	allowed, used abi.MetricCounter
 	newClient     bool
+	groups        int // the new clients' groups: one per 32 keys
 	stream        stream
 	// global is set by {"global":true}: calls counts the callouts, latency records their
 	// round trips, and body is the callout's body.
@@ -69,7 +71,7 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 		if p.used, err = abi.DefineCounterMetric("ratelimit_key_slots_used;rule=r0"); err != nil {
 			return types.OnPluginStartStatusFailed
 		}
-		p.newClient = true
+		p.newClient, p.groups = true, (maxKeys(cfg)+31)/32
 	}
 	if cfg, _ := abi.GetPluginConfiguration(); bytes.Contains(cfg, []byte(`"global":true`)) {
 		if !p.startGlobal() {
@@ -77,6 +79,17 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 		}
 	}
 	return types.OnPluginStartStatusOK
+}
+
+// maxKeys returns the number N of "max_keys":N in cfg, or 10,000.
+func maxKeys(cfg []byte) int {
+	_, after, found := bytes.Cut(cfg, []byte(`"max_keys":`))
+	if i := bytes.IndexAny(after, ",}"); found && i > 0 {
+		if n, err := strconv.Atoi(string(after[:i])); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 10000
 }
 
 // startGlobal defines the global mode's metrics and builds its callout's body: the filter's
@@ -112,7 +125,7 @@ type stream struct {
 
 // The names and values the filter's 1-rule request reads and writes, of the same sizes: a
 // slot of the rule's key table (a 16-byte digest, a kind byte and a token bucket's state) and
-// the index of one of its 313 groups of 32 slots.
+// the index of one of its groups of 32 slots.
 var (
 	sourceAddress = []string{"source", "address"}
 	slot          = "ratelimit|r0|10000.4242"
@@ -123,7 +136,6 @@ var (
 const (
 	valueSize = 16 + 1 + 33
 	indexSize = 32 * 8
-	groups    = 313
 )
 
 // OnHttpRequestHeaders makes the request's host calls; their results are not used.
@@ -157,7 +169,7 @@ func (s *stream) newClient(addr string) {
 	for i := 0; i < len(addr); i++ {
 		h = h*31 + int(addr[i])
 	}
-	s.name = strconv.AppendInt(append(s.name[:0], "ratelimit|r0|10000#"...), int64(h&0xffff%groups), 10)
+	s.name = strconv.AppendInt(append(s.name[:0], "ratelimit|r0|10000#"...), int64(h&0xffff%s.plugin.groups), 10)
 	index := unsafe.String(unsafe.SliceData(s.name), len(s.name))
 	ix, cas, err := abi.GetSharedData(index)
 	if err != nil || len(ix) != indexSize {

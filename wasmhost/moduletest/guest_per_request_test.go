@@ -1,0 +1,222 @@
+package moduletest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
+	"github.com/stretchr/testify/require"
+)
+
+// The guest's cost per request, measured in the same run for a filter that does nothing, for
+// the rate limiter with one matching rule, and with five. The five rules share one key, as
+// rules counting one client over several windows do; "5rules-distinct" gives each its own.
+// "1rule-new-client" sends every request from another address, so that no key is seen twice
+// (every key digest is computed, every slot is new), on a table of twice as many keys as the
+// case sends, so that every new client finds a free slot; "1rule-new-client-full" does so on
+// a rule with max_keys 1000 whose table is full of idle keys after the warm-up (every new key
+// takes another's slot). "hostfloor-new-client" is the host-call floor of a new client
+// (wasmhost/testdata/hostfloor configured with {"new_client":true} and the same max_keys): the
+// difference between it and "1rule-new-client" is the filter's own computation for a new
+// client. shared-reads/op and shared-writes/op count the shared-data calls.
+//
+// A new-client case runs beside its returning client's case (the host floor's or 1 rule's),
+// two hosts with shared data of their own taking turns by blocks of requests so that both
+// meet the same load, and reports its median request over the returning one's
+// (x-returning): run one after the other, either can run 1.7x slower or more than the other
+// when other processes share the cores. Its ns/op counts both hosts' requests. Run with a fixed
+// count:
+//
+//	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequest -benchtime 5000x
+func BenchmarkGuestPerRequest(b *testing.B) {
+	rule := func(i int, key string) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[%s{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
+			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, key)
+	}
+	five, distinct := make([]string, 5), make([]string, 5)
+	for i := range five {
+		five[i] = rule(i, "")
+		distinct[i] = rule(i, fmt.Sprintf(`{"source":"const","value":"%d"},`, i))
+	}
+	one := `{"rules":[` + rule(0, "") + `]}`
+	cases := []struct {
+		name, module, config string
+		newClients           bool
+		returning            string // the returning client's config, run beside a new-client case
+	}{
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true,"max_keys":%d}`, true, `{}`},
+		{"1rule", ".", one, false, ""},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
+		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false, ""},
+		{"1rule-new-client", ".", `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`, true, one},
+		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + rule(0, "") + `]}`, true, one},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			config := c.config
+			if strings.Contains(config, "%d") {
+				config = fmt.Sprintf(config, min(2*(benchWarmup+b.N), 1_000_000))
+			}
+			g := newGuestRun(b, c.module, config, benchRequest(), 0)
+			if c.newClients {
+				g.next = newClients(benchWarmup + b.N)
+			}
+			runs := []*guestRun{g}
+			if c.returning != "" {
+				runs = append(runs, newGuestRun(b, c.module, c.returning, benchRequest(), 0))
+			}
+			benchGuests(b, runs...)
+			p50 := g.report(b)
+			if len(runs) > 1 {
+				back := runs[1].p50()
+				b.ReportMetric(float64(back), "returning-p50-ns/op")
+				b.ReportMetric(float64(p50)/float64(back), "x-returning")
+			}
+		})
+	}
+}
+
+// newClients returns a request changer that sends each of n requests from another address,
+// 10.a.b.c, the addresses made before the requests are sent; a request beyond n panics rather
+// than come from a client seen before.
+func newClients(n int) func(int, *wasmhost.Request) {
+	sources := make([]string, n)
+	for i := range sources {
+		sources[i] = fmt.Sprintf("10.%d.%d.%d:5555", i>>16&255, i>>8&255, i&255)
+	}
+	return func(i int, req *wasmhost.Request) { req.SourceAddress = sources[i] }
+}
+
+// benchWarmup is the number of requests each host of a benchmark serves before it is
+// measured; benchBlock is how many it serves before another host's turn.
+const benchWarmup, benchBlock = 2000, 100
+
+// guestRun is a benchmark's host: one worker VM of a module serving req, changed before each
+// request by next when set, every request let through (status 0) or answered locally with
+// status. each collects the measured requests' guest times, from the host's stats at start.
+type guestRun struct {
+	h      *wasmhost.Host
+	req    wasmhost.Request
+	next   func(int, *wasmhost.Request)
+	status int
+	sent   int
+	start  wasmhost.Stats
+	each   []time.Duration
+}
+
+func newGuestRun(b *testing.B, module, config string, req wasmhost.Request, status int) *guestRun {
+	h, err := wasmhost.New(context.Background(), wasmtest.BuildGuest(b, module), wasmhost.Options{
+		Workers: 1, VMID: "bench", PluginConfig: []byte(config), SharedData: wasmhost.NewSharedData(),
+	})
+	require.NoError(b, err)
+	b.Cleanup(func() { h.Close(context.Background()) })
+	return &guestRun{h: h, req: req, status: status}
+}
+
+// serve serves n requests, recording each one's guest time when record is set.
+func (g *guestRun) serve(b *testing.B, n int, record bool) {
+	ctx := context.Background()
+	last := g.h.GuestTime()
+	for range n {
+		if g.next != nil {
+			g.next(g.sent, &g.req)
+		}
+		g.sent++
+		res, err := g.h.Do(ctx, g.req)
+		if err != nil || (res.Local == nil) != (g.status == 0) || res.Local != nil && res.Local.Status != g.status {
+			b.Fatal(err, res.Local)
+		}
+		now := g.h.GuestTime()
+		if record {
+			g.each = append(g.each, now-last)
+		}
+		last = now
+	}
+}
+
+// benchGuests serves benchWarmup requests on each of runs, then b.N measured requests on
+// each, the runs taking turns by blocks of benchBlock requests so that all meet the same load.
+func benchGuests(b *testing.B, runs ...*guestRun) {
+	for _, g := range runs {
+		g.serve(b, benchWarmup, false)
+		g.start, g.each = g.h.Stats(), make([]time.Duration, 0, b.N)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for sent := 0; sent < b.N; sent += benchBlock {
+		for _, g := range runs {
+			g.serve(b, min(benchBlock, b.N-sent), true)
+		}
+	}
+	b.StopTimer()
+}
+
+// p50 returns the median of the measured requests' guest times: on a shared machine a mean
+// takes in every preemption of the benchmark's thread, while the median request ran
+// undisturbed, so guest-p50-ns/op compares builds of the module with far less noise.
+func (g *guestRun) p50() time.Duration {
+	slices.Sort(g.each)
+	return g.each[len(g.each)/2]
+}
+
+// report reports the run's guest cost per measured request and returns its median.
+func (g *guestRun) report(b *testing.B) time.Duration {
+	end, n := g.h.Stats(), float64(len(g.each))
+	p50 := g.p50()
+	b.ReportMetric(float64(p50), "guest-p50-ns/op")
+	b.ReportMetric(float64(end.GuestTime-g.start.GuestTime)/n, "guest-ns/op")
+	b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(g.start.HostCalls))/n, "host-calls/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-g.start.HostCalls["env.proxy_get_shared_data"])/n, "shared-reads/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-g.start.HostCalls["env.proxy_set_shared_data"])/n, "shared-writes/op")
+	b.ReportMetric(float64(end.AllocatorCalls-g.start.AllocatorCalls)/n, "allocator-calls/op")
+	return p50
+}
+
+// BenchmarkGuestPerRequestKeyLength measures what the length of a key costs: the same rules
+// keyed on a header whose value is 16 bytes and then 60 KiB (Envoy's default limit on a
+// request's headers), with one rule and with five (each its own key: a constant part and the
+// header). "60KiB" is refused with 431 (longer than the default max_key_bytes); "60KiB-decided"
+// raises max_key_bytes to 65536 so that the long key is decided, as every key was without the
+// bound. The long key's cases report their median guest time over the short key's, measured
+// in the same run (x-16B).
+//
+//	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequestKeyLength -benchtime 5000x
+func BenchmarkGuestPerRequestKeyLength(b *testing.B) {
+	rule := func(i int) string {
+		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"const","value":"%d"},{"source":"header","name":"x-key"}],
+			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, i)
+	}
+	five := make([]string, 5)
+	for i := range five {
+		five[i] = rule(i)
+	}
+	for _, rules := range []struct {
+		name, rules string
+	}{{"1rule", rule(0)}, {"5rules", strings.Join(five, ",")}} {
+		var short time.Duration
+		for _, length := range []struct {
+			name, options string
+			bytes, status int
+		}{{"16B", "", 16, 0}, {"60KiB", "", 60 << 10, 431}, {"60KiB-decided", `"max_key_bytes":65536,`, 60 << 10, 0}} {
+			b.Run(rules.name+"/"+length.name, func(b *testing.B) {
+				req := benchRequest()
+				req.Headers = [][2]string{{"x-key", strings.Repeat("k", length.bytes)}}
+				g := newGuestRun(b, ".", `{`+length.options+`"rules":[`+rules.rules+`]}`, req, length.status)
+				benchGuests(b, g)
+				p50 := g.report(b)
+				if length.bytes == 16 {
+					short = p50
+				} else if short > 0 {
+					b.ReportMetric(float64(p50)/float64(short), "x-16B")
+				}
+			})
+		}
+	}
+}
