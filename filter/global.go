@@ -262,10 +262,9 @@ func (h *httpContext) failWaiting() {
 
 // applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
 // whether the request was denied, or is waiting again (a lease batch Redis denied is decided
-// again at the request's own cost). Its loop takes the answers of the common case: allowed,
-// not on the overflow key, for a rule without a lease or an over-limit cache, with a breaker
-// that has seen no failure. At the first answer that needs more it hands the rest to
-// applyAnswersFrom, so that the usual answer runs this loop alone.
+// again at the request's own cost). Its loop takes the common answer (allowed, no overflow,
+// no lease, no over-limit cache, a breaker without failures) and hands any other, with the
+// rest, to applyAnswersFrom, so that the usual answer runs this loop alone.
 func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 	c := h.plugin.redis
 	if b := &c.breaker; b.failures != 0 || b.openUntil != 0 || b.probing {
@@ -287,9 +286,8 @@ func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 	return false
 }
 
-// applyAnswersFrom is applyAnswers from the request's i-th rule and the j-th answer on, for
-// every kind of answer (out of line, see applyAnswers): the rules before i were allowed without
-// a lease, so they neither deny the request nor take a batch.
+// applyAnswersFrom is applyAnswers from rule i and answer j on, for every answer; the rules
+// before i were allowed without a lease, so they neither deny nor take a batch.
 //
 //go:noinline
 func (h *httpContext) applyAnswersFrom(d *decisions, now int64, i, j int) (done bool) {

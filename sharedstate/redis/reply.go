@@ -104,10 +104,9 @@ const (
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
 //
-// The answer webdis writes for a script that ran (no whitespace, the values unsigned, each
-// check passed) is decoded in one loop that calls nothing; anything else is decoded again by
-// parseReplies, which also says what is wrong. An answer runs after the round trip has pushed
-// the filter's code out of the CPU's caches, so the code it touches is what it costs.
+// The answer webdis writes for a script that ran (no whitespace, unsigned values that pass
+// every check) is decoded in one loop that calls nothing, so that it touches little code after
+// the round trip has pushed it out of the CPU's caches; parseReplies decodes anything else.
 func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
 	const sha, eval = `{"EVALSHA":[`, `{"EVAL":[`
 	var (
@@ -127,8 +126,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		}
 	}
 	for n, j := 0, 0; n < want; n++ {
-		// At most 18 digits: the 19th stops the loop and fails the separator check below, so
-		// no value overflows; a longer one is left to parseReplies.
+		// At most 18 digits (no overflow): a 19th fails the separator check.
 		x, start, sep := int64(0), i, byte(',')
 		if n+1 == want {
 			sep = ']'
@@ -175,16 +173,13 @@ general:
 	return parseReplies(status, body, items, out)
 }
 
-// parseReplies is ParseReplies for every answer: error replies, whitespace, and every
-// malformed answer, reported with what is wrong.
+// parseReplies is ParseReplies for every answer, with what is wrong with a malformed one.
 //
 //go:noinline
 func parseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
 	if status != 200 {
 		return 0, false, statusError(status)
 	}
-	// Every malformed answer leaves through the one call at fail: a call site in a Go Wasm
-	// function is tens of instructions, which an accepted answer would step over.
 	var (
 		p      = parser{b: body}
 		why    string
@@ -349,10 +344,7 @@ type malformedError struct{ why string }
 func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
 func (e *malformedError) Unwrap() error { return ErrMalformed }
 
-// malformed is the error of a reply that is not what the scripts return. Out of line, like
-// parser.malformed: inline, each check would carry code that an accepted answer steps over.
-//
-//go:noinline
+// malformed is the error of a reply that is not what the scripts return.
 func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
@@ -362,30 +354,15 @@ type parser struct {
 	i int
 }
 
-//go:noinline
 func (p *parser) malformed(why string) error {
 	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
 
-// space skips whitespace. Every whitespace byte is at most ' ', so a reply without any (as
-// webdis writes it) costs a comparison here and no call.
+// space skips whitespace.
 func (p *parser) space() {
-	if p.i < len(p.b) && p.b[p.i] <= ' ' {
-		p.skipSpace()
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
 	}
-}
-
-// skipSpace is space past its first check, out of line so that its loop is not copied at each
-// place a reply may hold whitespace. Like integer, it works on local copies of the position
-// and the bytes: in a Go Wasm function every access through p is a load or store of memory.
-//
-//go:noinline
-func (p *parser) skipSpace() {
-	b, i := p.b, p.i
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	p.i = i
 }
 
 // next skips whitespace and consumes the byte after it, which it returns (0 at the end).
