@@ -262,14 +262,40 @@ func (h *httpContext) failWaiting() {
 
 // applyAnswers applies Redis's answers, in rule order, to the request's rules, and reports
 // whether the request was denied, or is waiting again (a lease batch Redis denied is decided
-// again at the request's own cost).
+// again at the request's own cost). Its loop takes the common answer (allowed, no overflow,
+// no lease, no over-limit cache, a breaker without failures) and hands any other, with the
+// rest, to applyAnswersFrom, so that the usual answer runs this loop alone.
 func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
+	c := h.plugin.redis
+	if b := &c.breaker; b.failures != 0 || b.openUntil != 0 || b.probing {
+		return h.applyAnswersFrom(d, now, 0, 0)
+	}
+	j := 0
+	for i := range d.applied {
+		a := &d.applied[i]
+		if !a.inCall() {
+			continue
+		}
+		ans := &c.answers[j]
+		if !ans.Decision.Allowed || ans.Overflow || ans.GaveBack || a.give > 0 || a.take > 0 || a.rs.overLimit != nil {
+			return h.applyAnswersFrom(d, now, i, j)
+		}
+		j++
+		a.decision, a.decided, a.overflow, a.redisAt = ans.Decision, true, false, c.at
+	}
+	return false
+}
+
+// applyAnswersFrom is applyAnswers from rule i and answer j on, for every answer; the rules
+// before i were allowed without a lease, so they neither deny nor take a batch.
+//
+//go:noinline
+func (h *httpContext) applyAnswersFrom(d *decisions, now int64, i, j int) (done bool) {
 	c := h.plugin.redis
 	c.partSuccess(-1)
 	var denied *applied
 	retake, takes := false, false
-	j := 0
-	for i := range d.applied {
+	for ; i < len(d.applied); i++ {
 		a := &d.applied[i]
 		if !a.inCall() {
 			continue

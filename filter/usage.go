@@ -350,7 +350,7 @@ const (
 func (p *plugin) settleGlobal(res *reservation, delta int64) {
 	c := p.redis
 	rs := res.rs
-	c.keys = redis.AppendPartKey(c.keys[:0], c.cfg.KeyPrefix, p.cfg.Domain, rs.rule.Name, c.cfg.Partitions, res.part, res.key)
+	c.keys = rs.redisRule.AppendKey(c.keys[:0], res.part, res.key)
 	st := &settlement{rs: rs, first: p.now(), s: redis.Settlement{
 		Item:  redis.Item{Rule: rs.redisRule, Key: append([]byte(nil), c.keys...), Part: res.part},
 		Delta: delta, Overflow: res.overflow, ReservedAt: res.at, ID: rand.Uint64()}}

@@ -109,3 +109,6 @@ func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
 	items := [1]Item{{Rule: r, Key: key, N: n}}
 	return AppendEval(dst, items[:])
 }
+
+// ParseRepliesGeneral is the parser ParseReplies leaves every answer it does not decode itself to.
+var ParseRepliesGeneral = parseReplies

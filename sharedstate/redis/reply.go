@@ -103,12 +103,83 @@ const (
 // a proxy in between), or a committed flag that contradicts the decisions.
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
+//
+// The answer webdis writes for a script that ran (no whitespace, unsigned values that pass
+// every check) is decoded in one loop that calls nothing, so that it touches little code after
+// the round trip has pushed it out of the CPU's caches; parseReplies decodes anything else.
 func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
+	const sha, eval = `{"EVALSHA":[`, `{"EVAL":[`
+	var (
+		b      = body
+		i      = len(sha)
+		want   = replyHead + replyPerRule*len(items)
+		v      [replyHead + replyPerRule]int64 // the head, then one item's values
+		k      int                             // the item whose values v holds
+		denied bool
+	)
+	if status != 200 || len(out) < len(items) {
+		goto general
+	}
+	if len(b) < i || string(b[:i]) != sha {
+		if i = len(eval); len(b) < i || string(b[:i]) != eval {
+			goto general
+		}
+	}
+	for n, j := 0, 0; n < want; n++ {
+		// At most 18 digits (no overflow): a 19th fails the separator check.
+		x, start, sep := int64(0), i, byte(',')
+		if n+1 == want {
+			sep = ']'
+		}
+		for i < len(b) && b[i]-'0' <= 9 && i-start < 18 {
+			x = x*10 + int64(b[i]-'0')
+			i++
+		}
+		if i == start || i == len(b) || b[i] != sep || b[start] == '0' && i-start > 1 {
+			goto general
+		}
+		i++
+		v[j] = x
+		if j++; j == replyHead {
+			if sec, nsec := v[0], v[1]; sec > maxReplySec || nsec >= 1e9 || v[2] > 1 {
+				goto general
+			}
+			now = v[0]*1e9 + v[1]
+			committed = v[2] == 1
+		}
+		if j < replyHead+replyPerRule {
+			continue
+		}
+		allowed, lim, remaining, retry, reset, flags := v[3], v[4], v[5], v[6], v[7], v[8]
+		it := &items[k]
+		if allowed > 1 || flags > flagGaveBack || lim < 1 || allowed == 1 && retry != 0 ||
+			it.Rule.limit != 0 && lim != it.Rule.limit || it.Rule.capacity != 0 && remaining > it.Rule.capacity ||
+			flags == flagGaveBack && it.GiveBack <= 0 {
+			goto general
+		}
+		// Field by field: a composite literal would be built aside and copied.
+		a := &out[k]
+		a.Decision.Allowed, a.Decision.Limit, a.Decision.Remaining = allowed == 1, lim, remaining
+		a.Decision.RetryAfter = time.Duration(min(retry, algorithms.MaxExact))
+		a.Decision.ResetAfter = time.Duration(min(reset, algorithms.MaxExact))
+		a.Decision.Delay, a.Overflow, a.GaveBack, a.Now = 0, flags == flagOverflow, flags == flagGaveBack, now
+		denied = denied || allowed == 0 && !it.Shadow
+		k, j = k+1, replyHead
+	}
+	if i == len(b)-1 && b[i] == '}' && committed != denied {
+		return now, committed, nil
+	}
+general:
+	return parseReplies(status, body, items, out)
+}
+
+// parseReplies is ParseReplies for every answer, with what is wrong with a malformed one.
+//
+//go:noinline
+func parseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
 	if status != 200 {
 		return 0, false, statusError(status)
 	}
-	// Every malformed answer leaves through the one call at fail: a call site in a Go Wasm
-	// function is tens of instructions, which an accepted answer would step over.
 	var (
 		p      = parser{b: body}
 		why    string
@@ -273,10 +344,7 @@ type malformedError struct{ why string }
 func (e *malformedError) Error() string { return ErrMalformed.Error() + ": " + e.why }
 func (e *malformedError) Unwrap() error { return ErrMalformed }
 
-// malformed is the error of a reply that is not what the scripts return. Out of line, like
-// parser.malformed: inline, each check would carry code that an accepted answer steps over.
-//
-//go:noinline
+// malformed is the error of a reply that is not what the scripts return.
 func malformed(why string) error { return &malformedError{why} }
 
 // parser is a minimal JSON scanner for the one reply shape webdis produces for the scripts.
@@ -286,30 +354,15 @@ type parser struct {
 	i int
 }
 
-//go:noinline
 func (p *parser) malformed(why string) error {
 	return &malformedError{why + " at byte " + strconv.Itoa(p.i)}
 }
 
-// space skips whitespace. Every whitespace byte is at most ' ', so a reply without any (as
-// webdis writes it) costs a comparison here and no call.
+// space skips whitespace.
 func (p *parser) space() {
-	if p.i < len(p.b) && p.b[p.i] <= ' ' {
-		p.skipSpace()
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
 	}
-}
-
-// skipSpace is space past its first check, out of line so that its loop is not copied at each
-// place a reply may hold whitespace. Like integer, it works on local copies of the position
-// and the bytes: in a Go Wasm function every access through p is a load or store of memory.
-//
-//go:noinline
-func (p *parser) skipSpace() {
-	b, i := p.b, p.i
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	p.i = i
 }
 
 // next skips whitespace and consumes the byte after it, which it returns (0 at the end).
