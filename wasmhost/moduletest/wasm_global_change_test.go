@@ -22,6 +22,7 @@ import (
 // capacity (3 against 1) passes; converting to R_old would deny it for as long as every
 // request costs that much.
 func TestGlobalWasmConfigChange(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
 	for _, tc := range []struct {
