@@ -267,10 +267,15 @@ func TestShardedSpread(t *testing.T) {
 	// second a key expires as soon as its bucket is full again, and on a loaded machine the
 	// keys written first were gone (on no shard) before their placement was checked.
 	rule := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 100, Window: time.Hour}).Partitioned(64, 100000, "rl", "d", "hot")
+	// The script is loaded on every shard, so each call is an EVALSHA: an EVAL would carry
+	// the whole script through webdis and nutcracker 600 times.
+	for _, sh := range srv.Shards {
+		loadScripts(t, sh)
+	}
 	const keys = 600
 	for i := range keys {
 		it := partItem(rule, "d", "hot", "203.0.113."+strconv.Itoa(i))
-		status, body := c.post(redis.AppendEval(nil, []redis.Item{it}))
+		status, body := c.post(redis.AppendEvalSHA(nil, []redis.Item{it}))
 		out := make([]redis.Answer, 1)
 		if _, _, err := redis.ParseReplies(status, body, []redis.Item{it}, out); err != nil || !out[0].Decision.Allowed {
 			t.Fatalf("key %d: %+v %v (%d %s)", i, out[0], err, status, body)

@@ -45,6 +45,7 @@ func settled(t *testing.T, h *wasmhost.Host) {
 // has answered the key has been charged exactly the reported usage plus the on_missing
 // charges of both proxies: the global rule counts once for the two.
 func TestUsageGlobalStreamsWasm(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// A capacity that admits 30 of the 100 streams (the bound), and one that admits them all
 	// and is left with a balance (the exact charge, read back from Redis).
@@ -117,6 +118,7 @@ func TestUsageGlobalStreamsWasm(t *testing.T) {
 // response as usual; the settlement is sent again on the VM's tick 1 s and 2 s after each
 // failure, and counted as failed after its third try.
 func TestUsageGlobalDeadRedisWasm(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
 	d := &wasmDriver{host: newGlobalHost(t, globalUsageConfig("gcra", 3000, 100, 400, "reserve"), srv.WebdisURL(), 2)}

@@ -69,6 +69,7 @@ func metric(t *testing.T, d *wasmDriver, name string) int64 {
 // not, settles it, charges on_missing for a stream the upstream cuts and for a client that
 // goes away mid-stream, and passes every chunk unchanged.
 func TestUsageStreamsWasm(t *testing.T) {
+	t.Parallel()
 	openai := fakellm.Reply{Shape: fakellm.OpenAI, Stream: true}
 	anthropic := fakellm.Reply{Shape: fakellm.Anthropic, Stream: true}
 	d := newWasm(t, `{"rules":[`+usageRule("openai", 100000, 100, 5000, openai.Pointers(), "reserve")+`,`+
@@ -133,6 +134,7 @@ func TestUsageStreamsWasm(t *testing.T) {
 // ended the key has been charged exactly the reported usage plus the on_missing charges.
 // Local rules count per proxy: the bound of two proxies is twice one's.
 func TestUsageConcurrentStreamsWasm(t *testing.T) {
+	t.Parallel()
 	const capacity, reserve, maxUsage = 3000, 100, 400
 	config := `{"rules":[` + usageRule("openai", capacity, reserve, maxUsage, []string{"/usage/total_tokens"}, "max") + `]}`
 	proxies := []*wasmDriver{newWasm(t, config, wasmOptions{workers: 4}), newWasm(t, config, wasmOptions{workers: 4})}
@@ -317,6 +319,7 @@ func BenchmarkGuestPerChunk(b *testing.B) {
 // Response bodies of any shape, cut anywhere, never fail the VM: every stream gets its
 // response unchanged and is settled (a body without a valid usage charges on_missing).
 func TestUsageHostileBodiesWasm(t *testing.T) {
+	t.Parallel()
 	d := newWasm(t, `{"rules":[`+usageRule("openai", 1000000000, 1, 1000, []string{"/usage/total_tokens", "/a/0/b~1c"}, "reserve")+`]}`,
 		wasmOptions{workers: 2})
 	r := rand.New(rand.NewPCG(3, 4))

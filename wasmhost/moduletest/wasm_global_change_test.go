@@ -11,8 +11,8 @@ import (
 
 // TestGlobalWasmConfigChange holds the promise that a configuration change never grants
 // allowance on a global rule, through the compiled module: a key is used under one
-// configuration by one proxy, then the plugin is reconfigured (a new host whose worker VMs
-// load the changed configuration, on the same Redis, as Envoy does on an xDS update), and the
+// configuration by one proxy, then the plugin is reconfigured (a new host whose worker VM
+// loads the changed configuration, on the same Redis, as Envoy does on an xDS update), and the
 // new configuration admits exactly what the conversion leaves (the table of "Configuration
 // changes" in the README). Windows are an hour or more, so nothing refills
 // noticeably while the test runs (one token of 11/h takes 327 s).
@@ -22,6 +22,7 @@ import (
 // capacity (3 against 1) passes; converting to R_old would deny it for as long as every
 // request costs that much.
 func TestGlobalWasmConfigChange(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	loadScripts(t, srv)
 	for _, tc := range []struct {
@@ -63,7 +64,7 @@ func TestGlobalWasmConfigChange(t *testing.T) {
 			// The cost header is read after the change only; its max is at most every row's new
 			// capacity (a larger one is refused at configure time).
 			cost := `,"cost":{"header":"x-cost","max":5}`
-			before := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.before, true)+"]"), srv.WebdisURL(), 2)
+			before := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.before, true)+"]"), srv.WebdisURL(), 1)
 			user := hdr("x-user", "alice")
 			max := tc.used
 			if max < 0 {
@@ -85,8 +86,8 @@ func TestGlobalWasmConfigChange(t *testing.T) {
 			requireNoRedisFailures(t, before)
 			time.Sleep(tc.idle)
 
-			// The plugin is reconfigured: new worker VMs with the changed rule, the same Redis.
-			after := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.after+cost, true)+"]"), srv.WebdisURL(), 2)
+			// The plugin is reconfigured: a new worker VM with the changed rule, the same Redis.
+			after := newGlobalHost(t, globalConfig(redisOpts{}, "["+globalRule(name, tc.after+cost, true)+"]"), srv.WebdisURL(), 1)
 			headers := [][2]string{user}
 			if tc.cost != "" {
 				headers = append(headers, hdr("x-cost", tc.cost))

@@ -441,19 +441,21 @@ func TestGlobalWasmFailureModes(t *testing.T) {
 						tmo = timeout
 					}
 					cfg := globalConfig(redisOpts{Timeout: tmo.String(), FailureMode: mode}, rules)
-					proxies := 1
+					// Under "local", two proxies of two workers: the local fallback counts on
+					// each proxy's shared data, across its workers. Under "allow" and "deny"
+					// one worker decides all three requests (fewer than the breaker's five
+					// failures).
+					proxies, workers := 1, 1
 					if mode == "local" {
-						proxies = 2
+						proxies, workers = 2, 2
 					}
 					for p := range proxies {
-						// Two workers: the local fallback counts on the proxy's shared data,
-						// across its workers.
 						var h *wasmhost.Host
 						var do func() outcome
 						if f.slow {
-							h, do = virtualGlobalHost(t, cfg, f.url, 2, timeout)
+							h, do = virtualGlobalHost(t, cfg, f.url, workers, timeout)
 						} else {
-							h = newGlobalHost(t, cfg, f.url, 2)
+							h = newGlobalHost(t, cfg, f.url, workers)
 							do = func() outcome { o, _ := doTimed(t, h); return o }
 						}
 						for i := range 3 {

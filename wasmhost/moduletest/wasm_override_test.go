@@ -58,7 +58,8 @@ func globalOverrides(t *testing.T, partitions int) {
 
 // An override changes the parameters a key is decided under, not where its state is: the
 // configurations of filtertest.OverrideChangeConfigs, applied in turn to one shared data (local)
-// or one Redis (global), admit free-alice 10 in all, as package filter checks natively.
+// or one Redis (global), admit free-alice 10 in all, as package filter checks natively. One
+// worker each: the state is the store's, whichever worker reads it.
 func TestOverrideChangeNeverGrantsAllowanceWasm(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -66,7 +67,7 @@ func TestOverrideChangeNeverGrantsAllowanceWasm(t *testing.T) {
 		t.Run("local "+algo, func(t *testing.T) {
 			shared := wasmhost.NewSharedData()
 			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("local", algo), func(t *testing.T, rules string) func() bool {
-				d := newWasm(t, `{"rules":`+rules+`}`, wasmOptions{shared: shared})
+				d := newWasm(t, `{"rules":`+rules+`}`, wasmOptions{workers: 1, shared: shared})
 				return func() bool {
 					return d.Do(t, filtertest.T0, step{Headers: [][2]string{hdr("x-k", "free-alice")}}).Status == 0
 				}
@@ -75,7 +76,7 @@ func TestOverrideChangeNeverGrantsAllowanceWasm(t *testing.T) {
 		t.Run("global "+algo, func(t *testing.T) {
 			srv.MustDo("FLUSHALL")
 			filtertest.CheckOverrideChanges(t, filtertest.OverrideChangeConfigs("global", algo), func(t *testing.T, rules string) func() bool {
-				h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 2)
+				h := newGlobalHost(t, globalConfig(redisOpts{}, rules), srv.WebdisURL(), 1)
 				return func() bool {
 					o, _ := doTimed(t, h, hdr("x-k", "free-alice"))
 					return o.Status == 0
