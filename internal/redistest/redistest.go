@@ -209,7 +209,7 @@ func (s *Server) startRedis() error {
 		return err
 	}
 	s.redis = p
-	if err := waitFor(p, func() error { return pingRedis(s.RedisAddr(), s.password) }); err != nil {
+	if err := waitFor(p, func() error { return p.answers(s.redisPort, pingRedis(s.RedisAddr(), s.password)) }); err != nil {
 		p.stop()
 		return fmt.Errorf("redis-server on %s: %v%s", s.RedisAddr(), err,
 			tail(filepath.Join(s.dir, "redis.log")))
@@ -251,7 +251,7 @@ func (s *Server) startWebdis() error {
 	s.webdis = p
 	// webdis answers PING only when its ACL allows it; any HTTP answer from a process that
 	// has connected to Redis is enough then, so the probe accepts 403 too.
-	if err := waitFor(p, func() error { return pingWebdis(s.WebdisAddr()) }); err != nil {
+	if err := waitFor(p, func() error { return p.answers(s.webdisPort, pingWebdis(s.WebdisAddr())) }); err != nil {
 		p.stop()
 		return fmt.Errorf("webdis on %s: %v%s", s.WebdisAddr(), err,
 			tail(filepath.Join(s.dir, "webdis.log")))
@@ -296,6 +296,18 @@ func (p *proc) stop() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// answers returns the error of a probe of port, or an error when the probe was answered but
+// not by p (see listensOn).
+func (p *proc) answers(port int, probe error) error {
+	if probe != nil {
+		return probe
+	}
+	if ours, err := listensOn(p.cmd.Process.Pid, port); err != nil || !ours {
+		return fmt.Errorf("port %d answers, but %s does not listen on it (%v)", port, p.name, err)
+	}
+	return nil
 }
 
 func (p *proc) exited() bool {

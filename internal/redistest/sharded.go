@@ -124,7 +124,7 @@ func (s *Sharded) startNutcracker() error {
 	s.nutcracker = p
 	// nutcracker answers PING itself (0.5.0), so a PONG means it listens.
 	addr := "127.0.0.1:" + strconv.Itoa(s.proxyPort)
-	if err := waitFor(p, func() error { return pingRedis(addr, "") }); err != nil {
+	if err := waitFor(p, func() error { return p.answers(s.proxyPort, pingRedis(addr, "")) }); err != nil {
 		p.stop()
 		return fmt.Errorf("nutcracker on %s: %v%s", addr, err, tail(filepath.Join(dir, "nutcracker.log")))
 	}
