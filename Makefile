@@ -13,7 +13,7 @@ TEST_PKGS := ./wasmhost/moduletest/ ./sharedstate/redis/ ./filter/ $(ALL_PKGS)
 # The wasip1 packages the tests build besides the filter (wasmhost/wasmtest): the test guests,
 # and testing for wasmhost/cmd/wasmbench's test binary. make test compiles them (go build of
 # several packages links none) beside the native compiles, not while the tests wait.
-TEST_GUESTS := ./wasmhost/placeholder/module ./wasmhost/testdata/... testing
+TEST_GUESTS := ./wasmhost/placeholder/module $(addprefix ./wasmhost/testdata/,abiguest hostfloor passthrough) testing
 # Every go command here runs with -trimpath: what it compiles (packages, vet results, test
 # binaries) is then cached by content alone, not by the directory of the clone, so a fresh clone
 # reuses a warm build cache, and the .wasm does not record where it was built. No DWARF either
