@@ -16,12 +16,8 @@ TEST_PKGS := ./wasmhost/moduletest/ ./sharedstate/redis/ ./filter/ $(ALL_PKGS)
 TEST_GUESTS := ./wasmhost/placeholder/module $(addprefix ./wasmhost/testdata/,abiguest hostfloor passthrough) testing
 # Every go command here runs with -trimpath: what it compiles (packages, vet results, test
 # binaries) is then cached by content alone, not by the directory of the clone, so a fresh clone
-# reuses a warm build cache, and the .wasm does not record where it was built. No DWARF either
-# (-dwarf=false, -w): no debugger reads what make builds, and the native compiles then take a
-# quarter less CPU, the links less; the .wasm has none anyway (its code is the same, its build
-# information lists the flags). Tests that build the filter, a guest or a command run go with
-# these flags too (GOFLAGS is exported), so they reuse what make test compiled.
-export GOFLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w $(GOFLAGS)
+# reuses a warm build cache, and the .wasm does not record where it was built.
+export GOFLAGS := -trimpath $(GOFLAGS)
 GO_SRCS := $(shell find . -name '*.go' -not -name '*_test.go' -not -path './build/*' -not -path './wasmhost/*' -not -path './e2e/*') go.mod go.sum
 
 .PHONY: build test go-test gofmt vet vet-wasip1 vet-wasip1-files build-vet-wasip1 check check-shipped run bench clean e2e-envoy
