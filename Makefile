@@ -7,8 +7,9 @@ WASM_PKGS := . ./abi/... ./algorithms/... ./filter/... ./sharedstate/...
 # Three modules joined by go.work: the product (the root: what the .wasm is built from), the
 # Envoy emulator and its tools (wasmhost/), and the end-to-end scenarios (e2e/).
 ALL_PKGS := ./... ./wasmhost/... ./e2e/...
-# go test starts the packages in the order given, two at a time on two cores; the longest go
-# first, so that the short ones fill the other lane rather than a long one ending the run alone.
+# go test starts the packages' test runs in the order given; the longest go first, so that the
+# short ones fill the other lanes rather than a long one ending the run alone. None of the three
+# links go-control-plane, so from an empty build cache they run while it compiles.
 TEST_PKGS := ./wasmhost/moduletest/ ./sharedstate/redis/ ./filter/ $(ALL_PKGS)
 # The wasip1 packages the tests build besides the filter (wasmhost/wasmtest): the test guests,
 # and testing for wasmhost/cmd/wasmbench's test binary. make test compiles them (go build of
@@ -81,9 +82,12 @@ check-shipped:
 
 # `make test` runs two chains of go commands at once on packages the other chain does not
 # compile, so that on an empty build cache one compiles while the other waits on a long
-# compile: the .wasm then its packages' wasip1 vet (which reuses the .wasm's compiled
-# packages), and go test (native). Tests build the .wasm themselves when it is missing or
-# stale, so `go test ./...` alone works too.
+# compile: the .wasm, the wasip1 vet of the files only wasip1 builds (vet-wasip1-files), the
+# test guests' wasip1 packages; and go test (native). Tests build the .wasm themselves when it
+# is missing or stale, so `go test ./...` alone works too.
+# go test -p 3: three actions at a time on two cores, so that while the two longest test runs
+# (mostly waiting on Redis and webdis) go on, the other packages still compile and link; with
+# -p 2 those two held both slots.
 # go test -vet=all runs every analyzer of go vet (what `make vet` runs natively) on each
 # package and its tests before running them, in the command that compiles and runs them, so
 # the analyses, compiles and test runs of different packages overlap.
