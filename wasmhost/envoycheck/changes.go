@@ -3,84 +3,18 @@ package envoycheck
 import (
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/config"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/confchange"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoyconf"
 )
-
-// What a configuration change does to the state the filter keeps (`check -previous OLD NEW`):
-// for each rule of the new configuration, whether the clients' counts are kept, converted to
-// the new parameters without granting allowance, or reset (every client of the rule, or some
-// of them, starts with a full allowance). docs/config-changes.md is the table of what causes
-// each; this file encodes it from where the filter keeps state:
-//
-//   - local rules: Envoy's shared data of the vm_id, under "<domain>|<rule>|", each key's
-//     state under its descriptor, which the key parts build;
-//   - global rules: Redis, under <key_prefix>:{<domain>}:<rule>:<descriptor> (with partitions,
-//     <key_prefix>:{<domain>:<rule>:<p>}:<descriptor>, p chosen among redis.partitions);
-//   - an override's clients are the rule's keys, decided under the override's parameters;
-//   - every state records the algorithm and parameters it was written under, and a state read
-//     under others is converted (package algorithms, "Configuration changes"), so parameter
-//     changes never grant allowance; max_keys changes keep the keys (sharedstate remembers
-//     earlier table layouts, Redis keys do not depend on it).
-
-// ChangeKind is what a configuration change does to a rule's state.
-type ChangeKind string
-
-// The change kinds, from harmless to the one that grants allowance.
-const (
-	// ChangeKept: the state is read as it is.
-	ChangeKept ChangeKind = "kept"
-	// ChangeConverted: the state is read under the new parameters, converted: each client
-	// keeps what it used, and is allowed at most the new capacity; nothing is granted.
-	ChangeConverted ChangeKind = "converted without grant"
-	// ChangeReset: the rule's clients (or some of them: the reasons say which) start from a
-	// fresh key, with their whole allowance, whatever they used before.
-	ChangeReset ChangeKind = "reset"
-	// ChangeAdded: a rule the old configuration did not have; it starts empty.
-	ChangeAdded ChangeKind = "new"
-	// ChangeRemoved: a rule the new configuration drops; its state is no longer read.
-	ChangeRemoved ChangeKind = "removed"
-)
-
-// RuleChange is what the change does to one rule.
-type RuleChange struct {
-	// Where names the listener and plugin (empty for a plugin configuration file).
-	Where string
-	// Rule is the rule's name (in the new configuration; in the old one when removed).
-	Rule    string
-	Kind    ChangeKind
-	Reasons []string
-}
-
-// String renders the change as check prints it.
-func (c RuleChange) String() string {
-	s := "rule " + strconv.Quote(c.Rule) + ": " + string(c.Kind)
-	if c.Where != "" {
-		s = c.Where + ": " + s
-	}
-	if len(c.Reasons) > 0 {
-		s += " (" + strings.Join(c.Reasons, "; ") + ")"
-	}
-	return s
-}
-
-// plugin is one filter configuration of a file, as check -previous compares them.
-type plugin struct {
-	where string // "listener \"x\", plugin \"y\"", or "" for a plugin configuration file
-	key   string // what pairs it with its counterpart: the listener's name, or ""
-	vmID  string // the shared-data namespace; "" when unknown (a plugin configuration file)
-	cfg   *config.Config
-}
 
 // loadPlugins reads the filter configurations of a bootstrap or of a plugin configuration
 // file. A file that does not load, or a configuration the filter refuses, is an error: check
 // reports those on its own.
-func loadPlugins(path string) ([]plugin, error) {
+func loadPlugins(path string) ([]confchange.Plugin, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -90,13 +24,13 @@ func loadPlugins(path string) ([]plugin, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: the filter refuses the configuration: %s", path, firstLine(err))
 		}
-		return []plugin{{cfg: cfg}}, nil
+		return []confchange.Plugin{{Config: cfg}}, nil
 	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out []plugin
+	var out []confchange.Plugin
 	for _, l := range c.Listeners {
 		if l.Filter == nil {
 			continue
@@ -105,9 +39,9 @@ func loadPlugins(path string) ([]plugin, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: listener %q: the filter refuses the configuration: %s", path, l.Name, firstLine(err))
 		}
-		out = append(out, plugin{
-			where: "listener " + strconv.Quote(l.Name) + ", plugin " + strconv.Quote(l.Filter.PluginName),
-			key:   l.Name, vmID: l.Filter.VMID, cfg: cfg,
+		out = append(out, confchange.Plugin{
+			Where: "listener " + strconv.Quote(l.Name) + ", plugin " + strconv.Quote(l.Filter.PluginName),
+			Key:   l.Name, VMID: l.Filter.VMID, Config: cfg,
 		})
 	}
 	return out, nil
@@ -124,7 +58,7 @@ func firstLine(err error) string {
 // paired by name, or directly when each file has one filter configuration). Every reset is
 // also a warning in the report, and so is a listener with no counterpart; a file that cannot be
 // compared is an error.
-func Changes(oldPath, newPath string) ([]RuleChange, *Report) {
+func Changes(oldPath, newPath string) ([]confchange.RuleChange, *Report) {
 	r := &Report{}
 	olds, err := loadPlugins(oldPath)
 	if err != nil {
@@ -136,302 +70,7 @@ func Changes(oldPath, newPath string) ([]RuleChange, *Report) {
 		r.errorf("%v", err)
 		return nil, r
 	}
-	var changes []RuleChange
-	for _, n := range news {
-		o, ok := counterpart(olds, news, n)
-		if !ok {
-			r.warnf("%s: no counterpart in %s; every rule starts empty", n.where, oldPath)
-			continue
-		}
-		where := n.where
-		if where == "" {
-			where = o.where
-		}
-		for _, c := range compareConfigs(o, n) {
-			c.Where = where
-			changes = append(changes, c)
-			if c.Kind == ChangeReset {
-				r.warnf("%s: its clients start afresh with their whole allowance", c)
-			}
-		}
-	}
+	changes, warnings := confchange.Compare(olds, news, oldPath)
+	r.Warnings = append(r.Warnings, warnings...)
 	return changes, r
-}
-
-// counterpart finds the old configuration to compare n with.
-func counterpart(olds, news []plugin, n plugin) (plugin, bool) {
-	if len(olds) == 1 && len(news) == 1 {
-		return olds[0], true
-	}
-	for _, o := range olds {
-		if o.key == n.key && n.key != "" {
-			return o, true
-		}
-	}
-	return plugin{}, false
-}
-
-// compareConfigs compares the rules of two configurations, in the new one's order, then the
-// removed ones.
-func compareConfigs(o, n plugin) []RuleChange {
-	// What resets every rule, or every local or global rule, whatever the rule itself says.
-	var all, local, global []string
-	if o.cfg.Domain != n.cfg.Domain {
-		all = append(all, fmt.Sprintf("domain %q -> %q: every state key is renamed", o.cfg.Domain, n.cfg.Domain))
-	}
-	if o.vmID != "" && n.vmID != "" && o.vmID != n.vmID {
-		local = append(local, fmt.Sprintf("vm_id %q -> %q: another shared-data namespace", o.vmID, n.vmID))
-	}
-	if o.cfg.Redis != nil && n.cfg.Redis != nil {
-		or, nr := o.cfg.Redis, n.cfg.Redis
-		if or.KeyPrefix != nr.KeyPrefix {
-			global = append(global, fmt.Sprintf("redis.key_prefix %q -> %q: every Redis key is renamed", or.KeyPrefix, nr.KeyPrefix))
-		}
-		if max(or.Partitions, 1) != max(nr.Partitions, 1) {
-			global = append(global, fmt.Sprintf("redis.partitions %d -> %d: every Redis key moves to another hash tag",
-				max(or.Partitions, 1), max(nr.Partitions, 1)))
-		}
-	}
-	oldRules := map[string]*config.Rule{}
-	for _, r := range o.cfg.Rules {
-		oldRules[r.Name] = r
-	}
-	kept := map[string]bool{}
-	var out []RuleChange
-	for _, nr := range n.cfg.Rules {
-		or, ok := oldRules[nr.Name]
-		if !ok {
-			out = append(out, addedRule(nr, o.cfg, n.cfg))
-			continue
-		}
-		kept[nr.Name] = true
-		c := compareRule(or, nr)
-		resets := append([]string(nil), all...)
-		if nr.Scope == or.Scope {
-			if nr.Scope == config.ScopeGlobal {
-				resets = append(resets, global...)
-			} else {
-				resets = append(resets, local...)
-			}
-		}
-		if len(resets) > 0 {
-			c.Kind, c.Reasons = ChangeReset, append(resets, c.Reasons...)
-		}
-		out = append(out, c)
-	}
-	for _, or := range o.cfg.Rules {
-		if !kept[or.Name] {
-			out = append(out, RuleChange{Rule: or.Name, Kind: ChangeRemoved, Reasons: []string{"its state is no longer read"}})
-		}
-	}
-	return out
-}
-
-// addedRule is the change for a rule the old configuration does not have by that name: new,
-// or, when an old rule that the new configuration drops counted the same clients (same scope
-// and key), that rule renamed, whose clients start afresh.
-func addedRule(nr *config.Rule, oldCfg, newCfg *config.Config) RuleChange {
-	for _, or := range oldCfg.Rules {
-		if ruleNamed(newCfg, or.Name) || or.Scope != nr.Scope || !sameKeyParts(or.Key, nr.Key) {
-			continue
-		}
-		return RuleChange{Rule: nr.Name, Kind: ChangeReset, Reasons: []string{
-			fmt.Sprintf("renamed from %q: state is kept under the rule's name", or.Name)}}
-	}
-	return RuleChange{Rule: nr.Name, Kind: ChangeAdded, Reasons: []string{"starts empty"}}
-}
-
-func ruleNamed(cfg *config.Config, name string) bool {
-	for _, r := range cfg.Rules {
-		if r.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// compareRule compares one rule kept by name.
-func compareRule(or, nr *config.Rule) RuleChange {
-	c := RuleChange{Rule: nr.Name, Kind: ChangeKept}
-	if or.Scope != nr.Scope {
-		c.Kind = ChangeReset
-		c.Reasons = append(c.Reasons, fmt.Sprintf("scope %s -> %s: the state is in %s, the rule now reads %s",
-			or.Scope, nr.Scope, where(or.Scope), where(nr.Scope)))
-		return c
-	}
-	if why := keyChange(or.Key, nr.Key); why != "" {
-		c.Kind = ChangeReset
-		c.Reasons = append(c.Reasons, why)
-		return c
-	}
-	if why := paramsChange(or.Algorithm, nr.Algorithm); why != "" {
-		c.Kind = ChangeConverted
-		c.Reasons = append(c.Reasons, why)
-	}
-	notes, converted := overrideChanges(or, nr)
-	if len(converted) > 0 && c.Kind == ChangeKept {
-		c.Kind = ChangeConverted
-	}
-	c.Reasons = append(append(c.Reasons, converted...), notes...)
-	return c
-}
-
-func where(s config.Scope) string {
-	if s == config.ScopeGlobal {
-		return "Redis"
-	}
-	return "this proxy's shared data"
-}
-
-// keyChange says why two rules' key parts build different descriptors for the same request,
-// or "" when they build the same ones. on_duplicate does not change a descriptor (it decides
-// which of a repeated header's values counts, or refuses the request).
-func keyChange(old, cur []config.KeyPart) string {
-	if len(old) != len(cur) {
-		return fmt.Sprintf("key parts %s -> %s: clients count under the new parts' values, from a fresh state", keyString(old), keyString(cur))
-	}
-	for i := range old {
-		o, n := old[i], cur[i]
-		switch {
-		case o.Source != n.Source || o.Name != n.Name || o.Value != n.Value:
-			return fmt.Sprintf("key parts %s -> %s: clients count under the new parts' values, from a fresh state", keyString(old), keyString(cur))
-		case o.IPv4Prefix != n.IPv4Prefix || o.IPv6Prefix != n.IPv6Prefix:
-			return fmt.Sprintf("key[%d] prefixes ipv4 /%d, ipv6 /%d -> /%d, /%d: every client counts under another network",
-				i, o.IPv4Prefix, o.IPv6Prefix, n.IPv4Prefix, n.IPv6Prefix)
-		case o.HasDefault != n.HasDefault || o.Default != n.Default:
-			return fmt.Sprintf("key[%d].default %s -> %s: requests without the part count under another key (or none)",
-				i, defaultString(o), defaultString(n))
-		}
-	}
-	return ""
-}
-
-// sameKeyParts reports whether two key part lists build the same descriptors.
-func sameKeyParts(a, b []config.KeyPart) bool { return keyChange(a, b) == "" }
-
-func keyString(parts []config.KeyPart) string {
-	if len(parts) == 0 {
-		return "[] (one key)"
-	}
-	s := make([]string, len(parts))
-	for i, p := range parts {
-		s[i] = string(p.Source)
-		if p.Name != "" {
-			s[i] += " " + p.Name
-		}
-		if p.Value != "" {
-			s[i] += " " + strconv.Quote(p.Value)
-		}
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
-
-func defaultString(p config.KeyPart) string {
-	if !p.HasDefault {
-		return "none"
-	}
-	return strconv.Quote(p.Default)
-}
-
-// paramsChange lists the parameters a state records that differ, or "" when a state written
-// under old is read as it is under cur. The capacity is compared, not burst as written
-// (burst 0 means limit). An adaptive rule's admission state records only its window: its
-// limit in force belongs to the controller, whose other parameters change nothing stored.
-func paramsChange(old, cur algorithms.Config) string {
-	var d []string
-	add := func(name string, o, n any) {
-		if fmt.Sprint(o) != fmt.Sprint(n) {
-			d = append(d, fmt.Sprintf("%s %v -> %v", name, o, n))
-		}
-	}
-	add("algorithm", algoName(old), algoName(cur))
-	if old.Algorithm == algorithms.AlgAdaptive && cur.Algorithm == algorithms.AlgAdaptive {
-		add("window", old.Window, cur.Window)
-	} else {
-		add("limit", old.Limit, cur.Limit)
-		add("window", old.Window, cur.Window)
-		if old.Capacity() != old.Limit || cur.Capacity() != cur.Limit {
-			add("capacity", old.Capacity(), cur.Capacity())
-		}
-		add("max_delay", old.MaxDelay, cur.MaxDelay)
-	}
-	if len(d) == 0 {
-		return ""
-	}
-	return strings.Join(d, ", ") + ": each client keeps what it used, at most the new capacity"
-}
-
-func algoName(c algorithms.Config) string {
-	if c.Algorithm == algorithms.AlgSlidingWindow {
-		v := c.Variant
-		if v == "" {
-			v = algorithms.VariantCounter
-		}
-		return c.Algorithm + " " + v
-	}
-	return c.Algorithm
-}
-
-// overrideChanges compares a rule's overrides. A key's state belongs to the rule and the key,
-// whichever limit applies to it: an override only changes the parameters its clients are
-// decided under. An override added, removed, re-spelt or given other parameters converts its
-// clients' state to the parameters that now apply, without grant, when they differ from those
-// it had; an unlimited override leaves its clients' state as it was, and they are decided from
-// it, converted, when they are limited again. No override change resets a state.
-//
-// The parameters an added override's clients had are taken to be the rule's; a client that an
-// override of the old configuration matched had that override's, and is converted from them
-// just as well: a conversion never grants, whatever it converts from.
-func overrideChanges(or, nr *config.Rule) (notes, converted []string) {
-	tags := func(r *config.Rule) map[string]*config.Override {
-		m := map[string]*config.Override{}
-		for i := range r.Overrides {
-			m[r.Overrides[i].Tag] = &r.Overrides[i]
-		}
-		return m
-	}
-	ot, nt := tags(or), tags(nr)
-	var names []string
-	for tag := range nt {
-		names = append(names, tag)
-	}
-	for tag := range ot {
-		if _, ok := nt[tag]; !ok {
-			names = append(names, tag)
-		}
-	}
-	sort.Strings(names)
-	convert := func(what string, from, to algorithms.Config) {
-		if why := paramsChange(from, to); why != "" {
-			converted = append(converted, fmt.Sprintf("%s: %s", what, why))
-		}
-	}
-	for _, tag := range names {
-		o, n := ot[tag], nt[tag]
-		switch {
-		case o == nil && n.Unlimited:
-			notes = append(notes, fmt.Sprintf("override %s added, unlimited: its clients are no longer limited, and keep their state for when they are again", overrideString(n)))
-		case o == nil:
-			convert(fmt.Sprintf("override %s added", overrideString(n)), or.Algorithm, n.Algorithm)
-		case n == nil && o.Unlimited:
-			converted = append(converted, fmt.Sprintf("override %s (unlimited) removed: its clients are limited again, from the state they had, converted without grant", overrideString(o)))
-		case n == nil:
-			convert(fmt.Sprintf("override %s removed, its clients back under the rule", overrideString(o)), o.Algorithm, nr.Algorithm)
-		case n.Unlimited && !o.Unlimited:
-			notes = append(notes, fmt.Sprintf("override %s made unlimited: its clients are no longer limited, and keep their state for when they are again", overrideString(n)))
-		case o.Unlimited && !n.Unlimited:
-			converted = append(converted, fmt.Sprintf("override %s limited again: its clients are decided from the state they had, converted without grant", overrideString(n)))
-		case !n.Unlimited:
-			convert(fmt.Sprintf("override %s", overrideString(n)), o.Algorithm, n.Algorithm)
-		}
-	}
-	return notes, converted
-}
-
-func overrideString(o *config.Override) string {
-	kind := "value"
-	if o.Prefix {
-		kind = "prefix"
-	}
-	return fmt.Sprintf("(key[%d] %s %q)", o.Part, kind, o.Value)
 }

@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/confchange"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
 // changesOf writes two configurations and returns Changes from the first to the second.
-func changesOf(t *testing.T, name, old, cur string) ([]RuleChange, *Report) {
+func changesOf(t *testing.T, name, old, cur string) ([]confchange.RuleChange, *Report) {
 	t.Helper()
 	dir := t.TempDir()
 	o, n := filepath.Join(dir, "old-"+name), filepath.Join(dir, "new-"+name)
@@ -25,7 +26,7 @@ func changesOf(t *testing.T, name, old, cur string) ([]RuleChange, *Report) {
 }
 
 // kinds renders each rule's change as "name=kind".
-func kinds(changes []RuleChange) string {
+func kinds(changes []confchange.RuleChange) string {
 	var s []string
 	for _, c := range changes {
 		s = append(s, c.Rule+"="+string(c.Kind))

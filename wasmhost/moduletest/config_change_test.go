@@ -2,14 +2,13 @@ package moduletest
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
-	"github.com/ratelimit-wasm/ratelimit/wasmhost/envoycheck"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/confchange"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,10 +52,10 @@ func (c changeConfig) json() string {
 }
 
 // TestCheckPreviousMatchesTheModule: for each kind of change that docs/config-changes.md
-// lists, check -previous says what the compiled module does. A client uses up its allowance
-// under the old configuration (one proxy's shared data, one Redis); under the new one, on the
-// same state, its next request is admitted exactly when check said "reset", and denied when
-// it said "kept" or "converted without grant".
+// lists, check -previous (its comparison, confchange.Compare) says what the compiled module
+// does. A client uses up its allowance under the old configuration (one proxy's shared data,
+// one Redis); under the new one, on the same state, its next request is admitted exactly when
+// check said "reset", and denied when it said "kept" or "converted without grant".
 func TestCheckPreviousMatchesTheModule(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -64,49 +63,48 @@ func TestCheckPreviousMatchesTheModule(t *testing.T) {
 	rows := []struct {
 		name     string
 		old, new changeConfig
-		want     envoycheck.ChangeKind
+		want     confchange.ChangeKind
 	}{
-		{"nothing stored changes (max_keys, cost, description)", changeConfig{}, changeConfig{extra: `,"max_keys":50,"cost":1,"description":"x"`}, envoycheck.ChangeKept},
-		{"burst 0 is the limit", changeConfig{}, changeConfig{algo: `"algorithm":"gcra","limit":3,"window":"1h","burst":3`}, envoycheck.ChangeKept},
-		{"limit raised", changeConfig{}, changeConfig{algo: `"algorithm":"gcra","limit":30,"window":"1h"`}, envoycheck.ChangeConverted},
-		{"algorithm", changeConfig{}, changeConfig{algo: `"algorithm":"token_bucket","limit":3,"window":"1h"`}, envoycheck.ChangeConverted},
-		{"global window", g, changeConfig{scope: "global", algo: `"algorithm":"gcra","limit":3,"window":"2h"`}, envoycheck.ChangeConverted},
-		{"renamed", changeConfig{}, changeConfig{name: "k2"}, envoycheck.ChangeReset},
-		{"scope local -> global", changeConfig{}, g, envoycheck.ChangeReset},
-		{"scope global -> local", g, changeConfig{}, envoycheck.ChangeReset},
-		{"key part", changeConfig{}, changeConfig{key: `{"source":"header","name":"x-j"}`}, envoycheck.ChangeReset},
-		{"key part prefix", changeConfig{key: `{"source":"client_ip"}`}, changeConfig{key: `{"source":"client_ip","ipv4_prefix":24}`}, envoycheck.ChangeReset},
-		{"domain", changeConfig{}, changeConfig{domain: "e"}, envoycheck.ChangeReset},
-		{"global key_prefix", g, changeConfig{scope: "global", keyPrefix: "rl2"}, envoycheck.ChangeReset},
-		{"global partitions", g, changeConfig{scope: "global", partitions: 4}, envoycheck.ChangeReset},
-		{"local rule, redis key_prefix", changeConfig{}, changeConfig{keyPrefix: "rl2"}, envoycheck.ChangeKept},
-		{"override added", changeConfig{}, changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
-		{"global override added", g, changeConfig{scope: "global", extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
+		{"nothing stored changes (max_keys, cost, description)", changeConfig{}, changeConfig{extra: `,"max_keys":50,"cost":1,"description":"x"`}, confchange.ChangeKept},
+		{"burst 0 is the limit", changeConfig{}, changeConfig{algo: `"algorithm":"gcra","limit":3,"window":"1h","burst":3`}, confchange.ChangeKept},
+		{"limit raised", changeConfig{}, changeConfig{algo: `"algorithm":"gcra","limit":30,"window":"1h"`}, confchange.ChangeConverted},
+		{"algorithm", changeConfig{}, changeConfig{algo: `"algorithm":"token_bucket","limit":3,"window":"1h"`}, confchange.ChangeConverted},
+		{"global window", g, changeConfig{scope: "global", algo: `"algorithm":"gcra","limit":3,"window":"2h"`}, confchange.ChangeConverted},
+		{"renamed", changeConfig{}, changeConfig{name: "k2"}, confchange.ChangeReset},
+		{"scope local -> global", changeConfig{}, g, confchange.ChangeReset},
+		{"scope global -> local", g, changeConfig{}, confchange.ChangeReset},
+		{"key part", changeConfig{}, changeConfig{key: `{"source":"header","name":"x-j"}`}, confchange.ChangeReset},
+		{"key part prefix", changeConfig{key: `{"source":"client_ip"}`}, changeConfig{key: `{"source":"client_ip","ipv4_prefix":24}`}, confchange.ChangeReset},
+		{"domain", changeConfig{}, changeConfig{domain: "e"}, confchange.ChangeReset},
+		{"global key_prefix", g, changeConfig{scope: "global", keyPrefix: "rl2"}, confchange.ChangeReset},
+		{"global partitions", g, changeConfig{scope: "global", partitions: 4}, confchange.ChangeReset},
+		{"local rule, redis key_prefix", changeConfig{}, changeConfig{keyPrefix: "rl2"}, confchange.ChangeKept},
+		{"override added", changeConfig{}, changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, confchange.ChangeConverted},
+		{"global override added", g, changeConfig{scope: "global", extra: `,"overrides":[{"exact":"client","limit":30}]`}, confchange.ChangeConverted},
 		{"override re-spelt", changeConfig{extra: `,"overrides":[{"prefix":"cl","limit":3}]`},
-			changeConfig{extra: `,"overrides":[{"prefix":"client","limit":5}]`}, envoycheck.ChangeConverted},
-		{"override removed", changeConfig{extra: `,"overrides":[{"exact":"client","limit":3,"window":"2h"}]`}, changeConfig{}, envoycheck.ChangeConverted},
+			changeConfig{extra: `,"overrides":[{"prefix":"client","limit":5}]`}, confchange.ChangeConverted},
+		{"override removed", changeConfig{extra: `,"overrides":[{"exact":"client","limit":3,"window":"2h"}]`}, changeConfig{}, confchange.ChangeConverted},
 		{"override limit", changeConfig{extra: `,"overrides":[{"exact":"client","limit":3}]`},
-			changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, envoycheck.ChangeConverted},
+			changeConfig{extra: `,"overrides":[{"exact":"client","limit":30}]`}, confchange.ChangeConverted},
 	}
-	dir := t.TempDir()
-	for i, row := range rows {
+	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			srv.MustDo("FLUSHALL")
-			oldPath, newPath := filepath.Join(dir, fmt.Sprintf("old%d.json", i)), filepath.Join(dir, fmt.Sprintf("new%d.json", i))
-			require.NoError(t, os.WriteFile(oldPath, []byte(row.old.json()), 0o644))
-			require.NoError(t, os.WriteFile(newPath, []byte(row.new.json()), 0o644))
-			changes, rep := envoycheck.Changes(oldPath, newPath)
-			require.True(t, rep.OK(), "%q", rep.Errors)
-			var got *envoycheck.RuleChange
+			oldCfg, err := config.Parse([]byte(row.old.json()))
+			require.NoError(t, err)
+			newCfg, err := config.Parse([]byte(row.new.json()))
+			require.NoError(t, err)
+			changes, warnings := confchange.Compare([]confchange.Plugin{{Config: oldCfg}}, []confchange.Plugin{{Config: newCfg}}, "the old configuration")
+			var got *confchange.RuleChange
 			for i := range changes {
-				if changes[i].Kind != envoycheck.ChangeRemoved {
+				if changes[i].Kind != confchange.ChangeRemoved {
 					got = &changes[i]
 					break
 				}
 			}
 			require.NotNil(t, got, "%v", changes)
 			require.Equal(t, row.want, got.Kind, "%s", got)
-			require.Equal(t, row.want == envoycheck.ChangeReset, len(rep.Warnings) > 0, "a warning on each reset: %q", rep.Warnings)
+			require.Equal(t, row.want == confchange.ChangeReset, len(warnings) > 0, "a warning on each reset: %q", warnings)
 
 			shared := wasmhost.NewSharedData()
 			host := func(cfg string) *wasmhost.Host {
@@ -125,7 +123,7 @@ func TestCheckPreviousMatchesTheModule(t *testing.T) {
 			}
 			require.Equal(t, 3, used, "the old configuration admits 3")
 			o, _ := doTimed(t, host(row.new.json()), headers...)
-			require.Equal(t, row.want == envoycheck.ChangeReset, o.Status == 0,
+			require.Equal(t, row.want == confchange.ChangeReset, o.Status == 0,
 				"check said %q; the module answered %d to the client's next request", got, o.Status)
 		})
 	}
