@@ -99,7 +99,7 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 	}{
 		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
 		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true}`, true, `{}`},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true,"max_keys":%d}`, true, `{}`},
 		{"1rule", ".", one, false, ""},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
 		{"1rule-new-client", ".", `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`, true, one},
