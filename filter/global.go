@@ -893,13 +893,13 @@ func atoi(s string) int {
 }
 
 // calloutBody reads the answer to a call of rules global rules, at most 21 bytes per number
-// (20 digits and a comma) for the three of the head and the six of each rule, and room for the
+// (20 digits and a comma) for the four of the head and the six of each rule, and room for the
 // JSON around them: anything larger is not a script result.
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(3+6*rules)))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(4+6*rules)))
 	if err != nil {
 		return nil
 	}
