@@ -93,7 +93,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
 	a.key, a.cost = a.key[:0], 0
-	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
+	a.leased, a.take, a.spent, a.sentAt, a.callID = nil, 0, false, 0, 0
 	a.give, a.givenAt = 0, 0
 	a.overflow, a.redisAt = false, 0
 	return a
