@@ -47,10 +47,8 @@ type redisClient struct {
 	body    []byte // scratch for request bodies; a callout copies it
 	keys    []byte // the Redis keys of one call, back to back
 	answers []redis.Answer
-	// callID is the id of the VM's next script call (nextCallID), started at a random value
-	// so that the calls in flight of the proxies sharing a webdis have distinct ids.
-	callID int64
-	at     int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
+	callID  int64 // the VM's next call id (nextCallID), from a random start
+	at      int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
 
 	// parts holds one breaker per partition when redis.partitions > 1 (each partition lives
 	// on one shard), and openParts counts those that are open; the gauge says open while any
@@ -171,9 +169,7 @@ func (h *httpContext) callItems() []redis.Item {
 	return d.items
 }
 
-// nextCallID returns the id of a new script call: the answer must carry it (redis.ParseReplies),
-// so that the reply of another call, which webdis hands to the next request it serves when a
-// client went away mid-call, is refused.
+// nextCallID returns the id of a new script call, which its answer must carry (docs/global-limits.md).
 func (c *redisClient) nextCallID() int64 {
 	id := c.callID
 	c.callID = (id + 1) & redis.MaxCallID

@@ -180,15 +180,14 @@ type Item struct {
 //
 //	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/.../<id>
 //
-// id (in [0, MaxCallID]) names the call: the answer carries it, and ParseReplies refuses one
-// with another id. It must differ between the calls in flight of every proxy sharing a webdis.
-//
 // where the keys of an item are its Key, followed, for a rule with a key bound (see
 // Rule.Partitioned), by the rule's key set and overflow key. The script commits only if no
 // non-shadow item denies (lua/main.lua). Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
+// id (0 to MaxCallID) names the call: its answer carries it (ParseReplies), so it must differ
+// between the calls in flight of all proxies sharing a webdis.
 func AppendEvalSHA(dst []byte, id int64, items []Item) []byte {
-	return appendInt(appendTail(appendCommand(dst, false), items), id)
+	return appendTail(appendCommand(dst, false), id, items)
 }
 
 // MaxCallID is the largest call id: the script's numbers are doubles, exact up to 2^53.
@@ -197,7 +196,7 @@ const MaxCallID = 1<<53 - 1
 // AppendEval appends the NOSCRIPT fallback body, EVAL with the escaped script (many KiB): the
 // same call, which also loads the script into Redis' cache for the next EVALSHA.
 func AppendEval(dst []byte, id int64, items []Item) []byte {
-	return appendInt(appendTail(appendCommand(dst, true), items), id)
+	return appendTail(appendCommand(dst, true), id, items)
 }
 
 // appendCommand appends the command and the script's name, or with full the script itself,
@@ -216,7 +215,7 @@ func appendCommand(dst []byte, full bool) []byte {
 // unsigned number, so it can never index past the keys.
 func (r *Rule) partKeys(part int) string { return r.boundKeys[uint(part)%uint(len(r.boundKeys))] }
 
-func appendTail(dst []byte, items []Item) []byte {
+func appendTail(dst []byte, id int64, items []Item) []byte {
 	nkeys := int64(len(items))
 	for i := range items {
 		nkeys += 2 * min(items[i].Rule.bound, 1) // a bound's key set and overflow key
@@ -242,7 +241,7 @@ func appendTail(dst []byte, items []Item) []byte {
 		}
 		dst = appendInt(appendInt(appendInt(dst, cost), giveBack), givenAt)
 	}
-	return dst
+	return appendInt(dst, id)
 }
 
 // appendInt appends '/' and v in decimal, a script argument.
