@@ -28,8 +28,8 @@ type applied struct {
 	// the Redis call gives back, units that a take decided at givenAt (Redis' clock) debited.
 	give, givenAt int64
 	// sentAt is when this rule's own call was sent, with redis.partitions > 1 (one call per
-	// rule); the request's single call uses decisions.sentAt.
-	sentAt int64
+	// rule), and callID its id; the request's single call uses decisions' sentAt and callID.
+	sentAt, callID int64
 	// overflow is set when Redis decided a global rule on its overflow key, and redisAt is
 	// the instant (Redis' clock) it decided at: a usage cost settles there, in that window.
 	overflow bool
@@ -43,9 +43,9 @@ type decisions struct {
 	items       []redis.Item // the items of the request's last Redis call (callItems)
 	outstanding int
 	// sentAt is when the request's Redis callout was sent; retried is set once it has been
-	// resent with the script source after Redis answered NOSCRIPT.
-	sentAt  int64
-	retried bool
+	// resent with the script source after Redis answered NOSCRIPT. callID is the call's id.
+	sentAt, callID int64
+	retried        bool
 }
 
 // takeDecisions returns an empty working set for one request.
@@ -93,7 +93,7 @@ func (d *decisions) add(rs *ruleState) *applied {
 	// (TestDecisionsAddResetsEveryField).
 	a.rs, a.decision, a.decided, a.local = rs, algorithms.Decision{}, false, false
 	a.key, a.cost = a.key[:0], 0
-	a.leased, a.take, a.spent, a.sentAt = nil, 0, false, 0
+	a.leased, a.take, a.spent, a.sentAt, a.callID = nil, 0, false, 0, 0
 	a.give, a.givenAt = 0, 0
 	a.overflow, a.redisAt = false, 0
 	return a

@@ -47,6 +47,7 @@ type redisClient struct {
 	body    []byte // scratch for request bodies; a callout copies it
 	keys    []byte // the Redis keys of one call, back to back
 	answers []redis.Answer
+	callID  int64 // the VM's next call id (nextCallID), from a random start
 	at      int64 // the instant on Redis' clock of the last answer parsed (callReplies, shardReply)
 
 	// parts holds one breaker per partition when redis.partitions > 1 (each partition lives
@@ -168,6 +169,13 @@ func (h *httpContext) callItems() []redis.Item {
 	return d.items
 }
 
+// nextCallID returns the id of a new script call, which its answer must carry (docs/global-limits.md).
+func (c *redisClient) nextCallID() int64 {
+	id := c.callID
+	c.callID = (id + 1) & redis.MaxCallID
+	return id
+}
+
 // appendItem appends a's key, in its partition, to keys and returns them with a's item of a
 // script call, whose Key is the bytes appended. The call and the parse of its answer build the
 // item here alike: an answer judged against an item other than the one sent can call a
@@ -188,20 +196,21 @@ func (h *httpContext) sendCallout(now int64, full bool) error {
 		h.redisAnswer = h.answerRedis
 	}
 	h.asked = h.d
-	return h.dispatch(now, h.callItems(), full, h.redisAnswer)
+	h.d.callID = h.plugin.redis.nextCallID()
+	return h.dispatch(now, h.d.callID, h.callItems(), full, h.redisAnswer)
 }
 
-// dispatch sends one script call for items, EVALSHA or, when full is set (after NOSCRIPT),
-// the script itself. The callback captures the working set itself, since the stream may be
-// gone before the answer; the answer is handed over even then (abi.DispatchHttpCallAlways):
+// dispatch sends one script call for items, named id, EVALSHA or, when full is set (after
+// NOSCRIPT), the script itself. The callback captures the working set itself, since the stream
+// may be gone before the answer; the answer is handed over even then (abi.DispatchHttpCallAlways):
 // it may commit a lease batch the VM must hold, and the latency histogram and the breaker
 // must hear it (lateAnswer, lateShardAnswer).
-func (h *httpContext) dispatch(now int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
+func (h *httpContext) dispatch(now, id int64, items []redis.Item, full bool, answer func(numHeaders, bodySize, numTrailers int)) error {
 	c := h.plugin.redis
 	if full {
-		c.body = redis.AppendEval(c.body[:0], items)
+		c.body = redis.AppendEval(c.body[:0], id, items)
 	} else {
-		c.body = redis.AppendEvalSHA(c.body[:0], items)
+		c.body = redis.AppendEvalSHA(c.body[:0], id, items)
 	}
 	return h.send(now, answer)
 }
@@ -664,7 +673,8 @@ func (p *plugin) refreshSecret(now int64) {
 // EVALSHA, or the full script when full is set (after NOSCRIPT).
 func (h *httpContext) sendShardCallout(now int64, i int, items []redis.Item, full bool) error {
 	d := h.d
-	err := h.dispatch(now, items, full, func(nh, bs, nt int) { h.onShardAnswer(d, i, full, nh, bs, nt) })
+	d.applied[i].callID = h.plugin.redis.nextCallID()
+	err := h.dispatch(now, d.applied[i].callID, items, full, func(nh, bs, nt int) { h.onShardAnswer(d, i, full, nh, bs, nt) })
 	if err == nil {
 		// Each rule's call has its own send time: a resend of one rule (a denied batch,
 		// NOSCRIPT) must not move the instant another rule's answer is measured from.
@@ -822,7 +832,7 @@ func (h *httpContext) callReplies(d *decisions, numHeaders, bodySize, numTrailer
 	c := h.plugin.redis
 	items := d.items
 	c.answers = slices.Grow(c.answers[:0], len(items))[:len(items)]
-	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), items, c.answers)
+	c.at, committed, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, len(items)), d.callID, items, c.answers)
 	return committed, err
 }
 
@@ -836,7 +846,7 @@ func (h *httpContext) shardReply(a *applied, numHeaders, bodySize, numTrailers i
 		return item, answer, errCalloutReset
 	}
 	var answers [1]redis.Answer
-	c.at, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), item[:], answers[:])
+	c.at, _, err = redis.ParseReplies(calloutStatus(), calloutBody(bodySize, 1), a.callID, item[:], answers[:])
 	return item, answers[0], err
 }
 
@@ -879,13 +889,13 @@ func atoi(s string) int {
 }
 
 // calloutBody reads the answer to a call of rules global rules, at most 21 bytes per number
-// (20 digits and a comma) for the three of the head and the six of each rule, and room for the
+// (20 digits and a comma) for the four of the head and the six of each rule, and room for the
 // JSON around them: anything larger is not a script result.
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(3+6*rules)))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(4+6*rules)))
 	if err != nil {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"fmt"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"strings"
 	"testing"
@@ -33,6 +34,20 @@ func (d *nativeDriver) startGlobal(t *testing.T, key string) (uint32, uint32) {
 	return id, callouts[len(callouts)-1].CalloutID
 }
 
+// answerScript answers callout, the call of request id, with status 200 and the script's
+// answer format, whose one verb (%s) is the call's id as the call sent it (its last argument).
+func (d *nativeDriver) answerScript(id, callout uint32, format string) {
+	for _, c := range d.host.GetCalloutAttributesFromContext(id) {
+		if c.CalloutID == callout {
+			body := string(c.Body)
+			answer := fmt.Sprintf(format, body[strings.LastIndexByte(body, '/')+1:])
+			d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}}, nil, []byte(answer))
+			return
+		}
+	}
+	panic(fmt.Sprintf("no callout %d of request %d", callout, id))
+}
+
 func TestGlobalNativeCallout(t *testing.T) {
 	d := newNativeGlobal(t, "deny")
 	id, _ := d.startGlobal(t, "k/1?x.json")
@@ -55,19 +70,42 @@ func TestGlobalNativeAnswers(t *testing.T) {
 	d := newNativeGlobal(t, "deny")
 
 	id, callout := d.startGlobal(t, "a")
-	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVALSHA":[1764504000,0,1,1,5,4,0,12000000000,0]}`))
+	d.answerScript(id, callout, `{"EVALSHA":[1764504000,0,1,%s,1,5,4,0,12000000000,0]}`)
 	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
 	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
 	require.Equal(t, `"g";r=4;t=12`, filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id))["ratelimit"])
 
 	id, callout = d.startGlobal(t, "a")
-	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,2500000000,60000000000,0]}`))
+	d.answerScript(id, callout, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,2500000000,60000000000,0]}`)
 	resp := d.host.GetSentLocalResponse(id)
 	require.NotNil(t, resp)
 	require.EqualValues(t, 429, resp.StatusCode)
 	require.Equal(t, "3", filtertest.HeaderMap(resp.Headers)["retry-after"])
+}
+
+// An answer to another call (webdis hands the reply of a call whose client went away to the
+// next request it serves) is malformed: the request it reaches gets the failure mode (deny
+// here), not the other call's admission, and the call it belongs to is still decided by its own.
+func TestGlobalNativeAnswerToAnotherCall(t *testing.T) {
+	d := newNativeGlobal(t, "deny")
+	first, firstCallout := d.startGlobal(t, "a")
+	second, secondCallout := d.startGlobal(t, "a")
+	idOf := func(id uint32) string {
+		body := string(d.host.GetCalloutAttributesFromContext(id)[0].Body)
+		return body[strings.LastIndexByte(body, '/')+1:]
+	}
+	require.NotEqual(t, idOf(first), idOf(second))
+	stale := `{"EVALSHA":[1764504000,0,1,` + idOf(first) + `,1,5,4,0,12000000000,0]}`
+	d.host.CallOnHttpCallResponse(secondCallout, [][2]string{{":status", "200"}}, nil, []byte(stale))
+	resp := d.host.GetSentLocalResponse(second)
+	require.NotNil(t, resp, "the other call's admission was taken")
+	require.EqualValues(t, 429, resp.StatusCode)
+	malformed, _ := d.host.GetCounterMetric("ratelimit_redis_malformed_total")
+	require.EqualValues(t, 1, malformed)
+
+	d.host.CallOnHttpCallResponse(firstCallout, [][2]string{{":status", "200"}}, nil, []byte(stale))
+	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(first))
+	require.Nil(t, d.host.GetSentLocalResponse(first))
 }
 
 // NOSCRIPT: Redis lost the script, and the filter sends it in full once.
@@ -79,8 +117,7 @@ func TestGlobalNativeNoScript(t *testing.T) {
 	callouts := d.host.GetCalloutAttributesFromContext(id)
 	require.Len(t, callouts, 2)
 	require.True(t, strings.HasPrefix(string(callouts[1].Body), "EVAL/"))
-	d.host.CallOnHttpCallResponse(callouts[1].CalloutID, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVAL":[1764504000,0,1,1,5,4,0,12000000000,0]}`))
+	d.answerScript(id, callouts[1].CalloutID, `{"EVAL":[1764504000,0,1,%s,1,5,4,0,12000000000,0]}`)
 	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id))
 	n, err := d.host.GetCounterMetric("ratelimit_redis_noscript_total")
 	require.NoError(t, err)

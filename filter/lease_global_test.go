@@ -390,8 +390,7 @@ func TestOverLimitCacheClampsTheWait(t *testing.T) {
 		if d.host.GetSentLocalResponse(id) != nil {
 			break
 		}
-		d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-			nil, []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,9007199254740992,9007199254740992,0]}`))
+		d.answerScript(id, callout, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,9007199254740992,9007199254740992,0]}`)
 		c := d.host.GetCalloutAttributesFromContext(id)
 		callout = c[len(c)-1].CalloutID
 	}

@@ -41,26 +41,25 @@ func TestLeaseRefundNeverInflatesANewerLease(t *testing.T) {
 	{"name":"L","continue":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"token_bucket","limit":100000,"window":"1h","lease":{"batch":10,"ttl":"10s"}},
 	{"name":"G","scope":"global","key":[{"source":"header","name":"x-api-key"}],"algorithm":"gcra","limit":5,"window":"1m"}]}`
 	d := newNative(t, cfg)
-	allow := []byte(`{"EVALSHA":[1764504000,0,1,1,5,4,0,12000000000,0]}`)
-	deny := []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,2500000000,60000000000,0]}`)
-	ok := [][2]string{{":status", "200"}}
-	_, c1 := d.startGlobal(t, "a")
-	d.host.CallOnHttpCallResponse(c1, ok, nil, allow) // takes 10, holds 9
-	var pending []uint32
+	allow := `{"EVALSHA":[1764504000,0,1,%s,1,5,4,0,12000000000,0]}`
+	deny := `{"EVALSHA":[1764504000,0,0,%s,0,5,0,2500000000,60000000000,0]}`
+	r1, c1 := d.startGlobal(t, "a")
+	d.answerScript(r1, c1, allow) // takes 10, holds 9
+	var pending [][2]uint32
 	for range 9 { // the 9 held units are spent by requests that wait for Redis
-		_, c := d.startGlobal(t, "a")
-		pending = append(pending, c)
+		r, c := d.startGlobal(t, "a")
+		pending = append(pending, [2]uint32{r, c})
 	}
-	_, c11 := d.startGlobal(t, "a")
-	d.host.CallOnHttpCallResponse(c11, ok, nil, allow) // a new take: holds 9
-	for _, c := range pending {
-		d.host.CallOnHttpCallResponse(c, ok, nil, deny) // the global rule denies: refunds
+	r11, c11 := d.startGlobal(t, "a")
+	d.answerScript(r11, c11, allow) // a new take: holds 9
+	for _, rc := range pending {
+		d.answerScript(rc[0], rc[1], deny) // the global rule denies: refunds
 	}
 	taken0, _ := d.host.GetCounterMetric("ratelimit_lease_taken_total;rule=L")
 	spent := 0
 	for range 40 {
-		_, c := d.startGlobal(t, "a")
-		d.host.CallOnHttpCallResponse(c, ok, nil, allow)
+		r, c := d.startGlobal(t, "a")
+		d.answerScript(r, c, allow)
 		if tk, _ := d.host.GetCounterMetric("ratelimit_lease_taken_total;rule=L"); tk != taken0 {
 			break
 		}

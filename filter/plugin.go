@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -382,6 +383,7 @@ func newRedisClient(cfg *config.Redis) (*redisClient, error) {
 			{"content-type", redis.ContentType},
 		}),
 		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
+		callID:  int64(rand.Uint64() & redis.MaxCallID),
 		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
 			probeWait: int64(cfg.Timeout)},
 	}

@@ -113,8 +113,7 @@ func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
 func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
 	d := newNativeGlobal(t, "deny")
 	id, callout := d.startGlobal(t, "a")
-	d.host.CallOnHttpCallResponse(callout, [][2]string{{":status", "200"}},
-		nil, []byte(`{"EVALSHA":[1764504000,0,0,0,5,0,9223372036854775807,9223372036854775807,0]}`))
+	d.answerScript(id, callout, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,9223372036854775807,9223372036854775807,0]}`)
 	resp := d.host.GetSentLocalResponse(id)
 	require.NotNil(t, resp)
 	require.EqualValues(t, 429, resp.StatusCode)

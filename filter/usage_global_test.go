@@ -93,12 +93,12 @@ func remainingOf(t *testing.T, srv *redistest.Server, l *leaseVMs, cfg algorithm
 	require.NoError(t, err)
 	keys := srv.MustDo("KEYS", "rl:{rl}:llm:*"+k).([]any)
 	require.Len(t, keys, 1)
-	body := redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: []byte(keys[0].(string))}})
+	body := redis.AppendEvalSHA(nil, 0, []redis.Item{{Rule: rule, Key: []byte(keys[0].(string))}})
 	body = strconv.AppendInt(append(body, '/'), l.now/1e9, 10)
 	body = strconv.AppendInt(append(body, '/'), l.now%1e9, 10)
 	status, reply := postWebdis(t, srv.WebdisURL(), body)
 	var a [1]redis.Answer
-	_, _, err = redis.ParseReplies(status, reply, []redis.Item{{Rule: rule}}, a[:])
+	_, _, err = redis.ParseReplies(status, reply, 0, []redis.Item{{Rule: rule}}, a[:])
 	require.NoError(t, err)
 	return a[0].Decision.Remaining
 }

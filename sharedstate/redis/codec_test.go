@@ -283,14 +283,14 @@ func TestNewRule(t *testing.T) {
 			t.Errorf("%+v: script %s, limit %d", c.cfg, r.Script().Name, r.Limit())
 		}
 		// n 3, enforced (shadow 0), then the rule's algorithm code and parameters, then the
-		// request's own cost (3: no lease batch) and no give-back (0 units, at 0).
-		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args + "/3/0/0"
+		// request's own cost (3: no lease batch), no give-back (0 units, at 0), and the call's id.
+		want := "EVALSHA/" + r.Script().SHA + "/1/" + ekey + "/3/0" + c.args + "/3/0/0/9007199254740991"
 		if got := string(r.AppendEvalSHA(nil, key, 3)); got != want {
 			t.Errorf("%s: AppendEvalSHA = %q, want %q", c.name, got, want)
 		}
 		eval := string(r.AppendEval(nil, key, 3))
 		src, tail, ok := strings.Cut(strings.TrimPrefix(eval, "EVAL/"), "/")
-		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args+"/3/0/0" {
+		if !ok || string(webdisDecode([]byte(src))) != r.Script().Source || tail != "1/"+ekey+"/3/0"+c.args+"/3/0/0/9007199254740991" {
 			t.Errorf("%s: AppendEval body does not carry the script and the same arguments", c.name)
 		}
 		checkEscaped(t, []byte(r.Script().Source), []byte(src))
@@ -298,7 +298,7 @@ func TestNewRule(t *testing.T) {
 }
 
 // A valid reply body, and the Reply it decodes to.
-const okBody = `{"EVALSHA":[1764480000,123456000,0,0,10,0,250000000,1000000000,0]}`
+const okBody = `{"EVALSHA":[1764480000,123456000,0,9007199254740991,0,10,0,250000000,1000000000,0]}`
 
 var okReply = redis.Reply{
 	Decision: algorithms.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 250 * time.Millisecond, ResetAfter: time.Second},
@@ -311,8 +311,8 @@ func TestParseReply(t *testing.T) {
 		want redis.Reply
 	}{
 		{okBody, okReply},
-		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 0 ,10,0, 250000000,1000000000,0] }\r\n", okReply},
-		{`{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
+		{" {\n\"EVAL\" : [1764480000,123456000 , 0 , 9007199254740991 , 0 ,10,0, 250000000,1000000000,0] }\r\n", okReply},
+		{`{"EVALSHA":[0,0,1,9007199254740991,1,5,4,0,200000000,0]}`, redis.Reply{Decision: algorithms.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}}},
 	}
 	for _, c := range ok {
 		got, err := redis.ParseReply(200, []byte(c.body))
@@ -358,30 +358,32 @@ func TestParseReply(t *testing.T) {
 		{200, `{"EVALSHA":[]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[true,"OK"]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[1,null,4]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)}, // allowed, not committed
-		{200, `{"EVALSHA":[0,0,1,0,5,4,7,200000000,0]}`, is(redis.ErrMalformed)}, // denied, committed
-		{200, `{"EVALSHA":[0,0,2,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0.5,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2e8,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[1,5,4,0,"2",0,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,01,01,5,4,0,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,2,2,5,4,0,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,0,4,0,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,-1,0,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,1,1,5,4,0,2,2]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,-7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,-2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[-1,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,1000000000,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[9223372036,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[99999999999999999999,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,9223372036854775808,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,-9223372036854775809,2,0]}`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0]}x`, is(redis.ErrMalformed)},
-		{200, `{"EVALSHA":[0,0,0,0,5,4,7,2,0],"GET":1}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,4,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,4,0,200000000,0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)}, // allowed, not committed
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,0,5,4,7,200000000,0]}`, is(redis.ErrMalformed)}, // denied, committed
+		{200, `{"EVALSHA":[0,0,2,9007199254740991,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740990,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)}, // another call's id
+		{200, `{"EVALSHA":[0,0,1,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},                  // no id
+		{200, `{"EVALSHA":[0,0.5,1,9007199254740991,1,5,4,0,200000000,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,4,0,2e8,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[1,5,4,9007199254740991,0,"2",0,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,01,9007199254740991,01,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,2,9007199254740991,2,5,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,0,4,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,-1,0,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,1,9007199254740991,1,5,4,0,2,2]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,-7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,7,-2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[-1,0,0,9007199254740991,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,1000000000,0,9007199254740991,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[9223372036,0,0,9007199254740991,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[99999999999999999999,0,0,9007199254740991,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,9223372036854775808,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,-9223372036854775809,2,0]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,7,2,0]}x`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[0,0,0,9007199254740991,0,5,4,7,2,0],"GET":1}`, is(redis.ErrMalformed)},
 		{200, `{"GET":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVAL\u0053HA":[0,0,0,0,5,4,7,2,0]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"bad \x escape"]}`, is(redis.ErrMalformed)},
@@ -407,7 +409,7 @@ func TestParseReply(t *testing.T) {
 }
 
 // TestParseReplies decodes the answer of a call with several rules, and refuses answers that do
-// not fit the call: another number of rules, another rule's limit, a commit flag that
+// not fit the call: another number of rules, another rule's limit, another call's id, a commit flag that
 // contradicts the decisions.
 func TestParseReplies(t *testing.T) {
 	a := mustRule(t, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
@@ -416,58 +418,59 @@ func TestParseReplies(t *testing.T) {
 	out := make([]redis.Answer, 2)
 
 	// The shadow rule denies, the enforced one admits: committed.
-	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`), items, out)
+	now, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`), redis.TestCallID, items, out)
 	if err != nil || now != 7_000_000_008 || !committed ||
 		out[0] != (redis.Answer{Decision: algorithms.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 5}, Now: now}) ||
 		out[1] != (redis.Answer{Decision: algorithms.Decision{Limit: 20, RetryAfter: 9, ResetAfter: 10}, Overflow: true, Now: now}) {
 		t.Errorf("shadow denial: %d %v %v %+v", now, committed, err, out)
 	}
 	// The enforced rule denies: not committed.
-	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,0,2,0,3,5,0,1,20,19,0,10,0]}`), items, out); err != nil || committed {
+	if _, committed, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,0,9007199254740991,0,2,0,3,5,0,1,20,19,0,10,0]}`), redis.TestCallID, items, out); err != nil || committed {
 		t.Errorf("enforced denial: %v %v", committed, err)
 	}
 	for _, body := range []string{
-		`{"EVALSHA":[7,8,0,1,2,1,0,5,0,0,20,0,9,10,0]}`,  // nothing denied, yet not committed
-		`{"EVALSHA":[7,8,1,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
-		`{"EVALSHA":[7,8,1,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // gave back, for an item that gives nothing back
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,3,0,20,0,9,10,0]}`,  // gave back on the overflow key
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,4,0,20,0,9,10,0]}`,  // flags is not 0, 1 or 2
-		`{"EVALSHA":[7,8,1,1,2,3,0,5,0,0,20,0,9,10,0]}`,  // remaining 3 of a limit of 2
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,21,9,10,0]}`, // remaining 21 of a limit of 20
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0]}`,                // one rule's answer for two
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0,1,2,1,0,5,0]}`,
+		`{"EVALSHA":[7,8,0,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,0]}`,  // nothing denied, yet not committed
+		`{"EVALSHA":[7,8,1,9007199254740991,0,2,0,3,5,0,1,20,19,0,10,0]}`, // enforced denial, yet committed
+		`{"EVALSHA":[7,8,1,9007199254740991,1,3,1,0,5,0,0,20,0,9,10,0]}`,  // the first rule's limit is not 2
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,2,0,20,0,9,10,0]}`,  // gave back, for an item that gives nothing back
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,3,0,20,0,9,10,0]}`,  // gave back on the overflow key
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,4,0,20,0,9,10,0]}`,  // flags is not 0, 1 or 2
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,3,0,5,0,0,20,0,9,10,0]}`,  // remaining 3 of a limit of 2
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,21,9,10,0]}`, // remaining 21 of a limit of 20
+		`{"EVALSHA":[7,8,1,7,1,2,1,0,5,0,0,20,0,9,10,1]}`,                 // the answer to another call (id 7)
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0]}`,                // one rule's answer for two
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,0,1,2,1,0,5,0]}`,
 	} {
-		if _, _, err := redis.ParseReplies(200, []byte(body), items, out); !errors.Is(err, redis.ErrMalformed) {
+		if _, _, err := redis.ParseReplies(200, []byte(body), redis.TestCallID, items, out); !errors.Is(err, redis.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", body, err)
 		}
 	}
 	// Flags 2: the item's give-back was applied.
 	giving := []redis.Item{{Rule: a, Key: []byte("a"), GiveBack: 3}, items[1]}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`), giving, out); err != nil ||
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,2,0,20,0,9,10,0]}`), redis.TestCallID, giving, out); err != nil ||
 		!out[0].GaveBack || out[0].Overflow || out[1].GaveBack {
 		t.Errorf("give-back applied: %v %+v", err, out)
 	}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), giving, out); err != nil || out[0].GaveBack {
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,0]}`), redis.TestCallID, giving, out); err != nil || out[0].GaveBack {
 		t.Errorf("give-back not applied: %v %+v", err, out)
 	}
 	// Remaining is bounded by the capacity, not the limit: a token bucket of limit 2 and
 	// burst 5 may report 4 remaining, and not 6.
 	burst := []redis.Item{{Rule: mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 2, Burst: 5, Window: time.Hour}), Key: []byte("c")}}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,4,0,5,0]}`), burst, out[:1]); err != nil || out[0].Decision.Remaining != 4 {
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,4,0,5,0]}`), redis.TestCallID, burst, out[:1]); err != nil || out[0].Decision.Remaining != 4 {
 		t.Errorf("remaining 4 of a burst of 5: %v %+v", err, out[0])
 	}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,6,0,5,0]}`), burst, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,6,0,5,0]}`), redis.TestCallID, burst, out[:1]); !errors.Is(err, redis.ErrMalformed) {
 		t.Errorf("remaining 6 of a burst of 5: %v, want ErrMalformed", err)
 	}
-	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,0]}`), items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
+	if _, _, err := redis.ParseReplies(200, []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,0]}`), redis.TestCallID, items, out[:1]); !errors.Is(err, redis.ErrMalformed) {
 		t.Errorf("short out: %v", err)
 	}
 }
 
 func FuzzParseReply(f *testing.F) {
 	for _, s := range []string{okBody, `{"EVALSHA":[false,"NOSCRIPT x"]}`, `{"EVALSHA":[false]}`,
-		`{"EVAL":[0,0,1,1,5,4,0,200000000,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
+		`{"EVAL":[0,0,1,9007199254740991,1,5,4,0,200000000,0]}`, `{"EVALSHA":[false,"\ud83d\udea6"]}`, ``, `null`} {
 		f.Add(200, []byte(s))
 	}
 	f.Add(503, []byte(nil))
@@ -520,7 +523,7 @@ func TestHotPathAllocsThreeRules(t *testing.T) {
 	body := make([]byte, 0, 1024)
 	items := make([]redis.Item, 3)
 	out := make([]redis.Answer, 3)
-	answer := []byte(`{"EVALSHA":[1764480000,0,1,1,100,99,0,10000000,0,1,10,9,0,6000000000,1,1,1000,999,0,3600000000000,0]}`)
+	answer := []byte(`{"EVALSHA":[1764480000,0,1,9007199254740991,1,100,99,0,10000000,0,1,10,9,0,6000000000,1,1,1000,999,0,3600000000000,0]}`)
 	desc := []byte("203.0.113.7")
 	if n := testing.AllocsPerRun(200, func() {
 		keys = keys[:0]
@@ -529,8 +532,8 @@ func TestHotPathAllocsThreeRules(t *testing.T) {
 			keys = redis.AppendKey(keys, "rl", "rl", "x", desc)
 			items[i] = redis.Item{Rule: r, Key: keys[start:len(keys):len(keys)], N: 1}
 		}
-		body = redis.AppendEvalSHA(body[:0], items)
-		if _, committed, err := redis.ParseReplies(200, answer, items, out); err != nil || !committed || !out[1].Overflow {
+		body = redis.AppendEvalSHA(body[:0], redis.TestCallID, items)
+		if _, committed, err := redis.ParseReplies(200, answer, redis.TestCallID, items, out); err != nil || !committed || !out[1].Overflow {
 			t.Fatal(err)
 		}
 	}); n != 0 {
@@ -585,7 +588,7 @@ func TestNewRuleFollowsSpecs(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		body := string(redis.AppendEvalSHA(nil, []redis.Item{{Rule: r, Key: []byte("k"), N: 1}}))
+		body := string(redis.AppendEvalSHA(nil, redis.TestCallID, []redis.Item{{Rule: r, Key: []byte("k"), N: 1}}))
 		if want := fmt.Sprintf("/10/1000000000/%d/", c.Capacity()); !strings.Contains(body, want) {
 			t.Fatalf("%s: the call %q does not carry limit, window and capacity %q", s.Name, body, want)
 		}

@@ -64,7 +64,7 @@ func (r *Rule) AppendEvalAt(dst, key []byte, n, now int64) []byte {
 
 // AppendEvalSHAItemsAt is the function AppendEvalSHA with the test-only clock override.
 func AppendEvalSHAItemsAt(dst []byte, items []Item, now int64) []byte {
-	return appendNow(AppendEvalSHA(dst, items), now)
+	return appendNow(AppendEvalSHA(dst, TestCallID, items), now)
 }
 
 // AppendSettleSHAAt is AppendSettleSHA with the test-only clock override.
@@ -87,7 +87,7 @@ type Reply struct {
 func ParseReply(status int, body []byte) (Reply, error) {
 	var a [1]Answer
 	items := [1]Item{{Rule: anyRule}}
-	now, _, err := ParseReplies(status, body, items[:], a[:])
+	now, _, err := ParseReplies(status, body, TestCallID, items[:], a[:])
 	if err != nil {
 		return Reply{}, err
 	}
@@ -101,14 +101,18 @@ var anyRule = &Rule{}
 // for n events; see the function AppendEvalSHA.
 func (r *Rule) AppendEvalSHA(dst, key []byte, n int64) []byte {
 	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEvalSHA(dst, items[:])
+	return AppendEvalSHA(dst, TestCallID, items[:])
 }
 
 // AppendEval appends the NOSCRIPT fallback of Rule.AppendEvalSHA.
 func (r *Rule) AppendEval(dst, key []byte, n int64) []byte {
 	items := [1]Item{{Rule: r, Key: key, N: n}}
-	return AppendEval(dst, items[:])
+	return AppendEval(dst, TestCallID, items[:])
 }
 
 // ParseRepliesGeneral is the parser ParseReplies leaves every answer it does not decode itself to.
 var ParseRepliesGeneral = parseReplies
+
+// TestCallID is the call id of the bodies the tests build: the largest, so that every call
+// checks the script echoes an id at the edge of a double's exact integers.
+const TestCallID = MaxCallID

@@ -127,7 +127,7 @@ func (d *differ) doGiveBack(ret algorithms.Returner, now, n, g, takenAt int64) (
 	d.buf = redis.AppendEvalSHAItemsAt(d.buf[:0], items, now)
 	status, body := d.c.post(d.buf)
 	var answers [1]redis.Answer
-	_, _, err := redis.ParseReplies(status, body, items, answers[:])
+	_, _, err := redis.ParseReplies(status, body, redis.TestCallID, items, answers[:])
 	if errors.Is(err, redis.ErrNoScript) {
 		d.t.Fatalf("script not loaded")
 	}

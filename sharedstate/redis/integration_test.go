@@ -759,7 +759,7 @@ func TestFaults(t *testing.T) {
 	}{
 		{200, "garbage", redis.ErrMalformed},
 		{200, `{"EVALSHA":[1,2,3]}`, redis.ErrMalformed},
-		{200, `{"EVALSHA":[1764480000,1234,0,0,10,0,250000000,1000`, redis.ErrMalformed},
+		{200, `{"EVALSHA":[1764480000,1234,0,9007199254740991,0,10,0,250000000,1000`, redis.ErrMalformed},
 		{403, "", redis.ErrMalformed},
 		{504, "upstream request timeout", redis.ErrUnavailable},
 	} {

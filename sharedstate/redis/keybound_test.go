@@ -22,9 +22,9 @@ import (
 func callOne(t *testing.T, c *webdisClient, it redis.Item) redis.Answer {
 	t.Helper()
 	items := []redis.Item{it}
-	status, body := c.post(redis.AppendEvalSHA(nil, items))
+	status, body := c.post(redis.AppendEvalSHA(nil, redis.TestCallID, items))
 	out := make([]redis.Answer, 1)
-	if _, _, err := redis.ParseReplies(status, body, items, out); err != nil {
+	if _, _, err := redis.ParseReplies(status, body, redis.TestCallID, items, out); err != nil {
 		t.Fatalf("%s: %v (%d %s)", it.Key, err, status, body)
 	}
 	return out[0]

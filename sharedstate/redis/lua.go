@@ -775,7 +775,7 @@ local now_s, now_n = now_at(11)
 if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
 return bad_args('now')
 end
-local out = {now_s, now_n, 1}
+local out = {now_s, now_n, 1, 0}
 if not redis.call('SET', KEYS[nk], '1', 'NX', 'PX', string.format('%d', SETTLE_ID_TTL_MS)) then
 return out
 end
@@ -858,15 +858,19 @@ end
 rules[#rules + 1] = r
 i = i + 10
 end
-if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
+if #rules == 0 or (#ARGV ~= i + 1 and #ARGV ~= i + 3) then
 return bad_args('count')
 end
-local now_s, now_n = now_at(i + 1)
+local id = int(ARGV[i + 1])
+if id == nil or id < 0 or id >= MAX_EXACT then
+return bad_args('id')
+end
+local now_s, now_n = now_at(i + 2)
 if now_s == nil then
 return bad_args('now')
 end
 local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
-local out = {now_s, now_n, 0}
+local out = {now_s, now_n, 0, id}
 local commit = true
 for _, r in ipairs(rules) do
 local P, key = r.P, r.key
@@ -932,7 +936,7 @@ return out
 `
 
 // luaScriptSHA1 is the lower-case hex SHA-1 of luaScript, the name EVALSHA uses.
-const luaScriptSHA1 = "b84fcdda29ba9dbd7ad391debf70ae1d8ad6a519"
+const luaScriptSHA1 = "56577e4b999317a9c90bd1bf768a10c9f154b8ba"
 
 // luaSecretScript is the partition secret's script (AppendSecretCall), assembled by gen_lua.go.
 const luaSecretScript = `local v = redis.call('GET', KEYS[1])

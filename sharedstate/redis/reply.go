@@ -82,32 +82,33 @@ type Answer struct {
 }
 
 // Lengths of the flat array the script returns:
-// {now_s, now_ns, committed, then per rule: allowed, limit, remaining, retry_after_ns,
+// {now_s, now_ns, committed, id, then per rule: allowed, limit, remaining, retry_after_ns,
 // reset_after_ns, flags (1: overflow, 2: gave back)}.
 const (
-	replyHead    = 3
+	replyHead    = 4
 	replyPerRule = 6
 )
 
-// ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from items:
-// status is the HTTP status, body the response body, and out (len(items) long) receives each
-// item's answer. A success is exactly
+// ParseReplies decodes webdis' answer to an AppendEvalSHA or AppendEval body made from id and
+// items: status is the HTTP status, body the response body, and out (len(items) long) receives
+// each item's answer. A success is exactly
 //
-//	{"EVALSHA":[now_s,now_ns,committed,allowed,limit,remaining,retry_after_ns,reset_after_ns,flags,...]}
+//	{"EVALSHA":[now_s,now_ns,committed,id,allowed,limit,remaining,retry_after_ns,reset_after_ns,flags,...]}
 //
 // (or "EVAL"), integers only, six per item; an error reply is {"EVALSHA":[false,"<message>"]},
 // with status 200. now is the decision's instant on Redis' clock (Unix ns); committed reports
 // whether the script wrote the admitting items' states, as it does exactly when no non-shadow
 // item was denied. An answer that does not fit items is malformed: another number of rules, a
 // limit other than an item's rule's (the answer is not for this request: a misrouted cluster,
-// a proxy in between), or a committed flag that contradicts the decisions.
+// a proxy in between), another id (webdis hands the reply of a call whose client went away
+// to the next request it serves), or a committed flag that contradicts the decisions.
 //
 // ParseReplies never panics, whatever the body, and does not allocate on success.
 //
 // The answer webdis writes for a script that ran (no whitespace, unsigned values that pass
 // every check) is decoded in one loop that calls nothing, so that it touches little code after
 // the round trip has pushed it out of the CPU's caches; parseReplies decodes anything else.
-func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
+func ParseReplies(status int, body []byte, id int64, items []Item, out []Answer) (now int64, committed bool, err error) {
 	const sha, eval = `{"EVALSHA":[`, `{"EVAL":[`
 	var (
 		b      = body
@@ -141,7 +142,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		i++
 		v[j] = x
 		if j++; j == replyHead {
-			if sec, nsec := v[0], v[1]; sec > maxReplySec || nsec >= 1e9 || v[2] > 1 {
+			if sec, nsec := v[0], v[1]; sec > maxReplySec || nsec >= 1e9 || v[2] > 1 || v[3] != id {
 				goto general
 			}
 			now = v[0]*1e9 + v[1]
@@ -150,7 +151,7 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		if j < replyHead+replyPerRule {
 			continue
 		}
-		allowed, lim, remaining, retry, reset, flags := v[3], v[4], v[5], v[6], v[7], v[8]
+		allowed, lim, remaining, retry, reset, flags := v[4], v[5], v[6], v[7], v[8], v[9]
 		it := &items[k]
 		if allowed > 1 || flags > flagGaveBack || lim < 1 || allowed == 1 && retry != 0 ||
 			it.Rule.limit != 0 && lim != it.Rule.limit || it.Rule.capacity != 0 && remaining > it.Rule.capacity ||
@@ -170,13 +171,13 @@ func ParseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		return now, committed, nil
 	}
 general:
-	return parseReplies(status, body, items, out)
+	return parseReplies(status, body, id, items, out)
 }
 
 // parseReplies is ParseReplies for every answer, with what is wrong with a malformed one.
 //
 //go:noinline
-func parseReplies(status int, body []byte, items []Item, out []Answer) (now int64, committed bool, err error) {
+func parseReplies(status int, body []byte, id int64, items []Item, out []Answer) (now int64, committed bool, err error) {
 	if status != 200 {
 		return 0, false, statusError(status)
 	}
@@ -205,7 +206,7 @@ func parseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 	if p.literal("false") {
 		return 0, false, p.errorReply()
 	}
-	// One pass over the integers: the head's three, then each item's six, checked and
+	// One pass over the integers: the head's four, then each item's six, checked and
 	// converted as soon as they are read.
 	for n, i, j := 0, 0, 0; ; n++ { // element n, item i's value j
 		v, ok := p.integer()
@@ -242,6 +243,8 @@ func parseReplies(status int, body []byte, items []Item, out []Answer) (now int6
 		why = "time out of range"
 	case c != 0 && c != 1:
 		why = "committed is not 0 or 1"
+	case head[3] != id:
+		why = "the answer carries another call's id"
 	case (c == 1) == denied:
 		why = "committed contradicts the decisions"
 	default:

@@ -15,13 +15,14 @@ import (
 // on the instant, the commit, the error and every answer.
 func FuzzParseRepliesSameAsGeneral(f *testing.F) {
 	for _, s := range []string{
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}`, `{"EVAL":[7,8,0,0,2,0,3,5,0,1,20,19,0,10,0]}`,
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,2,0,20,0,9,10,0]}`, `{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,21,9,10,0]}`,
-		`{"EVALSHA":[9223372035,999999999,0,0,2,0,999999999999999999,5,0,0,20,0,9,10,0]}`,
-		`{"EVALSHA":[9223372036,0,1,1,2,1,0,5,0,0,20,0,9,10,1]}`, `{"EVALSHA":[0,1000000000,1,1,2,1,0,5,0,0,20,0,9,10,1]}`,
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1] }`, `{"EVALSHA":[7,08,1,1,2,1,0,5,0,0,20,0,9,10,1]}`,
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1,]}`, `{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10]}`,
-		`{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,-9,10,1]}`, `{"EVALSHA":[7,8,1,1,2,1,0,5,0,0,20,0,9,10,1]}}`,
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`, `{"EVAL":[7,8,0,9007199254740991,0,2,0,3,5,0,1,20,19,0,10,0]}`,
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,2,0,20,0,9,10,0]}`, `{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,21,9,10,0]}`,
+		`{"EVALSHA":[9223372035,999999999,0,9007199254740991,0,2,0,999999999999999999,5,0,0,20,0,9,10,0]}`,
+		`{"EVALSHA":[9223372036,0,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`, `{"EVALSHA":[0,1000000000,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`,
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1] }`, `{"EVALSHA":[7,08,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`,
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1,]}`, `{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10]}`,
+		`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,-9,10,1]}`, `{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}}`,
+		`{"EVALSHA":[7,8,1,9007199254740990,1,2,1,0,5,0,0,20,0,9,10,1]}`,
 		`{"EVALSHA":[false,"NOSCRIPT No matching script."]}`, ``,
 	} {
 		f.Add(200, []byte(s))
@@ -32,8 +33,8 @@ func FuzzParseRepliesSameAsGeneral(f *testing.F) {
 	items := []redis.Item{{Rule: a, Key: []byte("a"), GiveBack: 3}, {Rule: b, Key: []byte("b"), Shadow: true}}
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		var got, want [2]redis.Answer
-		now, committed, err := redis.ParseReplies(status, body, items, got[:])
-		wantNow, wantCommitted, wantErr := redis.ParseRepliesGeneral(status, body, items, want[:])
+		now, committed, err := redis.ParseReplies(status, body, redis.TestCallID, items, got[:])
+		wantNow, wantCommitted, wantErr := redis.ParseRepliesGeneral(status, body, redis.TestCallID, items, want[:])
 		if now != wantNow || committed != wantCommitted || fmt.Sprint(err) != fmt.Sprint(wantErr) ||
 			errors.Is(err, redis.ErrMalformed) != errors.Is(wantErr, redis.ErrMalformed) ||
 			errors.Is(err, redis.ErrUnavailable) != errors.Is(wantErr, redis.ErrUnavailable) ||

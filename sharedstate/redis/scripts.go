@@ -178,19 +178,26 @@ type Item struct {
 
 // AppendEvalSHA appends the webdis request body of one call that decides every item together:
 //
-//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/...
+//	EVALSHA/<sha>/<number of keys>/<keys of item 1>/.../<n 1>/<shadow 1>/<code>/<limit>/<window>/<capacity>/<max keys>/<cost 1>/<give back 1>/<given at 1>/.../<id>
 //
 // where the keys of an item are its Key, followed, for a rule with a key bound (see
 // Rule.Partitioned), by the rule's key set and overflow key. The script commits only if no
 // non-shadow item denies (lua/main.lua). Keys are escaped here, so any bytes are safe; they
 // must be distinct (the script refuses duplicates). It does not allocate when dst has room.
-func AppendEvalSHA(dst []byte, items []Item) []byte {
-	return appendTail(appendCommand(dst, false), items)
+// id (0 to MaxCallID) names the call: its answer carries it (ParseReplies), so it must differ
+// between the calls in flight of all proxies sharing a webdis.
+func AppendEvalSHA(dst []byte, id int64, items []Item) []byte {
+	return appendTail(appendCommand(dst, false), id, items)
 }
+
+// MaxCallID is the largest call id: the script's numbers are doubles, exact up to 2^53.
+const MaxCallID = 1<<53 - 1
 
 // AppendEval appends the NOSCRIPT fallback body, EVAL with the escaped script (many KiB): the
 // same call, which also loads the script into Redis' cache for the next EVALSHA.
-func AppendEval(dst []byte, items []Item) []byte { return appendTail(appendCommand(dst, true), items) }
+func AppendEval(dst []byte, id int64, items []Item) []byte {
+	return appendTail(appendCommand(dst, true), id, items)
+}
 
 // appendCommand appends the command and the script's name, or with full the script itself,
 // escaped on the first such call.
@@ -208,7 +215,7 @@ func appendCommand(dst []byte, full bool) []byte {
 // unsigned number, so it can never index past the keys.
 func (r *Rule) partKeys(part int) string { return r.boundKeys[uint(part)%uint(len(r.boundKeys))] }
 
-func appendTail(dst []byte, items []Item) []byte {
+func appendTail(dst []byte, id int64, items []Item) []byte {
 	nkeys := int64(len(items))
 	for i := range items {
 		nkeys += 2 * min(items[i].Rule.bound, 1) // a bound's key set and overflow key
@@ -234,7 +241,7 @@ func appendTail(dst []byte, items []Item) []byte {
 		}
 		dst = appendInt(appendInt(appendInt(dst, cost), giveBack), givenAt)
 	}
-	return dst
+	return appendInt(dst, id)
 }
 
 // appendInt appends '/' and v in decimal, a script argument.
@@ -281,7 +288,7 @@ type Settlement struct {
 //
 //	EVALSHA/<sha>/<number of keys>/<key>[/<key set>/<overflow key>]/<id key>/s/<delta>/<overflow>/<reserved s>/<reserved ns>/<code>/<limit>/<window>/<capacity>/<max keys>
 //
-// The reply is that of a decision without rules, {now_s, now_ns, 1}; ParseSettle reads it.
+// The reply is that of a decision without rules, {now_s, now_ns, 1, 0}; ParseSettle reads it.
 // Every algorithm with a usage cost settles (not the sliding log, whose call writes
 // nothing).
 func AppendSettleSHA(dst []byte, s *Settlement) []byte {
@@ -311,6 +318,6 @@ func appendSettleTail(dst []byte, s *Settlement) []byte {
 // ParseSettle decodes webdis' answer to a settlement call (AppendSettleSHA or AppendSettle),
 // with the errors of ParseReplies; now is the instant Redis settled at.
 func ParseSettle(status int, body []byte) (now int64, err error) {
-	now, _, err = ParseReplies(status, body, nil, nil)
+	now, _, err = ParseReplies(status, body, 0, nil, nil)
 	return now, err
 }

@@ -275,9 +275,9 @@ func TestShardedSpread(t *testing.T) {
 	const keys = 600
 	for i := range keys {
 		it := partItem(rule, "d", "hot", "203.0.113."+strconv.Itoa(i))
-		status, body := c.post(redis.AppendEvalSHA(nil, []redis.Item{it}))
+		status, body := c.post(redis.AppendEvalSHA(nil, redis.TestCallID, []redis.Item{it}))
 		out := make([]redis.Answer, 1)
-		if _, _, err := redis.ParseReplies(status, body, []redis.Item{it}, out); err != nil || !out[0].Decision.Allowed {
+		if _, _, err := redis.ParseReplies(status, body, redis.TestCallID, []redis.Item{it}, out); err != nil || !out[0].Decision.Allowed {
 			t.Fatalf("key %d: %+v %v (%d %s)", i, out[0], err, status, body)
 		}
 	}
@@ -319,16 +319,16 @@ func TestShardDown(t *testing.T) {
 	for i := range 60 {
 		d := "client-" + strconv.Itoa(i)
 		it := partItem(rule, "d", "r", d)
-		c.post(redis.AppendEval(nil, []redis.Item{it}))
+		c.post(redis.AppendEval(nil, redis.TestCallID, []redis.Item{it}))
 		shardOf[d] = srv.ShardOf(string(it.Key))
 	}
 	srv.StopShard(2)
 	var failed, decided int
 	for d, sh := range shardOf {
 		it := partItem(rule, "d", "r", d)
-		status, body := c.post(redis.AppendEval(nil, []redis.Item{it}))
+		status, body := c.post(redis.AppendEval(nil, redis.TestCallID, []redis.Item{it}))
 		out := make([]redis.Answer, 1)
-		_, _, err := redis.ParseReplies(status, body, []redis.Item{it}, out)
+		_, _, err := redis.ParseReplies(status, body, redis.TestCallID, []redis.Item{it}, out)
 		switch {
 		case sh == 2 && err == nil:
 			t.Fatalf("%s, on the stopped shard, was decided: %+v", d, out[0])
@@ -368,7 +368,7 @@ func TestPartitionedHotPathAllocs(t *testing.T) {
 		p := redis.Partition(&testSecret, desc, 64)
 		key := redis.AppendPartKey(buf[:0], "rl", "rl", "api", 64, p, desc)
 		items[0] = redis.Item{Rule: rule, Key: key, N: 1, Part: p}
-		if body := redis.AppendEvalSHA(key[len(key):], items); len(body) == 0 {
+		if body := redis.AppendEvalSHA(key[len(key):], redis.TestCallID, items); len(body) == 0 {
 			t.Fatal("empty body")
 		}
 	}); n != 0 {
@@ -376,11 +376,11 @@ func TestPartitionedHotPathAllocs(t *testing.T) {
 	}
 	p := redis.Partition(&testSecret, desc, 64)
 	want := "/" + string(redis.Escape(nil, []byte("rl:{rl:api:"+strconv.Itoa(p)+"}:#keys")))
-	body := redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: redis.AppendPartKey(nil, "rl", "rl", "api", 64, p, desc), N: 1, Part: p}})
+	body := redis.AppendEvalSHA(nil, redis.TestCallID, []redis.Item{{Rule: rule, Key: redis.AppendPartKey(nil, "rl", "rl", "api", 64, p, desc), N: 1, Part: p}})
 	if !bytes.Contains(body, []byte(want)) {
 		t.Errorf("the call does not name the key set of partition %d (%s): %s", p, want, body)
 	}
 	for _, part := range []int{-1, 64, 1 << 30} {
-		redis.AppendEvalSHA(nil, []redis.Item{{Rule: rule, Key: []byte("k"), N: 1, Part: part}})
+		redis.AppendEvalSHA(nil, redis.TestCallID, []redis.Item{{Rule: rule, Key: []byte("k"), N: 1, Part: part}})
 	}
 }

@@ -88,7 +88,7 @@ func measure(t *testing.T, url string, rule *redis.Rule, parts int) {
 		d := []byte("198.51.100." + strconv.Itoa(i))
 		p := redis.Partition(&testSecret, d, parts)
 		it := redis.Item{Rule: rule, N: 1, Part: p, Key: redis.AppendPartKey(nil, "rl", "d", "r", parts, p, d)}
-		bodies[i] = redis.AppendEvalSHA(nil, []redis.Item{it})
+		bodies[i] = redis.AppendEvalSHA(nil, redis.TestCallID, []redis.Item{it})
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}
 	defer tr.CloseIdleConnections()

@@ -249,8 +249,8 @@ func newRawEvalSHA(b *testing.B, srv *redistest.Server) *rawEvalSHA {
 	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
 	b.Cleanup(tr.CloseIdleConnections)
 	r := &rawEvalSHA{b: b, url: strings.TrimSuffix(srv.WebdisURL(), "/") + redis.Path,
-		hc: &http.Client{Transport: tr, Timeout: callDeadline}, body: redis.AppendEvalSHA(nil, items)}
-	r.post(redis.AppendEval(nil, items)) // load the script
+		hc: &http.Client{Transport: tr, Timeout: callDeadline}, body: redis.AppendEvalSHA(nil, 0, items)}
+	r.post(redis.AppendEval(nil, 0, items)) // load the script
 	for range 10 {
 		r.call()
 	}

@@ -1,11 +1,13 @@
 package moduletest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -961,7 +963,7 @@ func TestGlobalWasmMetrics(t *testing.T) {
 			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[0,0,1,2,1,0,0,0,0]}`)), "ratelimit_redis_malformed_total"},
 			{redistest.GarbageServer(t, 200, []byte(strings.Repeat(" ", 8192))), "ratelimit_redis_malformed_total"},
 			// A well-formed answer that carries another limit is not this request's answer.
-			{redistest.GarbageServer(t, 200, []byte(`{"EVALSHA":[1,0,1,1,999999,5,0,0,0]}`)), "ratelimit_redis_malformed_total"},
+			{scriptAnswerServer(t, `{"EVALSHA":[1,0,1,%s,1,999999,5,0,0,0]}`), "ratelimit_redis_malformed_total"},
 			{"reset:", "ratelimit_redis_resets_total"},
 		} {
 			// Only the slow proxy's case needs the timeout to fire; the others answer at once,
@@ -995,4 +997,15 @@ func TestGlobalWasmMetrics(t *testing.T) {
 		require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_resets_total"), "each failure counted once")
 		require.Zero(t, h.Stats().Traps)
 	})
+}
+
+// scriptAnswerServer answers every call with status 200 and format, whose one verb (%s) is the
+// call's id as the call sent it (its body's last argument), as webdis relays a script's answer.
+func scriptAnswerServer(t *testing.T, format string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, format, body[bytes.LastIndexByte(body, '/')+1:])
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

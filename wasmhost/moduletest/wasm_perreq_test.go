@@ -155,8 +155,7 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 // minute, in Retry-After, RateLimit and the deny body.
 func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
 	t.Parallel()
-	url := redistest.GarbageServer(t, 200,
-		[]byte(`{"EVALSHA":[1764504000,0,0,0,5,0,9223372036854775807,9223372036854775807,0]}`))
+	url := scriptAnswerServer(t, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,9223372036854775807,9223372036854775807,0]}`)
 	rules := "[" + globalRule("g", `"algorithm":"gcra","limit":5,"window":"1m"`, false) + "]"
 	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), url, 1)
 	got, _ := doTimed(t, h)

@@ -1,8 +1,10 @@
 package moduletest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -741,11 +743,13 @@ type fakeWebdis struct {
 
 func (f *fakeWebdis) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls.Add(1)
+	body, _ := io.ReadAll(r.Body)
 	time.Sleep(f.delay)
 	now := time.Now()
-	// {now_s, now_ns, committed, then for the one rule: allowed, limit, remaining,
-	// retry_after_ns, reset_after_ns, overflow}
-	fmt.Fprintf(w, `{"EVALSHA":[%d,%d,1,1,1000,999,0,0,0]}`, now.Unix(), now.Nanosecond())
+	// {now_s, now_ns, committed, the call's id (the body's last argument), then for the one
+	// rule: allowed, limit, remaining, retry_after_ns, reset_after_ns, flags}
+	fmt.Fprintf(w, `{"EVALSHA":[%d,%d,1,%s,1,1000,999,0,0,0]}`, now.Unix(), now.Nanosecond(),
+		body[bytes.LastIndexByte(body, '/')+1:])
 }
 
 // TestAdaptiveWasmJudgesOnlyTheUpstream puts an adaptive rule behind another rule that holds

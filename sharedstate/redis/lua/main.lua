@@ -8,13 +8,16 @@
 --            window (ns), capacity, max_keys (0: unbounded), own (the request's own cost, at
 --            most n: n less a lease's reserve), give (units a lease gives back, 0: none),
 --            given_at (Unix ns: the instant of the take that debited them)
+--          then the call's id (an integer in [0, 2^53)), echoed in the reply;
 --          then, for the tests only, the decision time as Unix seconds and nanoseconds (the
 --          filter never sends it; Redis' TIME is used instead).
--- reply    {now_s, now_ns, committed (0|1), then per rule:
+-- reply    {now_s, now_ns, committed (0|1), id, then per rule:
 --            allowed (0|1), limit, remaining, retry_after_ns, reset_after_ns, flags}
 --          flat, because webdis turns a nested table into null. flags is the sum of 1 when the
 --          rule was decided on its overflow key and 2 when its give-back was applied to the
 --          key's state (a give-back the state takes nothing of is not: see Give-back below).
+--          The id lets the filter refuse an answer that is not to its call: webdis, when a
+--          client goes away mid-call, hands that call's reply to the next request it serves.
 --
 -- Every rule is decided on the state as read, nothing written; then, if no enforced rule
 -- denies, every rule that admitted (shadow ones included) writes its new state and TTL. A
@@ -165,7 +168,8 @@ end
 --          reply: the windows settle a reservation of an ended window on the carried debt),
 --          then the rule's algorithm code, limit, window (ns), capacity, max_keys; then, for the
 --          tests only, the instant as in a decision
--- reply    {now_s, now_ns, 1}
+-- reply    {now_s, now_ns, 1, 0}: a decision's head without rules, id 0 (a stale answer only
+--          misreports the instant; the id key makes a settlement apply once)
 -- The id key is set (NX, with a short TTL) before anything else: a settlement sent again (a
 -- retry after a lost answer) finds it and writes nothing. A key recorded under other
 -- parameters (the configuration changed while the stream was open) is not settled, nor is a
@@ -189,7 +193,7 @@ local function settle()
   if now_s == nil or at_s == nil or at_n == nil or at_s < 0 or at_n < 0 or at_n >= E9 then
     return bad_args('now')
   end
-  local out = {now_s, now_n, 1}
+  local out = {now_s, now_n, 1, 0}
   if not redis.call('SET', KEYS[nk], '1', 'NX', 'PX', string.format('%d', SETTLE_ID_TTL_MS)) then
     return out
   end
@@ -276,17 +280,21 @@ while k <= #KEYS do
   rules[#rules + 1] = r
   i = i + 10
 end
-if #rules == 0 or (#ARGV ~= i and #ARGV ~= i + 2) then
+if #rules == 0 or (#ARGV ~= i + 1 and #ARGV ~= i + 3) then
   return bad_args('count')
 end
-local now_s, now_n = now_at(i + 1)
+local id = int(ARGV[i + 1])
+if id == nil or id < 0 or id >= MAX_EXACT then
+  return bad_args('id')
+end
+local now_s, now_n = now_at(i + 2)
 if now_s == nil then
   return bad_args('now')
 end
 local now_ms = now_s * 1000 + math.floor(now_n / 1000000)
 
 -- Decide every rule; nothing is written yet.
-local out = {now_s, now_n, 0}
+local out = {now_s, now_n, 0, id}
 local commit = true
 for _, r in ipairs(rules) do
   local P, key = r.P, r.key

@@ -109,7 +109,7 @@ func (p *plugin) startGlobal() bool {
 	}
 	r = r.Partitioned(1, 10000, "rl", "rl", "bench0")
 	key := redis.AppendPartKey(nil, "rl", "rl", "bench0", 1, 0, []byte("5:bench"))
-	p.body = redis.AppendEvalSHA(nil, []redis.Item{{Rule: r, Key: key, N: 1}})
+	p.body = redis.AppendEvalSHA(nil, 0, []redis.Item{{Rule: r, Key: key, N: 1}})
 	p.global = true
 	return true
 }
