@@ -34,10 +34,10 @@ import (
 // (a token back every 27 s), so that every key stays active between its client's requests:
 // under the other rules' limit a key is idle (back at full allowance) a nanosecond after its
 // request, and two returning clients with one home slot would take it from each other on every
-// return, each request a new key's placement. The three hosts, each with shared data
-// of its own, take turns by blocks of requests so that all meet the same load, and the case
-// reports its median request over each baseline's (x-same-client, x-returning-clients) and
-// the baselines' own figures under their names: run one after the other, either can run 1.7x
+// return, each request a new key's placement. The three hosts, each with shared data of its
+// own, take turns by blocks of requests so that all meet the same load, and the case reports
+// its median request over each baseline's (x-same-client, x-returning-clients) and the
+// baselines' own figures under their names: run one after the other, either can run 1.7x
 // slower or more than the other when other processes share the cores. Its ns/op counts every
 // host's requests. Run with a fixed count:
 //
@@ -53,8 +53,8 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		distinct[i] = rule(i, fmt.Sprintf(`{"source":"const","value":"%d"},`, i))
 	}
 	one := `{"rules":[` + rule(0, "") + `]}`
-	newClients := `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`
-	held := strings.Replace(newClients, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
+	sized := `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`
+	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
 	cases := []struct {
 		name, module, config string
 		maxKeys              int    // max_keys, for %d; 0: twice the requests sent
@@ -66,8 +66,8 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		{"1rule", ".", one, 0, "", ""},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
 		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, 0, "", ""},
-		{"1rule-new-client", ".", newClients, 0, one, held},
-		{"1rule-new-client-full", ".", newClients, 1000, one, held},
+		{"1rule-new-client", ".", sized, 0, one, held},
+		{"1rule-new-client-full", ".", sized, 1000, one, held},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -82,7 +82,7 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 			g := newGuestRun(b, c.module, config, benchRequest(), 0)
 			runs := []*guestRun{g}
 			if c.sameClient != "" {
-				g.next = newClientSources(benchWarmup + b.N)
+				g.next = newClients(benchWarmup + b.N)
 				same := newGuestRun(b, c.module, c.sameClient, benchRequest(), 0)
 				back := newGuestRun(b, c.module, fmt.Sprintf(c.clients, maxKeys), benchRequest(), 0)
 				back.next = returningClients(returningPopulation(maxKeys), benchWarmup+b.N)
@@ -98,10 +98,10 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 	}
 }
 
-// newClientSources returns a request changer that sends each of n requests from another address,
+// newClients returns a request changer that sends each of n requests from another address,
 // 10.a.b.c, the addresses made before the requests are sent; a request beyond n panics rather
 // than come from a client seen before.
-func newClientSources(n int) func(int, *wasmhost.Request) {
+func newClients(n int) func(int, *wasmhost.Request) {
 	sources := make([]string, n)
 	for i := range sources {
 		sources[i] = clientAddress(i)

@@ -96,8 +96,8 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 		five[i] = benchRule(i)
 	}
 	one := `{"rules":[` + benchRule(0) + `]}`
-	newClients := `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`
-	held := strings.Replace(newClients, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
+	sized := `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`
+	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
 	const warmup, rounds = 2000, 5
 	cases := []struct {
 		name, pkg, config   string
@@ -109,8 +109,8 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"per_client":true,"max_keys":%d}`, 0, `{}`, `{"per_client":true,"max_keys":%d}`},
 		{"1rule", ".", one, 0, "", ""},
 		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
-		{"1rule-new-client", ".", newClients, 0, one, held},
-		{"1rule-new-client-full", ".", newClients, 1000, one, held},
+		{"1rule-new-client", ".", sized, 0, one, held},
+		{"1rule-new-client-full", ".", sized, 1000, one, held},
 	}
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	for _, c := range cases {
