@@ -537,8 +537,8 @@ function main() {
       });
       if (job.bench) {
         const b = job.bench;
-        const main = { vm: workers[0], next: benchRequests(b.request, b.new_clients ? Infinity : 0) };
-        const cases = [main];
+        const measured = { vm: workers[0], next: benchRequests(b.request, b.new_clients ? Infinity : 0) };
+        const cases = [measured];
         // A baseline's VM: the same module, a vm_id and shared data of its own.
         const baseline = (vmId, config, population) => {
           const vm = new VM(module, { vmId, pluginConfig: enc.encode(config), shared: new SharedData(), metrics: new Map(), metricsById: [], logs });
@@ -551,7 +551,7 @@ function main() {
         const samples = bench(cases, b.warmup, b.rounds, b.n);
         out.guest_ns_per_request = samples[samples.length >> 1];
         out.guest_ns_samples = samples;
-        out.guest_p50_ns = main.p50;
+        out.guest_p50_ns = measured.p50;
         if (same) out.same_client_p50_ns = same.p50;
         if (clients) out.returning_clients_p50_ns = clients.p50;
       }
