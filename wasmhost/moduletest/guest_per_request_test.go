@@ -3,6 +3,7 @@ package moduletest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -21,16 +22,24 @@ import (
 // case sends, so that every new client finds a free slot; "1rule-new-client-full" does so on
 // a rule with max_keys 1000 whose table is full of idle keys after the warm-up (every new key
 // takes another's slot). "hostfloor-new-client" is the host-call floor of a new client
-// (wasmhost/testdata/hostfloor configured with {"new_client":true} and the same max_keys): the
+// (wasmhost/testdata/hostfloor configured with {"per_client":true} and the same max_keys): the
 // difference between it and "1rule-new-client" is the filter's own computation for a new
 // client. shared-reads/op and shared-writes/op count the shared-data calls.
 //
-// A new-client case runs beside its returning client's case (the host floor's or 1 rule's),
-// two hosts with shared data of their own taking turns by blocks of requests so that both
-// meet the same load, and reports its median request over the returning one's
-// (x-returning): run one after the other, either can run 1.7x slower or more than the other
-// when other processes share the cores. Its ns/op counts both hosts' requests. Run with a fixed
-// count:
+// A new-client case runs beside two baselines of its module: the same client on every request
+// (the host floor's or 1 rule's default request, its slot always hot in the CPU's caches), and
+// returning clients (the case's max_keys, sent by returningClients: a population placed once
+// each during the warm-up, then coming back in a fixed shuffled order, each request from a
+// client seen before but not recently). The returning clients' rule allows 100,000 per 31 days
+// (a token back every 27 s), so that every key stays active between its client's requests:
+// under the other rules' limit a key is idle (back at full allowance) a nanosecond after its
+// request, and two returning clients with one home slot would take it from each other on every
+// return, each request a new key's placement. The three hosts, each with shared data of its
+// own, take turns by blocks of requests so that all meet the same load, and the case reports
+// its median request over each baseline's (x-same-client, x-returning-clients) and the
+// baselines' own figures under their names: run one after the other, either can run 1.7x
+// slower or more than the other when other processes share the cores. Its ns/op counts every
+// host's requests. Run with a fixed count:
 //
 //	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
@@ -44,40 +53,46 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 		distinct[i] = rule(i, fmt.Sprintf(`{"source":"const","value":"%d"},`, i))
 	}
 	one := `{"rules":[` + rule(0, "") + `]}`
+	sized := `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`
+	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
 	cases := []struct {
 		name, module, config string
-		newClients           bool
-		returning            string // the returning client's config, run beside a new-client case
+		maxKeys              int    // max_keys, for %d; 0: twice the requests sent
+		sameClient, clients  string // the baselines' configurations, run beside a new-client case
 	}{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true,"max_keys":%d}`, true, `{}`},
-		{"1rule", ".", one, false, ""},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
-		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, false, ""},
-		{"1rule-new-client", ".", `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`, true, one},
-		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + rule(0, "") + `]}`, true, one},
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, 0, "", ""},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, 0, "", ""},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"per_client":true,"max_keys":%d}`, 0, `{}`, `{"per_client":true,"max_keys":%d}`},
+		{"1rule", ".", one, 0, "", ""},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
+		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, 0, "", ""},
+		{"1rule-new-client", ".", sized, 0, one, held},
+		{"1rule-new-client-full", ".", sized, 1000, one, held},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			maxKeys := c.maxKeys
+			if maxKeys == 0 {
+				maxKeys = min(2*(benchWarmup+b.N), 1_000_000)
+			}
 			config := c.config
 			if strings.Contains(config, "%d") {
-				config = fmt.Sprintf(config, min(2*(benchWarmup+b.N), 1_000_000))
+				config = fmt.Sprintf(config, maxKeys)
 			}
 			g := newGuestRun(b, c.module, config, benchRequest(), 0)
-			if c.newClients {
-				g.next = newClients(benchWarmup + b.N)
-			}
 			runs := []*guestRun{g}
-			if c.returning != "" {
-				runs = append(runs, newGuestRun(b, c.module, c.returning, benchRequest(), 0))
+			if c.sameClient != "" {
+				g.next = newClients(benchWarmup + b.N)
+				same := newGuestRun(b, c.module, c.sameClient, benchRequest(), 0)
+				back := newGuestRun(b, c.module, fmt.Sprintf(c.clients, maxKeys), benchRequest(), 0)
+				back.next = returningClients(returningPopulation(maxKeys), benchWarmup+b.N)
+				runs = append(runs, same, back)
 			}
 			benchGuests(b, runs...)
-			p50 := g.report(b)
+			p50 := g.report(b, "")
 			if len(runs) > 1 {
-				back := runs[1].p50()
-				b.ReportMetric(float64(back), "returning-p50-ns/op")
-				b.ReportMetric(float64(p50)/float64(back), "x-returning")
+				b.ReportMetric(float64(p50)/float64(runs[1].report(b, "same-client-")), "x-same-client")
+				b.ReportMetric(float64(p50)/float64(runs[2].report(b, "returning-clients-")), "x-returning-clients")
 			}
 		})
 	}
@@ -89,9 +104,36 @@ func BenchmarkGuestPerRequest(b *testing.B) {
 func newClients(n int) func(int, *wasmhost.Request) {
 	sources := make([]string, n)
 	for i := range sources {
-		sources[i] = fmt.Sprintf("10.%d.%d.%d:5555", i>>16&255, i>>8&255, i&255)
+		sources[i] = clientAddress(i)
 	}
 	return func(i int, req *wasmhost.Request) { req.SourceAddress = sources[i] }
+}
+
+// returningClients returns a request changer for n requests from a population of clients:
+// the first population requests each from another client (placing it in the table), every
+// later one from a client of the population in a fixed shuffled order, each client coming
+// back once in every population requests.
+func returningClients(population, n int) func(int, *wasmhost.Request) {
+	order := rand.New(rand.NewPCG(1, 2)).Perm(population)
+	sources := make([]string, n)
+	for i := range sources {
+		if i < population {
+			sources[i] = clientAddress(i)
+		} else {
+			sources[i] = clientAddress(order[(i-population)%population])
+		}
+	}
+	return func(i int, req *wasmhost.Request) { req.SourceAddress = sources[i] }
+}
+
+// returningPopulation is the number of returning clients on a table of maxKeys keys: as many
+// as the warm-up sends, so that each is placed once before the measured requests, and at most
+// nine tenths of maxKeys, so that the table holds every one of them without evicting another.
+func returningPopulation(maxKeys int) int { return min(benchWarmup, maxKeys*9/10) }
+
+// clientAddress is the source address of the benchmarks' client i, 10.a.b.c.
+func clientAddress(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d:5555", i>>16&255, i>>8&255, i&255)
 }
 
 // benchWarmup is the number of requests each host of a benchmark serves before it is
@@ -166,16 +208,17 @@ func (g *guestRun) p50() time.Duration {
 	return g.each[len(g.each)/2]
 }
 
-// report reports the run's guest cost per measured request and returns its median.
-func (g *guestRun) report(b *testing.B) time.Duration {
+// report reports the run's guest cost per measured request, each unit's name after prefix,
+// and returns its median.
+func (g *guestRun) report(b *testing.B, prefix string) time.Duration {
 	end, n := g.h.Stats(), float64(len(g.each))
 	p50 := g.p50()
-	b.ReportMetric(float64(p50), "guest-p50-ns/op")
-	b.ReportMetric(float64(end.GuestTime-g.start.GuestTime)/n, "guest-ns/op")
-	b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(g.start.HostCalls))/n, "host-calls/op")
-	b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-g.start.HostCalls["env.proxy_get_shared_data"])/n, "shared-reads/op")
-	b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-g.start.HostCalls["env.proxy_set_shared_data"])/n, "shared-writes/op")
-	b.ReportMetric(float64(end.AllocatorCalls-g.start.AllocatorCalls)/n, "allocator-calls/op")
+	b.ReportMetric(float64(p50), prefix+"guest-p50-ns/op")
+	b.ReportMetric(float64(end.GuestTime-g.start.GuestTime)/n, prefix+"guest-ns/op")
+	b.ReportMetric(float64(sumCalls(end.HostCalls)-sumCalls(g.start.HostCalls))/n, prefix+"host-calls/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_get_shared_data"]-g.start.HostCalls["env.proxy_get_shared_data"])/n, prefix+"shared-reads/op")
+	b.ReportMetric(float64(end.HostCalls["env.proxy_set_shared_data"]-g.start.HostCalls["env.proxy_set_shared_data"])/n, prefix+"shared-writes/op")
+	b.ReportMetric(float64(end.AllocatorCalls-g.start.AllocatorCalls)/n, prefix+"allocator-calls/op")
 	return p50
 }
 
@@ -210,7 +253,7 @@ func BenchmarkGuestPerRequestKeyLength(b *testing.B) {
 				req.Headers = [][2]string{{"x-key", strings.Repeat("k", length.bytes)}}
 				g := newGuestRun(b, ".", `{`+length.options+`"rules":[`+rules.rules+`]}`, req, length.status)
 				benchGuests(b, g)
-				p50 := g.report(b)
+				p50 := g.report(b, "")
 				if length.bytes == 16 {
 					short = p50
 				} else if short > 0 {

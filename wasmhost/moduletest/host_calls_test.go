@@ -10,7 +10,9 @@ import (
 // The host-call floor guest (wasmhost/testdata/hostfloor) makes, per request, exactly the
 // host calls of the filter's 1-rule benchmark request, one for one, and as many allocator
 // calls: the difference between the two in BenchmarkGuestPerRequest is the filter's own
-// computation. The filter's calls are listed here too, so that a change to them shows.
+// computation. So does a client seen before of the per-client floor ({"per_client":true}, the
+// returning clients' floor). The filter's calls are listed here too, so that a change to them
+// shows.
 func TestHostFloorMakesTheFilterCalls(t *testing.T) {
 	t.Parallel()
 	rule := `{"name":"r0","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
@@ -29,6 +31,9 @@ func TestHostFloorMakesTheFilterCalls(t *testing.T) {
 	require.Equal(t, filterCalls, floorCalls)
 	require.Equal(t, 3.0, filterAllocs, "the header map, the property and the slot's value")
 	require.Equal(t, filterAllocs, floorAllocs)
+	clientCalls, clientAllocs := callsPerRequest(t, "./wasmhost/testdata/hostfloor", `{"per_client":true}`, 1000)
+	require.Equal(t, filterCalls, clientCalls, "a client seen before, per-client floor")
+	require.Equal(t, filterAllocs, clientAllocs)
 }
 
 // The callout floor (wasmhost/testdata/hostfloor with {"global":true}) makes, per request,

@@ -537,18 +537,23 @@ function main() {
       });
       if (job.bench) {
         const b = job.bench;
-        const cases = [{ vm: workers[0], next: benchRequests(b.request, b.new_clients) }];
-        if (b.returning !== undefined) {
-          // The returning client's VM: the same module, a vm_id and shared data of its own.
-          const vm = new VM(module, { vmId: 'returning', pluginConfig: enc.encode(b.returning), shared: new SharedData(), metrics: new Map(), metricsById: [], logs });
-          if (!vm.start()) throw new Error('host: the returning configuration was refused');
-          cases.push({ vm, next: benchRequests(b.request, false) });
-        }
+        const measured = { vm: workers[0], next: benchRequests(b.request, b.new_clients ? Infinity : 0) };
+        const cases = [measured];
+        // A baseline's VM: the same module, a vm_id and shared data of its own.
+        const baseline = (vmId, config, population) => {
+          const vm = new VM(module, { vmId, pluginConfig: enc.encode(config), shared: new SharedData(), metrics: new Map(), metricsById: [], logs });
+          if (!vm.start()) throw new Error(`host: the configuration of ${vmId} was refused`);
+          cases.push({ vm, next: benchRequests(b.request, population) });
+          return cases[cases.length - 1];
+        };
+        const same = b.same_client !== undefined ? baseline('same-client', b.same_client, 0) : null;
+        const clients = b.clients !== undefined ? baseline('returning-clients', b.clients, b.population) : null;
         const samples = bench(cases, b.warmup, b.rounds, b.n);
         out.guest_ns_per_request = samples[samples.length >> 1];
         out.guest_ns_samples = samples;
-        out.guest_p50_ns = cases[0].p50;
-        if (cases.length > 1) out.returning_p50_ns = cases[1].p50;
+        out.guest_p50_ns = measured.p50;
+        if (same) out.same_client_p50_ns = same.p50;
+        if (clients) out.returning_clients_p50_ns = clients.p50;
       }
     }
     out.shared_keys = shared.size;
@@ -557,24 +562,42 @@ function main() {
   process.stdout.write(JSON.stringify(out));
 }
 
-// benchRequests returns the function that gives a benchmark's next request: base itself, sent
-// again and again by one returning client, or with newClients a new request from another
-// address each time, 10.a.b.c, made just before it is sent (its header map serialised on its
-// send, outside the guest's time, like the returning client's first), so that its data is as
-// fresh in the CPU's caches as a request Envoy has just read: only the filter's shared data is
-// cold for a new client. Every request has the fields of benchRequest, in its order, so that
-// every one has the same shape (V8's hidden class) and the host functions that read them stay
-// as fast for a new client as for a returning one, as Envoy's C++ request data does.
-function benchRequests(base, newClients) {
-  if (!newClients) {
+// benchRequests returns the function that gives a benchmark's next request: with population 0,
+// base itself, sent again and again by one client; with Infinity, a new client on every
+// request; otherwise a population of returning clients, each sending one of the first
+// population requests (placing its keys), every later request from one of them in a fixed
+// shuffled order, each client coming back once in every population requests. The clients are
+// 10.a.b.c, and each of their requests is made just before it is sent (its header map
+// serialised on its send, outside the guest's time, like the one client's first), so that its
+// data is as fresh in the CPU's caches as a request Envoy has just read: only the filter's
+// shared data is cold for them. Every request has the fields of benchRequest, in its order, so
+// that every one has the same shape (V8's hidden class) and the host functions that read them
+// stay as fast for many clients as for one, as Envoy's C++ request data does.
+function benchRequests(base, population) {
+  if (population === 0) {
     const r = benchRequest(base, base.source);
     return () => r;
   }
+  const order = shuffled(population === Infinity ? 0 : population);
   let sent = 0;
   return () => {
-    const i = sent++;
+    const i = sent < population ? sent : order[(sent - population) % population];
+    sent++;
     return benchRequest(base, `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:5555`);
   };
+}
+
+// shuffled returns the numbers 0 to n-1 in an order shuffled by a fixed seed (Fisher-Yates
+// with a 32-bit xorshift), the same in every run.
+function shuffled(n) {
+  const a = Int32Array.from({ length: n }, (_, i) => i);
+  let x = 2463534242;
+  for (let i = n - 1; i > 0; i--) {
+    x ^= x << 13; x ^= x >>> 17; x ^= x << 5;
+    const j = (x >>> 0) % (i + 1);
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+  return a;
 }
 
 // benchRequest returns a request like base from source, its serialised fields still to make.

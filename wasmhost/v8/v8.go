@@ -46,17 +46,23 @@ type Request struct {
 // included) comes from another source address, 10.a.b.c, so that no key is seen twice while
 // Warmup + Rounds*N <= 2^24.
 //
-// Returning, when not empty, is the configuration of a second VM of the same module, with a
-// vm_id and shared data of its own, sent Request by one returning client in the same process:
-// after the warm-up of each, the two VMs take turns by blocks of 100 requests, so that both
-// meet the same load on the machine, and Result.ReturningP50NS is its median request.
+// SameClient and Clients, when not empty, are the configurations of baselines run in the same
+// process: other VMs of the same module, each with a vm_id and shared data of its own.
+// SameClient's VM is sent Request by one client on every request; Clients' by Population
+// returning clients from addresses 10.a.b.c, each sending one request of the warm-up (placing
+// its keys), then every request from one of them in a fixed shuffled order, each coming back
+// once in every Population requests. After the warm-up of each, the VMs take turns by blocks
+// of 100 requests, so that all meet the same load on the machine; Result.SameClientP50NS and
+// Result.ReturningClientsP50NS are the baselines' median requests.
 type Bench struct {
 	Request    Request `json:"request"`
 	Warmup     int     `json:"warmup"`
 	Rounds     int     `json:"rounds"`
 	N          int     `json:"n"`
 	NewClients bool    `json:"new_clients,omitempty"`
-	Returning  string  `json:"returning,omitempty"`
+	SameClient string  `json:"same_client,omitempty"`
+	Clients    string  `json:"clients,omitempty"`
+	Population int     `json:"population,omitempty"`
 }
 
 // Job is what one Node process does: load Module, then either only instantiate and run
@@ -110,11 +116,13 @@ type Result struct {
 	// statistic wasmhost/moduletest reports on wazero as guest-p50-ns/op; GuestNS is the
 	// median of the rounds' means.
 	GuestP50NS float64 `json:"guest_p50_ns"`
-	// ReturningP50NS is the median request of Bench.Returning's VM, measured beside GuestP50NS.
-	ReturningP50NS float64          `json:"returning_p50_ns"`
-	SharedKeys     int              `json:"shared_keys"`
-	Metrics        map[string]int64 `json:"metrics"`
-	Logs           [][2]any         `json:"logs"`
+	// SameClientP50NS and ReturningClientsP50NS are the median requests of Bench.SameClient's
+	// and Bench.Clients' VMs, measured beside GuestP50NS.
+	SameClientP50NS       float64          `json:"same_client_p50_ns"`
+	ReturningClientsP50NS float64          `json:"returning_clients_p50_ns"`
+	SharedKeys            int              `json:"shared_keys"`
+	Metrics               map[string]int64 `json:"metrics"`
+	Logs                  [][2]any         `json:"logs"`
 
 	// PhasesMS splits FirstVMMS into its steps: "instantiate", "initialize" (_initialize),
 	// and for a filter "vm_start" (root context and proxy_on_vm_start) and "configure"

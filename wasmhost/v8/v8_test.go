@@ -79,51 +79,69 @@ func benchRule(i int) string {
 // every request, as in wasmhost/moduletest's BenchmarkGuestPerRequest: on a table that never
 // fills (max_keys twice the clients sent, so that, as on wazero, every new client finds a free
 // slot and the run ends with the table half full) and on one of 1,000 keys, full after the
-// warm-up (every new client takes an idle key's slot). A new-client case runs in one Node
-// process with the returning client's case (the host floor's or 1 rule's), the two taking
-// turns by blocks of requests so that both meet the same load, and reports its median request
-// over the returning one's (x-returning): run apart, each round of either can be 1.7x slower
-// than the next when other processes share the cores. Run with a fixed count, e.g. -benchtime
-// 20000x: each run is one Node process.
+// warm-up (every new client takes an idle key's slot).
+//
+// A new-client case runs in one Node process with two baselines, as on wazero: the same client
+// on every request (the host floor's or 1 rule's default request) and returning clients (a
+// population as large as the warm-up, at most 9/10 of max_keys, each placed once in the
+// warm-up, then coming back in a fixed shuffled order, on a table of the case's max_keys with
+// a rule whose keys stay active between their client's requests). The VMs take turns by
+// blocks of requests so that all meet the same load, and the case reports its median request
+// over each baseline's (x-same-client, x-returning-clients): run apart, each round of either
+// can be 1.7x slower than the next when other processes share the cores. Run with a fixed
+// count, e.g. -benchtime 20000x: each run is one Node process.
 func BenchmarkV8GuestPerRequest(b *testing.B) {
 	five := make([]string, 5)
 	for i := range five {
 		five[i] = benchRule(i)
 	}
 	one := `{"rules":[` + benchRule(0) + `]}`
+	sized := `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`
+	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
 	const warmup, rounds = 2000, 5
 	cases := []struct {
-		name, pkg, config string
-		newClients        bool
-		returning         string
+		name, pkg, config   string
+		maxKeys             int    // max_keys, for %d; 0: twice the requests sent
+		sameClient, clients string // the baselines' configurations, run beside a new-client case
 	}{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, false, ""},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, false, ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"new_client":true,"max_keys":%d}`, true, `{}`},
-		{"1rule", ".", one, false, ""},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, false, ""},
-		{"1rule-new-client", ".", `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`, true, one},
-		{"1rule-new-client-full", ".", `{"max_keys":1000,"rules":[` + benchRule(0) + `]}`, true, one},
+		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, 0, "", ""},
+		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, 0, "", ""},
+		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"per_client":true,"max_keys":%d}`, 0, `{}`, `{"per_client":true,"max_keys":%d}`},
+		{"1rule", ".", one, 0, "", ""},
+		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
+		{"1rule-new-client", ".", sized, 0, one, held},
+		{"1rule-new-client-full", ".", sized, 1000, one, held},
 	}
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			mod := module(b, c.pkg)
+			maxKeys := c.maxKeys
+			if maxKeys == 0 {
+				maxKeys = min(2*(warmup+rounds*b.N), 1_000_000)
+			}
 			config := c.config
 			if strings.Contains(config, "%d") {
-				config = fmt.Sprintf(config, min(2*(warmup+rounds*b.N), 1_000_000))
+				config = fmt.Sprintf(config, maxKeys)
+			}
+			bench := &Bench{Request: req, Warmup: warmup, Rounds: rounds, N: b.N}
+			if c.sameClient != "" {
+				bench.NewClients, bench.SameClient = true, c.sameClient
+				bench.Clients, bench.Population = fmt.Sprintf(c.clients, maxKeys), min(warmup, maxKeys*9/10)
 			}
 			b.ResetTimer()
-			res := run(b, Job{Module: mod, Config: config, Workers: 1,
-				Bench: &Bench{Request: req, Warmup: warmup, Rounds: rounds, N: b.N, NewClients: c.newClients, Returning: c.returning}})
+			res := run(b, Job{Module: mod, Config: config, Workers: 1, Bench: bench})
 			require.True(b, res.Configured)
 			require.Positive(b, res.GuestP50NS, "host.js reported no per-request median")
 			b.ReportMetric(res.GuestNS, "guest-ns/op")
 			b.ReportMetric(res.GuestP50NS, "guest-p50-ns/op")
-			if c.returning != "" {
-				require.Positive(b, res.ReturningP50NS, "host.js reported no returning client's median")
-				b.ReportMetric(res.ReturningP50NS, "returning-p50-ns/op")
-				b.ReportMetric(res.GuestP50NS/res.ReturningP50NS, "x-returning")
+			if c.sameClient != "" {
+				require.Positive(b, res.SameClientP50NS, "host.js reported no same client's median")
+				require.Positive(b, res.ReturningClientsP50NS, "host.js reported no returning clients' median")
+				b.ReportMetric(res.SameClientP50NS, "same-client-p50-ns/op")
+				b.ReportMetric(res.ReturningClientsP50NS, "returning-clients-p50-ns/op")
+				b.ReportMetric(res.GuestP50NS/res.SameClientP50NS, "x-same-client")
+				b.ReportMetric(res.GuestP50NS/res.ReturningClientsP50NS, "x-returning-clients")
 			}
 		})
 	}

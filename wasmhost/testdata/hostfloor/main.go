@@ -8,12 +8,15 @@
 // calls they make into the guest), and the difference between the floor and the filter is the
 // filter's own computation.
 //
-// With the plugin configuration {"new_client":true} it makes instead the host calls of a
-// client the rule has not seen (the 1rule-new-client case), on shared-data entries that
-// differ per client like the filter's: it reads the client's slot (not found) and its group's
-// 256-byte index, writes the index and the slot, and increments two counters (the rule's
-// allowed requests and its used slots). Its clients are spread over the groups of a table of
-// 10,000 keys, or of "max_keys":N keys when the configuration says so, as the filter's are.
+// With the plugin configuration {"per_client":true} it gives each client a shared-data slot of
+// its own, named after its address, and reads it first, as the filter reads a key's home slot.
+// A client seen before (its slot is found: the returning-clients cases) has its slot written
+// back with compare-and-swap and one counter incremented: the host calls of the default mode on
+// a slot no recent request touched. A client not seen before (the new-client cases) reads its
+// group's 256-byte index, writes the index and the slot, and increments two counters (the
+// rule's allowed requests and its used slots). Its clients are spread over the groups of a
+// table of 10,000 keys, or of "max_keys":N keys when the configuration says so, as the
+// filter's are.
 //
 // With {"global":true} it makes the host calls of a request with one global rule (the
 // GlobalWasm benchmark's, the filter configured with rate_limit_headers "both"): it reads the
@@ -48,7 +51,7 @@ func (*vm) NewPluginContext(uint32) types.PluginContext { return &plugin{} }
 type plugin struct {
 	types.DefaultPluginContext
 	allowed, used abi.MetricCounter
-	newClient     bool
+	perClient     bool
 	groups        int // the new clients' groups: one per 32 keys
 	stream        stream
 	// global is set by {"global":true}: calls counts the callouts, latency records their
@@ -67,11 +70,11 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.allowed, p.stream.plugin = m, p
-	if cfg, _ := abi.GetPluginConfiguration(); bytes.Contains(cfg, []byte(`"new_client":true`)) {
+	if cfg, _ := abi.GetPluginConfiguration(); bytes.Contains(cfg, []byte(`"per_client":true`)) {
 		if p.used, err = abi.DefineCounterMetric("ratelimit_key_slots_used;rule=r0"); err != nil {
 			return types.OnPluginStartStatusFailed
 		}
-		p.newClient, p.groups = true, (maxKeys(cfg)+31)/32
+		p.perClient, p.groups = true, (maxKeys(cfg)+31)/32
 	}
 	if cfg, _ := abi.GetPluginConfiguration(); bytes.Contains(cfg, []byte(`"global":true`)) {
 		if !p.startGlobal() {
@@ -146,8 +149,8 @@ func (s *stream) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	addr, _ := abi.GetPropertyString(sourceAddress)
 	_ = abi.WallClockNanos()
-	if s.plugin.newClient {
-		s.newClient(addr)
+	if s.plugin.perClient {
+		s.client(addr)
 		return types.ActionContinue
 	}
 	v, cas, err := abi.GetSharedData(slot)
@@ -160,11 +163,17 @@ func (s *stream) OnHttpRequestHeaders(int, bool) types.Action {
 	return types.ActionContinue
 }
 
-// newClient makes a new client's shared-data calls and counter increments. The client's slot
-// is named after its address, its group by a hash of the address: each client's own slot,
-// groups shared by many clients, as in the filter's table.
-func (s *stream) newClient(addr string) {
-	_, _, _ = abi.GetSharedData(s.slotName(addr))
+// client makes the shared-data calls and counter increments of a client seen before or of a
+// new one. The client's slot is named after its address, its group by a hash of the address:
+// each client's own slot, groups shared by many clients, as in the filter's table.
+func (s *stream) client(addr string) {
+	name := s.slotName(addr)
+	if v, cas, err := abi.GetSharedData(name); err == nil && len(v) == valueSize {
+		v[valueSize-1]++
+		_ = abi.SetSharedData(name, v, cas)
+		s.plugin.allowed.Increment(1)
+		return
+	}
 	h := 0
 	for i := 0; i < len(addr); i++ {
 		h = h*31 + int(addr[i])
