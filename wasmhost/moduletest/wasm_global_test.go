@@ -117,16 +117,29 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 // This waits in real time, for an event outside the module (a process restarting, Redis'
 // own pause timer), which no virtual clock controls: it polls for the event, up to
 // callDeadline, rather than sleeping for a guessed time.
+//
+// After a pause, webdis still holds the replies of the calls the filter gave up on, and hands
+// each to whichever request it serves when the reply arrives: one PONG proves only that one of
+// its Redis connections is through its backlog. Four PONGs in a row, sent one after another
+// over its two connections (redistest's pool_size), prove that both are, so that no stale
+// reply meets the test's next request.
 func waitWebdis(t testing.TB, srv *redistest.Server) {
 	t.Helper()
+	inARow := 0
 	require.Eventually(t, func() bool {
 		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
 		if err != nil {
+			inARow = 0
 			return false
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode == 200 && strings.Contains(string(body), "PONG")
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "PONG") {
+			inARow = 0
+			return false
+		}
+		inARow++
+		return inARow == 4
 	}, callDeadline, 10*time.Millisecond, "webdis does not reach Redis")
 }
 
