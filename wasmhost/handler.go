@@ -255,7 +255,8 @@ func (b *liveBody) Close() error {
 func headerPairs(h http.Header) [][2]string { return appendHeaderPairs(nil, h) }
 
 // appendHeaderPairs appends headerPairs(h) to out. Every callout's answer passes through here,
-// so the names are lower-cased into one string cut into one per name, and out grows once.
+// so the names are lower-cased into one string cut into one per name, and out grows once. The
+// names are ASCII (net/http's parser takes no other), so lower-casing A-Z is all it takes.
 func appendHeaderPairs(out [][2]string, h http.Header) [][2]string {
 	if len(h) == 0 {
 		return out
