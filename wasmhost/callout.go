@@ -104,7 +104,7 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 		return envoyLocal(503, "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
 	}
 	start := time.Now()
-	resp, err := h.client.Do(req)
+	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
 		if h.baseCtx.Err() != nil {
 			return nil
@@ -121,8 +121,11 @@ func (h *Host) performCallout(c *callout) *calloutResponse {
 		// (onFailure), not a local reply.
 		return &calloutResponse{reset: true}
 	}
-	hm := newHeaderMap(headerPairs(resp.Header))
-	hm.add(":status", strconv.Itoa(resp.StatusCode))
+	// The headers as the async client hands them over: :status, the upstream's (lower-cased
+	// by appendHeaderPairs, never pseudo-headers), then the router's service time.
+	hm := &headerMap{kv: make([][2]string, 1, len(resp.Header)+2)}
+	hm.kv[0] = [2]string{":status", strconv.Itoa(resp.StatusCode)}
+	hm.kv = appendHeaderPairs(hm.kv, resp.Header)
 	hm.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 	cr := &calloutResponse{headers: hm, body: body}
 	if len(resp.Trailer) > 0 {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -199,7 +199,7 @@ func (h *Host) forward(ctx context.Context, upstream *url.URL, rq *Result, timeo
 		return routerReply(503, fmt.Sprintf("upstream connect error or disconnect/reset before headers. reset reason: %v", err))
 	}
 	start := time.Now()
-	resp, err := h.client.Do(req)
+	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return routerReply(504, "upstream request timeout")
@@ -252,18 +252,38 @@ func (b *liveBody) Close() error {
 // headerPairs flattens an http.Header into pairs with lower-cased names (as Envoy's codecs
 // deliver them), sorted by name: net/http keeps no wire order to reproduce, and a stable order
 // keeps results comparable from run to run.
-func headerPairs(h http.Header) [][2]string {
+func headerPairs(h http.Header) [][2]string { return appendHeaderPairs(nil, h) }
+
+// appendHeaderPairs appends headerPairs(h) to out. Every callout's answer passes through here,
+// so the names are lower-cased into one string cut into one per name, and out grows once. The
+// names are ASCII (net/http's parser takes no other), so lower-casing A-Z is all it takes.
+func appendHeaderPairs(out [][2]string, h http.Header) [][2]string {
 	if len(h) == 0 {
-		return nil
+		return out
 	}
 	keys := make([]string, 0, len(h))
-	for k := range h {
+	n, size := 0, 0
+	for k, vs := range h {
 		keys = append(keys, k)
+		n, size = n+len(vs), size+len(k)
 	}
-	sort.Strings(keys)
-	var out [][2]string
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(size)
 	for _, k := range keys {
-		lk := strings.ToLower(k)
+		for i := 0; i < len(k); i++ {
+			c := k[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b.WriteByte(c)
+		}
+	}
+	names := b.String()
+	out = slices.Grow(out, n)
+	for _, k := range keys {
+		lk := names[:len(k)]
+		names = names[len(k):]
 		for _, v := range h[k] {
 			out = append(out, [2]string{lk, v})
 		}

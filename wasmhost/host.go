@@ -123,20 +123,20 @@ type Route struct {
 // Host runs a proxy-wasm module in Workers VMs. All methods are safe for
 // concurrent use.
 type Host struct {
-	opts    Options
-	rt      wazero.Runtime // shared with the other Hosts of the cache (see moduleRuntime)
-	cm      wazero.CompiledModule
-	abi     abiVersion
-	table   hostTable
-	funcs   []*hostFunc // table's functions in hostFuncNames order, for the host modules
-	vms     []*vm
-	shared  *SharedData
-	metrics *metrics
-	logs    *logSink
-	clock   func() time.Time
-	vclock  *VirtualClock // nil: real timers
-	client  *http.Client
-	envList []string // "k=v", sorted
+	opts      Options
+	rt        wazero.Runtime // shared with the other Hosts of the cache (see moduleRuntime)
+	cm        wazero.CompiledModule
+	abi       abiVersion
+	table     hostTable
+	funcs     []*hostFunc // table's functions in hostFuncNames order, for the host modules
+	vms       []*vm
+	shared    *SharedData
+	metrics   *metrics
+	logs      *logSink
+	clock     func() time.Time
+	vclock    *VirtualClock // nil: real timers
+	transport *http.Transport
+	envList   []string // "k=v", sorted
 
 	// callouts hands a callout to an idle callout worker (see startCallout).
 	callouts chan *callout
@@ -155,20 +155,19 @@ type Host struct {
 	closeErr error
 }
 
-// newHTTPClient is the client for callouts and forwarded requests. Envoy
+// newTransport is the transport for callouts and forwarded requests. Envoy
 // neither asks for compression nor decompresses bodies, so neither does it; and
 // it connects to a cluster's own address, never through a proxy named in the
 // environment (HTTP_PROXY), whose lookup would also run on every callout.
-func newHTTPClient() *http.Client {
+// Requests go straight to its RoundTrip: Envoy's async client and router do not
+// follow redirects, so an http.Client would only add the copy of every request's
+// headers it keeps for redirects.
+func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
 	t.Proxy = nil
 	t.MaxIdleConnsPerHost = 64
-	return &http.Client{
-		Transport: t,
-		// Envoy's async client and router do not follow redirects.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	return t
 }
 
 // noDefaultUserAgent stops net/http from adding its own User-Agent, which
@@ -307,16 +306,16 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		opts.MaxBodyBytes = 16 << 20
 	}
 	h := &Host{
-		opts:    opts,
-		table:   buildHostTable(),
-		funcs:   make([]*hostFunc, len(hostFuncNames)),
-		shared:  opts.SharedData,
-		metrics: metricsOf(opts.MetricStore),
-		logs:    &logSink{max: opts.MaxLogEntries, w: opts.LogWriter},
-		clock:   opts.Clock,
-		vclock:  opts.VirtualClock,
-		closed:  make(chan struct{}),
-		client:  newHTTPClient(),
+		opts:      opts,
+		table:     buildHostTable(),
+		funcs:     make([]*hostFunc, len(hostFuncNames)),
+		shared:    opts.SharedData,
+		metrics:   metricsOf(opts.MetricStore),
+		logs:      &logSink{max: opts.MaxLogEntries, w: opts.LogWriter},
+		clock:     opts.Clock,
+		vclock:    opts.VirtualClock,
+		closed:    make(chan struct{}),
+		transport: newTransport(),
 	}
 	h.callouts = make(chan *callout)
 	for i, name := range hostFuncNames {
@@ -547,7 +546,7 @@ func (h *Host) Close(ctx context.Context) error {
 		}
 		// Idle keep-alive connections of callouts and forwarded requests
 		// each hold goroutines; release them with the host.
-		h.client.CloseIdleConnections()
+		h.transport.CloseIdleConnections()
 		// The runtime is shared; the VMs' module instances (and their
 		// memories) are this host's to free.
 		for _, v := range h.allVMs() {
