@@ -119,14 +119,27 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 // callDeadline, rather than sleeping for a guessed time.
 func waitWebdis(t testing.TB, srv *redistest.Server) {
 	t.Helper()
+	// webdis hands the reply of a call whose client went away (a callout that timed out while
+	// Redis was paused) to the next request it serves on the connection (docs/global-limits.md):
+	// a callout that came next would get it, and fail as malformed. Each PING opens a connection
+	// of its own, as a callout after a timeout does, and takes such a reply if one is left;
+	// three PONGs in a row, and the stalled calls' replies have been handed out.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	pongs := 0
 	require.Eventually(t, func() bool {
-		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
+		resp, err := client.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
 		if err != nil {
+			pongs = 0
 			return false
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode == 200 && strings.Contains(string(body), "PONG")
+		if resp.StatusCode == 200 && string(body) == `{"PING":[true,"PONG"]}` {
+			pongs++
+		} else {
+			pongs = 0
+		}
+		return pongs == 3
 	}, callDeadline, 10*time.Millisecond, "webdis does not reach Redis")
 }
 
