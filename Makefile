@@ -91,6 +91,9 @@ check-shipped:
 # go test -vet=all runs every analyzer of go vet (what `make vet` runs natively) on each
 # package and its tests before running them, in the command that compiles and runs them, so
 # the analyses, compiles and test runs of different packages overlap.
+# -parallel is left to the packages: wasmhost/moduletest runs four tests at a time (a few of its
+# parallel tests sleep for seconds on Redis' clock) and sharedstate/redis eight (its round trips
+# then share wake-ups), each in its TestMain; a -parallel here would override both.
 # Packages run in parallel: the shaping, adaptive and failure-mode tests run in the host's
 # virtual time, so no pass/fail test depends on how fast a timer fires on a loaded machine.
 # The shipped bootstraps are checked by envoycheck's TestShippedConfigsPass, for errors and

@@ -243,7 +243,9 @@ func (r *moduleRuntime) compile(wasm []byte) (wazero.CompiledModule, error) {
 		r.compiled[len(wasm)] = append(r.compiled[len(wasm)], c)
 	}
 	r.mu.Unlock()
-	c.once.Do(func() { c.cm, c.err = r.rt.CompileModule(context.Background(), c.wasm) })
+	// The module compiled is wasm with its data segments merged: the same memory image, and a
+	// VM starts several times faster (see mergeDataSegments).
+	c.once.Do(func() { c.cm, c.err = r.rt.CompileModule(context.Background(), mergeDataSegments(c.wasm)) })
 	return c.cm, c.err
 }
 

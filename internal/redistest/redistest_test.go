@@ -1,6 +1,7 @@
 package redistest_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -94,5 +95,25 @@ func TestGarbageServer(t *testing.T) {
 		if status, body := post(t, url, "EVALSHA/x/0"); status != 200 || body != "not json" {
 			t.Fatalf("garbage server: %d %q", status, body)
 		}
+	}
+}
+
+// DoAll runs a pipeline in order, reports the first error reply with its index, and leaves
+// the connection in step: the next Do reads its own reply.
+func TestDoAll(t *testing.T) {
+	s := redistest.Start(t)
+	replies, err := s.DoAll([]string{"SET", "k", "1"}, []string{"INCR", "k"}, []string{"HSET", "k", "f", "v"},
+		[]string{"INCR", "k"}, []string{"GET", "k"})
+	if err == nil || !strings.Contains(err.Error(), "command 2 of 5") || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("DoAll error %v, want command 2's WRONGTYPE", err)
+	}
+	if want := []any{"OK", int64(2), nil, int64(3), "3"}; fmt.Sprint(replies) != fmt.Sprint(want) {
+		t.Fatalf("DoAll replies %v, want %v", replies, want)
+	}
+	if v := s.MustDo("GET", "k"); v != "3" {
+		t.Fatalf("GET after DoAll: %v", v)
+	}
+	if replies, err := s.DoAll(); err != nil || len(replies) != 0 {
+		t.Fatalf("empty DoAll: %v %v", replies, err)
 	}
 }

@@ -20,21 +20,40 @@ import (
 // parsing the configuration itself, V8 capping each at 1 GiB).
 
 // atBudget returns gen(k) for the largest k that config.Parse accepts (k in 1..1e6): the
-// config whose key tables come closest to the memory budget.
-func atBudget(t testing.TB, gen func(maxKeys int) string) string {
-	lo, hi := 1, config.MaxKeysPerRule+1 // gen(lo) is accepted, gen(hi) is not
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if _, err := config.Parse([]byte(gen(mid))); err == nil {
-			lo = mid
-		} else {
-			hi = mid
-		}
+// config whose key tables come closest to the memory budget. A non-nil probe(k) is a config
+// whose key tables cost what gen(k)'s do but that parses faster (the same rules without
+// their match conditions): the search bisects on it, and gen(k) accepted with gen(k+1)
+// refused then confirms k; when they do not, the search bisects on gen itself.
+func atBudget(t testing.TB, gen, probe func(maxKeys int) string) string {
+	accepted := func(data string) bool {
+		_, err := config.Parse([]byte(data))
+		return err == nil
 	}
-	data := gen(lo)
+	largest := func(f func(maxKeys int) string) int {
+		lo, hi := 1, config.MaxKeysPerRule+1 // f(lo) is accepted, f(hi) is not
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if accepted(f(mid)) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		return lo
+	}
+	if probe == nil {
+		probe = gen
+	}
+	k := largest(probe)
+	data := gen(k)
 	_, err := config.Parse([]byte(data))
+	if err != nil || k < config.MaxKeysPerRule && accepted(gen(k+1)) {
+		k = largest(gen)
+		data = gen(k)
+		_, err = config.Parse([]byte(data))
+	}
 	require.NoError(t, err)
-	t.Logf("max_keys at the budget: %d", lo)
+	t.Logf("max_keys at the budget: %d", k)
 	return data
 }
 
@@ -59,7 +78,9 @@ func largestAdmittedConfig(t testing.TB) string {
 	long := fmt.Sprintf("[a-z]{%d}", 990)
 	longInsts, short, shortInsts := 996, "x-[0-9]+", 10
 	fill := 0
-	build := func(maxKeys int) string {
+	// build writes the config; without match, the rules' match conditions are left out
+	// (atBudget's probe: what a rule's key table costs does not depend on them).
+	build := func(maxKeys int, match bool) string {
 		left := regexBudget
 		return costRules(rules, func(i int) string {
 			var h []string
@@ -80,6 +101,10 @@ func largestAdmittedConfig(t testing.TB) string {
 				key[k] = fmt.Sprintf(`{"source":"header","name":"x-k%d","default":"-"}`, k)
 			}
 			key[0] = `{"source":"client_ip","ipv6_prefix":64}`
+			if !match {
+				return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,"key":[%s],`+
+					`"algorithm":"token_bucket","limit":100,"window":"1m","burst":20}`, i, maxKeys, strings.Join(key, ","))
+			}
 			n := max(1, min(fill, config.MaxListLen))
 			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,`+
 				`"match":{"routes":[%s],"virtual_hosts":[%s],"methods":[%s],"headers":[%s]},`+
@@ -91,12 +116,13 @@ func largestAdmittedConfig(t testing.TB) string {
 	// Each step of fill adds the same bytes (one route and one virtual host name per rule), so
 	// the largest fill under the size cap follows from the sizes at fill 1 and 2.
 	fill = 1
-	size1 := len(build(config.MaxKeysPerRule))
+	size1 := len(build(config.MaxKeysPerRule, true))
 	fill = 2
-	step := len(build(config.MaxKeysPerRule)) - size1
+	step := len(build(config.MaxKeysPerRule, true)) - size1
 	fill = min(config.MaxListLen, 1+(config.MaxConfigBytes-1000-size1)/step)
-	require.LessOrEqual(t, len(build(config.MaxKeysPerRule)), config.MaxConfigBytes-1000)
-	return atBudget(t, build)
+	require.LessOrEqual(t, len(build(config.MaxKeysPerRule, true)), config.MaxConfigBytes-1000)
+	return atBudget(t, func(maxKeys int) string { return build(maxKeys, true) },
+		func(maxKeys int) string { return build(maxKeys, false) })
 }
 
 // scaledBound is bound on a machine that does the reference work (ref, measured in the same
@@ -236,7 +262,7 @@ func TestBudgetConfigFirstRequestWasm(t *testing.T) {
 			return fmt.Sprintf(`{"name":"r%d","continue":true,"max_keys":%d,"key":[{"source":"client_ip"}],"algorithm":"token_bucket","limit":10,"window":"1s"}`,
 				i, maxKeys)
 		})
-	})
+	}, nil)
 	d := newWasm(t, data, wasmOptions{workers: 1})
 	start := cpuTime(t)
 	res, err := d.host.Do(context.Background(), wasmhost.Request{Worker: -1, Method: "GET", Path: "/", SourceAddress: "192.0.2.1:5000"})

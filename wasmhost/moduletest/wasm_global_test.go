@@ -117,29 +117,29 @@ func requireCleanLogs(t testing.TB, h *wasmhost.Host) {
 // This waits in real time, for an event outside the module (a process restarting, Redis'
 // own pause timer), which no virtual clock controls: it polls for the event, up to
 // callDeadline, rather than sleeping for a guessed time.
-//
-// After a pause, webdis still holds the replies of the calls the filter gave up on, and hands
-// each to whichever request it serves when the reply arrives: one PONG proves only that one of
-// its Redis connections is through its backlog. Four PONGs in a row, sent one after another
-// over its two connections (redistest's pool_size), prove that both are, so that no stale
-// reply meets the test's next request.
 func waitWebdis(t testing.TB, srv *redistest.Server) {
 	t.Helper()
-	inARow := 0
+	// webdis hands the reply of a call whose client went away (a callout that timed out while
+	// Redis was paused) to the next request it serves on the connection (docs/global-limits.md):
+	// a callout that came next would get it, and fail as malformed. Each PING opens a connection
+	// of its own, as a callout after a timeout does, and takes such a reply if one is left;
+	// three PONGs in a row, and the stalled calls' replies have been handed out.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	pongs := 0
 	require.Eventually(t, func() bool {
-		resp, err := http.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
+		resp, err := client.Post(srv.WebdisURL(), "text/plain", strings.NewReader("PING"))
 		if err != nil {
-			inARow = 0
+			pongs = 0
 			return false
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), "PONG") {
-			inARow = 0
-			return false
+		if resp.StatusCode == 200 && string(body) == `{"PING":[true,"PONG"]}` {
+			pongs++
+		} else {
+			pongs = 0
 		}
-		inARow++
-		return inARow == 4
+		return pongs == 3
 	}, callDeadline, 10*time.Millisecond, "webdis does not reach Redis")
 }
 
