@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -420,4 +421,16 @@ func tail(path string) string {
 		b = b[len(b)-1024:]
 	}
 	return "\n" + path + ":\n" + string(b)
+}
+
+// DefaultParallel makes n the number of parallel tests a package runs at a time unless the
+// command line sets -test.parallel; call it from TestMain after flag.Parse. Tests that wait on
+// Redis, webdis or Redis' real clock hold a slot while they wait, so a package of them keeps
+// the cores busy only with more slots than the default (the number of CPUs).
+func DefaultParallel(n int) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }

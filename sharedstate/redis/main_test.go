@@ -5,6 +5,8 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 )
 
 // TestMain runs the tests on one P (GOMAXPROCS 1) unless -test.cpu says otherwise, and eight
@@ -17,11 +19,7 @@ import (
 // in all, a third less system time (measured side by side, twice).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	parallelSet := false
-	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
-	if !parallelSet {
-		_ = flag.Set("test.parallel", "8")
-	}
+	redistest.DefaultParallel(8)
 	runtime.GOMAXPROCS(1)
 	os.Exit(m.Run())
 }

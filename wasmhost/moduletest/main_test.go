@@ -4,6 +4,8 @@ import (
 	"flag"
 	"os"
 	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 )
 
 // TestMain runs four parallel tests at a time unless -test.parallel says otherwise (the
@@ -14,10 +16,6 @@ import (
 // keep both cores busy while they wait.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	parallelSet := false
-	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
-	if !parallelSet {
-		_ = flag.Set("test.parallel", "4")
-	}
+	redistest.DefaultParallel(4)
 	os.Exit(m.Run())
 }
