@@ -127,7 +127,7 @@ func mergedDataSection(sec []byte) ([]byte, error) {
 		return nil, errUnmergeable
 	}
 	slices.SortStableFunc(segs, func(a, b segment) int { return cmp.Compare(a.offset, b.offset) })
-	out := binary.AppendUvarint(nil, 0) // the count, written once known
+	var out []byte // the segments; the count, known once they are written, goes in front
 	written := 0
 	for i := 0; i < len(segs); {
 		// segs[i:j] is a run: each starts at most maxSegmentGap after the previous one's end.
@@ -153,7 +153,7 @@ func mergedDataSection(sec []byte) ([]byte, error) {
 		written++
 		i = j
 	}
-	return append(binary.AppendUvarint(nil, uint64(written)), out[1:]...), nil
+	return append(binary.AppendUvarint(nil, uint64(written)), out...), nil
 }
 
 // readSLEB32 decodes a signed LEB128 of at most 5 bytes (an i32) and returns it with the
