@@ -103,8 +103,9 @@ var (
 	// wazero's compilation of it: a new commit or a fresh clone with the same sources finds it
 	// in wazero's cache rather than compiling it again, seconds of CPU in each test process.
 	reactor = target{env: []string{"GOOS=wasip1", "GOARCH=wasm"}, flags: []string{"-buildmode=c-shared", "-trimpath", "-buildvcs=false"}, ext: ".wasm"}
-	// command is a program of the repository built to run on this machine.
-	command = target{env: []string{"GOOS=" + runtime.GOOS, "GOARCH=" + runtime.GOARCH}}
+	// command is a program of the repository built to run on this machine, unstamped for the
+	// same reason.
+	command = target{env: []string{"GOOS=" + runtime.GOOS, "GOARCH=" + runtime.GOARCH}, flags: []string{"-buildvcs=false"}}
 )
 
 var (
@@ -200,11 +201,20 @@ func pruneStale(dir, name, ext, keep string) {
 	}
 }
 
+// goVersion is the version of the go command on the PATH, the one that builds, asked once per
+// process.
+var goVersion = sync.OnceValue(func() string {
+	ver, _ := exec.Command("go", "env", "GOVERSION").Output()
+	return string(bytes.TrimSpace(ver))
+})
+
 // sourceHash hashes the Go toolchain version, the target and every
 // non-standard file its build of pkg uses (Go files, embedded files, and the
 // root's go.mod, go.sum, go.work and go.work.sum).
 func sourceHash(root string, tg target, pkg string) (string, error) {
-	cmd := exec.Command("go", "list", "-deps",
+	// -buildvcs=false: with -trimpath (the Makefile's GOFLAGS), go list would otherwise ask git
+	// for the main module's version, seven git commands a listing.
+	cmd := exec.Command("go", "list", "-buildvcs=false", "-deps",
 		"-f", `{{if not .Standard}}{{.Dir}}{{range .GoFiles}}|{{.}}{{end}}{{range .CgoFiles}}|{{.}}{{end}}{{range .EmbedFiles}}|{{.}}{{end}}{{end}}`, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), tg.env...)
@@ -229,8 +239,7 @@ func sourceHash(root string, tg target, pkg string) (string, error) {
 	}
 	sort.Strings(files)
 	h := sha256.New()
-	ver, _ := exec.Command("go", "env", "GOVERSION").Output()
-	fmt.Fprintf(h, "%s\x00%q\x00%q\x00%s\x00", bytes.TrimSpace(ver), tg.env, tg.flags, pkg)
+	fmt.Fprintf(h, "%s\x00%q\x00%q\x00%s\x00", goVersion(), tg.env, tg.flags, pkg)
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {

@@ -44,15 +44,25 @@ func main() {
 // runIn builds the test binary of the package in directory pkg for wasip1 and runs it with
 // args, its output going to out, and returns its exit code.
 func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, error) {
-	dir, err := os.MkdirTemp("", "wasmbench")
+	wasm, wd, err := buildTests(pkg, out)
 	if err != nil {
 		return 0, err
 	}
+	return Run(ctx, wasm, wd, args, out)
+}
+
+// buildTests builds the test binary of the package in directory pkg for wasip1 and returns it
+// with the package's absolute directory; the go command's output goes to out.
+func buildTests(pkg string, out io.Writer) (wasm []byte, wd string, err error) {
+	dir, err := os.MkdirTemp("", "wasmbench")
+	if err != nil {
+		return nil, "", err
+	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "test.wasm")
-	wd, err := filepath.Abs(pkg)
+	wd, err = filepath.Abs(pkg)
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	// -trimpath as the module is built (see the Makefile), so that the test binary shares the
 	// standard library's wasip1 packages in Go's build cache with it.
@@ -61,13 +71,10 @@ func runIn(ctx context.Context, pkg string, args []string, out io.Writer) (int, 
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	build.Stdout, build.Stderr = out, out
 	if err := build.Run(); err != nil {
-		return 0, fmt.Errorf("building %s for wasip1: %w", pkg, err)
+		return nil, "", fmt.Errorf("building %s for wasip1: %w", pkg, err)
 	}
-	wasm, err := os.ReadFile(bin)
-	if err != nil {
-		return 0, err
-	}
-	return Run(ctx, wasm, wd, args, out)
+	wasm, err = os.ReadFile(bin)
+	return wasm, wd, err
 }
 
 // Run runs a wasip1 test binary under wazero with its proxy-wasm imports stubbed, its output

@@ -18,16 +18,17 @@ func TestRunsAPackagesBenchmarksInWasm(t *testing.T) {
 		t.Skip("builds a test binary for wasip1")
 	}
 	ctx := context.Background()
-	pkg := filepath.Join(wasmtest.ModuleRoot(), "algorithms")
 	var out bytes.Buffer
-	code, err := runIn(ctx, pkg, []string{"-test.run", "^$", "-test.bench", "AllowN/token", "-test.benchtime", "100x"}, &out)
+	wasm, wd, err := buildTests(filepath.Join(wasmtest.ModuleRoot(), "algorithms"), &out)
+	require.NoError(t, err, out.String())
+	code, err := Run(ctx, wasm, wd, []string{"-test.run", "^$", "-test.bench", "AllowN/token", "-test.benchtime", "100x"}, &out)
 	require.NoError(t, err)
 	require.Zero(t, code, out.String())
 	require.Contains(t, out.String(), "goos: wasip1")
 	require.Regexp(t, `BenchmarkAllowN/token\S*\s+100\s+\d`, out.String())
 
 	out.Reset()
-	code, err = runIn(ctx, pkg, []string{"-test.nosuchflag"}, &out)
+	code, err = Run(ctx, wasm, wd, []string{"-test.nosuchflag"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 2, code, out.String())
 }
