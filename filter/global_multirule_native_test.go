@@ -1,11 +1,7 @@
 package filter
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
@@ -46,12 +42,9 @@ func (d *nativeDriver) doRelayed(t *testing.T, url string, headers ...[2]string)
 		callouts := d.host.GetCalloutAttributesFromContext(id)
 		require.Greater(t, len(callouts), answered, "paused without a callout")
 		c := callouts[answered]
-		resp, err := http.Post(strings.TrimSuffix(url, "/")+"/", "application/x-www-form-urlencoded", bytes.NewReader(c.Body))
+		status, body, err := redistest.Post(url, c.Body)
 		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(resp.StatusCode)}}, nil, body)
+		d.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(status)}}, nil, body)
 		action = d.host.GetCurrentHttpStreamAction(id)
 	}
 	if resp := d.host.GetSentLocalResponse(id); resp != nil {

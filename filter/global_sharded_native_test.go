@@ -1,10 +1,7 @@
 package filter
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -73,12 +70,9 @@ func (d *nativeDriver) doRelayedAll(t *testing.T, url string, headers ...[2]stri
 		answers := make([][]byte, len(batch))
 		statuses := make([]int, len(batch))
 		for i, c := range batch {
-			resp, err := http.Post(strings.TrimSuffix(url, "/")+"/", "application/x-www-form-urlencoded", bytes.NewReader(c.Body))
+			var err error
+			statuses[i], answers[i], err = redistest.Post(url, c.Body)
 			require.NoError(t, err)
-			answers[i], err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(t, err)
-			statuses[i] = resp.StatusCode
 		}
 		for i, c := range batch {
 			// Every answer is delivered, also after the request is decided (the filter

@@ -3,10 +3,7 @@ package filter
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +26,9 @@ func (l *leaseVMs) answerAt(t *testing.T, url string, c proxytest.HttpCalloutAtt
 	body = strconv.AppendInt(body, l.now/1e9, 10)
 	body = append(body, '/')
 	body = strconv.AppendInt(body, l.now%1e9, 10)
-	resp, err := http.Post(strings.TrimSuffix(url, "/")+"/", "application/x-www-form-urlencoded", bytes.NewReader(body))
+	status, answer, err := redistest.Post(url, body)
 	require.NoError(t, err)
-	answer, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(resp.StatusCode)}}, nil, answer)
+	l.host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", fmt.Sprint(status)}}, nil, answer)
 }
 
 // deniedThenLate makes a request with headers on the current VM, whose rules x and y each

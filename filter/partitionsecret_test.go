@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -243,10 +241,7 @@ func TestPartitionSecretRefresh(t *testing.T) {
 // postWebdis sends a call's body to webdis at url and returns the answer.
 func postWebdis(t *testing.T, url string, body []byte) (int, []byte) {
 	t.Helper()
-	resp, err := http.Post(strings.TrimSuffix(url, "/")+"/", redis.ContentType, bytes.NewReader(body))
+	status, answer, err := redistest.Post(url, body)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, b
+	return status, answer
 }

@@ -122,6 +122,7 @@ func serve(t testing.TB, handle func(net.Conn)) string {
 		}
 	}()
 	t.Cleanup(func() {
+		idle.drop(l.Addr().String())
 		l.Close()
 		mu.Lock()
 		for c := range conns {

@@ -156,6 +156,7 @@ func (s *Server) StartRedis() {
 // StopWebdis kills webdis and waits for it to exit; its port then refuses connections.
 func (s *Server) StopWebdis() {
 	s.t.Helper()
+	idle.drop(s.WebdisAddr())
 	s.webdis.stop()
 }
 
@@ -181,6 +182,7 @@ func (s *Server) restart(p *proc, start func() error) {
 
 func (s *Server) stopAll() {
 	s.closeConn()
+	idle.drop(s.WebdisAddr())
 	if s.webdis != nil {
 		s.webdis.stop()
 	}

@@ -1,10 +1,13 @@
 package redistest_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +16,54 @@ import (
 
 func post(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/x-www-form-urlencoded", strings.NewReader(body))
+	status, answer, err := redistest.Post(url, []byte(body))
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	return status, string(answer)
+}
+
+// A server that closes a kept-alive connection after one answer, as a restarted or idle-timing
+// webdis does: Post finds its idle connection dead, sends the request again on a new one, and
+// the server sees each request once.
+func TestPostAfterTheServerClosedItsConnection(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("read: %v", err)
+		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	t.Cleanup(func() { l.Close() })
+	var requests atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body, _ := io.ReadAll(req.Body)
+				requests.Add(1)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	url := "http://" + l.Addr().String() + "/"
+	for i, body := range []string{"PING/1", "PING/2", "PING/3"} {
+		if status, answer := post(t, url, body); status != 200 || answer != body {
+			t.Fatalf("call %d answered %d %q, want 200 %q", i, status, answer, body)
+		}
+	}
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("the server saw %d requests, want 3", n)
+	}
+	l.Close()
+	if _, _, err := redistest.Post(url, []byte("PING")); err == nil {
+		t.Fatal("Post to a closed port succeeded")
+	}
 }
 
 // TestLifecycle checks that both servers answer, that webdis reaches this Redis (and no other),

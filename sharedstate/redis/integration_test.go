@@ -1,18 +1,12 @@
 package redis_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,91 +18,26 @@ import (
 // The tests in this file run the scripts in a real redis-server behind a real webdis, posting
 // exactly the bodies the filter's callouts carry.
 
-// webdisClient posts bodies to webdis the way an Envoy callout does: POST /, the body as the
-// command, on one keep-alive connection. It writes each request and reads its answer on the
-// calling goroutine (net/http's ReadResponse), so a call costs two system calls of the test
-// and no goroutine hand-off: the differential tests make tens of thousands of calls.
+// webdisClient posts bodies to webdis the way an Envoy callout does (redistest.Post).
 type webdisClient struct {
-	t    testing.TB
-	url  string
-	host string       // url's host:port
-	hc   *http.Client // for requests that are not callouts
-
-	mu   sync.Mutex
-	conn net.Conn
-	rd   *bufio.Reader
-	req  []byte
+	t   testing.TB
+	url string
+	hc  *http.Client // for requests that are not callouts
 }
 
 func newClient(t testing.TB, url string) *webdisClient {
 	tr := &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}
-	c := &webdisClient{t: t, url: url, host: strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"),
-		hc: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.conn != nil {
-			c.conn.Close()
-		}
-	})
-	return c
+	t.Cleanup(tr.CloseIdleConnections)
+	return &webdisClient{t: t, url: url, hc: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
 }
 
 func (c *webdisClient) post(body []byte) (int, []byte) {
 	c.t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.req = append(c.req[:0], redis.Method+" "+redis.Path+" HTTP/1.1\r\nHost: "...)
-	c.req = append(c.req, c.host...)
-	c.req = append(c.req, "\r\nContent-Type: "+redis.ContentType+"\r\nContent-Length: "...)
-	c.req = strconv.AppendInt(c.req, int64(len(body)), 10)
-	c.req = append(append(c.req, "\r\n\r\n"...), body...)
-	// A kept-alive connection that webdis has closed (a restart, for instance) answers
-	// nothing at all; the request is then sent again once, on a new connection, as Go's
-	// HTTP client does.
-	reused := c.conn != nil
-	status, b, err := c.roundTrip()
-	if err != nil && reused && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
-		status, b, err = c.roundTrip()
-	}
+	status, answer, err := redistest.Post(c.url, body)
 	if err != nil {
 		c.t.Fatalf("POST %s: %v", c.url, err)
 	}
-	return status, b
-}
-
-// roundTrip sends c.req and reads its answer, dialling first when no connection is open. The
-// connection is closed after an error or an answer that says so.
-func (c *webdisClient) roundTrip() (status int, body []byte, err error) {
-	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.host, 10*time.Second)
-		if err != nil {
-			return 0, nil, err
-		}
-		c.conn, c.rd = conn, bufio.NewReader(conn)
-	}
-	keep := false
-	defer func() {
-		if !keep {
-			c.conn.Close()
-			c.conn = nil
-		}
-	}()
-	if err := c.conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		return 0, nil, err
-	}
-	if _, err := c.conn.Write(c.req); err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.ReadResponse(c.rd, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	body, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	keep = err == nil && !resp.Close
-	return resp.StatusCode, body, err
+	return status, answer
 }
 
 func (c *webdisClient) call(body []byte) (redis.Reply, error) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,14 +190,12 @@ func (r *heldBack) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.held.Add(1)
 		<-r.release
 	}
-	resp, err := http.Post(strings.TrimSuffix(r.webdis, "/")+"/", req.Header.Get("content-type"), bytes.NewReader(body))
+	status, answer, err := redistest.Post(r.webdis, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	w.WriteHeader(resp.StatusCode)
+	w.WriteHeader(status)
 	_, _ = w.Write(answer)
 }
 
@@ -367,14 +364,12 @@ func (r *hostileLate) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	resp, err := http.Post(strings.TrimSuffix(r.webdis, "/")+"/", req.Header.Get("content-type"), bytes.NewReader(body))
+	status, answer, err := redistest.Post(r.webdis, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	w.WriteHeader(resp.StatusCode)
+	w.WriteHeader(status)
 	_, _ = w.Write(answer)
 }
 
