@@ -30,11 +30,8 @@ import (
 // (the host floor's or 1 rule's default request, its slot always hot in the CPU's caches), and
 // returning clients (the case's max_keys, sent by returningClients: a population placed once
 // each during the warm-up, then coming back in a fixed shuffled order, each request from a
-// client seen before but not recently). The returning clients' rule allows 100,000 per 31 days
-// (a token back every 27 s), so that every key stays active between its client's requests:
-// under the other rules' limit a key is idle (back at full allowance) a nanosecond after its
-// request, and two returning clients with one home slot would take it from each other on every
-// return, each request a new key's placement. The three hosts, each with shared data of its
+// client seen before but not recently). The cases are wasmtest.PerRequestCases, which the V8
+// benchmark runs too. The three hosts, each with shared data of its
 // own, take turns by blocks of requests so that all meet the same load, and the case reports
 // its median request over each baseline's (x-same-client, x-returning-clients) and the
 // baselines' own figures under their names: run one after the other, either can run 1.7x
@@ -43,48 +40,22 @@ import (
 //
 //	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
-	rule := func(i int, key string) string {
-		return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[%s{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],
-			"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i, key)
-	}
-	five, distinct := make([]string, 5), make([]string, 5)
-	for i := range five {
-		five[i] = rule(i, "")
-		distinct[i] = rule(i, fmt.Sprintf(`{"source":"const","value":"%d"},`, i))
-	}
-	one := `{"rules":[` + rule(0, "") + `]}`
-	sized := `{"max_keys":%d,"rules":[` + rule(0, "") + `]}`
-	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
-	cases := []struct {
-		name, module, config string
-		maxKeys              int    // max_keys, for %d; 0: twice the requests sent
-		sameClient, clients  string // the baselines' configurations, run beside a new-client case
-	}{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, 0, "", ""},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, 0, "", ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"per_client":true,"max_keys":%d}`, 0, `{}`, `{"per_client":true,"max_keys":%d}`},
-		{"1rule", ".", one, 0, "", ""},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
-		{"5rules-distinct", ".", `{"rules":[` + strings.Join(distinct, ",") + `]}`, 0, "", ""},
-		{"1rule-new-client", ".", sized, 0, one, held},
-		{"1rule-new-client-full", ".", sized, 1000, one, held},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			maxKeys := c.maxKeys
+	for _, c := range wasmtest.PerRequestCases() {
+		b.Run(c.Name, func(b *testing.B) {
+			maxKeys := c.MaxKeys
 			if maxKeys == 0 {
 				maxKeys = min(2*(benchWarmup+b.N), 1_000_000)
 			}
-			config := c.config
+			config := c.Config
 			if strings.Contains(config, "%d") {
 				config = fmt.Sprintf(config, maxKeys)
 			}
-			g := newGuestRun(b, c.module, config, benchRequest(), 0)
+			g := newGuestRun(b, c.Module, config, benchRequest(), 0)
 			runs := []*guestRun{g}
-			if c.sameClient != "" {
+			if c.SameClient != "" {
 				g.next = newClients(benchWarmup + b.N)
-				same := newGuestRun(b, c.module, c.sameClient, benchRequest(), 0)
-				back := newGuestRun(b, c.module, fmt.Sprintf(c.clients, maxKeys), benchRequest(), 0)
+				same := newGuestRun(b, c.Module, c.SameClient, benchRequest(), 0)
+				back := newGuestRun(b, c.Module, fmt.Sprintf(c.Clients, maxKeys), benchRequest(), 0)
 				back.next = returningClients(returningPopulation(maxKeys), benchWarmup+b.N)
 				runs = append(runs, same, back)
 			}

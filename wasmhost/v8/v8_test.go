@@ -64,22 +64,16 @@ func TestV8Smoke(t *testing.T) {
 	require.False(t, bad.Configured, "a window without a unit must be refused")
 }
 
-// benchConfig is BenchmarkGuestPerRequest's rule in wasmhost/moduletest: a client-IP and
-// header key, a token bucket that never denies.
-func benchRule(i int) string {
-	return fmt.Sprintf(`{"name":"r%d","continue":true,"key":[{"source":"client_ip"},{"source":"header","name":"x-tenant","default":"-"}],`+
-		`"algorithm":"token_bucket","limit":1000000000,"window":"1s"}`, i)
-}
-
 // BenchmarkV8GuestPerRequest reports the guest time per request on V8 (guest-ns/op: the
 // median of 5 rounds' means of b.N requests after a warm-up; guest-p50-ns/op: the median
-// request of all rounds, the statistic the wazero benchmark reports), for the pass-through
-// module, the host-call floor (wasmhost/testdata/hostfloor: the 1-rule request's host calls
-// and nothing else) and the filter with 1 and 5 rules, and with 1 rule for a new client on
-// every request, as in wasmhost/moduletest's BenchmarkGuestPerRequest: on a table that never
-// fills (max_keys twice the clients sent, so that, as on wazero, every new client finds a free
-// slot and the run ends with the table half full) and on one of 1,000 keys, full after the
-// warm-up (every new client takes an idle key's slot).
+// request of all rounds, the statistic the wazero benchmark reports) for the cases of
+// wasmtest.PerRequestCases, which wasmhost/moduletest's BenchmarkGuestPerRequest runs too: the
+// pass-through module, the host-call floor (wasmhost/testdata/hostfloor: the 1-rule request's
+// host calls and nothing else), the filter with 1 and 5 rules (on one key and on five), and
+// with 1 rule for a new client on every request: on a table that never fills (max_keys twice
+// the clients sent, so that, as on wazero, every new client finds a free slot and the run ends
+// with the table half full) and on one of 1,000 keys, full after the warm-up (every new client
+// takes an idle key's slot).
 //
 // A new-client case runs in one Node process with two baselines, as on wazero: the same client
 // on every request (the host floor's or 1 rule's default request) and returning clients (a
@@ -91,43 +85,23 @@ func benchRule(i int) string {
 // can be 1.7x slower than the next when other processes share the cores. Run with a fixed
 // count, e.g. -benchtime 20000x: each run is one Node process.
 func BenchmarkV8GuestPerRequest(b *testing.B) {
-	five := make([]string, 5)
-	for i := range five {
-		five[i] = benchRule(i)
-	}
-	one := `{"rules":[` + benchRule(0) + `]}`
-	sized := `{"max_keys":%d,"rules":[` + benchRule(0) + `]}`
-	held := strings.Replace(sized, `"limit":1000000000,"window":"1s"`, `"limit":100000,"window":"744h"`, 1)
 	const warmup, rounds = 2000, 5
-	cases := []struct {
-		name, pkg, config   string
-		maxKeys             int    // max_keys, for %d; 0: twice the requests sent
-		sameClient, clients string // the baselines' configurations, run beside a new-client case
-	}{
-		{"passthrough", "./wasmhost/testdata/passthrough", `{}`, 0, "", ""},
-		{"hostfloor", "./wasmhost/testdata/hostfloor", `{}`, 0, "", ""},
-		{"hostfloor-new-client", "./wasmhost/testdata/hostfloor", `{"per_client":true,"max_keys":%d}`, 0, `{}`, `{"per_client":true,"max_keys":%d}`},
-		{"1rule", ".", one, 0, "", ""},
-		{"5rules", ".", `{"rules":[` + strings.Join(five, ",") + `]}`, 0, "", ""},
-		{"1rule-new-client", ".", sized, 0, one, held},
-		{"1rule-new-client-full", ".", sized, 1000, one, held},
-	}
 	req := Request{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			mod := module(b, c.pkg)
-			maxKeys := c.maxKeys
+	for _, c := range wasmtest.PerRequestCases() {
+		b.Run(c.Name, func(b *testing.B) {
+			mod := module(b, c.Module)
+			maxKeys := c.MaxKeys
 			if maxKeys == 0 {
 				maxKeys = min(2*(warmup+rounds*b.N), 1_000_000)
 			}
-			config := c.config
+			config := c.Config
 			if strings.Contains(config, "%d") {
 				config = fmt.Sprintf(config, maxKeys)
 			}
 			bench := &Bench{Request: req, Warmup: warmup, Rounds: rounds, N: b.N}
-			if c.sameClient != "" {
-				bench.NewClients, bench.SameClient = true, c.sameClient
-				bench.Clients, bench.Population = fmt.Sprintf(c.clients, maxKeys), min(warmup, maxKeys*9/10)
+			if c.SameClient != "" {
+				bench.NewClients, bench.SameClient = true, c.SameClient
+				bench.Clients, bench.Population = fmt.Sprintf(c.Clients, maxKeys), min(warmup, maxKeys*9/10)
 			}
 			b.ResetTimer()
 			res := run(b, Job{Module: mod, Config: config, Workers: 1, Bench: bench})
@@ -135,7 +109,7 @@ func BenchmarkV8GuestPerRequest(b *testing.B) {
 			require.Positive(b, res.GuestP50NS, "host.js reported no per-request median")
 			b.ReportMetric(res.GuestNS, "guest-ns/op")
 			b.ReportMetric(res.GuestP50NS, "guest-p50-ns/op")
-			if c.sameClient != "" {
+			if c.SameClient != "" {
 				require.Positive(b, res.SameClientP50NS, "host.js reported no same client's median")
 				require.Positive(b, res.ReturningClientsP50NS, "host.js reported no returning clients' median")
 				b.ReportMetric(res.SameClientP50NS, "same-client-p50-ns/op")
@@ -236,7 +210,7 @@ func BenchmarkV8Start(b *testing.B) {
 	b.Run("filter", func(b *testing.B) {
 		var vm, first, vmCPU, firstCPU, init, configure float64
 		for b.Loop() {
-			res := run(b, Job{Module: filter, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: []Request{req}})
+			res := run(b, Job{Module: filter, Config: `{"rules":[` + wasmtest.BenchRule(0, "") + `]}`, Workers: 1, Requests: []Request{req}})
 			require.True(b, res.Configured)
 			vm += res.FirstVMMS
 			first += res.FirstRequestMS
@@ -264,7 +238,7 @@ var firstRequestsRun struct {
 	err      error
 }
 
-// firstRequests runs the filter with one rule (benchRule) on a fresh V8 once for the tests of
+// firstRequests runs the filter with one rule (wasmtest.BenchRule) on a fresh V8 once for the tests of
 // the first requests, and returns its result, what V8 compiled (with phase markers) and the
 // module's function names. Two requests with different keys are sent, so each phase of a
 // VM's start and of its first two requests can be told apart.
@@ -285,7 +259,7 @@ func firstRequests(t *testing.T) (Result, []Compiled, map[uint32]string) {
 			{Method: "GET", Path: "/api", Source: "192.0.2.1:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
 			{Method: "GET", Path: "/api", Source: "192.0.2.2:5555", Headers: [][2]string{{"x-tenant", "acme"}}},
 		}
-		r.res, r.compiled, r.err = CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + benchRule(0) + `]}`, Workers: 1, Requests: reqs, PhaseMarkers: true})
+		r.res, r.compiled, r.err = CompiledFunctions(Job{Module: mod, Config: `{"rules":[` + wasmtest.BenchRule(0, "") + `]}`, Workers: 1, Requests: reqs, PhaseMarkers: true})
 	})
 	if errors.Is(r.err, ErrNoNode) && os.Getenv("CI") != "true" {
 		t.Skip(r.err)
