@@ -31,13 +31,13 @@ func Post(url string, body []byte) (status int, answer []byte, err error) {
 	req = append(append(req, "\r\n\r\n"...), body...)
 
 	c := idle.take(host)
-	status, answer, err = c.roundTrip(host, req)
+	status, answer, answered, err := c.roundTrip(host, req)
 	// A kept-alive connection that the server has closed (a restart, for instance) answers
 	// nothing at all; the request is then sent again once, on a new connection. A connection
 	// that answered in part is not retried: the server may have run the command.
-	if err != nil && c.reused && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+	if err != nil && c.reused && !answered && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		c = &webdisConn{}
-		status, answer, err = c.roundTrip(host, req)
+		status, answer, _, err = c.roundTrip(host, req)
 	}
 	if err == nil && c.conn != nil {
 		idle.put(host, c)
@@ -53,11 +53,13 @@ type webdisConn struct {
 	reused bool
 }
 
-func (c *webdisConn) roundTrip(host string, req []byte) (status int, answer []byte, err error) {
+// roundTrip sends req and reads its answer, dialling first when c has no connection; answered
+// says whether any of the answer arrived.
+func (c *webdisConn) roundTrip(host string, req []byte) (status int, answer []byte, answered bool, err error) {
 	if c.conn == nil {
 		conn, err := net.DialTimeout("tcp", host, startTimeout)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, false, err
 		}
 		c.conn, c.rd = conn, bufio.NewReader(conn)
 	}
@@ -69,24 +71,24 @@ func (c *webdisConn) roundTrip(host string, req []byte) (status int, answer []by
 		}
 	}()
 	if err := c.conn.SetDeadline(time.Now().Add(startTimeout)); err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	if _, err := c.conn.Write(req); err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	// A connection closed before any answer reads io.EOF here (ReadResponse would say
 	// io.ErrUnexpectedEOF, as for an answer cut short).
 	if _, err := c.rd.Peek(1); err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	resp, err := http.ReadResponse(c.rd, nil)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, true, err
 	}
 	answer, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	keep = err == nil && !resp.Close
-	return resp.StatusCode, answer, err
+	return resp.StatusCode, answer, true, err
 }
 
 // idle holds the connections no call is using, by address.
