@@ -11,10 +11,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
 
 // Post sends body to the webdis at url (such as Server.WebdisURL) the way the filter's callouts
-// do: POST /, the body as the command, the form content type, keep-alive. It returns the
+// do: the method, path and content type of package redis, the body as the command, keep-alive. It returns the
 // answer's status and body. It is safe for concurrent use.
 //
 // Tests that relay the filter's callouts or drive the scripts make tens of thousands of calls,
@@ -24,9 +26,9 @@ import (
 func Post(url string, body []byte) (status int, answer []byte, err error) {
 	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
 	req := make([]byte, 0, len(body)+128)
-	req = append(req, "POST / HTTP/1.1\r\nHost: "...)
+	req = append(req, redis.Method+" "+redis.Path+" HTTP/1.1\r\nHost: "...)
 	req = append(req, host...)
-	req = append(req, "\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: "...)
+	req = append(req, "\r\nContent-Type: "+redis.ContentType+"\r\nContent-Length: "...)
 	req = strconv.AppendInt(req, int64(len(body)), 10)
 	req = append(append(req, "\r\n\r\n"...), body...)
 

@@ -31,12 +31,12 @@ import (
 // returning clients (the case's max_keys, sent by returningClients: a population placed once
 // each during the warm-up, then coming back in a fixed shuffled order, each request from a
 // client seen before but not recently). The cases are wasmtest.PerRequestCases, which the V8
-// benchmark runs too. The three hosts, each with shared data of its
-// own, take turns by blocks of requests so that all meet the same load, and the case reports
-// its median request over each baseline's (x-same-client, x-returning-clients) and the
-// baselines' own figures under their names: run one after the other, either can run 1.7x
-// slower or more than the other when other processes share the cores. Its ns/op counts every
-// host's requests. Run with a fixed count:
+// benchmark runs too. The three hosts, each with shared data of its own, take turns by blocks
+// of requests so that all meet the same load, and the case reports its median request over
+// each baseline's (x-same-client, x-returning-clients) and the baselines' own figures under
+// their names: run one after the other, either can run 1.7x slower or more than the other when
+// other processes share the cores. Its ns/op counts every host's requests. Run with a fixed
+// count:
 //
 //	go test ./wasmhost/moduletest/ -run '^$' -bench GuestPerRequest -benchtime 5000x
 func BenchmarkGuestPerRequest(b *testing.B) {
