@@ -2,10 +2,12 @@ package filter
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
@@ -361,4 +363,144 @@ func TestLeaseOnShadowRuleRefused(t *testing.T) {
 		err := p.configure([]byte(filtertest.GlobalConfig(filtertest.RedisOpts{}, rules)))
 		require.ErrorContains(t, err, "rules[0].lease: not supported on a shadow rule", scope)
 	}
+}
+
+// A lease must not deny what the exact decision admits: the tests below run one traffic
+// pattern twice on the native worker VMs (leaseVMs), once on a rule with a lease block and
+// once on the same rule without, on the host's fake clock, and compare the admissions. The
+// lease must admit at least 95% of what the exact decision admits, and at most that plus the
+// over-admission bound (holders x batch).
+
+// leaseTraffic is one pattern: n requests, one every step, request i on worker i % workers.
+type leaseTraffic struct {
+	algo    string
+	batch   int
+	workers int
+	n       int
+	step    time.Duration
+}
+
+// admitted runs tr on a rule named hot with the lease block lease (none when empty) and
+// returns how many requests were admitted. It runs as a subtest of its own: one host emulator
+// at a time.
+func (tr leaseTraffic) admitted(t *testing.T, name, lease string) (admitted int) {
+	t.Run(name, func(t *testing.T) {
+		l := newLeaseVMs(t, `{"rules":[{"name":"hot",`+tr.algo+lease+`}]}`, tr.workers)
+		for i := range tr.n {
+			if l.do(i % tr.workers) {
+				admitted++
+			}
+			l.now += int64(tr.step)
+		}
+	})
+	return admitted
+}
+
+// requireLeaseAdmits checks the leased admissions of tr against the exact ones.
+func requireLeaseAdmits(t *testing.T, tr leaseTraffic, exact, leased int) {
+	t.Helper()
+	t.Logf("exact %d, leased %d", exact, leased)
+	require.GreaterOrEqual(t, leased*100, exact*95, "the lease admits at least 95%% of the exact decision's %d", exact)
+	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
+}
+
+// leaseBlock is a lease block of tr's batch, with the default ttl (1s).
+func (tr leaseTraffic) leaseBlock() string { return fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch) }
+
+// leaseAlgorithms are the algorithms a lease applies to.
+var leaseAlgorithms = []string{"token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_window"}
+
+// eachLeaseTraffic runs check as a subtest for each of algos at limit per window, every batch
+// and every number of workers: n requests, one every step.
+func eachLeaseTraffic(t *testing.T, algos []string, limit int, window string, batches, workers []int, n int, step time.Duration, check func(*testing.T, leaseTraffic)) {
+	for _, a := range algos {
+		for _, batch := range batches {
+			for _, w := range workers {
+				tr := leaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":%d,"window":%q`, a, limit, window),
+					batch: batch, workers: w, n: n, step: step}
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", a, batch, w), func(t *testing.T) { check(t, tr) })
+			}
+		}
+	}
+}
+
+// checkLeaseAdmits runs tr on local rules with and without a lease and checks the bounds.
+func checkLeaseAdmits(t *testing.T, tr leaseTraffic) {
+	requireLeaseAdmits(t, tr, tr.admitted(t, "exact", ""), tr.admitted(t, "leased", tr.leaseBlock()))
+}
+
+// TestLeaseAdmitsPacedTraffic: one request every 100 ms for two minutes, limit 100 per minute,
+// over 1 and 4 worker VMs, batch 10 and 100. Units a worker cannot spend within the ttl must
+// neither be reserved nor lost.
+func TestLeaseAdmitsPacedTraffic(t *testing.T) {
+	eachLeaseTraffic(t, leaseAlgorithms, 100, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond, checkLeaseAdmits)
+}
+
+// TestLeaseAdmitsTrafficInTurn: 200 requests in turn over 4 and 8 worker VMs, one every 10 ms,
+// limit 100 per hour, batch 50 and 100: no worker may hold the window while the others are
+// denied.
+func TestLeaseAdmitsTrafficInTurn(t *testing.T) {
+	eachLeaseTraffic(t, leaseAlgorithms, 100, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond, checkLeaseAdmits)
+}
+
+// fillHeld fills rule y's lease map of VM 0 with maxHeld unexpired leases of other keys, as a
+// flood of distinct keys within one ttl leaves it.
+func fillHeld(l *leaseVMs) *leaseState {
+	y := l.vms[0].rules[1].lease
+	for i := len(y.held); i < maxHeld; i++ {
+		y.held[fmt.Sprint("flood", i)] = &heldLease{units: 1, expires: l.now + int64(time.Hour)}
+	}
+	return y
+}
+
+// TestLocalLeaseMapFullDecidesExactly is TestLeaseMapFullDecidesExactly for a local rule (limit
+// 20, batch 10): with the VM's lease map full of other keys' unexpired leases, the rule's key
+// is decided exactly and admits its whole limit, 20 requests; with a batch debited per request
+// and nine units lost each time, it would admit two.
+func TestLocalLeaseMapFullDecidesExactly(t *testing.T) {
+	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`, 1)
+	hot := l.vms[0].rules[0].lease
+	for i := range maxHeld {
+		hot.held[fmt.Sprint("flood", i)] = &heldLease{units: 1, expires: l.now + int64(time.Hour)}
+	}
+	admitted := 0
+	for range 25 {
+		if l.do(0) {
+			admitted++
+		}
+	}
+	require.Equal(t, 20, admitted, "exactly the limit")
+	require.Len(t, hot.held, maxHeld, "the map stays bounded")
+}
+
+// TestLeaseNewKeyCostBoundedWhenMapFull: a VM whose lease map is full of unexpired leases
+// decides a new key exactly, and must not pay for the map's size to find that out: the
+// expired leases are found from the oldest take on (leaseState.expire), not by sweeping the
+// map on every new key. Measured side by side: recording exact takes of new keys with the map
+// full costs at most a few times what it costs with a nearly empty map (where each new key is
+// remembered, which is no cheaper).
+func TestLeaseNewKeyCostBoundedWhenMapFull(t *testing.T) {
+	d := algorithms.Decision{Allowed: true, Limit: 100, Remaining: 50}
+	keys := make([][]byte, 2000)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint("new-client-", i))
+	}
+	measure := func(fill int) time.Duration {
+		l := &leaseState{batch: 10, ttl: int64(time.Hour), held: map[string]*heldLease{}}
+		for i := range fill {
+			l.taken([]byte(fmt.Sprint("held-", i)), 0, 1, 1, d)
+		}
+		start := time.Now()
+		for _, k := range keys {
+			l.taken(k, 1, 1, 1, d)
+		}
+		return time.Since(start)
+	}
+	ratio := math.Inf(1)
+	for range 3 {
+		small, full := measure(16), measure(maxHeld)
+		ratio = min(ratio, float64(full)/float64(small))
+	}
+	t.Logf("new keys cost %.2fx with a full lease map", ratio)
+	require.Less(t, ratio, 4.0, "new keys cost %.1fx with a full lease map", ratio)
 }

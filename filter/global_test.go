@@ -2,9 +2,13 @@ package filter
 
 import (
 	"fmt"
-	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -159,4 +163,42 @@ func TestGlobalNativeFailureModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLateAnswerIsMeasured: the answer to a reset request's call, 7 ms after its send, is a
+// round trip of Redis like any other and is recorded in ratelimit_redis_latency_us: leaving
+// out the slow answers clients gave up on would flatter the histogram.
+func TestLateAnswerIsMeasured(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts},
+				`[{"name":"g","scope":"global","algorithm":"token_bucket","limit":10,"window":"1m"}]`), 1, 1)
+			id, calls := l.startReset(t, 0)
+			require.Len(t, calls, 1)
+			l.now += int64(7 * time.Millisecond)
+			l.answerAt(t, srv.WebdisURL(), calls[0])
+			l.host.CompleteHttpContext(id)
+			us, err := l.host.GetHistogramMetric("ratelimit_redis_latency_us")
+			require.NoError(t, err)
+			require.EqualValues(t, 7000, us)
+		})
+	}
+}
+
+// A callout that Envoy refuses at once with InternalFailure (the cluster has no host) is an
+// unavailable Redis, and feeds the breaker; it is not counted as a reset.
+func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
+	d := newNativeGlobal(t, "allow")
+	w := nativeRedisWorker(t, 2)
+	for range 2 {
+		w.noteFailure(t0.UnixNano(), sendError(abi.ErrInternalFailure))
+	}
+	require.EqualValues(t, 2, counterNative(d, "ratelimit_redis_unavailable_total"))
+	require.Zero(t, counterNative(d, "ratelimit_redis_resets_total"))
+	require.EqualValues(t, 1, gaugeNative(t, d, "ratelimit_redis_breaker_open"), "two failures open the breaker")
+	// Any other refusal (a cluster Envoy does not know) stays a reset.
+	w.noteFailure(t0.UnixNano(), sendError(abi.ErrBadArgument))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_redis_resets_total"))
 }
