@@ -16,7 +16,7 @@ import (
 
 // The global path natively, under the SDK's emulator: the callout the filter sends, and what it
 // does with each kind of answer. The same behaviours run against real webdis and Redis in
-// the emulator module's wasmhost/moduletest/wasm_global_test.go.
+// the emulator module's wasmhost/moduletest/global_test.go.
 
 const nativeGlobalConfig = `{"redis":{"cluster":"webdis","authority":"webdis.local","timeout":"40ms","failure_mode":"%s"},
 	"rules":[{"name":"g","scope":"global","key":[{"source":"header","name":"x-api-key"}],

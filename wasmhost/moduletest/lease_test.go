@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
-	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
@@ -110,53 +108,6 @@ func TestLeaseWritesPerRequestWasm(t *testing.T) {
 	}
 }
 
-// TestOverLimitCacheWasm checks the over-limit cache of a global rule with a lease block
-// against real redis-server and webdis: once Redis has denied a key, the proxy denies it with
-// no callout until Retry-After has passed, counted in over_limit_cache_hits; another key still
-// asks Redis. Without the lease block every denial is a callout.
-func TestOverLimitCacheWasm(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	for _, leased := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lease=%v", leased), func(t *testing.T) {
-			lease := ""
-			if leased {
-				lease = `,"lease":{"batch":2}`
-			}
-			name := fmt.Sprintf("olc%v", leased)
-			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":3,"window":"1h"`+lease, true) + "]"
-			h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 2)
-			for range 3 {
-				o, _ := doTimed(t, h, hdr("x-user", "alice"))
-				require.Zero(t, o.Status)
-			}
-			o, _ := doTimed(t, h, hdr("x-user", "alice"))
-			require.Equal(t, 429, o.Status)
-			calls := redisMetric(h, "ratelimit_redis_calls_total")
-			// Both workers, five more denials each.
-			for range 10 {
-				o, _ := doTimed(t, h, hdr("x-user", "alice"))
-				require.Equal(t, 429, o.Status)
-				require.NotEmpty(t, o.Headers["retry-after"])
-			}
-			hits := redisMetric(h, "ratelimit_over_limit_cache_hits_total;rule="+name)
-			if leased {
-				// The worker that saw Redis's denial caches it; the other asks Redis once.
-				require.EqualValues(t, calls+1, redisMetric(h, "ratelimit_redis_calls_total"))
-				require.EqualValues(t, 9, hits)
-			} else {
-				require.EqualValues(t, calls+10, redisMetric(h, "ratelimit_redis_calls_total"))
-				require.Zero(t, hits)
-			}
-			// Another key is not affected.
-			o, _ = doTimed(t, h, hdr("x-user", "bob"))
-			require.Zero(t, o.Status)
-			requireNoRedisFailures(t, h)
-			requireCleanLogs(t, h)
-		})
-	}
-}
-
 // BenchmarkLease measures, side by side in one run, the guest time per request of a
 // pass-through filter, a local token bucket without and with a lease, and the shared-data
 // writes per request (one hot key below its limit, one worker VM, in the wazero host).
@@ -194,79 +145,104 @@ func BenchmarkLease(b *testing.B) {
 	}
 }
 
-// TestGlobalLeaseWasm checks global leases on the compiled module against real redis-server
-// and webdis, with two proxies (two hosts, each with its own shared data) of several worker
-// VMs on one Redis:
-//   - near the limit the batches shrink to the request's cost with the remaining allowance
-//     Redis reports: a fixed window of 100 admits exactly 100 requests of 160 taking turns over
-//     2 proxies x 2 VMs, as without a lease, with fewer callouts than requests;
-//   - on a hot key below its limit, 2 proxies x 4 VMs send at most 0.05 callouts per request
-//     (batch 100: each VM's first take, then one per 100 requests).
-func TestGlobalLeaseWasm(t *testing.T) {
+// A lease must not deny what the exact decision admits, on the compiled module: one traffic
+// pattern runs on worker VMs of a rule with a lease block and of the same rule without, on
+// the virtual clock, and the lease admits at least 95% of what the exact decision admits, and
+// no more than that plus holders x batch. Package filter runs the same patterns natively for
+// every algorithm a lease applies to (TestLeaseAdmitsPacedTraffic, TestLeaseAdmitsTrafficInTurn).
+
+// wasmLeaseTraffic is one pattern: n requests, one every step, request i on worker i % workers.
+type wasmLeaseTraffic struct {
+	algo           string
+	batch, workers int
+	n              int
+	step           time.Duration
+}
+
+// admitted runs tr on a rule named hot with the lease block lease (none when empty).
+func (tr wasmLeaseTraffic) admitted(t *testing.T, lease string) int {
+	h, clock := virtualHost(t, `{"rules":[{"name":"hot",`+tr.algo+lease+`}]}`, tr.workers, nil)
+	admitted := 0
+	for i := range tr.n {
+		if doWorker(t, h, i%tr.workers) {
+			admitted++
+		}
+		clock.Advance(tr.step)
+	}
+	return admitted
+}
+
+// checkWasmLeaseAdmits compares tr's leased admissions with the exact ones, which do not
+// depend on the batch: exact holds them by pattern (tr without its batch), each run once.
+func checkWasmLeaseAdmits(t *testing.T, tr wasmLeaseTraffic, exactRuns map[wasmLeaseTraffic]int) {
+	pattern := tr
+	pattern.batch = 0
+	exact, ok := exactRuns[pattern]
+	if !ok {
+		exact = tr.admitted(t, "")
+		exactRuns[pattern] = exact
+	}
+	leased := tr.admitted(t, fmt.Sprintf(`,"lease":{"batch":%d}`, tr.batch))
+	t.Logf("exact %d, leased %d", exact, leased)
+	require.GreaterOrEqual(t, leased*100, exact*95, "the lease admits at least 95%% of the exact decision's %d", exact)
+	require.LessOrEqual(t, leased, exact+tr.workers*tr.batch, "over-admission beyond holders x batch")
+}
+
+// eachWasmLeaseTraffic runs checkWasmLeaseAdmits as a subtest for a token bucket and a fixed
+// window at limit per window, every batch and every number of workers: n requests, one every
+// step.
+func eachWasmLeaseTraffic(t *testing.T, window string, batches, workers []int, n int, step time.Duration) {
+	exactRuns := map[wasmLeaseTraffic]int{}
+	for _, algo := range []string{"token_bucket", "fixed_window"} {
+		for _, batch := range batches {
+			for _, w := range workers {
+				tr := wasmLeaseTraffic{algo: fmt.Sprintf(`"algorithm":%q,"limit":100,"window":%q`, algo, window),
+					batch: batch, workers: w, n: n, step: step}
+				t.Run(fmt.Sprintf("%s/batch=%d/workers=%d", algo, batch, w), func(t *testing.T) { checkWasmLeaseAdmits(t, tr, exactRuns) })
+			}
+		}
+	}
+}
+
+// TestLeaseAdmitsPacedTrafficWasm: one request every 100 ms for two minutes, limit 100 per
+// minute, on 1 and 4 worker VMs, batch 10 and 100.
+func TestLeaseAdmitsPacedTrafficWasm(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	do := func(h *wasmhost.Host, w int) bool {
-		t.Helper()
-		req := globalRequest(hdr("x-user", "alice"))
-		req.Worker = w
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		res, err := h.Do(ctx, req)
-		require.NoError(t, err)
-		require.False(t, res.Failed)
-		return res.Local == nil
+	eachWasmLeaseTraffic(t, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond)
+}
+
+// TestLeaseAdmitsTrafficInTurnWasm: 200 requests in turn over 4 and 8 worker VMs, one every
+// 10 ms, limit 100 per hour, batch 50 and 100.
+func TestLeaseAdmitsTrafficInTurnWasm(t *testing.T) {
+	t.Parallel()
+	eachWasmLeaseTraffic(t, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond)
+}
+
+// TestLeaseWasmMapFullDecidesExactly: the compiled module on the virtual clock, one worker, a
+// local rule keyed by a header (limit 20 an hour, lease batch 10, ttl 1m). A client sends
+// 4,096 distinct keys, each of which takes a batch the VM holds, so the VM's lease map for the
+// rule is full (maxHeld) and none of its leases has expired. Another client's key, which the
+// VM does not hold, is then decided exactly and admits its whole limit, 20 of 25 requests.
+// A batch of ten debited for each of its requests, which the full map cannot hold, would let
+// the key admit two. Package filter tests the same natively
+// (TestLocalLeaseMapFullDecidesExactly, and TestLeaseMapFullDecidesExactly for global rules).
+func TestLeaseWasmMapFullDecidesExactly(t *testing.T) {
+	t.Parallel()
+	rules := `{"rules":[{"name":"u","key":[{"source":"header","name":"x-u"}],"algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`
+	h, _ := virtualHost(t, rules, 1, nil)
+	taken := func() int64 { v, _ := h.Metric("ratelimit_lease_taken_total;rule=u"); return v }
+	for i := range 4096 {
+		o, _ := doTimed(t, h, hdr("x-u", fmt.Sprint("flood", i)))
+		require.Zero(t, o.Status)
 	}
-	calls := func(hs []*wasmhost.Host) (n int64) {
-		for _, h := range hs {
-			n += redisMetric(h, "ratelimit_redis_calls_total")
+	require.EqualValues(t, 4096, taken(), "every flood key holds a lease")
+	admitted := 0
+	for range 25 {
+		o, _ := doTimed(t, h, hdr("x-u", "victim"))
+		if o.Status == 0 {
+			admitted++
 		}
-		return n
 	}
-	t.Run("exact near the limit", func(t *testing.T) {
-		filtertest.WaitForHourWindow(t, srv)
-		for _, leased := range []bool{true, false} {
-			lease := ""
-			if leased {
-				lease = `,"lease":{"batch":20,"ttl":"1m"}`
-			}
-			name := fmt.Sprintf("gl-exact-%v", leased)
-			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":100,"window":"1h"`+lease, true) + "]"
-			cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
-			hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 2), newGlobalHost(t, cfg, srv.WebdisURL(), 2)}
-			admitted := 0
-			for i := range 160 {
-				if do(hs[i%2], (i/2)%2) {
-					admitted++
-				}
-			}
-			require.Equal(t, 100, admitted, "lease %v", leased)
-			n := calls(hs)
-			if leased {
-				require.Less(t, n, int64(160))
-				taken := redisMetric(hs[0], "ratelimit_lease_taken_total;rule="+name) +
-					redisMetric(hs[1], "ratelimit_lease_taken_total;rule="+name)
-				require.Positive(t, taken)
-			} else {
-				// Every admission is a callout; the denials after the first are not (without a
-				// lease block there is no over-limit cache either).
-				require.EqualValues(t, 160, n)
-			}
-			for _, h := range hs {
-				requireNoRedisFailures(t, h)
-			}
-			t.Logf("lease %v: %d callouts for 160 requests", leased, n)
-		}
-	})
-	t.Run("callouts per request below the limit", func(t *testing.T) {
-		rules := "[" + globalRule("gl-hot", `"algorithm":"token_bucket","limit":1000000000,"window":"1h","lease":{"batch":100}`, true) + "]"
-		cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
-		hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 4), newGlobalHost(t, cfg, srv.WebdisURL(), 4)}
-		const requests = 4000
-		for i := range requests {
-			require.True(t, do(hs[i%2], (i/2)%4))
-		}
-		per := float64(calls(hs)) / requests
-		t.Logf("%.4f callouts per request on 2 proxies x 4 VMs", per)
-		require.LessOrEqual(t, per, 0.05)
-	})
+	require.Equal(t, 20, admitted, "the victim's key admits exactly its limit")
+	require.EqualValues(t, 4096, taken(), "and takes no batch")
 }
