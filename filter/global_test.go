@@ -202,3 +202,57 @@ func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
 	w.noteFailure(t0.UnixNano(), sendError(abi.ErrBadArgument))
 	require.EqualValues(t, 1, counterNative(d, "ratelimit_redis_resets_total"))
 }
+
+// answeringDriver runs steps natively like nativeDriver, answering every callout a request
+// makes with answer (answerScript's format), as a webdis that answers each script call alike
+// would, until the request is decided (filtertest.Driver).
+type answeringDriver struct {
+	*nativeDriver
+	answer string
+}
+
+// Do runs s at the instant at, answering its callouts.
+func (d answeringDriver) Do(t *testing.T, at time.Time, s step) outcome {
+	t.Helper()
+	*d.now = at
+	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte(orNone(s.Route))))
+	require.NoError(t, d.host.SetProperty([]string{"xds", "virtual_host_name"}, []byte(orNone(s.VHost))))
+	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte(s.SourceAddress())))
+	id := d.host.InitializeHttpContext()
+	defer d.host.CompleteHttpContext(id)
+	d.host.CallOnRequestHeaders(id, s.RequestHeaders(), true)
+	// An answer may make the filter call again (NOSCRIPT, a denied batch): answer each new
+	// callout until none comes.
+	answered := 0
+	for range 8 {
+		callouts := d.host.GetCalloutAttributesFromContext(id)
+		if len(callouts) == answered {
+			break
+		}
+		for _, c := range callouts[answered:] {
+			d.answerScript(id, c.CalloutID, d.answer)
+		}
+		answered = len(callouts)
+	}
+	if resp := d.host.GetSentLocalResponse(id); resp != nil {
+		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers),
+			Body: string(resp.Data), GrpcStatus: int(resp.GRPCStatus), FilterState: filterStateNative(d.host, s.WantFilterState)}
+	}
+	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id), "request undecided after %d callouts", answered)
+	state := filterStateNative(d.host, s.WantFilterState)
+	upstream := filtertest.HeaderMap(d.host.GetCurrentRequestHeaders(id))
+	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id)), Upstream: upstream, GrpcStatus: -1,
+		FilterState: state}
+}
+
+// TestGlobalAnswersNative runs filtertest.AnswerCases natively; the emulator module's
+// moduletest runs them against the compiled module.
+func TestGlobalAnswersNative(t *testing.T) {
+	for _, c := range filtertest.AnswerCases {
+		t.Run(c.Name, func(t *testing.T) {
+			d := answeringDriver{newNative(t, c.Config), c.Answer}
+			filtertest.Run(t, d, filtertest.Scenario{Name: c.Name, Config: c.Config, Steps: c.Steps})
+		})
+	}
+}

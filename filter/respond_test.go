@@ -42,22 +42,6 @@ func TestAdaptivePolicyFollowsTheLimitNative(t *testing.T) {
 	require.Equal(t, `"ad";q=`+strconv.FormatInt(limit, 10)+`;w=1`, serve("200"))
 }
 
-// A Redis answer with an absurd retry-after (2^63-1 ns) is clamped to the
-// rule's longest wait (gcra 5 per minute: two minutes) instead of overflowing into
-// "Retry-After: -9223372035".
-func TestAbsurdRetryAfterIsClampedNative(t *testing.T) {
-	d := newNativeGlobal(t, "deny")
-	id, callout := d.startGlobal(t, "a")
-	d.answerScript(id, callout, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,9223372036854775807,9223372036854775807,0]}`)
-	resp := d.host.GetSentLocalResponse(id)
-	require.NotNil(t, resp)
-	require.EqualValues(t, 429, resp.StatusCode)
-	h := filtertest.HeaderMap(resp.Headers)
-	require.Equal(t, "120", h["retry-after"])
-	require.Equal(t, `"g";r=0;t=120`, h["ratelimit"])
-	require.Contains(t, string(resp.Data), `"retry_after":120`)
-}
-
 // policyRate's contract on windows of fractional seconds and on windows of whole seconds.
 func TestPolicyRate(t *testing.T) {
 	for _, tc := range []struct {

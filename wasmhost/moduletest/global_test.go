@@ -1101,3 +1101,35 @@ func globalOverrides(t *testing.T, partitions int) {
 		requireCleanLogs(t, p)
 	}
 }
+
+// realTimeDriver runs steps on a module on real time, each under callDeadline and on a VM
+// that must not fail, as doTimed does (filtertest.Driver). Its steps cannot wait: the instant
+// is the host's own.
+type realTimeDriver struct{ *wasmDriver }
+
+// Do runs s now.
+func (d realTimeDriver) Do(t *testing.T, _ time.Time, s step) outcome {
+	t.Helper()
+	require.Zero(t, s.At, "a step on real time cannot wait")
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	res, err := d.host.Do(ctx, d.request(s))
+	require.NoError(t, err, "the request must complete within %v", callDeadline)
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	return outcomeOf(res)
+}
+
+// TestGlobalAnswersWasm runs filtertest.AnswerCases against the compiled module, one worker,
+// whose webdis is a stand-in answering every call with the case's answer (package filter runs
+// them natively).
+func TestGlobalAnswersWasm(t *testing.T) {
+	t.Parallel()
+	for _, c := range filtertest.AnswerCases {
+		t.Run(c.Name, func(t *testing.T) {
+			d := realTimeDriver{newWasm(t, c.Config, wasmOptions{workers: 1,
+				clusters: map[string]string{"webdis": scriptAnswerServer(t, c.Answer)}, realTime: true})}
+			filtertest.Run(t, d, filtertest.Scenario{Name: c.Name, Config: c.Config, Steps: c.Steps})
+			require.Zero(t, d.host.Stats().Traps)
+		})
+	}
+}

@@ -95,21 +95,3 @@ func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
 	}
 	require.Zero(t, d.host.Stats().Traps)
 }
-
-// Against the compiled module: a webdis answer with a retry-after of 2^63-1
-// ns (well-formed, absurd) is clamped to the rule's longest wait, two minutes for gcra 5 per
-// minute, in Retry-After, RateLimit and the deny body.
-func TestAbsurdRetryAfterIsClampedWasm(t *testing.T) {
-	t.Parallel()
-	url := scriptAnswerServer(t, `{"EVALSHA":[1764504000,0,0,%s,0,5,0,9223372036854775807,9223372036854775807,0]}`)
-	rules := "[" + globalRule("g", `"algorithm":"gcra","limit":5,"window":"1m"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), url, 1)
-	got, _ := doTimed(t, h)
-	require.Equal(t, 429, got.Status)
-	require.Equal(t, "120", got.Headers["retry-after"])
-	require.Equal(t, `"g";r=0;t=120`, got.Headers["ratelimit"])
-	require.Equal(t, "5", got.Headers["x-ratelimit-limit"])
-	require.Equal(t, "120", got.Headers["x-ratelimit-reset"])
-	require.Contains(t, got.Body, `"retry_after":120`)
-	require.Zero(t, h.Stats().Traps)
-}
