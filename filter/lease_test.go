@@ -3,7 +3,6 @@ package filter
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -101,66 +100,24 @@ var leaseAlgos = []struct {
 	{"sliding_window", `"algorithm":"sliding_window","limit":50,"window":"1s"`, true},
 }
 
-// TestLeaseBoundNative checks the bound of the README's lease section on random traffic, for
-// every algorithm a lease applies to: several worker VMs share one key's state, each with a
-// lease of up to batch units, and a fake clock moves by random steps. Within any interval
-// the admissions never exceed the algorithm's own contract by more than workers x batch;
-// from the start (when nobody held units) they never exceed the contract at all.
+// nativeLeaseDriver runs requests on the native worker VMs of leaseVMs, on its fake clock
+// (filtertest.LeaseDriver).
+type nativeLeaseDriver struct{ *leaseVMs }
+
+// Advance moves the fake clock by d.
+func (l nativeLeaseDriver) Advance(d time.Duration) { l.now += int64(d) }
+
+// Admit sends a request on worker VM w.
+func (l nativeLeaseDriver) Admit(_ *testing.T, w int) bool { return l.do(w) }
+
+// TestLeaseBoundNative checks the README's lease bound on random traffic natively, for every
+// algorithm a lease applies to (filtertest.LeaseBoundCase.CheckLeaseBound); the emulator
+// module's moduletest checks the same cases against the compiled module.
 func TestLeaseBoundNative(t *testing.T) {
-	const (
-		limit, batch = 50, 10
-		window       = int64(time.Second)
-	)
-	for _, workers := range []int{1, 4, 8} {
-		for _, a := range leaseAlgos {
-			t.Run(fmt.Sprintf("%s/%dvms", a.name, workers), func(t *testing.T) {
-				cfg := `{"rules":[{"name":"hot",` + a.algo + `,"lease":{"batch":10,"ttl":"500ms"}}]}`
-				l := newLeaseVMs(t, cfg, workers)
-				rng := rand.New(rand.NewPCG(uint64(workers), 13))
-				start := l.now
-				var admitted []int64
-				for range 3000 {
-					// About 200 requests per second against a limit of 50: bursts, quiet
-					// spells and sustained overload.
-					l.now += rng.Int64N(int64(10 * time.Millisecond))
-					if l.do(rng.IntN(workers)) {
-						admitted = append(admitted, l.now-start)
-					}
-				}
-				excess := int64(workers * batch)
-				rate := func(d int64) int64 { return limit * d / window }
-				// Every pair of admissions is checked; require runs only for a pair over its
-				// bound, since a require call costs microseconds and there are up to a million
-				// pairs.
-				for i := range admitted {
-					if n, bound := int64(i+1), limit+rate(admitted[i]); !a.windowed && n > bound {
-						// From the start: nothing admitted that was not debited.
-						require.LessOrEqual(t, n, bound, "from the start to admission %d", i)
-					}
-					for j := i; j < len(admitted); j++ {
-						n := int64(j - i + 1)
-						if a.windowed {
-							if admitted[j]/window != admitted[i]/window {
-								break
-							}
-							if n > limit+excess {
-								require.LessOrEqual(t, n, limit+excess, "window %d", admitted[i]/window)
-							}
-							if admitted[i]/window == 0 && n > limit {
-								// The first window: nobody held units before it began.
-								require.LessOrEqual(t, n, int64(limit), "the first window")
-							}
-						} else if bound := limit + rate(admitted[j]-admitted[i]) + excess; n > bound {
-							require.LessOrEqual(t, n, bound, "admissions %d..%d", i, j)
-						}
-					}
-				}
-				// The traffic overloads the key, so a lease that admitted far fewer than the
-				// contract would show here too (under-admission is allowed, but bounded by
-				// the units dropped): at least half of the contract over the run.
-				require.GreaterOrEqual(t, int64(len(admitted)), rate(l.now-start)/2)
-			})
-		}
+	for _, c := range filtertest.LeaseBoundCases {
+		t.Run(c.Name, func(t *testing.T) {
+			c.CheckLeaseBound(t, nativeLeaseDriver{newLeaseVMs(t, c.Config(), c.Workers)})
+		})
 	}
 }
 

@@ -3,10 +3,10 @@ package moduletest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
@@ -38,47 +38,33 @@ func doWorker(t *testing.T, h *wasmhost.Host, w int) bool {
 	return res.Local == nil
 }
 
-// TestLeaseBoundWasm checks the README's lease bound on the compiled module: several worker
-// VMs (each its own Wasm instance, with its own leases) share one hot key's token bucket
-// through the host's shared data; random traffic on the virtual clock. In any interval the
-// admissions stay within burst + rate x d + workers x batch, and from the start within
-// burst + rate x d.
+// virtualLeaseDriver runs requests on chosen worker VMs of a module on the host's virtual
+// clock (filtertest.LeaseDriver).
+type virtualLeaseDriver struct {
+	h     *wasmhost.Host
+	clock *wasmhost.VirtualClock
+}
+
+// Advance moves the virtual clock by d.
+func (d virtualLeaseDriver) Advance(by time.Duration) { d.clock.Advance(by) }
+
+// Admit sends a request on worker VM w.
+func (d virtualLeaseDriver) Admit(t *testing.T, w int) bool { return doWorker(t, d.h, w) }
+
+// TestLeaseBoundWasm checks the README's lease bound on the compiled module
+// (filtertest.LeaseBoundCase.CheckLeaseBound, which package filter runs natively): several
+// worker VMs, each its own Wasm instance with its own leases, share one hot key's state through
+// the host's shared data, with random traffic on the virtual clock; and leases were taken.
 func TestLeaseBoundWasm(t *testing.T) {
 	t.Parallel()
-	const (
-		workers      = 4
-		limit, batch = 50, 10
-		window       = int64(time.Second)
-	)
-	h, clock := virtualHost(t, `{"rules":[{"name":"hot","algorithm":"token_bucket","limit":50,"window":"1s",
-		"lease":{"batch":10,"ttl":"500ms"}}]}`, workers, nil)
-	rng := rand.New(rand.NewPCG(4, 13))
-	var admitted []int64
-	var elapsed int64
-	for range 1500 {
-		gap := rng.Int64N(int64(10 * time.Millisecond))
-		clock.Advance(time.Duration(gap))
-		elapsed += gap
-		if doWorker(t, h, rng.IntN(workers)) {
-			admitted = append(admitted, elapsed)
-		}
+	for _, c := range filtertest.LeaseBoundCases {
+		t.Run(c.Name, func(t *testing.T) {
+			h, clock := virtualHost(t, c.Config(), c.Workers, nil)
+			c.CheckLeaseBound(t, virtualLeaseDriver{h, clock})
+			taken, _ := h.Metric("ratelimit_lease_taken_total;rule=hot")
+			require.Positive(t, taken)
+		})
 	}
-	rate := func(d int64) int64 { return limit * d / window }
-	// Every pair of admissions is checked; require runs only for a pair over its bound, since
-	// a require call costs microseconds and there are about a million pairs.
-	for i := range admitted {
-		if n, bound := int64(i+1), limit+rate(admitted[i]); n > bound {
-			require.LessOrEqual(t, n, bound, "from the start to admission %d", i)
-		}
-		for j := i; j < len(admitted); j++ {
-			if n, bound := int64(j-i+1), limit+rate(admitted[j]-admitted[i])+workers*batch; n > bound {
-				require.LessOrEqual(t, n, bound, "admissions %d..%d", i, j)
-			}
-		}
-	}
-	require.GreaterOrEqual(t, int64(len(admitted)), rate(elapsed)/2)
-	taken, _ := h.Metric("ratelimit_lease_taken_total;rule=hot")
-	require.Positive(t, taken)
 }
 
 // TestLeaseWritesPerRequestWasm checks what leases are for, on the module: a hot local key
