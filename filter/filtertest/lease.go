@@ -111,3 +111,71 @@ func (c LeaseBoundCase) CheckLeaseBound(t *testing.T, d LeaseDriver) {
 		t.Fatalf("%d admitted over %v, want at least %d (half the contract)", n, time.Duration(elapsed), least)
 	}
 }
+
+// WritesDriver is a LeaseDriver that also counts the writes its shared data has taken and
+// reads the filter's metrics.
+type WritesDriver interface {
+	LeaseDriver
+	// Writes returns how many writes the shared data has taken so far.
+	Writes() int64
+	Metric(t *testing.T, name string) int64
+}
+
+// A WritesCase is a hot local key below its limit, for CheckWritesPerRequest: Requests
+// requests round robin over Workers worker VMs, the clock moving by Step before each, on a
+// token bucket of Limit a second with or without a lease of batch 100.
+type WritesCase struct {
+	Workers, Requests int
+	Limit             int64
+	Step              time.Duration
+	Lease             bool
+}
+
+// WritesCases are the cases of CheckWritesPerRequest.
+var WritesCases = func() []WritesCase {
+	var cases []WritesCase
+	for _, lease := range []bool{true, false} {
+		cases = append(cases, WritesCase{Workers: 4, Requests: 2000, Limit: 1_000_000, Step: time.Microsecond, Lease: lease},
+			WritesCase{Workers: 8, Requests: 800, Limit: 1_000_000_000, Lease: lease})
+	}
+	return cases
+}()
+
+// Name names the case in a test.
+func (c WritesCase) Name() string { return fmt.Sprintf("%dvms/lease=%v", c.Workers, c.Lease) }
+
+// Config is the case's configuration: one rule "hot".
+func (c WritesCase) Config() string {
+	lease := ""
+	if c.Lease {
+		lease = `,"lease":{"batch":100}`
+	}
+	return fmt.Sprintf(`{"rules":[{"name":"hot","algorithm":"token_bucket","limit":%d,"window":"1s"%s}]}`, c.Limit, lease)
+}
+
+// CheckWritesPerRequest checks what leases are for, on a driver started with c.Config() and
+// c.Workers worker VMs: every request is admitted, and a hot key below its limit costs at most
+// 0.1 shared-data writes per request with a lease (batch 100: about 0.01), at least one and at
+// most 1.01 without, with no compare-and-swap exhausted.
+func (c WritesCase) CheckWritesPerRequest(t *testing.T, d WritesDriver) {
+	t.Helper()
+	lo, hi := 1.0, 1.01
+	if c.Lease {
+		lo, hi = 0, 0.1
+	}
+	before := d.Writes()
+	for i := range c.Requests {
+		d.Advance(c.Step)
+		if !d.Admit(t, i%c.Workers) {
+			t.Fatalf("request %d denied below the limit", i)
+		}
+	}
+	per := float64(d.Writes()-before) / float64(c.Requests)
+	t.Logf("%.3f shared-data writes per request", per)
+	if per < lo || per > hi {
+		t.Fatalf("%.3f shared-data writes per request, want %v to %v", per, lo, hi)
+	}
+	if ex := d.Metric(t, "ratelimit_cas_exhausted_total;rule=hot"); ex != 0 {
+		t.Fatalf("cas_exhausted_total %d, want 0", ex)
+	}
+}

@@ -67,29 +67,28 @@ func TestLeaseBoundWasm(t *testing.T) {
 	}
 }
 
-// TestLeaseWritesPerRequestWasm checks what leases are for, on the module: a hot local key
-// below its limit costs at most 0.1 shared-data writes per request with a lease, on 8 worker
-// VMs, with no compare-and-swap exhausted; without the lease one write per request.
+// writesDriver is a virtualLeaseDriver that counts the shared data's writes
+// (filtertest.WritesDriver).
+type writesDriver struct {
+	virtualLeaseDriver
+	probes *int64
+}
+
+// Writes returns the writes the host's shared data has taken so far.
+func (d writesDriver) Writes() int64 { return sharedWrites(d.h, d.probes) }
+
+// Metric reads a counter or gauge of the filter, which must be defined.
+func (d writesDriver) Metric(t *testing.T, name string) int64 { return hostMetric(t, d.h, name) }
+
+// TestLeaseWritesPerRequestWasm checks what leases are for on the module: a hot local key
+// below its limit (filtertest.WritesCase.CheckWritesPerRequest, which package filter runs
+// natively), on worker VMs that each hold their own leases.
 func TestLeaseWritesPerRequestWasm(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		lease  string
-		lo, hi float64
-	}{{`,"lease":{"batch":100}`, 0, 0.1}, {"", 1, 1.01}} {
-		t.Run(fmt.Sprintf("lease=%v", c.lease != ""), func(t *testing.T) {
-			h, _ := virtualHost(t, `{"rules":[{"name":"hot","algorithm":"token_bucket","limit":1000000000,"window":"1s"`+c.lease+`}]}`, 8, nil)
-			var probes int64
-			before := sharedWrites(h, &probes)
-			const reqs = 800
-			for i := range reqs {
-				require.True(t, doWorker(t, h, i%8))
-			}
-			per := float64(sharedWrites(h, &probes)-before) / reqs
-			t.Logf("lease %q: %.3f shared-data writes per request", c.lease, per)
-			require.GreaterOrEqual(t, per, c.lo)
-			require.LessOrEqual(t, per, c.hi)
-			ex, _ := h.Metric("ratelimit_cas_exhausted_total;rule=hot")
-			require.Zero(t, ex)
+	for _, c := range filtertest.WritesCases {
+		t.Run(c.Name(), func(t *testing.T) {
+			h, clock := virtualHost(t, c.Config(), c.Workers, nil)
+			c.CheckWritesPerRequest(t, writesDriver{virtualLeaseDriver{h, clock}, new(int64)})
 		})
 	}
 }
