@@ -923,48 +923,61 @@ func TestOverLimitCacheKeepsNoOverflowDenial(t *testing.T) {
 // is held to the Go algorithms by the differential test in sharedstate/redis.
 var globalLeaseAlgorithms = []string{"token_bucket", "fixed_window"}
 
-// globalAdmitted runs tr on a global rule named hot, on one proxy of tr.workers worker VMs
-// and a real Redis, with the lease block lease (none when empty).
-func (tr leaseTraffic) globalAdmitted(t *testing.T, srv *redistest.Server, name, lease string) (admitted int) {
-	t.Run(name, func(t *testing.T) {
-		srv.MustDo("FLUSHALL")
-		loadScripts(srv)
-		rules := `[{"name":"hot","scope":"global",` + tr.algo + lease + `}]`
-		l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, tr.workers)
-		for i := range tr.n {
-			if ok, _ := l.doRelayed(t, i%tr.workers, srv.WebdisURL()); ok {
-				admitted++
-			}
-			l.now += int64(tr.step)
-		}
-	})
-	return admitted
+// relayedLeaseDriver runs requests on the worker VMs of a global fleet, each relayed to
+// webdis at url, on the fleet's fake clock (filtertest.LeaseDriver).
+type relayedLeaseDriver struct {
+	*leaseVMs
+	url string
 }
 
-// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule on srv. The exact run does not
-// depend on the batch, so it runs once for each traffic pattern and serves every batch.
-func checkGlobalLeaseAdmits(srv *redistest.Server) func(*testing.T, leaseTraffic) {
-	exact := map[leaseTraffic]int{}
-	return func(t *testing.T, tr leaseTraffic) {
-		pattern := tr
-		pattern.batch = 0
-		n, ok := exact[pattern]
+// Advance moves the fake clock by d.
+func (l relayedLeaseDriver) Advance(d time.Duration) { l.now += int64(d) }
+
+// Admit sends a request on worker VM w and relays its callouts.
+func (l relayedLeaseDriver) Admit(t *testing.T, w int) bool {
+	ok, _ := l.doRelayed(t, w, l.url)
+	return ok
+}
+
+// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule on srv, on one proxy of
+// tr.Workers worker VMs. The exact run does not depend on the batch, so it runs once for each
+// traffic pattern and serves every batch.
+func checkGlobalLeaseAdmits(srv *redistest.Server) func(*testing.T, filtertest.LeaseTraffic) {
+	exact := map[filtertest.LeaseTraffic]int{}
+	run := func(t *testing.T, tr filtertest.LeaseTraffic, name string, leased bool) (admitted int) {
+		t.Run(name, func(t *testing.T) {
+			srv.MustDo("FLUSHALL")
+			loadScripts(srv)
+			rules := `[{"name":"hot","scope":"global",` + tr.RuleFields(leased) + `}]`
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, tr.Workers)
+			admitted = tr.Admitted(t, relayedLeaseDriver{l, srv.WebdisURL()})
+		})
+		return admitted
+	}
+	return func(t *testing.T, tr filtertest.LeaseTraffic) {
+		n, ok := exact[tr.Exact()]
 		if !ok {
-			n = tr.globalAdmitted(t, srv, "exact", "")
-			exact[pattern] = n
+			n = run(t, tr, "exact", false)
+			exact[tr.Exact()] = n
 		}
-		requireLeaseAdmits(t, tr, n, tr.globalAdmitted(t, srv, "leased", tr.leaseBlock()))
+		tr.CheckLeaseAdmits(t, n, run(t, tr, "leased", true))
 	}
 }
 
 // TestGlobalLeaseAdmitsPacedTraffic is TestLeaseAdmitsPacedTraffic for global rules.
 func TestGlobalLeaseAdmitsPacedTraffic(t *testing.T) {
 	srv := redistest.Start(t)
-	eachLeaseTraffic(t, globalLeaseAlgorithms, 100, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond, checkGlobalLeaseAdmits(srv))
+	check := checkGlobalLeaseAdmits(srv)
+	for _, tr := range filtertest.PacedLeaseTraffic(globalLeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { check(t, tr) })
+	}
 }
 
 // TestGlobalLeaseAdmitsTrafficInTurn is TestLeaseAdmitsTrafficInTurn for global rules.
 func TestGlobalLeaseAdmitsTrafficInTurn(t *testing.T) {
 	srv := redistest.Start(t)
-	eachLeaseTraffic(t, globalLeaseAlgorithms, 100, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond, checkGlobalLeaseAdmits(srv))
+	check := checkGlobalLeaseAdmits(srv)
+	for _, tr := range filtertest.LeaseTrafficInTurn(globalLeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { check(t, tr) })
+	}
 }

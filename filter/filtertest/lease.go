@@ -179,3 +179,98 @@ func (c WritesCase) CheckWritesPerRequest(t *testing.T, d WritesDriver) {
 		t.Fatalf("cas_exhausted_total %d, want 0", ex)
 	}
 }
+
+// A LeaseTraffic is one traffic pattern of CheckLeaseAdmits: Requests requests, one every
+// Step, request i on worker VM i % Workers, on a rule "hot" of Algorithm at 100 per Window,
+// run once with a lease of Batch (ttl 1s, the default) and once without.
+type LeaseTraffic struct {
+	Algorithm, Window        string
+	Batch, Workers, Requests int
+	Step                     time.Duration
+}
+
+// LeaseAlgorithms are the algorithms a lease applies to.
+var LeaseAlgorithms = []string{"token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_window"}
+
+// leaseTraffics is every pattern of algos at 100 per window, every batch and every number of
+// workers: n requests, one every step.
+func leaseTraffics(algos []string, window string, batches, workers []int, n int, step time.Duration) []LeaseTraffic {
+	var out []LeaseTraffic
+	for _, a := range algos {
+		for _, batch := range batches {
+			for _, w := range workers {
+				out = append(out, LeaseTraffic{Algorithm: a, Window: window, Batch: batch, Workers: w, Requests: n, Step: step})
+			}
+		}
+	}
+	return out
+}
+
+// PacedLeaseTraffic is one request every 100 ms for two minutes, limit 100 per minute, over 1
+// and 4 worker VMs, batch 10 and 100, for each of algos. Units a worker cannot spend within
+// the ttl must neither be reserved nor lost.
+func PacedLeaseTraffic(algos []string) []LeaseTraffic {
+	return leaseTraffics(algos, "1m", []int{10, 100}, []int{1, 4}, 1200, 100*time.Millisecond)
+}
+
+// LeaseTrafficInTurn is 200 requests in turn over 4 and 8 worker VMs, one every 10 ms, limit
+// 100 per hour, batch 50 and 100, for each of algos: no worker may hold the window while the
+// others are denied.
+func LeaseTrafficInTurn(algos []string) []LeaseTraffic {
+	return leaseTraffics(algos, "1h", []int{50, 100}, []int{4, 8}, 200, 10*time.Millisecond)
+}
+
+// Name names the pattern in a test.
+func (tr LeaseTraffic) Name() string {
+	return fmt.Sprintf("%s/batch=%d/workers=%d", tr.Algorithm, tr.Batch, tr.Workers)
+}
+
+// Exact is the pattern without its batch: the exact decision's admissions depend on nothing
+// else, so one exact run serves every batch.
+func (tr LeaseTraffic) Exact() LeaseTraffic {
+	tr.Batch = 0
+	return tr
+}
+
+// RuleFields are the fields of the pattern's rule after its name: algorithm, limit, window,
+// and the lease block when leased.
+func (tr LeaseTraffic) RuleFields(leased bool) string {
+	f := fmt.Sprintf(`"algorithm":%q,"limit":100,"window":%q`, tr.Algorithm, tr.Window)
+	if leased {
+		f += fmt.Sprintf(`,"lease":{"batch":%d}`, tr.Batch)
+	}
+	return f
+}
+
+// Config is the configuration of the pattern's local rule "hot", leased or not.
+func (tr LeaseTraffic) Config(leased bool) string {
+	return `{"rules":[{"name":"hot",` + tr.RuleFields(leased) + `}]}`
+}
+
+// Admitted runs the pattern on d, started with one of its configurations and tr.Workers
+// worker VMs, and returns how many requests were admitted.
+func (tr LeaseTraffic) Admitted(t *testing.T, d LeaseDriver) int {
+	t.Helper()
+	admitted := 0
+	for i := range tr.Requests {
+		if d.Admit(t, i%tr.Workers) {
+			admitted++
+		}
+		d.Advance(tr.Step)
+	}
+	return admitted
+}
+
+// CheckLeaseAdmits checks the pattern's leased admissions against the exact ones: a lease must
+// not deny what the exact decision admits (it admits at least 95% of it), nor admit more than
+// that plus the over-admission bound (holders x batch).
+func (tr LeaseTraffic) CheckLeaseAdmits(t *testing.T, exact, leased int) {
+	t.Helper()
+	t.Logf("exact %d, leased %d", exact, leased)
+	if leased*100 < exact*95 {
+		t.Fatalf("leased %d: the lease must admit at least 95%% of the exact decision's %d", leased, exact)
+	}
+	if leased > exact+tr.Workers*tr.Batch {
+		t.Fatalf("leased %d, exact %d: over-admission beyond holders x batch (%d)", leased, exact, tr.Workers*tr.Batch)
+	}
+}
