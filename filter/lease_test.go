@@ -62,12 +62,13 @@ func newLeaseVMs(t *testing.T, config string, workers int) *leaseVMs {
 	return l
 }
 
-// do decides one request on worker w and reports whether it was admitted.
-func (l *leaseVMs) do(w int) bool {
+// do decides one request (GET /, with headers) on worker w and reports whether it was
+// admitted.
+func (l *leaseVMs) do(w int, headers ...[2]string) bool {
 	l.cur = w
 	id := l.host.InitializeHttpContext()
 	defer l.host.CompleteHttpContext(id)
-	l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}}, true)
+	l.host.CallOnRequestHeaders(id, append([][2]string{{":method", "GET"}, {":path", "/"}}, headers...), true)
 	return l.host.GetSentLocalResponse(id) == nil
 }
 
@@ -354,24 +355,18 @@ func fillHeld(l *leaseVMs) *leaseState {
 	return y
 }
 
-// TestLocalLeaseMapFullDecidesExactly is TestLeaseMapFullDecidesExactly for a local rule (limit
-// 20, batch 10): with the VM's lease map full of other keys' unexpired leases, the rule's key
-// is decided exactly and admits its whole limit, 20 requests; with a batch debited per request
-// and nine units lost each time, it would admit two.
+// AdmitU sends a request with x-u: v on worker VM 0 (filtertest.LeaseMapDriver).
+func (l nativeLeaseDriver) AdmitU(_ *testing.T, v string) bool { return l.do(0, hdr("x-u", v)) }
+
+// TestLocalLeaseMapFullDecidesExactly is TestLeaseMapFullDecidesExactly for a local rule
+// (filtertest.CheckLeaseMapFull): with the VM's lease map full of other keys' unexpired
+// leases, the rule's key is decided exactly and admits its whole limit, and the map stays
+// bounded. The emulator module's moduletest runs the same check against the compiled module.
 func TestLocalLeaseMapFullDecidesExactly(t *testing.T) {
-	l := newLeaseVMs(t, `{"rules":[{"name":"hot","algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`, 1)
-	hot := l.vms[0].rules[0].lease
-	for i := range maxHeld {
-		hot.held[fmt.Sprint("flood", i)] = &heldLease{units: 1, expires: l.now + int64(time.Hour)}
-	}
-	admitted := 0
-	for range 25 {
-		if l.do(0) {
-			admitted++
-		}
-	}
-	require.Equal(t, 20, admitted, "exactly the limit")
-	require.Len(t, hot.held, maxHeld, "the map stays bounded")
+	require.Equal(t, maxHeld, filtertest.LeaseMapKeys)
+	l := newLeaseVMs(t, filtertest.LeaseMapFullConfig, 1)
+	filtertest.CheckLeaseMapFull(t, nativeLeaseDriver{l})
+	require.Len(t, l.vms[0].rules[0].lease.held, maxHeld, "the map stays bounded")
 }
 
 // TestLeaseNewKeyCostBoundedWhenMapFull: a VM whose lease map is full of unexpired leases

@@ -274,3 +274,49 @@ func (tr LeaseTraffic) CheckLeaseAdmits(t *testing.T, exact, leased int) {
 		t.Fatalf("leased %d, exact %d: over-admission beyond holders x batch (%d)", leased, exact, tr.Workers*tr.Batch)
 	}
 }
+
+// LeaseMapKeys is how many keys fill a worker VM's lease map for one rule: the filter holds
+// leases on at most this many keys of a rule (maxHeld).
+const LeaseMapKeys = 4096
+
+// LeaseMapFullConfig is the configuration of CheckLeaseMapFull: a local rule "u" keyed by the
+// header x-u, 20 an hour, lease batch 10, ttl 1m.
+const LeaseMapFullConfig = `{"rules":[{"name":"u","key":[{"source":"header","name":"x-u"}],"algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`
+
+// LeaseMapDriver runs requests through one worker VM at one instant.
+type LeaseMapDriver interface {
+	// AdmitU sends a request with x-u: v and says whether the filter let it through.
+	AdmitU(t *testing.T, v string) bool
+	Metric(t *testing.T, name string) int64
+}
+
+// CheckLeaseMapFull checks, on a driver started with LeaseMapFullConfig, that a key the VM's
+// full lease map does not hold is decided exactly: a client sends LeaseMapKeys distinct keys,
+// each of which takes a batch the VM holds, so the map is full and none of its leases has
+// expired; another client's key then admits its whole limit, 20 of 25 requests, and takes no
+// batch. A batch of ten debited for each of its requests, which the full map cannot hold,
+// would let the key admit two.
+func CheckLeaseMapFull(t *testing.T, d LeaseMapDriver) {
+	t.Helper()
+	taken := func() int64 { return d.Metric(t, "ratelimit_lease_taken_total;rule=u") }
+	for i := range LeaseMapKeys {
+		if !d.AdmitU(t, fmt.Sprint("flood", i)) {
+			t.Fatalf("flood key %d denied", i)
+		}
+	}
+	if n := taken(); n != LeaseMapKeys {
+		t.Fatalf("lease_taken_total %d, want %d: every flood key holds a lease", n, LeaseMapKeys)
+	}
+	admitted := 0
+	for range 25 {
+		if d.AdmitU(t, "victim") {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("the victim's key admitted %d of 25, want exactly its limit, 20", admitted)
+	}
+	if n := taken(); n != LeaseMapKeys {
+		t.Fatalf("lease_taken_total %d after the victim's requests, want %d: it takes no batch", n, LeaseMapKeys)
+	}
+}

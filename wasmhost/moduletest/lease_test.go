@@ -171,31 +171,25 @@ func TestLeaseAdmitsTrafficInTurnWasm(t *testing.T) {
 	}
 }
 
-// TestLeaseWasmMapFullDecidesExactly: the compiled module on the virtual clock, one worker, a
-// local rule keyed by a header (limit 20 an hour, lease batch 10, ttl 1m). A client sends
-// 4,096 distinct keys, each of which takes a batch the VM holds, so the VM's lease map for the
-// rule is full (maxHeld) and none of its leases has expired. Another client's key, which the
-// VM does not hold, is then decided exactly and admits its whole limit, 20 of 25 requests.
-// A batch of ten debited for each of its requests, which the full map cannot hold, would let
-// the key admit two. Package filter tests the same natively
-// (TestLocalLeaseMapFullDecidesExactly, and TestLeaseMapFullDecidesExactly for global rules).
+// leaseMapDriver runs requests on a module on the virtual clock (filtertest.LeaseMapDriver).
+type leaseMapDriver struct{ h *wasmhost.Host }
+
+// AdmitU sends a request with x-u: v.
+func (d leaseMapDriver) AdmitU(t *testing.T, v string) bool {
+	o, _ := doTimed(t, d.h, hdr("x-u", v))
+	return o.Status == 0
+}
+
+// Metric reads a counter of the filter, which must be defined.
+func (d leaseMapDriver) Metric(t *testing.T, name string) int64 { return hostMetric(t, d.h, name) }
+
+// TestLeaseWasmMapFullDecidesExactly: the compiled module on the virtual clock, one worker: a
+// key its full lease map does not hold is decided exactly (filtertest.CheckLeaseMapFull, which
+// package filter runs natively as TestLocalLeaseMapFullDecidesExactly; its
+// TestLeaseMapFullDecidesExactly checks global rules).
 func TestLeaseWasmMapFullDecidesExactly(t *testing.T) {
 	t.Parallel()
-	rules := `{"rules":[{"name":"u","key":[{"source":"header","name":"x-u"}],"algorithm":"fixed_window","limit":20,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]}`
-	h, _ := virtualHost(t, rules, 1, nil)
-	taken := func() int64 { v, _ := h.Metric("ratelimit_lease_taken_total;rule=u"); return v }
-	for i := range 4096 {
-		o, _ := doTimed(t, h, hdr("x-u", fmt.Sprint("flood", i)))
-		require.Zero(t, o.Status)
-	}
-	require.EqualValues(t, 4096, taken(), "every flood key holds a lease")
-	admitted := 0
-	for range 25 {
-		o, _ := doTimed(t, h, hdr("x-u", "victim"))
-		if o.Status == 0 {
-			admitted++
-		}
-	}
-	require.Equal(t, 20, admitted, "the victim's key admits exactly its limit")
-	require.EqualValues(t, 4096, taken(), "and takes no batch")
+	h, _ := virtualHost(t, filtertest.LeaseMapFullConfig, 1, nil)
+	filtertest.CheckLeaseMapFull(t, leaseMapDriver{h})
+	require.Zero(t, h.Stats().Traps)
 }
