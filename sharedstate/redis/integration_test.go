@@ -760,7 +760,7 @@ func TestFaults(t *testing.T) {
 
 // leastPrivilege is the Redis ACL the package documentation recommends for the user webdis
 // logs in as: the commands of the scripts, on the rate-limit keys only.
-const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush +exists +zcount +zadd +zremrangebyscore"
+const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush +exists +get +set +zcount +zadd +zremrangebyscore"
 
 // TestLeastPrivilege runs every script through a webdis whose ACL allows only EVALSHA and EVAL,
 // logged in as a Redis user with the recommended ACL, so the documented setup is known to work
