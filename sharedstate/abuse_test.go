@@ -176,7 +176,7 @@ func TestTableFalseDenialCurve(t *testing.T) {
 	}
 }
 
-// legacyCollisions returns n keys whose home slot under the old formula (SHA-256 bytes
+// legacyCollisions returns n keys whose home slot under legacyTable's formula (SHA-256 bytes
 // [8:16] little-endian mod max_keys) is the victim's.
 func legacyCollisions(victim []byte, maxKeys uint64, n int) [][]byte {
 	home := func(k []byte) uint64 {
