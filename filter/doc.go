@@ -17,10 +17,12 @@
 //
 // Cold code is kept out of line. Envoy runs the module on V8 without its baseline compiler
 // (--no-liftoff), so V8 compiles each Wasm function with TurboFan on its first call, at about
-// 0.7 ms per KB of function body on Node 20 (docs/BENCHMARKS.md). Code that runs only on
-// errors, on invalid configurations or for options a plain request does not use is therefore
-// moved into functions of its own (marked //go:noinline where the compiler would inline it
-// back), here and in the packages below, so that a valid configuration and its first request
-// compile less. A comment that says a function is kept out of line points here; wasmhost/v8's
-// TestV8ValidConfigureCompilesNoColdCode and TestV8FirstRequestCompileBudget check it.
+// 1.1 ms of CPU per KB of function body on Node 20 (docs/BENCHMARKS.md, "V8 (Node)": a first
+// request that compiled 64,353 bytes took 71.4-74.8 ms, nearly all of it compiling). Code that
+// runs only on errors, on invalid configurations or for options a plain request does not use
+// is therefore moved into functions of its own (marked //go:noinline where the compiler would
+// inline it back), here and in the packages below, so that a valid configuration and its first
+// request compile less. A comment that says a function is kept out of line points here;
+// wasmhost/v8's TestV8ValidConfigureCompilesNoColdCode and TestV8FirstRequestCompileBudget
+// check it.
 package filter
