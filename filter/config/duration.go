@@ -9,8 +9,9 @@ import (
 // "d" unit for days of 24 hours, because day-long quotas are common and "24h" is easy to
 // mistype as "24". A bare number ("10") is rejected rather than guessed: seconds and
 // milliseconds are both plausible readings, and a wrong guess is a limit off by 1000x.
-// The parser is written out here, not delegated to time.ParseDuration, so that "d" can
-// appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
+// The text is split into terms (a number and its unit) here, so that "d" can appear anywhere
+// in a sequence ("1d12h") and every error says precisely what is wrong; time.ParseDuration
+// reads each term's number.
 
 // durationUnit returns the length of a unit in nanoseconds: a switch, where a map would be
 // built in every VM's _initialize.
@@ -87,78 +88,59 @@ func parseDurationFull(orig string) (time.Duration, string) {
 	if isNumberLike(s) {
 		return 0, quote(orig) + " has no unit"
 	}
-	const max = uint64(1<<63 - 1)
-	var total uint64
+	const max = time.Duration(1<<63 - 1)
+	var total time.Duration
 	for s != "" {
-		if !(s[0] == '.' || isDigit(s[0])) {
+		// A term: digits, an optional fraction, then a unit up to the next number.
+		n := digitsLen(s)
+		if n < len(s) && s[n] == '.' {
+			n += 1 + digitsLen(s[n+1:])
+		}
+		if n == 0 || s[:n] == "." {
 			return 0, notADuration(orig)
 		}
-		var v uint64 // the integer part
-		i := 0
-		for ; i < len(s) && isDigit(s[i]); i++ {
-			d := uint64(s[i] - '0')
-			if v > (max-d)/10 {
-				return 0, quote(orig) + " is too large"
-			}
-			v = v*10 + d
+		u := n
+		for u < len(s) && s[u] != '.' && !isDigit(s[u]) {
+			u++
 		}
-		pre := i > 0
-		s = s[i:]
-		// The fractional part. Digits beyond what int64 nanoseconds can use are dropped,
-		// as time.ParseDuration does.
-		var f uint64
-		scale := 1.0
-		post := false
-		if s != "" && s[0] == '.' {
-			s = s[1:]
-			j := 0
-			overflow := false
-			for ; j < len(s) && isDigit(s[j]); j++ {
-				d := uint64(s[j] - '0')
-				if overflow || f > (max-d)/10 {
-					overflow = true
-					continue
-				}
-				f = f*10 + d
-				scale *= 10
-			}
-			post = j > 0
-			s = s[j:]
-		}
-		if !pre && !post {
-			return 0, notADuration(orig)
-		}
-		// The unit: everything up to the next number.
-		j := 0
-		for ; j < len(s) && s[j] != '.' && !isDigit(s[j]); j++ {
-		}
-		if j == 0 {
+		if u == n {
 			return 0, quote(orig) + " ends in a number with no unit"
 		}
-		unit, ok := durationUnit(s[:j])
-		if !ok {
-			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[:j]) + " (want ns, us, ms, s, m, h or d)"
+		number, unit := s[:n], s[n:u]
+		if _, ok := durationUnit(unit); !ok {
+			return 0, quote(orig) + " has unknown unit " + strconv.Quote(unit) + " (want ns, us, ms, s, m, h or d)"
 		}
-		s = s[j:]
-		if v > max/unit {
+		// A term in days is read as hours, then multiplied. The term is well formed, so
+		// time.ParseDuration fails on it only when it overflows.
+		term, days := s[:u], unit == "d"
+		if days {
+			term = number + "h"
+		}
+		s = s[u:]
+		d, err := time.ParseDuration(term)
+		tooLarge := err != nil
+		if days {
+			tooLarge = tooLarge || d > max/24
+			d *= 24
+		}
+		if tooLarge || d > max-total {
 			return 0, quote(orig) + " is too large"
 		}
-		v *= unit
-		if f > 0 {
-			v += uint64(float64(f) * (float64(unit) / scale))
-			if v > max {
-				return 0, quote(orig) + " is too large"
-			}
-		}
-		total += v
-		if total > max {
-			return 0, quote(orig) + " is too large"
-		}
+		total += d
 	}
 	if neg {
-		return -time.Duration(total), ""
+		return -total, ""
 	}
-	return time.Duration(total), ""
+	return total, ""
+}
+
+// digitsLen returns the number of leading decimal digits of s.
+func digitsLen(s string) int {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	return i
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
