@@ -1112,7 +1112,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 			d.Headers = nil
 			seen := map[string]string{}
 			for _, m := range hn.members {
-				mpath, name := joinKey(hpath, m.key), lowerASCII(m.key)
+				mpath, name := joinKey(hpath, m.key), strings.ToLower(m.key)
 				why, reserved := reservedDenyHeader(name)
 				prev, dup := seen[name]
 				switch {
@@ -1181,7 +1181,7 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		case !isToken(s) || strings.HasPrefix(s, ":"):
 			p.badHeaderName(hpath, s)
 		default:
-			r.ShadowRequestHeader = lowerASCII(s)
+			r.ShadowRequestHeader = strings.ToLower(s)
 		}
 	}
 }

@@ -243,3 +243,28 @@ func (d *Deny) headerValue(name string) (string, bool) {
 	}
 	return "", false
 }
+
+// sameFlat compares names as the strings.Map that turns '.' and '-' into '_' would, for every
+// pair of names a rule may have (see isName).
+func TestSameFlat(t *testing.T) {
+	mapped := func(s string) string {
+		return strings.Map(func(c rune) rune {
+			if c == '.' || c == '-' {
+				return '_'
+			}
+			return c
+		}, s)
+	}
+	names := []string{"a", "b", "a.b-c_d", "a_b_c_d", "a-b.c.d", "a.b-c_e", "...", "---", "___", "..",
+		"A-9.z", "A_9_z", "a-9.z", strings.Repeat("x.-", 21), strings.Repeat("x__", 21)}
+	for _, a := range names {
+		if !isName(a) {
+			t.Fatalf("%q is no name", a)
+		}
+		for _, b := range names {
+			if got, want := sameFlat(a, b), mapped(a) == mapped(b); got != want {
+				t.Errorf("sameFlat(%q, %q) = %v, want %v", a, b, got, want)
+			}
+		}
+	}
+}
