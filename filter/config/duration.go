@@ -1,7 +1,9 @@
 package config
 
 import (
+	"math/bits"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -9,9 +11,8 @@ import (
 // "d" unit for days of 24 hours, because day-long quotas are common and "24h" is easy to
 // mistype as "24". A bare number ("10") is rejected rather than guessed: seconds and
 // milliseconds are both plausible readings, and a wrong guess is a limit off by 1000x.
-// The text is split into terms (a number and its unit) here, so that "d" can appear anywhere
-// in a sequence ("1d12h") and every error says precisely what is wrong; time.ParseDuration
-// reads each term's number.
+// The parser is the config's own, so that "d" can appear anywhere in a sequence ("1d12h")
+// and every error says precisely what is wrong.
 
 // durationUnit returns the length of a unit in nanoseconds: a switch, where a map would be
 // built in every VM's _initialize.
@@ -88,8 +89,8 @@ func parseDurationFull(orig string) (time.Duration, string) {
 	if isNumberLike(s) {
 		return 0, quote(orig) + " has no unit"
 	}
-	const max = time.Duration(1<<63 - 1)
-	var total time.Duration
+	const max = 1<<63 - 1
+	var total uint64
 	for s != "" {
 		// A term: digits, an optional fraction, then a unit up to the next number.
 		n := digitsLen(s)
@@ -106,32 +107,53 @@ func parseDurationFull(orig string) (time.Duration, string) {
 		if u == n {
 			return 0, quote(orig) + " ends in a number with no unit"
 		}
-		number, unit := s[:n], s[n:u]
-		if _, ok := durationUnit(unit); !ok {
-			return 0, quote(orig) + " has unknown unit " + strconv.Quote(unit) + " (want ns, us, ms, s, m, h or d)"
+		unit, ok := durationUnit(s[n:u])
+		if !ok {
+			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[n:u]) + " (want ns, us, ms, s, m, h or d)"
 		}
-		// A term in days is read as hours, then multiplied. The term is well formed, so
-		// time.ParseDuration fails on it only when it overflows.
-		term, days := s[:u], unit == "d"
-		if days {
-			term = number + "h"
-		}
+		d, ok := termNanos(s[:n], unit)
 		s = s[u:]
-		d, err := time.ParseDuration(term)
-		tooLarge := err != nil
-		if days {
-			tooLarge = tooLarge || d > max/24
-			d *= 24
-		}
-		if tooLarge || d > max-total {
+		if !ok || d > max-total {
 			return 0, quote(orig) + " is too large"
 		}
 		total += d
 	}
 	if neg {
-		return -total, ""
+		return -time.Duration(total), ""
 	}
-	return total, ""
+	return time.Duration(total), ""
+}
+
+// termNanos returns a number ("90", "1.5", ".25") of units in nanoseconds, truncated to a
+// whole nanosecond, in exact integer arithmetic: the whole part times the unit, plus the
+// fraction's digits times the unit divided by 10 to the number of digits. Digits past the
+// 19th are dropped: together they are worth less than a nanosecond of any unit (a day is
+// under 10^14 ns). It reports false when the value does not fit in an int64.
+func termNanos(number string, unit uint64) (uint64, bool) {
+	whole, frac, _ := strings.Cut(number, ".")
+	var v uint64
+	if whole != "" {
+		w, err := strconv.ParseUint(whole, 10, 64)
+		hi, lo := bits.Mul64(w, unit)
+		if err != nil || hi != 0 {
+			return 0, false
+		}
+		v = lo
+	}
+	if len(frac) > 19 {
+		frac = frac[:19]
+	}
+	if frac != "" {
+		f, _ := strconv.ParseUint(frac, 10, 64) // digits only, at most 19: it fits
+		pow := uint64(1)
+		for range frac {
+			pow *= 10
+		}
+		hi, lo := bits.Mul64(f, unit) // f < pow, so hi < pow and the quotient fits
+		q, _ := bits.Div64(hi, lo, pow)
+		v += q
+	}
+	return v, v <= 1<<63-1
 }
 
 // digitsLen returns the number of leading decimal digits of s.
