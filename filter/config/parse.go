@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -1132,7 +1131,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 				}
 				valid = false
 			}
-			sort.Stable(byLess[Header]{d.Headers, func(a, b Header) bool { return a.Name < b.Name }})
+			slices.SortStableFunc(d.Headers, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 		}
 	}
 	if valid {

@@ -144,17 +144,6 @@ func (p *parser) pattern(path string, n *node, maxLen int, dst *string, valid fu
 	return ok
 }
 
-// byLess sorts s by less with sort.Stable, whose code the module has (sort.Slice would link
-// reflection's Swapper, slices.SortStableFunc a merge sort per shape).
-type byLess[T any] struct {
-	s    []T
-	less func(a, b T) bool
-}
-
-func (b byLess[T]) Len() int           { return len(b.s) }
-func (b byLess[T]) Less(i, j int) bool { return b.less(b.s[i], b.s[j]) }
-func (b byLess[T]) Swap(i, j int)      { b.s[i], b.s[j] = b.s[j], b.s[i] }
-
 // str reads a string of at most maxLen bytes.
 func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
 	if n.kind != kindString {
