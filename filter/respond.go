@@ -178,13 +178,6 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 	rh.values = buf
 }
 
-// tighter reports whether d is more restrictive than e for the legacy fields: less remaining,
-// or as much for longer (else a client with nothing left under a 1 s rule and a 1 min rule
-// would be told to come back after a second, to be denied for 59 more).
-func tighter(d, e *algorithms.Decision) bool {
-	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
-}
-
 // appendLegacy appends the legacy X-RateLimit-* values of d and marks them present (out of
 // render's line, see doc.go: the default "draft" mode has none).
 func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
@@ -326,6 +319,12 @@ func maxWait(c algorithms.Config) time.Duration {
 		return algorithms.MaxExact
 	}
 	return min(time.Duration(windows)*w+max(c.MaxDelay, 0), algorithms.MaxExact)
+}
+
+// longerWait reports whether the denial a states a longer wait than the denial b, as the
+// client would see them (each bounded by its rule's longest wait, see clampWaits).
+func longerWait(a, b *applied) bool {
+	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
 }
 
 // clampWaits bounds a decision's durations to [0, limit] before they are rendered.
