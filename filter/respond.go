@@ -165,7 +165,8 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		if drafts == 1 {
 			// appendRateLimitItemAfter, written out: one function fewer for a first request.
 			d := &draft.decision
-			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
+			buf = strconv.AppendInt(append(buf, draft.rs.item...), d.Remaining, 10)
+			buf = strconv.AppendInt(append(buf, ";t="...), ceilSeconds(int64(d.ResetAfter)), 10)
 		} else {
 			buf = appendRateLimitItems(buf, rules)
 		}
@@ -184,7 +185,7 @@ func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []b
 	// One call site for the three values, not three.
 	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 	for j, v := range legacy {
-		buf = appendInt(buf, "", v)
+		buf = strconv.AppendInt(buf, v, 10)
 		rh.ends[2+j] = int32(len(buf))
 	}
 	rh.set |= legacyHeaders
@@ -228,13 +229,8 @@ func logAddFailure(name string, err error) {
 // appendRateLimitItemAfter renders a RateLimit item after its name's `";r=`: the remaining
 // quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
-}
-
-// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function, rather than
-// copies inlined in each function a VM's first request compiles (see doc.go).
-func appendInt(dst []byte, prefix string, v int64) []byte {
-	return strconv.AppendInt(append(dst, prefix...), v, 10)
+	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	return strconv.AppendInt(append(dst, ";t="...), ceilSeconds(int64(d.ResetAfter)), 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds (a client told 0 while 300 ms remain
@@ -280,7 +276,7 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
 	q, w := policyRate(limit, window)
 	dst = append(append(append(dst, '"'), name...), `";q=`...)
-	return appendInt(appendInt(dst, "", q), ";w=", w)
+	return strconv.AppendInt(append(strconv.AppendInt(dst, q, 10), ";w="...), w, 10)
 }
 
 // policyItem renders the rule's RateLimit-Policy item for its configured limit.
