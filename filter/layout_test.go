@@ -22,8 +22,8 @@ import (
 // request, and no file calls a function of a file that calls one of its own, directly or
 // through other files, so that a file can be read knowing only the files below it. A file
 // calls another when it calls, or takes as a value, a function or method declared there. The
-// non-test files of the wasip1 build and of the native one are type-checked from source, and
-// every cycle of the file-level call graph is named with a call site per step.
+// non-test files that the wasip1 build and the native one compile are type-checked, and every
+// cycle of the file-level call graph is named with a call site per step.
 func TestFileCallsAreAcyclic(t *testing.T) {
 	for _, target := range []string{"wasip1/wasm", runtime.GOOS + "/" + runtime.GOARCH} {
 		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {
