@@ -122,3 +122,20 @@ func TestDocsLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+// The README is what a user reads first and BENCHMARKS one page of today's figures: each stays
+// within its length, so that reference that does not fit goes to docs/.
+func TestDocsFitTheirLength(t *testing.T) {
+	for _, d := range []struct {
+		path     string
+		maxLines int
+	}{{"README.md", 450}, {"docs/BENCHMARKS.md", 250}} {
+		b, err := os.ReadFile(d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > d.maxLines {
+			t.Errorf("%s has %d lines; at most %d", d.path, n, d.maxLines)
+		}
+	}
+}

@@ -47,8 +47,8 @@ func decisionDigests() string {
 
 // TestDecisionsUnchanged checks that, with the configuration unchanged, every decision
 // (Allowed, Limit, Remaining, RetryAfter, ResetAfter, Delay) and every Idle answer is
-// bit-for-bit as in testdata/decisions-v1.golden: this same function's output at commit
-// 7c15112, whose limiters wrote the v1 encoding (no recorded parameters).
+// bit-for-bit as in testdata/decisions-v1.golden, this function's digests of the decisions of
+// limiters writing the v1 encoding (no recorded parameters): recording them changes no decision.
 func TestDecisionsUnchanged(t *testing.T) {
 	want, err := os.ReadFile("testdata/decisions-v1.golden")
 	if err != nil {

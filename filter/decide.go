@@ -21,58 +21,6 @@ func (h *httpContext) decideLocal(a *applied, key []byte, now, cost int64) (deny
 	return h.decideShared(a, key, now, cost)
 }
 
-// denyLocal denies the request that a local rule denied in phase 1: that rule is the last of
-// h.d.applied, p.matched[i] the rule it applies for, key the key built for the rule built.
-// Every later enforced local rule is decided too, without writing, so that the response states
-// the longest wait among the denying rules. Global rules are not asked: a request a local rule
-// denies sends no Redis call.
-//
-//go:noinline
-func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
-	p := h.plugin
-	req := &p.req
-	ok := true
-	longest := len(h.d.applied) - 1
-	for _, r := range p.matched[i+1:] {
-		if r.Scope == config.ScopeGlobal || r.Shadow {
-			continue
-		}
-		if !r.SameKey(built) {
-			key, ok = r.AppendKey(p.key[:0], req)
-			p.key, built = key[:0], r
-		}
-		if !ok || len(key) > p.cfg.MaxKeyBytes {
-			continue // refused as too long when its rule's turn comes
-		}
-		rs := p.rules[r.Index]
-		if rs.unenforced != nil && p.enforcing(rs) != rs {
-			continue // a denial the rule does not enforce on this request states no wait
-		}
-		if rs.overrides != nil {
-			if rs = rs.overrideFor(r, key); rs == nil {
-				continue
-			}
-		}
-		a := h.d.add(rs)
-		a.cost = r.Cost(req)
-		if rs.table.Decide(key, now, a.cost, &a.pending) != nil {
-			continue // contention or a store failure: the rule states no wait of its own
-		}
-		a.decision = a.pending.Decision
-		if !a.decision.Allowed && longerWait(a, &h.d.applied[longest]) {
-			longest = len(h.d.applied) - 1
-		}
-	}
-	a := &h.d.applied[longest]
-	return h.deny(a.rs, a.decision)
-}
-
-// longerWait reports whether the denial a states a longer wait than the denial b, as the
-// client would see them (each bounded by its rule's longest wait, see clampWaits).
-func longerWait(a, b *applied) bool {
-	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
-}
-
 // decideLeased is decideLocal for a rule with a lease block (out of line, see doc.go): from
 // this VM's lease when it has the units, else with a take (Table.Take, see lease.go), written
 // by finish like any local decision and recorded in the lease there (leaseState.taken).
@@ -316,19 +264,5 @@ func tellUpstream(r *config.Rule) {
 	}
 	if err := abi.AddHttpRequestHeader(r.ShadowRequestHeader, r.Name); err != nil {
 		abi.LogDebug("ratelimit: rule " + strconv.Quote(r.Name) + ": adding request header " + r.ShadowRequestHeader + ": " + err.Error())
-	}
-}
-
-// placed records in the rule's metrics what a commit that placed a key did: a slot used for
-// the first time, or an eviction and what it grants.
-func (rs *ruleState) placed(p *sharedstate.Pending) {
-	if p.Claimed {
-		rs.m.slotsUsed.Add(1)
-	}
-	if p.Evicted {
-		rs.m.evictions.Increment(1)
-		if p.Granted > 0 {
-			rs.m.evictionGranted.Increment(uint64(p.Granted))
-		}
 	}
 }

@@ -106,3 +106,10 @@ func (d *decisions) add(rs *ruleState) *applied {
 func (d *decisions) grow() {
 	d.applied = append(d.applied, applied{})
 }
+
+// tighter reports whether d is more restrictive than e for the legacy fields: less remaining,
+// or as much for longer (else a client with nothing left under a 1 s rule and a 1 min rule
+// would be told to come back after a second, to be denied for 59 more).
+func tighter(d, e *algorithms.Decision) bool {
+	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
+}

@@ -2,7 +2,6 @@ package filter
 
 import (
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,30 +81,6 @@ type ruleState struct {
 	general       bool            // decideRequest hands the rule to decideFrom (overrides, lease, global, enforce_percent or usage)
 }
 
-// ruleMetrics are the rule's counters (see statName for their names).
-type ruleMetrics struct {
-	allowed      abi.MetricCounter // requests the rule let through
-	denied       abi.MetricCounter // requests the rule rejected
-	shadowDenied abi.MetricCounter // requests a shadow rule would have rejected
-	skipped      abi.MetricCounter // requests the rule matched but could not key (missing part)
-	casRetries   abi.MetricCounter // compare-and-swap attempts lost to other workers
-	storeErrors  abi.MetricCounter // decisions that fell back to failure_mode
-	overflow     abi.MetricCounter // decisions, allowed or denied, counted in an overflow slot
-	casExhausted abi.MetricCounter // requests denied because every compare-and-swap attempt lost
-	// evictions counts keys whose slot went to a new key (see sharedstate.Table), and
-	// evictionGranted what those keys may spend again because of it (0 for an idle key).
-	evictions       abi.MetricCounter
-	evictionGranted abi.MetricCounter
-	// slotsUsed is the number of the rule's key slots that hold or have held a key: each
-	// worker adds those it places a key in first to Envoy's process-wide gauge (see placed).
-	slotsUsed abi.MetricGauge
-	// duplicateHeader and keyTooLong count requests refused (a shadow rule's skipped) for a
-	// repeated key header (duplicateKeyHeader) or a key over max_key_bytes (keyTooLong).
-	duplicateHeader, keyTooLong abi.MetricCounter
-	// nearLimit counts admitted requests that left less than nearRemaining (see near.go).
-	nearLimit abi.MetricCounter
-}
-
 // OnPluginStart parses and validates the configuration and prepares every rule. Any problem
 // refuses the configuration: Envoy then keeps the previous one (or refuses to start), far
 // better than serving traffic with a limit silently missing.
@@ -120,8 +95,9 @@ func (p *plugin) OnPluginStart(size int) (status types.OnPluginStartStatus) {
 		logInvalid(err)
 		return types.OnPluginStartStatusFailed
 	}
-	// strconv.AppendInt, which configure runs anyway, rather than strconv.Itoa, whose code V8
-	// in Envoy would compile in every VM's start for this line alone.
+	// strconv.AppendInt, which configure runs anyway, rather than strconv.Itoa, whose
+	// internal/strconv.FormatInt (1 KB) V8 in Envoy would compile in every VM's start for this
+	// line alone (TestV8ValidConfigureCompilesNoColdCode).
 	var buf [20]byte
 	abi.LogInfo("ratelimit: configured " + string(strconv.AppendInt(buf[:0], int64(len(p.rules)), 10)) + " rules")
 	return types.OnPluginStartStatusOK
@@ -375,38 +351,6 @@ func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.
 	return g.Partitioned(cfg.Redis.Partitions, int64(r.MaxKeys), cfg.Redis.KeyPrefix, cfg.Domain, r.Name), nil
 }
 
-func newRedisClient(cfg *config.Redis) (*redisClient, error) {
-	c := &redisClient{
-		cfg: cfg,
-		headers: abi.NewCalloutHeaders([][2]string{
-			{":method", redis.Method}, {":path", redis.Path}, {":authority", cfg.Authority},
-			{"content-type", redis.ContentType},
-		}),
-		timeout: uint32((cfg.Timeout + time.Millisecond - 1) / time.Millisecond),
-		callID:  int64(rand.Uint64() & redis.MaxCallID),
-		breaker: breaker{threshold: cfg.Breaker.Failures, cooldown: int64(cfg.Breaker.Cooldown),
-			probeWait: int64(cfg.Timeout)},
-	}
-	if cfg.Partitions > 1 {
-		c.parts = slices.Repeat([]breaker{c.breaker}, cfg.Partitions)
-	}
-	var errs []error
-	counter := func(name string) abi.MetricCounter {
-		return defineCounter("ratelimit_redis_"+name+"_total", &errs)
-	}
-	c.m = redisMetrics{
-		calls: counter("calls"), skipped: counter("skipped"), unavailable: counter("unavailable"),
-		timeouts: counter("timeouts"), errors: counter("errors"), malformed: counter("malformed"),
-		resets: counter("resets"), noscript: counter("noscript"),
-	}
-	c.gauge.opened = counter("breaker_opened")
-	var err error
-	c.gauge.open, err = abi.DefineGaugeMetric("ratelimit_redis_breaker_open")
-	errs = append(errs, err)
-	c.m.latency, err = abi.DefineHistogramMetric("ratelimit_redis_latency_us")
-	return c, errors.Join(append(errs, err)...)
-}
-
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
 //
 //go:noinline
@@ -497,39 +441,6 @@ func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Stor
 		rs.overrides[j] = st
 	}
 	return nil
-}
-
-// statName renders the name of one of a rule's stats: the metric, then its labels as
-// ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"), which Envoy's tag
-// extraction (stats_config.stats_tags) turns into labels for Prometheus. Rule names are
-// [A-Za-z0-9_.-], so they never contain ';'.
-//
-// statName and defineCounter are not inlined: inlined copies at the thirty call sites would be
-// most of defineMetrics' 17 KB in the module.
-func statName(metric, rule string, labels ...string) string {
-	n := metric + ";rule=" + rule
-	for i := 0; i+1 < len(labels); i += 2 {
-		n += ";" + labels[i] + "=" + labels[i+1]
-	}
-	return n
-}
-
-// defineCounter defines the counter called name and appends the error, if any, to errs.
-//
-//go:noinline
-func defineCounter(name string, errs *[]error) abi.MetricCounter {
-	m, err := abi.DefineCounterMetric(name)
-	if err != nil {
-		*errs = append(*errs, err)
-	}
-	return m
-}
-
-// joinErrors is errors.Join out of line (see doc.go).
-//
-//go:noinline
-func joinErrors(errs []error) error {
-	return errors.Join(errs...)
 }
 
 // ruleCounters names the counters every rule has, in ruleMetrics.counters' order, with the

@@ -165,7 +165,8 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 		if drafts == 1 {
 			// appendRateLimitItemAfter, written out: one function fewer for a first request.
 			d := &draft.decision
-			buf = appendInt(appendInt(buf, draft.rs.item, d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
+			buf = strconv.AppendInt(append(buf, draft.rs.item...), d.Remaining, 10)
+			buf = strconv.AppendInt(append(buf, ";t="...), ceilSeconds(int64(d.ResetAfter)), 10)
 		} else {
 			buf = appendRateLimitItems(buf, rules)
 		}
@@ -178,20 +179,13 @@ func (rh *rateLimitHeaders) render(rules []applied) {
 	rh.values = buf
 }
 
-// tighter reports whether d is more restrictive than e for the legacy fields: less remaining,
-// or as much for longer (else a client with nothing left under a 1 s rule and a 1 min rule
-// would be told to come back after a second, to be denied for 59 more).
-func tighter(d, e *algorithms.Decision) bool {
-	return d.Remaining < e.Remaining || d.Remaining == e.Remaining && d.ResetAfter > e.ResetAfter
-}
-
 // appendLegacy appends the legacy X-RateLimit-* values of d and marks them present (out of
 // render's line, see doc.go: the default "draft" mode has none).
 func (rh *rateLimitHeaders) appendLegacy(buf []byte, d *algorithms.Decision) []byte {
 	// One call site for the three values, not three.
 	legacy := [3]int64{d.Limit, d.Remaining, ceilSeconds(int64(d.ResetAfter))}
 	for j, v := range legacy {
-		buf = appendInt(buf, "", v)
+		buf = strconv.AppendInt(buf, v, 10)
 		rh.ends[2+j] = int32(len(buf))
 	}
 	rh.set |= legacyHeaders
@@ -235,13 +229,8 @@ func logAddFailure(name string, err error) {
 // appendRateLimitItemAfter renders a RateLimit item after its name's `";r=`: the remaining
 // quota and the seconds until it is fully available again.
 func appendRateLimitItemAfter(dst []byte, d algorithms.Decision) []byte {
-	return appendInt(appendInt(dst, "", d.Remaining), ";t=", ceilSeconds(int64(d.ResetAfter)))
-}
-
-// appendInt is strconv.AppendInt(append(dst, prefix...), v, 10): one function, rather than
-// copies inlined in each function a VM's first request compiles (see doc.go).
-func appendInt(dst []byte, prefix string, v int64) []byte {
-	return strconv.AppendInt(append(dst, prefix...), v, 10)
+	dst = strconv.AppendInt(dst, d.Remaining, 10)
+	return strconv.AppendInt(append(dst, ";t="...), ceilSeconds(int64(d.ResetAfter)), 10)
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds (a client told 0 while 300 ms remain
@@ -287,7 +276,7 @@ func policyRate(limit int64, window time.Duration) (q, w int64) {
 func appendPolicyItem(dst []byte, name string, limit int64, window time.Duration) []byte {
 	q, w := policyRate(limit, window)
 	dst = append(append(append(dst, '"'), name...), `";q=`...)
-	return appendInt(appendInt(dst, "", q), ";w=", w)
+	return strconv.AppendInt(append(strconv.AppendInt(dst, q, 10), ";w="...), w, 10)
 }
 
 // policyItem renders the rule's RateLimit-Policy item for its configured limit.
@@ -326,6 +315,12 @@ func maxWait(c algorithms.Config) time.Duration {
 		return algorithms.MaxExact
 	}
 	return min(time.Duration(windows)*w+max(c.MaxDelay, 0), algorithms.MaxExact)
+}
+
+// longerWait reports whether the denial a states a longer wait than the denial b, as the
+// client would see them (each bounded by its rule's longest wait, see clampWaits).
+func longerWait(a, b *applied) bool {
+	return clampWaits(a.decision, a.rs.maxWait).RetryAfter > clampWaits(b.decision, b.rs.maxWait).RetryAfter
 }
 
 // clampWaits bounds a decision's durations to [0, limit] before they are rendered.

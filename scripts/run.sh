@@ -69,14 +69,14 @@ $2
 Routes (generated from envoy.yaml) and their limits:
 $(routes)
 
-See a 429 with its headers (5 requests per client IP, one more every 2 seconds: a quick loop
-of 8 is denied from about the 6th on):
+See a 429 with its headers (the shipped /api/items limit, 5 requests per client IP and one more
+every 2 seconds, denies a quick loop of 8 from about the 6th on; raise the count with the limit):
   for i in \$(seq 8); do curl -si $PROXY/api/items | grep -iE '^(HTTP/|retry-after|ratelimit)|rate_limited'; echo; done
 
 Then wait the retry-after seconds and try again, or look at the counters:
   curl -s $ADMIN/stats/prometheus | grep ^ratelimit_requests_total
 
-Ctrl-C stops everything.
+Ctrl-C (or kill $$) stops everything; restart to apply a change to envoy.yaml.
 EOF
 }
 

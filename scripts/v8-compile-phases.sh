@@ -6,8 +6,8 @@
 # the 1-rule configuration of BenchmarkV8Start (client_ip and header key, token bucket) and two
 # requests with new keys, run by wasmhost/v8/host.js on Node with Envoy's V8 flag
 # (--no-liftoff) and V8's compile trace. Envoy's V8 compiles each function on its first call,
-# so the bytes compiled in a step are its start-up cost (about 0.7 ms per KB here); unlike wall
-# time they do not depend on the machine's load. For each step (init = _initialize, vmstart,
+# so the bytes compiled in a step are its start-up cost (about 1.1 ms of CPU per KB,
+# docs/BENCHMARKS.md); unlike wall time they do not depend on the machine's load. For each step (init = _initialize, vmstart,
 # configure, request0, request1) it prints the functions compiled and their summed body
 # bytes, and for each STEP named the functions with their sizes. Needs node and wabt's
 # wasm-objdump (for the names: build without -s, as `make build` does). With -init the module

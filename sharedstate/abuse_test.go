@@ -176,7 +176,7 @@ func TestTableFalseDenialCurve(t *testing.T) {
 	}
 }
 
-// legacyCollisions returns n keys whose home slot under the old formula (SHA-256 bytes
+// legacyCollisions returns n keys whose home slot under legacyTable's formula (SHA-256 bytes
 // [8:16] little-endian mod max_keys) is the victim's.
 func legacyCollisions(victim []byte, maxKeys uint64, n int) [][]byte {
 	home := func(k []byte) uint64 {
@@ -236,9 +236,10 @@ func floodShareBound(overflowRequests, limit int) float64 {
 	return float64(overflowRequests) / float64(OverflowSlots*limit)
 }
 
-// A flood of 10,010 distinct keys on a 10/h rule with max_keys 10000 used to lock out every
-// new client (100 of 100). Now the table fills, a few flood keys and the new clients overflow
-// into slots spread by the keyed hash, and at most the documented share is denied.
+// A flood of 10,010 distinct keys on a 10/h rule with max_keys 10000, then 100 new clients:
+// the unkeyed baseline table (legacyTable) denies at least half of them; the table fills,
+// a few flood keys and the new clients overflow into slots spread by the keyed hash, and at
+// most the documented share (floodShareBound) is denied.
 func TestFloodDeniesABoundedShare(t *testing.T) {
 	const maxKeys, limit = 10000, 10
 	cfg := algorithms.Config{Algorithm: "token_bucket", Limit: limit, Window: time.Hour}

@@ -48,8 +48,8 @@ const OverflowSlots = 64
 const maxGeometries = 8
 
 // slotLive is the kind of a slot value, the byte after the digest; slotHeader is the length of
-// the value before the state. Only live slots are written; a value of another kind (left by an
-// earlier version of the table) is free for any key.
+// the value before the state. Only live slots are written; a value of another kind, or too
+// short to hold a kind (a format the table does not read), is free for any key.
 const (
 	slotLive   = 0
 	slotHeader = DigestSize + 1

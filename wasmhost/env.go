@@ -112,7 +112,7 @@ func hSendLocalResponse(v *vm, stack []uint64) {
 			grpc = -1
 		}
 		for i := range pairs {
-			pairs[i][0] = lowerASCII(pairs[i][0])
+			pairs[i][0] = strings.ToLower(pairs[i][0])
 		}
 		s.local = &LocalResponse{
 			Status:     int(status),

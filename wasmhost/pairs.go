@@ -46,7 +46,7 @@ func (m *headerMap) byteSize() uint32 {
 }
 
 func (m *headerMap) get(key string) (string, bool) {
-	key = lowerASCII(key)
+	key = strings.ToLower(key)
 	for _, p := range m.kv {
 		if p[0] == key {
 			return p[1], true
@@ -59,7 +59,7 @@ func (m *headerMap) get(key string) (string, bool) {
 // Envoy's header map does for the headers it indexes inline. It reports false, changing
 // nothing, when there is no such entry.
 func (m *headerMap) fold(key, value string) bool {
-	key = lowerASCII(key)
+	key = strings.ToLower(key)
 	for i := range m.kv {
 		if m.kv[i][0] == key {
 			m.kv[i][1] += "," + value
@@ -72,7 +72,7 @@ func (m *headerMap) fold(key, value string) bool {
 // add appends an entry; a pseudo-header is inserted after the last existing
 // pseudo-header, as Envoy's HeaderMapImpl keeps them first.
 func (m *headerMap) add(key, value string) {
-	key = lowerASCII(key)
+	key = strings.ToLower(key)
 	if strings.HasPrefix(key, ":") {
 		i := 0
 		for i < len(m.kv) && strings.HasPrefix(m.kv[i][0], ":") {
@@ -88,7 +88,7 @@ func (m *headerMap) add(key, value string) {
 
 // remove deletes every entry with the key.
 func (m *headerMap) remove(key string) {
-	key = lowerASCII(key)
+	key = strings.ToLower(key)
 	out := m.kv[:0]
 	for _, p := range m.kv {
 		if p[0] != key {
@@ -114,15 +114,6 @@ func (m *headerMap) setAll(pairs [][2]string) {
 	for _, p := range pairs {
 		m.add(p[0], p[1])
 	}
-}
-
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(s)
-		}
-	}
-	return s
 }
 
 // pairsSize is the length of the serialized form of pairs.

@@ -142,7 +142,7 @@ func (r *Result) Header(key string) string { return headerValue(r.ResponseHeader
 func (r *Result) RequestHeader(key string) string { return headerValue(r.RequestHeaders, key) }
 
 func headerValue(h [][2]string, key string) string {
-	key = lowerASCII(key)
+	key = strings.ToLower(key)
 	for _, p := range h {
 		if p[0] == key {
 			return p[1]
@@ -459,7 +459,7 @@ func requestHeaders(r *Request) *headerMap {
 	hm.add(":method", orDefault(r.Method, "GET"))
 	hm.add(":scheme", scheme)
 	for _, p := range r.Headers {
-		k := lowerASCII(p[0])
+		k := strings.ToLower(p[0])
 		if k == "host" || k == ":authority" || k == ":path" || k == ":method" || k == ":scheme" {
 			continue
 		}

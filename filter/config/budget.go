@@ -1,8 +1,9 @@
 package config
 
 import (
+	"cmp"
 	"regexp/syntax"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,7 +90,7 @@ func (p *parser) budget(path string, c *Config) {
 func (p *parser) overBudget(path string, c *Config, vm, shared int64) {
 	report := func(total, budget int64, where string, of func(TableCost) int64) {
 		sorted := append([]*Rule(nil), c.Rules...)
-		sort.Stable(byLess[*Rule]{sorted, func(a, b *Rule) bool { return of(c.TableCost(a)) > of(c.TableCost(b)) }})
+		slices.SortStableFunc(sorted, func(a, b *Rule) int { return cmp.Compare(of(c.TableCost(b)), of(c.TableCost(a))) })
 		var top []string
 		for _, r := range sorted[:min(3, len(sorted))] {
 			tc := c.TableCost(r)

@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Cost returns what req costs under this rule: a constant, or the cost header's value when
 // that is a positive decimal integer no larger than Max, and Default when the header is
@@ -31,22 +34,12 @@ func (cs *CostSpec) headerCost(req Request) int64 {
 }
 
 // parseCost reads a positive decimal integer no larger than max, allowing surrounding
-// spaces and tabs.
+// spaces and tabs; a sign is refused.
 func parseCost(s string, max int64) (int64, bool) {
 	s = strings.Trim(s, " \t")
-	if s == "" {
+	if s == "" || !isDigit(s[0]) {
 		return 0, false
 	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-		if n > max {
-			return 0, false
-		}
-	}
-	return n, n > 0
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n > 0 && n <= max
 }

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"math/bits"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -9,8 +11,8 @@ import (
 // "d" unit for days of 24 hours, because day-long quotas are common and "24h" is easy to
 // mistype as "24". A bare number ("10") is rejected rather than guessed: seconds and
 // milliseconds are both plausible readings, and a wrong guess is a limit off by 1000x.
-// The parser is written out here, not delegated to time.ParseDuration, so that "d" can
-// appear anywhere in a sequence ("1d12h") and every error says precisely what is wrong.
+// The parser is the config's own, so that "d" can appear anywhere in a sequence ("1d12h")
+// and every error says precisely what is wrong.
 
 // durationUnit returns the length of a unit in nanoseconds: a switch, where a map would be
 // built in every VM's _initialize.
@@ -87,78 +89,80 @@ func parseDurationFull(orig string) (time.Duration, string) {
 	if isNumberLike(s) {
 		return 0, quote(orig) + " has no unit"
 	}
-	const max = uint64(1<<63 - 1)
+	const max = 1<<63 - 1
 	var total uint64
 	for s != "" {
-		if !(s[0] == '.' || isDigit(s[0])) {
+		// A term: digits, an optional fraction, then a unit up to the next number.
+		n := digitsLen(s)
+		if n < len(s) && s[n] == '.' {
+			n += 1 + digitsLen(s[n+1:])
+		}
+		if n == 0 || s[:n] == "." {
 			return 0, notADuration(orig)
 		}
-		var v uint64 // the integer part
-		i := 0
-		for ; i < len(s) && isDigit(s[i]); i++ {
-			d := uint64(s[i] - '0')
-			if v > (max-d)/10 {
-				return 0, quote(orig) + " is too large"
-			}
-			v = v*10 + d
+		u := n
+		for u < len(s) && s[u] != '.' && !isDigit(s[u]) {
+			u++
 		}
-		pre := i > 0
-		s = s[i:]
-		// The fractional part. Digits beyond what int64 nanoseconds can use are dropped,
-		// as time.ParseDuration does.
-		var f uint64
-		scale := 1.0
-		post := false
-		if s != "" && s[0] == '.' {
-			s = s[1:]
-			j := 0
-			overflow := false
-			for ; j < len(s) && isDigit(s[j]); j++ {
-				d := uint64(s[j] - '0')
-				if overflow || f > (max-d)/10 {
-					overflow = true
-					continue
-				}
-				f = f*10 + d
-				scale *= 10
-			}
-			post = j > 0
-			s = s[j:]
-		}
-		if !pre && !post {
-			return 0, notADuration(orig)
-		}
-		// The unit: everything up to the next number.
-		j := 0
-		for ; j < len(s) && s[j] != '.' && !isDigit(s[j]); j++ {
-		}
-		if j == 0 {
+		if u == n {
 			return 0, quote(orig) + " ends in a number with no unit"
 		}
-		unit, ok := durationUnit(s[:j])
+		unit, ok := durationUnit(s[n:u])
 		if !ok {
-			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[:j]) + " (want ns, us, ms, s, m, h or d)"
+			return 0, quote(orig) + " has unknown unit " + strconv.Quote(s[n:u]) + " (want ns, us, ms, s, m, h or d)"
 		}
-		s = s[j:]
-		if v > max/unit {
+		d, ok := termNanos(s[:n], unit)
+		s = s[u:]
+		if !ok || d > max-total {
 			return 0, quote(orig) + " is too large"
 		}
-		v *= unit
-		if f > 0 {
-			v += uint64(float64(f) * (float64(unit) / scale))
-			if v > max {
-				return 0, quote(orig) + " is too large"
-			}
-		}
-		total += v
-		if total > max {
-			return 0, quote(orig) + " is too large"
-		}
+		total += d
 	}
 	if neg {
 		return -time.Duration(total), ""
 	}
 	return time.Duration(total), ""
+}
+
+// termNanos returns a number ("90", "1.5", ".25") of units in nanoseconds, truncated to a
+// whole nanosecond, in exact integer arithmetic: the whole part times the unit, plus the
+// fraction's digits times the unit divided by 10 to the number of digits. Digits past the
+// 19th are dropped: together they are worth less than a nanosecond of any unit (a day is
+// under 10^14 ns). It reports false when the value does not fit in an int64.
+func termNanos(number string, unit uint64) (uint64, bool) {
+	whole, frac, _ := strings.Cut(number, ".")
+	var v uint64
+	if whole != "" {
+		w, err := strconv.ParseUint(whole, 10, 64)
+		hi, lo := bits.Mul64(w, unit)
+		if err != nil || hi != 0 {
+			return 0, false
+		}
+		v = lo
+	}
+	if len(frac) > 19 {
+		frac = frac[:19]
+	}
+	if frac != "" {
+		f, _ := strconv.ParseUint(frac, 10, 64) // digits only, at most 19: it fits
+		pow := uint64(1)
+		for range frac {
+			pow *= 10
+		}
+		hi, lo := bits.Mul64(f, unit) // f < pow, so hi < pow and the quotient fits
+		q, _ := bits.Div64(hi, lo, pow)
+		v += q
+	}
+	return v, v <= 1<<63-1
+}
+
+// digitsLen returns the number of leading decimal digits of s.
+func digitsLen(s string) int {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	return i
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

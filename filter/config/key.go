@@ -273,23 +273,8 @@ func appendPart(dst []byte, v string) []byte {
 	return append(dst, v...)
 }
 
-// appendLen appends a key part's length prefix: n in decimal and a colon. Parts are nearly
-// always shorter than 100 bytes: writing their digits directly saves a call to strconv per
-// part (about 0.1 us in a Wasm VM).
+// appendLen appends a key part's length prefix: n in decimal and a colon.
 func appendLen(dst []byte, n int) []byte {
-	if uint(n) >= 100 {
-		return appendLongLen(dst, n)
-	}
-	// One append for both lengths: each append is a growth path of its own to compile.
-	b := [3]byte{byte('0' + n/10), byte('0' + n%10), ':'}
-	skip := 0
-	if n < 10 {
-		skip = 1
-	}
-	return append(dst, b[skip:]...)
-}
-
-func appendLongLen(dst []byte, n int) []byte {
 	return append(strconv.AppendInt(dst, int64(n), 10), ':')
 }
 

@@ -2,7 +2,6 @@ package config
 
 import (
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -425,16 +424,6 @@ func TestDuplicatePart(t *testing.T) {
 		}
 		if got := c.Match(tc.req, nil); len(got) != 1 || got[0].Name != "a" {
 			t.Errorf("%v: the rule must still match, got %d rules", tc.req.lines, len(got))
-		}
-	}
-}
-
-// appendLen writes a part's length prefix as strconv would, for every length and at the
-// boundaries of its direct paths.
-func TestAppendLen(t *testing.T) {
-	for n := range 1200 {
-		if got, want := string(appendLen([]byte("x"), n)), "x"+strconv.Itoa(n)+":"; got != want {
-			t.Fatalf("appendLen(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

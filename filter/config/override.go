@@ -1,7 +1,7 @@
 package config
 
 import (
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -140,7 +140,7 @@ func sortPrefixesLongestFirst(out []Override) {
 			prefixes = append(prefixes, out[i])
 		}
 	}
-	sort.Stable(byLess[Override]{prefixes, func(a, b Override) bool { return len(a.Value) > len(b.Value) }})
+	slices.SortStableFunc(prefixes, func(a, b Override) int { return len(b.Value) - len(a.Value) })
 	for k, i := range at {
 		out[i] = prefixes[k]
 	}

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -1112,7 +1111,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 			d.Headers = nil
 			seen := map[string]string{}
 			for _, m := range hn.members {
-				mpath, name := joinKey(hpath, m.key), lowerASCII(m.key)
+				mpath, name := joinKey(hpath, m.key), strings.ToLower(m.key)
 				why, reserved := reservedDenyHeader(name)
 				prev, dup := seen[name]
 				switch {
@@ -1132,7 +1131,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 				}
 				valid = false
 			}
-			sort.Stable(byLess[Header]{d.Headers, func(a, b Header) bool { return a.Name < b.Name }})
+			slices.SortStableFunc(d.Headers, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 		}
 	}
 	if valid {
@@ -1181,7 +1180,7 @@ func (p *parser) shadowOptions(f fields, r *Rule) {
 		case !isToken(s) || strings.HasPrefix(s, ":"):
 			p.badHeaderName(hpath, s)
 		default:
-			r.ShadowRequestHeader = lowerASCII(s)
+			r.ShadowRequestHeader = strings.ToLower(s)
 		}
 	}
 }

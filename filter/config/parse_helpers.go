@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // parser collects problems while walking the JSON tree. Every helper reports its own
@@ -144,17 +143,6 @@ func (p *parser) pattern(path string, n *node, maxLen int, dst *string, valid fu
 	}
 	return ok
 }
-
-// byLess sorts s by less with sort.Stable, whose code the module has (sort.Slice would link
-// reflection's Swapper, slices.SortStableFunc a merge sort per shape).
-type byLess[T any] struct {
-	s    []T
-	less func(a, b T) bool
-}
-
-func (b byLess[T]) Len() int           { return len(b.s) }
-func (b byLess[T]) Less(i, j int) bool { return b.less(b.s[i], b.s[j]) }
-func (b byLess[T]) Swap(i, j int)      { b.s[i], b.s[j] = b.s[j], b.s[i] }
 
 // str reads a string of at most maxLen bytes.
 func (p *parser) str(path string, n *node, maxLen int) (string, bool) {
@@ -402,35 +390,6 @@ func isName(s string) bool { return len(s) <= maxNameLen && onlyChars(s, "_.-") 
 // isToken reports whether s is an HTTP token (RFC 9110).
 func isToken(s string) bool { return onlyChars(s, "!#$%&'*+-.^_`|~") }
 
-// lowerASCII returns strings.ToLower(s) (TestLowerASCII). Header names are almost always
-// ASCII, often lower case already; for those it does the ASCII work itself, so that a valid
-// configure does not make V8 compile strings.ToLower and its Unicode path.
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
-			return lowerSlow(s)
-		}
-	}
-	return s
-}
-
-// lowerSlow is lowerASCII for a string that holds an upper-case or a non-ASCII byte (out of
-// line).
-func lowerSlow(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return strings.ToLower(s)
-		}
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
 // headerName validates and lower-cases a header name. Envoy lower-cases header names, so
 // a configured "X-Tenant" must be looked up as "x-tenant". Pseudo-headers such as
 // ":authority" are allowed because Envoy exposes them in the request header map.
@@ -439,7 +398,7 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	name := lowerASCII(s)
+	name := strings.ToLower(s)
 	if !isToken(strings.TrimPrefix(name, ":")) {
 		p.badHeaderName(path, s)
 		return "", false

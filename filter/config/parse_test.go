@@ -196,6 +196,11 @@ func TestDurations(t *testing.T) {
 		{"0s", 0},
 		{"2562047h", 2562047 * time.Hour},
 		{"1.0000000000000000000001s", time.Second},
+		{"0.000000001s", 1},
+		{"1.999999999999s", 1999999999},
+		{"2.5h30.5m", 2*time.Hour + 60*time.Minute + 30*time.Second},
+		{"5.s", 5 * time.Second},
+		{"106751d23h47m16.854775807s", 1<<63 - 1},
 	}
 	for _, tc := range ok {
 		got, err := durationOf(tc.in)
@@ -226,6 +231,10 @@ func TestDurations(t *testing.T) {
 		{"9223372036854775808ns", `"9223372036854775808ns" is too large`},
 		{"99999999999999999999s", `"99999999999999999999s" is too large`},
 		{"2562047h2562047h", `"2562047h2562047h" is too large`},
+		{"106751d23h47m16.854775808s", `"106751d23h47m16.854775808s" is too large`},
+		{"18446744073709551616ns", `"18446744073709551616ns" is too large`},
+		{"1.2.3s", `"1.2.3s" ends in a number with no unit`},
+		{"1s.", `"1s." is not a duration (want e.g. "500ms", "1m30s", "1d")`},
 	}
 	for _, tc := range bad {
 		_, err := durationOf(tc.in)
@@ -295,4 +304,29 @@ func TestEmptyConfigAsTrimSpace(t *testing.T) {
 	require.False(t, hasPrintableASCII([]byte(" \t\n\x7f\u00a0")))
 	require.True(t, hasPrintableASCII([]byte("   \n}")))
 	require.True(t, hasPrintableASCII([]byte("{")))
+}
+
+// sameFlat compares names as the strings.Map that turns '.' and '-' into '_' would, for every
+// pair of names a rule may have (see isName).
+func TestSameFlat(t *testing.T) {
+	mapped := func(s string) string {
+		return strings.Map(func(c rune) rune {
+			if c == '.' || c == '-' {
+				return '_'
+			}
+			return c
+		}, s)
+	}
+	names := []string{"a", "b", "a.b-c_d", "a_b_c_d", "a-b.c.d", "a.b-c_e", "...", "---", "___", "..",
+		"A-9.z", "A_9_z", "a-9.z", strings.Repeat("x.-", 21), strings.Repeat("x__", 21)}
+	for _, a := range names {
+		if !isName(a) {
+			t.Fatalf("%q is no name", a)
+		}
+		for _, b := range names {
+			if got, want := sameFlat(a, b), mapped(a) == mapped(b); got != want {
+				t.Errorf("sameFlat(%q, %q) = %v, want %v", a, b, got, want)
+			}
+		}
+	}
 }

@@ -1,11 +1,15 @@
 package redis_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -760,15 +764,26 @@ func TestFaults(t *testing.T) {
 
 // leastPrivilege is the Redis ACL the package documentation recommends for the user webdis
 // logs in as: the commands of the scripts, on the rate-limit keys only.
-const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush +exists +zcount +zadd +zremrangebyscore"
+const leastPrivilege = "on >s3cret resetkeys ~rl:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpire +del +llen +lindex +lrange +ltrim +lpush +rpush +exists +get +set +zcount +zadd +zremrangebyscore"
+
+// observer is a second Redis user of TestLeastPrivilege that may only read INFO: through it
+// the test sees which commands the scripts ran as the least-privilege user, which that user
+// may not look at itself.
+const observer = "on >observe resetkeys resetchannels -@all +info"
 
 // TestLeastPrivilege runs every script through a webdis whose ACL allows only EVALSHA and EVAL,
 // logged in as a Redis user with the recommended ACL, so the documented setup is known to work
-// and to refuse anything else.
+// and to refuse anything else: decisions of every algorithm (on the test clock and on Redis'
+// own), of a rule with a key bound, an algorithm change on a key, settlements of usage costs
+// and the partition secret. Each must answer as it does without an ACL, and every command the
+// scripts call must have run at least once and never been refused: a call made with
+// redis.pcall that Redis refused would otherwise pass unnoticed.
 func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
+	args := append([]string{"--user", "default"}, strings.Fields(leastPrivilege)...)
+	args = append(append(args, "--user", "observer"), strings.Fields(observer)...)
 	srv := redistest.StartWith(t, redistest.Options{
-		RedisArgs: append([]string{"--user", "default"}, strings.Fields(leastPrivilege)...),
+		RedisArgs: args,
 		Webdis: map[string]any{
 			"redis_auth": "s3cret",
 			"acl": []any{
@@ -788,6 +803,88 @@ func TestLeastPrivilege(t *testing.T) {
 			c.mustCall(rule.AppendEvalSHAAt(nil, key, 1, now+int64(j)))
 		}
 	}
+
+	// Redis' own clock, as the filter calls; then another algorithm on the same key, whose
+	// state replaces the old one and carries its event over.
+	clocked := redis.AppendKey(nil, "rl", "rl", "clocked", []byte("client"))
+	gcra := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Hour})
+	if rep := c.mustCall(gcra.AppendEvalSHA(nil, clocked, 1)); !rep.Decision.Allowed || rep.Decision.Remaining != 9 {
+		t.Fatalf("on Redis' clock: %+v, want 9 remaining", rep.Decision)
+	}
+	log := mustRule(t, algorithms.Config{Algorithm: "sliding_window", Variant: "log", Limit: 10, Window: time.Hour})
+	if rep := c.mustCall(log.AppendEvalSHA(nil, clocked, 1)); !rep.Decision.Allowed || rep.Decision.Remaining != 8 {
+		t.Fatalf("the key changed to a log: %+v, want 8 remaining", rep.Decision)
+	}
+
+	// A rule with a key bound: its key set, and its overflow key past the bound.
+	// One key and an hour: the first key lives through the test, however slow the machine.
+	bounded := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(1, "rl", "rl", "bounded")
+	for i, wantOverflow := range []bool{false, true} {
+		key := redis.AppendKey(nil, "rl", "rl", "bounded", []byte{'a' + byte(i)})
+		if a := callOne(t, c, redis.Item{Rule: bounded, Key: key, N: 1}); !a.Decision.Allowed || a.Overflow != wantOverflow {
+			t.Fatalf("bounded key %d: %+v, want allowed, overflow %v", i, a, wantOverflow)
+		}
+	}
+
+	// Settlements: a refund, the same refund sent again (applied once, by its id key), and a
+	// debt on a bounded rule's key that has expired or never existed (a new key in its set).
+	bucket := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour})
+	settled := redis.AppendKey(nil, "rl", "rl", "settled", []byte("client"))
+	if rep := c.mustCall(bucket.AppendEvalSHAAt(nil, settled, 5, now)); rep.Decision.Remaining != 5 {
+		t.Fatalf("reservation: %+v, want 5 remaining", rep.Decision)
+	}
+	settle := func(s redis.Settlement) {
+		t.Helper()
+		status, body := c.post(redis.AppendSettleSHAAt(nil, &s, now))
+		if at, err := redis.ParseSettle(status, body); err != nil || at != now {
+			t.Fatalf("settlement of %d on %s: settled at %d, %v (%d %s)", s.Delta, s.Item.Key, at, err, status, body)
+		}
+	}
+	refund := redis.Settlement{Item: redis.Item{Rule: bucket, Key: settled}, Delta: -3, ReservedAt: now, ID: 1}
+	for range 2 {
+		settle(refund)
+		if rep := c.mustCall(bucket.AppendEvalSHAAt(nil, settled, 0, now)); rep.Decision.Remaining != 8 {
+			t.Fatalf("after the refund of 3: %+v, want 8 remaining", rep.Decision)
+		}
+	}
+	roomy := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(10, "rl", "rl", "roomy")
+	debtor := redis.AppendKey(nil, "rl", "rl", "roomy", []byte("client"))
+	settle(redis.Settlement{Item: redis.Item{Rule: roomy, Key: debtor}, Delta: 4, ReservedAt: now, ID: 2})
+	keySet := string(redis.AppendRuleKey(nil, "rl", "rl", "roomy", 1, 0, "#keys"))
+	if srv.Int("EXISTS", string(debtor)) != 1 || srv.Int("ZCOUNT", keySet, "-inf", "+inf") != 1 {
+		t.Fatalf("a debt on a new key of a bounded rule: want the key and its entry in %s", keySet)
+	}
+	if rep := c.mustCall(roomy.AppendEvalSHAAt(nil, debtor, 0, now)); rep.Decision.Remaining != 6 {
+		t.Fatalf("after a debt of 4: %+v, want 6 remaining", rep.Decision)
+	}
+
+	// The partition secret: stored by the first call, read back by the next.
+	secretKey := redis.AppendSecretKey(nil, "rl", "rl")
+	ask := func(candidate redis.Secret) redis.Secret {
+		t.Helper()
+		status, body := c.post(redis.AppendSecretCall(nil, secretKey, &candidate))
+		s, err := redis.ParseSecret(status, body)
+		if err != nil {
+			t.Fatalf("partition secret: %v (%d %s)", err, status, body)
+		}
+		return s
+	}
+	first, second := redis.NewSecret(), redis.NewSecret()
+	if got := ask(first); got != first {
+		t.Fatalf("first secret call: %x, want its candidate %x", got, first)
+	}
+	if got := ask(second); got != first {
+		t.Fatalf("second secret call: %x, want the stored %x", got, first)
+	}
+
+	stats := commandStats(t, srv.RedisAddr(), "observer", "observe")
+	for _, cmd := range append(scriptCommands(t), "eval", "evalsha") {
+		if st := stats[cmd]; st.calls == 0 || st.rejected != 0 {
+			t.Errorf("%s ran %d times and was refused %d times as the least-privilege user, want at least once and never",
+				cmd, st.calls, st.rejected)
+		}
+	}
+
 	if status, _ := c.post([]byte("SET/rl:x/1")); status != 403 {
 		t.Errorf("webdis ACL let SET through: %d", status)
 	}
@@ -795,6 +892,61 @@ func TestLeastPrivilege(t *testing.T) {
 	if !errors.Is(err, redis.ErrRedis) {
 		t.Errorf("a script writing outside rl:* ran: %v", err)
 	}
+}
+
+// commandStat is what Redis counts of one command (INFO commandstats): the calls it ran, and
+// those it refused (a user's ACL, a full memory).
+type commandStat struct{ calls, rejected int64 }
+
+// commandStats reads INFO commandstats from the Redis at addr, logged in as user.
+func commandStats(t *testing.T, addr, user, password string) map[string]commandStat {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	// Inline commands: the user name and password hold no spaces.
+	if _, err := fmt.Fprintf(conn, "AUTH %s %s\r\nINFO commandstats\r\n", user, password); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(conn)
+	if line, err := rd.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("AUTH %s: %q, %v", user, line, err)
+	}
+	line, err := rd.ReadString('\n')
+	n, convErr := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(line, "$"), "\r\n"))
+	if err != nil || convErr != nil || !strings.HasPrefix(line, "$") {
+		t.Fatalf("INFO commandstats: %q, %v", line, err)
+	}
+	info := make([]byte, n)
+	if _, err := io.ReadFull(rd, info); err != nil {
+		t.Fatal(err)
+	}
+	// Lines such as cmdstat_get:calls=3,usec=5,usec_per_call=1.67,rejected_calls=0,failed_calls=0
+	stats := map[string]commandStat{}
+	for _, l := range strings.Split(string(info), "\r\n") {
+		name, fields, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+		if !ok || len(name) == len(l) {
+			continue
+		}
+		var st commandStat
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "rejected_calls":
+				st.rejected, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		stats[name] = st
+	}
+	if len(stats) == 0 {
+		t.Fatalf("INFO commandstats counts no command: %q", info)
+	}
+	return stats
 }
 
 // BenchmarkRoundTrip measures one real EVALSHA through webdis on loopback, the cost of one

@@ -44,8 +44,8 @@ import (
 // turn, b.N times, so that the load of a shared machine weighs on all five alike. Each case is
 // a module of its own there: the host compiles identical bytes once, and a case that runs the
 // code the case before it has just run (local after no-rule) runs it warm, a measured factor
-// of up to two in guest time, which no other case gets. It reports
-// the ratios the targets are stated in: global-added-p50-us (global's p50 less no-rule's) over
+// of up to two in guest time, which no other case gets. It reports these ratios:
+// global-added-p50-us (global's p50 less no-rule's) over
 // raw-evalsha's p50 (x-raw-evalsha; floor-x-raw-evalsha for the callout floor), and global's
 // guest p50 over local's (x-local-guest), with the filter's own part of it, global's guest p50
 // less the callout floor's (own-guest-p50-ns, own-x-local-guest).

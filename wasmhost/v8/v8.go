@@ -146,7 +146,7 @@ type Compiled struct {
 	// section (wasmtest.FunctionNames).
 	Index uint32
 	// BodyBytes is the size of the function's body in the module, which TurboFan compiles in
-	// time roughly proportional to it (docs/BENCHMARKS.md: about 0.7 ms per KB on Node 20).
+	// time roughly proportional to it (docs/BENCHMARKS.md: about 1.1 ms per KB on Node 20).
 	BodyBytes int
 	// Phase is the start-up step during which it was compiled ("init", "vmstart",
 	// "configure", "request0", ...) when the job set PhaseMarkers, and "" otherwise.

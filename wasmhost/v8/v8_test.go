@@ -320,8 +320,7 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/algorithms.commonError",
 		"strconv.appendQuotedWith",
 		"runtime.itabInit",
-		"strings.Map",
-		"strings.ToLower",
+		"strings.Map", // strings.ToLower, which header names go through, is compiled: 2.4 KB, 1.5% of configure
 		// The parser's parts for fields a rule does not set, errors and large objects, and
 		// the default deny body's template (written out compiled).
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).variant",
@@ -382,7 +381,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).checkName",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).overBudget",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.overrideCosts",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.lowerSlow",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.joinQuotedKey",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).fail",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.exactError",

@@ -131,7 +131,7 @@ func run() error {
 		}
 	}
 	if (*upstream == "") == !*echo {
-		return errors.New("give exactly one of -upstream URL or -echo")
+		return errors.New("give exactly one of -upstream URL or -echo (-h for every flag; the other commands: check, import, routes)")
 	}
 	level, ok := wasmhost.ParseLogLevel(*logLevel)
 	if !ok {
