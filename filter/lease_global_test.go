@@ -438,3 +438,547 @@ func TestGlobalLeaseGiveBackInFailedCall(t *testing.T) {
 		})
 	}
 }
+
+// Calls that Redis answers after the client reset the stream, natively against a real
+// redis-server and webdis on the fake clock of newGlobalFleet: with redis.partitions 1 (the
+// request's one call, lateAnswer) and 4 (one call per rule, lateShardAnswer). A lease batch
+// such a call commits is held, or counted as dropped when it cannot be; breaker_test.go and
+// global_test.go check that such answers are heard by the breaker and measured.
+
+// resetMidCall starts a request with headers on worker VM w and resets its stream while its
+// callouts are out (startReset), then has webdis at url answer every callout and deletes the
+// stream's context. It returns the number of callouts.
+func (l *leaseVMs) resetMidCall(t *testing.T, w int, url string, headers ...[2]string) int {
+	t.Helper()
+	id, calls := l.startReset(t, w, headers...)
+	for _, c := range calls {
+		l.answerAt(t, url, c)
+	}
+	require.Nil(t, l.host.GetSentLocalResponse(id), "nothing is sent on a gone stream")
+	l.host.CompleteHttpContext(id)
+	return len(calls)
+}
+
+// startReset starts a request with headers on worker VM w and resets its stream while its
+// callouts are out: the filter's OnHttpStreamDone runs before any answer is delivered, as
+// Envoy's proxy_on_log does for a stream the client reset. It returns the stream and its
+// callouts, which the caller answers and then deletes the stream (CompleteHttpContext): the
+// SDK's emulator drops the answer of a deleted stream, so the context is deleted only after
+// the answers; on a Wasm host abi.DispatchHttpCallAlways delivers them on the root context
+// instead (wasmhost/moduletest tests that).
+func (l *leaseVMs) startReset(t *testing.T, w int, headers ...[2]string) (uint32, []proxytest.HttpCalloutAttribute) {
+	t.Helper()
+	l.cur = w
+	// NewHttpContext reuses the VM's last free context: offering it this one gives the test
+	// the stream's context, whose OnHttpStreamDone the emulator calls only with the deletion.
+	h := &httpContext{}
+	l.vms[w].contexts = append(l.vms[w].contexts, h)
+	id := l.host.InitializeHttpContext()
+	action := l.host.CallOnRequestHeaders(id, append([][2]string{{":method", "GET"}, {":path", "/"}}, headers...), true)
+	require.Equal(t, types.ActionPause, action, "the request waits for Redis")
+	require.Equal(t, id, h.id, "the stream got the offered context")
+	calls := l.host.GetCalloutAttributesFromContext(id)
+	require.NotEmpty(t, calls)
+	h.OnHttpStreamDone()
+	require.True(t, h.done)
+	return id, calls
+}
+
+// leasedY is a global rule x (exact, limit xLimit per x-k) and a leased global rule y (1000
+// an hour per x-y, batches of 10) in partitions partitions; maxKeys bounds y's keys (0: no
+// bound).
+func leasedY(partitions, xLimit, maxKeys int) string {
+	bound := ""
+	if maxKeys > 0 {
+		bound = fmt.Sprintf(`"max_keys":%d,`, maxKeys)
+	}
+	rules := fmt.Sprintf(`[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":%d,"window":"1h"},`, xLimit) +
+		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h",` + bound + `"lease":{"batch":10,"ttl":"1m"}}]`
+	return filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: partitions}, rules)
+}
+
+// yTokens returns the tokens Redis holds for y's key k, in the token bucket's nanoseconds of
+// refill (3.6 s a token at 1000 an hour), or -1 when the key does not exist.
+func yTokens(t *testing.T, srv *redistest.Server, k string) int64 {
+	t.Helper()
+	// Partitioned keys first (rl:{rl:y:<p>}:...), then the domain's one slot (rl:{rl}:y:...).
+	keys := srv.MustDo("KEYS", "rl:{rl:y:*}:*:"+k).([]any)
+	if len(keys) == 0 {
+		keys = srv.MustDo("KEYS", "rl:{rl}:y:*:"+k).([]any)
+	}
+	if len(keys) == 0 {
+		return -1
+	}
+	require.Len(t, keys, 1)
+	var n int64
+	_, err := fmt.Sscan(fmt.Sprint(srv.MustDo("HGET", fmt.Sprint(keys[0]), "t")), &n)
+	require.NoError(t, err)
+	return n
+}
+
+// yKey is how y's lease map names the key of x-y: late (the descriptor: each key part's length
+// and value).
+const yKey = "4:late"
+
+// tokens is n tokens of y in the token bucket's unit.
+func tokens(n int64) int64 { return n * int64(3600*time.Millisecond) }
+
+// TestLateBatchIsHeld: a request's call asks Redis for y's lease batch and the client resets
+// the stream before the answer arrives. Redis commits the call (x admits, y's batch of 10
+// fits), so the ten units are debited: the VM holds them as its lease on the key, the reset
+// request's own unit included (it spent none), and the key's next ten requests are admitted
+// for y with no unit asked of Redis. With partitions 1 this is lateAnswer (the request's one
+// call, all or nothing): the batch is debited, so it must be spent or counted. With
+// partitions 4, lateShardAnswer, the same.
+func TestLateBatchIsHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
+			url := srv.WebdisURL()
+			calls := l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+			require.Equal(t, min(parts, 2), calls, "one call, or one per rule")
+			require.Equal(t, tokens(990), yTokens(t, srv, "late"), "Redis debited y's batch of 10")
+			y := l.vms[0].rules[1]
+			require.Equal(t, "y", y.rule.Name)
+			held := y.lease.held[yKey]
+			require.NotNil(t, held, "the committed batch is this VM's lease")
+			require.EqualValues(t, 10, held.units, "all of it: the reset request spent none")
+			require.Equal(t, t0.UnixNano()+int64(time.Minute), held.expires, "ttl from the call's send")
+			taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "y"))
+			require.NoError(t, err)
+			require.EqualValues(t, 1, taken)
+
+			for i := range 10 {
+				l.now += int64(time.Millisecond)
+				ok, _ := l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("B", i)), hdr("x-y", "late"))
+				require.True(t, ok)
+				require.Equal(t, tokens(990), yTokens(t, srv, "late"), "request %d spends the held batch", i)
+			}
+			ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "C"), hdr("x-y", "late"))
+			require.True(t, ok)
+			require.Less(t, yTokens(t, srv, "late"), tokens(981), "the batch is spent: y takes another")
+			dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+			require.NoError(t, err)
+			require.Zero(t, dropped)
+		})
+	}
+}
+
+// TestLateBatchUncommittedIsNotHeld: with partitions 1 a reset request's call in which x
+// denies commits nothing (all or nothing), y's batch included: the VM holds no lease, and the
+// key's next request asks Redis for y again.
+func TestLateBatchUncommittedIsNotHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	loadScripts(srv)
+	l := newGlobalFleet(t, leasedY(1, 1, 0), 1, 1)
+	url := srv.WebdisURL()
+	ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "A"), hdr("x-y", "first"))
+	require.True(t, ok, "A's one request")
+	l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+	require.EqualValues(t, -1, yTokens(t, srv, "late"), "x denied: Redis wrote nothing for y")
+	y := l.vms[0].rules[1]
+	require.Nil(t, y.lease.held[yKey], "no lease for a batch Redis did not commit")
+	ok, _ = l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, tokens(990), yTokens(t, srv, "late"), "y asks Redis for its first batch")
+	taken, err := l.host.GetCounterMetric(statName("ratelimit_lease_taken_total", "y"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, taken, "first's batch and B's; none for the reset request")
+	dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+	require.NoError(t, err)
+	require.Zero(t, dropped, "nothing was debited, so nothing is dropped")
+}
+
+// TestLateBatchOnOverflowIsDropped: a reset request's batch (as in TestLateBatchIsHeld) that
+// lands on y's overflow key, y's key bound being reached, is decided there for the request's
+// own cost alone (no lease on the overflow key) and gives the VM no lease; the reset request's
+// unit, which nobody spent, is counted in lease_units_dropped, as the partitioned path counts
+// it (TestPartitionedLateBatchOnOverflowIsDropped).
+func TestLateBatchOnOverflowIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 4), 1, 1)
+			url := srv.WebdisURL()
+			// max_keys 4: one live key per partition with 4, four in all with 1; twenty keys
+			// fill every partition.
+			for i := range 20 {
+				ok, _ := l.doRelayed(t, 0, url, hdr("x-k", fmt.Sprint("fill", i)), hdr("x-y", fmt.Sprint("fill", i)))
+				require.True(t, ok)
+			}
+			counter := func(metric string) uint64 {
+				n, _ := l.host.GetCounterMetric(statName(metric, "y"))
+				return n
+			}
+			overflowed, before := counter("ratelimit_key_overflow_total"), counter("ratelimit_lease_units_dropped_total")
+			require.Positive(t, overflowed, "the fills overflowed")
+
+			l.resetMidCall(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+			require.Equal(t, overflowed, counter("ratelimit_key_overflow_total"), "a late answer is not counted as the rule's decision")
+			require.EqualValues(t, 1, counter("ratelimit_lease_units_dropped_total")-before, "the overflow key debited the request's own unit only")
+			require.Nil(t, l.vms[0].rules[1].lease.held[yKey], "no lease on an overflow key")
+		})
+	}
+}
+
+// TestLateBatchAfterTTLIsDropped: a reset request's call for y's lease batch (ttl 100 ms,
+// redis.timeout 2 s) is answered only after the batch's ttl, counted from the call's send,
+// has passed; meanwhile a later request took and holds a fresh batch on the same key. The
+// late batch cannot be spent any more (a lease's units expire ttl after the call's send), so
+// all ten units are counted as dropped at once, and the fresh lease is left alone: its nine
+// units still admit the key's next requests with no call. Holding the expired batch instead
+// would replace the live lease (dropping its nine units) with one that is already expired (its
+// ten dropped at the next request), and the key's next request would take a third batch.
+func TestLateBatchAfterTTLIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			l, url, y, dropped := newLateBatchFleet(t, srv, parts)
+
+			id, calls := l.startReset(t, 0, hdr("x-k", "A"), hdr("x-y", "late"))
+			l.now += int64(50 * time.Millisecond)
+			ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+			require.True(t, ok)
+			fresh := y.lease.held[yKey]
+			require.NotNil(t, fresh)
+			require.EqualValues(t, 9, fresh.units, "the later request's batch, its own unit spent")
+
+			l.now += int64(60 * time.Millisecond) // 110 ms after the reset request's call
+			for _, c := range calls {
+				l.answerAt(t, url, c)
+			}
+			l.host.CompleteHttpContext(id)
+			require.Same(t, fresh, y.lease.held[yKey], "the live lease is kept")
+			require.EqualValues(t, 9, fresh.units)
+			require.EqualValues(t, 10, dropped(), "the expired late batch is dropped, all of it, at once")
+
+			requireNextSpendsLiveLease(t, l, srv, fresh)
+			require.EqualValues(t, 10, dropped(), "nothing more is dropped")
+		})
+	}
+}
+
+// TestSlowBatchAfterTTLIsDropped is TestLateBatchAfterTTLIsDropped for a request that still
+// waits: its call for y's batch is answered after the batch's ttl has passed, while a later
+// request holds a fresh batch on the key. The request is admitted (it spends its own unit of
+// the batch, which Redis committed), and the other nine units, already expired, are dropped at
+// once; the live lease is kept and admits the key's next request with no call.
+func TestSlowBatchAfterTTLIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			l, url, y, dropped := newLateBatchFleet(t, srv, parts)
+
+			l.cur = 0
+			id := l.host.InitializeHttpContext()
+			action := l.host.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, hdr("x-k", "A"), hdr("x-y", "late")}, true)
+			require.Equal(t, types.ActionPause, action)
+			calls := l.host.GetCalloutAttributesFromContext(id)
+			l.now += int64(50 * time.Millisecond)
+			ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+			require.True(t, ok)
+			fresh := y.lease.held[yKey]
+			require.NotNil(t, fresh)
+			require.EqualValues(t, 9, fresh.units)
+
+			l.now += int64(60 * time.Millisecond) // 110 ms after the slow request's call
+			for _, c := range calls {
+				l.answerAt(t, url, c)
+			}
+			require.Equal(t, types.ActionContinue, l.host.GetCurrentHttpStreamAction(id), "the slow request is admitted")
+			l.host.CompleteHttpContext(id)
+			require.Same(t, fresh, y.lease.held[yKey], "the live lease is kept")
+			require.EqualValues(t, 9, fresh.units)
+			require.EqualValues(t, 9, dropped(), "the expired batch's nine other units are dropped at once")
+
+			requireNextSpendsLiveLease(t, l, srv, fresh)
+			require.EqualValues(t, 9, dropped(), "nothing more is dropped")
+		})
+	}
+}
+
+// lateBatchRules are the two global rules of the late-batch tests: x, which every request
+// passes (continue), and y, whose key "late" takes lease batches of ten units that expire 100
+// ms after their call is sent.
+const lateBatchRules = `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1000,"window":"1h"},` +
+	`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"100ms"}}]`
+
+// newLateBatchFleet starts one VM on lateBatchRules against srv with parts partitions, and
+// returns it with webdis's URL, rule y and a reader of y's dropped-units counter.
+func newLateBatchFleet(t *testing.T, srv *redistest.Server, parts int) (*leaseVMs, string, *ruleState, func() uint64) {
+	t.Helper()
+	loadScripts(srv)
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts}, lateBatchRules), 1, 1)
+	y := l.vms[0].rules[1]
+	require.Equal(t, "y", y.rule.Name)
+	dropped := func() uint64 {
+		n, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+		require.NoError(t, err)
+		return n
+	}
+	return l, srv.WebdisURL(), y, dropped
+}
+
+// requireNextSpendsLiveLease checks the closing promise of the late-batch tests: after the
+// late answer, the key's next request is admitted from the live lease fresh with no call to
+// Redis (y's stored tokens do not move), and the lease has one unit less.
+func requireNextSpendsLiveLease(t *testing.T, l *leaseVMs, srv *redistest.Server, fresh *heldLease) {
+	t.Helper()
+	before := yTokens(t, srv, "late")
+	units := fresh.units
+	l.now += int64(time.Millisecond)
+	ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", "C"), hdr("x-y", "late"))
+	require.True(t, ok)
+	require.Equal(t, before, yTokens(t, srv, "late"), "the next request spends the live lease")
+	require.EqualValues(t, units-1, fresh.units)
+}
+
+// TestLeaseMapFullDecidesExactly: when a VM's lease map for y is full of unexpired leases (a
+// flood of distinct keys, which a client controls when the key is a header), a key the map
+// does not hold is decided exactly, as maxHeld promises: its request debits its own cost in
+// Redis, not a batch the VM could not hold. Otherwise every request of every key not held
+// would debit a whole batch (ten units) and spend one, and a flood of keys would make the
+// other clients' keys run out ten times faster than their traffic.
+func TestLeaseMapFullDecidesExactly(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
+			y := fillHeld(l)
+			for i := range 3 {
+				ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", fmt.Sprint("A", i)), hdr("x-y", "late"))
+				require.True(t, ok)
+				require.Equal(t, tokens(999-int64(i)), yTokens(t, srv, "late"), "request %d debits its own unit only", i)
+			}
+			require.Len(t, y.held, maxHeld, "the map stays bounded")
+		})
+	}
+}
+
+// TestLateBatchMapFullIsDropped: a reset request's batch is committed when the VM's lease map
+// for y has filled up meanwhile; it cannot be held, so all ten units are counted as dropped
+// (they were debited), and the map stays bounded.
+func TestLateBatchMapFullIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
+			id, calls := l.startReset(t, 0, hdr("x-k", "A"), hdr("x-y", "late"))
+			y := fillHeld(l)
+			for _, c := range calls {
+				l.answerAt(t, srv.WebdisURL(), c)
+			}
+			l.host.CompleteHttpContext(id)
+			require.Equal(t, tokens(990), yTokens(t, srv, "late"), "Redis committed the batch")
+			require.Len(t, y.held, maxHeld, "the map stays bounded")
+			dropped, err := l.host.GetCounterMetric(statName("ratelimit_lease_units_dropped_total", "y"))
+			require.NoError(t, err)
+			require.EqualValues(t, 10, dropped, "the batch no lease can hold is dropped, all of it")
+		})
+	}
+}
+
+// TestResetGivesLeaseUnitsBack: y's lease admits a request, which then waits for Redis on x;
+// the client resets the stream before the answer. The request never reached the upstream, so
+// the unit y's lease gave it goes back to the lease, as when another rule denies the request
+// (refundLeases): it is still debited and within the lease's ttl. Otherwise it would be
+// neither spent by an admitted request nor counted as dropped.
+func TestResetGivesLeaseUnitsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, leasedY(parts, 1000, 0), 1, 1)
+			url := srv.WebdisURL()
+			ok, _ := l.doRelayed(t, 0, url, hdr("x-k", "A"), hdr("x-y", "late"))
+			require.True(t, ok)
+			held := l.vms[0].rules[1].lease.held[yKey]
+			require.NotNil(t, held)
+			require.EqualValues(t, 9, held.units)
+
+			n := l.resetMidCall(t, 0, url, hdr("x-k", "B"), hdr("x-y", "late"))
+			require.Equal(t, 1, n, "x's call only: y's lease admitted the request")
+			require.Same(t, held, l.vms[0].rules[1].lease.held[yKey])
+			require.EqualValues(t, 9, held.units, "the reset request's unit is back in y's lease")
+		})
+	}
+}
+
+// Units refunded by requests that spent from a lease later replaced are lost, never added to
+// the new lease: one holder then never serves more than batch - cost requests from one take.
+func TestLeaseRefundNeverInflatesANewerLease(t *testing.T) {
+	cfg := `{"redis":{"cluster":"webdis","timeout":"40ms","failure_mode":"allow"},"rules":[
+	{"name":"L","continue":true,"key":[{"source":"header","name":"x-api-key"}],"algorithm":"token_bucket","limit":100000,"window":"1h","lease":{"batch":10,"ttl":"10s"}},
+	{"name":"G","scope":"global","key":[{"source":"header","name":"x-api-key"}],"algorithm":"gcra","limit":5,"window":"1m"}]}`
+	d := newNative(t, cfg)
+	allow := `{"EVALSHA":[1764504000,0,1,%s,1,5,4,0,12000000000,0]}`
+	deny := `{"EVALSHA":[1764504000,0,0,%s,0,5,0,2500000000,60000000000,0]}`
+	r1, c1 := d.startGlobal(t, "a")
+	d.answerScript(r1, c1, allow) // takes 10, holds 9
+	var pending [][2]uint32
+	for range 9 { // the 9 held units are spent by requests that wait for Redis
+		r, c := d.startGlobal(t, "a")
+		pending = append(pending, [2]uint32{r, c})
+	}
+	r11, c11 := d.startGlobal(t, "a")
+	d.answerScript(r11, c11, allow) // a new take: holds 9
+	for _, rc := range pending {
+		d.answerScript(rc[0], rc[1], deny) // the global rule denies: refunds
+	}
+	taken0, _ := d.host.GetCounterMetric("ratelimit_lease_taken_total;rule=L")
+	spent := 0
+	for range 40 {
+		r, c := d.startGlobal(t, "a")
+		d.answerScript(r, c, allow)
+		if tk, _ := d.host.GetCounterMetric("ratelimit_lease_taken_total;rule=L"); tk != taken0 {
+			break
+		}
+		spent++
+	}
+	require.LessOrEqual(t, spent, 9, "one take served more requests than batch - cost")
+}
+
+// overflowLeaseDriver runs requests on worker VM 0 of a global fleet, relayed to webdis at
+// url (filtertest.OverflowLeaseDriver).
+type overflowLeaseDriver struct {
+	*leaseVMs
+	url string
+}
+
+// AdmitY sends a request with x-y: v.
+func (l overflowLeaseDriver) AdmitY(t *testing.T, v string) bool {
+	ok, _ := l.doRelayed(t, 0, l.url, hdr("x-y", v))
+	return ok
+}
+
+// Metric reads a counter of the filter; one never touched reads 0.
+func (l overflowLeaseDriver) Metric(_ *testing.T, name string) int64 {
+	n, _ := l.host.GetCounterMetric(name)
+	return int64(n)
+}
+
+// TestGlobalLeaseNeverOnOverflowKey checks natively that a lease is never taken on a global
+// rule's overflow key (filtertest.OverflowLeaseCase.CheckNeverOnOverflowKey), and that the VM
+// holds no units for a client decided there; the emulator module's moduletest runs the same
+// cases against the compiled module.
+func TestGlobalLeaseNeverOnOverflowKey(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, c := range filtertest.OverflowLeaseCases {
+		t.Run(c.Name(), func(t *testing.T) {
+			c.CheckNeverOnOverflowKey(t, func(t *testing.T, config string) filtertest.OverflowLeaseDriver {
+				srv.MustDo("FLUSHALL")
+				loadScripts(srv)
+				l := newGlobalFleet(t, config, 1, 1)
+				// Checked when the run ends, before its emulator stops.
+				t.Cleanup(func() {
+					if y := l.vms[0].rules[0].lease; y != nil {
+						for k, h := range y.held {
+							if strings.Contains(k, "new") {
+								require.Zero(t, h.units, "no units held for %q, decided on the overflow key", k)
+							}
+						}
+					}
+				})
+				return overflowLeaseDriver{l, srv.WebdisURL()}
+			})
+		})
+	}
+}
+
+// A denial decided on the overflow key is not the key's own: the over-limit cache does not
+// keep it. Once the key table has room again the client gets a key of its own, and the exact
+// decision (a callout) admits it, where a cached overflow denial would deny it on the proxy for
+// the overflow key's whole wait. The emulator module's moduletest runs the same sequence
+// against the compiled module on Redis's real clock.
+func TestOverLimitCacheKeepsNoOverflowDenial(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, filtertest.OverflowCacheRules), 1, 1)
+	start := l.now
+	at := func(d time.Duration) { l.now = start + int64(d) }
+	for range filtertest.ARequests {
+		ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", "a"))
+		require.True(t, ok, "a takes the rule's one key")
+	}
+	at(filtertest.OverflowAt)
+	denied := false
+	for range 4 {
+		if ok, _ := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", "b")); !ok {
+			denied = true
+			break
+		}
+	}
+	require.True(t, denied, "the overflow key must deny b")
+	at(filtertest.FreedAt)
+	ok, calls := l.doRelayed(t, 0, srv.WebdisURL(), hdr("x-k", "b"))
+	require.True(t, ok, "a's key has expired: b gets a key of its own and is admitted (%d callouts)", calls)
+	require.Positive(t, calls)
+}
+
+// globalLeaseAlgorithms are the ones the global tests run: a bucket and a window. The filter's
+// lease code is the same for every algorithm; what differs, the script's give-back for each,
+// is held to the Go algorithms by the differential test in sharedstate/redis.
+var globalLeaseAlgorithms = []string{"token_bucket", "fixed_window"}
+
+// relayedLeaseDriver runs requests on the worker VMs of a global fleet, each relayed to
+// webdis at url, on the fleet's fake clock (filtertest.LeaseDriver).
+type relayedLeaseDriver struct {
+	*leaseVMs
+	url string
+}
+
+// Advance moves the fake clock by d.
+func (l relayedLeaseDriver) Advance(d time.Duration) { l.now += int64(d) }
+
+// Admit sends a request on worker VM w and relays its callouts.
+func (l relayedLeaseDriver) Admit(t *testing.T, w int) bool {
+	ok, _ := l.doRelayed(t, w, l.url)
+	return ok
+}
+
+// checkGlobalLeaseAdmits is checkLeaseAdmits for a global rule on srv, on one proxy of
+// tr.Workers worker VMs. The exact run does not depend on the batch, so it runs once for each
+// traffic pattern and serves every batch.
+func checkGlobalLeaseAdmits(srv *redistest.Server) func(*testing.T, filtertest.LeaseTraffic) {
+	exact := map[filtertest.LeaseTraffic]int{}
+	run := func(t *testing.T, tr filtertest.LeaseTraffic, name string, leased bool) (admitted int) {
+		t.Run(name, func(t *testing.T) {
+			srv.MustDo("FLUSHALL")
+			loadScripts(srv)
+			rules := `[{"name":"hot","scope":"global",` + tr.RuleFields(leased) + `}]`
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{}, rules), 1, tr.Workers)
+			admitted = tr.Admitted(t, relayedLeaseDriver{l, srv.WebdisURL()})
+		})
+		return admitted
+	}
+	return func(t *testing.T, tr filtertest.LeaseTraffic) {
+		n, ok := exact[tr.Exact()]
+		if !ok {
+			n = run(t, tr, "exact", false)
+			exact[tr.Exact()] = n
+		}
+		tr.CheckLeaseAdmits(t, n, run(t, tr, "leased", true))
+	}
+}
+
+// TestGlobalLeaseAdmitsPacedTraffic is TestLeaseAdmitsPacedTraffic for global rules.
+func TestGlobalLeaseAdmitsPacedTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	check := checkGlobalLeaseAdmits(srv)
+	for _, tr := range filtertest.PacedLeaseTraffic(globalLeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { check(t, tr) })
+	}
+}
+
+// TestGlobalLeaseAdmitsTrafficInTurn is TestLeaseAdmitsTrafficInTurn for global rules.
+func TestGlobalLeaseAdmitsTrafficInTurn(t *testing.T) {
+	srv := redistest.Start(t)
+	check := checkGlobalLeaseAdmits(srv)
+	for _, tr := range filtertest.LeaseTrafficInTurn(globalLeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { check(t, tr) })
+	}
+}

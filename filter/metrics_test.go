@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/stretchr/testify/require"
 )
 
 // TestMetricScenariosNative runs filtertest.MetricScenarios natively: the requests, then the
@@ -15,4 +16,16 @@ func TestMetricScenariosNative(t *testing.T) {
 			ms.Check(t, d, func(name string) int64 { return int64(counterNative(d, name)) })
 		})
 	}
+}
+
+func gaugeNative(t *testing.T, d *nativeDriver, name string) int64 {
+	t.Helper()
+	v, err := d.host.GetGaugeMetric(name)
+	require.NoError(t, err)
+	return int64(v)
+}
+
+func counterNative(d *nativeDriver, name string) uint64 {
+	v, _ := d.host.GetCounterMetric(name)
+	return v
 }

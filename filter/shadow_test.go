@@ -2,8 +2,10 @@ package filter
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/memstore"
 	"github.com/stretchr/testify/require"
@@ -15,13 +17,20 @@ import (
 type failingStore struct {
 	*memstore.Memory
 	failGet, failSet bool
+	// rule, when set, limits the failures to that rule's keys.
+	rule string
+}
+
+// fails says whether the failures apply to key.
+func (s *failingStore) fails(key string) bool {
+	return key != sharedstate.SecretKey && (s.rule == "" || strings.Contains(key, "|"+s.rule+"|"))
 }
 
 var errStoreBroken = errors.New("store broken on purpose")
 
 // Get fails for every rule slot when failGet is set.
 func (s *failingStore) Get(key string) ([]byte, uint32, error) {
-	if s.failGet && key != sharedstate.SecretKey {
+	if s.failGet && s.fails(key) {
 		return nil, 0, errStoreBroken
 	}
 	return s.Memory.Get(key)
@@ -29,43 +38,33 @@ func (s *failingStore) Get(key string) ([]byte, uint32, error) {
 
 // Set fails for every rule slot when failSet is set.
 func (s *failingStore) Set(key string, value []byte, cas uint32) error {
-	if s.failSet && key != sharedstate.SecretKey {
+	if s.failSet && s.fails(key) {
 		return errStoreBroken
 	}
 	return s.Memory.Set(key, value, cas)
 }
 
-// A shadow rule never denies, not even when its store fails under top-level failure_mode
-// "deny": it counts the failure in store_errors_total and the request goes through. An
-// enforced rule in the same configuration still denies (the failure mode applies to it).
-func TestShadowRuleStoreFailureNeverDenies(t *testing.T) {
-	const shadow = `{"failure_mode":"deny","rules":[{"name":"dry","shadow":true,
-		"algorithm":"fixed_window","limit":5,"window":"1m"}]}`
-	const enforced = `{"failure_mode":"deny","rules":[{"name":"dry",
-		"algorithm":"fixed_window","limit":5,"window":"1m"}]}`
-	for _, c := range []struct {
-		name             string
-		failGet, failSet bool
-	}{{"get fails", true, false}, {"set fails", false, true}} {
-		t.Run(c.name, func(t *testing.T) {
-			// The store breaks after configure, which reads and writes the rule's bookkeeping.
-			store := &failingStore{Memory: memstore.New()}
-			d := newNativeWithStore(t, shadow, store)
-			store.failGet, store.failSet = c.failGet, c.failSet
-			for i := range 3 {
-				out := d.Do(t, t0, step{Path: "/x"})
-				require.Zero(t, out.Status, "request %d of a shadow rule with a failing store", i)
-			}
-			m := nativeTableDriver{d}
-			require.EqualValues(t, 3, m.Metric(t, "ratelimit_store_errors_total;rule=dry"))
-			require.Zero(t, m.Metric(t, "ratelimit_requests_total;rule=dry;decision=shadow_denied"))
-			stop(d)
+// storeFailureDriver is a native driver on a failingStore (filtertest.StoreFailureDriver).
+type storeFailureDriver struct {
+	nativeTableDriver
+	store *failingStore
+}
 
-			store.failGet, store.failSet = false, false
-			d = newNativeWithStore(t, enforced, store)
-			store.failGet, store.failSet = c.failGet, c.failSet
-			require.Equal(t, 429, d.Do(t, t0, step{Path: "/x"}).Status, "an enforced rule still fails closed")
-			stop(d)
+// FailStore makes the store fail for rule's keys.
+func (d storeFailureDriver) FailStore(rule string, reads, writes bool) {
+	d.store.rule, d.store.failGet, d.store.failSet = rule, reads, writes
+}
+
+// A shadow rule never denies, not even when its store fails under top-level failure_mode
+// "deny", while an enforced rule still does (filtertest.StoreFailure.CheckShadowNeverDenies);
+// the emulator module's moduletest runs the same checks against the compiled module.
+func TestShadowRuleStoreFailureNeverDenies(t *testing.T) {
+	for _, f := range filtertest.StoreFailures {
+		t.Run(f.Name, func(t *testing.T) {
+			// The store breaks after configure, which reads and writes the rules' bookkeeping.
+			store := &failingStore{Memory: memstore.New()}
+			d := newNativeWithStore(t, filtertest.ShadowStoreConfig, store)
+			f.CheckShadowNeverDenies(t, storeFailureDriver{nativeTableDriver{d}, store})
 		})
 	}
 }

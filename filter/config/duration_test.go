@@ -25,6 +25,52 @@ func TestParseDurationValidAllocatesNothing(t *testing.T) {
 	}
 }
 
+// simpleDuration, the fast path of parseDuration, agrees with the full parser on every input
+// it accepts, and accepts the common forms.
+func TestSimpleDurationAgrees(t *testing.T) {
+	check := func(s string) bool {
+		d, ok := simpleDuration(s)
+		if !ok {
+			return false
+		}
+		want, msg := parseDurationFull(s)
+		if msg != "" || d != want {
+			t.Fatalf("simpleDuration(%q) = %v; parseDurationFull = %v, %q", s, d, want, msg)
+		}
+		return true
+	}
+	for _, s := range []string{"1s", "500ms", "1d", "10us", "7ns", "2h", "30m", "0s", "9223372036ns", "106751d", "999999999999999999ns", "1µs"} {
+		if !check(s) {
+			t.Errorf("simpleDuration(%q) declined a simple duration", s)
+		}
+	}
+	for _, s := range []string{"", "s", "1", "1.5s", "+1s", "-1s", "1m30s", "1 s", "1S", "1sx", "0x1s",
+		"9999999999999999999ns", "1000000000000000000ns", "106752d", "1e3s"} {
+		if check(s) {
+			t.Errorf("simpleDuration(%q) accepted a form it leaves to parseDurationFull", s)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "0123456789.+-smhdnuµ "
+	accepted := 0
+	for range 300_000 {
+		b := make([]byte, 1+rng.IntN(22))
+		for i := range b {
+			if rng.IntN(3) > 0 && i < len(b)-2 {
+				b[i] = '0' + byte(rng.IntN(10))
+			} else {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		if check(string(b)) {
+			accepted++
+		}
+	}
+	if accepted < 100 {
+		t.Fatalf("only %d random inputs took the fast path", accepted)
+	}
+}
+
 // The config's parser and time.ParseDuration agree on every duration written in Go's own
 // syntax with up to nine fraction digits (where Go's float arithmetic is exact too).
 func TestParseDurationAgreesWithGo(t *testing.T) {

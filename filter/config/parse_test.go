@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -251,6 +252,58 @@ func (d *Deny) headerValue(name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestEnforcePercentAndNearLimitRatio checks the rules' effective enforce_percent and
+// near_limit_ratio: the top level's when a rule has none, 100 for a shadow rule whatever the
+// top level says, and the share in parts per million rounded to the nearest.
+func TestEnforcePercentAndNearLimitRatio(t *testing.T) {
+	c := mustParse(t, `{"enforce_percent":25,"near_limit_ratio":0.5,"rules":[
+		{"name":"inherits","continue":true,`+tb+`},
+		{"name":"own","continue":true,"enforce_percent":12.34567,"near_limit_ratio":0.9,`+tb+`},
+		{"name":"dry","continue":true,"shadow":true,`+tb+`},
+		{"name":"tells","enforce_percent":0,"shadow_request_header":"x-unenforced",`+tb+`}]}`)
+	type want struct {
+		percent float64
+		ppm     uint32
+		ratio   float64
+	}
+	for i, w := range []want{{25, 250_000, 0.5}, {12.34567, 123_457, 0.9}, {100, EnforceAll, 0.5}, {0, 0, 0.5}} {
+		r := c.Rules[i]
+		require.Equal(t, w.percent, r.EnforcePercent, r.Name)
+		require.Equal(t, w.ppm, r.EnforcePPM, r.Name)
+		require.Equal(t, w.ratio, r.NearLimitRatio, r.Name)
+	}
+	require.Equal(t, "x-unenforced", c.Rules[3].ShadowRequestHeader)
+
+}
+
+// TestFilterState checks the top-level filter_state switch: off by default, on when set, and
+// refused when not a boolean.
+func TestFilterState(t *testing.T) {
+	require.False(t, mustParse(t, oneRule(tb)).FilterState)
+	c := mustParse(t, `{"filter_state":true,"rules":[{"name":"r",`+tb+`}]}`)
+	require.True(t, c.FilterState)
+	_, err := Parse([]byte(`{"filter_state":"yes","rules":[{"name":"r",` + tb + `}]}`))
+	require.ErrorContains(t, err, `filter_state: want true or false, got "yes"`)
+}
+
+// Parse calls a config empty exactly when bytes.TrimSpace leaves nothing of it, also for
+// Unicode white space (which the check for a printable ASCII byte does not settle), and
+// hasPrintableASCII finds a printable byte wherever it is.
+func TestEmptyConfigAsTrimSpace(t *testing.T) {
+	for _, s := range []string{"", " \n", "\v\f\r\t", "\u00a0", "\u0085 \u2028", "\u3000\n"} {
+		_, err := Parse([]byte(s))
+		require.EqualError(t, err, "config is empty: at least one rule is required", "%q", s)
+	}
+	for _, s := range []string{"\u00a0x", "\x7f", "\u00e9", "\x00"} {
+		_, err := Parse([]byte(s))
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "config is empty", "%q", s)
+	}
+	require.False(t, hasPrintableASCII([]byte(" \t\n\x7f\u00a0")))
+	require.True(t, hasPrintableASCII([]byte("   \n}")))
+	require.True(t, hasPrintableASCII([]byte("{")))
 }
 
 // sameFlat compares names as the strings.Map that turns '.' and '-' into '_' would, for every

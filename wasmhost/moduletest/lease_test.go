@@ -3,12 +3,10 @@ package moduletest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
-	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
@@ -40,119 +38,57 @@ func doWorker(t *testing.T, h *wasmhost.Host, w int) bool {
 	return res.Local == nil
 }
 
-// TestLeaseBoundWasm checks the README's lease bound on the compiled module: several worker
-// VMs (each its own Wasm instance, with its own leases) share one hot key's token bucket
-// through the host's shared data; random traffic on the virtual clock. In any interval the
-// admissions stay within burst + rate x d + workers x batch, and from the start within
-// burst + rate x d.
-func TestLeaseBoundWasm(t *testing.T) {
-	t.Parallel()
-	const (
-		workers      = 4
-		limit, batch = 50, 10
-		window       = int64(time.Second)
-	)
-	h, clock := virtualHost(t, `{"rules":[{"name":"hot","algorithm":"token_bucket","limit":50,"window":"1s",
-		"lease":{"batch":10,"ttl":"500ms"}}]}`, workers, nil)
-	rng := rand.New(rand.NewPCG(4, 13))
-	var admitted []int64
-	var elapsed int64
-	for range 1500 {
-		gap := rng.Int64N(int64(10 * time.Millisecond))
-		clock.Advance(time.Duration(gap))
-		elapsed += gap
-		if doWorker(t, h, rng.IntN(workers)) {
-			admitted = append(admitted, elapsed)
-		}
-	}
-	rate := func(d int64) int64 { return limit * d / window }
-	// Every pair of admissions is checked; require runs only for a pair over its bound, since
-	// a require call costs microseconds and there are about a million pairs.
-	for i := range admitted {
-		if n, bound := int64(i+1), limit+rate(admitted[i]); n > bound {
-			require.LessOrEqual(t, n, bound, "from the start to admission %d", i)
-		}
-		for j := i; j < len(admitted); j++ {
-			if n, bound := int64(j-i+1), limit+rate(admitted[j]-admitted[i])+workers*batch; n > bound {
-				require.LessOrEqual(t, n, bound, "admissions %d..%d", i, j)
-			}
-		}
-	}
-	require.GreaterOrEqual(t, int64(len(admitted)), rate(elapsed)/2)
-	taken, _ := h.Metric("ratelimit_lease_taken_total;rule=hot")
-	require.Positive(t, taken)
+// virtualLeaseDriver runs requests on chosen worker VMs of a module on the host's virtual
+// clock (filtertest.LeaseDriver).
+type virtualLeaseDriver struct {
+	h     *wasmhost.Host
+	clock *wasmhost.VirtualClock
 }
 
-// TestLeaseWritesPerRequestWasm checks what leases are for, on the module: a hot local key
-// below its limit costs at most 0.1 shared-data writes per request with a lease, on 8 worker
-// VMs, with no compare-and-swap exhausted; without the lease one write per request.
-func TestLeaseWritesPerRequestWasm(t *testing.T) {
+// Advance moves the virtual clock by d.
+func (d virtualLeaseDriver) Advance(by time.Duration) { d.clock.Advance(by) }
+
+// Admit sends a request on worker VM w.
+func (d virtualLeaseDriver) Admit(t *testing.T, w int) bool { return doWorker(t, d.h, w) }
+
+// TestLeaseBoundWasm checks the README's lease bound on the compiled module
+// (filtertest.LeaseBoundCase.CheckLeaseBound, which package filter runs natively): several
+// worker VMs, each its own Wasm instance with its own leases, share one hot key's state through
+// the host's shared data, with random traffic on the virtual clock; and leases were taken.
+func TestLeaseBoundWasm(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		lease  string
-		lo, hi float64
-	}{{`,"lease":{"batch":100}`, 0, 0.1}, {"", 1, 1.01}} {
-		t.Run(fmt.Sprintf("lease=%v", c.lease != ""), func(t *testing.T) {
-			h, _ := virtualHost(t, `{"rules":[{"name":"hot","algorithm":"token_bucket","limit":1000000000,"window":"1s"`+c.lease+`}]}`, 8, nil)
-			var probes int64
-			before := sharedWrites(h, &probes)
-			const reqs = 800
-			for i := range reqs {
-				require.True(t, doWorker(t, h, i%8))
-			}
-			per := float64(sharedWrites(h, &probes)-before) / reqs
-			t.Logf("lease %q: %.3f shared-data writes per request", c.lease, per)
-			require.GreaterOrEqual(t, per, c.lo)
-			require.LessOrEqual(t, per, c.hi)
-			ex, _ := h.Metric("ratelimit_cas_exhausted_total;rule=hot")
-			require.Zero(t, ex)
+	for _, c := range filtertest.LeaseBoundCases {
+		t.Run(c.Name, func(t *testing.T) {
+			h, clock := virtualHost(t, c.Config(), c.Workers, nil)
+			c.CheckLeaseBound(t, virtualLeaseDriver{h, clock})
+			taken, _ := h.Metric("ratelimit_lease_taken_total;rule=hot")
+			require.Positive(t, taken)
 		})
 	}
 }
 
-// TestOverLimitCacheWasm checks the over-limit cache of a global rule with a lease block
-// against real redis-server and webdis: once Redis has denied a key, the proxy denies it with
-// no callout until Retry-After has passed, counted in over_limit_cache_hits; another key still
-// asks Redis. Without the lease block every denial is a callout.
-func TestOverLimitCacheWasm(t *testing.T) {
+// writesDriver is a virtualLeaseDriver that counts the shared data's writes
+// (filtertest.WritesDriver).
+type writesDriver struct {
+	virtualLeaseDriver
+	probes *int64
+}
+
+// Writes returns the writes the host's shared data has taken so far.
+func (d writesDriver) Writes() int64 { return sharedWrites(d.h, d.probes) }
+
+// Metric reads a counter or gauge of the filter, which must be defined.
+func (d writesDriver) Metric(t *testing.T, name string) int64 { return hostMetric(t, d.h, name) }
+
+// TestLeaseWritesPerRequestWasm checks what leases are for on the module: a hot local key
+// below its limit (filtertest.WritesCase.CheckWritesPerRequest, which package filter runs
+// natively), on worker VMs that each hold their own leases.
+func TestLeaseWritesPerRequestWasm(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	for _, leased := range []bool{true, false} {
-		t.Run(fmt.Sprintf("lease=%v", leased), func(t *testing.T) {
-			lease := ""
-			if leased {
-				lease = `,"lease":{"batch":2}`
-			}
-			name := fmt.Sprintf("olc%v", leased)
-			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":3,"window":"1h"`+lease, true) + "]"
-			h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 2)
-			for range 3 {
-				o, _ := doTimed(t, h, hdr("x-user", "alice"))
-				require.Zero(t, o.Status)
-			}
-			o, _ := doTimed(t, h, hdr("x-user", "alice"))
-			require.Equal(t, 429, o.Status)
-			calls := redisMetric(h, "ratelimit_redis_calls_total")
-			// Both workers, five more denials each.
-			for range 10 {
-				o, _ := doTimed(t, h, hdr("x-user", "alice"))
-				require.Equal(t, 429, o.Status)
-				require.NotEmpty(t, o.Headers["retry-after"])
-			}
-			hits := redisMetric(h, "ratelimit_over_limit_cache_hits_total;rule="+name)
-			if leased {
-				// The worker that saw Redis's denial caches it; the other asks Redis once.
-				require.EqualValues(t, calls+1, redisMetric(h, "ratelimit_redis_calls_total"))
-				require.EqualValues(t, 9, hits)
-			} else {
-				require.EqualValues(t, calls+10, redisMetric(h, "ratelimit_redis_calls_total"))
-				require.Zero(t, hits)
-			}
-			// Another key is not affected.
-			o, _ = doTimed(t, h, hdr("x-user", "bob"))
-			require.Zero(t, o.Status)
-			requireNoRedisFailures(t, h)
-			requireCleanLogs(t, h)
+	for _, c := range filtertest.WritesCases {
+		t.Run(c.Name(), func(t *testing.T) {
+			h, clock := virtualHost(t, c.Config(), c.Workers, nil)
+			c.CheckWritesPerRequest(t, writesDriver{virtualLeaseDriver{h, clock}, new(int64)})
 		})
 	}
 }
@@ -194,79 +130,66 @@ func BenchmarkLease(b *testing.B) {
 	}
 }
 
-// TestGlobalLeaseWasm checks global leases on the compiled module against real redis-server
-// and webdis, with two proxies (two hosts, each with its own shared data) of several worker
-// VMs on one Redis:
-//   - near the limit the batches shrink to the request's cost with the remaining allowance
-//     Redis reports: a fixed window of 100 admits exactly 100 requests of 160 taking turns over
-//     2 proxies x 2 VMs, as without a lease, with fewer callouts than requests;
-//   - on a hot key below its limit, 2 proxies x 4 VMs send at most 0.05 callouts per request
-//     (batch 100: each VM's first take, then one per 100 requests).
-func TestGlobalLeaseWasm(t *testing.T) {
+// A lease must not deny what the exact decision admits, on the compiled module: one traffic
+// pattern runs on worker VMs of a rule with a lease block and of the same rule without, on
+// the virtual clock, and the lease admits at least 95% of what the exact decision admits, and
+// no more than that plus holders x batch (filtertest.LeaseTraffic.CheckLeaseAdmits). Package
+// filter runs the same patterns natively.
+
+// checkLeaseAdmits runs tr on the module, on the virtual clock, with a lease and, once for
+// each traffic pattern (exactRuns holds them by tr.Exact()), without, and checks the bounds.
+func checkLeaseAdmits(t *testing.T, tr filtertest.LeaseTraffic, exactRuns map[filtertest.LeaseTraffic]int) {
+	run := func(leased bool) int {
+		h, clock := virtualHost(t, tr.Config(leased), tr.Workers, nil)
+		return tr.Admitted(t, virtualLeaseDriver{h, clock})
+	}
+	exact, ok := exactRuns[tr.Exact()]
+	if !ok {
+		exact = run(false)
+		exactRuns[tr.Exact()] = exact
+	}
+	tr.CheckLeaseAdmits(t, exact, run(true))
+}
+
+// TestLeaseAdmitsPacedTrafficWasm runs filtertest.PacedLeaseTraffic on the module for every
+// algorithm a lease applies to (package filter runs the same patterns natively).
+func TestLeaseAdmitsPacedTrafficWasm(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	do := func(h *wasmhost.Host, w int) bool {
-		t.Helper()
-		req := globalRequest(hdr("x-user", "alice"))
-		req.Worker = w
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		defer cancel()
-		res, err := h.Do(ctx, req)
-		require.NoError(t, err)
-		require.False(t, res.Failed)
-		return res.Local == nil
+	exactRuns := map[filtertest.LeaseTraffic]int{}
+	for _, tr := range filtertest.PacedLeaseTraffic(filtertest.LeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { checkLeaseAdmits(t, tr, exactRuns) })
 	}
-	calls := func(hs []*wasmhost.Host) (n int64) {
-		for _, h := range hs {
-			n += redisMetric(h, "ratelimit_redis_calls_total")
-		}
-		return n
+}
+
+// TestLeaseAdmitsTrafficInTurnWasm runs filtertest.LeaseTrafficInTurn on the module, as
+// TestLeaseAdmitsPacedTrafficWasm does.
+func TestLeaseAdmitsTrafficInTurnWasm(t *testing.T) {
+	t.Parallel()
+	exactRuns := map[filtertest.LeaseTraffic]int{}
+	for _, tr := range filtertest.LeaseTrafficInTurn(filtertest.LeaseAlgorithms) {
+		t.Run(tr.Name(), func(t *testing.T) { checkLeaseAdmits(t, tr, exactRuns) })
 	}
-	t.Run("exact near the limit", func(t *testing.T) {
-		filtertest.WaitForHourWindow(t, srv)
-		for _, leased := range []bool{true, false} {
-			lease := ""
-			if leased {
-				lease = `,"lease":{"batch":20,"ttl":"1m"}`
-			}
-			name := fmt.Sprintf("gl-exact-%v", leased)
-			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":100,"window":"1h"`+lease, true) + "]"
-			cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
-			hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 2), newGlobalHost(t, cfg, srv.WebdisURL(), 2)}
-			admitted := 0
-			for i := range 160 {
-				if do(hs[i%2], (i/2)%2) {
-					admitted++
-				}
-			}
-			require.Equal(t, 100, admitted, "lease %v", leased)
-			n := calls(hs)
-			if leased {
-				require.Less(t, n, int64(160))
-				taken := redisMetric(hs[0], "ratelimit_lease_taken_total;rule="+name) +
-					redisMetric(hs[1], "ratelimit_lease_taken_total;rule="+name)
-				require.Positive(t, taken)
-			} else {
-				// Every admission is a callout; the denials after the first are not (without a
-				// lease block there is no over-limit cache either).
-				require.EqualValues(t, 160, n)
-			}
-			for _, h := range hs {
-				requireNoRedisFailures(t, h)
-			}
-			t.Logf("lease %v: %d callouts for 160 requests", leased, n)
-		}
-	})
-	t.Run("callouts per request below the limit", func(t *testing.T) {
-		rules := "[" + globalRule("gl-hot", `"algorithm":"token_bucket","limit":1000000000,"window":"1h","lease":{"batch":100}`, true) + "]"
-		cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
-		hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 4), newGlobalHost(t, cfg, srv.WebdisURL(), 4)}
-		const requests = 4000
-		for i := range requests {
-			require.True(t, do(hs[i%2], (i/2)%4))
-		}
-		per := float64(calls(hs)) / requests
-		t.Logf("%.4f callouts per request on 2 proxies x 4 VMs", per)
-		require.LessOrEqual(t, per, 0.05)
-	})
+}
+
+// leaseMapDriver runs requests on a module on the virtual clock (filtertest.LeaseMapDriver).
+type leaseMapDriver struct{ h *wasmhost.Host }
+
+// AdmitU sends a request with x-u: v.
+func (d leaseMapDriver) AdmitU(t *testing.T, v string) bool {
+	o, _ := doTimed(t, d.h, hdr("x-u", v))
+	return o.Status == 0
+}
+
+// Metric reads a counter of the filter, which must be defined.
+func (d leaseMapDriver) Metric(t *testing.T, name string) int64 { return hostMetric(t, d.h, name) }
+
+// TestLeaseWasmMapFullDecidesExactly: the compiled module on the virtual clock, one worker: a
+// key its full lease map does not hold is decided exactly (filtertest.CheckLeaseMapFull, which
+// package filter runs natively as TestLocalLeaseMapFullDecidesExactly; its
+// TestLeaseMapFullDecidesExactly checks global rules).
+func TestLeaseWasmMapFullDecidesExactly(t *testing.T) {
+	t.Parallel()
+	h, _ := virtualHost(t, filtertest.LeaseMapFullConfig, 1, nil)
+	filtertest.CheckLeaseMapFull(t, leaseMapDriver{h})
+	require.Zero(t, h.Stats().Traps)
 }

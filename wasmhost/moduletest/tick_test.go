@@ -22,7 +22,7 @@ import (
 
 // These tests drive the compiled module in the wazero host with real time: the host's clock is
 // time.Now and proxy_on_tick comes from real timers on every worker VM, so they check what the
-// native tests (tick_test.go, fixed instants and hand-made ticks) cannot: that the shaping
+// native tests (filter/tick_test.go, fixed instants and hand-made ticks) cannot: that the shaping
 // queue and the adaptive controller work when several worker VMs tick on their own threads
 // and traffic arrives concurrently. They are the real-time smoke tests; the exact release
 // instants, queue bounds and adaptive trajectory are checked on the host's virtual clock in

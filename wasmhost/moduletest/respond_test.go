@@ -3,24 +3,13 @@ package moduletest
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/stretchr/testify/require"
 )
-
-// TestMetricScenariosWasm runs filtertest.MetricScenarios against the compiled module: the
-// requests, then the counters they leave in the host's stats.
-func TestMetricScenariosWasm(t *testing.T) {
-	t.Parallel()
-	for _, ms := range filtertest.MetricScenarios {
-		t.Run(ms.Name, func(t *testing.T) {
-			d := newWasm(t, ms.Config, wasmOptions{})
-			ms.Check(t, d, func(name string) int64 { return hostMetric(t, d.host, name) })
-			require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
-		})
-	}
-}
 
 // Two content-type lines of application/grpc reach the filter as Envoy's header map holds
 // them, folded into one "application/grpc,application/grpc" value, which Envoy's
@@ -74,4 +63,35 @@ func TestUpstreamRateLimitFieldsKeptBesideTheFiltersWasm(t *testing.T) {
 		require.Equal(t, []string{`"up";q=10;w=60`, `"dry";q=1;w=60`}, policy, "request %d", i)
 	}
 	require.Zero(t, d.host.Stats().Traps, "the VM must never trap")
+}
+
+// Against the compiled module: an adaptive rule whose limit fell to 117
+// advertises q=117, not its configured 200. The controller in shared data is set to 117 (as
+// by the controller's own update, at the scenarios' fixed instant, so no interval elapses and
+// the limit stays); every worker VM adopts it on its next tick.
+func TestAdaptivePolicyFollowsTheLimitWasm(t *testing.T) {
+	t.Parallel()
+	const rule = `{"name":"ad","algorithm":"adaptive","window":"1s",
+		"adaptive":{"min_limit":10,"max_limit":200,"target_latency":"100ms","interval":"1s"}}`
+	shared := wasmhost.NewSharedData()
+	d := newWasm(t, `{"rules":[`+rule+`]}`, wasmOptions{workers: 2, shared: shared})
+	lim, err := algorithms.New(algorithms.Config{Algorithm: algorithms.AlgAdaptive, Limit: 117, Window: time.Second,
+		MinLimit: 10, MaxLimit: 200, TargetLatency: 100 * time.Millisecond, AdjustInterval: time.Second})
+	require.NoError(t, err)
+	_, state := lim.(*algorithms.Adaptive).Update(nil, algorithms.Signals{}, t0.UnixNano())
+	require.Equal(t, wasmhost.StatusOK, shared.Set("ratelimit", "rl|ad|ctrl", state, 0))
+
+	require.Eventually(t, func() bool {
+		return hostMetric(t, d.host, "ratelimit_adaptive_limit;rule=ad") == 117
+	}, 5*time.Second, 10*time.Millisecond, "the workers adopt the controller's limit")
+	for worker := range 2 {
+		require.Eventuallyf(t, func() bool {
+			req := d.request(step{})
+			req.Worker = worker
+			res, err := d.host.Do(context.Background(), req)
+			require.NoError(t, err)
+			return outcomeOf(res).Headers["ratelimit-policy"] == `"ad";q=117;w=1`
+		}, 5*time.Second, 20*time.Millisecond, "worker %d advertises the limit in force", worker)
+	}
+	require.Zero(t, d.host.Stats().Traps)
 }

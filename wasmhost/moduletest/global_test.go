@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
@@ -1021,4 +1022,114 @@ func scriptAnswerServer(t *testing.T, format string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// Against the compiled module: a webdis cluster without hosts makes Envoy fail
+// proxy_http_call at once with InternalFailure, and no answer ever comes. Each failure mode
+// applies at once, the failure is counted as unavailable (not as a reset), and it feeds the
+// breaker, which then stops trying.
+func TestGlobalWasmClusterWithoutHosts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode string
+		want int // 0: continued
+	}{{"allow", 0}, {"deny", 429}, {"local", 0}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			rules := "[" + globalRule("nohosts", `"algorithm":"fixed_window","limit":100,"window":"1h"`, false) + "]"
+			h := newWasm(t, globalConfig(redisOpts{FailureMode: tc.mode, Failures: 3, Cooldown: "10m"}, rules),
+				wasmOptions{workers: 1, clusters: map[string]string{"webdis": wasmhost.ClusterNoHosts}, realTime: true}).host
+			for i := range 5 {
+				got, elapsed := doTimed(t, h)
+				require.Equalf(t, tc.want, got.Status, "request %d", i)
+				require.Less(t, elapsed, time.Second, "nothing waits for an answer that never comes")
+			}
+			require.EqualValues(t, 3, redisMetric(h, "ratelimit_redis_unavailable_total"))
+			require.Zero(t, redisMetric(h, "ratelimit_redis_resets_total"))
+			require.Zero(t, redisMetric(h, "ratelimit_redis_calls_total"), "nothing was sent")
+			require.EqualValues(t, 2, redisMetric(h, "ratelimit_redis_skipped_total"), "the breaker opened after 3")
+			require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_breaker_open"))
+			if tc.mode == "local" {
+				require.EqualValues(t, 5, redisMetric(h, "ratelimit_requests_total;rule=nohosts;decision=allowed"))
+			}
+			require.Zero(t, h.Stats().Traps)
+		})
+	}
+}
+
+// TestGlobalWasmOverrides: a global rule's per-value overrides are decided in Redis with their
+// own limits, by the compiled module against real webdis and Redis. Two proxies share each
+// override's count, as they share the rule's.
+func TestGlobalWasmOverrides(t *testing.T) {
+	t.Parallel()
+	// Unpartitioned, and with the rule's keys spread over 16 hash tags (redis.partitions):
+	// an override's keys must stay in the slots of the rule's key sets.
+	for _, parts := range []int{0, 16} {
+		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) { globalOverrides(t, parts) })
+	}
+}
+
+func globalOverrides(t *testing.T, partitions int) {
+	srv := redistest.Start(t)
+	loadScripts(t, srv)
+	rule := `{"name":"tiers","key":[{"source":"header","name":"x-user"}],"scope":"global",
+		"algorithm":"token_bucket","limit":2,"window":"1h",
+		"overrides":[{"exact":"gold","limit":4},{"prefix":"svc-","unlimited":true}]}`
+	cfg := globalConfig(redisOpts{Timeout: "5s", FailureMode: "deny", Partitions: partitions}, "["+rule+"]")
+	proxies := [2]*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 2), newGlobalHost(t, cfg, srv.WebdisURL(), 2)}
+	admitted := func(user string, n int) int {
+		ok := 0
+		for i := range n {
+			o, _ := doTimed(t, proxies[i%2], [2]string{"x-user", user})
+			if o.Status == 0 {
+				ok++
+			} else {
+				require.Equal(t, 429, o.Status)
+			}
+		}
+		return ok
+	}
+	require.Equal(t, 2, admitted("plain", 6), "an ordinary key has the rule's limit")
+	require.Equal(t, 4, admitted("gold", 8), "the exact override admits its own limit, across both proxies")
+	require.Equal(t, 10, admitted("svc-a", 10), "an unlimited override is never limited")
+	// A key's state belongs to the rule and the key: the override decides the rule's own key
+	// for "gold", under its parameters.
+	if partitions == 0 {
+		require.EqualValues(t, 1, srv.MustDo("EXISTS", expectedKey("tiers", "gold")))
+	}
+	for _, p := range proxies {
+		requireNoRedisFailures(t, p)
+		requireCleanLogs(t, p)
+	}
+}
+
+// realTimeDriver runs steps on a module on real time, each under callDeadline and on a VM
+// that must not fail, as doTimed does (filtertest.Driver). Its steps cannot wait: the instant
+// is the host's own.
+type realTimeDriver struct{ *wasmDriver }
+
+// Do runs s now.
+func (d realTimeDriver) Do(t *testing.T, _ time.Time, s step) outcome {
+	t.Helper()
+	require.Zero(t, s.At, "a step on real time cannot wait")
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+	defer cancel()
+	res, err := d.host.Do(ctx, d.request(s))
+	require.NoError(t, err, "the request must complete within %v", callDeadline)
+	require.False(t, res.Failed, "the VM failed: %v", res.Local)
+	return outcomeOf(res)
+}
+
+// TestGlobalAnswersWasm runs filtertest.AnswerCases against the compiled module, one worker,
+// whose webdis is a stand-in answering every call with the case's answer (package filter runs
+// them natively).
+func TestGlobalAnswersWasm(t *testing.T) {
+	t.Parallel()
+	for _, c := range filtertest.AnswerCases {
+		t.Run(c.Name, func(t *testing.T) {
+			d := realTimeDriver{newWasm(t, c.Config, wasmOptions{workers: 1,
+				clusters: map[string]string{"webdis": scriptAnswerServer(t, c.Answer)}, realTime: true})}
+			filtertest.Run(t, d, filtertest.Scenario{Name: c.Name, Config: c.Config, Steps: c.Steps})
+			require.Zero(t, d.host.Stats().Traps)
+		})
+	}
 }

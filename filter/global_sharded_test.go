@@ -145,49 +145,18 @@ func TestGlobalNativePartitioned(t *testing.T) {
 	}
 }
 
-// TestGlobalNativePartitionedShardDown: one shard stopped, the keys on it fall to the failure
-// mode (deny) and every other key is still decided by Redis; the partition breakers that open
-// (threshold 1) are those of the stopped shard only.
+// TestGlobalNativePartitionedShardDown runs filtertest.CheckShardDown natively, every call
+// relayed to the shards' webdis; the emulator module's moduletest runs it against the
+// compiled module.
 func TestGlobalNativePartitionedShardDown(t *testing.T) {
 	srv := redistest.StartSharded(t, 3)
 	flushShards(t, srv)
-	rules := `[{"name":"g","scope":"global","key":[{"source":"header","name":"x-k"}],"algorithm":"gcra","limit":100,"window":"1m"}]`
-	d := newNative(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: 64, Failures: 1}, rules))
-	shardOf := map[string]int{}
-	for i := range 40 {
-		k := fmt.Sprintf("client-%d", i)
-		o, _ := d.doRelayedAll(t, srv.WebdisURL(), hdr("x-k", k))
-		require.Equal(t, 0, o.Status, "%s before the outage", k)
-		shardOf[k] = -1
-		for i, sh := range srv.Shards {
-			for _, key := range sh.Keys() {
-				if strings.HasPrefix(key, "rl:{rl:g:") && strings.HasSuffix(key, ":"+k) {
-					shardOf[k] = i
-				}
-			}
-		}
-		require.GreaterOrEqual(t, shardOf[k], 0, "%s's key is on no shard", k)
+	d := newNative(t, filtertest.ShardDownConfig)
+	do := func(t *testing.T, key string) outcome {
+		o, _ := d.doRelayedAll(t, srv.WebdisURL(), hdr("x-k", key))
+		return o
 	}
-	srv.StopShard(1)
-	failed := 0
-	for round := range 2 {
-		for k, sh := range shardOf {
-			o, _ := d.doRelayedAll(t, srv.WebdisURL(), hdr("x-k", k))
-			if sh == 1 {
-				require.Equal(t, 429, o.Status, "round %d: %s is on the stopped shard", round, k)
-				failed++
-			} else {
-				require.Equal(t, 0, o.Status, "round %d: %s (shard %d) must still be decided by Redis", round, k, sh)
-				require.Contains(t, o.Headers["ratelimit"], `"g";r=`, "decided by Redis, with its headers")
-			}
-		}
-	}
-	require.Positive(t, failed)
-	open, err := d.host.GetGaugeMetric("ratelimit_redis_breaker_open")
-	require.NoError(t, err)
-	require.EqualValues(t, 1, open, "this VM has open partition breakers")
-	skipped, _ := d.host.GetCounterMetric("ratelimit_redis_skipped_total")
-	require.Positive(t, skipped, "the second round skips the stopped shard's partitions")
+	filtertest.CheckShardDown(t, srv, do, func(name string) int64 { return nativeTableDriver{d}.Metric(t, name) })
 }
 
 // TestGlobalNativePartitionedNoScript: a shard that has lost the script answers NOSCRIPT, and

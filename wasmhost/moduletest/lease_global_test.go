@@ -11,54 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/stretchr/testify/require"
 )
-
-// TestGlobalWasmLateFailuresOpenBreaker: the compiled module, one worker, breaker threshold 2.
-// Redis is down and two requests' calls are held back by the relay; both clients reset their
-// streams, the host tears the streams down, and only then does webdis answer each call 503.
-// The VM hears both failures (every Redis call is sent with abi.DispatchHttpCallAlways, and
-// the filter records a gone stream's answer, lateOutcome): they are counted as unavailable
-// and open the breaker, so the next request skips Redis at once. Dropped with their streams,
-// the answers of clients that give up before Redis answers would never open the breaker, and
-// every request would keep waiting for Redis. Package filter tests the same natively,
-// and that a late success closes the breaker (TestLateAnswerFeedsBreaker).
-func TestGlobalWasmLateFailuresOpenBreaker(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	relay, front := startHeldBack(t, srv.WebdisURL(), "EVAL")
-	rules := "[" + globalRule("g", `"algorithm":"token_bucket","limit":1000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "allow", Failures: 2, Cooldown: "10m"}, rules), front.URL, 1)
-	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
-	unavailable := func() int64 { return redisMetric(h, "ratelimit_redis_unavailable_total") }
-
-	srv.StopRedis()
-	relay.hold.Store(true)
-	for i := range 2 {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := h.Do(ctx, globalRequest())
-			done <- err
-		}()
-		eventually(t, "the request's call is out", func() bool { return calls() == int64(i+1) })
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
-	}
-	require.Zero(t, unavailable(), "no answer has arrived")
-	close(relay.release)
-	eventually(t, "both late failures are heard", func() bool { return unavailable() == 2 })
-	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_breaker_open"), "and open the breaker")
-
-	o, _ := doTimed(t, h)
-	require.Zero(t, o.Status, "failure_mode allow")
-	require.EqualValues(t, 2, calls(), "the open breaker skips Redis")
-	require.EqualValues(t, 1, redisMetric(h, "ratelimit_redis_skipped_total"))
-	require.Zero(t, h.Stats().Traps)
-	requireCleanLogs(t, h)
-}
 
 // TestGlobalWasmLateBatchAfterTTLIsDropped: the compiled module on the virtual clock, one
 // worker, redis.partitions 1, rule y leased with ttl 100 ms (redis.timeout 2 s). A request's
@@ -247,50 +204,6 @@ func holdAndReset(t *testing.T, h *wasmhost.Host, relay *heldBack, calls func() 
 	}
 }
 
-// TestGlobalWasmPartitionedLateBatchIsHeld: the compiled module with partitions, one worker.
-// Rule x denies a request while rule y's call for a lease batch is held back; the request is
-// answered and its stream torn down, and only then does y's answer arrive. Redis committed the
-// batch, and the VM holds it as its lease on the key (Envoy does not cancel a torn-down
-// stream's callout, and the filter takes that answer on the root context,
-// abi.DispatchHttpCallAlways): the key's next ten requests cost no call for y. Package filter
-// tests the same natively (TestPartitionedLateBatchIsHeld).
-func TestGlobalWasmPartitionedLateBatchIsHeld(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	relay, front := startHeldBack(t, srv.WebdisURL(), "%7Brl%3Ay%3A")
-	rules := `[{"name":"x","scope":"global","continue":true,"key":[{"source":"header","name":"x-k"}],"algorithm":"token_bucket","limit":1,"window":"1h"},` +
-		`{"name":"y","scope":"global","key":[{"source":"header","name":"x-y"}],"algorithm":"token_bucket","limit":1000,"window":"1h","lease":{"batch":10,"ttl":"1m"}}]`
-	h := newGlobalHost(t, globalConfig(redisOpts{Partitions: 4}, rules), front.URL, 1)
-	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
-	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
-
-	o, _ := doTimed(t, h, hdr("x-k", "A"), hdr("x-y", "first"))
-	require.Zero(t, o.Status)
-	require.EqualValues(t, 1, taken())
-
-	relay.hold.Store(true)
-	o, _ = doTimed(t, h, hdr("x-k", "A"), hdr("x-y", "late"))
-	require.Equal(t, 429, o.Status, "x denies while y's call is held back")
-	require.Contains(t, o.Body, `"rule":"x"`)
-	require.EqualValues(t, 1, taken(), "y's answer has not arrived")
-	close(relay.release)
-	eventually(t, "y's late batch is held", func() bool { return taken() == 2 })
-	relay.hold.Store(false)
-
-	before := calls()
-	for i := range 10 {
-		o, _ = doTimed(t, h, hdr("x-k", fmt.Sprint("B", i)), hdr("x-y", "late"))
-		require.Zero(t, o.Status, "request %d", i)
-	}
-	require.EqualValues(t, 10, calls()-before, "x's calls only: y spends the held batch")
-	o, _ = doTimed(t, h, hdr("x-k", "C"), hdr("x-y", "late"))
-	require.Zero(t, o.Status)
-	require.EqualValues(t, 12, calls()-before, "the batch is spent: y asks Redis again")
-	require.Zero(t, redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y"))
-	requireNoRedisFailures(t, h)
-	requireCleanLogs(t, h)
-}
-
 // TestGlobalWasmLateBatchIsHeld: the compiled module with redis.partitions 1 (the default:
 // the request's global rules in one call), one worker. A request's call asks Redis for y's
 // lease batch and is held back; the client resets the stream (its context ends), the host
@@ -336,150 +249,226 @@ func TestGlobalWasmLateBatchIsHeld(t *testing.T) {
 	requireCleanLogs(t, h)
 }
 
-// hostileLate relays script calls to webdis. While hold is set it keeps each call until
-// release is closed and then answers it with forged, the answer of a broken or hostile webdis
-// (a stand-in in front of Redis), or, when forged is nil, with Redis's own answer. release and
-// forged are set before hold.
-type hostileLate struct {
-	webdis  string
-	hold    atomic.Bool
-	release chan struct{}
-	forged  func(n int64) (status int, body []byte)
-	n       atomic.Int64
-}
-
-func (r *hostileLate) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	if r.hold.Load() {
-		n := r.n.Add(1)
-		<-r.release
-		if r.forged != nil {
-			status, forged := r.forged(n)
-			w.WriteHeader(status)
-			_, _ = w.Write(forged)
-			return
-		}
-	}
-	status, answer, err := redistest.Post(r.webdis, body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(answer)
-}
-
-// resetMany starts n requests at once, waits until each one's Redis call is out (calls
-// reaches want), and then resets every client's stream together.
-func resetMany(t *testing.T, h *wasmhost.Host, n int, calls func() int64, want int64) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, n)
-	for range n {
-		go func() {
-			_, err := h.Do(ctx, globalRequest())
-			done <- err
-		}()
-	}
-	eventually(t, "every request's call is out", func() bool { return calls() == want })
-	cancel()
-	for range n {
-		require.ErrorIs(t, <-done, context.Canceled, "the client reset the stream")
-	}
-}
-
-// TestGlobalWasmLateHostileAnswers attacks the late-answer path of the compiled module (one
-// worker, redis.partitions 1, breaker threshold 6). First eight clients reset their streams
-// at once while healthy Redis answers late: every answer is measured once and is a success,
-// so resets alone never open the breaker. Then five clients reset while their calls are held,
-// and the calls are answered by a hostile stand-in: 200 with bodies that are no script
-// result (garbage, a truncated array, a huge body of 1 MiB, an array of the wrong length) and
-// a 200 with an empty body. Each late answer must be counted exactly once, as malformed (one
-// latency sample, one failure each), open nothing below the threshold, and neither trap, nor
-// panic, nor log at error level: a late answer decides nothing, so nothing in it may harm the
-// worker. A sixth hostile late answer then opens the breaker (threshold 6 consecutive
-// failures), proving the five were heard.
-func TestGlobalWasmLateHostileAnswers(t *testing.T) {
+// TestGlobalWasmResetGivesLeaseUnitsBack: the compiled module, redis.partitions 1, one worker.
+// y's lease (batch 10) holds nine units; a request spends one of them and waits for Redis on
+// x, and its client resets the stream. The request never reached the upstream, so its unit
+// goes back to y's lease: the key's next nine requests spend the lease, and only the tenth
+// takes a new batch. Package filter tests the same natively (TestResetGivesLeaseUnitsBack).
+func TestGlobalWasmResetGivesLeaseUnitsBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	loadScripts(t, srv)
-	bodies := [][]byte{
-		[]byte(`{"EVALSHA":`),
-		[]byte(`{"EVALSHA":[1,2`),
-		bytes.Repeat([]byte("["), 1<<20),
-		[]byte(`{"EVALSHA":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}`),
-		nil,
-		[]byte(`not json at all`),
+	relay, front := startHeldBack(t, srv.WebdisURL(), "resetme")
+	rules := xyLeaseRules(`"lease":{"batch":10,"ttl":"1m"}`)
+	h := newGlobalHost(t, globalConfig(redisOpts{}, rules), front.URL, 1)
+	taken := func() int64 { return redisMetric(h, "ratelimit_lease_taken_total;rule=y") }
+	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
+
+	o, _ := doTimed(t, h, hdr("x-k", "A"), hdr("x-y", "k"))
+	require.Zero(t, o.Status)
+	require.EqualValues(t, 1, taken(), "y holds nine units")
+
+	reset := holdAndReset(t, h, relay, calls, hdr("x-k", "resetme"), hdr("x-y", "k"))
+	reset()
+	close(relay.release)
+	relay.hold.Store(false)
+
+	for i := range 9 {
+		o, _ = doTimed(t, h, hdr("x-k", fmt.Sprint("C", i)), hdr("x-y", "k"))
+		require.Zero(t, o.Status)
+		require.EqualValues(t, 1, taken(), "request %d spends y's lease", i)
 	}
-	relay := &hostileLate{webdis: srv.WebdisURL()}
-	front := httptest.NewServer(relay)
-	t.Cleanup(front.Close)
-	hold := func(forged func(int64) (int, []byte)) {
-		relay.hold.Store(false)
-		relay.release, relay.forged = make(chan struct{}), forged
-		relay.hold.Store(true)
-		release := relay.release
-		t.Cleanup(func() {
-			select {
-			case <-release:
-			default:
-				close(release)
-			}
+	o, _ = doTimed(t, h, hdr("x-k", "D"), hdr("x-y", "k"))
+	require.Zero(t, o.Status)
+	require.EqualValues(t, 2, taken(), "the lease is spent: y takes another batch")
+	require.Zero(t, redisMetric(h, "ratelimit_lease_units_dropped_total;rule=y"))
+	requireNoRedisFailures(t, h)
+	requireCleanLogs(t, h)
+}
+
+// overflowLeaseDriver runs requests on a module against real Redis
+// (filtertest.OverflowLeaseDriver).
+type overflowLeaseDriver struct{ h *wasmhost.Host }
+
+// AdmitY sends a request with x-y: v.
+func (d overflowLeaseDriver) AdmitY(t *testing.T, v string) bool {
+	o, _ := doTimed(t, d.h, hdr("x-y", v))
+	return o.Status == 0
+}
+
+// Metric reads a counter of the filter; one never touched reads 0.
+func (d overflowLeaseDriver) Metric(_ *testing.T, name string) int64 { return redisMetric(d.h, name) }
+
+// TestGlobalWasmLeaseNeverOnOverflowKey: on the module, against real Redis, new clients that
+// find y's key bound reached are decided on y's overflow key, and a lease on y gives them what
+// the exact decision gives them, with no Redis failure
+// (filtertest.OverflowLeaseCase.CheckNeverOnOverflowKey; package filter runs the same cases
+// natively).
+func TestGlobalWasmLeaseNeverOnOverflowKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, c := range filtertest.OverflowLeaseCases {
+		t.Run(c.Name(), func(t *testing.T) {
+			c.CheckNeverOnOverflowKey(t, func(t *testing.T, config string) filtertest.OverflowLeaseDriver {
+				srv.MustDo("FLUSHALL")
+				h := newGlobalHost(t, config, srv.WebdisURL(), 1)
+				t.Cleanup(func() { requireNoRedisFailures(t, h) })
+				return overflowLeaseDriver{h}
+			})
 		})
 	}
-	rules := "[" + globalRule("g", `"algorithm":"token_bucket","limit":100000,"window":"1h"`, false) + "]"
-	h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "allow", Failures: 6, Cooldown: "10m"}, rules), front.URL, 1)
-	calls := func() int64 { return redisMetric(h, "ratelimit_redis_calls_total") }
-	latency := func() uint64 {
-		l, _ := h.Histogram("ratelimit_redis_latency_us")
-		return l.Count
+}
+
+// A denial decided on the overflow key is not the key's own: the over-limit cache does not
+// keep it, and once the key table has room again the client is admitted by the exact decision
+// (filtertest.OverflowCacheRules, on Redis's real clock; package filter runs the same sequence
+// natively on a fake one).
+func TestOverLimitCacheKeepsNoOverflowDenialWasm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	h := newGlobalHost(t, globalConfig(redisOpts{}, filtertest.OverflowCacheRules), srv.WebdisURL(), 1)
+	start := time.Now()
+	for range filtertest.ARequests {
+		o, _ := doTimed(t, h, hdr("x-k", "a"))
+		require.Zero(t, o.Status, "a takes the rule's one key")
 	}
-	malformed := func() int64 { return redisMetric(h, "ratelimit_redis_malformed_total") }
-	gauge := func() int64 { return redisMetric(h, "ratelimit_redis_breaker_open") }
-
-	// Healthy Redis, eight resets at once; Redis's own answers arrive once every stream is gone.
-	o, _ := doTimed(t, h)
-	require.Zero(t, o.Status)
-	hold(nil)
-	resetMany(t, h, 8, calls, calls()+8)
-	require.EqualValues(t, 1, latency(), "no late answer has arrived")
-	close(relay.release)
-	eventually(t, "every late answer is measured once", func() bool { return latency() == 9 })
-	requireNoRedisFailures(t, h)
-	require.Zero(t, gauge(), "resets alone never open the breaker")
-
-	forged := func(n int64) (int, []byte) { return 200, bodies[(n-1)%int64(len(bodies))] }
-	relay.n.Store(0)
-	hold(forged)
-	before, beforeLat := calls(), latency()
-	resetMany(t, h, 5, calls, before+5)
-	require.Zero(t, malformed(), "no answer has arrived")
-	close(relay.release)
-	eventually(t, "five hostile late answers are heard", func() bool { return malformed() == 5 })
-	eventually(t, "and measured once each", func() bool { return latency() == beforeLat+5 })
-	require.Zero(t, gauge(), "five failures are below the threshold")
-	for _, m := range redisErrorMetrics {
-		if m != "ratelimit_redis_malformed_total" {
-			require.Zerof(t, redisMetric(h, m), "%s: a malformed answer is counted as malformed only", m)
+	time.Sleep(time.Until(start.Add(filtertest.OverflowAt)))
+	denied := false
+	for range 4 {
+		if o, _ := doTimed(t, h, hdr("x-k", "b")); o.Status == 429 {
+			denied = true
+			break
 		}
 	}
+	require.True(t, denied, "the overflow key must deny b")
+	require.Less(t, time.Since(start), filtertest.FreedAt-2*time.Second, "too slow to test: b's overflow denial may have expired")
+	time.Sleep(time.Until(start.Add(filtertest.FreedAt)))
+	calls := redisMetric(h, "ratelimit_redis_calls_total")
+	o, _ := doTimed(t, h, hdr("x-k", "b"))
+	require.Zero(t, o.Status, "a's key has expired: b gets a key of its own and is admitted")
+	require.Greater(t, redisMetric(h, "ratelimit_redis_calls_total"), calls, "decided by Redis, not from the cache")
+	requireNoRedisFailures(t, h)
+}
 
-	// The sixth consecutive failure, also late, opens the breaker.
-	hold(forged)
-	resetMany(t, h, 1, calls, before+6)
-	require.EqualValues(t, 5, malformed(), "the sixth answer is held")
-	close(relay.release)
-	eventually(t, "the sixth hostile late answer is heard", func() bool { return malformed() == 6 })
-	require.EqualValues(t, 1, gauge(), "six late failures in a row open the breaker")
-
-	require.Zero(t, h.Stats().Traps)
-	require.Empty(t, h.Stats().FailedVMs)
-	requireCleanLogs(t, h)
-	for _, e := range h.Logs() {
-		require.NotEqual(t, wasmhost.LogError, e.Level, "a late answer logs no error: %+v", e)
+// TestOverLimitCacheWasm checks the over-limit cache of a global rule with a lease block
+// against real redis-server and webdis: once Redis has denied a key, the proxy denies it with
+// no callout until Retry-After has passed, counted in over_limit_cache_hits; another key still
+// asks Redis. Without the lease block every denial is a callout.
+func TestOverLimitCacheWasm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, leased := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lease=%v", leased), func(t *testing.T) {
+			lease := ""
+			if leased {
+				lease = `,"lease":{"batch":2}`
+			}
+			name := fmt.Sprintf("olc%v", leased)
+			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":3,"window":"1h"`+lease, true) + "]"
+			h := newGlobalHost(t, globalConfig(redisOpts{FailureMode: "deny"}, rules), srv.WebdisURL(), 2)
+			for range 3 {
+				o, _ := doTimed(t, h, hdr("x-user", "alice"))
+				require.Zero(t, o.Status)
+			}
+			o, _ := doTimed(t, h, hdr("x-user", "alice"))
+			require.Equal(t, 429, o.Status)
+			calls := redisMetric(h, "ratelimit_redis_calls_total")
+			// Both workers, five more denials each.
+			for range 10 {
+				o, _ := doTimed(t, h, hdr("x-user", "alice"))
+				require.Equal(t, 429, o.Status)
+				require.NotEmpty(t, o.Headers["retry-after"])
+			}
+			hits := redisMetric(h, "ratelimit_over_limit_cache_hits_total;rule="+name)
+			if leased {
+				// The worker that saw Redis's denial caches it; the other asks Redis once.
+				require.EqualValues(t, calls+1, redisMetric(h, "ratelimit_redis_calls_total"))
+				require.EqualValues(t, 9, hits)
+			} else {
+				require.EqualValues(t, calls+10, redisMetric(h, "ratelimit_redis_calls_total"))
+				require.Zero(t, hits)
+			}
+			// Another key is not affected.
+			o, _ = doTimed(t, h, hdr("x-user", "bob"))
+			require.Zero(t, o.Status)
+			requireNoRedisFailures(t, h)
+			requireCleanLogs(t, h)
+		})
 	}
+}
+
+// TestGlobalLeaseWasm checks global leases on the compiled module against real redis-server
+// and webdis, with two proxies (two hosts, each with its own shared data) of several worker
+// VMs on one Redis:
+//   - near the limit the batches shrink to the request's cost with the remaining allowance
+//     Redis reports: a fixed window of 100 admits exactly 100 requests of 160 taking turns over
+//     2 proxies x 2 VMs, as without a lease, with fewer callouts than requests;
+//   - on a hot key below its limit, 2 proxies x 4 VMs send at most 0.05 callouts per request
+//     (batch 100: each VM's first take, then one per 100 requests).
+func TestGlobalLeaseWasm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	do := func(h *wasmhost.Host, w int) bool {
+		t.Helper()
+		req := globalRequest(hdr("x-user", "alice"))
+		req.Worker = w
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
+		defer cancel()
+		res, err := h.Do(ctx, req)
+		require.NoError(t, err)
+		require.False(t, res.Failed)
+		return res.Local == nil
+	}
+	calls := func(hs []*wasmhost.Host) (n int64) {
+		for _, h := range hs {
+			n += redisMetric(h, "ratelimit_redis_calls_total")
+		}
+		return n
+	}
+	t.Run("exact near the limit", func(t *testing.T) {
+		filtertest.WaitForHourWindow(t, srv)
+		for _, leased := range []bool{true, false} {
+			lease := ""
+			if leased {
+				lease = `,"lease":{"batch":20,"ttl":"1m"}`
+			}
+			name := fmt.Sprintf("gl-exact-%v", leased)
+			rules := "[" + globalRule(name, `"algorithm":"fixed_window","limit":100,"window":"1h"`+lease, true) + "]"
+			cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
+			hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 2), newGlobalHost(t, cfg, srv.WebdisURL(), 2)}
+			admitted := 0
+			for i := range 160 {
+				if do(hs[i%2], (i/2)%2) {
+					admitted++
+				}
+			}
+			require.Equal(t, 100, admitted, "lease %v", leased)
+			n := calls(hs)
+			if leased {
+				require.Less(t, n, int64(160))
+				taken := redisMetric(hs[0], "ratelimit_lease_taken_total;rule="+name) +
+					redisMetric(hs[1], "ratelimit_lease_taken_total;rule="+name)
+				require.Positive(t, taken)
+			} else {
+				// Every admission is a callout; the denials after the first are not (without a
+				// lease block there is no over-limit cache either).
+				require.EqualValues(t, 160, n)
+			}
+			for _, h := range hs {
+				requireNoRedisFailures(t, h)
+			}
+			t.Logf("lease %v: %d callouts for 160 requests", leased, n)
+		}
+	})
+	t.Run("callouts per request below the limit", func(t *testing.T) {
+		rules := "[" + globalRule("gl-hot", `"algorithm":"token_bucket","limit":1000000000,"window":"1h","lease":{"batch":100}`, true) + "]"
+		cfg := globalConfig(redisOpts{FailureMode: "deny"}, rules)
+		hs := []*wasmhost.Host{newGlobalHost(t, cfg, srv.WebdisURL(), 4), newGlobalHost(t, cfg, srv.WebdisURL(), 4)}
+		const requests = 4000
+		for i := range requests {
+			require.True(t, do(hs[i%2], (i/2)%4))
+		}
+		per := float64(calls(hs)) / requests
+		t.Logf("%.4f callouts per request on 2 proxies x 4 VMs", per)
+		require.LessOrEqual(t, per, 0.05)
+	})
 }

@@ -109,3 +109,11 @@ func TestWarmLeavesOverrideTablesCold(t *testing.T) {
 	require.Less(t, live, int64(16<<20), "the overrides' tables were warmed")
 	require.Len(t, l.vms, 1)
 }
+
+// TestConfiguredLog checks the info line a successful configuration logs.
+func TestConfiguredLog(t *testing.T) {
+	d := newNative(t, `{"rules":[`+
+		`{"name":"a","algorithm":"fixed_window","limit":3,"window":"1h"},`+
+		`{"name":"b","algorithm":"token_bucket","limit":3,"window":"1s"}]}`)
+	require.Contains(t, d.host.GetInfoLogs(), "ratelimit: configured 2 rules")
+}

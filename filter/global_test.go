@@ -2,9 +2,13 @@ package filter
 
 import (
 	"fmt"
-	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ratelimit-wasm/ratelimit/abi"
+	"github.com/ratelimit-wasm/ratelimit/filter/filtertest"
+	"github.com/ratelimit-wasm/ratelimit/internal/redistest"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -12,7 +16,7 @@ import (
 
 // The global path natively, under the SDK's emulator: the callout the filter sends, and what it
 // does with each kind of answer. The same behaviours run against real webdis and Redis in
-// the emulator module's wasmhost/moduletest/wasm_global_test.go.
+// the emulator module's wasmhost/moduletest/global_test.go.
 
 const nativeGlobalConfig = `{"redis":{"cluster":"webdis","authority":"webdis.local","timeout":"40ms","failure_mode":"%s"},
 	"rules":[{"name":"g","scope":"global","key":[{"source":"header","name":"x-api-key"}],
@@ -157,6 +161,98 @@ func TestGlobalNativeFailureModes(t *testing.T) {
 				allowed, _ := d.host.GetCounterMetric("ratelimit_requests_total;rule=g;decision=allowed")
 				require.EqualValues(t, 2, allowed)
 			}
+		})
+	}
+}
+
+// TestLateAnswerIsMeasured: the answer to a reset request's call, 7 ms after its send, is a
+// round trip of Redis like any other and is recorded in ratelimit_redis_latency_us: leaving
+// out the slow answers clients gave up on would flatter the histogram.
+func TestLateAnswerIsMeasured(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprint("partitions=", parts), func(t *testing.T) {
+			loadScripts(srv)
+			l := newGlobalFleet(t, filtertest.GlobalConfig(filtertest.RedisOpts{Partitions: parts},
+				`[{"name":"g","scope":"global","algorithm":"token_bucket","limit":10,"window":"1m"}]`), 1, 1)
+			id, calls := l.startReset(t, 0)
+			require.Len(t, calls, 1)
+			l.now += int64(7 * time.Millisecond)
+			l.answerAt(t, srv.WebdisURL(), calls[0])
+			l.host.CompleteHttpContext(id)
+			us, err := l.host.GetHistogramMetric("ratelimit_redis_latency_us")
+			require.NoError(t, err)
+			require.EqualValues(t, 7000, us)
+		})
+	}
+}
+
+// A callout that Envoy refuses at once with InternalFailure (the cluster has no host) is an
+// unavailable Redis, and feeds the breaker; it is not counted as a reset.
+func TestCalloutWithoutHostsIsUnavailableNative(t *testing.T) {
+	d := newNativeGlobal(t, "allow")
+	w := nativeRedisWorker(t, 2)
+	for range 2 {
+		w.noteFailure(t0.UnixNano(), sendError(abi.ErrInternalFailure))
+	}
+	require.EqualValues(t, 2, counterNative(d, "ratelimit_redis_unavailable_total"))
+	require.Zero(t, counterNative(d, "ratelimit_redis_resets_total"))
+	require.EqualValues(t, 1, gaugeNative(t, d, "ratelimit_redis_breaker_open"), "two failures open the breaker")
+	// Any other refusal (a cluster Envoy does not know) stays a reset.
+	w.noteFailure(t0.UnixNano(), sendError(abi.ErrBadArgument))
+	require.EqualValues(t, 1, counterNative(d, "ratelimit_redis_resets_total"))
+}
+
+// answeringDriver runs steps natively like nativeDriver, answering every callout a request
+// makes with answer (answerScript's format), as a webdis that answers each script call alike
+// would, until the request is decided (filtertest.Driver).
+type answeringDriver struct {
+	*nativeDriver
+	answer string
+}
+
+// Do runs s at the instant at, answering its callouts.
+func (d answeringDriver) Do(t *testing.T, at time.Time, s step) outcome {
+	t.Helper()
+	*d.now = at
+	require.NoError(t, d.host.SetProperty([]string{"xds", "route_name"}, []byte(orNone(s.Route))))
+	require.NoError(t, d.host.SetProperty([]string{"xds", "virtual_host_name"}, []byte(orNone(s.VHost))))
+	require.NoError(t, d.host.SetProperty([]string{"source", "address"}, []byte(s.SourceAddress())))
+	id := d.host.InitializeHttpContext()
+	defer d.host.CompleteHttpContext(id)
+	d.host.CallOnRequestHeaders(id, s.RequestHeaders(), true)
+	// An answer may make the filter call again (NOSCRIPT, a denied batch): answer each new
+	// callout until none comes.
+	answered := 0
+	for range 8 {
+		callouts := d.host.GetCalloutAttributesFromContext(id)
+		if len(callouts) == answered {
+			break
+		}
+		for _, c := range callouts[answered:] {
+			d.answerScript(id, c.CalloutID, d.answer)
+		}
+		answered = len(callouts)
+	}
+	if resp := d.host.GetSentLocalResponse(id); resp != nil {
+		return outcome{Status: int(resp.StatusCode), Headers: filtertest.HeaderMap(resp.Headers),
+			Body: string(resp.Data), GrpcStatus: int(resp.GRPCStatus), FilterState: filterStateNative(d.host, s.WantFilterState)}
+	}
+	require.Equal(t, types.ActionContinue, d.host.GetCurrentHttpStreamAction(id), "request undecided after %d callouts", answered)
+	state := filterStateNative(d.host, s.WantFilterState)
+	upstream := filtertest.HeaderMap(d.host.GetCurrentRequestHeaders(id))
+	d.host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+	return outcome{Headers: filtertest.HeaderMap(d.host.GetCurrentResponseHeaders(id)), Upstream: upstream, GrpcStatus: -1,
+		FilterState: state}
+}
+
+// TestGlobalAnswersNative runs filtertest.AnswerCases natively; the emulator module's
+// moduletest runs them against the compiled module.
+func TestGlobalAnswersNative(t *testing.T) {
+	for _, c := range filtertest.AnswerCases {
+		t.Run(c.Name, func(t *testing.T) {
+			d := answeringDriver{newNative(t, c.Config), c.Answer}
+			filtertest.Run(t, d, filtertest.Scenario{Name: c.Name, Config: c.Config, Steps: c.Steps})
 		})
 	}
 }
