@@ -42,10 +42,7 @@ type Spec struct {
 	Global bool
 }
 
-// Accepts reports whether the algorithm accepts the optional field (a Field constant). Not
-// inlined at its dozen call sites (see filter/doc.go).
-//
-//go:noinline
+// Accepts reports whether the algorithm accepts the optional field (a Field constant).
 func (s Spec) Accepts(field string) bool {
 	for _, f := range s.Fields {
 		if f == field {
@@ -257,9 +254,7 @@ func newLimiter[T any, P interface {
 }
 
 // unknownAlgorithm is New's error for a configuration that names no algorithm or variant it
-// knows (out of line, see filter/doc.go).
-//
-//go:noinline
+// knows.
 func unknownAlgorithm(c Config) error {
 	switch c.Algorithm {
 	case AlgSlidingWindow:
@@ -307,8 +302,6 @@ func commonValid(c Config, maxLimit int64, spec Spec) bool {
 }
 
 // commonError returns the first problem validateCommon reports for c (nil when there is none).
-//
-//go:noinline
 func commonError(c Config, maxLimit int64, spec Spec) error {
 	if c.Limit <= 0 {
 		return cfgErr("limit", "must be > 0, got "+strconv.FormatInt(c.Limit, 10))
@@ -419,9 +412,7 @@ func checkExact(field, what, hint string, terms ...[2]int64) error {
 	return exactError(field, what, hint, terms)
 }
 
-// exactError is checkExact's error (out of line, see filter/doc.go).
-//
-//go:noinline
+// exactError is checkExact's error.
 func exactError(field, what, hint string, terms [][2]int64) error {
 	var est float64
 	for _, t := range terms {

@@ -36,9 +36,11 @@
 // 1.1 ms of CPU per KB of function body on Node 20 (docs/BENCHMARKS.md, "V8 (Node)": a first
 // request that compiled 64,353 bytes took 71.4-74.8 ms, nearly all of it compiling). Code that
 // runs only on errors, on invalid configurations or for options a plain request does not use
-// is therefore moved into functions of its own (marked //go:noinline where the compiler would
-// inline it back), here and in the packages below, so that a valid configuration and its first
-// request compile less. A comment that says a function is kept out of line points here;
-// wasmhost/v8's TestV8ValidConfigureCompilesNoColdCode and TestV8FirstRequestCompileBudget
-// check it.
+// is therefore moved into functions of its own, here and in the packages below, so that a
+// valid configuration and its first request compile less. A comment that says a function is
+// kept out of line points here; wasmhost/v8's TestV8ValidConfigureCompilesNoColdCode and
+// TestV8FirstRequestCompileBudget check it. //go:noinline is kept only where the compiler
+// would otherwise inline a function into hot code and removing the directive alone adds at
+// least 0.5% to what V8 compiles at configure or on a VM's first request;
+// scripts/noinline-cost.sh measures each directive that way.
 package filter

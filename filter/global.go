@@ -248,8 +248,6 @@ func (h *httpContext) applyAnswers(d *decisions, now int64) (done bool) {
 
 // applyAnswersFrom is applyAnswers from rule i and answer j on, for every answer; the rules
 // before i were allowed without a lease, so they neither deny nor take a batch.
-//
-//go:noinline
 func (h *httpContext) applyAnswersFrom(d *decisions, now int64, i, j int) (done bool) {
 	c := h.plugin.redis
 	c.partSuccess(-1)

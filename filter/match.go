@@ -132,8 +132,6 @@ func (h *httpContext) decideFrom(i int, now int64, key []byte, ok bool, built *c
 // Every later enforced local rule is decided too, without writing, so that the response states
 // the longest wait among the denying rules. Global rules are not asked: a request a local rule
 // denies sends no Redis call.
-//
-//go:noinline
 func (h *httpContext) denyLocal(i int, now int64, key []byte, built *config.Rule) types.Action {
 	p := h.plugin
 	req := &p.req

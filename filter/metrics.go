@@ -47,8 +47,6 @@ func statName(metric, rule string, labels ...string) string {
 }
 
 // defineCounter defines the counter called name and appends the error, if any, to errs.
-//
-//go:noinline
 func defineCounter(name string, errs *[]error) abi.MetricCounter {
 	m, err := abi.DefineCounterMetric(name)
 	if err != nil {

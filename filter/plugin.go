@@ -341,8 +341,6 @@ func (p *plugin) prepareAdaptive(cfg *config.Config, r *config.Rule, a *algorith
 // redisRule prepares the Redis script arguments of a global rule, or of one of its overrides
 // with the override's algorithm c. max_keys bounds the rule's live keys in Redis too, per
 // partition (see redis.Rule.Partitioned).
-//
-//go:noinline
 func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.Rule, error) {
 	g, err := redis.NewRule(c)
 	if err != nil {
@@ -352,8 +350,6 @@ func redisRule(cfg *config.Config, r *config.Rule, c algorithms.Config) (*redis.
 }
 
 // prepareLease sets up a leased rule's state, and for a global one its over-limit cache.
-//
-//go:noinline
 func (rs *ruleState) prepareLease() {
 	if rs.rule.Scope != config.ScopeGlobal {
 		rs.lease = newLeaseState(rs.rule, rs.table)
@@ -400,8 +396,6 @@ func staticTableLimiter(l algorithms.Limiter) sharedstate.Limiter {
 // rule, its own script arguments on the rule's Redis keys), converting a state written under
 // other parameters without grant. The metrics are the rule's: an override changes a limit, not
 // what the counters mean.
-//
-//go:noinline
 func (rs *ruleState) prepareOverrides(cfg *config.Config, store sharedstate.Store, secret [sharedstate.SecretSize]byte) error {
 	r := rs.rule
 	// Every limiter that writes the rule's slots: each table keeps searching the slots of

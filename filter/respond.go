@@ -220,8 +220,6 @@ func appendRateLimitItems(buf []byte, rules []applied) []byte {
 }
 
 // logAddFailure logs a response header the host would not add (out of line, see doc.go).
-//
-//go:noinline
 func logAddFailure(name string, err error) {
 	abi.LogDebug("ratelimit: adding response header " + name + ": " + err.Error())
 }

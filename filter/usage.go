@@ -41,15 +41,11 @@ type usageMetrics struct {
 
 // keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
 // line, see doc.go).
-//
-//go:noinline
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
 
 // newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost.
 // An override's shares the metrics of of, its rule's; a rule's own (of nil) are defined by
 // prepareUsage. It is kept out of configure's line (see doc.go).
-//
-//go:noinline
 func newUsageRule(r *config.Rule, of *usageRule) *usageRule {
 	if r.CostSpec.Usage == nil {
 		return nil
@@ -108,9 +104,7 @@ type usageStream struct {
 }
 
 // openReservations keeps the reservations of the request's admitted usage rules, once every
-// rule has admitted it (out of finish's line, see doc.go).
-//
-//go:noinline
+// rule has admitted it.
 func (h *httpContext) openReservations() {
 	var u *usageStream
 	for i := range h.d.applied {

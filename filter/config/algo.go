@@ -30,11 +30,9 @@ func checkAlgorithm(r *Rule) (field, msg string) {
 }
 
 // checkCost checks the rule's constant cost, or its cost header's max, at the rule's field at,
-// against its limiter's capacity (out of line). A request costing more is never admitted (a
+// against its limiter's capacity. A request costing more is never admitted (a
 // denial without a Retry-After, since no wait helps): always a mistake in the config, not a
 // policy. An adaptive rule's bound is its max_limit, above which no request is ever admitted.
-//
-//go:noinline
 func checkCost(r *Rule, at string) (field, msg string) {
 	capacity, from := r.Algorithm.Capacity(), r.Algorithm.CapacityField()
 	if r.Algorithm.Algorithm == algorithms.AlgAdaptive && r.Algorithm.MaxLimit > 0 {
@@ -49,9 +47,7 @@ func checkCost(r *Rule, at string) (field, msg string) {
 	return "", ""
 }
 
-// algorithmError returns the field and message of algorithms.New's error (out of line).
-//
-//go:noinline
+// algorithmError returns the field and message of algorithms.New's error.
 func algorithmError(err error) (field, msg string) {
 	if ce, ok := errors.AsType[*algorithms.ConfigError](err); ok {
 		return algorithmField(ce.Field), ce.Message
@@ -60,16 +56,12 @@ func algorithmError(err error) (field, msg string) {
 }
 
 // costAboveCapacity is the message for a constant cost above the rule's capacity.
-//
-//go:noinline
 func costAboveCapacity(cost, capacity int64, from string) string {
 	return "every request costs " + strconv.FormatInt(cost, 10) +
 		", more than the rule ever allows (" + from + " " + strconv.FormatInt(capacity, 10) + ")"
 }
 
 // maxCostAboveCapacity is the message for a cost header's max above the rule's capacity.
-//
-//go:noinline
 func maxCostAboveCapacity(cost, capacity int64, from string) string {
 	return "a request with the header at " + strconv.FormatInt(cost, 10) +
 		" (or an invalid value) would never be admitted: the rule allows at most " +

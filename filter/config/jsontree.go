@@ -76,9 +76,7 @@ func decodeTree(data []byte, dup func(path, key string)) (*node, *Error) {
 }
 
 // trailingData is decodeTree's error for data after the top-level value, which ends at byte
-// end (out of line).
-//
-//go:noinline
+// end.
 func trailingData(data []byte, end int) *Error {
 	return &Error{Msg: "invalid JSON: unexpected data after the top-level value, which ends at " + at(data, int64(end))}
 }
@@ -114,9 +112,7 @@ func (d *decoder) path() string {
 }
 
 // fail turns an error of value into decodeTree's, at the current path: the byte offset and
-// what is wrong, without jsontext's JSON Pointer and prefix (out of line).
-//
-//go:noinline
+// what is wrong, without jsontext's JSON Pointer and prefix.
 func (d *decoder) fail(err error) *Error {
 	msg := "invalid JSON: " + err.Error()
 	if se, ok := errors.AsType[*jsontext.SyntacticError](err); ok && se.Err != nil {
@@ -204,16 +200,12 @@ func (d *decoder) value(depth int) (*node, error) {
 	return n, nil
 }
 
-// duplicate reports key as a duplicate in the object at the current path (out of line).
-//
-//go:noinline
+// duplicate reports key as a duplicate in the object at the current path.
 func (d *decoder) duplicate(key string) {
 	d.dup(d.path(), key)
 }
 
 // indexMembers returns an index of the keys of object n.
-//
-//go:noinline
 func indexMembers(n *node) map[string]struct{} {
 	index := make(map[string]struct{}, 2*indexAfter)
 	for _, m := range n.members {
@@ -224,8 +216,6 @@ func indexMembers(n *node) map[string]struct{} {
 
 // addIndexed adds the member key: val to object n, of indexAfter members or more, whose keys
 // index holds (nil: not made yet), or reports the key as a duplicate. It returns the index.
-//
-//go:noinline
 func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val *node) map[string]struct{} {
 	if index == nil {
 		index = indexMembers(n)
@@ -239,10 +229,7 @@ func (d *decoder) addIndexed(n *node, index map[string]struct{}, key string, val
 	return index
 }
 
-// lookup returns the member named key, or nil. Not inlined at its many call sites, where it
-// would be compiled again at each.
-//
-//go:noinline
+// lookup returns the member named key, or nil.
 func (n *node) lookup(key string) *node {
 	for i := range n.members {
 		if n.members[i].key == key {
@@ -306,10 +293,8 @@ func joinKey(path, key string) string {
 	return path + "." + key
 }
 
-// joinQuotedKey is joinKey for a key that is not a plain identifier, which no field name is
-// (out of line); quote shortens a long key, so that a path stays short.
-//
-//go:noinline
+// joinQuotedKey is joinKey for a key that is not a plain identifier, which no field name is;
+// quote shortens a long key, so that a path stays short.
 func joinQuotedKey(path, key string) string {
 	return path + "[" + quote(key) + "]"
 }

@@ -547,10 +547,7 @@ func (p *parser) notFor(f fields, field, why string) bool {
 	return true
 }
 
-// variant reads the sliding window's variant into ac, and reports whether it is valid (out
-// of line).
-//
-//go:noinline
+// variant reads the sliding window's variant into ac, and reports whether it is valid.
 func (p *parser) variant(f fields, ac *algorithms.Config) bool {
 	ac.Variant = algorithms.VariantCounter
 	return optEnum(p, f, "variant", &ac.Variant, algorithms.VariantCounter, algorithms.VariantLog)
@@ -709,9 +706,7 @@ func (p *parser) queryName(path string, n *node) (string, bool) {
 	return name, ok
 }
 
-// unusedBy is notFor for a key part's field that source s does not read (out of line).
-//
-//go:noinline
+// unusedBy is notFor for a key part's field that source s does not read.
 func (p *parser) unusedBy(f fields, field, s string) bool {
 	return p.notFor(f, field, "source "+strconv.Quote(s))
 }

@@ -358,9 +358,7 @@ func (p *parser) array(path string, n *node, lo, hi int) ([]*node, bool) {
 	return n.elems, true
 }
 
-// itemCount reports an array at path whose count of items is not in [lo, hi] (out of line).
-//
-//go:noinline
+// itemCount reports an array at path whose count of items is not in [lo, hi].
 func (p *parser) itemCount(path string, count, lo, hi int) {
 	switch {
 	case count < lo && lo == 1:
@@ -406,9 +404,7 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	return name, true
 }
 
-// badHeaderName reports s, at path, as no valid header name (out of line).
-//
-//go:noinline
+// badHeaderName reports s, at path, as no valid header name.
 func (p *parser) badHeaderName(path, s string) {
 	p.add(path, quote(s)+" is not a valid header name")
 }

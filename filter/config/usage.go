@@ -151,8 +151,6 @@ func parsePointer(s string) ([]string, string) {
 // checkUsage checks a usage cost against the rule's algorithm, once the limiter is built (see
 // checkAlgorithm): the algorithms that cannot give units back or take them beyond their
 // capacity refuse it (adaptive among them), and the reservation must fit the capacity.
-//
-//go:noinline
 func checkUsage(r *Rule) (field, msg string) {
 	if err := algorithms.CheckUsage(r.Algorithm, r.CostSpec.Usage.Max); err != nil {
 		field, msg := algorithmError(err)

@@ -175,8 +175,6 @@ general:
 }
 
 // parseReplies is ParseReplies for every answer, with what is wrong with a malformed one.
-//
-//go:noinline
 func parseReplies(status int, body []byte, id int64, items []Item, out []Answer) (now int64, committed bool, err error) {
 	if status != 200 {
 		return 0, false, statusError(status)

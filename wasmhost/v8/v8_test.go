@@ -323,13 +323,11 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"strings.Map", // strings.ToLower, which header names go through, is compiled: 2.4 KB, 1.5% of configure
 		// The parser's parts for fields a rule does not set, errors and large objects, and
 		// the default deny body's template (written out compiled).
-		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).variant",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).mode",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).scope",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).adaptiveLimit",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).duplicateName",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).redisRequired",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.indexMembers",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).addIndexed",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.compileBody",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).shadowOptions",
@@ -364,7 +362,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).problems",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).invalidJSON",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.checkDocument",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.trailingData",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).ruleConditions",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).ruleCostShadow",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).ruleResponse",
@@ -381,7 +378,6 @@ func TestV8ValidConfigureCompilesNoColdCode(t *testing.T) {
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).checkName",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*parser).overBudget",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.overrideCosts",
-		"github.com/ratelimit-wasm/ratelimit/filter/config.joinQuotedKey",
 		"github.com/ratelimit-wasm/ratelimit/filter/config.(*decoder).fail",
 		"github.com/ratelimit-wasm/ratelimit/algorithms.exactError",
 		"github.com/ratelimit-wasm/ratelimit/filter.joinErrors",
