@@ -162,16 +162,23 @@ func atoi(s string) int {
 	return n
 }
 
-// calloutBody reads the answer to a call of rules global rules, at most 21 bytes per number
-// (20 digits and a comma) for the four of the head and the six of each rule, and room for the
-// JSON around them: anything larger is not a script result.
+// calloutBody reads the answer to a call of rules global rules. A script's result is at most
+// 21 bytes per number (20 digits and a comma) for the four of the head and the six of each
+// rule, with room for the JSON around them; an error reply carries Redis' message, often
+// longer (Redis appends the script's sha and line to its own text, and MISCONF's is over 300
+// bytes), so up to maxErrorReply bytes are read whatever the rules. A larger answer is neither,
+// and what is read of it is malformed: a misrouted answer is not copied whole into the VM.
 func calloutBody(size, rules int) []byte {
 	if size <= 0 {
 		return nil
 	}
-	b, err := abi.GetHttpCallResponseBody(0, min(size, 64+21*(4+6*rules)))
+	b, err := abi.GetHttpCallResponseBody(0, min(size, max(64+21*(4+6*rules), maxErrorReply)))
 	if err != nil {
 		return nil
 	}
 	return b
 }
+
+// maxErrorReply is what calloutBody reads at least: an error reply with Redis' longest
+// messages (a few hundred bytes) fits many times over.
+const maxErrorReply = 4096

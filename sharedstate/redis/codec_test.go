@@ -391,6 +391,7 @@ func TestParseReply(t *testing.T) {
 		{200, "{\"EVALSHA\":[false,\"bad utf8 \xff\"]}", is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"x",1]}`, is(redis.ErrMalformed)},
 		{200, `{"EVALSHA":[false,"\u12"]}`, is(redis.ErrMalformed)},
+		{200, `{"EVALSHA":[false,"lone \ud83d surrogate"]}`, is(redis.ErrMalformed)},
 	}
 	for _, c := range bad {
 		got, err := redis.ParseReply(c.status, []byte(c.body))

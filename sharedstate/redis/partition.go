@@ -112,15 +112,11 @@ func ParseSecret(status int, body []byte) (Secret, error) {
 }
 
 // secretReplyError is the error of an answer to a secret call that is not a secret: Redis's
-// error ({"EVAL":[false,"<message>"]}), or ErrMalformed. It is out of ParseSecret's line: an
-// answer is nearly always the secret.
+// error ({"EVAL":[false,"<message>"]}, or [false] as ParseReplies reads it), or ErrMalformed.
+// It is out of ParseSecret's line: an answer is nearly always the secret.
 func secretReplyError(body []byte) error {
-	const head = `{"EVAL":[false,`
-	if len(body) > len(head) && string(body[:len(head)]) == head {
-		p := parser{b: body, i: len(head)}
-		if msg, ok := p.string(); ok && string(body[p.i:]) == "]}" {
-			return &Error{Message: msg}
-		}
+	if p := (parser{b: body}); p.literal(`{"EVAL":[false`) {
+		return p.errorReply()
 	}
 	return malformed("want {\"EVAL\":\"<32 hex digits>\"}")
 }

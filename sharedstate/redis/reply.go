@@ -3,11 +3,9 @@ package redis
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf16"
-	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
 
@@ -420,67 +418,24 @@ func (p *parser) integer() (int64, bool) {
 	return int64(v), true
 }
 
-// string reads and decodes a JSON string (an error message). Invalid escapes, raw control
-// characters and invalid UTF-8 are rejected.
+// string reads a JSON string (an error message) and decodes it with jsontext, which rejects
+// invalid escapes, raw control characters, invalid UTF-8 and a lone surrogate's escape.
 func (p *parser) string() (string, bool) {
+	start := p.i
 	if !p.literal(`"`) {
 		return "", false
 	}
-	var out []byte
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
+	// The string ends at the first quote that no backslash escapes.
+	for ; p.i < len(p.b) && p.b[p.i] != '"'; p.i++ {
+		if p.b[p.i] == '\\' {
 			p.i++
-			return string(out), true
-		case c < 0x20:
-			return "", false
-		case c == '\\':
-			if p.i+1 >= len(p.b) {
-				return "", false
-			}
-			e := p.b[p.i+1]
-			p.i += 2
-			switch k := strings.IndexByte(`"\/bfnrt`, e); {
-			case k >= 0:
-				out = append(out, "\"\\/\b\f\n\r\t"[k])
-			case e == 'u':
-				r, ok := p.hex4()
-				if !ok {
-					return "", false
-				}
-				if utf16.IsSurrogate(r) {
-					// A surrogate pair is two escapes; a lone half decodes to U+FFFD.
-					lo := utf8.RuneError
-					if p.literal(`\u`) {
-						if lo, ok = p.hex4(); !ok {
-							return "", false
-						}
-					}
-					r = utf16.DecodeRune(r, lo)
-				}
-				out = utf8.AppendRune(out, r)
-			default:
-				return "", false
-			}
-		default:
-			r, size := utf8.DecodeRune(p.b[p.i:])
-			if r == utf8.RuneError && size == 1 {
-				return "", false
-			}
-			out = append(out, p.b[p.i:p.i+size]...)
-			p.i += size
 		}
 	}
-	return "", false
-}
-
-// hex4 reads the four hex digits of a \u escape.
-func (p *parser) hex4() (rune, bool) {
-	if len(p.b)-p.i < 4 {
-		return 0, false
+	if p.i >= len(p.b) {
+		p.i = len(p.b)
+		return "", false
 	}
-	r, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 16)
-	p.i += 4
-	return rune(r), err == nil
+	p.i++
+	s, err := jsontext.AppendUnquote(nil, p.b[start:p.i])
+	return string(s), err == nil
 }

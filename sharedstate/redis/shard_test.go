@@ -209,7 +209,10 @@ func TestPartitionSecret(t *testing.T) {
 	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false,"ERR x \"y\""]}`)); !errors.As(err, &rerr) || rerr.Message != `ERR x "y"` {
 		t.Errorf("an error reply: %v", err)
 	}
-	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false,"ERR x"]} `)); !errors.Is(err, redis.ErrMalformed) {
+	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false]}`)); !errors.As(err, &rerr) || rerr.Message != "" {
+		t.Errorf("an error reply whose message webdis dropped: %v", err)
+	}
+	if _, err := redis.ParseSecret(200, []byte(`{"EVAL":[false,"ERR x"]} x`)); !errors.Is(err, redis.ErrMalformed) {
 		t.Errorf("an error reply with trailing data: %v", err)
 	}
 }
