@@ -184,23 +184,12 @@ func (h *httpContext) usageHeaders(endOfStream bool) {
 			continue
 		}
 		if v, err := abi.GetHttpResponseHeader(s.spec.Header); err == nil {
-			s.value, s.reported = parseUsage(v)
+			s.value, s.reported = config.ParseDecimal(v)
 		}
 	}
 	if endOfStream {
 		h.endUsageBody()
 	}
-}
-
-// parseUsage reads a non-negative decimal integer (at most 18 digits), allowing surrounding
-// spaces and tabs.
-func parseUsage(s string) (int64, bool) {
-	s = strings.Trim(s, " \t")
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n >= 0 && s[0] != '+'
 }
 
 // OnHttpResponseBody scans a chunk of the response body for the stream's usage; the chunk

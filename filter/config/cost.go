@@ -33,13 +33,21 @@ func (cs *CostSpec) headerCost(req Request) int64 {
 	return n
 }
 
-// parseCost reads a positive decimal integer no larger than max, allowing surrounding
-// spaces and tabs; a sign is refused.
+// parseCost reads a cost header's value: a decimal integer from 1 to max (ParseDecimal).
 func parseCost(s string, max int64) (int64, bool) {
+	n, ok := ParseDecimal(s)
+	return n, ok && n > 0 && n <= max
+}
+
+// ParseDecimal reads a header's non-negative decimal integer: digits only, no sign, at most
+// 18 of them (so that it fits an int64), with spaces and tabs around them ignored. The value
+// comes from a client or an upstream, so a bad one allocates nothing: it is checked before
+// strconv reads it.
+func ParseDecimal(s string) (int64, bool) {
 	s = strings.Trim(s, " \t")
-	if s == "" || !isDigit(s[0]) {
+	if s == "" || len(s) > 18 || digitsLen(s) != len(s) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n > 0 && n <= max
+	return n, err == nil
 }

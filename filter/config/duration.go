@@ -38,8 +38,7 @@ func durationUnit(unit string) (uint64, bool) {
 	return 0, false
 }
 
-// notADuration is parseDuration's message for text that is not a duration at all (out of
-// line).
+// notADuration is parseDuration's message for text that is not a duration at all.
 func notADuration(orig string) string {
 	return quote(orig) + ` is not a duration (want e.g. "500ms", "1m30s", "1d")`
 }
@@ -100,6 +99,9 @@ func parseDurationFull(orig string) (time.Duration, string) {
 		if n == 0 || s[:n] == "." {
 			return 0, notADuration(orig)
 		}
+		if n < len(s) && s[n] == '.' {
+			return 0, quote(orig) + " has a number with two decimal points"
+		}
 		u := n
 		for u < len(s) && s[u] != '.' && !isDigit(s[u]) {
 			u++
@@ -125,17 +127,18 @@ func parseDurationFull(orig string) (time.Duration, string) {
 }
 
 // termNanos returns a number ("90", "1.5", ".25") of units in nanoseconds, truncated to a
-// whole nanosecond, in exact integer arithmetic: the whole part times the unit, plus the
-// fraction's digits times the unit divided by 10 to the number of digits. Digits past the
-// 19th are dropped: together they are worth less than a nanosecond of any unit (a day is
-// under 10^14 ns). It reports false when the value does not fit in an int64.
+// whole nanosecond, in integer arithmetic: the whole part times the unit, plus the fraction's
+// digits times the unit divided by 10 to the number of digits. Digits past the 19th are
+// dropped: together they are worth less than a nanosecond of any unit (a day is under 10^14
+// ns), so the result is at most 1 ns short. It reports false when the value does not fit in
+// an int64.
 func termNanos(number string, unit uint64) (uint64, bool) {
 	whole, frac, _ := strings.Cut(number, ".")
 	var v uint64
 	if whole != "" {
 		w, err := strconv.ParseUint(whole, 10, 64)
 		hi, lo := bits.Mul64(w, unit)
-		if err != nil || hi != 0 {
+		if err != nil || hi != 0 || lo > 1<<63-1 {
 			return 0, false
 		}
 		v = lo
@@ -151,9 +154,12 @@ func termNanos(number string, unit uint64) (uint64, bool) {
 		}
 		hi, lo := bits.Mul64(f, unit) // f < pow, so hi < pow and the quotient fits
 		q, _ := bits.Div64(hi, lo, pow)
+		if q > 1<<63-1-v {
+			return 0, false
+		}
 		v += q
 	}
-	return v, v <= 1<<63-1
+	return v, true
 }
 
 // digitsLen returns the number of leading decimal digits of s.

@@ -178,6 +178,7 @@ var invalidCases = []invalidCase{
 	{"key on_duplicate on query unknown", oneRule(tb + `,"key":[{"source":"query","name":"x","on_duplicate":"join"}]`), []string{`rules[0].key[0].on_duplicate: "join" is not one of reject, first, last`}, schemaRejects},
 	{"key query name empty", oneRule(tb + `,"key":[{"source":"query","name":""}]`), []string{"rules[0].key[0].name: must not be empty"}, schemaRejects},
 	{"key header name", oneRule(tb + `,"key":[{"source":"header","name":"x:y"}]`), []string{`rules[0].key[0].name: "x:y" is not a valid header name`}, schemaRejects},
+	{"key header name lower-cased to ASCII", oneRule(tb + `,"key":[{"source":"header","name":"x-\u212a"}]`), []string{"rules[0].key[0].name: \"x-\u212a\" is not a valid header name"}, schemaRejects},
 	{"key too long", oneRule(tb + `,"key":[` + strings.Repeat(`{"source":"path"},`, 16) + `{"source":"path"}]`), []string{"rules[0].key: has 17 items; the maximum is 16"}, schemaRejects},
 
 	// Match.
@@ -203,6 +204,7 @@ var invalidCases = []invalidCase{
 	{"deny placeholder", `{"deny":{"body":"wait %RETRYAFTER%s"},"rules":[{"name":"r",` + tb + `}]}`, []string{`deny.body: unknown placeholder "%RETRYAFTER%" (known: %RULE%, %RETRY_AFTER%)`}, schemaAccepts},
 	{"deny reserved header", `{"deny":{"headers":{"Retry-After":"5"}},"rules":[{"name":"r",` + tb + `}]}`, []string{"deny.headers.Retry-After: cannot be set here: set by the filter"}, schemaRejects},
 	{"deny header name", `{"deny":{"headers":{"a b":"5"}},"rules":[{"name":"r",` + tb + `}]}`, []string{`deny.headers["a b"]: "a b" is not a valid header name`}, schemaRejects},
+	{"deny header name lower-cased to ASCII", `{"deny":{"headers":{"x-\u0130":"5"}},"rules":[{"name":"r",` + tb + `}]}`, []string{`deny.headers["x-İ"]: "x-İ" is not a valid header name`}, schemaRejects},
 	{"deny header value", `{"deny":{"headers":{"x-a":"1\r\nset-cookie: a=b"}},"rules":[{"name":"r",` + tb + `}]}`, []string{`deny.headers.x-a: "1\r\nset-cookie: a=b" contains control characters`}, schemaAccepts},
 	{"deny header duplicate", `{"deny":{"headers":{"X-A":"1","x-a":"2"}},"rules":[{"name":"r",` + tb + `}]}`, []string{`deny.headers.x-a: duplicate of header "X-A" (header names are case-insensitive)`}, schemaAccepts},
 	{"deny headers type", `{"deny":{"headers":["x"]},"rules":[{"name":"r",` + tb + `}]}`, []string{"deny.headers: want an object of header names to values, got an array"}, schemaRejects},

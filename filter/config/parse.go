@@ -78,7 +78,7 @@ func hasPrintableASCII(data []byte) bool {
 }
 
 // keyGroup returns the key group of the first of rules whose key is key, or group when none
-// is (out of line: only a configuration of several rules compiles the comparison).
+// is.
 func keyGroup(rules []*Rule, key []KeyPart, group int) int {
 	for _, prev := range rules {
 		if slices.Equal(prev.Key, key) {
@@ -497,8 +497,7 @@ func (p *parser) algorithm(path string, f fields, r *Rule) {
 	}
 }
 
-// addAt records a problem at path's relative path fpath, such as "adaptive.interval" (out of
-// line).
+// addAt records a problem at path's relative path fpath, such as "adaptive.interval".
 func (p *parser) addAt(path, fpath, msg string) {
 	p.add(path+"."+fpath, msg)
 }
@@ -1110,7 +1109,7 @@ func (p *parser) deny(of fields, dst **Deny) {
 				why, reserved := reservedDenyHeader(name)
 				prev, dup := seen[name]
 				switch {
-				case !isToken(name):
+				case !isToken(m.key): // before lower-casing, as in headerName
 					p.badHeaderName(mpath, m.key)
 				case reserved:
 					p.add(mpath, "cannot be set here: "+why)

@@ -396,12 +396,13 @@ func (p *parser) headerName(path string, n *node) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	name := strings.ToLower(s)
-	if !isToken(strings.TrimPrefix(name, ":")) {
+	// The name is checked before it is lower-cased: strings.ToLower turns some non-ASCII
+	// letters into ASCII ones (the Kelvin sign into "k").
+	if !isToken(strings.TrimPrefix(s, ":")) {
 		p.badHeaderName(path, s)
 		return "", false
 	}
-	return name, true
+	return strings.ToLower(s), true
 }
 
 // badHeaderName reports s, at path, as no valid header name.

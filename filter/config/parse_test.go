@@ -201,6 +201,7 @@ func TestDurations(t *testing.T) {
 		{"2.5h30.5m", 2*time.Hour + 60*time.Minute + 30*time.Second},
 		{"5.s", 5 * time.Second},
 		{"106751d23h47m16.854775807s", 1<<63 - 1},
+		{"9223372036.854775807999s", 1<<63 - 1},
 	}
 	for _, tc := range ok {
 		got, err := durationOf(tc.in)
@@ -225,7 +226,7 @@ func TestDurations(t *testing.T) {
 		{"1 s", `"1 s" has unknown unit " s" (want ns, us, ms, s, m, h or d)`},
 		{"1S", `"1S" has unknown unit "S" (want ns, us, ms, s, m, h or d)`},
 		{"1h30", `"1h30" ends in a number with no unit`},
-		{"1..5s", `"1..5s" ends in a number with no unit`},
+		{"1..5s", `"1..5s" has a number with two decimal points`},
 		{"2562048h", `"2562048h" is too large`},
 		{"106752d", `"106752d" is too large`},
 		{"9223372036854775808ns", `"9223372036854775808ns" is too large`},
@@ -233,7 +234,10 @@ func TestDurations(t *testing.T) {
 		{"2562047h2562047h", `"2562047h2562047h" is too large`},
 		{"106751d23h47m16.854775808s", `"106751d23h47m16.854775808s" is too large`},
 		{"18446744073709551616ns", `"18446744073709551616ns" is too large`},
-		{"1.2.3s", `"1.2.3s" ends in a number with no unit`},
+		{"1.2.3s", `"1.2.3s" has a number with two decimal points`},
+		{"18446744073.999999999s", `"18446744073.999999999s" is too large`},
+		{"18446744073709551.999us", `"18446744073709551.999us" is too large`},
+		{"9223372036.854775808s", `"9223372036.854775808s" is too large`},
 		{"1s.", `"1s." is not a duration (want e.g. "500ms", "1m30s", "1d")`},
 	}
 	for _, tc := range bad {
