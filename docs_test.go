@@ -123,6 +123,37 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// The docs name the repository's files to read or edit, in backquotes; a renamed, moved or
+// removed file leaves a maintainer with a path to nothing. Every backquoted relative path of
+// the README and docs that names a file of the repository (it has a '/' and ends in .go, .md,
+// .json, .sh, .lua or .yaml, optionally with a ":line") must exist, from the repository's root
+// or from the doc's directory. Placeholders ("algorithms/<name>.go") and globs are skipped.
+func TestDocsCiteExistingPaths(t *testing.T) {
+	docs, _ := filepath.Glob("docs/*.md")
+	docs = append(docs, "README.md", "wasmhost/README.md")
+	codeRe := regexp.MustCompile("(?s)```.*?```")
+	pathRe := regexp.MustCompile("`([^`\\s]*/[^`\\s]*\\.(?:go|md|json|sh|lua|yaml))(?::[0-9]+)?`")
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range pathRe.FindAllStringSubmatch(codeRe.ReplaceAllString(string(b), ""), -1) {
+			path := m[1]
+			if strings.HasPrefix(path, "/") || strings.Contains(path, "://") || strings.ContainsAny(path, "<>*") {
+				continue
+			}
+			if _, err := os.Stat(path); err == nil {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), path)); err == nil {
+				continue
+			}
+			t.Errorf("%s cites %s, which does not exist", doc, path)
+		}
+	}
+}
+
 // The README is what a user reads first and BENCHMARKS one page of today's figures: each stays
 // within its length, so that reference that does not fit goes to docs/.
 func TestDocsFitTheirLength(t *testing.T) {

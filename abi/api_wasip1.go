@@ -35,7 +35,7 @@ const (
 
 // statusError maps a host status code to the SDK's error values, so that errors.Is works the
 // same in the wasip1 and the native build. It is inlined: a host call that succeeds, as nearly
-// all do, costs a comparison; statusFailure maps the other statuses out of line.
+// all do, costs a comparison; statusFailure, a call of its own, maps the other statuses.
 func statusError(st uint32) error {
 	if st == statusOK {
 		return nil

@@ -14,7 +14,7 @@ import (
 
 // A configuration change never hands a client allowance it did not have: each row of
 // filtertest.ConfigChangeRows exhausts (or uses) a key under one rule, then asks under the
-// changed rule on the same store. The emulator module's moduletest runs the same rows against
+// changed rule on the same store. wasmhost/moduletest runs the same rows against
 // the compiled module on one shared data.
 func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
 	for _, row := range filtertest.ConfigChangeRows {
@@ -99,7 +99,7 @@ func TestHeadersAfterConfigChangeStayInBoundsNative(t *testing.T) {
 // An override changes the parameters a key is decided under, not where its state is: adding,
 // re-spelling, narrowing or removing an override grants a key that has used its allowance
 // nothing (filtertest.OverrideChangeConfigs, at one instant), for local rules on one shared
-// store and for global rules on one Redis. The emulator module's moduletest runs the same
+// store and for global rules on one Redis. wasmhost/moduletest runs the same
 // configurations against the compiled module.
 func TestOverrideChangeNeverGrantsAllowance(t *testing.T) {
 	for _, algo := range filtertest.OverrideChangeAlgorithms {

@@ -13,7 +13,7 @@ import (
 // A request denied by any rule is charged nothing on the others, for global rules and for
 // local and global rules mixed, natively under the SDK's emulator with a real webdis and
 // redis-server: the native driver relays the filter's callout to webdis over HTTP and hands the
-// answer back, so it sees exactly what Redis decided. The emulator module's moduletest runs the
+// answer back, so it sees exactly what Redis decided. wasmhost/moduletest runs the
 // same cases (filtertest.MultiRuleCases) against the compiled module.
 
 func TestGlobalNativeDeniedRequestChargesNothing(t *testing.T) {

@@ -146,7 +146,7 @@ func TestGlobalNativePartitioned(t *testing.T) {
 }
 
 // TestGlobalNativePartitionedShardDown runs filtertest.CheckShardDown natively, every call
-// relayed to the shards' webdis; the emulator module's moduletest runs it against the
+// relayed to the shards' webdis; wasmhost/moduletest runs it against the
 // compiled module.
 func TestGlobalNativePartitionedShardDown(t *testing.T) {
 	srv := redistest.StartSharded(t, 3)

@@ -16,7 +16,7 @@ import (
 
 // The global path natively, under the SDK's emulator: the callout the filter sends, and what it
 // does with each kind of answer. The same behaviours run against real webdis and Redis in
-// the emulator module's wasmhost/moduletest/global_test.go.
+// wasmhost/moduletest/global_test.go.
 
 const nativeGlobalConfig = `{"redis":{"cluster":"webdis","authority":"webdis.local","timeout":"40ms","failure_mode":"%s"},
 	"rules":[{"name":"g","scope":"global","key":[{"source":"header","name":"x-api-key"}],
@@ -246,8 +246,8 @@ func (d answeringDriver) Do(t *testing.T, at time.Time, s step) outcome {
 		FilterState: state}
 }
 
-// TestGlobalAnswersNative runs filtertest.AnswerCases natively; the emulator module's
-// moduletest runs them against the compiled module.
+// TestGlobalAnswersNative runs filtertest.AnswerCases natively; wasmhost/moduletest runs
+// them against the compiled module (TestGlobalAnswersWasm).
 func TestGlobalAnswersNative(t *testing.T) {
 	for _, c := range filtertest.AnswerCases {
 		t.Run(c.Name, func(t *testing.T) {

@@ -864,7 +864,7 @@ func (l overflowLeaseDriver) Metric(_ *testing.T, name string) int64 {
 
 // TestGlobalLeaseNeverOnOverflowKey checks natively that a lease is never taken on a global
 // rule's overflow key (filtertest.OverflowLeaseCase.CheckNeverOnOverflowKey), and that the VM
-// holds no units for a client decided there; the emulator module's moduletest runs the same
+// holds no units for a client decided there; wasmhost/moduletest runs the same
 // cases against the compiled module.
 func TestGlobalLeaseNeverOnOverflowKey(t *testing.T) {
 	srv := redistest.Start(t)
@@ -893,7 +893,7 @@ func TestGlobalLeaseNeverOnOverflowKey(t *testing.T) {
 // A denial decided on the overflow key is not the key's own: the over-limit cache does not
 // keep it. Once the key table has room again the client gets a key of its own, and the exact
 // decision (a callout) admits it, where a cached overflow denial would deny it on the proxy for
-// the overflow key's whole wait. The emulator module's moduletest runs the same sequence
+// the overflow key's whole wait. wasmhost/moduletest runs the same sequence
 // against the compiled module on Redis's real clock.
 func TestOverLimitCacheKeepsNoOverflowDenial(t *testing.T) {
 	srv := redistest.Start(t)

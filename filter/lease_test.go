@@ -164,7 +164,7 @@ func (l nativeLeaseDriver) Metric(t *testing.T, name string) int64 {
 }
 
 // TestLeaseWritesPerRequest checks what leases are for on a hot key below its limit, natively
-// (filtertest.WritesCase.CheckWritesPerRequest); the emulator module's moduletest checks the
+// (filtertest.WritesCase.CheckWritesPerRequest); wasmhost/moduletest checks the
 // same cases against the compiled module.
 func TestLeaseWritesPerRequest(t *testing.T) {
 	for _, c := range filtertest.WritesCases {
@@ -329,7 +329,7 @@ func checkLeaseAdmits(t *testing.T, tr filtertest.LeaseTraffic) {
 }
 
 // TestLeaseAdmitsPacedTraffic runs filtertest.PacedLeaseTraffic natively on local rules, for
-// every algorithm a lease applies to; the emulator module's moduletest runs the same patterns
+// every algorithm a lease applies to; wasmhost/moduletest runs the same patterns
 // against the compiled module.
 func TestLeaseAdmitsPacedTraffic(t *testing.T) {
 	for _, tr := range filtertest.PacedLeaseTraffic(filtertest.LeaseAlgorithms) {
@@ -361,7 +361,7 @@ func (l nativeLeaseDriver) AdmitU(_ *testing.T, v string) bool { return l.do(0, 
 // TestLocalLeaseMapFullDecidesExactly is TestLeaseMapFullDecidesExactly for a local rule
 // (filtertest.CheckLeaseMapFull): with the VM's lease map full of other keys' unexpired
 // leases, the rule's key is decided exactly and admits its whole limit, and the map stays
-// bounded. The emulator module's moduletest runs the same check against the compiled module.
+// bounded. wasmhost/moduletest runs the same check against the compiled module.
 func TestLocalLeaseMapFullDecidesExactly(t *testing.T) {
 	require.Equal(t, maxHeld, filtertest.LeaseMapKeys)
 	l := newLeaseVMs(t, filtertest.LeaseMapFullConfig, 1)

@@ -35,9 +35,6 @@ type ruleMetrics struct {
 // ";<label>=<value>" ("ratelimit_requests_total;rule=login;decision=denied"), which Envoy's tag
 // extraction (stats_config.stats_tags) turns into labels for Prometheus. Rule names are
 // [A-Za-z0-9_.-], so they never contain ';'.
-//
-// statName and defineCounter are not inlined: inlined copies at the thirty call sites would be
-// most of defineMetrics' 17 KB in the module.
 func statName(metric, rule string, labels ...string) string {
 	n := metric + ";rule=" + rule
 	for i := 0; i+1 < len(labels); i += 2 {

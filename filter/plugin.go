@@ -312,7 +312,7 @@ func ruleError(i int, what string, err error) error {
 	return &wrappedError{prefix: "rules[" + strconv.Itoa(i) + "]" + what + ": ", err: err}
 }
 
-// wrapError wraps err as prefix + err's message, out of configure's line like ruleError.
+// wrapError wraps err as prefix + err's message.
 func wrapError(prefix string, err error) error {
 	return &wrappedError{prefix: prefix, err: err}
 }

@@ -72,7 +72,7 @@ func (r *request) reset() {
 	r.clientIP.Reset()
 }
 
-// clearHeaders empties the header cache (out of line, see doc.go).
+// clearHeaders empties the header cache, so that the next request reads its headers anew.
 func (r *request) clearHeaders() {
 	// Entry by entry, last first: clear(r.headers) and a forward loop both become a call of
 	// runtime.memclrHasPointers, about 0.3 us in a Wasm VM for the one or two entries. Cleared,

@@ -10,7 +10,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// The scenario types and helpers come from filtertest, which the emulator module's tests of
+// The scenario types and helpers come from filtertest, which wasmhost/moduletest's tests of
 // the compiled module share; these short names keep the native tests readable.
 type (
 	step    = filtertest.Step

@@ -57,7 +57,7 @@ func (d storeFailureDriver) FailStore(rule string, reads, writes bool) {
 
 // A shadow rule never denies, not even when its store fails under top-level failure_mode
 // "deny", while an enforced rule still does (filtertest.StoreFailure.CheckShadowNeverDenies);
-// the emulator module's moduletest runs the same checks against the compiled module.
+// wasmhost/moduletest runs the same checks against the compiled module.
 func TestShadowRuleStoreFailureNeverDenies(t *testing.T) {
 	for _, f := range filtertest.StoreFailures {
 		t.Run(f.Name, func(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// The key table's promises through the whole filter under proxytest; the emulator module's
-// moduletest checks filtertest.TableCases against the compiled module too.
+// The key table's promises through the whole filter under proxytest; wasmhost/moduletest
+// checks filtertest.TableCases against the compiled module too.
 
 type nativeTableDriver struct{ *nativeDriver }
 
@@ -73,8 +73,8 @@ func TestKeyTableMaxKeysChange(t *testing.T) {
 		return fmt.Sprintf(`{"rules":[{"name":"k","key":[{"source":"header","name":"x-k"}],"max_keys":%d,%s}]}`, maxKeys, algo)
 	}
 	// Ten exhausted clients: under a plain formula (digest mod max_keys) a key would keep its
-	// slot across 10000 -> 5000 only by chance (one in two), so some of them would be reset. The
-	// emulator module's moduletest also runs both configurations side by side.
+	// slot across 10000 -> 5000 only by chance (one in two), so some of them would be reset.
+	// wasmhost/moduletest also runs both configurations side by side.
 	const clients = 10
 	exhaust := func(t *testing.T, d driver) {
 		for c := range clients {

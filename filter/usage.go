@@ -39,13 +39,13 @@ type usageMetrics struct {
 	failures uint64 // this VM's settlements of the rule that could not be written
 }
 
-// keepKey keeps the key a usage rule was decided on, for its settlement (out of decideFrom's
-// line, see doc.go).
+// keepKey copies key, the one a usage rule was decided on, into a's own buffer for the
+// rule's settlement.
 func (a *applied) keepKey(key []byte) { a.key = append(a.key[:0], key...) }
 
 // newUsageRule returns the usage machinery of rule r, nil for a rule without a usage cost.
 // An override's shares the metrics of of, its rule's; a rule's own (of nil) are defined by
-// prepareUsage. It is kept out of configure's line (see doc.go).
+// prepareUsage.
 func newUsageRule(r *config.Rule, of *usageRule) *usageRule {
 	if r.CostSpec.Usage == nil {
 		return nil

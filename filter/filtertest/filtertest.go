@@ -1,6 +1,6 @@
 // Package filtertest holds the filter's user-visible scenarios as data, so that one definition
 // runs natively (package filter, through the proxy-wasm SDK's proxytest emulator) and against
-// the compiled module (the emulator module's wasmhost/moduletest package, in the wazero host).
+// the compiled module (wasmhost/moduletest, in the wazero host).
 // It depends on the standard library and the product's own packages alone (no test framework),
 // so the product module gains no dependency from it, and only tests import it.
 package filtertest

@@ -56,8 +56,9 @@ func scriptCommands(t testing.TB) []string {
 
 // aclCommands returns the commands an ACL rule list allows one by one (its "+<command>"
 // fields), lower-case and sorted, repeats kept; a quoted field (as on a shell command line)
-// counts without its quotes. It fails the test when the list does not start from -@all, without
-// which the commands would not be all the user may run.
+// counts without its quotes. It fails the test when the list does not start from -@all (or
+// its alias nocommands) before every "+" field: Redis applies the rules in order, so a -@all
+// after "+get" takes GET away again, and without any -@all the user keeps what it had.
 func aclCommands(t *testing.T, where, acl string) []string {
 	t.Helper()
 	var cmds []string
@@ -65,9 +66,15 @@ func aclCommands(t *testing.T, where, acl string) []string {
 	for _, f := range strings.Fields(acl) {
 		f = strings.Trim(f, `'"`)
 		switch {
-		case f == "-@all":
+		case f == "-@all" || f == "nocommands":
+			if denyAll && len(cmds) > 0 {
+				t.Errorf("%s: another %s comes after %q, which it takes away: %q", where, f, cmds, acl)
+			}
 			denyAll = true
 		case strings.HasPrefix(f, "+"):
+			if !denyAll {
+				t.Errorf("%s: %s comes before any -@all: %q", where, f, acl)
+			}
 			cmds = append(cmds, strings.ToLower(f[1:]))
 		}
 	}

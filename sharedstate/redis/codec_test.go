@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 	"github.com/ratelimit-wasm/ratelimit/sharedstate/redis"
 )
@@ -556,6 +557,56 @@ func BenchmarkAppendEvalSHAParseReply(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkParseReplies decodes a two-rule answer with ParseReplies and, for comparison, reads
+// the same answer's tokens with a jsontext.Decoder, new or reused through Reset; the decoder
+// reads the values only, without ParseReplies' checks against the request.
+func BenchmarkParseReplies(b *testing.B) {
+	fw := mustRule(b, algorithms.Config{Algorithm: "fixed_window", Limit: 2, Window: time.Hour})
+	gcra := mustRule(b, algorithms.Config{Algorithm: "gcra", Limit: 20, Window: time.Hour})
+	items := []redis.Item{{Rule: fw, Key: []byte("a")}, {Rule: gcra, Key: []byte("b"), Shadow: true}}
+	out := make([]redis.Answer, 2)
+	body := []byte(`{"EVALSHA":[7,8,1,9007199254740991,1,2,1,0,5,0,0,20,0,9,10,1]}`)
+	b.Run("parser", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := redis.ParseReplies(200, body, redis.TestCallID, items, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	var v [16]int64
+	read := func(b *testing.B, d *jsontext.Decoder) {
+		for range 3 { // {"EVALSHA":[
+			if _, err := d.ReadToken(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := 0; d.PeekKind() == '0'; i++ {
+			tok, err := d.ReadToken()
+			if err != nil {
+				b.Fatal(err)
+			}
+			v[i], _ = tok.Int()
+		}
+	}
+	b.Run("jsontext-new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			read(b, jsontext.NewDecoder(bytes.NewReader(body)))
+		}
+	})
+	b.Run("jsontext-reset", func(b *testing.B) {
+		r := bytes.NewReader(nil)
+		d := jsontext.NewDecoder(r)
+		b.ReportAllocs()
+		for b.Loop() {
+			r.Reset(body)
+			d.Reset(r)
+			read(b, d)
+		}
+	})
 }
 
 func BenchmarkAppendKeyLong(b *testing.B) {
