@@ -1,8 +1,10 @@
 package config
 
 import (
+	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/ratelimit-wasm/ratelimit/algorithms"
 )
@@ -127,25 +129,21 @@ func (p *parser) usageSource(path string, n *node, u *UsageSpec) bool {
 	return true
 }
 
-// parsePointer splits a JSON pointer (RFC 6901) into its reference tokens, unescaping ~1 and
-// ~0, or returns what is wrong with it. The whole document ("") is no usage.
+// parsePointer splits a JSON pointer (RFC 6901) into its reference tokens, unescaped by
+// jsontext, or returns what is wrong with it. The whole document ("") is no usage.
 func parsePointer(s string) ([]string, string) {
-	if s == "" || s[0] != '/' {
+	p := jsontext.Pointer(s)
+	switch {
+	case s == "" || s[0] != '/':
 		return nil, `is no JSON pointer to a value: it must start with "/" (for example "/usage/total_tokens")`
+	case !p.IsValid():
+		return nil, `has a "~" that is not "~0" or "~1"`
 	}
-	parts := strings.Split(s[1:], "/")
-	if len(parts) > maxPointerTokens {
+	tokens := slices.Collect(p.Tokens())
+	if len(tokens) > maxPointerTokens {
 		return nil, "has more than " + strconv.Itoa(maxPointerTokens) + " reference tokens"
 	}
-	for i, t := range parts {
-		for j := 0; j < len(t); j++ {
-			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
-				return nil, `has a "~" that is not "~0" or "~1"`
-			}
-		}
-		parts[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
-	}
-	return parts, ""
+	return tokens, ""
 }
 
 // checkUsage checks a usage cost against the rule's algorithm, once the limiter is built (see
