@@ -208,7 +208,7 @@ func run() error {
 	})
 	cancel()
 	if err != nil {
-		return err
+		return withoutVMLog(err, level)
 	}
 
 	l, err := net.Listen("tcp", *listen)
@@ -326,6 +326,17 @@ type envoyOptions struct {
 	logLevel, pollMode string
 }
 
+// withoutVMLog is a start-up error without the VM log lines it carries, when the host has
+// already written them to stderr as they came (a log level of warn or below), so that a
+// refused configuration's errors are printed once.
+func withoutVMLog(err error, level wasmhost.LogLevel) error {
+	msg, _, cut := strings.Cut(err.Error(), "\nVM log:")
+	if !cut || level > wasmhost.LogWarn {
+		return err
+	}
+	return errors.New(msg)
+}
+
 // runEnvoy serves an Envoy bootstrap until SIGINT or SIGTERM.
 func runEnvoy(o envoyOptions) error {
 	level, ok := wasmhost.ParseLogLevel(o.logLevel)
@@ -392,7 +403,7 @@ func runEnvoy(o envoyOptions) error {
 	})
 	cancel()
 	if err != nil {
-		return err
+		return withoutVMLog(err, level)
 	}
 
 	fmt.Printf("ratelimit-host: serving %s with %d worker VM(s) per filter\n", o.path, o.workers)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
 	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 )
 
@@ -121,5 +123,21 @@ func TestPluginConfigModeClusterNeedsAScheme(t *testing.T) {
 	}
 	if _, err := clusterURLs([]string{"webdis"}); err == nil {
 		t.Fatal("a value without '=' was accepted")
+	}
+}
+
+// A refused configuration's VM log is printed once: the host writes it to stderr as it comes,
+// so the start-up error drops its copy, unless the log level hid the warnings.
+func TestStartErrorWithoutVMLog(t *testing.T) {
+	err := errors.New("wasmhost: canary: proxy_on_configure returned false\nVM log:\n\t[critical] bad rule")
+	if got := withoutVMLog(err, wasmhost.LogInfo).Error(); got != "wasmhost: canary: proxy_on_configure returned false" {
+		t.Errorf("at info: %q", got)
+	}
+	if got := withoutVMLog(err, wasmhost.LogError); got != err {
+		t.Errorf("at error the warnings were not printed, so the log stays: %q", got)
+	}
+	plain := errors.New("listen tcp: address already in use")
+	if got := withoutVMLog(plain, wasmhost.LogInfo); got != plain {
+		t.Errorf("an error without a VM log changed: %q", got)
 	}
 }
