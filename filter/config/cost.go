@@ -40,12 +40,18 @@ func parseCost(s string, max int64) (int64, bool) {
 }
 
 // ParseDecimal reads a header's non-negative decimal integer: digits only, no sign, at most
-// 18 of them (so that it fits an int64), with spaces and tabs around them ignored. The value
-// comes from a client or an upstream, so a bad one allocates nothing: it is checked before
-// strconv reads it.
+// 18 of them after leading zeros (so that it fits an int64), with spaces and tabs around them
+// ignored. The value comes from a client or an upstream, so a bad one allocates nothing: it is
+// checked before strconv reads it.
 func ParseDecimal(s string) (int64, bool) {
 	s = strings.Trim(s, " \t")
-	if s == "" || len(s) > 18 || digitsLen(s) != len(s) {
+	if s == "" || digitsLen(s) != len(s) {
+		return 0, false
+	}
+	if s = strings.TrimLeft(s, "0"); s == "" {
+		return 0, true
+	}
+	if len(s) > 18 {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
