@@ -26,14 +26,12 @@ func TestOutOfLineCommentsMatchInlining(t *testing.T) {
 	// The module's packages that the .wasm links, and no others: the test-support packages
 	// (filtertest, storetest) import testing and testify, whose wasip1 compile (net/http, TLS)
 	// the .wasm's build never does.
-	list := exec.Command("go", "list", "-deps", "-f",
-		`{{with .Module}}{{if eq .Path "github.com/ratelimit-wasm/ratelimit"}}{{$.ImportPath}}{{end}}{{end}}`, ".")
-	list.Env = append(list.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	listed, err := list.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	var pkgs []string
+	for pkg := range wasipDeps(t, ".") {
+		if pkg == "github.com/ratelimit-wasm/ratelimit" || strings.HasPrefix(pkg, "github.com/ratelimit-wasm/ratelimit/") {
+			pkgs = append(pkgs, pkg)
+		}
 	}
-	pkgs := strings.Fields(string(listed))
 	cmd := exec.Command("go", append([]string{"build", "-gcflags=-m"}, pkgs...)...)
 	cmd.Env = append(cmd.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	out, err := cmd.CombinedOutput()
