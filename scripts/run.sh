@@ -10,11 +10,12 @@
 #     are started on loopback ports when they are installed. Without them, the global rule
 #     follows its redis.failure_mode.
 #
-# RATELIMIT_RUN=wazero (or docker) forces a mode. Ctrl-C stops everything this script started.
+# RATELIMIT_RUN=wazero (or docker) forces a mode; RATELIMIT_WASM names another module to serve.
+# Ctrl-C (or SIGTERM) stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WASM=build/ratelimit.wasm
+WASM=${RATELIMIT_WASM:-build/ratelimit.wasm}   # the module to serve (a test passes its own)
 PROXY=http://127.0.0.1:10000   # envoy.yaml: listener port 10000
 ADMIN=http://127.0.0.1:9901    # envoy.yaml: admin port 9901
 mode=${RATELIMIT_RUN:-auto}
