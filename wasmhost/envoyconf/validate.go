@@ -392,8 +392,7 @@ func yamlLine(doc *yaml.Node, path string) int {
 			name := path[:end]
 			path = path[end:]
 			if n.Kind == yaml.MappingNode {
-				json := jsonName(name)
-				if v, l := member(n, func(k string) bool { return k == name || k == json }); v != nil {
+				if v, l := member(n, func(k string) bool { return sameField(k, name) }); v != nil {
 					next, line = v, l
 				}
 			}
@@ -443,22 +442,11 @@ func cutSelector(path string) (sel, rest string, ok bool) {
 	return path[1:end], path[end+1:], true
 }
 
-// jsonName is the JSON name protoc gives a field by default: its proto name in lower camel
-// case, each underscore dropped and the letter after it capitalised.
-func jsonName(name string) string {
-	var b strings.Builder
-	upper := false
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '_':
-			upper = true
-			continue
-		case upper && c >= 'a' && c <= 'z':
-			c -= 'a' - 'A'
-		}
-		upper = false
-		b.WriteByte(c)
-	}
-	return b.String()
+// sameField reports whether a YAML key names the field whose proto name is name: the proto
+// name itself ("stat_prefix") or its JSON name ("statPrefix"), which is the proto name with the
+// underscores dropped and the letters after them capitalised. Only a line is looked up with it,
+// and the fields of one message never differ by underscores and case alone (protoc refuses
+// JSON names that collide).
+func sameField(key, name string) bool {
+	return key == name || strings.EqualFold(key, strings.ReplaceAll(name, "_", ""))
 }
