@@ -56,15 +56,23 @@ func File(path string) *Report {
 	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
-		return &Report{Errors: []string{bootstrapError(err)}}
+		return &Report{Errors: bootstrapErrors(err)}
 	}
 	return checkBootstrap(c, parseSource(data))
 }
 
-// bootstrapError is the message of a bootstrap Envoy would refuse, without the Go package's
-// name (the command names the file before it).
-func bootstrapError(err error) string {
-	return strings.TrimPrefix(err.Error(), "envoyconf: ")
+// bootstrapErrors are the messages of a bootstrap Envoy would refuse, one per problem (the
+// API's validation rules report every violation), without the Go package's name (the command
+// names the file before each).
+func bootstrapErrors(err error) []string {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var msgs []string
+		for _, e := range joined.Unwrap() {
+			msgs = append(msgs, bootstrapErrors(e)...)
+		}
+		return msgs
+	}
+	return []string{strings.TrimPrefix(err.Error(), "envoyconf: ")}
 }
 
 // Bytes checks a bootstrap given as YAML, or a plugin configuration alone (the JSON that
@@ -76,7 +84,7 @@ func Bytes(data []byte) *Report {
 	}
 	c, err := envoyconf.Parse(data)
 	if err != nil {
-		return &Report{Errors: []string{bootstrapError(err)}}
+		return &Report{Errors: bootstrapErrors(err)}
 	}
 	return checkBootstrap(c, parseSource(data))
 }

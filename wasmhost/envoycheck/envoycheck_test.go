@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,3 +290,52 @@ func TestDescribeDirectResponse(t *testing.T) {
 }
 
 func envoyconfParse(yaml string) (*envoyconf.Config, error) { return envoyconf.Parse([]byte(yaml)) }
+
+// Each violation of Envoy's API rules is an error of its own, at the YAML line of the field,
+// with the field's path in the file's names.
+func TestBootstrapRuleViolations(t *testing.T) {
+	good := bootstrap(`{"rules":[{"name":"a","algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised)
+	const hcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config."
+	type violation struct{ at, msg string } // at: the text of the file whose line the error names
+	for _, tc := range []struct {
+		name string
+		edit [][2]string // old, new
+		want []violation
+	}{
+		{"two in the connection manager",
+			[][2]string{{"stat_prefix: main\n", "stat_prefix: \"\"\n"}, {"- name: envoy.filters.http.router", `- name: ""`}},
+			[]violation{
+				{`stat_prefix: ""`, hcm + "stat_prefix: value length must be at least 1 runes"},
+				{`- name: ""`, hcm + "http_filters[1].name: value length must be at least 1 runes"},
+			}},
+		{"in the Wasm filter's typed_config",
+			[][2]string{{"{ local: { filename: /etc/envoy/ratelimit.wasm } }", `{ local: { filename: "" } }`}},
+			[]violation{{`filename: ""`, hcm + "http_filters[0].typed_config.config.vm_config.code.local.filename: value length must be at least 1 runes"}}},
+		{"empty domains",
+			[][2]string{{`domains: ["*"]`, `domains: []`}},
+			[]violation{{`domains: []`, hcm + "route_config.virtual_hosts[0].domains: value must contain at least 1 item(s)"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := good
+			for _, e := range tc.edit {
+				if !strings.Contains(bad, e[0]) {
+					t.Fatalf("the mutation no longer applies: %q", e[0])
+				}
+				bad = strings.Replace(bad, e[0], e[1], 1)
+			}
+			var want []string
+			for _, v := range tc.want {
+				line := strings.Count(bad[:strings.Index(bad, v.at)], "\n") + 1
+				want = append(want, "YAML line "+strconv.Itoa(line)+": "+v.msg)
+			}
+			path := filepath.Join(t.TempDir(), "envoy.yaml")
+			if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rep := File(path)
+			if !reflect.DeepEqual(rep.Errors, want) {
+				t.Fatalf("errors:\n%s\nwant:\n%s", strings.Join(rep.Errors, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}

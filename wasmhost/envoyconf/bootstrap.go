@@ -6,15 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 
@@ -35,8 +31,9 @@ import (
 // Bootstrap message and validates it the way Envoy does at startup: every field against the
 // API's validation rules (protoc-gen-validate's ValidateAll), including the typed
 // configurations packed in google.protobuf.Any fields, which the generated validators do not
-// look into. Unknown fields, unknown "@type"s and rule violations are errors; a YAML
-// position is given where the error has one.
+// look into. Unknown fields, unknown "@type"s and rule violations are errors, with the YAML
+// line where the error has one; each rule violation is a FieldError of its own (joined with
+// errors.Join, in the order of the file) that names the field by its path in the YAML.
 func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	js, lines, err := yamlToJSON(data)
 	if err != nil {
@@ -46,93 +43,16 @@ func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(js, bs); err != nil {
 		return nil, fmt.Errorf("envoyconf: %s", lines.rewrite(err.Error()))
 	}
-	if err := Validate(bs); err != nil {
-		return nil, err
+	if errs := validate(bs); len(errs) > 0 {
+		var doc yaml.Node
+		if yaml.Unmarshal(data, &doc) == nil {
+			for _, e := range errs {
+				e.Line = yamlLine(&doc, e.Path)
+			}
+		}
+		return nil, joinFieldErrors(errs)
 	}
 	return bs, nil
-}
-
-// Validate runs the API's validation rules on m and, recursively, on every message packed in
-// a google.protobuf.Any inside it (typed_config, typed_per_filter_config, plugin
-// configurations...). All violations are reported, each prefixed with the field path where it
-// was found.
-func Validate(m proto.Message) error {
-	var errs []error
-	validateTree(m.ProtoReflect(), "", &errs)
-	return errors.Join(errs...)
-}
-
-type validator interface{ ValidateAll() error }
-
-func validateTree(m protoreflect.Message, path string, errs *[]error) {
-	if v, ok := m.Interface().(validator); ok {
-		if err := v.ValidateAll(); err != nil {
-			where := path
-			if where == "" {
-				where = string(m.Descriptor().FullName())
-			} else {
-				where += " (" + string(m.Descriptor().FullName()) + ")"
-			}
-			*errs = append(*errs, fmt.Errorf("envoyconf: %s: %w", where, err))
-		}
-	}
-	walkAnys(m, path, errs)
-}
-
-// walkAnys finds every Any below m, unpacks it and validates its content as a tree of its own
-// (the enclosing message's ValidateAll has already covered everything else).
-func walkAnys(m protoreflect.Message, path string, errs *[]error) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := joinPath(path, string(fd.Name()))
-		switch {
-		case fd.IsMap():
-			if fd.MapValue().Kind() != protoreflect.MessageKind {
-				return true
-			}
-			keys := make([]string, 0, v.Map().Len())
-			vals := map[string]protoreflect.Message{}
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				keys = append(keys, k.String())
-				vals[k.String()] = mv.Message()
-				return true
-			})
-			sort.Strings(keys)
-			for _, k := range keys {
-				visit(vals[k], name+"["+strconv.Quote(k)+"]", errs)
-			}
-		case fd.IsList():
-			if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-				return true
-			}
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				visit(l.Get(i).Message(), name+"["+strconv.Itoa(i)+"]", errs)
-			}
-		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
-			visit(v.Message(), name, errs)
-		}
-		return true
-	})
-}
-
-func visit(m protoreflect.Message, path string, errs *[]error) {
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("envoyconf: %s: %w", path, err))
-			return
-		}
-		validateTree(inner.ProtoReflect(), path, errs)
-		return
-	}
-	walkAnys(m, path, errs)
-}
-
-func joinPath(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
 }
 
 // lineMap maps line numbers of the generated JSON to lines of the YAML source, so that an

@@ -475,8 +475,10 @@ func TestBrokenConfigs(t *testing.T) {
 	}{
 		{"unknown field", "stat_prefix: ingress_http", "stat_prefix: ingress_http\n          stat_prefx: oops", `YAML line %LINE%: unknown field "stat_prefx"`},
 		{"wrong type", "port_value: 10000", "port_value: ten-thousand", `YAML line %LINE%: invalid value for uint32 field portValue: "ten-thousand"`},
-		{"validation rule", "port_value: 10000", "port_value: 70000", "PortValue"},
-		{"rule inside typed_config", "stat_prefix: ingress_http", `stat_prefix: ""`, "StatPrefix"},
+		{"validation rule", "port_value: 10000", "port_value: 70000",
+			"YAML line %LINE%: static_resources.listeners[0].address.socket_address.port_value: value must be less than or equal to 65535"},
+		{"rule inside typed_config", "stat_prefix: ingress_http", `stat_prefix: ""`,
+			"YAML line %LINE%: static_resources.listeners[0].filter_chains[0].filters[0].typed_config.stat_prefix: value length must be at least 1 runes"},
 		{"unknown @type", "envoy.extensions.filters.http.router.v3.Router", "envoy.extensions.filters.http.routr.v3.Router", "routr"},
 		{"bad enum", "failure_policy: FAIL_RELOAD", "failure_policy: FAIL_SOMETIMES", "FAIL_SOMETIMES"},
 		{"unknown cluster", "route: { cluster: upstream }\n              # Everything", "route: { cluster: upstrem }\n              # Everything", `unknown cluster "upstrem"`},
