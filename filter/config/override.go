@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,6 +163,13 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 		valid = false
 	case en != nil:
 		o.Value, ok = p.str(epath, en, maxStringLen)
+		if ok && valid && r.Key[o.Part].Source == SourceClientIP {
+			var msg string
+			if o.Value, msg = r.Key[o.Part].clientIPValue(o.Value); msg != "" {
+				p.add(epath, msg)
+				ok = false
+			}
+		}
 		valid = valid && ok
 	case pn != nil:
 		o.Value, ok = p.str(ppath, pn, maxStringLen)
@@ -235,4 +243,39 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 	}
 	o.Algorithm, o.Limiter = probe.Algorithm, probe.Limiter
 	return o, true
+}
+
+// clientIPValue returns the value a client_ip part holds for the requests an exact override
+// names: an address in canonical form ("2001:DB8::1" and "::ffff:192.0.2.1" name the clients
+// "2001:db8::1" and "192.0.2.1"), or the network the part masks its family's addresses to
+// ("192.0.2.0/24"). A value no key of the part can hold would never match: it is refused with
+// the reason, and with the value to write where there is one.
+func (kp *KeyPart) clientIPValue(v string) (string, string) {
+	if kp.HasDefault && v == kp.Default {
+		return v, ""
+	}
+	bits := -1 // the network's length; -1 for an address
+	ip, err := netip.ParseAddr(v)
+	if pfx, perr := netip.ParsePrefix(v); perr == nil {
+		ip, bits, err = pfx.Addr(), pfx.Bits(), nil
+	}
+	if err != nil || ip.Zone() != "" || bits >= 0 && ip.Is4In6() {
+		return "", "never matches: a client_ip part's value is an IP address without a zone, or the network its prefix masks addresses to"
+	}
+	if bits < 0 {
+		ip = ip.Unmap()
+	}
+	family := "IPv6"
+	if ip.Is4() {
+		family = "IPv4"
+	}
+	want := string(kp.appendIP(nil, ip))
+	switch masks := kp.prefixBits(ip) < ip.BitLen(); {
+	case !masks && bits >= 0:
+		return "", "never matches: the part keys whole " + family + " addresses (a network needs the part's " + strings.ToLower(family) + "_prefix)"
+	case masks && (bits < 0 || netip.PrefixFrom(ip, bits).Masked().String() != want):
+		return "", "never matches: the part keys " + family + " clients by their /" + strconv.Itoa(kp.prefixBits(ip)) +
+			" network: write " + strconv.Quote(want)
+	}
+	return want, ""
 }

@@ -120,3 +120,55 @@ func TestOverrideLongestPrefixAcrossExact(t *testing.T) {
 		}
 	}
 }
+
+// An exact override on a client_ip part names clients as the part keys them: any spelling of
+// an address, or the network the part masks it to, matches that client's requests; a value no
+// key of the part can hold is refused rather than accepted and never matched.
+func TestClientIPOverrides(t *testing.T) {
+	const masked = `{"source":"client_ip","ipv4_prefix":24,"ipv6_prefix":64}`
+	for _, c := range []struct {
+		part, exact, source string
+		err                 string // "" when accepted: then the source's requests match it
+	}{
+		{`{"source":"client_ip"}`, "192.0.2.1", "192.0.2.1:5555", ""},
+		{`{"source":"client_ip"}`, "2001:DB8::1", "[2001:db8::1]:5555", ""},
+		{`{"source":"client_ip"}`, "2001:db8:0:0:0:0:0:1", "[2001:db8::1]:5555", ""},
+		{`{"source":"client_ip"}`, "::ffff:192.0.2.1", "192.0.2.1:5555", ""},
+		{masked, "192.0.2.0/24", "192.0.2.77:5555", ""},
+		{masked, "192.0.2.9/24", "192.0.2.77:5555", ""},
+		{masked, "2001:DB8::/64", "[2001:db8::1]:5555", ""},
+		{`{"source":"client_ip","ipv6_prefix":64}`, "192.0.2.1", "192.0.2.1:5555", ""},
+		{`{"source":"client_ip","default":"unknown"}`, "unknown", "", ""},
+		{masked, "192.0.2.1", "", `never matches: the part keys IPv4 clients by their /24 network: write "192.0.2.0/24"`},
+		{`{"source":"client_ip","ipv6_prefix":64}`, "2001:db8::1", "", `never matches: the part keys IPv6 clients by their /64 network: write "2001:db8::/64"`},
+		{masked, "192.0.0.0/16", "", `never matches: the part keys IPv4 clients by their /24 network: write "192.0.0.0/24"`},
+		{`{"source":"client_ip"}`, "192.0.2.0/24", "", "never matches: the part keys whole IPv4 addresses (a network needs the part's ipv4_prefix)"},
+		{`{"source":"client_ip"}`, "fe80::1%eth0", "", "never matches: a client_ip part's value is an IP address"},
+		{`{"source":"client_ip"}`, "internal", "", "never matches: a client_ip part's value is an IP address"},
+		{`{"source":"client_ip","ipv6_prefix":120}`, "::ffff:192.0.2.0/120", "", "never matches: a client_ip part's value is an IP address"},
+	} {
+		cfg, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":1,"window":"1h",
+			"key":[` + c.part + `],"overrides":[{"exact":"` + c.exact + `","unlimited":true}]}]}`))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), "rules[0].overrides[0].exact: "+c.err) {
+				t.Errorf("%s, exact %q: error %v, want %q", c.part, c.exact, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s, exact %q: %v", c.part, c.exact, err)
+			continue
+		}
+		r := cfg.Rules[0]
+		key, ok := r.AppendKey(nil, &fakeRequest{source: c.source})
+		if !ok || r.OverrideFor(key) != 0 {
+			t.Errorf("%s, exact %q: the requests of %s (key %q) do not match it", c.part, c.exact, c.source, key)
+		}
+	}
+	// Two spellings of one client are one override, named twice.
+	_, err := Parse([]byte(`{"rules":[{"name":"r","algorithm":"token_bucket","limit":1,"window":"1h",
+		"key":[{"source":"client_ip"}],"overrides":[{"exact":"2001:db8::1","limit":5},{"exact":"2001:DB8::1","limit":9}]}]}`))
+	if err == nil || !strings.Contains(err.Error(), "rules[0].overrides[1]: duplicate of rules[0].overrides[0]") {
+		t.Errorf("two spellings of one address: %v", err)
+	}
+}
