@@ -237,6 +237,9 @@ var invalidCases = []invalidCase{
 		[]string{`deny.envoy_ratelimited_header: want true or false, got "yes"`}, schemaRejects},
 	{"x-envoy-ratelimited as a deny header", `{"deny":{"headers":{"X-Envoy-RateLimited":"true"}},"rules":[{"name":"r",` + tb + `}]}`,
 		[]string{`deny.headers.X-Envoy-RateLimited: cannot be set here: set by the filter; see "envoy_ratelimited_header"`}, schemaRejects},
+	{"grpc-status as a deny header", `{"deny":{"headers":{"Grpc-Status":"0","grpc-message":"ok"}},"rules":[{"name":"r",` + tb + `}]}`,
+		[]string{`deny.headers.Grpc-Status: cannot be set here: set by Envoy for a gRPC request; see "grpc_status"`,
+			`deny.headers.grpc-message: cannot be set here: set by Envoy for a gRPC request; see "grpc_status"`}, schemaRejects},
 
 	// Shadow options only on shadow rules.
 	{"shadow_headers on an enforced rule", oneRule(tb + `,"shadow_headers":true`),

@@ -1044,6 +1044,8 @@ func reservedDenyHeader(name string) (string, bool) {
 		return "set by the filter", true
 	case "x-envoy-ratelimited":
 		return `set by the filter; see "envoy_ratelimited_header"`, true
+	case "grpc-status", "grpc-message":
+		return `set by Envoy for a gRPC request; see "grpc_status"`, true
 	}
 	return "", false
 }
