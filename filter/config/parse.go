@@ -276,16 +276,16 @@ var algorithmNames = func() []string {
 // '.', '-' and '_' are one character: two such names would share their metrics (out of line).
 func (p *parser) checkName(rpath, name string, rules []*Rule) {
 	for _, prev := range rules {
-		if prev.Name != "" && sameFlat(prev.Name, name) {
+		if prev.Name != "" && SameRuleName(prev.Name, name) {
 			p.duplicateName(rpath, name, prev.Index, prev.Name)
 			return
 		}
 	}
 }
 
-// sameFlat reports whether rule names a and b (ASCII, see isName) are the same once '.' and
-// '-' become '_', as in a flat metric name.
-func sameFlat(a, b string) bool {
+// SameRuleName reports whether rule names a and b (ASCII, see isName) are the same once '.'
+// and '-' become '_', as in a flat metric name: the names a configuration cannot hold both of.
+func SameRuleName(a, b string) bool {
 	flat := func(c byte) byte {
 		if c == '.' || c == '-' {
 			return '_'

@@ -310,9 +310,9 @@ func TestEmptyConfigAsTrimSpace(t *testing.T) {
 	require.True(t, hasPrintableASCII([]byte("{")))
 }
 
-// sameFlat compares names as the strings.Map that turns '.' and '-' into '_' would, for every
+// SameRuleName compares names as the strings.Map that turns '.' and '-' into '_' would, for every
 // pair of names a rule may have (see isName).
-func TestSameFlat(t *testing.T) {
+func TestSameRuleName(t *testing.T) {
 	mapped := func(s string) string {
 		return strings.Map(func(c rune) rune {
 			if c == '.' || c == '-' {
@@ -328,8 +328,8 @@ func TestSameFlat(t *testing.T) {
 			t.Fatalf("%q is no name", a)
 		}
 		for _, b := range names {
-			if got, want := sameFlat(a, b), mapped(a) == mapped(b); got != want {
-				t.Errorf("sameFlat(%q, %q) = %v, want %v", a, b, got, want)
+			if got, want := SameRuleName(a, b), mapped(a) == mapped(b); got != want {
+				t.Errorf("SameRuleName(%q, %q) = %v, want %v", a, b, got, want)
 			}
 		}
 	}

@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,12 +25,13 @@ rate_limit with unit and requests_per_unit or unlimited, shadow_mode, replaces) 
 filter's JSON configuration, written to standard output (or -o FILE).
 
 Each descriptor becomes a condition or a key part: a descriptor with a value is a condition on
-its key's source (a value ending in '*' compares a prefix), one without a value is a key part
-(each value counted apart). Each descriptor with a rate_limit becomes a fixed_window rule
-(envoyproxy/ratelimit's windows are clock-aligned fixed windows) with "continue": true, since
-every descriptor a request carries is limited; siblings with a value under a generic one with
-a limit become the rule's overrides (the most specific match). Rules are global (Redis through
-the -redis-cluster webdis cluster), like the service's counts, unless -local.
+its key's source (a value ending in '*' compares a prefix), one without a value, or with the
+value '*', is a key part (each value counted apart). Each descriptor with a rate_limit becomes
+a fixed_window rule (envoyproxy/ratelimit's windows are clock-aligned fixed windows) with
+"continue": true, since every descriptor a request carries is limited; siblings with a value
+under a generic one with a limit become the rule's overrides (the most specific match). Rules
+are global (Redis through the -redis-cluster webdis cluster), like the service's counts,
+unless -local.
 
 A descriptor key is read from the request as -key KEY=SOURCE says: client_ip, path, method,
 route, header:NAME or query:NAME. Without one, remote_address (Envoy's remote_address action)
@@ -148,6 +151,8 @@ type rlsDescriptor struct {
 	ShadowMode     bool            `yaml:"shadow_mode"`
 	DetailedMetric bool            `yaml:"detailed_metric"`
 	Descriptors    []rlsDescriptor `yaml:"descriptors"`
+
+	skip bool // the service never applies it, or it is not converted (see wildcards)
 }
 
 type rlsRateLimit struct {
@@ -234,13 +239,13 @@ type importer struct {
 	opts    importOptions
 	res     importResult
 	rules   []*outRule
-	names   map[string]bool
+	names   []string        // the rule names given, which a new one must not repeat (config.SameRuleName)
 	assumed map[string]bool // keys mapped by default, noted once each
 }
 
 // importConfig converts an envoyproxy/ratelimit configuration.
 func importConfig(data []byte, opts importOptions) (importResult, error) {
-	im := &importer{opts: opts, names: map[string]bool{}, assumed: map[string]bool{}}
+	im := &importer{opts: opts, assumed: map[string]bool{}}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return im.res, err
@@ -365,9 +370,13 @@ func (im *importer) source(key string) keySource {
 
 // list converts one descriptor list under the context ctx.
 func (im *importer) list(ds []rlsDescriptor, path string, ctx descriptorContext) {
+	im.wildcards(ds, path)
 	for i := range ds {
 		d := &ds[i]
 		p := path + "[" + strconv.Itoa(i) + "]"
+		if d.skip {
+			continue
+		}
 		if d.Key == "" {
 			im.unconverted(p+".key", "missing")
 			continue
@@ -391,6 +400,48 @@ func (im *importer) list(ds []rlsDescriptor, path string, ctx descriptorContext)
 	}
 }
 
+// wildcards marks the descriptors of ds the service never applies, or that are not converted,
+// and turns a value "*" into the key alone. The service looks a value up exactly first, then
+// in each value with a '*' in their order, then in the key alone. So "*", which matches every
+// value, is the key alone (each value counted apart), and the key alone beside it never
+// applies; nor does a wildcard after one whose prefix it starts with, which the filter's
+// longest matching prefix would prefer. A '*' before a value's end matches any characters
+// there; the filter compares a value or a prefix only.
+func (im *importer) wildcards(ds []rlsDescriptor, path string) {
+	at := func(i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+	for i := range ds {
+		d := &ds[i]
+		prefix, isPrefix := strings.CutSuffix(d.Value, "*")
+		if strings.Contains(prefix, "*") {
+			d.skip = true
+			im.unconverted(at(i)+".value", fmt.Sprintf("%q: the filter compares a value or a prefix (a '*' at its end)", d.Value))
+			continue
+		}
+		for j := range i {
+			e := &ds[j]
+			if ePrefix, ok := strings.CutSuffix(e.Value, "*"); ok && isPrefix && !e.skip && e.Key == d.Key && strings.HasPrefix(prefix, ePrefix) {
+				d.skip = true
+				im.note(fmt.Sprintf("%s: never applies: the service matches every value %q matches to %s's %q first", at(i), d.Value, at(j), e.Value))
+				break
+			}
+		}
+	}
+	for i := range ds {
+		d := &ds[i]
+		if d.skip || d.Value != "*" {
+			continue
+		}
+		for j := range ds {
+			if g := &ds[j]; !g.skip && g.Key == d.Key && g.Value == "" {
+				g.skip = true
+				im.note(fmt.Sprintf("%s: never applies: the service matches every value to %s's \"*\" first", at(j), at(i)))
+			}
+		}
+		d.Value = ""
+		im.note(fmt.Sprintf("%s: value \"*\" matches every value: converted as the key %q alone, each value counted apart", at(i), d.Key))
+	}
+}
+
 // generic converts a descriptor without a value: a key part, below which its siblings with a
 // value are excluded where a header condition can say so (the service applies the most
 // specific match).
@@ -399,7 +450,7 @@ func (im *importer) generic(siblings []rlsDescriptor, d *rlsDescriptor, p string
 	c := ctx.with()
 	for j := range siblings {
 		s := &siblings[j]
-		if s.Key != d.Key || s.Value == "" || im.asOverride(siblings, s) {
+		if s.skip || s.Key != d.Key || s.Value == "" || im.asOverride(siblings, s) {
 			continue
 		}
 		if src.source != "header" {
@@ -410,16 +461,45 @@ func (im *importer) generic(siblings []rlsDescriptor, d *rlsDescriptor, p string
 	}
 	part := outKeyPart{Source: src.source, Name: src.name}
 	if src.source == "client_ip" {
-		part.IPv6Prefix = 64
-		im.noteOnce("client_ip key parts take ipv6_prefix 64 (one IPv6 client is a /64)")
+		if v := im.ipv6Override(siblings, d); v != "" {
+			// A key part with ipv6_prefix 64 holds "2001:db8::/64", which no override of one
+			// address matches: the service counts each address apart, and so does this part.
+			im.note(fmt.Sprintf("%s: client_ip key part without ipv6_prefix: an override of the IPv6 address %q "+
+				"matches only a key of whole addresses, which the service counts apart", p, v))
+		} else {
+			part.IPv6Prefix = 64
+			im.noteOnce("client_ip key parts take ipv6_prefix 64 (one IPv6 client is a /64)")
+		}
 	}
 	c.key = append(c.key, part)
 	c.keys = append(c.keys, d.Key)
 	c.name = append(c.name, d.Key)
 	im.descriptor(d, p, c)
 	if r := im.lastRuleFor(p); r != nil {
-		im.overrides(r, siblings, d, len(c.key)-1)
+		im.overrides(r, siblings, d, len(c.key)-1, src)
+	} else if d.RateLimit != nil && !d.RateLimit.Unlimited {
+		for j := range siblings {
+			if s := &siblings[j]; s.Key == d.Key && im.asOverride(siblings, s) {
+				im.unconverted(siblingPath(p, j), "overrides the limit of the key alone, which is not converted")
+			}
+		}
 	}
+}
+
+// ipv6Override returns the first value with a ':' (an IPv6 address, or a prefix of one) that
+// is converted as an override of g, the generic descriptor among siblings, or "".
+func (im *importer) ipv6Override(siblings []rlsDescriptor, g *rlsDescriptor) string {
+	for j := range siblings {
+		if s := &siblings[j]; s.Key == g.Key && strings.Contains(s.Value, ":") && im.asOverride(siblings, s) {
+			return s.Value
+		}
+	}
+	return ""
+}
+
+// siblingPath returns the path of the j-th descriptor of the list the descriptor at p is in.
+func siblingPath(p string, j int) string {
+	return p[:strings.LastIndexByte(p, '[')] + "[" + strconv.Itoa(j) + "]"
 }
 
 func (im *importer) noteOnce(s string) {
@@ -432,12 +512,12 @@ func (im *importer) noteOnce(s string) {
 // generic sibling's rule: the sibling has a limit, d has a limit (or is unlimited), no nested
 // descriptors and the same shadow_mode.
 func (im *importer) asOverride(siblings []rlsDescriptor, d *rlsDescriptor) bool {
-	if d.Value == "" || d.RateLimit == nil || len(d.Descriptors) > 0 || d.RateLimit.Name != "" || len(d.RateLimit.Replaces) > 0 {
+	if d.skip || d.Value == "" || d.RateLimit == nil || len(d.Descriptors) > 0 || d.RateLimit.Name != "" || len(d.RateLimit.Replaces) > 0 {
 		return false
 	}
 	for j := range siblings {
 		g := &siblings[j]
-		if g.Key == d.Key && g.Value == "" && g.RateLimit != nil && !g.RateLimit.Unlimited && g.ShadowMode == d.ShadowMode {
+		if !g.skip && g.Key == d.Key && g.Value == "" && g.RateLimit != nil && !g.RateLimit.Unlimited && g.ShadowMode == d.ShadowMode {
 			return true
 		}
 	}
@@ -445,34 +525,52 @@ func (im *importer) asOverride(siblings []rlsDescriptor, d *rlsDescriptor) bool 
 }
 
 // overrides adds to r, the rule of the generic descriptor g, its siblings' values as
-// overrides of the key part part.
-func (im *importer) overrides(r *outRule, siblings []rlsDescriptor, g *rlsDescriptor, part int) {
-	for j := range siblings {
-		s := &siblings[j]
-		if s.Key != g.Key || !im.asOverride(siblings, s) {
-			continue
-		}
-		p := r.path[:strings.LastIndexByte(r.path, '[')] + "[" + strconv.Itoa(j) + "]"
-		o := outOverride{Part: part}
-		if v, ok := strings.CutSuffix(s.Value, "*"); ok {
-			o.Prefix = v
-		} else {
-			o.Exact = s.Value
-		}
-		if s.RateLimit.Unlimited {
-			o.Unlimited = true
-		} else {
-			limit, window, ok := im.rate(s.RateLimit, p+".rate_limit")
-			if !ok {
+// overrides of the key part part, read from src.
+//
+// The filter's key holds a client address as netip writes it (IPv6 compressed and lower-case,
+// an IPv4-mapped address unmapped, no zone), so an address written another way is rewritten
+// to match. The values written that way already come first: where two values are one
+// address, the service, which compares text, applies the one in the form Envoy sends.
+func (im *importer) overrides(r *outRule, siblings []rlsDescriptor, g *rlsDescriptor, part int, src keySource) {
+	for _, rewrittenPass := range []bool{false, true} {
+		for j := range siblings {
+			s := &siblings[j]
+			if s.Key != g.Key || !im.asOverride(siblings, s) {
 				continue
 			}
-			o.Limit, o.Window = limit, window
+			o := outOverride{Part: part, Exact: s.Value}
+			if v, ok := strings.CutSuffix(s.Value, "*"); ok {
+				o.Exact, o.Prefix = "", v
+			}
+			if ip, err := netip.ParseAddr(o.Exact); err == nil && src.source == "client_ip" {
+				o.Exact = ip.Unmap().WithZone("").String()
+			}
+			if rewritten := o.Exact+o.Prefix != strings.TrimSuffix(s.Value, "*"); rewritten != rewrittenPass {
+				continue
+			}
+			p := siblingPath(r.path, j)
+			if slices.ContainsFunc(r.Overrides, func(prev outOverride) bool { return prev.Exact == o.Exact && prev.Prefix == o.Prefix }) {
+				im.unconverted(p+".value", fmt.Sprintf("%q: another override of the key has the value %q", s.Value, o.Exact+o.Prefix))
+				continue
+			}
+			if rewrittenPass {
+				im.note(fmt.Sprintf("%s.value: %q is written %q, as the filter's key holds the address", p, s.Value, o.Exact))
+			}
+			if s.RateLimit.Unlimited {
+				o.Unlimited = true
+			} else {
+				limit, window, ok := im.rate(s.RateLimit, p+".rate_limit")
+				if !ok {
+					continue
+				}
+				o.Limit, o.Window = limit, window
+			}
+			if len(r.Overrides) == 64 {
+				im.unconverted(p, "more than 64 values under one key")
+				continue
+			}
+			r.Overrides = append(r.Overrides, o)
 		}
-		if len(r.Overrides) == 64 {
-			im.unconverted(p, "more than 64 values under one key")
-			continue
-		}
-		r.Overrides = append(r.Overrides, o)
 	}
 }
 
@@ -523,11 +621,11 @@ func (im *importer) rule(d *rlsDescriptor, p string, c descriptorContext, limit 
 		name = ruleName(d.RateLimit.Name)
 	}
 	base := name
-	for i := 2; im.names[strings.ToLower(name)]; i++ {
+	for i := 2; slices.ContainsFunc(im.names, func(n string) bool { return config.SameRuleName(n, name) }); i++ {
 		suffix := "_" + strconv.Itoa(i)
 		name = base[:min(len(base), 64-len(suffix))] + suffix
 	}
-	im.names[strings.ToLower(name)] = true
+	im.names = append(im.names, name)
 	r := &outRule{Name: name, Continue: true, Shadow: d.ShadowMode, Key: c.key,
 		Algorithm: "fixed_window", Limit: limit, Window: window, replaces: d.RateLimit.Replaces, path: p}
 	r.Description = "envoyproxy/ratelimit " + p

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ratelimit-wasm/ratelimit/wasmhost"
+	"github.com/ratelimit-wasm/ratelimit/wasmhost/wasmtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,6 +27,7 @@ type importCase struct {
 	rules       []string
 	unconverted []string // substrings of the lines listed as not converted, in order
 	notes       []string // substrings of notes that must be there
+	warnings    []string // substrings of the warnings check gives the result, in order
 }
 
 var importCases = []importCase{
@@ -35,7 +40,7 @@ var importCases = []importCase{
 		"recipient: 20/1h key=query:to",
 	}},
 	{file: "specific.yaml", rules: []string{
-		"remote_address: 20/1s key=client_ip overrides=198.51.100.7:100/1s",
+		"remote_address: 20/1s key=client_ip/64 overrides=198.51.100.7:100/1s",
 	}, unconverted: []string{"descriptors[2].rate_limit.requests_per_unit: 0 (deny every request)"}},
 	{file: "levels.yaml", rules: []string{
 		"tenant_acme_api_key: 600/1m key=header:api_key match=tenant=acme",
@@ -56,6 +61,25 @@ var importCases = []importCase{
 	}, unconverted: []string{"descriptors[0].detailed_metric: the filter's metrics are per rule"}},
 	{file: "wildcard.yaml", args: []string{"-key", "endpoint=path", "-local"}, rules: []string{
 		"endpoint__v2__: 120/1m local match=path^/v2/",
+	}},
+	{file: "ipv6.yaml", rules: []string{
+		"remote_address: 3/1s key=client_ip overrides=2001:db8::1:unlimited,2001:db8::2:100/1s",
+	}, unconverted: []string{
+		`descriptors[0].value: "2001:DB8:0::1": another override of the key has the value "2001:db8::1"`,
+	}, notes: []string{
+		`descriptors[2].value: "2001:db8:0:0:0:0:0:2" is written "2001:db8::2"`,
+		"descriptors[3]: client_ip key part without ipv6_prefix",
+	}, warnings: []string{"client_ip without ipv6_prefix"}},
+	{file: "star.yaml", rules: []string{
+		"tenant: 7/1m key=header:tenant overrides=acme:100/1m",
+	}, notes: []string{
+		`descriptors[0]: value "*" matches every value`,
+		`descriptors[1]: never applies: the service matches every value to descriptors[0]'s "*" first`,
+		`descriptors[3]: never applies: the service matches every value "beta-*" matches to descriptors[0]'s "*" first`,
+	}},
+	{file: "separators.yaml", rules: []string{
+		"b.c_v: 5/1m match=b.c=v",
+		"b-c_v_2: 6/1m match=b-c=v",
 	}},
 }
 
@@ -84,8 +108,20 @@ func TestImportExamples(t *testing.T) {
 			for _, want := range tc.notes {
 				require.Contains(t, stderr.String(), want)
 			}
+			// Every conversion passes the filter's parser and check: without a warning, or with
+			// just the ones listed.
 			var checkOut, checkErr bytes.Buffer
-			require.Equal(t, 0, runCheck([]string{"-strict", out}, &checkOut, &checkErr), "%s%s\n%s", checkOut.String(), checkErr.String(), data)
+			require.Equal(t, 0, runCheck([]string{out}, &checkOut, &checkErr), "%s%s\n%s", checkOut.String(), checkErr.String(), data)
+			var warnings []string
+			for _, line := range strings.Split(checkOut.String(), "\n") {
+				if _, what, ok := strings.Cut(line, ": warning: "); ok {
+					warnings = append(warnings, what)
+				}
+			}
+			require.Len(t, warnings, len(tc.warnings), checkOut.String())
+			for i, want := range tc.warnings {
+				require.Contains(t, warnings[i], want)
+			}
 		})
 	}
 }
@@ -100,11 +136,44 @@ func TestImportNothingConvertible(t *testing.T) {
 		`not converted: descriptors[1].quota_mode: unknown field`,
 		`not converted: descriptors[1].rate_limit.unit: "month"`,
 		`not converted: descriptors[2].shadow_mode: the descriptor has no rate_limit`,
+		`not converted: descriptors[3].value: "a*b": the filter compares a value or a prefix`,
+		`not converted: descriptors[4]: overrides the limit of the key alone, which is not converted`,
 		`error: no descriptor with a rate limit could be converted`,
 	} {
 		require.Contains(t, stderr.String(), want)
 	}
 	require.Equal(t, 2, runImport([]string{"-key", "x=cookie:y", "f.yaml"}, &stdout, &stderr))
+}
+
+// The per-address limits imported from ipv6.yaml apply to those IPv6 clients in the filter:
+// the unlimited one and the one written in full form are never denied in a second, while
+// another address gets the generic 3 per second.
+func TestImportedIPv6OverridesMatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the module")
+	}
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runImport([]string{"-local", filepath.Join("testdata", "import", "ipv6.yaml")}, &stdout, &stderr), stderr.String())
+	now := time.Unix(1_800_000_000, 0)
+	h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{Workers: 1, VMID: "ratelimit",
+		PluginName: "ratelimit", PluginConfig: stdout.Bytes(), Clock: func() time.Time { return now }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	for _, c := range []struct {
+		source string
+		denied int
+	}{{"[2001:db8::1]:5555", 0}, {"[2001:db8::2]:5555", 0}, {"[2001:db8::3]:5555", 7}} {
+		denied := 0
+		for range 10 {
+			res, err := h.Do(context.Background(), wasmhost.Request{Worker: -1, Method: "GET", Path: "/", Authority: "example.test",
+				SourceAddress: c.source, Upstream: &wasmhost.UpstreamResponse{Status: 200}})
+			require.NoError(t, err)
+			if res.Local != nil {
+				denied++
+			}
+		}
+		require.Equal(t, c.denied, denied, "client %s: requests of 10 in one second denied", c.source)
+	}
 }
 
 // summarize renders each rule of a converted configuration on one line.
@@ -117,8 +186,11 @@ func summarize(t *testing.T, data []byte) []string {
 			Scope    string
 			Limit    int64
 			Window   string
-			Key      []struct{ Source, Name string }
-			Match    *struct {
+			Key      []struct {
+				Source, Name string
+				IPv6Prefix   int `json:"ipv6_prefix"`
+			}
+			Match *struct {
 				Path    map[string]string
 				Headers []struct {
 					Name, Exact, Prefix string
@@ -126,7 +198,8 @@ func summarize(t *testing.T, data []byte) []string {
 				}
 			}
 			Overrides []struct {
-				Exact, Window string
+				Exact, Prefix string
+				Window        string
 				Limit         int64
 				Unlimited     bool
 			}
@@ -145,9 +218,12 @@ func summarize(t *testing.T, data []byte) []string {
 		}
 		var keys []string
 		for _, k := range r.Key {
-			if k.Name != "" {
+			switch {
+			case k.Name != "":
 				keys = append(keys, k.Source+":"+k.Name)
-			} else {
+			case k.IPv6Prefix != 0:
+				keys = append(keys, k.Source+"/"+strconv.Itoa(k.IPv6Prefix))
+			default:
 				keys = append(keys, k.Source)
 			}
 		}
@@ -174,10 +250,14 @@ func summarize(t *testing.T, data []byte) []string {
 		}
 		var ovs []string
 		for _, o := range r.Overrides {
+			v := o.Exact
+			if o.Prefix != "" {
+				v = o.Prefix + "*"
+			}
 			if o.Unlimited {
-				ovs = append(ovs, o.Exact+":unlimited")
+				ovs = append(ovs, v+":unlimited")
 			} else {
-				ovs = append(ovs, o.Exact+":"+itoa(o.Limit)+"/"+o.Window)
+				ovs = append(ovs, v+":"+itoa(o.Limit)+"/"+o.Window)
 			}
 		}
 		if len(ovs) > 0 {
