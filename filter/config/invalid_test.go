@@ -257,6 +257,19 @@ var invalidCases = []invalidCase{
 		}, schemaRejects},
 	{"shadow_request_header not a header name", oneRule(tb + `,"shadow":true,"shadow_request_header":"x y"`),
 		[]string{`rules[0].shadow_request_header: "x y" is not a valid header name`}, schemaRejects},
+	{"shadow_request_header read by the config", `{"trusted_hops":1,"rules":[` +
+		`{"name":"k",` + tb + `,"key":[{"source":"header","name":"x-api-key"}],"shadow":true,"shadow_request_header":"X-Api-Key"},` +
+		`{"name":"m",` + tb + `,"match":{"headers":[{"name":"x-tenant","present":true}]},"shadow":true,"shadow_request_header":"x-tenant"},` +
+		`{"name":"c",` + tb + `,"cost":{"header":"x-cost","default":1,"max":5},"shadow":true,"shadow_request_header":"x-cost"},` +
+		`{"name":"e",` + tb + `,"enforce_percent":50,"shadow_request_header":"x-request-id"},` +
+		`{"name":"f",` + tb + `,"shadow":true,"shadow_request_header":"x-forwarded-for"}]}`,
+		[]string{
+			`rules[0].shadow_request_header: "x-api-key" is read by rules[0].key[0], and the filter removes it from every request (a client must not send it)`,
+			`rules[1].shadow_request_header: "x-tenant" is read by rules[1].match.headers[0], and the filter removes it from every request (a client must not send it)`,
+			`rules[2].shadow_request_header: "x-cost" is read by rules[2].cost, and the filter removes it from every request (a client must not send it)`,
+			`rules[3].shadow_request_header: "x-request-id" is read by rules[3].enforce_percent, and the filter removes it from every request (a client must not send it)`,
+			`rules[4].shadow_request_header: "x-forwarded-for" is read by trusted_hops, and the filter removes it from every request (a client must not send it)`,
+		}, schemaAccepts},
 
 	// Per-value overrides.
 	{"overrides without a key", oneRule(tb + `,"overrides":[{"exact":"a","limit":5}]`),

@@ -147,8 +147,43 @@ func (p *parser) config(root *node) *Config {
 	if firstGlobal >= 0 && !f.has("redis") {
 		p.redisRequired(firstGlobal)
 	}
+	for _, r := range c.Rules {
+		if by := c.readerOf(r.ShadowRequestHeader); by != "" {
+			p.add(joinIndex(path, r.Index)+".shadow_request_header", strconv.Quote(r.ShadowRequestHeader)+
+				" is read by "+by+", and the filter removes it from every request (a client must not send it)")
+		}
+	}
 	p.budget(path, c)
 	return c
+}
+
+// readerOf names the first place in c that reads request header h (a key part, a header
+// condition, a cost header, trusted_hops' X-Forwarded-For, enforce_percent's x-request-id),
+// or "" when none does or h is "".
+func (c *Config) readerOf(h string) string {
+	for _, r := range c.Rules {
+		rpath := joinIndex("rules", r.Index)
+		for j, kp := range r.Key {
+			if kp.Source == SourceHeader && kp.Name == h {
+				return joinIndex(rpath+".key", j)
+			}
+		}
+		for j, m := range r.Match.Headers {
+			if m.Name == h {
+				return joinIndex(rpath+".match.headers", j)
+			}
+		}
+		switch {
+		case h != "" && r.CostSpec.Header == h:
+			return rpath + ".cost"
+		case h == "x-request-id" && r.EnforcePPM < EnforceAll:
+			return rpath + ".enforce_percent"
+		}
+	}
+	if h == "x-forwarded-for" && c.TrustedHops > 0 {
+		return "trusted_hops"
+	}
+	return ""
 }
 
 // duplicateName reports the name of the rule at rpath that rules[prev]'s name prevName
