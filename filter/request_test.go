@@ -122,21 +122,6 @@ func TestReadsHeaderMap(t *testing.T) {
 	}
 }
 
-// A shadow rule's request header is removed from every request after the rules were matched;
-// a key part that reads it afterwards sees it removed, as a host call would, even when the
-// header map was read while matching (here for x-tenant): two requests with different client
-// copies of the header share the key built from its default, and the second is denied.
-func TestShadowHeaderRemovedBeforeLaterReads(t *testing.T) {
-	d := newNative(t, `{"rules":[
-		{"name":"dry","shadow":true,"shadow_request_header":"x-verdict","continue":true,"algorithm":"token_bucket","limit":100,"window":"1m"},
-		{"name":"k","key":[{"source":"header","name":"x-tenant"},{"source":"header","name":"x-verdict","default":"-"}],
-			"algorithm":"fixed_window","limit":1,"window":"1m"}]}`)
-	first := d.Do(t, t0, step{Headers: [][2]string{{"x-tenant", "acme"}, {"x-verdict", "a"}}})
-	require.Zero(t, first.Status, "%v", first)
-	second := d.Do(t, t0, step{Headers: [][2]string{{"x-tenant", "acme"}, {"x-verdict", "b"}}})
-	require.Equal(t, 429, second.Status, "the client's x-verdict is not part of the key: %v", second)
-}
-
 // HeaderLines keeps one answer (the last header asked for); another header's lines are
 // scanned again in the map already read, and answer the same. With keepLines (shadow request
 // headers, whose removal makes the filter read the map again) each header keeps the answer it
