@@ -19,8 +19,38 @@ var keyPrefixes = []string{"rl", "{app}", "AZaz09_.:-", "a:{b}:c", "x{", "}{x}",
 // braces: a hash tag of their own, an empty one, the domain's, and braces that do not pair up.
 var braceDescriptors = []string{"", "a", "{evil}", "{}", "{rl}", "}{x}", "{", "}", "a{b}c", "#{x}"}
 
-// TestKeysStartWithThePrefix: every key the scripts write in a real Redis (a rule's keys, its
-// key set and overflow key, a settlement's id key, the partition secret), in both layouts,
+// writeEveryKind makes the scripts write every kind of key under prefix and domain "rl": in
+// both layouts (one partition and four), a rule's keys for each of braceDescriptors, its key
+// set and overflow key (one live key per partition), a settlement's id key, and the partition
+// secret. Every call must succeed.
+func writeEveryKind(t *testing.T, c *webdisClient, prefix string) {
+	t.Helper()
+	const now = int64(1_764_480_000_000_000_000)
+	bucket := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour})
+	for _, parts := range []int{1, 4} {
+		rule := bucket.Partitioned(parts, int64(parts), prefix, "rl", "g")
+		for i, d := range braceDescriptors {
+			part := redis.Partition(&testSecret, []byte(d), parts)
+			it := redis.Item{Rule: rule, Key: rule.AppendKey(nil, part, []byte(d)), N: 2, Part: part}
+			a := callOne(t, c, it)
+			if !a.Decision.Allowed {
+				t.Fatalf("prefix %q, descriptor %q: %+v", prefix, d, a)
+			}
+			s := redis.Settlement{Item: it, Delta: -1, Overflow: a.Overflow, ReservedAt: now, ID: uint64(i + 1)}
+			status, body := c.post(redis.AppendSettleSHA(nil, &s))
+			if _, err := redis.ParseSettle(status, body); err != nil {
+				t.Fatalf("prefix %q, settlement of %q: %v (%d %s)", prefix, d, err, status, body)
+			}
+		}
+	}
+	candidate := redis.NewSecret()
+	status, body := c.post(redis.AppendSecretCall(nil, redis.AppendSecretKey(nil, prefix, "rl"), &candidate))
+	if _, err := redis.ParseSecret(status, body); err != nil {
+		t.Fatalf("prefix %q, partition secret: %v (%d %s)", prefix, err, status, body)
+	}
+}
+
+// TestKeysStartWithThePrefix: every key the scripts write in a real Redis (writeEveryKind)
 // starts with exactly the configured prefix and ':', whatever characters the prefix has and
 // whatever braces a descriptor has: what a Redis ACL ~<prefix>:* admits (TestLeastPrivilege).
 func TestKeysStartWithThePrefix(t *testing.T) {
@@ -28,34 +58,9 @@ func TestKeysStartWithThePrefix(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.WebdisURL())
 	loadScripts(t, srv)
-	const now = int64(1_764_480_000_000_000_000)
-	bucket := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour})
 	for _, prefix := range keyPrefixes {
 		srv.MustDo("FLUSHALL")
-		for _, parts := range []int{1, 4} {
-			// One live key per partition: the second key of a partition is on its overflow key.
-			rule := bucket.Partitioned(parts, int64(parts), prefix, "rl", "g")
-			for i, d := range braceDescriptors {
-				part := redis.Partition(&testSecret, []byte(d), parts)
-				it := redis.Item{Rule: rule, Key: rule.AppendKey(nil, part, []byte(d)), N: 2, Part: part}
-				a := callOne(t, c, it)
-				if !a.Decision.Allowed {
-					t.Fatalf("prefix %q, descriptor %q: %+v", prefix, d, a)
-				}
-				s := redis.Settlement{Item: it, Delta: -1, Overflow: a.Overflow, ReservedAt: now, ID: uint64(i + 1)}
-				if status, body := c.post(redis.AppendSettleSHA(nil, &s)); status != 200 {
-					t.Fatalf("prefix %q, settlement of %q: %d %s", prefix, d, status, body)
-				} else if _, err := redis.ParseSettle(status, body); err != nil {
-					t.Fatalf("prefix %q, settlement of %q: %v", prefix, d, err)
-				}
-			}
-		}
-		candidate := redis.NewSecret()
-		status, body := c.post(redis.AppendSecretCall(nil, redis.AppendSecretKey(nil, prefix, "rl"), &candidate))
-		if _, err := redis.ParseSecret(status, body); err != nil {
-			t.Fatalf("prefix %q, partition secret: %v", prefix, err)
-		}
-
+		writeEveryKind(t, c, prefix)
 		keys := srv.Keys()
 		kinds := map[string]int{}
 		for _, k := range keys {
@@ -70,6 +75,40 @@ func TestKeysStartWithThePrefix(t *testing.T) {
 		}
 		if len(kinds) != 4 || len(keys) < 2*len(braceDescriptors) {
 			t.Errorf("prefix %q: %d keys, of them %v: want every kind of key written", prefix, len(keys), kinds)
+		}
+	}
+}
+
+// TestShardedKeyPrefixes: behind twemproxy (hash_tag "{}"), which sends a script to the shard
+// of its first key, every key writeEveryKind writes under every prefix is on the shard where
+// twemproxy looks for it (each call's keys share a shard), and a prefix with a hash tag of its
+// own puts all its keys on one shard.
+func TestShardedKeyPrefixes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartSharded(t, 3)
+	for _, sh := range srv.Shards {
+		loadScripts(t, sh)
+	}
+	c := newClient(t, srv.WebdisURL())
+	for _, prefix := range keyPrefixes {
+		for _, sh := range srv.Shards {
+			sh.MustDo("FLUSHALL")
+		}
+		writeEveryKind(t, c, prefix)
+		var holding []int
+		for i, sh := range srv.Shards {
+			keys := sh.Keys()
+			if len(keys) > 0 {
+				holding = append(holding, i)
+			}
+			for _, k := range keys {
+				if srv.Int("EXISTS", k) != 1 {
+					t.Errorf("prefix %q: key %q is on shard %d, where twemproxy does not look for it", prefix, k, i)
+				}
+			}
+		}
+		if _, ok := prefixTag(prefix); ok && len(holding) != 1 {
+			t.Errorf("prefix %q: keys on shards %v, want all on one", prefix, holding)
 		}
 	}
 }
