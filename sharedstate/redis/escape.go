@@ -88,10 +88,11 @@ const MaxPartitions = 1024
 //	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = part
 //
 // so one rule's keys are spread over partitions slots (and so over the shards of a sharded
-// store; a prefix with a hash tag of its own keeps them all on its slot), while the key set and overflow key of each partition (see Rule.Partitioned) share
-// the slot of the keys they bound, and one script call on one key stays on one slot. The
-// braces enclose ':' after the domain, which an escaped domain never contains, so no
-// partitioned key equals a key of the unpartitioned layout.
+// store; a prefix with a hash tag of its own keeps them all on its slot), while the key set
+// and overflow key of each partition (see Rule.Partitioned) share the slot of the keys they
+// bound, and one script call on one key stays on one slot. The braces enclose ':' after the
+// domain, which an escaped domain never contains, so no partitioned key equals a key of the
+// unpartitioned layout.
 func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int, descriptor []byte) []byte {
 	return appendDescriptor(appendHead(dst, prefix, domain, rule, partitions, part), descriptor)
 }
