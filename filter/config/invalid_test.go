@@ -226,6 +226,12 @@ var invalidCases = []invalidCase{
 		"redis.breaker.open: unknown field",
 		"redis.breaker.failures: must be between 1 and 1000, got 0",
 	}, schemaRejects},
+	{"redis key_prefix empty hash tag", `{"redis":{"cluster":"c","key_prefix":"a}{}b"},"rules":[{"name":"r",` + tb + `}]}`, []string{
+		`redis.key_prefix: "a}{}b" starts an empty hash tag "{}", which makes Redis hash the whole key; put a name between the braces`,
+	}, schemaRejects},
+	{"redis key_prefix only an empty hash tag", `{"redis":{"cluster":"c","key_prefix":"{}"},"rules":[{"name":"r",` + tb + `}]}`, []string{
+		`redis.key_prefix: "{}" starts an empty hash tag "{}", which makes Redis hash the whole key; put a name between the braces`,
+	}, schemaRejects},
 
 	// Deny like Envoy.
 	// 0 is OK: a gRPC client would take the denial for a successful call without a reply.

@@ -242,10 +242,14 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
 	// Braces let a Redis Cluster hash tag ("{rl}") pin every key to one slot, which the
-	// multi-key scripts need.
+	// multi-key scripts need. The prefix starts every key as it is written, so an empty tag
+	// ("{}" at its first '{') would make Redis hash whole keys, descriptors included: each key
+	// of one call on a slot of its own, chosen by the client.
 	if kn, kpath := f.get("key_prefix"); kn != nil {
-		p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix, func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") },
-			" must match ^[A-Za-z0-9_.:{}-]{1,64}$")
+		if p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix, func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") },
+			" must match ^[A-Za-z0-9_.:{}-]{1,64}$") && emptyHashTag(r.KeyPrefix) {
+			p.add(kpath, quote(r.KeyPrefix)+` starts an empty hash tag "{}", which makes Redis hash the whole key; put a name between the braces`)
+		}
 	}
 	opt(f, "partitions", 1, 1024, &r.Partitions, p.intField)
 	optEnum(p, f, "failure_mode", &r.FailureMode, "allow", "deny", "local")
@@ -256,6 +260,13 @@ func (p *parser) redis(path string, n *node) *Redis {
 		}
 	}
 	return r
+}
+
+// emptyHashTag reports whether the first '{' of s is followed by '}': Redis and twemproxy then
+// hash the whole key rather than a tag.
+func emptyHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	return i >= 0 && i+1 < len(s) && s[i+1] == '}'
 }
 
 // isHostText reports whether s may name a cluster or authority: not empty, no control

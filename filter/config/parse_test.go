@@ -92,6 +92,17 @@ func TestRedisAuthorityDefault(t *testing.T) {
 	}
 }
 
+// TestKeyPrefixCharacters: key_prefix takes every character of its pattern, braces in any
+// place but an empty hash tag at the first '{' (TestInvalid has those), and keeps it as written.
+func TestKeyPrefixCharacters(t *testing.T) {
+	for _, prefix := range []string{"rl", "{app}", "{rl}:v2", "a{b}{}", "x{", "{", "}", "}{x}", "a{b{}c}", "a:b.c-d_e", "AZaz09_.:-}{z}"} {
+		c := mustParse(t, `{"redis":{"cluster":"webdis","key_prefix":"`+prefix+`"},"rules":[{"name":"r",`+tb+`,"scope":"global"}]}`)
+		if c.Redis.KeyPrefix != prefix {
+			t.Errorf("key_prefix %q parsed as %q", prefix, c.Redis.KeyPrefix)
+		}
+	}
+}
+
 func TestParseAdaptiveAndShaping(t *testing.T) {
 	c := mustParse(t, oneRule(`"algorithm":"adaptive","window":"1s","adaptive":{"min_limit":5,"max_limit":50,"target_latency":"100ms"}`))
 	want := algorithms.Config{Algorithm: "adaptive", Limit: 50, Window: time.Second, MinLimit: 5, MaxLimit: 50,

@@ -14,8 +14,10 @@ import (
 // Redis sharding proxy) -> several redis-servers. nutcracker hashes each command's key, or the
 // part of it inside {braces} (its hash_tag), with MurmurHash and places it on a ketama ring of
 // the shards (nutcracker's default hash, fnv1a_64, put 30 of 30 short tags on one of three
-// shards here with ketama, so the harness uses murmur, as an operator should); an EVAL or EVALSHA goes to the shard of its first key and is refused when its keys
-// hash to different shards. The embedded Server is the front (webdis, with nutcracker as its
+// shards here with ketama, so the harness uses murmur, as an operator should); an EVAL or
+// EVALSHA goes to the shard of its first key, which runs it whole: nutcracker does not check
+// where its other keys hash, so a key written there that hashes elsewhere is one nutcracker
+// never finds again (TestShardedKeyPrefixes checks the layout against that). The embedded Server is the front (webdis, with nutcracker as its
 // Redis): WebdisURL, Do (single-key commands only, routed like any other) and StopWebdis work
 // on it; Shards are the redis-servers themselves.
 //

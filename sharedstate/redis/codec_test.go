@@ -137,7 +137,8 @@ func TestAppendKey(t *testing.T) {
 		{"rl", "rl", "per-tenant:v1", []byte("t1"), "rl:{rl}:per-tenant%3Av1:t1"},
 		{"rl", "d:x", "r", []byte("t1"), "rl:{d%3Ax}:r:t1"},
 		{"rl", "a{b}c", "a{b}c", []byte("x"), "rl:{a%7Bb%7Dc}:a%7Bb%7Dc:x"},
-		{"r{l", "d", "a b", []byte("x"), "r%7Bl:{d}:a%20b:x"},
+		{"r{l", "d", "a b", []byte("x"), "r{l:{d}:a%20b:x"},
+		{"{app}", "rl", "api", []byte("{u}"), "{app}:{rl}:api:{u}"},
 		{"app:rl", "d", "api", []byte("100%"), "app:rl:{d}:api:100%"},
 	}
 	for _, c := range cases {

@@ -24,7 +24,8 @@
 //   - cuts the body at the first raw '?' and ignores the rest;
 //   - strips a known extension (.json .raw .txt .html .xml .png .jpg .js .css .bin ...) from
 //     the last argument and changes the reply format accordingly (.txt gives text/plain);
-//   - passes raw spaces, tabs, CR, LF, NUL and non-UTF-8 bytes to Redis unchanged;
+//   - passes raw spaces, tabs, CR, LF, NUL, '{', '}', ':' and non-UTF-8 bytes to Redis
+//     unchanged;
 //   - treats an all-digit first component as a database number ("1/SET/k/v" runs in DB 1);
 //   - sends an empty argument for an empty component, also a trailing one ("SET/k/");
 //   - drops strings that are not valid UTF-8 from JSON answers: an array element vanishes,

@@ -46,8 +46,9 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 //	<prefix>:{<domain>}:<rule>:<descriptor>
 //
 // The domain is part of every key, so two deployments with different domains and the same rule
-// names never share counts, and it is the hash tag, so that one call can touch all of a
-// request's global rules (AppendPartKey spreads a rule over slots).
+// names never share counts, and it is the hash tag (unless the prefix holds one, below), so
+// that one call can touch all of a request's global rules (AppendPartKey spreads a rule over
+// slots).
 //
 // The descriptor is written verbatim, whatever its bytes (Redis keys are binary-safe, and
 // Escape makes any byte string one webdis argument), with one '#' in front when it starts with
@@ -57,10 +58,18 @@ func escape[T string | []byte](dst []byte, arg T) []byte {
 // configuration's max_key_bytes, and a client can reach no other key than its own
 // descriptor's.
 //
-// prefix, domain and rule come from the configuration. So that the hash tag is always exactly
-// the domain and the parts cannot run into each other, the bytes '{', '}' and '%' (and, in the
-// domain and the rule, ':'; and bytes outside 0x21-0x7E) are written as %XX; well-formed names
-// contain none of these and are written as they are.
+// prefix, domain and rule come from the configuration. The prefix is written as it is, so
+// every key starts with exactly the configured prefix and ':' (what a Redis ACL ~<prefix>:*
+// admits). A prefix with braces is a hash tag of its own: Redis and twemproxy hash the part
+// between the key's first '{' and the first '}' after it, so "{app}" puts every key of every
+// domain on one slot. The prefix must not hold an empty tag ("{}" at its first '{', which
+// makes Redis hash the whole key, descriptor included); the configuration refuses one. In the
+// domain and the rule, so that the domain's tag is closed where the layout says and the parts
+// cannot run into each other, the bytes '{', '}', '%', ':' and bytes outside 0x21-0x7E are
+// written as %XX; well-formed names contain none of these and are written as they are.
+//
+// Either way the head holds a '{' and then a '}' before the descriptor, so the hash tag ends
+// in the head: braces in a descriptor never choose a key's slot.
 //
 // The key is raw bytes, which a redis.Item (or Rule.AppendEvalSHA) escapes for webdis.
 func AppendKey(dst []byte, prefix, domain, rule string, descriptor []byte) []byte {
@@ -79,10 +88,11 @@ const MaxPartitions = 1024
 //	<prefix>:{<domain>:<rule>:<p>}:<descriptor>         p = part
 //
 // so one rule's keys are spread over partitions slots (and so over the shards of a sharded
-// store), while the key set and overflow key of each partition (see Rule.Partitioned) share
-// the slot of the keys they bound, and one script call on one key stays on one slot. The
-// braces enclose ':' after the domain, which an escaped domain never contains, so no
-// partitioned key equals a key of the unpartitioned layout.
+// store; a prefix with a hash tag of its own keeps them all on its slot), while the key set
+// and overflow key of each partition (see Rule.Partitioned) share the slot of the keys they
+// bound, and one script call on one key stays on one slot. The braces enclose ':' after the
+// domain, which an escaped domain never contains, so no partitioned key equals a key of the
+// unpartitioned layout.
 func AppendPartKey(dst []byte, prefix, domain, rule string, partitions, part int, descriptor []byte) []byte {
 	return appendDescriptor(appendHead(dst, prefix, domain, rule, partitions, part), descriptor)
 }
@@ -99,16 +109,16 @@ func appendDescriptor(dst, descriptor []byte) []byte {
 // appendHead appends everything of a key before its descriptor:
 // <prefix>:{<domain>}:<rule>: unpartitioned, <prefix>:{<domain>:<rule>:<part>}: otherwise.
 func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) []byte {
-	dst = appendName(dst, prefix, false)
+	dst = append(dst, prefix...)
 	dst = append(dst, ':', '{')
-	dst = appendName(dst, domain, true)
+	dst = appendName(dst, domain)
 	if partitions <= 1 {
 		dst = append(dst, '}', ':')
-		dst = appendName(dst, rule, true)
+		dst = appendName(dst, rule)
 		return append(dst, ':')
 	}
 	dst = append(dst, ':')
-	dst = appendName(dst, rule, true)
+	dst = appendName(dst, rule)
 	dst = append(dst, ':')
 	dst = strconv.AppendInt(dst, int64(part), 10)
 	return append(dst, '}', ':')
@@ -116,13 +126,13 @@ func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) [
 
 const hexLower = "0123456789abcdef"
 
-// appendName writes a configured prefix, domain or rule name, percent-encoding the bytes that
-// would break the hash tag or the injectivity of the key layout (and ':' when colon is set:
-// the separator after a domain or a rule).
-func appendName(dst []byte, name string, colon bool) []byte {
+// appendName writes a configured domain or rule name, percent-encoding the bytes that would
+// break the hash tag or the injectivity of the key layout (':' is the separator after a
+// domain or a rule).
+func appendName(dst []byte, name string) []byte {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
-		if c == '{' || c == '}' || c == '%' || c < 0x21 || c > 0x7E || (colon && c == ':') {
+		if c == '{' || c == '}' || c == '%' || c == ':' || c < 0x21 || c > 0x7E {
 			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0x0F])
 		} else {
 			dst = append(dst, c)

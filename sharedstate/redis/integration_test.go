@@ -777,10 +777,23 @@ const observer = "on >observe resetkeys resetchannels -@all +info"
 // own), of a rule with a key bound, an algorithm change on a key, settlements of usage costs
 // and the partition secret. Each must answer as it does without an ACL, and every command the
 // scripts call must have run at least once and never been refused: a call made with
-// redis.pcall that Redis refused would otherwise pass unnoticed.
+// redis.pcall that Redis refused would otherwise pass unnoticed. It runs under the default
+// key_prefix and under prefixes with braces and every other character the configuration
+// accepts, each with the documented ACL's key pattern ~<prefix>:*.
 func TestLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	args := append([]string{"--user", "default"}, strings.Fields(leastPrivilege)...)
+	for _, prefix := range []string{"rl", "{app}", "AZaz09_.-:{rl}"} {
+		t.Run(prefix, func(t *testing.T) {
+			t.Parallel()
+			leastPrivilegeUnder(t, prefix)
+		})
+	}
+}
+
+// leastPrivilegeUnder is TestLeastPrivilege with the keys under prefix.
+func leastPrivilegeUnder(t *testing.T, prefix string) {
+	acl := strings.Replace(leastPrivilege, " ~rl:* ", " ~"+prefix+":* ", 1)
+	args := append([]string{"--user", "default"}, strings.Fields(acl)...)
 	args = append(append(args, "--user", "observer"), strings.Fields(observer)...)
 	srv := redistest.StartWith(t, redistest.Options{
 		RedisArgs: args,
@@ -796,7 +809,7 @@ func TestLeastPrivilege(t *testing.T) {
 	now := int64(1_764_480_000_000_000_000)
 	for _, cfg := range diffConfigs {
 		rule := mustRule(t, cfg)
-		key := redis.AppendKey(nil, "rl", "rl", cfgName(cfg), []byte("client"))
+		key := redis.AppendKey(nil, prefix, "rl", cfgName(cfg), []byte("client"))
 		// EVAL first (the script cache is empty), then EVALSHA; both admit and deny.
 		c.mustCall(rule.AppendEvalAt(nil, key, 1, now))
 		for j := 0; j < int(cfg.Limit)+2 && j < 60; j++ {
@@ -806,7 +819,7 @@ func TestLeastPrivilege(t *testing.T) {
 
 	// Redis' own clock, as the filter calls; then another algorithm on the same key, whose
 	// state replaces the old one and carries its event over.
-	clocked := redis.AppendKey(nil, "rl", "rl", "clocked", []byte("client"))
+	clocked := redis.AppendKey(nil, prefix, "rl", "clocked", []byte("client"))
 	gcra := mustRule(t, algorithms.Config{Algorithm: "gcra", Limit: 10, Window: time.Hour})
 	if rep := c.mustCall(gcra.AppendEvalSHA(nil, clocked, 1)); !rep.Decision.Allowed || rep.Decision.Remaining != 9 {
 		t.Fatalf("on Redis' clock: %+v, want 9 remaining", rep.Decision)
@@ -818,9 +831,9 @@ func TestLeastPrivilege(t *testing.T) {
 
 	// A rule with a key bound: its key set, and its overflow key past the bound.
 	// One key and an hour: the first key lives through the test, however slow the machine.
-	bounded := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(1, "rl", "rl", "bounded")
+	bounded := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(1, prefix, "rl", "bounded")
 	for i, wantOverflow := range []bool{false, true} {
-		key := redis.AppendKey(nil, "rl", "rl", "bounded", []byte{'a' + byte(i)})
+		key := redis.AppendKey(nil, prefix, "rl", "bounded", []byte{'a' + byte(i)})
 		if a := callOne(t, c, redis.Item{Rule: bounded, Key: key, N: 1}); !a.Decision.Allowed || a.Overflow != wantOverflow {
 			t.Fatalf("bounded key %d: %+v, want allowed, overflow %v", i, a, wantOverflow)
 		}
@@ -829,7 +842,7 @@ func TestLeastPrivilege(t *testing.T) {
 	// Settlements: a refund, the same refund sent again (applied once, by its id key), and a
 	// debt on a bounded rule's key that has expired or never existed (a new key in its set).
 	bucket := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour})
-	settled := redis.AppendKey(nil, "rl", "rl", "settled", []byte("client"))
+	settled := redis.AppendKey(nil, prefix, "rl", "settled", []byte("client"))
 	if rep := c.mustCall(bucket.AppendEvalSHAAt(nil, settled, 5, now)); rep.Decision.Remaining != 5 {
 		t.Fatalf("reservation: %+v, want 5 remaining", rep.Decision)
 	}
@@ -847,10 +860,10 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Fatalf("after the refund of 3: %+v, want 8 remaining", rep.Decision)
 		}
 	}
-	roomy := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(10, "rl", "rl", "roomy")
-	debtor := redis.AppendKey(nil, "rl", "rl", "roomy", []byte("client"))
+	roomy := mustRule(t, algorithms.Config{Algorithm: "token_bucket", Limit: 10, Window: time.Hour}).Bounded(10, prefix, "rl", "roomy")
+	debtor := redis.AppendKey(nil, prefix, "rl", "roomy", []byte("client"))
 	settle(redis.Settlement{Item: redis.Item{Rule: roomy, Key: debtor}, Delta: 4, ReservedAt: now, ID: 2})
-	keySet := string(redis.AppendRuleKey(nil, "rl", "rl", "roomy", 1, 0, "#keys"))
+	keySet := string(redis.AppendRuleKey(nil, prefix, "rl", "roomy", 1, 0, "#keys"))
 	if srv.Int("EXISTS", string(debtor)) != 1 || srv.Int("ZCOUNT", keySet, "-inf", "+inf") != 1 {
 		t.Fatalf("a debt on a new key of a bounded rule: want the key and its entry in %s", keySet)
 	}
@@ -859,7 +872,7 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 
 	// The partition secret: stored by the first call, read back by the next.
-	secretKey := redis.AppendSecretKey(nil, "rl", "rl")
+	secretKey := redis.AppendSecretKey(nil, prefix, "rl")
 	ask := func(candidate redis.Secret) redis.Secret {
 		t.Helper()
 		status, body := c.post(redis.AppendSecretCall(nil, secretKey, &candidate))
@@ -994,6 +1007,8 @@ func TestWebdisQuirks(t *testing.T) {
 		{"SET/k2/v.foo", "k2", "v.foo", "an unknown extension is kept"},
 		{"SET/k3/", "k3", "", "a trailing '/' sends an empty argument"},
 		{"SET/k4/v?x=1", "k4", "v", "a raw '?' cuts the body"},
+		{"SET/{a}:b.c/v", "{a}:b.c", "v", "raw braces, and ':' and '.' inside an argument, pass through"},
+		{"SET/%7Bx%7d/v", "{x}", "v", "encoded braces are decoded"},
 	}
 	for _, k := range keyed {
 		if status, body := c.post([]byte(k.body)); status != 200 || !strings.Contains(string(body), `"OK"`) {

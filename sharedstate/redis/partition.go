@@ -43,11 +43,12 @@ func Partition(secret *Secret, descriptor []byte, partitions int) int {
 const secretSuffix = "#partition-secret"
 
 // AppendSecretKey appends the key under which Redis holds the partition secret of a key
-// prefix and domain: <prefix>:{<domain>}:#partition-secret. It is in the domain's slot.
+// prefix and domain: <prefix>:{<domain>}:#partition-secret, the prefix written as it is
+// (see AppendKey). It is in the domain's slot, or the prefix's when that holds a hash tag.
 func AppendSecretKey(dst []byte, prefix, domain string) []byte {
-	dst = appendName(dst, prefix, false)
+	dst = append(dst, prefix...)
 	dst = append(dst, ':', '{')
-	dst = appendName(dst, domain, true)
+	dst = appendName(dst, domain)
 	dst = append(dst, '}', ':')
 	return append(dst, secretSuffix...)
 }
