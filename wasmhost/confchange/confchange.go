@@ -6,7 +6,8 @@
 // each; this package encodes it from where the filter keeps state:
 //
 //   - local rules: Envoy's shared data of the vm_id, under "<domain>|<rule>|", each key's
-//     state under its descriptor, which the key parts build;
+//     state under its descriptor, which the key parts build (a client_ip part from the
+//     address trusted_hops selects, among those the connection manager derives);
 //   - global rules: Redis, under <key_prefix>:{<domain>}:<rule>:<descriptor> (with partitions,
 //     <key_prefix>:{<domain>:<rule>:<p>}:<descriptor>, p chosen among redis.partitions);
 //   - an override's clients are the rule's keys, decided under the override's parameters;
@@ -73,6 +74,18 @@ type Plugin struct {
 	Key    string // what pairs it with its counterpart: the listener's name, or ""
 	VMID   string // the shared-data namespace; "" when unknown (a plugin configuration file)
 	Config *config.Config
+	// ClientAddress is how the listener's connection manager derives the client address that
+	// client_ip key parts read; nil when unknown (a plugin configuration file).
+	ClientAddress *ClientAddress
+}
+
+// ClientAddress is what Envoy's connection manager derives the client address from: the
+// source.address the filter reads, and the X-Forwarded-For it reads with trusted_hops (which
+// Envoy appends the peer to under use_remote_address).
+type ClientAddress struct {
+	UseRemoteAddress bool // use_remote_address
+	XFFTrustedHops   int  // xff_num_trusted_hops
+	SkipXFFAppend    bool // skip_xff_append
 }
 
 // Compare says, for every rule of the configurations in news, what changing from those in
@@ -135,6 +148,25 @@ func compareConfigs(o, n Plugin) []RuleChange {
 				max(or.Partitions, 1), max(nr.Partitions, 1)))
 		}
 	}
+	// What makes every client_ip key part read another address: the rules keyed on one count
+	// every client under a new key.
+	var clientIP []string
+	if o.Config.TrustedHops != n.Config.TrustedHops {
+		clientIP = append(clientIP, fmt.Sprintf("trusted_hops %d -> %d: client_ip reads another hop of X-Forwarded-For, "+
+			"so clients count under another address", o.Config.TrustedHops, n.Config.TrustedHops))
+	}
+	if oa, na := o.ClientAddress, n.ClientAddress; oa != nil && na != nil {
+		const why = ": Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"
+		if oa.UseRemoteAddress != na.UseRemoteAddress {
+			clientIP = append(clientIP, fmt.Sprintf("use_remote_address %v -> %v%s", oa.UseRemoteAddress, na.UseRemoteAddress, why))
+		}
+		if oa.XFFTrustedHops != na.XFFTrustedHops {
+			clientIP = append(clientIP, fmt.Sprintf("xff_num_trusted_hops %d -> %d%s", oa.XFFTrustedHops, na.XFFTrustedHops, why))
+		}
+		if oa.SkipXFFAppend != na.SkipXFFAppend {
+			clientIP = append(clientIP, fmt.Sprintf("skip_xff_append %v -> %v%s", oa.SkipXFFAppend, na.SkipXFFAppend, why))
+		}
+	}
 	oldRules := map[string]*config.Rule{}
 	for _, r := range o.Config.Rules {
 		oldRules[r.Name] = r
@@ -156,6 +188,10 @@ func compareConfigs(o, n Plugin) []RuleChange {
 			} else {
 				resets = append(resets, local...)
 			}
+		}
+		if hasClientIP(nr.Key) && sameKeyParts(or.Key, nr.Key) {
+			// (A change of the key parts themselves is its own reason.)
+			resets = append(resets, clientIP...)
 		}
 		if len(resets) > 0 {
 			c.Kind, c.Reasons = ChangeReset, append(resets, c.Reasons...)
@@ -182,6 +218,16 @@ func addedRule(nr *config.Rule, oldCfg, newCfg *config.Config) RuleChange {
 			fmt.Sprintf("renamed from %q: state is kept under the rule's name", or.Name)}}
 	}
 	return RuleChange{Rule: nr.Name, Kind: ChangeAdded, Reasons: []string{"starts empty"}}
+}
+
+// hasClientIP reports whether a key part reads the client address.
+func hasClientIP(parts []config.KeyPart) bool {
+	for _, p := range parts {
+		if p.Source == config.SourceClientIP {
+			return true
+		}
+	}
+	return false
 }
 
 func ruleNamed(cfg *config.Config, name string) bool {

@@ -42,6 +42,8 @@ func loadPlugins(path string) ([]confchange.Plugin, error) {
 		out = append(out, confchange.Plugin{
 			Where: "listener " + strconv.Quote(l.Name) + ", plugin " + strconv.Quote(l.Filter.PluginName),
 			Key:   l.Name, VMID: l.Filter.VMID, Config: cfg,
+			ClientAddress: &confchange.ClientAddress{UseRemoteAddress: l.UseRemoteAddress,
+				XFFTrustedHops: l.XFFTrustedHops, SkipXFFAppend: l.SkipXFFAppend},
 		})
 	}
 	return out, nil

@@ -118,6 +118,50 @@ func TestChanges(t *testing.T) {
 	}
 }
 
+// What a client_ip key part reads is the configuration's trusted_hops (which hop of
+// X-Forwarded-For) and, in a bootstrap, how the connection manager derives the client address
+// (use_remote_address, xff_num_trusted_hops, skip_xff_append): changing any of them makes every client_ip key read
+// another address, so those rules' clients start afresh; rules keyed otherwise keep their state.
+func TestChangesOfClientAddress(t *testing.T) {
+	rules := `"rules":[
+		{"name":"ip","continue":true,"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"fixed_window","limit":10,"window":"1m"},
+		{"name":"ip-and-user","continue":true,"key":[{"source":"header","name":"x-user"},{"source":"client_ip","ipv6_prefix":64}],"algorithm":"fixed_window","limit":10,"window":"1m"},
+		{"name":"user","key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":10,"window":"1m"}]`
+	changes, rep := changesOf(t, "plugin.json", `{`+rules+`}`, `{"trusted_hops":2,`+rules+`}`)
+	if got := kinds(changes); got != "ip=reset ip-and-user=reset user=kept" || len(rep.Warnings) != 2 {
+		t.Fatalf("trusted_hops 0 -> 2: %s, warnings %q", got, rep.Warnings)
+	}
+	if want := `rule "ip": reset (trusted_hops 0 -> 2: client_ip reads another hop of X-Forwarded-For, so clients count under another address)`; changes[0].String() != want {
+		t.Errorf("%s\nwant %s", changes[0], want)
+	}
+	changes, _ = changesOf(t, "plugin.json", `{"trusted_hops":1,`+rules+`}`, `{"trusted_hops":1,`+rules+`}`)
+	if got := kinds(changes); got != "ip=kept ip-and-user=kept user=kept" {
+		t.Errorf("trusted_hops unchanged: %s", got)
+	}
+
+	hcm := func(settings string) string {
+		return bootstrap(`{`+rules+`}`, normalised+settings)
+	}
+	for _, c := range []struct{ name, old, cur, why string }{
+		{"use_remote_address", "", "\n          use_remote_address: true",
+			"use_remote_address false -> true: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
+		{"xff_num_trusted_hops", "\n          use_remote_address: true", "\n          use_remote_address: true\n          xff_num_trusted_hops: 1",
+			"xff_num_trusted_hops 0 -> 1: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
+		{"skip_xff_append", "\n          use_remote_address: true", "\n          use_remote_address: true\n          skip_xff_append: true",
+			"skip_xff_append false -> true: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
+	} {
+		changes, rep := changesOf(t, "envoy.yaml", hcm(c.old), hcm(c.cur))
+		if !rep.OK() {
+			t.Fatalf("%s: errors %q", c.name, rep.Errors)
+		}
+		if got := kinds(changes); got != "ip=reset ip-and-user=reset user=kept" || len(rep.Warnings) != 2 {
+			t.Errorf("%s: %s, warnings %q", c.name, got, rep.Warnings)
+		} else if !strings.Contains(changes[0].String(), c.why) {
+			t.Errorf("%s: %s\nwant the reason %q", c.name, changes[0], c.why)
+		}
+	}
+}
+
 // check -previous prints each rule's change, a warning on each reset (which -strict fails),
 // and make check PREVIOUS=... passes it on.
 func TestCheckPreviousCommand(t *testing.T) {

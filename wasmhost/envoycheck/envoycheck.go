@@ -8,13 +8,15 @@
 // does not have would never apply, so it is an error, not a warning (a typo such as
 // "public_api" for "public-api" would otherwise silently turn the limit off). It warns about
 // configurations that are valid but probably not what was meant: rules that can never apply,
-// path rules on a listener that does not normalise paths, per-IP keys without an IPv6
-// prefix, and shadow rules whose headers reach clients.
+// rules selected or keyed by the path (or by routes chosen by it) on a listener that lets
+// one path be spelt several ways, per-IP keys without an IPv6 prefix, and shadow rules whose
+// headers reach clients.
 package envoycheck
 
 import (
 	"fmt"
 	"os"
+	"regexp/syntax"
 	"sort"
 	"strconv"
 	"strings"
@@ -220,7 +222,6 @@ func checkRules(r *Report, where string, cfg *config.Config, lr *listenerRoutes)
 	var catchAll *config.Rule // an earlier rule that applies to every request and stops evaluation
 	for _, rule := range cfg.Rules {
 		at := fmt.Sprintf("%srules[%d] (%q)", prefix, rule.Index, rule.Name)
-		m := &rule.Match
 		if lr != nil {
 			checkRuleRoutes(r, at, rule, lr)
 		}
@@ -230,9 +231,8 @@ func checkRules(r *Report, where string, cfg *config.Config, lr *listenerRoutes)
 		} else if matchesEverything(rule) && !rule.Continue {
 			catchAll = rule
 		}
-		if lr != nil && m.Path != nil && (!lr.listener.NormalizePath || !lr.listener.MergeSlashes) {
-			r.warnf("%s: matches paths, but the connection manager has normalize_path: %v, merge_slashes: %v: "+
-				"/api/../login or //login would escape the rule; set both to true", at, lr.listener.NormalizePath, lr.listener.MergeSlashes)
+		if lr != nil {
+			checkPathSpelling(r, at, rule, lr.listener)
 		}
 		for i, kp := range rule.Key {
 			if kp.Source == config.SourceClientIP && (kp.IPv6Prefix == 0 || kp.IPv6Prefix == 128) {
@@ -266,6 +266,284 @@ func checkRuleRoutes(r *Report, at string, rule *config.Rule, lr *listenerRoutes
 		r.warnf("%s: can never apply: the filter is disabled on every route it names (%s)",
 			at, strings.Join(m.Routes, ", "))
 	}
+}
+
+// checkPathSpelling warns about a rule that depends on how the request's path is spelt (a
+// path condition, routes that Envoy chooses by the path, a key on the path or on the route
+// name) when the listener's connection manager lets one path be spelt in several ways. Envoy
+// then routes, and the filter reads the path, as the client wrote it, while upstreams
+// usually serve "//login", "/./login" and (those that decode %2F) "/x/..%2Flogin" as
+// "/login": such a spelling escapes a rule that selects requests by the path or the route,
+// and counts under a key of its own, with a fresh allowance, in a rule keyed on the path.
+//
+// normalize_path, when unset, is false in Envoy unless its runtime key
+// http_connection_manager.normalize_path turns it on; merge_slashes defaults to false and
+// path_with_escaped_slashes_action to KEEP_UNCHANGED.
+func checkPathSpelling(r *Report, at string, rule *config.Rule, l *envoyconf.Listener) {
+	var off, fix []string
+	if !l.NormalizePath {
+		off, fix = append(off, "normalize_path: false"), append(fix, "normalize_path: true")
+	}
+	if !l.MergeSlashes {
+		off, fix = append(off, "merge_slashes: false"), append(fix, "merge_slashes: true")
+	}
+	if l.EscapedSlashes == envoyconf.EscapedSlashesKeep {
+		off = append(off, "path_with_escaped_slashes_action: "+envoyconf.EscapedSlashesKeep)
+		fix = append(fix, "path_with_escaped_slashes_action: "+envoyconf.EscapedSlashesUnescapeRedirect+
+			" or "+envoyconf.EscapedSlashesReject)
+	}
+	if len(off) == 0 {
+		return
+	}
+	found := pathSelection(rule, l)
+	for i, kp := range rule.Key {
+		switch kp.Source {
+		case config.SourcePath:
+			p := "/path"
+			if m := rule.Match.Path; m != nil && m.Kind != config.MatchRegex && len(m.Value) > 1 {
+				p = m.Value
+			}
+			found = append(found, fmt.Sprintf("key[%d] is the path: %q spelt %s counts under a key of its own, with a fresh allowance",
+				i, p, orList(respellings(l, p))))
+		case config.SourceRoute:
+			if rt, s := pathRoutedSample(rule, l); rt != "" {
+				found = append(found, fmt.Sprintf("key[%d] is the route name: %q spelt %s misses route %q, "+
+					"and counts under the name of the route it reaches, with a fresh allowance", i, s, orList(respellings(l, s)), rt))
+			}
+		}
+	}
+	if len(found) == 0 {
+		return
+	}
+	r.warnf("%s: depends on how the path is spelt, but the connection manager has %s: %s; set %s (see docs/routes.md)",
+		at, strings.Join(off, ", "), strings.Join(found, "; "), joinAnd(fix))
+}
+
+// respellings are spellings of path p that the listener routes, and the filter reads, as
+// written, and that upstreams usually serve as p: "/./p" without normalize_path, "//p"
+// without merge_slashes, and "/x/..%2Fp" for an upstream that decodes %2F when escaped
+// slashes are kept.
+func respellings(l *envoyconf.Listener, p string) []string {
+	var s []string
+	if !l.NormalizePath {
+		s = append(s, strconv.Quote("/."+p))
+	}
+	if !l.MergeSlashes {
+		s = append(s, strconv.Quote("/"+p))
+	}
+	if l.EscapedSlashes == envoyconf.EscapedSlashesKeep {
+		s = append(s, strconv.Quote("/x/..%2F"+p[1:])+" (if the upstream decodes %2F)")
+	}
+	return s
+}
+
+// detours are spellings of path p that the listener routes by prefix, a route's literal
+// start, while upstreams usually serve them as p: "prefix/../p" without normalize_path, and
+// "prefix/..%2Fp" for an upstream that decodes %2F when escaped slashes are kept.
+func detours(l *envoyconf.Listener, prefix, p string) []string {
+	var s []string
+	if !l.NormalizePath {
+		s = append(s, strconv.Quote(prefix+"/.."+p))
+	}
+	if l.EscapedSlashes == envoyconf.EscapedSlashesKeep {
+		s = append(s, strconv.Quote(prefix+"/..%2F"+p[1:])+" (if the upstream decodes %2F)")
+	}
+	return s
+}
+
+// orList joins quoted items as "a", "a or b", "a, b or c".
+func orList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}
+
+// pathSelection says how the rule's selection of requests depends on the spelling of the
+// path, with examples, if it does: its path condition or a header condition on :path; the
+// routes it names, when Envoy chooses among the routes of their virtual host by the path (a
+// spelling of the route's own path misses it, or a spelling of a path of the
+// named catch-all route reaches a route before it); or, for a rule that names no route, a
+// route where the filter is disabled that a spelling reaches (it then meets no rule at all).
+func pathSelection(rule *config.Rule, l *envoyconf.Listener) []string {
+	m := &rule.Match
+	var found []string
+	if m.Path != nil {
+		p := "/path"
+		if m.Path.Kind != config.MatchRegex && len(m.Path.Value) > 1 {
+			p = m.Path.Value
+		}
+		found = append(found, fmt.Sprintf("match.path: %q spelt %s misses the condition", p, orList(respellings(l, p))))
+	}
+	for _, h := range m.Headers {
+		if h.Name == ":path" {
+			found = append(found, fmt.Sprintf("match.headers on :path: %q spelt %s is read as written",
+				"/path", orList(respellings(l, "/path"))))
+			break
+		}
+	}
+	for _, vh := range l.VirtualHosts {
+		if !admitsVirtualHost(rule, vh.Name) || !pathRouted(vh) {
+			continue
+		}
+		var applies, exempt []*envoyconf.Route
+		for _, rt := range vh.Routes {
+			if selects(rule, rt.Name, vh.Name) && !rt.FilterDisabled {
+				applies = append(applies, rt)
+			} else {
+				exempt = append(exempt, rt)
+			}
+		}
+		if len(applies) == 0 || len(exempt) == 0 {
+			// Whichever route a spelling reaches, the rule applies there as much as on the
+			// route the path meant.
+			continue
+		}
+		for _, rt := range applies {
+			if len(m.Routes) == 0 {
+				break // the rule applies wherever the filter runs: see the disabled routes below
+			}
+			if p := routeSample(rt); p != "" {
+				found = append(found, fmt.Sprintf("match.routes: %q spelt %s misses route %q",
+					p, orList(respellings(l, p)), rt.Name))
+				continue
+			}
+			// A catch-all: the path of one of its requests, spelt to start like a route
+			// the rule does not apply to, is taken by that route.
+			if ex, e := detourRoute(exempt, false); ex != nil {
+				if d := detours(l, e, "/path"); len(d) > 0 {
+					found = append(found, fmt.Sprintf("match.routes: %q spelt %s reaches route %q rather than %q",
+						"/path", orList(d), ex.Name, rt.Name))
+				}
+			}
+		}
+		if len(m.Routes) == 0 {
+			if ex, e := detourRoute(exempt, true); ex != nil {
+				if d := detours(l, e, "/path"); len(d) > 0 {
+					found = append(found, fmt.Sprintf("%q spelt %s reaches route %q, where the filter is disabled",
+						"/path", orList(d), ex.Name))
+				}
+			}
+		}
+	}
+	return found
+}
+
+// detourRoute picks, among routes a rule does not apply to (only those where the filter is
+// disabled when disabled is set), one with a literal start for detours, preferring one without
+// header conditions, which every request can reach; nil when there is none.
+func detourRoute(routes []*envoyconf.Route, disabled bool) (*envoyconf.Route, string) {
+	var found *envoyconf.Route
+	var start string
+	for _, rt := range routes {
+		if disabled && !rt.FilterDisabled {
+			continue
+		}
+		e := strings.TrimSuffix(routeStart(rt), "/")
+		if e == "" || found != nil && len(rt.Match.Headers) > 0 {
+			continue
+		}
+		found, start = rt, e
+		if len(rt.Match.Headers) == 0 {
+			break
+		}
+	}
+	return found, start
+}
+
+// pathRoutedSample finds a route the rule applies to in a virtual host where Envoy chooses
+// routes by the path, with a path it matches: its name and the path, or "" when there is none.
+func pathRoutedSample(rule *config.Rule, l *envoyconf.Listener) (name, path string) {
+	for _, vh := range l.VirtualHosts {
+		if !admitsVirtualHost(rule, vh.Name) || !pathRouted(vh) {
+			continue
+		}
+		for _, rt := range vh.Routes {
+			if p := routeSample(rt); p != "" && rt.Name != "" && selects(rule, rt.Name, vh.Name) && !rt.FilterDisabled {
+				return rt.Name, p
+			}
+		}
+	}
+	return "", ""
+}
+
+func admitsVirtualHost(rule *config.Rule, vhost string) bool {
+	return len(rule.Match.VirtualHosts) == 0 || contains(rule.Match.VirtualHosts, vhost)
+}
+
+// pathRouted reports whether Envoy chooses among the virtual host's routes by the path: some
+// route matches on a path other than every path (prefix "/"), or on a header condition on
+// :path.
+func pathRouted(vh *envoyconf.VirtualHost) bool {
+	for _, rt := range vh.Routes {
+		if !(rt.Match.Kind == envoyconf.PathPrefix && (rt.Match.Value == "/" || rt.Match.Value == "")) {
+			return true
+		}
+		for _, h := range rt.Match.Headers {
+			if h.Name == ":path" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// routeSample is a path the route matches, for the examples: its start (routeStart), with
+// "x" after a final "/" ("/api/x" for the prefix "/api/"); "" when it has none.
+func routeSample(rt *envoyconf.Route) string {
+	s := routeStart(rt)
+	if strings.HasSuffix(s, "/") {
+		s += "x"
+	}
+	return s
+}
+
+// routeStart is what every path the route matches starts with: its prefix or path, or the
+// literal its regular expression starts with ("/login" for "(?i)/login(?:[^a-z0-9_-].*)?");
+// "" when there is none longer than "/".
+func routeStart(rt *envoyconf.Route) string {
+	s := rt.Match.Value
+	if rt.Match.Kind == envoyconf.PathRegex {
+		s = ""
+		if re, err := syntax.Parse(rt.Match.Value, syntax.Perl); err == nil {
+			s = literalPrefix(re.Simplify())
+		}
+	}
+	if len(s) < 2 || s[0] != '/' {
+		return ""
+	}
+	return s
+}
+
+// literalPrefix is the text every match of re starts with, as far as its leading literals go.
+func literalPrefix(re *syntax.Regexp) string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return strings.ToLower(string(re.Rune))
+		}
+		return string(re.Rune)
+	case syntax.OpConcat:
+		var b strings.Builder
+		for _, sub := range re.Sub {
+			if sub.Op != syntax.OpLiteral {
+				break
+			}
+			b.WriteString(literalPrefix(sub))
+		}
+		return b.String()
+	case syntax.OpCapture:
+		return literalPrefix(re.Sub[0])
+	}
+	return ""
+}
+
+// joinAnd joins "a", "b" and "c" as "a, b and c".
+func joinAnd(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // matchesEverything reports whether the rule applies to every request: no condition, and

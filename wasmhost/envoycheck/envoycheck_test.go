@@ -79,7 +79,9 @@ static_resources:
 `
 }
 
-const normalised = "          normalize_path: true\n          merge_slashes: true"
+// normalised is the connection manager's path handling of the shipped envoy.yaml, under which
+// every spelling of a path is routed and read as one.
+const normalised = "          normalize_path: true\n          merge_slashes: true\n          path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT"
 
 // A typo, "public_api" for the route "public-api", would silently turn the limit off. It is
 // an error, with a suggestion.
@@ -162,7 +164,7 @@ func TestWarnings(t *testing.T) {
 			`rules[1] ("late"): can never apply: rules[0] ("all") applies to every request`},
 		{"path rule without normalisation", `{"rules":[{"name":"p","match":{"path":{"prefix":"/login"}},
 			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, "",
-			`matches paths, but the connection manager has normalize_path: false, merge_slashes: false`},
+			`depends on how the path is spelt, but the connection manager has normalize_path: false, merge_slashes: false, path_with_escaped_slashes_action: KEEP_UNCHANGED: match.path: "/login" spelt "/./login", "//login" or "/x/..%2Flogin" (if the upstream decodes %2F) misses the condition`},
 		{"per-IP key without an IPv6 prefix", `{"rules":[{"name":"ip","key":[{"source":"client_ip"}],
 			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
 			`key[0]: client_ip without ipv6_prefix`},
@@ -193,6 +195,130 @@ func TestWarnings(t *testing.T) {
 		{"name":"late","match":{"routes":["public-api"]},"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
 	if rep := Bytes([]byte(bootstrap(byRoute, normalised))); !rep.OK() || len(rep.Warnings) != 0 {
 		t.Fatalf("a rule keyed on the route name before another: %+v", rep)
+	}
+}
+
+// shippedWithout is the shipped envoy.yaml with the connection manager's path settings
+// replaced by hcm (each "setting: value" line in the file's order; "" removes it), and with
+// extraRules (JSON objects, one per line) before its rules.
+func shippedWithout(t *testing.T, hcm map[string]string, extraRules ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for old, cur := range hcm {
+		line := "          " + old + "\n"
+		if !strings.Contains(s, line) {
+			t.Fatalf("envoy.yaml no longer has %q", old)
+		}
+		if cur != "" {
+			cur = "          " + cur + "\n"
+		}
+		s = strings.Replace(s, line, cur, 1)
+	}
+	const rules = "\"rules\": [\n"
+	if !strings.Contains(s, rules) {
+		t.Fatal("envoy.yaml no longer lists its rules the way this test expects")
+	}
+	for _, r := range extraRules {
+		s = strings.Replace(s, rules, rules+"                        "+r+",\n", 1)
+	}
+	return s
+}
+
+// warningOf returns the one warning about the named rule, or "" when there is none.
+func warningOf(t *testing.T, rep *Report, rule string) string {
+	t.Helper()
+	var found []string
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "(\""+rule+"\"): ") {
+			found = append(found, w)
+		}
+	}
+	if len(found) > 1 {
+		t.Fatalf("%d warnings about %s: %q", len(found), rule, found)
+	}
+	return strings.Join(found, "")
+}
+
+// Without normalize_path and merge_slashes, Envoy routes "//login" and "/./login" as written:
+// the log-in route's regex does not match them, so a rule selected by that route (the setup
+// docs/routes.md recommends) does not apply, while the upstream serves them as /login. A rule
+// keyed on the path counts each spelling under a key of its own. Both are warned about, with
+// what to set; the shipped envoy.yaml, which sets both, has no warning (TestShippedConfigsPass).
+func TestPathSpellingWithoutNormalisation(t *testing.T) {
+	yaml := shippedWithout(t, map[string]string{"normalize_path: true": "normalize_path: false", "merge_slashes: true": "merge_slashes: false"},
+		`{"name": "per-path", "continue": true, "key": [{"source": "path"}], "algorithm": "fixed_window", "limit": 5, "window": "1m"}`)
+	rep := Bytes([]byte(yaml))
+	if !rep.OK() {
+		t.Fatalf("errors: %q", rep.Errors)
+	}
+	const off = `depends on how the path is spelt, but the connection manager has normalize_path: false, merge_slashes: false: `
+	const fix = `; set normalize_path: true and merge_slashes: true (see docs/routes.md)`
+	for rule, want := range map[string]string{
+		"login-per-ip":      off + `match.routes: "/login" spelt "/./login" or "//login" misses route "login"` + fix,
+		"public-api-per-ip": off + `match.routes: "/api/x" spelt "/./api/x" or "//api/x" misses route "public-api"` + fix,
+		// A catch-all's requests are taken by the routes before it when spelt to start like them.
+		"default-shadow": off + `match.routes: "/path" spelt "/api/../path" reaches route "public-api" rather than "default"` + fix,
+		// A rule on every route: a spelling can reach the route where the filter is disabled,
+		// and each spelling of a path is a key of its own.
+		"per-path": off + `"/path" spelt "/internal/../path" reaches route "internal", where the filter is disabled; ` +
+			`key[0] is the path: "/path" spelt "/./path" or "//path" counts under a key of its own, with a fresh allowance` + fix,
+	} {
+		if got := warningOf(t, rep, rule); !strings.HasSuffix(got, want) {
+			t.Errorf("warning about %s:\n%s\nwant one ending\n%s", rule, got, want)
+		}
+	}
+	// Unset is Envoy's default, false, just the same.
+	rep = Bytes([]byte(shippedWithout(t, map[string]string{"normalize_path: true": "", "merge_slashes: true": ""})))
+	if got := warningOf(t, rep, "login-per-ip"); !strings.Contains(got, off) {
+		t.Errorf("normalize_path and merge_slashes unset: warning about login-per-ip %q", got)
+	}
+}
+
+// With normalize_path and merge_slashes but escaped slashes kept as they are (Envoy's
+// default), "/x/..%2Flogin" is routed as written while an upstream that decodes %2F serves
+// /login: route-selected and path-keyed rules are warned about, with the actions that close it.
+func TestPathSpellingWithEscapedSlashesKept(t *testing.T) {
+	rules := `{"rules":[
+		{"name":"api","continue":true,"match":{"routes":["public-api"]},"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"per-route","key":[{"source":"route"}],"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
+	hcm := "          normalize_path: true\n          merge_slashes: true"
+	rep := Bytes([]byte(bootstrap(rules, hcm)))
+	if !rep.OK() {
+		t.Fatalf("errors: %q", rep.Errors)
+	}
+	const off = `depends on how the path is spelt, but the connection manager has path_with_escaped_slashes_action: KEEP_UNCHANGED: `
+	const fix = `; set path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT or REJECT_REQUEST (see docs/routes.md)`
+	for rule, want := range map[string]string{
+		"api": off + `match.routes: "/api" spelt "/x/..%2Fapi" (if the upstream decodes %2F) misses route "public-api"` + fix,
+		"per-route": off + `"/path" spelt "/internal/..%2Fpath" (if the upstream decodes %2F) reaches route "internal", where the filter is disabled; ` +
+			`key[0] is the route name: "/api" spelt "/x/..%2Fapi" (if the upstream decodes %2F) misses route "public-api", and counts under the name of the route it reaches, with a fresh allowance` + fix,
+	} {
+		if got := warningOf(t, rep, rule); !strings.HasSuffix(got, want) {
+			t.Errorf("warning about %s:\n%s\nwant one ending\n%s", rule, got, want)
+		}
+	}
+	for _, action := range []string{"UNESCAPE_AND_REDIRECT", "REJECT_REQUEST", "UNESCAPE_AND_FORWARD"} {
+		rep := Bytes([]byte(bootstrap(rules, hcm+"\n          path_with_escaped_slashes_action: "+action)))
+		if !rep.OK() || len(rep.Warnings) != 0 {
+			t.Errorf("%s: %+v", action, rep)
+		}
+	}
+}
+
+// A rule whose routes Envoy does not choose by the path (every route of the virtual host
+// matches every path) depends on no spelling, with or without normalisation, as the shipped
+// e2e/envoy-failure-modes.yaml's listeners.
+func TestPathSpellingWithoutPathRoutes(t *testing.T) {
+	yaml := strings.Replace(bootstrap(`{"rules":[{"name":"api","match":{"routes":["public-api"]},"key":[{"source":"route"}],
+		"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, ""), "match: { prefix: /api }", "match: { prefix: / }", 1)
+	yaml = strings.Replace(yaml, "match: { prefix: /internal }", `match: { prefix: /, headers: [{ name: x-internal, present_match: true }] }`, 1)
+	rep := Bytes([]byte(yaml))
+	if !rep.OK() || len(rep.Warnings) != 0 {
+		t.Fatalf("%+v", rep)
 	}
 }
 

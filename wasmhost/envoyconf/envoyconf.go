@@ -142,6 +142,12 @@ type Listener struct {
 	// UseRemoteAddress is the connection manager's use_remote_address: Envoy then appends the
 	// connection's peer to X-Forwarded-For.
 	UseRemoteAddress bool
+	// XFFTrustedHops is the connection manager's xff_num_trusted_hops: how many of the
+	// rightmost X-Forwarded-For entries Envoy trusts when it derives the client address.
+	XFFTrustedHops int
+	// SkipXFFAppend is the connection manager's skip_xff_append: under use_remote_address,
+	// Envoy then does not append the peer to X-Forwarded-For.
+	SkipXFFAppend bool
 }
 
 // WasmFilter is the Wasm HTTP filter of a listener, with what the host needs to load the
@@ -413,6 +419,8 @@ func (c *Config) listener(l *listenerv3.Listener) (*Listener, error) {
 	}
 	ln.StripPort = hcm.GetStripAnyHostPort() || hcm.GetStripMatchingHostPort()
 	ln.UseRemoteAddress = hcm.GetUseRemoteAddress().GetValue()
+	ln.XFFTrustedHops = int(hcm.GetXffNumTrustedHops())
+	ln.SkipXFFAppend = hcm.GetSkipXffAppend()
 	for i, al := range hcm.GetAccessLog() {
 		var format *corev3.SubstitutionFormatString
 		switch url := al.GetTypedConfig().GetTypeUrl(); url {

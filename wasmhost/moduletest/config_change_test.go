@@ -30,10 +30,10 @@ func TestConfigChangeNeverGrantsAllowance(t *testing.T) {
 }
 
 // changeConfig is one side of a configuration change: a one-rule configuration, 3 an hour
-// (GCRA) unless algo says otherwise.
+// (GCRA) unless algo says otherwise; options are top-level fields (",\"trusted_hops\":1").
 type changeConfig struct {
-	domain, keyPrefix, name, scope, key, algo, extra string
-	partitions                                       int
+	domain, keyPrefix, name, scope, key, algo, extra, options string
+	partitions                                                int
 }
 
 func (c changeConfig) json() string {
@@ -48,9 +48,9 @@ func (c changeConfig) json() string {
 	if c.partitions == 0 {
 		c.partitions = 1
 	}
-	return fmt.Sprintf(`{"domain":%q,"redis":{"cluster":"webdis","key_prefix":%q,"partitions":%d,"failure_mode":"deny","timeout":"2s"},
+	return fmt.Sprintf(`{"domain":%q%s,"redis":{"cluster":"webdis","key_prefix":%q,"partitions":%d,"failure_mode":"deny","timeout":"2s"},
 		"rules":[{"name":%q,"scope":%q,"key":[%s],%s%s}]}`,
-		c.domain, c.keyPrefix, c.partitions, c.name, c.scope, c.key, c.algo, c.extra)
+		c.domain, c.options, c.keyPrefix, c.partitions, c.name, c.scope, c.key, c.algo, c.extra)
 }
 
 // TestCheckPreviousMatchesTheModule: for each kind of change that docs/config-changes.md
@@ -77,6 +77,8 @@ func TestCheckPreviousMatchesTheModule(t *testing.T) {
 		{"scope global -> local", g, changeConfig{}, confchange.ChangeReset},
 		{"key part", changeConfig{}, changeConfig{key: `{"source":"header","name":"x-j"}`}, confchange.ChangeReset},
 		{"key part prefix", changeConfig{key: `{"source":"client_ip"}`}, changeConfig{key: `{"source":"client_ip","ipv4_prefix":24}`}, confchange.ChangeReset},
+		{"trusted_hops, client_ip key", changeConfig{key: `{"source":"client_ip"}`}, changeConfig{key: `{"source":"client_ip"}`, options: `,"trusted_hops":1`}, confchange.ChangeReset},
+		{"trusted_hops, header key", changeConfig{}, changeConfig{options: `,"trusted_hops":1`}, confchange.ChangeKept},
 		{"domain", changeConfig{}, changeConfig{domain: "e"}, confchange.ChangeReset},
 		{"global key_prefix", g, changeConfig{scope: "global", keyPrefix: "rl2"}, confchange.ChangeReset},
 		{"global partitions", g, changeConfig{scope: "global", partitions: 4}, confchange.ChangeReset},
@@ -114,8 +116,9 @@ func TestCheckPreviousMatchesTheModule(t *testing.T) {
 					clusters: map[string]string{"webdis": srv.WebdisURL()}}).host
 			}
 			// A key is its parts' values alone: x-j's value differs from x-k's, as another
-			// header's value does.
-			headers := [][2]string{hdr("x-k", "client"), hdr("x-j", "client-j")}
+			// header's value does. The client comes through a proxy: its address is the
+			// last X-Forwarded-For entry, the proxy's the connection's.
+			headers := [][2]string{hdr("x-k", "client"), hdr("x-j", "client-j"), hdr("x-forwarded-for", "203.0.113.7")}
 			before := host(row.old.json())
 			used := 0
 			for ; used < 10; used++ {

@@ -20,8 +20,9 @@ const checkUsage = `usage: ratelimit-host check [-strict] [-effective] [-previou
 
 Checks each Envoy bootstrap before a deploy: Envoy's API rules, every filter configuration,
 route and virtual-host names in rules against the listener's routes, and warnings for rules
-that can never apply, path rules without path normalisation, per-IP keys without an IPv6
-prefix and shadow rules whose headers reach clients. An error inside a filter configuration is
+that can never apply, rules selected or keyed by the path (or by routes chosen by it) where
+Envoy does not normalise paths, per-IP keys without an IPv6 prefix and shadow rules whose
+headers reach clients. An error inside a filter configuration is
 reported at the bootstrap's line and column. A plugin configuration alone (the JSON file that
 -config serves: an object with "rules") is checked too, without the names of routes, virtual
 hosts and the redis cluster, which only a bootstrap defines.

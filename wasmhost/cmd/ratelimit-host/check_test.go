@@ -63,3 +63,25 @@ func TestCheckRuleViolations(t *testing.T) {
 		path+": FAILED (2 errors, 0 warnings)\n", line(`stat_prefix: ""`), line(`- name: ""`)), out.String())
 	require.Empty(t, errOut.String())
 }
+
+// TestCheckPreviousTrustedHops checks what check -previous prints when trusted_hops changes:
+// the client_ip rule's keys read another address, a reset (with its warning, which -strict
+// fails), while a rule keyed on a header keeps its state.
+func TestCheckPreviousTrustedHops(t *testing.T) {
+	const rules = `"rules":[{"name":"ip","continue":true,"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"fixed_window","limit":10,"window":"1m"},
+		{"name":"user","key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":10,"window":"1m"}]}`
+	dir := t.TempDir()
+	oldPath, newPath := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
+	require.NoError(t, os.WriteFile(oldPath, []byte(`{`+rules), 0o644))
+	require.NoError(t, os.WriteFile(newPath, []byte(`{"trusted_hops":2,`+rules), 0o644))
+
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, runCheck([]string{"-previous", oldPath, newPath}, &out, &errOut), "%s%s", &out, &errOut)
+	const reset = `rule "ip": reset (trusted_hops 0 -> 2: client_ip reads another hop of X-Forwarded-For, so clients count under another address)`
+	require.Contains(t, out.String(), newPath+": change: "+reset+"\n")
+	require.Contains(t, out.String(), newPath+": change: rule \"user\": kept\n")
+	require.Contains(t, out.String(), newPath+": warning: "+reset+": its clients start afresh with their whole allowance\n")
+
+	out.Reset()
+	require.Equal(t, 1, runCheck([]string{"-strict", "-previous", oldPath, newPath}, &out, &errOut), "%s%s", &out, &errOut)
+}
