@@ -7,11 +7,12 @@ import (
 
 // Cost returns what req costs under this rule: a constant, or the cost header's value when
 // that is a positive decimal integer no larger than Max, and Default when the header is
-// absent. Any other value (not a number, zero, negative, a fraction, several values, or
-// larger than Max) is charged Max: a client must never lower its own cost by sending
-// garbage. The header should be set by a trusted component (an authorizer, or a filter that
-// knows the work a request does); a client that can set it can only raise its cost, or omit
-// it and pay Default.
+// absent. Any other value (not a number, zero, negative, a fraction, several values on one
+// line or on several lines, or larger than Max) is charged Max: a client must never lower its
+// own cost by sending garbage. The header should be set by a trusted component (an
+// authorizer, or a filter that knows the work a request does); a client that can set it can
+// only raise its cost, or omit it and pay Default. A component that adds the header after the
+// client's own (Envoy's header options append by default) makes two lines, charged Max.
 func (r *Rule) Cost(req Request) int64 {
 	if r.CostSpec.Header == "" {
 		return r.CostSpec.Constant
@@ -25,6 +26,13 @@ func (cs *CostSpec) headerCost(req Request) int64 {
 	v, ok := req.Header(cs.Header)
 	if !ok {
 		return cs.Default
+	}
+	// Header answers the first line only, as Envoy's single-value lookup does, so a request
+	// that carries the header has its lines counted too: the filter reads the header map for
+	// them (one host call, unless a key part has read it). A request without it costs nothing
+	// more.
+	if _, _, lines := req.HeaderLines(cs.Header); lines > 1 {
+		return cs.Max
 	}
 	n, ok := parseCost(v, cs.Max)
 	if !ok {
