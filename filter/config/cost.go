@@ -47,10 +47,17 @@ func parseCost(s string, max int64) (int64, bool) {
 	return n, ok && n > 0 && n <= max
 }
 
-// ParseDecimal reads a header's non-negative decimal integer: digits only, no sign, at most
-// 18 of them after leading zeros (so that it fits an int64), with spaces and tabs around them
-// ignored. The value comes from a client or an upstream, so a bad one allocates nothing: it is
-// checked before strconv reads it.
+// DecimalCeiling is where ParseDecimal saturates: a well-formed number of that or more reads
+// as DecimalCeiling, every smaller one exactly. It is above any cost, limit or usage max the
+// configuration accepts, so a value too large for an int64 is charged as the largest, and
+// eight of them still sum without overflow.
+const DecimalCeiling = 1_000_000_000_000_000_000
+
+// ParseDecimal reads a header's non-negative decimal integer: digits only, no sign, with
+// spaces and tabs around them ignored; a number of DecimalCeiling or more (more than 18
+// digits after leading zeros) reads as DecimalCeiling, ok. ok is false for anything that is
+// not such a number. The value comes from a client or an upstream, so a bad one allocates
+// nothing: it is checked before strconv reads it.
 func ParseDecimal(s string) (int64, bool) {
 	s = strings.Trim(s, " \t")
 	if s == "" || digitsLen(s) != len(s) {
@@ -60,7 +67,7 @@ func ParseDecimal(s string) (int64, bool) {
 		return 0, true
 	}
 	if len(s) > 18 {
-		return 0, false
+		return DecimalCeiling, true
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil
