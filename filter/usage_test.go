@@ -137,6 +137,45 @@ func TestUsageFromHeaderNative(t *testing.T) {
 	require.EqualValues(t, 105, d.counter("ratelimit_usage_settled_total"))
 }
 
+// A reported usage too large for an int64 is charged max, in a header as in the body, never
+// less than a smaller one: the upstream's value must not lower the charge to on_missing. A
+// value that is not a non-negative integer is still missing.
+func TestUsageTooLargeIsChargedMaxNative(t *testing.T) {
+	// A subtest each: the emulator serves one driver at a time, until its test ends.
+	t.Run("header", func(t *testing.T) {
+		usageTooLarge(t, `{"header":"x-usage-tokens"}`, func(d usageDriver, id uint32, v string) {
+			d.respond(id, "text/plain", [][2]string{{"x-usage-tokens", v}}, nil, true)
+		})
+	})
+	t.Run("body", func(t *testing.T) {
+		usageTooLarge(t, `{"json":["/usage/total_tokens"]}`, func(d usageDriver, id uint32, v string) {
+			d.respond(id, "application/json", nil, []string{`{"usage":{"total_tokens":` + v + `}}`}, true)
+		})
+	})
+}
+
+// usageTooLarge is TestUsageTooLargeIsChargedMaxNative for a rule of usage source usage, whose
+// streams report v with report.
+func usageTooLarge(t *testing.T, usage string, report func(d usageDriver, id uint32, v string)) {
+	d := newUsageNative(t, `{"rules":[{"name":"llm-minute","match":{"routes":["llm"]},
+		"algorithm":"fixed_window","limit":1000,"window":"1h",
+		"cost":{"reserve":20,"usage":`+usage+`,"max":50,"on_missing":"reserve"}}]}`)
+	for _, v := range []string{"999999999999999999", "1000000000000000000", "99999999999999999999", "123456789012345678901234567890"} {
+		id, ok := d.open()
+		require.True(t, ok)
+		report(d, id, v)
+	}
+	require.EqualValues(t, 4*50, d.counter("ratelimit_usage_settled_total"), "each usage is charged max")
+	require.Zero(t, d.counter("ratelimit_usage_missing_total"))
+	for _, v := range []string{"-1", "1.5", "1e3"} {
+		id, ok := d.open()
+		require.True(t, ok)
+		report(d, id, v)
+	}
+	require.EqualValues(t, 4*50+3*20, d.counter("ratelimit_usage_settled_total"), "a malformed usage is charged on_missing")
+	require.EqualValues(t, 3, d.counter("ratelimit_usage_missing_total"))
+}
+
 // An override's keys settle on the override's table.
 func TestUsageOverrideNative(t *testing.T) {
 	d := newUsageNative(t, `{"rules":[{"name":"llm-minute","match":{"routes":["llm"]},

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
 // usageScanner finds the values of a usage cost's JSON pointers in a response body as it
@@ -16,7 +18,8 @@ import (
 // lines joined by newlines, as the SSE specification says). The last value found at each
 // pointer wins; the values of several pointers are summed, and the usage is reported only when
 // every pointer has one. A value that is not a non-negative integer makes its pointer invalid
-// until a later document gives it a number. A document that is not JSON ("data: [DONE]") is
+// until a later document gives it a number; an integer too large for an int64 reads as
+// config.DecimalCeiling, above any max. A document that is not JSON ("data: [DONE]") is
 // skipped up to its end.
 //
 // The tokenizer follows only the containers some pointer goes into. A value no pointer reaches
@@ -48,8 +51,7 @@ type usageScanner struct {
 	inKey   bool                    // the string being read is an object key
 	num     int64                   // the number being read, while it is a whole number
 	numOK   bool                    // it still is one
-	numLen  int
-	lit     string // the letters of true, false or null left to read
+	lit     string                  // the letters of true, false or null left to read
 
 	// The event-stream lexer. evidence[i] is the index of pointer i's token that an event's
 	// data must hold as a key for the pointer to be found there (see mayHold); skipEvents is
@@ -133,7 +135,7 @@ func (s *usageScanner) usage() (int64, bool) {
 		if s.found[i] != ptrValue {
 			return 0, false
 		}
-		sum += s.vals[i] // at most 8 values of at most 18 digits: no overflow
+		sum += s.vals[i] // at most 8 values of at most config.DecimalCeiling: no overflow
 	}
 	return sum, len(s.ptrs) > 0
 }
@@ -446,11 +448,12 @@ func (s *usageScanner) json(c byte) {
 		return
 	case stNumber:
 		if c >= '0' && c <= '9' {
-			if s.numOK && s.numLen < 18 {
-				s.num = s.num*10 + int64(c-'0')
-				s.numLen++
+			// A number too large for an int64 saturates at config.DecimalCeiling, as a
+			// header's value does (config.ParseDecimal): it is charged max, not missing.
+			if s.num >= config.DecimalCeiling/10 {
+				s.num = config.DecimalCeiling
 			} else {
-				s.numOK = false
+				s.num = s.num*10 + int64(c-'0')
 			}
 			return
 		}
@@ -506,9 +509,9 @@ func (s *usageScanner) value(c byte) {
 	case c == '"':
 		s.st, s.inKey, s.esc = stString, false, 0
 	case c == '-' || (c >= '0' && c <= '9'):
-		s.st, s.num, s.numOK, s.numLen = stNumber, 0, c != '-', 0
+		s.st, s.num, s.numOK = stNumber, 0, c != '-'
 		if c != '-' {
-			s.num, s.numLen = int64(c-'0'), 1
+			s.num = int64(c - '0')
 		}
 	case c == 't' || c == 'f' || c == 'n': // the letters of true, false or null left to read
 		s.st, s.lit = stLiteral, [...]string{"rue", "alse", "ull"}[strings.IndexByte("tfn", c)]

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-wasm/ratelimit/filter/config"
 )
 
 // referenceUsage is the usage scanner's specification, written with encoding/json: the body
@@ -31,7 +33,11 @@ func referenceUsage(ptrs [][]string, sse bool, body []byte) (usage int64, report
 			}
 			found[i] = ptrInvalid
 			if n, ok := v.(json.Number); ok && wholeNumber.MatchString(string(n)) {
-				vals[i], _ = strconv.ParseInt(string(n), 10, 64)
+				// A whole number too large for an int64 saturates at config.DecimalCeiling.
+				vals[i] = config.DecimalCeiling
+				if len(n) <= 18 {
+					vals[i], _ = strconv.ParseInt(string(n), 10, 64)
+				}
 				found[i] = ptrValue
 			}
 		}
@@ -54,7 +60,7 @@ func referenceUsage(ptrs [][]string, sse bool, body []byte) (usage int64, report
 	return usage, len(ptrs) > 0, true
 }
 
-var wholeNumber = regexp.MustCompile(`^[0-9]{1,18}$`)
+var wholeNumber = regexp.MustCompile(`^[0-9]+$`)
 
 // sseEvents returns the data of each event of an event stream.
 func sseEvents(body []byte) [][]byte {
@@ -243,7 +249,7 @@ var (
 	randomStrings = []string{"", "token token token", `a \"quoted\" {word}`, `back\\slash\\`, `line\nbreak`,
 		`\u00e9t\u00E9 \/ \b\f\r\t`, "\u00e9\u4e16", `[\"usage\":{\"total_tokens\":1}]`, strings.Repeat("x", 300)}
 	randomNumbers = []string{"0", "7", "42", "123456789012345678", "1234567890123456789", "-3", "1.5", "2e3",
-		"-0", "0.0", "10E-2"}
+		"-0", "0.0", "10E-2", "99999999999999999999", "-99999999999999999999", "99999999999999999999.5"}
 )
 
 // randomValue returns a random JSON value; a byte 1 marks a place between tokens where an

@@ -81,7 +81,17 @@ func TestUsageScanner(t *testing.T) {
 		{"fraction", []string{"/usage/total_tokens"}, false, `{"usage":{"total_tokens":1.5}}`, 0, false},
 		{"negative", []string{"/usage/total_tokens"}, false, `{"usage":{"total_tokens":-3}}`, 0, false},
 		{"object", []string{"/usage"}, false, `{"usage":{"total_tokens":3}}`, 0, false},
-		{"huge", []string{"/n"}, false, `{"n":12345678901234567890}`, 0, false},
+		// An integer too large for an int64 saturates, as a header's value does
+		// (config.ParseDecimal): the upstream cannot lower a charge by reporting more.
+		{"largest exact", []string{"/n"}, false, `{"n":999999999999999999}`, 999999999999999999, true},
+		{"huge", []string{"/n"}, false, `{"n":12345678901234567890}`, config.DecimalCeiling, true},
+		{"huge at the ceiling", []string{"/n"}, false, `{"n":1000000000000000000}`, config.DecimalCeiling, true},
+		{"huge at the end", []string{"/n"}, false, `{"n":1} 123456789012345678901234567890`, 1, true},
+		{"huge in an event", []string{"/usage/total_tokens"}, true, "data: {\"usage\":{\"total_tokens\":99999999999999999999}}\n\n", config.DecimalCeiling, true},
+		{"huge summed", []string{"/a", "/b"}, false, `{"a":99999999999999999999,"b":99999999999999999999}`, 2 * config.DecimalCeiling, true},
+		{"huge negative", []string{"/n"}, false, `{"n":-12345678901234567890}`, 0, false},
+		{"huge fraction", []string{"/n"}, false, `{"n":12345678901234567890.5}`, 0, false},
+		{"huge exponent", []string{"/n"}, false, `{"n":12345678901234567890e3}`, 0, false},
 		{"escaped key", []string{"/a~1b/c"}, false, `{"a\/b":{"\u0063":5}}`, 5, true},
 		// Events read whole: keys written with escapes are keys all the same.
 		{"escaped slash in an event", []string{"/a~1b"}, true, "data: {\"a\\/b\":7}\n\n", 7, true},

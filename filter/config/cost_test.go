@@ -2,8 +2,8 @@ package config
 
 import "testing"
 
-// ParseDecimal takes digits only, whatever surrounds or follows them, and allocates nothing
-// for any value a client may send.
+// ParseDecimal takes digits only, whatever surrounds or follows them, saturates at
+// DecimalCeiling, and allocates nothing for any value a client may send.
 func TestParseDecimal(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -12,10 +12,12 @@ func TestParseDecimal(t *testing.T) {
 	}{
 		{"0", 0, true}, {"7", 7, true}, {" 42\t", 42, true}, {"007", 7, true},
 		{"999999999999999999", 999999999999999999, true}, {"000", 0, true},
-		{"0000000000000000000000005", 5, true}, {"00000000000000000001000000000000000000", 0, false},
+		{"0000000000000000000000005", 5, true}, {"00000000000000000001000000000000000000", DecimalCeiling, true},
 		{"", 0, false}, {" ", 0, false}, {"+5", 0, false}, {"-5", 0, false}, {"1_000", 0, false},
 		{"1x", 0, false}, {"1.5", 0, false}, {"0x10", 0, false}, {"1 2", 0, false},
-		{"1000000000000000000", 0, false}, {"99999999999999999999999", 0, false},
+		{"1000000000000000000", DecimalCeiling, true}, {"99999999999999999999999", DecimalCeiling, true},
+		{" 18446744073709551616 ", DecimalCeiling, true}, {"99999999999999999999x", 0, false},
+		{"-99999999999999999999", 0, false},
 	} {
 		if n, ok := ParseDecimal(tc.in); n != tc.want || ok != tc.ok {
 			t.Errorf("ParseDecimal(%q) = %d, %v; want %d, %v", tc.in, n, ok, tc.want, tc.ok)
@@ -29,5 +31,8 @@ func TestParseDecimal(t *testing.T) {
 	}
 	if _, ok := parseCost("0", 10); ok {
 		t.Error("parseCost accepted 0")
+	}
+	if _, ok := parseCost("100000000000000000000", 10); ok {
+		t.Error("parseCost accepted a value too large for an int64")
 	}
 }

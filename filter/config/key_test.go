@@ -249,6 +249,16 @@ func TestCost(t *testing.T) {
 	if got := r.Cost(req("x-cost: 1", "x-cost: 1")); got != 50 {
 		t.Errorf("Cost(two lines) = %d", got)
 	}
+	// The filter's Header answers the first of several lines (Envoy's single-value lookup):
+	// the lines HeaderLines counts make them several values all the same, charged max, in
+	// either order.
+	for _, lines := range [][]string{{"1", "50"}, {"50", "1"}, {"1", "1"}} {
+		rq := req("x-cost: "+lines[0], "x-cost: "+lines[1])
+		rq.headers["x-cost"] = lines[0]
+		if got := r.Cost(rq); got != 50 {
+			t.Errorf("Cost(lines %q, Header answering the first) = %d, want 50", lines, got)
+		}
+	}
 	c = mustParse(t, oneRule(tb+`,"cost":{"header":"x-cost","max":5}`))
 	if got := c.Rules[0].Cost(req()); got != 1 {
 		t.Errorf("default default = %d", got)

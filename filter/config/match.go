@@ -11,12 +11,13 @@ import (
 type Request interface {
 	// Header returns a request header's value; name is lower-case. Multiple header lines
 	// with the same name are joined by "," (the filter does so for x-forwarded-for, and
-	// otherwise returns the first line, as Envoy's single-value lookup does; key parts read
-	// HeaderLines instead).
+	// otherwise returns the first line, as Envoy's single-value lookup does; key parts and
+	// cost headers read HeaderLines too).
 	Header(name string) (string, bool)
 	// HeaderLines returns the first and the last line of a request header and how many
 	// lines the request carries (0: absent, and first and last are empty); name is
-	// lower-case. Key parts use it to see a repeated header (see Rule.DuplicatePart).
+	// lower-case. Key parts use it to see a repeated header (see Rule.DuplicatePart), and a
+	// cost header on several lines is charged its max (see Rule.Cost).
 	HeaderLines(name string) (first, last string, n int)
 	// Method returns :method.
 	Method() string

@@ -201,6 +201,35 @@ var Scenarios = []Scenario{
 			{WantHeaders: map[string]string{"ratelimit": `"tokens";r=0;t=3600`}},
 			// A different API key has its own budget.
 			{Headers: [][2]string{hdr("x-api-key", "k2"), hdr("x-cost", "5")}, WantHeaders: map[string]string{"ratelimit": `"tokens";r=5;t=1800`}},
+			// Two lines are several values, whichever comes first: charged max.
+			{Headers: [][2]string{hdr("x-api-key", "k3"), hdr("x-cost", "1"), hdr("x-cost", "5")}, WantHeaders: map[string]string{"ratelimit": `"tokens";r=5;t=1800`}},
+		},
+	},
+	{
+		// Envoy's single-value lookup answers the first of several header lines; a trusted
+		// component that adds the cost after the client's own (request_headers_to_add
+		// appends) must not leave the client's value in charge. A rule without a header key
+		// reads the request's header map only for a request that carries the cost header.
+		Name: "a cost header on several lines costs the maximum, as several values on one line do",
+		Config: `{"rules":[{"name":"c","algorithm":"fixed_window","limit":20,"window":"1m",
+			"cost":{"header":"x-cost","default":1,"max":5}}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-cost", "1")}, WantHeaders: map[string]string{"ratelimit": `"c";r=19;t=60`}},
+			{Headers: [][2]string{hdr("x-cost", "1"), hdr("x-cost", "5")}, WantHeaders: map[string]string{"ratelimit": `"c";r=14;t=60`}},
+			{Headers: [][2]string{hdr("x-cost", "5"), hdr("x-cost", "1")}, WantHeaders: map[string]string{"ratelimit": `"c";r=9;t=60`}},
+			{Headers: [][2]string{hdr("x-cost", "1,1")}, WantHeaders: map[string]string{"ratelimit": `"c";r=4;t=60`}},
+			{WantHeaders: map[string]string{"ratelimit": `"c";r=3;t=60`}},
+			{Headers: [][2]string{hdr("x-cost", "2")}, WantHeaders: map[string]string{"ratelimit": `"c";r=1;t=60`}},
+		},
+	},
+	{
+		// A usage cost's reserve header is read as a cost header: two lines reserve max.
+		Name: "a usage cost's reserve header on several lines reserves the maximum",
+		Config: `{"rules":[{"name":"u","algorithm":"token_bucket","limit":1000,"window":"1h",
+			"cost":{"reserve":{"header":"x-max-tokens","default":10,"max":500},"usage":{"header":"x-usage"},"max":500}}]}`,
+		Steps: []Step{
+			{Headers: [][2]string{hdr("x-max-tokens", "1"), hdr("x-max-tokens", "500")}, WantHeaders: map[string]string{"ratelimit": `"u";r=500;t=1800`}},
+			{Headers: [][2]string{hdr("x-max-tokens", "1")}, WantHeaders: map[string]string{"ratelimit": `"u";r=499;t=1804`}},
 		},
 	},
 	{

@@ -68,20 +68,25 @@ func TestCalloutFloorMakesTheFilterCalls(t *testing.T) {
 // The host calls of requests that the benchmark's request does not show: a request no rule
 // matches reads what the rule's conditions need and nothing else (no clock, no shared data);
 // a rule with a header key part reads the whole header map once and answers its conditions'
-// headers (:method, :path, another header) from it, with no single-header read.
+// headers (:method, :path, another header) from it, with no single-header read. A cost
+// header's lines are counted from the header map on a request that carries it only.
 func TestHostCallsPerRequest(t *testing.T) {
 	t.Parallel()
 	const alg = `"algorithm":"token_bucket","limit":1000000000,"window":"1s"`
 	req := benchRequest()
 	req.Headers = append(req.Headers, [2]string{"x-plan", "free"})
+	costed := benchRequest()
+	costed.Headers = append(costed.Headers, [2]string{"x-cost", "1"})
+	const costRule = `{"rules":[{"name":"r","cost":{"header":"x-cost","max":5},` + alg + `}]}`
 	for _, tc := range []struct {
 		name, config string
 		limited      bool
 		want         map[string]float64
 		allocs       float64
+		costed       bool // the request carries x-cost
 	}{
 		{"no rule matches", `{"rules":[{"name":"r","match":{"path":{"prefix":"/other"}},"key":[{"source":"client_ip"}],` + alg + `}]}`,
-			false, map[string]float64{"env.proxy_get_header_map_value": 1}, 1},
+			false, map[string]float64{"env.proxy_get_header_map_value": 1}, 1, false},
 		{"conditions from the header map", `{"rules":[{"name":"r","match":{"methods":["GET"],"path":{"prefix":"/api"},
 			"headers":[{"name":"x-plan","exact":"free"}]},"key":[{"source":"header","name":"x-tenant"}],` + alg + `}]}`,
 			true, map[string]float64{
@@ -91,10 +96,31 @@ func TestHostCallsPerRequest(t *testing.T) {
 				"env.proxy_set_shared_data":             1,
 				"env.proxy_increment_metric":            1,
 				"env.proxy_add_header_map_value":        2,
-			}, 2},
+			}, 2, false},
+		{"a cost header the request does not carry", costRule, true, map[string]float64{
+			"env.proxy_get_header_map_value":        1,
+			"wasi_snapshot_preview1.clock_time_get": 1,
+			"env.proxy_get_shared_data":             1,
+			"env.proxy_set_shared_data":             1,
+			"env.proxy_increment_metric":            1,
+			"env.proxy_add_header_map_value":        2,
+		}, 1, false},
+		{"a cost header the request carries", costRule, true, map[string]float64{
+			"env.proxy_get_header_map_value":        1,
+			"env.proxy_get_header_map_pairs":        1,
+			"wasi_snapshot_preview1.clock_time_get": 1,
+			"env.proxy_get_shared_data":             1,
+			"env.proxy_set_shared_data":             1,
+			"env.proxy_increment_metric":            1,
+			"env.proxy_add_header_map_value":        2,
+		}, 3, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, req, tc.limited, nil)
+			r := req
+			if tc.costed {
+				r = costed
+			}
+			calls, allocs := callsPerRequestOf(t, ".", tc.config, 1000, r, tc.limited, nil)
 			require.Equal(t, tc.want, calls)
 			require.Equal(t, tc.allocs, allocs)
 		})

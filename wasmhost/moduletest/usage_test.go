@@ -354,3 +354,40 @@ func TestUsageHostileBodiesWasm(t *testing.T) {
 	require.Zero(t, metric(t, d, "ratelimit_usage_open;rule=openai"))
 	require.Zero(t, metric(t, d, "ratelimit_usage_settle_failures_total;rule=openai"))
 }
+
+// A reported usage too large for an int64 is charged max, in a header as in the body, never
+// less than a smaller one; a value that is not a non-negative integer is charged on_missing
+// (TestUsageTooLargeIsChargedMaxNative's twin).
+func TestUsageTooLargeIsChargedMaxWasm(t *testing.T) {
+	t.Parallel()
+	for _, source := range []string{"header", "body"} {
+		usage := `{"header":"x-usage"}`
+		if source == "body" {
+			usage = `{"json":["/usage/total_tokens"]}`
+		}
+		d := newWasm(t, `{"rules":[{"name":"u","algorithm":"token_bucket","limit":100000,"window":"31d",
+			"cost":{"reserve":100,"usage":`+usage+`,"max":5000,"on_missing":"reserve"}}]}`, wasmOptions{})
+		report := func(v string) {
+			up := &wasmhost.UpstreamResponse{Status: 200, Headers: [][2]string{{"content-type", "application/json"}}, Body: []byte("{}")}
+			if source == "header" {
+				up.Headers = append(up.Headers, [2]string{"x-usage", v})
+			} else {
+				up.Body = []byte(`{"usage":{"total_tokens":` + v + `}}`)
+			}
+			res, err := d.host.Do(context.Background(), wasmhost.Request{Worker: -1, Method: "POST", Path: "/", Authority: "llm.test",
+				SourceAddress: "192.0.2.7:4000", Upstream: up})
+			require.NoError(t, err)
+			require.Nil(t, res.Local, "%s %s: denied", source, v)
+		}
+		for _, v := range []string{"999999999999999999", "1000000000000000000", "99999999999999999999", "123456789012345678901234567890"} {
+			report(v)
+		}
+		require.EqualValues(t, 4*5000, metric(t, d, "ratelimit_usage_settled_total;rule=u"), "%s: each usage is charged max", source)
+		require.Zero(t, metric(t, d, "ratelimit_usage_missing_total;rule=u"), source)
+		for _, v := range []string{"-1", "1.5", "1e3"} {
+			report(v)
+		}
+		require.EqualValues(t, 4*5000+3*100, metric(t, d, "ratelimit_usage_settled_total;rule=u"), "%s: a malformed usage is charged on_missing", source)
+		require.EqualValues(t, 3, metric(t, d, "ratelimit_usage_missing_total;rule=u"), source)
+	}
+}
