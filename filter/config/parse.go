@@ -148,18 +148,27 @@ func (p *parser) config(root *node) *Config {
 		p.redisRequired(firstGlobal)
 	}
 	for _, r := range c.Rules {
-		if by := c.readerOf(r.ShadowRequestHeader); by != "" {
-			p.add(joinIndex(path, r.Index)+".shadow_request_header", strconv.Quote(r.ShadowRequestHeader)+
-				" is read by "+by+", and the filter removes it from every request (a client must not send it)")
+		if r.ShadowRequestHeader != "" {
+			p.shadowHeaderRead(path, r, c)
 		}
 	}
 	p.budget(path, c)
 	return c
 }
 
+// shadowHeaderRead refuses r's shadow_request_header when c reads that header: the filter
+// removes it from every request (a client must not send it), so what reads it would never see
+// it.
+func (p *parser) shadowHeaderRead(path string, r *Rule, c *Config) {
+	if by := c.readerOf(r.ShadowRequestHeader); by != "" {
+		p.add(joinIndex(path, r.Index)+".shadow_request_header", strconv.Quote(r.ShadowRequestHeader)+
+			" is read by "+by+", and the filter removes it from every request (a client must not send it)")
+	}
+}
+
 // readerOf names the first place in c that reads request header h (a key part, a header
 // condition, a cost header, trusted_hops' X-Forwarded-For, enforce_percent's x-request-id),
-// or "" when none does or h is "".
+// or "" when none does.
 func (c *Config) readerOf(h string) string {
 	for _, r := range c.Rules {
 		rpath := joinIndex("rules", r.Index)
@@ -174,7 +183,7 @@ func (c *Config) readerOf(h string) string {
 			}
 		}
 		switch {
-		case h != "" && r.CostSpec.Header == h:
+		case r.CostSpec.Header == h:
 			return rpath + ".cost"
 		case h == "x-request-id" && r.EnforcePPM < EnforceAll:
 			return rpath + ".enforce_percent"
