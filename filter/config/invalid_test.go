@@ -276,6 +276,8 @@ var invalidCases = []invalidCase{
 			`rules[3].shadow_request_header: "x-request-id" is read by rules[3].enforce_percent, and the filter removes it from every request (a client must not send it)`,
 			`rules[4].shadow_request_header: "x-forwarded-for" is read by trusted_hops, and the filter removes it from every request (a client must not send it)`,
 		}, schemaAccepts},
+	{"shadow_request_header content-type", oneRule(tb + `,"shadow":true,"shadow_request_header":"Content-Type"`),
+		[]string{`rules[0].shadow_request_header: "content-type" is read by the denial (it tells a gRPC request apart), and the filter removes it from every request (a client must not send it)`}, schemaAccepts},
 
 	// Per-value overrides.
 	{"overrides without a key", oneRule(tb + `,"overrides":[{"exact":"a","limit":5}]`),

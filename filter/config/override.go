@@ -246,8 +246,9 @@ func (p *parser) override(path string, n *node, r *Rule) (Override, bool) {
 }
 
 // clientIPValue returns the value a client_ip part holds for the requests an exact override
-// names: an address in canonical form ("2001:DB8::1" and "::ffff:192.0.2.1" name the clients
-// "2001:db8::1" and "192.0.2.1"), or the network the part masks its family's addresses to
+// names: an address in canonical form ("2001:DB8::1", "::ffff:192.0.2.1", "fe80::1%eth0" and
+// "192.0.2.1/32" name the clients "2001:db8::1", "192.0.2.1", "fe80::1" and "192.0.2.1", as
+// ClientIP reads them), or the network the part masks its family's addresses to
 // ("192.0.2.0/24"). A value no key of the part can hold would never match: it is refused with
 // the reason, and with the value to write where there is one.
 func (kp *KeyPart) clientIPValue(v string) (string, string) {
@@ -259,11 +260,14 @@ func (kp *KeyPart) clientIPValue(v string) (string, string) {
 	if pfx, perr := netip.ParsePrefix(v); perr == nil {
 		ip, bits, err = pfx.Addr(), pfx.Bits(), nil
 	}
-	if err != nil || ip.Zone() != "" || bits >= 0 && ip.Is4In6() {
-		return "", "never matches: a client_ip part's value is an IP address without a zone, or the network its prefix masks addresses to"
+	if err != nil || bits >= 0 && ip.Is4In6() {
+		return "", "never matches: a client_ip part's value is an IP address, or the network its prefix masks addresses to"
+	}
+	if bits == ip.BitLen() {
+		bits = -1 // a network of one address is the address
 	}
 	if bits < 0 {
-		ip = ip.Unmap()
+		ip = ip.Unmap().WithZone("")
 	}
 	family := "IPv6"
 	if ip.Is4() {
@@ -272,7 +276,9 @@ func (kp *KeyPart) clientIPValue(v string) (string, string) {
 	want := string(kp.appendIP(nil, ip))
 	switch masks := kp.prefixBits(ip) < ip.BitLen(); {
 	case !masks && bits >= 0:
-		return "", "never matches: the part keys whole " + family + " addresses (a network needs the part's " + strings.ToLower(family) + "_prefix)"
+		n := strconv.Itoa(bits)
+		return "", "never matches: the part keys whole " + family + " addresses (" + strings.ToLower(family) +
+			"_prefix " + n + " on the part would key /" + n + " networks)"
 	case masks && (bits < 0 || netip.PrefixFrom(ip, bits).Masked().String() != want):
 		return "", "never matches: the part keys " + family + " clients by their /" + strconv.Itoa(kp.prefixBits(ip)) +
 			" network: write " + strconv.Quote(want)

@@ -142,8 +142,10 @@ func TestClientIPOverrides(t *testing.T) {
 		{masked, "192.0.2.1", "", `never matches: the part keys IPv4 clients by their /24 network: write "192.0.2.0/24"`},
 		{`{"source":"client_ip","ipv6_prefix":64}`, "2001:db8::1", "", `never matches: the part keys IPv6 clients by their /64 network: write "2001:db8::/64"`},
 		{masked, "192.0.0.0/16", "", `never matches: the part keys IPv4 clients by their /24 network: write "192.0.0.0/24"`},
-		{`{"source":"client_ip"}`, "192.0.2.0/24", "", "never matches: the part keys whole IPv4 addresses (a network needs the part's ipv4_prefix)"},
-		{`{"source":"client_ip"}`, "fe80::1%eth0", "", "never matches: a client_ip part's value is an IP address"},
+		{`{"source":"client_ip"}`, "192.0.2.0/24", "", "never matches: the part keys whole IPv4 addresses (ipv4_prefix 24 on the part would key /24 networks)"},
+		{`{"source":"client_ip","ipv4_prefix":32,"ipv6_prefix":128}`, "192.0.2.1/32", "192.0.2.1:5555", ""},
+		{`{"source":"client_ip","ipv6_prefix":128}`, "2001:db8::1/128", "[2001:db8::1]:5555", ""},
+		{`{"source":"client_ip"}`, "fe80::1%eth0", "[fe80::1%eth0]:5555", ""},
 		{`{"source":"client_ip"}`, "internal", "", "never matches: a client_ip part's value is an IP address"},
 		{`{"source":"client_ip","ipv6_prefix":120}`, "::ffff:192.0.2.0/120", "", "never matches: a client_ip part's value is an IP address"},
 	} {

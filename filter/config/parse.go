@@ -167,8 +167,8 @@ func (p *parser) shadowHeaderRead(path string, r *Rule, c *Config) {
 }
 
 // readerOf names the first place in c that reads request header h (a key part, a header
-// condition, a cost header, trusted_hops' X-Forwarded-For, enforce_percent's x-request-id),
-// or "" when none does.
+// condition, a cost header, trusted_hops' X-Forwarded-For, enforce_percent's x-request-id,
+// the denial's content-type), or "" when none does.
 func (c *Config) readerOf(h string) string {
 	for _, r := range c.Rules {
 		rpath := joinIndex("rules", r.Index)
@@ -189,8 +189,11 @@ func (c *Config) readerOf(h string) string {
 			return rpath + ".enforce_percent"
 		}
 	}
-	if h == "x-forwarded-for" && c.TrustedHops > 0 {
+	switch {
+	case h == "x-forwarded-for" && c.TrustedHops > 0:
 		return "trusted_hops"
+	case h == "content-type":
+		return "the denial (it tells a gRPC request apart)"
 	}
 	return ""
 }
