@@ -80,8 +80,9 @@ type Plugin struct {
 }
 
 // ClientAddress is what Envoy's connection manager derives the client address from: the
-// source.address the filter reads, and the X-Forwarded-For it reads with trusted_hops (which
-// Envoy appends the peer to under use_remote_address).
+// source.address the filter reads (use_remote_address, xff_num_trusted_hops), and the
+// X-Forwarded-For it reads with trusted_hops (which Envoy appends the peer to under
+// use_remote_address unless skip_xff_append).
 type ClientAddress struct {
 	UseRemoteAddress bool // use_remote_address
 	XFFTrustedHops   int  // xff_num_trusted_hops
@@ -163,8 +164,13 @@ func compareConfigs(o, n Plugin) []RuleChange {
 		if oa.XFFTrustedHops != na.XFFTrustedHops {
 			clientIP = append(clientIP, fmt.Sprintf("xff_num_trusted_hops %d -> %d%s", oa.XFFTrustedHops, na.XFFTrustedHops, why))
 		}
-		if oa.SkipXFFAppend != na.SkipXFFAppend {
-			clientIP = append(clientIP, fmt.Sprintf("skip_xff_append %v -> %v%s", oa.SkipXFFAppend, na.SkipXFFAppend, why))
+		// skip_xff_append only decides whether Envoy appends the peer to X-Forwarded-For, which
+		// it does only under use_remote_address; the address it reports as source.address is
+		// derived before. It changes what client_ip reads only when client_ip reads the header.
+		readsXFF := o.Config.TrustedHops > 0 || n.Config.TrustedHops > 0
+		if oa.SkipXFFAppend != na.SkipXFFAppend && readsXFF && (oa.UseRemoteAddress || na.UseRemoteAddress) {
+			clientIP = append(clientIP, fmt.Sprintf("skip_xff_append %v -> %v: decides whether Envoy appends the peer "+
+				"to the X-Forwarded-For that client_ip reads with trusted_hops > 0", oa.SkipXFFAppend, na.SkipXFFAppend))
 		}
 	}
 	oldRules := map[string]*config.Rule{}

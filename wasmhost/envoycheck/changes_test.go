@@ -120,8 +120,9 @@ func TestChanges(t *testing.T) {
 
 // What a client_ip key part reads is the configuration's trusted_hops (which hop of
 // X-Forwarded-For) and, in a bootstrap, how the connection manager derives the client address
-// (use_remote_address, xff_num_trusted_hops, skip_xff_append): changing any of them makes every client_ip key read
-// another address, so those rules' clients start afresh; rules keyed otherwise keep their state.
+// it reports as source.address (use_remote_address, xff_num_trusted_hops): changing any of them
+// makes every client_ip key read another address, so those rules' clients start afresh; rules
+// keyed otherwise keep their state.
 func TestChangesOfClientAddress(t *testing.T) {
 	rules := `"rules":[
 		{"name":"ip","continue":true,"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"fixed_window","limit":10,"window":"1m"},
@@ -147,8 +148,6 @@ func TestChangesOfClientAddress(t *testing.T) {
 			"use_remote_address false -> true: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
 		{"xff_num_trusted_hops", "\n          use_remote_address: true", "\n          use_remote_address: true\n          xff_num_trusted_hops: 1",
 			"xff_num_trusted_hops 0 -> 1: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
-		{"skip_xff_append", "\n          use_remote_address: true", "\n          use_remote_address: true\n          skip_xff_append: true",
-			"skip_xff_append false -> true: Envoy derives the client address (source.address, X-Forwarded-For) that client_ip reads otherwise"},
 	} {
 		changes, rep := changesOf(t, "envoy.yaml", hcm(c.old), hcm(c.cur))
 		if !rep.OK() {
@@ -158,6 +157,62 @@ func TestChangesOfClientAddress(t *testing.T) {
 			t.Errorf("%s: %s, warnings %q", c.name, got, rep.Warnings)
 		} else if !strings.Contains(changes[0].String(), c.why) {
 			t.Errorf("%s: %s\nwant the reason %q", c.name, changes[0], c.why)
+		}
+	}
+}
+
+// skip_xff_append only stops Envoy appending the peer to X-Forwarded-For (which it does only
+// under use_remote_address); the client address Envoy reports as source.address is derived
+// before that. It changes what a client_ip part reads only when the part reads
+// X-Forwarded-For (trusted_hops > 0) and use_remote_address is on.
+func TestChangesOfSkipXFFAppend(t *testing.T) {
+	const skip = "\n          skip_xff_append: true"
+	const remote = "\n          use_remote_address: true"
+	rules := func(hops string) string {
+		return `{` + hops + `"rules":[
+		{"name":"ip","continue":true,"key":[{"source":"client_ip","ipv6_prefix":64}],"algorithm":"fixed_window","limit":10,"window":"1m"},
+		{"name":"user","key":[{"source":"header","name":"x-user"}],"algorithm":"fixed_window","limit":10,"window":"1m"}]}`
+	}
+	for _, c := range []struct{ name, hops, hcm, want string }{
+		{"trusted_hops 0", "", remote, "ip=kept user=kept"},
+		{"trusted_hops 1 without use_remote_address", `"trusted_hops":1,`, "", "ip=kept user=kept"},
+		{"trusted_hops 1 with use_remote_address", `"trusted_hops":1,`, remote, "ip=reset user=kept"},
+	} {
+		changes, rep := changesOf(t, "envoy.yaml", bootstrap(rules(c.hops), normalised+c.hcm), bootstrap(rules(c.hops), normalised+c.hcm+skip))
+		if !rep.OK() {
+			t.Fatalf("%s: errors %q", c.name, rep.Errors)
+		}
+		const why = "skip_xff_append false -> true: decides whether Envoy appends the peer to the X-Forwarded-For that client_ip reads with trusted_hops > 0"
+		reset := c.want != "ip=kept user=kept"
+		if got := kinds(changes); got != c.want {
+			t.Errorf("%s: %s, want %s; warnings %q", c.name, got, c.want, rep.Warnings)
+		} else if !reset && len(rep.Warnings) != 0 {
+			t.Errorf("%s: warnings %q", c.name, rep.Warnings)
+		} else if reset && !strings.Contains(changes[0].String(), why) {
+			t.Errorf("%s: %s\nwant the reason %q", c.name, changes[0], why)
+		}
+	}
+
+	// The shipped envoy.yaml's client_ip rules read source.address: skip_xff_append keeps them.
+	shipped, err := os.ReadFile(repoFile("envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(shipped), `"trusted_hops"`) {
+		t.Fatal("envoy.yaml sets trusted_hops; this test expects its client_ip parts to read source.address")
+	}
+	const line = "          merge_slashes: true\n"
+	if !strings.Contains(string(shipped), line) {
+		t.Fatal("envoy.yaml no longer has " + line)
+	}
+	skipped := strings.Replace(string(shipped), line, line+"          skip_xff_append: true\n", 1)
+	changes, rep := changesOf(t, "envoy.yaml", string(shipped), skipped)
+	if !rep.OK() || len(rep.Warnings) != 0 {
+		t.Errorf("shipped envoy.yaml with skip_xff_append: %+v", rep)
+	}
+	for _, c := range changes {
+		if c.Kind != confchange.ChangeKept {
+			t.Errorf("shipped envoy.yaml with skip_xff_append: %s", c)
 		}
 	}
 }

@@ -269,8 +269,8 @@ func checkRuleRoutes(r *Report, at string, rule *config.Rule, lr *listenerRoutes
 }
 
 // checkPathSpelling warns about a rule that depends on how the request's path is spelt (a
-// path condition, routes that Envoy chooses by the path, a key on the path or on the route
-// name) when the listener's connection manager lets one path be spelt in several ways. Envoy
+// path condition, routes that Envoy chooses by the path, a key on the path, the :path header
+// or the route name) when the listener's connection manager lets one path be spelt in several ways. Envoy
 // then routes, and the filter reads the path, as the client wrote it, while upstreams
 // usually serve "//login", "/./login" and (those that decode %2F) "/x/..%2Flogin" as
 // "/login": such a spelling escapes a rule that selects requests by the path or the route,
@@ -297,15 +297,19 @@ func checkPathSpelling(r *Report, at string, rule *config.Rule, l *envoyconf.Lis
 	}
 	found := pathSelection(rule, l)
 	for i, kp := range rule.Key {
-		switch kp.Source {
-		case config.SourcePath:
-			p := "/path"
+		switch {
+		case kp.Source == config.SourcePath, kp.Source == config.SourceHeader && kp.Name == ":path":
+			// The :path header is the path as the client wrote it too (with its query).
+			what, p := "the path", "/path"
+			if kp.Source == config.SourceHeader {
+				what = "the :path header"
+			}
 			if m := rule.Match.Path; m != nil && m.Kind != config.MatchRegex && len(m.Value) > 1 {
 				p = m.Value
 			}
-			found = append(found, fmt.Sprintf("key[%d] is the path: %q spelt %s counts under a key of its own, with a fresh allowance",
-				i, p, orList(respellings(l, p))))
-		case config.SourceRoute:
+			found = append(found, fmt.Sprintf("key[%d] is %s: %q spelt %s counts under a key of its own, with a fresh allowance",
+				i, what, p, orList(respellings(l, p))))
+		case kp.Source == config.SourceRoute:
 			if rt, s := pathRoutedSample(rule, l); rt != "" {
 				found = append(found, fmt.Sprintf("key[%d] is the route name: %q spelt %s misses route %q, "+
 					"and counts under the name of the route it reaches, with a fresh allowance", i, s, orList(respellings(l, s)), rt))

@@ -309,6 +309,37 @@ func TestPathSpellingWithEscapedSlashesKept(t *testing.T) {
 	}
 }
 
+// A key part on the :path header reads the path as a "path" key part does: without
+// merge_slashes, "//path" counts under a key of its own. It is warned about the same way.
+func TestPathSpellingKeyOnPathHeader(t *testing.T) {
+	rules := `{"rules":[
+		{"name":"per-path","continue":true,"key":[{"source":"path"}],"algorithm":"token_bucket","limit":5,"window":"1s"},
+		{"name":"per-path-header","key":[{"source":"header","name":":path"}],"algorithm":"token_bucket","limit":5,"window":"1s"}]}`
+	hcm := "          normalize_path: true\n          path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT"
+	rep := Bytes([]byte(bootstrap(rules, hcm)))
+	if !rep.OK() {
+		t.Fatalf("errors: %q", rep.Errors)
+	}
+	const off = `depends on how the path is spelt, but the connection manager has merge_slashes: false: `
+	const fix = `; set merge_slashes: true (see docs/routes.md)`
+	for rule, want := range map[string]string{
+		"per-path":        off + `key[0] is the path: "/path" spelt "//path" counts under a key of its own, with a fresh allowance` + fix,
+		"per-path-header": off + `key[0] is the :path header: "/path" spelt "//path" counts under a key of its own, with a fresh allowance` + fix,
+	} {
+		if got := warningOf(t, rep, rule); !strings.HasSuffix(got, want) {
+			t.Errorf("warning about %s:\n%s\nwant one ending\n%s", rule, got, want)
+		}
+	}
+	// Another header is no path, and merge_slashes closes it.
+	other := strings.Replace(rules, `"name":":path"`, `"name":"x-path"`, 1)
+	if got := warningOf(t, Bytes([]byte(bootstrap(other, hcm))), "per-path-header"); got != "" {
+		t.Errorf("a key on x-path: %s", got)
+	}
+	if rep := Bytes([]byte(bootstrap(rules, hcm+"\n          merge_slashes: true"))); !rep.OK() || len(rep.Warnings) != 0 {
+		t.Errorf("merge_slashes: true: %+v", rep)
+	}
+}
+
 // A rule whose routes Envoy does not choose by the path (every route of the virtual host
 // matches every path) depends on no spelling, with or without normalisation, as the shipped
 // e2e/envoy-failure-modes.yaml's listeners.
