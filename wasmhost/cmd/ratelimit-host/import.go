@@ -202,6 +202,7 @@ type outRule struct {
 	Overrides   []outOverride `json:"overrides,omitempty"`
 
 	replaces []rlsReplace // the rate_limit's replaces, resolved once every rule is made
+	fileName string       // the rate_limit's name as the file writes it, which replaces names
 	path     string       // where its descriptor is, for messages
 }
 
@@ -392,7 +393,7 @@ func (im *importer) list(ds []rlsDescriptor, path string, ctx descriptorContext)
 			continue // converted with its generic sibling's rule
 		}
 		c := ctx.with()
-		if !im.condition(&c.match, d.Key, d.Value, p+".value", false) {
+		if !im.condition(&c.match, d.Key, d.Value, p+".value", false) || !im.exclusions(&c.match, ds, i, p) {
 			continue
 		}
 		c.name = append(c.name, d.Key, d.Value)
@@ -442,6 +443,43 @@ func (im *importer) wildcards(ds []rlsDescriptor, path string) {
 	}
 }
 
+// exclusions adds to m the inverted conditions that keep the requests the service applies a
+// sibling to out of the rules of ds[i], a wildcard: the service applies one value of a key, an
+// exact one first, then the first wildcard in order, while each of the filter's rules applies
+// on its own. Only a header condition can be inverted; where another source would need one,
+// ds[i] is listed as not converted and exclusions reports false.
+func (im *importer) exclusions(m *outMatch, ds []rlsDescriptor, i int, p string) bool {
+	d := &ds[i]
+	prefix, isPrefix := strings.CutSuffix(d.Value, "*")
+	if !isPrefix {
+		return true
+	}
+	var taken []int // the siblings that take some of d's values
+	for j := range ds {
+		s := &ds[j]
+		sPrefix, sIsPrefix := strings.CutSuffix(s.Value, "*")
+		if j == i || s.skip || s.Key != d.Key || s.Value == "" || !strings.HasPrefix(sPrefix, prefix) || sIsPrefix && j > i {
+			continue
+		}
+		// An exact value an earlier wildcard also takes is excluded with that wildcard.
+		if !sIsPrefix && slices.ContainsFunc(ds[:i], func(e rlsDescriptor) bool {
+			ePrefix, ok := strings.CutSuffix(e.Value, "*")
+			return ok && !e.skip && e.Key == d.Key && strings.HasPrefix(ePrefix, prefix) && strings.HasPrefix(s.Value, ePrefix)
+		}) {
+			continue
+		}
+		taken = append(taken, j)
+	}
+	for _, j := range taken {
+		if !im.condition(m, d.Key, ds[j].Value, p, true) {
+			im.unconverted(p+".value", fmt.Sprintf("%q: the service applies %s's %q to some of its requests, which only a header condition could exclude here",
+				d.Value, siblingPath(p, j), ds[j].Value))
+			return false
+		}
+	}
+	return true
+}
+
 // generic converts a descriptor without a value: a key part, below which its siblings with a
 // value are excluded where a header condition can say so (the service applies the most
 // specific match).
@@ -486,11 +524,17 @@ func (im *importer) generic(siblings []rlsDescriptor, d *rlsDescriptor, p string
 	}
 }
 
-// ipv6Override returns the first value with a ':' (an IPv6 address, or a prefix of one) that
-// is converted as an override of g, the generic descriptor among siblings, or "".
+// ipv6Override returns the first value converted as an override of g, the generic descriptor
+// among siblings, that is an IPv6 address (not an IPv4-mapped one, which names an IPv4
+// client) or a prefix with a ':', or "".
 func (im *importer) ipv6Override(siblings []rlsDescriptor, g *rlsDescriptor) string {
 	for j := range siblings {
-		if s := &siblings[j]; s.Key == g.Key && strings.Contains(s.Value, ":") && im.asOverride(siblings, s) {
+		s := &siblings[j]
+		if s.Key != g.Key || !im.asOverride(siblings, s) {
+			continue
+		}
+		prefix, isPrefix := strings.CutSuffix(s.Value, "*")
+		if ip, err := netip.ParseAddr(s.Value); err == nil && ip.Unmap().Is6() || isPrefix && strings.Contains(prefix, ":") {
 			return s.Value
 		}
 	}
@@ -542,13 +586,20 @@ func (im *importer) overrides(r *outRule, siblings []rlsDescriptor, g *rlsDescri
 			if v, ok := strings.CutSuffix(s.Value, "*"); ok {
 				o.Exact, o.Prefix = "", v
 			}
-			if ip, err := netip.ParseAddr(o.Exact); err == nil && src.source == "client_ip" {
+			p := siblingPath(r.path, j)
+			if o.Exact != "" && src.source == "client_ip" {
+				ip, err := netip.ParseAddr(o.Exact)
+				if err != nil {
+					if !rewrittenPass {
+						im.unconverted(p+".value", fmt.Sprintf("%q: not an IP address: the service compares it with the client's address, which it never is", s.Value))
+					}
+					continue
+				}
 				o.Exact = ip.Unmap().WithZone("").String()
 			}
 			if rewritten := o.Exact+o.Prefix != strings.TrimSuffix(s.Value, "*"); rewritten != rewrittenPass {
 				continue
 			}
-			p := siblingPath(r.path, j)
 			if slices.ContainsFunc(r.Overrides, func(prev outOverride) bool { return prev.Exact == o.Exact && prev.Prefix == o.Prefix }) {
 				im.unconverted(p+".value", fmt.Sprintf("%q: another override of the key has the value %q", s.Value, o.Exact+o.Prefix))
 				continue
@@ -627,7 +678,8 @@ func (im *importer) rule(d *rlsDescriptor, p string, c descriptorContext, limit 
 	}
 	im.names = append(im.names, name)
 	r := &outRule{Name: name, Continue: true, Shadow: d.ShadowMode, Key: c.key,
-		Algorithm: "fixed_window", Limit: limit, Window: window, replaces: d.RateLimit.Replaces, path: p}
+		Algorithm: "fixed_window", Limit: limit, Window: window, replaces: d.RateLimit.Replaces,
+		fileName: d.RateLimit.Name, path: p}
 	r.Description = "envoyproxy/ratelimit " + p
 	if m := c.match; len(m.Routes)+len(m.Methods)+len(m.Headers) > 0 || m.Path != nil {
 		r.Match = &m
@@ -684,44 +736,50 @@ func (im *importer) condition(m *outMatch, key, value, p string, invert bool) bo
 	return false
 }
 
-// resolveReplaces turns each rule's replaces into a condition on the rule it replaces: that
-// rule then skips the requests the replacing rule applies to, where one header condition of
-// the replacing rule, inverted, says so.
+// resolveReplaces turns each rule's replaces into a condition on the rules it replaces: each
+// rule whose rate_limit the file gives that name (the service's names, not the ones the
+// importer makes unique) then skips the requests the replacing rule applies to, where one
+// header condition of the replacing rule, inverted, says so.
 func (im *importer) resolveReplaces() {
 	for _, r := range im.rules {
 		for _, rep := range r.replaces {
-			var target *outRule
-			for _, t := range im.rules {
-				if t != r && t.Name == ruleName(rep.Name) {
-					target = t
-				}
-			}
 			p := r.path + ".rate_limit.replaces"
-			if target == nil {
-				im.unconverted(p, fmt.Sprintf("%q names no rate limit", rep.Name))
-				continue
-			}
-			var extra []outHeaderMatch
-			if r.Match != nil {
-				for _, h := range r.Match.Headers {
-					if target.Match == nil || !slices.Contains(target.Match.Headers, h) {
-						extra = append(extra, h)
-					}
+			found := false
+			for _, target := range im.rules {
+				if target != r && rep.Name != "" && target.fileName == rep.Name {
+					found = true
+					im.replace(r, target, rep.Name, p)
 				}
 			}
-			if len(extra) != 1 || extra[0].Invert || !sameKey(r, target) || r.Match.Path != nil || len(r.Match.Methods)+len(r.Match.Routes) > 0 {
-				im.unconverted(p, fmt.Sprintf("%q: the filter can drop a rule only where one header condition tells the two apart", rep.Name))
-				continue
+			if !found {
+				im.unconverted(p, fmt.Sprintf("%q names no rate limit", rep.Name))
 			}
-			h := extra[0]
-			h.Invert = true
-			if target.Match == nil {
-				target.Match = &outMatch{}
-			}
-			target.Match.Headers = append(target.Match.Headers, h)
-			im.note(fmt.Sprintf("%s: replaces %q: rule %q skips requests with header %s %s", r.path, rep.Name, target.Name, h.Name, h.Exact+h.Prefix))
 		}
 	}
+}
+
+// replace adds to target, a rule r replaces by the name name, the one header condition of r
+// that target lacks, inverted.
+func (im *importer) replace(r, target *outRule, name, p string) {
+	var extra []outHeaderMatch
+	if r.Match != nil {
+		for _, h := range r.Match.Headers {
+			if target.Match == nil || !slices.Contains(target.Match.Headers, h) {
+				extra = append(extra, h)
+			}
+		}
+	}
+	if len(extra) != 1 || extra[0].Invert || !sameKey(r, target) || r.Match.Path != nil || len(r.Match.Methods)+len(r.Match.Routes) > 0 {
+		im.unconverted(p, fmt.Sprintf("%q: the filter can drop rule %q only where one header condition tells the two apart", name, target.Name))
+		return
+	}
+	h := extra[0]
+	h.Invert = true
+	if target.Match == nil {
+		target.Match = &outMatch{}
+	}
+	target.Match.Headers = append(target.Match.Headers, h)
+	im.note(fmt.Sprintf("%s: replaces %q: rule %q skips requests with header %s %s", r.path, name, target.Name, h.Name, h.Exact+h.Prefix))
 }
 
 func sameKey(a, b *outRule) bool { return slices.Equal(a.Key, b.Key) }

@@ -77,6 +77,39 @@ var importCases = []importCase{
 		`descriptors[1]: never applies: the service matches every value to descriptors[0]'s "*" first`,
 		`descriptors[3]: never applies: the service matches every value "beta-*" matches to descriptors[0]'s "*" first`,
 	}},
+	{file: "addresses.yaml", rules: []string{
+		"remote_address: 10/1m key=client_ip/64 overrides=10.1.1.1:100/1m",
+	}, unconverted: []string{
+		`descriptors[1].value: "10.0.0.0/8": not an IP address`,
+		`descriptors[2].value: "unknown": not an IP address`,
+		`descriptors[3].value: "192.0.2.1/32": not an IP address`,
+	}, notes: []string{
+		`descriptors[4].value: "::ffff:10.1.1.1" is written "10.1.1.1"`,
+		"client_ip key parts take ipv6_prefix 64",
+	}},
+	{file: "siblings.yaml", args: []string{"-key", "endpoint=path"}, rules: []string{
+		"plan_ab__user: 1/1m key=header:user match=plan^ab,!plan=abc",
+		"plan_a__user: 2/1m key=header:user match=plan^a,!plan^ab",
+		"plan_abc_user: 3/1m key=header:user match=plan=abc",
+		"region_x_: 3/1m match=region^x,!region=xy",
+		"region_xy: 4/1m match=region=xy",
+		"endpoint__v2_health: 6/1m match=path=/v2/health",
+	}, unconverted: []string{
+		`descriptors[5].value: "/v2/*": the service applies descriptors[6]'s "/v2/health" to some of its requests`,
+	}},
+	{file: "renamed.yaml", rules: []string{
+		"gold: 100/1m key=header:user match=tier=gold",
+		"foo: 20/1m key=header:user match=region=eu,!tier=gold",
+		"foo_2: 10/1m key=header:user match=!tier=gold",
+		"a.b: 30/1m key=header:user match=region=us",
+		"a_b_2: 40/1m key=header:user match=region=ap,!tier=gold",
+	}, unconverted: []string{
+		`descriptors[0].descriptors[0].rate_limit.replaces: "foo_2" names no rate limit`,
+	}, notes: []string{
+		`replaces "foo": rule "foo" skips`,
+		`replaces "foo": rule "foo_2" skips`,
+		`replaces "a_b": rule "a_b_2" skips`,
+	}},
 	{file: "separators.yaml", rules: []string{
 		"b.c_v: 5/1m match=b.c=v",
 		"b-c_v_2: 6/1m match=b-c=v",
@@ -145,34 +178,76 @@ func TestImportNothingConvertible(t *testing.T) {
 	require.Equal(t, 2, runImport([]string{"-key", "x=cookie:y", "f.yaml"}, &stdout, &stderr))
 }
 
-// The per-address limits imported from ipv6.yaml apply to those IPv6 clients in the filter:
-// the unlimited one and the one written in full form are never denied in a second, while
-// another address gets the generic 3 per second.
-func TestImportedIPv6OverridesMatch(t *testing.T) {
+// importedHost imports testdata/import/file with args (and -local) and runs the result in the
+// real filter, at a fixed time (all requests in one window).
+func importedHost(t *testing.T, file string, args ...string) *wasmhost.Host {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the module")
 	}
 	var stdout, stderr bytes.Buffer
-	require.Equal(t, 0, runImport([]string{"-local", filepath.Join("testdata", "import", "ipv6.yaml")}, &stdout, &stderr), stderr.String())
+	args = append(append(args, "-local"), filepath.Join("testdata", "import", file))
+	require.Equal(t, 0, runImport(args, &stdout, &stderr), stderr.String())
 	now := time.Unix(1_800_000_000, 0)
 	h, err := wasmhost.New(context.Background(), wasmtest.BuildModule(t), wasmhost.Options{Workers: 1, VMID: "ratelimit",
 		PluginName: "ratelimit", PluginConfig: stdout.Bytes(), Clock: func() time.Time { return now }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	return h
+}
+
+// denied sends req n times and returns how many the filter denied.
+func denied(t *testing.T, h *wasmhost.Host, n int, req wasmhost.Request) int {
+	t.Helper()
+	count := 0
+	for range n {
+		req.Worker, req.Upstream = -1, &wasmhost.UpstreamResponse{Status: 200}
+		res, err := h.Do(context.Background(), req)
+		require.NoError(t, err)
+		if res.Local != nil {
+			count++
+		}
+	}
+	return count
+}
+
+// The per-address limits imported from ipv6.yaml apply to those IPv6 clients in the filter:
+// the unlimited one and the one written in full form are never denied in a second, while
+// another address gets the generic 3 per second.
+func TestImportedIPv6OverridesMatch(t *testing.T) {
+	h := importedHost(t, "ipv6.yaml")
 	for _, c := range []struct {
 		source string
 		denied int
 	}{{"[2001:db8::1]:5555", 0}, {"[2001:db8::2]:5555", 0}, {"[2001:db8::3]:5555", 7}} {
-		denied := 0
-		for range 10 {
-			res, err := h.Do(context.Background(), wasmhost.Request{Worker: -1, Method: "GET", Path: "/", Authority: "example.test",
-				SourceAddress: c.source, Upstream: &wasmhost.UpstreamResponse{Status: 200}})
-			require.NoError(t, err)
-			if res.Local != nil {
-				denied++
-			}
-		}
-		require.Equal(t, c.denied, denied, "client %s: requests of 10 in one second denied", c.source)
+		require.Equal(t, c.denied, denied(t, h, 10, wasmhost.Request{SourceAddress: c.source}), "client %s: requests of 10 in one second denied", c.source)
+	}
+}
+
+// The IPv4-mapped address imported from addresses.yaml gives its IPv4 client 100 a minute;
+// another client gets the generic 10.
+func TestImportedMappedIPv4OverrideMatches(t *testing.T) {
+	h := importedHost(t, "addresses.yaml")
+	require.Equal(t, 0, denied(t, h, 20, wasmhost.Request{SourceAddress: "10.1.1.1:5555"}))
+	require.Equal(t, 10, denied(t, h, 20, wasmhost.Request{SourceAddress: "10.1.1.2:5555"}))
+}
+
+// The rules imported from siblings.yaml limit each request by the one sibling value the
+// service applies to it: the exact value, else the first wildcard in order that matches.
+func TestImportedWildcardSiblingsMatch(t *testing.T) {
+	h := importedHost(t, "siblings.yaml", "-key", "endpoint=path")
+	for _, c := range []struct {
+		header, value string
+		denied        int // of 10
+	}{
+		{"plan", "abc", 7}, // exact: 3
+		{"plan", "abd", 9}, // ab*: 1
+		{"plan", "ax", 8},  // a*: 2
+		{"region", "xy", 6},
+		{"region", "xz", 7},
+	} {
+		req := wasmhost.Request{Headers: [][2]string{{c.header, c.value}, {"user", "u-" + c.header + "-" + c.value}}}
+		require.Equal(t, c.denied, denied(t, h, 10, req), "%s: %s: requests of 10 in one minute denied", c.header, c.value)
 	}
 }
 
@@ -240,7 +315,10 @@ func summarize(t *testing.T, data []byte) []string {
 				}
 			}
 			for _, h := range m.Headers {
-				c := h.Name + "=" + h.Exact + h.Prefix
+				c := h.Name + "=" + h.Exact
+				if h.Prefix != "" {
+					c = h.Name + "^" + h.Prefix
+				}
 				if h.Invert {
 					c = "!" + c
 				}
