@@ -220,12 +220,15 @@ var invalidCases = []invalidCase{
 	// Redis.
 	{"redis cluster missing", `{"redis":{"timeout":"20s"},"rules":[{"name":"r",` + tb + `}]}`, []string{"redis.cluster: required", `redis.timeout: must be between 1ms and 10s, got "20s"`}, schemaRejects},
 	{"redis fields", `{"redis":{"cluster":"c","failure_mode":"fail","key_prefix":"a b","authority":"a/b","breaker":{"failures":0,"cooldown":"1s","open":true}},"rules":[{"name":"r",` + tb + `}]}`, []string{
-		`redis.authority: "a/b" is not a valid authority (want host or host:port)`,
+		`redis.authority: "a/b" is not a valid authority (want host or host:port, the port at most 65535)`,
 		`redis.key_prefix: "a b" must match ^[A-Za-z0-9_.:{}-]{1,64}$`,
 		`redis.failure_mode: "fail" is not one of allow, deny, local`,
 		"redis.breaker.open: unknown field",
 		"redis.breaker.failures: must be between 1 and 1000, got 0",
 	}, schemaRejects},
+	{"redis authority port", `{"redis":{"cluster":"c","authority":"h:99999"},"rules":[{"name":"r",` + tb + `}]}`, []string{
+		`redis.authority: "h:99999" is not a valid authority (want host or host:port, the port at most 65535)`,
+	}, schemaAccepts},
 	{"redis key_prefix empty hash tag", `{"redis":{"cluster":"c","key_prefix":"a}{}b"},"rules":[{"name":"r",` + tb + `}]}`, []string{
 		`redis.key_prefix: "a}{}b" starts an empty hash tag "{}", which makes Redis hash the whole key; put a name between the braces`,
 	}, schemaRejects},

@@ -250,7 +250,7 @@ func (p *parser) redis(path string, n *node) *Redis {
 	}
 	r.Authority = r.Cluster
 	if an, apath := f.get("authority"); an != nil {
-		p.pattern(apath, an, 255, &r.Authority, func(s string) bool { return isHostText(s, " \t/?#@") }, " is not a valid authority (want host or host:port)")
+		p.pattern(apath, an, 255, &r.Authority, validAuthority, " is not a valid authority (want host or host:port, the port at most 65535)")
 	}
 	opt(f, "timeout", time.Millisecond, 10*time.Second, &r.Timeout, p.duration)
 	// Braces let a Redis Cluster hash tag ("{rl}") pin every key to one slot, which the
@@ -279,6 +279,13 @@ func (p *parser) redis(path string, n *node) *Redis {
 func emptyHashTag(s string) bool {
 	i := strings.IndexByte(s, '{')
 	return i >= 0 && i+1 < len(s) && s[i+1] == '}'
+}
+
+// validAuthority reports whether s may be the callouts' :authority: host text, and a port after
+// the last colon outside brackets (an IPv6 literal's) of at most 65535.
+func validAuthority(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	return isHostText(s, " \t/?#@") && (i < 0 || strings.IndexByte(s[i:], ']') >= 0 || validPort(s[i+1:]))
 }
 
 // isHostText reports whether s may name a cluster or authority: not empty, no control

@@ -86,9 +86,11 @@ func TestRedisAuthorityDefault(t *testing.T) {
 	if c.Redis.Authority != c.Redis.Cluster {
 		t.Errorf("authority = %q", c.Redis.Authority)
 	}
-	c = mustParse(t, `{"redis":{"cluster":"webdis","authority":"webdis.local:7379"},"rules":[{"name":"r",`+tb+`}]}`)
-	if c.Redis.Authority != "webdis.local:7379" {
-		t.Errorf("authority = %q", c.Redis.Authority)
+	for _, a := range []string{"webdis.local:7379", "webdis.local", "[::1]:7379", "[::1]", "h:65535"} {
+		c = mustParse(t, `{"redis":{"cluster":"webdis","authority":"`+a+`"},"rules":[{"name":"r",`+tb+`}]}`)
+		if c.Redis.Authority != a {
+			t.Errorf("authority = %q, want %q", c.Redis.Authority, a)
+		}
 	}
 }
 
