@@ -288,6 +288,14 @@ func validAuthority(s string) bool {
 	return isHostText(s, " \t/?#@") && (i < 0 || strings.IndexByte(s[i:], ']') >= 0 || validPort(s[i+1:]))
 }
 
+// TaggedPrefix reports whether KeyPrefix holds a whole hash tag (a '{', then a '}' with
+// something between): Redis Cluster and twemproxy then hash every key by it, so every key is
+// on one slot whatever Partitions says.
+func (r *Redis) TaggedPrefix() bool {
+	i := strings.IndexByte(r.KeyPrefix, '{')
+	return i >= 0 && strings.IndexByte(r.KeyPrefix[i+1:], '}') > 0
+}
+
 // isHostText reports whether s may name a cluster or authority: not empty, no control
 // characters and none of bad.
 func isHostText(s, bad string) bool {

@@ -219,6 +219,10 @@ func checkRules(r *Report, where string, cfg *config.Config, lr *listenerRoutes)
 	if prefix != "" {
 		prefix += ": "
 	}
+	if rd := cfg.Redis; rd != nil && rd.Partitions > 1 && rd.TaggedPrefix() {
+		r.warnf("%sredis.partitions: %d partitions spread nothing: the hash tag in key_prefix %q puts every key "+
+			"on one slot; drop the braces from the prefix, or the partitions", prefix, rd.Partitions, rd.KeyPrefix)
+	}
 	var catchAll *config.Rule // an earlier rule that applies to every request and stops evaluation
 	for _, rule := range cfg.Rules {
 		at := fmt.Sprintf("%srules[%d] (%q)", prefix, rule.Index, rule.Name)

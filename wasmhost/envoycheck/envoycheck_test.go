@@ -171,6 +171,9 @@ func TestWarnings(t *testing.T) {
 		{"shadow rule with client headers", `{"rules":[{"name":"s","shadow":true,"shadow_headers":true,
 			"algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
 			`a shadow rule with shadow_headers`},
+		{"partitions under a hash-tagged key prefix", `{"redis":{"cluster":"upstream","key_prefix":"{app}","partitions":4},
+			"rules":[{"name":"g","scope":"global","algorithm":"token_bucket","limit":5,"window":"1s"}]}`, normalised,
+			`redis.partitions: 4 partitions spread nothing: the hash tag in key_prefix "{app}" puts every key on one slot`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rep := Bytes([]byte(bootstrap(c.rules, c.hcm)))
