@@ -257,9 +257,9 @@ func (p *parser) redis(path string, n *node) *Redis {
 	// multi-key scripts need. The prefix starts every key as it is written, so an empty tag
 	// ("{}" at its first '{') would make Redis hash whole keys, descriptors included: each key
 	// of one call on a slot of its own, chosen by the client.
-	if kn, kpath := f.get("key_prefix"); kn != nil {
-		if p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix, func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") },
-			" must match ^[A-Za-z0-9_.:{}-]{1,64}$") && emptyHashTag(r.KeyPrefix) {
+	if kn, kpath := f.get("key_prefix"); kn != nil && p.pattern(kpath, kn, maxStringLen, &r.KeyPrefix,
+		func(s string) bool { return len(s) <= 64 && onlyChars(s, "_.:{}-") }, " must match ^[A-Za-z0-9_.:{}-]{1,64}$") {
+		if tag, closed := hashTag(r.KeyPrefix); closed && tag == "" {
 			p.add(kpath, quote(r.KeyPrefix)+` starts an empty hash tag "{}", which makes Redis hash the whole key; put a name between the braces`)
 		}
 	}
@@ -274,11 +274,17 @@ func (p *parser) redis(path string, n *node) *Redis {
 	return r
 }
 
-// emptyHashTag reports whether the first '{' of s is followed by '}': Redis and twemproxy then
-// hash the whole key rather than a tag.
-func emptyHashTag(s string) bool {
+// hashTag returns the hash tag of a key that starts with s, as Redis and twemproxy find it:
+// what lies between the first '{' and the first '}' after it; closed is false when s holds no
+// such pair (the tag, if any, then ends after s). An empty closed tag makes them hash the whole
+// key rather than a tag.
+func hashTag(s string) (tag string, closed bool) {
 	i := strings.IndexByte(s, '{')
-	return i >= 0 && i+1 < len(s) && s[i+1] == '}'
+	if i < 0 {
+		return "", false
+	}
+	tag, _, closed = strings.Cut(s[i+1:], "}")
+	return tag, closed
 }
 
 // validAuthority reports whether s may be the callouts' :authority: host text, and a port after
@@ -292,8 +298,8 @@ func validAuthority(s string) bool {
 // something between): Redis Cluster and twemproxy then hash every key by it, so every key is
 // on one slot whatever Partitions says.
 func (r *Redis) TaggedPrefix() bool {
-	i := strings.IndexByte(r.KeyPrefix, '{')
-	return i >= 0 && strings.IndexByte(r.KeyPrefix[i+1:], '}') > 0
+	tag, closed := hashTag(r.KeyPrefix)
+	return closed && tag != ""
 }
 
 // isHostText reports whether s may name a cluster or authority: not empty, no control
