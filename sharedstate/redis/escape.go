@@ -109,9 +109,7 @@ func appendDescriptor(dst, descriptor []byte) []byte {
 // appendHead appends everything of a key before its descriptor:
 // <prefix>:{<domain>}:<rule>: unpartitioned, <prefix>:{<domain>:<rule>:<part>}: otherwise.
 func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) []byte {
-	dst = append(dst, prefix...)
-	dst = append(dst, ':', '{')
-	dst = appendName(dst, domain)
+	dst = appendDomainTag(dst, prefix, domain)
 	if partitions <= 1 {
 		dst = append(dst, '}', ':')
 		dst = appendName(dst, rule)
@@ -122,6 +120,15 @@ func appendHead(dst []byte, prefix, domain, rule string, partitions, part int) [
 	dst = append(dst, ':')
 	dst = strconv.AppendInt(dst, int64(part), 10)
 	return append(dst, '}', ':')
+}
+
+// appendDomainTag appends the start every key of a prefix and domain shares, the partition
+// secret's included: <prefix>:{<domain>, the prefix written as it is and the domain escaped;
+// the caller closes the tag.
+func appendDomainTag(dst []byte, prefix, domain string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, ':', '{')
+	return appendName(dst, domain)
 }
 
 const hexLower = "0123456789abcdef"

@@ -46,10 +46,7 @@ const secretSuffix = "#partition-secret"
 // prefix and domain: <prefix>:{<domain>}:#partition-secret, the prefix written as it is
 // (see AppendKey). It is in the domain's slot, or the prefix's when that holds a hash tag.
 func AppendSecretKey(dst []byte, prefix, domain string) []byte {
-	dst = append(dst, prefix...)
-	dst = append(dst, ':', '{')
-	dst = appendName(dst, domain)
-	dst = append(dst, '}', ':')
+	dst = append(appendDomainTag(dst, prefix, domain), '}', ':')
 	return append(dst, secretSuffix...)
 }
 
