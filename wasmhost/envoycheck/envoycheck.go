@@ -304,12 +304,9 @@ func checkPathSpelling(r *Report, at string, rule *config.Rule, l *envoyconf.Lis
 		switch {
 		case kp.Source == config.SourcePath, kp.Source == config.SourceHeader && kp.Name == ":path":
 			// The :path header is the path as the client wrote it too (with its query).
-			what, p := "the path", "/path"
+			what, p := "the path", pathSample(rule.Match.Path)
 			if kp.Source == config.SourceHeader {
 				what = "the :path header"
-			}
-			if m := rule.Match.Path; m != nil && m.Kind != config.MatchRegex && len(m.Value) > 1 {
-				p = m.Value
 			}
 			found = append(found, fmt.Sprintf("key[%d] is %s: %q spelt %s counts under a key of its own, with a fresh allowance",
 				i, what, p, orList(respellings(l, p))))
@@ -325,6 +322,15 @@ func checkPathSpelling(r *Report, at string, rule *config.Rule, l *envoyconf.Lis
 	}
 	r.warnf("%s: depends on how the path is spelt, but the connection manager has %s: %s; set %s (see docs/routes.md)",
 		at, strings.Join(off, ", "), strings.Join(found, "; "), joinAnd(fix))
+}
+
+// pathSample is a path for the warnings' examples: the rule's literal path condition, or
+// "/path" when it has none (nil, a regex, or "/").
+func pathSample(m *config.PathMatch) string {
+	if m != nil && m.Kind != config.MatchRegex && len(m.Value) > 1 {
+		return m.Value
+	}
+	return "/path"
 }
 
 // respellings are spellings of path p that the listener routes, and the filter reads, as
@@ -377,10 +383,7 @@ func pathSelection(rule *config.Rule, l *envoyconf.Listener) []string {
 	m := &rule.Match
 	var found []string
 	if m.Path != nil {
-		p := "/path"
-		if m.Path.Kind != config.MatchRegex && len(m.Path.Value) > 1 {
-			p = m.Path.Value
-		}
+		p := pathSample(m.Path)
 		found = append(found, fmt.Sprintf("match.path: %q spelt %s misses the condition", p, orList(respellings(l, p))))
 	}
 	for _, h := range m.Headers {
